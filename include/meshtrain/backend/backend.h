@@ -1,0 +1,126 @@
+#pragma once
+// The kernel interface every device implements (cpu/ now, cuda/ for GPUs). The layers above
+// call only these operations, so a new device replaces kernels, never model or parallel logic.
+//
+// Conventions, as in llm.c:
+//  - arguments are outputs first, then inputs; sizes come from the tensors' shapes;
+//  - forward kernels assign their outputs;
+//  - backward kernels ASSIGN activation gradients (d<input>) and ACCUMULATE (+=) parameter
+//    gradients (d<weight>, d<bias>), so gradient accumulation over micro-batches is free;
+//  - "N" is a number of tokens (rows), "C" channels, "OC" output channels, "V" a vocabulary
+//    (or this rank's slice of it);
+//  - every floating-point op accepts F32 and F64 (F64 is the verification path); devices with
+//    low-precision support add BF16.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "meshtrain/tensor/allocator.h"
+#include "meshtrain/tensor/tensor.h"
+
+namespace meshtrain {
+
+class Backend {
+ public:
+  explicit Backend(std::unique_ptr<Allocator> allocator) : allocator_(std::move(allocator)) {}
+  virtual ~Backend();
+
+  virtual std::string name() const = 0;
+  Device device() const { return allocator_->device(); }
+  Allocator& allocator() { return *allocator_; }
+  MemoryTracker& memory() { return allocator_->tracker(); }
+
+  Tensor empty(Shape shape, DType dtype, MemoryCategory category);
+  Tensor zeros(Shape shape, DType dtype, MemoryCategory category);
+
+  // ---- data movement and elementwise ----------------------------------------------------
+  virtual void fill(Tensor& t, double value) = 0;
+  virtual void copy(Tensor& dst, const Tensor& src) = 0;             // same device, same dtype
+  virtual void copy_from_host(Tensor& dst, const void* src) = 0;     // src holds dst.dtype()
+  virtual void copy_to_host(void* dst, const Tensor& src) = 0;
+  virtual void add_inplace(Tensor& dst, const Tensor& src) = 0;      // dst += src
+  virtual void scale_inplace(Tensor& t, double factor) = 0;          // t *= factor
+  virtual void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) = 0;  // a + b
+  // Sum of squares accumulated in double, deterministically (same inputs, same threads: same bits).
+  virtual double sum_squares(const Tensor& t) = 0;
+  virtual double sum(const Tensor& t) = 0;
+  // Waits for queued device work (no-op on the CPU).
+  virtual void synchronize() {}
+
+  // ---- embeddings ------------------------------------------------------------------------
+  // out (N, C) = wte[tokens - vocab_begin] for tokens in this slice of the vocabulary, else 0.
+  virtual void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                 int64_t vocab_begin) = 0;
+  virtual void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+                                  int64_t vocab_begin) = 0;
+  // out (N, C) += wpe[(token_begin + i) % T] with wpe (T, C): row i of `out` is the token at
+  // flat index token_begin + i of the (B, T) micro-batch.
+  virtual void position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) = 0;
+  virtual void position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) = 0;
+
+  // ---- layers ----------------------------------------------------------------------------
+  // out (N, C), mean (N), rstd (N) from inp (N, C), weight (C), bias (C); eps = 1e-5.
+  virtual void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                                 const Tensor& weight, const Tensor& bias) = 0;
+  virtual void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                  const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                  const Tensor& mean, const Tensor& rstd) = 0;
+
+  // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
+  virtual void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                              const Tensor* bias) = 0;
+  // dinp may be null (no input gradient wanted); dbias may be null (no bias).
+  virtual void matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout,
+                               const Tensor& inp, const Tensor& weight) = 0;
+
+  // out (N, C) += bias (C) on every row; dbias (C) += column sums of dout (N, C). For biases
+  // applied after a tensor-parallel reduction, where the GEMM cannot add them.
+  virtual void bias_forward(Tensor& out, const Tensor& bias) = 0;
+  virtual void bias_backward(Tensor& dbias, const Tensor& dout) = 0;
+
+  // GELU, tanh approximation.
+  virtual void gelu_forward(Tensor& out, const Tensor& inp) = 0;
+  virtual void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
+
+  // Causal self-attention over qkv (B, T, 3, NH, HS): out (B, T, NH, HS), probs (B, NH, T, T)
+  // holds the softmax for the backward pass (entries above the diagonal are zero).
+  virtual void attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
+                                 int64_t T, int64_t NH, int64_t HS) = 0;
+  virtual void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                  const Tensor& probs, int64_t B, int64_t T, int64_t NH,
+                                  int64_t HS) = 0;
+
+  // ---- vocabulary-parallel softmax cross-entropy -----------------------------------------
+  // For logits (N, V) over this rank's vocabulary slice [vocab_begin, vocab_begin + V):
+  // row_max (N) and row_sumexp (N) = sum_j exp(logit_j - row_max); both fp32/fp64 as logits.
+  virtual void crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) = 0;
+  // Re-bases local sums onto the global max: sumexp *= exp(local_max - global_max).
+  virtual void crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
+                                   const Tensor& global_max) = 0;
+  // target_logit (N) = logits[i, targets[i] - vocab_begin] if in this slice, else 0.
+  virtual void crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
+                                         const Tensor& targets, int64_t vocab_begin) = 0;
+  // losses (N) = log(sumexp) + max - target_logit.
+  virtual void crossentropy_losses(Tensor& losses, const Tensor& row_max,
+                                   const Tensor& row_sumexp, const Tensor& target_logit) = 0;
+  // dlogits (N, V) = (softmax - onehot(target)) * dloss; may alias logits (in place).
+  virtual void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                                     const Tensor& row_sumexp, const Tensor& targets,
+                                     int64_t vocab_begin, double dloss) = 0;
+
+  // ---- optimizer -------------------------------------------------------------------------
+  struct AdamWStep {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step;             // 1-based, for bias correction
+    double grad_scale = 1.0;  // applied to grad first (gradient clipping)
+  };
+  // Decoupled weight decay (Loshchilov & Hutter, arXiv 1711.05101); all four tensors alike.
+  virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                            Tensor& exp_avg_sq, const AdamWStep& s) = 0;
+
+ private:
+  std::unique_ptr<Allocator> allocator_;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,69 @@
+#pragma once
+// The CPU backend: GEMMs through OpenBLAS, every other kernel OpenMP-parallel and written for the
+// compiler to vectorise. Runs every feature of meshtrain on machines without GPUs, in fp32 for
+// training and fp64 for verification.
+
+#include "meshtrain/backend/backend.h"
+
+namespace meshtrain {
+
+class CpuBackend final : public Backend {
+ public:
+  // threads: the OpenMP team size for kernels and OpenBLAS (0: leave the OpenMP default).
+  explicit CpuBackend(int threads = 0);
+
+  std::string name() const override { return "cpu"; }
+  int threads() const;
+
+  void fill(Tensor& t, double value) override;
+  void copy(Tensor& dst, const Tensor& src) override;
+  void copy_from_host(Tensor& dst, const void* src) override;
+  void copy_to_host(void* dst, const Tensor& src) override;
+  void add_inplace(Tensor& dst, const Tensor& src) override;
+  void scale_inplace(Tensor& t, double factor) override;
+  void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) override;
+  double sum_squares(const Tensor& t) override;
+  double sum(const Tensor& t) override;
+
+  void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                         int64_t vocab_begin) override;
+  void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+                          int64_t vocab_begin) override;
+  void position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) override;
+  void position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) override;
+
+  void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias) override;
+  void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                          const Tensor& rstd) override;
+  void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                      const Tensor* bias) override;
+  void matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout,
+                       const Tensor& inp, const Tensor& weight) override;
+  void bias_forward(Tensor& out, const Tensor& bias) override;
+  void bias_backward(Tensor& dbias, const Tensor& dout) override;
+  void gelu_forward(Tensor& out, const Tensor& inp) override;
+  void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
+  void attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
+                         int64_t NH, int64_t HS) override;
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                          const Tensor& probs, int64_t B, int64_t T, int64_t NH,
+                          int64_t HS) override;
+
+  void crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
+  void crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
+                           const Tensor& global_max) override;
+  void crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
+                                 const Tensor& targets, int64_t vocab_begin) override;
+  void crossentropy_losses(Tensor& losses, const Tensor& row_max, const Tensor& row_sumexp,
+                           const Tensor& target_logit) override;
+  void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                             const Tensor& row_sumexp, const Tensor& targets, int64_t vocab_begin,
+                             double dloss) override;
+
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                    const AdamWStep& s) override;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,85 @@
+#pragma once
+// Communicator: collectives and point-to-point transfers over one group of ranks (a process-grid
+// axis, or the world). MPI implements it for host buffers on any machine; NCCL for device
+// buffers on GPUs. Every operation is non-blocking and returns a Work to wait on; the blocking
+// form is `.wait()` on the result. Waits never hang silently: a wait that exceeds the
+// communicator's timeout raises CommTimeout naming the operation and the group.
+//
+// Unsupported cases fail with "communicator 'mpi' does not support all_reduce(sum) for dtype bf16".
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "meshtrain/tensor/tensor.h"
+
+namespace meshtrain {
+
+enum class ReduceOp { Sum, Max, Min };
+std::string_view reduce_op_name(ReduceOp op);
+
+class CommTimeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A pending operation. Movable; waiting on an empty Work returns at once.
+class Work {
+ public:
+  struct Impl {
+    virtual ~Impl() = default;
+    virtual bool test() = 0;  // progresses the operation; true once complete
+    virtual std::string describe() const = 0;
+  };
+
+  Work() = default;
+  Work(std::unique_ptr<Impl> impl, std::chrono::duration<double> timeout)
+      : impl_(std::move(impl)), timeout_(timeout) {}
+  Work(Work&&) = default;
+  Work& operator=(Work&&) = default;
+  ~Work();  // an abandoned pending operation is waited for: its buffers must outlive it
+
+  bool test();
+  void wait();
+  bool pending() const { return impl_ != nullptr; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  std::chrono::duration<double> timeout_{0};
+};
+
+// Waits for every Work in the list.
+void wait_all(std::vector<Work>& works);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The group's name as the logs and errors show it: "world", "dp", "tp", "pp", "embedding".
+  virtual std::string name() const = 0;
+  virtual std::string backend() const = 0;  // "mpi", "nccl"
+
+  // In place: every rank ends with the reduction of all ranks' `t`.
+  virtual Work all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  // `in` is size() equal chunks; this rank's chunk of the reduction lands in `out`.
+  virtual Work reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::Sum) = 0;
+  // `out` is the concatenation, in rank order, of every rank's `in`.
+  virtual Work all_gather(Tensor& out, const Tensor& in) = 0;
+  virtual Work broadcast(Tensor& t, int root) = 0;
+  virtual Work send(const Tensor& t, int dst, int tag) = 0;
+  virtual Work recv(Tensor& t, int src, int tag) = 0;
+  virtual void barrier() = 0;
+
+  // Byte-level helpers for host metadata (deck text, error messages).
+  virtual void broadcast_bytes(std::string& bytes, int root) = 0;
+  virtual std::vector<std::string> all_gather_bytes(const std::string& mine) = 0;
+  // Host scalar reductions (loss sums, norms, error flags).
+  virtual double all_reduce_scalar(double value, ReduceOp op = ReduceOp::Sum) = 0;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,53 @@
+#pragma once
+// Communicator over an MPI communicator, for host buffers. Non-blocking MPI (MPI_Iallreduce,
+// MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast, MPI_Isend/Irecv) behind Work handles,
+// so gradient buckets and pipeline transfers overlap computation.
+
+#include <mpi.h>
+
+#include <chrono>
+
+#include "meshtrain/comm/communicator.h"
+
+namespace meshtrain {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` (freed on destruction) unless it is MPI_COMM_WORLD or MPI_COMM_SELF.
+  MpiCommunicator(MPI_Comm comm, std::string name,
+                  std::chrono::duration<double> timeout = std::chrono::seconds(600));
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+  std::string backend() const override { return "mpi"; }
+  MPI_Comm comm() const { return comm_; }
+  void set_timeout(std::chrono::duration<double> t) { timeout_ = t; }
+
+  Work all_reduce(Tensor& t, ReduceOp op) override;
+  Work reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override;
+  Work all_gather(Tensor& out, const Tensor& in) override;
+  Work broadcast(Tensor& t, int root) override;
+  Work send(const Tensor& t, int dst, int tag) override;
+  Work recv(Tensor& t, int src, int tag) override;
+  void barrier() override;
+
+  void broadcast_bytes(std::string& bytes, int root) override;
+  std::vector<std::string> all_gather_bytes(const std::string& mine) override;
+  double all_reduce_scalar(double value, ReduceOp op) override;
+
+ private:
+  Work make_work(MPI_Request request, std::string what);
+  std::string describe(const char* op, const Tensor& t) const;
+
+  MPI_Comm comm_;
+  std::string name_;
+  std::chrono::duration<double> timeout_;
+  int rank_ = 0, size_ = 1;
+  bool owned_ = false;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,38 @@
+#pragma once
+// Causal multi-head self-attention with biases, tensor-parallel over heads: the QKV projection
+// is column-parallel over (3, C, C) so each rank owns whole heads, the core runs on the local
+// heads, and the output projection is row-parallel.
+
+#include <string>
+
+#include "meshtrain/model/layer.h"
+#include "meshtrain/model/linear.h"
+
+namespace meshtrain {
+
+class CausalSelfAttention {
+ public:
+  struct Saved {
+    ColumnParallelLinear::Saved qkv_in;
+    Tensor qkv;    // (N, 3 * C / tp)  as (B, T, 3, NH / tp, HS)
+    Tensor probs;  // (B, NH / tp, T, T); empty under selective recomputation
+    RowParallelLinear::Saved proj_in;  // attention output (N, C / tp)
+  };
+
+  // residual_scale multiplies the output projection's init std (GPT-2: 1/sqrt(2 * layers)).
+  CausalSelfAttention(const LayerContext& ctx, const std::string& name, int64_t C, int64_t heads,
+                      double residual_scale);
+
+  // x (N_local, C) -> (N_local, C)
+  Tensor forward(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory category,
+                 Recompute recompute);
+  Tensor backward(const Tensor& dy, TokenShape shape, const Saved& saved);
+
+ private:
+  LayerContext ctx_;
+  int64_t local_heads_, head_size_;
+  ColumnParallelLinear qkv_;
+  RowParallelLinear proj_;
+};
+
+}  // namespace meshtrain

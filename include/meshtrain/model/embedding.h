@@ -1,0 +1,28 @@
+#pragma once
+// Token embedding wte (V, C), vocabulary-parallel: rank r of the tensor group holds rows
+// [r V/tp, (r+1) V/tp) and contributes zeros for other tokens; the partial embeddings are
+// summed across the group (reduce-scattered along tokens under sequence parallelism). Learned
+// position embedding wpe (T, C), replicated, is then added to this rank's tokens.
+
+#include "meshtrain/model/layer.h"
+
+namespace meshtrain {
+
+class Embedding {
+ public:
+  Embedding(const LayerContext& ctx, int64_t vocab_size, int64_t seq_len, int64_t C);
+
+  // tokens (N) int32 -> x (N_local, C) in Activations.
+  Tensor forward(const Tensor& tokens, TokenShape shape);
+  // dx (N_local, C): accumulates the wte and wpe gradients.
+  void backward(const Tensor& dx, const Tensor& tokens, TokenShape shape);
+
+  Parameter& wte() { return wte_; }
+
+ private:
+  LayerContext ctx_;
+  Parameter& wte_;
+  Parameter& wpe_;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,97 @@
+#pragma once
+// GPT-2 assembled from layers: this rank's model chunks (one per virtual pipeline stage), each
+// a contiguous range of blocks, the first with the embeddings and the last with the head.
+//
+// Forward and backward go unit by unit (embedding, each block, head), calling UnitHooks
+// around each so that data-parallel gradient reduction and ZeRO parameter gathering can act
+// exactly when a unit's parameters are needed or its gradients are final.
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "meshtrain/model/block.h"
+#include "meshtrain/model/embedding.h"
+#include "meshtrain/model/gpt_config.h"
+#include "meshtrain/model/lm_head.h"
+#include "meshtrain/model/partition.h"
+
+namespace meshtrain {
+
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual void before_forward(int /*unit*/) {}
+  virtual void after_forward(int /*unit*/) {}
+  virtual void before_backward(int /*unit*/) {}
+  virtual void after_backward(int /*unit*/) {}
+};
+
+// One micro-batch's data as the model sees it; tokens and targets are int32 (N) on the device.
+struct MicroBatchData {
+  Tensor tokens;
+  Tensor targets;
+  TokenShape shape;
+};
+
+enum class Pass { Train, Eval };
+
+class ModelChunk {
+ public:
+  struct Saved {
+    std::vector<Block::Saved> blocks;
+    LanguageModelHead::Saved head;
+  };
+
+  // tied_wte: on a chunk with the head and tied embeddings, the wte to use (null: make one).
+  ModelChunk(const LayerContext& ctx, const GptConfig& cfg, const ChunkRange& range,
+             Parameter* tied_wte);
+
+  // input: the previous chunk's output (N_local, C); ignored when this chunk has the embedding.
+  // Returns this chunk's output, or an empty tensor on the head chunk, which adds the loss sum
+  // of the micro-batch to *loss_sum.
+  Tensor forward(const MicroBatchData& mb, const Tensor& input, Saved& saved, Pass pass,
+                 Recompute recompute, double dloss, double* loss_sum, UnitHooks& hooks);
+  // dout: gradient of this chunk's output (ignored on the head chunk). Returns the gradient of
+  // its input, or an empty tensor on the embedding chunk.
+  Tensor backward(const MicroBatchData& mb, const Tensor& dout, Saved& saved, Recompute recompute,
+                  UnitHooks& hooks);
+
+  const ChunkRange& range() const { return range_; }
+  Embedding* embedding() { return embedding_ ? &*embedding_ : nullptr; }
+
+ private:
+  LayerContext ctx_;
+  ChunkRange range_;
+  std::optional<Embedding> embedding_;
+  int embedding_unit_ = -1;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  std::vector<int> block_units_;
+  std::unique_ptr<LanguageModelHead> head_;
+  int head_unit_ = -1;
+};
+
+class GptModel {
+ public:
+  // ranges: this rank's chunks, in its virtual-stage order.
+  GptModel(Backend& backend, const TensorParallel& tp, const GptConfig& cfg,
+           const std::vector<ChunkRange>& ranges, DType dtype);
+
+  ParameterStore& params() { return store_; }
+  ModelChunk& chunk(int v) { return *chunks_[v]; }
+  int chunks() const { return static_cast<int>(chunks_.size()); }
+  const GptConfig& config() const { return cfg_; }
+  DType dtype() const { return dtype_; }
+  Backend& backend() { return *backend_; }
+  const TensorParallel& tp() const { return tp_; }
+
+ private:
+  Backend* backend_;
+  TensorParallel tp_;
+  GptConfig cfg_;
+  DType dtype_;
+  ParameterStore store_;
+  std::vector<std::unique_ptr<ModelChunk>> chunks_;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,30 @@
+#pragma once
+// What every layer is built with, and the shape of a micro-batch as layers see it.
+
+#include <cstdint>
+
+#include "meshtrain/backend/backend.h"
+#include "meshtrain/model/parameter_store.h"
+#include "meshtrain/model/tp_regions.h"
+
+namespace meshtrain {
+
+struct LayerContext {
+  Backend* backend = nullptr;
+  ParameterStore* store = nullptr;
+  TensorParallel tp;
+};
+
+// A micro-batch of B sequences of T tokens: N = B * T tokens in all; a sequence-parallel region
+// of a rank holds tp.local_tokens(N) of them.
+struct TokenShape {
+  int64_t B = 0, T = 0;
+  int64_t N() const { return B * T; }
+};
+
+// Activation recomputation (Korthikanti et al., arXiv 2205.05198): keep everything, recompute
+// the attention core (softmax probabilities) in backward, or keep only each block's input and
+// recompute the whole block.
+enum class Recompute { None, Selective, Full };
+
+}  // namespace meshtrain

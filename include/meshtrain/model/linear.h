@@ -1,0 +1,62 @@
+#pragma once
+// Tensor-parallel linear layers (Megatron-LM, arXiv 1909.08053). Weights are (out, in) globally.
+//
+//   ColumnParallelLinear  splits the OUTPUT dimension: each rank computes its slice of the
+//                         outputs from the full input. Input crosses enter_tp_region.
+//   RowParallelLinear     splits the INPUT dimension: each rank multiplies its slice of the
+//                         inputs, the partial outputs are summed (exit_tp_region), then the
+//                         bias, replicated, is added once.
+//
+// A column-parallel weight may also be given as (k, out/k..., in) blocks (the attention QKV
+// weight is (3, C, C)); `split_dim` names the dimension that holds the output features.
+
+#include <string>
+
+#include "meshtrain/model/layer.h"
+
+namespace meshtrain {
+
+class ColumnParallelLinear {
+ public:
+  struct Saved {
+    Tensor inp;  // (N, C): the input after entering the tensor region (gathered under SP)
+  };
+  // weight_shape: the global weight, split along split_dim; bias_shape: the global bias, split
+  // along its last dimension.
+  ColumnParallelLinear(const LayerContext& ctx, const std::string& name, Shape weight_shape,
+                       int split_dim, Shape bias_shape, double init_std);
+
+  // x (N_local, C) -> (N, OC / tp)
+  Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category);
+  // dy (N, OC / tp) -> dx (N_local, C)
+  Tensor backward(const Tensor& dy, const Saved& saved);
+  int64_t local_out() const { return weight_.numel() / in_; }
+
+ private:
+  LayerContext ctx_;
+  int64_t in_;
+  Parameter& weight_;
+  Parameter& bias_;
+};
+
+class RowParallelLinear {
+ public:
+  struct Saved {
+    Tensor inp;  // (N, C / tp)
+  };
+  RowParallelLinear(const LayerContext& ctx, const std::string& name, int64_t in, int64_t out,
+                    double init_std);
+
+  // x (N, C / tp) -> (N_local, OC)
+  Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category);
+  // dy (N_local, OC) -> dx (N, C / tp)
+  Tensor backward(const Tensor& dy, const Saved& saved);
+
+ private:
+  LayerContext ctx_;
+  int64_t out_;
+  Parameter& weight_;
+  Parameter& bias_;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,36 @@
+#pragma once
+// The head: final LayerNorm, vocabulary-parallel logits (N, V/tp) and softmax cross-entropy that
+// never gathers the full vocabulary (see backend/cpu/cross_entropy.cpp for the math).
+//
+// In training the head runs its own backward immediately after the loss: the (N, V/tp) logits
+// become their gradient in place, the weight gradient is accumulated, and only the gradient
+// with respect to the head's input (N_local, C) is kept for the pipeline's backward pass. A
+// stage then never holds logits of more than one micro-batch, whatever the schedule.
+
+#include "meshtrain/model/layer.h"
+#include "meshtrain/model/layernorm.h"
+
+namespace meshtrain {
+
+class LanguageModelHead {
+ public:
+  struct Saved {
+    Tensor dx;  // (N_local, C): gradient with respect to the head's input
+  };
+
+  // weight: the (V/tp, C) slice of the output embedding (wte itself when tied on this rank).
+  LanguageModelHead(const LayerContext& ctx, int64_t C, Parameter& weight);
+
+  // Sum over the micro-batch's N tokens of the cross-entropy. With `saved`, also the backward
+  // pass for d(loss)/d(logit) scaled by `dloss` (1 / tokens in the global batch).
+  double forward(const Tensor& x, const Tensor& targets, TokenShape shape, double dloss,
+                 Saved* saved);
+  Tensor backward(Saved& saved);
+
+ private:
+  LayerContext ctx_;
+  LayerNorm ln_f_;
+  Parameter& weight_;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,52 @@
+#pragma once
+// Parameters and where they live. A parameter has a global name and shape; under tensor
+// parallelism each rank holds an even slice of one dimension (or a replica). Values and
+// gradients are views that the owner of the storage (ParameterStore, or the ZeRO machinery)
+// points at flat buffers; layers read `value` and `grad` at call time and never keep copies.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshtrain/tensor/tensor.h"
+
+namespace meshtrain {
+
+enum class Init { Normal, Zeros, Ones };
+enum class WeightDecay { Apply, Skip };
+// How the gradients of a tp-replicated parameter relate across the tp group: identical (each
+// rank computed the full gradient) or partial (sequence parallelism: each rank saw N/tp tokens,
+// so the group must sum them).
+enum class TpGrad { Full, Partial };
+
+struct ParamSpec {
+  std::string name;        // "h.3.attn.qkv.weight"
+  Shape global_shape;      // as stored in checkpoints
+  int tp_split_dim = -1;   // dimension split evenly over the tp group; -1: replicated
+  Init init = Init::Normal;
+  double init_std = 0.02;
+  WeightDecay decay = WeightDecay::Apply;
+  TpGrad tp_grad = TpGrad::Full;
+};
+
+struct Parameter {
+  ParamSpec spec;
+  Shape shape;              // this rank's slice
+  int64_t split_begin = 0;  // first index of the slice along spec.tp_split_dim
+  int unit = 0;             // the unit (embedding, block i, head) that owns it
+  // True for a second copy of a parameter held elsewhere (the last stage's tied embedding):
+  // its gradient joins the owner's, and checkpoints store it once.
+  bool tied_copy = false;
+  Tensor value;
+  Tensor grad;
+
+  int64_t numel() const { return shape.numel(); }
+  // Global flat index of this slice's element at local flat index i (row-major).
+  int64_t global_index(int64_t local) const;
+};
+
+// Shape of a tp slice: dimension `dim` of `global` divided by `parts`.
+Shape split_shape(const Shape& global, int dim, int parts);
+
+}  // namespace meshtrain

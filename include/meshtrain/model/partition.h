@@ -1,0 +1,35 @@
+#pragma once
+// Which layers each model chunk owns. With pp stages and v virtual stages there are pp * v
+// chunks, in model order; chunk k lives on pipeline stage k % pp as its virtual chunk k / pp
+// (Megatron's interleaved layout). The first chunk also holds the embeddings, the last the
+// final LayerNorm, LM head and loss. By default the split balances an estimate of each
+// chunk's training cost; a deck can give the layer counts instead.
+
+#include <string>
+#include <vector>
+
+#include "meshtrain/model/gpt_config.h"
+
+namespace meshtrain {
+
+struct ChunkRange {
+  int first_layer = 0;
+  int end_layer = 0;  // exclusive
+  bool has_embedding = false;
+  bool has_head = false;
+  int layers() const { return end_layer - first_layer; }
+};
+
+// Estimated training cost (FLOPs per token) of one block, the embedding and the head.
+double block_cost(const GptConfig& cfg);
+double head_cost(const GptConfig& cfg);
+double embedding_cost(const GptConfig& cfg);
+
+// Contiguous ranges of at least one layer each, minimising the most expensive chunk.
+std::vector<ChunkRange> balanced_partition(const GptConfig& cfg, int chunks);
+// Ranges from explicit layer counts (validated by the caller: positive, summing to layers).
+std::vector<ChunkRange> explicit_partition(const std::vector<int>& layer_counts);
+double chunk_cost(const GptConfig& cfg, const ChunkRange& r);
+std::string describe_partition(const std::vector<ChunkRange>& ranges);  // "[0-5 +emb] [6-11 +head]"
+
+}  // namespace meshtrain

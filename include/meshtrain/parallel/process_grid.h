@@ -1,0 +1,93 @@
+#pragma once
+// ProcessGrid: splits the world into data- (dp), tensor- (tp) and pipeline-parallel (pp) groups.
+//
+// Rank order comes from one string, fastest-varying axis first (deck parallel.order):
+//   "tp-dp-pp":  world_rank = tp + TP * (dp + DP * pp)
+// so that, by default, a tensor group is made of consecutive ranks (one node, where NVLink is),
+// data groups next, and pipeline stages furthest apart. Example, 8 ranks, dp = tp = pp = 2:
+//   rank:  0 1 2 3 4 5 6 7
+//   tp:    0 1 0 1 0 1 0 1     tensor groups   {0,1} {2,3} {4,5} {6,7}
+//   dp:    0 0 1 1 0 0 1 1     data groups     {0,2} {1,3} {4,6} {5,7}
+//   pp:    0 0 0 0 1 1 1 1     pipeline groups {0,4} {1,5} {2,6} {3,7}
+// Each group is an MPI_Comm_split of the world: same coordinates on the other two axes.
+// The "embedding" group joins the first and last pipeline stage of each (dp, tp) pair, so the
+// two copies of tied token embeddings can sum their gradients.
+
+#include <mpi.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshtrain/comm/communicator.h"
+
+namespace meshtrain {
+
+enum class Axis { Data = 0, Tensor = 1, Pipeline = 2 };
+std::string_view axis_name(Axis a);  // "dp", "tp", "pp"
+// Index of an axis into per-axis arrays.
+inline int axis_index(Axis a) {
+  const int i = static_cast<int>(a);
+  if (i < 0 || i > 2) __builtin_unreachable();
+  return i;
+}
+
+struct GridShape {
+  int dp = 1, tp = 1, pp = 1;
+  std::array<Axis, 3> order = {Axis::Tensor, Axis::Data, Axis::Pipeline};  // fastest first
+
+  int size(Axis a) const;
+  int world_size() const { return dp * tp * pp; }
+  // Coordinates (indexed by Axis) of a world rank, and back.
+  std::array<int, 3> coordinates(int world_rank) const;
+  int world_rank(const std::array<int, 3>& coords) const;
+  // Parses "tp-dp-pp" (any permutation of the three names); throws std::invalid_argument.
+  static std::array<Axis, 3> parse_order(const std::string& order);
+  std::string order_string() const;
+  // The world ranks of every group along `a`, each in group-rank order.
+  std::vector<std::vector<int>> groups(Axis a) const;
+};
+
+class ProcessGrid {
+ public:
+  // Collective over `world`. The caller has validated shape.world_size() == world size.
+  ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_seconds);
+
+  const GridShape& shape() const { return shape_; }
+  int rank(Axis a) const { return coords_[axis_index(a)]; }
+  int size(Axis a) const { return shape_.size(a); }
+  Communicator& comm(Axis a) { return *axis_comms_[axis_index(a)]; }
+  Communicator& world() { return *world_; }
+  // First and last stage of this rank's pipeline (size 1 when pp == 1 or not on such a stage).
+  Communicator& embedding() { return *embedding_; }
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return shape_.world_size(); }
+  bool is_first_stage() const { return rank(Axis::Pipeline) == 0; }
+  bool is_last_stage() const { return rank(Axis::Pipeline) == size(Axis::Pipeline) - 1; }
+  // Neighbours along an axis, as ranks of comm(a) (wrapping around).
+  int next_rank(Axis a) const { return (rank(a) + 1) % size(a); }
+  int prev_rank(Axis a) const { return (rank(a) + size(a) - 1) % size(a); }
+
+  // Node membership (MPI_COMM_TYPE_SHARED).
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int node_count() const { return node_count_; }
+  // True when this rank's tensor group has members on another node.
+  bool tensor_group_spans_nodes() const { return tp_spans_nodes_; }
+
+  std::string describe() const;  // "rank 5 (dp 0/2, tp 1/2, pp 1/2)"
+
+ private:
+  GridShape shape_;
+  std::array<int, 3> coords_{};
+  int world_rank_ = 0;
+  std::unique_ptr<Communicator> world_;
+  std::array<std::unique_ptr<Communicator>, 3> axis_comms_;
+  std::unique_ptr<Communicator> embedding_;
+  int local_rank_ = 0, local_size_ = 1, node_count_ = 1;
+  bool tp_spans_nodes_ = false;
+};
+
+}  // namespace meshtrain

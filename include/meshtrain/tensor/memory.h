@@ -1,0 +1,67 @@
+#pragma once
+// Byte accounting per memory category. Every allocation meshtrain makes for training state is
+// attributed to one category, so that each rank can report (and the planner can predict) where
+// its memory goes. Counts are of bytes in use by tensors, not of bytes the allocator keeps cached.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace meshtrain {
+
+enum class MemoryCategory : uint8_t {
+  Parameters,
+  Gradients,
+  OptimizerState,
+  Activations,
+  CommBuffers,
+  Workspace,
+};
+inline constexpr size_t kMemoryCategories = 6;
+
+constexpr std::string_view category_name(MemoryCategory c) {
+  switch (c) {
+    case MemoryCategory::Parameters: return "parameters";
+    case MemoryCategory::Gradients: return "gradients";
+    case MemoryCategory::OptimizerState: return "optimizer";
+    case MemoryCategory::Activations: return "activations";
+    case MemoryCategory::CommBuffers: return "comm";
+    case MemoryCategory::Workspace: return "workspace";
+  }
+  return "?";
+}
+
+// Current and peak bytes per category, plus the peak of the total (which is not the sum of the
+// per-category peaks: those happen at different moments).
+class MemoryTracker {
+ public:
+  void on_allocate(MemoryCategory c, size_t bytes);
+  void on_release(MemoryCategory c, size_t bytes);
+
+  size_t current(MemoryCategory c) const { return current_[index(c)]; }
+  size_t peak(MemoryCategory c) const { return peak_[index(c)]; }
+  size_t current_total() const { return current_total_; }
+  size_t peak_total() const { return peak_total_; }
+  // Per-category bytes at the moment the total peaked.
+  size_t at_peak(MemoryCategory c) const { return at_peak_[index(c)]; }
+
+  // Starts a new peak window (e.g. after set-up, so that a step's peak is measured alone).
+  void reset_peaks();
+
+  // One line: "parameters 1.2 GiB, gradients ..., peak total 3.4 GiB".
+  std::string summary() const;
+
+ private:
+  static size_t index(MemoryCategory c) { return static_cast<size_t>(c); }
+  std::array<size_t, kMemoryCategories> current_{};
+  std::array<size_t, kMemoryCategories> peak_{};
+  std::array<size_t, kMemoryCategories> at_peak_{};
+  size_t current_total_ = 0;
+  size_t peak_total_ = 0;
+};
+
+std::string format_bytes(double bytes);
+
+}  // namespace meshtrain

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Makes sure the Debian packages meshtrain builds, tests and runs with are installed.
+# As root with apt: installs what is missing. Otherwise: names the missing packages and fails.
+#
+#   scripts/ensure-deps.sh build   # compiler, MPI, BLAS, HDF5, toml++, CLI11, GoogleTest
+#   scripts/ensure-deps.sh test    # build + what the tests drive (h5py, Slurm, munge, MPICH)
+set -euo pipefail
+
+build_packages=(
+  build-essential cmake pkg-config
+  openmpi-bin libopenmpi-dev
+  libopenblas-openmp-dev
+  libhdf5-openmpi-dev hdf5-tools
+  libtomlplusplus-dev libcli11-dev
+  libgtest-dev googletest
+)
+test_packages=(
+  python3 python3-h5py python3-numpy
+  slurm-wlm munge
+  mpich libmpich-dev
+)
+
+want=("${build_packages[@]}")
+if [[ "${1:-build}" == test ]]; then want+=("${test_packages[@]}"); fi
+
+missing=()
+for p in "${want[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == installed ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+  echo "meshtrain: installing missing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # MPICH and OpenMPI coexist; keep OpenMPI the default 'mpi' alternative whatever is installed later.
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if update-alternatives --list mpi 2>/dev/null | grep -q openmpi; then
+    update-alternatives --set mpi /usr/bin/mpicc.openmpi >/dev/null
+    update-alternatives --set mpirun /usr/bin/mpirun.openmpi >/dev/null
+  fi
+  exit 0
+fi
+
+echo "meshtrain: missing Debian packages: ${missing[*]}" >&2
+echo "  install them with: sudo apt-get install ${missing[*]}" >&2
+exit 1

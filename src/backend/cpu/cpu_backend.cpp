@@ -1,0 +1,336 @@
+#include "meshtrain/backend/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "kernels.h"
+
+namespace meshtrain {
+
+namespace {
+
+[[noreturn]] void unsupported(const char* op, DType t) {
+  throw std::invalid_argument(std::string("backend 'cpu' does not support ") + op +
+                              " for dtype " + std::string(dtype_name(t)));
+}
+
+void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw std::invalid_argument(std::string("backend 'cpu': ") + op + ": " + what);
+}
+
+void same_shape(const char* op, const Tensor& a, const Tensor& b) {
+  require(a.shape() == b.shape() && a.dtype() == b.dtype(), op,
+          "tensors differ: " + a.shape().to_string() + " " + std::string(dtype_name(a.dtype())) +
+              " vs " + b.shape().to_string() + " " + std::string(dtype_name(b.dtype())));
+}
+
+// Calls f(float{}) or f(double{}) for the tensor's dtype.
+template <class F> void dispatch(const char* op, DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); return;
+    case DType::F64: f(double{}); return;
+    default: unsupported(op, t);
+  }
+}
+
+int64_t rows_of(const Tensor& t) { return t.shape().rank() == 0 ? 0 : t.numel() / t.dim(t.shape().rank() - 1); }
+int64_t cols_of(const Tensor& t) { return t.dim(t.shape().rank() - 1); }
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads) : Backend(std::make_unique<HostAllocator>()) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+int CpuBackend::threads() const { return omp_get_max_threads(); }
+
+void CpuBackend::fill(Tensor& t, double value) {
+  if (t.dtype() == DType::I32) {
+    int32_t* p = t.data<int32_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int32_t>(value);
+    return;
+  }
+  dispatch("fill", t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::fill<T>(t.data<T>(), static_cast<T>(value), t.numel());
+  });
+}
+
+void CpuBackend::copy(Tensor& dst, const Tensor& src) {
+  same_shape("copy", dst, src);
+  std::memcpy(dst.raw(), src.raw(), src.nbytes());
+}
+
+void CpuBackend::copy_from_host(Tensor& dst, const void* src) { std::memcpy(dst.raw(), src, dst.nbytes()); }
+
+void CpuBackend::copy_to_host(void* dst, const Tensor& src) { std::memcpy(dst, src.raw(), src.nbytes()); }
+
+void CpuBackend::add_inplace(Tensor& dst, const Tensor& src) {
+  require(dst.numel() == src.numel() && dst.dtype() == src.dtype(), "add_inplace", "size mismatch");
+  dispatch("add_inplace", dst.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::add_inplace<T>(dst.data<T>(), src.data<T>(), dst.numel());
+  });
+}
+
+void CpuBackend::scale_inplace(Tensor& t, double factor) {
+  dispatch("scale_inplace", t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::scale_inplace<T>(t.data<T>(), static_cast<T>(factor), t.numel());
+  });
+}
+
+void CpuBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b) {
+  require(out.numel() == a.numel() && a.numel() == b.numel(), "residual_forward", "size mismatch");
+  dispatch("residual_forward", out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::residual_forward<T>(out.data<T>(), a.data<T>(), b.data<T>(), out.numel());
+  });
+}
+
+double CpuBackend::sum_squares(const Tensor& t) {
+  double r = 0;
+  dispatch("sum_squares", t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    r = cpu::sum_squares<T>(t.data<T>(), t.numel());
+  });
+  return r;
+}
+
+double CpuBackend::sum(const Tensor& t) {
+  double r = 0;
+  dispatch("sum", t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    r = cpu::sum<T>(t.data<T>(), t.numel());
+  });
+  return r;
+}
+
+void CpuBackend::embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                   int64_t vocab_begin) {
+  const int64_t N = tokens.numel(), C = cols_of(wte);
+  require(rows_of(out) == N && cols_of(out) == C, "embedding_forward", "out must be (N, C)");
+  dispatch("embedding_forward", out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::embedding_forward<T>(out.data<T>(), tokens.data<int32_t>(), wte.data<T>(), vocab_begin,
+                              rows_of(wte), N, C);
+  });
+}
+
+void CpuBackend::embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+                                    int64_t vocab_begin) {
+  const int64_t N = tokens.numel(), C = cols_of(dwte);
+  require(rows_of(dout) == N && cols_of(dout) == C, "embedding_backward", "dout must be (N, C)");
+  dispatch("embedding_backward", dwte.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::embedding_backward<T>(dwte.data<T>(), dout.data<T>(), tokens.data<int32_t>(), vocab_begin,
+                               rows_of(dwte), N, C);
+  });
+}
+
+void CpuBackend::position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) {
+  require(cols_of(out) == cols_of(wpe), "position_forward", "channel mismatch");
+  dispatch("position_forward", out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::position_forward<T>(out.data<T>(), wpe.data<T>(), token_begin, rows_of(wpe), rows_of(out),
+                             cols_of(out));
+  });
+}
+
+void CpuBackend::position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) {
+  require(cols_of(dout) == cols_of(dwpe), "position_backward", "channel mismatch");
+  dispatch("position_backward", dwpe.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::position_backward<T>(dwpe.data<T>(), dout.data<T>(), token_begin, rows_of(dwpe),
+                              rows_of(dout), cols_of(dout));
+  });
+}
+
+void CpuBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                                   const Tensor& weight, const Tensor& bias) {
+  const int64_t N = rows_of(inp), C = cols_of(inp);
+  require(out.numel() == N * C && mean.numel() == N && rstd.numel() == N && weight.numel() == C &&
+              bias.numel() == C,
+          "layernorm_forward", "shape mismatch for inp " + inp.shape().to_string());
+  dispatch("layernorm_forward", inp.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::layernorm_forward<T>(out.data<T>(), mean.data<T>(), rstd.data<T>(), inp.data<T>(),
+                              weight.data<T>(), bias.data<T>(), N, C);
+  });
+}
+
+void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                    const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                    const Tensor& mean, const Tensor& rstd) {
+  const int64_t N = rows_of(inp), C = cols_of(inp);
+  require(dinp.numel() == N * C && dout.numel() == N * C && dweight.numel() == C &&
+              dbias.numel() == C,
+          "layernorm_backward", "shape mismatch for inp " + inp.shape().to_string());
+  Tensor scratch = empty({int64_t{cpu::kernel_threads()} * 2 * C}, inp.dtype(), MemoryCategory::Workspace);
+  dispatch("layernorm_backward", inp.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::layernorm_backward<T>(dinp.data<T>(), dweight.data<T>(), dbias.data<T>(), dout.data<T>(),
+                               inp.data<T>(), weight.data<T>(), mean.data<T>(), rstd.data<T>(), N,
+                               C, scratch.data<T>());
+  });
+}
+
+void CpuBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                const Tensor* bias) {
+  const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+  require(cols_of(weight) == C && out.numel() == N * OC && (!bias || bias->numel() == OC),
+          "matmul_forward",
+          "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() + " out " +
+              out.shape().to_string());
+  dispatch("matmul_forward", inp.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::matmul_forward<T>(out.data<T>(), inp.data<T>(), weight.data<T>(),
+                           bias ? bias->data<T>() : nullptr, N, C, OC);
+  });
+}
+
+void CpuBackend::matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout,
+                                 const Tensor& inp, const Tensor& weight) {
+  const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+  require(dout.numel() == N * OC && dweight.numel() == OC * C && (!dinp || dinp->numel() == N * C) &&
+              (!dbias || dbias->numel() == OC),
+          "matmul_backward",
+          "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() + " dout " +
+              dout.shape().to_string());
+  dispatch("matmul_backward", inp.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::matmul_backward<T>(dinp ? dinp->data<T>() : nullptr, dweight.data<T>(),
+                            dbias ? dbias->data<T>() : nullptr, dout.data<T>(), inp.data<T>(),
+                            weight.data<T>(), N, C, OC);
+  });
+}
+
+void CpuBackend::bias_forward(Tensor& out, const Tensor& bias) {
+  require(cols_of(out) == bias.numel(), "bias_forward", "bias of " + bias.shape().to_string() +
+                                                            " for out " + out.shape().to_string());
+  dispatch("bias_forward", out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::bias_forward<T>(out.data<T>(), bias.data<T>(), rows_of(out), cols_of(out));
+  });
+}
+
+void CpuBackend::bias_backward(Tensor& dbias, const Tensor& dout) {
+  require(cols_of(dout) == dbias.numel(), "bias_backward", "dbias of " + dbias.shape().to_string() +
+                                                               " for dout " + dout.shape().to_string());
+  dispatch("bias_backward", dout.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::bias_backward<T>(dbias.data<T>(), dout.data<T>(), rows_of(dout), cols_of(dout));
+  });
+}
+
+void CpuBackend::gelu_forward(Tensor& out, const Tensor& inp) {
+  same_shape("gelu_forward", out, inp);
+  dispatch("gelu_forward", inp.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::gelu_forward<T>(out.data<T>(), inp.data<T>(), inp.numel());
+  });
+}
+
+void CpuBackend::gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  same_shape("gelu_backward", dinp, inp);
+  same_shape("gelu_backward", dout, inp);
+  dispatch("gelu_backward", inp.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::gelu_backward<T>(dinp.data<T>(), inp.data<T>(), dout.data<T>(), inp.numel());
+  });
+}
+
+void CpuBackend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
+                                   int64_t T, int64_t NH, int64_t HS) {
+  require(qkv.numel() == B * T * 3 * NH * HS && out.numel() == B * T * NH * HS &&
+              probs.numel() == B * NH * T * T,
+          "attention_forward", "shape mismatch");
+  dispatch("attention_forward", qkv.dtype(), [&](auto tag) {
+    using E = decltype(tag);
+    cpu::attention_forward<E>(out.data<E>(), probs.data<E>(), qkv.data<E>(), B, T, NH, HS);
+  });
+}
+
+void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                    const Tensor& probs, int64_t B, int64_t T, int64_t NH,
+                                    int64_t HS) {
+  same_shape("attention_backward", dqkv, qkv);
+  require(dout.numel() == B * T * NH * HS && probs.numel() == B * NH * T * T, "attention_backward",
+          "shape mismatch");
+  Tensor scratch = empty({int64_t{cpu::kernel_threads()} * T * T}, qkv.dtype(), MemoryCategory::Workspace);
+  dispatch("attention_backward", qkv.dtype(), [&](auto tag) {
+    using E = decltype(tag);
+    cpu::attention_backward<E>(dqkv.data<E>(), dout.data<E>(), qkv.data<E>(), probs.data<E>(), B, T,
+                               NH, HS, scratch.data<E>());
+  });
+}
+
+void CpuBackend::crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) {
+  const int64_t N = rows_of(logits), V = cols_of(logits);
+  require(row_max.numel() == N && row_sumexp.numel() == N, "crossentropy_stats", "shape mismatch");
+  dispatch("crossentropy_stats", logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::crossentropy_stats<T>(row_max.data<T>(), row_sumexp.data<T>(), logits.data<T>(), N, V);
+  });
+}
+
+void CpuBackend::crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
+                                     const Tensor& global_max) {
+  dispatch("crossentropy_rebase", row_sumexp.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::crossentropy_rebase<T>(row_sumexp.data<T>(), local_max.data<T>(), global_max.data<T>(),
+                                row_sumexp.numel());
+  });
+}
+
+void CpuBackend::crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
+                                           const Tensor& targets, int64_t vocab_begin) {
+  const int64_t N = rows_of(logits), V = cols_of(logits);
+  require(target_logit.numel() == N && targets.numel() == N, "crossentropy_target_logit",
+          "shape mismatch");
+  dispatch("crossentropy_target_logit", logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::crossentropy_target_logit<T>(target_logit.data<T>(), logits.data<T>(),
+                                      targets.data<int32_t>(), vocab_begin, N, V);
+  });
+}
+
+void CpuBackend::crossentropy_losses(Tensor& losses, const Tensor& row_max,
+                                     const Tensor& row_sumexp, const Tensor& target_logit) {
+  dispatch("crossentropy_losses", losses.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::crossentropy_losses<T>(losses.data<T>(), row_max.data<T>(), row_sumexp.data<T>(),
+                                target_logit.data<T>(), losses.numel());
+  });
+}
+
+void CpuBackend::crossentropy_backward(Tensor& dlogits, const Tensor& logits,
+                                       const Tensor& row_max, const Tensor& row_sumexp,
+                                       const Tensor& targets, int64_t vocab_begin, double dloss) {
+  same_shape("crossentropy_backward", dlogits, logits);
+  const int64_t N = rows_of(logits), V = cols_of(logits);
+  dispatch("crossentropy_backward", logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::crossentropy_backward<T>(dlogits.data<T>(), logits.data<T>(), row_max.data<T>(),
+                                  row_sumexp.data<T>(), targets.data<int32_t>(), vocab_begin,
+                                  static_cast<T>(dloss), N, V);
+  });
+}
+
+void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                              Tensor& exp_avg_sq, const AdamWStep& s) {
+  require(param.numel() == grad.numel() && param.numel() == exp_avg.numel() &&
+              param.numel() == exp_avg_sq.numel(),
+          "adamw_update", "size mismatch");
+  dispatch("adamw_update", param.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::adamw_update<T>(param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(),
+                         param.numel(), s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step,
+                         s.grad_scale);
+  });
+}
+
+}  // namespace meshtrain

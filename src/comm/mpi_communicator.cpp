@@ -1,0 +1,213 @@
+#include "meshtrain/comm/mpi_communicator.h"
+
+#include <cstring>
+
+namespace meshtrain {
+
+namespace {
+
+[[noreturn]] void unsupported(const std::string& op, DType t) {
+  throw std::invalid_argument("communicator 'mpi' does not support " + op + " for dtype " +
+                              std::string(dtype_name(t)));
+}
+
+void require_host(const char* op, const Tensor& t) {
+  if (t.device() != Device::Cpu)
+    throw std::invalid_argument(std::string("communicator 'mpi' does not support ") + op +
+                                " on device buffers (use the NCCL communicator or host staging)");
+}
+
+// Element type for reductions: exact arithmetic types only.
+MPI_Datatype reduce_type(const std::string& op, DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    default: unsupported(op, t);
+  }
+}
+
+// Element type for data movement: any type moves as bytes of its size.
+MPI_Datatype move_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::BF16:
+    case DType::F16: return MPI_UINT16_T;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+int count_of(const Tensor& t) {
+  if (t.numel() > INT32_MAX)
+    throw std::invalid_argument("communicator 'mpi': message of " + std::to_string(t.numel()) +
+                                " elements exceeds MPI's int count; lower parallel.bucket_mb");
+  return static_cast<int>(t.numel());
+}
+
+class MpiWork final : public Work::Impl {
+ public:
+  MpiWork(MPI_Request r, std::string what) : request_(r), what_(std::move(what)) {}
+  bool test() override {
+    int done = 0;
+    MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+  }
+  std::string describe() const override { return what_; }
+
+ private:
+  MPI_Request request_;
+  std::string what_;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name,
+                                 std::chrono::duration<double> timeout)
+    : comm_(comm), name_(std::move(name)), timeout_(timeout) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  owned_ = comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF;
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owned_ && !finalized) MPI_Comm_free(&comm_);
+}
+
+std::string MpiCommunicator::describe(const char* op, const Tensor& t) const {
+  return std::string(op) + " of " + std::to_string(t.numel()) + " " +
+         std::string(dtype_name(t.dtype())) + " on group '" + name_ + "' (rank " +
+         std::to_string(rank_) + " of " + std::to_string(size_) + ")";
+}
+
+Work MpiCommunicator::make_work(MPI_Request request, std::string what) {
+  return Work(std::make_unique<MpiWork>(request, std::move(what)), timeout_);
+}
+
+Work MpiCommunicator::all_reduce(Tensor& t, ReduceOp op) {
+  const std::string name = "all_reduce(" + std::string(reduce_op_name(op)) + ")";
+  require_host(name.c_str(), t);
+  const MPI_Datatype type = reduce_type(name, t.dtype());
+  if (size_ == 1) return {};
+  MPI_Request r;
+  MPI_Iallreduce(MPI_IN_PLACE, t.raw(), count_of(t), type, mpi_op(op), comm_, &r);
+  return make_work(r, describe(name.c_str(), t));
+}
+
+Work MpiCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
+  const std::string name = "reduce_scatter(" + std::string(reduce_op_name(op)) + ")";
+  require_host(name.c_str(), in);
+  const MPI_Datatype type = reduce_type(name, in.dtype());
+  if (in.numel() != out.numel() * size_ || in.dtype() != out.dtype())
+    throw std::invalid_argument("communicator 'mpi': reduce_scatter input of " +
+                                std::to_string(in.numel()) + " elements is not " +
+                                std::to_string(size_) + " x output " + std::to_string(out.numel()));
+  if (size_ == 1) {
+    if (out.raw() != in.raw()) std::memcpy(out.raw(), in.raw(), out.nbytes());
+    return {};
+  }
+  MPI_Request r;
+  MPI_Ireduce_scatter_block(in.raw(), out.raw(), count_of(out), type, mpi_op(op), comm_, &r);
+  return make_work(r, describe(name.c_str(), in));
+}
+
+Work MpiCommunicator::all_gather(Tensor& out, const Tensor& in) {
+  require_host("all_gather", in);
+  if (out.numel() != in.numel() * size_ || in.dtype() != out.dtype())
+    throw std::invalid_argument("communicator 'mpi': all_gather output of " +
+                                std::to_string(out.numel()) + " elements is not " +
+                                std::to_string(size_) + " x input " + std::to_string(in.numel()));
+  if (size_ == 1) {
+    if (out.raw() != in.raw()) std::memcpy(out.raw(), in.raw(), out.nbytes());
+    return {};
+  }
+  MPI_Request r;
+  const MPI_Datatype type = move_type(in.dtype());
+  // In place when `in` already sits at this rank's slot of `out` (ZeRO parameter gathers).
+  const void* send = static_cast<const char*>(out.raw()) + in.nbytes() * rank_ == in.raw()
+                         ? MPI_IN_PLACE
+                         : in.raw();
+  MPI_Iallgather(send, count_of(in), type, out.raw(), count_of(in), type, comm_, &r);
+  return make_work(r, describe("all_gather", out));
+}
+
+Work MpiCommunicator::broadcast(Tensor& t, int root) {
+  require_host("broadcast", t);
+  if (size_ == 1) return {};
+  MPI_Request r;
+  MPI_Ibcast(t.raw(), count_of(t), move_type(t.dtype()), root, comm_, &r);
+  return make_work(r, describe("broadcast", t));
+}
+
+Work MpiCommunicator::send(const Tensor& t, int dst, int tag) {
+  require_host("send", t);
+  MPI_Request r;
+  MPI_Isend(t.raw(), count_of(t), move_type(t.dtype()), dst, tag, comm_, &r);
+  return make_work(r, describe("send", t) + " to rank " + std::to_string(dst) + " tag " +
+                          std::to_string(tag));
+}
+
+Work MpiCommunicator::recv(Tensor& t, int src, int tag) {
+  require_host("recv", t);
+  MPI_Request r;
+  MPI_Irecv(t.raw(), count_of(t), move_type(t.dtype()), src, tag, comm_, &r);
+  return make_work(r, describe("recv", t) + " from rank " + std::to_string(src) + " tag " +
+                          std::to_string(tag));
+}
+
+void MpiCommunicator::barrier() {
+  if (size_ == 1) return;
+  MPI_Request r;
+  MPI_Ibarrier(comm_, &r);
+  make_work(r, "barrier on group '" + name_ + "'").wait();
+}
+
+void MpiCommunicator::broadcast_bytes(std::string& bytes, int root) {
+  if (size_ == 1) return;
+  unsigned long long n = bytes.size();
+  MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, comm_);
+  bytes.resize(n);
+  MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_CHAR, root, comm_);
+}
+
+std::vector<std::string> MpiCommunicator::all_gather_bytes(const std::string& mine) {
+  int n = static_cast<int>(mine.size());
+  std::vector<int> counts(size_), displs(size_);
+  MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_);
+  int total = 0;
+  for (int i = 0; i < size_; ++i) {
+    displs[i] = total;
+    total += counts[i];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  MPI_Allgatherv(mine.data(), n, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR,
+                 comm_);
+  std::vector<std::string> out(size_);
+  for (int i = 0; i < size_; ++i) out[i] = all.substr(displs[i], counts[i]);
+  return out;
+}
+
+double MpiCommunicator::all_reduce_scalar(double value, ReduceOp op) {
+  if (size_ == 1) return value;
+  double out = 0;
+  MPI_Request r;
+  MPI_Iallreduce(&value, &out, 1, MPI_DOUBLE, mpi_op(op), comm_, &r);
+  make_work(r, "scalar all_reduce(" + std::string(reduce_op_name(op)) + ") on group '" + name_ +
+                   "'")
+      .wait();
+  return out;
+}
+
+}  // namespace meshtrain

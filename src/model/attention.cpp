@@ -1,0 +1,41 @@
+#include "meshtrain/model/attention.h"
+
+namespace meshtrain {
+
+CausalSelfAttention::CausalSelfAttention(const LayerContext& ctx, const std::string& name,
+                                         int64_t C, int64_t heads, double residual_scale)
+    : ctx_(ctx),
+      local_heads_(heads / ctx.tp.size()),
+      head_size_(C / heads),
+      qkv_(ctx, name + ".qkv", Shape{3, C, C}, 1, Shape{3, C}, 0.02),
+      proj_(ctx, name + ".proj", C, C, 0.02 * residual_scale) {}
+
+Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& saved,
+                                    MemoryCategory category, Recompute recompute) {
+  Backend& be = *ctx_.backend;
+  const int64_t local_c = local_heads_ * head_size_;
+  saved.qkv = qkv_.forward(x, saved.qkv_in, category);
+  Tensor att = be.empty({shape.N(), local_c}, x.dtype(), category);
+  const MemoryCategory probs_category =
+      recompute == Recompute::Selective ? MemoryCategory::Workspace : category;
+  Tensor probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, x.dtype(), probs_category);
+  be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_, head_size_);
+  if (recompute != Recompute::Selective) saved.probs = probs;
+  return proj_.forward(att, saved.proj_in, category);
+}
+
+Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const Saved& saved) {
+  Backend& be = *ctx_.backend;
+  Tensor datt = proj_.backward(dy, saved.proj_in);
+  Tensor probs = saved.probs;
+  if (!probs.defined()) {  // selective recomputation: rebuild the softmax from the saved qkv
+    probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, dy.dtype(), MemoryCategory::Workspace);
+    Tensor att = be.empty(saved.proj_in.inp.shape(), dy.dtype(), MemoryCategory::Workspace);
+    be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_, head_size_);
+  }
+  Tensor dqkv = be.empty(saved.qkv.shape(), dy.dtype(), MemoryCategory::Workspace);
+  be.attention_backward(dqkv, datt, saved.qkv, probs, shape.B, shape.T, local_heads_, head_size_);
+  return qkv_.backward(dqkv, saved.qkv_in);
+}
+
+}  // namespace meshtrain

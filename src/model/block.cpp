@@ -1,0 +1,53 @@
+#include "meshtrain/model/block.h"
+
+#include <cmath>
+
+namespace meshtrain {
+
+Block::Block(const LayerContext& ctx, int index, int64_t C, int64_t heads, int layers)
+    : ctx_(ctx),
+      ln_1_(ctx, "h." + std::to_string(index) + ".ln_1", C),
+      attn_(ctx, "h." + std::to_string(index) + ".attn", C, heads, 1.0 / std::sqrt(2.0 * layers)),
+      ln_2_(ctx, "h." + std::to_string(index) + ".ln_2", C),
+      mlp_(ctx, "h." + std::to_string(index) + ".mlp", C, 1.0 / std::sqrt(2.0 * layers)) {}
+
+Tensor Block::forward_all(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory inner,
+                          Recompute recompute) {
+  Backend& be = *ctx_.backend;
+  saved.x = x;
+  Tensor a = ln_1_.forward(x, saved.ln_1, inner);
+  Tensor x2 = attn_.forward(a, shape, saved.attn, inner, recompute);
+  be.add_inplace(x2, x);
+  Tensor b = ln_2_.forward(x2, saved.ln_2, inner);
+  // The block output outlives the block (it is the next block's saved input): Activations.
+  Tensor out = mlp_.forward(b, saved.mlp, inner, MemoryCategory::Activations);
+  be.add_inplace(out, x2);
+  return out;
+}
+
+Tensor Block::forward(const Tensor& x, TokenShape shape, Saved& saved, Recompute recompute) {
+  if (recompute != Recompute::Full)
+    return forward_all(x, shape, saved, MemoryCategory::Activations, recompute);
+  Saved scratch;
+  Tensor out = forward_all(x, shape, scratch, MemoryCategory::Workspace, Recompute::Selective);
+  saved = Saved{};
+  saved.x = x;
+  return out;
+}
+
+Tensor Block::backward(const Tensor& dout, TokenShape shape, Saved& saved, Recompute recompute) {
+  Backend& be = *ctx_.backend;
+  if (recompute == Recompute::Full) {
+    const Tensor x = saved.x;
+    forward_all(x, shape, saved, MemoryCategory::Workspace, Recompute::None);
+  }
+  // dout flows into both the MLP branch and the residual path to x2.
+  Tensor dx2 = ln_2_.backward(mlp_.backward(dout, saved.mlp), saved.ln_2);
+  be.add_inplace(dx2, dout);
+  Tensor dx = ln_1_.backward(attn_.backward(dx2, shape, saved.attn), saved.ln_1);
+  be.add_inplace(dx, dx2);
+  saved = Saved{};  // frees this micro-batch's activations
+  return dx;
+}
+
+}  // namespace meshtrain

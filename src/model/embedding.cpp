@@ -1,0 +1,46 @@
+#include "meshtrain/model/embedding.h"
+
+namespace meshtrain {
+
+namespace {
+ParamSpec wte_spec(int64_t V, int64_t C) {
+  ParamSpec s;
+  s.name = "wte";
+  s.global_shape = Shape{V, C};
+  s.tp_split_dim = 0;
+  return s;
+}
+ParamSpec wpe_spec(int64_t T, int64_t C, const TensorParallel& tp) {
+  ParamSpec s;
+  s.name = "wpe";
+  s.global_shape = Shape{T, C};
+  s.tp_grad = tp.sequence_parallel() ? TpGrad::Partial : TpGrad::Full;
+  return s;
+}
+}  // namespace
+
+Embedding::Embedding(const LayerContext& ctx, int64_t vocab_size, int64_t seq_len, int64_t C)
+    : ctx_(ctx),
+      wte_(ctx.store->add(wte_spec(vocab_size, C), ctx.tp.rank(), ctx.tp.size())),
+      wpe_(ctx.store->add(wpe_spec(seq_len, C, ctx.tp), ctx.tp.rank(), ctx.tp.size())) {}
+
+Tensor Embedding::forward(const Tensor& tokens, TokenShape shape) {
+  Backend& be = *ctx_.backend;
+  const int64_t C = wte_.shape[1];
+  const bool scatter = ctx_.tp.sequence_parallel() && ctx_.tp.size() > 1;
+  Tensor partial = be.empty({shape.N(), C}, wte_.value.dtype(),
+                            scatter ? MemoryCategory::Workspace : MemoryCategory::Activations);
+  be.embedding_forward(partial, tokens, wte_.value, wte_.split_begin);
+  Tensor x = exit_tp_region_forward(be, ctx_.tp, partial, MemoryCategory::Activations);
+  be.position_forward(x, wpe_.value, ctx_.tp.token_begin(shape.N()));
+  return x;
+}
+
+void Embedding::backward(const Tensor& dx, const Tensor& tokens, TokenShape shape) {
+  Backend& be = *ctx_.backend;
+  be.position_backward(wpe_.grad, dx, ctx_.tp.token_begin(shape.N()));
+  Tensor dfull = exit_tp_region_backward(be, ctx_.tp, dx, MemoryCategory::Workspace);
+  be.embedding_backward(wte_.grad, dfull, tokens, wte_.split_begin);
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,104 @@
+#include "meshtrain/model/gpt.h"
+
+namespace meshtrain {
+
+namespace {
+ParamSpec lm_head_spec(const GptConfig& cfg, bool tied) {
+  ParamSpec s;
+  // A tied copy carries the embedding's name: it starts from the same values and, with the
+  // gradients summed over the embedding group, stays equal to it.
+  s.name = tied ? "wte" : "lm_head.weight";
+  s.global_shape = Shape{cfg.vocab_size, cfg.d_model};
+  s.tp_split_dim = 0;
+  return s;
+}
+}  // namespace
+
+ModelChunk::ModelChunk(const LayerContext& ctx, const GptConfig& cfg, const ChunkRange& range,
+                       Parameter* tied_wte)
+    : ctx_(ctx), range_(range) {
+  ParameterStore& store = *ctx.store;
+  if (range.has_embedding) {
+    embedding_unit_ = store.begin_unit("embedding");
+    embedding_.emplace(ctx, cfg.vocab_size, cfg.seq_len, cfg.d_model);
+  }
+  for (int l = range.first_layer; l < range.end_layer; ++l) {
+    block_units_.push_back(store.begin_unit("h." + std::to_string(l)));
+    blocks_.push_back(std::make_unique<Block>(ctx, l, cfg.d_model, cfg.heads, cfg.layers));
+  }
+  if (range.has_head) {
+    head_unit_ = store.begin_unit("head");
+    Parameter* weight = nullptr;
+    if (cfg.tie_embeddings && tied_wte) {
+      weight = tied_wte;
+      store.use(*tied_wte);
+    } else {
+      weight = &store.add(lm_head_spec(cfg, cfg.tie_embeddings), ctx.tp.rank(), ctx.tp.size());
+      weight->tied_copy = cfg.tie_embeddings;
+    }
+    head_ = std::make_unique<LanguageModelHead>(ctx, cfg.d_model, *weight);
+  }
+}
+
+Tensor ModelChunk::forward(const MicroBatchData& mb, const Tensor& input, Saved& saved, Pass pass,
+                           Recompute recompute, double dloss, double* loss_sum, UnitHooks& hooks) {
+  Tensor x = input;
+  if (embedding_) {
+    hooks.before_forward(embedding_unit_);
+    x = embedding_->forward(mb.tokens, mb.shape);
+    hooks.after_forward(embedding_unit_);
+  }
+  saved.blocks.resize(blocks_.size());
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    hooks.before_forward(block_units_[i]);
+    if (pass == Pass::Train) {
+      x = blocks_[i]->forward(x, mb.shape, saved.blocks[i], recompute);
+    } else {
+      Block::Saved discard;
+      x = blocks_[i]->forward(x, mb.shape, discard, Recompute::Full);
+    }
+    hooks.after_forward(block_units_[i]);
+  }
+  if (!head_) return x;
+  hooks.before_forward(head_unit_);
+  if (pass == Pass::Train) hooks.before_backward(head_unit_);
+  const double loss = head_->forward(x, mb.targets, mb.shape, dloss,
+                                     pass == Pass::Train ? &saved.head : nullptr);
+  hooks.after_forward(head_unit_);
+  if (loss_sum) *loss_sum += loss;
+  return {};
+}
+
+Tensor ModelChunk::backward(const MicroBatchData& mb, const Tensor& dout, Saved& saved,
+                            Recompute recompute, UnitHooks& hooks) {
+  Tensor dx = dout;
+  if (head_) {
+    dx = head_->backward(saved.head);
+    hooks.after_backward(head_unit_);
+  }
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    hooks.before_backward(block_units_[i]);
+    dx = blocks_[i]->backward(dx, mb.shape, saved.blocks[i], recompute);
+    hooks.after_backward(block_units_[i]);
+  }
+  saved.blocks.clear();
+  if (!embedding_) return dx;
+  hooks.before_backward(embedding_unit_);
+  embedding_->backward(dx, mb.tokens, mb.shape);
+  hooks.after_backward(embedding_unit_);
+  return {};
+}
+
+GptModel::GptModel(Backend& backend, const TensorParallel& tp, const GptConfig& cfg,
+                   const std::vector<ChunkRange>& ranges, DType dtype)
+    : backend_(&backend), tp_(tp), cfg_(cfg), dtype_(dtype) {
+  const LayerContext ctx{&backend, &store_, tp};
+  Parameter* wte = nullptr;
+  for (const ChunkRange& r : ranges) {
+    chunks_.push_back(std::make_unique<ModelChunk>(ctx, cfg, r, wte));
+    if (chunks_.back()->embedding()) wte = &chunks_.back()->embedding()->wte();
+  }
+  store_.materialize(backend, dtype);
+}
+
+}  // namespace meshtrain

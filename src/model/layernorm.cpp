@@ -1,0 +1,43 @@
+#include "meshtrain/model/layernorm.h"
+
+namespace meshtrain {
+
+namespace {
+ParamSpec norm_spec(const std::string& name, int64_t C, Init init, const TensorParallel& tp) {
+  ParamSpec s;
+  s.name = name;
+  s.global_shape = Shape{C};
+  s.init = init;
+  s.decay = WeightDecay::Skip;
+  s.tp_grad = tp.sequence_parallel() ? TpGrad::Partial : TpGrad::Full;
+  return s;
+}
+}  // namespace
+
+LayerNorm::LayerNorm(const LayerContext& ctx, const std::string& name, int64_t C)
+    : ctx_(ctx),
+      weight_(ctx.store->add(norm_spec(name + ".weight", C, Init::Ones, ctx.tp), ctx.tp.rank(),
+                             ctx.tp.size())),
+      bias_(ctx.store->add(norm_spec(name + ".bias", C, Init::Zeros, ctx.tp), ctx.tp.rank(),
+                           ctx.tp.size())) {}
+
+Tensor LayerNorm::forward(const Tensor& inp, Saved& saved, MemoryCategory category) {
+  Backend& be = *ctx_.backend;
+  const int64_t N = inp.dim(0);
+  Tensor out = be.empty(inp.shape(), inp.dtype(), category);
+  saved.inp = inp;
+  saved.mean = be.empty({N}, inp.dtype(), category);
+  saved.rstd = be.empty({N}, inp.dtype(), category);
+  be.layernorm_forward(out, saved.mean, saved.rstd, inp, weight_.value, bias_.value);
+  return out;
+}
+
+Tensor LayerNorm::backward(const Tensor& dout, const Saved& saved) {
+  Backend& be = *ctx_.backend;
+  Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
+  be.layernorm_backward(dinp, weight_.grad, bias_.grad, dout, saved.inp, weight_.value, saved.mean,
+                        saved.rstd);
+  return dinp;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,94 @@
+#include "meshtrain/model/linear.h"
+
+namespace meshtrain {
+
+namespace {
+ParamSpec weight_spec(const std::string& name, Shape shape, int split_dim, double std_dev) {
+  ParamSpec s;
+  s.name = name + ".weight";
+  s.global_shape = shape;
+  s.tp_split_dim = split_dim;
+  s.init = Init::Normal;
+  s.init_std = std_dev;
+  return s;
+}
+
+ParamSpec bias_spec(const std::string& name, Shape shape, int split_dim, TpGrad tp_grad) {
+  ParamSpec s;
+  s.name = name + ".bias";
+  s.global_shape = shape;
+  s.tp_split_dim = split_dim;
+  s.init = Init::Zeros;
+  s.decay = WeightDecay::Skip;
+  s.tp_grad = tp_grad;
+  return s;
+}
+
+}  // namespace
+
+ColumnParallelLinear::ColumnParallelLinear(const LayerContext& ctx, const std::string& name,
+                                           Shape weight_shape, int split_dim, Shape bias_shape,
+                                           double init_std)
+    : ctx_(ctx),
+      in_(weight_shape[weight_shape.rank() - 1]),
+      weight_(ctx.store->add(weight_spec(name, weight_shape, split_dim, init_std), ctx.tp.rank(),
+                             ctx.tp.size())),
+      bias_(ctx.store->add(bias_spec(name, bias_shape, bias_shape.rank() - 1, TpGrad::Full),
+                           ctx.tp.rank(), ctx.tp.size())) {}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory category) {
+  Backend& be = *ctx_.backend;
+  saved.inp = enter_tp_region_forward(be, ctx_.tp, x, category);
+  const int64_t N = saved.inp.dim(0);
+  Tensor out = be.empty(Shape{N, local_out()}, x.dtype(), category);
+  const Tensor w = weight_.value.reshape({local_out(), in_});
+  const Tensor b = bias_.value.reshape({local_out()});
+  be.matmul_forward(out, saved.inp, w, &b);
+  return out;
+}
+
+Tensor ColumnParallelLinear::backward(const Tensor& dy, const Saved& saved) {
+  Backend& be = *ctx_.backend;
+  Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
+  const Tensor w = weight_.value.reshape({local_out(), in_});
+  Tensor dw = weight_.grad.reshape({local_out(), in_});
+  Tensor db = bias_.grad.reshape({local_out()});
+  be.matmul_backward(&dinp, dw, &db, dy, saved.inp, w);
+  return enter_tp_region_backward(be, ctx_.tp, dinp, MemoryCategory::Workspace);
+}
+
+RowParallelLinear::RowParallelLinear(const LayerContext& ctx, const std::string& name, int64_t in,
+                                     int64_t out, double init_std)
+    : ctx_(ctx),
+      out_(out),
+      weight_(ctx.store->add(weight_spec(name, Shape{out, in}, 1, init_std), ctx.tp.rank(),
+                             ctx.tp.size())),
+      bias_(ctx.store->add(
+          bias_spec(name, Shape{out}, -1,
+                    ctx.tp.sequence_parallel() ? TpGrad::Partial : TpGrad::Full),
+          ctx.tp.rank(), ctx.tp.size())) {}
+
+Tensor RowParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory category) {
+  Backend& be = *ctx_.backend;
+  saved.inp = x;
+  // Under sequence parallelism the partial sums are reduce-scattered into a new, smaller
+  // tensor and are a temporary; otherwise they are reduced in place and become the output.
+  const MemoryCategory partial_category =
+      ctx_.tp.sequence_parallel() && ctx_.tp.size() > 1 ? MemoryCategory::Workspace : category;
+  Tensor partial = be.empty(Shape{x.dim(0), out_}, x.dtype(), partial_category);
+  be.matmul_forward(partial, x, weight_.value, nullptr);
+  Tensor out = exit_tp_region_forward(be, ctx_.tp, partial, category);
+  be.bias_forward(out, bias_.value);
+  return out;
+}
+
+Tensor RowParallelLinear::backward(const Tensor& dy, const Saved& saved) {
+  Backend& be = *ctx_.backend;
+  be.bias_backward(bias_.grad, dy);
+  Tensor dfull = exit_tp_region_backward(be, ctx_.tp, dy, MemoryCategory::Workspace);
+  Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
+  be.matmul_backward(&dinp, weight_.grad, nullptr, dfull, saved.inp, weight_.value);
+  return dinp;
+}
+
+}  // namespace meshtrain

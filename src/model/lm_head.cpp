@@ -1,0 +1,59 @@
+#include "meshtrain/model/lm_head.h"
+
+namespace meshtrain {
+
+LanguageModelHead::LanguageModelHead(const LayerContext& ctx, int64_t C, Parameter& weight)
+    : ctx_(ctx), ln_f_(ctx, "ln_f", C), weight_(weight) {}
+
+double LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenShape shape,
+                                  double dloss, Saved* saved) {
+  Backend& be = *ctx_.backend;
+  Communicator& tp = *ctx_.tp.comm;
+  const int64_t N = shape.N(), V = weight_.shape[0];
+  const DType dt = x.dtype();
+  const MemoryCategory ws = MemoryCategory::Workspace;
+
+  LayerNorm::Saved ln;
+  Tensor h = ln_f_.forward(x, ln, ws);
+  Tensor hin = enter_tp_region_forward(be, ctx_.tp, h, ws);
+  Tensor logits = be.empty({N, V}, dt, ws);
+  be.matmul_forward(logits, hin, weight_.value, nullptr);
+
+  Tensor row_max = be.empty({N}, dt, ws), row_sumexp = be.empty({N}, dt, ws);
+  be.crossentropy_stats(row_max, row_sumexp, logits);
+  if (tp.size() > 1) {
+    Tensor global_max = be.empty({N}, dt, ws);
+    be.copy(global_max, row_max);
+    tp.all_reduce(global_max, ReduceOp::Max).wait();
+    be.crossentropy_rebase(row_sumexp, row_max, global_max);
+    tp.all_reduce(row_sumexp).wait();
+    row_max = global_max;
+  }
+  Tensor target_logit = be.empty({N}, dt, ws);
+  be.crossentropy_target_logit(target_logit, logits, targets, weight_.split_begin);
+  tp.all_reduce(target_logit).wait();
+  Tensor losses = be.empty({N}, dt, ws);
+  be.crossentropy_losses(losses, row_max, row_sumexp, target_logit);
+  const double loss_sum = be.sum(losses);
+  if (!saved) return loss_sum;
+
+  be.crossentropy_backward(logits, logits, row_max, row_sumexp, targets, weight_.split_begin,
+                           dloss);
+  Tensor dh = be.empty(hin.shape(), dt, ws);
+  be.matmul_backward(&dh, weight_.grad, nullptr, logits, hin, weight_.value);
+  logits = Tensor{};
+  Tensor dh_local = enter_tp_region_backward(be, ctx_.tp, dh, ws);
+  Tensor dx = ln_f_.backward(dh_local, ln);
+  // Held until the pipeline's backward reaches this micro-batch: account it as an activation.
+  saved->dx = be.empty(dx.shape(), dt, MemoryCategory::Activations);
+  be.copy(saved->dx, dx);
+  return loss_sum;
+}
+
+Tensor LanguageModelHead::backward(Saved& saved) {
+  Tensor dx = saved.dx;
+  saved = Saved{};
+  return dx;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,79 @@
+#include "meshtrain/model/partition.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace meshtrain {
+
+double block_cost(const GptConfig& cfg) {
+  const double C = static_cast<double>(cfg.d_model), T = static_cast<double>(cfg.seq_len);
+  return 6.0 * 12.0 * C * C + 12.0 * T * C;
+}
+
+double head_cost(const GptConfig& cfg) {
+  return 6.0 * static_cast<double>(cfg.d_model) * static_cast<double>(cfg.vocab_size);
+}
+
+double embedding_cost(const GptConfig& cfg) { return 4.0 * static_cast<double>(cfg.d_model); }
+
+double chunk_cost(const GptConfig& cfg, const ChunkRange& r) {
+  return r.layers() * block_cost(cfg) + (r.has_embedding ? embedding_cost(cfg) : 0.0) +
+         (r.has_head ? head_cost(cfg) : 0.0);
+}
+
+std::vector<ChunkRange> explicit_partition(const std::vector<int>& layer_counts) {
+  std::vector<ChunkRange> out;
+  int layer = 0;
+  for (int n : layer_counts) {
+    out.push_back({layer, layer + n, false, false});
+    layer += n;
+  }
+  if (!out.empty()) {
+    out.front().has_embedding = true;
+    out.back().has_head = true;
+  }
+  return out;
+}
+
+std::vector<ChunkRange> balanced_partition(const GptConfig& cfg, int chunks) {
+  const int L = cfg.layers;
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[k][l]: the smallest possible maximum chunk cost splitting layers [0, l) into k chunks.
+  std::vector<std::vector<double>> best(chunks + 1, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int>> cut(chunks + 1, std::vector<int>(L + 1, 0));
+  best[0][0] = 0.0;
+  for (int k = 1; k <= chunks; ++k) {
+    for (int l = k; l <= L - (chunks - k); ++l) {
+      for (int start = k - 1; start < l; ++start) {
+        if (best[k - 1][start] == inf) continue;
+        ChunkRange r{start, l, k == 1, k == chunks};
+        const double cost = std::max(best[k - 1][start], chunk_cost(cfg, r));
+        // Ties go to the later cut: earlier chunks take more layers.
+        if (cost <= best[k][l]) {
+          best[k][l] = cost;
+          cut[k][l] = start;
+        }
+      }
+    }
+  }
+  std::vector<int> counts(chunks);
+  for (int k = chunks, l = L; k >= 1; --k) {
+    counts[k - 1] = l - cut[k][l];
+    l = cut[k][l];
+  }
+  return explicit_partition(counts);
+}
+
+std::string describe_partition(const std::vector<ChunkRange>& ranges) {
+  std::string s;
+  for (const ChunkRange& r : ranges) {
+    if (!s.empty()) s += " ";
+    s += "[" + std::to_string(r.first_layer) + "-" + std::to_string(r.end_layer - 1);
+    if (r.has_embedding) s += " +emb";
+    if (r.has_head) s += " +head";
+    s += "]";
+  }
+  return s;
+}
+
+}  // namespace meshtrain

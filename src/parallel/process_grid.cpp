@@ -1,0 +1,150 @@
+#include "meshtrain/parallel/process_grid.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include "meshtrain/comm/mpi_communicator.h"
+
+namespace meshtrain {
+
+std::string_view axis_name(Axis a) {
+  switch (a) {
+    case Axis::Data: return "dp";
+    case Axis::Tensor: return "tp";
+    case Axis::Pipeline: return "pp";
+  }
+  return "?";
+}
+
+int GridShape::size(Axis a) const {
+  switch (a) {
+    case Axis::Data: return dp;
+    case Axis::Tensor: return tp;
+    case Axis::Pipeline: return pp;
+  }
+  return 1;
+}
+
+std::array<int, 3> GridShape::coordinates(int world_rank) const {
+  std::array<int, 3> c{};
+  for (Axis a : order) {
+    c[axis_index(a)] = world_rank % size(a);
+    world_rank /= size(a);
+  }
+  return c;
+}
+
+int GridShape::world_rank(const std::array<int, 3>& coords) const {
+  int r = 0;
+  for (int i = 2; i >= 0; --i) r = r * size(order[i]) + coords[axis_index(order[i])];
+  return r;
+}
+
+std::array<Axis, 3> GridShape::parse_order(const std::string& s) {
+  std::array<Axis, 3> out{};
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t dash = s.find('-', start);
+    parts.push_back(s.substr(start, dash - start));
+    if (dash == std::string::npos) break;
+    start = dash + 1;
+  }
+  bool seen[3] = {false, false, false};
+  if (parts.size() == 3) {
+    for (int i = 0; i < 3; ++i) {
+      Axis a;
+      if (parts[i] == "dp") a = Axis::Data;
+      else if (parts[i] == "tp") a = Axis::Tensor;
+      else if (parts[i] == "pp") a = Axis::Pipeline;
+      else break;
+      if (seen[axis_index(a)]) break;
+      seen[axis_index(a)] = true;
+      out[i] = a;
+    }
+  }
+  if (!(seen[0] && seen[1] && seen[2]))
+    throw std::invalid_argument("expected the three axes dp, tp, pp joined by '-', fastest first "
+                                "(e.g. \"tp-dp-pp\")");
+  return out;
+}
+
+std::string GridShape::order_string() const {
+  return std::string(axis_name(order[0])) + "-" + std::string(axis_name(order[1])) + "-" +
+         std::string(axis_name(order[2]));
+}
+
+std::vector<std::vector<int>> GridShape::groups(Axis a) const {
+  std::vector<std::vector<int>> out;
+  std::vector<int> group_of(world_size(), -1);
+  for (int r = 0; r < world_size(); ++r) {
+    if (group_of[r] >= 0) continue;
+    std::array<int, 3> c = coordinates(r);
+    std::vector<int> members;
+    for (int i = 0; i < size(a); ++i) {
+      c[axis_index(a)] = i;
+      members.push_back(world_rank(c));
+    }
+    for (int m : members) group_of[m] = static_cast<int>(out.size());
+    out.push_back(members);
+  }
+  return out;
+}
+
+ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_seconds)
+    : shape_(shape) {
+  const std::chrono::duration<double> timeout(timeout_seconds);
+  int world_size = 0;
+  MPI_Comm_rank(world, &world_rank_);
+  MPI_Comm_size(world, &world_size);
+  if (world_size != shape_.world_size())
+    throw std::invalid_argument("process grid dp*tp*pp = " + std::to_string(shape_.world_size()) +
+                                " does not match " + std::to_string(world_size) + " ranks");
+  coords_ = shape_.coordinates(world_rank_);
+  world_ = std::make_unique<MpiCommunicator>(world, "world", timeout);
+
+  for (Axis a : {Axis::Data, Axis::Tensor, Axis::Pipeline}) {
+    // Colour: the rank's coordinates on the two other axes; key: its coordinate on this one.
+    std::array<int, 3> c = coords_;
+    c[axis_index(a)] = 0;
+    MPI_Comm sub;
+    MPI_Comm_split(world, shape_.world_rank(c), rank(a), &sub);
+    axis_comms_[axis_index(a)] =
+        std::make_unique<MpiCommunicator>(sub, std::string(axis_name(a)), timeout);
+  }
+
+  // Tied-embedding group: first and last stage of the same (dp, tp); others get a lone group.
+  const bool on_end = shape_.pp > 1 && (is_first_stage() || is_last_stage());
+  std::array<int, 3> c = coords_;
+  c[axis_index(Axis::Pipeline)] = 0;
+  MPI_Comm emb;
+  MPI_Comm_split(world, on_end ? shape_.world_rank(c) : shape_.world_size() + world_rank_,
+                 rank(Axis::Pipeline), &emb);
+  embedding_ = std::make_unique<MpiCommunicator>(emb, "embedding", timeout);
+
+  // Nodes: ranks sharing memory. A node's id is the world rank of its first member.
+  MPI_Comm node;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_size(node, &local_size_);
+  int node_id = world_rank_;
+  MPI_Bcast(&node_id, 1, MPI_INT, 0, node);
+  MPI_Comm_free(&node);
+  int is_leader = local_rank_ == 0 ? 1 : 0;
+  MPI_Allreduce(&is_leader, &node_count_, 1, MPI_INT, MPI_SUM, world);
+  auto* tp = static_cast<MpiCommunicator*>(axis_comms_[axis_index(Axis::Tensor)].get());
+  int lo = node_id, hi = node_id;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, tp->comm());
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, tp->comm());
+  tp_spans_nodes_ = lo != hi;
+}
+
+std::string ProcessGrid::describe() const {
+  return "rank " + std::to_string(world_rank_) + " (dp " + std::to_string(rank(Axis::Data)) + "/" +
+         std::to_string(size(Axis::Data)) + ", tp " + std::to_string(rank(Axis::Tensor)) + "/" +
+         std::to_string(size(Axis::Tensor)) + ", pp " + std::to_string(rank(Axis::Pipeline)) + "/" +
+         std::to_string(size(Axis::Pipeline)) + ")";
+}
+
+}  // namespace meshtrain

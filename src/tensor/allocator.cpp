@@ -1,0 +1,69 @@
+#include "meshtrain/tensor/allocator.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace meshtrain {
+
+namespace {
+// Rounding keeps the cache hit rate high for sizes that differ by a few bytes (e.g. the last
+// micro-batch's buffers) without wasting more than a page per block.
+size_t round_size(size_t bytes) {
+  const size_t granule = bytes < (1u << 20) ? 512 : 4096;
+  return (bytes + granule - 1) / granule * granule;
+}
+}  // namespace
+
+Buffer::~Buffer() { owner_->release(ptr_, bytes_, category_); }
+
+Device Buffer::device() const { return owner_->device(); }
+
+Allocator::~Allocator() = default;
+
+std::shared_ptr<Buffer> Allocator::allocate(size_t bytes, MemoryCategory category) {
+  const size_t rounded = round_size(bytes == 0 ? 1 : bytes);
+  void* ptr = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cache_.find(rounded);
+    if (it != cache_.end()) {
+      ptr = it->second;
+      cache_.erase(it);
+    }
+    tracker_.on_allocate(category, rounded);
+  }
+  if (!ptr) {
+    ptr = raw_allocate(rounded);
+    std::lock_guard<std::mutex> lock(mutex_);
+    reserved_ += rounded;
+  }
+  return std::make_shared<Buffer>(this, ptr, rounded, category);
+}
+
+void Allocator::release(void* ptr, size_t bytes, MemoryCategory category) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  tracker_.on_release(category, bytes);
+  cache_.emplace(bytes, ptr);
+}
+
+void Allocator::release_cached() {
+  std::multimap<size_t, void*> blocks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    blocks.swap(cache_);
+    for (auto& [bytes, ptr] : blocks) reserved_ -= bytes;
+  }
+  for (auto& [bytes, ptr] : blocks) raw_release(ptr, bytes);
+}
+
+HostAllocator::~HostAllocator() { release_cached(); }
+
+void* HostAllocator::raw_allocate(size_t bytes) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+void HostAllocator::raw_release(void* ptr, size_t) { std::free(ptr); }
+
+}  // namespace meshtrain

@@ -1,0 +1,53 @@
+#include "meshtrain/tensor/memory.h"
+
+#include <cstdio>
+
+namespace meshtrain {
+
+void MemoryTracker::on_allocate(MemoryCategory c, size_t bytes) {
+  size_t i = index(c);
+  current_[i] += bytes;
+  current_total_ += bytes;
+  if (current_[i] > peak_[i]) peak_[i] = current_[i];
+  if (current_total_ > peak_total_) {
+    peak_total_ = current_total_;
+    at_peak_ = current_;
+  }
+}
+
+void MemoryTracker::on_release(MemoryCategory c, size_t bytes) {
+  current_[index(c)] -= bytes;
+  current_total_ -= bytes;
+}
+
+void MemoryTracker::reset_peaks() {
+  peak_ = current_;
+  at_peak_ = current_;
+  peak_total_ = current_total_;
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+std::string MemoryTracker::summary() const {
+  std::string s;
+  for (size_t i = 0; i < kMemoryCategories; ++i) {
+    if (i) s += ", ";
+    s += category_name(static_cast<MemoryCategory>(i));
+    s += " ";
+    s += format_bytes(static_cast<double>(peak_[i]));
+  }
+  s += "; peak total " + format_bytes(static_cast<double>(peak_total_));
+  return s;
+}
+
+}  // namespace meshtrain
