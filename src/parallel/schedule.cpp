@@ -1,0 +1,249 @@
+#include "meshtrain/parallel/schedule.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+
+namespace meshtrain {
+namespace {
+
+// Text of each Op in to_string / parse, indexed by the enum value.
+constexpr std::array<std::string_view, 6> kOpText = {"F",      "B",      "SEND_F",
+                                                     "RECV_F", "SEND_B", "RECV_B"};
+
+std::string_view op_text(Op op) {
+  const auto i = static_cast<size_t>(op);
+  return i < kOpText.size() ? kOpText[i] : "?";
+}
+
+[[noreturn]] void bad_action(std::string_view s, const std::string& why) {
+  throw std::invalid_argument("invalid pipeline action \"" + std::string(s) + "\": " + why +
+                              " (expected <chunk><op><microbatch> with op one of F, B, SEND_F, "
+                              "RECV_F, SEND_B, RECV_B, e.g. \"2F0\" or \"1SEND_B3\")");
+}
+
+// Reads a non-negative decimal number at s[pos...]; advances pos past it.
+int parse_count(std::string_view s, size_t& pos, const char* what) {
+  const char* first = s.data() + pos;
+  const char* last = s.data() + s.size();
+  if (first == last || *first < '0' || *first > '9')
+    bad_action(s, std::string("missing ") + what + " number");
+  int value = 0;
+  const auto [end, ec] = std::from_chars(first, last, value);
+  if (ec != std::errc()) bad_action(s, std::string(what) + " number out of range");
+  pos += static_cast<size_t>(end - first);
+  return value;
+}
+
+void check_sizes(std::string_view kind, int stages, int microbatches, int virtual_stages) {
+  if (stages < 1 || microbatches < 1 || virtual_stages < 1)
+    throw std::invalid_argument(std::string(kind) + " schedule: stages = " +
+                                std::to_string(stages) + ", microbatches = " +
+                                std::to_string(microbatches) + ", virtual_stages = " +
+                                std::to_string(virtual_stages) + " (each must be at least 1)");
+}
+
+}  // namespace
+
+std::string Action::to_string() const {
+  return std::to_string(chunk) + std::string(op_text(op)) + std::to_string(microbatch);
+}
+
+Action Action::parse(std::string_view s) {
+  size_t pos = 0;
+  const int chunk = parse_count(s, pos, "chunk");
+  const size_t op_begin = pos;
+  while (pos < s.size() && (s[pos] < '0' || s[pos] > '9')) ++pos;
+  const std::string_view text = s.substr(op_begin, pos - op_begin);
+  const auto it = std::find(kOpText.begin(), kOpText.end(), text);
+  if (it == kOpText.end()) bad_action(s, "unknown op \"" + std::string(text) + "\"");
+  const int microbatch = parse_count(s, pos, "microbatch");
+  if (pos != s.size()) bad_action(s, "unexpected text after the microbatch");
+  return {chunk, static_cast<Op>(it - kOpText.begin()), microbatch};
+}
+
+bool is_compute(Op op) { return op == Op::Forward || op == Op::Backward; }
+
+std::string_view schedule_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::GPipe: return "gpipe";
+    case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::Interleaved: return "interleaved";
+  }
+  return "?";
+}
+
+// Backwards run in ascending microbatch order, like every other schedule here. The makespan is
+// the same either way ((m + p - 1)(F + B)), but then each rank accumulates parameter gradients
+// over microbatches in the same order whatever the schedule, so switching schedules leaves the
+// gradients bit-for-bit unchanged (layout invariance, DESIGN.md).
+Schedule make_gpipe(int stages, int microbatches, int virtual_stages) {
+  check_sizes("gpipe", stages, microbatches, virtual_stages);
+  Schedule s(stages);
+  for (int r = 0; r < stages; ++r) {
+    for (int local = 0; local < virtual_stages; ++local)
+      for (int mb = 0; mb < microbatches; ++mb)
+        s[r].push_back({local * stages + r, Op::Forward, mb});
+    for (int local = virtual_stages - 1; local >= 0; --local)
+      for (int mb = 0; mb < microbatches; ++mb)
+        s[r].push_back({local * stages + r, Op::Backward, mb});
+  }
+  return s;
+}
+
+// Rank r must hold stages - r - 1 forwards before its first backward can arrive: that is how
+// far the first microbatch still has to travel down and back up. One more forward (the first
+// of the steady phase) runs before that backward, so rank r holds at most stages - r
+// activations, against m for GPipe.
+Schedule make_1f1b(int stages, int microbatches) {
+  check_sizes("1f1b", stages, microbatches, 1);
+  Schedule s(stages);
+  for (int r = 0; r < stages; ++r) {
+    const int warmup = std::min(stages - r - 1, microbatches);
+    for (int mb = 0; mb < warmup; ++mb) s[r].push_back({r, Op::Forward, mb});
+    for (int i = 0; i + warmup < microbatches; ++i) {
+      s[r].push_back({r, Op::Forward, warmup + i});
+      s[r].push_back({r, Op::Backward, i});
+    }
+    for (int mb = std::max(microbatches - warmup, 0); mb < microbatches; ++mb)
+      s[r].push_back({r, Op::Backward, mb});
+  }
+  return s;
+}
+
+// Megatron's order (arXiv 2104.04473, section 2.2): microbatches go through the pipeline in
+// groups of `stages`; each group passes every local chunk of the rank before the next group
+// enters, forwards through chunks 0..v-1 and backwards through v-1..0. The warm-up is Megatron's:
+// (v - 1) * stages forwards to fill the first v - 1 chunks with one group each, plus
+// 2 * (stages - r - 1) so the rank's first backward has arrived by the time it is needed.
+Schedule make_interleaved(int stages, int microbatches, int virtual_stages) {
+  check_sizes("interleaved", stages, microbatches, virtual_stages);
+  if (microbatches % stages != 0)
+    throw std::invalid_argument(
+        "interleaved schedule: microbatches = " + std::to_string(microbatches) +
+        " is not divisible by stages = " + std::to_string(stages) +
+        " (microbatches go through the chunks in groups of one per stage; use a multiple of " +
+        std::to_string(stages) + ", or the 1f1b schedule)");
+  if (virtual_stages == 1) return make_1f1b(stages, microbatches);
+  const int total = virtual_stages * microbatches;  // compute steps of each kind per rank
+  Schedule s(stages);
+  for (int r = 0; r < stages; ++r) {
+    // The i-th forward or backward of this rank, i in [0, total).
+    auto step = [&](Op op, int i) {
+      const int local = (i / stages) % virtual_stages;
+      const int chunk = (op == Op::Forward ? local : virtual_stages - 1 - local) * stages + r;
+      const int microbatch = (i / (stages * virtual_stages)) * stages + i % stages;
+      return Action{chunk, op, microbatch};
+    };
+    const int warmup = std::min(total, (virtual_stages - 1) * stages + 2 * (stages - r - 1));
+    for (int i = 0; i < warmup; ++i) s[r].push_back(step(Op::Forward, i));
+    for (int i = 0; i + warmup < total; ++i) {
+      s[r].push_back(step(Op::Forward, warmup + i));
+      s[r].push_back(step(Op::Backward, i));
+    }
+    for (int i = total - warmup; i < total; ++i) s[r].push_back(step(Op::Backward, i));
+  }
+  return s;
+}
+
+Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virtual_stages) {
+  switch (kind) {
+    case ScheduleKind::GPipe: return make_gpipe(stages, microbatches, virtual_stages);
+    case ScheduleKind::OneFOneB:
+      if (virtual_stages != 1)
+        throw std::invalid_argument("1f1b schedule: virtual_stages = " +
+                                    std::to_string(virtual_stages) +
+                                    " is not supported (1f1b runs one chunk per rank; use the "
+                                    "interleaved schedule for virtual_stages > 1)");
+      return make_1f1b(stages, microbatches);
+    case ScheduleKind::Interleaved:
+      return make_interleaved(stages, microbatches, virtual_stages);
+  }
+  throw std::invalid_argument("unknown schedule kind");
+}
+
+Schedule insert_communication(const Schedule& compute, int stages, int virtual_stages) {
+  const int chunks = stages * virtual_stages;
+  if (stages < 1 || virtual_stages < 1 || static_cast<int>(compute.size()) != stages)
+    throw std::invalid_argument("insert_communication: schedule has " +
+                                std::to_string(compute.size()) + " rank lists, expected stages = " +
+                                std::to_string(stages) + " (virtual_stages = " +
+                                std::to_string(virtual_stages) + ")");
+  // Chunks k and k + 1 live on different ranks exactly when there is more than one stage.
+  const bool remote = stages > 1;
+  auto recv_for = [&](const Action& a) -> std::optional<Action> {
+    const bool forward = a.op == Op::Forward;
+    if (!remote || (forward ? a.chunk == 0 : a.chunk == chunks - 1)) return std::nullopt;
+    return Action{a.chunk, forward ? Op::RecvForward : Op::RecvBackward, a.microbatch};
+  };
+  auto send_for = [&](const Action& a) -> std::optional<Action> {
+    const bool forward = a.op == Op::Forward;
+    if (!remote || (forward ? a.chunk == chunks - 1 : a.chunk == 0)) return std::nullopt;
+    return Action{a.chunk, forward ? Op::SendForward : Op::SendBackward, a.microbatch};
+  };
+  Schedule out(stages);
+  for (int r = 0; r < stages; ++r) {
+    const std::vector<Action>& in = compute[r];
+    for (const Action& a : in) {
+      if (!is_compute(a.op))
+        throw std::invalid_argument("insert_communication: rank " + std::to_string(r) +
+                                    " already has the communication action " + a.to_string() +
+                                    " (expected a compute-only schedule)");
+      if (a.chunk < 0 || a.chunk >= chunks)
+        throw std::invalid_argument("insert_communication: rank " + std::to_string(r) +
+                                    " action " + a.to_string() + " names chunk " +
+                                    std::to_string(a.chunk) + ", outside [0, " +
+                                    std::to_string(chunks) + ")");
+    }
+    // Output: recv(C0) recv(C1) C0 send(C0) recv(C2) C1 send(C1) recv(C3) C2 ...
+    std::vector<Action>& list = out[r];
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (i == 0)
+        if (auto recv = recv_for(in[0])) list.push_back(*recv);
+      if (i + 1 < in.size())
+        if (auto recv = recv_for(in[i + 1])) list.push_back(*recv);
+      list.push_back(in[i]);
+      if (auto send = send_for(in[i])) list.push_back(*send);
+    }
+  }
+  return out;
+}
+
+std::string format_schedule(const Schedule& schedule, const std::vector<ActionPosition>& marked) {
+  size_t steps = 0;
+  for (const auto& list : schedule) steps = std::max(steps, list.size());
+  // Cell text per (step, rank); an empty cell means the rank has no action at that step.
+  std::vector<std::vector<std::string>> cells(steps, std::vector<std::string>(schedule.size()));
+  size_t width = 0;
+  for (size_t r = 0; r < schedule.size(); ++r) {
+    const std::string header = "rank " + std::to_string(r);
+    width = std::max(width, header.size());
+    for (size_t i = 0; i < schedule[r].size(); ++i) {
+      std::string text = schedule[r][i].to_string();
+      const ActionPosition here{static_cast<int>(r), static_cast<int>(i)};
+      if (std::find(marked.begin(), marked.end(), here) != marked.end()) text = "[" + text + "]";
+      width = std::max(width, text.size());
+      cells[i][r] = std::move(text);
+    }
+  }
+  std::ostringstream out;
+  auto row = [&](const std::string& label, auto&& cell) {
+    std::string line = label;
+    line.resize(6, ' ');
+    for (size_t r = 0; r < schedule.size(); ++r) {
+      std::string text = cell(r);
+      text.resize(width + 2, ' ');
+      line += text;
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << '\n';
+  };
+  row("step", [](size_t r) { return "rank " + std::to_string(r); });
+  for (size_t i = 0; i < steps; ++i) row(std::to_string(i), [&](size_t r) { return cells[i][r]; });
+  return out.str();
+}
+
+}  // namespace meshtrain
