@@ -1,0 +1,64 @@
+#pragma once
+// A dry run of a pipeline schedule on every rank at once, without tensors or MPI: checks that a
+// schedule (with its communication, see insert_communication) is complete and deadlock-free,
+// and measures its makespan, bubble and activation memory under given per-action costs.
+// It models exactly the executor's semantics described in schedule.h: sends and recv posts
+// never block; a compute action starts when its rank is free and its inputs have arrived.
+
+#include <string>
+#include <vector>
+
+#include "meshtrain/parallel/schedule.h"
+
+namespace meshtrain {
+
+// Cost of one action of one chunk on one microbatch, in any time unit.
+struct SimulationCosts {
+  double forward = 1.0;
+  double backward = 2.0;
+  // Transfer time of one activation or gradient: data sent at time t reaches a receive posted
+  // at time t' at max(t, t') + send. Taken by the link, not by either rank.
+  double send = 0.0;
+};
+
+struct SimulationResult {
+  bool ok = false;  // complete and deadlock-free
+  // On failure: what went wrong (for a deadlock, which rank waits at which action for which
+  // send; otherwise each missing, duplicated, misplaced or out-of-order action), followed by
+  // the format_schedule grid with the offending actions in [brackets].
+  std::string error;
+  double makespan = 0.0;             // time until the last rank finishes
+  std::vector<double> busy;          // per rank: compute time
+  double bubble_fraction = 0.0;      // 1 - sum(busy) / (ranks * makespan)
+  std::vector<int> peak_in_flight;   // per rank: most (chunk, microbatch) forwards whose
+                                     // backward has not run yet (activations held)
+};
+
+// Checks, in this order (a failing stage reports all its problems and stops):
+//   1. shape: `stages` rank lists; every action names a chunk in [0, stages * virtual_stages)
+//      owned by its rank (chunk % stages == rank) and a microbatch in [0, microbatches);
+//   2. completeness: every (chunk, microbatch) has exactly one Forward and one Backward, every
+//      send has exactly one matching recv and vice versa, and no communication is present
+//      where producer and consumer share a rank;
+//   3. order on each rank: a Backward after its Forward, a send after the compute producing its
+//      data, a recv before the compute consuming it, and a compute after a same-rank producer;
+//   4. the timed run, which fails only by deadlock.
+// Throws std::invalid_argument for stages, virtual_stages or microbatches below 1.
+SimulationResult simulate(const Schedule& with_communication, int stages, int virtual_stages,
+                          int microbatches, SimulationCosts costs = {});
+
+// Bubble fraction 1 - (useful time) / (ranks x makespan) of a schedule with uniform costs and
+// free communication, for p = stages, m = microbatches, v = virtual_stages:
+//   gpipe, 1f1b (v = 1):  (p - 1) / (m + p - 1)       GPipe, arXiv 1811.06965, section 2.3;
+//                                                     the same for PipeDream-Flush 1F1B
+//   interleaved:          (p - 1) / (v m + p - 1)     arXiv 2104.04473, section 2.2: the bubble
+//                                                     time (p - 1)(tf + tb) shrinks by v
+//   gpipe, v > 1:         1 - v m / ((v - 1) max(m, p) + m + p - 1)
+// The last is this file's derivation for the breadth-first looped GPipe of make_gpipe: each
+// pass through one chunk per rank takes max(m, p) forward slots (the first microbatch needs p
+// slots to come back round to rank 0), and the final pass m + p - 1; backward mirrors forward.
+// For m >= p it equals the interleaved formula. Throws std::invalid_argument where
+// make_schedule would refuse the arguments.
+double theoretical_bubble(ScheduleKind kind, int stages, int microbatches, int virtual_stages);
+
+}  // namespace meshtrain

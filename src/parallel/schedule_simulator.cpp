@@ -1,0 +1,325 @@
+#include "meshtrain/parallel/schedule_simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+
+namespace meshtrain {
+namespace {
+
+constexpr int kOps = 6;
+constexpr Op kCommOps[] = {Op::SendForward, Op::RecvForward, Op::SendBackward, Op::RecvBackward};
+constexpr size_t kMaxListedProblems = 20;
+
+// Problems found by one checking stage, and the actions to mark in the grid.
+struct Findings {
+  std::vector<std::string> problems;
+  std::vector<ActionPosition> marked;
+
+  void add(std::string problem, std::vector<ActionPosition> where = {}) {
+    problems.push_back(std::move(problem));
+    marked.insert(marked.end(), where.begin(), where.end());
+  }
+};
+
+std::string at(ActionPosition p) {
+  return "rank " + std::to_string(p.rank) + " step " + std::to_string(p.step);
+}
+
+// Every question the checks and the timed run ask about a schedule, answered from one index of
+// where each (op, chunk, microbatch) occurs.
+class Model {
+ public:
+  Model(const Schedule& s, int stages, int virtual_stages, int microbatches)
+      : s_(s), p_(stages), chunks_(stages * virtual_stages), m_(microbatches),
+        where_(static_cast<size_t>(kOps) * chunks_ * microbatches) {}
+
+  const Schedule& schedule() const { return s_; }
+  int chunks() const { return chunks_; }
+  int microbatches() const { return m_; }
+  int owner(int chunk) const { return chunk % p_; }
+  size_t key(Action a) const {
+    return (static_cast<size_t>(a.op) * chunks_ + a.chunk) * m_ + a.microbatch;
+  }
+  size_t keys() const { return where_.size(); }
+  std::vector<ActionPosition>& where(Action a) { return where_[key(a)]; }
+  // Single position of an action known to occur exactly once.
+  int step(Action a) const { return where_[key(a)].front().step; }
+
+  // The send that delivers a compute action's input from another rank, if any. Only with more
+  // than one stage do neighbouring chunks live on different ranks.
+  std::optional<Action> input_send(Action a) const {
+    if (p_ == 1) return std::nullopt;
+    if (a.op == Op::Forward && a.chunk > 0)
+      return Action{a.chunk - 1, Op::SendForward, a.microbatch};
+    if (a.op == Op::Backward && a.chunk < chunks_ - 1)
+      return Action{a.chunk + 1, Op::SendBackward, a.microbatch};
+    return std::nullopt;
+  }
+  // The same-rank compute whose output a compute action consumes locally, if any.
+  std::optional<Action> local_input(Action a) const {
+    if (p_ != 1) return std::nullopt;
+    if (a.op == Op::Forward && a.chunk > 0) return Action{a.chunk - 1, Op::Forward, a.microbatch};
+    if (a.op == Op::Backward && a.chunk < chunks_ - 1)
+      return Action{a.chunk + 1, Op::Backward, a.microbatch};
+    return std::nullopt;
+  }
+  // For a communication action: the compute on the same rank that produces (send) or consumes
+  // (recv) its data, and the action it pairs with on the other rank.
+  static Action compute_of(Action a) {
+    const bool forward = a.op == Op::SendForward || a.op == Op::RecvForward;
+    return {a.chunk, forward ? Op::Forward : Op::Backward, a.microbatch};
+  }
+  static Action partner(Action a) {
+    switch (a.op) {
+      case Op::SendForward: return {a.chunk + 1, Op::RecvForward, a.microbatch};
+      case Op::RecvForward: return {a.chunk - 1, Op::SendForward, a.microbatch};
+      case Op::SendBackward: return {a.chunk - 1, Op::RecvBackward, a.microbatch};
+      case Op::RecvBackward: return {a.chunk + 1, Op::SendBackward, a.microbatch};
+      default: return a;
+    }
+  }
+  // Whether a communication action belongs in a complete schedule: its data crosses ranks.
+  bool required(Action a) const {
+    if (p_ == 1) return false;
+    const bool to_next = a.op == Op::SendForward || a.op == Op::RecvBackward;
+    return to_next ? a.chunk < chunks_ - 1 : a.chunk > 0;
+  }
+
+ private:
+  const Schedule& s_;
+  int p_, chunks_, m_;
+  std::vector<std::vector<ActionPosition>> where_;
+};
+
+Findings check_shape(Model& model, int stages) {
+  Findings f;
+  const Schedule& s = model.schedule();
+  if (static_cast<int>(s.size()) != stages) {
+    f.add("the schedule has " + std::to_string(s.size()) + " rank lists, expected stages = " +
+          std::to_string(stages));
+    return f;
+  }
+  for (int r = 0; r < stages; ++r) {
+    for (int i = 0; i < static_cast<int>(s[r].size()); ++i) {
+      const Action a = s[r][i];
+      const ActionPosition here{r, i};
+      if (static_cast<int>(a.op) >= kOps)
+        f.add(at(here) + ": unknown op " + std::to_string(static_cast<int>(a.op)), {here});
+      else if (a.chunk < 0 || a.chunk >= model.chunks())
+        f.add(at(here) + ": " + a.to_string() + " names chunk " + std::to_string(a.chunk) +
+                  ", outside [0, " + std::to_string(model.chunks()) + ")",
+              {here});
+      else if (a.microbatch < 0 || a.microbatch >= model.microbatches())
+        f.add(at(here) + ": " + a.to_string() + " names microbatch " +
+                  std::to_string(a.microbatch) + ", outside [0, " +
+                  std::to_string(model.microbatches()) + ")",
+              {here});
+      else if (model.owner(a.chunk) != r)
+        f.add(at(here) + ": " + a.to_string() + " belongs to chunk " + std::to_string(a.chunk) +
+                  ", which lives on rank " + std::to_string(model.owner(a.chunk)),
+              {here});
+      else
+        model.where(a).push_back(here);
+    }
+  }
+  return f;
+}
+
+void check_count(Model& model, Action a, bool expected, Findings& f) {
+  const std::vector<ActionPosition>& w = model.where(a);
+  if (expected && w.empty()) {
+    std::string why;
+    if (!is_compute(a.op))
+      why = " (pairs with " + Model::partner(a).to_string() + " on rank " +
+            std::to_string(model.owner(Model::partner(a).chunk)) + ")";
+    f.add("missing " + a.to_string() + " on rank " + std::to_string(model.owner(a.chunk)) + why);
+  } else if (expected && w.size() > 1) {
+    std::string list;
+    for (const ActionPosition& p : w) list += (list.empty() ? "" : ", ") + at(p);
+    f.add("duplicated " + a.to_string() + " at " + list, w);
+  } else if (!expected) {
+    for (const ActionPosition& p : w)
+      f.add("unexpected " + a.to_string() + " at " + at(p) +
+                ": its data does not cross ranks, so there is nothing to send or receive",
+            {p});
+  }
+}
+
+Findings check_completeness(Model& model) {
+  Findings f;
+  for (int k = 0; k < model.chunks(); ++k) {
+    for (int mb = 0; mb < model.microbatches(); ++mb) {
+      check_count(model, {k, Op::Forward, mb}, true, f);
+      check_count(model, {k, Op::Backward, mb}, true, f);
+      for (Op op : kCommOps) {
+        const Action a{k, op, mb};
+        check_count(model, a, model.required(a), f);
+      }
+    }
+  }
+  return f;
+}
+
+// `first` must come before `second` on their (shared) rank.
+void check_before(Model& model, Action first, Action second, const std::string& why,
+                  Findings& f) {
+  const int i = model.step(first), j = model.step(second);
+  if (i < j) return;
+  const int rank = model.owner(first.chunk);
+  f.add(second.to_string() + " at " + at({rank, j}) + " runs before " + first.to_string() +
+            " (step " + std::to_string(i) + "), but " + why,
+        {{rank, i}, {rank, j}});
+}
+
+Findings check_order(Model& model) {
+  Findings f;
+  for (int k = 0; k < model.chunks(); ++k) {
+    for (int mb = 0; mb < model.microbatches(); ++mb) {
+      const Action fwd{k, Op::Forward, mb}, bwd{k, Op::Backward, mb};
+      check_before(model, fwd, bwd, "a backward needs its forward's activations", f);
+      for (Action c : {fwd, bwd})
+        if (auto local = model.local_input(c))
+          check_before(model, *local, c, "it consumes that action's output on the same rank", f);
+      for (Op op : kCommOps) {
+        const Action a{k, op, mb};
+        if (!model.required(a)) continue;
+        const bool send = op == Op::SendForward || op == Op::SendBackward;
+        if (send) check_before(model, Model::compute_of(a), a, "a send needs its data", f);
+        else check_before(model, a, Model::compute_of(a), "a compute needs its recv posted", f);
+      }
+    }
+  }
+  return f;
+}
+
+std::string report(const std::string& what, const Findings& f, const Schedule& s) {
+  std::string out = what + " (" + std::to_string(f.problems.size()) + " problem" +
+                    (f.problems.size() == 1 ? "" : "s") + "):\n";
+  for (size_t i = 0; i < f.problems.size() && i < kMaxListedProblems; ++i)
+    out += "  " + f.problems[i] + "\n";
+  if (f.problems.size() > kMaxListedProblems)
+    out += "  ... and " + std::to_string(f.problems.size() - kMaxListedProblems) + " more\n";
+  return out + format_schedule(s, f.marked);
+}
+
+// The timed run. Each action's time depends only on its rank's previous action and on the sends
+// it waits for, so ranks can be advanced in any order, each as far as it can go, until none
+// moves; the times come out the same as in a time-ordered event simulation.
+void run(Model& model, const SimulationCosts& costs, SimulationResult& result) {
+  const Schedule& s = model.schedule();
+  const int ranks = static_cast<int>(s.size());
+  const double never = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> done(model.keys(), never);  // when each action finished (sends, posts: ran)
+  std::vector<size_t> pc(ranks, 0);
+  std::vector<double> clock(ranks, 0.0);
+  result.busy.assign(ranks, 0.0);
+  // Time at which compute `a` may start on its rank as far as its inputs go, or NaN while a
+  // send it needs has not run.
+  auto inputs_ready = [&](Action a) {
+    double t = 0.0;
+    if (a.op == Op::Backward) t = done[model.key({a.chunk, Op::Forward, a.microbatch})];
+    if (auto local = model.local_input(a)) t = std::max(t, done[model.key(*local)]);
+    if (auto send = model.input_send(a)) {
+      const double sent = done[model.key(*send)];
+      if (std::isnan(sent)) return never;
+      const double posted = done[model.key(Model::partner(*send))];
+      t = std::max(t, std::max(sent, posted) + costs.send);
+    }
+    return t;
+  };
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < ranks; ++r) {
+      for (; pc[r] < s[r].size(); ++pc[r], moved = true) {
+        const Action a = s[r][pc[r]];
+        if (is_compute(a.op)) {
+          const double ready = inputs_ready(a);
+          if (std::isnan(ready)) break;
+          const double cost = a.op == Op::Forward ? costs.forward : costs.backward;
+          clock[r] = std::max(clock[r], ready) + cost;
+          result.busy[r] += cost;
+        }
+        done[model.key(a)] = clock[r];
+      }
+    }
+  }
+  Findings stuck;
+  for (int r = 0; r < ranks; ++r) {
+    if (pc[r] == s[r].size()) continue;
+    const ActionPosition here{r, static_cast<int>(pc[r])};
+    const Action a = s[r][pc[r]];
+    const Action send = *model.input_send(a);  // the only way a compute can wait
+    const int peer = model.owner(send.chunk);
+    stuck.add(at(here) + " (" + a.to_string() + ") waits for " + send.to_string() + " from " +
+                  at({peer, model.step(send)}) + ", but rank " + std::to_string(peer) +
+                  " is blocked at step " + std::to_string(pc[peer]) + " (" +
+                  s[peer][pc[peer]].to_string() + ")",
+              {here});
+  }
+  if (!stuck.problems.empty()) {
+    result.busy.clear();
+    result.error = report("schedule deadlocks: no rank can make progress", stuck, s);
+    return;
+  }
+  result.ok = true;
+  result.makespan = *std::max_element(clock.begin(), clock.end());
+  double busy = 0.0;
+  for (double b : result.busy) busy += b;
+  result.bubble_fraction = result.makespan > 0.0 ? 1.0 - busy / (ranks * result.makespan) : 0.0;
+}
+
+// Activations held: forwards done whose backward has not run, counted in list order.
+std::vector<int> peak_in_flight(const Schedule& s) {
+  std::vector<int> peak(s.size(), 0);
+  for (size_t r = 0; r < s.size(); ++r) {
+    int held = 0;
+    for (const Action& a : s[r]) {
+      if (a.op == Op::Forward) peak[r] = std::max(peak[r], ++held);
+      if (a.op == Op::Backward) --held;
+    }
+  }
+  return peak;
+}
+
+}  // namespace
+
+SimulationResult simulate(const Schedule& with_communication, int stages, int virtual_stages,
+                          int microbatches, SimulationCosts costs) {
+  if (stages < 1 || virtual_stages < 1 || microbatches < 1)
+    throw std::invalid_argument("simulate: stages = " + std::to_string(stages) +
+                                ", virtual_stages = " + std::to_string(virtual_stages) +
+                                ", microbatches = " + std::to_string(microbatches) +
+                                " (each must be at least 1)");
+  const Schedule& s = with_communication;
+  SimulationResult result;
+  Model model(s, stages, virtual_stages, microbatches);
+  if (Findings f = check_shape(model, stages); !f.problems.empty()) {
+    result.error = report("schedule malformed", f, s);
+    return result;
+  }
+  if (Findings f = check_completeness(model); !f.problems.empty()) {
+    result.error = report("schedule incomplete", f, s);
+    return result;
+  }
+  if (Findings f = check_order(model); !f.problems.empty()) {
+    result.error = report("schedule out of dependency order", f, s);
+    return result;
+  }
+  run(model, costs, result);
+  if (result.ok) result.peak_in_flight = peak_in_flight(s);
+  return result;
+}
+
+double theoretical_bubble(ScheduleKind kind, int stages, int microbatches, int virtual_stages) {
+  // Refuse exactly what make_schedule refuses.
+  make_schedule(kind, stages, microbatches, virtual_stages);
+  const double p = stages, m = microbatches, v = virtual_stages;
+  if (kind == ScheduleKind::GPipe && virtual_stages > 1)
+    return 1.0 - v * m / ((v - 1) * std::max(m, p) + m + p - 1);
+  return (p - 1) / (v * m + p - 1);
+}
+
+}  // namespace meshtrain
