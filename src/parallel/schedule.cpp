@@ -119,6 +119,10 @@ Schedule make_1f1b(int stages, int microbatches) {
 // enters, forwards through chunks 0..v-1 and backwards through v-1..0. The warm-up is Megatron's:
 // (v - 1) * stages forwards to fill the first v - 1 chunks with one group each, plus
 // 2 * (stages - r - 1) so the rank's first backward has arrived by the time it is needed.
+// Half of that last term (stages - r - 1) is already deadlock-free and bubble-optimal when
+// transfers are free; the other half hides transfer time. In the simulator (pp = 4, m = 8,
+// v = 2, F = 1, B = 2, send = 0.5) the doubled warm-up finishes in 64 time units against 72,
+// for 3 more activations held on rank 0.
 Schedule make_interleaved(int stages, int microbatches, int virtual_stages) {
   check_sizes("interleaved", stages, microbatches, virtual_stages);
   if (microbatches % stages != 0)

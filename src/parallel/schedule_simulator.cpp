@@ -251,7 +251,15 @@ void run(Model& model, const SimulationCosts& costs, SimulationResult& result) {
     if (pc[r] == s[r].size()) continue;
     const ActionPosition here{r, static_cast<int>(pc[r])};
     const Action a = s[r][pc[r]];
-    const Action send = *model.input_send(a);  // the only way a compute can wait
+    // The order checks leave a send from another rank as the only thing a compute can wait
+    // for; should that ever change, still report rather than guess.
+    const std::optional<Action> input = model.input_send(a);
+    if (!input) {
+      stuck.add(at(here) + " (" + a.to_string() + ") waits for an input its own rank never made",
+                {here});
+      continue;
+    }
+    const Action send = *input;
     const int peer = model.owner(send.chunk);
     stuck.add(at(here) + " (" + a.to_string() + ") waits for " + send.to_string() + " from " +
                   at({peer, model.step(send)}) + ", but rank " + std::to_string(peer) +

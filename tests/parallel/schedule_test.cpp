@@ -308,7 +308,12 @@ TEST(Simulator, ReportsMissingAndMisplacedActions) {
   EXPECT_NE(r.error.find("which lives on rank 1"), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("[1F0]"), std::string::npos) << r.error;
 
-  // Same-rank chunks out of model order, and a recv after its consumer.
+  // A backward before its forward, same-rank chunks out of model order, and a recv after its
+  // consumer.
+  r = simulate(parse_schedule({{"0B0", "0F0"}}), 1, 1, 1);
+  EXPECT_NE(r.error.find("0B0 at rank 0 step 0 runs before 0F0 (step 1), but a backward needs"),
+            std::string::npos)
+      << r.error;
   r = simulate(parse_schedule({{"1F0", "0F0", "1B0", "0B0"}}), 1, 2, 1);
   EXPECT_NE(r.error.find("out of dependency order"), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("1F0 at rank 0 step 0 runs before 0F0"), std::string::npos) << r.error;
