@@ -1,0 +1,90 @@
+#pragma once
+// Token shards: the on-disk form of a tokenized corpus, and a read-only memory-mapped view of
+// one. This file is the format and its reader/writer; it is not a dataset (how tokens become
+// training windows is io/token_dataset.h) and not a tokenizer.
+//
+// Format, version 1. Every integer is little-endian.
+//
+//   | offset | bytes   | type          | field                                             |
+//   |--------|---------|---------------|---------------------------------------------------|
+//   | 0      | 8       | char[8]       | magic "MTTOKENS"                                  |
+//   | 8      | 4       | uint32        | format version = 1                                |
+//   | 12     | 4       | uint32        | bytes per token: 2 (uint16) or 4 (uint32)         |
+//   | 16     | 8       | uint64        | token count n                                     |
+//   | 24     | 4       | uint32        | vocab_size (every token is < vocab_size)          |
+//   | 28     | 4       | uint32        | header bytes = 64 (offset of the first token)     |
+//   | 32     | 8       | uint64        | FNV-1a 64 checksum of the n * bytes token bytes   |
+//   | 40     | 24      | -             | zero (reserved)                                   |
+//   | 64     | n*bytes | uint16/uint32 | the tokens                                        |
+//
+// The file size is exactly 64 + n * bytes_per_token. Writers pick 2 bytes per token when
+// vocab_size <= 65536 (every GPT-2/Llama-2 sized vocabulary), else 4.
+//
+// Opening a shard checks the header and the file size but not the checksum: a shard can be
+// terabytes and opening must be cheap on every rank; call verify_checksum() (e.g. in
+// `meshtrain inspect`) to read every byte.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+inline constexpr char kTokenShardMagic[8] = {'M', 'T', 'T', 'O', 'K', 'E', 'N', 'S'};
+inline constexpr uint32_t kTokenShardVersion = 1;
+inline constexpr uint32_t kTokenShardHeaderBytes = 64;
+
+// 64-bit FNV-1a (offset basis 0xcbf29ce484222325, prime 0x100000001b3), the shard checksum.
+// `h` continues a running hash, so a writer can checksum its tokens chunk by chunk.
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h = 0xCBF29CE484222325ull);
+
+class TokenShard {
+ public:
+  // Maps `path` read-only (MAP_PRIVATE, PROT_READ, madvise(MADV_RANDOM): training reads
+  // windows at random positions). Throws DataError, starting with the path, when the file is
+  // missing or unreadable, smaller than a header, has a bad magic, an unsupported version,
+  // bytes per token other than 2 or 4, a header size other than 64, or a size that does not
+  // match the token count the header promises.
+  static TokenShard open(const std::string& path);
+
+  TokenShard(TokenShard&& other) noexcept;
+  TokenShard& operator=(TokenShard&& other) noexcept;
+  TokenShard(const TokenShard&) = delete;
+  TokenShard& operator=(const TokenShard&) = delete;
+  ~TokenShard();
+
+  int64_t size() const { return count_; }  // tokens
+  uint32_t vocab_size() const { return vocab_size_; }
+  uint32_t bytes_per_token() const { return bytes_per_token_; }
+  uint64_t stored_checksum() const { return checksum_; }
+  const std::string& path() const { return path_; }
+
+  uint32_t token(int64_t i) const;  // 0 <= i < size(), else std::out_of_range
+  // Copies tokens [begin, begin + count) into out[0, count) as int32 (what the embedding
+  // kernels take). The range must lie inside the shard, else std::out_of_range.
+  void read(int64_t begin, int64_t count, int32_t* out) const;
+
+  // Recomputes the FNV-1a checksum over every token byte and compares it with the header's.
+  bool verify_checksum() const;
+
+ private:
+  TokenShard() = default;
+  void release() noexcept;
+
+  std::string path_;
+  void* map_ = nullptr;  // the whole file, header included
+  size_t map_bytes_ = 0;
+  const unsigned char* tokens_ = nullptr;  // map_ + 64
+  int64_t count_ = 0;
+  uint32_t bytes_per_token_ = 0;
+  uint32_t vocab_size_ = 0;
+  uint64_t checksum_ = 0;
+};
+
+// Writes `tokens` as a version-1 shard. The bytes go to `path` + ".tmp", which is renamed to
+// `path` only once complete, so a crash never leaves a half-written shard under the final
+// name. Throws DataError if a token is >= vocab_size or the file cannot be written.
+void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens,
+                       uint32_t vocab_size);
+
+}  // namespace meshtrain

@@ -1,0 +1,309 @@
+#include "meshtrain/io/token_shard.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "meshtrain/io/data_error.h"
+
+namespace meshtrain {
+
+// Tokens are read straight out of the mapping; the format is little-endian and so is every
+// host meshtrain targets (x86-64, aarch64). A big-endian port would byte-swap in read().
+static_assert(std::endian::native == std::endian::little,
+              "token shards are little-endian; this reader assumes a little-endian host");
+
+namespace {
+
+uint32_t load_u32(const unsigned char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t load_u64(const unsigned char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+void store_u32(unsigned char* p, uint32_t v) { std::memcpy(p, &v, 4); }
+void store_u64(unsigned char* p, uint64_t v) { std::memcpy(p, &v, 8); }
+
+std::string errno_text() { return std::strerror(errno); }
+
+// The magic as the user would want to see it: printable characters as-is, others as \xNN.
+std::string show_bytes(const unsigned char* p, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] >= 0x20 && p[i] < 0x7F && p[i] != '"' && p[i] != '\\') {
+      s += static_cast<char>(p[i]);
+    } else {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", p[i]);
+      s += buf;
+    }
+  }
+  return s;
+}
+
+// Closes a file descriptor on every exit path of open().
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 0x100000001B3ull;
+  }
+  return h;
+}
+
+TokenShard TokenShard::open(const std::string& path) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) throw DataError(path, "cannot open token shard: " + errno_text());
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw DataError(path, "cannot stat token shard: " + errno_text());
+  if (!S_ISREG(st.st_mode)) throw DataError(path, "is not a regular file");
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  if (file_bytes < kTokenShardHeaderBytes) {
+    throw DataError(path, "file holds " + std::to_string(file_bytes) +
+                              " bytes, less than the 64-byte token shard header (write shards "
+                              "with `meshtrain prepare`)");
+  }
+
+  unsigned char h[kTokenShardHeaderBytes];
+  if (::pread(f.fd, h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) {
+    throw DataError(path, "cannot read token shard header: " + errno_text());
+  }
+  if (std::memcmp(h, kTokenShardMagic, 8) != 0) {
+    throw DataError(path, "bad magic \"" + show_bytes(h, 8) +
+                              "\", expected \"MTTOKENS\": not a meshtrain token shard");
+  }
+  const uint32_t version = load_u32(h + 8);
+  if (version != kTokenShardVersion) {
+    throw DataError(path, "unsupported token shard format version " + std::to_string(version) +
+                              " (this build reads version " + std::to_string(kTokenShardVersion) +
+                              ")");
+  }
+  const uint32_t bytes_per_token = load_u32(h + 12);
+  if (bytes_per_token != 2 && bytes_per_token != 4) {
+    throw DataError(path, "bytes per token is " + std::to_string(bytes_per_token) +
+                              ", expected 2 (uint16) or 4 (uint32)");
+  }
+  const uint64_t count = load_u64(h + 16);
+  const uint32_t vocab_size = load_u32(h + 24);
+  const uint32_t header_bytes = load_u32(h + 28);
+  if (header_bytes != kTokenShardHeaderBytes) {
+    throw DataError(path, "header bytes is " + std::to_string(header_bytes) +
+                              ", version 1 "
+                              "headers are 64 bytes");
+  }
+  if (vocab_size == 0) throw DataError(path, "vocab_size is 0 in the token shard header");
+  if (bytes_per_token == 2 && vocab_size > 65536) {
+    throw DataError(path, "vocab_size " + std::to_string(vocab_size) +
+                              " does not fit 2-byte tokens (at most 65536)");
+  }
+
+  // 64 + count * bytes, saturating: a corrupt count must read as "truncated", not wrap around.
+  const uint64_t max_count = (std::numeric_limits<uint64_t>::max() - 64) / bytes_per_token;
+  const uint64_t expected =
+      count > max_count ? std::numeric_limits<uint64_t>::max() : 64 + count * bytes_per_token;
+  if (file_bytes != expected) {
+    const std::string promise =
+        "header promises " + std::to_string(count) + " tokens (" + std::to_string(expected) +
+        " bytes), file holds " + std::to_string(file_bytes) + " bytes (" +
+        std::to_string((file_bytes - 64) / bytes_per_token) + " whole tokens)";
+    if (file_bytes < expected) throw DataError(path, "truncated token shard: " + promise);
+    throw DataError(path, "token shard has " + std::to_string(file_bytes - expected) +
+                              " extra bytes: " + promise);
+  }
+  if (count > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    throw DataError(path, "token count " + std::to_string(count) + " exceeds int64");
+  }
+
+  void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, f.fd, 0);
+  if (map == MAP_FAILED) throw DataError(path, "cannot mmap token shard: " + errno_text());
+  // Advice only: a failure changes speed, not results.
+  (void)::madvise(map, file_bytes, MADV_RANDOM);
+
+  TokenShard s;
+  s.path_ = path;
+  s.map_ = map;
+  s.map_bytes_ = file_bytes;
+  s.tokens_ = static_cast<const unsigned char*>(map) + kTokenShardHeaderBytes;
+  s.count_ = static_cast<int64_t>(count);
+  s.bytes_per_token_ = bytes_per_token;
+  s.vocab_size_ = vocab_size;
+  s.checksum_ = load_u64(h + 32);
+  return s;
+}
+
+TokenShard::TokenShard(TokenShard&& o) noexcept
+    : path_(std::move(o.path_)),
+      map_(o.map_),
+      map_bytes_(o.map_bytes_),
+      tokens_(o.tokens_),
+      count_(o.count_),
+      bytes_per_token_(o.bytes_per_token_),
+      vocab_size_(o.vocab_size_),
+      checksum_(o.checksum_) {
+  o.map_ = nullptr;
+  o.map_bytes_ = 0;
+  o.tokens_ = nullptr;
+  o.count_ = 0;
+}
+
+TokenShard& TokenShard::operator=(TokenShard&& o) noexcept {
+  if (this != &o) {
+    release();
+    path_ = std::move(o.path_);
+    map_ = o.map_;
+    map_bytes_ = o.map_bytes_;
+    tokens_ = o.tokens_;
+    count_ = o.count_;
+    bytes_per_token_ = o.bytes_per_token_;
+    vocab_size_ = o.vocab_size_;
+    checksum_ = o.checksum_;
+    o.map_ = nullptr;
+    o.map_bytes_ = 0;
+    o.tokens_ = nullptr;
+    o.count_ = 0;
+  }
+  return *this;
+}
+
+TokenShard::~TokenShard() { release(); }
+
+void TokenShard::release() noexcept {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  map_bytes_ = 0;
+  tokens_ = nullptr;
+}
+
+uint32_t TokenShard::token(int64_t i) const {
+  if (i < 0 || i >= count_) {
+    throw std::out_of_range(path_ + ": token " + std::to_string(i) + " out of range [0, " +
+                            std::to_string(count_) + ")");
+  }
+  if (bytes_per_token_ == 2) {
+    uint16_t v;
+    std::memcpy(&v, tokens_ + 2 * i, 2);
+    return v;
+  }
+  return load_u32(tokens_ + 4 * i);
+}
+
+void TokenShard::read(int64_t begin, int64_t count, int32_t* out) const {
+  if (begin < 0 || count < 0 || begin > count_ - count) {
+    throw std::out_of_range(path_ + ": tokens [" + std::to_string(begin) + ", " +
+                            std::to_string(begin + count) + ") out of range [0, " +
+                            std::to_string(count_) + ")");
+  }
+  if (bytes_per_token_ == 2) {
+    const unsigned char* p = tokens_ + 2 * begin;
+    for (int64_t i = 0; i < count; ++i) {
+      uint16_t v;
+      std::memcpy(&v, p + 2 * i, 2);
+      out[i] = v;
+    }
+  } else {
+    // Tokens are < vocab_size <= 2^32; int32 holds every vocabulary a model can embed.
+    std::memcpy(out, tokens_ + 4 * begin, static_cast<size_t>(count) * 4);
+  }
+}
+
+bool TokenShard::verify_checksum() const {
+  const size_t bytes = static_cast<size_t>(count_) * bytes_per_token_;
+  // One sequential pass: let the kernel read ahead, then go back to random-access advice.
+  (void)::madvise(map_, map_bytes_, MADV_SEQUENTIAL);
+  const uint64_t h = fnv1a64(tokens_, bytes);
+  (void)::madvise(map_, map_bytes_, MADV_RANDOM);
+  return h == checksum_;
+}
+
+void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens,
+                       uint32_t vocab_size) {
+  if (vocab_size == 0) throw DataError(path, "cannot write a token shard with vocab_size 0");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= vocab_size) {
+      throw DataError(path, "token " + std::to_string(tokens[i]) + " at position " +
+                                std::to_string(i) + " is not below vocab_size " +
+                                std::to_string(vocab_size));
+    }
+  }
+  const uint32_t bytes_per_token = vocab_size <= 65536 ? 2 : 4;
+
+  // Token bytes in file order, converted and checksummed in chunks so that memory stays
+  // bounded by the input vector, not twice it.
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) throw DataError(tmp, "cannot create token shard: " + errno_text());
+  auto fail = [&](const std::string& what) {
+    const std::string why = errno_text();
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw DataError(tmp, what + ": " + why);
+  };
+
+  unsigned char header[kTokenShardHeaderBytes] = {};
+  std::memcpy(header, kTokenShardMagic, 8);
+  store_u32(header + 8, kTokenShardVersion);
+  store_u32(header + 12, bytes_per_token);
+  store_u64(header + 16, tokens.size());
+  store_u32(header + 24, vocab_size);
+  store_u32(header + 28, kTokenShardHeaderBytes);
+  // The checksum is patched in after the tokens are written.
+  if (std::fwrite(header, 1, sizeof header, f) != sizeof header) fail("cannot write header");
+
+  constexpr size_t kChunk = 1 << 16;
+  std::vector<unsigned char> buf(kChunk * bytes_per_token);
+  uint64_t h = fnv1a64(nullptr, 0);
+  for (size_t start = 0; start < tokens.size(); start += kChunk) {
+    const size_t n = std::min(kChunk, tokens.size() - start);
+    for (size_t i = 0; i < n; ++i) {
+      if (bytes_per_token == 2) {
+        const uint16_t v = static_cast<uint16_t>(tokens[start + i]);
+        std::memcpy(buf.data() + 2 * i, &v, 2);
+      } else {
+        store_u32(buf.data() + 4 * i, tokens[start + i]);
+      }
+    }
+    const size_t bytes = n * bytes_per_token;
+    h = fnv1a64(buf.data(), bytes, h);
+    if (std::fwrite(buf.data(), 1, bytes, f) != bytes) fail("cannot write tokens");
+  }
+  unsigned char sum[8];
+  store_u64(sum, h);
+  if (std::fseek(f, 32, SEEK_SET) != 0 || std::fwrite(sum, 1, 8, f) != 8) {
+    fail("cannot write checksum");
+  }
+  if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) fail("cannot flush token shard");
+  if (std::fclose(f) != 0) {
+    const std::string why = errno_text();
+    std::remove(tmp.c_str());
+    throw DataError(tmp, "cannot close token shard: " + why);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = errno_text();
+    std::remove(tmp.c_str());
+    throw DataError(path, "cannot rename " + tmp + " to the final name: " + why);
+  }
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,83 @@
+// Preparation: text files and the synthetic corpus become valid train/val shards whose
+// tokens are exactly the text, split at the documented place.
+
+#include "meshtrain/io/prepare.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "meshtrain/io/byte_tokenizer.h"
+#include "meshtrain/io/data_error.h"
+#include "meshtrain/io/synthetic_corpus.h"
+#include "meshtrain/io/token_shard.h"
+#include "support/temp_dir.h"
+
+namespace meshtrain {
+namespace {
+
+using meshtrain::testing::TempDir;
+
+std::vector<uint32_t> all_tokens(const TokenShard& s) {
+  std::vector<uint32_t> t;
+  for (int64_t i = 0; i < s.size(); ++i) t.push_back(s.token(i));
+  return t;
+}
+
+TEST(Prepare, SyntheticCorpusBecomesTwoValidShards) {
+  TempDir dir;
+  const size_t bytes = 100000;
+  const PrepareResult r = prepare_synthetic(17, bytes, dir.file("synth/tiny"), 0.1);
+  EXPECT_EQ(r.train_path, dir.file("synth/tiny_train.bin"));
+  EXPECT_EQ(r.val_path, dir.file("synth/tiny_val.bin"));
+  EXPECT_EQ(r.train_tokens + r.val_tokens, static_cast<int64_t>(bytes));
+  EXPECT_EQ(r.val_tokens, 10000);
+
+  const TokenShard train = TokenShard::open(r.train_path), val = TokenShard::open(r.val_path);
+  EXPECT_EQ(train.size(), r.train_tokens);
+  EXPECT_EQ(val.size(), r.val_tokens);
+  EXPECT_EQ(train.vocab_size(), 256u);
+  EXPECT_EQ(train.bytes_per_token(), 2u);
+  EXPECT_TRUE(train.verify_checksum());
+  EXPECT_TRUE(val.verify_checksum());
+  // Train then val is the text itself.
+  EXPECT_EQ(detokenize_bytes(all_tokens(train)) + detokenize_bytes(all_tokens(val)),
+            synthetic_text(17, bytes));
+}
+
+TEST(Prepare, TextFilesEachGiveTheirTailToValidation) {
+  TempDir dir;
+  std::ofstream(dir.file("a.txt"), std::ios::binary) << "0123456789";
+  std::ofstream(dir.file("b.txt"), std::ios::binary) << "abcdefghijklmnopqrst";
+  const PrepareResult r =
+      prepare_text_files({dir.file("a.txt"), dir.file("b.txt")}, dir.file("out"), 0.2);
+  EXPECT_EQ(r.train_tokens, 8 + 16);
+  EXPECT_EQ(r.val_tokens, 2 + 4);
+  EXPECT_EQ(detokenize_bytes(all_tokens(TokenShard::open(r.train_path))),
+            "01234567abcdefghijklmnop");
+  EXPECT_EQ(detokenize_bytes(all_tokens(TokenShard::open(r.val_path))), "89qrst");
+}
+
+TEST(Prepare, ErrorsNameTheFile) {
+  TempDir dir;
+  const std::string missing = dir.file("missing.txt"), empty = dir.file("empty.txt");
+  std::ofstream(empty).close();
+  for (const std::string& bad : {missing, empty}) {
+    try {
+      prepare_text_files({bad}, dir.file("out"), 0.1);
+      FAIL() << "expected a DataError for " << bad;
+    } catch (const DataError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(bad + ": ", 0), 0u) << e.what();
+    }
+  }
+}
+
+TEST(Prepare, ValidationFractionMustBeStrictlyBetweenZeroAndOne) {
+  TempDir dir;
+  for (double f : {0.0, 1.0, -0.5, 1.5}) {
+    EXPECT_THROW(prepare_synthetic(1, 1000, dir.file("s"), f), std::invalid_argument) << f;
+  }
+}
+
+}  // namespace
+}  // namespace meshtrain

@@ -1,0 +1,270 @@
+// Token shard format: round trips for 2- and 4-byte tokens, the header laid out as documented,
+// the checksum, and every error open() promises, each with the message a user would need.
+
+#include "meshtrain/io/token_shard.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "meshtrain/io/data_error.h"
+#include "support/temp_dir.h"
+
+namespace meshtrain {
+namespace {
+
+using meshtrain::testing::TempDir;
+
+std::vector<uint32_t> some_tokens(size_t n, uint32_t vocab) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>((i * 2654435761u + 17) % vocab);
+  return t;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void patch(const std::string& path, std::streamoff offset, const void* bytes, size_t n) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  f.seekp(offset);
+  f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+}
+
+// The DataError message of open(path), or "" when it did not throw.
+std::string open_error(const std::string& path) {
+  try {
+    TokenShard::open(path);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_round_trip(const std::string& path, const std::vector<uint32_t>& tokens, uint32_t vocab,
+                       uint32_t expected_bytes) {
+  write_token_shard(path, tokens, vocab);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_EQ(std::filesystem::file_size(path), 64 + tokens.size() * expected_bytes);
+
+  const TokenShard s = TokenShard::open(path);
+  EXPECT_EQ(s.path(), path);
+  EXPECT_EQ(s.size(), static_cast<int64_t>(tokens.size()));
+  EXPECT_EQ(s.vocab_size(), vocab);
+  EXPECT_EQ(s.bytes_per_token(), expected_bytes);
+  for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(s.token(static_cast<int64_t>(i)), tokens[i]);
+
+  std::vector<int32_t> out(tokens.size() - 7, -1);
+  s.read(3, static_cast<int64_t>(out.size()), out.data());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], static_cast<int32_t>(tokens[3 + i]));
+  EXPECT_TRUE(s.verify_checksum());
+}
+
+TEST(TokenShard, RoundTripTwoByteTokens) {
+  TempDir dir;
+  auto tokens = some_tokens(1000, 50257);
+  tokens[10] = 50256;  // the largest token of a GPT-2 vocabulary
+  expect_round_trip(dir.file("a.bin"), tokens, 50257, 2);
+}
+
+TEST(TokenShard, RoundTripFourByteTokens) {
+  TempDir dir;
+  auto tokens = some_tokens(1000, 128256);
+  tokens[0] = 128255;
+  tokens[1] = 65536;  // would wrap to 0 in a uint16
+  expect_round_trip(dir.file("a.bin"), tokens, 128256, 4);
+}
+
+TEST(TokenShard, WidthBoundaryIs65536) {
+  TempDir dir;
+  expect_round_trip(dir.file("two.bin"), {0, 65535, 1, 2, 3, 4, 5, 6, 7, 8}, 65536, 2);
+  expect_round_trip(dir.file("four.bin"), {0, 65536, 1, 2, 3, 4, 5, 6, 7, 8}, 65537, 4);
+}
+
+TEST(TokenShard, EmptyShardOpens) {
+  TempDir dir;
+  write_token_shard(dir.file("e.bin"), {}, 256);
+  const TokenShard s = TokenShard::open(dir.file("e.bin"));
+  EXPECT_EQ(s.size(), 0);
+  EXPECT_TRUE(s.verify_checksum());
+}
+
+TEST(TokenShard, HeaderIsLaidOutAsDocumented) {
+  TempDir dir;
+  const std::vector<uint32_t> tokens = {1, 2, 300, 4};
+  write_token_shard(dir.file("h.bin"), tokens, 1000);
+  const std::string b = slurp(dir.file("h.bin"));
+  ASSERT_EQ(b.size(), 64u + 8u);
+  auto u32 = [&](size_t at) {
+    uint32_t v;
+    std::memcpy(&v, b.data() + at, 4);
+    return v;
+  };
+  auto u64 = [&](size_t at) {
+    uint64_t v;
+    std::memcpy(&v, b.data() + at, 8);
+    return v;
+  };
+  EXPECT_EQ(b.substr(0, 8), "MTTOKENS");
+  EXPECT_EQ(u32(8), 1u);
+  EXPECT_EQ(u32(12), 2u);
+  EXPECT_EQ(u64(16), 4u);
+  EXPECT_EQ(u32(24), 1000u);
+  EXPECT_EQ(u32(28), 64u);
+  EXPECT_EQ(u64(32), fnv1a64(b.data() + 64, 8));
+  EXPECT_EQ(b.substr(40, 24), std::string(24, '\0'));
+  // Little-endian uint16 tokens: 300 = 0x012C.
+  EXPECT_EQ(static_cast<unsigned char>(b[64 + 4]), 0x2C);
+  EXPECT_EQ(static_cast<unsigned char>(b[64 + 5]), 0x01);
+}
+
+TEST(TokenShard, Fnv1aKnownAnswers) {
+  // Reference values of 64-bit FNV-1a (Fowler, Noll, Vo).
+  EXPECT_EQ(fnv1a64("", 0), 0xcbf29ce484222325ull);
+  EXPECT_EQ(fnv1a64("a", 1), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(fnv1a64("foobar", 6), 0x85944171f73967e8ull);
+  // Chunked hashing continues the running value.
+  EXPECT_EQ(fnv1a64("bar", 3, fnv1a64("foo", 3)), fnv1a64("foobar", 6));
+}
+
+TEST(TokenShard, ChecksumDetectsAFlippedByte) {
+  TempDir dir;
+  const std::string path = dir.file("c.bin");
+  write_token_shard(path, some_tokens(500, 256), 256);
+  const unsigned char x = 0x40;
+  std::string b = slurp(path);
+  const unsigned char flipped = static_cast<unsigned char>(b[64 + 123]) ^ x;
+  patch(path, 64 + 123, &flipped, 1);
+  const TokenShard s = TokenShard::open(path);  // open does not read the tokens
+  EXPECT_FALSE(s.verify_checksum());
+}
+
+TEST(TokenShard, MissingFile) {
+  TempDir dir;
+  const std::string path = dir.file("nope.bin");
+  const std::string msg = open_error(path);
+  EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("No such file"), std::string::npos) << msg;
+}
+
+TEST(TokenShard, FileSmallerThanHeader) {
+  TempDir dir;
+  const std::string path = dir.file("tiny.bin");
+  std::ofstream(path) << "MTTOKENS";
+  const std::string msg = open_error(path);
+  EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("8 bytes"), std::string::npos) << msg;
+}
+
+TEST(TokenShard, BadMagic) {
+  TempDir dir;
+  const std::string path = dir.file("m.bin");
+  write_token_shard(path, some_tokens(10, 256), 256);
+  patch(path, 0, "GPT2DATA", 8);
+  const std::string msg = open_error(path);
+  EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("bad magic \"GPT2DATA\""), std::string::npos) << msg;
+}
+
+TEST(TokenShard, UnknownVersionIsNamed) {
+  TempDir dir;
+  const std::string path = dir.file("v.bin");
+  write_token_shard(path, some_tokens(10, 256), 256);
+  const uint32_t version = 7;
+  patch(path, 8, &version, 4);
+  const std::string msg = open_error(path);
+  EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("version 7"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("reads version 1"), std::string::npos) << msg;
+}
+
+TEST(TokenShard, BadBytesPerToken) {
+  TempDir dir;
+  const std::string path = dir.file("w.bin");
+  write_token_shard(path, some_tokens(12, 256), 256);
+  const uint32_t three = 3;
+  patch(path, 12, &three, 4);
+  EXPECT_NE(open_error(path).find("bytes per token is 3"), std::string::npos);
+}
+
+TEST(TokenShard, TruncatedFileSaysBothCounts) {
+  TempDir dir;
+  const std::string path = dir.file("t.bin");
+  write_token_shard(path, some_tokens(1000, 256), 256);
+  std::filesystem::resize_file(path, 64 + 2000 - 3);
+  const std::string msg = open_error(path);
+  EXPECT_EQ(msg.rfind(path + ": truncated token shard", 0), 0u) << msg;
+  EXPECT_NE(msg.find("header promises 1000 tokens (2064 bytes)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("file holds 2061 bytes (998 whole tokens)"), std::string::npos) << msg;
+}
+
+TEST(TokenShard, ExtraBytesAreRefused) {
+  TempDir dir;
+  const std::string path = dir.file("x.bin");
+  write_token_shard(path, some_tokens(100, 256), 256);
+  std::ofstream(path, std::ios::binary | std::ios::app) << "junk!";
+  const std::string msg = open_error(path);
+  EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("5 extra bytes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("header promises 100 tokens (264 bytes), file holds 269 bytes"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(TokenShard, HugeCountReadsAsTruncatedNotOverflow) {
+  TempDir dir;
+  const std::string path = dir.file("o.bin");
+  write_token_shard(path, some_tokens(4, 256), 256);
+  const uint64_t huge = ~0ull / 2 + 5;  // 64 + huge * 2 wraps around in uint64
+  patch(path, 16, &huge, 8);
+  EXPECT_NE(open_error(path).find("truncated"), std::string::npos);
+}
+
+TEST(TokenShard, OutOfRangeAccessThrows) {
+  TempDir dir;
+  write_token_shard(dir.file("r.bin"), some_tokens(10, 256), 256);
+  const TokenShard s = TokenShard::open(dir.file("r.bin"));
+  int32_t buf[4];
+  EXPECT_THROW(s.token(10), std::out_of_range);
+  EXPECT_THROW(s.token(-1), std::out_of_range);
+  EXPECT_THROW(s.read(8, 3, buf), std::out_of_range);
+  EXPECT_NO_THROW(s.read(7, 3, buf));
+}
+
+TEST(TokenShard, WriterRefusesTokensOutsideTheVocabulary) {
+  TempDir dir;
+  const std::string path = dir.file("bad.bin");
+  EXPECT_THROW(write_token_shard(path, {1, 2, 256}, 256), DataError);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST(TokenShard, WriterFailsIntoAMissingDirectoryWithThePath) {
+  TempDir dir;
+  const std::string path = dir.file("no/such/dir/a.bin");
+  try {
+    write_token_shard(path, {1, 2, 3}, 256);
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(TokenShard, MovedShardStaysReadable) {
+  TempDir dir;
+  write_token_shard(dir.file("mv.bin"), {5, 6, 7}, 256);
+  TokenShard a = TokenShard::open(dir.file("mv.bin"));
+  TokenShard b = std::move(a);
+  EXPECT_EQ(b.token(2), 7u);
+  write_token_shard(dir.file("mv2.bin"), {9}, 256);
+  b = TokenShard::open(dir.file("mv2.bin"));
+  EXPECT_EQ(b.size(), 1);
+  EXPECT_EQ(b.token(0), 9u);
+}
+
+}  // namespace
+}  // namespace meshtrain
