@@ -1,1 +1,56 @@
-int main() { return 0; }
+// meshtrain: hybrid-parallel (data, tensor, pipeline) GPT training on MPI.
+
+#include <CLI/CLI.hpp>
+
+#include "meshtrain/app/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace meshtrain;
+  CLI::App app{"meshtrain " MESHTRAIN_VERSION
+               ": hybrid-parallel GPT training on MPI. Run every rank with the same deck:\n"
+               "  mpiexec -n 8 meshtrain train input/default.toml"};
+  app.require_subcommand(1);
+
+  TrainArgs train;
+  CLI::App* train_cmd = app.add_subcommand("train", "Train a model as an input deck describes");
+  train_cmd->add_option("deck", train.deck, "Input deck (TOML), e.g. input/default.toml")->required();
+  train_cmd->add_option("--set", train.overrides,
+                        "Override a deck key: --set section.key=value (repeatable)");
+
+  PrepareArgs prepare;
+  CLI::App* prepare_cmd = app.add_subcommand("prepare", "Turn text files into token shards (byte-level)");
+  prepare_cmd->add_option("inputs", prepare.inputs, "Text files");
+  prepare_cmd->add_option("--out", prepare.out_prefix,
+                          "Output prefix: writes <prefix>_train.bin and <prefix>_val.bin")->required();
+  prepare_cmd->add_option("--val-fraction", prepare.val_fraction,
+                          "Fraction of each file kept for validation")->check(CLI::Range(0.0, 1.0));
+  prepare_cmd->add_option("--synthetic", prepare.synthetic_bytes,
+                          "Write the built-in generated corpus of this many bytes instead");
+
+  BenchArgs bench;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks, each against this machine's own ceiling");
+  bench_cmd->add_option("--suite", bench.suite, "step, comm, pipeline, zero, checkpoint or all")
+      ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "all"}));
+  bench_cmd->add_option("--threads", bench.threads, "Threads per rank")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--steps", bench.steps, "Timed steps (median reported)")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
+
+  app.add_subcommand("keys", "Print the input-deck reference (every key, its default and range)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int status = app.exit(e);
+    return status == 0 ? kExitOk : kExitUsage;
+  }
+  if (*train_cmd) return train_command(train);
+  if (*prepare_cmd) {
+    if (prepare.inputs.empty() && prepare.synthetic_bytes <= 0) {
+      std::fprintf(stderr, "meshtrain prepare: give text files, or --synthetic BYTES\n");
+      return kExitUsage;
+    }
+    return prepare_command(prepare);
+  }
+  if (*bench_cmd) return bench_command(bench);
+  return keys_command();
+}

@@ -29,6 +29,7 @@ ModelChunk::ModelChunk(const LayerContext& ctx, const GptConfig& cfg, const Chun
   if (range.has_head) {
     head_unit_ = store.begin_unit("head");
     Parameter* weight = nullptr;
+    if (embedding_) tied_wte = &embedding_->wte();  // embedding and head in one chunk
     if (cfg.tie_embeddings && tied_wte) {
       weight = tied_wte;
       store.use(*tied_wte);
@@ -60,10 +61,13 @@ Tensor ModelChunk::forward(const MicroBatchData& mb, const Tensor& input, Saved&
     hooks.after_forward(block_units_[i]);
   }
   if (!head_) return x;
+  // In training the head's backward runs inside its forward (see lm_head.h), so its backward
+  // hooks are called here, not in backward().
   hooks.before_forward(head_unit_);
   if (pass == Pass::Train) hooks.before_backward(head_unit_);
   const double loss = head_->forward(x, mb.targets, mb.shape, dloss,
                                      pass == Pass::Train ? &saved.head : nullptr);
+  if (pass == Pass::Train) hooks.after_backward(head_unit_);
   hooks.after_forward(head_unit_);
   if (loss_sum) *loss_sum += loss;
   return {};
@@ -72,10 +76,7 @@ Tensor ModelChunk::forward(const MicroBatchData& mb, const Tensor& input, Saved&
 Tensor ModelChunk::backward(const MicroBatchData& mb, const Tensor& dout, Saved& saved,
                             Recompute recompute, UnitHooks& hooks) {
   Tensor dx = dout;
-  if (head_) {
-    dx = head_->backward(saved.head);
-    hooks.after_backward(head_unit_);
-  }
+  if (head_) dx = head_->backward(saved.head);
   for (size_t i = blocks_.size(); i-- > 0;) {
     hooks.before_backward(block_units_[i]);
     dx = blocks_[i]->backward(dx, mb.shape, saved.blocks[i], recompute);
@@ -98,7 +99,6 @@ GptModel::GptModel(Backend& backend, const TensorParallel& tp, const GptConfig& 
     chunks_.push_back(std::make_unique<ModelChunk>(ctx, cfg, r, wte));
     if (chunks_.back()->embedding()) wte = &chunks_.back()->embedding()->wte();
   }
-  store_.materialize(backend, dtype);
 }
 
 }  // namespace meshtrain

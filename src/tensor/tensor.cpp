@@ -63,6 +63,11 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
   return view(begin * row, s);
 }
 
+void Tensor::undefined_access() {
+  throw std::logic_error("Tensor: access to an undefined tensor (a parameter not gathered, or "
+                         "an activation already freed)");
+}
+
 void Tensor::check_dtype(DType expected) const {
   if (expected != dtype_)
     throw std::logic_error("Tensor: accessed " + std::string(dtype_name(dtype_)) + " tensor as " +

@@ -37,6 +37,7 @@ struct Harness {
     cfg.tie_embeddings = tied;
     const TensorParallel tp{&tp_comm, SequenceParallel::Off};
     model = std::make_unique<GptModel>(be, tp, cfg, balanced_partition(cfg, 1), DType::F64);
+    model->params().materialize(be, DType::F64);
     model->params().initialize(be, seed);
     // Larger than GPT-2's init, so that every nonlinearity works away from its linear regime.
     for (Parameter* p : model->params().params()) {
@@ -103,13 +104,25 @@ void check_all_gradients(Harness& h, Recompute recompute) {
   }
 }
 
+int count_named(ParameterStore& store, const std::string& name) {
+  int n = 0;
+  for (Parameter* p : store.params()) n += p->spec.name == name ? 1 : 0;
+  return n;
+}
+
+// Tied: one wte, read by the embedding and the head (the head unit borrows it), so its
+// gradient — checked element by element below — holds both uses.
 TEST(GradientCheck, TiedEmbeddingsEveryElement) {
   Harness h(true);
+  EXPECT_EQ(count_named(h.model->params(), "wte"), 1);
+  EXPECT_EQ(count_named(h.model->params(), "lm_head.weight"), 0);
   check_all_gradients(h, Recompute::None);
 }
 
 TEST(GradientCheck, UntiedEmbeddingsEveryElement) {
   Harness h(false);
+  EXPECT_EQ(count_named(h.model->params(), "wte"), 1);
+  EXPECT_EQ(count_named(h.model->params(), "lm_head.weight"), 1);
   check_all_gradients(h, Recompute::None);
 }
 

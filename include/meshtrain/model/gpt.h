@@ -71,6 +71,8 @@ class ModelChunk {
   int head_unit_ = -1;
 };
 
+// Parameters are registered but not allocated: the owner of their storage (ModelState, with
+// its ZeRO stage, or ParameterStore::materialize in tests) lays them out.
 class GptModel {
  public:
   // ranges: this rank's chunks, in its virtual-stage order.

@@ -47,7 +47,10 @@ class Tensor {
   MemoryCategory category() const { return buffer_->category(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
 
-  void* raw() const { return static_cast<char*>(buffer_->data()) + offset_; }
+  void* raw() const {
+    if (!buffer_) undefined_access();
+    return static_cast<char*>(buffer_->data()) + offset_;
+  }
   // Typed pointer; throws if T does not match dtype().
   template <class T> T* data() const {
     check_dtype(dtype_of<T>());
@@ -63,6 +66,7 @@ class Tensor {
 
  private:
   void check_dtype(DType expected) const;
+  [[noreturn]] static void undefined_access();
 
   std::shared_ptr<Buffer> buffer_;
   size_t offset_ = 0;

@@ -1,0 +1,35 @@
+#pragma once
+// The one output format of every benchmark: '#' header lines, then fixed columns
+//   name  <suite-specific columns>  ratio  wrong
+// where `ratio` is the achieved figure over this machine's own ceiling measured in the same run
+// and `wrong` counts failed result checks. A copy goes to JSON when asked; a non-zero `wrong`
+// anywhere makes the command fail.
+
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+class BenchReport {
+ public:
+  explicit BenchReport(std::vector<std::string> columns);
+  void header(const std::string& line);  // printed as "# line"
+  void row(const std::string& name, const std::vector<double>& values, int wrong);
+  int wrong() const { return wrong_; }
+  // Writes {"header": [...], "columns": [...], "rows": [{...}]}; throws on I/O failure.
+  void write_json(const std::string& path) const;
+
+ private:
+  std::vector<std::string> columns_;
+  std::vector<std::string> headers_;
+  struct Row {
+    std::string name;
+    std::vector<double> values;
+    int wrong;
+  };
+  std::vector<Row> rows_;
+  int wrong_ = 0;
+  bool printed_columns_ = false;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,15 @@
+#pragma once
+// Benchmark suites of `meshtrain bench`. Each measures its ceiling in the same run and reports
+// through BenchReport.
+
+#include "meshtrain/app/bench_report.h"
+#include "meshtrain/app/commands.h"
+
+namespace meshtrain {
+
+// OpenBLAS sgemm peak (large square GEMM) and a full GPT-2 124M training step against it.
+void bench_step(const BenchArgs& args, BenchReport& report);
+// Median GFLOP/s of a square sgemm of size n (checked against double-precision dot products).
+double measure_sgemm_peak(int n, int repeats, int& wrong);
+
+}  // namespace meshtrain

@@ -1,0 +1,38 @@
+#pragma once
+// The sub-commands of the meshtrain binary. Each returns the process exit status:
+//   0 success; 1 bad input (deck, data, layout) — every rank reports the same error;
+//   2 command-line usage; 3 a communication timed out (job aborted with a diagnosis);
+//   4 an internal error.
+
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+inline constexpr int kExitOk = 0, kExitInput = 1, kExitUsage = 2, kExitTimeout = 3, kExitInternal = 4;
+
+struct TrainArgs {
+  std::string deck;
+  std::vector<std::string> overrides;  // --set section.key=value
+};
+int train_command(const TrainArgs& args);
+
+struct PrepareArgs {
+  std::vector<std::string> inputs;  // text files
+  std::string out_prefix;
+  double val_fraction = 0.1;
+  long long synthetic_bytes = 0;    // > 0: generate the built-in corpus instead
+};
+int prepare_command(const PrepareArgs& args);
+
+struct BenchArgs {
+  std::string suite = "step";  // step, comm, pipeline, zero, checkpoint, all
+  int threads = 2;
+  int steps = 4;
+  std::string json;            // also write results as JSON here
+};
+int bench_command(const BenchArgs& args);
+
+int keys_command();
+
+}  // namespace meshtrain

@@ -1,0 +1,85 @@
+#pragma once
+// The typed configuration of a run: the input deck (TOML) after parsing, defaults and
+// validation. Passed down to every layer; nothing reads the deck or the environment again.
+// The keys, their defaults and what they accept are listed once, in deck_schema.cpp, which
+// also prints the README's deck reference (`meshtrain keys`).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshtrain/model/gpt_config.h"
+#include "meshtrain/model/layer.h"
+#include "meshtrain/parallel/process_grid.h"
+#include "meshtrain/parallel/schedule.h"
+
+namespace meshtrain {
+
+struct RunOptions {
+  std::string name = "meshtrain";
+  std::string dir;  // default runs/<name>
+  uint64_t seed = 1234;
+  int log_every = 10;
+  int threads = 0;  // 0: automatic
+  bool trace = false;
+  double comm_timeout = 600.0;  // seconds
+};
+
+struct DataOptions {
+  std::vector<std::string> train = {"synthetic"};
+  std::string val = "synthetic";
+  int64_t synthetic_bytes = 4000000;
+  bool synthetic_train() const { return train.size() == 1 && train[0] == "synthetic"; }
+  bool synthetic_val() const { return val == "synthetic"; }
+  bool has_val() const { return val != "none"; }
+};
+
+struct TrainOptions {
+  int steps = 200;
+  int global_batch = 16;  // sequences per optimizer step
+  int micro_batch = 4;    // sequences per micro-batch per data-parallel rank
+  double lr = 1e-3, min_lr = 1e-4;
+  int warmup_steps = 20;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // 0: off
+  int eval_every = 50;     // 0: only after the last step
+  int eval_batches = 4;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+};
+
+struct ParallelOptions {
+  int dp = 0;  // 0: "auto", world / (tp * pp)
+  int tp = 1, pp = 1;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int virtual_stages = 1;
+  int zero = 0;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::None;
+  std::string order = "tp-dp-pp";
+  double bucket_mb = 25.0;
+  std::vector<int> partition;  // layers per model chunk; empty: balanced
+};
+
+struct CheckpointOptions {
+  std::string dir;  // default <run.dir>/checkpoints
+  int every = 0;    // 0: never
+  int keep = 3;
+  std::string resume = "auto";  // "auto", "none" or a path
+};
+
+struct Config {
+  std::string deck_path;  // as given on the command line
+  std::string deck_text;  // the deck as read (stored in checkpoints)
+  RunOptions run;
+  GptConfig model;
+  DataOptions data;
+  TrainOptions train;
+  ParallelOptions parallel;
+  CheckpointOptions checkpoint;
+
+  // Micro-batches per optimizer step on each data-parallel rank.
+  int microbatches() const { return train.global_batch / (parallel.dp * train.micro_batch); }
+  GridShape grid_shape() const;
+};
+
+}  // namespace meshtrain

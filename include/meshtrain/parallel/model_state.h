@@ -1,0 +1,117 @@
+#pragma once
+// ModelState owns this rank's training state — parameters, gradients, optimizer moments — laid
+// out in buckets (bucket_plan.h) and sharded over the data-parallel group by ZeRO stage
+// (Rajbhandari et al., arXiv 1910.02054):
+//
+//   zero  parameters         gradients                     optimizer (AdamW m, v)
+//   0     full               full, all-reduced             full
+//   1     full, all-gathered  full, reduce-scattered        shard
+//   2     full, all-gathered  shard (per-bucket staging)    shard
+//   3     shard, gathered     shard (per-bucket staging)    shard
+//         per unit on use
+//
+// It is the model's UnitHooks: it gathers a unit's parameters before the unit runs (ZeRO-3,
+// with the next unit prefetched), and launches a bucket's gradient reduction as soon as every
+// unit writing into it has finished its backward — on the last micro-batch for stages 0 and 1
+// (no communication before), on every micro-batch for stages 2 and 3 (which keep no full
+// gradients). A bucket is ready when all units writing it have completed the same number of
+// backward passes, which also handles the tied embedding's two users.
+
+#include <memory>
+#include <vector>
+
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/model/gpt.h"
+#include "meshtrain/optim/adamw.h"
+#include "meshtrain/parallel/bucket_plan.h"
+
+namespace meshtrain {
+
+struct StateGroups {
+  Communicator* dp = nullptr;
+  Communicator* tp = nullptr;
+  Communicator* pp = nullptr;
+  Communicator* embedding = nullptr;  // first + last stage (tied embeddings), else size 1
+};
+
+struct ModelStateOptions {
+  int zero = 0;
+  double bucket_mb = 25.0;
+  AdamWHyper adamw;
+  int microbatches = 1;  // backward passes per unit per step
+};
+
+// A piece of one parameter that this rank owns: `count` elements from local flat index
+// `local_begin` of the parameter's slice, with views of its value and optimizer moments.
+struct OwnedPiece {
+  Parameter* param = nullptr;
+  int64_t local_begin = 0, count = 0;
+  Tensor value, exp_avg, exp_avg_sq;
+};
+
+class ModelState final : public UnitHooks {
+ public:
+  ModelState(GptModel& model, const StateGroups& groups, const ModelStateOptions& options);
+  ~ModelState() override;
+
+  // Initial parameter values from (seed, name, global index).
+  void initialize(uint64_t seed);
+
+  void begin_step();
+  void before_forward(int unit) override;
+  void after_forward(int unit) override;
+  void before_backward(int unit) override;
+  void after_backward(int unit) override;
+  // Completes every reduction; sums tied-embedding and sequence-parallel gradients.
+  void finish_backward();
+  // Global L2 norm of the gradient (each element counted once over the whole grid).
+  double grad_norm();
+  void optimizer_step(double lr, double grad_scale);
+  // Drops gathered parameters (ZeRO-3) outside a step, e.g. after an evaluation pass.
+  void release_gathered();
+
+  int64_t steps_taken() const;
+  void set_steps_taken(int64_t steps);
+  int zero() const { return options_.zero; }
+  const BucketPlan& plan() const { return plan_; }
+  // The pieces of parameters whose value and moments this rank holds authoritatively (its
+  // shard under ZeRO >= 1, everything under ZeRO 0), for checkpoints.
+  std::vector<OwnedPiece> owned_pieces();
+  // After values of owned pieces were overwritten (a checkpoint load): refresh replicas.
+  void sync_after_load();
+
+ private:
+  struct BucketState;
+  struct Pending;
+
+  BucketState& bucket(int b) { return *buckets_[b]; }
+  bool shards_params() const { return options_.zero >= 3; }
+  bool shards_grads() const { return options_.zero >= 2; }
+  int64_t owned_begin(int b) const;
+  int64_t owned_size(int b) const;
+  Tensor owned_values(int b);
+  Tensor owned_grads(int b);
+  void point_values(int b, const Tensor& full);
+  void point_grads(int b, const Tensor& full);
+  void start_gather(int b);
+  void ensure_gathered(int b);
+  void release(int b);
+  void acquire_staging(int b);
+  void maybe_reduce(int b);
+  void launch_reduction(int b);
+  void progress();
+  void complete(Pending& p);
+  void all_reduce_segments(Communicator& comm, std::vector<Tensor>& pieces);
+
+  GptModel* model_;
+  Backend* be_;
+  StateGroups groups_;
+  ModelStateOptions options_;
+  BucketPlan plan_;
+  std::vector<std::unique_ptr<BucketState>> buckets_;
+  std::vector<Pending> pending_;
+  std::vector<int> completed_;  // backward passes finished this step, per unit
+  Tensor flat_values_, flat_grads_;
+};
+
+}  // namespace meshtrain

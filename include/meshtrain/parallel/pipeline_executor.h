@@ -1,0 +1,52 @@
+#pragma once
+// Runs one rank's pipeline actions (schedule.h) for one step: forward and backward of its model
+// chunks, activations and gradients exchanged with its pipeline neighbours by non-blocking MPI.
+// Receives are posted when the schedule says (early, for overlap) and waited for only when the
+// compute that needs them starts; sends complete in the background and are all finished before
+// run() returns. Time spent computing versus waiting is measured for the bubble report.
+
+#include <functional>
+#include <vector>
+
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/io/trace_writer.h"
+#include "meshtrain/model/gpt.h"
+#include "meshtrain/parallel/schedule.h"
+
+namespace meshtrain {
+
+struct PipelineStats {
+  double compute_seconds = 0;  // inside forward/backward actions
+  double total_seconds = 0;    // the whole run
+  double bubble() const { return total_seconds > 0 ? 1.0 - compute_seconds / total_seconds : 0.0; }
+};
+
+class PipelineExecutor {
+ public:
+  PipelineExecutor(GptModel& model, Communicator& pipeline, int virtual_stages, Recompute recompute,
+                   TraceWriter& trace);
+
+  // Runs `actions` over `microbatches` (indexed by micro-batch). Returns the loss summed over the
+  // micro-batches whose head ran on this rank (0 on other stages).
+  double run(const std::vector<Action>& actions, const std::vector<MicroBatchData>& microbatches,
+             Pass pass, double dloss, UnitHooks& hooks);
+  const PipelineStats& stats() const { return stats_; }
+
+ private:
+  struct Slot;
+  int owner(int chunk) const { return chunk % stages_; }
+  int tag(int dest_chunk, int microbatch, int direction) const;
+
+  GptModel* model_;
+  Communicator* pp_;
+  int stages_, virtual_stages_;
+  Recompute recompute_;
+  TraceWriter* trace_;
+  PipelineStats stats_;
+  int microbatches_ = 0;
+};
+
+// Forward-only actions for evaluation: each rank runs its chunks micro-batch by micro-batch.
+Schedule make_forward_only(int stages, int microbatches, int virtual_stages);
+
+}  // namespace meshtrain

@@ -1,0 +1,46 @@
+#pragma once
+// Feeds a data-parallel rank its micro-batches. The global batch of step s is the sampler's
+// positions [0, global_batch) of that step — a function of (seed, step) only — and rank r of dp
+// takes positions [r G/dp, (r+1) G/dp), micro-batch j the next micro_batch of those. So any dp,
+// and any micro-batch count, sees exactly the same global batch. Validation batches are read
+// in order, the same for every evaluation.
+
+#include <memory>
+#include <vector>
+
+#include "meshtrain/backend/backend.h"
+#include "meshtrain/config/config.h"
+#include "meshtrain/io/sampler.h"
+#include "meshtrain/io/token_dataset.h"
+#include "meshtrain/model/gpt.h"
+
+namespace meshtrain {
+
+class DataFeed {
+ public:
+  // Opens (or generates) the training and validation data; throws DataError/DeckError naming
+  // the files and keys on bad data.
+  DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_size);
+
+  std::vector<MicroBatchData> train_batch(int step) const;
+  std::vector<MicroBatchData> val_batch(int index) const;
+  bool has_val() const { return val_ != nullptr; }
+  const TokenDataset& train() const { return *train_; }
+  const TokenDataset* val() const { return val_.get(); }
+
+ private:
+  std::vector<MicroBatchData> assemble(const TokenDataset& data,
+                                       const std::function<int64_t(int64_t)>& index_at) const;
+
+  const Config* cfg_;
+  Backend* be_;
+  int dp_rank_, dp_size_;
+  std::unique_ptr<TokenDataset> train_, val_;
+  std::unique_ptr<Sampler> sampler_;
+};
+
+// Seeds of the built-in corpus: fixed, so that every run (any run.seed) sees the same text.
+inline constexpr uint64_t kSyntheticTrainSeed = 0x6d657368747261ull;
+inline constexpr uint64_t kSyntheticValSeed = 0x76616c69646174ull;
+
+}  // namespace meshtrain

@@ -1,0 +1,71 @@
+#pragma once
+// The training loop of one rank: builds its model chunks and their sharded state from the
+// Config, then steps — pipeline schedule over its micro-batches, gradient reduction, global
+// gradient-norm clipping, AdamW with warm-up + cosine learning rate — evaluates, logs
+// (rank 0: a progress line on stdout, metrics.jsonl in the run directory) and traces.
+
+#include <memory>
+#include <vector>
+
+#include "meshtrain/backend/backend.h"
+#include "meshtrain/config/config.h"
+#include "meshtrain/io/metrics_writer.h"
+#include "meshtrain/io/trace_writer.h"
+#include "meshtrain/model/gpt.h"
+#include "meshtrain/parallel/model_state.h"
+#include "meshtrain/parallel/pipeline_executor.h"
+#include "meshtrain/parallel/process_grid.h"
+#include "meshtrain/train/data_feed.h"
+
+namespace meshtrain {
+
+struct StepResult {
+  int step = 0;  // optimizer steps completed
+  double loss = 0, lr = 0, grad_norm = 0;
+  double seconds = 0, tokens_per_second = 0;
+  double bubble = 0;  // measured, mean over ranks
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& config, ProcessGrid& grid, Backend& backend);
+  ~Trainer();
+
+  // Trains from the current step to train.steps, with evaluation and logging.
+  void run();
+  // One optimizer step (0-based `step`).
+  StepResult train_step(int step);
+  // Mean validation loss per token over train.eval_batches global batches.
+  double evaluate();
+
+  GptModel& model() { return *model_; }
+  ModelState& state() { return *state_; }
+  const std::vector<ChunkRange>& partition() const { return partition_; }
+  int step() const { return step_; }
+  void set_step(int step) { step_ = step; }
+
+ private:
+  double world_sum(double local);
+  void log_start();
+  void log_step(const StepResult& r, double eta_seconds);
+
+  const Config& cfg_;
+  ProcessGrid& grid_;
+  Backend& be_;
+  bool leader_;
+  std::vector<ChunkRange> partition_;
+  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<ModelState> state_;
+  std::unique_ptr<DataFeed> data_;
+  std::vector<Action> train_actions_, eval_actions_;
+  TraceWriter trace_;
+  std::unique_ptr<PipelineExecutor> executor_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  int step_ = 0;
+};
+
+// Threads for this rank: run.threads if set, else OMP_NUM_THREADS if set, else the cores this
+// process may run on, shared among the node's ranks when they are not bound to separate cores.
+int choose_threads(int configured, int local_ranks);
+
+}  // namespace meshtrain

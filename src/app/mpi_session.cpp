@@ -1,0 +1,59 @@
+#include "meshtrain/app/mpi_session.h"
+
+#include <cstdio>
+
+#include "meshtrain/app/commands.h"
+#include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/config/deck_error.h"
+#include "meshtrain/io/data_error.h"
+
+namespace meshtrain {
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+int run_reporting_errors(const std::function<int()>& body) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  try {
+    return body();
+  } catch (const DeckError& e) {  // same deck text on every rank: same verdict
+    if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    return kExitInput;
+  } catch (const AgreedError& e) {
+    if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    return kExitInput;
+  } catch (const CommTimeout& e) {
+    std::fprintf(stderr, "meshtrain: rank %d: error: %s; aborting the job\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kExitTimeout);
+    return kExitTimeout;
+  } catch (const DataError& e) {  // raised outside an agreement: only this rank knows
+    std::fprintf(stderr, "meshtrain: rank %d: error: %s; aborting the job\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kExitInput);
+    return kExitInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshtrain: rank %d: internal error: %s; aborting the job\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kExitInternal);
+    return kExitInternal;
+  }
+}
+
+}  // namespace meshtrain

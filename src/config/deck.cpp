@@ -1,0 +1,528 @@
+// Input deck parsing. The schema is the table in schema() below: one entry per key, with its
+// type, default, what it accepts, its meaning, and how it is stored into Config. Everything a
+// user can get wrong in a deck is caught here or in layout_check.cpp, with a message naming the
+// file and line, the key, the value and what would be accepted.
+
+#include "meshtrain/config/deck.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace meshtrain {
+
+namespace {
+
+struct KeySpec {
+  std::string section, key;
+  std::string type;         // as the reference shows it: "integer", "float", "string", ...
+  std::string default_text;
+  std::string accepted;     // "integer >= 1", "one of \"gpipe\", \"1f1b\", \"interleaved\""
+  std::string doc;
+  // Stores the node into the config; returns a problem description, or "" when valid.
+  std::function<std::string(const toml::node&, Config&)> apply;
+};
+
+std::string repr(const toml::node& n) {
+  std::ostringstream os;
+  if (auto s = n.as_string()) {
+    os << '"' << s->get() << '"';
+  } else if (auto a = n.as_array()) {
+    os << *a;
+  } else if (n.is_table()) {
+    os << "{...}";
+  } else {
+    n.visit([&](auto&& v) { os << v; });
+  }
+  return os.str();
+}
+
+std::string type_of(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+// ---- key builders --------------------------------------------------------------------------
+
+template <class Set>
+KeySpec int_key(std::string sec, std::string key, int64_t def, int64_t lo, int64_t hi,
+                std::string doc, Set set) {
+  std::string accepted = "integer >= " + std::to_string(lo);
+  if (hi < INT32_MAX) accepted = "integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return {sec, key, "integer", std::to_string(def), accepted, std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            if (!n.is_integer()) return "is " + type_of(n);
+            const int64_t v = n.as_integer()->get();
+            if (v < lo || v > hi) return "is out of range";
+            set(c, v);
+            return "";
+          }};
+}
+
+template <class Set>
+KeySpec float_key(std::string sec, std::string key, std::string def, double lo, bool lo_open,
+                  std::string doc, Set set) {
+  std::ostringstream acc;
+  acc << "number " << (lo_open ? "> " : ">= ") << lo;
+  return {sec, key, "float", def, acc.str(), std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            double v;
+            if (n.is_floating_point()) v = n.as_floating_point()->get();
+            else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
+            else return "is " + type_of(n);
+            if (!(v == v) || (lo_open ? v <= lo : v < lo)) return "is out of range";
+            set(c, v);
+            return "";
+          }};
+}
+
+template <class Set>
+KeySpec bool_key(std::string sec, std::string key, bool def, std::string doc, Set set) {
+  return {sec, key, "boolean", def ? "true" : "false", "true or false", std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            if (!n.is_boolean()) return "is " + type_of(n);
+            set(c, n.as_boolean()->get());
+            return "";
+          }};
+}
+
+template <class Set>
+KeySpec choice_key(std::string sec, std::string key, std::string def,
+                   std::vector<std::string> choices, std::string doc, Set set) {
+  std::string accepted = "one of";
+  for (size_t i = 0; i < choices.size(); ++i) accepted += (i ? ", \"" : " \"") + choices[i] + "\"";
+  return {sec, key, "string", "\"" + def + "\"", accepted, std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            if (!n.is_string()) return "is " + type_of(n);
+            const std::string v = n.as_string()->get();
+            if (std::find(choices.begin(), choices.end(), v) == choices.end())
+              return "is not a known value";
+            set(c, v);
+            return "";
+          }};
+}
+
+template <class Set>
+KeySpec string_key(std::string sec, std::string key, std::string def, std::string accepted,
+                   std::string doc, std::function<bool(const std::string&)> valid, Set set) {
+  return {sec, key, "string", def, accepted, std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            if (!n.is_string()) return "is " + type_of(n);
+            const std::string v = n.as_string()->get();
+            if (!valid(v)) return "is not valid";
+            set(c, v);
+            return "";
+          }};
+}
+
+bool nonempty(const std::string& s) { return !s.empty(); }
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> keys = [] {
+    const int64_t big = INT64_MAX;
+    std::vector<KeySpec> k;
+    // [run]
+    k.push_back(string_key("run", "name", "\"meshtrain\"", "letters, digits, '.', '_', '-'",
+                           "Run name; names the run directory and the logs.",
+                           [](const std::string& s) {
+                             return std::regex_match(s, std::regex("[A-Za-z0-9._-]+"));
+                           },
+                           [](Config& c, const std::string& v) { c.run.name = v; }));
+    k.push_back(string_key("run", "dir", "\"runs/<name>\"", "a directory path",
+                           "Run directory: metrics.jsonl, traces, default checkpoint directory.",
+                           nonempty, [](Config& c, const std::string& v) { c.run.dir = v; }));
+    k.push_back(int_key("run", "seed", 1234, 0, big,
+                        "Seed of parameter initialisation and data order (with the step).",
+                        [](Config& c, int64_t v) { c.run.seed = static_cast<uint64_t>(v); }));
+    k.push_back(int_key("run", "log_every", 10, 1, big, "Log a progress line every N steps.",
+                        [](Config& c, int64_t v) { c.run.log_every = static_cast<int>(v); }));
+    k.push_back(int_key("run", "threads", 0, 0, 1024,
+                        "Threads per rank for kernels and BLAS; 0: OMP_NUM_THREADS if set, else "
+                        "this node's cores shared among its ranks.",
+                        [](Config& c, int64_t v) { c.run.threads = static_cast<int>(v); }));
+    k.push_back(bool_key("run", "trace", false,
+                         "Write a Chrome-trace timeline per rank (trace_rank<N>.json).",
+                         [](Config& c, bool v) { c.run.trace = v; }));
+    k.push_back(float_key("run", "comm_timeout", "600.0", 0.0, true,
+                          "Seconds a communication may wait before the job is aborted with a "
+                          "diagnosis (a dead or stalled rank).",
+                          [](Config& c, double v) { c.run.comm_timeout = v; }));
+    // [model]
+    k.push_back(int_key("model", "layers", 4, 1, 100000, "Transformer blocks.",
+                        [](Config& c, int64_t v) { c.model.layers = static_cast<int>(v); }));
+    k.push_back(int_key("model", "d_model", 128, 1, 1 << 20, "Channels (embedding width).",
+                        [](Config& c, int64_t v) { c.model.d_model = v; }));
+    k.push_back(int_key("model", "heads", 4, 1, 1 << 16, "Attention heads; divides d_model.",
+                        [](Config& c, int64_t v) { c.model.heads = v; }));
+    k.push_back(int_key("model", "seq_len", 128, 1, 1 << 20,
+                        "Sequence length T (also the number of learned positions).",
+                        [](Config& c, int64_t v) { c.model.seq_len = v; }));
+    k.push_back(int_key("model", "vocab_size", 256, 2, 1 << 30,
+                        "Vocabulary; every token of the data must be below it.",
+                        [](Config& c, int64_t v) { c.model.vocab_size = v; }));
+    k.push_back(bool_key("model", "tie_embeddings", true,
+                         "LM head shares the token embedding (GPT-2).",
+                         [](Config& c, bool v) { c.model.tie_embeddings = v; }));
+    // [data]
+    k.push_back({"data", "train", "string or array of strings", "\"synthetic\"",
+                 "\"synthetic\", or token-shard paths / glob patterns",
+                 "Training data: the built-in generated corpus, or token shards written by "
+                 "`meshtrain prepare`.",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   std::vector<std::string> out;
+                   if (auto s = n.as_string()) {
+                     out.push_back(s->get());
+                   } else if (auto a = n.as_array()) {
+                     for (const toml::node& e : *a) {
+                       if (!e.is_string()) return "holds " + type_of(e);
+                       out.push_back(e.as_string()->get());
+                     }
+                   } else {
+                     return "is " + type_of(n);
+                   }
+                   if (out.empty() || std::any_of(out.begin(), out.end(),
+                                                  [](const std::string& s) { return s.empty(); }))
+                     return "is empty";
+                   if (out.size() > 1 &&
+                       std::find(out.begin(), out.end(), "synthetic") != out.end())
+                     return "mixes \"synthetic\" with files";
+                   c.data.train = out;
+                   return "";
+                 }});
+    k.push_back(string_key("data", "val", "\"synthetic\"",
+                           "\"synthetic\", \"none\", or a token-shard path / glob pattern",
+                           "Validation data.", nonempty,
+                           [](Config& c, const std::string& v) { c.data.val = v; }));
+    k.push_back(int_key("data", "synthetic_bytes", 4000000, 4096, int64_t{1} << 34,
+                        "Size of the generated training corpus (bytes = tokens); validation "
+                        "gets a tenth, generated from another seed.",
+                        [](Config& c, int64_t v) { c.data.synthetic_bytes = v; }));
+    // [train]
+    k.push_back(int_key("train", "steps", 200, 1, big, "Optimizer steps.",
+                        [](Config& c, int64_t v) { c.train.steps = static_cast<int>(v); }));
+    k.push_back(int_key("train", "global_batch", 16, 1, big,
+                        "Sequences per optimizer step, over all data-parallel ranks.",
+                        [](Config& c, int64_t v) { c.train.global_batch = static_cast<int>(v); }));
+    k.push_back(int_key("train", "micro_batch", 4, 1, big,
+                        "Sequences per micro-batch on each data-parallel rank.",
+                        [](Config& c, int64_t v) { c.train.micro_batch = static_cast<int>(v); }));
+    k.push_back(float_key("train", "lr", "1e-3", 0.0, true, "Peak learning rate.",
+                          [](Config& c, double v) { c.train.lr = v; }));
+    k.push_back(float_key("train", "min_lr", "1e-4", 0.0, false,
+                          "Learning rate at the end of the cosine decay.",
+                          [](Config& c, double v) { c.train.min_lr = v; }));
+    k.push_back(int_key("train", "warmup_steps", 20, 0, big, "Linear warm-up steps.",
+                        [](Config& c, int64_t v) { c.train.warmup_steps = static_cast<int>(v); }));
+    k.push_back(float_key("train", "weight_decay", "0.1", 0.0, false,
+                          "AdamW decoupled weight decay (not on biases and LayerNorm).",
+                          [](Config& c, double v) { c.train.weight_decay = v; }));
+    k.push_back(float_key("train", "grad_clip", "1.0", 0.0, false,
+                          "Clip the global gradient norm to this; 0 turns clipping off.",
+                          [](Config& c, double v) { c.train.grad_clip = v; }));
+    k.push_back(int_key("train", "eval_every", 50, 0, big,
+                        "Validate every N steps (and after the last); 0: only after the last.",
+                        [](Config& c, int64_t v) { c.train.eval_every = static_cast<int>(v); }));
+    k.push_back(int_key("train", "eval_batches", 4, 1, big,
+                        "Global batches of validation data per evaluation.",
+                        [](Config& c, int64_t v) { c.train.eval_batches = static_cast<int>(v); }));
+    k.push_back(float_key("train", "beta1", "0.9", 0.0, false, "AdamW beta1, below 1.",
+                          [](Config& c, double v) { c.train.beta1 = v; }));
+    k.push_back(float_key("train", "beta2", "0.95", 0.0, false, "AdamW beta2, below 1.",
+                          [](Config& c, double v) { c.train.beta2 = v; }));
+    k.push_back(float_key("train", "eps", "1e-8", 0.0, true, "AdamW epsilon.",
+                          [](Config& c, double v) { c.train.eps = v; }));
+    // [parallel]
+    k.push_back({"parallel", "dp", "integer or \"auto\"", "\"auto\"", "integer >= 1, or \"auto\"",
+                 "Data-parallel ranks; \"auto\": world size / (tp x pp).",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   if (auto s = n.as_string()) {
+                     if (s->get() != "auto") return "is not a known value";
+                     c.parallel.dp = 0;
+                     return "";
+                   }
+                   if (!n.is_integer()) return "is " + type_of(n);
+                   if (n.as_integer()->get() < 1 || n.as_integer()->get() > INT32_MAX) return "is out of range";
+                   c.parallel.dp = static_cast<int>(n.as_integer()->get());
+                   return "";
+                 }});
+    k.push_back(int_key("parallel", "tp", 1, 1, 1 << 16,
+                        "Tensor-parallel ranks; divides model.heads and model.vocab_size.",
+                        [](Config& c, int64_t v) { c.parallel.tp = static_cast<int>(v); }));
+    k.push_back(int_key("parallel", "pp", 1, 1, 1 << 16, "Pipeline stages.",
+                        [](Config& c, int64_t v) { c.parallel.pp = static_cast<int>(v); }));
+    k.push_back(choice_key("parallel", "schedule", "1f1b", {"gpipe", "1f1b", "interleaved"},
+                           "Pipeline schedule.", [](Config& c, const std::string& v) {
+                             c.parallel.schedule = v == "gpipe" ? ScheduleKind::GPipe
+                                                   : v == "1f1b" ? ScheduleKind::OneFOneB
+                                                                 : ScheduleKind::Interleaved;
+                           }));
+    k.push_back(int_key("parallel", "virtual_stages", 1, 1, 1024,
+                        "Model chunks per pipeline rank (interleaved schedule).",
+                        [](Config& c, int64_t v) { c.parallel.virtual_stages = static_cast<int>(v); }));
+    k.push_back(int_key("parallel", "zero", 0, 0, 3,
+                        "ZeRO stage over the data-parallel group: 1 shards optimizer state, 2 "
+                        "also gradients, 3 also parameters.",
+                        [](Config& c, int64_t v) { c.parallel.zero = static_cast<int>(v); }));
+    k.push_back(bool_key("parallel", "sequence_parallel", false,
+                         "Shard LayerNorm and residual regions along the sequence over the "
+                         "tensor group (Megatron sequence parallelism).",
+                         [](Config& c, bool v) { c.parallel.sequence_parallel = v; }));
+    k.push_back(choice_key("parallel", "recompute", "none", {"none", "selective", "full"},
+                           "Activation recomputation in the backward pass.",
+                           [](Config& c, const std::string& v) {
+                             c.parallel.recompute = v == "none"        ? Recompute::None
+                                                    : v == "selective" ? Recompute::Selective
+                                                                       : Recompute::Full;
+                           }));
+    k.push_back(string_key("parallel", "order", "\"tp-dp-pp\"",
+                           "the axes dp, tp, pp joined by '-', fastest-varying first",
+                           "Rank order of the process grid.",
+                           [](const std::string& s) {
+                             try {
+                               GridShape::parse_order(s);
+                               return true;
+                             } catch (const std::invalid_argument&) {
+                               return false;
+                             }
+                           },
+                           [](Config& c, const std::string& v) { c.parallel.order = v; }));
+    k.push_back(float_key("parallel", "bucket_mb", "25.0", 0.0, true,
+                          "Gradient reduction bucket size in MiB.",
+                          [](Config& c, double v) { c.parallel.bucket_mb = v; }));
+    k.push_back({"parallel", "partition", "array of integers", "balanced by cost",
+                 "pp x virtual_stages positive layer counts summing to model.layers",
+                 "Layers of each model chunk, in model order.",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   auto a = n.as_array();
+                   if (!a) return "is " + type_of(n);
+                   std::vector<int> out;
+                   for (const toml::node& e : *a) {
+                     if (!e.is_integer()) return "holds " + type_of(e);
+                     if (e.as_integer()->get() < 1 || e.as_integer()->get() > INT32_MAX) return "holds a count below 1";
+                     out.push_back(static_cast<int>(e.as_integer()->get()));
+                   }
+                   if (out.empty()) return "is empty";
+                   c.parallel.partition = out;
+                   return "";
+                 }});
+    // [checkpoint]
+    k.push_back(string_key("checkpoint", "dir", "\"<run.dir>/checkpoints\"", "a directory path",
+                           "Where checkpoints are written and looked for.", nonempty,
+                           [](Config& c, const std::string& v) { c.checkpoint.dir = v; }));
+    k.push_back(int_key("checkpoint", "every", 0, 0, big,
+                        "Write a checkpoint every N steps (and after the last); 0: never.",
+                        [](Config& c, int64_t v) { c.checkpoint.every = static_cast<int>(v); }));
+    k.push_back(int_key("checkpoint", "keep", 3, 1, big, "Complete checkpoints to keep.",
+                        [](Config& c, int64_t v) { c.checkpoint.keep = static_cast<int>(v); }));
+    k.push_back(string_key("checkpoint", "resume", "\"auto\"",
+                           "\"auto\" (newest complete checkpoint, if any), \"none\", or a path",
+                           "Where to resume from.", nonempty,
+                           [](Config& c, const std::string& v) { c.checkpoint.resume = v; }));
+    return k;
+  }();
+  return keys;
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> out;
+  for (const KeySpec& k : schema())
+    if (std::find(out.begin(), out.end(), k.section) == out.end()) out.push_back(k.section);
+  return out;
+}
+
+// Levenshtein distance, for "did you mean" hints.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = 3;  // only suggest close matches
+  for (const std::string& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+std::string location(const std::string& path, const toml::node& n) {
+  const auto line = n.source().begin.line;
+  if (path == "--set" || line == 0) return path;
+  return path + ":" + std::to_string(line);
+}
+
+// Applies one `section.key=value` override to the parsed table.
+void apply_override(toml::table& root, const std::string& text) {
+  const size_t eq = text.find('=');
+  const size_t dot = text.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw DeckError("--set " + text + ": expected section.key=value (e.g. --set model.layers=8)");
+  const std::string section = text.substr(0, dot), key = text.substr(dot + 1, eq - dot - 1);
+  const std::string value = text.substr(eq + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse(std::string_view("v = " + value), std::string_view("--set"));
+  } catch (const toml::parse_error&) {
+    // Not a TOML value: take it as a bare string (--set data.train=data/x.bin).
+    parsed.insert_or_assign("v", value);
+  }
+  toml::table* sec = root[section].as_table();
+  if (!sec) {
+    root.insert_or_assign(section, toml::table{});
+    sec = root[section].as_table();
+  }
+  sec->insert_or_assign(key, *parsed.get("v"));
+}
+
+void check_cross_fields(const std::string& path, const Config& c) {
+  auto fail = [&](const std::string& msg) { throw DeckError(path + ": " + msg); };
+  if (c.model.d_model % c.model.heads != 0)
+    fail("model.d_model = " + std::to_string(c.model.d_model) + " is not divisible by model.heads = " +
+         std::to_string(c.model.heads) + " (d_model must be a multiple of heads)");
+  if (c.train.min_lr > c.train.lr) {
+    std::ostringstream os;
+    os << "train.min_lr = " << c.train.min_lr << " exceeds train.lr = " << c.train.lr
+       << " (min_lr must be <= lr)";
+    fail(os.str());
+  }
+  if (c.train.beta1 >= 1.0 || c.train.beta2 >= 1.0)
+    fail("train.beta1 and train.beta2 must be below 1");
+  if (c.train.global_batch % c.train.micro_batch != 0)
+    fail("train.global_batch = " + std::to_string(c.train.global_batch) +
+         " is not a multiple of train.micro_batch = " + std::to_string(c.train.micro_batch));
+  if (c.parallel.virtual_stages > 1 && c.parallel.schedule == ScheduleKind::OneFOneB)
+    fail("parallel.virtual_stages = " + std::to_string(c.parallel.virtual_stages) +
+         " needs parallel.schedule = \"interleaved\" or \"gpipe\" (1f1b runs one chunk per "
+         "rank; or set virtual_stages = 1)");
+  if (c.parallel.schedule == ScheduleKind::Interleaved && c.parallel.pp < 2)
+    fail("parallel.schedule = \"interleaved\" needs parallel.pp >= 2 (with one stage use \"1f1b\")");
+  if (!c.parallel.partition.empty()) {
+    const int chunks = c.parallel.pp * c.parallel.virtual_stages;
+    int sum = 0;
+    for (int n : c.parallel.partition) sum += n;
+    if (static_cast<int>(c.parallel.partition.size()) != chunks || sum != c.model.layers)
+      fail("parallel.partition has " + std::to_string(c.parallel.partition.size()) +
+           " entries summing to " + std::to_string(sum) + " (expected pp x virtual_stages = " +
+           std::to_string(chunks) + " entries summing to model.layers = " +
+           std::to_string(c.model.layers) + ")");
+  }
+  if (c.data.train.size() == 1 && c.data.train[0] == "none")
+    fail("data.train = \"none\": training needs data (\"synthetic\" or token shards)");
+}
+
+}  // namespace
+
+std::string read_deck_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DeckError(path + ": cannot read the input deck (does the file exist?)");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+Config parse_deck(const std::string& path, const std::string& text,
+                  const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    throw DeckError(path + ":" + std::to_string(e.source().begin.line) + ": not valid TOML: " +
+                    std::string(e.description()));
+  }
+  for (const std::string& o : overrides) apply_override(root, o);
+
+  const std::vector<std::string> sections = section_names();
+  Config c;
+  c.deck_path = path;
+  c.deck_text = text;
+  for (auto&& [sec_key, sec_node] : root) {
+    const std::string sec(sec_key.str());
+    if (std::find(sections.begin(), sections.end(), sec) == sections.end()) {
+      const std::string hint = nearest(sec, sections);
+      std::string all;
+      for (const std::string& s : sections) all += (all.empty() ? "" : ", ") + s;
+      throw DeckError(location(path, sec_node) + ": unknown section [" + sec + "]" +
+                      (hint.empty() ? "" : " (did you mean [" + hint + "]?)") +
+                      "; sections are " + all);
+    }
+    const toml::table* table = sec_node.as_table();
+    if (!table)
+      throw DeckError(location(path, sec_node) + ": " + sec + " must be a table ([" + sec + "])");
+    std::vector<std::string> known;
+    for (const KeySpec& k : schema())
+      if (k.section == sec) known.push_back(k.key);
+    for (auto&& [key_key, node] : *table) {
+      const std::string key(key_key.str());
+      const auto spec = std::find_if(schema().begin(), schema().end(), [&](const KeySpec& k) {
+        return k.section == sec && k.key == key;
+      });
+      if (spec == schema().end()) {
+        const std::string hint = nearest(key, known);
+        std::string all;
+        for (const std::string& s : known) all += (all.empty() ? "" : ", ") + s;
+        throw DeckError(location(path, node) + ": unknown key " + sec + "." + key +
+                        (hint.empty() ? "" : " (did you mean " + sec + "." + hint + "?)") +
+                        "; keys of [" + sec + "] are " + all);
+      }
+      const std::string problem = spec->apply(node, c);
+      if (!problem.empty())
+        throw DeckError(location(path, node) + ": " + sec + "." + key + " = " + repr(node) + " " +
+                        problem + " (expected " + spec->accepted + ")");
+    }
+  }
+  if (c.run.dir.empty()) c.run.dir = "runs/" + c.run.name;
+  if (c.checkpoint.dir.empty()) c.checkpoint.dir = c.run.dir + "/checkpoints";
+  check_cross_fields(path, c);
+  return c;
+}
+
+std::string deck_reference_markdown() {
+  std::ostringstream os;
+  for (const std::string& sec : section_names()) {
+    os << "\n#### [" << sec << "]\n\n| key | type | default | accepted | meaning |\n|---|---|---|---|---|\n";
+    for (const KeySpec& k : schema()) {
+      if (k.section != sec) continue;
+      os << "| `" << k.key << "` | " << k.type << " | `" << k.default_text << "` | " << k.accepted
+         << " | " << k.doc << " |\n";
+    }
+  }
+  return os.str();
+}
+
+GridShape Config::grid_shape() const {
+  GridShape g;
+  g.dp = parallel.dp;
+  g.tp = parallel.tp;
+  g.pp = parallel.pp;
+  g.order = GridShape::parse_order(parallel.order);
+  return g;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,77 @@
+#include "meshtrain/config/layout_check.h"
+
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+namespace {
+
+std::string join(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::vector<int64_t> divisors(int64_t n, int64_t limit = 16) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n && static_cast<int64_t>(out.size()) < limit; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+}  // namespace
+
+void check_layout(Config& c, int world_size) {
+  const std::string& f = c.deck_path;
+  auto fail = [&](const std::string& msg) { throw DeckError(f + ": " + msg); };
+  ParallelOptions& p = c.parallel;
+  const std::string tp = std::to_string(p.tp), pp = std::to_string(p.pp);
+
+  if (p.dp == 0) {
+    if (world_size % (p.tp * p.pp) != 0)
+      fail("parallel.dp = \"auto\" cannot fill " + std::to_string(world_size) +
+           " ranks with tp x pp = " + tp + " x " + pp + " = " + std::to_string(p.tp * p.pp) +
+           " (launch a multiple of " + std::to_string(p.tp * p.pp) + " ranks)");
+    p.dp = world_size / (p.tp * p.pp);
+  } else if (p.dp * p.tp * p.pp != world_size) {
+    fail("parallel.dp x tp x pp = " + std::to_string(p.dp) + " x " + tp + " x " + pp + " = " +
+         std::to_string(p.dp * p.tp * p.pp) + " does not match the " +
+         std::to_string(world_size) + " ranks of this job (launch " +
+         std::to_string(p.dp * p.tp * p.pp) + " ranks, or set parallel.dp = \"auto\")");
+  }
+  const std::string dp = std::to_string(p.dp);
+
+  if (c.model.heads % p.tp != 0)
+    fail("parallel.tp = " + tp + " does not divide model.heads = " +
+         std::to_string(c.model.heads) + " (tp must be one of " + join(divisors(c.model.heads)) +
+         ")");
+  if (c.model.vocab_size % p.tp != 0) {
+    const int64_t padded = (c.model.vocab_size + 64 * p.tp - 1) / (64 * p.tp) * (64 * p.tp);
+    fail("parallel.tp = " + tp + " does not divide model.vocab_size = " +
+         std::to_string(c.model.vocab_size) + " (pad the vocabulary to a multiple of tp, e.g. " +
+         std::to_string(padded) + ", or use tp in " + join(divisors(c.model.vocab_size)) + ")");
+  }
+  const int chunks = p.pp * p.virtual_stages;
+  if (c.model.layers < chunks)
+    fail("model.layers = " + std::to_string(c.model.layers) +
+         " is fewer than parallel.pp x virtual_stages = " + pp + " x " +
+         std::to_string(p.virtual_stages) + " = " + std::to_string(chunks) +
+         " (every pipeline chunk needs at least one layer)");
+  const int per_step = p.dp * c.train.micro_batch;
+  if (c.train.global_batch % per_step != 0)
+    fail("train.global_batch = " + std::to_string(c.train.global_batch) +
+         " is not divisible by dp x micro_batch = " + dp + " x " +
+         std::to_string(c.train.micro_batch) + " = " + std::to_string(per_step) +
+         " (global_batch must be a multiple of " + std::to_string(per_step) + ", e.g. " +
+         std::to_string(per_step * ((c.train.global_batch + per_step - 1) / per_step)) + ")");
+  const int m = c.microbatches();
+  if (p.schedule == ScheduleKind::Interleaved && m % p.pp != 0)
+    fail("parallel.schedule = \"interleaved\" needs the micro-batches per step (global_batch / "
+         "(dp x micro_batch) = " + std::to_string(m) + ") to be a multiple of parallel.pp = " + pp);
+  if (p.sequence_parallel && (c.train.micro_batch * c.model.seq_len) % p.tp != 0)
+    fail("parallel.sequence_parallel needs micro_batch x seq_len = " +
+         std::to_string(c.train.micro_batch * c.model.seq_len) + " tokens to divide by tp = " + tp);
+}
+
+}  // namespace meshtrain

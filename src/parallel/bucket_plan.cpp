@@ -1,0 +1,65 @@
+#include "meshtrain/parallel/bucket_plan.h"
+
+#include <algorithm>
+#include <set>
+
+namespace meshtrain {
+
+namespace {
+constexpr int64_t kAlign = 16;
+int64_t align_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+}  // namespace
+
+int64_t BucketPlan::total_size() const {
+  int64_t n = 0;
+  for (const Bucket& b : buckets) n += b.size;
+  return n;
+}
+
+BucketPlan make_bucket_plan(ParameterStore& store, int shards, double bucket_mb, BucketBy by,
+                            DType dtype) {
+  BucketPlan plan;
+  const int64_t limit =
+      std::max<int64_t>(kAlign, static_cast<int64_t>(bucket_mb * 1024 * 1024) / dtype_size(dtype));
+  std::vector<Parameter*> params = store.params();
+  std::reverse(params.begin(), params.end());
+
+  Bucket open;
+  auto close = [&] {
+    if (open.params.empty()) return;
+    open.size = align_up(std::max<int64_t>(open.size, 1), kAlign * shards);
+    open.shard_size = open.size / shards;
+    plan.buckets.push_back(std::move(open));
+    open = Bucket{};
+  };
+  auto add = [&](Parameter* p) {
+    open.offsets.push_back(open.size);
+    open.params.push_back(p);
+    open.size += align_up(p->numel(), kAlign);
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    Parameter* p = params[i];
+    const bool alone = p->spec.name == "wte";
+    const bool new_unit = !open.params.empty() && open.params.back()->unit != p->unit;
+    if (alone || (by == BucketBy::Unit && new_unit) || (by == BucketBy::Size && open.size >= limit))
+      close();
+    add(p);
+    if (alone) close();
+  }
+  close();
+
+  // Which units write each bucket, and which buckets each unit reads.
+  plan.unit_buckets.resize(store.units());
+  for (int u = 0; u < store.units(); ++u) {
+    std::set<int> mine;
+    for (Parameter* p : store.unit_params(u))
+      for (size_t b = 0; b < plan.buckets.size(); ++b)
+        for (Parameter* q : plan.buckets[b].params)
+          if (q == p) mine.insert(static_cast<int>(b));
+    plan.unit_buckets[u].assign(mine.begin(), mine.end());
+    for (int b : mine) plan.buckets[b].units.push_back(u);
+  }
+  return plan;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,412 @@
+#include "meshtrain/parallel/model_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace meshtrain {
+
+struct ModelState::BucketState {
+  Tensor values;       // full bucket: a view of flat_values_ (zero <= 2), or the gathered copy
+  Tensor value_shard;  // zero 3: this rank's persistent shard
+  Work gather;         // zero 3: all-gather in flight into `values`
+  bool gathering = false;
+  int pins = 0;        // units running with the gathered values (zero 3)
+  Tensor grads;        // zero <= 1: a view of flat_grads_; zero >= 2: the current staging buffer
+  Tensor grad_shard;   // zero 1: this step's reduce-scatter result; zero >= 2: accumulated shard
+  bool reduced = false;
+  std::unique_ptr<AdamW> optim;
+  std::vector<OptimizerSegment> norm_segments;     // relative to the owned range
+  std::vector<OptimizerSegment> partial_segments;  // sequence-parallel partial gradients
+};
+
+struct ModelState::Pending {
+  int bucket;
+  Work work;
+  Tensor staging, out;  // kept alive until the reduction completes
+  bool accumulate;      // add `out` into the bucket's gradient shard on completion
+};
+
+namespace {
+// [begin, end) of a parameter inside its bucket, intersected with [lo, hi), relative to lo.
+bool intersect(int64_t begin, int64_t end, int64_t lo, int64_t hi, OptimizerSegment& out) {
+  const int64_t a = std::max(begin, lo), b = std::min(end, hi);
+  if (a >= b) return false;
+  out.offset = a - lo;
+  out.count = b - a;
+  return true;
+}
+}  // namespace
+
+ModelState::ModelState(GptModel& model, const StateGroups& groups,
+                       const ModelStateOptions& options)
+    : model_(&model), be_(&model.backend()), groups_(groups), options_(options) {
+  ParameterStore& store = model.params();
+  const DType dt = model.dtype();
+  const int dp = options_.zero >= 1 ? groups_.dp->size() : 1;
+  plan_ = make_bucket_plan(store, dp, options_.bucket_mb,
+                           shards_params() ? BucketBy::Unit : BucketBy::Size, dt);
+  completed_.assign(store.units(), 0);
+
+  if (!shards_params()) flat_values_ = be_->zeros({plan_.total_size()}, dt, MemoryCategory::Parameters);
+  if (!shards_grads()) flat_grads_ = be_->zeros({plan_.total_size()}, dt, MemoryCategory::Gradients);
+  int64_t offset = 0;
+  const bool tp_leader = groups_.tp->rank() == 0;
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+    const Bucket& bk = plan_.buckets[b];
+    auto st = std::make_unique<BucketState>();
+    if (shards_params()) {
+      st->value_shard = be_->zeros({bk.shard_size}, dt, MemoryCategory::Parameters);
+    } else {
+      st->values = flat_values_.view(offset, {bk.size});
+    }
+    if (shards_grads()) {
+      st->grad_shard = be_->zeros({bk.shard_size}, dt, MemoryCategory::Gradients);
+    } else {
+      st->grads = flat_grads_.view(offset, {bk.size});
+    }
+    buckets_.push_back(std::move(st));
+    offset += bk.size;
+
+    BucketState& s = *buckets_.back();
+    const int64_t lo = owned_begin(static_cast<int>(b)), hi = lo + owned_size(static_cast<int>(b));
+    std::vector<OptimizerSegment> segments;
+    for (size_t i = 0; i < bk.params.size(); ++i) {
+      const Parameter& p = *bk.params[i];
+      OptimizerSegment seg;
+      if (!intersect(bk.offsets[i], bk.offsets[i] + p.numel(), lo, hi, seg)) continue;
+      seg.decay = p.spec.decay;
+      segments.push_back(seg);
+      // Each element counts once in the norm: replicas over tp on tp rank 0 only, tied copies never.
+      if (!p.tied_copy && (p.spec.tp_split_dim >= 0 || tp_leader)) s.norm_segments.push_back(seg);
+      if (p.spec.tp_grad == TpGrad::Partial) s.partial_segments.push_back(seg);
+    }
+    s.optim = std::make_unique<AdamW>(*be_, hi - lo, dt, std::move(segments), options_.adamw);
+    if (!shards_params()) point_values(static_cast<int>(b), s.values);
+    if (!shards_grads()) point_grads(static_cast<int>(b), s.grads);
+  }
+}
+
+ModelState::~ModelState() {
+  for (Pending& p : pending_) p.work.wait();
+}
+
+int64_t ModelState::owned_begin(int b) const {
+  return options_.zero >= 1 ? groups_.dp->rank() * plan_.buckets[b].shard_size : 0;
+}
+
+int64_t ModelState::owned_size(int b) const {
+  return options_.zero >= 1 ? plan_.buckets[b].shard_size : plan_.buckets[b].size;
+}
+
+Tensor ModelState::owned_values(int b) {
+  BucketState& s = bucket(b);
+  return shards_params() ? s.value_shard : s.values.view(owned_begin(b), {owned_size(b)});
+}
+
+Tensor ModelState::owned_grads(int b) {
+  BucketState& s = bucket(b);
+  return options_.zero >= 1 ? s.grad_shard : s.grads;
+}
+
+void ModelState::point_values(int b, const Tensor& full) {
+  const Bucket& bk = plan_.buckets[b];
+  for (size_t i = 0; i < bk.params.size(); ++i)
+    bk.params[i]->value = full.defined() ? full.view(bk.offsets[i], bk.params[i]->shape) : Tensor{};
+}
+
+void ModelState::point_grads(int b, const Tensor& full) {
+  const Bucket& bk = plan_.buckets[b];
+  for (size_t i = 0; i < bk.params.size(); ++i)
+    bk.params[i]->grad = full.defined() ? full.view(bk.offsets[i], bk.params[i]->shape) : Tensor{};
+}
+
+void ModelState::initialize(uint64_t seed) {
+  const DType dt = model_->dtype();
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+    const Bucket& bk = plan_.buckets[b];
+    BucketState& s = bucket(static_cast<int>(b));
+    Tensor full = shards_params() ? be_->zeros({bk.size}, dt, MemoryCategory::Workspace) : s.values;
+    for (size_t i = 0; i < bk.params.size(); ++i) {
+      const std::vector<char> host = initial_values(*bk.params[i], seed, dt);
+      Tensor dst = full.view(bk.offsets[i], bk.params[i]->shape);
+      be_->copy_from_host(dst, host.data());
+    }
+    if (shards_params()) be_->copy(s.value_shard, full.view(owned_begin(static_cast<int>(b)), {bk.shard_size}));
+  }
+}
+
+// ---- ZeRO-3 parameter gathering ------------------------------------------------------------
+
+void ModelState::start_gather(int b) {
+  BucketState& s = bucket(b);
+  const Bucket& bk = plan_.buckets[b];
+  Tensor full = be_->empty({bk.size}, model_->dtype(), MemoryCategory::CommBuffers);
+  Tensor slot = full.view(owned_begin(b), {bk.shard_size});
+  be_->copy(slot, s.value_shard);
+  s.gather = groups_.dp->all_gather(full, slot);
+  s.values = full;
+  s.gathering = true;
+}
+
+void ModelState::ensure_gathered(int b) {
+  BucketState& s = bucket(b);
+  if (!s.values.defined()) start_gather(b);
+  if (s.gathering) {
+    s.gather.wait();
+    s.gathering = false;
+    point_values(b, s.values);
+  }
+}
+
+void ModelState::release(int b) {
+  BucketState& s = bucket(b);
+  if (s.gathering) {
+    s.gather.wait();
+    s.gathering = false;
+  }
+  s.values = Tensor{};
+  point_values(b, Tensor{});
+}
+
+void ModelState::release_gathered() {
+  if (!shards_params()) return;
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (bucket(static_cast<int>(b)).pins == 0 && bucket(static_cast<int>(b)).values.defined())
+      release(static_cast<int>(b));
+}
+
+// ---- hooks ---------------------------------------------------------------------------------
+
+void ModelState::before_forward(int unit) {
+  progress();
+  if (!shards_params()) return;
+  for (int b : plan_.unit_buckets[unit]) {
+    ensure_gathered(b);
+    ++bucket(b).pins;
+  }
+  if (unit + 1 < static_cast<int>(plan_.unit_buckets.size()))  // prefetch the next unit
+    for (int b : plan_.unit_buckets[unit + 1])
+      if (!bucket(b).values.defined()) start_gather(b);
+}
+
+void ModelState::after_forward(int unit) {
+  if (shards_params())
+    for (int b : plan_.unit_buckets[unit])
+      if (--bucket(b).pins == 0) release(b);
+  progress();
+}
+
+void ModelState::before_backward(int unit) {
+  progress();
+  if (shards_params()) {
+    for (int b : plan_.unit_buckets[unit]) {
+      ensure_gathered(b);
+      ++bucket(b).pins;
+    }
+    if (unit > 0)  // backward runs units in reverse: prefetch the previous one
+      for (int b : plan_.unit_buckets[unit - 1])
+        if (!bucket(b).values.defined()) start_gather(b);
+  }
+  if (shards_grads())
+    for (int b : plan_.unit_buckets[unit]) acquire_staging(b);
+}
+
+void ModelState::after_backward(int unit) {
+  ++completed_[unit];
+  for (int b : plan_.unit_buckets[unit]) maybe_reduce(b);
+  if (shards_params())
+    for (int b : plan_.unit_buckets[unit])
+      if (--bucket(b).pins == 0) release(b);
+  progress();
+}
+
+// ---- gradient reduction --------------------------------------------------------------------
+
+void ModelState::acquire_staging(int b) {
+  BucketState& s = bucket(b);
+  if (s.grads.defined()) return;
+  s.grads = be_->zeros({plan_.buckets[b].size}, model_->dtype(), MemoryCategory::CommBuffers);
+  point_grads(b, s.grads);
+}
+
+void ModelState::maybe_reduce(int b) {
+  const std::vector<int>& units = plan_.buckets[b].units;
+  const int first = completed_[units.front()];
+  for (int u : units)
+    if (completed_[u] != first) return;
+  BucketState& s = bucket(b);
+  if (shards_grads()) {
+    if (s.grads.defined()) launch_reduction(b);
+  } else if (!s.reduced && first == options_.microbatches) {
+    launch_reduction(b);
+  }
+}
+
+void ModelState::launch_reduction(int b) {
+  BucketState& s = bucket(b);
+  Communicator& dp = *groups_.dp;
+  const DType dt = model_->dtype();
+  switch (options_.zero) {
+    case 0:
+      pending_.push_back({b, dp.all_reduce(s.grads), {}, {}, false});
+      s.reduced = true;
+      break;
+    case 1:
+      s.grad_shard = be_->empty({plan_.buckets[b].shard_size}, dt, MemoryCategory::CommBuffers);
+      pending_.push_back({b, dp.reduce_scatter(s.grad_shard, s.grads), {}, {}, false});
+      s.reduced = true;
+      break;
+    default: {
+      Tensor out = be_->empty({plan_.buckets[b].shard_size}, dt, MemoryCategory::CommBuffers);
+      Work w = dp.reduce_scatter(out, s.grads);
+      pending_.push_back({b, std::move(w), s.grads, out, true});
+      s.grads = Tensor{};
+      point_grads(b, Tensor{});
+    }
+  }
+}
+
+void ModelState::complete(Pending& p) {
+  if (p.accumulate) be_->add_inplace(bucket(p.bucket).grad_shard, p.out);
+}
+
+void ModelState::progress() {
+  for (size_t i = 0; i < pending_.size();) {
+    if (pending_[i].work.test()) {
+      complete(pending_[i]);
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+void ModelState::begin_step() {
+  std::fill(completed_.begin(), completed_.end(), 0);
+  if (flat_grads_.defined()) be_->fill(flat_grads_, 0.0);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    BucketState& s = bucket(static_cast<int>(b));
+    s.reduced = false;
+    if (options_.zero == 1) s.grad_shard = Tensor{};
+    if (shards_grads()) be_->fill(s.grad_shard, 0.0);
+  }
+}
+
+void ModelState::finish_backward() {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    BucketState& s = bucket(static_cast<int>(b));
+    const bool missing = shards_grads() ? s.grads.defined() : !s.reduced;
+    if (missing)
+      throw std::logic_error("ModelState: bucket " + std::to_string(b) + " (" +
+                             plan_.buckets[b].params.front()->spec.name +
+                             ", ...) was not reduced: its units did not all finish backward");
+  }
+  for (Pending& p : pending_) {
+    p.work.wait();
+    complete(p);
+  }
+  pending_.clear();
+  release_gathered();
+
+  if (groups_.tp->size() > 1) {
+    std::vector<Tensor> pieces;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      Tensor g = owned_grads(static_cast<int>(b));
+      for (const OptimizerSegment& seg : bucket(static_cast<int>(b)).partial_segments)
+        pieces.push_back(g.view(seg.offset, {seg.count}));
+    }
+    if (!pieces.empty()) all_reduce_segments(*groups_.tp, pieces);
+  }
+  // Tied embeddings over a pipeline: the first stage's wte and the last stage's copy each hold
+  // part of the gradient; both get the sum.
+  if (model_->config().tie_embeddings && groups_.embedding->size() > 1) {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (plan_.buckets[b].params.front()->spec.name != "wte") continue;
+      Tensor g = owned_grads(static_cast<int>(b));
+      groups_.embedding->all_reduce(g).wait();
+    }
+  }
+}
+
+void ModelState::all_reduce_segments(Communicator& comm, std::vector<Tensor>& pieces) {
+  int64_t total = 0;
+  for (const Tensor& t : pieces) total += t.numel();
+  Tensor packed = be_->empty({total}, model_->dtype(), MemoryCategory::CommBuffers);
+  int64_t off = 0;
+  for (const Tensor& t : pieces) {
+    Tensor dst = packed.view(off, {t.numel()});
+    be_->copy(dst, t);
+    off += t.numel();
+  }
+  comm.all_reduce(packed).wait();
+  off = 0;
+  for (Tensor& t : pieces) {
+    be_->copy(t, packed.view(off, {t.numel()}));
+    off += t.numel();
+  }
+}
+
+double ModelState::grad_norm() {
+  double local = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Tensor g = owned_grads(static_cast<int>(b));
+    for (const OptimizerSegment& seg : bucket(static_cast<int>(b)).norm_segments)
+      local += be_->sum_squares(g.view(seg.offset, {seg.count}));
+  }
+  if (options_.zero >= 1) local = groups_.dp->all_reduce_scalar(local);
+  local = groups_.tp->all_reduce_scalar(local);
+  local = groups_.pp->all_reduce_scalar(local);
+  return std::sqrt(local);
+}
+
+void ModelState::optimizer_step(double lr, double grad_scale) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Tensor values = owned_values(static_cast<int>(b));
+    bucket(static_cast<int>(b)).optim->step(values, owned_grads(static_cast<int>(b)), lr, grad_scale);
+  }
+  sync_after_load();
+  if (options_.zero == 1)
+    for (auto& s : buckets_) s->grad_shard = Tensor{};
+}
+
+void ModelState::sync_after_load() {
+  if (options_.zero != 1 && options_.zero != 2) return;
+  std::vector<Work> gathers;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    BucketState& s = bucket(static_cast<int>(b));
+    gathers.push_back(groups_.dp->all_gather(s.values, owned_values(static_cast<int>(b))));
+  }
+  wait_all(gathers);
+}
+
+int64_t ModelState::steps_taken() const { return buckets_.empty() ? 0 : buckets_.front()->optim->steps_taken(); }
+
+void ModelState::set_steps_taken(int64_t steps) {
+  for (auto& s : buckets_) s->optim->set_steps_taken(steps);
+}
+
+std::vector<OwnedPiece> ModelState::owned_pieces() {
+  std::vector<OwnedPiece> out;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& bk = plan_.buckets[b];
+    BucketState& s = bucket(static_cast<int>(b));
+    const int64_t lo = owned_begin(static_cast<int>(b)), hi = lo + owned_size(static_cast<int>(b));
+    Tensor values = owned_values(static_cast<int>(b));
+    for (size_t i = 0; i < bk.params.size(); ++i) {
+      OptimizerSegment seg;
+      if (!intersect(bk.offsets[i], bk.offsets[i] + bk.params[i]->numel(), lo, hi, seg)) continue;
+      OwnedPiece piece;
+      piece.param = bk.params[i];
+      piece.local_begin = lo + seg.offset - bk.offsets[i];
+      piece.count = seg.count;
+      piece.value = values.view(seg.offset, {seg.count});
+      piece.exp_avg = s.optim->exp_avg().view(seg.offset, {seg.count});
+      piece.exp_avg_sq = s.optim->exp_avg_sq().view(seg.offset, {seg.count});
+      out.push_back(piece);
+    }
+  }
+  return out;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,145 @@
+#include "meshtrain/parallel/pipeline_executor.h"
+
+#include <chrono>
+#include <map>
+#include <stdexcept>
+
+namespace meshtrain {
+
+struct PipelineExecutor::Slot {
+  ModelChunk::Saved saved;
+  Tensor input;    // received (or local) input of this chunk
+  Tensor output;   // forward output, until sent or consumed
+  Tensor doutput;  // received gradient of the output
+  Tensor dinput;   // gradient of the input, until sent or consumed
+  Work recv_forward, recv_backward;
+};
+
+PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pipeline, int virtual_stages,
+                                   Recompute recompute, TraceWriter& trace)
+    : model_(&model),
+      pp_(&pipeline),
+      stages_(pipeline.size()),
+      virtual_stages_(virtual_stages),
+      recompute_(recompute),
+      trace_(&trace) {}
+
+int PipelineExecutor::tag(int dest_chunk, int microbatch, int direction) const {
+  return (dest_chunk * microbatches_ + microbatch) * 2 + direction;
+}
+
+double PipelineExecutor::run(const std::vector<Action>& actions,
+                             const std::vector<MicroBatchData>& microbatches, Pass pass,
+                             double dloss, UnitHooks& hooks) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  stats_ = {};
+  microbatches_ = static_cast<int>(microbatches.size());
+  const int me = pp_->rank(), last_chunk = stages_ * virtual_stages_ - 1;
+  const TensorParallel& tp = model_->tp();
+  std::map<std::pair<int, int>, Slot> slots;  // (chunk, micro-batch)
+  std::vector<std::pair<Work, Tensor>> sends;
+  double loss = 0;
+
+  auto hidden = [&](int m, MemoryCategory c) {
+    const int64_t n = tp.local_tokens(microbatches[m].shape.N());
+    return model_->backend().empty({n, model_->config().d_model}, model_->dtype(), c);
+  };
+  auto chunk = [&](int k) -> ModelChunk& {
+    if (owner(k) != me) throw std::logic_error("pipeline: action on chunk " + std::to_string(k) + " not owned by this rank");
+    return model_->chunk(k / stages_);
+  };
+
+  for (const Action& a : actions) {
+    const int k = a.chunk, m = a.microbatch;
+    Slot& s = slots[{k, m}];
+    switch (a.op) {
+      case Op::RecvForward:
+        s.input = hidden(m, MemoryCategory::Activations);
+        s.recv_forward = pp_->recv(s.input, owner(k - 1), tag(k, m, 0));
+        break;
+      case Op::RecvBackward:
+        s.doutput = hidden(m, MemoryCategory::Workspace);
+        s.recv_backward = pp_->recv(s.doutput, owner(k + 1), tag(k, m, 1));
+        break;
+      case Op::SendForward:
+        sends.emplace_back(pp_->send(s.output, owner(k + 1), tag(k + 1, m, 0)), s.output);
+        s.output = Tensor{};
+        break;
+      case Op::SendBackward:
+        sends.emplace_back(pp_->send(s.dinput, owner(k - 1), tag(k - 1, m, 1)), s.dinput);
+        s.dinput = Tensor{};
+        break;
+      case Op::Forward: {
+        Tensor input;
+        if (k > 0) {
+          if (owner(k - 1) == me) {
+            Slot& prev = slots[{k - 1, m}];
+            input = prev.output;
+            prev.output = Tensor{};
+          } else {
+            TraceWriter::Scope wait(*trace_, "wait F" + std::to_string(m), "p2p", TraceWriter::PipelineComm);
+            s.recv_forward.wait();
+            input = s.input;
+          }
+        }
+        s.input = Tensor{};
+        const auto t0 = clock::now();
+        {
+          TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
+          Tensor out = chunk(k).forward(microbatches[m], input, s.saved, pass, recompute_, dloss,
+                                        &loss, hooks);
+          if (k < last_chunk) s.output = out;
+        }
+        stats_.compute_seconds += std::chrono::duration<double>(clock::now() - t0).count();
+        break;
+      }
+      case Op::Backward: {
+        Tensor dout;
+        if (k < last_chunk) {
+          if (owner(k + 1) == me) {
+            Slot& next = slots[{k + 1, m}];
+            dout = next.dinput;
+            next.dinput = Tensor{};
+          } else {
+            TraceWriter::Scope wait(*trace_, "wait B" + std::to_string(m), "p2p", TraceWriter::PipelineComm);
+            s.recv_backward.wait();
+            dout = s.doutput;
+          }
+        }
+        s.doutput = Tensor{};
+        const auto t0 = clock::now();
+        {
+          TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
+          Tensor din = chunk(k).backward(microbatches[m], dout, s.saved, recompute_, hooks);
+          if (k > 0) s.dinput = din;
+        }
+        stats_.compute_seconds += std::chrono::duration<double>(clock::now() - t0).count();
+        break;
+      }
+    }
+    for (size_t i = 0; i < sends.size();) {  // retire completed sends, freeing their buffers
+      if (sends[i].first.test()) sends.erase(sends.begin() + static_cast<std::ptrdiff_t>(i));
+      else ++i;
+    }
+  }
+  for (auto& [work, tensor] : sends) work.wait();
+  stats_.total_seconds = std::chrono::duration<double>(clock::now() - start).count();
+  return loss;
+}
+
+Schedule make_forward_only(int stages, int microbatches, int virtual_stages) {
+  Schedule s(stages);
+  const int last = stages * virtual_stages - 1;
+  for (int r = 0; r < stages; ++r)
+    for (int m = 0; m < microbatches; ++m)
+      for (int v = 0; v < virtual_stages; ++v) {
+        const int k = v * stages + r;
+        if (k > 0 && (k - 1) % stages != r) s[r].push_back({k, Op::RecvForward, m});
+        s[r].push_back({k, Op::Forward, m});
+        if (k < last && (k + 1) % stages != r) s[r].push_back({k, Op::SendForward, m});
+      }
+  return s;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,73 @@
+#include "meshtrain/train/data_feed.h"
+
+#include "meshtrain/config/deck_error.h"
+#include "meshtrain/io/byte_tokenizer.h"
+#include "meshtrain/io/synthetic_corpus.h"
+
+namespace meshtrain {
+
+namespace {
+std::unique_ptr<TokenDataset> open_dataset(const std::vector<std::string>& sources, uint64_t seed,
+                                           int64_t bytes, int64_t seq_len, const char* name) {
+  if (sources.size() == 1 && sources[0] == "synthetic")
+    return std::make_unique<TokenDataset>(TokenDataset::from_tokens(
+        tokenize_bytes(synthetic_text(seed, static_cast<size_t>(bytes))), 256, seq_len,
+        std::string("synthetic ") + name + " corpus"));
+  return std::make_unique<TokenDataset>(TokenDataset::from_shards(sources, seq_len));
+}
+
+void check_vocabulary(const Config& c, const TokenDataset& d, const char* key) {
+  if (d.vocab_size() > static_cast<uint64_t>(c.model.vocab_size))
+    throw DeckError(c.deck_path + ": model.vocab_size = " + std::to_string(c.model.vocab_size) +
+                    " is smaller than the vocabulary of " + key + " (" + d.describe() + ": " +
+                    std::to_string(d.vocab_size()) + " tokens); set model.vocab_size >= " +
+                    std::to_string(d.vocab_size()));
+}
+}  // namespace
+
+DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_size)
+    : cfg_(&config), be_(&backend), dp_rank_(dp_rank), dp_size_(dp_size) {
+  const DataOptions& d = config.data;
+  train_ = open_dataset(d.train, kSyntheticTrainSeed, d.synthetic_bytes, config.model.seq_len, "training");
+  check_vocabulary(config, *train_, "data.train");
+  if (d.has_val()) {
+    val_ = open_dataset({d.val}, kSyntheticValSeed, std::max<int64_t>(d.synthetic_bytes / 10, 65536),
+                        config.model.seq_len, "validation");
+    check_vocabulary(config, *val_, "data.val");
+  }
+  sampler_ = std::make_unique<Sampler>(train_->samples(), config.run.seed);
+}
+
+std::vector<MicroBatchData> DataFeed::assemble(
+    const TokenDataset& data, const std::function<int64_t(int64_t)>& index_at) const {
+  const int64_t b = cfg_->train.micro_batch, T = cfg_->model.seq_len;
+  const int64_t per_rank = cfg_->train.global_batch / dp_size_;
+  std::vector<MicroBatchData> out;
+  std::vector<int32_t> tokens(b * T), targets(b * T);
+  for (int64_t first = 0; first < per_rank; first += b) {
+    for (int64_t i = 0; i < b; ++i) {
+      const int64_t position = dp_rank_ * per_rank + first + i;
+      data.sample(index_at(position), tokens.data() + i * T, targets.data() + i * T);
+    }
+    MicroBatchData mb;
+    mb.shape = TokenShape{b, T};
+    mb.tokens = be_->empty({b * T}, DType::I32, MemoryCategory::Activations);
+    mb.targets = be_->empty({b * T}, DType::I32, MemoryCategory::Activations);
+    be_->copy_from_host(mb.tokens, tokens.data());
+    be_->copy_from_host(mb.targets, targets.data());
+    out.push_back(std::move(mb));
+  }
+  return out;
+}
+
+std::vector<MicroBatchData> DataFeed::train_batch(int step) const {
+  const int64_t G = cfg_->train.global_batch;
+  return assemble(*train_, [&](int64_t p) { return sampler_->index(step, G, p); });
+}
+
+std::vector<MicroBatchData> DataFeed::val_batch(int index) const {
+  const int64_t G = cfg_->train.global_batch, n = val_->samples();
+  return assemble(*val_, [&](int64_t p) { return (index * G + p) % n; });
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,224 @@
+#include "meshtrain/train/trainer.h"
+
+#include <sched.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+#include "meshtrain/comm/agreement.h"
+#include "meshtrain/parallel/schedule_simulator.h"
+#include "meshtrain/train/lr_schedule.h"
+
+namespace meshtrain {
+
+namespace {
+
+std::vector<ChunkRange> my_chunks(const std::vector<ChunkRange>& all, int stages, int rank) {
+  std::vector<ChunkRange> mine;
+  for (size_t k = rank; k < all.size(); k += stages) mine.push_back(all[k]);
+  return mine;
+}
+
+std::string format_duration(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  return buf;
+}
+
+}  // namespace
+
+int choose_threads(int configured, int local_ranks) {
+  if (configured > 0) return configured;
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && std::atoi(env) > 0) return std::atoi(env);
+  cpu_set_t set;
+  int allowed = static_cast<int>(std::thread::hardware_concurrency());
+  if (sched_getaffinity(0, sizeof set, &set) == 0) allowed = CPU_COUNT(&set);
+  const int hardware = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  // Bound to a subset of cores: that subset is ours alone. Unbound: share the node.
+  if (allowed < hardware) return std::max(1, allowed);
+  return std::max(1, hardware / std::max(1, local_ranks));
+}
+
+Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend)
+    : cfg_(config),
+      grid_(grid),
+      be_(backend),
+      leader_(grid.world_rank() == 0),
+      trace_(grid.world_rank(), config.run.trace) {
+  const ParallelOptions& p = config.parallel;
+  const int chunks = p.pp * p.virtual_stages;
+  partition_ = p.partition.empty() ? balanced_partition(config.model, chunks)
+                                   : explicit_partition(p.partition);
+  const TensorParallel tp{&grid.comm(Axis::Tensor),
+                          p.sequence_parallel ? SequenceParallel::On : SequenceParallel::Off};
+  model_ = std::make_unique<GptModel>(backend, tp, config.model,
+                                      my_chunks(partition_, p.pp, grid.rank(Axis::Pipeline)),
+                                      DType::F32);
+
+  ModelStateOptions so;
+  so.zero = p.zero;
+  so.bucket_mb = p.bucket_mb;
+  so.adamw = {config.train.beta1, config.train.beta2, config.train.eps, config.train.weight_decay};
+  so.microbatches = config.microbatches();
+  state_ = std::make_unique<ModelState>(
+      *model_,
+      StateGroups{&grid.comm(Axis::Data), &grid.comm(Axis::Tensor), &grid.comm(Axis::Pipeline),
+                  &grid.embedding()},
+      so);
+  state_->initialize(config.run.seed);
+
+  agree(grid.world(), [&] {
+    data_ = std::make_unique<DataFeed>(config, backend, grid.rank(Axis::Data), p.dp);
+  });
+
+  const int M = config.microbatches();
+  const Schedule compute = make_schedule(p.schedule, p.pp, M, p.virtual_stages);
+  train_actions_ = insert_communication(compute, p.pp, p.virtual_stages)[grid.rank(Axis::Pipeline)];
+  eval_actions_ = make_forward_only(p.pp, M, p.virtual_stages)[grid.rank(Axis::Pipeline)];
+  executor_ = std::make_unique<PipelineExecutor>(*model_, grid.comm(Axis::Pipeline),
+                                                 p.virtual_stages, p.recompute, trace_);
+  if (leader_) {
+    std::filesystem::create_directories(config.run.dir);
+    metrics_ = std::make_unique<MetricsWriter>(config.run.dir + "/metrics.jsonl");
+  } else {
+    metrics_ = std::make_unique<MetricsWriter>("");
+  }
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::world_sum(double local) { return grid_.world().all_reduce_scalar(local); }
+
+StepResult Trainer::train_step(int step) {
+  TraceWriter::Scope span(trace_, "step " + std::to_string(step + 1), "step", TraceWriter::Step);
+  const auto t0 = std::chrono::steady_clock::now();
+  const TrainOptions& t = cfg_.train;
+  const double tokens = static_cast<double>(t.global_batch) * static_cast<double>(cfg_.model.seq_len);
+  const std::vector<MicroBatchData> batch = data_->train_batch(step);
+
+  state_->begin_step();
+  const double local_loss = executor_->run(train_actions_, batch, Pass::Train, 1.0 / tokens, *state_);
+  state_->finish_backward();
+
+  StepResult r;
+  r.step = step + 1;
+  r.grad_norm = state_->grad_norm();
+  // The head runs on every tensor rank of the last stage: count its loss once.
+  r.loss = world_sum(grid_.rank(Axis::Tensor) == 0 ? local_loss : 0.0) / tokens;
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "step %d: loss %g, gradient norm %g: the run diverged (lower "
+                  "train.lr, raise train.warmup_steps, or set train.grad_clip)", r.step, r.loss, r.grad_norm);
+    throw std::runtime_error(buf);
+  }
+  const double scale = t.grad_clip > 0 && r.grad_norm > t.grad_clip ? t.grad_clip / (r.grad_norm + 1e-6) : 1.0;
+  r.lr = learning_rate(t, step);
+  state_->optimizer_step(r.lr, scale);
+
+  r.bubble = world_sum(executor_->stats().bubble()) / grid_.world_size();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Rank 0's clock is the job's: every step ends in collectives that all ranks take part in.
+  r.seconds = grid_.world().all_reduce_scalar(r.seconds, ReduceOp::Max);
+  r.tokens_per_second = tokens / r.seconds;
+  step_ = step + 1;
+  return r;
+}
+
+double Trainer::evaluate() {
+  TraceWriter::Scope span(trace_, "eval", "step", TraceWriter::Step);
+  if (!data_->has_val()) return std::nan("");
+  double local = 0;
+  for (int e = 0; e < cfg_.train.eval_batches; ++e) {
+    const std::vector<MicroBatchData> batch = data_->val_batch(e);
+    local += executor_->run(eval_actions_, batch, Pass::Eval, 0.0, *state_);
+  }
+  state_->release_gathered();
+  const double tokens = static_cast<double>(cfg_.train.eval_batches) * cfg_.train.global_batch *
+                        static_cast<double>(cfg_.model.seq_len);
+  return world_sum(grid_.rank(Axis::Tensor) == 0 ? local : 0.0) / tokens;
+}
+
+void Trainer::log_start() {
+  if (!leader_) return;
+  const ParallelOptions& p = cfg_.parallel;
+  const GptConfig& m = cfg_.model;
+  std::printf("meshtrain %s | run %s | %d ranks on %d node(s): dp %d x tp %d x pp %d (order %s)\n",
+              MESHTRAIN_VERSION, cfg_.run.name.c_str(), grid_.world_size(), grid_.node_count(),
+              p.dp, p.tp, p.pp, p.order.c_str());
+  std::printf("model: %d layers, d_model %ld, %ld heads, seq_len %ld, vocab %ld, %.2fM parameters%s\n",
+              m.layers, static_cast<long>(m.d_model), static_cast<long>(m.heads),
+              static_cast<long>(m.seq_len), static_cast<long>(m.vocab_size),
+              static_cast<double>(m.parameter_count()) / 1e6, m.tie_embeddings ? " (tied embeddings)" : "");
+  std::printf("schedule %s, %d micro-batch(es) of %d per step, virtual stages %d, zero %d, "
+              "recompute %s, sequence parallel %s\n",
+              std::string(schedule_name(p.schedule)).c_str(), cfg_.microbatches(),
+              cfg_.train.micro_batch, p.virtual_stages, p.zero,
+              p.recompute == Recompute::None ? "none" : p.recompute == Recompute::Selective ? "selective" : "full",
+              p.sequence_parallel ? "on" : "off");
+  std::printf("partition %s\n", describe_partition(partition_).c_str());
+  std::printf("data: train %s (%ld samples), val %s\n", data_->train().describe().c_str(),
+              static_cast<long>(data_->train().samples()),
+              data_->has_val() ? data_->val()->describe().c_str() : "none");
+  std::fflush(stdout);
+}
+
+void Trainer::log_step(const StepResult& r, double eta_seconds) {
+  if (!leader_) return;
+  const ParallelOptions& p = cfg_.parallel;
+  std::string bubble;
+  if (p.pp > 1) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " | bubble %.2f (theory %.2f)", r.bubble,
+                  theoretical_bubble(p.schedule, p.pp, cfg_.microbatches(), p.virtual_stages));
+    bubble = buf;
+  }
+  std::printf("step %5d/%d | loss %.4f | lr %.2e | grad_norm %.3f | %8.0f tok/s | %7.1f ms%s | eta %s\n",
+              r.step, cfg_.train.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_second,
+              r.seconds * 1e3, bubble.c_str(), format_duration(eta_seconds).c_str());
+  std::fflush(stdout);
+  metrics_->write({{"step", int64_t{r.step}},
+                   {"loss", r.loss},
+                   {"lr", r.lr},
+                   {"grad_norm", r.grad_norm},
+                   {"tokens_per_s", r.tokens_per_second},
+                   {"step_ms", r.seconds * 1e3},
+                   {"bubble", r.bubble}});
+}
+
+void Trainer::run() {
+  log_start();
+  const TrainOptions& t = cfg_.train;
+  std::vector<double> times;
+  while (step_ < t.steps) {
+    const StepResult r = train_step(step_);
+    times.push_back(r.seconds);
+    const bool last = r.step == t.steps;
+    if (r.step % cfg_.run.log_every == 0 || r.step == 1 || last) {
+      std::vector<double> sorted = times;
+      std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+      log_step(r, sorted[sorted.size() / 2] * (t.steps - r.step));
+    }
+    if (data_->has_val() && ((t.eval_every > 0 && r.step % t.eval_every == 0) || last)) {
+      const double val = evaluate();
+      if (leader_) {
+        std::printf("step %5d/%d | val_loss %.4f\n", r.step, t.steps, val);
+        std::fflush(stdout);
+      }
+      metrics_->write({{"step", int64_t{r.step}}, {"val_loss", val}});
+    }
+  }
+  if (cfg_.run.trace) {
+    const std::string path = cfg_.run.dir + "/trace_rank" + std::to_string(grid_.world_rank()) + ".json";
+    trace_.write(path);
+    if (leader_) std::printf("trace written: %s/trace_rank<N>.json\n", cfg_.run.dir.c_str());
+  }
+}
+
+}  // namespace meshtrain
