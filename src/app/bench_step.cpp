@@ -40,8 +40,8 @@ std::string cpu_model() {
 double measure_sgemm_peak(int n, int repeats, int& wrong) {
   std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    a[i] = static_cast<float>((i * 7 % 13) - 6) / 8.0f;
-    b[i] = static_cast<float>((i * 5 % 11) - 5) / 8.0f;
+    a[i] = static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 8.0f;
+    b[i] = static_cast<float>(static_cast<int>(i * 5 % 11) - 5) / 8.0f;
   }
   std::vector<double> rates;
   for (int r = 0; r <= repeats; ++r) {  // the first run warms caches and thread pools
@@ -67,11 +67,10 @@ void bench_step(const BenchArgs& args, BenchReport& report) {
   CpuBackend backend(args.threads);
   report.header("suite step: " + cpu_model() + ", " + std::to_string(backend.threads()) + " threads");
   int gemm_wrong = 0;
-  const double peak = measure_sgemm_peak(4096, 5, gemm_wrong);
-  char line[160];
-  std::snprintf(line, sizeof line, "ceiling: OpenBLAS sgemm 4096^3, median of 5: %.1f GFLOP/s", peak);
-  report.header(line);
-  report.row("sgemm 4096^3", {0, 0, 0, peak, 1.0}, gemm_wrong);
+  // The machine may be shared: the ceiling is measured before and after the steps, and the
+  // higher of the two is used, so that noise can only lower the reported ratio.
+  const double peak_before = measure_sgemm_peak(4096, 5, gemm_wrong);
+  char line[200];
 
   Config config;
   config.deck_path = "<bench>";
@@ -97,6 +96,13 @@ void bench_step(const BenchArgs& args, BenchReport& report) {
     if (s == 0) first_loss = r.loss;
     else seconds.push_back(r.seconds);
   }
+  const double peak_after = measure_sgemm_peak(4096, 5, gemm_wrong);
+  const double peak = std::max(peak_before, peak_after);
+  std::snprintf(line, sizeof line,
+                "ceiling: OpenBLAS sgemm 4096^3, median of 5, before %.1f and after %.1f GFLOP/s: "
+                "%.1f", peak_before, peak_after, peak);
+  report.header(line);
+  report.row("sgemm 4096^3", {0, 0, 0, peak, 1.0}, gemm_wrong);
   // At initialisation the logits are near zero, so the loss must be near log(vocab).
   const int wrong = std::abs(first_loss - std::log(50257.0)) < 0.5 ? 0 : 1;
   const double t = median(seconds);

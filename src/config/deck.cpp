@@ -211,6 +211,13 @@ const std::vector<KeySpec>& schema() {
                         "gets a tenth, generated from another seed.",
                         [](Config& c, int64_t v) { c.data.synthetic_bytes = v; }));
     // [train]
+    k.push_back(choice_key("train", "precision", "fp32", {"fp32", "fp64"},
+                           "Arithmetic of parameters, activations and gradients: fp32 to train, "
+                           "fp64 to verify (every layout then matches the single-rank run to "
+                           "round-off).",
+                           [](Config& c, const std::string& v) {
+                             c.train.precision = v == "fp64" ? DType::F64 : DType::F32;
+                           }));
     k.push_back(int_key("train", "steps", 200, 1, big, "Optimizer steps.",
                         [](Config& c, int64_t v) { c.train.steps = static_cast<int>(v); }));
     k.push_back(int_key("train", "global_batch", 16, 1, big,

@@ -35,7 +35,14 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const S
   }
   Tensor dqkv = be.empty(saved.qkv.shape(), dy.dtype(), MemoryCategory::Workspace);
   be.attention_backward(dqkv, datt, saved.qkv, probs, shape.B, shape.T, local_heads_, head_size_);
-  return qkv_.backward(dqkv, saved.qkv_in);
+  Tensor dx = qkv_.backward(dqkv, saved.qkv_in);
+  // The key bias adds q_i . b_k to every score of row i, which softmax ignores: its gradient is
+  // exactly zero, and what the GEMMs leave there is rounding noise that Adam would amplify into
+  // real updates. Write the exact value instead.
+  const int64_t local_c = local_heads_ * head_size_;
+  Tensor dkey_bias = qkv_.bias().grad.reshape({3 * local_c}).view(local_c, {local_c});
+  be.fill(dkey_bias, 0.0);
+  return dx;
 }
 
 }  // namespace meshtrain

@@ -403,6 +403,9 @@ std::vector<OwnedPiece> ModelState::owned_pieces() {
       piece.value = values.view(seg.offset, {seg.count});
       piece.exp_avg = s.optim->exp_avg().view(seg.offset, {seg.count});
       piece.exp_avg_sq = s.optim->exp_avg_sq().view(seg.offset, {seg.count});
+      const Parameter& p = *bk.params[i];
+      piece.primary = (options_.zero >= 1 || groups_.dp->rank() == 0) &&
+                      (p.spec.tp_split_dim >= 0 || groups_.tp->rank() == 0) && !p.tied_copy;
       out.push_back(piece);
     }
   }

@@ -60,7 +60,7 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend)
                           p.sequence_parallel ? SequenceParallel::On : SequenceParallel::Off};
   model_ = std::make_unique<GptModel>(backend, tp, config.model,
                                       my_chunks(partition_, p.pp, grid.rank(Axis::Pipeline)),
-                                      DType::F32);
+                                      config.train.precision);
 
   ModelStateOptions so;
   so.zero = p.zero;

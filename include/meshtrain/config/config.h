@@ -12,6 +12,7 @@
 #include "meshtrain/model/layer.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/parallel/schedule.h"
+#include "meshtrain/tensor/dtype.h"
 
 namespace meshtrain {
 
@@ -35,6 +36,7 @@ struct DataOptions {
 };
 
 struct TrainOptions {
+  DType precision = DType::F32;  // fp32; fp64 verifies (CPU); bf16 mixed precision (CUDA)
   int steps = 200;
   int global_batch = 16;  // sequences per optimizer step
   int micro_batch = 4;    // sequences per micro-batch per data-parallel rank

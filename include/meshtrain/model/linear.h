@@ -31,6 +31,7 @@ class ColumnParallelLinear {
   // dy (N, OC / tp) -> dx (N_local, C)
   Tensor backward(const Tensor& dy, const Saved& saved);
   int64_t local_out() const { return weight_.numel() / in_; }
+  Parameter& bias() { return bias_; }
 
  private:
   LayerContext ctx_;

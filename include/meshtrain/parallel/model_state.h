@@ -47,6 +47,10 @@ struct OwnedPiece {
   Parameter* param = nullptr;
   int64_t local_begin = 0, count = 0;
   Tensor value, exp_avg, exp_avg_sq;
+  // The one copy of these elements in the whole grid that a checkpoint writes: data-parallel
+  // replicas (ZeRO 0) defer to dp rank 0, tensor-parallel replicas to tp rank 0, and the tied
+  // embedding's copy on the last stage to the first stage's.
+  bool primary = false;
 };
 
 class ModelState final : public UnitHooks {

@@ -1,0 +1,133 @@
+#include "support/parity.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/config/layout_check.h"
+#include "meshtrain/parallel/process_grid.h"
+#include "meshtrain/train/trainer.h"
+
+namespace meshtrain::testing {
+
+namespace {
+std::vector<double> host_values(Backend& be, const Tensor& t) {
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::F64) {
+    be.copy_to_host(out.data(), t);
+  } else {
+    std::vector<float> f(out.size());
+    be.copy_to_host(f.data(), t);
+    out.assign(f.begin(), f.end());
+  }
+  return out;
+}
+}  // namespace
+
+Config tiny_config(const std::string& run_dir) {
+  Config c;
+  c.deck_path = "<test>";
+  c.run.name = "parity";
+  c.run.dir = run_dir;
+  c.run.seed = 7;
+  c.run.comm_timeout = 120;
+  c.model = GptConfig{8, 32, 4, 16, 256, true};
+  c.data.synthetic_bytes = 1 << 16;
+  c.data.val = "none";
+  c.train.steps = 5;
+  c.train.global_batch = 16;
+  c.train.micro_batch = 16;
+  c.train.lr = 6e-4;
+  c.train.min_lr = 6e-5;
+  c.train.warmup_steps = 1;
+  c.train.grad_clip = 1.0;
+  c.parallel.dp = 1;
+  c.parallel.schedule = ScheduleKind::GPipe;
+  return c;
+}
+
+Reference run_reference(Config c, int steps) {
+  c.parallel = ParallelOptions{};
+  c.parallel.dp = 1;
+  c.train.micro_batch = c.train.global_batch;
+  check_layout(c, 1);
+  CpuBackend backend(1);
+  ProcessGrid grid(MPI_COMM_SELF, c.grid_shape(), c.run.comm_timeout);
+  Trainer trainer(c, grid, backend);
+  Reference ref;
+  for (int s = 0; s < steps; ++s) ref.losses.push_back(trainer.train_step(s).loss);
+  for (const OwnedPiece& piece : trainer.state().owned_pieces()) {
+    std::vector<double>& global = ref.params[piece.param->spec.name];
+    global.resize(static_cast<size_t>(piece.param->spec.global_shape.numel()));
+    const std::vector<double> host = host_values(backend, piece.value);
+    for (int64_t i = 0; i < piece.count; ++i)
+      global[static_cast<size_t>(piece.param->global_index(piece.local_begin + i))] = host[i];
+  }
+  return ref;
+}
+
+ParityResult run_parallel(Config c, int steps, const Reference& ref) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  check_layout(c, world);
+  CpuBackend backend(1);
+  ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+  Trainer trainer(c, grid, backend);
+  ParityResult r;
+  for (int s = 0; s < steps; ++s) {
+    r.losses.push_back(trainer.train_step(s).loss);
+    r.max_loss_error = std::max(r.max_loss_error,
+                                std::abs(r.losses.back() - ref.losses[s]) / std::abs(ref.losses[s]));
+  }
+  // Per parameter: sums of squared differences and of squared reference values over the
+  // primary pieces (each element once in the grid), reduced over the world below.
+  std::map<std::string, std::pair<double, double>> sums;
+  for (const auto& [name, values] : ref.params) sums[name] = {0.0, 0.0};
+  for (const OwnedPiece& piece : trainer.state().owned_pieces()) {
+    const std::string& name = piece.param->spec.name;
+    const std::vector<double>& global = ref.params.at(name);
+    double scale = 1e-300;
+    for (double v : global) scale = std::max(scale, std::abs(v));
+    const std::vector<double> host = host_values(backend, piece.value);
+    r.owned_values.insert(r.owned_values.end(), host.begin(), host.end());
+    auto& [diff2, ref2] = sums[name];
+    for (int64_t i = 0; i < piece.count; ++i) {
+      const double want = global[static_cast<size_t>(piece.param->global_index(piece.local_begin + i))];
+      const double diff = host[i] - want;
+      if (piece.primary) {
+        diff2 += diff * diff;
+        ref2 += want * want;
+      }
+      if (std::abs(diff) / scale > r.max_param_error) {  // every copy, replicas too
+        r.max_param_error = std::abs(diff) / scale;
+        r.worst_param = name;
+      }
+    }
+  }
+  std::vector<double> flat;
+  for (const auto& [name, d] : sums) {
+    flat.push_back(d.first);
+    flat.push_back(d.second);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, MPI_SUM,
+                MPI_COMM_WORLD);
+  double total_diff = 0, total_ref = 0;
+  size_t i = 0;
+  for (const auto& [name, d] : sums) {
+    total_diff += flat[i];
+    total_ref += flat[i + 1];
+    const double rel = std::sqrt(flat[i] / std::max(flat[i + 1], 1e-300));
+    if (rel > r.max_param_l2_error) {
+      r.max_param_l2_error = rel;
+      r.worst_l2_param = name;
+    }
+    i += 2;
+  }
+  r.params_l2_error = std::sqrt(total_diff / total_ref);
+  MPI_Allreduce(MPI_IN_PLACE, &r.max_param_error, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return r;
+}
+
+}  // namespace meshtrain::testing

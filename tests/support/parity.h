@@ -1,0 +1,43 @@
+#pragma once
+// Layout-parity harness: runs a deck on one rank (the reference) and on the whole world with
+// some layout, and compares the loss after every step and every parameter element after the
+// last. Every rank runs the (small) reference itself on MPI_COMM_SELF, so each rank can check
+// the parameter pieces it owns against the reference's global values without gathering.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "meshtrain/config/config.h"
+
+namespace meshtrain::testing {
+
+// A model small enough to train a few steps in milliseconds, with dimensions divisible by every
+// tp, pp x virtual_stages and micro-batch count the tests use.
+Config tiny_config(const std::string& run_dir);
+
+struct Reference {
+  std::vector<double> losses;
+  std::map<std::string, std::vector<double>> params;  // global values after the last step
+};
+// Single rank, one micro-batch, no ZeRO: the plainest execution of `config`'s training.
+Reference run_reference(Config config, int steps);
+
+struct ParityResult {
+  std::vector<double> losses;
+  double max_loss_error = 0;   // max over steps of |loss - reference| / |reference|
+  // max over parameters of max|a - b| / max|b| (every copy in the grid, replicas included)
+  double max_param_error = 0;
+  std::string worst_param;
+  // max over parameters of ||a - b||_2 / ||b||_2, each element counted once in the grid
+  double max_param_l2_error = 0;
+  std::string worst_l2_param;
+  // ||a - b||_2 / ||b||_2 over all parameters as one vector
+  double params_l2_error = 0;
+  // Every owned parameter element after the last step, in owned-piece order (bitwise checks).
+  std::vector<double> owned_values;
+};
+// Runs `config` on MPI_COMM_WORLD (its layout must fit the world size).
+ParityResult run_parallel(Config config, int steps, const Reference& reference);
+
+}  // namespace meshtrain::testing
