@@ -55,8 +55,6 @@ int train_command(const TrainArgs& args) {
                    "tp <= ranks per node, or order \"tp-...\"\n",
                    config.parallel.tp, grid.local_size());
     Trainer trainer(config, grid, backend);
-    if (grid.world_rank() == 0)
-      std::printf("threads per rank: %d (backend %s)\n", backend.threads(), backend.name().c_str());
     trainer.run();
     return kExitOk;
   });

@@ -86,6 +86,20 @@ MpiCommunicator::~MpiCommunicator() {
   if (owned_ && !finalized) MPI_Comm_free(&comm_);
 }
 
+namespace {
+// The world rank of rank `r` of `comm`, for diagnoses that a user can act on.
+int world_rank_of(MPI_Comm comm, int r) {
+  MPI_Group group, world;
+  MPI_Comm_group(comm, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  int out = -1;
+  MPI_Group_translate_ranks(group, 1, &r, world, &out);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return out;
+}
+}  // namespace
+
 std::string MpiCommunicator::describe(const char* op, const Tensor& t) const {
   return std::string(op) + " of " + std::to_string(t.numel()) + " " +
          std::string(dtype_name(t.dtype())) + " on group '" + name_ + "' (rank " +
@@ -155,16 +169,16 @@ Work MpiCommunicator::send(const Tensor& t, int dst, int tag) {
   require_host("send", t);
   MPI_Request r;
   MPI_Isend(t.raw(), count_of(t), move_type(t.dtype()), dst, tag, comm_, &r);
-  return make_work(r, describe("send", t) + " to rank " + std::to_string(dst) + " tag " +
-                          std::to_string(tag));
+  return make_work(r, describe("send", t) + " to rank " + std::to_string(dst) + " (world rank " +
+                          std::to_string(world_rank_of(comm_, dst)) + "), tag " + std::to_string(tag));
 }
 
 Work MpiCommunicator::recv(Tensor& t, int src, int tag) {
   require_host("recv", t);
   MPI_Request r;
   MPI_Irecv(t.raw(), count_of(t), move_type(t.dtype()), src, tag, comm_, &r);
-  return make_work(r, describe("recv", t) + " from rank " + std::to_string(src) + " tag " +
-                          std::to_string(tag));
+  return make_work(r, describe("recv", t) + " from rank " + std::to_string(src) + " (world rank " +
+                          std::to_string(world_rank_of(comm_, src)) + "), tag " + std::to_string(tag));
 }
 
 void MpiCommunicator::barrier() {

@@ -368,9 +368,11 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
-  size_t best_d = 3;  // only suggest close matches
+  size_t best_d = 3;  // only suggest close matches: a typo, or a known key with a suffix added
   for (const std::string& c : candidates) {
-    const size_t d = edit_distance(word, c);
+    const bool extends = word.size() > c.size() && word.compare(0, c.size(), c) == 0 &&
+                         (word[c.size()] == '_' || word[c.size()] == '.');
+    const size_t d = extends ? 1 : edit_distance(word, c);
     if (d < best_d) {
       best_d = d;
       best = c;

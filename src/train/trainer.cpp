@@ -13,6 +13,7 @@
 
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/parallel/schedule_simulator.h"
+#include "meshtrain/train/fault_injection.h"
 #include "meshtrain/train/lr_schedule.h"
 
 namespace meshtrain {
@@ -98,6 +99,7 @@ double Trainer::world_sum(double local) { return grid_.world().all_reduce_scalar
 
 StepResult Trainer::train_step(int step) {
   TraceWriter::Scope span(trace_, "step " + std::to_string(step + 1), "step", TraceWriter::Step);
+  inject_faults(grid_.world_rank(), step + 1);
   const auto t0 = std::chrono::steady_clock::now();
   const TrainOptions& t = cfg_.train;
   const double tokens = static_cast<double>(t.global_batch) * static_cast<double>(cfg_.model.seq_len);
@@ -162,9 +164,9 @@ void Trainer::log_start() {
               cfg_.train.micro_batch, p.virtual_stages, p.zero,
               p.recompute == Recompute::None ? "none" : p.recompute == Recompute::Selective ? "selective" : "full",
               p.sequence_parallel ? "on" : "off");
-  std::printf("partition %s\n", describe_partition(partition_).c_str());
-  std::printf("data: train %s (%ld samples), val %s\n", data_->train().describe().c_str(),
-              static_cast<long>(data_->train().samples()),
+  std::printf("partition %s; backend %s\n", describe_partition(partition_).c_str(),
+              be_.describe().c_str());
+  std::printf("data: train %s; val %s\n", data_->train().describe().c_str(),
               data_->has_val() ? data_->val()->describe().c_str() : "none");
   std::fflush(stdout);
 }

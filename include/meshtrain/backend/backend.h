@@ -27,6 +27,8 @@ class Backend {
   virtual ~Backend();
 
   virtual std::string name() const = 0;
+  // One line for logs: the device, its libraries and threads.
+  virtual std::string describe() const { return name(); }
   Device device() const { return allocator_->device(); }
   Allocator& allocator() { return *allocator_; }
   MemoryTracker& memory() { return allocator_->tracker(); }

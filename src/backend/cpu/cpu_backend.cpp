@@ -47,6 +47,10 @@ CpuBackend::CpuBackend(int threads) : Backend(std::make_unique<HostAllocator>())
 
 int CpuBackend::threads() const { return omp_get_max_threads(); }
 
+std::string CpuBackend::describe() const {
+  return "cpu (OpenBLAS, OpenMP), " + std::to_string(threads()) + " thread(s) per rank";
+}
+
 void CpuBackend::fill(Tensor& t, double value) {
   if (t.dtype() == DType::I32) {
     int32_t* p = t.data<int32_t>();

@@ -13,6 +13,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads = 0);
 
   std::string name() const override { return "cpu"; }
+  std::string describe() const override;
   int threads() const;
 
   void fill(Tensor& t, double value) override;

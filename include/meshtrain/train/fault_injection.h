@@ -1,0 +1,15 @@
+#pragma once
+// Fault injection for tests of the failure paths: environment variable MESHTRAIN_FAULT, a
+// comma-separated list of faults, each "<kind>:rank=<world rank>:step=<step>":
+//   stall   the rank stops making progress (sleeps) at the start of that step
+//   exit    the rank exits at once with status 9, as a crashed process would
+// Unset in production; parsing errors are reported, not ignored.
+
+#include <string>
+
+namespace meshtrain {
+
+// Called by the trainer at the start of every step (1-based step about to run).
+void inject_faults(int world_rank, int step);
+
+}  // namespace meshtrain
