@@ -8,8 +8,13 @@ namespace meshtrain {
 int bench_command(const BenchArgs& args) {
   MpiSession mpi;
   return run_reporting_errors([&] {
-    BenchReport report({"tokens", "time_ms", "tokens/s", "GFLOP/s", "ratio"});
-    if (args.suite == "step" || args.suite == "all") bench_step(args, report);
+    BenchReport report;
+    int ranks = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    const bool all = args.suite == "all";
+    if (args.suite == "step" || (all && ranks == 1)) bench_step(args, report);
+    if (args.suite == "comm" || (all && ranks > 1)) bench_comm(args, report);
+    if (args.suite == "pipeline" || (all && ranks > 1)) bench_pipeline(args, report);
     if (!args.json.empty() && mpi.rank() == 0) report.write_json(args.json);
     if (report.wrong() > 0) {
       std::fprintf(stderr, "meshtrain bench: %d result check(s) failed\n", report.wrong());

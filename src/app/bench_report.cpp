@@ -1,19 +1,35 @@
 #include "meshtrain/app/bench_report.h"
 
+#include <mpi.h>
+
 #include <cstdio>
 #include <stdexcept>
 
 namespace meshtrain {
 
-BenchReport::BenchReport(std::vector<std::string> columns) : columns_(std::move(columns)) {}
+void BenchReport::columns(std::vector<std::string> columns) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  leader_ = rank == 0;
+  columns_ = std::move(columns);
+  printed_columns_ = false;
+}
 
 void BenchReport::header(const std::string& line) {
   headers_.push_back(line);
+  if (!leader_) return;
   std::printf("# %s\n", line.c_str());
   std::fflush(stdout);
 }
 
 void BenchReport::row(const std::string& name, const std::vector<double>& values, int wrong) {
+  // Any rank's failed check fails the run: the count is summed over the world.
+  int all_wrong = wrong;
+  MPI_Allreduce(&wrong, &all_wrong, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  wrong = all_wrong;
+  rows_.push_back({name, columns_, values, wrong});
+  wrong_ += wrong;
+  if (!leader_) return;
   if (!printed_columns_) {
     std::printf("# %-30s", "name");
     for (const std::string& c : columns_) std::printf(" %12s", c.c_str());
@@ -24,8 +40,6 @@ void BenchReport::row(const std::string& name, const std::vector<double>& values
   for (double v : values) std::printf(" %12.4g", v);
   std::printf(" %6d\n", wrong);
   std::fflush(stdout);
-  rows_.push_back({name, values, wrong});
-  wrong_ += wrong;
 }
 
 void BenchReport::write_json(const std::string& path) const {
@@ -36,8 +50,8 @@ void BenchReport::write_json(const std::string& path) const {
   std::fprintf(f, "],\n \"rows\": [");
   for (size_t r = 0; r < rows_.size(); ++r) {
     std::fprintf(f, "%s\n  {\"name\": \"%s\"", r ? "," : "", rows_[r].name.c_str());
-    for (size_t c = 0; c < columns_.size() && c < rows_[r].values.size(); ++c)
-      std::fprintf(f, ", \"%s\": %.9g", columns_[c].c_str(), rows_[r].values[c]);
+    for (size_t c = 0; c < rows_[r].columns.size() && c < rows_[r].values.size(); ++c)
+      std::fprintf(f, ", \"%s\": %.9g", rows_[r].columns[c].c_str(), rows_[r].values[c]);
     std::fprintf(f, ", \"wrong\": %d}", rows_[r].wrong);
   }
   std::fprintf(f, "\n]}\n");

@@ -65,6 +65,7 @@ void bench_step(const BenchArgs& args, BenchReport& report) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (world != 1) throw std::runtime_error("bench --suite step runs on one rank");
   CpuBackend backend(args.threads);
+  report.columns({"tokens", "time_ms", "tokens/s", "GFLOP/s", "ratio"});
   report.header("suite step: " + cpu_model() + ", " + std::to_string(backend.threads()) + " threads");
   int gemm_wrong = 0;
   // The machine may be shared: the ceiling is measured before and after the steps, and the

@@ -1,6 +1,7 @@
 #include "meshtrain/parallel/model_state.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 
@@ -280,6 +281,12 @@ void ModelState::progress() {
       ++i;
     }
   }
+  // The progress thread runs exactly while reductions are in flight.
+  if (pending_.empty() == progress_active_) {
+    progress_active_ = !pending_.empty();
+    if (progress_active_) progress_thread_.begin();
+    else progress_thread_.end();
+  }
 }
 
 void ModelState::begin_step() {
@@ -302,11 +309,15 @@ void ModelState::finish_backward() {
                              plan_.buckets[b].params.front()->spec.name +
                              ", ...) was not reduced: its units did not all finish backward");
   }
+  const auto wait_start = std::chrono::steady_clock::now();
   for (Pending& p : pending_) {
     p.work.wait();
     complete(p);
   }
   pending_.clear();
+  progress();
+  exposed_comm_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
   release_gathered();
 
   if (groups_.tp->size() > 1) {

@@ -12,7 +12,9 @@ namespace meshtrain {
 
 class BenchReport {
  public:
-  explicit BenchReport(std::vector<std::string> columns);
+  BenchReport() = default;
+  // Starts a table with these value columns (after `name`, before `wrong`).
+  void columns(std::vector<std::string> columns);
   void header(const std::string& line);  // printed as "# line"
   void row(const std::string& name, const std::vector<double>& values, int wrong);
   int wrong() const { return wrong_; }
@@ -24,12 +26,14 @@ class BenchReport {
   std::vector<std::string> headers_;
   struct Row {
     std::string name;
+    std::vector<std::string> columns;
     std::vector<double> values;
     int wrong;
   };
   std::vector<Row> rows_;
   int wrong_ = 0;
   bool printed_columns_ = false;
+  bool leader_ = true;  // only world rank 0 prints
 };
 
 }  // namespace meshtrain

@@ -9,6 +9,11 @@ namespace meshtrain {
 
 // OpenBLAS sgemm peak (large square GEMM) and a full GPT-2 124M training step against it.
 void bench_step(const BenchArgs& args, BenchReport& report);
+// Data-parallel gradient sync bus bandwidth against raw MPI_Allreduce, and how much of it
+// backward hides (2+ ranks).
+void bench_comm(const BenchArgs& args, BenchReport& report);
+// Measured pipeline bubble of GPipe and 1F1B against (p-1)/(m+p-1) (2+ ranks).
+void bench_pipeline(const BenchArgs& args, BenchReport& report);
 // Median GFLOP/s of a square sgemm of size n (checked against double-precision dot products).
 double measure_sgemm_peak(int n, int repeats, int& wrong);
 

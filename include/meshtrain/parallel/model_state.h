@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "meshtrain/comm/communicator.h"
+#include "meshtrain/comm/progress_thread.h"
 #include "meshtrain/model/gpt.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/parallel/bucket_plan.h"
@@ -74,6 +75,10 @@ class ModelState final : public UnitHooks {
   // Drops gathered parameters (ZeRO-3) outside a step, e.g. after an evaluation pass.
   void release_gathered();
 
+  // Seconds finish_backward() spent waiting for reductions in the last step: the part of the
+  // data-parallel communication that backward did not hide.
+  double exposed_comm_seconds() const { return exposed_comm_seconds_; }
+
   int64_t steps_taken() const;
   void set_steps_taken(int64_t steps);
   int zero() const { return options_.zero; }
@@ -116,6 +121,9 @@ class ModelState final : public UnitHooks {
   std::vector<Pending> pending_;
   std::vector<int> completed_;  // backward passes finished this step, per unit
   Tensor flat_values_, flat_grads_;
+  double exposed_comm_seconds_ = 0;
+  ProgressThread progress_thread_;
+  bool progress_active_ = false;
 };
 
 }  // namespace meshtrain

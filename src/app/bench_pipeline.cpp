@@ -1,0 +1,67 @@
+// The `pipeline` suite (mpiexec -n P, one rank per pipeline stage): the measured bubble —
+// each rank's idle fraction of the pipeline phase, averaged over ranks — of GPipe and 1F1B
+// for several micro-batch counts, next to the theory (p - 1) / (m + p - 1) (GPipe paper,
+// arXiv 1811.06965). Stages get equal work (a balanced partition of identical blocks, a small
+// vocabulary), so the theory applies. Run with no more ranks than cores: oversubscribed cores
+// turn idle time of one rank into compute time of another and distort the bubble.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "meshtrain/app/bench_suites.h"
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/config/layout_check.h"
+#include "meshtrain/parallel/schedule_simulator.h"
+#include "meshtrain/train/trainer.h"
+
+namespace meshtrain {
+
+void bench_pipeline(const BenchArgs& args, BenchReport& report) {
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (ranks < 2) throw std::runtime_error("bench --suite pipeline needs 2 or more ranks (mpiexec -n 2)");
+  CpuBackend backend(1);
+  report.columns({"stages", "microbatches", "step_ms", "bubble", "theory", "ratio"});
+  report.header("pipeline: " + std::to_string(ranks) + " stages, 8 blocks of d_model 256, micro-batch 2 x 128 tokens; "
+                "ratio = measured / theory (1 is ideal, above 1 means communication or imbalance)");
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    for (int m : {2, 4, 8}) {
+      Config c;
+      c.deck_path = "<bench>";
+      c.run.dir = "runs/bench-pipeline";
+      c.model = GptConfig{8 * ranks / 2, 256, 8, 128, 256, true};
+      c.data.synthetic_bytes = 1 << 20;
+      c.data.val = "none";
+      c.train.steps = 1000;
+      c.train.micro_batch = 2;
+      c.train.global_batch = 2 * m;
+      c.parallel.pp = ranks;
+      c.parallel.schedule = kind;
+      check_layout(c, ranks);
+      ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 600.0);
+      Trainer trainer(c, grid, backend);
+      std::vector<double> bubble, ms;
+      int wrong = 0;
+      for (int s = 0; s <= args.steps; ++s) {
+        const StepResult r = trainer.train_step(s);
+        if (!std::isfinite(r.loss)) wrong = 1;
+        if (s == 0) continue;
+        bubble.push_back(r.bubble);
+        ms.push_back(r.seconds * 1e3);
+      }
+      std::sort(bubble.begin(), bubble.end());
+      std::sort(ms.begin(), ms.end());
+      const double theory = theoretical_bubble(kind, ranks, m, 1);
+      const double measured = bubble[bubble.size() / 2];
+      report.row(std::string(schedule_name(kind)) + " m=" + std::to_string(m),
+                 {static_cast<double>(ranks), static_cast<double>(m), ms[ms.size() / 2], measured,
+                  theory, measured / theory},
+                 wrong);
+    }
+  }
+}
+
+}  // namespace meshtrain
