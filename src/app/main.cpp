@@ -35,6 +35,17 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--steps", bench.steps, "Timed steps (median reported)")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
 
+  PlanArgs plan;
+  CLI::App* plan_cmd = app.add_subcommand(
+      "plan", "Predict memory per rank of a deck's layout (or of every layout) before launching");
+  plan_cmd->add_option("deck", plan.deck, "Input deck (TOML)")->required();
+  plan_cmd->add_option("--world", plan.world, "Ranks of the job to plan")->required()->check(CLI::PositiveNumber);
+  plan_cmd->add_flag("--all", plan.all, "Plan every valid layout for --world ranks, lowest peak first");
+  plan_cmd->add_option("--memory", plan.memory,
+                       "Memory per rank (e.g. 16GiB, 80G): refuse layouts that do not fit");
+  plan_cmd->add_option("--threads", plan.threads, "Threads per rank of the planned run");
+  plan_cmd->add_option("--set", plan.overrides, "Override a deck key: --set section.key=value");
+
   app.add_subcommand("keys", "Print the input-deck reference (every key, its default and range)");
 
   try {
@@ -52,5 +63,6 @@ int main(int argc, char** argv) {
     return prepare_command(prepare);
   }
   if (*bench_cmd) return bench_command(bench);
+  if (*plan_cmd) return plan_command(plan);
   return keys_command();
 }

@@ -26,6 +26,7 @@ struct ModelState::Pending {
   Work work;
   Tensor staging, out;  // kept alive until the reduction completes
   bool accumulate;      // add `out` into the bucket's gradient shard on completion
+  int generation;       // the after_backward call that launched it
 };
 
 namespace {
@@ -215,7 +216,9 @@ void ModelState::before_backward(int unit) {
 
 void ModelState::after_backward(int unit) {
   ++completed_[unit];
+  ++generation_;
   for (int b : plan_.unit_buckets[unit]) maybe_reduce(b);
+  if (shards_grads()) retire_older_than(generation_);
   if (shards_params())
     for (int b : plan_.unit_buckets[unit])
       if (--bucket(b).pins == 0) release(b);
@@ -250,18 +253,18 @@ void ModelState::launch_reduction(int b) {
   const DType dt = model_->dtype();
   switch (options_.zero) {
     case 0:
-      pending_.push_back({b, dp.all_reduce(s.grads), {}, {}, false});
+      pending_.push_back({b, dp.all_reduce(s.grads), {}, {}, false, generation_});
       s.reduced = true;
       break;
     case 1:
       s.grad_shard = be_->empty({plan_.buckets[b].shard_size}, dt, MemoryCategory::CommBuffers);
-      pending_.push_back({b, dp.reduce_scatter(s.grad_shard, s.grads), {}, {}, false});
+      pending_.push_back({b, dp.reduce_scatter(s.grad_shard, s.grads), {}, {}, false, generation_});
       s.reduced = true;
       break;
     default: {
       Tensor out = be_->empty({plan_.buckets[b].shard_size}, dt, MemoryCategory::CommBuffers);
       Work w = dp.reduce_scatter(out, s.grads);
-      pending_.push_back({b, std::move(w), s.grads, out, true});
+      pending_.push_back({b, std::move(w), s.grads, out, true, generation_});
       s.grads = Tensor{};
       point_grads(b, Tensor{});
     }
@@ -272,9 +275,27 @@ void ModelState::complete(Pending& p) {
   if (p.accumulate) be_->add_inplace(bucket(p.bucket).grad_shard, p.out);
 }
 
+// ZeRO 2/3 reductions hold a staging buffer (a full bucket of gradients) until they complete.
+// They are retired at a fixed point — the end of the next unit's backward — not whenever a
+// poll happens to see them done: each still overlaps one unit of compute (double buffering),
+// and the staging memory in use is the same in every run, which is what the planner predicts.
+void ModelState::retire_older_than(int generation) {
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < pending_.size();) {
+    if (pending_[i].generation < generation) {
+      pending_[i].work.wait();
+      complete(pending_[i]);
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  exposed_comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 void ModelState::progress() {
   for (size_t i = 0; i < pending_.size();) {
-    if (pending_[i].work.test()) {
+    if (!pending_[i].accumulate && pending_[i].work.test()) {
       complete(pending_[i]);
       pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
     } else {
@@ -291,6 +312,7 @@ void ModelState::progress() {
 
 void ModelState::begin_step() {
   std::fill(completed_.begin(), completed_.end(), 0);
+  exposed_comm_seconds_ = 0;
   if (flat_grads_.defined()) be_->fill(flat_grads_, 0.0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     BucketState& s = bucket(static_cast<int>(b));
@@ -316,7 +338,7 @@ void ModelState::finish_backward() {
   }
   pending_.clear();
   progress();
-  exposed_comm_seconds_ =
+  exposed_comm_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
   release_gathered();
 

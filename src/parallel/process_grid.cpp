@@ -4,6 +4,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "meshtrain/comm/meta_communicator.h"
 #include "meshtrain/comm/mpi_communicator.h"
 
 namespace meshtrain {
@@ -138,6 +139,21 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
   MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, tp->comm());
   MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, tp->comm());
   tp_spans_nodes_ = lo != hi;
+}
+
+ProcessGrid ProcessGrid::planned(const GridShape& shape, int world_rank) {
+  ProcessGrid g;
+  g.shape_ = shape;
+  g.world_rank_ = world_rank;
+  g.coords_ = shape.coordinates(world_rank);
+  g.world_ = std::make_unique<MetaCommunicator>("world", world_rank, shape.world_size());
+  for (Axis a : {Axis::Data, Axis::Tensor, Axis::Pipeline})
+    g.axis_comms_[axis_index(a)] =
+        std::make_unique<MetaCommunicator>(std::string(axis_name(a)), g.rank(a), shape.size(a));
+  const bool on_end = shape.pp > 1 && (g.is_first_stage() || g.is_last_stage());
+  g.embedding_ = std::make_unique<MetaCommunicator>("embedding", g.is_first_stage() ? 0 : 1,
+                                                    on_end ? 2 : 1);
+  return g;
 }
 
 std::string ProcessGrid::describe() const {

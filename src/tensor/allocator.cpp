@@ -66,4 +66,10 @@ void* HostAllocator::raw_allocate(size_t bytes) {
 
 void HostAllocator::raw_release(void* ptr, size_t) { std::free(ptr); }
 
+void* MetaAllocator::raw_allocate(size_t bytes) {
+  void* p = reinterpret_cast<void*>(next_);
+  next_ += (bytes + 4095) / 4096 * 4096;
+  return p;
+}
+
 }  // namespace meshtrain

@@ -25,8 +25,9 @@ void check_vocabulary(const Config& c, const TokenDataset& d, const char* key) {
 }
 }  // namespace
 
-DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_size)
-    : cfg_(&config), be_(&backend), dp_rank_(dp_rank), dp_size_(dp_size) {
+DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_size, DataMode mode)
+    : cfg_(&config), be_(&backend), dp_rank_(dp_rank), dp_size_(dp_size), mode_(mode) {
+  if (mode == DataMode::ShapesOnly) return;
   const DataOptions& d = config.data;
   train_ = open_dataset(d.train, kSyntheticTrainSeed, d.synthetic_bytes, config.model.seq_len, "training");
   check_vocabulary(config, *train_, "data.train");
@@ -39,15 +40,15 @@ DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_s
 }
 
 std::vector<MicroBatchData> DataFeed::assemble(
-    const TokenDataset& data, const std::function<int64_t(int64_t)>& index_at) const {
+    const TokenDataset* data, const std::function<int64_t(int64_t)>& index_at) const {
   const int64_t b = cfg_->train.micro_batch, T = cfg_->model.seq_len;
   const int64_t per_rank = cfg_->train.global_batch / dp_size_;
   std::vector<MicroBatchData> out;
   std::vector<int32_t> tokens(b * T), targets(b * T);
   for (int64_t first = 0; first < per_rank; first += b) {
-    for (int64_t i = 0; i < b; ++i) {
+    for (int64_t i = 0; i < b && data; ++i) {
       const int64_t position = dp_rank_ * per_rank + first + i;
-      data.sample(index_at(position), tokens.data() + i * T, targets.data() + i * T);
+      data->sample(index_at(position), tokens.data() + i * T, targets.data() + i * T);
     }
     MicroBatchData mb;
     mb.shape = TokenShape{b, T};
@@ -62,12 +63,13 @@ std::vector<MicroBatchData> DataFeed::assemble(
 
 std::vector<MicroBatchData> DataFeed::train_batch(int step) const {
   const int64_t G = cfg_->train.global_batch;
-  return assemble(*train_, [&](int64_t p) { return sampler_->index(step, G, p); });
+  if (mode_ == DataMode::ShapesOnly) return assemble(nullptr, [](int64_t) { return int64_t{0}; });
+  return assemble(train_.get(), [&](int64_t p) { return sampler_->index(step, G, p); });
 }
 
 std::vector<MicroBatchData> DataFeed::val_batch(int index) const {
   const int64_t G = cfg_->train.global_batch, n = val_->samples();
-  return assemble(*val_, [&](int64_t p) { return (index * G + p) % n; });
+  return assemble(val_.get(), [&](int64_t p) { return (index * G + p) % n; });
 }
 
 }  // namespace meshtrain

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
@@ -47,7 +48,7 @@ int choose_threads(int configured, int local_ranks) {
   return std::max(1, hardware / std::max(1, local_ranks));
 }
 
-Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend)
+Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, DataMode data)
     : cfg_(config),
       grid_(grid),
       be_(backend),
@@ -73,10 +74,10 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend)
       StateGroups{&grid.comm(Axis::Data), &grid.comm(Axis::Tensor), &grid.comm(Axis::Pipeline),
                   &grid.embedding()},
       so);
-  state_->initialize(config.run.seed);
+  if (data == DataMode::Load) state_->initialize(config.run.seed);
 
   agree(grid.world(), [&] {
-    data_ = std::make_unique<DataFeed>(config, backend, grid.rank(Axis::Data), p.dp);
+    data_ = std::make_unique<DataFeed>(config, backend, grid.rank(Axis::Data), p.dp, data);
   });
 
   const int M = config.microbatches();
@@ -85,7 +86,7 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend)
   eval_actions_ = make_forward_only(p.pp, M, p.virtual_stages)[grid.rank(Axis::Pipeline)];
   executor_ = std::make_unique<PipelineExecutor>(*model_, grid.comm(Axis::Pipeline),
                                                  p.virtual_stages, p.recompute, trace_);
-  if (leader_) {
+  if (leader_ && data == DataMode::Load) {
     std::filesystem::create_directories(config.run.dir);
     metrics_ = std::make_unique<MetricsWriter>(config.run.dir + "/metrics.jsonl");
   } else {
@@ -147,6 +148,49 @@ double Trainer::evaluate() {
   return world_sum(grid_.rank(Axis::Tensor) == 0 ? local : 0.0) / tokens;
 }
 
+std::vector<MemoryPeaks> Trainer::memory_peaks() {
+  const MemoryTracker& m = be_.memory();
+  MemoryPeaks mine;
+  mine.world_rank = grid_.world_rank();
+  mine.dp = grid_.rank(Axis::Data);
+  mine.tp = grid_.rank(Axis::Tensor);
+  mine.pp = grid_.rank(Axis::Pipeline);
+  for (size_t c = 0; c < kMemoryCategories; ++c) mine.peak[c] = m.peak(static_cast<MemoryCategory>(c));
+  mine.peak_total = m.peak_total();
+  const std::string bytes(reinterpret_cast<const char*>(&mine), sizeof mine);
+  std::vector<MemoryPeaks> all;
+  for (const std::string& b : grid_.world().all_gather_bytes(bytes)) {
+    MemoryPeaks p;
+    std::memcpy(&p, b.data(), sizeof p);
+    all.push_back(p);
+  }
+  return all;
+}
+
+void Trainer::log_memory(const char* when, int step) {
+  const std::vector<MemoryPeaks> all = memory_peaks();
+  if (!leader_) return;
+  std::printf("memory peaks %s (per rank; total = the sum at its highest moment):\n", when);
+  for (const MemoryPeaks& p : all) {
+    std::string line;
+    for (size_t c = 0; c < kMemoryCategories; ++c)
+      line += std::string(c ? ", " : "") + std::string(category_name(static_cast<MemoryCategory>(c))) +
+              " " + format_bytes(static_cast<double>(p.peak[c]));
+    std::printf("  rank %d (dp %d tp %d pp %d): %s; total %s\n", p.world_rank, p.dp, p.tp, p.pp,
+                line.c_str(), format_bytes(static_cast<double>(p.peak_total)).c_str());
+    metrics_->write({{"step", int64_t{step}},
+                     {"memory_rank", int64_t{p.world_rank}},
+                     {"parameters", static_cast<int64_t>(p.peak[0])},
+                     {"gradients", static_cast<int64_t>(p.peak[1])},
+                     {"optimizer", static_cast<int64_t>(p.peak[2])},
+                     {"activations", static_cast<int64_t>(p.peak[3])},
+                     {"comm", static_cast<int64_t>(p.peak[4])},
+                     {"workspace", static_cast<int64_t>(p.peak[5])},
+                     {"peak_total", static_cast<int64_t>(p.peak_total)}});
+  }
+  std::fflush(stdout);
+}
+
 void Trainer::log_start() {
   if (!leader_) return;
   const ParallelOptions& p = cfg_.parallel;
@@ -198,9 +242,11 @@ void Trainer::run() {
   log_start();
   const TrainOptions& t = cfg_.train;
   std::vector<double> times;
+  reset_memory_peaks();  // peaks of the training steps, not of set-up
   while (step_ < t.steps) {
     const StepResult r = train_step(step_);
     times.push_back(r.seconds);
+    if (times.size() == 1) log_memory("after the first step", r.step);
     const bool last = r.step == t.steps;
     if (r.step % cfg_.run.log_every == 0 || r.step == 1 || last) {
       std::vector<double> sorted = times;
@@ -216,6 +262,7 @@ void Trainer::run() {
       metrics_->write({{"step", int64_t{r.step}}, {"val_loss", val}});
     }
   }
+  if (!times.empty()) log_memory("over the run", step_);
   if (cfg_.run.trace) {
     const std::string path = cfg_.run.dir + "/trace_rank" + std::to_string(grid_.world_rank()) + ".json";
     trace_.write(path);

@@ -33,6 +33,16 @@ struct BenchArgs {
 };
 int bench_command(const BenchArgs& args);
 
+struct PlanArgs {
+  std::string deck;
+  std::vector<std::string> overrides;
+  int world = 1;
+  bool all = false;
+  std::string memory;  // budget per rank, e.g. "16GiB"
+  int threads = 0;     // threads per rank of the planned run (0: run.threads, else 1)
+};
+int plan_command(const PlanArgs& args);
+
 int keys_command();
 
 }  // namespace meshtrain

@@ -75,8 +75,8 @@ class ModelState final : public UnitHooks {
   // Drops gathered parameters (ZeRO-3) outside a step, e.g. after an evaluation pass.
   void release_gathered();
 
-  // Seconds finish_backward() spent waiting for reductions in the last step: the part of the
-  // data-parallel communication that backward did not hide.
+  // Seconds spent waiting for reductions in the last step (at the end of backward, and for
+  // ZeRO 2/3 at each unit): the part of the data-parallel communication backward did not hide.
   double exposed_comm_seconds() const { return exposed_comm_seconds_; }
 
   int64_t steps_taken() const;
@@ -109,6 +109,7 @@ class ModelState final : public UnitHooks {
   void maybe_reduce(int b);
   void launch_reduction(int b);
   void progress();
+  void retire_older_than(int generation);
   void complete(Pending& p);
   void all_reduce_segments(Communicator& comm, std::vector<Tensor>& pieces);
 
@@ -122,6 +123,7 @@ class ModelState final : public UnitHooks {
   std::vector<int> completed_;  // backward passes finished this step, per unit
   Tensor flat_values_, flat_grads_;
   double exposed_comm_seconds_ = 0;
+  int generation_ = 0;  // after_backward calls so far
   ProgressThread progress_thread_;
   bool progress_active_ = false;
 };

@@ -53,6 +53,9 @@ class ProcessGrid {
  public:
   // Collective over `world`. The caller has validated shape.world_size() == world size.
   ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_seconds);
+  // The grid as world rank `world_rank` of a job that is only planned: every group is a
+  // MetaCommunicator of the right rank and size, no MPI involved.
+  static ProcessGrid planned(const GridShape& shape, int world_rank);
 
   const GridShape& shape() const { return shape_; }
   int rank(Axis a) const { return coords_[axis_index(a)]; }
@@ -80,6 +83,7 @@ class ProcessGrid {
   std::string describe() const;  // "rank 5 (dp 0/2, tp 1/2, pp 1/2)"
 
  private:
+  ProcessGrid() = default;
   GridShape shape_;
   std::array<int, 3> coords_{};
   int world_rank_ = 0;

@@ -4,6 +4,7 @@
 // blocks to the operating system each time would cost page faults (CPU) or synchronisation (GPU).
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -78,6 +79,21 @@ class HostAllocator final : public Allocator {
  protected:
   void* raw_allocate(size_t bytes) override;
   void raw_release(void* ptr, size_t bytes) override;
+};
+
+// Allocates nothing: hands out distinct fake addresses that must never be dereferenced. Backs
+// tensors in planning mode, where the real code runs its allocations (and so its memory
+// accounting) without kernels, to predict the memory of a run before it is launched.
+class MetaAllocator final : public Allocator {
+ public:
+  explicit MetaAllocator(Device device) : Allocator(device) {}
+
+ protected:
+  void* raw_allocate(size_t bytes) override;
+  void raw_release(void*, size_t) override {}
+
+ private:
+  uintptr_t next_ = uintptr_t{1} << 44;  // far from any real mapping
 };
 
 }  // namespace meshtrain

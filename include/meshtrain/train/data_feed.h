@@ -16,25 +16,31 @@
 
 namespace meshtrain {
 
+// Load reads the data; ShapesOnly (the planner's dry run) only makes tensors of the right shapes.
+enum class DataMode { Load, ShapesOnly };
+
 class DataFeed {
  public:
   // Opens (or generates) the training and validation data; throws DataError/DeckError naming
   // the files and keys on bad data.
-  DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_size);
+  DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_size,
+           DataMode mode = DataMode::Load);
 
   std::vector<MicroBatchData> train_batch(int step) const;
   std::vector<MicroBatchData> val_batch(int index) const;
   bool has_val() const { return val_ != nullptr; }
-  const TokenDataset& train() const { return *train_; }
+  const TokenDataset& train() const { return *train_; }  // Load mode only
   const TokenDataset* val() const { return val_.get(); }
 
  private:
-  std::vector<MicroBatchData> assemble(const TokenDataset& data,
+  // data == null: shapes only.
+  std::vector<MicroBatchData> assemble(const TokenDataset* data,
                                        const std::function<int64_t(int64_t)>& index_at) const;
 
   const Config* cfg_;
   Backend* be_;
   int dp_rank_, dp_size_;
+  DataMode mode_;
   std::unique_ptr<TokenDataset> train_, val_;
   std::unique_ptr<Sampler> sampler_;
 };

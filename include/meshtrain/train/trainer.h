@@ -4,6 +4,7 @@
 // gradient-norm clipping, AdamW with warm-up + cosine learning rate — evaluates, logs
 // (rank 0: a progress line on stdout, metrics.jsonl in the run directory) and traces.
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -26,9 +27,18 @@ struct StepResult {
   double bubble = 0;  // measured, mean over ranks
 };
 
+// Per-category peaks of one rank's memory, as reported in the log and metrics.jsonl.
+struct MemoryPeaks {
+  int world_rank = 0, dp = 0, tp = 0, pp = 0;
+  std::array<size_t, kMemoryCategories> peak{};  // per category
+  size_t peak_total = 0;                          // of the sum, at its highest moment
+};
+
 class Trainer {
  public:
-  Trainer(const Config& config, ProcessGrid& grid, Backend& backend);
+  // DataMode::ShapesOnly builds the run without data or initial values: the planner's dry run.
+  Trainer(const Config& config, ProcessGrid& grid, Backend& backend,
+          DataMode data = DataMode::Load);
   ~Trainer();
 
   // Trains from the current step to train.steps, with evaluation and logging.
@@ -37,6 +47,9 @@ class Trainer {
   StepResult train_step(int step);
   // Mean validation loss per token over train.eval_batches global batches.
   double evaluate();
+  // Every rank's memory peaks since the last reset_memory_peaks(), gathered on all ranks.
+  std::vector<MemoryPeaks> memory_peaks();
+  void reset_memory_peaks() { be_.memory().reset_peaks(); }
 
   GptModel& model() { return *model_; }
   ModelState& state() { return *state_; }
@@ -46,6 +59,7 @@ class Trainer {
 
  private:
   double world_sum(double local);
+  void log_memory(const char* when, int step);
   void log_start();
   void log_step(const StepResult& r, double eta_seconds);
 

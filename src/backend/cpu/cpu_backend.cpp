@@ -27,8 +27,12 @@ void same_shape(const char* op, const Tensor& a, const Tensor& b) {
               " vs " + b.shape().to_string() + " " + std::string(dtype_name(b.dtype())));
 }
 
-// Calls f(float{}) or f(double{}) for the tensor's dtype.
-template <class F> void dispatch(const char* op, DType t, F&& f) {
+// Calls f(float{}) or f(double{}) for the tensor's dtype; in planning mode only checks it.
+template <class F> void dispatch(bool planning, const char* op, DType t, F&& f) {
+  if (planning) {
+    if (t != DType::F32 && t != DType::F64) unsupported(op, t);
+    return;
+  }
   switch (t) {
     case DType::F32: f(float{}); return;
     case DType::F64: f(double{}); return;
@@ -41,23 +45,34 @@ int64_t cols_of(const Tensor& t) { return t.dim(t.shape().rank() - 1); }
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : Backend(std::make_unique<HostAllocator>()) {
-  if (threads > 0) omp_set_num_threads(threads);
+namespace {
+std::unique_ptr<Allocator> make_allocator(Execution e) {
+  if (e == Execution::Plan) return std::make_unique<MetaAllocator>(Device::Cpu);
+  return std::make_unique<HostAllocator>();
+}
+}  // namespace
+
+CpuBackend::CpuBackend(int threads, Execution execution)
+    : Backend(make_allocator(execution)),
+      planning_(execution == Execution::Plan),
+      threads_(threads > 0 ? threads : omp_get_max_threads()) {
+  if (!planning_ && threads > 0) omp_set_num_threads(threads);
 }
 
-int CpuBackend::threads() const { return omp_get_max_threads(); }
+int CpuBackend::threads() const { return planning_ ? threads_ : omp_get_max_threads(); }
 
 std::string CpuBackend::describe() const {
   return "cpu (OpenBLAS, OpenMP), " + std::to_string(threads()) + " thread(s) per rank";
 }
 
 void CpuBackend::fill(Tensor& t, double value) {
+  if (planning_) return;
   if (t.dtype() == DType::I32) {
     int32_t* p = t.data<int32_t>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int32_t>(value);
     return;
   }
-  dispatch("fill", t.dtype(), [&](auto tag) {
+  dispatch(planning_, "fill", t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::fill<T>(t.data<T>(), static_cast<T>(value), t.numel());
   });
@@ -65,23 +80,28 @@ void CpuBackend::fill(Tensor& t, double value) {
 
 void CpuBackend::copy(Tensor& dst, const Tensor& src) {
   same_shape("copy", dst, src);
-  std::memcpy(dst.raw(), src.raw(), src.nbytes());
+  if (!planning_) std::memcpy(dst.raw(), src.raw(), src.nbytes());
 }
 
-void CpuBackend::copy_from_host(Tensor& dst, const void* src) { std::memcpy(dst.raw(), src, dst.nbytes()); }
+void CpuBackend::copy_from_host(Tensor& dst, const void* src) {
+  if (!planning_) std::memcpy(dst.raw(), src, dst.nbytes());
+}
 
-void CpuBackend::copy_to_host(void* dst, const Tensor& src) { std::memcpy(dst, src.raw(), src.nbytes()); }
+void CpuBackend::copy_to_host(void* dst, const Tensor& src) {
+  if (planning_) std::memset(dst, 0, src.nbytes());
+  else std::memcpy(dst, src.raw(), src.nbytes());
+}
 
 void CpuBackend::add_inplace(Tensor& dst, const Tensor& src) {
   require(dst.numel() == src.numel() && dst.dtype() == src.dtype(), "add_inplace", "size mismatch");
-  dispatch("add_inplace", dst.dtype(), [&](auto tag) {
+  dispatch(planning_, "add_inplace", dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::add_inplace<T>(dst.data<T>(), src.data<T>(), dst.numel());
   });
 }
 
 void CpuBackend::scale_inplace(Tensor& t, double factor) {
-  dispatch("scale_inplace", t.dtype(), [&](auto tag) {
+  dispatch(planning_, "scale_inplace", t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::scale_inplace<T>(t.data<T>(), static_cast<T>(factor), t.numel());
   });
@@ -89,7 +109,7 @@ void CpuBackend::scale_inplace(Tensor& t, double factor) {
 
 void CpuBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b) {
   require(out.numel() == a.numel() && a.numel() == b.numel(), "residual_forward", "size mismatch");
-  dispatch("residual_forward", out.dtype(), [&](auto tag) {
+  dispatch(planning_, "residual_forward", out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::residual_forward<T>(out.data<T>(), a.data<T>(), b.data<T>(), out.numel());
   });
@@ -97,7 +117,7 @@ void CpuBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b)
 
 double CpuBackend::sum_squares(const Tensor& t) {
   double r = 0;
-  dispatch("sum_squares", t.dtype(), [&](auto tag) {
+  dispatch(planning_, "sum_squares", t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     r = cpu::sum_squares<T>(t.data<T>(), t.numel());
   });
@@ -106,7 +126,7 @@ double CpuBackend::sum_squares(const Tensor& t) {
 
 double CpuBackend::sum(const Tensor& t) {
   double r = 0;
-  dispatch("sum", t.dtype(), [&](auto tag) {
+  dispatch(planning_, "sum", t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     r = cpu::sum<T>(t.data<T>(), t.numel());
   });
@@ -117,7 +137,7 @@ void CpuBackend::embedding_forward(Tensor& out, const Tensor& tokens, const Tens
                                    int64_t vocab_begin) {
   const int64_t N = tokens.numel(), C = cols_of(wte);
   require(rows_of(out) == N && cols_of(out) == C, "embedding_forward", "out must be (N, C)");
-  dispatch("embedding_forward", out.dtype(), [&](auto tag) {
+  dispatch(planning_, "embedding_forward", out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::embedding_forward<T>(out.data<T>(), tokens.data<int32_t>(), wte.data<T>(), vocab_begin,
                               rows_of(wte), N, C);
@@ -128,7 +148,7 @@ void CpuBackend::embedding_backward(Tensor& dwte, const Tensor& dout, const Tens
                                     int64_t vocab_begin) {
   const int64_t N = tokens.numel(), C = cols_of(dwte);
   require(rows_of(dout) == N && cols_of(dout) == C, "embedding_backward", "dout must be (N, C)");
-  dispatch("embedding_backward", dwte.dtype(), [&](auto tag) {
+  dispatch(planning_, "embedding_backward", dwte.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::embedding_backward<T>(dwte.data<T>(), dout.data<T>(), tokens.data<int32_t>(), vocab_begin,
                                rows_of(dwte), N, C);
@@ -137,7 +157,7 @@ void CpuBackend::embedding_backward(Tensor& dwte, const Tensor& dout, const Tens
 
 void CpuBackend::position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) {
   require(cols_of(out) == cols_of(wpe), "position_forward", "channel mismatch");
-  dispatch("position_forward", out.dtype(), [&](auto tag) {
+  dispatch(planning_, "position_forward", out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::position_forward<T>(out.data<T>(), wpe.data<T>(), token_begin, rows_of(wpe), rows_of(out),
                              cols_of(out));
@@ -146,7 +166,7 @@ void CpuBackend::position_forward(Tensor& out, const Tensor& wpe, int64_t token_
 
 void CpuBackend::position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) {
   require(cols_of(dout) == cols_of(dwpe), "position_backward", "channel mismatch");
-  dispatch("position_backward", dwpe.dtype(), [&](auto tag) {
+  dispatch(planning_, "position_backward", dwpe.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::position_backward<T>(dwpe.data<T>(), dout.data<T>(), token_begin, rows_of(dwpe),
                               rows_of(dout), cols_of(dout));
@@ -159,7 +179,7 @@ void CpuBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, cons
   require(out.numel() == N * C && mean.numel() == N && rstd.numel() == N && weight.numel() == C &&
               bias.numel() == C,
           "layernorm_forward", "shape mismatch for inp " + inp.shape().to_string());
-  dispatch("layernorm_forward", inp.dtype(), [&](auto tag) {
+  dispatch(planning_, "layernorm_forward", inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::layernorm_forward<T>(out.data<T>(), mean.data<T>(), rstd.data<T>(), inp.data<T>(),
                               weight.data<T>(), bias.data<T>(), N, C);
@@ -173,8 +193,8 @@ void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias
   require(dinp.numel() == N * C && dout.numel() == N * C && dweight.numel() == C &&
               dbias.numel() == C,
           "layernorm_backward", "shape mismatch for inp " + inp.shape().to_string());
-  Tensor scratch = empty({int64_t{cpu::kernel_threads()} * 2 * C}, inp.dtype(), MemoryCategory::Workspace);
-  dispatch("layernorm_backward", inp.dtype(), [&](auto tag) {
+  Tensor scratch = empty({int64_t{threads()} * 2 * C}, inp.dtype(), MemoryCategory::Workspace);
+  dispatch(planning_, "layernorm_backward", inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::layernorm_backward<T>(dinp.data<T>(), dweight.data<T>(), dbias.data<T>(), dout.data<T>(),
                                inp.data<T>(), weight.data<T>(), mean.data<T>(), rstd.data<T>(), N,
@@ -189,7 +209,7 @@ void CpuBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& we
           "matmul_forward",
           "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() + " out " +
               out.shape().to_string());
-  dispatch("matmul_forward", inp.dtype(), [&](auto tag) {
+  dispatch(planning_, "matmul_forward", inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::matmul_forward<T>(out.data<T>(), inp.data<T>(), weight.data<T>(),
                            bias ? bias->data<T>() : nullptr, N, C, OC);
@@ -204,7 +224,7 @@ void CpuBackend::matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, c
           "matmul_backward",
           "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() + " dout " +
               dout.shape().to_string());
-  dispatch("matmul_backward", inp.dtype(), [&](auto tag) {
+  dispatch(planning_, "matmul_backward", inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::matmul_backward<T>(dinp ? dinp->data<T>() : nullptr, dweight.data<T>(),
                             dbias ? dbias->data<T>() : nullptr, dout.data<T>(), inp.data<T>(),
@@ -215,7 +235,7 @@ void CpuBackend::matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, c
 void CpuBackend::bias_forward(Tensor& out, const Tensor& bias) {
   require(cols_of(out) == bias.numel(), "bias_forward", "bias of " + bias.shape().to_string() +
                                                             " for out " + out.shape().to_string());
-  dispatch("bias_forward", out.dtype(), [&](auto tag) {
+  dispatch(planning_, "bias_forward", out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::bias_forward<T>(out.data<T>(), bias.data<T>(), rows_of(out), cols_of(out));
   });
@@ -224,7 +244,7 @@ void CpuBackend::bias_forward(Tensor& out, const Tensor& bias) {
 void CpuBackend::bias_backward(Tensor& dbias, const Tensor& dout) {
   require(cols_of(dout) == dbias.numel(), "bias_backward", "dbias of " + dbias.shape().to_string() +
                                                                " for dout " + dout.shape().to_string());
-  dispatch("bias_backward", dout.dtype(), [&](auto tag) {
+  dispatch(planning_, "bias_backward", dout.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::bias_backward<T>(dbias.data<T>(), dout.data<T>(), rows_of(dout), cols_of(dout));
   });
@@ -232,7 +252,7 @@ void CpuBackend::bias_backward(Tensor& dbias, const Tensor& dout) {
 
 void CpuBackend::gelu_forward(Tensor& out, const Tensor& inp) {
   same_shape("gelu_forward", out, inp);
-  dispatch("gelu_forward", inp.dtype(), [&](auto tag) {
+  dispatch(planning_, "gelu_forward", inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::gelu_forward<T>(out.data<T>(), inp.data<T>(), inp.numel());
   });
@@ -241,7 +261,7 @@ void CpuBackend::gelu_forward(Tensor& out, const Tensor& inp) {
 void CpuBackend::gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   same_shape("gelu_backward", dinp, inp);
   same_shape("gelu_backward", dout, inp);
-  dispatch("gelu_backward", inp.dtype(), [&](auto tag) {
+  dispatch(planning_, "gelu_backward", inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::gelu_backward<T>(dinp.data<T>(), inp.data<T>(), dout.data<T>(), inp.numel());
   });
@@ -252,7 +272,7 @@ void CpuBackend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv
   require(qkv.numel() == B * T * 3 * NH * HS && out.numel() == B * T * NH * HS &&
               probs.numel() == B * NH * T * T,
           "attention_forward", "shape mismatch");
-  dispatch("attention_forward", qkv.dtype(), [&](auto tag) {
+  dispatch(planning_, "attention_forward", qkv.dtype(), [&](auto tag) {
     using E = decltype(tag);
     cpu::attention_forward<E>(out.data<E>(), probs.data<E>(), qkv.data<E>(), B, T, NH, HS);
   });
@@ -264,8 +284,8 @@ void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tens
   same_shape("attention_backward", dqkv, qkv);
   require(dout.numel() == B * T * NH * HS && probs.numel() == B * NH * T * T, "attention_backward",
           "shape mismatch");
-  Tensor scratch = empty({int64_t{cpu::kernel_threads()} * T * T}, qkv.dtype(), MemoryCategory::Workspace);
-  dispatch("attention_backward", qkv.dtype(), [&](auto tag) {
+  Tensor scratch = empty({int64_t{threads()} * T * T}, qkv.dtype(), MemoryCategory::Workspace);
+  dispatch(planning_, "attention_backward", qkv.dtype(), [&](auto tag) {
     using E = decltype(tag);
     cpu::attention_backward<E>(dqkv.data<E>(), dout.data<E>(), qkv.data<E>(), probs.data<E>(), B, T,
                                NH, HS, scratch.data<E>());
@@ -275,7 +295,7 @@ void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tens
 void CpuBackend::crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) {
   const int64_t N = rows_of(logits), V = cols_of(logits);
   require(row_max.numel() == N && row_sumexp.numel() == N, "crossentropy_stats", "shape mismatch");
-  dispatch("crossentropy_stats", logits.dtype(), [&](auto tag) {
+  dispatch(planning_, "crossentropy_stats", logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::crossentropy_stats<T>(row_max.data<T>(), row_sumexp.data<T>(), logits.data<T>(), N, V);
   });
@@ -283,7 +303,7 @@ void CpuBackend::crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const T
 
 void CpuBackend::crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
                                      const Tensor& global_max) {
-  dispatch("crossentropy_rebase", row_sumexp.dtype(), [&](auto tag) {
+  dispatch(planning_, "crossentropy_rebase", row_sumexp.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::crossentropy_rebase<T>(row_sumexp.data<T>(), local_max.data<T>(), global_max.data<T>(),
                                 row_sumexp.numel());
@@ -295,7 +315,7 @@ void CpuBackend::crossentropy_target_logit(Tensor& target_logit, const Tensor& l
   const int64_t N = rows_of(logits), V = cols_of(logits);
   require(target_logit.numel() == N && targets.numel() == N, "crossentropy_target_logit",
           "shape mismatch");
-  dispatch("crossentropy_target_logit", logits.dtype(), [&](auto tag) {
+  dispatch(planning_, "crossentropy_target_logit", logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::crossentropy_target_logit<T>(target_logit.data<T>(), logits.data<T>(),
                                       targets.data<int32_t>(), vocab_begin, N, V);
@@ -304,7 +324,7 @@ void CpuBackend::crossentropy_target_logit(Tensor& target_logit, const Tensor& l
 
 void CpuBackend::crossentropy_losses(Tensor& losses, const Tensor& row_max,
                                      const Tensor& row_sumexp, const Tensor& target_logit) {
-  dispatch("crossentropy_losses", losses.dtype(), [&](auto tag) {
+  dispatch(planning_, "crossentropy_losses", losses.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::crossentropy_losses<T>(losses.data<T>(), row_max.data<T>(), row_sumexp.data<T>(),
                                 target_logit.data<T>(), losses.numel());
@@ -316,7 +336,7 @@ void CpuBackend::crossentropy_backward(Tensor& dlogits, const Tensor& logits,
                                        const Tensor& targets, int64_t vocab_begin, double dloss) {
   same_shape("crossentropy_backward", dlogits, logits);
   const int64_t N = rows_of(logits), V = cols_of(logits);
-  dispatch("crossentropy_backward", logits.dtype(), [&](auto tag) {
+  dispatch(planning_, "crossentropy_backward", logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::crossentropy_backward<T>(dlogits.data<T>(), logits.data<T>(), row_max.data<T>(),
                                   row_sumexp.data<T>(), targets.data<int32_t>(), vocab_begin,
@@ -329,7 +349,7 @@ void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg
   require(param.numel() == grad.numel() && param.numel() == exp_avg.numel() &&
               param.numel() == exp_avg_sq.numel(),
           "adamw_update", "size mismatch");
-  dispatch("adamw_update", param.dtype(), [&](auto tag) {
+  dispatch(planning_, "adamw_update", param.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::adamw_update<T>(param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(),
                          param.numel(), s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step,

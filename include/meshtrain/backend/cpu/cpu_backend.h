@@ -7,10 +7,15 @@
 
 namespace meshtrain {
 
+// Compute runs the kernels; Plan makes every allocation a step would make (scratch included,
+// for `threads` threads) on a MetaAllocator and skips the arithmetic — the planner's dry run.
+enum class Execution { Compute, Plan };
+
 class CpuBackend final : public Backend {
  public:
   // threads: the OpenMP team size for kernels and OpenBLAS (0: leave the OpenMP default).
-  explicit CpuBackend(int threads = 0);
+  explicit CpuBackend(int threads = 0, Execution execution = Execution::Compute);
+  bool planning() const { return planning_; }
 
   std::string name() const override { return "cpu"; }
   std::string describe() const override;
@@ -65,6 +70,10 @@ class CpuBackend final : public Backend {
 
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                     const AdamWStep& s) override;
+
+ private:
+  bool planning_;
+  int threads_;
 };
 
 }  // namespace meshtrain

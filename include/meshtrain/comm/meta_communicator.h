@@ -1,0 +1,38 @@
+#pragma once
+// A communicator that moves no data: it has a rank and a size and completes every operation at
+// once. It stands in for a group of a job that is only being planned (`meshtrain plan`), so that
+// the real code allocates exactly the buffers the real job would, on one process.
+
+#include "meshtrain/comm/communicator.h"
+
+namespace meshtrain {
+
+class MetaCommunicator final : public Communicator {
+ public:
+  MetaCommunicator(std::string name, int rank, int size)
+      : name_(std::move(name)), rank_(rank), size_(size) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+  std::string backend() const override { return "meta"; }
+
+  Work all_reduce(Tensor&, ReduceOp) override { return {}; }
+  Work reduce_scatter(Tensor&, const Tensor&, ReduceOp) override { return {}; }
+  Work all_gather(Tensor&, const Tensor&) override { return {}; }
+  Work broadcast(Tensor&, int) override { return {}; }
+  Work send(const Tensor&, int, int) override { return {}; }
+  Work recv(Tensor&, int, int) override { return {}; }
+  void barrier() override {}
+  void broadcast_bytes(std::string&, int) override {}
+  std::vector<std::string> all_gather_bytes(const std::string& mine) override {
+    return std::vector<std::string>(static_cast<size_t>(size_), mine);
+  }
+  double all_reduce_scalar(double value, ReduceOp) override { return value; }
+
+ private:
+  std::string name_;
+  int rank_, size_;
+};
+
+}  // namespace meshtrain

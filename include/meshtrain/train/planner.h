@@ -1,0 +1,46 @@
+#pragma once
+// The pre-flight memory planner behind `meshtrain plan`. It does not estimate from formulas
+// that could drift from the code: for each pipeline stage it builds the real trainer — model
+// chunks, ZeRO model state, pipeline executor — on a planned process grid (communicators that
+// move nothing) and a planning backend (allocations on fake addresses, no arithmetic), runs
+// training steps, and reads the memory tracker. Ranks of one stage differ only in their
+// coordinates, not in what they allocate, so one dry run per stage covers the job. What the
+// dry run cannot know is timing: it completes every transfer at once, so buffers that a real
+// run holds a little longer (sends in flight) are released earlier; the tests hold it to 5%.
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "meshtrain/config/config.h"
+#include "meshtrain/tensor/memory.h"
+
+namespace meshtrain {
+
+struct StagePlan {
+  int pp_rank = 0;
+  std::array<size_t, kMemoryCategories> peak{};     // per category, each at its own highest
+  std::array<size_t, kMemoryCategories> at_peak{};  // per category, when the total peaked
+  size_t peak_total = 0;
+  // The category holding the most bytes when the total peaked.
+  MemoryCategory dominant() const;
+};
+
+struct LayoutPlan {
+  Config config;  // with dp resolved
+  std::vector<StagePlan> stages;
+  size_t peak() const;      // the largest stage's peak: what every rank must fit
+  int peak_stage() const;
+  std::string layout() const;  // "dp 2 tp 2 pp 2 1f1b m4x2 zero 1 rc none sp"
+};
+
+// Plans `config` on `world_size` ranks with `threads` threads per rank. Throws DeckError if
+// the layout is invalid for that world size.
+LayoutPlan plan_layout(Config config, int world_size, int threads);
+
+// Every valid layout of `base`'s model and global batch on `world_size` ranks: dp x tp x pp,
+// micro-batch sizes (powers of two dividing the per-rank batch), schedules (interleaved with 2
+// virtual stages), ZeRO 0-3, recompute modes; sequence parallelism on where tp > 1.
+std::vector<Config> enumerate_layouts(const Config& base, int world_size);
+
+}  // namespace meshtrain

@@ -1,0 +1,107 @@
+#include "meshtrain/train/planner.h"
+
+#include <algorithm>
+
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/config/layout_check.h"
+#include "meshtrain/parallel/process_grid.h"
+#include "meshtrain/train/trainer.h"
+
+namespace meshtrain {
+
+MemoryCategory StagePlan::dominant() const {
+  size_t best = 0;
+  for (size_t c = 1; c < kMemoryCategories; ++c)
+    if (at_peak[c] > at_peak[best]) best = c;
+  return static_cast<MemoryCategory>(best);
+}
+
+size_t LayoutPlan::peak() const { return stages[static_cast<size_t>(peak_stage())].peak_total; }
+
+int LayoutPlan::peak_stage() const {
+  int best = 0;
+  for (size_t s = 1; s < stages.size(); ++s)
+    if (stages[s].peak_total > stages[static_cast<size_t>(best)].peak_total) best = static_cast<int>(s);
+  return best;
+}
+
+std::string LayoutPlan::layout() const {
+  const ParallelOptions& p = config.parallel;
+  const char* rc[] = {"none", "selective", "full"};
+  std::string s = "dp " + std::to_string(p.dp) + " tp " + std::to_string(p.tp) + " pp " +
+                  std::to_string(p.pp) + " " + std::string(schedule_name(p.schedule));
+  if (p.virtual_stages > 1) s += " v" + std::to_string(p.virtual_stages);
+  s += " m" + std::to_string(config.microbatches()) + "x" + std::to_string(config.train.micro_batch) +
+       " zero " + std::to_string(p.zero) + " rc " + rc[static_cast<int>(p.recompute)];
+  if (p.sequence_parallel && p.tp > 1) s += " sp";
+  return s;
+}
+
+LayoutPlan plan_layout(Config config, int world_size, int threads) {
+  check_layout(config, world_size);
+  config.run.trace = false;
+  LayoutPlan plan;
+  plan.config = config;
+  const GridShape shape = config.grid_shape();
+  for (int stage = 0; stage < config.parallel.pp; ++stage) {
+    std::array<int, 3> coords{};
+    coords[axis_index(Axis::Pipeline)] = stage;
+    ProcessGrid grid = ProcessGrid::planned(shape, shape.world_rank(coords));
+    CpuBackend backend(threads, Execution::Plan);
+    Trainer trainer(config, grid, backend, DataMode::ShapesOnly);
+    trainer.reset_memory_peaks();
+    // Two steps: the second shows the steady state (buffers the first step leaves cached or
+    // allocated for the next, e.g. ZeRO-1's reduced gradient shards).
+    trainer.train_step(0);
+    trainer.train_step(1);
+    const MemoryTracker& m = backend.memory();
+    StagePlan s;
+    s.pp_rank = stage;
+    for (size_t c = 0; c < kMemoryCategories; ++c) {
+      s.peak[c] = m.peak(static_cast<MemoryCategory>(c));
+      s.at_peak[c] = m.at_peak(static_cast<MemoryCategory>(c));
+    }
+    s.peak_total = m.peak_total();
+    plan.stages.push_back(s);
+  }
+  return plan;
+}
+
+std::vector<Config> enumerate_layouts(const Config& base, int world_size) {
+  std::vector<Config> out;
+  for (int tp = 1; tp <= world_size; ++tp) {
+    if (world_size % tp) continue;
+    for (int pp = 1; pp <= world_size / tp; ++pp) {
+      if ((world_size / tp) % pp) continue;
+      const int dp = world_size / (tp * pp);
+      for (int mb = 1; mb <= base.train.global_batch; mb *= 2) {
+        for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved}) {
+          if (pp == 1 && kind != ScheduleKind::OneFOneB) continue;  // one stage: no schedule to choose
+          for (int zero = 0; zero <= 3; ++zero)
+            for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+              Config c = base;
+              c.parallel.dp = dp;
+              c.parallel.tp = tp;
+              c.parallel.pp = pp;
+              c.parallel.schedule = kind;
+              c.parallel.virtual_stages = kind == ScheduleKind::Interleaved ? 2 : 1;
+              c.parallel.zero = zero;
+              c.parallel.recompute = rc;
+              c.parallel.sequence_parallel = tp > 1;
+              c.parallel.partition.clear();
+              c.train.micro_batch = mb;
+              try {
+                check_layout(c, world_size);
+              } catch (const DeckError&) {
+                continue;
+              }
+              out.push_back(c);
+            }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace meshtrain
