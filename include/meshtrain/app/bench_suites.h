@@ -14,6 +14,8 @@ void bench_step(const BenchArgs& args, BenchReport& report);
 void bench_comm(const BenchArgs& args, BenchReport& report);
 // Measured pipeline bubble of GPipe and 1F1B against (p-1)/(m+p-1) (2+ ranks).
 void bench_pipeline(const BenchArgs& args, BenchReport& report);
+// Step time and memory of ZeRO stages and recompute modes relative to zero 0 / none.
+void bench_zero(const BenchArgs& args, BenchReport& report);
 // Median GFLOP/s of a square sgemm of size n (checked against double-precision dot products).
 double measure_sgemm_peak(int n, int repeats, int& wrong);
 
