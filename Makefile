@@ -36,8 +36,12 @@ test: deps-test configure
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure --timeout 1200 $(CTEST_ARGS)
 
+# Each suite measures its ceiling in the same run; multi-rank suites run on 2 local ranks.
 bench: build
-	$(BUILD)/meshtrain bench
+	$(BUILD)/meshtrain bench --suite step
+	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 comm
+	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 pipeline
+	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 zero
 
 clean:
 	rm -rf $(BUILD)

@@ -9,7 +9,10 @@
 
 namespace meshtrain {
 
+//   75 (EX_TEMPFAIL) stopped early on SIGUSR1/SIGTERM after writing a checkpoint: run again
+//   (requeue) to resume.
 inline constexpr int kExitOk = 0, kExitInput = 1, kExitUsage = 2, kExitTimeout = 3, kExitInternal = 4;
+inline constexpr int kExitRequeue = 75;
 
 struct TrainArgs {
   std::string deck;
