@@ -462,7 +462,10 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{Mode::Fp32, AttentionImpl::Own, 1, 150, 2, 16},
                       AttentionCase{Mode::Bf16, AttentionImpl::Own, 2, 7, 3, 4},
                       AttentionCase{Mode::Bf16, AttentionImpl::Own, 1, 150, 2, 16},
-                      AttentionCase{Mode::Bf16, AttentionImpl::Own, 2, 128, 4, 64}),
+                      AttentionCase{Mode::Bf16, AttentionImpl::Own, 2, 128, 4, 64},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 2, 128, 4, 64},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 1, 1024, 12, 64},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 2, 150, 2, 32}),
     attention_name);
 
 // ---- cross-entropy ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "cudnn_attention.h"
 #include "gemm.h"
 #include "kernels.h"
 #include "meshtrain/backend/cuda/cuda_backend.h"
@@ -16,6 +17,9 @@ namespace meshtrain {
 struct CudaBackend::Libraries {
   Tensor gemm_workspace;
   std::unique_ptr<cuda::LtGemm> gemm;
+  std::unique_ptr<cuda::CudnnAttention> cudnn;  // null when cuDNN failed to initialise
+  std::string cudnn_error;
+  bool warned_attention_fallback = false;
 };
 
 namespace cuda {

@@ -1,5 +1,5 @@
-// Causal attention through the backend's own implementation (cuDNN's fused kernels are not
-// wired in yet: attention = "cudnn" is refused for now).
+// Causal attention: routing between cuDNN's fused kernels and the backend's own implementation,
+// and the own implementation's GEMMs.
 //
 // Own implementation, per batch entry b (batched over heads: a head's Q, K, V are the columns
 // h*HS..h*HS+HS-1 of qkv's row blocks, so the batch stride is HS), column-major views of
@@ -11,9 +11,16 @@
 //   dP^T = V dO^T;   dV^T = dO^T P;   dS = P (dP - rowsum(P dP)) scale;
 //   dQ^T = K^T dS^T; dK^T = Q^T dS
 // The GEMMs run over full T x T tiles (the zeros above the diagonal make that exact); half of
-// that work is wasted.
+// that work is wasted, which the cuDNN path avoids.
+//
+// cuDNN path (bf16): probs is only scratch; its bytes hold the row log-sum-exp (B, NH, T) fp32
+// at offset 0 and, 256 bytes aligned after it, a copy of out (B, T, NH, HS) bf16, which the
+// fused backward needs and the Backend interface does not pass back.
 
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <initializer_list>
 
 #include "backend_util.h"
 #include "cuda_check.h"
@@ -24,6 +31,14 @@ using cuda::bf16;
 using cuda::require;
 
 namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+size_t cudnn_scratch_bytes(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  return align_up(static_cast<size_t>(B * NH * T) * sizeof(float)) +
+         static_cast<size_t>(B * T * NH * HS) * sizeof(bf16);
+}
 
 void check_attention(const char* op, const Tensor& qkv, const Tensor& o, const Tensor& probs,
                      int64_t B, int64_t T, int64_t NH, int64_t HS) {
@@ -41,24 +56,74 @@ void check_attention(const char* op, const Tensor& qkv, const Tensor& o, const T
   for (const Tensor* t : {&qkv, &o, &probs}) cuda::require_device(op, *t);
 }
 
+// cuDNN's tensors are declared 16-byte aligned. Views from the caching allocator are, unless a
+// caller slices at an odd offset; the decision between cuDNN and the own kernels must not depend
+// on that (the backward pass reads what the forward pass stored), so misalignment is an error.
+void require_aligned(const char* op, std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      cuda::fail(op, "cuDNN attention needs 16-byte aligned tensors, got a view at " +
+                         std::to_string(reinterpret_cast<uintptr_t>(p)) +
+                         " (hint: attention = \"own\" accepts any view)");
+}
+
 }  // namespace
 
-bool CudaBackend::cudnn_attention_usable(const Tensor& qkv, const Tensor&, int64_t, int64_t,
-                                         int64_t, int64_t) {
-  if (options_.attention == AttentionImpl::Cudnn && qkv.dtype() == DType::BF16)
-    cuda::fail("attention_forward", "attention = \"cudnn\" is not available in this build yet");
+bool CudaBackend::cudnn_attention_usable(const Tensor& qkv, const Tensor& probs, int64_t B,
+                                         int64_t T, int64_t NH, int64_t HS) {
+  if (options_.attention == AttentionImpl::Own || qkv.dtype() != DType::BF16) return false;
+  std::string why;
+  bool ok = lib_->cudnn != nullptr;
+  if (!ok) why = "cuDNN did not initialise: " + lib_->cudnn_error;
+  if (ok && HS % 8 != 0) {
+    ok = false;
+    why = "the head size is not a multiple of 8";
+  }
+  if (ok && probs.nbytes() < cudnn_scratch_bytes(B, T, NH, HS)) {
+    ok = false;
+    why = "the probs scratch is too small for the statistics and a copy of out (T < HS + 2)";
+  }
+  if (ok) ok = lib_->cudnn->prepare({B, T, NH, HS}, &why);
+  if (ok) return true;
+  if (options_.attention == AttentionImpl::Cudnn)
+    cuda::fail("attention_forward", "attention = \"cudnn\" but " + why);
+  if (!lib_->warned_attention_fallback) {
+    std::fprintf(stderr,
+                 "meshtrain: backend 'cuda': cuDNN attention unavailable for B=%lld T=%lld NH=%lld "
+                 "HS=%lld (%s); using the backend's own attention kernels\n",
+                 static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(NH),
+                 static_cast<long long>(HS), why.c_str());
+    lib_->warned_attention_fallback = true;
+  }
   return false;
 }
 
-AttentionImpl CudaBackend::attention_impl_for(DType, int64_t, int64_t, int64_t, int64_t) {
-  return AttentionImpl::Own;
+AttentionImpl CudaBackend::attention_impl_for(DType dtype, int64_t B, int64_t T, int64_t NH,
+                                              int64_t HS) {
+  if (options_.attention == AttentionImpl::Own || dtype != DType::BF16) return AttentionImpl::Own;
+  if (!lib_->cudnn) return AttentionImpl::Own;
+  if (HS % 8 != 0 ||
+      static_cast<size_t>(B * NH * T * T) * sizeof(bf16) < cudnn_scratch_bytes(B, T, NH, HS))
+    return AttentionImpl::Own;
+  return lib_->cudnn->prepare({B, T, NH, HS}) ? AttentionImpl::Cudnn : AttentionImpl::Own;
 }
 
 void CudaBackend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
                                     int64_t T, int64_t NH, int64_t HS) {
-  check_attention("attention_forward", qkv, out, probs, B, T, NH, HS);
-  cudnn_attention_usable(qkv, probs, B, T, NH, HS);
-  own_attention_forward(out, probs, qkv, B, T, NH, HS);
+  const char* op = "attention_forward";
+  check_attention(op, qkv, out, probs, B, T, NH, HS);
+  if (!cudnn_attention_usable(qkv, probs, B, T, NH, HS))
+    return own_attention_forward(out, probs, qkv, B, T, NH, HS);
+  const cuda::AttentionShape shape{B, T, NH, HS};
+  const size_t ws_bytes = lib_->cudnn->forward_workspace(shape);
+  Tensor ws = empty({static_cast<int64_t>((ws_bytes + 3) / 4 + 1)}, DType::F32, MemoryCategory::Workspace);
+  auto* scratch = static_cast<char*>(probs.raw());
+  auto* stats = reinterpret_cast<float*>(scratch);
+  require_aligned(op, {qkv.raw(), out.raw(), scratch});
+  lib_->cudnn->forward(out.raw(), stats, qkv.raw(), shape, ws.raw(), stream_);
+  void* out_copy = scratch + align_up(static_cast<size_t>(B * NH * T) * sizeof(float));
+  MESHTRAIN_CUDA_CHECK(op, cudaMemcpyAsync(out_copy, out.raw(), out.nbytes(),
+                                           cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
@@ -70,7 +135,17 @@ void CudaBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Ten
           "dqkv must match qkv, got " + dqkv.shape().to_string() + " " +
               std::string(dtype_name(dqkv.dtype())));
   cuda::require_device(op, dqkv);
-  own_attention_backward(dqkv, dout, qkv, probs, B, T, NH, HS);
+  if (!cudnn_attention_usable(qkv, probs, B, T, NH, HS))
+    return own_attention_backward(dqkv, dout, qkv, probs, B, T, NH, HS);
+  const cuda::AttentionShape shape{B, T, NH, HS};
+  const size_t ws_bytes = lib_->cudnn->backward_workspace(shape);
+  Tensor ws = empty({static_cast<int64_t>((ws_bytes + 3) / 4 + 1)}, DType::F32, MemoryCategory::Workspace);
+  const auto* scratch = static_cast<const char*>(probs.raw());
+  const auto* stats = reinterpret_cast<const float*>(scratch);
+  require_aligned(op, {qkv.raw(), dout.raw(), dqkv.raw(), scratch});
+  const void* out_copy = scratch + align_up(static_cast<size_t>(B * NH * T) * sizeof(float));
+  lib_->cudnn->backward(dqkv.raw(), dout.raw(), qkv.raw(), out_copy, stats, shape, ws.raw(),
+                        stream_);
 }
 
 void CudaBackend::own_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,

@@ -128,6 +128,14 @@ CudaBackend::CudaBackend(CudaBackendOptions options)
   lib_->gemm = std::make_unique<cuda::LtGemm>(lib_->gemm_workspace.raw(),
                                               options_.gemm_workspace_bytes,
                                               options_.tf32 == Tf32::On);
+  if (options_.attention != AttentionImpl::Own) {
+    try {
+      lib_->cudnn = std::make_unique<cuda::CudnnAttention>();
+    } catch (const std::exception& e) {
+      lib_->cudnn_error = e.what();
+      if (options_.attention == AttentionImpl::Cudnn) throw;
+    }
+  }
 }
 
 CudaBackend::~CudaBackend() {
