@@ -9,8 +9,9 @@
 //
 // Tolerances, max |cuda - cpu| / max |cpu| per output, in one table:
 //   class        fp32   bf16   why
-//   pointwise    1e-5   1e-2   same formulas, reassociated; bf16 stores outputs with 2^-9
-//                              relative rounding (and gelu/layernorm round inputs to outputs)
+//   pointwise    2e-5   1e-2   same formulas, reassociated (the CPU suite's fp32 bound: row
+//                              sums run over up to a vocabulary); bf16 stores outputs with
+//                              2^-9 relative rounding
 //   gemm         1e-4   1e-2   fp32 GEMMs sum in another order (no TF32); bf16 outputs rounded
 //   attention    1e-4   3e-2   bf16 rounds the probabilities before P V (and cuDNN's online
 //                              softmax rescales in its own order)
@@ -47,7 +48,7 @@ struct Tolerance {
   double fp32, bf16;
   double operator()(Mode m) const { return m == Mode::Fp32 ? fp32 : bf16; }
 };
-constexpr Tolerance kPointwise{1e-5, 1e-2};
+constexpr Tolerance kPointwise{2e-5, 1e-2};
 constexpr Tolerance kGemm{1e-4, 1e-2};
 constexpr Tolerance kAttention{1e-4, 3e-2};
 constexpr Tolerance kGrad32{1e-5, 1e-4};
