@@ -5,9 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/tensor/bf16.h"
 #include "support/random.h"
 #include "support/reference_kernels.h"
 #include "support/tensors.h"
@@ -286,6 +290,80 @@ TEST(CpuBackend, RefusesUnsupportedDtypeByName) {
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "backend 'cpu' does not support scale_inplace for dtype bf16");
   }
+}
+
+// fp32 -> bf16 keeps the upper 16 bits after rounding to nearest, ties to even; bf16 -> fp32 is
+// exact. Cases: exact values, both kinds of tie, just above a tie, negative, overflow to
+// infinity, NaN, and the fp32 <-> fp64 pair.
+TEST(CpuBackend, CastRoundsToNearestEven) {
+  CpuBackend be(1);
+  const float tiny = std::ldexp(1.0f, -20);
+  const std::vector<float> in = {
+      1.0f,
+      1.0f + std::ldexp(1.0f, -8),          // tie between 0x3f80 (even) and 0x3f81: down
+      1.0f + 3 * std::ldexp(1.0f, -8),      // tie between 0x3f81 and 0x3f82 (even): up
+      1.0f + std::ldexp(1.0f, -8) + tiny,   // just above the tie: up
+      -2.5f,
+      std::numeric_limits<float>::max(),    // beyond the largest bf16 + half an ulp: infinity
+      std::numeric_limits<float>::quiet_NaN(),
+      0.0f};
+  const std::vector<uint16_t> want = {0x3f80, 0x3f80, 0x3f82, 0x3f81, 0xc020, 0x7f80, 0, 0x0000};
+  const int64_t n = static_cast<int64_t>(in.size());
+  Tensor f = be.empty({n}, DType::F32, MemoryCategory::Workspace);
+  be.copy_from_host(f, in.data());
+  Tensor b = be.empty({n}, DType::BF16, MemoryCategory::Workspace);
+  be.cast(b, f);
+  std::vector<uint16_t> got(in.size());
+  be.copy_to_host(got.data(), b);
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (std::isnan(in[i])) {
+      EXPECT_TRUE(std::isnan(bf16_bits_to_float(got[i]))) << "element " << i;
+      continue;
+    }
+    EXPECT_EQ(got[i], want[i]) << "element " << i << " = " << in[i];
+    EXPECT_EQ(got[i], float_to_bf16_bits(in[i])) << "host helper, element " << i;
+  }
+  // bf16 -> fp32 is exact: the widened values are the bf16 values.
+  Tensor back = be.empty({n}, DType::F32, MemoryCategory::Workspace);
+  be.cast(back, b);
+  std::vector<float> widened(in.size());
+  be.copy_to_host(widened.data(), back);
+  EXPECT_EQ(widened[2], 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_EQ(widened[4], -2.5f);
+  EXPECT_TRUE(std::isinf(widened[5]));
+
+  // fp32 -> fp64 is exact; fp64 -> fp32 rounds to nearest.
+  Tensor d = be.empty({n}, DType::F64, MemoryCategory::Workspace);
+  be.cast(d, f);
+  std::vector<double> wide(in.size());
+  be.copy_to_host(wide.data(), d);
+  EXPECT_EQ(wide[3], static_cast<double>(in[3]));
+  const std::vector<double> precise = {1.0 / 3.0, -1e-40, 1e300};
+  Tensor pd = be.empty({3}, DType::F64, MemoryCategory::Workspace);
+  be.copy_from_host(pd, precise.data());
+  Tensor pf = be.empty({3}, DType::F32, MemoryCategory::Workspace);
+  be.cast(pf, pd);
+  std::vector<float> narrowed(3);
+  be.copy_to_host(narrowed.data(), pf);
+  EXPECT_EQ(narrowed[0], static_cast<float>(1.0 / 3.0));
+  EXPECT_EQ(narrowed[1], static_cast<float>(-1e-40));  // subnormal
+  EXPECT_TRUE(std::isinf(narrowed[2]));
+}
+
+TEST(CpuBackend, CastRefusesUnsupportedPairsByName) {
+  CpuBackend be(1);
+  Tensor b = be.empty({4}, DType::BF16, MemoryCategory::Workspace);
+  Tensor d = be.empty({4}, DType::F64, MemoryCategory::Workspace);
+  try {
+    be.cast(d, b);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "backend 'cpu' does not support cast for dtype bf16 -> fp64 (supported: fp32 <-> "
+                 "fp64, fp32 <-> bf16)");
+  }
+  Tensor f = be.empty({5}, DType::F32, MemoryCategory::Workspace);
+  EXPECT_THROW(be.cast(f, b), std::invalid_argument);  // element counts differ
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 #pragma once
-// Moving host vectors of doubles in and out of backend tensors of any floating dtype.
+// Moving host vectors of doubles in and out of backend tensors of any floating dtype (bf16
+// rounds to nearest even on the way in and widens exactly on the way out).
 
 #include <cstdint>
 #include <vector>
 
 #include "meshtrain/backend/backend.h"
+#include "meshtrain/tensor/bf16.h"
 
 namespace meshtrain::testing {
 
@@ -14,6 +16,10 @@ inline Tensor make_tensor(Backend& be, const std::vector<double>& values, Shape 
   if (dtype == DType::F32) {
     std::vector<float> f(values.begin(), values.end());
     be.copy_from_host(t, f.data());
+  } else if (dtype == DType::BF16) {
+    std::vector<uint16_t> b(values.size());
+    for (size_t i = 0; i < values.size(); ++i) b[i] = float_to_bf16_bits(static_cast<float>(values[i]));
+    be.copy_from_host(t, b.data());
   } else {
     be.copy_from_host(t, values.data());
   }
@@ -32,6 +38,10 @@ inline std::vector<double> to_host(Backend& be, const Tensor& t) {
     std::vector<float> f(out.size());
     be.copy_to_host(f.data(), t);
     out.assign(f.begin(), f.end());
+  } else if (t.dtype() == DType::BF16) {
+    std::vector<uint16_t> b(out.size());
+    be.copy_to_host(b.data(), t);
+    for (size_t i = 0; i < b.size(); ++i) out[i] = bf16_bits_to_float(b[i]);
   } else {
     be.copy_to_host(out.data(), t);
   }

@@ -10,7 +10,11 @@
 //  - "N" is a number of tokens (rows), "C" channels, "OC" output channels, "V" a vocabulary
 //    (or this rank's slice of it);
 //  - every floating-point op accepts F32 and F64 (F64 is the verification path); devices with
-//    low-precision support add BF16.
+//    low-precision support add BF16. In BF16 mixed precision (the CUDA backend) parameters and
+//    activations are BF16 while parameter gradients, LayerNorm mean/rstd, cross-entropy row
+//    statistics and losses, and the optimizer's master weights and moments stay F32; each op
+//    below says which of its tensors may differ in dtype. Anything else is refused by name:
+//    "backend 'cuda' does not support <op> for dtype <x>".
 
 #include <cstdint>
 #include <memory>
@@ -39,6 +43,10 @@ class Backend {
   // ---- data movement and elementwise ----------------------------------------------------
   virtual void fill(Tensor& t, double value) = 0;
   virtual void copy(Tensor& dst, const Tensor& src) = 0;             // same device, same dtype
+  // dst = src converted elementwise to dst's dtype (equal element counts): F32 <-> BF16 (master
+  // weights to compute weights and back), F32 <-> F64 (verification); narrowing rounds to
+  // nearest, ties to even. Equal dtypes copy.
+  virtual void cast(Tensor& dst, const Tensor& src) = 0;
   virtual void copy_from_host(Tensor& dst, const void* src) = 0;     // src holds dst.dtype()
   virtual void copy_to_host(void* dst, const Tensor& src) = 0;
   virtual void add_inplace(Tensor& dst, const Tensor& src) = 0;      // dst += src
@@ -85,8 +93,11 @@ class Backend {
   virtual void gelu_forward(Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
 
-  // Causal self-attention over qkv (B, T, 3, NH, HS): out (B, T, NH, HS), probs (B, NH, T, T)
-  // holds the softmax for the backward pass (entries above the diagonal are zero).
+  // Causal self-attention over qkv (B, T, 3, NH, HS): out (B, T, NH, HS). `probs` is
+  // backend-private scratch that the caller sizes (B, NH, T, T) in the activation dtype and
+  // keeps from forward to backward: the CPU backend (and the CUDA backend's own kernels) store
+  // the softmax there (entries above the diagonal are zero); the CUDA backend's fused cuDNN path
+  // stores only what its backward needs (row log-sum-exp and a copy of `out`).
   virtual void attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
                                  int64_t T, int64_t NH, int64_t HS) = 0;
   virtual void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,

@@ -83,6 +83,30 @@ void CpuBackend::copy(Tensor& dst, const Tensor& src) {
   if (!planning_) std::memcpy(dst.raw(), src.raw(), src.nbytes());
 }
 
+void CpuBackend::cast(Tensor& dst, const Tensor& src) {
+  require(dst.numel() == src.numel(), "cast",
+          "element counts differ: " + dst.shape().to_string() + " vs " + src.shape().to_string());
+  const DType to = dst.dtype(), from = src.dtype();
+  const int64_t n = src.numel();
+  if (planning_) return;
+  if (to == from) {
+    std::memcpy(dst.raw(), src.raw(), src.nbytes());
+  } else if (to == DType::F64 && from == DType::F32) {
+    cpu::convert(dst.data<double>(), src.data<float>(), n);
+  } else if (to == DType::F32 && from == DType::F64) {
+    cpu::convert(dst.data<float>(), src.data<double>(), n);
+  } else if (to == DType::BF16 && from == DType::F32) {
+    cpu::float_to_bf16(static_cast<uint16_t*>(dst.raw()), src.data<float>(), n);
+  } else if (to == DType::F32 && from == DType::BF16) {
+    cpu::bf16_to_float(dst.data<float>(), static_cast<const uint16_t*>(src.raw()), n);
+  } else {
+    throw std::invalid_argument("backend 'cpu' does not support cast for dtype " +
+                                std::string(dtype_name(from)) + " -> " +
+                                std::string(dtype_name(to)) +
+                                " (supported: fp32 <-> fp64, fp32 <-> bf16)");
+  }
+}
+
 void CpuBackend::copy_from_host(Tensor& dst, const void* src) {
   if (!planning_) std::memcpy(dst.raw(), src, dst.nbytes());
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "meshtrain/tensor/bf16.h"
 
 namespace meshtrain::cpu {
 
@@ -62,6 +63,26 @@ template <class T> double sum_squares(const T* x, int64_t n) {
 
 template <class T> double sum(const T* x, int64_t n) {
   return chunked_reduce(x, n, [](double v) { return v; });
+}
+
+void convert(double* out, const float* in, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<double>(in[i]);
+}
+
+void convert(float* out, const double* in, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);  // round to nearest even
+}
+
+void float_to_bf16(uint16_t* out, const float* in, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16_bits(in[i]);
+}
+
+void bf16_to_float(float* out, const uint16_t* in, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(in[i]);
 }
 
 #define INSTANTIATE(T)                                                    \

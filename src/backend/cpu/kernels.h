@@ -17,6 +17,12 @@ template <class T> void scale_inplace(T* t, T factor, int64_t n);
 template <class T> void residual_forward(T* out, const T* a, const T* b, int64_t n);
 template <class T> double sum_squares(const T* x, int64_t n);
 template <class T> double sum(const T* x, int64_t n);
+// Elementwise conversions for Backend::cast; bfloat16 travels as its uint16_t bit pattern and
+// narrowing rounds to nearest even.
+void convert(double* out, const float* in, int64_t n);
+void convert(float* out, const double* in, int64_t n);
+void float_to_bf16(uint16_t* out, const float* in, int64_t n);
+void bf16_to_float(float* out, const uint16_t* in, int64_t n);
 
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t vocab_begin,

@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
 
   void fill(Tensor& t, double value) override;
   void copy(Tensor& dst, const Tensor& src) override;
+  void cast(Tensor& dst, const Tensor& src) override;
   void copy_from_host(Tensor& dst, const void* src) override;
   void copy_to_host(void* dst, const Tensor& src) override;
   void add_inplace(Tensor& dst, const Tensor& src) override;

@@ -1,0 +1,141 @@
+#pragma once
+// The CUDA backend: GEMMs through cuBLASLt, causal attention through cuDNN's fused
+// scaled-dot-product attention graph (bf16) or this backend's own batched-GEMM + softmax kernels
+// (fp32, and the fallback), every other op a hand-written kernel (src/backend/cuda/*.cu). All
+// work runs on one stream; host calls return once the work is queued, except copies to the
+// host, reductions returning a double, and synchronize().
+//
+// Two dtype modes, chosen by the tensors passed in (see backend.h):
+//   fp32: every tensor F32 — the verification mode, matching the CPU backend to ~1e-5;
+//   bf16: parameters and activations BF16; parameter gradients, LayerNorm mean/rstd,
+//         cross-entropy statistics and losses, optimizer state F32.
+// F64 is not supported on the GPU (run verification on the CPU backend).
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "meshtrain/backend/backend.h"
+
+namespace meshtrain {
+
+// How causal attention is computed. Auto: cuDNN's fused kernel for bf16 where cuDNN builds a plan
+// for the shape (head size a multiple of 8, T >= HS + 2 so that probs can hold its scratch), else
+// Own, with one warning; Cudnn: cuDNN for bf16 or an error saying why not; Own: batched GEMMs +
+// softmax kernels, which store the (B, NH, T, T) softmax like the CPU backend. fp32 always runs
+// Own (cuDNN's fused attention is a 16-bit kernel).
+enum class AttentionImpl { Auto, Cudnn, Own };
+std::string_view attention_impl_name(AttentionImpl a);
+// "auto", "cudnn", "own"; throws std::invalid_argument naming the accepted values otherwise.
+AttentionImpl parse_attention_impl(std::string_view s);
+
+// fp32 GEMMs on tensor cores (TF32: 10-bit mantissa inputs). Off by default: the fp32 mode is
+// the one that must match the CPU backend.
+enum class Tf32 { Off, On };
+
+struct CudaBackendOptions {
+  // -1: the launcher's node-local rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
+  // MV2_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or PMIX_LOCAL_RANK; 0 if none is set) modulo the
+  // number of visible devices. Callers that know the local rank better pass it explicitly.
+  int device = -1;
+  AttentionImpl attention = AttentionImpl::Auto;
+  Tf32 tf32 = Tf32::Off;
+  size_t gemm_workspace_bytes = size_t{32} << 20;  // cuBLASLt workspace (32 MiB suits Hopper)
+};
+
+// Visible CUDA devices; 0 (and `why`, if given, says why) when there is no driver, no device or
+// the runtime cannot start. Never throws: tests use it to skip.
+int cuda_device_count(std::string* why = nullptr);
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(CudaBackendOptions options = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  int device_index() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  const CudaBackendOptions& options() const { return options_; }
+  // The attention implementation that attention_forward would use for this shape and dtype
+  // (resolves Auto; builds and caches the cuDNN plans to find out).
+  AttentionImpl attention_impl_for(DType dtype, int64_t B, int64_t T, int64_t NH, int64_t HS);
+
+  void fill(Tensor& t, double value) override;
+  void copy(Tensor& dst, const Tensor& src) override;
+  void cast(Tensor& dst, const Tensor& src) override;
+  void copy_from_host(Tensor& dst, const void* src) override;
+  void copy_to_host(void* dst, const Tensor& src) override;
+  void add_inplace(Tensor& dst, const Tensor& src) override;
+  void scale_inplace(Tensor& t, double factor) override;
+  void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) override;
+  double sum_squares(const Tensor& t) override;
+  double sum(const Tensor& t) override;
+  void synchronize() override;
+
+  void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                         int64_t vocab_begin) override;
+  void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+                          int64_t vocab_begin) override;
+  void position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) override;
+  void position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) override;
+
+  void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias) override;
+  void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                          const Tensor& rstd) override;
+  void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                      const Tensor* bias) override;
+  void matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout,
+                       const Tensor& inp, const Tensor& weight) override;
+  void bias_forward(Tensor& out, const Tensor& bias) override;
+  void bias_backward(Tensor& dbias, const Tensor& dout) override;
+  void gelu_forward(Tensor& out, const Tensor& inp) override;
+  void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
+  void attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
+                         int64_t NH, int64_t HS) override;
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                          const Tensor& probs, int64_t B, int64_t T, int64_t NH,
+                          int64_t HS) override;
+
+  void crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
+  void crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
+                           const Tensor& global_max) override;
+  void crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
+                                 const Tensor& targets, int64_t vocab_begin) override;
+  void crossentropy_losses(Tensor& losses, const Tensor& row_max, const Tensor& row_sumexp,
+                           const Tensor& target_logit) override;
+  void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                             const Tensor& row_sumexp, const Tensor& targets, int64_t vocab_begin,
+                             double dloss) override;
+
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                    const AdamWStep& s) override;
+
+  // Dense bf16 GEMM throughput (TFLOP/s) of cuBLASLt on this device: the best of `iterations`
+  // timed runs of an m x n x k product (fp32 accumulate), after warm-up. A ceiling for
+  // `meshtrain bench --suite gpu`.
+  double measure_bf16_gemm_peak_tflops(int64_t m = 8192, int64_t n = 8192, int64_t k = 8192,
+                                       int iterations = 20);
+
+ private:
+  struct Libraries;  // cuBLASLt and cuDNN state (src/backend/cuda/cuda_backend.cpp)
+
+  void own_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
+                             int64_t NH, int64_t HS);
+  void own_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                              const Tensor& probs, int64_t B, int64_t T, int64_t NH, int64_t HS);
+  bool cudnn_attention_usable(const Tensor& qkv, const Tensor& probs, int64_t B, int64_t T,
+                              int64_t NH, int64_t HS);
+
+  CudaBackendOptions options_;
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Libraries> lib_;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,67 @@
+#pragma once
+// Communicator over NCCL for device tensors of a CudaBackend. Built collectively per group from
+// an MPI communicator (rank 0 of the group creates the NCCL unique id and broadcasts it over
+// MPI). Collectives run on the communicator's own stream, ordered after all work already queued
+// on the backend's compute stream (an event recorded there); the Work each returns holds an
+// event recorded after the collective: test() queries it (and NCCL's asynchronous error), and
+// once tested makes the compute stream wait for it, so kernels queued afterwards see the result.
+// The Work keeps the tensors it uses alive until it completes. Waits time out like MPI's.
+//
+// dtypes: fp32, bf16, fp16, fp64 and int32 (NCCL reduces bf16 natively). send/recv: NCCL has no
+// tags; messages between a pair of ranks match in the order they were posted (the tag only
+// names the transfer in errors). Byte and scalar helpers run over the MPI communicator.
+// Needs one GPU per rank of the group: ranks that share a GPU use StagedMpiCommunicator.
+
+#include <chrono>
+#include <memory>
+
+#include "meshtrain/backend/cuda/cuda_backend.h"
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/comm/mpi_communicator.h"
+
+struct ncclComm;
+
+namespace meshtrain {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `mpi`'s group. Takes ownership of `mpi`. `backend` must outlive this.
+  NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, CudaBackend& backend,
+                   std::chrono::duration<double> timeout = std::chrono::seconds(600));
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return mpi_->rank(); }
+  int size() const override { return mpi_->size(); }
+  std::string name() const override { return mpi_->name(); }
+  std::string backend() const override { return "nccl"; }
+  cudaStream_t stream() const { return stream_; }
+
+  Work all_reduce(Tensor& t, ReduceOp op) override;
+  Work reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override;
+  Work all_gather(Tensor& out, const Tensor& in) override;
+  Work broadcast(Tensor& t, int root) override;
+  Work send(const Tensor& t, int dst, int tag) override;
+  Work recv(Tensor& t, int src, int tag) override;
+  void barrier() override;
+
+  void broadcast_bytes(std::string& bytes, int root) override;
+  std::vector<std::string> all_gather_bytes(const std::string& mine) override;
+  double all_reduce_scalar(double value, ReduceOp op) override;
+
+ private:
+  void order_after_compute();
+  Work finish(std::string what, std::vector<Tensor> keep);
+  std::string describe(const char* op, const Tensor& t) const;
+
+  std::unique_ptr<MpiCommunicator> mpi_;
+  CudaBackend& backend_;
+  std::chrono::duration<double> timeout_;
+  ncclComm* comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t compute_ready_ = nullptr;
+  Tensor barrier_buffer_;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,65 @@
+#pragma once
+// Host-side helpers shared by the CUDA backend's .cpp files: the private library state, typed
+// device pointers with dtype and device checks, and the error texts for refused dtypes.
+
+#include <cuda_bf16.h>
+
+#include <memory>
+#include <string>
+
+#include "cudnn_attention.h"
+#include "gemm.h"
+#include "kernels.h"
+#include "meshtrain/backend/cuda/cuda_backend.h"
+
+namespace meshtrain {
+
+struct CudaBackend::Libraries {
+  Tensor gemm_workspace;
+  std::unique_ptr<cuda::LtGemm> gemm;
+  std::unique_ptr<cuda::CudnnAttention> cudnn;  // null when cuDNN failed to initialise
+  std::string cudnn_error;
+  bool warned_attention_fallback = false;
+};
+
+namespace cuda {
+
+template <class T> constexpr DType dtype_for();
+template <> constexpr DType dtype_for<float>() { return DType::F32; }
+template <> constexpr DType dtype_for<bf16>() { return DType::BF16; }
+template <> constexpr DType dtype_for<int32_t>() { return DType::I32; }
+template <> constexpr DType dtype_for<double>() { return DType::F64; }
+
+// "backend 'cuda' does not support <op> for dtype <x>"
+[[noreturn]] void unsupported(const char* op, DType t);
+// The same, naming the tensor and the rule it breaks, e.g.
+// "backend 'cuda' does not support matmul_backward for dtype bf16: dweight is bf16, expected fp32
+//  (parameter gradients are fp32)"
+[[noreturn]] void wrong_dtype(const char* op, DType act, const char* tensor, DType got,
+                              DType want, const char* rule);
+void require(bool ok, const char* op, const std::string& what);
+void require_device(const char* op, const Tensor& t);
+
+// Typed device pointer of a tensor, after checking its dtype and device.
+template <class T> T* ptr(const char* op, const Tensor& t) {
+  if (t.dtype() != dtype_for<T>()) unsupported(op, t.dtype());
+  require_device(op, t);
+  return static_cast<T*>(t.raw());
+}
+
+inline int64_t rows_of(const Tensor& t) {
+  return t.shape().rank() == 0 ? 0 : t.numel() / t.dim(t.shape().rank() - 1);
+}
+inline int64_t cols_of(const Tensor& t) { return t.dim(t.shape().rank() - 1); }
+
+// Calls f(float{}) or f(bf16{}) for the activation dtype; refuses anything else.
+template <class F> void dispatch(const char* op, DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); return;
+    case DType::BF16: f(bf16{}); return;
+    default: unsupported(op, t);
+  }
+}
+
+}  // namespace cuda
+}  // namespace meshtrain

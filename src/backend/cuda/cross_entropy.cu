@@ -1,0 +1,162 @@
+// Softmax cross-entropy over this rank's vocabulary slice, FP32 math on fp32 or bf16 logits (see
+// src/backend/cpu/cross_entropy.cpp for the vocabulary-parallel scheme, after Megatron's
+// vocab-parallel cross-entropy, arXiv 1909.08053):
+//   stats:    row_max_i, row_sumexp_i = sum_j exp(l_ij - row_max_i)     (one block per row)
+//   losses:   log(sumexp_i) + max_i - target_logit_i
+//   backward: dl_ij = (exp(l_ij - max_i) / sumexp_i - [j == target_i]) * dloss   (in place ok)
+// The statistics use the online max/sum recurrence (Milakov & Gimelshein, arXiv 1805.02867) in
+// one pass per thread, then a fixed-order block combine.
+
+#include <cfloat>
+
+#include "cuda_check.h"
+#include "device_common.cuh"
+#include "kernels.h"
+
+namespace meshtrain::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 512;
+
+struct MaxSum {
+  float m, s;
+};
+
+__device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
+  if (a.s == 0.f) return b;  // an empty part (no elements seen) contributes nothing
+  if (b.s == 0.f) return a;
+  const float m = fmaxf(a.m, b.m);
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+template <class T>
+__global__ void crossentropy_stats_kernel(float* row_max, float* row_sumexp, const T* logits,
+                                          int64_t V) {
+  __shared__ MaxSum shared[32];
+  const T* l = logits + blockIdx.x * V;
+  MaxSum acc{-FLT_MAX, 0.f};
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    const float x = to_float(l[j]);
+    if (x > acc.m) {
+      acc.s = acc.s * expf(acc.m - x) + 1.f;
+      acc.m = x;
+    } else {
+      acc.s += expf(x - acc.m);
+    }
+  }
+  // Fixed-order combine: lanes by butterfly, then warps in index order.
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    MaxSum other{__shfl_xor_sync(0xffffffffu, acc.m, offset),
+                 __shfl_xor_sync(0xffffffffu, acc.s, offset)};
+    acc = combine(acc, other);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) shared[warp] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    MaxSum total = shared[0];
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) total = combine(total, shared[w]);
+    row_max[blockIdx.x] = total.m;
+    row_sumexp[blockIdx.x] = total.s;
+  }
+}
+
+__global__ void crossentropy_rebase_kernel(float* sumexp, const float* local_max,
+                                           const float* global_max, int64_t N) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < N) sumexp[i] *= expf(local_max[i] - global_max[i]);
+}
+
+template <class T>
+__global__ void crossentropy_target_kernel(float* target_logit, const T* logits,
+                                           const int32_t* targets, int64_t vocab_begin, int64_t N,
+                                           int64_t V) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= N) return;
+  const int64_t j = static_cast<int64_t>(targets[i]) - vocab_begin;
+  target_logit[i] = (j >= 0 && j < V) ? to_float(logits[i * V + j]) : 0.f;
+}
+
+__global__ void crossentropy_losses_kernel(float* losses, const float* row_max,
+                                           const float* row_sumexp, const float* target_logit,
+                                           int64_t N) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < N) losses[i] = logf(row_sumexp[i]) + row_max[i] - target_logit[i];
+}
+
+template <class T>
+__global__ void crossentropy_backward_kernel(T* dlogits, const T* logits, const float* row_max,
+                                             const float* row_sumexp, const int32_t* targets,
+                                             int64_t vocab_begin, float dloss, int64_t V) {
+  const int64_t row = blockIdx.x;
+  const T* l = logits + row * V;
+  T* d = dlogits + row * V;
+  const float m = row_max[row], scale = dloss / row_sumexp[row];
+  const int64_t t = static_cast<int64_t>(targets[row]) - vocab_begin;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    float g = expf(to_float(l[j]) - m) * scale;
+    if (j == t) g -= dloss;
+    d[j] = from_float<T>(g);
+  }
+}
+
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+template <class T>
+void crossentropy_stats(float* row_max, float* row_sumexp, const T* logits, int64_t N, int64_t V,
+                        cudaStream_t s) {
+  if (N == 0) return;
+  crossentropy_stats_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, s>>>(row_max, row_sumexp,
+                                                                             logits, V);
+  check_launch("crossentropy_stats");
+}
+
+void crossentropy_rebase(float* row_sumexp, const float* local_max, const float* global_max,
+                         int64_t N, cudaStream_t s) {
+  if (N == 0) return;
+  crossentropy_rebase_kernel<<<blocks_for(N), kThreads, 0, s>>>(row_sumexp, local_max, global_max, N);
+  check_launch("crossentropy_rebase");
+}
+
+template <class T>
+void crossentropy_target_logit(float* target_logit, const T* logits, const int32_t* targets,
+                               int64_t vocab_begin, int64_t N, int64_t V, cudaStream_t s) {
+  if (N == 0) return;
+  crossentropy_target_kernel<<<blocks_for(N), kThreads, 0, s>>>(target_logit, logits, targets,
+                                                                vocab_begin, N, V);
+  check_launch("crossentropy_target_logit");
+}
+
+void crossentropy_losses(float* losses, const float* row_max, const float* row_sumexp,
+                         const float* target_logit, int64_t N, cudaStream_t s) {
+  if (N == 0) return;
+  crossentropy_losses_kernel<<<blocks_for(N), kThreads, 0, s>>>(losses, row_max, row_sumexp,
+                                                                target_logit, N);
+  check_launch("crossentropy_losses");
+}
+
+template <class T>
+void crossentropy_backward(T* dlogits, const T* logits, const float* row_max,
+                           const float* row_sumexp, const int32_t* targets, int64_t vocab_begin,
+                           float dloss, int64_t N, int64_t V, cudaStream_t s) {
+  if (N == 0) return;
+  crossentropy_backward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, s>>>(
+      dlogits, logits, row_max, row_sumexp, targets, vocab_begin, dloss, V);
+  check_launch("crossentropy_backward");
+}
+
+#define INSTANTIATE(T)                                                                         \
+  template void crossentropy_stats<T>(float*, float*, const T*, int64_t, int64_t, cudaStream_t); \
+  template void crossentropy_target_logit<T>(float*, const T*, const int32_t*, int64_t, int64_t, \
+                                             int64_t, cudaStream_t);                            \
+  template void crossentropy_backward<T>(T*, const T*, const float*, const float*,             \
+                                         const int32_t*, int64_t, float, int64_t, int64_t,      \
+                                         cudaStream_t);
+INSTANTIATE(float)
+INSTANTIATE(bf16)
+#undef INSTANTIATE
+
+}  // namespace meshtrain::cuda

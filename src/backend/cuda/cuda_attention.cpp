@@ -1,0 +1,277 @@
+// Causal attention: routing between cuDNN's fused kernels and the backend's own implementation,
+// and the own implementation's GEMMs.
+//
+// Own implementation, per batch entry b (batched over heads: a head's Q, K, V are the columns
+// h*HS..h*HS+HS-1 of qkv's row blocks, so the batch stride is HS), column-major views of
+// row-major matrices as in cuda_matmul.cpp, scale = 1/sqrt(HS):
+//   S^T (T x T) = K Q^T * scale        (into probs in fp32, into an fp32 scratch in bf16)
+//   P = causal softmax of S            (attention.cu; probs keeps it, zeros above the diagonal)
+//   O^T (HS x T) = V^T P^T
+// backward:
+//   dP^T = V dO^T;   dV^T = dO^T P;   dS = P (dP - rowsum(P dP)) scale;
+//   dQ^T = K^T dS^T; dK^T = Q^T dS
+// The GEMMs run over full T x T tiles (the zeros above the diagonal make that exact); half of
+// that work is wasted, which the cuDNN path avoids.
+//
+// cuDNN path (bf16): probs is only scratch; its bytes hold the row log-sum-exp (B, NH, T) fp32
+// at offset 0 and, 256 bytes aligned after it, a copy of out (B, T, NH, HS) bf16, which the
+// fused backward needs and the Backend interface does not pass back.
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <initializer_list>
+
+#include "backend_util.h"
+#include "cuda_check.h"
+
+namespace meshtrain {
+
+using cuda::bf16;
+using cuda::require;
+
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+size_t cudnn_scratch_bytes(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  return align_up(static_cast<size_t>(B * NH * T) * sizeof(float)) +
+         static_cast<size_t>(B * T * NH * HS) * sizeof(bf16);
+}
+
+void check_attention(const char* op, const Tensor& qkv, const Tensor& o, const Tensor& probs,
+                     int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  require(qkv.numel() == B * T * 3 * NH * HS && o.numel() == B * T * NH * HS &&
+              probs.numel() == B * NH * T * T,
+          op, "shape mismatch: qkv " + qkv.shape().to_string() + ", out " + o.shape().to_string() +
+                  ", probs " + probs.shape().to_string() + " for B=" + std::to_string(B) +
+                  " T=" + std::to_string(T) + " NH=" + std::to_string(NH) + " HS=" +
+                  std::to_string(HS));
+  const DType a = qkv.dtype();
+  if (a != DType::F32 && a != DType::BF16) cuda::unsupported(op, a);
+  if (o.dtype() != a) cuda::wrong_dtype(op, a, "out", o.dtype(), a, "same as the activations");
+  if (probs.dtype() != a)
+    cuda::wrong_dtype(op, a, "probs", probs.dtype(), a, "same as the activations");
+  for (const Tensor* t : {&qkv, &o, &probs}) cuda::require_device(op, *t);
+}
+
+// cuDNN's tensors are declared 16-byte aligned. Views from the caching allocator are, unless a
+// caller slices at an odd offset; the decision between cuDNN and the own kernels must not depend
+// on that (the backward pass reads what the forward pass stored), so misalignment is an error.
+void require_aligned(const char* op, std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      cuda::fail(op, "cuDNN attention needs 16-byte aligned tensors, got a view at " +
+                         std::to_string(reinterpret_cast<uintptr_t>(p)) +
+                         " (hint: attention = \"own\" accepts any view)");
+}
+
+}  // namespace
+
+bool CudaBackend::cudnn_attention_usable(const Tensor& qkv, const Tensor& probs, int64_t B,
+                                         int64_t T, int64_t NH, int64_t HS) {
+  if (options_.attention == AttentionImpl::Own || qkv.dtype() != DType::BF16) return false;
+  std::string why;
+  bool ok = lib_->cudnn != nullptr;
+  if (!ok) why = "cuDNN did not initialise: " + lib_->cudnn_error;
+  if (ok && HS % 8 != 0) {
+    ok = false;
+    why = "the head size is not a multiple of 8";
+  }
+  if (ok && probs.nbytes() < cudnn_scratch_bytes(B, T, NH, HS)) {
+    ok = false;
+    why = "the probs scratch is too small for the statistics and a copy of out (T < HS + 2)";
+  }
+  if (ok) ok = lib_->cudnn->prepare({B, T, NH, HS}, &why);
+  if (ok) return true;
+  if (options_.attention == AttentionImpl::Cudnn)
+    cuda::fail("attention_forward", "attention = \"cudnn\" but " + why);
+  if (!lib_->warned_attention_fallback) {
+    std::fprintf(stderr,
+                 "meshtrain: backend 'cuda': cuDNN attention unavailable for B=%lld T=%lld NH=%lld "
+                 "HS=%lld (%s); using the backend's own attention kernels\n",
+                 static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(NH),
+                 static_cast<long long>(HS), why.c_str());
+    lib_->warned_attention_fallback = true;
+  }
+  return false;
+}
+
+AttentionImpl CudaBackend::attention_impl_for(DType dtype, int64_t B, int64_t T, int64_t NH,
+                                              int64_t HS) {
+  if (options_.attention == AttentionImpl::Own || dtype != DType::BF16) return AttentionImpl::Own;
+  if (!lib_->cudnn) return AttentionImpl::Own;
+  if (HS % 8 != 0 ||
+      static_cast<size_t>(B * NH * T * T) * sizeof(bf16) < cudnn_scratch_bytes(B, T, NH, HS))
+    return AttentionImpl::Own;
+  return lib_->cudnn->prepare({B, T, NH, HS}) ? AttentionImpl::Cudnn : AttentionImpl::Own;
+}
+
+void CudaBackend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
+                                    int64_t T, int64_t NH, int64_t HS) {
+  const char* op = "attention_forward";
+  check_attention(op, qkv, out, probs, B, T, NH, HS);
+  if (!cudnn_attention_usable(qkv, probs, B, T, NH, HS))
+    return own_attention_forward(out, probs, qkv, B, T, NH, HS);
+  const cuda::AttentionShape shape{B, T, NH, HS};
+  const size_t ws_bytes = lib_->cudnn->forward_workspace(shape);
+  Tensor ws = empty({static_cast<int64_t>((ws_bytes + 3) / 4 + 1)}, DType::F32, MemoryCategory::Workspace);
+  auto* scratch = static_cast<char*>(probs.raw());
+  auto* stats = reinterpret_cast<float*>(scratch);
+  require_aligned(op, {qkv.raw(), out.raw(), scratch});
+  lib_->cudnn->forward(out.raw(), stats, qkv.raw(), shape, ws.raw(), stream_);
+  void* out_copy = scratch + align_up(static_cast<size_t>(B * NH * T) * sizeof(float));
+  MESHTRAIN_CUDA_CHECK(op, cudaMemcpyAsync(out_copy, out.raw(), out.nbytes(),
+                                           cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                     const Tensor& probs, int64_t B, int64_t T, int64_t NH,
+                                     int64_t HS) {
+  const char* op = "attention_backward";
+  check_attention(op, qkv, dout, probs, B, T, NH, HS);
+  require(dqkv.numel() == qkv.numel() && dqkv.dtype() == qkv.dtype(), op,
+          "dqkv must match qkv, got " + dqkv.shape().to_string() + " " +
+              std::string(dtype_name(dqkv.dtype())));
+  cuda::require_device(op, dqkv);
+  if (!cudnn_attention_usable(qkv, probs, B, T, NH, HS))
+    return own_attention_backward(dqkv, dout, qkv, probs, B, T, NH, HS);
+  const cuda::AttentionShape shape{B, T, NH, HS};
+  const size_t ws_bytes = lib_->cudnn->backward_workspace(shape);
+  Tensor ws = empty({static_cast<int64_t>((ws_bytes + 3) / 4 + 1)}, DType::F32, MemoryCategory::Workspace);
+  const auto* scratch = static_cast<const char*>(probs.raw());
+  const auto* stats = reinterpret_cast<const float*>(scratch);
+  require_aligned(op, {qkv.raw(), dout.raw(), dqkv.raw(), scratch});
+  const void* out_copy = scratch + align_up(static_cast<size_t>(B * NH * T) * sizeof(float));
+  lib_->cudnn->backward(dqkv.raw(), dout.raw(), qkv.raw(), out_copy, stats, shape, ws.raw(),
+                        stream_);
+}
+
+void CudaBackend::own_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
+                                        int64_t T, int64_t NH, int64_t HS) {
+  const char* op = "attention_forward";
+  const int64_t C = NH * HS;
+  const DType a = qkv.dtype();
+  const int64_t es = static_cast<int64_t>(dtype_size(a));
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
+  // fp32: the scores go straight into probs and the softmax runs in place.
+  Tensor scores;
+  if (a != DType::F32) scores = empty({NH, T, T}, DType::F32, MemoryCategory::Workspace);
+  auto* qkv_bytes = static_cast<const char*>(qkv.raw());
+  auto* probs_bytes = static_cast<char*>(probs.raw());
+  auto* out_bytes = static_cast<char*>(out.raw());
+  for (int64_t b = 0; b < B; ++b) {
+    const char* q = qkv_bytes + b * T * 3 * C * es;
+    const char* k = q + C * es;
+    const char* v = q + 2 * C * es;
+    char* p = probs_bytes + b * NH * T * T * es;
+    float* s = a == DType::F32 ? reinterpret_cast<float*>(p) : static_cast<float*>(scores.raw());
+
+    cuda::GemmCall g1;  // S^T = K Q^T * scale
+    g1.op = op;
+    g1.m = T; g1.n = T; g1.k = HS;
+    g1.a = {k, 3 * C, HS, true};
+    g1.b = {q, 3 * C, HS, false};
+    g1.d = s; g1.ldd = T; g1.stride_d = T * T;
+    g1.batch = NH;
+    g1.input = a; g1.output = DType::F32;
+    g1.alpha = scale;
+    lib_->gemm->run(g1, stream_);
+
+    if (a == DType::F32)
+      cuda::causal_softmax_forward(reinterpret_cast<float*>(p), s, NH * T, T, stream_);
+    else
+      cuda::causal_softmax_forward(reinterpret_cast<bf16*>(p), s, NH * T, T, stream_);
+
+    cuda::GemmCall g2;  // O^T = V^T P^T
+    g2.op = op;
+    g2.m = HS; g2.n = T; g2.k = T;
+    g2.a = {v, 3 * C, HS, false};
+    g2.b = {p, T, T * T, false};
+    g2.d = out_bytes + b * T * C * es; g2.ldd = C; g2.stride_d = HS;
+    g2.batch = NH;
+    g2.input = g2.output = a;
+    lib_->gemm->run(g2, stream_);
+  }
+}
+
+void CudaBackend::own_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                         const Tensor& probs, int64_t B, int64_t T, int64_t NH,
+                                         int64_t HS) {
+  const char* op = "attention_backward";
+  const int64_t C = NH * HS;
+  const DType a = qkv.dtype();
+  const int64_t es = static_cast<int64_t>(dtype_size(a));
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
+  Tensor dp = empty({NH, T, T}, DType::F32, MemoryCategory::Workspace);
+  // bf16: dS must be bf16 to meet K and Q in a bf16 GEMM; fp32: dS overwrites dP in place.
+  Tensor ds_bf16;
+  if (a != DType::F32) ds_bf16 = empty({NH, T, T}, DType::BF16, MemoryCategory::Workspace);
+  const void* ds = a == DType::F32 ? dp.raw() : ds_bf16.raw();
+  auto* qkv_bytes = static_cast<const char*>(qkv.raw());
+  auto* dqkv_bytes = static_cast<char*>(dqkv.raw());
+  auto* probs_bytes = static_cast<const char*>(probs.raw());
+  auto* dout_bytes = static_cast<const char*>(dout.raw());
+  for (int64_t b = 0; b < B; ++b) {
+    const char* q = qkv_bytes + b * T * 3 * C * es;
+    const char* k = q + C * es;
+    const char* v = q + 2 * C * es;
+    char* dq = dqkv_bytes + b * T * 3 * C * es;
+    char* dk = dq + C * es;
+    char* dv = dq + 2 * C * es;
+    const char* p = probs_bytes + b * NH * T * T * es;
+    const char* d_o = dout_bytes + b * T * C * es;
+
+    cuda::GemmCall g;  // dP^T = V dO^T
+    g.op = op;
+    g.m = T; g.n = T; g.k = HS;
+    g.a = {v, 3 * C, HS, true};
+    g.b = {d_o, C, HS, false};
+    g.d = dp.raw(); g.ldd = T; g.stride_d = T * T;
+    g.batch = NH;
+    g.input = a; g.output = DType::F32;
+    lib_->gemm->run(g, stream_);
+
+    g = {};  // dV^T = dO^T P
+    g.op = op;
+    g.m = HS; g.n = T; g.k = T;
+    g.a = {d_o, C, HS, false};
+    g.b = {p, T, T * T, true};
+    g.d = dv; g.ldd = 3 * C; g.stride_d = HS;
+    g.batch = NH;
+    g.input = g.output = a;
+    lib_->gemm->run(g, stream_);
+
+    if (a == DType::F32)
+      cuda::causal_softmax_backward(static_cast<float*>(dp.raw()),
+                                    reinterpret_cast<const float*>(p),
+                                    static_cast<const float*>(dp.raw()), NH * T, T, scale, stream_);
+    else
+      cuda::causal_softmax_backward(static_cast<bf16*>(ds_bf16.raw()),
+                                    reinterpret_cast<const bf16*>(p),
+                                    static_cast<const float*>(dp.raw()), NH * T, T, scale, stream_);
+
+    g = {};  // dQ^T = K^T dS^T
+    g.op = op;
+    g.m = HS; g.n = T; g.k = T;
+    g.a = {k, 3 * C, HS, false};
+    g.b = {ds, T, T * T, false};
+    g.d = dq; g.ldd = 3 * C; g.stride_d = HS;
+    g.batch = NH;
+    g.input = g.output = a;
+    lib_->gemm->run(g, stream_);
+
+    g = {};  // dK^T = Q^T dS
+    g.op = op;
+    g.m = HS; g.n = T; g.k = T;
+    g.a = {q, 3 * C, HS, false};
+    g.b = {ds, T, T * T, true};
+    g.d = dk; g.ldd = 3 * C; g.stride_d = HS;
+    g.batch = NH;
+    g.input = g.output = a;
+    lib_->gemm->run(g, stream_);
+  }
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,495 @@
+// CudaBackend: set-up, data movement, elementwise ops, reductions and the layer kernels'
+// dispatch (dtype and shape checks, then the launchers of kernels.h). GEMMs live in
+// cuda_matmul.cpp, attention in cuda_attention.cpp.
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "backend_util.h"
+#include "cuda_check.h"
+#include "meshtrain/backend/cuda/cuda_allocator.h"
+
+namespace meshtrain {
+
+using cuda::bf16;
+using cuda::cols_of;
+using cuda::ptr;
+using cuda::require;
+using cuda::rows_of;
+
+namespace cuda {
+
+void unsupported(const char* op, DType t) {
+  throw std::invalid_argument(std::string("backend 'cuda' does not support ") + op +
+                              " for dtype " + std::string(dtype_name(t)));
+}
+
+void wrong_dtype(const char* op, DType act, const char* tensor, DType got, DType want,
+                 const char* rule) {
+  throw std::invalid_argument(std::string("backend 'cuda' does not support ") + op +
+                              " for dtype " + std::string(dtype_name(act)) + ": " + tensor +
+                              " is " + std::string(dtype_name(got)) + ", expected " +
+                              std::string(dtype_name(want)) + " (" + rule + ")");
+}
+
+void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw std::invalid_argument(std::string("backend 'cuda': ") + op + ": " + what);
+}
+
+void require_device(const char* op, const Tensor& t) {
+  if (t.device() != Device::Cuda)
+    throw std::invalid_argument(std::string("backend 'cuda': ") + op +
+                                ": a tensor lives on the cpu (move it with copy_from_host)");
+}
+
+}  // namespace cuda
+
+namespace {
+
+// Activation dtype A of an op; `t` must be A too.
+void same_dtype(const char* op, DType act, const char* name, const Tensor& t) {
+  if (t.dtype() != act) cuda::wrong_dtype(op, act, name, t.dtype(), act, "same as the activations");
+}
+void fp32_grad(const char* op, DType act, const char* name, const Tensor& t) {
+  if (t.dtype() != DType::F32)
+    cuda::wrong_dtype(op, act, name, t.dtype(), DType::F32, "parameter gradients are fp32");
+}
+void fp32_stat(const char* op, DType act, const char* name, const Tensor& t) {
+  if (t.dtype() != DType::F32)
+    cuda::wrong_dtype(op, act, name, t.dtype(), DType::F32, "statistics are fp32");
+}
+
+int launcher_local_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
+                          "SLURM_LOCALID", "PMIX_LOCAL_RANK"}) {
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  }
+  return 0;
+}
+
+std::unique_ptr<Allocator> make_allocator(const CudaBackendOptions& options) {
+  std::string why;
+  const int count = cuda_device_count(&why);
+  if (count == 0)
+    throw std::runtime_error("backend 'cuda': no CUDA device (" + why +
+                             "); hint: run on a GPU node, or use the cpu backend");
+  const int device = options.device >= 0 ? options.device : launcher_local_rank() % count;
+  if (device >= count)
+    throw std::invalid_argument("backend 'cuda': device " + std::to_string(device) +
+                                " requested but only " + std::to_string(count) + " visible");
+  MESHTRAIN_CUDA_CHECK("init", cudaSetDevice(device));
+  return std::make_unique<CudaAllocator>(device);
+}
+
+}  // namespace
+
+std::string_view attention_impl_name(AttentionImpl a) {
+  switch (a) {
+    case AttentionImpl::Auto: return "auto";
+    case AttentionImpl::Cudnn: return "cudnn";
+    case AttentionImpl::Own: return "own";
+  }
+  return "?";
+}
+
+AttentionImpl parse_attention_impl(std::string_view s) {
+  if (s == "auto") return AttentionImpl::Auto;
+  if (s == "cudnn") return AttentionImpl::Cudnn;
+  if (s == "own") return AttentionImpl::Own;
+  throw std::invalid_argument("attention implementation '" + std::string(s) +
+                              "' is not one of auto, cudnn, own");
+}
+
+int cuda_device_count(std::string* why) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status);
+    return 0;
+  }
+  if (count == 0 && why) *why = "cudaGetDeviceCount found no device";
+  return count;
+}
+
+CudaBackend::CudaBackend(CudaBackendOptions options)
+    : Backend(make_allocator(options)),
+      options_(options),
+      device_(static_cast<CudaAllocator&>(allocator()).device_index()),
+      lib_(std::make_unique<Libraries>()) {
+  MESHTRAIN_CUDA_CHECK("init", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  const size_t ws_floats = (options_.gemm_workspace_bytes + 3) / 4;
+  lib_->gemm_workspace = empty({static_cast<int64_t>(ws_floats)}, DType::F32, MemoryCategory::Workspace);
+  lib_->gemm = std::make_unique<cuda::LtGemm>(lib_->gemm_workspace.raw(),
+                                              options_.gemm_workspace_bytes,
+                                              options_.tf32 == Tf32::On);
+  if (options_.attention != AttentionImpl::Own) {
+    try {
+      lib_->cudnn = std::make_unique<cuda::CudnnAttention>();
+    } catch (const std::exception& e) {
+      lib_->cudnn_error = e.what();
+      if (options_.attention == AttentionImpl::Cudnn) throw;
+    }
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  lib_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::synchronize() {
+  MESHTRAIN_CUDA_CHECK("synchronize", cudaStreamSynchronize(stream_));
+}
+
+// ---- data movement and elementwise -------------------------------------------------------
+
+void CudaBackend::fill(Tensor& t, double value) {
+  cuda::require_device("fill", t);
+  switch (t.dtype()) {
+    case DType::F32: cuda::fill(ptr<float>("fill", t), value, t.numel(), stream_); return;
+    case DType::BF16: cuda::fill(ptr<bf16>("fill", t), value, t.numel(), stream_); return;
+    case DType::I32: cuda::fill(ptr<int32_t>("fill", t), value, t.numel(), stream_); return;
+    default: cuda::unsupported("fill", t.dtype());
+  }
+}
+
+void CudaBackend::copy(Tensor& dst, const Tensor& src) {
+  require(dst.numel() == src.numel() && dst.dtype() == src.dtype(), "copy",
+          "tensors differ: " + dst.shape().to_string() + " " + std::string(dtype_name(dst.dtype())) +
+              " vs " + src.shape().to_string() + " " + std::string(dtype_name(src.dtype())));
+  cuda::require_device("copy", dst);
+  cuda::require_device("copy", src);
+  if (dst.raw() == src.raw() || src.nbytes() == 0) return;
+  MESHTRAIN_CUDA_CHECK("copy", cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(),
+                                               cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::cast(Tensor& dst, const Tensor& src) {
+  require(dst.numel() == src.numel(), "cast",
+          "element counts differ: " + dst.shape().to_string() + " vs " + src.shape().to_string());
+  const DType to = dst.dtype(), from = src.dtype();
+  if (to == from) return copy(dst, src);
+  if (to == DType::BF16 && from == DType::F32)
+    return cuda::convert(ptr<bf16>("cast", dst), ptr<float>("cast", src), src.numel(), stream_);
+  if (to == DType::F32 && from == DType::BF16)
+    return cuda::convert(ptr<float>("cast", dst), ptr<bf16>("cast", src), src.numel(), stream_);
+  throw std::invalid_argument("backend 'cuda' does not support cast for dtype " +
+                              std::string(dtype_name(from)) + " -> " +
+                              std::string(dtype_name(to)) + " (supported: fp32 <-> bf16)");
+}
+
+void CudaBackend::copy_from_host(Tensor& dst, const void* src) {
+  cuda::require_device("copy_from_host", dst);
+  if (dst.nbytes() == 0) return;
+  MESHTRAIN_CUDA_CHECK("copy_from_host", cudaMemcpyAsync(dst.raw(), src, dst.nbytes(),
+                                                         cudaMemcpyHostToDevice, stream_));
+  // The caller may reuse `src` on return (pageable memory is staged, but pinned is not).
+  MESHTRAIN_CUDA_CHECK("copy_from_host", cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_to_host(void* dst, const Tensor& src) {
+  cuda::require_device("copy_to_host", src);
+  if (src.nbytes() == 0) return;
+  MESHTRAIN_CUDA_CHECK("copy_to_host", cudaMemcpyAsync(dst, src.raw(), src.nbytes(),
+                                                       cudaMemcpyDeviceToHost, stream_));
+  MESHTRAIN_CUDA_CHECK("copy_to_host", cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::add_inplace(Tensor& dst, const Tensor& src) {
+  require(dst.numel() == src.numel(), "add_inplace", "size mismatch");
+  const char* op = "add_inplace";
+  if (dst.dtype() == DType::F32 && src.dtype() == DType::F32)
+    return cuda::add_inplace(ptr<float>(op, dst), ptr<float>(op, src), dst.numel(), stream_);
+  if (dst.dtype() == DType::BF16 && src.dtype() == DType::BF16)
+    return cuda::add_inplace(ptr<bf16>(op, dst), ptr<bf16>(op, src), dst.numel(), stream_);
+  if (dst.dtype() == DType::F32 && src.dtype() == DType::BF16)  // bf16 into an fp32 accumulator
+    return cuda::add_inplace(ptr<float>(op, dst), ptr<bf16>(op, src), dst.numel(), stream_);
+  cuda::wrong_dtype(op, dst.dtype(), "src", src.dtype(), dst.dtype(),
+                    "src matches dst, or is bf16 into an fp32 dst");
+}
+
+void CudaBackend::scale_inplace(Tensor& t, double factor) {
+  cuda::dispatch("scale_inplace", t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::scale_inplace(ptr<T>("scale_inplace", t), static_cast<float>(factor), t.numel(), stream_);
+  });
+}
+
+void CudaBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b) {
+  const char* op = "residual_forward";
+  require(out.numel() == a.numel() && a.numel() == b.numel(), op, "size mismatch");
+  same_dtype(op, out.dtype(), "a", a);
+  same_dtype(op, out.dtype(), "b", b);
+  cuda::dispatch(op, out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::residual_forward(ptr<T>(op, out), ptr<T>(op, a), ptr<T>(op, b), out.numel(), stream_);
+  });
+}
+
+namespace {
+double reduce(CudaBackend& be, const Tensor& t, bool squares, cudaStream_t stream) {
+  const char* op = squares ? "sum_squares" : "sum";
+  Tensor scratch = be.empty({cuda::sum_scratch(t.numel()) + 1}, DType::F64, MemoryCategory::Workspace);
+  double* result = static_cast<double*>(scratch.raw());
+  cuda::dispatch(op, t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::sum(result, ptr<T>(op, t), t.numel(), squares, result + 1, stream);
+  });
+  double host = 0;
+  MESHTRAIN_CUDA_CHECK(op, cudaMemcpyAsync(&host, result, sizeof host, cudaMemcpyDeviceToHost, stream));
+  MESHTRAIN_CUDA_CHECK(op, cudaStreamSynchronize(stream));
+  return host;
+}
+}  // namespace
+
+double CudaBackend::sum_squares(const Tensor& t) { return reduce(*this, t, true, stream_); }
+double CudaBackend::sum(const Tensor& t) { return reduce(*this, t, false, stream_); }
+
+// ---- embeddings ---------------------------------------------------------------------------
+
+void CudaBackend::embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                    int64_t vocab_begin) {
+  const char* op = "embedding_forward";
+  const int64_t N = tokens.numel(), C = cols_of(wte);
+  require(rows_of(out) == N && cols_of(out) == C, op, "out must be (N, C)");
+  same_dtype(op, out.dtype(), "wte", wte);
+  cuda::dispatch(op, out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::embedding_forward(ptr<T>(op, out), ptr<int32_t>(op, tokens), ptr<T>(op, wte),
+                            vocab_begin, rows_of(wte), N, C, stream_);
+  });
+}
+
+void CudaBackend::embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+                                     int64_t vocab_begin) {
+  const char* op = "embedding_backward";
+  const int64_t N = tokens.numel(), C = cols_of(dwte);
+  require(rows_of(dout) == N && cols_of(dout) == C, op, "dout must be (N, C)");
+  fp32_grad(op, dout.dtype(), "dwte", dwte);
+  const size_t bytes = cuda::embedding_backward_workspace(N);
+  Tensor ws = empty({static_cast<int64_t>((bytes + 3) / 4)}, DType::F32, MemoryCategory::Workspace);
+  cuda::dispatch(op, dout.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::embedding_backward(ptr<float>(op, dwte), ptr<T>(op, dout), ptr<int32_t>(op, tokens),
+                             vocab_begin, rows_of(dwte), N, C, ws.raw(), bytes, stream_);
+  });
+}
+
+void CudaBackend::position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) {
+  const char* op = "position_forward";
+  require(cols_of(out) == cols_of(wpe), op, "channel mismatch");
+  same_dtype(op, out.dtype(), "wpe", wpe);
+  cuda::dispatch(op, out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::position_forward(ptr<T>(op, out), ptr<T>(op, wpe), token_begin, rows_of(wpe),
+                           rows_of(out), cols_of(out), stream_);
+  });
+}
+
+void CudaBackend::position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) {
+  const char* op = "position_backward";
+  require(cols_of(dout) == cols_of(dwpe), op, "channel mismatch");
+  fp32_grad(op, dout.dtype(), "dwpe", dwpe);
+  cuda::dispatch(op, dout.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::position_backward(ptr<float>(op, dwpe), ptr<T>(op, dout), token_begin, rows_of(dwpe),
+                            rows_of(dout), cols_of(dout), stream_);
+  });
+}
+
+// ---- layers -------------------------------------------------------------------------------
+
+void CudaBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                                    const Tensor& weight, const Tensor& bias) {
+  const char* op = "layernorm_forward";
+  const int64_t N = rows_of(inp), C = cols_of(inp);
+  require(out.numel() == N * C && mean.numel() == N && rstd.numel() == N && weight.numel() == C &&
+              bias.numel() == C,
+          op, "shape mismatch for inp " + inp.shape().to_string());
+  const DType a = inp.dtype();
+  same_dtype(op, a, "out", out);
+  same_dtype(op, a, "weight", weight);
+  same_dtype(op, a, "bias", bias);
+  fp32_stat(op, a, "mean", mean);
+  fp32_stat(op, a, "rstd", rstd);
+  cuda::dispatch(op, a, [&](auto tag) {
+    using T = decltype(tag);
+    cuda::layernorm_forward(ptr<T>(op, out), ptr<float>(op, mean), ptr<float>(op, rstd),
+                            ptr<T>(op, inp), ptr<T>(op, weight), ptr<T>(op, bias), N, C, stream_);
+  });
+}
+
+void CudaBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                     const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                     const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layernorm_backward";
+  const int64_t N = rows_of(inp), C = cols_of(inp);
+  require(dinp.numel() == N * C && dout.numel() == N * C && dweight.numel() == C &&
+              dbias.numel() == C && mean.numel() == N && rstd.numel() == N,
+          op, "shape mismatch for inp " + inp.shape().to_string());
+  const DType a = inp.dtype();
+  same_dtype(op, a, "dinp", dinp);
+  same_dtype(op, a, "dout", dout);
+  same_dtype(op, a, "weight", weight);
+  fp32_grad(op, a, "dweight", dweight);
+  fp32_grad(op, a, "dbias", dbias);
+  fp32_stat(op, a, "mean", mean);
+  fp32_stat(op, a, "rstd", rstd);
+  Tensor scratch = empty({cuda::layernorm_backward_scratch(N, C)}, DType::F32, MemoryCategory::Workspace);
+  cuda::dispatch(op, a, [&](auto tag) {
+    using T = decltype(tag);
+    cuda::layernorm_backward(ptr<T>(op, dinp), ptr<float>(op, dweight), ptr<float>(op, dbias),
+                             ptr<T>(op, dout), ptr<T>(op, inp), ptr<T>(op, weight),
+                             ptr<float>(op, mean), ptr<float>(op, rstd), N, C,
+                             ptr<float>(op, scratch), stream_);
+  });
+}
+
+void CudaBackend::bias_forward(Tensor& out, const Tensor& bias) {
+  const char* op = "bias_forward";
+  require(cols_of(out) == bias.numel(), op,
+          "bias of " + bias.shape().to_string() + " for out " + out.shape().to_string());
+  same_dtype(op, out.dtype(), "bias", bias);
+  cuda::dispatch(op, out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::bias_forward(ptr<T>(op, out), ptr<T>(op, bias), rows_of(out), cols_of(out), stream_);
+  });
+}
+
+void CudaBackend::bias_backward(Tensor& dbias, const Tensor& dout) {
+  const char* op = "bias_backward";
+  require(cols_of(dout) == dbias.numel(), op,
+          "dbias of " + dbias.shape().to_string() + " for dout " + dout.shape().to_string());
+  fp32_grad(op, dout.dtype(), "dbias", dbias);
+  const int64_t N = rows_of(dout), C = cols_of(dout);
+  Tensor scratch = empty({cuda::column_sums_scratch(N, C)}, DType::F32, MemoryCategory::Workspace);
+  cuda::dispatch(op, dout.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::column_sums(ptr<float>(op, dbias), ptr<T>(op, dout), N, C, ptr<float>(op, scratch),
+                      stream_);
+  });
+}
+
+void CudaBackend::gelu_forward(Tensor& out, const Tensor& inp) {
+  const char* op = "gelu_forward";
+  require(out.numel() == inp.numel(), op, "size mismatch");
+  same_dtype(op, inp.dtype(), "out", out);
+  cuda::dispatch(op, inp.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::gelu_forward(ptr<T>(op, out), ptr<T>(op, inp), inp.numel(), stream_);
+  });
+}
+
+void CudaBackend::gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  const char* op = "gelu_backward";
+  require(dinp.numel() == inp.numel() && dout.numel() == inp.numel(), op, "size mismatch");
+  same_dtype(op, inp.dtype(), "dinp", dinp);
+  same_dtype(op, inp.dtype(), "dout", dout);
+  cuda::dispatch(op, inp.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::gelu_backward(ptr<T>(op, dinp), ptr<T>(op, inp), ptr<T>(op, dout), inp.numel(), stream_);
+  });
+}
+
+// ---- cross-entropy ------------------------------------------------------------------------
+
+void CudaBackend::crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) {
+  const char* op = "crossentropy_stats";
+  const int64_t N = rows_of(logits), V = cols_of(logits);
+  require(row_max.numel() == N && row_sumexp.numel() == N, op, "shape mismatch");
+  fp32_stat(op, logits.dtype(), "row_max", row_max);
+  fp32_stat(op, logits.dtype(), "row_sumexp", row_sumexp);
+  cuda::dispatch(op, logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::crossentropy_stats(ptr<float>(op, row_max), ptr<float>(op, row_sumexp),
+                             ptr<T>(op, logits), N, V, stream_);
+  });
+}
+
+void CudaBackend::crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
+                                      const Tensor& global_max) {
+  const char* op = "crossentropy_rebase";
+  require(local_max.numel() == row_sumexp.numel() && global_max.numel() == row_sumexp.numel(), op,
+          "size mismatch");
+  cuda::crossentropy_rebase(ptr<float>(op, row_sumexp), ptr<float>(op, local_max),
+                            ptr<float>(op, global_max), row_sumexp.numel(), stream_);
+}
+
+void CudaBackend::crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
+                                            const Tensor& targets, int64_t vocab_begin) {
+  const char* op = "crossentropy_target_logit";
+  const int64_t N = rows_of(logits), V = cols_of(logits);
+  require(target_logit.numel() == N && targets.numel() == N, op, "shape mismatch");
+  fp32_stat(op, logits.dtype(), "target_logit", target_logit);
+  cuda::dispatch(op, logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::crossentropy_target_logit(ptr<float>(op, target_logit), ptr<T>(op, logits),
+                                    ptr<int32_t>(op, targets), vocab_begin, N, V, stream_);
+  });
+}
+
+void CudaBackend::crossentropy_losses(Tensor& losses, const Tensor& row_max,
+                                      const Tensor& row_sumexp, const Tensor& target_logit) {
+  const char* op = "crossentropy_losses";
+  const int64_t N = losses.numel();
+  require(row_max.numel() == N && row_sumexp.numel() == N && target_logit.numel() == N, op,
+          "size mismatch");
+  cuda::crossentropy_losses(ptr<float>(op, losses), ptr<float>(op, row_max),
+                            ptr<float>(op, row_sumexp), ptr<float>(op, target_logit), N, stream_);
+}
+
+void CudaBackend::crossentropy_backward(Tensor& dlogits, const Tensor& logits,
+                                        const Tensor& row_max, const Tensor& row_sumexp,
+                                        const Tensor& targets, int64_t vocab_begin, double dloss) {
+  const char* op = "crossentropy_backward";
+  const int64_t N = rows_of(logits), V = cols_of(logits);
+  require(dlogits.numel() == logits.numel() && row_max.numel() == N && row_sumexp.numel() == N &&
+              targets.numel() == N,
+          op, "shape mismatch");
+  same_dtype(op, logits.dtype(), "dlogits", dlogits);
+  fp32_stat(op, logits.dtype(), "row_max", row_max);
+  fp32_stat(op, logits.dtype(), "row_sumexp", row_sumexp);
+  cuda::dispatch(op, logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::crossentropy_backward(ptr<T>(op, dlogits), ptr<T>(op, logits), ptr<float>(op, row_max),
+                                ptr<float>(op, row_sumexp), ptr<int32_t>(op, targets),
+                                vocab_begin, static_cast<float>(dloss), N, V, stream_);
+  });
+}
+
+// ---- optimizer ----------------------------------------------------------------------------
+
+void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                               Tensor& exp_avg_sq, const AdamWStep& s) {
+  const char* op = "adamw_update";
+  require(param.numel() == grad.numel() && param.numel() == exp_avg.numel() &&
+              param.numel() == exp_avg_sq.numel(),
+          op, "size mismatch");
+  for (const Tensor* t : {static_cast<const Tensor*>(&param), &grad, static_cast<const Tensor*>(&exp_avg),
+                          static_cast<const Tensor*>(&exp_avg_sq)})
+    if (t->dtype() != DType::F32)
+      cuda::wrong_dtype(op, param.dtype(), "a tensor", t->dtype(), DType::F32,
+                        "master parameters, gradients and moments are fp32");
+  cuda::AdamWParams p{};
+  p.lr = static_cast<float>(s.lr);
+  p.beta1 = static_cast<float>(s.beta1);
+  p.beta2 = static_cast<float>(s.beta2);
+  p.eps = static_cast<float>(s.eps);
+  p.weight_decay = static_cast<float>(s.weight_decay);
+  p.bias_correction1 =
+      static_cast<float>(1.0 / (1.0 - std::pow(s.beta1, static_cast<double>(s.step))));
+  p.bias_correction2 =
+      static_cast<float>(1.0 / (1.0 - std::pow(s.beta2, static_cast<double>(s.step))));
+  p.grad_scale = static_cast<float>(s.grad_scale);
+  cuda::adamw_update(ptr<float>(op, param), ptr<float>(op, grad), ptr<float>(op, exp_avg),
+                     ptr<float>(op, exp_avg_sq), param.numel(), p, stream_);
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,141 @@
+// Linear layers through cuBLASLt. Row-major tensors are column-major transposes, so with
+// inp (N, C), weight (OC, C), out (N, OC) — all row-major — the products are, column-major:
+//   forward  out^T  (OC x N) = W (as C x OC, transposed) * inp^T (C x N)      + bias (epilogue)
+//   dinp^T (C x N)  = W^T (C x OC) * dout^T (OC x N)                          (assigned)
+//   dW^T   (C x OC) = inp^T (C x N) * dout (N x OC, from dout^T transposed)  (beta = 1: +=)
+// dW accumulates in fp32 straight from bf16 inputs (cuBLASLt's bf16 x bf16 -> fp32 variant);
+// dbias is a deterministic column-sum kernel, not the BGRAD epilogue, which would overwrite
+// rather than accumulate.
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "backend_util.h"
+#include "cuda_check.h"
+
+namespace meshtrain {
+
+using cuda::cols_of;
+using cuda::require;
+using cuda::rows_of;
+
+namespace {
+
+void check_matmul_dtypes(const char* op, DType a, std::initializer_list<std::pair<const char*, const Tensor*>> same,
+                         std::initializer_list<std::pair<const char*, const Tensor*>> grads) {
+  if (a != DType::F32 && a != DType::BF16) cuda::unsupported(op, a);
+  for (auto [name, t] : same)
+    if (t && t->dtype() != a) cuda::wrong_dtype(op, a, name, t->dtype(), a, "same as the activations");
+  for (auto [name, t] : grads)
+    if (t && t->dtype() != DType::F32)
+      cuda::wrong_dtype(op, a, name, t->dtype(), DType::F32, "parameter gradients are fp32");
+}
+
+}  // namespace
+
+void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                 const Tensor* bias) {
+  const char* op = "matmul_forward";
+  const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+  require(cols_of(weight) == C && out.numel() == N * OC && (!bias || bias->numel() == OC), op,
+          "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() + " out " +
+              out.shape().to_string());
+  check_matmul_dtypes(op, inp.dtype(), {{"weight", &weight}, {"out", &out}, {"bias", bias}}, {});
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &inp, &weight})
+    cuda::require_device(op, *t);
+  if (bias) cuda::require_device(op, *bias);
+  cuda::GemmCall g;
+  g.op = op;
+  g.m = OC;
+  g.n = N;
+  g.k = C;
+  g.a = {weight.raw(), C, 0, true};
+  g.b = {inp.raw(), C, 0, false};
+  g.d = out.raw();
+  g.ldd = OC;
+  g.input = g.output = inp.dtype();
+  g.bias = bias ? bias->raw() : nullptr;
+  lib_->gemm->run(g, stream_);
+}
+
+void CudaBackend::matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias,
+                                  const Tensor& dout, const Tensor& inp, const Tensor& weight) {
+  const char* op = "matmul_backward";
+  const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+  require(dout.numel() == N * OC && dweight.numel() == OC * C &&
+              (!dinp || dinp->numel() == N * C) && (!dbias || dbias->numel() == OC),
+          op, "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() +
+                  " dout " + dout.shape().to_string());
+  check_matmul_dtypes(op, inp.dtype(), {{"weight", &weight}, {"dout", &dout}, {"dinp", dinp}},
+                      {{"dweight", &dweight}, {"dbias", dbias}});
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &inp, &weight, &dweight})
+    cuda::require_device(op, *t);
+  if (dinp) {
+    cuda::require_device(op, *dinp);
+    cuda::GemmCall g;
+    g.op = op;
+    g.m = C;
+    g.n = N;
+    g.k = OC;
+    g.a = {weight.raw(), C, 0, false};
+    g.b = {dout.raw(), OC, 0, false};
+    g.d = dinp->raw();
+    g.ldd = C;
+    g.input = g.output = inp.dtype();
+    lib_->gemm->run(g, stream_);
+  }
+  cuda::GemmCall g;
+  g.op = op;
+  g.m = C;
+  g.n = OC;
+  g.k = N;
+  g.a = {inp.raw(), C, 0, false};
+  g.b = {dout.raw(), OC, 0, true};
+  g.d = dweight.raw();
+  g.ldd = C;
+  g.input = inp.dtype();
+  g.output = DType::F32;
+  g.beta = 1.f;
+  lib_->gemm->run(g, stream_);
+  if (dbias) bias_backward(*dbias, dout);
+}
+
+double CudaBackend::measure_bf16_gemm_peak_tflops(int64_t m, int64_t n, int64_t k,
+                                                  int iterations) {
+  const char* op = "measure_bf16_gemm_peak_tflops";
+  Tensor a = empty({m, k}, DType::BF16, MemoryCategory::Workspace);  // a "weight" (m, k)
+  Tensor b = empty({n, k}, DType::BF16, MemoryCategory::Workspace);  // "inp" (n, k)
+  Tensor d = empty({n, m}, DType::BF16, MemoryCategory::Workspace);  // "out" (n, m)
+  fill(a, 0.01);
+  fill(b, 0.01);
+  cuda::GemmCall g;
+  g.op = op;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = {a.raw(), k, 0, true};  // the layout of matmul_forward: A transposed, B not
+  g.b = {b.raw(), k, 0, false};
+  g.d = d.raw();
+  g.ldd = m;
+  g.input = g.output = DType::BF16;
+  for (int i = 0; i < 3; ++i) lib_->gemm->run(g, stream_);  // warm-up (and algorithm choice)
+  cudaEvent_t start, stop;
+  MESHTRAIN_CUDA_CHECK(op, cudaEventCreate(&start));
+  MESHTRAIN_CUDA_CHECK(op, cudaEventCreate(&stop));
+  float best_ms = 1e30f;
+  for (int i = 0; i < std::max(1, iterations); ++i) {
+    MESHTRAIN_CUDA_CHECK(op, cudaEventRecord(start, stream_));
+    lib_->gemm->run(g, stream_);
+    MESHTRAIN_CUDA_CHECK(op, cudaEventRecord(stop, stream_));
+    MESHTRAIN_CUDA_CHECK(op, cudaEventSynchronize(stop));
+    float ms = 0;
+    MESHTRAIN_CUDA_CHECK(op, cudaEventElapsedTime(&ms, start, stop));
+    best_ms = std::min(best_ms, ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return 2.0 * double(m) * double(n) * double(k) / (double(best_ms) * 1e-3) / 1e12;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,175 @@
+// Token and position embeddings over this rank's vocabulary slice [vocab_begin, vocab_begin + V).
+//
+// Backward without atomics, so gradients are bitwise repeatable: the (token, row) pairs are
+// radix-sorted by token (LSD radix sort is stable, so rows of one token stay in row order),
+// then one block per distinct token adds its rows, in order, into dwte. Tokens outside the
+// slice sort last (key V) and are skipped. Position gradients need no sort: position p gathers
+// rows p', p' + T, p' + 2T, ... (p' = (p - token_begin) mod T), one thread per (p, channel).
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include "cuda_check.h"
+#include "device_common.cuh"
+#include "kernels.h"
+
+namespace meshtrain::cuda {
+
+namespace {
+
+template <class T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte,
+                                         int64_t vocab_begin, int64_t V, int64_t N, int64_t C) {
+  const int64_t n = N * C;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = i / C, c = i % C;
+    const int64_t r = static_cast<int64_t>(tokens[row]) - vocab_begin;
+    out[i] = (r >= 0 && r < V) ? wte[r * C + c] : from_float<T>(0.f);
+  }
+}
+
+// keys[i] = local token (V when outside the slice), values[i] = i.
+__global__ void embedding_keys_kernel(int32_t* keys, int32_t* values, const int32_t* tokens,
+                                      int64_t vocab_begin, int64_t V, int64_t N) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= N) return;
+  const int64_t r = static_cast<int64_t>(tokens[i]) - vocab_begin;
+  keys[i] = static_cast<int32_t>((r >= 0 && r < V) ? r : V);
+  values[i] = static_cast<int32_t>(i);
+}
+
+// Block s handles the run of equal keys that starts at sorted position s (other blocks exit).
+template <class T>
+__global__ void embedding_backward_kernel(float* dwte, const T* dout, const int32_t* keys,
+                                          const int32_t* rows, int64_t V, int64_t N, int64_t C) {
+  const int64_t s = blockIdx.x;
+  const int32_t key = keys[s];
+  if (key >= V || (s > 0 && keys[s - 1] == key)) return;
+  int64_t end = s + 1;
+  while (end < N && keys[end] == key) ++end;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = 0.f;
+    for (int64_t k = s; k < end; ++k) acc += to_float(dout[static_cast<int64_t>(rows[k]) * C + c]);
+    dwte[static_cast<int64_t>(key) * C + c] += acc;
+  }
+}
+
+template <class T>
+__global__ void position_forward_kernel(T* out, const T* wpe, int64_t token_begin, int64_t T_,
+                                        int64_t N, int64_t C) {
+  const int64_t n = N * C;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = i / C, c = i % C;
+    const int64_t p = (token_begin + row) % T_;
+    out[i] = from_float<T>(to_float(out[i]) + to_float(wpe[p * C + c]));
+  }
+}
+
+template <class T>
+__global__ void position_backward_kernel(float* dwpe, const T* dout, int64_t token_begin,
+                                         int64_t T_, int64_t N, int64_t C) {
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t p = blockIdx.y;
+  if (c >= C) return;
+  const int64_t first = ((p - token_begin) % T_ + T_) % T_;  // first row at position p
+  if (first >= N) return;
+  float acc = 0.f;
+  for (int64_t row = first; row < N; row += T_) acc += to_float(dout[row * C + c]);
+  dwpe[p * C + c] += acc;
+}
+
+// Workspace layout: keys in/out and values in/out (N int32 each), then CUB's temporary storage.
+constexpr size_t kAlign = 256;
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+size_t cub_temp_bytes(int64_t N) {
+  size_t bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t*>(nullptr),
+                                  static_cast<int32_t*>(nullptr),
+                                  static_cast<const int32_t*>(nullptr),
+                                  static_cast<int32_t*>(nullptr), static_cast<int>(N));
+  return bytes;
+}
+
+int end_bit_for(int64_t V) {  // keys are in [0, V]
+  int bits = 1;
+  while ((int64_t{1} << bits) <= V && bits < 31) ++bits;
+  return bits;
+}
+
+}  // namespace
+
+template <class T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t vocab_begin,
+                       int64_t V, int64_t N, int64_t C, cudaStream_t s) {
+  if (N * C == 0) return;
+  embedding_forward_kernel<<<grid_for(N * C), kThreads, 0, s>>>(out, tokens, wte, vocab_begin, V,
+                                                                N, C);
+  check_launch("embedding_forward");
+}
+
+size_t embedding_backward_workspace(int64_t N) {
+  return 4 * align_up(static_cast<size_t>(N) * sizeof(int32_t)) + align_up(cub_temp_bytes(N));
+}
+
+template <class T>
+void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int64_t vocab_begin,
+                        int64_t V, int64_t N, int64_t C, void* workspace, size_t workspace_bytes,
+                        cudaStream_t s) {
+  if (N == 0 || C == 0) return;
+  if (N > 0x7fffffff || V >= 0x7fffffff) fail("embedding_backward", "more than 2^31 tokens or rows");
+  if (workspace_bytes < embedding_backward_workspace(N))
+    fail("embedding_backward", "workspace too small");
+  const size_t slot = align_up(static_cast<size_t>(N) * sizeof(int32_t));
+  char* base = static_cast<char*>(workspace);
+  auto* keys_in = reinterpret_cast<int32_t*>(base);
+  auto* keys_out = reinterpret_cast<int32_t*>(base + slot);
+  auto* rows_in = reinterpret_cast<int32_t*>(base + 2 * slot);
+  auto* rows_out = reinterpret_cast<int32_t*>(base + 3 * slot);
+  void* temp = base + 4 * slot;
+  size_t temp_bytes = cub_temp_bytes(N);
+
+  embedding_keys_kernel<<<static_cast<unsigned>((N + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      keys_in, rows_in, tokens, vocab_begin, V, N);
+  check_launch("embedding_backward");
+  check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, rows_in, rows_out,
+                                        static_cast<int>(N), 0, end_bit_for(V), s),
+        "embedding_backward", "cub::DeviceRadixSort::SortPairs");
+  embedding_backward_kernel<<<static_cast<unsigned>(N), kThreads, 0, s>>>(dwte, dout, keys_out,
+                                                                          rows_out, V, N, C);
+  check_launch("embedding_backward");
+}
+
+template <class T>
+void position_forward(T* out, const T* wpe, int64_t token_begin, int64_t T_, int64_t N,
+                      int64_t C, cudaStream_t s) {
+  if (N * C == 0) return;
+  position_forward_kernel<<<grid_for(N * C), kThreads, 0, s>>>(out, wpe, token_begin, T_, N, C);
+  check_launch("position_forward");
+}
+
+template <class T>
+void position_backward(float* dwpe, const T* dout, int64_t token_begin, int64_t T_, int64_t N,
+                       int64_t C, cudaStream_t s) {
+  if (N * C == 0) return;
+  if (T_ > 65535) fail("position_backward", "more than 65535 positions");
+  const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads), static_cast<unsigned>(T_));
+  position_backward_kernel<<<grid, kThreads, 0, s>>>(dwpe, dout, token_begin, T_, N, C);
+  check_launch("position_backward");
+}
+
+#define INSTANTIATE(T)                                                                          \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t,   \
+                                     int64_t, cudaStream_t);                                    \
+  template void embedding_backward<T>(float*, const T*, const int32_t*, int64_t, int64_t,       \
+                                      int64_t, int64_t, void*, size_t, cudaStream_t);           \
+  template void position_forward<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t,           \
+                                    cudaStream_t);                                              \
+  template void position_backward<T>(float*, const T*, int64_t, int64_t, int64_t, int64_t,     \
+                                     cudaStream_t);
+INSTANTIATE(float)
+INSTANTIATE(bf16)
+#undef INSTANTIATE
+
+}  // namespace meshtrain::cuda

@@ -1,0 +1,63 @@
+#pragma once
+// cuBLASLt matrix products for the CUDA backend. One call describes a (possibly strided-batched)
+// column-major product
+//   D (m x n) = alpha * op(A) (m x k) * op(B) (k x n) + beta * D   [+ bias (m) on every column]
+// where row-major tensors enter as their column-major transposes (see matmul.cpp for the
+// mapping). bf16 inputs accumulate in fp32 (CUBLAS_COMPUTE_32F) and may write fp32 or bf16;
+// fp32 inputs use strict fp32 unless TF32 was allowed. The algorithm for each distinct
+// (shapes, types, strides, pointer alignments) is chosen once by cuBLASLt's heuristic and cached.
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "meshtrain/tensor/dtype.h"
+
+namespace meshtrain::cuda {
+
+struct GemmOperand {
+  const void* ptr = nullptr;
+  int64_t ld = 0;            // leading dimension (elements) of the stored column-major matrix
+  int64_t batch_stride = 0;  // elements between consecutive batch entries
+  bool transpose = false;    // op(X) = X^T
+};
+
+struct GemmCall {
+  const char* op = "gemm";   // the backend operation, for error messages
+  int64_t m = 0, n = 0, k = 0;
+  GemmOperand a, b;
+  void* d = nullptr;
+  int64_t ldd = 0, stride_d = 0;
+  int64_t batch = 1;
+  DType input = DType::F32;   // type of A and B
+  DType output = DType::F32;  // type of D (and C == D)
+  float alpha = 1.f, beta = 0.f;
+  const void* bias = nullptr;  // epilogue bias of length m, in the output type
+};
+
+class LtGemm {
+ public:
+  LtGemm(void* workspace, size_t workspace_bytes, bool allow_tf32);
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  void run(const GemmCall& call, cudaStream_t stream);
+
+ private:
+  struct Plan;
+  using Key = std::array<int64_t, 20>;
+  Plan& plan_for(const GemmCall& call);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_;
+  size_t workspace_bytes_;
+  bool allow_tf32_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace meshtrain::cuda

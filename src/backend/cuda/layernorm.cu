@@ -1,0 +1,156 @@
+// LayerNorm (Ba et al., arXiv 1607.06450) over the last dimension, eps = 1e-5, FP32 math:
+//   mean = sum_c x_c / C,  rstd = 1 / sqrt(sum_c (x_c - mean)^2 / C + eps)
+//   y_c  = (x_c - mean) * rstd * w_c + b_c
+// Backward, with n_c = (x_c - mean) * rstd and g_c = dy_c * w_c:
+//   dx_c = rstd * (g_c - mean(g) - n_c * mean(g * n))   (assigned)
+//   dw_c += sum_rows dy_c n_c,  db_c += sum_rows dy_c     (accumulated)
+// Forward and dx: one warp per row. dw/db: one thread per channel over fixed row chunks, then
+// the chunks in order — no atomics, so the gradients are bitwise repeatable.
+
+#include "cuda_check.h"
+#include "device_common.cuh"
+#include "kernels.h"
+
+namespace meshtrain::cuda {
+
+namespace {
+
+constexpr float kEps = 1e-5f;
+constexpr int kRowsPerBlock = kThreads / 32;
+constexpr int64_t kMaxRowChunks = 1024;
+
+template <class T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
+                                         const T* weight, const T* bias, int64_t N, int64_t C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
+  if (row >= N) return;
+  const T* x = inp + row * C;
+  float s = 0.f;
+  for (int64_t c = lane; c < C; c += 32) s += to_float(x[c]);
+  const float m = warp_sum(s) / static_cast<float>(C);
+  float v = 0.f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float d = to_float(x[c]) - m;
+    v += d * d;
+  }
+  const float r = rsqrtf(warp_sum(v) / static_cast<float>(C) + kEps);
+  T* y = out + row * C;
+  for (int64_t c = lane; c < C; c += 32)
+    y[c] = from_float<T>((to_float(x[c]) - m) * r * to_float(weight[c]) + to_float(bias[c]));
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+template <class T>
+__global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
+                                      const float* mean, const float* rstd, int64_t N, int64_t C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
+  if (row >= N) return;
+  const T* x = inp + row * C;
+  const T* dy = dout + row * C;
+  const float m = mean[row], r = rstd[row];
+  float g_sum = 0.f, gn_sum = 0.f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float n = (to_float(x[c]) - m) * r;
+    const float g = to_float(dy[c]) * to_float(weight[c]);
+    g_sum += g;
+    gn_sum += g * n;
+  }
+  const float g_mean = warp_sum(g_sum) / static_cast<float>(C);
+  const float gn_mean = warp_sum(gn_sum) / static_cast<float>(C);
+  T* dx = dinp + row * C;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float n = (to_float(x[c]) - m) * r;
+    dx[c] = from_float<T>(r * (to_float(dy[c]) * to_float(weight[c]) - g_mean - n * gn_mean));
+  }
+}
+
+int64_t rows_per_chunk(int64_t N) {
+  return std::max<int64_t>(32, (N + kMaxRowChunks - 1) / kMaxRowChunks);
+}
+
+// partials (chunks, 2, C): per row chunk, sum dy*n and sum dy for each channel.
+template <class T>
+__global__ void layernorm_dparams_partials_kernel(float* partials, const T* dout, const T* inp,
+                                                  const float* mean, const float* rstd, int64_t N,
+                                                  int64_t C, int64_t rows) {
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (c >= C) return;
+  const int64_t r0 = blockIdx.y * rows;
+  const int64_t r1 = r0 + rows < N ? r0 + rows : N;
+  float dw = 0.f, db = 0.f;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float dy = to_float(dout[r * C + c]);
+    dw += dy * (to_float(inp[r * C + c]) - mean[r]) * rstd[r];
+    db += dy;
+  }
+  partials[(blockIdx.y * 2) * C + c] = dw;
+  partials[(blockIdx.y * 2 + 1) * C + c] = db;
+}
+
+__global__ void layernorm_dparams_final_kernel(float* dweight, float* dbias, const float* partials,
+                                               int64_t chunks, int64_t C) {
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (c >= C) return;
+  float dw = 0.f, db = 0.f;
+  for (int64_t k = 0; k < chunks; ++k) {
+    dw += partials[(k * 2) * C + c];
+    db += partials[(k * 2 + 1) * C + c];
+  }
+  dweight[c] += dw;
+  dbias[c] += db;
+}
+
+unsigned row_blocks(int64_t N) {
+  return static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+}  // namespace
+
+template <class T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                       const T* bias, int64_t N, int64_t C, cudaStream_t s) {
+  if (N == 0) return;
+  layernorm_forward_kernel<<<row_blocks(N), kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias,
+                                                              N, C);
+  check_launch("layernorm_forward");
+}
+
+int64_t layernorm_backward_scratch(int64_t N, int64_t C) {
+  const int64_t rows = rows_per_chunk(N);
+  return std::max<int64_t>(1, (N + rows - 1) / rows * 2 * C);
+}
+
+template <class T>
+void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+                        const T* weight, const float* mean, const float* rstd, int64_t N,
+                        int64_t C, float* scratch, cudaStream_t s) {
+  if (N == 0 || C == 0) return;
+  layernorm_dinp_kernel<<<row_blocks(N), kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd,
+                                                           N, C);
+  check_launch("layernorm_backward");
+  const int64_t rows = rows_per_chunk(N);
+  const int64_t chunks = (N + rows - 1) / rows;
+  const unsigned col_blocks = static_cast<unsigned>((C + kThreads - 1) / kThreads);
+  layernorm_dparams_partials_kernel<<<dim3(col_blocks, static_cast<unsigned>(chunks)), kThreads, 0,
+                                      s>>>(scratch, dout, inp, mean, rstd, N, C, rows);
+  check_launch("layernorm_backward");
+  layernorm_dparams_final_kernel<<<col_blocks, kThreads, 0, s>>>(dweight, dbias, scratch, chunks, C);
+  check_launch("layernorm_backward");
+}
+
+#define INSTANTIATE(T)                                                                         \
+  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, \
+                                     int64_t, cudaStream_t);                                   \
+  template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*,        \
+                                      const float*, const float*, int64_t, int64_t, float*,    \
+                                      cudaStream_t);
+INSTANTIATE(float)
+INSTANTIATE(bf16)
+#undef INSTANTIATE
+
+}  // namespace meshtrain::cuda

@@ -1,0 +1,267 @@
+#include "meshtrain/comm/nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace meshtrain {
+
+namespace {
+
+[[noreturn]] void unsupported(const std::string& op, DType t) {
+  throw std::invalid_argument("communicator 'nccl' does not support " + op + " for dtype " +
+                              std::string(dtype_name(t)));
+}
+
+void check_nccl(ncclResult_t r, ncclComm_t comm, const std::string& what) {
+  if (r == ncclSuccess || r == ncclInProgress) return;
+  std::string detail = ncclGetErrorString(r);
+  if (comm) {
+    const char* last = ncclGetLastError(comm);
+    if (last && *last) detail += std::string(": ") + last;
+  }
+  throw std::runtime_error("communicator 'nccl': " + what + " failed: " + detail);
+}
+
+void check_cuda(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return;
+  throw std::runtime_error("communicator 'nccl': " + what + " failed: " + cudaGetErrorString(e));
+}
+
+ncclDataType_t nccl_type(const std::string& op, DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::BF16: return ncclBfloat16;
+    case DType::F16: return ncclFloat16;
+    case DType::I32: return ncclInt32;
+  }
+  unsupported(op, t);
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+void require_device(const std::string& op, const Tensor& t) {
+  if (t.device() != Device::Cuda)
+    throw std::invalid_argument("communicator 'nccl' does not support " + op +
+                                " on host buffers (use the MPI communicator)");
+}
+
+// Completion of one operation on the communication stream.
+class NcclWork final : public Work::Impl {
+ public:
+  NcclWork(cudaEvent_t done, cudaStream_t compute, ncclComm_t comm, std::string what,
+           std::vector<Tensor> keep)
+      : done_(done), compute_(compute), comm_(comm), what_(std::move(what)), keep_(std::move(keep)) {}
+  ~NcclWork() override { cudaEventDestroy(done_); }
+
+  bool test() override {
+    if (!ordered_) {  // later compute work waits for the collective, without the host waiting
+      check_cuda(cudaStreamWaitEvent(compute_, done_, 0), what_ + ": cudaStreamWaitEvent");
+      ordered_ = true;
+    }
+    const cudaError_t e = cudaEventQuery(done_);
+    if (e == cudaSuccess) {
+      keep_.clear();
+      return true;
+    }
+    if (e != cudaErrorNotReady) check_cuda(e, what_ + ": cudaEventQuery");
+    ncclResult_t async = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(comm_, &async), comm_, what_ + ": ncclCommGetAsyncError");
+    check_nccl(async, comm_, what_);
+    return false;
+  }
+  std::string describe() const override { return what_; }
+
+ private:
+  cudaEvent_t done_;
+  cudaStream_t compute_;
+  ncclComm_t comm_;
+  std::string what_;
+  std::vector<Tensor> keep_;  // buffers stay allocated until the collective is done
+  bool ordered_ = false;
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, CudaBackend& backend,
+                                   std::chrono::duration<double> timeout)
+    : mpi_(std::move(mpi)), backend_(backend), timeout_(timeout) {
+  check_cuda(cudaSetDevice(backend_.device_index()), "cudaSetDevice");
+  // Rank 0 creates the id; every rank learns whether that worked before initialising.
+  struct {
+    int ok;
+    ncclUniqueId id;
+  } message{};
+  std::string error;
+  if (mpi_->rank() == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&message.id);
+    message.ok = r == ncclSuccess;
+    if (!message.ok) error = ncclGetErrorString(r);
+  }
+  MPI_Bcast(&message, sizeof message, MPI_BYTE, 0, mpi_->comm());
+  if (!message.ok)
+    throw std::runtime_error("communicator 'nccl': ncclGetUniqueId failed on rank 0 of group '" +
+                             mpi_->name() + "'" + (error.empty() ? "" : ": " + error));
+  check_nccl(ncclCommInitRank(&comm_, mpi_->size(), message.id, mpi_->rank()), nullptr,
+             "ncclCommInitRank for group '" + mpi_->name() + "' (rank " +
+                 std::to_string(mpi_->rank()) + " of " + std::to_string(mpi_->size()) +
+                 "; NCCL needs a distinct GPU per rank: ranks sharing a GPU must use the staged "
+                 "MPI communicator)");
+  int least = 0, greatest = 0;
+  check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  check_cuda(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest),
+             "cudaStreamCreateWithPriority");
+  check_cuda(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming), "cudaEventCreate");
+  barrier_buffer_ = backend_.zeros({1}, DType::F32, MemoryCategory::CommBuffers);
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (comm_) ncclCommDestroy(comm_);
+  if (compute_ready_) cudaEventDestroy(compute_ready_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string NcclCommunicator::describe(const char* op, const Tensor& t) const {
+  return std::string(op) + " of " + std::to_string(t.numel()) + " " +
+         std::string(dtype_name(t.dtype())) + " on group '" + name() + "' (rank " +
+         std::to_string(rank()) + " of " + std::to_string(size()) + ", nccl)";
+}
+
+void NcclCommunicator::order_after_compute() {
+  check_cuda(cudaEventRecord(compute_ready_, backend_.stream()), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(stream_, compute_ready_, 0), "cudaStreamWaitEvent");
+}
+
+Work NcclCommunicator::finish(std::string what, std::vector<Tensor> keep) {
+  cudaEvent_t done = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what + ": cudaEventCreate");
+  check_cuda(cudaEventRecord(done, stream_), what + ": cudaEventRecord");
+  return Work(std::make_unique<NcclWork>(done, backend_.stream(), comm_, std::move(what),
+                                         std::move(keep)),
+              timeout_);
+}
+
+Work NcclCommunicator::all_reduce(Tensor& t, ReduceOp op) {
+  const std::string name = "all_reduce(" + std::string(reduce_op_name(op)) + ")";
+  require_device(name, t);
+  const ncclDataType_t type = nccl_type(name, t.dtype());
+  if (size() == 1 || t.numel() == 0) return {};
+  order_after_compute();
+  const std::string what = describe(name.c_str(), t);
+  check_nccl(ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, nccl_op(op),
+                           comm_, stream_),
+             comm_, what);
+  return finish(what, {t});
+}
+
+Work NcclCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
+  const std::string name = "reduce_scatter(" + std::string(reduce_op_name(op)) + ")";
+  require_device(name, in);
+  require_device(name, out);
+  const ncclDataType_t type = nccl_type(name, in.dtype());
+  if (in.numel() != out.numel() * size() || in.dtype() != out.dtype())
+    throw std::invalid_argument("communicator 'nccl': reduce_scatter input of " +
+                                std::to_string(in.numel()) + " elements is not " +
+                                std::to_string(size()) + " x output " + std::to_string(out.numel()));
+  if (size() == 1) {
+    if (out.raw() != in.raw()) backend_.copy(out, in);
+    return {};
+  }
+  order_after_compute();
+  const std::string what = describe(name.c_str(), in);
+  check_nccl(ncclReduceScatter(in.raw(), out.raw(), static_cast<size_t>(out.numel()), type,
+                               nccl_op(op), comm_, stream_),
+             comm_, what);
+  return finish(what, {in, out});
+}
+
+Work NcclCommunicator::all_gather(Tensor& out, const Tensor& in) {
+  require_device("all_gather", in);
+  require_device("all_gather", out);
+  const ncclDataType_t type = nccl_type("all_gather", in.dtype());
+  if (out.numel() != in.numel() * size() || in.dtype() != out.dtype())
+    throw std::invalid_argument("communicator 'nccl': all_gather output of " +
+                                std::to_string(out.numel()) + " elements is not " +
+                                std::to_string(size()) + " x input " + std::to_string(in.numel()));
+  if (size() == 1) {
+    if (out.raw() != in.raw()) backend_.copy(out, in);
+    return {};
+  }
+  order_after_compute();
+  const std::string what = describe("all_gather", out);
+  // In place when `in` is this rank's slot of `out` (NCCL detects that case itself).
+  check_nccl(ncclAllGather(in.raw(), out.raw(), static_cast<size_t>(in.numel()), type, comm_,
+                           stream_),
+             comm_, what);
+  return finish(what, {in, out});
+}
+
+Work NcclCommunicator::broadcast(Tensor& t, int root) {
+  require_device("broadcast", t);
+  const ncclDataType_t type = nccl_type("broadcast", t.dtype());
+  if (size() == 1 || t.numel() == 0) return {};
+  order_after_compute();
+  const std::string what = describe("broadcast", t) + " from rank " + std::to_string(root);
+  check_nccl(ncclBroadcast(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, root, comm_,
+                           stream_),
+             comm_, what);
+  return finish(what, {t});
+}
+
+Work NcclCommunicator::send(const Tensor& t, int dst, int tag) {
+  require_device("send", t);
+  const ncclDataType_t type = nccl_type("send", t.dtype());
+  order_after_compute();
+  const std::string what =
+      describe("send", t) + " to rank " + std::to_string(dst) + " tag " + std::to_string(tag);
+  check_nccl(ncclGroupStart(), comm_, what);
+  check_nccl(ncclSend(t.raw(), static_cast<size_t>(t.numel()), type, dst, comm_, stream_), comm_,
+             what);
+  check_nccl(ncclGroupEnd(), comm_, what);
+  return finish(what, {t});
+}
+
+Work NcclCommunicator::recv(Tensor& t, int src, int tag) {
+  require_device("recv", t);
+  const ncclDataType_t type = nccl_type("recv", t.dtype());
+  order_after_compute();
+  const std::string what =
+      describe("recv", t) + " from rank " + std::to_string(src) + " tag " + std::to_string(tag);
+  check_nccl(ncclGroupStart(), comm_, what);
+  check_nccl(ncclRecv(t.raw(), static_cast<size_t>(t.numel()), type, src, comm_, stream_), comm_,
+             what);
+  check_nccl(ncclGroupEnd(), comm_, what);
+  return finish(what, {t});
+}
+
+void NcclCommunicator::barrier() {
+  if (size() == 1) return;
+  all_reduce(barrier_buffer_, ReduceOp::Sum).wait();
+}
+
+void NcclCommunicator::broadcast_bytes(std::string& bytes, int root) {
+  mpi_->broadcast_bytes(bytes, root);
+}
+
+std::vector<std::string> NcclCommunicator::all_gather_bytes(const std::string& mine) {
+  return mpi_->all_gather_bytes(mine);
+}
+
+double NcclCommunicator::all_reduce_scalar(double value, ReduceOp op) {
+  return mpi_->all_reduce_scalar(value, op);
+}
+
+}  // namespace meshtrain
