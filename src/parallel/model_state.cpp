@@ -272,11 +272,18 @@ void ModelState::complete(Pending& p) {
 }
 
 void ModelState::progress() {
+  // ZeRO 2/3 add each micro-batch's reduced gradient into the bucket's shard on completion.
+  // Floating-point addition does not reassociate, so a bucket's reductions complete in launch
+  // order only (never a later micro-batch's before an earlier one's): otherwise the sum, and
+  // the run, would depend on MPI's timing and not repeat bit for bit.
+  std::vector<char> blocked(buckets_.size(), 0);
   for (size_t i = 0; i < pending_.size();) {
-    if (pending_[i].work.test()) {
-      complete(pending_[i]);
+    Pending& p = pending_[i];
+    if (!blocked[p.bucket] && p.work.test()) {
+      complete(p);
       pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
     } else {
+      blocked[p.bucket] = 1;
       ++i;
     }
   }
