@@ -29,7 +29,7 @@ herr_t innermost(unsigned n, const H5E_error2_t* e, void* out) {
 // " (HDF5: <reason>)" for the latest failure, or "".
 std::string hdf5_reason() {
   std::string reason;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, innermost, &reason);
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, &reason);
   H5Eclear2(H5E_DEFAULT);
   return reason.empty() ? "" : " (HDF5: " + reason + ")";
 }
