@@ -35,6 +35,19 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--steps", bench.steps, "Timed steps (median reported)")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
 
+  InspectArgs inspect;
+  CLI::App* inspect_cmd = app.add_subcommand(
+      "inspect", "Show a checkpoint's step, layout, deck and datasets, and verify its checksums");
+  inspect_cmd->add_option("path", inspect.path, "Checkpoint file (step_*.h5)")->required();
+
+  EvalArgs eval;
+  CLI::App* eval_cmd = app.add_subcommand(
+      "eval", "Validation loss of a checkpoint, on any layout: prints 'val_loss <value>'");
+  eval_cmd->add_option("deck", eval.deck, "Input deck (TOML) describing the model and the layout")->required();
+  eval_cmd->add_option("--checkpoint", eval.checkpoint, "Checkpoint file (step_*.h5)")->required();
+  eval_cmd->add_option("--set", eval.overrides,
+                       "Override a deck key: --set section.key=value (repeatable)");
+
   app.add_subcommand("keys", "Print the input-deck reference (every key, its default and range)");
 
   try {
@@ -52,5 +65,7 @@ int main(int argc, char** argv) {
     return prepare_command(prepare);
   }
   if (*bench_cmd) return bench_command(bench);
+  if (*inspect_cmd) return inspect_command(inspect);
+  if (*eval_cmd) return eval_command(eval);
   return keys_command();
 }

@@ -35,4 +35,18 @@ int bench_command(const BenchArgs& args);
 
 int keys_command();
 
+// Prints a checkpoint's attributes and datasets and verifies every checksum (one rank).
+struct InspectArgs {
+  std::string path;
+};
+int inspect_command(const InspectArgs& args);
+
+// Loads a checkpoint into the deck's model, on any layout, and prints "val_loss <value>".
+struct EvalArgs {
+  std::string deck;
+  std::string checkpoint;
+  std::vector<std::string> overrides;
+};
+int eval_command(const EvalArgs& args);
+
 }  // namespace meshtrain
