@@ -1,8 +1,14 @@
 #include "meshtrain/io/checkpoint_file.h"
 
+#include <fcntl.h>
 #include <hdf5.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <bit>
+#include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <type_traits>
@@ -67,16 +73,32 @@ hid_t memory_type(DType t) {
   }
 }
 
-template <class Bits, class Value>
-uint64_t checksum_typed(const Value* v, const Shape& global, const std::vector<Box>& boxes) {
+// Hashes of elements [0, n) whose global indices are first + j; a loop the compiler vectorises
+// (uint64 addition reassociates exactly).
+template <class Bits>
+uint64_t checksum_run(const char* data, int64_t first, int64_t n) {
   uint64_t sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    Bits b;
+    std::memcpy(&b, data + j * static_cast<int64_t>(sizeof(Bits)), sizeof b);
+    sum += mix64(static_cast<uint64_t>(first + j) * kIndexMultiplier + static_cast<uint64_t>(b));
+  }
+  return sum;
+}
+
+// Packed: data holds the boxes' elements back to back; in place: data is the whole tensor.
+enum class Layout { Packed, InPlace };
+
+// One thread: the checkpointer overlaps hashing with I/O on threads of its own, which wait
+// without spinning (an OpenMP team here would spin and compete with the writer for cores).
+template <class Bits>
+uint64_t checksum_typed(const char* data, Layout layout, const Shape& global, const std::vector<Box>& boxes) {
+  uint64_t sum = 0;
+  int64_t offset = 0;
   for_each_run(global, boxes, [&](int64_t first, int64_t n) {
-    for (int64_t j = 0; j < n; ++j) {
-      Bits b;
-      std::memcpy(&b, v + j, sizeof b);
-      sum += mix64(static_cast<uint64_t>(first + j) * kIndexMultiplier + static_cast<uint64_t>(b));
-    }
-    v += n;
+    const int64_t at = layout == Layout::Packed ? offset : first;
+    sum += checksum_run<Bits>(data + at * static_cast<int64_t>(sizeof(Bits)), first, n);
+    offset += n;
   });
   return sum;
 }
@@ -86,8 +108,8 @@ uint64_t checksum_typed(const Value* v, const Shape& global, const std::vector<B
 uint64_t checksum_part(const void* data, DType dtype, const Shape& global,
                        const std::vector<Box>& boxes) {
   switch (dtype) {
-    case DType::F32: return checksum_typed<uint32_t>(static_cast<const float*>(data), global, boxes);
-    case DType::F64: return checksum_typed<uint64_t>(static_cast<const double*>(data), global, boxes);
+    case DType::F32: return checksum_typed<uint32_t>(static_cast<const char*>(data), Layout::Packed, global, boxes);
+    case DType::F64: return checksum_typed<uint64_t>(static_cast<const char*>(data), Layout::Packed, global, boxes);
     default: throw CheckpointFileError("checksums are defined for fp32 and fp64, not " + std::string(dtype_name(dtype)));
   }
 }
@@ -128,6 +150,14 @@ CheckpointFile::~CheckpointFile() {
 }
 
 void CheckpointFile::close() {
+  if (map_) {
+    ::munmap(const_cast<char*>(map_), map_size_);
+    map_ = nullptr;
+  }
+  if (prefetch_fd_ >= 0) {
+    ::close(prefetch_fd_);
+    prefetch_fd_ = -1;
+  }
   if (file_ < 0) return;
   for (auto& [name, id] : datasets_) H5Dclose(id);
   datasets_.clear();
@@ -357,8 +387,8 @@ hssize_t select_boxes(hid_t space, const std::vector<Box>& boxes, int rank) {
 
 }  // namespace
 
-void CheckpointFile::write(const std::string& name, const std::vector<Box>& boxes,
-                           const void* data, DType dtype) {
+void CheckpointFile::transfer(const std::string& name, const std::vector<Box>& boxes, void* data,
+                              DType dtype, Direction direction, bool collective) const {
   const hid_t ds = dataset(name);
   Handle fspace(H5Dget_space(ds), H5Sclose);
   const int rank = H5Sget_simple_extent_ndims(fspace);
@@ -371,30 +401,81 @@ void CheckpointFile::write(const std::string& name, const std::vector<Box>& boxe
   Handle mspace(H5Screate_simple(1, &mdims, nullptr), H5Sclose);
   if (n == 0) H5Sselect_none(mspace);
   Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-  const char dummy = 0;  // HDF5 refuses a null buffer even for an empty selection
-  if (H5Dwrite(ds, memory_type(dtype), mspace, fspace, dxpl, n ? data : &dummy) < 0)
-    fail("writing dataset " + name + " failed");
+  H5Pset_dxpl_mpio(dxpl, collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT);
+  char dummy = 0;  // HDF5 refuses a null buffer even for an empty selection
+  void* buf = n ? data : &dummy;
+  if (direction == Direction::Write) {
+    if (H5Dwrite(ds, memory_type(dtype), mspace, fspace, dxpl, buf) < 0)
+      fail("writing dataset " + name + " failed");
+  } else if (H5Dread(ds, memory_type(dtype), mspace, fspace, dxpl, buf) < 0) {
+    fail("reading dataset " + name + " failed (truncated file?)");
+  }
+}
+
+void CheckpointFile::write(const std::string& name, const std::vector<Box>& boxes,
+                           const void* data, DType dtype) {
+  transfer(name, boxes, const_cast<void*>(data), dtype, Direction::Write, true);
 }
 
 void CheckpointFile::read(const std::string& name, const std::vector<Box>& boxes, void* data,
                           DType dtype) {
-  const hid_t ds = dataset(name);
-  Handle fspace(H5Dget_space(ds), H5Sclose);
-  const int rank = H5Sget_simple_extent_ndims(fspace);
-  hsize_t n = 0;
-  for (const Box& b : boxes) n += static_cast<hsize_t>(b.numel(rank));
-  if (select_boxes(fspace, boxes, rank) != static_cast<hssize_t>(n))
-    fail("dataset " + name + ": the selection of " + std::to_string(boxes.size()) +
-         " box(es) is invalid or overlaps itself");
-  const hsize_t mdims = std::max<hsize_t>(n, 1);
-  Handle mspace(H5Screate_simple(1, &mdims, nullptr), H5Sclose);
-  if (n == 0) H5Sselect_none(mspace);
-  Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-  char dummy = 0;
-  if (H5Dread(ds, memory_type(dtype), mspace, fspace, dxpl, n ? data : &dummy) < 0)
-    fail("reading dataset " + name + " failed (truncated file?)");
+  transfer(name, boxes, data, dtype, Direction::Read, true);
+}
+
+uint64_t CheckpointFile::stored_checksum(const std::string& name, const std::vector<Box>& boxes) {
+  const DType type = dtype(name);
+  const Shape global = shape(name);
+  Handle stored(H5Dget_type(dataset(name)), H5Tclose);
+  const haddr_t offset = H5Dget_offset(dataset(name));
+  const bool in_place = H5Tget_order(stored) == H5T_ORDER_LE && offset != HADDR_UNDEF &&
+                        std::endian::native == std::endian::little;
+  if (!in_place) {  // e.g. a big-endian file from another tool: read and convert
+    int64_t n = 0;
+    for (const Box& b : boxes) n += b.numel(global.rank());
+    std::vector<char> data(static_cast<size_t>(n) * dtype_size(type));
+    H5Eclear2(H5E_DEFAULT);
+    transfer(name, boxes, data.data(), type, Direction::Read, false);
+    return checksum_part(data.data(), type, global, boxes);
+  }
+  if (!map_) {
+    const int fd = ::open(path_.c_str(), O_RDONLY);
+    if (fd < 0) fail("cannot open to map: " + std::string(std::strerror(errno)));
+    struct stat st{};
+    ::fstat(fd, &st);
+    map_size_ = static_cast<size_t>(st.st_size);
+    void* p = map_size_ ? ::mmap(nullptr, map_size_, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0) : MAP_FAILED;
+    ::close(fd);
+    if (p == MAP_FAILED) fail("cannot map the file: " + std::string(std::strerror(errno)));
+    ::madvise(p, map_size_, MADV_SEQUENTIAL);
+    map_ = static_cast<const char*>(p);
+  }
+  const size_t bytes = static_cast<size_t>(global.numel()) * dtype_size(type);
+  if (offset + bytes > map_size_)
+    fail("dataset " + name + " ends at byte " + std::to_string(offset + bytes) + " of a " +
+         std::to_string(map_size_) + "-byte file (truncated)");
+  const char* data = map_ + offset;
+  return type == DType::F32 ? checksum_typed<uint32_t>(data, Layout::InPlace, global, boxes)
+                            : checksum_typed<uint64_t>(data, Layout::InPlace, global, boxes);
+}
+
+void CheckpointFile::prefetch(const std::string& name, const std::vector<Box>& boxes) {
+  if (boxes.empty()) return;
+  const haddr_t offset = H5Dget_offset(dataset(name));
+  if (offset == HADDR_UNDEF) {
+    H5Eclear2(H5E_DEFAULT);
+    return;
+  }
+  const Shape global = shape(name);
+  int64_t lo = global.numel(), hi = 0;
+  for_each_run(global, boxes, [&](int64_t first, int64_t n) {
+    lo = std::min(lo, first);
+    hi = std::max(hi, first + n);
+  });
+  if (prefetch_fd_ < 0) prefetch_fd_ = ::open(path_.c_str(), O_RDONLY);
+  if (prefetch_fd_ < 0 || hi <= lo) return;  // only a hint: reading will say what is wrong
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype(name)));
+  ::posix_fadvise(prefetch_fd_, static_cast<off_t>(offset + lo * size), static_cast<off_t>((hi - lo) * size),
+                  POSIX_FADV_WILLNEED);
 }
 
 void CheckpointFile::set_checksum(const std::string& name, uint64_t sum) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -16,130 +17,21 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/train/trainer.h"
+#include "background_worker.h"
+#include "checkpoint_entries.h"
 
 namespace meshtrain {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// ---- the datasets of a model state ---------------------------------------------------------
-
-// The three tensors stored per parameter.
-constexpr int kKinds = 3;
-const char* const kKindNames[kKinds] = {"value", "exp_avg", "exp_avg_sq"};
-
-std::string dataset_name(const std::string& param, int kind) {
-  return kind == 0 ? "/model/" + param : "/optim/" + param + "/" + kKindNames[kind];
-}
-
-const Tensor& piece_tensor(const OwnedPiece& p, int kind) {
-  return kind == 0 ? p.value : kind == 1 ? p.exp_avg : p.exp_avg_sq;
-}
-
-struct Piece {
-  OwnedPiece owned;
-  std::vector<Box> boxes;  // its elements in the global tensor
-};
-
-// One parameter of the model as the file stores it, with this rank's pieces of it (none when
-// another stage or shard holds it all).
-struct Entry {
-  std::string name;
-  Shape global;
-  std::vector<Piece> pieces;  // one Parameter's, by local_begin: row-major order
-
-  std::vector<Box> boxes(bool primary_only) const {
-    std::vector<Box> out;
-    for (const Piece& p : pieces)
-      if (p.owned.primary || !primary_only) out.insert(out.end(), p.boxes.begin(), p.boxes.end());
-    return out;
-  }
-  int64_t count(bool primary_only) const {
-    int64_t n = 0;
-    for (const Piece& p : pieces)
-      if (p.owned.primary || !primary_only) n += p.owned.count;
-    return n;
-  }
-};
-
-// Every parameter of the whole model (the sorted union over ranks: collective I/O needs every
-// rank to create and transfer every dataset, in the same order), with this rank's pieces.
-std::vector<Entry> plan_entries(ModelState& state, Communicator& world) {
-  std::map<std::string, Entry> mine;
-  for (const OwnedPiece& p : state.owned_pieces()) {
-    const Parameter& param = *p.param;
-    Entry& e = mine[param.spec.name];
-    if (!e.pieces.empty() && e.pieces.front().owned.param != p.param)
-      throw std::logic_error("checkpoint: two copies of parameter " + param.spec.name +
-                             " on one rank; a transfer selects one slice per dataset");
-    e.name = param.spec.name;
-    e.global = param.spec.global_shape;
-    const SliceGeometry g{param.spec.global_shape, param.shape, param.spec.tp_split_dim, param.split_begin};
-    e.pieces.push_back({p, boxes_of_range(g, p.local_begin, p.count)});
-  }
-  std::ostringstream os;
-  for (auto& [name, e] : mine) {
-    std::sort(e.pieces.begin(), e.pieces.end(),
-              [](const Piece& a, const Piece& b) { return a.owned.local_begin < b.owned.local_begin; });
-    os << name << ' ' << e.global.rank();
-    for (int k = 0; k < e.global.rank(); ++k) os << ' ' << e.global[k];
-    os << '\n';
-  }
-  for (const std::string& text : world.all_gather_bytes(os.str())) {
-    std::istringstream in(text);
-    std::string name;
-    int rank = 0;
-    while (in >> name >> rank) {
-      int64_t d[Shape::kMaxRank] = {};
-      for (int k = 0; k < rank; ++k) in >> d[k];
-      const Shape s = rank == 1 ? Shape{d[0]} : rank == 2 ? Shape{d[0], d[1]}
-                    : rank == 3 ? Shape{d[0], d[1], d[2]} : Shape{d[0], d[1], d[2], d[3]};
-      Entry& e = mine[name];
-      if (e.name.empty()) {
-        e.name = name;
-        e.global = s;
-      } else if (e.global != s) {
-        throw std::logic_error("checkpoint: ranks disagree on the shape of " + name + ": " +
-                               e.global.to_string() + " and " + s.to_string());
-      }
-    }
-  }
-  std::vector<Entry> out;
-  for (auto& [name, e] : mine) out.push_back(std::move(e));
-  return out;
-}
-
-// This rank's elements of `kind` (primary pieces only, or all) back to back on the host.
-std::vector<char> to_host(Backend& be, const Entry& e, int kind, bool primary_only, DType dt) {
-  std::vector<char> host(static_cast<size_t>(e.count(primary_only)) * dtype_size(dt));
-  size_t off = 0;
-  for (const Piece& p : e.pieces) {
-    if (!p.owned.primary && primary_only) continue;
-    be.copy_to_host(host.data() + off, piece_tensor(p.owned, kind));
-    off += static_cast<size_t>(p.owned.count) * dtype_size(dt);
-  }
-  return host;
-}
-
-// Element-wise sum (mod 2^64) of every rank's vector.
-std::vector<uint64_t> sum_over(Communicator& world, const std::vector<uint64_t>& mine) {
-  std::string bytes(mine.size() * sizeof(uint64_t), '\0');
-  std::memcpy(bytes.data(), mine.data(), bytes.size());
-  std::vector<uint64_t> total(mine.size(), 0);
-  for (const std::string& part : world.all_gather_bytes(bytes)) {
-    std::vector<uint64_t> v(mine.size());
-    std::memcpy(v.data(), part.data(), std::min(part.size(), bytes.size()));
-    for (size_t i = 0; i < v.size(); ++i) total[i] += v[i];
-  }
-  return total;
-}
 
 std::string hex(uint64_t v) {
   char buf[24];
@@ -189,34 +81,55 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Reads this rank's pieces (primary only, or all) of every dataset of `entries` in the stored
-// element types; returns the buffers (entry-major, then kind) and the checksum parts of the
-// primary pieces. Collective.
-void read_pieces(CheckpointFile& file, Communicator& world, const std::vector<Entry>& entries,
-                 bool primary_only, std::vector<std::vector<char>>& buffers,
-                 std::vector<DType>& types, std::vector<uint64_t>& sums) {
-  buffers.assign(entries.size() * kKinds, {});
-  types.assign(entries.size() * kKinds, DType::F32);
-  sums.assign(entries.size() * kKinds, 0);
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const Entry& e = entries[i];
-    for (int kind = 0; kind < kKinds; ++kind) {
-      const size_t j = i * kKinds + static_cast<size_t>(kind);
-      const std::string name = dataset_name(e.name, kind);
-      agree(world, [&] {
-        types[j] = file.dtype(name);
-        buffers[j].resize(static_cast<size_t>(e.count(primary_only)) * dtype_size(types[j]));
-        file.read(name, e.boxes(primary_only), buffers[j].data(), types[j]);
-      });
-      size_t off = 0;
-      for (const Piece& p : e.pieces) {
-        if (!p.owned.primary && primary_only) continue;
-        if (p.owned.primary) sums[j] += checksum_part(buffers[j].data() + off, types[j], e.global, p.boxes);
-        off += static_cast<size_t>(p.owned.count) * dtype_size(types[j]);
+// Where this rank's elements of one dataset are read to: straight into the model's memory
+// when they are one piece in host memory stored in the run's precision (the common case: no
+// copy), else a staging buffer that is applied once the checksums passed.
+struct Landing {
+  bool direct = false;
+  DType type = DType::F32;     // as stored
+  std::vector<char> staging;   // !direct
+  char* data = nullptr;
+};
+
+// Reads every piece this rank holds of every dataset of `entries` (entry-major, then kind),
+// and returns the checksum parts of the primary pieces summed over the world. A worker hashes
+// each dataset while the next is read. Collective.
+std::vector<uint64_t> read_owned(CheckpointFile& file, Communicator& world,
+                                 const std::vector<Entry>& entries, DType run_type,
+                                 std::vector<Landing>& landings) {
+  landings.assign(entries.size() * kKinds, {});
+  std::vector<uint64_t> sums(entries.size() * kKinds, 0);
+  {
+    BackgroundWorker hasher;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const Entry& e = entries[i];
+      for (int kind = 0; kind < kKinds; ++kind) {
+        Landing& l = landings[i * kKinds + static_cast<size_t>(kind)];
+        agree(world, [&] {
+          const std::string name = dataset_name(e.name, kind);
+          l.type = file.dtype(name);
+          l.direct = e.pieces.size() == 1 && l.type == run_type &&
+                     piece_tensor(e.pieces[0].owned, kind).device() == Device::Cpu;
+          if (l.direct) {
+            l.data = static_cast<char*>(piece_tensor(e.pieces[0].owned, kind).raw());
+          } else {
+            l.staging.resize(static_cast<size_t>(e.count(false)) * dtype_size(l.type));
+            l.data = l.staging.data();
+          }
+          file.read(name, e.boxes(false), l.data, l.type);
+        });
+        hasher.post([&e, &sum = sums[i * kKinds + static_cast<size_t>(kind)], data = l.data, type = l.type] {
+          size_t off = 0;
+          for (const Piece& p : e.pieces) {
+            if (p.owned.primary) sum += checksum_part(data + off, type, e.global, p.boxes);
+            off += static_cast<size_t>(p.owned.count) * dtype_size(type);
+          }
+        });
       }
     }
+    agree(world, [&] { hasher.wait(); });
   }
-  sums = sum_over(world, sums);
+  return sum_over(world, sums);
 }
 
 // Compares the checksums of the data as read with the file's attributes (and, after a write,
@@ -370,18 +283,32 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
         for (const Entry& e : entries)
           for (int kind = 0; kind < kKinds; ++kind) file->create_dataset(dataset_name(e.name, kind), e.global, dt);
       });
+      // The worker hashes each dataset while MPI-IO writes it (both only read the data).
+      std::deque<HostElements> held;  // copies the worker may still read
+      size_t held_bytes = 0;
+      BackgroundWorker hasher;
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i == entries.size() / 2) fault(FaultPhase::Data, step);
         const Entry& e = entries[i];
         const std::vector<Box> boxes = e.boxes(true);
         for (int kind = 0; kind < kKinds; ++kind) {
-          const std::vector<char> host = to_host(be, e, kind, true, dt);
+          held.push_back(primary_on_host(be, e, kind, dt));
+          const char* data = held.back().data;
+          held_bytes += held.back().copy.size();
+          hasher.post([&e, &sum = sums[i * kKinds + static_cast<size_t>(kind)], data, boxes, dt] {
+            sum = checksum_part(data, dt, e.global, boxes);
+          });
           // One agreement per collective transfer: a rank whose write failed must not leave the
           // others inside the next dataset's collective write.
-          agree(world, [&] { file->write(dataset_name(e.name, kind), boxes, host.data(), dt); });
-          sums[i * kKinds + static_cast<size_t>(kind)] = checksum_part(host.data(), dt, e.global, boxes);
+          agree(world, [&] { file->write(dataset_name(e.name, kind), boxes, data, dt); });
+          if (held_bytes > (size_t{256} << 20)) {  // bound the copies kept for the worker
+            hasher.wait();
+            held.clear();
+            held_bytes = 0;
+          }
         }
       }
+      agree(world, [&] { hasher.wait(); });
       sums = sum_over(world, sums);
       agree(world, [&] {
         for (size_t i = 0; i < entries.size(); ++i)
@@ -390,22 +317,38 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
         file->close();
       });
     }
-    // Every rank: on a shared file system each node flushes what it wrote.
-    agree(world, [&] { fsync_path(tmp, O_RDONLY); });
-
-    // Verify: the data as read back must carry the checksums just written.
+    // Flush to disk (every rank: on a shared file system each node flushes what it wrote) while
+    // the verification reads the data back through the page cache: both finish before the
+    // rename, and the flush mostly waits for the device.
+    std::string flush_error;
     {
+      std::jthread flusher([&] {
+        try {
+          fsync_path(tmp, O_RDONLY);
+        } catch (const std::exception& e) {
+          flush_error = e.what();
+        }
+      });
+      // Verify: each rank hashes its elements as stored, in place (io/checkpoint_file.h); the
+      // sums must equal the checksums just written.
       std::unique_ptr<CheckpointFile> file;
       agree(world, [&] { file = std::make_unique<CheckpointFile>(tmp, comm_, CheckpointFile::Access::Read); });
-      std::vector<std::vector<char>> buffers;
-      std::vector<DType> types;
-      std::vector<uint64_t> read_sums;
-      read_pieces(*file, world, entries, true, buffers, types, read_sums);
+      std::vector<uint64_t> read_sums(entries.size() * kKinds, 0);
+      agree(world, [&] {
+        for (size_t i = 0; i < entries.size(); ++i)
+          for (int kind = 0; kind < kKinds; ++kind)
+            read_sums[i * kKinds + static_cast<size_t>(kind)] =
+                file->stored_checksum(dataset_name(entries[i].name, kind), entries[i].boxes(true));
+      });
+      read_sums = sum_over(world, read_sums);
       agree(world, [&] {
         check_sums(*file, entries, read_sums, &sums);
         file->close();
       });
     }
+    agree(world, [&] {
+      if (!flush_error.empty()) throw std::runtime_error(flush_error);
+    });
   } catch (const AgreedError&) {
     if (world.rank() == 0) {
       std::error_code ec;
@@ -487,7 +430,8 @@ CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
       throw CheckpointFileError(path + ": step = " + std::to_string(info.step) + ", optimizer_steps = " +
                                 std::to_string(info.optimizer_steps) + " (expected >= 0)");
   });
-  // The file must hold exactly the deck's model: every dataset, each with the global shape.
+  // The file must hold exactly the deck's model: every dataset, each with the global shape and
+  // a checksum. These refusals come before any data is read: the trainer is left as it was.
   agree(world, [&] {
     std::set<std::string> expected;
     for (const Entry& e : entries)
@@ -503,6 +447,9 @@ CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
           throw CheckpointFileError(path + ": dataset " + name + " has shape " + s.to_string() +
                                     " but the deck's model needs " + e.global.to_string() + " (check " +
                                     shape_keys(s, e.global, m) + " against the deck in the file's 'deck' attribute)");
+        if (!file->checksum(name))
+          throw CheckpointFileError(path + ": dataset " + name +
+                                    " has no checksum attribute (not a complete meshtrain checkpoint)");
       }
     for (const std::string& name : file->dataset_names())
       if (!expected.count(name))
@@ -510,27 +457,30 @@ CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
                                   existence_keys(name) + " against the deck in the file's 'deck' attribute)");
   });
 
-  std::vector<std::vector<char>> buffers;
-  std::vector<DType> types;
-  std::vector<uint64_t> sums;
-  read_pieces(*file, world, entries, false, buffers, types, sums);
+  for (const Entry& e : entries)
+    for (int kind = 0; kind < kKinds; ++kind) file->prefetch(dataset_name(e.name, kind), e.boxes(false));
+  std::vector<Landing> landings;
+  const std::vector<uint64_t> sums = read_owned(*file, world, entries, dt, landings);
+  // A mismatch is found after the data was read (mostly straight into the model): the
+  // refusal then leaves the trainer's state undefined, and the run must stop.
   agree(world, [&] {
     check_sums(*file, entries, sums, nullptr);
     file->close();
   });
 
-  // Verified: apply, converting where the file's precision is not the run's.
+  // Verified: apply what was staged, converting where the file's precision is not the run's.
   std::vector<char> converted;
   for (size_t i = 0; i < entries.size(); ++i)
     for (int kind = 0; kind < kKinds; ++kind) {
-      const size_t j = i * kKinds + static_cast<size_t>(kind);
+      const Landing& l = landings[i * kKinds + static_cast<size_t>(kind)];
+      if (l.direct) continue;
       size_t off = 0;
       for (const Piece& p : entries[i].pieces) {
-        const char* src = buffers[j].data() + off;
-        off += static_cast<size_t>(p.owned.count) * dtype_size(types[j]);
-        if (types[j] != dt) {
+        const char* src = l.data + off;
+        off += static_cast<size_t>(p.owned.count) * dtype_size(l.type);
+        if (l.type != dt) {
           converted.resize(static_cast<size_t>(p.owned.count) * dtype_size(dt));
-          if (types[j] == DType::F64) convert<double, float>(src, converted.data(), p.owned.count);
+          if (l.type == DType::F64) convert<double, float>(src, converted.data(), p.owned.count);
           else convert<float, double>(src, converted.data(), p.owned.count);
           src = converted.data();
         }

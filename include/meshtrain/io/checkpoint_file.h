@@ -37,9 +37,10 @@
 //
 //     checksum = sum over elements e of  mix64(i_e * 0x9E3779B97F4A7C15 + b_e)   (mod 2^64)
 //
-// with i_e the element's row-major flat index in the global shape (from 0), b_e its bit
-// pattern as stored (float32: the 32 bits, zero-extended; float64: the 64 bits), and mix64
-// the splitmix64 finaliser of tensor/philox.h:
+// with i_e the element's row-major flat index in the global shape (from 0), b_e the IEEE-754
+// bit pattern of its value in the stored precision (float32: the 32 bits, zero-extended;
+// float64: the 64 bits; byte order does not enter), and mix64 the splitmix64 finaliser of
+// tensor/philox.h:
 //     x += 0x9E3779B97F4A7C15; x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9;
 //     x = (x ^ (x >> 27)) * 0x94D049BB133111EB; return x ^ (x >> 31);
 // A flipped bit changes one term; a value moved to another index changes two.
@@ -130,18 +131,34 @@ class CheckpointFile {
   void write(const std::string& name, const std::vector<Box>& boxes, const void* data, DType dtype);
   void read(const std::string& name, const std::vector<Box>& boxes, void* data, DType dtype);
 
+  // The checksum part of this rank's elements `boxes` of `name` as stored, hashed in place
+  // through a read-only mapping of the file: no copy, for verifying a file just written
+  // (contiguous little-endian storage; anything else is read and converted). Not collective.
+  uint64_t stored_checksum(const std::string& name, const std::vector<Box>& boxes);
+
+  // Asks the OS to start reading this rank's elements `boxes` of `name` (the byte span they
+  // touch) in the background, so the device streams while earlier datasets are checked and
+  // applied. Only a hint; not collective.
+  void prefetch(const std::string& name, const std::vector<Box>& boxes);
+
   // Collective: the dataset's @checksum attribute.
   void set_checksum(const std::string& name, uint64_t sum);
   // Its @checksum, or nothing if absent.
   std::optional<uint64_t> checksum(const std::string& name) const;
 
  private:
+  enum class Direction { Read, Write };
+  void transfer(const std::string& name, const std::vector<Box>& boxes, void* data, DType dtype,
+                Direction direction, bool collective) const;
   int64_t dataset(const std::string& name) const;  // an open handle (hid_t), cached
   [[noreturn]] void fail(const std::string& what) const;
 
   std::string path_;
   int64_t file_ = -1;  // hid_t
   mutable std::map<std::string, int64_t> datasets_;
+  const char* map_ = nullptr;  // stored_checksum's mapping of the file
+  size_t map_size_ = 0;
+  int prefetch_fd_ = -1;
 };
 
 }  // namespace meshtrain

@@ -8,9 +8,11 @@
 //      the elements it owns (OwnedPiece::primary: replicas once) of /model/<name> and both
 //      AdamW moments, as hyperslabs of the global datasets; ranks holding none of a dataset
 //      join its collective write with an empty selection. Then the per-dataset checksums
-//      (sums of the ranks' parts) become attributes, and the file is closed and fsynced.
-//   2. Verify: the file is reopened and every rank recomputes the checksums of its elements
-//      from the data as read back; any difference refuses the checkpoint.
+//      (sums of the ranks' parts, hashed by a worker thread while MPI-IO writes) become
+//      attributes, and the file is closed.
+//   2. Verify, while every rank fsyncs the file in the background: the file is reopened and
+//      every rank recomputes the checksums of its elements from the data as stored (hashed in
+//      place through a read-only mapping); any difference refuses the checkpoint.
 //   3. Rank 0 renames .tmp -> .h5 and fsyncs the directory: the checkpoint is complete.
 //   4. Prune: keep the newest checkpoint.keep complete checkpoints (never the one just
 //      written), oldest deleted first, and stale .tmp files of other steps.
@@ -18,12 +20,15 @@
 // ranks throw the same error naming the file; a rank killed mid-way leaves only a .tmp, which
 // resuming ignores.
 //
-// Loading (any layout, ZeRO stage, tp, pp): each rank reads every piece it holds — replicas and
-// the last stage's tied embedding included — straight from the global datasets, into host
-// memory first; checksums are recomputed over the primary pieces of THIS layout (each element
-// once) and compared before anything is applied, so a refused checkpoint leaves the trainer as
-// it was. A file with another element type than the run's precision is converted after the
-// check.
+// Loading (any layout, ZeRO stage, tp, pp): first the file's structure is checked — format
+// version, every dataset of the deck's model present with its global shape and a checksum, no
+// other — and a refusal there leaves the trainer as it was. Then each rank reads every piece it
+// holds (replicas and the last stage's tied embedding included) straight from the global
+// datasets, its byte ranges prefetched, into the model's memory where it can (else staged:
+// another precision is converted, device memory copied, after the check); checksums are
+// recomputed over the primary pieces of THIS layout (each element once) by a worker while the
+// next dataset is read. A mismatch refuses the checkpoint naming the dataset; the trainer's
+// state is then undefined and the run must stop (every command does).
 //
 // Test hook: MESHTRAIN_FAULT=checkpoint_kill:<phase>[@<step>] makes world rank 0 raise SIGKILL
 // while writing (the checkpoint of <step>, or any): phase "data" after half of the datasets
