@@ -5,15 +5,25 @@
 
 namespace meshtrain {
 
-BenchReport::BenchReport(std::vector<std::string> columns) : columns_(std::move(columns)) {}
+BenchReport::BenchReport(std::vector<std::string> columns, bool print)
+    : columns_(std::move(columns)), print_(print) {}
 
 void BenchReport::header(const std::string& line) {
   headers_.push_back(line);
+  if (!print_) return;
   std::printf("# %s\n", line.c_str());
   std::fflush(stdout);
 }
 
+void BenchReport::table(std::vector<std::string> columns) {
+  columns_ = std::move(columns);
+  printed_columns_ = false;
+}
+
 void BenchReport::row(const std::string& name, const std::vector<double>& values, int wrong) {
+  rows_.push_back({columns_, name, values, wrong});
+  wrong_ += wrong;
+  if (!print_) return;
   if (!printed_columns_) {
     std::printf("# %-30s", "name");
     for (const std::string& c : columns_) std::printf(" %12s", c.c_str());
@@ -24,8 +34,6 @@ void BenchReport::row(const std::string& name, const std::vector<double>& values
   for (double v : values) std::printf(" %12.4g", v);
   std::printf(" %6d\n", wrong);
   std::fflush(stdout);
-  rows_.push_back({name, values, wrong});
-  wrong_ += wrong;
 }
 
 void BenchReport::write_json(const std::string& path) const {
@@ -36,8 +44,9 @@ void BenchReport::write_json(const std::string& path) const {
   std::fprintf(f, "],\n \"rows\": [");
   for (size_t r = 0; r < rows_.size(); ++r) {
     std::fprintf(f, "%s\n  {\"name\": \"%s\"", r ? "," : "", rows_[r].name.c_str());
-    for (size_t c = 0; c < columns_.size() && c < rows_[r].values.size(); ++c)
-      std::fprintf(f, ", \"%s\": %.9g", columns_[c].c_str(), rows_[r].values[c]);
+    const std::vector<std::string>& columns = rows_[r].columns;
+    for (size_t c = 0; c < columns.size() && c < rows_[r].values.size(); ++c)
+      std::fprintf(f, ", \"%s\": %.9g", columns[c].c_str(), rows_[r].values[c]);
     std::fprintf(f, ", \"wrong\": %d}", rows_[r].wrong);
   }
   std::fprintf(f, "\n]}\n");

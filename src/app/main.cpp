@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--threads", bench.threads, "Threads per rank")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--steps", bench.steps, "Timed steps (median reported)")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
+  bench_cmd->add_option("--dir", bench.dir, "Directory for the checkpoint suite's files");
 
   InspectArgs inspect;
   CLI::App* inspect_cmd = app.add_subcommand(

@@ -12,8 +12,11 @@ namespace meshtrain {
 
 class BenchReport {
  public:
-  explicit BenchReport(std::vector<std::string> columns);
+  // print: false on all MPI ranks but 0, so a multi-rank suite reports once.
+  explicit BenchReport(std::vector<std::string> columns, bool print = true);
   void header(const std::string& line);  // printed as "# line"
+  // Starts a table with other columns (a suite whose figures are not the first suite's).
+  void table(std::vector<std::string> columns);
   void row(const std::string& name, const std::vector<double>& values, int wrong);
   int wrong() const { return wrong_; }
   // Writes {"header": [...], "columns": [...], "rows": [{...}]}; throws on I/O failure.
@@ -23,6 +26,7 @@ class BenchReport {
   std::vector<std::string> columns_;
   std::vector<std::string> headers_;
   struct Row {
+    std::vector<std::string> columns;
     std::string name;
     std::vector<double> values;
     int wrong;
@@ -30,6 +34,7 @@ class BenchReport {
   std::vector<Row> rows_;
   int wrong_ = 0;
   bool printed_columns_ = false;
+  bool print_ = true;
 };
 
 }  // namespace meshtrain

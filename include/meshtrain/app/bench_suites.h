@@ -9,6 +9,9 @@ namespace meshtrain {
 
 // OpenBLAS sgemm peak (large square GEMM) and a full GPT-2 124M training step against it.
 void bench_step(const BenchArgs& args, BenchReport& report);
+// Checkpoint save and load bandwidth against a raw sequential write and read of the same bytes
+// to the same directory (args.dir), any number of ranks.
+void bench_checkpoint(const BenchArgs& args, BenchReport& report);
 // Median GFLOP/s of a square sgemm of size n (checked against double-precision dot products).
 double measure_sgemm_peak(int n, int repeats, int& wrong);
 

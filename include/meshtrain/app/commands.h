@@ -30,6 +30,7 @@ struct BenchArgs {
   int threads = 2;
   int steps = 4;
   std::string json;            // also write results as JSON here
+  std::string dir = "runs/bench";  // where the checkpoint suite writes its files
 };
 int bench_command(const BenchArgs& args);
 
