@@ -103,6 +103,16 @@ uint64_t checksum_typed(const char* data, Layout layout, const Shape& global, co
   return sum;
 }
 
+// The global flat indices [lo, hi) spanned by `boxes` (lo >= hi when empty).
+std::pair<int64_t, int64_t> element_span(const Shape& global, const std::vector<Box>& boxes) {
+  int64_t lo = global.numel(), hi = 0;
+  for_each_run(global, boxes, [&](int64_t first, int64_t n) {
+    lo = std::min(lo, first);
+    hi = std::max(hi, first + n);
+  });
+  return {lo, hi};
+}
+
 }  // namespace
 
 uint64_t checksum_part(const void* data, DType dtype, const Shape& global,
@@ -443,16 +453,24 @@ uint64_t CheckpointFile::stored_checksum(const std::string& name, const std::vec
     struct stat st{};
     ::fstat(fd, &st);
     map_size_ = static_cast<size_t>(st.st_size);
-    void* p = map_size_ ? ::mmap(nullptr, map_size_, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0) : MAP_FAILED;
+    void* p = map_size_ ? ::mmap(nullptr, map_size_, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
     ::close(fd);
     if (p == MAP_FAILED) fail("cannot map the file: " + std::string(std::strerror(errno)));
-    ::madvise(p, map_size_, MADV_SEQUENTIAL);
     map_ = static_cast<const char*>(p);
   }
   const size_t bytes = static_cast<size_t>(global.numel()) * dtype_size(type);
   if (offset + bytes > map_size_)
     fail("dataset " + name + " ends at byte " + std::to_string(offset + bytes) + " of a " +
          std::to_string(map_size_) + "-byte file (truncated)");
+  // Map this rank's span in one go rather than a page fault at a time (on a shared file system
+  // only the span: other ranks' parts are not fetched). Kernels before 5.14 refuse the advice;
+  // faults then do the same, slower.
+  if (const auto [lo, hi] = element_span(global, boxes); hi > lo) {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t begin = (offset + static_cast<size_t>(lo) * dtype_size(type)) / page * page;
+    const size_t end = offset + static_cast<size_t>(hi) * dtype_size(type);
+    ::madvise(const_cast<char*>(map_) + begin, end - begin, MADV_POPULATE_READ);
+  }
   const char* data = map_ + offset;
   return type == DType::F32 ? checksum_typed<uint32_t>(data, Layout::InPlace, global, boxes)
                             : checksum_typed<uint64_t>(data, Layout::InPlace, global, boxes);
@@ -466,11 +484,7 @@ void CheckpointFile::prefetch(const std::string& name, const std::vector<Box>& b
     return;
   }
   const Shape global = shape(name);
-  int64_t lo = global.numel(), hi = 0;
-  for_each_run(global, boxes, [&](int64_t first, int64_t n) {
-    lo = std::min(lo, first);
-    hi = std::max(hi, first + n);
-  });
+  const auto [lo, hi] = element_span(global, boxes);
   if (prefetch_fd_ < 0) prefetch_fd_ = ::open(path_.c_str(), O_RDONLY);
   if (prefetch_fd_ < 0 || hi <= lo) return;  // only a hint: reading will say what is wrong
   const int64_t size = static_cast<int64_t>(dtype_size(dtype(name)));

@@ -286,6 +286,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
       // The worker hashes each dataset while MPI-IO writes it (both only read the data).
       std::deque<HostElements> held;  // copies the worker may still read
       size_t held_bytes = 0;
+      std::string hash_error;
       BackgroundWorker hasher;
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i == entries.size() / 2) fault(FaultPhase::Data, step);
@@ -302,13 +303,21 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
           // others inside the next dataset's collective write.
           agree(world, [&] { file->write(dataset_name(e.name, kind), boxes, data, dt); });
           if (held_bytes > (size_t{256} << 20)) {  // bound the copies kept for the worker
-            hasher.wait();
+            // Not agreed here: ranks hold different amounts, so they wait at different points.
+            try {
+              hasher.wait();
+            } catch (const std::exception& err) {
+              if (hash_error.empty()) hash_error = err.what();
+            }
             held.clear();
             held_bytes = 0;
           }
         }
       }
-      agree(world, [&] { hasher.wait(); });
+      agree(world, [&] {
+        hasher.wait();
+        if (!hash_error.empty()) throw std::runtime_error(hash_error);
+      });
       sums = sum_over(world, sums);
       agree(world, [&] {
         for (size_t i = 0; i < entries.size(); ++i)
