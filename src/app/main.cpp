@@ -34,6 +34,20 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--threads", bench.threads, "Threads per rank")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--steps", bench.steps, "Timed steps (median reported)")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
+  bench_cmd->add_option("--dir", bench.dir, "Directory for the checkpoint suite's files");
+
+  InspectArgs inspect;
+  CLI::App* inspect_cmd = app.add_subcommand(
+      "inspect", "Show a checkpoint's step, layout, deck and datasets, and verify its checksums");
+  inspect_cmd->add_option("path", inspect.path, "Checkpoint file (step_*.h5)")->required();
+
+  EvalArgs eval;
+  CLI::App* eval_cmd = app.add_subcommand(
+      "eval", "Validation loss of a checkpoint, on any layout: prints 'val_loss <value>'");
+  eval_cmd->add_option("deck", eval.deck, "Input deck (TOML) describing the model and the layout")->required();
+  eval_cmd->add_option("--checkpoint", eval.checkpoint, "Checkpoint file (step_*.h5)")->required();
+  eval_cmd->add_option("--set", eval.overrides,
+                       "Override a deck key: --set section.key=value (repeatable)");
 
   PlanArgs plan;
   CLI::App* plan_cmd = app.add_subcommand(
@@ -64,5 +78,7 @@ int main(int argc, char** argv) {
   }
   if (*bench_cmd) return bench_command(bench);
   if (*plan_cmd) return plan_command(plan);
+  if (*inspect_cmd) return inspect_command(inspect);
+  if (*eval_cmd) return eval_command(eval);
   return keys_command();
 }

@@ -278,7 +278,9 @@ void ModelState::complete(Pending& p) {
 // ZeRO 2/3 reductions hold a staging buffer (a full bucket of gradients) until they complete.
 // They are retired at a fixed point — the end of the next unit's backward — not whenever a
 // poll happens to see them done: each still overlaps one unit of compute (double buffering),
-// and the staging memory in use is the same in every run, which is what the planner predicts.
+// the staging memory in use is the same in every run (what the planner predicts), and each
+// bucket's micro-batch results are added into its shard in launch order — floating-point
+// addition does not reassociate, so any other order would make a run depend on MPI's timing.
 void ModelState::retire_older_than(int generation) {
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < pending_.size();) {

@@ -15,13 +15,6 @@ inline void mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
 }
 }  // namespace
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 uint64_t hash_name(std::string_view s) {
   uint64_t h = 0xCBF29CE484222325ull;
   for (unsigned char c : s) {

@@ -14,6 +14,7 @@
 
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/parallel/schedule_simulator.h"
+#include "meshtrain/train/checkpointer.h"
 #include "meshtrain/train/fault_injection.h"
 #include "meshtrain/train/lr_schedule.h"
 
@@ -92,6 +93,7 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   } else {
     metrics_ = std::make_unique<MetricsWriter>("");
   }
+  if (data == DataMode::Load) checkpointer_ = std::make_unique<Checkpointer>(config, grid);
 }
 
 Trainer::~Trainer() = default;
@@ -238,8 +240,24 @@ void Trainer::log_step(const StepResult& r, double eta_seconds) {
                    {"bubble", r.bubble}});
 }
 
+void Trainer::save_checkpoint() {
+  const CheckpointStats s = checkpointer_->save(*this);
+  if (leader_) {
+    std::printf("checkpoint %s (%.1f MB, %.2f s, %.1f MB/s)\n", s.path.c_str(), s.bytes / 1e6,
+                s.seconds, s.bytes / 1e6 / std::max(s.seconds, 1e-9));
+    std::fflush(stdout);
+  }
+}
+
 void Trainer::run() {
   log_start();
+  if (const std::string path = checkpointer_->resume_path(); !path.empty()) {
+    checkpointer_->load(*this, path);
+    if (leader_) {
+      std::printf("resumed from %s at step %d\n", path.c_str(), step_);
+      std::fflush(stdout);
+    }
+  }
   const TrainOptions& t = cfg_.train;
   std::vector<double> times;
   reset_memory_peaks();  // peaks of the training steps, not of set-up
@@ -261,6 +279,8 @@ void Trainer::run() {
       }
       metrics_->write({{"step", int64_t{r.step}}, {"val_loss", val}});
     }
+    const int every = cfg_.checkpoint.every;
+    if (every > 0 && (r.step % every == 0 || last)) save_checkpoint();
   }
   if (!times.empty()) log_memory("over the run", step_);
   if (cfg_.run.trace) {

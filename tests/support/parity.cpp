@@ -75,11 +75,19 @@ ParityResult run_parallel(Config c, int steps, const Reference& ref) {
   CpuBackend backend(1);
   ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
   Trainer trainer(c, grid, backend);
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) losses.push_back(trainer.train_step(s).loss);
+  return compare_with_reference(trainer, backend, MPI_COMM_WORLD, losses, 0, ref);
+}
+
+ParityResult compare_with_reference(Trainer& trainer, Backend& backend, MPI_Comm comm,
+                                    const std::vector<double>& losses, int first_step,
+                                    const Reference& ref) {
   ParityResult r;
-  for (int s = 0; s < steps; ++s) {
-    r.losses.push_back(trainer.train_step(s).loss);
-    r.max_loss_error = std::max(r.max_loss_error,
-                                std::abs(r.losses.back() - ref.losses[s]) / std::abs(ref.losses[s]));
+  r.losses = losses;
+  for (size_t s = 0; s < losses.size(); ++s) {
+    const double want = ref.losses[static_cast<size_t>(first_step) + s];
+    r.max_loss_error = std::max(r.max_loss_error, std::abs(losses[s] - want) / std::abs(want));
   }
   // Per parameter: sums of squared differences and of squared reference values over the
   // primary pieces (each element once in the grid), reduced over the world below.
@@ -111,8 +119,7 @@ ParityResult run_parallel(Config c, int steps, const Reference& ref) {
     flat.push_back(d.first);
     flat.push_back(d.second);
   }
-  MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, MPI_SUM,
-                MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, MPI_SUM, comm);
   double total_diff = 0, total_ref = 0;
   size_t i = 0;
   for (const auto& [name, d] : sums) {
@@ -126,7 +133,7 @@ ParityResult run_parallel(Config c, int steps, const Reference& ref) {
     i += 2;
   }
   r.params_l2_error = std::sqrt(total_diff / total_ref);
-  MPI_Allreduce(MPI_IN_PLACE, &r.max_param_error, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &r.max_param_error, 1, MPI_DOUBLE, MPI_MAX, comm);
   return r;
 }
 

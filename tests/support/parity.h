@@ -4,11 +4,18 @@
 // last. Every rank runs the (small) reference itself on MPI_COMM_SELF, so each rank can check
 // the parameter pieces it owns against the reference's global values without gathering.
 
+#include <mpi.h>
+
 #include <map>
 #include <string>
 #include <vector>
 
 #include "meshtrain/config/config.h"
+
+namespace meshtrain {
+class Backend;
+class Trainer;
+}  // namespace meshtrain
 
 namespace meshtrain::testing {
 
@@ -39,5 +46,11 @@ struct ParityResult {
 };
 // Runs `config` on MPI_COMM_WORLD (its layout must fit the world size).
 ParityResult run_parallel(Config config, int steps, const Reference& reference);
+// Compares a trainer on `comm` (its grid's world) with the reference: `losses` are those of
+// steps first_step, first_step + 1, ...; the parameters are compared with the reference's
+// after its last step. Collective over `comm`.
+ParityResult compare_with_reference(Trainer& trainer, Backend& backend, MPI_Comm comm,
+                                    const std::vector<double>& losses, int first_step,
+                                    const Reference& reference);
 
 }  // namespace meshtrain::testing

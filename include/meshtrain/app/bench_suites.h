@@ -16,6 +16,9 @@ void bench_comm(const BenchArgs& args, BenchReport& report);
 void bench_pipeline(const BenchArgs& args, BenchReport& report);
 // Step time and memory of ZeRO stages and recompute modes relative to zero 0 / none.
 void bench_zero(const BenchArgs& args, BenchReport& report);
+// Checkpoint save and load bandwidth against a raw sequential write and read of the same bytes
+// to the same directory (args.dir), any number of ranks.
+void bench_checkpoint(const BenchArgs& args, BenchReport& report);
 // Median GFLOP/s of a square sgemm of size n (checked against double-precision dot products).
 double measure_sgemm_peak(int n, int repeats, int& wrong);
 

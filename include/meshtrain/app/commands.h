@@ -33,6 +33,7 @@ struct BenchArgs {
   int threads = 2;
   int steps = 4;
   std::string json;            // also write results as JSON here
+  std::string dir = "runs/bench";  // where the checkpoint suite writes its files
 };
 int bench_command(const BenchArgs& args);
 
@@ -47,5 +48,19 @@ struct PlanArgs {
 int plan_command(const PlanArgs& args);
 
 int keys_command();
+
+// Prints a checkpoint's attributes and datasets and verifies every checksum (one rank).
+struct InspectArgs {
+  std::string path;
+};
+int inspect_command(const InspectArgs& args);
+
+// Loads a checkpoint into the deck's model, on any layout, and prints "val_loss <value>".
+struct EvalArgs {
+  std::string deck;
+  std::string checkpoint;
+  std::vector<std::string> overrides;
+};
+int eval_command(const EvalArgs& args);
 
 }  // namespace meshtrain

@@ -3,6 +3,7 @@
 // comma-separated list of faults, each "<kind>:rank=<world rank>:step=<step>":
 //   stall   the rank stops making progress (sleeps) at the start of that step
 //   exit    the rank exits at once with status 9, as a crashed process would
+// and the checkpointer's "checkpoint_kill:<phase>[@<step>]" (see train/checkpointer.h).
 // Unset in production; parsing errors are reported, not ignored.
 
 #include <string>

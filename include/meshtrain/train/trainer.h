@@ -20,6 +20,8 @@
 
 namespace meshtrain {
 
+class Checkpointer;
+
 struct StepResult {
   int step = 0;  // optimizer steps completed
   double loss = 0, lr = 0, grad_norm = 0;
@@ -56,6 +58,9 @@ class Trainer {
   const std::vector<ChunkRange>& partition() const { return partition_; }
   int step() const { return step_; }
   void set_step(int step) { step_ = step; }
+  // Writes a checkpoint of the current state now (collective; train/checkpointer.h), e.g. on
+  // request from a signal handler; run() calls it every checkpoint.every steps.
+  void save_checkpoint();
 
  private:
   double world_sum(double local);
@@ -75,6 +80,7 @@ class Trainer {
   TraceWriter trace_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<Checkpointer> checkpointer_;
   int step_ = 0;
 };
 

@@ -1,0 +1,164 @@
+#pragma once
+// One checkpoint file: a parallel HDF5 file (MPI-IO driver, collective transfers) in which
+// every tensor is stored with its GLOBAL shape, so that any layout reads it back by selecting
+// its own hyperslabs (hyperslab.h). This file is the HDF5 mechanics and the format; when and
+// where checkpoints are written, and how a Trainer's state maps onto them, is
+// train/checkpointer.h.
+//
+// Format version 1
+//
+// | where                          | kind      | type                 | content                              |
+// |--------------------------------|-----------|----------------------|--------------------------------------|
+// | /model/<name>                  | dataset   | float32 or float64   | parameter <name> (e.g. h.0.attn.qkv.weight), global shape (e.g. (3, C, C)) |
+// | /optim/<name>/exp_avg          | dataset   | as /model/<name>     | AdamW first moment, same shape       |
+// | /optim/<name>/exp_avg_sq       | dataset   | as /model/<name>     | AdamW second moment, same shape      |
+// | <every dataset>  @checksum     | attribute | uint64               | see "Checksum" below                 |
+// | /  @format_version             | attribute | int32                | 1                                    |
+// | /  @step                       | attribute | int64                | optimizer steps completed            |
+// | /  @optimizer_steps            | attribute | int64                | AdamW's step count (bias correction) |
+// | /  @seed                       | attribute | uint64               | run.seed                             |
+// | /  @deck                       | attribute | string               | the input deck's text as read (--set overrides are not in it) |
+// | /  @layout                     | attribute | string               | "dp=2 tp=2 pp=2 zero=1 schedule=1f1b virtual_stages=1 micro_batch=2" |
+// | /  @world_size                 | attribute | int32                | ranks that wrote the file            |
+// | /  @meshtrain_version          | attribute | string               | MESHTRAIN_VERSION of the writer      |
+// | /  @created                    | attribute | string               | UTC, ISO 8601 ("2025-01-31T12:00:00Z") |
+//
+// Element type: the run's precision (train.precision: float32, or float64 for "fp64"),
+// little-endian IEEE. A reader with another precision converts after verifying. Strings are
+// fixed-length UTF-8, null-padded. Datasets are contiguous (no chunking, no filters), so other
+// tools read them directly: h5py `f["/model/wte"][...]`.
+//
+// Data state: the sampler is stateless — the samples of step s are a function of
+// (run.seed, s) (io/sampler.h) — so @seed and @step are the whole state of the data pipeline;
+// nothing else is stored for it. The learning rate is a function of @step as well.
+//
+// Checksum: per dataset, order- and layout-independent, so that each rank computes the part
+// over the elements it holds and the parts add up:
+//
+//     checksum = sum over elements e of  mix64(i_e * 0x9E3779B97F4A7C15 + b_e)   (mod 2^64)
+//
+// with i_e the element's row-major flat index in the global shape (from 0), b_e the IEEE-754
+// bit pattern of its value in the stored precision (float32: the 32 bits, zero-extended;
+// float64: the 64 bits; byte order does not enter), and mix64 the splitmix64 finaliser of
+// tensor/philox.h:
+//     x += 0x9E3779B97F4A7C15; x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9;
+//     x = (x ^ (x >> 27)) * 0x94D049BB133111EB; return x ^ (x >> 31);
+// A flipped bit changes one term; a value moved to another index changes two.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "meshtrain/io/hyperslab.h"
+#include "meshtrain/tensor/dtype.h"
+#include "meshtrain/tensor/tensor.h"
+
+namespace meshtrain {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+// The root group's attributes.
+struct CheckpointInfo {
+  int format_version = kCheckpointFormatVersion;
+  int64_t step = 0;
+  int64_t optimizer_steps = 0;
+  uint64_t seed = 0;
+  std::string deck;
+  std::string layout;
+  int world_size = 1;
+  std::string meshtrain_version;
+  std::string created;
+};
+
+// A failure of the file itself (cannot be created, not HDF5, an attribute missing); the
+// message names the file, the object and, where HDF5 said why, its innermost reason.
+class CheckpointFileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The checksum part of `n` elements stored as `dtype` (F32 or F64) back to back in `data`,
+// at the global positions of `boxes` of a tensor of shape `global`, in box order.
+uint64_t checksum_part(const void* data, DType dtype, const Shape& global,
+                       const std::vector<Box>& boxes);
+
+// The current time as the @created attribute writes it.
+std::string utc_timestamp();
+
+// An open checkpoint file. Every method marked "collective" must be called by every rank of
+// the communicator, in the same order, with the same names (HDF5 metadata changes and
+// collective transfers require it); the others may be called by any rank alone.
+class CheckpointFile {
+ public:
+  enum class Access { Create, Read };
+
+  // Collective. Create truncates an existing file. Throws CheckpointFileError.
+  CheckpointFile(const std::string& path, MPI_Comm comm, Access access);
+  // Closes collectively if still open; errors there are lost (call close() to see them).
+  ~CheckpointFile();
+  CheckpointFile(const CheckpointFile&) = delete;
+  CheckpointFile& operator=(const CheckpointFile&) = delete;
+
+  // Collective: closes every object and the file (the last buffered writes happen here).
+  void close();
+  const std::string& path() const { return path_; }
+
+  // Collective; `info` must be identical on every rank.
+  void write_info(const CheckpointInfo& info);
+  // Reads the root attributes; throws naming the missing or malformed one. Does not judge
+  // format_version (the caller says which versions it reads).
+  CheckpointInfo read_info() const;
+
+  // Collective: a dataset at `name` ("/model/wte"), intermediate groups created as needed.
+  void create_dataset(const std::string& name, const Shape& shape, DType dtype);
+  // Full paths of every dataset in the file, sorted.
+  std::vector<std::string> dataset_names() const;
+  bool has_dataset(const std::string& name) const;
+  Shape shape(const std::string& name) const;
+  // F32 or F64; throws naming the dataset for any other stored type.
+  DType dtype(const std::string& name) const;
+  // The dataset's byte offset in the file (contiguous storage); for tests that damage it.
+  int64_t data_offset(const std::string& name) const;
+
+  // Collective: this rank's elements of `name` — the union of `boxes` (global coordinates,
+  // disjoint, in row-major order; none selects nothing) — from/to `data`, which holds them back
+  // to back in row-major order as `dtype` (HDF5 converts to and from the stored type).
+  void write(const std::string& name, const std::vector<Box>& boxes, const void* data, DType dtype);
+  void read(const std::string& name, const std::vector<Box>& boxes, void* data, DType dtype);
+
+  // The checksum part of this rank's elements `boxes` of `name` as stored, hashed in place
+  // through a read-only mapping of the file: no copy, for verifying a file just written
+  // (contiguous little-endian storage; anything else is read and converted). Not collective.
+  uint64_t stored_checksum(const std::string& name, const std::vector<Box>& boxes);
+
+  // Asks the OS to start reading this rank's elements `boxes` of `name` (the byte span they
+  // touch) in the background, so the device streams while earlier datasets are checked and
+  // applied. Only a hint; not collective.
+  void prefetch(const std::string& name, const std::vector<Box>& boxes);
+
+  // Collective: the dataset's @checksum attribute.
+  void set_checksum(const std::string& name, uint64_t sum);
+  // Its @checksum, or nothing if absent.
+  std::optional<uint64_t> checksum(const std::string& name) const;
+
+ private:
+  enum class Direction { Read, Write };
+  void transfer(const std::string& name, const std::vector<Box>& boxes, void* data, DType dtype,
+                Direction direction, bool collective) const;
+  int64_t dataset(const std::string& name) const;  // an open handle (hid_t), cached
+  [[noreturn]] void fail(const std::string& what) const;
+
+  std::string path_;
+  int64_t file_ = -1;  // hid_t
+  mutable std::map<std::string, int64_t> datasets_;
+  const char* map_ = nullptr;  // stored_checksum's mapping of the file
+  size_t map_size_ = 0;
+  int prefetch_fd_ = -1;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,95 @@
+#pragma once
+// Checkpoint policy for a Trainer: where checkpoints go, how one is written without ever
+// losing the previous good one (DESIGN invariant 3), which one a run resumes from, and how a
+// Trainer's state — on any layout — maps onto the layout-free file of io/checkpoint_file.h.
+//
+// Writing step s (collective over the world):
+//   1. <checkpoint.dir>/step_<s, 8 digits>.h5.tmp is created collectively; each rank writes
+//      the elements it owns (OwnedPiece::primary: replicas once) of /model/<name> and both
+//      AdamW moments, as hyperslabs of the global datasets; ranks holding none of a dataset
+//      join its collective write with an empty selection. Then the per-dataset checksums
+//      (sums of the ranks' parts, hashed by a worker thread while MPI-IO writes) become
+//      attributes, and the file is closed.
+//   2. Verify, while every rank fsyncs the file in the background: the file is reopened and
+//      every rank recomputes the checksums of its elements from the data as stored (hashed in
+//      place through a read-only mapping); any difference refuses the checkpoint.
+//   3. Rank 0 renames .tmp -> .h5 and fsyncs the directory: the checkpoint is complete.
+//   4. Prune: keep the newest checkpoint.keep complete checkpoints (never the one just
+//      written), oldest deleted first, and stale .tmp files of other steps.
+// A failure on any rank at any step (disk full, permission denied) is agreed (agree()), so all
+// ranks throw the same error naming the file; a rank killed mid-way leaves only a .tmp, which
+// resuming ignores.
+//
+// Loading (any layout, ZeRO stage, tp, pp): first the file's structure is checked — format
+// version, every dataset of the deck's model present with its global shape and a checksum, no
+// other — and a refusal there leaves the trainer as it was. Then each rank reads every piece it
+// holds (replicas and the last stage's tied embedding included) straight from the global
+// datasets, its byte ranges prefetched, into the model's memory where it can (else staged:
+// another precision is converted, device memory copied, after the check); checksums are
+// recomputed over the primary pieces of THIS layout (each element once) by a worker while the
+// next dataset is read. A mismatch refuses the checkpoint naming the dataset; the trainer's
+// state is then undefined and the run must stop (every command does).
+//
+// Test hook: MESHTRAIN_FAULT=checkpoint_kill:<phase>[@<step>] makes world rank 0 raise SIGKILL
+// while writing (the checkpoint of <step>, or any): phase "data" after half of the datasets
+// are written (the .tmp is incomplete), "rename" after the verified .tmp is closed but before
+// the rename, "prune" after the first old checkpoint is deleted. tests/checkpoint/ uses it to
+// show that the previous checkpoint survives each.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshtrain/config/config.h"
+#include "meshtrain/parallel/process_grid.h"
+
+namespace meshtrain {
+
+class Trainer;
+
+struct CheckpointStats {
+  std::string path;
+  int64_t step = 0;
+  int64_t bytes = 0;   // the file's size
+  double seconds = 0;  // wall time of the whole save (write, verify, rename, prune) or load
+};
+
+class Checkpointer {
+ public:
+  // Reads the MESHTRAIN_FAULT test hook; throws DeckError if it is malformed.
+  Checkpointer(const Config& config, ProcessGrid& grid);
+
+  // Collective: the checkpoint checkpoint.resume names — "auto": the newest complete
+  // step_*.h5 in checkpoint.dir (none: ""), "none": "", else the path, which must exist.
+  std::string resume_path();
+  // Collective: writes the trainer's current state as step_<trainer.step()>.h5.
+  CheckpointStats save(Trainer& trainer);
+  // Collective: loads `path` into the trainer (parameters, moments, optimizer and trainer
+  // step). Throws AgreedError naming the file and dataset if it is refused.
+  CheckpointStats load(Trainer& trainer, const std::string& path);
+
+  // "step_00000042.h5"
+  static std::string file_name(int64_t step);
+  // The complete checkpoints (step_<digits>.h5) in `dir`, oldest step first; none if `dir`
+  // does not exist. Not collective.
+  static std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::string& dir);
+
+ private:
+  enum class FaultPhase { None, Data, Rename, Prune };
+  void fault(FaultPhase phase, int64_t step) const;
+  void prune(int64_t step);
+
+  const Config& cfg_;
+  ProcessGrid& grid_;
+  MPI_Comm comm_;
+  FaultPhase fault_phase_ = FaultPhase::None;
+  int64_t fault_step_ = -1;  // -1: any step
+};
+
+// "dp=2 tp=2 pp=2 zero=1 schedule=1f1b virtual_stages=1 micro_batch=2": the @layout attribute.
+std::string describe_layout(const Config& config);
+
+}  // namespace meshtrain

@@ -1,0 +1,196 @@
+// The `checkpoint` suite: how close writing and reading a checkpoint get to this machine's own
+// file-system ceiling, measured in the same run and the same directory: a raw sequential
+// write(2) of the same number of bytes in 4 MiB blocks, fsynced, and its read back.
+//
+//   raw write        every rank writes its share (bytes / ranks) to its own file, fsync
+//   checkpoint save  Checkpointer::save: write .tmp, fsync, verify by reading back, rename,
+//                    fsync the directory, prune — everything a training run waits for
+//   raw read         every rank reads its file back
+//   checkpoint load  Checkpointer::load: read, verify checksums, apply
+// The page cache of every file is dropped (fsync, then POSIX_FADV_DONTNEED) before each read,
+// so reads come from the device. Figures are the best of 5 interleaved repetitions (the
+// machine may be shared: noise only adds time, to either side); ratio is checkpoint bandwidth
+// over raw bandwidth. A load that does not give back the saved values bit for bit counts as
+// wrong.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "meshtrain/app/bench_suites.h"
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/config/layout_check.h"
+#include "meshtrain/parallel/process_grid.h"
+#include "meshtrain/train/checkpointer.h"
+#include "meshtrain/train/trainer.h"
+
+namespace meshtrain {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kBlock = size_t{4} << 20;
+
+constexpr int kRepeats = 5;
+
+double best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
+[[noreturn]] void io_error(const std::string& path, const char* what) {
+  throw std::runtime_error(path + ": " + what + ": " + std::strerror(errno));
+}
+
+void drop_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) io_error(path, "cannot open");
+  ::fsync(fd);  // dirty pages cannot be dropped
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+// Seconds to write `bytes` of `block` (repeated) to `path` and fsync it.
+double raw_write(const std::string& path, int64_t bytes, const std::vector<char>& block) {
+  const auto t0 = Clock::now();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) io_error(path, "cannot create");
+  for (int64_t done = 0; done < bytes;) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(bytes - done, static_cast<int64_t>(block.size())));
+    const ssize_t w = ::write(fd, block.data(), n);
+    if (w <= 0) io_error(path, "write failed");
+    done += w;
+  }
+  if (::fsync(fd) != 0) io_error(path, "fsync failed");
+  ::close(fd);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Seconds to read `path` back; counts blocks that differ from `block` as wrong.
+double raw_read(const std::string& path, const std::vector<char>& block, int& wrong) {
+  std::vector<char> buf(block.size());
+  const auto t0 = Clock::now();
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) io_error(path, "cannot open");
+  for (;;) {
+    size_t got = 0;
+    while (got < buf.size()) {
+      const ssize_t r = ::read(fd, buf.data() + got, buf.size() - got);
+      if (r < 0) io_error(path, "read failed");
+      if (r == 0) break;
+      got += static_cast<size_t>(r);
+    }
+    if (got == 0) break;
+    if (std::memcmp(buf.data(), block.data(), got) != 0) ++wrong;
+    if (got < buf.size()) break;
+  }
+  ::close(fd);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::vector<char> owned_bytes(Trainer& t, Backend& be) {
+  std::vector<char> out;
+  for (const OwnedPiece& p : t.state().owned_pieces())
+    for (const Tensor* x : {&p.value, &p.exp_avg, &p.exp_avg_sq}) {
+      const size_t at = out.size();
+      out.resize(at + x->nbytes());
+      be.copy_to_host(out.data() + at, *x);
+    }
+  return out;
+}
+
+}  // namespace
+
+void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
+  int world = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  CpuBackend backend(args.threads);
+
+  Config config;
+  config.deck_path = "<bench>";
+  config.run.name = "bench-checkpoint";
+  config.run.dir = args.dir;
+  config.model = GptConfig{4, 384, 6, 256, 16384, true};
+  config.data.synthetic_bytes = 1 << 20;
+  config.data.val = "none";
+  config.train.global_batch = 4 * world;
+  config.train.micro_batch = 4;
+  config.parallel.zero = 1;  // every rank owns (and writes) a shard of the state
+  config.checkpoint.dir = args.dir + "/checkpoint";
+  config.checkpoint.keep = 1;
+  config.checkpoint.resume = "none";
+  check_layout(config, world);
+  ProcessGrid grid(MPI_COMM_WORLD, config.grid_shape(), 3600.0);
+  Trainer trainer(config, grid, backend);
+  // Moments as non-zero as the values, so that no layer of the storage stack sees zero pages.
+  for (OwnedPiece& p : trainer.state().owned_pieces()) {
+    backend.copy(p.exp_avg, p.value);
+    backend.copy(p.exp_avg_sq, p.value);
+  }
+  const std::vector<char> saved = owned_bytes(trainer, backend);
+  Checkpointer checkpointer(config, grid);
+  trainer.set_step(1);
+
+  std::vector<char> block(kBlock);
+  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<char>((i * 2654435761u) >> 13);
+  const std::string raw = args.dir + "/raw_rank" + std::to_string(rank) + ".bin";
+  std::filesystem::create_directories(args.dir);
+
+  std::vector<double> raw_w, raw_r, ck_w, ck_r;
+  int64_t bytes = 0;
+  int wrong = 0;
+  std::string path;
+  for (int rep = 0; rep < kRepeats; ++rep) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const CheckpointStats s = checkpointer.save(trainer);
+    ck_w.push_back(s.seconds);
+    bytes = s.bytes;
+    path = s.path;
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t = raw_write(raw, bytes / world, block);
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    raw_w.push_back(t);
+
+    drop_cache(raw);
+    drop_cache(path);
+    MPI_Barrier(MPI_COMM_WORLD);
+    ck_r.push_back(checkpointer.load(trainer, path).seconds);
+    if (owned_bytes(trainer, backend) != saved) ++wrong;
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    t = raw_read(raw, block, wrong);
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    raw_r.push_back(t);
+    trainer.set_step(rep + 2);  // the next save is a new step; keep = 1 prunes this one
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  std::filesystem::remove(raw);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::filesystem::remove_all(config.checkpoint.dir);  // 160 MB of litter
+
+  char line[400];
+  std::snprintf(line, sizeof line,
+                "suite checkpoint: model %.1fM parameters (layers 4, d_model 384, vocab 16384), "
+                "fp32 values + 2 AdamW moments = %.1f MB file, %d rank(s) (%s), dir %s",
+                config.model.parameter_count() / 1e6, bytes / 1e6, world,
+                describe_layout(config).c_str(), args.dir.c_str());
+  report.header(line);
+  report.header("ceiling: raw write(2) of the same bytes in 4 MiB blocks + fsync, each rank its "
+                "share to its own file; reads after POSIX_FADV_DONTNEED; best of 5");
+  report.columns({"MB", "time_ms", "MB/s", "ratio"});
+  const double mb = static_cast<double>(bytes) / 1e6;
+  const double rw = best(raw_w), rr = best(raw_r), cw = best(ck_w), cr = best(ck_r);
+  report.row("raw write + fsync", {mb, rw * 1e3, mb / rw, 1.0}, 0);
+  report.row("checkpoint save (all phases)", {mb, cw * 1e3, mb / cw, rw / cw}, 0);
+  report.row("raw read (cold cache)", {mb, rr * 1e3, mb / rr, 1.0}, 0);
+  report.row("checkpoint load (cold cache)", {mb, cr * 1e3, mb / cr, rr / cr}, wrong);
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,113 @@
+// `meshtrain inspect PATH`: what a checkpoint holds — step, layout, deck, every dataset with its
+// shape, type and size — and whether each dataset's data still matches its checksum. One rank
+// reads the whole file; exit status 1 on any problem (unreadable file, unsupported version,
+// a missing moment, a missing or mismatching checksum).
+
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "meshtrain/app/commands.h"
+#include "meshtrain/app/mpi_session.h"
+#include "meshtrain/config/deck.h"
+#include "meshtrain/io/checkpoint_file.h"
+
+namespace meshtrain {
+
+namespace {
+
+std::string deck_summary(const std::string& text) {
+  if (text.empty()) return "(empty: the run's Config was built in code)";
+  size_t lines = 0;
+  for (char c : text) lines += c == '\n';
+  char size[64];
+  std::snprintf(size, sizeof size, " (%zu lines, %zu bytes)", lines, text.size());
+  try {
+    const Config c = parse_deck("<checkpoint deck>", text);
+    const GptConfig& m = c.model;
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "run %s; model %d layers, d_model %ld, %ld heads, seq_len %ld, "
+                  "vocab %ld%s, %.2fM parameters; precision %s",
+                  c.run.name.c_str(), m.layers, static_cast<long>(m.d_model), static_cast<long>(m.heads),
+                  static_cast<long>(m.seq_len), static_cast<long>(m.vocab_size),
+                  m.tie_embeddings ? " (tied)" : "", static_cast<double>(m.parameter_count()) / 1e6,
+                  std::string(dtype_name(c.train.precision)).c_str());
+    return buf + std::string(size);
+  } catch (const std::exception& e) {
+    return "does not parse: " + std::string(e.what()) + size;
+  }
+}
+
+// Returns the number of problems found.
+int inspect_file(const std::string& path) {
+  CheckpointFile file(path, MPI_COMM_SELF, CheckpointFile::Access::Read);
+  const CheckpointInfo info = file.read_info();
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  std::printf("checkpoint %s (%.1f MB)\n", path.c_str(), static_cast<double>(bytes) / 1e6);
+  std::printf("format_version %d, written by meshtrain %s at %s\n", info.format_version,
+              info.meshtrain_version.c_str(), info.created.c_str());
+  std::printf("step %lld (optimizer steps %lld), seed %llu\n", static_cast<long long>(info.step),
+              static_cast<long long>(info.optimizer_steps), static_cast<unsigned long long>(info.seed));
+  std::printf("layout %s (%d ranks)\n", info.layout.c_str(), info.world_size);
+  std::printf("deck: %s\n", deck_summary(info.deck).c_str());
+  int problems = 0;
+  if (info.format_version != kCheckpointFormatVersion) {
+    std::printf("problem: format_version %d is not supported (this meshtrain reads version %d)\n",
+                info.format_version, kCheckpointFormatVersion);
+    ++problems;
+  }
+
+  const std::vector<std::string> names = file.dataset_names();
+  std::printf("# %-44s %-16s %-8s %12s  %s\n", "dataset", "shape", "dtype", "bytes", "checksum");
+  int64_t parameters = 0;
+  for (const std::string& name : names) {
+    const Shape shape = file.shape(name);
+    const DType type = file.dtype(name);
+    if (name.rfind("/model/", 0) == 0) parameters += shape.numel();
+    Box all;
+    for (int k = 0; k < shape.rank(); ++k) all.count[k] = shape[k];
+    std::vector<char> data(static_cast<size_t>(shape.numel()) * dtype_size(type));
+    file.read(name, {all}, data.data(), type);
+    const uint64_t sum = checksum_part(data.data(), type, shape, {all});
+    const std::optional<uint64_t> stored = file.checksum(name);
+    const char* verdict = !stored ? "MISSING" : *stored == sum ? "checksum OK" : "MISMATCH";
+    if (!stored || *stored != sum) ++problems;
+    std::printf("  %-44s %-16s %-8s %12zu  %s\n", name.c_str(), shape.to_string().c_str(),
+                type == DType::F32 ? "float32" : "float64", data.size(), verdict);
+    // Every parameter carries both AdamW moments of its shape.
+    const std::string prefix = "/model/";
+    if (name.rfind(prefix, 0) == 0) {
+      for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+        const std::string m = "/optim/" + name.substr(prefix.size()) + "/" + moment;
+        if (!file.has_dataset(m) || file.shape(m) != shape) {
+          std::printf("problem: %s is missing or not of shape %s\n", m.c_str(), shape.to_string().c_str());
+          ++problems;
+        }
+      }
+    }
+  }
+  std::printf("%zu datasets, %.3fM parameters: %s\n", names.size(), static_cast<double>(parameters) / 1e6,
+              problems == 0 ? "all checksums OK" : (std::to_string(problems) + " problem(s)").c_str());
+  return problems;
+}
+
+}  // namespace
+
+int inspect_command(const InspectArgs& args) {
+  MpiSession mpi;
+  int status = kExitOk;
+  if (mpi.rank() == 0) {
+    try {
+      status = inspect_file(args.path) == 0 ? kExitOk : kExitInput;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "meshtrain inspect: error: %s\n", e.what());
+      status = kExitInput;
+    }
+    std::fflush(stdout);
+  }
+  MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return status;
+}
+
+}  // namespace meshtrain

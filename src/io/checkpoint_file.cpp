@@ -1,0 +1,513 @@
+#include "meshtrain/io/checkpoint_file.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <type_traits>
+
+#include "meshtrain/tensor/philox.h"
+
+namespace meshtrain {
+
+static_assert(std::is_same_v<hid_t, int64_t>, "CheckpointFile stores hid_t as int64_t (HDF5 >= 1.10)");
+
+namespace {
+
+constexpr uint64_t kIndexMultiplier = 0x9E3779B97F4A7C15ull;
+
+// HDF5 prints its error stack to stderr by default; we report our own messages instead and
+// take the innermost HDF5 reason from the stack.
+void silence_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+herr_t innermost(unsigned n, const H5E_error2_t* e, void* out) {
+  if (n == 0 && e->desc) *static_cast<std::string*>(out) = e->desc;
+  return 0;
+}
+
+// " (HDF5: <reason>)" for the latest failure, or "".
+std::string hdf5_reason() {
+  std::string reason;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, &reason);
+  H5Eclear2(H5E_DEFAULT);
+  return reason.empty() ? "" : " (HDF5: " + reason + ")";
+}
+
+// Closes an HDF5 identifier at scope exit.
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  operator hid_t() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+hid_t file_type(DType t) {
+  switch (t) {
+    case DType::F32: return H5T_IEEE_F32LE;
+    case DType::F64: return H5T_IEEE_F64LE;
+    default: throw CheckpointFileError("checkpoints store fp32 or fp64, not " + std::string(dtype_name(t)));
+  }
+}
+
+hid_t memory_type(DType t) {
+  switch (t) {
+    case DType::F32: return H5T_NATIVE_FLOAT;
+    case DType::F64: return H5T_NATIVE_DOUBLE;
+    default: throw CheckpointFileError("checkpoints store fp32 or fp64, not " + std::string(dtype_name(t)));
+  }
+}
+
+// Hashes of elements [0, n) whose global indices are first + j; a loop the compiler vectorises
+// (uint64 addition reassociates exactly).
+template <class Bits>
+uint64_t checksum_run(const char* data, int64_t first, int64_t n) {
+  uint64_t sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    Bits b;
+    std::memcpy(&b, data + j * static_cast<int64_t>(sizeof(Bits)), sizeof b);
+    sum += mix64(static_cast<uint64_t>(first + j) * kIndexMultiplier + static_cast<uint64_t>(b));
+  }
+  return sum;
+}
+
+// Packed: data holds the boxes' elements back to back; in place: data is the whole tensor.
+enum class Layout { Packed, InPlace };
+
+// One thread: the checkpointer overlaps hashing with I/O on threads of its own, which wait
+// without spinning (an OpenMP team here would spin and compete with the writer for cores).
+template <class Bits>
+uint64_t checksum_typed(const char* data, Layout layout, const Shape& global, const std::vector<Box>& boxes) {
+  uint64_t sum = 0;
+  int64_t offset = 0;
+  for_each_run(global, boxes, [&](int64_t first, int64_t n) {
+    const int64_t at = layout == Layout::Packed ? offset : first;
+    sum += checksum_run<Bits>(data + at * static_cast<int64_t>(sizeof(Bits)), first, n);
+    offset += n;
+  });
+  return sum;
+}
+
+// The global flat indices [lo, hi) spanned by `boxes` (lo >= hi when empty).
+std::pair<int64_t, int64_t> element_span(const Shape& global, const std::vector<Box>& boxes) {
+  int64_t lo = global.numel(), hi = 0;
+  for_each_run(global, boxes, [&](int64_t first, int64_t n) {
+    lo = std::min(lo, first);
+    hi = std::max(hi, first + n);
+  });
+  return {lo, hi};
+}
+
+}  // namespace
+
+uint64_t checksum_part(const void* data, DType dtype, const Shape& global,
+                       const std::vector<Box>& boxes) {
+  switch (dtype) {
+    case DType::F32: return checksum_typed<uint32_t>(static_cast<const char*>(data), Layout::Packed, global, boxes);
+    case DType::F64: return checksum_typed<uint64_t>(static_cast<const char*>(data), Layout::Packed, global, boxes);
+    default: throw CheckpointFileError("checksums are defined for fp32 and fp64, not " + std::string(dtype_name(dtype)));
+  }
+}
+
+std::string utc_timestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// ---- file ----------------------------------------------------------------------------------
+
+CheckpointFile::CheckpointFile(const std::string& path, MPI_Comm comm, Access access) : path_(path) {
+  silence_hdf5();
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+  // The 1.8 format at least: attributes over 64 KiB (a long deck) go to dense storage.
+  H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+  if (access == Access::Create) {
+    file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (file_ < 0) throw CheckpointFileError(path + ": cannot create the checkpoint file" + hdf5_reason());
+  } else {
+    file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
+    if (file_ < 0)
+      throw CheckpointFileError(path + ": cannot open as an HDF5 checkpoint (missing, truncated or "
+                                "not an HDF5 file)" + hdf5_reason());
+  }
+}
+
+CheckpointFile::~CheckpointFile() {
+  try {
+    close();
+  } catch (const CheckpointFileError&) {  // reported by an explicit close() where it matters
+  }
+}
+
+void CheckpointFile::close() {
+  if (map_) {
+    ::munmap(const_cast<char*>(map_), map_size_);
+    map_ = nullptr;
+  }
+  if (prefetch_fd_ >= 0) {
+    ::close(prefetch_fd_);
+    prefetch_fd_ = -1;
+  }
+  if (file_ < 0) return;
+  for (auto& [name, id] : datasets_) H5Dclose(id);
+  datasets_.clear();
+  const herr_t status = H5Fclose(file_);
+  file_ = -1;
+  if (status < 0) throw CheckpointFileError(path_ + ": closing the checkpoint failed" + hdf5_reason());
+}
+
+void CheckpointFile::fail(const std::string& what) const {
+  throw CheckpointFileError(path_ + ": " + what + hdf5_reason());
+}
+
+// ---- attributes ----------------------------------------------------------------------------
+
+namespace {
+
+bool write_scalar(hid_t obj, const char* name, hid_t stored, hid_t memory, const void* value) {
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle attr(H5Acreate2(obj, name, stored, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  return attr.ok() && H5Awrite(attr, memory, value) >= 0;
+}
+
+bool write_string(hid_t obj, const char* name, const std::string& s) {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type, std::max<size_t>(1, s.size()));
+  H5Tset_strpad(type, H5T_STR_NULLPAD);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  std::string padded = s;
+  padded.resize(std::max<size_t>(1, s.size()), '\0');
+  return write_scalar(obj, name, type, type, padded.data());
+}
+
+}  // namespace
+
+void CheckpointFile::write_info(const CheckpointInfo& info) {
+  const int32_t version = info.format_version, world = info.world_size;
+  const bool ok =
+      write_scalar(file_, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT32, &version) &&
+      write_scalar(file_, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &info.step) &&
+      write_scalar(file_, "optimizer_steps", H5T_STD_I64LE, H5T_NATIVE_INT64, &info.optimizer_steps) &&
+      write_scalar(file_, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &info.seed) &&
+      write_string(file_, "deck", info.deck) && write_string(file_, "layout", info.layout) &&
+      write_scalar(file_, "world_size", H5T_STD_I32LE, H5T_NATIVE_INT32, &world) &&
+      write_string(file_, "meshtrain_version", info.meshtrain_version) &&
+      write_string(file_, "created", info.created);
+  if (!ok) fail("cannot write the root attributes");
+}
+
+namespace {
+
+// Opens attribute `name` of `obj` and checks its class; "" on success, else the problem.
+std::string open_attribute(hid_t obj, const char* name, H5T_class_t want, hid_t& attr) {
+  if (H5Aexists(obj, name) <= 0) return "has no attribute '" + std::string(name) + "'";
+  attr = H5Aopen(obj, name, H5P_DEFAULT);
+  if (attr < 0) return "cannot open attribute '" + std::string(name) + "'";
+  Handle type(H5Aget_type(attr), H5Tclose);
+  Handle space(H5Aget_space(attr), H5Sclose);
+  if (H5Tget_class(type) != want || H5Sget_simple_extent_npoints(space) != 1)
+    return "attribute '" + std::string(name) + "' is not a scalar " +
+           (want == H5T_STRING ? "string" : "integer");
+  return "";
+}
+
+}  // namespace
+
+CheckpointInfo CheckpointFile::read_info() const {
+  auto integer = [&](const char* name, hid_t memory, void* out) {
+    hid_t id = -1;
+    const std::string problem = open_attribute(file_, name, H5T_INTEGER, id);
+    Handle attr(id, H5Aclose);
+    if (!problem.empty()) fail(problem + " (not a meshtrain checkpoint, or written by another tool)");
+    if (H5Aread(attr, memory, out) < 0) fail("cannot read attribute '" + std::string(name) + "'");
+  };
+  auto string = [&](const char* name) {
+    hid_t id = -1;
+    const std::string problem = open_attribute(file_, name, H5T_STRING, id);
+    Handle attr(id, H5Aclose);
+    if (!problem.empty()) fail(problem + " (not a meshtrain checkpoint, or written by another tool)");
+    Handle type(H5Aget_type(attr), H5Tclose);
+    std::string out;
+    if (H5Tis_variable_str(type) > 0) {  // as h5py writes strings
+      Handle memory(H5Tcopy(H5T_C_S1), H5Tclose);
+      H5Tset_size(memory, H5T_VARIABLE);
+      H5Tset_cset(memory, H5Tget_cset(type));
+      char* p = nullptr;
+      if (H5Aread(attr, memory, &p) < 0) fail("cannot read attribute '" + std::string(name) + "'");
+      if (p) out = p;
+      H5free_memory(p);
+    } else {
+      out.assign(H5Tget_size(type), '\0');
+      if (H5Aread(attr, type, out.data()) < 0) fail("cannot read attribute '" + std::string(name) + "'");
+      out.resize(std::strlen(out.c_str()));
+    }
+    return out;
+  };
+  CheckpointInfo info;
+  int32_t version = 0, world = 0;
+  integer("format_version", H5T_NATIVE_INT32, &version);
+  info.format_version = version;
+  integer("step", H5T_NATIVE_INT64, &info.step);
+  integer("optimizer_steps", H5T_NATIVE_INT64, &info.optimizer_steps);
+  integer("seed", H5T_NATIVE_UINT64, &info.seed);
+  info.deck = string("deck");
+  info.layout = string("layout");
+  integer("world_size", H5T_NATIVE_INT32, &world);
+  info.world_size = world;
+  info.meshtrain_version = string("meshtrain_version");
+  info.created = string("created");
+  return info;
+}
+
+// ---- datasets ------------------------------------------------------------------------------
+
+void CheckpointFile::create_dataset(const std::string& name, const Shape& shape, DType dtype) {
+  hsize_t dims[Shape::kMaxRank];
+  for (int k = 0; k < shape.rank(); ++k) dims[k] = static_cast<hsize_t>(shape[k]);
+  Handle space(H5Screate_simple(shape.rank(), dims, nullptr), H5Sclose);
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  // Every element is written once; filling the space with zeros first would double the I/O.
+  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+  H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+  const hid_t id = H5Dcreate2(file_, name.c_str(), file_type(dtype), space, lcpl, dcpl, H5P_DEFAULT);
+  if (id < 0) fail("cannot create dataset " + name + " " + shape.to_string());
+  datasets_[name] = id;
+}
+
+namespace {
+
+herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* out) {
+  if (info->type == H5O_TYPE_DATASET)
+    static_cast<std::vector<std::string>*>(out)->push_back("/" + std::string(name));
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::string> CheckpointFile::dataset_names() const {
+  std::vector<std::string> names;
+  if (H5Ovisit(file_, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names) < 0)
+    fail("cannot list the datasets");
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool CheckpointFile::has_dataset(const std::string& name) const {
+  if (datasets_.count(name)) return true;
+  // Each level of the path must exist before H5Lexists may be asked about the next.
+  for (size_t pos = name.find('/', 1);; pos = name.find('/', pos + 1)) {
+    const std::string prefix = name.substr(0, pos);
+    if (H5Lexists(file_, prefix.c_str(), H5P_DEFAULT) <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return false;
+    }
+    if (pos == std::string::npos) break;
+  }
+  H5O_info_t info;
+  if (H5Oget_info_by_name(file_, name.c_str(), &info, H5P_DEFAULT) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return false;
+  }
+  return info.type == H5O_TYPE_DATASET;
+}
+
+int64_t CheckpointFile::dataset(const std::string& name) const {
+  auto it = datasets_.find(name);
+  if (it != datasets_.end()) return it->second;
+  const hid_t id = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
+  if (id < 0) fail("has no dataset " + name);
+  datasets_[name] = id;
+  return id;
+}
+
+Shape CheckpointFile::shape(const std::string& name) const {
+  Handle space(H5Dget_space(dataset(name)), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  if (rank < 1 || rank > Shape::kMaxRank)
+    fail("dataset " + name + " has " + std::to_string(rank) + " dimensions (expected 1 to " +
+         std::to_string(Shape::kMaxRank) + ")");
+  hsize_t d[Shape::kMaxRank] = {};
+  H5Sget_simple_extent_dims(space, d, nullptr);
+  auto i = [&](int k) { return static_cast<int64_t>(d[k]); };
+  switch (rank) {
+    case 1: return Shape{i(0)};
+    case 2: return Shape{i(0), i(1)};
+    case 3: return Shape{i(0), i(1), i(2)};
+    default: return Shape{i(0), i(1), i(2), i(3)};
+  }
+}
+
+DType CheckpointFile::dtype(const std::string& name) const {
+  Handle type(H5Dget_type(dataset(name)), H5Tclose);
+  if (H5Tget_class(type) == H5T_FLOAT) {
+    if (H5Tget_size(type) == 4) return DType::F32;
+    if (H5Tget_size(type) == 8) return DType::F64;
+  }
+  fail("dataset " + name + " has an element type other than float32 or float64");
+}
+
+int64_t CheckpointFile::data_offset(const std::string& name) const {
+  const haddr_t a = H5Dget_offset(dataset(name));
+  if (a == HADDR_UNDEF) fail("dataset " + name + " has no contiguous storage");
+  return static_cast<int64_t>(a);
+}
+
+namespace {
+
+// The file-side selection of `boxes` in the dataset's space; returns the elements selected.
+hssize_t select_boxes(hid_t space, const std::vector<Box>& boxes, int rank) {
+  if (boxes.empty()) {
+    H5Sselect_none(space);
+    return 0;
+  }
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    hsize_t start[Shape::kMaxRank], count[Shape::kMaxRank];
+    for (int k = 0; k < rank; ++k) {
+      start[k] = static_cast<hsize_t>(boxes[i].start[k]);
+      count[k] = static_cast<hsize_t>(boxes[i].count[k]);
+    }
+    if (H5Sselect_hyperslab(space, i == 0 ? H5S_SELECT_SET : H5S_SELECT_OR, start, nullptr, count,
+                            nullptr) < 0)
+      return -1;
+  }
+  return H5Sget_select_npoints(space);
+}
+
+}  // namespace
+
+void CheckpointFile::transfer(const std::string& name, const std::vector<Box>& boxes, void* data,
+                              DType dtype, Direction direction, bool collective) const {
+  const hid_t ds = dataset(name);
+  Handle fspace(H5Dget_space(ds), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(fspace);
+  hsize_t n = 0;
+  for (const Box& b : boxes) n += static_cast<hsize_t>(b.numel(rank));
+  if (select_boxes(fspace, boxes, rank) != static_cast<hssize_t>(n))
+    fail("dataset " + name + ": the selection of " + std::to_string(boxes.size()) +
+         " box(es) is invalid or overlaps itself");
+  const hsize_t mdims = std::max<hsize_t>(n, 1);
+  Handle mspace(H5Screate_simple(1, &mdims, nullptr), H5Sclose);
+  if (n == 0) H5Sselect_none(mspace);
+  Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  H5Pset_dxpl_mpio(dxpl, collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT);
+  char dummy = 0;  // HDF5 refuses a null buffer even for an empty selection
+  void* buf = n ? data : &dummy;
+  if (direction == Direction::Write) {
+    if (H5Dwrite(ds, memory_type(dtype), mspace, fspace, dxpl, buf) < 0)
+      fail("writing dataset " + name + " failed");
+  } else if (H5Dread(ds, memory_type(dtype), mspace, fspace, dxpl, buf) < 0) {
+    fail("reading dataset " + name + " failed (truncated file?)");
+  }
+}
+
+void CheckpointFile::write(const std::string& name, const std::vector<Box>& boxes,
+                           const void* data, DType dtype) {
+  transfer(name, boxes, const_cast<void*>(data), dtype, Direction::Write, true);
+}
+
+void CheckpointFile::read(const std::string& name, const std::vector<Box>& boxes, void* data,
+                          DType dtype) {
+  transfer(name, boxes, data, dtype, Direction::Read, true);
+}
+
+uint64_t CheckpointFile::stored_checksum(const std::string& name, const std::vector<Box>& boxes) {
+  const DType type = dtype(name);
+  const Shape global = shape(name);
+  Handle stored(H5Dget_type(dataset(name)), H5Tclose);
+  const haddr_t offset = H5Dget_offset(dataset(name));
+  const bool in_place = H5Tget_order(stored) == H5T_ORDER_LE && offset != HADDR_UNDEF &&
+                        std::endian::native == std::endian::little;
+  if (!in_place) {  // e.g. a big-endian file from another tool: read and convert
+    int64_t n = 0;
+    for (const Box& b : boxes) n += b.numel(global.rank());
+    std::vector<char> data(static_cast<size_t>(n) * dtype_size(type));
+    H5Eclear2(H5E_DEFAULT);
+    transfer(name, boxes, data.data(), type, Direction::Read, false);
+    return checksum_part(data.data(), type, global, boxes);
+  }
+  if (!map_) {
+    const int fd = ::open(path_.c_str(), O_RDONLY);
+    if (fd < 0) fail("cannot open to map: " + std::string(std::strerror(errno)));
+    struct stat st{};
+    ::fstat(fd, &st);
+    map_size_ = static_cast<size_t>(st.st_size);
+    void* p = map_size_ ? ::mmap(nullptr, map_size_, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    ::close(fd);
+    if (p == MAP_FAILED) fail("cannot map the file: " + std::string(std::strerror(errno)));
+    map_ = static_cast<const char*>(p);
+  }
+  const size_t bytes = static_cast<size_t>(global.numel()) * dtype_size(type);
+  if (offset + bytes > map_size_)
+    fail("dataset " + name + " ends at byte " + std::to_string(offset + bytes) + " of a " +
+         std::to_string(map_size_) + "-byte file (truncated)");
+  // Map this rank's span in one go rather than a page fault at a time (on a shared file system
+  // only the span: other ranks' parts are not fetched). Kernels before 5.14 refuse the advice;
+  // faults then do the same, slower.
+  if (const auto [lo, hi] = element_span(global, boxes); hi > lo) {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t begin = (offset + static_cast<size_t>(lo) * dtype_size(type)) / page * page;
+    const size_t end = offset + static_cast<size_t>(hi) * dtype_size(type);
+    ::madvise(const_cast<char*>(map_) + begin, end - begin, MADV_POPULATE_READ);
+  }
+  const char* data = map_ + offset;
+  return type == DType::F32 ? checksum_typed<uint32_t>(data, Layout::InPlace, global, boxes)
+                            : checksum_typed<uint64_t>(data, Layout::InPlace, global, boxes);
+}
+
+void CheckpointFile::prefetch(const std::string& name, const std::vector<Box>& boxes) {
+  if (boxes.empty()) return;
+  const haddr_t offset = H5Dget_offset(dataset(name));
+  if (offset == HADDR_UNDEF) {
+    H5Eclear2(H5E_DEFAULT);
+    return;
+  }
+  const Shape global = shape(name);
+  const auto [lo, hi] = element_span(global, boxes);
+  if (prefetch_fd_ < 0) prefetch_fd_ = ::open(path_.c_str(), O_RDONLY);
+  if (prefetch_fd_ < 0 || hi <= lo) return;  // only a hint: reading will say what is wrong
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype(name)));
+  ::posix_fadvise(prefetch_fd_, static_cast<off_t>(offset + lo * size), static_cast<off_t>((hi - lo) * size),
+                  POSIX_FADV_WILLNEED);
+}
+
+void CheckpointFile::set_checksum(const std::string& name, uint64_t sum) {
+  if (!write_scalar(dataset(name), "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &sum))
+    fail("cannot write the checksum of dataset " + name);
+}
+
+std::optional<uint64_t> CheckpointFile::checksum(const std::string& name) const {
+  hid_t id = -1;
+  const std::string problem = open_attribute(dataset(name), "checksum", H5T_INTEGER, id);
+  Handle attr(id, H5Aclose);
+  if (!problem.empty()) {
+    H5Eclear2(H5E_DEFAULT);
+    return std::nullopt;
+  }
+  uint64_t sum = 0;
+  if (H5Aread(attr, H5T_NATIVE_UINT64, &sum) < 0) fail("cannot read the checksum of dataset " + name);
+  return sum;
+}
+
+}  // namespace meshtrain

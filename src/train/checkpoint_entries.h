@@ -1,0 +1,53 @@
+#pragma once
+// The datasets of a model state, as a checkpoint stores them: per parameter its global shape
+// and this rank's pieces of it as boxes of the global tensor (the same names on every rank, in
+// the same order, as collective I/O needs). Private to src/train (the Checkpointer's).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshtrain/backend/backend.h"
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/io/hyperslab.h"
+#include "meshtrain/parallel/model_state.h"
+
+namespace meshtrain {
+
+// The three tensors stored per parameter: /model/<name>, /optim/<name>/exp_avg, .../exp_avg_sq.
+inline constexpr int kKinds = 3;
+std::string dataset_name(const std::string& param, int kind);
+const Tensor& piece_tensor(const OwnedPiece& p, int kind);
+
+struct Piece {
+  OwnedPiece owned;
+  std::vector<Box> boxes;  // its elements in the global tensor
+};
+
+// One parameter of the model as the file stores it, with this rank's pieces of it (none when
+// another stage or shard holds it all).
+struct Entry {
+  std::string name;
+  Shape global;
+  std::vector<Piece> pieces;  // one Parameter's, by local_begin: row-major order
+
+  std::vector<Box> boxes(bool primary_only) const;
+  int64_t count(bool primary_only) const;
+};
+
+// Every parameter of the whole model: the sorted union over the ranks of `world`, with this
+// rank's pieces. Collective.
+std::vector<Entry> plan_entries(ModelState& state, Communicator& world);
+
+// This rank's primary elements of `kind`, back to back on the host: the tensor's own memory
+// when it is one piece in host memory (no copy), else a copy.
+struct HostElements {
+  std::vector<char> copy;
+  const char* data = nullptr;
+};
+HostElements primary_on_host(Backend& be, const Entry& e, int kind, DType dt);
+
+// Element-wise sum (mod 2^64) of every rank's vector. Collective.
+std::vector<uint64_t> sum_over(Communicator& world, const std::vector<uint64_t>& mine);
+
+}  // namespace meshtrain

@@ -1,0 +1,107 @@
+"""Shared helpers of the checkpoint script tests: they drive the real `meshtrain` binary under
+mpiexec, the way a user does, in a fresh temporary directory per test.
+
+Each script is run by CTest as
+    python3 <script> --meshtrain <path> --mpiexec <path> [-- unittest arguments]
+and exits non-zero if any test fails.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+# A model that trains a step in milliseconds; every layout the tests use divides it.
+DECK = """# checkpoint script tests: a tiny model on the built-in corpus
+[run]
+name = "ckpt"
+dir = "{run_dir}"
+seed = 11
+log_every = 1
+
+[model]
+layers = 4
+d_model = 32
+heads = 4
+seq_len = 16
+vocab_size = 256
+
+[data]
+synthetic_bytes = 65536
+
+[train]
+steps = 4
+global_batch = 8
+micro_batch = 2
+warmup_steps = 1
+eval_every = 0
+eval_batches = 1
+
+[checkpoint]
+every = 2
+keep = 3
+"""
+
+MESHTRAIN = None
+MPIEXEC = None
+
+
+def main():
+    """Parses --meshtrain and --mpiexec, then runs the unittest cases of __main__."""
+    global MESHTRAIN, MPIEXEC
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--meshtrain", required=True)
+    parser.add_argument("--mpiexec", required=True)
+    args, rest = parser.parse_known_args()
+    MESHTRAIN, MPIEXEC = args.meshtrain, args.mpiexec
+    unittest.main(module="__main__", argv=[sys.argv[0]] + [a for a in rest if a != "--"], verbosity=2)
+
+
+class Case(unittest.TestCase):
+    """A test with its own directory holding deck.toml; run/ is the run directory."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="meshtrain_ckpt_")
+        self.run_dir = os.path.join(self.dir, "run")
+        self.ckpt_dir = os.path.join(self.run_dir, "checkpoints")
+        self.deck = os.path.join(self.dir, "deck.toml")
+        with open(self.deck, "w") as f:
+            f.write(DECK.format(run_dir=self.run_dir))
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def ckpt(self, step):
+        return os.path.join(self.ckpt_dir, "step_%08d.h5" % step)
+
+    def meshtrain(self, args, ranks=None, env=None, expect=0, timeout=180):
+        """Runs meshtrain (under mpiexec -n ranks when given); checks the exit status unless
+        expect is None; returns (status, stdout, stderr)."""
+        cmd = ([MPIEXEC, "-n", str(ranks)] if ranks else []) + [MESHTRAIN] + args
+        full_env = dict(os.environ)
+        full_env.setdefault("OMP_NUM_THREADS", "1")
+        full_env.update(env or {})
+        p = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+        if expect is not None and p.returncode != expect:
+            self.fail("%s\nexited %d, expected %d\n--- stdout\n%s\n--- stderr\n%s" %
+                      (" ".join(cmd), p.returncode, expect, p.stdout[-4000:], p.stderr[-4000:]))
+        return p.returncode, p.stdout, p.stderr
+
+    def train(self, ranks, sets=(), env=None, expect=0):
+        args = ["train", self.deck]
+        for s in sets:
+            args += ["--set", s]
+        return self.meshtrain(args, ranks=ranks, env=env, expect=expect)
+
+    def inspect(self, path, expect=0):
+        return self.meshtrain(["inspect", path], expect=expect)
+
+
+def losses(stdout):
+    """{step: loss text} from the progress lines of a training run."""
+    return {int(m.group(1)): m.group(2)
+            for m in re.finditer(r"^step +(\d+)/\d+ \| loss (\S+)", stdout, re.M)}

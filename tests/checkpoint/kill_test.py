@@ -1,0 +1,67 @@
+"""SIGKILL while a checkpoint is written never costs the previous one (DESIGN invariant 3).
+
+The checkpointer's test hook MESHTRAIN_FAULT=checkpoint_kill:<phase>@<step> makes rank 0 of a
+2-rank job raise SIGKILL (mpiexec then ends the others) at one phase of writing step 4's
+checkpoint, step 2's being complete:
+  data    half the datasets written: step_4.h5.tmp is incomplete;
+  rename  the .tmp closed and verified, not yet renamed;
+  prune   (keep = 1) step 6 renamed, the first old checkpoint deleted, the next not yet.
+Each time: the job fails, `meshtrain inspect` passes the newest complete checkpoint, and a
+restart with resume = "auto" says "resumed from" that checkpoint, continues the loss curve of an
+uninterrupted run exactly (same layout) and finishes with a complete checkpoint.
+"""
+
+import os
+
+import harness
+
+
+class KillDuringCheckpoint(harness.Case):
+    def kill_and_recover(self, phase, expect_tmp_ok):
+        _, straight, _ = self.train(2, ["run.dir=" + self.run_dir + "_straight"])
+        status, _, err = self.train(2, env={"MESHTRAIN_FAULT": "checkpoint_kill:%s@4" % phase},
+                                    expect=None)
+        self.assertNotEqual(status, 0, "the job survived the kill")
+        self.assertIn("MESHTRAIN_FAULT: rank 0 kills itself in checkpoint phase '%s'" % phase, err)
+        self.assertTrue(os.path.exists(self.ckpt(2)))
+        self.assertFalse(os.path.exists(self.ckpt(4)))
+        self.assertTrue(os.path.exists(self.ckpt(4) + ".tmp"))
+        _, out, _ = self.inspect(self.ckpt(2))
+        self.assertIn("step 2 (optimizer steps 2)", out)
+        self.assertIn("all checksums OK", out)
+        # The .tmp: incomplete after "data"; complete but not renamed after "rename".
+        self.inspect(self.ckpt(4) + ".tmp", expect=0 if expect_tmp_ok else 1)
+
+        _, out, _ = self.train(2)
+        self.assertIn("resumed from %s at step 2" % self.ckpt(2), out)
+        resumed = harness.losses(out)
+        self.assertEqual(sorted(resumed), [3, 4])
+        self.assertEqual({s: harness.losses(straight)[s] for s in (3, 4)}, resumed)
+        self.assertTrue(os.path.exists(self.ckpt(4)))
+        self.assertFalse(os.path.exists(self.ckpt(4) + ".tmp"))
+        self.inspect(self.ckpt(4))
+
+    def test_kill_while_writing_data(self):
+        self.kill_and_recover("data", expect_tmp_ok=False)
+
+    def test_kill_before_rename(self):
+        self.kill_and_recover("rename", expect_tmp_ok=True)
+
+    def test_kill_while_pruning(self):
+        self.train(2, ["checkpoint.keep=5"])  # steps 2 and 4
+        status, _, err = self.train(2, ["train.steps=6", "checkpoint.keep=1"],
+                                    env={"MESHTRAIN_FAULT": "checkpoint_kill:prune@6"}, expect=None)
+        self.assertNotEqual(status, 0, "the job survived the kill")
+        self.assertIn("phase 'prune'", err)
+        # Step 6 is complete; the oldest went first, so step 4 is still there.
+        self.assertFalse(os.path.exists(self.ckpt(2)))
+        self.assertTrue(os.path.exists(self.ckpt(4)))
+        self.assertTrue(os.path.exists(self.ckpt(6)))
+        self.inspect(self.ckpt(6))
+        _, out, _ = self.train(2, ["train.steps=8", "checkpoint.keep=1"])
+        self.assertIn("resumed from %s at step 6" % self.ckpt(6), out)
+        self.assertEqual(sorted(os.listdir(self.ckpt_dir)), ["step_00000008.h5"])
+
+
+if __name__ == "__main__":
+    harness.main()

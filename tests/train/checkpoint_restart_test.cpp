@@ -1,0 +1,289 @@
+// Checkpoint/restart (DESIGN invariant 2):
+//  - same layout: 10 steps straight and 5 steps + save + a new Trainer + load + 5 steps give
+//    bitwise identical losses, parameters and AdamW moments, for each ZeRO stage, tp, pp;
+//  - another layout: a run saved on one layout and continued on others, a chain of them,
+//    follows the uninterrupted single-rank trajectory within the layout-parity tolerances
+//    (tests/parallel/layout_parity_test.cpp): fp32 1e-5, fp64 to round-off; the world can also
+//    hand its checkpoint to a single rank (MPI_COMM_SELF);
+//  - precision: an fp64 checkpoint loads into an fp32 run as the rounded values, and back.
+//
+// One binary, launched by CTest under mpiexec with 1, 2 and 4 ranks.
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/config/layout_check.h"
+#include "meshtrain/parallel/process_grid.h"
+#include "meshtrain/train/checkpointer.h"
+#include "meshtrain/train/trainer.h"
+#include "support/parity.h"
+#include "support/shared_temp_dir.h"
+
+namespace meshtrain {
+namespace {
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+struct Layout {
+  int dp, tp, pp, zero;
+  int micro_batch;  // global batch 16
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int virtual_stages = 1;
+  bool sequence_parallel = false;
+
+  int ranks() const { return dp * tp * pp; }
+  std::string name() const {
+    return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_pp" + std::to_string(pp) +
+           "_zero" + std::to_string(zero) + "_mb" + std::to_string(micro_batch) + "_" +
+           std::string(schedule_name(schedule)) + "_v" + std::to_string(virtual_stages) +
+           (sequence_parallel ? "_sp" : "");
+  }
+  Config apply(Config c) const {
+    c.parallel.dp = dp;
+    c.parallel.tp = tp;
+    c.parallel.pp = pp;
+    c.parallel.zero = zero;
+    c.parallel.schedule = schedule;
+    c.parallel.virtual_stages = virtual_stages;
+    c.parallel.sequence_parallel = sequence_parallel;
+    c.parallel.bucket_mb = 0.01;  // several buckets, so ZeRO shards cut through parameters
+    c.train.micro_batch = micro_batch;
+    return c;
+  }
+};
+
+using S = ScheduleKind;
+
+// This rank's parameters and both moments, every owned piece in order, as doubles.
+std::vector<double> owned_state(Trainer& trainer, Backend& be) {
+  std::vector<double> out;
+  for (const OwnedPiece& p : trainer.state().owned_pieces())
+    for (const Tensor* t : {&p.value, &p.exp_avg, &p.exp_avg_sq}) {
+      std::vector<double> host(static_cast<size_t>(t->numel()));
+      if (t->dtype() == DType::F64) {
+        be.copy_to_host(host.data(), *t);
+      } else {
+        std::vector<float> f(host.size());
+        be.copy_to_host(f.data(), *t);
+        host.assign(f.begin(), f.end());
+      }
+      out.insert(out.end(), host.begin(), host.end());
+    }
+  return out;
+}
+
+bool same_on_every_rank(bool mine) {
+  int ok = mine ? 1 : 0, all = 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all == 1;
+}
+
+constexpr int kSteps = 10, kSaveAt = 5;
+
+std::vector<Layout> same_layouts(int world) {
+  switch (world) {
+    case 1: return {{1, 1, 1, 0, 4}, {1, 1, 1, 3, 8, S::GPipe}};
+    case 2: return {{2, 1, 1, 1, 4}, {2, 1, 1, 2, 2}, {1, 2, 1, 0, 8, S::OneFOneB, 1, true},
+                    {1, 1, 2, 0, 4}};
+    case 4: return {{2, 2, 1, 3, 4}, {1, 2, 2, 0, 4}, {2, 1, 2, 1, 2, S::Interleaved, 2}};
+    default: return {};
+  }
+}
+
+TEST(CheckpointRestart, SameLayoutContinuesBitForBit) {
+  const std::vector<Layout> layouts = same_layouts(world_size());
+  if (layouts.empty()) GTEST_SKIP() << "no layouts for " << world_size() << " ranks";
+  testing::SharedTempDir dir;
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE(l.name());
+    Config c = l.apply(testing::tiny_config(dir.path()));
+    c.checkpoint.dir = dir.file("ckpt_" + l.name());
+    check_layout(c, world_size());
+    CpuBackend be(1);
+    ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+
+    std::vector<double> straight_losses, restart_losses;
+    std::vector<double> straight_state, restart_state;
+    {
+      Trainer t(c, grid, be);
+      for (int s = 0; s < kSteps; ++s) straight_losses.push_back(t.train_step(s).loss);
+      straight_state = owned_state(t, be);
+    }
+    std::string path;
+    {
+      Trainer t(c, grid, be);
+      for (int s = 0; s < kSaveAt; ++s) restart_losses.push_back(t.train_step(s).loss);
+      path = Checkpointer(c, grid).save(t).path;
+    }
+    {
+      Trainer t(c, grid, be);
+      Checkpointer(c, grid).load(t, path);
+      ASSERT_EQ(t.step(), kSaveAt);
+      ASSERT_EQ(t.state().steps_taken(), kSaveAt);
+      for (int s = t.step(); s < kSteps; ++s) restart_losses.push_back(t.train_step(s).loss);
+      restart_state = owned_state(t, be);
+    }
+    EXPECT_EQ(restart_losses, straight_losses);
+    EXPECT_TRUE(same_on_every_rank(restart_state == straight_state))
+        << "parameters or moments differ bitwise on some rank";
+  }
+}
+
+// Segments of one run: steps [begin of segment, end) on a layout, saved at its end and loaded
+// by the next.
+struct Segment {
+  Layout layout;
+  int end_step;
+};
+
+std::vector<std::vector<Segment>> chains(int world) {
+  switch (world) {
+    case 1: return {{{{1, 1, 1, 3, 4}, 5}, {{1, 1, 1, 0, 16}, 10}}};
+    case 2: return {
+        {{{2, 1, 1, 0, 8}, 3}, {{1, 2, 1, 0, 8}, 6}, {{1, 1, 2, 3, 4}, 10}},
+        {{{1, 1, 2, 0, 4, S::Interleaved, 2}, 5}, {{2, 1, 1, 2, 2}, 10}},
+    };
+    case 4: return {
+        {{{2, 2, 1, 1, 4, S::OneFOneB, 1, true}, 3}, {{1, 2, 2, 0, 4}, 6},
+         {{4, 1, 1, 3, 2}, 8}, {{2, 1, 2, 2, 2}, 10}},
+    };
+    default: return {};
+  }
+}
+
+std::string chain_name(const std::vector<Segment>& chain) {
+  std::string out;
+  for (const Segment& s : chain) out += (out.empty() ? "" : " -> ") + s.layout.name();
+  return out;
+}
+
+// Runs every chain of this world size against the single-rank reference of 10 steps.
+void check_chains(DType precision, double loss_tol, double params_tol) {
+  const std::vector<std::vector<Segment>> all = chains(world_size());
+  if (all.empty()) GTEST_SKIP() << "no chains for " << world_size() << " ranks";
+  testing::SharedTempDir dir;
+  Config base = testing::tiny_config(dir.path());
+  base.train.precision = precision;
+  base.train.steps = kSteps;
+  const testing::Reference ref = testing::run_reference(base, kSteps);
+  for (size_t k = 0; k < all.size(); ++k) {
+    const std::vector<Segment>& chain = all[k];
+    SCOPED_TRACE(chain_name(chain));
+    std::string path;
+    std::vector<double> losses;
+    testing::ParityResult r;
+    int step = 0;
+    for (size_t i = 0; i < chain.size(); ++i) {
+      Config c = chain[i].layout.apply(base);
+      c.checkpoint.dir = dir.file("chain" + std::to_string(k));
+      check_layout(c, world_size());
+      CpuBackend be(1);
+      ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+      Trainer t(c, grid, be);
+      Checkpointer ck(c, grid);
+      if (!path.empty()) {
+        ck.load(t, path);
+        ASSERT_EQ(t.step(), step);
+      }
+      for (; step < chain[i].end_step; ++step) losses.push_back(t.train_step(step).loss);
+      if (i + 1 < chain.size()) path = ck.save(t).path;
+      else r = testing::compare_with_reference(t, be, MPI_COMM_WORLD, losses, 0, ref);
+    }
+    if (world_rank() == 0)
+      std::printf("  %s %-100s loss %.2e params %.2e\n", std::string(dtype_name(precision)).c_str(),
+                  chain_name(chain).c_str(), r.max_loss_error, r.params_l2_error);
+    EXPECT_LT(r.max_loss_error, loss_tol);
+    EXPECT_LT(r.params_l2_error, params_tol);
+  }
+}
+
+TEST(CheckpointRestart, Fp32OtherLayoutsFollowTheSingleRankTrajectory) {
+  check_chains(DType::F32, 1e-5, 1e-5);
+}
+
+TEST(CheckpointRestart, Fp64OtherLayoutsFollowTheSingleRankTrajectoryToRoundoff) {
+  check_chains(DType::F64, 1e-12, 1e-12);
+}
+
+// The world's checkpoint continued by one rank alone (every rank runs it on MPI_COMM_SELF),
+// against the straight run on the world.
+TEST(CheckpointRestart, WorldCheckpointContinuesOnOneRank) {
+  const std::vector<Layout> layouts = same_layouts(world_size());
+  if (world_size() == 1 || layouts.empty()) GTEST_SKIP() << "needs more than one rank";
+  testing::SharedTempDir dir;
+  Config base = testing::tiny_config(dir.path());
+  base.train.steps = kSteps;
+  const testing::Reference ref = testing::run_reference(base, kSteps);
+  const Layout& l = layouts.front();
+  Config c = l.apply(base);
+  c.checkpoint.dir = dir.file("ckpt");
+  check_layout(c, world_size());
+  std::vector<double> losses;
+  std::string path;
+  {
+    CpuBackend be(1);
+    ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+    Trainer t(c, grid, be);
+    for (int s = 0; s < kSaveAt; ++s) losses.push_back(t.train_step(s).loss);
+    path = Checkpointer(c, grid).save(t).path;
+  }
+  Config one = Layout{1, 1, 1, 0, 16}.apply(base);
+  one.checkpoint.dir = c.checkpoint.dir;
+  check_layout(one, 1);
+  CpuBackend be(1);
+  ProcessGrid grid(MPI_COMM_SELF, one.grid_shape(), one.run.comm_timeout);
+  Trainer t(one, grid, be);
+  Checkpointer(one, grid).load(t, path);
+  for (int s = kSaveAt; s < kSteps; ++s) losses.push_back(t.train_step(s).loss);
+  const testing::ParityResult r = testing::compare_with_reference(t, be, MPI_COMM_SELF, losses, 0, ref);
+  EXPECT_LT(r.max_loss_error, 1e-5) << l.name() << " -> one rank";
+  EXPECT_LT(r.params_l2_error, 1e-5) << l.name() << " -> one rank";
+}
+
+// A checkpoint of one precision loads into a run of the other: fp64 values become the nearest
+// fp32 values, fp32 values become exact fp64 values.
+TEST(CheckpointRestart, PrecisionIsConvertedOnLoad) {
+  testing::SharedTempDir dir;
+  for (DType from : {DType::F64, DType::F32}) {
+    const DType to = from == DType::F64 ? DType::F32 : DType::F64;
+    SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + std::string(dtype_name(to)));
+    Config c = Layout{world_size(), 1, 1, world_size() > 1 ? 1 : 0, 16 / world_size()}.apply(
+        testing::tiny_config(dir.path()));
+    c.checkpoint.dir = dir.file(std::string("ckpt_") + std::string(dtype_name(from)));
+    check_layout(c, world_size());
+    CpuBackend be(1);
+    ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+    c.train.precision = from;
+    Trainer a(c, grid, be);
+    for (int s = 0; s < 2; ++s) a.train_step(s);
+    const std::string path = Checkpointer(c, grid).save(a).path;
+    std::vector<double> want = owned_state(a, be);
+    if (to == DType::F32)
+      for (double& v : want) v = static_cast<float>(v);
+    Config d = c;
+    d.train.precision = to;
+    Trainer b(d, grid, be);
+    Checkpointer(d, grid).load(b, path);
+    EXPECT_TRUE(same_on_every_rank(owned_state(b, be) == want));
+    EXPECT_EQ(b.step(), 2);
+  }
+}
+
+}  // namespace
+}  // namespace meshtrain

@@ -1,0 +1,326 @@
+// Checkpointer policy and refusals (train/checkpointer.h):
+//  - a damaged or mismatching checkpoint is refused on every rank with one message that names
+//    the file and the dataset (or attribute), and — but for a checksum mismatch, found after
+//    reading — the trainer's state is left as it was: truncated file, not HDF5, flipped bytes (checksum mismatch), missing dataset, missing
+//    checksum, shape mismatch (another model.d_model), a dataset the deck's model lacks
+//    (model.layers), unknown format_version;
+//  - a failed save (checkpoint.dir is a file) is an agreed error naming the directory;
+//  - keep: the newest checkpoint.keep survive, stale .tmp files of other steps go;
+//  - resume: "auto" takes the newest complete step_*.h5 (never a .tmp), "none" nothing, a path
+//    that does not exist is refused; Trainer::run() saves every N steps and resumes.
+//
+// Damage is done by rank 0 with the HDF5 C API (or plain file I/O) between collective steps.
+// Launched by CTest under mpiexec with 1 and 2 ranks (2: tp = 2, so loads select tp slices).
+
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/comm/agreement.h"
+#include "meshtrain/config/layout_check.h"
+#include "meshtrain/io/checkpoint_file.h"
+#include "meshtrain/parallel/process_grid.h"
+#include "meshtrain/train/checkpointer.h"
+#include "meshtrain/train/trainer.h"
+#include "support/parity.h"
+#include "support/shared_temp_dir.h"
+
+namespace meshtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define EXPECT_CONTAINS(text, part)                                    \
+  EXPECT_NE(std::string(text).find(part), std::string::npos)           \
+      << "message: " << (text) << "\nexpected to contain: " << (part)
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+Config small_config(const std::string& dir) {
+  Config c = testing::tiny_config(dir);
+  c.model.layers = 2;
+  c.parallel.tp = world_size();
+  c.train.micro_batch = 8;
+  c.checkpoint.dir = dir + "/checkpoints";
+  check_layout(c, world_size());
+  return c;
+}
+
+std::vector<float> owned_values(Trainer& t, Backend& be) {
+  std::vector<float> out;
+  for (const OwnedPiece& p : t.state().owned_pieces()) {
+    std::vector<float> host(static_cast<size_t>(p.count));
+    be.copy_to_host(host.data(), p.value);
+    out.insert(out.end(), host.begin(), host.end());
+  }
+  return out;
+}
+
+// A good checkpoint of 2 steps, copies of it damaged by rank 0, and loads into fresh trainers.
+class Refusal : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_ = small_config(dir_.path());
+    grid_ = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, config_.grid_shape(), 60.0);
+    Trainer t(config_, *grid_, be_);
+    for (int s = 0; s < 2; ++s) t.train_step(s);
+    good_ = Checkpointer(config_, *grid_).save(t).path;
+  }
+
+  std::string damaged(const std::string& name, const std::function<void(const std::string&)>& damage) {
+    const std::string path = dir_.file(name);
+    if (world_rank() == 0) {
+      fs::copy_file(good_, path, fs::copy_options::overwrite_existing);
+      damage(path);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return path;
+  }
+
+  // The agreed error of loading `path` into a fresh trainer of `config` (same layout; "" if it
+  // loaded). Refusals of the file's structure come before any data is read: they must leave
+  // the trainer's parameters untouched (a checksum mismatch is found after reading).
+  enum class Refused { BeforeReading, AfterReading };
+  std::string load_error(const std::string& path, const Config& config,
+                         Refused when = Refused::BeforeReading) {
+    Trainer t(config, *grid_, be_);
+    const std::vector<float> before = owned_values(t, be_);
+    try {
+      Checkpointer(config, *grid_).load(t, path);
+    } catch (const AgreedError& e) {
+      if (when == Refused::BeforeReading) {
+        EXPECT_EQ(owned_values(t, be_), before) << "a refused load changed the parameters";
+      }
+      EXPECT_EQ(t.step(), 0);
+      return e.what();
+    }
+    return "";
+  }
+  std::string load_error(const std::string& path, Refused when = Refused::BeforeReading) {
+    return load_error(path, config_, when);
+  }
+
+  testing::SharedTempDir dir_;
+  Config config_;
+  CpuBackend be_{1};
+  std::unique_ptr<ProcessGrid> grid_;
+  std::string good_;
+};
+
+TEST_F(Refusal, GoodCheckpointLoads) { EXPECT_EQ(load_error(good_), ""); }
+
+TEST_F(Refusal, TruncatedFile) {
+  const std::string path = damaged("truncated.h5", [](const std::string& p) {
+    fs::resize_file(p, fs::file_size(p) * 2 / 3);
+  });
+  const std::string msg = load_error(path);
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "truncated file: eof = ");  // HDF5's own diagnosis, passed on
+}
+
+TEST_F(Refusal, NotAnHdf5File) {
+  const std::string path = damaged("text.h5", [](const std::string& p) {
+    std::ofstream(p, std::ios::trunc) << "this is not a checkpoint\n";
+  });
+  const std::string msg = load_error(path);
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "not an HDF5 file");
+  EXPECT_CONTAINS(msg, "file signature not found");
+}
+
+TEST_F(Refusal, FlippedBytesAreAChecksumMismatch) {
+  const std::string dataset = "/model/h.1.mlp.fc.weight";
+  const std::string path = damaged("flipped.h5", [&](const std::string& p) {
+    int64_t offset = 0;
+    {
+      CheckpointFile f(p, MPI_COMM_SELF, CheckpointFile::Access::Read);
+      offset = f.data_offset(dataset);
+    }
+    std::fstream io(p, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(offset + 101);
+    char b = 0;
+    io.read(&b, 1);
+    b = static_cast<char>(b ^ 0x10);
+    io.seekp(offset + 101);
+    io.write(&b, 1);
+  });
+  const std::string msg = load_error(path, Refused::AfterReading);
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, dataset + ": checksum MISMATCH");
+}
+
+void with_hdf5_file(const std::string& path, const std::function<void(hid_t)>& f) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0) << path;
+  f(file);
+  H5Fclose(file);
+}
+
+TEST_F(Refusal, MissingDataset) {
+  const std::string dataset = "/optim/h.0.attn.qkv.weight/exp_avg_sq";
+  const std::string path = damaged("missing.h5", [&](const std::string& p) {
+    with_hdf5_file(p, [&](hid_t f) { ASSERT_GE(H5Ldelete(f, dataset.c_str(), H5P_DEFAULT), 0); });
+  });
+  const std::string msg = load_error(path);
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "dataset " + dataset + " is missing");
+}
+
+TEST_F(Refusal, MissingChecksum) {
+  const std::string dataset = "/model/wpe";
+  const std::string path = damaged("no_checksum.h5", [&](const std::string& p) {
+    with_hdf5_file(p, [&](hid_t f) {
+      const hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+      ASSERT_GE(H5Adelete(d, "checksum"), 0);
+      H5Dclose(d);
+    });
+  });
+  const std::string msg = load_error(path);
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, dataset + " has no checksum");
+}
+
+TEST_F(Refusal, UnknownFormatVersion) {
+  const std::string path = damaged("version.h5", [](const std::string& p) {
+    with_hdf5_file(p, [](hid_t f) {
+      ASSERT_GE(H5Adelete(f, "format_version"), 0);
+      const hid_t space = H5Screate(H5S_SCALAR);
+      const hid_t a = H5Acreate2(f, "format_version", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+      const int64_t v = 99;
+      H5Awrite(a, H5T_NATIVE_INT64, &v);
+      H5Aclose(a);
+      H5Sclose(space);
+    });
+  });
+  const std::string msg = load_error(path);
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "format_version = 99 is not supported");
+  EXPECT_CONTAINS(msg, "reads version 1");
+}
+
+TEST_F(Refusal, ShapeMismatchNamesBothShapesAndTheDeckKey) {
+  Config wide = config_;
+  wide.model.d_model = 64;
+  const std::string msg = load_error(good_, wide);
+  EXPECT_CONTAINS(msg, good_);
+  EXPECT_CONTAINS(msg, "dataset /model/h.0.attn.proj.bias has shape (32) but the deck's model needs (64)");
+  EXPECT_CONTAINS(msg, "model.d_model");
+}
+
+TEST_F(Refusal, DatasetOutsideTheDecksModel) {
+  Config shallow = config_;
+  shallow.model.layers = 1;
+  const std::string msg = load_error(good_, shallow);
+  EXPECT_CONTAINS(msg, good_);
+  EXPECT_CONTAINS(msg, "dataset /model/h.1.");
+  EXPECT_CONTAINS(msg, "is not part of the deck's model (check model.layers");
+}
+
+TEST_F(Refusal, SaveIntoAFileIsAnAgreedError) {
+  Config c = config_;
+  c.checkpoint.dir = dir_.file("a_file");
+  if (world_rank() == 0) std::ofstream(c.checkpoint.dir) << "x";
+  MPI_Barrier(MPI_COMM_WORLD);
+  Trainer t(c, *grid_, be_);
+  try {
+    Checkpointer(c, *grid_).save(t);
+    ADD_FAILURE() << "saving into a file succeeded";
+  } catch (const AgreedError& e) {
+    EXPECT_CONTAINS(std::string(e.what()), c.checkpoint.dir);
+  }
+}
+
+TEST_F(Refusal, KeepsTheNewestAndDropsStaleTemporaries) {
+  Config c = config_;
+  c.checkpoint.dir = dir_.file("keep");
+  c.checkpoint.keep = 2;
+  Trainer t(c, *grid_, be_);
+  Checkpointer ck(c, *grid_);
+  if (world_rank() == 0) {
+    fs::create_directories(c.checkpoint.dir);
+    std::ofstream(c.checkpoint.dir + "/step_00000001.h5.tmp") << "left by a dead job";
+    std::ofstream(c.checkpoint.dir + "/notes.txt") << "not ours";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int step : {3, 4, 9, 10}) {
+    t.set_step(step);
+    ck.save(t);
+  }
+  // An older step written last (a run resumed from an old checkpoint) is kept too.
+  t.set_step(2);
+  ck.save(t);
+  std::vector<int64_t> steps;
+  for (const auto& [step, path] : Checkpointer::complete_checkpoints(c.checkpoint.dir)) steps.push_back(step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{2, 9, 10}));
+  EXPECT_FALSE(fs::exists(c.checkpoint.dir + "/step_00000001.h5.tmp"));
+  EXPECT_TRUE(fs::exists(c.checkpoint.dir + "/notes.txt"));
+}
+
+TEST_F(Refusal, ResumeAutoTakesTheNewestCompleteCheckpoint) {
+  Config c = config_;
+  c.checkpoint.dir = dir_.file("resume");
+  Trainer t(c, *grid_, be_);
+  EXPECT_EQ(Checkpointer(c, *grid_).resume_path(), "");  // no directory yet
+  for (int step : {8, 12}) {
+    t.set_step(step);
+    Checkpointer(c, *grid_).save(t);
+  }
+  if (world_rank() == 0) {
+    std::ofstream(c.checkpoint.dir + "/step_00000020.h5.tmp") << "incomplete";
+    std::ofstream(c.checkpoint.dir + "/step_x.h5") << "not a step";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(Checkpointer(c, *grid_).resume_path(), c.checkpoint.dir + "/step_00000012.h5");
+  c.checkpoint.resume = "none";
+  EXPECT_EQ(Checkpointer(c, *grid_).resume_path(), "");
+  c.checkpoint.resume = c.checkpoint.dir + "/step_00000008.h5";
+  EXPECT_EQ(Checkpointer(c, *grid_).resume_path(), c.checkpoint.resume);
+  c.checkpoint.resume = dir_.file("nowhere.h5");
+  try {
+    Checkpointer(c, *grid_).resume_path();
+    ADD_FAILURE() << "a missing resume path was accepted";
+  } catch (const AgreedError& e) {
+    EXPECT_CONTAINS(std::string(e.what()), "checkpoint.resume = \"" + c.checkpoint.resume + "\"");
+  }
+}
+
+TEST_F(Refusal, RunSavesEveryNStepsAndResumes) {
+  Config c = config_;
+  c.checkpoint.dir = dir_.file("run");
+  c.checkpoint.every = 2;
+  c.train.steps = 3;
+  c.run.log_every = 100;
+  {
+    Trainer t(c, *grid_, be_);
+    t.run();
+  }
+  std::vector<int64_t> steps;
+  for (const auto& [step, path] : Checkpointer::complete_checkpoints(c.checkpoint.dir)) steps.push_back(step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{2, 3}));  // every 2, and after the last
+  c.train.steps = 4;
+  Trainer t(c, *grid_, be_);
+  t.run();  // resumes at 3 (checkpoint.resume = "auto"), trains one step, saves 4
+  EXPECT_EQ(t.step(), 4);
+  EXPECT_EQ(t.state().steps_taken(), 4);
+}
+
+}  // namespace
+}  // namespace meshtrain
