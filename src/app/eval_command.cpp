@@ -19,13 +19,13 @@ int eval_command(const EvalArgs& args) {
   MpiSession mpi;
   return run_reporting_errors([&] {
     MpiCommunicator world(MPI_COMM_WORLD, "world");
-    const Config config = load_config(args.deck, args.overrides, world);
+    RunSetup run = setup_run(args.deck, args.overrides, world);
+    const Config& config = run.config;
+    ProcessGrid& grid = *run.grid;
     if (!config.data.has_val())
       throw DeckError(config.deck_path + ": data.val = \"none\": eval needs validation data "
                       "(data.val = \"synthetic\" or token shards)");
-    CpuBackend backend(choose_threads(config.run.threads, local_ranks()));
-    ProcessGrid grid(MPI_COMM_WORLD, config.grid_shape(), config.run.comm_timeout);
-    Trainer trainer(config, grid, backend);
+    Trainer trainer(config, grid, *run.backend);
     Checkpointer checkpointer(config, grid);
     const CheckpointStats loaded = checkpointer.load(trainer, args.checkpoint);
     const double val = trainer.evaluate();

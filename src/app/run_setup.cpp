@@ -2,8 +2,20 @@
 
 #include <mpi.h>
 
+#include <cstdio>
+
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/comm/agreement.h"
 #include "meshtrain/config/deck.h"
+#include "meshtrain/config/device_check.h"
 #include "meshtrain/config/layout_check.h"
+#include "meshtrain/train/trainer.h"
+
+#if MESHTRAIN_HAVE_CUDA
+#include "meshtrain/backend/cuda/cuda_backend.h"
+#include "meshtrain/comm/nccl_communicator.h"
+#include "meshtrain/comm/staged_mpi_communicator.h"
+#endif
 
 namespace meshtrain {
 
@@ -25,13 +37,90 @@ Config load_config(const std::string& deck, const std::vector<std::string>& over
   return config;
 }
 
-int local_ranks() {
+namespace {
+void node_ranks(int& size, int& rank) {
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int n = 1;
-  MPI_Comm_size(node, &n);
+  MPI_Comm_size(node, &size);
+  MPI_Comm_rank(node, &rank);
   MPI_Comm_free(&node);
-  return n;
+}
+
+// One number per rank for "did every rank settle on the same device choices".
+double choice_code(const Config& c) {
+  return static_cast<double>(static_cast<int>(c.run.device) * 100 +
+                             static_cast<int>(c.train.precision) * 10 +
+                             static_cast<int>(c.parallel.communicator));
+}
+}  // namespace
+
+int local_ranks() {
+  int size = 1, rank = 0;
+  node_ranks(size, rank);
+  return size;
+}
+
+int local_rank() {
+  int size = 1, rank = 0;
+  node_ranks(size, rank);
+  return rank;
+}
+
+RunSetup setup_run(const std::string& deck, const std::vector<std::string>& overrides,
+                   MpiCommunicator& world) {
+  RunSetup s;
+  s.config = load_config(deck, overrides, world);
+  int node_size = 1, node_rank = 0;
+  node_ranks(node_size, node_rank);
+  const DeviceFacts facts = probe_device_facts(node_size);
+  agree(world, [&] { resolve_device(s.config, facts); });
+  const double code = choice_code(s.config);
+  if (world.all_reduce_scalar(code, ReduceOp::Min) != world.all_reduce_scalar(code, ReduceOp::Max))
+    throw AgreedError(deck + ": ranks settled on different devices (some nodes have GPUs, others "
+                      "not, or GPU counts differ): set run.device, train.precision and "
+                      "parallel.communicator explicitly");
+  const Config& c = s.config;
+  const std::chrono::duration<double> timeout(c.run.comm_timeout);
+
+  if (c.run.device == DeviceChoice::Cpu) {
+    s.backend = std::make_unique<CpuBackend>(choose_threads(c.run.threads, node_size));
+    s.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+  } else {
+#if MESHTRAIN_HAVE_CUDA
+    agree(world, [&] {
+      CudaBackendOptions options;
+      options.device = node_rank % facts.devices;
+      options.attention = parse_attention_impl(c.run.attention);
+      s.backend = std::make_unique<CudaBackend>(options);
+    });
+    auto* cuda = static_cast<CudaBackend*>(s.backend.get());
+    const bool nccl = c.parallel.communicator == CommChoice::Nccl;
+    s.grid = std::make_unique<ProcessGrid>(
+        MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout,
+        [cuda, nccl, timeout](MPI_Comm comm, const std::string& name) -> std::unique_ptr<Communicator> {
+          auto mpi = std::make_unique<MpiCommunicator>(comm, name, timeout);
+          if (nccl) return std::make_unique<NcclCommunicator>(std::move(mpi), *cuda, timeout);
+          return std::make_unique<StagedMpiCommunicator>(std::move(mpi), *cuda, timeout);
+        });
+#else
+    throw std::logic_error("resolve_device chose CUDA in a build without it");
+#endif
+  }
+  if (world.rank() == 0) {
+    std::printf("device: %s, precision %s, communication %s\n", s.backend->describe().c_str(),
+                std::string(dtype_name(c.train.precision)).c_str(),
+                c.run.device == DeviceChoice::Cpu ? "MPI"
+                : c.parallel.communicator == CommChoice::Nccl
+                    ? "NCCL (one GPU per rank)"
+                    : "MPI through host buffers (ranks share GPUs, or parallel.communicator = \"mpi\")");
+    if (s.grid->tensor_group_spans_nodes())
+      std::fprintf(stderr, "meshtrain: warning: tensor-parallel groups span nodes (tp = %d, %d "
+                   "rank(s) per node): every layer's all-reduce crosses the network; use tp <= "
+                   "ranks per node, or an order starting with \"tp\"\n",
+                   c.parallel.tp, s.grid->local_size());
+    std::fflush(stdout);
+  }
+  return s;
 }
 
 }  // namespace meshtrain

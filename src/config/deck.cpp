@@ -135,6 +135,18 @@ const std::vector<KeySpec>& schema() {
     const int64_t big = INT64_MAX;
     std::vector<KeySpec> k;
     // [run]
+    k.push_back(choice_key("run", "device", "auto", {"auto", "cpu", "cuda"},
+                           "Where to compute: \"auto\" uses a GPU per rank when this build has "
+                           "the CUDA backend and the node has GPUs, else the CPU.",
+                           [](Config& c, const std::string& v) {
+                             c.run.device = v == "cpu"    ? DeviceChoice::Cpu
+                                            : v == "cuda" ? DeviceChoice::Cuda
+                                                          : DeviceChoice::Auto;
+                           }));
+    k.push_back(choice_key("run", "attention", "auto", {"auto", "cudnn", "own"},
+                           "CUDA attention: cuDNN's fused scaled-dot-product attention (bf16), "
+                           "meshtrain's own kernels, or the best available.",
+                           [](Config& c, const std::string& v) { c.run.attention = v; }));
     k.push_back(string_key("run", "name", "\"meshtrain\"", "letters, digits, '.', '_', '-'",
                            "Run name; names the run directory and the logs.",
                            [](const std::string& s) {
@@ -211,12 +223,15 @@ const std::vector<KeySpec>& schema() {
                         "gets a tenth, generated from another seed.",
                         [](Config& c, int64_t v) { c.data.synthetic_bytes = v; }));
     // [train]
-    k.push_back(choice_key("train", "precision", "fp32", {"fp32", "fp64"},
-                           "Arithmetic of parameters, activations and gradients: fp32 to train, "
-                           "fp64 to verify (every layout then matches the single-rank run to "
-                           "round-off).",
+    k.push_back(choice_key("train", "precision", "auto", {"auto", "fp32", "fp64", "bf16"},
+                           "Arithmetic: bf16 mixed precision with fp32 master weights (CUDA), "
+                           "fp32, or fp64 to verify (CPU: every layout then matches the "
+                           "single-rank run to round-off). \"auto\": bf16 on CUDA, fp32 on CPU.",
                            [](Config& c, const std::string& v) {
-                             c.train.precision = v == "fp64" ? DType::F64 : DType::F32;
+                             c.train.precision_auto = v == "auto";
+                             c.train.precision = v == "fp64"   ? DType::F64
+                                                 : v == "bf16" ? DType::BF16
+                                                               : DType::F32;
                            }));
     k.push_back(int_key("train", "steps", 200, 1, big, "Optimizer steps.",
                         [](Config& c, int64_t v) { c.train.steps = static_cast<int>(v); }));
@@ -325,6 +340,21 @@ const std::vector<KeySpec>& schema() {
                    c.parallel.partition = out;
                    return "";
                  }});
+    k.push_back(choice_key("parallel", "communicator", "auto", {"auto", "mpi", "nccl"},
+                           "Collectives and pipeline transfers of device tensors: NCCL, or MPI "
+                           "through host buffers; \"auto\": NCCL when every rank has a GPU of its "
+                           "own. The CPU backend always uses MPI.",
+                           [](Config& c, const std::string& v) {
+                             c.parallel.communicator = v == "mpi"    ? CommChoice::Mpi
+                                                       : v == "nccl" ? CommChoice::Nccl
+                                                                     : CommChoice::Auto;
+                           }));
+    k.push_back(choice_key("parallel", "offload", "none", {"none", "optimizer"},
+                           "Keep fp32 master weights and AdamW moments in pinned host memory and "
+                           "update them on the CPU (CUDA only).",
+                           [](Config& c, const std::string& v) {
+                             c.parallel.offload = v == "optimizer" ? Offload::Optimizer : Offload::None;
+                           }));
     // [checkpoint]
     k.push_back(string_key("checkpoint", "dir", "\"<run.dir>/checkpoints\"", "a directory path",
                            "Where checkpoints are written and looked for.", nonempty,
@@ -471,6 +501,7 @@ Config parse_deck(const std::string& path, const std::string& text,
   Config c;
   c.deck_path = path;
   c.deck_text = text;
+  c.train.precision_auto = true;  // the deck's default; a train.precision key overrides it
   for (auto&& [sec_key, sec_node] : root) {
     const std::string sec(sec_key.str());
     if (std::find(sections.begin(), sections.end(), sec) == sections.end()) {

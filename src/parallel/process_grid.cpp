@@ -93,9 +93,14 @@ std::vector<std::vector<int>> GridShape::groups(Axis a) const {
   return out;
 }
 
-ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_seconds)
+ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_seconds,
+                         const CommunicatorFactory& make_group)
     : shape_(shape) {
   const std::chrono::duration<double> timeout(timeout_seconds);
+  auto group = [&](MPI_Comm comm, const std::string& name) -> std::unique_ptr<Communicator> {
+    if (make_group) return make_group(comm, name);
+    return std::make_unique<MpiCommunicator>(comm, name, timeout);
+  };
   int world_size = 0;
   MPI_Comm_rank(world, &world_rank_);
   MPI_Comm_size(world, &world_size);
@@ -111,8 +116,7 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
     c[axis_index(a)] = 0;
     MPI_Comm sub;
     MPI_Comm_split(world, shape_.world_rank(c), rank(a), &sub);
-    axis_comms_[axis_index(a)] =
-        std::make_unique<MpiCommunicator>(sub, std::string(axis_name(a)), timeout);
+    axis_comms_[axis_index(a)] = group(sub, std::string(axis_name(a)));
   }
 
   // Tied-embedding group: first and last stage of the same (dp, tp); others get a lone group.
@@ -122,7 +126,7 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
   MPI_Comm emb;
   MPI_Comm_split(world, on_end ? shape_.world_rank(c) : shape_.world_size() + world_rank_,
                  rank(Axis::Pipeline), &emb);
-  embedding_ = std::make_unique<MpiCommunicator>(emb, "embedding", timeout);
+  embedding_ = group(emb, "embedding");
 
   // Nodes: ranks sharing memory. A node's id is the world rank of its first member.
   MPI_Comm node;
@@ -134,10 +138,8 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
   MPI_Comm_free(&node);
   int is_leader = local_rank_ == 0 ? 1 : 0;
   MPI_Allreduce(&is_leader, &node_count_, 1, MPI_INT, MPI_SUM, world);
-  auto* tp = static_cast<MpiCommunicator*>(axis_comms_[axis_index(Axis::Tensor)].get());
-  int lo = node_id, hi = node_id;
-  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, tp->comm());
-  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, tp->comm());
+  const int lo = static_cast<int>(comm(Axis::Tensor).all_reduce_scalar(node_id, ReduceOp::Min));
+  const int hi = static_cast<int>(comm(Axis::Tensor).all_reduce_scalar(node_id, ReduceOp::Max));
   tp_spans_nodes_ = lo != hi;
 }
 

@@ -17,6 +17,7 @@
 #include "meshtrain/train/checkpointer.h"
 #include "meshtrain/train/fault_injection.h"
 #include "meshtrain/train/lr_schedule.h"
+#include "meshtrain/train/stop_request.h"
 
 namespace meshtrain {
 
@@ -249,7 +250,7 @@ void Trainer::save_checkpoint() {
   }
 }
 
-void Trainer::run() {
+RunEnd Trainer::run() {
   log_start();
   if (const std::string path = checkpointer_->resume_path(); !path.empty()) {
     checkpointer_->load(*this, path);
@@ -280,7 +281,19 @@ void Trainer::run() {
       metrics_->write({{"step", int64_t{r.step}}, {"val_loss", val}});
     }
     const int every = cfg_.checkpoint.every;
-    if (every > 0 && (r.step % every == 0 || last)) save_checkpoint();
+    const bool scheduled = every > 0 && (r.step % every == 0 || last);
+    // A stop signal may reach the ranks in different steps: agree on it after every step.
+    const int sig = static_cast<int>(grid_.world().all_reduce_scalar(stop_signal(), ReduceOp::Max));
+    if (scheduled || (sig != 0 && !last)) save_checkpoint();
+    if (sig != 0 && !last) {
+      if (leader_) {
+        std::printf("stopping at step %d on %s: checkpoint written; run again (requeue) to resume\n",
+                    r.step, signal_name(sig));
+        std::fflush(stdout);
+      }
+      log_memory("over the run", step_);
+      return RunEnd::Stopped;
+    }
   }
   if (!times.empty()) log_memory("over the run", step_);
   if (cfg_.run.trace) {
@@ -288,6 +301,7 @@ void Trainer::run() {
     trace_.write(path);
     if (leader_) std::printf("trace written: %s/trace_rank<N>.json\n", cfg_.run.dir.c_str());
   }
+  return RunEnd::Finished;
 }
 
 }  // namespace meshtrain

@@ -1,13 +1,18 @@
 #pragma once
 // What every command that runs a deck on the MPI world does first (train, eval): read the deck
-// on rank 0 and hand its text to every rank, parse it there with the --set overrides and check
-// the layout against the world size; and count the ranks sharing this node (for threads).
+// on rank 0 and hand its text to every rank, parse it there with the --set overrides, check the
+// layout against the world size, settle the device (CPU, or one GPU per rank with NCCL or
+// MPI-staged communication), and build the backend and the process grid. Every rank reaches
+// the same verdict on every error.
 
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "meshtrain/comm/communicator.h"
+#include "meshtrain/backend/backend.h"
+#include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/config.h"
+#include "meshtrain/parallel/process_grid.h"
 
 namespace meshtrain {
 
@@ -16,7 +21,20 @@ namespace meshtrain {
 Config load_config(const std::string& deck, const std::vector<std::string>& overrides,
                    Communicator& world);
 
-// Ranks of MPI_COMM_WORLD on this node (collective).
+// Ranks of MPI_COMM_WORLD on this node, and this rank's index among them (collective).
 int local_ranks();
+int local_rank();
+
+struct RunSetup {
+  Config config;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ProcessGrid> grid;
+};
+
+// Collective: load_config, then device resolution (agreed over the world: nodes may differ),
+// the backend of this rank and the grid with communicators for that device. Prints the device
+// choice on rank 0.
+RunSetup setup_run(const std::string& deck, const std::vector<std::string>& overrides,
+                   MpiCommunicator& world);
 
 }  // namespace meshtrain

@@ -16,7 +16,13 @@
 
 namespace meshtrain {
 
+enum class DeviceChoice { Auto, Cpu, Cuda };
+enum class CommChoice { Auto, Mpi, Nccl };
+enum class Offload { None, Optimizer };
+
 struct RunOptions {
+  DeviceChoice device = DeviceChoice::Auto;  // resolved by resolve_device() before training
+  std::string attention = "auto";            // CUDA attention: auto, cudnn, own
   std::string name = "meshtrain";
   std::string dir;  // default runs/<name>
   uint64_t seed = 1234;
@@ -36,7 +42,10 @@ struct DataOptions {
 };
 
 struct TrainOptions {
-  DType precision = DType::F32;  // fp32; fp64 verifies (CPU); bf16 mixed precision (CUDA)
+  // fp32; fp64 verifies (CPU); bf16 mixed precision with fp32 master weights (CUDA). The deck's
+  // "auto" is resolved with the device: bf16 on CUDA, fp32 on the CPU.
+  DType precision = DType::F32;
+  bool precision_auto = false;  // decks start from "auto" (parse_deck); code sets precision
   int steps = 200;
   int global_batch = 16;  // sequences per optimizer step
   int micro_batch = 4;    // sequences per micro-batch per data-parallel rank
@@ -60,6 +69,8 @@ struct ParallelOptions {
   std::string order = "tp-dp-pp";
   double bucket_mb = 25.0;
   std::vector<int> partition;  // layers per model chunk; empty: balanced
+  CommChoice communicator = CommChoice::Auto;
+  Offload offload = Offload::None;
 };
 
 struct CheckpointOptions {

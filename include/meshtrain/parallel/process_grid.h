@@ -16,6 +16,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,10 +50,17 @@ struct GridShape {
   std::vector<std::vector<int>> groups(Axis a) const;
 };
 
+// Makes the communicator of one group (dp, tp, pp, embedding) from its MPI communicator: MPI
+// itself on the CPU, NCCL or MPI with host staging for device tensors. The world stays MPI.
+using CommunicatorFactory =
+    std::function<std::unique_ptr<Communicator>(MPI_Comm comm, const std::string& name)>;
+
 class ProcessGrid {
  public:
   // Collective over `world`. The caller has validated shape.world_size() == world size.
-  ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_seconds);
+  // Without a factory, every group is an MpiCommunicator.
+  ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_seconds,
+              const CommunicatorFactory& make_group = nullptr);
   // The grid as world rank `world_rank` of a job that is only planned: every group is a
   // MetaCommunicator of the right rank and size, no MPI involved.
   static ProcessGrid planned(const GridShape& shape, int world_rank);

@@ -36,6 +36,10 @@ struct MemoryPeaks {
   size_t peak_total = 0;                          // of the sum, at its highest moment
 };
 
+// How run() ended: all train.steps done, or stopped early on SIGUSR1/SIGTERM after writing a
+// checkpoint (stop_request.h).
+enum class RunEnd { Finished, Stopped };
+
 class Trainer {
  public:
   // DataMode::ShapesOnly builds the run without data or initial values: the planner's dry run.
@@ -43,8 +47,9 @@ class Trainer {
           DataMode data = DataMode::Load);
   ~Trainer();
 
-  // Trains from the current step to train.steps, with evaluation and logging.
-  void run();
+  // Trains from the current step (after resuming per checkpoint.resume) to train.steps, with
+  // evaluation, logging and checkpoints; stops early, at a checkpoint, on a stop signal.
+  RunEnd run();
   // One optimizer step (0-based `step`).
   StepResult train_step(int step);
   // Mean validation loss per token over train.eval_batches global batches.
