@@ -43,13 +43,13 @@ host=$(hostname -s)
 cpus=${SLURM_LOCAL_CPUS:-16}
 mkdir -p "$dir/state" "$dir/spool" "$dir/munge"
 
-# A private munged (its own socket and key), so an existing munge service is left alone.
+# A private munged (its own socket and key), so an existing munge service is left alone. It runs
+# as root (--force): the directory may be private to root (a test's mkdtemp).
 key="$dir/munge/munge.key"
 [[ -f $key ]] || dd if=/dev/urandom of="$key" bs=1024 count=1 status=none
-chown munge:munge "$dir/munge" "$key" 2>/dev/null || true
 chmod 700 "$dir/munge"; chmod 400 "$key"
 socket="$dir/munge/munge.socket"
-runuser -u munge -- /usr/sbin/munged --key-file="$key" --socket="$socket" \
+/usr/sbin/munged --key-file="$key" --socket="$socket" \
   --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
   --seed-file="$dir/munge/munged.seed" --force
 cp "$dir/munge/munged.pid" "$dir/munged.pid"
