@@ -4,6 +4,10 @@ namespace meshtrain {
 
 Backend::~Backend() = default;
 
+std::unique_ptr<Allocator> Backend::make_host_allocator() const {
+  return std::make_unique<HostAllocator>();
+}
+
 Tensor Backend::empty(Shape shape, DType dtype, MemoryCategory category) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   return Tensor(allocator_->allocate(bytes, category), 0, shape, dtype);

@@ -1,5 +1,7 @@
 #include "meshtrain/parallel/model_state.h"
 
+#include "model_state_internal.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,51 +9,25 @@
 
 namespace meshtrain {
 
-struct ModelState::BucketState {
-  Tensor values;       // full bucket: a view of flat_values_ (zero <= 2), or the gathered copy
-  Tensor value_shard;  // zero 3: this rank's persistent shard
-  Work gather;         // zero 3: all-gather in flight into `values`
-  bool gathering = false;
-  int pins = 0;        // units running with the gathered values (zero 3)
-  Tensor grads;        // zero <= 1: a view of flat_grads_; zero >= 2: the current staging buffer
-  Tensor grad_shard;   // zero 1: this step's reduce-scatter result; zero >= 2: accumulated shard
-  bool reduced = false;
-  std::unique_ptr<AdamW> optim;
-  std::vector<OptimizerSegment> norm_segments;     // relative to the owned range
-  std::vector<OptimizerSegment> partial_segments;  // sequence-parallel partial gradients
-};
-
-struct ModelState::Pending {
-  int bucket;
-  Work work;
-  Tensor staging, out;  // kept alive until the reduction completes
-  bool accumulate;      // add `out` into the bucket's gradient shard on completion
-  int generation;       // the after_backward call that launched it
-};
-
-namespace {
-// [begin, end) of a parameter inside its bucket, intersected with [lo, hi), relative to lo.
-bool intersect(int64_t begin, int64_t end, int64_t lo, int64_t hi, OptimizerSegment& out) {
-  const int64_t a = std::max(begin, lo), b = std::min(end, hi);
-  if (a >= b) return false;
-  out.offset = a - lo;
-  out.count = b - a;
-  return true;
-}
-}  // namespace
-
 ModelState::ModelState(GptModel& model, const StateGroups& groups,
                        const ModelStateOptions& options)
-    : model_(&model), be_(&model.backend()), groups_(groups), options_(options) {
+    : model_(&model),
+      be_(&model.backend()),
+      state_be_(options.offload ? options.offload : &model.backend()),
+      state_dtype_(model.dtype() == DType::F32 || model.dtype() == DType::F64 ? model.dtype()
+                                                                              : DType::F32),
+      groups_(groups),
+      options_(options) {
   ParameterStore& store = model.params();
   const DType dt = model.dtype();
+  const DType gt = state_dtype_;  // gradients are kept in the optimizer's precision
   const int dp = options_.zero >= 1 ? groups_.dp->size() : 1;
   plan_ = make_bucket_plan(store, dp, options_.bucket_mb,
                            shards_params() ? BucketBy::Unit : BucketBy::Size, dt);
   completed_.assign(store.units(), 0);
 
   if (!shards_params()) flat_values_ = be_->zeros({plan_.total_size()}, dt, MemoryCategory::Parameters);
-  if (!shards_grads()) flat_grads_ = be_->zeros({plan_.total_size()}, dt, MemoryCategory::Gradients);
+  if (!shards_grads()) flat_grads_ = be_->zeros({plan_.total_size()}, gt, MemoryCategory::Gradients);
   int64_t offset = 0;
   const bool tp_leader = groups_.tp->rank() == 0;
   for (size_t b = 0; b < plan_.buckets.size(); ++b) {
@@ -63,7 +39,7 @@ ModelState::ModelState(GptModel& model, const StateGroups& groups,
       st->values = flat_values_.view(offset, {bk.size});
     }
     if (shards_grads()) {
-      st->grad_shard = be_->zeros({bk.shard_size}, dt, MemoryCategory::Gradients);
+      st->grad_shard = be_->zeros({bk.shard_size}, gt, MemoryCategory::Gradients);
     } else {
       st->grads = flat_grads_.view(offset, {bk.size});
     }
@@ -83,7 +59,11 @@ ModelState::ModelState(GptModel& model, const StateGroups& groups,
       if (!p.tied_copy && (p.spec.tp_split_dim >= 0 || tp_leader)) s.norm_segments.push_back(seg);
       if (p.spec.tp_grad == TpGrad::Partial) s.partial_segments.push_back(seg);
     }
-    s.optim = std::make_unique<AdamW>(*be_, hi - lo, dt, std::move(segments), options_.adamw);
+    s.optim = std::make_unique<AdamW>(*state_be_, hi - lo, gt, std::move(segments), options_.adamw);
+    if (has_master())
+      s.master = state_be_->zeros({hi - lo}, gt, MemoryCategory::OptimizerState);
+    if (state_be_ != be_)  // offload: the gradients' landing place on the host
+      s.host_grads = state_be_->zeros({hi - lo}, gt, MemoryCategory::CommBuffers);
     if (!shards_params()) point_values(static_cast<int>(b), s.values);
     if (!shards_grads()) point_grads(static_cast<int>(b), s.grads);
   }
@@ -121,21 +101,6 @@ void ModelState::point_grads(int b, const Tensor& full) {
   const Bucket& bk = plan_.buckets[b];
   for (size_t i = 0; i < bk.params.size(); ++i)
     bk.params[i]->grad = full.defined() ? full.view(bk.offsets[i], bk.params[i]->shape) : Tensor{};
-}
-
-void ModelState::initialize(uint64_t seed) {
-  const DType dt = model_->dtype();
-  for (size_t b = 0; b < plan_.buckets.size(); ++b) {
-    const Bucket& bk = plan_.buckets[b];
-    BucketState& s = bucket(static_cast<int>(b));
-    Tensor full = shards_params() ? be_->zeros({bk.size}, dt, MemoryCategory::Workspace) : s.values;
-    for (size_t i = 0; i < bk.params.size(); ++i) {
-      const std::vector<char> host = initial_values(*bk.params[i], seed, dt);
-      Tensor dst = full.view(bk.offsets[i], bk.params[i]->shape);
-      be_->copy_from_host(dst, host.data());
-    }
-    if (shards_params()) be_->copy(s.value_shard, full.view(owned_begin(static_cast<int>(b)), {bk.shard_size}));
-  }
 }
 
 // ---- ZeRO-3 parameter gathering ------------------------------------------------------------
@@ -230,7 +195,7 @@ void ModelState::after_backward(int unit) {
 void ModelState::acquire_staging(int b) {
   BucketState& s = bucket(b);
   if (s.grads.defined()) return;
-  s.grads = be_->zeros({plan_.buckets[b].size}, model_->dtype(), MemoryCategory::CommBuffers);
+  s.grads = be_->zeros({plan_.buckets[b].size}, state_dtype_, MemoryCategory::CommBuffers);
   point_grads(b, s.grads);
 }
 
@@ -250,7 +215,7 @@ void ModelState::maybe_reduce(int b) {
 void ModelState::launch_reduction(int b) {
   BucketState& s = bucket(b);
   Communicator& dp = *groups_.dp;
-  const DType dt = model_->dtype();
+  const DType dt = state_dtype_;
   switch (options_.zero) {
     case 0:
       pending_.push_back({b, dp.all_reduce(s.grads), {}, {}, false, generation_});
@@ -367,7 +332,7 @@ void ModelState::finish_backward() {
 void ModelState::all_reduce_segments(Communicator& comm, std::vector<Tensor>& pieces) {
   int64_t total = 0;
   for (const Tensor& t : pieces) total += t.numel();
-  Tensor packed = be_->empty({total}, model_->dtype(), MemoryCategory::CommBuffers);
+  Tensor packed = be_->empty({total}, state_dtype_, MemoryCategory::CommBuffers);
   int64_t off = 0;
   for (const Tensor& t : pieces) {
     Tensor dst = packed.view(off, {t.numel()});
@@ -380,71 +345,6 @@ void ModelState::all_reduce_segments(Communicator& comm, std::vector<Tensor>& pi
     be_->copy(t, packed.view(off, {t.numel()}));
     off += t.numel();
   }
-}
-
-double ModelState::grad_norm() {
-  double local = 0;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    Tensor g = owned_grads(static_cast<int>(b));
-    for (const OptimizerSegment& seg : bucket(static_cast<int>(b)).norm_segments)
-      local += be_->sum_squares(g.view(seg.offset, {seg.count}));
-  }
-  if (options_.zero >= 1) local = groups_.dp->all_reduce_scalar(local);
-  local = groups_.tp->all_reduce_scalar(local);
-  local = groups_.pp->all_reduce_scalar(local);
-  return std::sqrt(local);
-}
-
-void ModelState::optimizer_step(double lr, double grad_scale) {
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    Tensor values = owned_values(static_cast<int>(b));
-    bucket(static_cast<int>(b)).optim->step(values, owned_grads(static_cast<int>(b)), lr, grad_scale);
-  }
-  sync_after_load();
-  if (options_.zero == 1)
-    for (auto& s : buckets_) s->grad_shard = Tensor{};
-}
-
-void ModelState::sync_after_load() {
-  if (options_.zero != 1 && options_.zero != 2) return;
-  std::vector<Work> gathers;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    BucketState& s = bucket(static_cast<int>(b));
-    gathers.push_back(groups_.dp->all_gather(s.values, owned_values(static_cast<int>(b))));
-  }
-  wait_all(gathers);
-}
-
-int64_t ModelState::steps_taken() const { return buckets_.empty() ? 0 : buckets_.front()->optim->steps_taken(); }
-
-void ModelState::set_steps_taken(int64_t steps) {
-  for (auto& s : buckets_) s->optim->set_steps_taken(steps);
-}
-
-std::vector<OwnedPiece> ModelState::owned_pieces() {
-  std::vector<OwnedPiece> out;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    const Bucket& bk = plan_.buckets[b];
-    BucketState& s = bucket(static_cast<int>(b));
-    const int64_t lo = owned_begin(static_cast<int>(b)), hi = lo + owned_size(static_cast<int>(b));
-    Tensor values = owned_values(static_cast<int>(b));
-    for (size_t i = 0; i < bk.params.size(); ++i) {
-      OptimizerSegment seg;
-      if (!intersect(bk.offsets[i], bk.offsets[i] + bk.params[i]->numel(), lo, hi, seg)) continue;
-      OwnedPiece piece;
-      piece.param = bk.params[i];
-      piece.local_begin = lo + seg.offset - bk.offsets[i];
-      piece.count = seg.count;
-      piece.value = values.view(seg.offset, {seg.count});
-      piece.exp_avg = s.optim->exp_avg().view(seg.offset, {seg.count});
-      piece.exp_avg_sq = s.optim->exp_avg_sq().view(seg.offset, {seg.count});
-      const Parameter& p = *bk.params[i];
-      piece.primary = (options_.zero >= 1 || groups_.dp->rank() == 0) &&
-                      (p.spec.tp_split_dim >= 0 || groups_.tp->rank() == 0) && !p.tied_copy;
-      out.push_back(piece);
-    }
-  }
-  return out;
 }
 
 }  // namespace meshtrain

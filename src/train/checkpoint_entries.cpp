@@ -79,7 +79,7 @@ std::vector<Entry> plan_entries(ModelState& state, Communicator& world) {
   return out;
 }
 
-HostElements primary_on_host(Backend& be, const Entry& e, int kind, DType dt) {
+HostElements primary_on_host(const Entry& e, int kind, DType dt) {
   HostElements h;
   std::vector<const Piece*> primary;
   for (const Piece& p : e.pieces)
@@ -91,7 +91,7 @@ HostElements primary_on_host(Backend& be, const Entry& e, int kind, DType dt) {
   h.copy.resize(static_cast<size_t>(e.count(true)) * dtype_size(dt));
   size_t off = 0;
   for (const Piece* p : primary) {
-    be.copy_to_host(h.copy.data() + off, piece_tensor(p->owned, kind));
+    p->owned.backend->copy_to_host(h.copy.data() + off, piece_tensor(p->owned, kind));
     off += static_cast<size_t>(p->owned.count) * dtype_size(dt);
   }
   h.data = h.copy.data();

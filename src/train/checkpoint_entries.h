@@ -45,7 +45,7 @@ struct HostElements {
   std::vector<char> copy;
   const char* data = nullptr;
 };
-HostElements primary_on_host(Backend& be, const Entry& e, int kind, DType dt);
+HostElements primary_on_host(const Entry& e, int kind, DType dt);
 
 // Element-wise sum (mod 2^64) of every rank's vector. Collective.
 std::vector<uint64_t> sum_over(Communicator& world, const std::vector<uint64_t>& mine);

@@ -252,8 +252,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
   const std::string& dir = cfg_.checkpoint.dir;
   const std::string path = dir + "/" + file_name(step);
   const std::string tmp = path + ".tmp";
-  Backend& be = trainer.model().backend();
-  const DType dt = trainer.model().dtype();
+  const DType dt = trainer.state().state_dtype();
 
   agree(world, [&] {
     std::error_code ec;
@@ -293,7 +292,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
         const Entry& e = entries[i];
         const std::vector<Box> boxes = e.boxes(true);
         for (int kind = 0; kind < kKinds; ++kind) {
-          held.push_back(primary_on_host(be, e, kind, dt));
+          held.push_back(primary_on_host(e, kind, dt));
           const char* data = held.back().data;
           held_bytes += held.back().copy.size();
           hasher.post([&e, &sum = sums[i * kKinds + static_cast<size_t>(kind)], data, boxes, dt] {
@@ -421,8 +420,7 @@ void Checkpointer::prune(int64_t step) {
 CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
   const auto t0 = std::chrono::steady_clock::now();
   Communicator& world = grid_.world();
-  Backend& be = trainer.model().backend();
-  const DType dt = trainer.model().dtype();
+  const DType dt = trainer.state().state_dtype();
   const GptConfig& m = cfg_.model;
   const std::vector<Entry> entries = plan_entries(trainer.state(), world);
 
@@ -494,7 +492,7 @@ CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
           src = converted.data();
         }
         Tensor t = piece_tensor(p.owned, kind);
-        be.copy_from_host(t, src);
+        p.owned.backend->copy_from_host(t, src);
       }
     }
   trainer.state().set_steps_taken(info.optimizer_steps);

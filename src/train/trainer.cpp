@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/parallel/schedule_simulator.h"
 #include "meshtrain/train/checkpointer.h"
@@ -71,6 +72,12 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   so.bucket_mb = p.bucket_mb;
   so.adamw = {config.train.beta1, config.train.beta2, config.train.eps, config.train.weight_decay};
   so.microbatches = config.microbatches();
+  if (p.offload == Offload::Optimizer) {
+    host_backend_ = backend.planning()
+                        ? std::make_unique<CpuBackend>(config.run.threads, Execution::Plan)
+                        : std::make_unique<CpuBackend>(config.run.threads, backend.make_host_allocator());
+    so.offload = host_backend_.get();
+  }
   state_ = std::make_unique<ModelState>(
       *model_,
       StateGroups{&grid.comm(Axis::Data), &grid.comm(Axis::Tensor), &grid.comm(Axis::Pipeline),

@@ -33,6 +33,11 @@ class Backend {
   virtual std::string name() const = 0;
   // One line for logs: the device, its libraries and threads.
   virtual std::string describe() const { return name(); }
+  // An allocator for host memory that this device copies to and from fastest (pinned memory
+  // for GPUs), for state offloaded to the host.
+  virtual std::unique_ptr<Allocator> make_host_allocator() const;
+  // True for the planner's dry-run backends (allocations only, no arithmetic).
+  virtual bool planning() const { return false; }
   Device device() const { return allocator_->device(); }
   Allocator& allocator() { return *allocator_; }
   MemoryTracker& memory() { return allocator_->tracker(); }

@@ -3,6 +3,12 @@
 // out in buckets (bucket_plan.h) and sharded over the data-parallel group by ZeRO stage
 // (Rajbhandari et al., arXiv 1910.02054):
 //
+// Mixed precision: with bf16 parameters (the layers' values), gradients are fp32 and the
+// optimizer keeps fp32 master weights of its shard beside the moments; after each update the
+// master weights are cast to bf16 into the parameters (and gathered). With offload, master
+// weights and moments live in pinned host memory and the update runs on the CPU, bucket by
+// bucket, overlapping the copies of one bucket with the update of the previous.
+//
 //   zero  parameters         gradients                     optimizer (AdamW m, v)
 //   0     full               full, all-reduced             full
 //   1     full, all-gathered  full, reduce-scattered        shard
@@ -40,14 +46,20 @@ struct ModelStateOptions {
   double bucket_mb = 25.0;
   AdamWHyper adamw;
   int microbatches = 1;  // backward passes per unit per step
+  // Where the optimizer's state lives: null, with the parameters; or this host backend (pinned
+  // memory): master weights and moments are updated on the CPU (parallel.offload = "optimizer").
+  Backend* offload = nullptr;
 };
 
 // A piece of one parameter that this rank owns: `count` elements from local flat index
-// `local_begin` of the parameter's slice, with views of its value and optimizer moments.
+// `local_begin` of the parameter's slice, with views of its value and optimizer moments. The
+// value is the optimizer's (the fp32 master weights under bf16 mixed precision), on `backend`
+// (the device, or the host when the optimizer is offloaded).
 struct OwnedPiece {
   Parameter* param = nullptr;
   int64_t local_begin = 0, count = 0;
   Tensor value, exp_avg, exp_avg_sq;
+  Backend* backend = nullptr;
   // The one copy of these elements in the whole grid that a checkpoint writes: data-parallel
   // replicas (ZeRO 0) defer to dp rank 0, tensor-parallel replicas to tp rank 0, and the tied
   // embedding's copy on the last stage to the first stage's.
@@ -82,6 +94,8 @@ class ModelState final : public UnitHooks {
   int64_t steps_taken() const;
   void set_steps_taken(int64_t steps);
   int zero() const { return options_.zero; }
+  // The optimizer's element type: fp32 master weights under bf16, else the parameters' own.
+  DType state_dtype() const { return state_dtype_; }
   const BucketPlan& plan() const { return plan_; }
   // The pieces of parameters whose value and moments this rank holds authoritatively (its
   // shard under ZeRO >= 1, everything under ZeRO 0), for checkpoints.
@@ -100,6 +114,12 @@ class ModelState final : public UnitHooks {
   int64_t owned_size(int b) const;
   Tensor owned_values(int b);
   Tensor owned_grads(int b);
+  // What the optimizer updates: the master weights, or the parameters' owned range itself.
+  Tensor optimizer_values(int b);
+  // Copies (casting) the optimizer's values of bucket b into the parameters' owned range.
+  void upload_master(int b);
+  void gather_parameters();
+  bool has_master() const { return state_be_ != be_ || state_dtype_ != model_->dtype(); }
   void point_values(int b, const Tensor& full);
   void point_grads(int b, const Tensor& full);
   void start_gather(int b);
@@ -115,6 +135,8 @@ class ModelState final : public UnitHooks {
 
   GptModel* model_;
   Backend* be_;
+  Backend* state_be_;   // where master weights and moments live (be_, or the offload host)
+  DType state_dtype_;   // fp32 under bf16 parameters, else the parameters' dtype
   StateGroups groups_;
   ModelStateOptions options_;
   BucketPlan plan_;

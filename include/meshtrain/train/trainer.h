@@ -79,6 +79,7 @@ class Trainer {
   bool leader_;
   std::vector<ChunkRange> partition_;
   std::unique_ptr<GptModel> model_;
+  std::unique_ptr<Backend> host_backend_;  // the offloaded optimizer's (parallel.offload)
   std::unique_ptr<ModelState> state_;
   std::unique_ptr<DataFeed> data_;
   std::vector<Action> train_actions_, eval_actions_;

@@ -59,6 +59,13 @@ CpuBackend::CpuBackend(int threads, Execution execution)
   if (!planning_ && threads > 0) omp_set_num_threads(threads);
 }
 
+CpuBackend::CpuBackend(int threads, std::unique_ptr<Allocator> allocator)
+    : Backend(std::move(allocator)),
+      planning_(false),
+      threads_(threads > 0 ? threads : omp_get_max_threads()) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
 int CpuBackend::threads() const { return planning_ ? threads_ : omp_get_max_threads(); }
 
 std::string CpuBackend::describe() const {

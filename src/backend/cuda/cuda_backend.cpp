@@ -492,4 +492,8 @@ void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_av
                      ptr<float>(op, exp_avg_sq), param.numel(), p, stream_);
 }
 
+std::unique_ptr<Allocator> CudaBackend::make_host_allocator() const {
+  return std::make_unique<PinnedHostAllocator>();
+}
+
 }  // namespace meshtrain

@@ -15,7 +15,9 @@ class CpuBackend final : public Backend {
  public:
   // threads: the OpenMP team size for kernels and OpenBLAS (0: leave the OpenMP default).
   explicit CpuBackend(int threads = 0, Execution execution = Execution::Compute);
-  bool planning() const { return planning_; }
+  // Computes on memory from `allocator` (e.g. pinned host memory of a GPU's offloaded state).
+  CpuBackend(int threads, std::unique_ptr<Allocator> allocator);
+  bool planning() const override { return planning_; }
 
   std::string name() const override { return "cpu"; }
   std::string describe() const override;

@@ -57,6 +57,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
+  std::unique_ptr<Allocator> make_host_allocator() const override;
   int device_index() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   const CudaBackendOptions& options() const { return options_; }
