@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--memory", plan.memory,
                        "Memory per rank (e.g. 16GiB, 80G): refuse layouts that do not fit");
   plan_cmd->add_option("--threads", plan.threads, "Threads per rank of the planned run");
+  plan_cmd->add_option("--device", plan.device, "Device of the planned run: cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   plan_cmd->add_option("--set", plan.overrides, "Override a deck key: --set section.key=value");
 
   app.add_subcommand("keys", "Print the input-deck reference (every key, its default and range)");

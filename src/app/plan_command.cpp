@@ -9,6 +9,7 @@
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/config/deck.h"
+#include "meshtrain/config/device_check.h"
 #include "meshtrain/train/planner.h"
 
 namespace meshtrain {
@@ -63,7 +64,15 @@ void print_stages(const LayoutPlan& plan) {
 int plan_command(const PlanArgs& args) {
   MpiSession mpi;  // one process: plans need no launch, but the communicator layer wants MPI
   return run_reporting_errors([&] {
-    const Config config = parse_deck(args.deck, read_deck_file(args.deck), args.overrides);
+    Config config = parse_deck(args.deck, read_deck_file(args.deck), args.overrides);
+    // The planned run's device, not this machine's: a login node plans a GPU job.
+    const bool cuda = args.device == "cuda" || (args.device.empty() && config.run.device == DeviceChoice::Cuda);
+    DeviceFacts facts;
+    facts.cuda_built = cuda;
+    facts.devices = cuda ? 1 << 20 : 0;
+    facts.local_ranks = 1;
+    config.run.device = cuda ? DeviceChoice::Cuda : DeviceChoice::Cpu;
+    resolve_device(config, facts);
     const int threads = args.threads > 0 ? args.threads : config.run.threads > 0 ? config.run.threads : 1;
     const size_t budget = args.memory.empty() ? 0 : parse_size(args.memory);
 
@@ -89,8 +98,12 @@ int plan_command(const PlanArgs& args) {
     }
 
     const LayoutPlan plan = plan_layout(config, args.world, threads);
-    std::printf("# plan: %s on %d ranks: %s, %d thread(s) per rank\n", args.deck.c_str(), args.world,
-                plan.layout().c_str(), threads);
+    std::printf("# plan: %s on %d ranks: %s, %s, %s, %d thread(s) per rank\n", args.deck.c_str(),
+                args.world, plan.layout().c_str(), cuda ? "cuda" : "cpu",
+                std::string(dtype_name(config.train.precision)).c_str(), threads);
+    if (cuda)
+      std::printf("# kernels' scratch as on the CPU backend; a GPU adds the cuBLASLt workspace (32 MiB) "
+                  "and cuDNN's\n");
     print_stages(plan);
     if (budget && plan.peak() > budget) {
       const StagePlan& worst = plan.stages[static_cast<size_t>(plan.peak_stage())];

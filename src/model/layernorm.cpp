@@ -26,8 +26,8 @@ Tensor LayerNorm::forward(const Tensor& inp, Saved& saved, MemoryCategory catego
   const int64_t N = inp.dim(0);
   Tensor out = be.empty(inp.shape(), inp.dtype(), category);
   saved.inp = inp;
-  saved.mean = be.empty({N}, inp.dtype(), category);
-  saved.rstd = be.empty({N}, inp.dtype(), category);
+  saved.mean = be.empty({N}, stats_dtype(inp.dtype()), category);
+  saved.rstd = be.empty({N}, stats_dtype(inp.dtype()), category);
   be.layernorm_forward(out, saved.mean, saved.rstd, inp, weight_.value, bias_.value);
   return out;
 }

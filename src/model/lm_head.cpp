@@ -19,20 +19,21 @@ double LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenS
   Tensor logits = be.empty({N, V}, dt, ws);
   be.matmul_forward(logits, hin, weight_.value, nullptr);
 
-  Tensor row_max = be.empty({N}, dt, ws), row_sumexp = be.empty({N}, dt, ws);
+  const DType st = stats_dtype(dt);
+  Tensor row_max = be.empty({N}, st, ws), row_sumexp = be.empty({N}, st, ws);
   be.crossentropy_stats(row_max, row_sumexp, logits);
   if (tp.size() > 1) {
-    Tensor global_max = be.empty({N}, dt, ws);
+    Tensor global_max = be.empty({N}, st, ws);
     be.copy(global_max, row_max);
     tp.all_reduce(global_max, ReduceOp::Max).wait();
     be.crossentropy_rebase(row_sumexp, row_max, global_max);
     tp.all_reduce(row_sumexp).wait();
     row_max = global_max;
   }
-  Tensor target_logit = be.empty({N}, dt, ws);
+  Tensor target_logit = be.empty({N}, st, ws);
   be.crossentropy_target_logit(target_logit, logits, targets, weight_.split_begin);
   tp.all_reduce(target_logit).wait();
-  Tensor losses = be.empty({N}, dt, ws);
+  Tensor losses = be.empty({N}, st, ws);
   be.crossentropy_losses(losses, row_max, row_sumexp, target_logit);
   const double loss_sum = be.sum(losses);
   if (!saved) return loss_sum;

@@ -22,6 +22,12 @@ struct TokenShape {
   int64_t N() const { return B * T; }
 };
 
+// Per-row statistics (LayerNorm mean and rstd, softmax max and sum, losses) keep fp32 when
+// activations are bf16: they are few, and their precision decides the result's.
+inline DType stats_dtype(DType activations) {
+  return activations == DType::BF16 || activations == DType::F16 ? DType::F32 : activations;
+}
+
 // Activation recomputation (Korthikanti et al., arXiv 2205.05198): keep everything, recompute
 // the attention core (softmax probabilities) in backward, or keep only each block's input and
 // recompute the whole block.

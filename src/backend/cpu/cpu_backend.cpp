@@ -29,8 +29,8 @@ void same_shape(const char* op, const Tensor& a, const Tensor& b) {
 
 // Calls f(float{}) or f(double{}) for the tensor's dtype; in planning mode only checks it.
 template <class F> void dispatch(bool planning, const char* op, DType t, F&& f) {
-  if (planning) {
-    if (t != DType::F32 && t != DType::F64) unsupported(op, t);
+  if (planning) {  // plans of GPU runs (bf16) are made with this backend too
+    if (t != DType::F32 && t != DType::F64 && t != DType::BF16) unsupported(op, t);
     return;
   }
   switch (t) {
@@ -118,9 +118,9 @@ void CpuBackend::copy_from_host(Tensor& dst, const void* src) {
   if (!planning_) std::memcpy(dst.raw(), src, dst.nbytes());
 }
 
+// In planning mode `dst` may itself be planned (a fake address): nothing is written.
 void CpuBackend::copy_to_host(void* dst, const Tensor& src) {
-  if (planning_) std::memset(dst, 0, src.nbytes());
-  else std::memcpy(dst, src.raw(), src.nbytes());
+  if (!planning_) std::memcpy(dst, src.raw(), src.nbytes());
 }
 
 void CpuBackend::add_inplace(Tensor& dst, const Tensor& src) {
