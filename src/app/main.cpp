@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
 
   BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks, each against this machine's own ceiling");
-  bench_cmd->add_option("--suite", bench.suite, "step, comm, pipeline, zero, checkpoint or all")
-      ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "all"}));
+  bench_cmd->add_option("--suite", bench.suite, "step, comm, pipeline, zero, checkpoint, gpu or all")
+      ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all"}));
   bench_cmd->add_option("--threads", bench.threads, "Threads per rank")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--steps", bench.steps, "Timed steps (median reported)")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");

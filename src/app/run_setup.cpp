@@ -66,6 +66,25 @@ int local_rank() {
   return rank;
 }
 
+std::unique_ptr<ProcessGrid> make_grid(const Config& c, Backend& backend) {
+  if (backend.device() == Device::Cpu)
+    return std::make_unique<ProcessGrid>(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+#if MESHTRAIN_HAVE_CUDA
+  const std::chrono::duration<double> timeout(c.run.comm_timeout);
+  auto* cuda = static_cast<CudaBackend*>(&backend);
+  const bool nccl = c.parallel.communicator == CommChoice::Nccl;
+  return std::make_unique<ProcessGrid>(
+      MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout,
+      [cuda, nccl, timeout](MPI_Comm comm, const std::string& name) -> std::unique_ptr<Communicator> {
+        auto mpi = std::make_unique<MpiCommunicator>(comm, name, timeout);
+        if (nccl) return std::make_unique<NcclCommunicator>(std::move(mpi), *cuda, timeout);
+        return std::make_unique<StagedMpiCommunicator>(std::move(mpi), *cuda, timeout);
+      });
+#else
+  throw std::logic_error("a device backend in a build without CUDA");
+#endif
+}
+
 RunSetup setup_run(const std::string& deck, const std::vector<std::string>& overrides,
                    MpiCommunicator& world) {
   RunSetup s;
@@ -80,11 +99,9 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                       "not, or GPU counts differ): set run.device, train.precision and "
                       "parallel.communicator explicitly");
   const Config& c = s.config;
-  const std::chrono::duration<double> timeout(c.run.comm_timeout);
 
   if (c.run.device == DeviceChoice::Cpu) {
     s.backend = std::make_unique<CpuBackend>(choose_threads(c.run.threads, node_size));
-    s.grid = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
   } else {
 #if MESHTRAIN_HAVE_CUDA
     agree(world, [&] {
@@ -93,19 +110,11 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
       options.attention = parse_attention_impl(c.run.attention);
       s.backend = std::make_unique<CudaBackend>(options);
     });
-    auto* cuda = static_cast<CudaBackend*>(s.backend.get());
-    const bool nccl = c.parallel.communicator == CommChoice::Nccl;
-    s.grid = std::make_unique<ProcessGrid>(
-        MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout,
-        [cuda, nccl, timeout](MPI_Comm comm, const std::string& name) -> std::unique_ptr<Communicator> {
-          auto mpi = std::make_unique<MpiCommunicator>(comm, name, timeout);
-          if (nccl) return std::make_unique<NcclCommunicator>(std::move(mpi), *cuda, timeout);
-          return std::make_unique<StagedMpiCommunicator>(std::move(mpi), *cuda, timeout);
-        });
 #else
     throw std::logic_error("resolve_device chose CUDA in a build without it");
 #endif
   }
+  s.grid = make_grid(c, *s.backend);
   if (world.rank() == 0) {
     std::printf("device: %s, precision %s, communication %s\n", s.backend->describe().c_str(),
                 std::string(dtype_name(c.train.precision)).c_str(),

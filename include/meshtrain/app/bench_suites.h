@@ -19,6 +19,8 @@ void bench_zero(const BenchArgs& args, BenchReport& report);
 // Checkpoint save and load bandwidth against a raw sequential write and read of the same bytes
 // to the same directory (args.dir), any number of ranks.
 void bench_checkpoint(const BenchArgs& args, BenchReport& report);
+// GPT-2 124M in bf16 on one GPU: tokens/s and MFU against a bf16 cuBLASLt GEMM peak.
+void bench_gpu(const BenchArgs& args, BenchReport& report);
 // Median GFLOP/s of a square sgemm of size n (checked against double-precision dot products).
 double measure_sgemm_peak(int n, int repeats, int& wrong);
 

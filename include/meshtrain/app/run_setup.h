@@ -31,6 +31,10 @@ struct RunSetup {
   std::unique_ptr<ProcessGrid> grid;
 };
 
+// Collective over MPI_COMM_WORLD: the process grid of `config`'s layout with the communicators
+// its device needs (MPI on the CPU; NCCL or MPI through host buffers for a CUDA backend).
+std::unique_ptr<ProcessGrid> make_grid(const Config& config, Backend& backend);
+
 // Collective: load_config, then device resolution (agreed over the world: nodes may differ),
 // the backend of this rank and the grid with communicators for that device. Prints the device
 // choice on rank 0.

@@ -1,0 +1,79 @@
+// The `gpu` suite (one rank, one GPU): GPT-2 124M (12 layers, d_model 768, 12 heads, T 1024,
+// vocabulary 50257 padded to 50304, tied embeddings) trained in bf16 mixed precision at the
+// largest micro-batch that fits, against the machine's ceiling measured in the same run: a large
+// bf16 cuBLASLt GEMM. Prints tokens/s and MFU (PaLM FLOPs, GptConfig::flops_per_token, over that
+// peak). bench/gpu/run.sh runs it next to the same model in PyTorch and prints the ratio.
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "meshtrain/app/bench_suites.h"
+#include "meshtrain/app/run_setup.h"
+#include "meshtrain/comm/agreement.h"
+#include "meshtrain/config/layout_check.h"
+#include "meshtrain/train/trainer.h"
+
+#if MESHTRAIN_HAVE_CUDA
+#include "meshtrain/backend/cuda/cuda_backend.h"
+#endif
+
+namespace meshtrain {
+
+void bench_gpu(const BenchArgs& args, BenchReport& report) {
+#if !MESHTRAIN_HAVE_CUDA
+  (void)args;
+  (void)report;
+  throw AgreedError("bench --suite gpu needs a CUDA build of meshtrain (nvcc at build time)");
+#else
+  std::string why;
+  if (cuda_device_count(&why) == 0) throw AgreedError("bench --suite gpu: no GPU: " + why);
+  CudaBackend backend;
+  report.columns({"micro_batch", "tokens", "step_ms", "tokens/s", "TFLOP/s", "MFU"});
+  const double peak = backend.measure_bf16_gemm_peak_tflops();
+  report.header("suite gpu: " + backend.describe() + "; ceiling: bf16 cuBLASLt GEMM 8192^3, " +
+                std::to_string(peak) + " TFLOP/s");
+  int wrong = 0;
+  for (int64_t b : {64, 32, 16, 8, 4}) {
+    Config c;
+    c.deck_path = "<bench>";
+    c.run.dir = "runs/bench-gpu";
+    c.run.device = DeviceChoice::Cuda;
+    c.model = GptConfig{12, 768, 12, 1024, 50304, true};
+    c.data.synthetic_bytes = 1 << 22;
+    c.data.val = "none";
+    c.train.precision = DType::BF16;
+    c.train.steps = 1000;
+    c.train.micro_batch = static_cast<int>(b);
+    c.train.global_batch = static_cast<int>(b);
+    c.train.warmup_steps = 0;
+    c.parallel.communicator = CommChoice::Nccl;
+    check_layout(c, 1);
+    try {
+      std::unique_ptr<ProcessGrid> grid = make_grid(c, backend);
+      Trainer trainer(c, *grid, backend);
+      std::vector<double> seconds;
+      double first_loss = 0;
+      for (int s = 0; s <= std::max(args.steps, 5); ++s) {
+        const StepResult r = trainer.train_step(s);
+        if (s == 0) first_loss = r.loss;
+        else seconds.push_back(r.seconds);
+      }
+      if (std::abs(first_loss - std::log(50304.0)) > 0.5) wrong = 1;  // logits start near zero
+      std::sort(seconds.begin(), seconds.end());
+      const double t = seconds[seconds.size() / 2], tokens = static_cast<double>(b) * 1024.0;
+      const double tflops = c.model.flops_per_token() * tokens / t / 1e12;
+      report.row("gpt2-124M bf16 T1024", {static_cast<double>(b), tokens, t * 1e3, tokens / t, tflops, tflops / peak}, wrong);
+      return;
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      if (what.find("out of memory") == std::string::npos) throw;
+      report.header("micro-batch " + std::to_string(b) + " does not fit: " + what);
+      backend.allocator().release_cached();
+    }
+  }
+  throw std::runtime_error("bench --suite gpu: not even micro-batch 4 fits");
+#endif
+}
+
+}  // namespace meshtrain
