@@ -299,12 +299,20 @@ void ModelState::finish_backward() {
                              ", ...) was not reduced: its units did not all finish backward");
   }
   const auto wait_start = std::chrono::steady_clock::now();
+  backward_end_time_ = std::chrono::duration<double>(wait_start.time_since_epoch()).count();
+  // The training thread now drives MPI itself: a second thread polling would only contend for
+  // MPI's progress lock.
+  if (progress_active_) {
+    progress_thread_.end();
+    progress_active_ = false;
+  }
   for (Pending& p : pending_) {
     p.work.wait();
     complete(p);
   }
   pending_.clear();
-  progress();
+  reductions_done_time_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   exposed_comm_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
   release_gathered();

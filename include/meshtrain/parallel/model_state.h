@@ -90,6 +90,12 @@ class ModelState final : public UnitHooks {
   // Seconds spent waiting for reductions in the last step (at the end of backward, and for
   // ZeRO 2/3 at each unit): the part of the data-parallel communication backward did not hide.
   double exposed_comm_seconds() const { return exposed_comm_seconds_; }
+  // steady_clock seconds at which this rank's last backward ended (finish_backward entered) and
+  // its reductions were complete: exposed communication of a step is the latest completion
+  // minus the latest backward end over the ranks (a rank waiting for a slower one is skew,
+  // not communication).
+  double backward_end_time() const { return backward_end_time_; }
+  double reductions_done_time() const { return reductions_done_time_; }
 
   int64_t steps_taken() const;
   void set_steps_taken(int64_t steps);
@@ -145,6 +151,7 @@ class ModelState final : public UnitHooks {
   std::vector<int> completed_;  // backward passes finished this step, per unit
   Tensor flat_values_, flat_grads_;
   double exposed_comm_seconds_ = 0;
+  double backward_end_time_ = 0, reductions_done_time_ = 0;
   int generation_ = 0;  // after_backward calls so far
   ProgressThread progress_thread_;
   bool progress_active_ = false;
