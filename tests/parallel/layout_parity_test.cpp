@@ -14,11 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "support/mpi_world.h"
 #include "support/parity.h"
 #include "support/temp_dir.h"
 
 namespace meshtrain {
 namespace {
+
+using testing::world_rank;
+using testing::world_size;
 
 struct Layout {
   int dp, tp, pp;
@@ -116,18 +120,6 @@ std::vector<Layout> layouts_for(int world) {
     };
     default: return {};
   }
-}
-
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
 }
 
 constexpr int kSteps = 5;

@@ -22,23 +22,15 @@
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/train/checkpointer.h"
 #include "meshtrain/train/trainer.h"
+#include "support/mpi_world.h"
 #include "support/parity.h"
 #include "support/shared_temp_dir.h"
 
 namespace meshtrain {
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using testing::world_rank;
+using testing::world_size;
 
 struct Layout {
   int dp, tp, pp, zero;

@@ -18,22 +18,15 @@
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/train/planner.h"
 #include "meshtrain/train/trainer.h"
+#include "support/mpi_world.h"
 #include "support/parity.h"
 #include "support/temp_dir.h"
 
 namespace meshtrain {
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using testing::world_rank;
+using testing::world_size;
 
 Config memory_config(const std::string& dir) {
   Config c = testing::tiny_config(dir);

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""What a run leaves in its run directory is what the README promises.
+
+A 2-rank run (pp 2) with run.trace = true must write
+  - metrics.jsonl: every line a JSON object; training lines with step, loss, lr, grad_norm,
+    tokens_per_s, step_ms; evaluation lines with step and val_loss; memory lines per rank;
+  - trace_rank0.json and trace_rank1.json: Chrome-trace JSON whose complete events ("ph": "X")
+    include forward and backward spans of every micro-batch on each rank;
+and a progress line per logged step on stdout with an ETA.
+
+usage: outputs_test.py MESHTRAIN_BINARY MPIEXEC
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BIN, MPIEXEC = sys.argv[1], sys.argv[2]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_hwloc_base_binding_policy="none",
+           OMP_NUM_THREADS="1")
+DECK = """
+[run]
+name = "outputs"
+dir = "{dir}/run"
+trace = true
+log_every = 2
+[model]
+layers = 2
+d_model = 32
+heads = 4
+seq_len = 16
+[data]
+synthetic_bytes = 65536
+[train]
+steps = 4
+global_batch = 8
+micro_batch = 2
+eval_every = 2
+eval_batches = 1
+[parallel]
+pp = 2
+"""
+
+
+def main():
+    problems = []
+    with tempfile.TemporaryDirectory() as tmp:
+        deck = os.path.join(tmp, "deck.toml")
+        with open(deck, "w") as f:
+            f.write(DECK.format(dir=tmp))
+        p = subprocess.run([MPIEXEC, "-n", "2", BIN, "train", deck], env=ENV, capture_output=True,
+                           text=True, timeout=300)
+        if p.returncode != 0:
+            print(p.stdout + p.stderr)
+            return 1
+        progress = [l for l in p.stdout.splitlines() if l.startswith("step") and "| eta " in l]
+        if len(progress) < 2:
+            problems.append("no progress lines with an ETA:\n" + p.stdout)
+        lines = [json.loads(l) for l in open(os.path.join(tmp, "run", "metrics.jsonl"))]
+        train = [l for l in lines if "loss" in l]
+        evals = [l for l in lines if "val_loss" in l]
+        memory = [l for l in lines if "memory_rank" in l]
+        for l in train:
+            missing = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms"} - set(l)
+            if missing:
+                problems.append("training line without %s: %s" % (sorted(missing), l))
+        if [l["step"] for l in evals] != [2, 4]:
+            problems.append("evaluations at steps %s, expected [2, 4]" % [l["step"] for l in evals])
+        if sorted({l["memory_rank"] for l in memory}) != [0, 1]:
+            problems.append("memory lines for ranks %s" % sorted({l["memory_rank"] for l in memory}))
+        for rank in (0, 1):
+            trace = json.load(open(os.path.join(tmp, "run", "trace_rank%d.json" % rank)))
+            names = {e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+            # Rank r runs chunk r: forwards and backwards of micro-batches 0..1 (2 per rank).
+            wanted = {"%dF%d" % (rank, m) for m in range(2)} | {"%dB%d" % (rank, m) for m in range(2)}
+            if not wanted <= names:
+                problems.append("trace of rank %d lacks %s" % (rank, sorted(wanted - names)))
+    for pr in problems:
+        print("FAILED: " + pr)
+    print("%d problem(s)" % len(problems))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
