@@ -5,6 +5,19 @@
 
 namespace meshtrain {
 
+Config bench_deck(const std::string& suite, const GptConfig& model) {
+  Config c;
+  c.deck_path = "<bench>";
+  c.run.name = "bench-" + suite;
+  c.run.dir = "runs/bench-" + suite;
+  c.model = model;
+  c.data.synthetic_bytes = 1 << 20;
+  c.data.val = "none";
+  c.train.steps = 1000;
+  c.train.warmup_steps = 0;
+  return c;
+}
+
 int bench_command(const BenchArgs& args) {
   MpiSession mpi;
   return run_reporting_errors([&] {

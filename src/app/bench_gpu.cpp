@@ -35,18 +35,12 @@ void bench_gpu(const BenchArgs& args, BenchReport& report) {
                 std::to_string(peak) + " TFLOP/s");
   int wrong = 0;
   for (int64_t b : {64, 32, 16, 8, 4}) {
-    Config c;
-    c.deck_path = "<bench>";
-    c.run.dir = "runs/bench-gpu";
+    Config c = bench_deck("gpu", GptConfig{12, 768, 12, 1024, 50304, true});
     c.run.device = DeviceChoice::Cuda;
-    c.model = GptConfig{12, 768, 12, 1024, 50304, true};
     c.data.synthetic_bytes = 1 << 22;
-    c.data.val = "none";
     c.train.precision = DType::BF16;
-    c.train.steps = 1000;
     c.train.micro_batch = static_cast<int>(b);
     c.train.global_batch = static_cast<int>(b);
-    c.train.warmup_steps = 0;
     c.parallel.communicator = CommChoice::Nccl;
     check_layout(c, 1);
     try {

@@ -29,13 +29,7 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
                 "ratio = measured / theory (1 is ideal, above 1 means communication or imbalance)");
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
     for (int m : {2, 4, 8}) {
-      Config c;
-      c.deck_path = "<bench>";
-      c.run.dir = "runs/bench-pipeline";
-      c.model = GptConfig{8 * ranks / 2, 256, 8, 128, 256, true};
-      c.data.synthetic_bytes = 1 << 20;
-      c.data.val = "none";
-      c.train.steps = 1000;
+      Config c = bench_deck("pipeline", GptConfig{8 * ranks / 2, 256, 8, 128, 256, true});
       c.train.micro_batch = 2;
       c.train.global_batch = 2 * m;
       c.parallel.pp = ranks;

@@ -7,17 +7,25 @@
 
 namespace meshtrain {
 
-void BenchReport::columns(std::vector<std::string> columns) {
+namespace {
+
+// Only world rank 0 prints; every rank keeps the rows (and takes part in the wrong-count sum).
+bool leader() {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  leader_ = rank == 0;
+  return rank == 0;
+}
+
+}  // namespace
+
+void BenchReport::columns(std::vector<std::string> columns) {
   columns_ = std::move(columns);
   printed_columns_ = false;
 }
 
 void BenchReport::header(const std::string& line) {
   headers_.push_back(line);
-  if (!leader_) return;
+  if (!leader()) return;
   std::printf("# %s\n", line.c_str());
   std::fflush(stdout);
 }
@@ -29,7 +37,7 @@ void BenchReport::row(const std::string& name, const std::vector<double>& values
   wrong = all_wrong;
   rows_.push_back({name, columns_, values, wrong});
   wrong_ += wrong;
-  if (!leader_) return;
+  if (!leader()) return;
   if (!printed_columns_) {
     std::printf("# %-30s", "name");
     for (const std::string& c : columns_) std::printf(" %12s", c.c_str());

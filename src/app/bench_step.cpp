@@ -73,17 +73,9 @@ void bench_step(const BenchArgs& args, BenchReport& report) {
   const double peak_before = measure_sgemm_peak(4096, 5, gemm_wrong);
   char line[200];
 
-  Config config;
-  config.deck_path = "<bench>";
-  config.run.name = "bench";
-  config.run.dir = "runs/bench";
-  config.model = GptConfig{12, 768, 12, 256, 50257, true};
-  config.data.synthetic_bytes = 1 << 20;
-  config.data.val = "none";
-  config.train.steps = 1000;
+  Config config = bench_deck("step", GptConfig{12, 768, 12, 256, 50257, true});
   config.train.global_batch = 4;
   config.train.micro_batch = 4;
-  config.train.warmup_steps = 0;
   check_layout(config, 1);
   ProcessGrid grid(MPI_COMM_WORLD, config.grid_shape(), 3600.0);
   Trainer trainer(config, grid, backend);

@@ -26,13 +26,7 @@ void bench_zero(const BenchArgs& args, BenchReport& report) {
   for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
     for (int zero = 0; zero <= 3; ++zero) {
       if (rc != Recompute::None && zero != 0) continue;
-      Config c;
-      c.deck_path = "<bench>";
-      c.run.dir = "runs/bench-zero";
-      c.model = GptConfig{6, 384, 6, 128, 256, true};
-      c.data.synthetic_bytes = 1 << 20;
-      c.data.val = "none";
-      c.train.steps = 1000;
+      Config c = bench_deck("zero", GptConfig{6, 384, 6, 128, 256, true});
       c.train.micro_batch = 4;
       c.train.global_batch = 8 * ranks;
       c.parallel.dp = ranks;

@@ -70,6 +70,37 @@ void fsync_path(const std::string& path, int flags) {
   if (rc != 0) throw std::runtime_error(path + ": fsync failed: " + std::strerror(err));
 }
 
+// Starts the device write-back of a file while it is still being written, so that the fsync
+// at the end finds most pages already on their way (the kernel alone would wait for
+// dirty_background_ratio, gigabytes, and a checkpoint would pay its whole flush after the
+// write). Best effort: where sync_file_range is not supported, the fsync does it all.
+class EarlyWriteback {
+ public:
+  explicit EarlyWriteback(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY)) {}
+  ~EarlyWriteback() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  EarlyWriteback(const EarlyWriteback&) = delete;
+  EarlyWriteback& operator=(const EarlyWriteback&) = delete;
+
+  // Call after writing `bytes`; every kStride bytes, starts write-back of the whole file's
+  // dirty pages without waiting for it.
+  void wrote(size_t bytes) {
+    pending_ += bytes;
+    if (fd_ < 0 || pending_ < kStride) return;
+    pending_ = 0;
+    if (::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+
+ private:
+  static constexpr size_t kStride = size_t{16} << 20;
+  int fd_;
+  size_t pending_ = 0;
+};
+
 template <class From, class To>
 void convert(const void* src, void* dst, int64_t n) {
   const From* s = static_cast<const From*>(src);
@@ -187,7 +218,7 @@ std::vector<std::pair<int64_t, std::string>> Checkpointer::complete_checkpoints(
 // ---- construction, fault hook ---------------------------------------------------------------
 
 Checkpointer::Checkpointer(const Config& config, ProcessGrid& grid)
-    : cfg_(config), grid_(grid) {
+    : cfg_(config), grid_(grid), pruner_(std::make_unique<BackgroundWorker>()) {
   auto* mpi = dynamic_cast<MpiCommunicator*>(&grid.world());
   if (!mpi) throw std::logic_error("Checkpointer: the world communicator must be MPI (MPI-IO writes the file)");
   comm_ = mpi->comm();
@@ -208,6 +239,21 @@ Checkpointer::Checkpointer(const Config& config, ProcessGrid& grid)
                        "' (expected checkpoint_kill:data, :rename or :prune, optionally @<step>)");
 }
 
+Checkpointer::~Checkpointer() {
+  try {
+    pruner_->wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshtrain: warning: %s\n", e.what());
+  }
+}
+
+void Checkpointer::finish_pruning() {
+  Communicator& world = grid_.world();
+  agree(world, [&] {
+    if (world.rank() == 0) pruner_->wait();
+  });
+}
+
 void Checkpointer::fault(FaultPhase phase, int64_t step) const {
   if (phase != fault_phase_ || (fault_step_ >= 0 && fault_step_ != step) || grid_.world_rank() != 0)
     return;
@@ -226,6 +272,7 @@ std::string Checkpointer::resume_path() {
   std::string path;
   agree(world, [&] {
     if (world.rank() != 0) return;
+    pruner_->wait();
     const std::string& r = cfg_.checkpoint.resume;
     if (r == "none") return;
     if (r == "auto") {
@@ -255,8 +302,10 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
   const DType dt = trainer.state().state_dtype();
 
   agree(world, [&] {
+    if (world.rank() != 0) return;
+    pruner_->wait();
     std::error_code ec;
-    if (world.rank() == 0 && !fs::create_directories(dir, ec) && ec)
+    if (!fs::create_directories(dir, ec) && ec)
       throw std::runtime_error(dir + ": cannot create the checkpoint directory (checkpoint.dir): " +
                                ec.message());
   });
@@ -272,8 +321,10 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
   info.created = utc_timestamp();
   world.broadcast_bytes(info.created, 0);  // attributes must be identical on every rank
 
+  double data_seconds = 0, verify_seconds = 0;
   try {
     std::vector<uint64_t> sums(entries.size() * kKinds, 0);
+    const auto data_start = std::chrono::steady_clock::now();
     {
       std::unique_ptr<CheckpointFile> file;
       agree(world, [&] { file = std::make_unique<CheckpointFile>(tmp, comm_, CheckpointFile::Access::Create); });
@@ -287,6 +338,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
       size_t held_bytes = 0;
       std::string hash_error;
       BackgroundWorker hasher;
+      EarlyWriteback writeback(tmp);
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i == entries.size() / 2) fault(FaultPhase::Data, step);
         const Entry& e = entries[i];
@@ -301,6 +353,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
           // One agreement per collective transfer: a rank whose write failed must not leave the
           // others inside the next dataset's collective write.
           agree(world, [&] { file->write(dataset_name(e.name, kind), boxes, data, dt); });
+          writeback.wrote(static_cast<size_t>(e.count(true)) * dtype_size(dt));
           if (held_bytes > (size_t{256} << 20)) {  // bound the copies kept for the worker
             // Not agreed here: ranks hold different amounts, so they wait at different points.
             try {
@@ -325,6 +378,8 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
         file->close();
       });
     }
+    data_seconds = seconds_since(data_start);
+    const auto verify_start = std::chrono::steady_clock::now();
     // Flush to disk (every rank: on a shared file system each node flushes what it wrote) while
     // the verification reads the data back through the page cache: both finish before the
     // rename, and the flush mostly waits for the device.
@@ -357,6 +412,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
     agree(world, [&] {
       if (!flush_error.empty()) throw std::runtime_error(flush_error);
     });
+    verify_seconds = seconds_since(verify_start);
   } catch (const AgreedError&) {
     if (world.rank() == 0) {
       std::error_code ec;
@@ -373,9 +429,10 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
     if (ec) throw std::runtime_error(tmp + ": cannot rename to " + path + ": " + ec.message());
     fsync_path(dir, O_RDONLY | O_DIRECTORY);
   });
-  agree(world, [&] {
-    if (world.rank() == 0) prune(step);
-  });
+  // Deleting old checkpoints (as long to unlink as they were to write, on some file systems)
+  // is not needed for this one to be safe: it runs in the background, and the next save,
+  // resume or load waits for it first and reports its failure.
+  if (world.rank() == 0) pruner_->post([this, step] { prune(step); });
 
   CheckpointStats stats;
   stats.path = path;
@@ -384,6 +441,8 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
   const double size = world.rank() == 0 ? static_cast<double>(fs::file_size(path, ec)) : 0.0;
   stats.bytes = static_cast<int64_t>(world.all_reduce_scalar(size, ReduceOp::Max));
   stats.seconds = world.all_reduce_scalar(seconds_since(t0), ReduceOp::Max);
+  stats.data_seconds = world.all_reduce_scalar(data_seconds, ReduceOp::Max);
+  stats.verify_seconds = world.all_reduce_scalar(verify_seconds, ReduceOp::Max);
   return stats;
 }
 
@@ -425,7 +484,10 @@ CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
   const std::vector<Entry> entries = plan_entries(trainer.state(), world);
 
   std::unique_ptr<CheckpointFile> file;
-  agree(world, [&] { file = std::make_unique<CheckpointFile>(path, comm_, CheckpointFile::Access::Read); });
+  agree(world, [&] {
+    if (world.rank() == 0) pruner_->wait();
+    file = std::make_unique<CheckpointFile>(path, comm_, CheckpointFile::Access::Read);
+  });
   CheckpointInfo info;
   agree(world, [&] {
     info = file->read_info();
@@ -464,10 +526,12 @@ CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
                                   existence_keys(name) + " against the deck in the file's 'deck' attribute)");
   });
 
+  const auto data_start = std::chrono::steady_clock::now();
   for (const Entry& e : entries)
     for (int kind = 0; kind < kKinds; ++kind) file->prefetch(dataset_name(e.name, kind), e.boxes(false));
   std::vector<Landing> landings;
   const std::vector<uint64_t> sums = read_owned(*file, world, entries, dt, landings);
+  const double data_seconds = seconds_since(data_start);
   // A mismatch is found after the data was read (mostly straight into the model): the
   // refusal then leaves the trainer's state undefined, and the run must stop.
   agree(world, [&] {
@@ -506,6 +570,7 @@ CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
   const double size = world.rank() == 0 ? static_cast<double>(fs::file_size(path, ec)) : 0.0;
   stats.bytes = static_cast<int64_t>(world.all_reduce_scalar(size, ReduceOp::Max));
   stats.seconds = world.all_reduce_scalar(seconds_since(t0), ReduceOp::Max);
+  stats.data_seconds = world.all_reduce_scalar(data_seconds, ReduceOp::Max);
   return stats;
 }
 

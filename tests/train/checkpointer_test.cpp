@@ -267,6 +267,7 @@ TEST_F(Refusal, KeepsTheNewestAndDropsStaleTemporaries) {
   // An older step written last (a run resumed from an old checkpoint) is kept too.
   t.set_step(2);
   ck.save(t);
+  ck.finish_pruning();
   std::vector<int64_t> steps;
   for (const auto& [step, path] : Checkpointer::complete_checkpoints(c.checkpoint.dir)) steps.push_back(step);
   EXPECT_EQ(steps, (std::vector<int64_t>{2, 9, 10}));

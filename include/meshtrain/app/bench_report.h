@@ -33,7 +33,6 @@ class BenchReport {
   std::vector<Row> rows_;
   int wrong_ = 0;
   bool printed_columns_ = false;
-  bool leader_ = true;  // only world rank 0 prints
 };
 
 }  // namespace meshtrain

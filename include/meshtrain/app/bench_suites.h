@@ -4,8 +4,15 @@
 
 #include "meshtrain/app/bench_report.h"
 #include "meshtrain/app/commands.h"
+#include "meshtrain/config/config.h"
+#include "meshtrain/model/gpt_config.h"
 
 namespace meshtrain {
+
+// The deck every suite starts from: `model` on 1 MiB of generated text, no validation, a
+// schedule long enough that the learning rate never decays during a measurement, run
+// directory runs/bench-<suite>.
+Config bench_deck(const std::string& suite, const GptConfig& model);
 
 // OpenBLAS sgemm peak (large square GEMM) and a full GPT-2 124M training step against it.
 void bench_step(const BenchArgs& args, BenchReport& report);

@@ -39,6 +39,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,18 +56,33 @@ struct CheckpointStats {
   int64_t step = 0;
   int64_t bytes = 0;   // the file's size
   double seconds = 0;  // wall time of the whole save (write, verify, rename, prune) or load
+  // Where the time went (each the slowest rank's): save: writing and hashing the data, then
+  // flushing it to the device while reading it back to verify; load: reading and hashing.
+  double data_seconds = 0;
+  double verify_seconds = 0;  // save only
 };
+
+class BackgroundWorker;
 
 class Checkpointer {
  public:
   // Reads the MESHTRAIN_FAULT test hook; throws DeckError if it is malformed.
   Checkpointer(const Config& config, ProcessGrid& grid);
+  // Waits for old checkpoints still being deleted; a failure there is only warned about now.
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
 
   // Collective: the checkpoint checkpoint.resume names — "auto": the newest complete
   // step_*.h5 in checkpoint.dir (none: ""), "none": "", else the path, which must exist.
   std::string resume_path();
-  // Collective: writes the trainer's current state as step_<trainer.step()>.h5.
+  // Collective: writes the trainer's current state as step_<trainer.step()>.h5. Returns once
+  // it is complete and durable; the checkpoints that checkpoint.keep drops are deleted in the
+  // background after that (see finish_pruning).
   CheckpointStats save(Trainer& trainer);
+  // Collective: waits until the deletions of earlier saves are done; throws AgreedError if one
+  // failed. save, load and resume_path do this first themselves.
+  void finish_pruning();
   // Collective: loads `path` into the trainer (parameters, moments, optimizer and trainer
   // step). Throws AgreedError naming the file and dataset if it is refused.
   CheckpointStats load(Trainer& trainer, const std::string& path);
@@ -87,6 +103,7 @@ class Checkpointer {
   MPI_Comm comm_;
   FaultPhase fault_phase_ = FaultPhase::None;
   int64_t fault_step_ = -1;  // -1: any step
+  std::unique_ptr<BackgroundWorker> pruner_;  // world rank 0 deletes old checkpoints here
 };
 
 // "dp=2 tp=2 pp=2 zero=1 schedule=1f1b virtual_stages=1 micro_batch=2": the @layout attribute.
