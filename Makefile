@@ -42,6 +42,7 @@ bench: build
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 comm
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 pipeline
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 zero
+	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 checkpoint
 
 clean:
 	rm -rf $(BUILD)
