@@ -28,4 +28,5 @@ if __name__ == "__main__":
         sys.exit(0)
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     text = open("README.md").read()
-    open("README.md", "w").write(rendered(build + "/meshtrain", text))
+    new = rendered(build + "/meshtrain", text)  # before opening README.md for writing
+    open("README.md", "w").write(new)

@@ -143,6 +143,7 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
   std::vector<double> raw_w, raw_r, ck_w, ck_r, ck_w_data, ck_w_verify, ck_r_data;
   int64_t bytes = 0;
   int wrong = 0;
+  bool independent = false;
   std::string path;
   for (int rep = 0; rep < kRepeats; ++rep) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -152,6 +153,7 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
     ck_w_verify.push_back(s.verify_seconds);
     bytes = s.bytes;
     path = s.path;
+    independent = s.independent;
     checkpointer.finish_pruning();  // not during the raw write
 
     MPI_Barrier(MPI_COMM_WORLD);
@@ -187,6 +189,8 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
   report.header(line);
   report.header("ceiling: raw write(2) of the same bytes in 4 MiB blocks + fsync, each rank its "
                 "share to its own file; reads after POSIX_FADV_DONTNEED; best of 5");
+  report.header(std::string("transfers: ") + (independent ? "independent" : "collective") +
+                " (checkpoint.io = auto)");
   report.columns({"MB", "time_ms", "MB/s", "ratio"});
   const double mb = static_cast<double>(bytes) / 1e6;
   const double rw = best(raw_w), rr = best(raw_r), cw = best(ck_w), cr = best(ck_r);

@@ -368,6 +368,16 @@ const std::vector<KeySpec>& schema() {
                            "\"auto\" (newest complete checkpoint, if any), \"none\", or a path",
                            "Where to resume from.", nonempty,
                            [](Config& c, const std::string& v) { c.checkpoint.resume = v; }));
+    k.push_back(choice_key("checkpoint", "io", "auto", {"auto", "collective", "independent"},
+                           "How ranks move their parts of each tensor: \"collective\" MPI-IO "
+                           "(aggregated by MPI, for many small strided pieces), \"independent\" "
+                           "(each rank its own runs, no synchronisation per tensor); \"auto\": "
+                           "independent when every rank's pieces average 256 KiB or more.",
+                           [](Config& c, const std::string& v) {
+                             c.checkpoint.io = v == "collective"    ? CheckpointIo::Collective
+                                               : v == "independent" ? CheckpointIo::Independent
+                                                                    : CheckpointIo::Auto;
+                           }));
     return k;
   }();
   return keys;

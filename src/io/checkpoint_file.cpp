@@ -423,13 +423,15 @@ void CheckpointFile::transfer(const std::string& name, const std::vector<Box>& b
 }
 
 void CheckpointFile::write(const std::string& name, const std::vector<Box>& boxes,
-                           const void* data, DType dtype) {
-  transfer(name, boxes, const_cast<void*>(data), dtype, Direction::Write, true);
+                           const void* data, DType dtype, Transfer how) {
+  if (how == Transfer::Independent && boxes.empty()) return;
+  transfer(name, boxes, const_cast<void*>(data), dtype, Direction::Write, how == Transfer::Collective);
 }
 
 void CheckpointFile::read(const std::string& name, const std::vector<Box>& boxes, void* data,
-                          DType dtype) {
-  transfer(name, boxes, data, dtype, Direction::Read, true);
+                          DType dtype, Transfer how) {
+  if (how == Transfer::Independent && boxes.empty()) return;
+  transfer(name, boxes, data, dtype, Direction::Read, how == Transfer::Collective);
 }
 
 uint64_t CheckpointFile::stored_checksum(const std::string& name, const std::vector<Box>& boxes) {

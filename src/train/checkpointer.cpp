@@ -112,6 +112,49 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// checkpoint.io = "auto": independent transfers when every rank's pieces are long runs (ZeRO
+// shards, whole tensors), where MPI-IO's aggregation only adds copies and a synchronisation per
+// tensor; collective when some rank holds short strided runs (tensor-parallel column slices),
+// which aggregation turns into large requests. Collective.
+constexpr double kIndependentMinRunBytes = 256 << 10;
+
+CheckpointFile::Transfer transfer_mode(CheckpointIo io, const std::vector<Entry>& entries,
+                                       bool primary_only, DType dt, Communicator& world) {
+  if (io == CheckpointIo::Collective) return CheckpointFile::Transfer::Collective;
+  if (io == CheckpointIo::Independent) return CheckpointFile::Transfer::Independent;
+  int64_t elements = 0, runs = 0;
+  for (const Entry& e : entries)
+    for_each_run(e.global, e.boxes(primary_only), [&](int64_t, int64_t n) {
+      elements += n;
+      ++runs;
+    });
+  const double mine = runs ? static_cast<double>(elements) * dtype_size(dt) / static_cast<double>(runs)
+                           : kIndependentMinRunBytes;  // nothing to move: no objection
+  return world.all_reduce_scalar(mine, ReduceOp::Min) >= kIndependentMinRunBytes
+             ? CheckpointFile::Transfer::Independent
+             : CheckpointFile::Transfer::Collective;
+}
+
+// Runs `transfer` on this rank: a collective transfer under one agreement each (a rank whose
+// transfer failed must not leave the others inside the next collective); an independent one
+// alone, keeping the first error in `error` for one agreement after the last, and skipping the
+// rest once one failed. Returns whether it ran and succeeded here.
+template <class F>
+bool run_transfer(CheckpointFile::Transfer how, Communicator& world, std::string& error, F&& transfer) {
+  if (how == CheckpointFile::Transfer::Collective) {
+    agree(world, transfer);
+    return true;
+  }
+  if (!error.empty()) return false;
+  try {
+    transfer();
+    return true;
+  } catch (const std::exception& e) {
+    error = e.what();
+    return false;
+  }
+}
+
 // Where this rank's elements of one dataset are read to: straight into the model's memory
 // when they are one piece in host memory stored in the run's precision (the common case: no
 // copy), else a staging buffer that is applied once the checksums passed.
@@ -127,16 +170,17 @@ struct Landing {
 // each dataset while the next is read. Collective.
 std::vector<uint64_t> read_owned(CheckpointFile& file, Communicator& world,
                                  const std::vector<Entry>& entries, DType run_type,
-                                 std::vector<Landing>& landings) {
+                                 CheckpointFile::Transfer how, std::vector<Landing>& landings) {
   landings.assign(entries.size() * kKinds, {});
   std::vector<uint64_t> sums(entries.size() * kKinds, 0);
   {
     BackgroundWorker hasher;
+    std::string read_error;
     for (size_t i = 0; i < entries.size(); ++i) {
       const Entry& e = entries[i];
       for (int kind = 0; kind < kKinds; ++kind) {
         Landing& l = landings[i * kKinds + static_cast<size_t>(kind)];
-        agree(world, [&] {
+        const bool read = run_transfer(how, world, read_error, [&] {
           const std::string name = dataset_name(e.name, kind);
           l.type = file.dtype(name);
           l.direct = e.pieces.size() == 1 && l.type == run_type &&
@@ -147,8 +191,9 @@ std::vector<uint64_t> read_owned(CheckpointFile& file, Communicator& world,
             l.staging.resize(static_cast<size_t>(e.count(false)) * dtype_size(l.type));
             l.data = l.staging.data();
           }
-          file.read(name, e.boxes(false), l.data, l.type);
+          file.read(name, e.boxes(false), l.data, l.type, how);
         });
+        if (!read) continue;
         hasher.post([&e, &sum = sums[i * kKinds + static_cast<size_t>(kind)], data = l.data, type = l.type] {
           size_t off = 0;
           for (const Piece& p : e.pieces) {
@@ -158,7 +203,10 @@ std::vector<uint64_t> read_owned(CheckpointFile& file, Communicator& world,
         });
       }
     }
-    agree(world, [&] { hasher.wait(); });
+    agree(world, [&] {
+      hasher.wait();
+      if (!read_error.empty()) throw std::runtime_error(read_error);
+    });
   }
   return sum_over(world, sums);
 }
@@ -310,6 +358,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
                                ec.message());
   });
   const std::vector<Entry> entries = plan_entries(trainer.state(), world);
+  const CheckpointFile::Transfer how = transfer_mode(cfg_.checkpoint.io, entries, true, dt, world);
   CheckpointInfo info;
   info.step = step;
   info.optimizer_steps = trainer.state().steps_taken();
@@ -336,7 +385,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
       // The worker hashes each dataset while MPI-IO writes it (both only read the data).
       std::deque<HostElements> held;  // copies the worker may still read
       size_t held_bytes = 0;
-      std::string hash_error;
+      std::string hash_error, write_error;
       BackgroundWorker hasher;
       EarlyWriteback writeback(tmp);
       for (size_t i = 0; i < entries.size(); ++i) {
@@ -350,9 +399,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
           hasher.post([&e, &sum = sums[i * kKinds + static_cast<size_t>(kind)], data, boxes, dt] {
             sum = checksum_part(data, dt, e.global, boxes);
           });
-          // One agreement per collective transfer: a rank whose write failed must not leave the
-          // others inside the next dataset's collective write.
-          agree(world, [&] { file->write(dataset_name(e.name, kind), boxes, data, dt); });
+          run_transfer(how, world, write_error, [&] { file->write(dataset_name(e.name, kind), boxes, data, dt, how); });
           writeback.wrote(static_cast<size_t>(e.count(true)) * dtype_size(dt));
           if (held_bytes > (size_t{256} << 20)) {  // bound the copies kept for the worker
             // Not agreed here: ranks hold different amounts, so they wait at different points.
@@ -368,6 +415,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
       }
       agree(world, [&] {
         hasher.wait();
+        if (!write_error.empty()) throw std::runtime_error(write_error);
         if (!hash_error.empty()) throw std::runtime_error(hash_error);
       });
       sums = sum_over(world, sums);
@@ -443,6 +491,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
   stats.seconds = world.all_reduce_scalar(seconds_since(t0), ReduceOp::Max);
   stats.data_seconds = world.all_reduce_scalar(data_seconds, ReduceOp::Max);
   stats.verify_seconds = world.all_reduce_scalar(verify_seconds, ReduceOp::Max);
+  stats.independent = how == CheckpointFile::Transfer::Independent;
   return stats;
 }
 
@@ -530,7 +579,8 @@ CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
   for (const Entry& e : entries)
     for (int kind = 0; kind < kKinds; ++kind) file->prefetch(dataset_name(e.name, kind), e.boxes(false));
   std::vector<Landing> landings;
-  const std::vector<uint64_t> sums = read_owned(*file, world, entries, dt, landings);
+  const CheckpointFile::Transfer how = transfer_mode(cfg_.checkpoint.io, entries, false, dt, world);
+  const std::vector<uint64_t> sums = read_owned(*file, world, entries, dt, how, landings);
   const double data_seconds = seconds_since(data_start);
   // A mismatch is found after the data was read (mostly straight into the model): the
   // refusal then leaves the trainer's state undefined, and the run must stop.
@@ -571,6 +621,7 @@ CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
   stats.bytes = static_cast<int64_t>(world.all_reduce_scalar(size, ReduceOp::Max));
   stats.seconds = world.all_reduce_scalar(seconds_since(t0), ReduceOp::Max);
   stats.data_seconds = world.all_reduce_scalar(data_seconds, ReduceOp::Max);
+  stats.independent = how == CheckpointFile::Transfer::Independent;
   return stats;
 }
 

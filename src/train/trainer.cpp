@@ -251,8 +251,9 @@ void Trainer::log_step(const StepResult& r, double eta_seconds) {
 void Trainer::save_checkpoint() {
   const CheckpointStats s = checkpointer_->save(*this);
   if (leader_) {
-    std::printf("checkpoint %s (%.1f MB, %.2f s: write %.2f, flush + verify %.2f; %.1f MB/s)\n",
-                s.path.c_str(), s.bytes / 1e6, s.seconds, s.data_seconds, s.verify_seconds,
+    std::printf("checkpoint %s (%.1f MB, %.2f s: write %.2f (%s), flush + verify %.2f; %.1f MB/s)\n",
+                s.path.c_str(), s.bytes / 1e6, s.seconds, s.data_seconds,
+                s.independent ? "independent" : "collective", s.verify_seconds,
                 s.bytes / 1e6 / std::max(s.seconds, 1e-9));
     std::fflush(stdout);
   }

@@ -30,6 +30,7 @@
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/train/checkpointer.h"
 #include "meshtrain/train/trainer.h"
+#include "support/mpi_world.h"
 #include "support/parity.h"
 #include "support/shared_temp_dir.h"
 
@@ -42,17 +43,8 @@ namespace fs = std::filesystem;
   EXPECT_NE(std::string(text).find(part), std::string::npos)           \
       << "message: " << (text) << "\nexpected to contain: " << (part)
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using testing::world_rank;
+using testing::world_size;
 
 Config small_config(const std::string& dir) {
   Config c = testing::tiny_config(dir);
@@ -131,9 +123,13 @@ TEST_F(Refusal, TruncatedFile) {
   const std::string path = damaged("truncated.h5", [](const std::string& p) {
     fs::resize_file(p, fs::file_size(p) * 2 / 3);
   });
-  const std::string msg = load_error(path);
-  EXPECT_CONTAINS(msg, path);
-  EXPECT_CONTAINS(msg, "truncated file: eof = ");  // HDF5's own diagnosis, passed on
+  for (CheckpointIo io : {CheckpointIo::Collective, CheckpointIo::Independent}) {
+    Config c = config_;
+    c.checkpoint.io = io;
+    const std::string msg = load_error(path, c);
+    EXPECT_CONTAINS(msg, path);
+    EXPECT_CONTAINS(msg, "truncated file: eof = ");  // HDF5's own diagnosis, passed on
+  }
 }
 
 TEST_F(Refusal, NotAnHdf5File) {
@@ -162,9 +158,14 @@ TEST_F(Refusal, FlippedBytesAreAChecksumMismatch) {
     io.seekp(offset + 101);
     io.write(&b, 1);
   });
-  const std::string msg = load_error(path, Refused::AfterReading);
-  EXPECT_CONTAINS(msg, path);
-  EXPECT_CONTAINS(msg, dataset + ": checksum MISMATCH");
+  for (CheckpointIo io : {CheckpointIo::Collective, CheckpointIo::Independent}) {
+    SCOPED_TRACE(io == CheckpointIo::Collective ? "collective reads" : "independent reads");
+    Config c = config_;
+    c.checkpoint.io = io;
+    const std::string msg = load_error(path, c, Refused::AfterReading);
+    EXPECT_CONTAINS(msg, path);
+    EXPECT_CONTAINS(msg, dataset + ": checksum MISMATCH");
+  }
 }
 
 void with_hdf5_file(const std::string& path, const std::function<void(hid_t)>& f) {
@@ -273,6 +274,34 @@ TEST_F(Refusal, KeepsTheNewestAndDropsStaleTemporaries) {
   EXPECT_EQ(steps, (std::vector<int64_t>{2, 9, 10}));
   EXPECT_FALSE(fs::exists(c.checkpoint.dir + "/step_00000001.h5.tmp"));
   EXPECT_TRUE(fs::exists(c.checkpoint.dir + "/notes.txt"));
+}
+
+TEST_F(Refusal, AutoTransfersAreIndependentOnlyForLongRuns) {
+  // The fixture's tp-sliced tiny model: short strided runs -> collective.
+  Config c = config_;
+  c.checkpoint.dir = dir_.file("short_runs");
+  {
+    Trainer t(c, *grid_, be_);
+    EXPECT_FALSE(Checkpointer(c, *grid_).save(t).independent);
+  }
+  // One layer of d_model 640, data parallel: whole tensors of 1.27 MB on average -> independent
+  // and what it wrote loads back.
+  Config wide = testing::tiny_config(dir_.path());
+  wide.model.layers = 1;
+  wide.model.d_model = 640;
+  wide.model.heads = 8;
+  wide.parallel.dp = world_size();
+  wide.train.global_batch = 2 * world_size();
+  wide.train.micro_batch = 2;
+  wide.checkpoint.dir = dir_.file("long_runs");
+  check_layout(wide, world_size());
+  ProcessGrid grid(MPI_COMM_WORLD, wide.grid_shape(), 60.0);
+  Trainer t(wide, grid, be_);
+  Checkpointer ck(wide, grid);
+  const CheckpointStats saved = ck.save(t);
+  EXPECT_TRUE(saved.independent);
+  const CheckpointStats loaded = ck.load(t, saved.path);
+  EXPECT_TRUE(loaded.independent);
 }
 
 TEST_F(Refusal, ResumeAutoTakesTheNewestCompleteCheckpoint) {

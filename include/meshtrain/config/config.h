@@ -18,6 +18,7 @@ namespace meshtrain {
 
 enum class DeviceChoice { Auto, Cpu, Cuda };
 enum class CommChoice { Auto, Mpi, Nccl };
+enum class CheckpointIo { Auto, Collective, Independent };
 enum class Offload { None, Optimizer };
 
 struct RunOptions {
@@ -78,6 +79,7 @@ struct CheckpointOptions {
   int every = 0;    // 0: never
   int keep = 3;
   std::string resume = "auto";  // "auto", "none" or a path
+  CheckpointIo io = CheckpointIo::Auto;
 };
 
 struct Config {

@@ -125,11 +125,15 @@ class CheckpointFile {
   // The dataset's byte offset in the file (contiguous storage); for tests that damage it.
   int64_t data_offset(const std::string& name) const;
 
-  // Collective: this rank's elements of `name` — the union of `boxes` (global coordinates,
-  // disjoint, in row-major order; none selects nothing) — from/to `data`, which holds them back
-  // to back in row-major order as `dtype` (HDF5 converts to and from the stored type).
-  void write(const std::string& name, const std::vector<Box>& boxes, const void* data, DType dtype);
-  void read(const std::string& name, const std::vector<Box>& boxes, void* data, DType dtype);
+  // This rank's elements of `name` — the union of `boxes` (global coordinates, disjoint, in
+  // row-major order; none selects nothing) — from/to `data`, which holds them back to back in
+  // row-major order as `dtype` (HDF5 converts to and from the stored type). Collective, unless
+  // `transfer` is Independent: then each rank calls it alone (or not at all, with no boxes).
+  enum class Transfer { Collective, Independent };
+  void write(const std::string& name, const std::vector<Box>& boxes, const void* data, DType dtype,
+             Transfer transfer = Transfer::Collective);
+  void read(const std::string& name, const std::vector<Box>& boxes, void* data, DType dtype,
+            Transfer transfer = Transfer::Collective);
 
   // The checksum part of this rank's elements `boxes` of `name` as stored, hashed in place
   // through a read-only mapping of the file: no copy, for verifying a file just written

@@ -60,6 +60,7 @@ struct CheckpointStats {
   // flushing it to the device while reading it back to verify; load: reading and hashing.
   double data_seconds = 0;
   double verify_seconds = 0;  // save only
+  bool independent = false;   // transfers were independent (checkpoint.io), else collective
 };
 
 class BackgroundWorker;
