@@ -3,7 +3,7 @@
 # As root with apt: installs what is missing. Otherwise: names the missing packages and fails.
 #
 #   scripts/ensure-deps.sh build   # compiler, MPI, BLAS, HDF5, toml++, CLI11, GoogleTest
-#   scripts/ensure-deps.sh test    # build + what the tests drive (h5py, Slurm, munge, MPICH)
+#   scripts/ensure-deps.sh test    # build + what the tests drive (h5py, Slurm, munge)
 set -euo pipefail
 
 build_packages=(
@@ -17,7 +17,6 @@ build_packages=(
 test_packages=(
   python3 python3-h5py python3-numpy
   slurm-wlm munge
-  mpich libmpich-dev
 )
 
 want=("${build_packages[@]}")
@@ -34,7 +33,7 @@ if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
   echo "meshtrain: installing missing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  # MPICH and OpenMPI coexist; keep OpenMPI the default 'mpi' alternative whatever is installed later.
+  # Another MPI (MPICH) may share the machine; keep OpenMPI the default 'mpi' alternative.
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   if update-alternatives --list mpi 2>/dev/null | grep -q openmpi; then
     update-alternatives --set mpi /usr/bin/mpicc.openmpi >/dev/null
