@@ -18,9 +18,8 @@ import tempfile
 import time
 
 BIN, MPIEXEC = sys.argv[1], sys.argv[2]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_hwloc_base_binding_policy="none",
-           OMP_NUM_THREADS="1")
+# CTest sets the MPI launch environment (MESHTRAIN_MPI_TEST_ENV in tests/CMakeLists.txt).
+ENV = dict(os.environ)
 
 DECK = """
 [run]
