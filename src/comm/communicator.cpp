@@ -35,6 +35,7 @@ bool Work::test() {
 
 void Work::wait() {
   if (!impl_) return;
+  impl_->order_consumers();
   // Poll rather than block: the wait can then give up after the timeout with a diagnosis, and
   // yields the core to other ranks when the node is oversubscribed.
   const auto start = std::chrono::steady_clock::now();
@@ -53,6 +54,17 @@ void Work::wait() {
     }
   }
   impl_.reset();
+}
+
+std::vector<Work> Communicator::exchange(const std::vector<Transfer>& step) {
+  std::vector<Work> works;
+  works.reserve(step.size());
+  for (const Transfer& t : step) {
+    Tensor tensor = t.tensor;
+    works.push_back(t.kind == Transfer::Kind::Send ? send(tensor, t.peer, t.tag)
+                                                   : recv(tensor, t.peer, t.tag));
+  }
+  return works;
 }
 
 void wait_all(std::vector<Work>& works) {

@@ -50,26 +50,47 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
     return model_->chunk(k / stages_);
   };
 
+  // The transfers of the step being gathered, and where each one's Work goes (null: a send's).
+  std::vector<Transfer> step;
+  std::vector<Work*> step_works;
+  auto issue_step = [&] {
+    if (step.empty()) return;
+    std::vector<Work> works = pp_->exchange(step);
+    for (size_t i = 0; i < works.size(); ++i) {
+      if (step_works[i]) *step_works[i] = std::move(works[i]);
+      else sends.emplace_back(std::move(works[i]), step[i].tensor);
+    }
+    step.clear();
+    step_works.clear();
+  };
+  auto gather = [&](Transfer::Kind kind, const Tensor& t, int peer, int tag, Work* work) {
+    step.push_back({kind, t, peer, tag});
+    step_works.push_back(work);
+  };
+
   for (const Action& a : actions) {
+    if (!is_communication(a.op)) issue_step();  // a compute or an EndStep ends the step
+    if (a.op == Op::EndStep) continue;
     const int k = a.chunk, m = a.microbatch;
     Slot& s = slots[{k, m}];
     switch (a.op) {
       case Op::RecvForward:
         s.input = hidden(m, MemoryCategory::Activations);
-        s.recv_forward = pp_->recv(s.input, owner(k - 1), tag(k, m, 0));
+        gather(Transfer::Kind::Recv, s.input, owner(k - 1), tag(k, m, 0), &s.recv_forward);
         break;
       case Op::RecvBackward:
         s.doutput = hidden(m, MemoryCategory::Workspace);
-        s.recv_backward = pp_->recv(s.doutput, owner(k + 1), tag(k, m, 1));
+        gather(Transfer::Kind::Recv, s.doutput, owner(k + 1), tag(k, m, 1), &s.recv_backward);
         break;
       case Op::SendForward:
-        sends.emplace_back(pp_->send(s.output, owner(k + 1), tag(k + 1, m, 0)), s.output);
+        gather(Transfer::Kind::Send, s.output, owner(k + 1), tag(k + 1, m, 0), nullptr);
         s.output = Tensor{};
         break;
       case Op::SendBackward:
-        sends.emplace_back(pp_->send(s.dinput, owner(k - 1), tag(k - 1, m, 1)), s.dinput);
+        gather(Transfer::Kind::Send, s.dinput, owner(k - 1), tag(k - 1, m, 1), nullptr);
         s.dinput = Tensor{};
         break;
+      case Op::EndStep: break;
       case Op::Forward: {
         Tensor input;
         if (k > 0) {
@@ -123,23 +144,10 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
       else ++i;
     }
   }
+  issue_step();
   for (auto& [work, tensor] : sends) work.wait();
   stats_.total_seconds = std::chrono::duration<double>(clock::now() - start).count();
   return loss;
-}
-
-Schedule make_forward_only(int stages, int microbatches, int virtual_stages) {
-  Schedule s(stages);
-  const int last = stages * virtual_stages - 1;
-  for (int r = 0; r < stages; ++r)
-    for (int m = 0; m < microbatches; ++m)
-      for (int v = 0; v < virtual_stages; ++v) {
-        const int k = v * stages + r;
-        if (k > 0 && (k - 1) % stages != r) s[r].push_back({k, Op::RecvForward, m});
-        s[r].push_back({k, Op::Forward, m});
-        if (k < last && (k + 1) % stages != r) s[r].push_back({k, Op::SendForward, m});
-      }
-  return s;
 }
 
 }  // namespace meshtrain

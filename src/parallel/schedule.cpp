@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <functional>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 namespace meshtrain {
 namespace {
@@ -13,6 +16,8 @@ namespace {
 // Text of each Op in to_string / parse, indexed by the enum value.
 constexpr std::array<std::string_view, 6> kOpText = {"F",      "B",      "SEND_F",
                                                      "RECV_F", "SEND_B", "RECV_B"};
+
+constexpr std::string_view kEndStepText = "|";
 
 std::string_view op_text(Op op) {
   const auto i = static_cast<size_t>(op);
@@ -22,7 +27,8 @@ std::string_view op_text(Op op) {
 [[noreturn]] void bad_action(std::string_view s, const std::string& why) {
   throw std::invalid_argument("invalid pipeline action \"" + std::string(s) + "\": " + why +
                               " (expected <chunk><op><microbatch> with op one of F, B, SEND_F, "
-                              "RECV_F, SEND_B, RECV_B, e.g. \"2F0\" or \"1SEND_B3\")");
+                              "RECV_F, SEND_B, RECV_B, e.g. \"2F0\" or \"1SEND_B3\"; or \"|\" "
+                              "for the end of a transfer step)");
 }
 
 // Reads a non-negative decimal number at s[pos...]; advances pos past it.
@@ -49,10 +55,12 @@ void check_sizes(std::string_view kind, int stages, int microbatches, int virtua
 }  // namespace
 
 std::string Action::to_string() const {
+  if (op == Op::EndStep) return std::string(kEndStepText);
   return std::to_string(chunk) + std::string(op_text(op)) + std::to_string(microbatch);
 }
 
 Action Action::parse(std::string_view s) {
+  if (s == kEndStepText) return {0, Op::EndStep, 0};
   size_t pos = 0;
   const int chunk = parse_count(s, pos, "chunk");
   const size_t op_begin = pos;
@@ -66,6 +74,11 @@ Action Action::parse(std::string_view s) {
 }
 
 bool is_compute(Op op) { return op == Op::Forward || op == Op::Backward; }
+
+bool is_communication(Op op) {
+  return op == Op::SendForward || op == Op::RecvForward || op == Op::SendBackward ||
+         op == Op::RecvBackward;
+}
 
 std::string_view schedule_name(ScheduleKind kind) {
   switch (kind) {
@@ -169,6 +182,72 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virt
   throw std::invalid_argument("unknown schedule kind");
 }
 
+namespace {
+
+// Where an action sits on its rank in the placement (insert_communication), by time on the
+// placement clock: a compute at its end time (after everything before it ended); the transfer
+// step of time t at (t, kStep), after the compute ending at t; and a receive that cannot wait
+// for its producer (a deadlocking compute schedule) in a step of its own just before its
+// consumer, (consumer's end, kEarlyStep). Within a step, sends come before receives.
+enum Phase { kEarlyStep = -1, kCompute = 0, kStep = 1 };
+struct Placed {
+  int time = 0;
+  int phase = kCompute;
+  int order = 0;  // 0 compute, 1 send, 2 receive
+  Action action;
+  bool same_step(const Placed& o) const { return time == o.time && phase == o.phase; }
+};
+
+using ActionKey = std::tuple<Op, int, int>;
+ActionKey key_of(const Action& a) { return {a.op, a.chunk, a.microbatch}; }
+
+// Placement costs of a forward and a backward. Any positive costs give a placement that is
+// correct under both communicator models; these, the usual ratio, make the blocking NCCL model
+// lose no bubble to it on the simulator's grid.
+constexpr int kForwardCost = 1, kBackwardCost = 2;
+
+// Plays a compute-only schedule on the placement clock: a compute starts when its rank's previous
+// compute and the compute producing its input (on another rank here: stages > 1) have ended.
+// Returns each action's end time, per rank and by action. Where no rank can go on (the schedule
+// deadlocks), the first stuck rank's action is placed without its input so that every action
+// still gets a time.
+std::vector<std::vector<int>> play(const Schedule& compute,
+                                   const std::function<std::optional<Action>(const Action&)>& producer,
+                                   std::map<ActionKey, int>& end_of) {
+  const size_t ranks = compute.size();
+  std::vector<std::vector<int>> ends(ranks);
+  auto place = [&](size_t r, int start) {
+    const Action& a = compute[r][ends[r].size()];
+    const int end = start + (a.op == Op::Forward ? kForwardCost : kBackwardCost);
+    end_of[key_of(a)] = end;
+    ends[r].push_back(end);
+  };
+  auto free_at = [&](size_t r) { return ends[r].empty() ? 0 : ends[r].back(); };
+  for (;;) {
+    bool moved = false;
+    for (size_t r = 0; r < ranks; ++r) {
+      while (ends[r].size() < compute[r].size()) {
+        const Action& a = compute[r][ends[r].size()];
+        int start = free_at(r);
+        if (const std::optional<Action> input = producer(a)) {
+          const auto it = end_of.find(key_of(*input));
+          if (it == end_of.end()) break;
+          start = std::max(start, it->second);
+        }
+        place(r, start);
+        moved = true;
+      }
+    }
+    if (moved) continue;
+    size_t stuck = 0;
+    while (stuck < ranks && ends[stuck].size() == compute[stuck].size()) ++stuck;
+    if (stuck == ranks) return ends;
+    place(stuck, free_at(stuck));
+  }
+}
+
+}  // namespace
+
 Schedule insert_communication(const Schedule& compute, int stages, int virtual_stages) {
   const int chunks = stages * virtual_stages;
   if (stages < 1 || virtual_stages < 1 || static_cast<int>(compute.size()) != stages)
@@ -176,22 +255,8 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
                                 std::to_string(compute.size()) + " rank lists, expected stages = " +
                                 std::to_string(stages) + " (virtual_stages = " +
                                 std::to_string(virtual_stages) + ")");
-  // Chunks k and k + 1 live on different ranks exactly when there is more than one stage.
-  const bool remote = stages > 1;
-  auto recv_for = [&](const Action& a) -> std::optional<Action> {
-    const bool forward = a.op == Op::Forward;
-    if (!remote || (forward ? a.chunk == 0 : a.chunk == chunks - 1)) return std::nullopt;
-    return Action{a.chunk, forward ? Op::RecvForward : Op::RecvBackward, a.microbatch};
-  };
-  auto send_for = [&](const Action& a) -> std::optional<Action> {
-    const bool forward = a.op == Op::Forward;
-    if (!remote || (forward ? a.chunk == chunks - 1 : a.chunk == 0)) return std::nullopt;
-    return Action{a.chunk, forward ? Op::SendForward : Op::SendBackward, a.microbatch};
-  };
-  Schedule out(stages);
   for (int r = 0; r < stages; ++r) {
-    const std::vector<Action>& in = compute[r];
-    for (const Action& a : in) {
+    for (const Action& a : compute[r]) {
       if (!is_compute(a.op))
         throw std::invalid_argument("insert_communication: rank " + std::to_string(r) +
                                     " already has the communication action " + a.to_string() +
@@ -202,18 +267,63 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
                                     std::to_string(a.chunk) + ", outside [0, " +
                                     std::to_string(chunks) + ")");
     }
-    // Output: recv(C0) recv(C1) C0 send(C0) recv(C2) C1 send(C1) recv(C3) C2 ...
+  }
+  // With one stage every chunk hands over to a chunk on the same rank: nothing to transfer.
+  if (stages == 1) return compute;
+
+  // The compute whose output `a` consumes; with stages > 1 it lives on another rank.
+  auto producer = [&](const Action& a) -> std::optional<Action> {
+    if (a.op == Op::Forward)
+      return a.chunk == 0 ? std::nullopt : std::optional<Action>({a.chunk - 1, Op::Forward, a.microbatch});
+    return a.chunk == chunks - 1 ? std::nullopt
+                                 : std::optional<Action>({a.chunk + 1, Op::Backward, a.microbatch});
+  };
+  auto sends_output = [&](const Action& a) {
+    return a.op == Op::Forward ? a.chunk < chunks - 1 : a.chunk > 0;
+  };
+  std::map<ActionKey, int> end_of;
+  const std::vector<std::vector<int>> ends = play(compute, producer, end_of);
+
+  Schedule out(stages);
+  for (int r = 0; r < stages; ++r) {
+    std::vector<Placed> placed;
+    for (size_t i = 0; i < compute[r].size(); ++i) {
+      const Action& a = compute[r][i];
+      const int end = ends[r][i];
+      const bool forward = a.op == Op::Forward;
+      placed.push_back({end, kCompute, 0, a});
+      if (sends_output(a))
+        placed.push_back(
+            {end, kStep, 1, {a.chunk, forward ? Op::SendForward : Op::SendBackward, a.microbatch}});
+      if (const std::optional<Action> input = producer(a)) {
+        const Action recv{a.chunk, forward ? Op::RecvForward : Op::RecvBackward, a.microbatch};
+        const int start = end - (forward ? kForwardCost : kBackwardCost);
+        const auto it = end_of.find(key_of(*input));
+        if (it != end_of.end() && it->second <= start) placed.push_back({it->second, kStep, 2, recv});
+        else placed.push_back({end, kEarlyStep, 2, recv});
+      }
+    }
+    std::stable_sort(placed.begin(), placed.end(), [](const Placed& x, const Placed& y) {
+      return std::tie(x.time, x.phase, x.order) < std::tie(y.time, y.phase, y.order);
+    });
     std::vector<Action>& list = out[r];
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (i == 0)
-        if (auto recv = recv_for(in[0])) list.push_back(*recv);
-      if (i + 1 < in.size())
-        if (auto recv = recv_for(in[i + 1])) list.push_back(*recv);
-      list.push_back(in[i]);
-      if (auto send = send_for(in[i])) list.push_back(*send);
+    for (size_t i = 0; i < placed.size(); ++i) {
+      const bool transfer = placed[i].phase != kCompute;
+      if (transfer && i > 0 && placed[i - 1].phase != kCompute && !placed[i].same_step(placed[i - 1]))
+        list.push_back({0, Op::EndStep, 0});
+      list.push_back(placed[i].action);
     }
   }
   return out;
+}
+
+Schedule make_forward_only(int stages, int microbatches, int virtual_stages) {
+  check_sizes("forward-only", stages, microbatches, virtual_stages);
+  Schedule compute(stages);
+  for (int r = 0; r < stages; ++r)
+    for (int m = 0; m < microbatches; ++m)
+      for (int v = 0; v < virtual_stages; ++v) compute[r].push_back({v * stages + r, Op::Forward, m});
+  return insert_communication(compute, stages, virtual_stages);
 }
 
 std::string format_schedule(const Schedule& schedule, const std::vector<ActionPosition>& marked) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -32,13 +33,15 @@ std::string at(ActionPosition p) {
 // where each (op, chunk, microbatch) occurs.
 class Model {
  public:
-  Model(const Schedule& s, int stages, int virtual_stages, int microbatches)
+  Model(const Schedule& s, int stages, int virtual_stages, int microbatches, Passes passes)
       : s_(s), p_(stages), chunks_(stages * virtual_stages), m_(microbatches),
+        backward_(passes == Passes::ForwardAndBackward),
         where_(static_cast<size_t>(kOps) * chunks_ * microbatches) {}
 
   const Schedule& schedule() const { return s_; }
   int chunks() const { return chunks_; }
   int microbatches() const { return m_; }
+  bool backward() const { return backward_; }
   int owner(int chunk) const { return chunk % p_; }
   size_t key(Action a) const {
     return (static_cast<size_t>(a.op) * chunks_ + a.chunk) * m_ + a.microbatch;
@@ -84,6 +87,7 @@ class Model {
   // Whether a communication action belongs in a complete schedule: its data crosses ranks.
   bool required(Action a) const {
     if (p_ == 1) return false;
+    if (!backward_ && (a.op == Op::SendBackward || a.op == Op::RecvBackward)) return false;
     const bool to_next = a.op == Op::SendForward || a.op == Op::RecvBackward;
     return to_next ? a.chunk < chunks_ - 1 : a.chunk > 0;
   }
@@ -91,6 +95,7 @@ class Model {
  private:
   const Schedule& s_;
   int p_, chunks_, m_;
+  bool backward_;
   std::vector<std::vector<ActionPosition>> where_;
 };
 
@@ -106,6 +111,7 @@ Findings check_shape(Model& model, int stages) {
     for (int i = 0; i < static_cast<int>(s[r].size()); ++i) {
       const Action a = s[r][i];
       const ActionPosition here{r, i};
+      if (a.op == Op::EndStep) continue;
       if (static_cast<int>(a.op) >= kOps)
         f.add(at(here) + ": unknown op " + std::to_string(static_cast<int>(a.op)), {here});
       else if (a.chunk < 0 || a.chunk >= model.chunks())
@@ -143,7 +149,8 @@ void check_count(Model& model, Action a, bool expected, Findings& f) {
   } else if (!expected) {
     for (const ActionPosition& p : w)
       f.add("unexpected " + a.to_string() + " at " + at(p) +
-                ": its data does not cross ranks, so there is nothing to send or receive",
+                (model.backward() ? ": its data does not cross ranks, so there is nothing to send or receive"
+                                  : ": a forward-only schedule has no gradients to send or receive"),
             {p});
   }
 }
@@ -153,7 +160,7 @@ Findings check_completeness(Model& model) {
   for (int k = 0; k < model.chunks(); ++k) {
     for (int mb = 0; mb < model.microbatches(); ++mb) {
       check_count(model, {k, Op::Forward, mb}, true, f);
-      check_count(model, {k, Op::Backward, mb}, true, f);
+      check_count(model, {k, Op::Backward, mb}, model.backward(), f);
       for (Op op : kCommOps) {
         const Action a{k, op, mb};
         check_count(model, a, model.required(a), f);
@@ -179,9 +186,11 @@ Findings check_order(Model& model) {
   for (int k = 0; k < model.chunks(); ++k) {
     for (int mb = 0; mb < model.microbatches(); ++mb) {
       const Action fwd{k, Op::Forward, mb}, bwd{k, Op::Backward, mb};
-      check_before(model, fwd, bwd, "a backward needs its forward's activations", f);
+      if (model.backward())
+        check_before(model, fwd, bwd, "a backward needs its forward's activations", f);
       for (Action c : {fwd, bwd})
-        if (auto local = model.local_input(c))
+        if (c.op == Op::Forward || model.backward())
+          if (auto local = model.local_input(c))
           check_before(model, *local, c, "it consumes that action's output on the same rank", f);
       for (Op op : kCommOps) {
         const Action a{k, op, mb};
@@ -205,7 +214,23 @@ std::string report(const std::string& what, const Findings& f, const Schedule& s
   return out + format_schedule(s, f.marked);
 }
 
-// The timed run. Each action's time depends only on its rank's previous action and on the sends
+// Ends a timed run: a deadlock report, or the makespan and bubble from the ranks' clocks.
+void finish(const Findings& stuck, const std::vector<double>& clock, const Schedule& s,
+            SimulationResult& result) {
+  if (!stuck.problems.empty()) {
+    result.busy.clear();
+    result.error = report("schedule deadlocks: no rank can make progress", stuck, s);
+    return;
+  }
+  result.ok = true;
+  result.makespan = clock.empty() ? 0.0 : *std::max_element(clock.begin(), clock.end());
+  double busy = 0.0;
+  for (double b : result.busy) busy += b;
+  result.bubble_fraction =
+      result.makespan > 0.0 ? 1.0 - busy / (static_cast<double>(clock.size()) * result.makespan) : 0.0;
+}
+
+// The timed run under MPI. Each action's time depends only on its rank's previous action and on the sends
 // it waits for, so ranks can be advanced in any order, each as far as it can go, until none
 // moves; the times come out the same as in a time-ordered event simulation.
 void run(Model& model, const SimulationCosts& costs, SimulationResult& result) {
@@ -235,6 +260,7 @@ void run(Model& model, const SimulationCosts& costs, SimulationResult& result) {
     for (int r = 0; r < ranks; ++r) {
       for (; pc[r] < s[r].size(); ++pc[r], moved = true) {
         const Action a = s[r][pc[r]];
+        if (a.op == Op::EndStep) continue;
         if (is_compute(a.op)) {
           const double ready = inputs_ready(a);
           if (std::isnan(ready)) break;
@@ -267,16 +293,191 @@ void run(Model& model, const SimulationCosts& costs, SimulationResult& result) {
                   s[peer][pc[peer]].to_string() + ")",
               {here});
   }
-  if (!stuck.problems.empty()) {
-    result.busy.clear();
-    result.error = report("schedule deadlocks: no rank can make progress", stuck, s);
-    return;
+  finish(stuck, clock, s, result);
+}
+
+std::string ordinal(size_t n) {
+  const char* suffix = (n % 100 >= 11 && n % 100 <= 13) ? "th"
+                       : n % 10 == 1                    ? "st"
+                       : n % 10 == 2                    ? "nd"
+                       : n % 10 == 3                    ? "rd"
+                                                        : "th";
+  return std::to_string(n) + suffix;
+}
+
+// Under NCCL the k-th send from rank a to rank b is the k-th receive at b from a, whatever the
+// two actions say; both must be the same transfer. Reports the first wrong pair of each link.
+Findings check_matching(Model& model) {
+  Findings f;
+  const Schedule& s = model.schedule();
+  const size_t ranks = s.size();
+  // sent[a][b]: positions of rank a's sends to b in issue order; received[b][a] likewise.
+  std::vector<std::vector<std::vector<ActionPosition>>> sent(
+      ranks, std::vector<std::vector<ActionPosition>>(ranks)),
+      received = sent;
+  for (size_t r = 0; r < ranks; ++r) {
+    for (size_t i = 0; i < s[r].size(); ++i) {
+      const Action a = s[r][i];
+      if (!is_communication(a.op)) continue;
+      const size_t peer = static_cast<size_t>(model.owner(Model::partner(a).chunk));
+      const bool send = a.op == Op::SendForward || a.op == Op::SendBackward;
+      (send ? sent : received)[r][peer].push_back({static_cast<int>(r), static_cast<int>(i)});
+    }
   }
-  result.ok = true;
-  result.makespan = *std::max_element(clock.begin(), clock.end());
-  double busy = 0.0;
-  for (double b : result.busy) busy += b;
-  result.bubble_fraction = result.makespan > 0.0 ? 1.0 - busy / (ranks * result.makespan) : 0.0;
+  for (size_t a = 0; a < ranks; ++a) {
+    for (size_t b = 0; b < ranks; ++b) {
+      const auto& out = sent[a][b];
+      const auto& in = received[b][a];
+      for (size_t k = 0; k < out.size() && k < in.size(); ++k) {
+        const Action x = s[a][out[k].step], y = s[b][in[k].step];
+        if (Model::partner(x) == y) continue;
+        f.add("the " + ordinal(k + 1) + " message from rank " + std::to_string(a) + " to rank " +
+                  std::to_string(b) + " is " + x.to_string() + " (" + at(out[k]) +
+                  "), but rank " + std::to_string(b) + " receives its " + ordinal(k + 1) +
+                  " message from rank " + std::to_string(a) + " as " + y.to_string() + " (" +
+                  at(in[k]) + "): NCCL matches messages between two ranks in issue order, not by tag",
+              {out[k], in[k]});
+        break;
+      }
+    }
+  }
+  return f;
+}
+
+// The timed run under NCCL. Each rank's host runs its list in order: a transfer step is issued
+// to the rank's communication stream without waiting; a compute waits until the step receiving
+// its input has completed. Each stream runs its steps one at a time, in issue order.
+void run_nccl(Model& model, const SimulationCosts& costs, SimulationResult& result) {
+  const Schedule& s = model.schedule();
+  const int ranks = static_cast<int>(s.size());
+  const double never = std::numeric_limits<double>::quiet_NaN();
+  struct Step {
+    int rank = 0;
+    std::vector<int> actions;  // positions in the rank's list
+    double issued = std::numeric_limits<double>::quiet_NaN();
+    double done = std::numeric_limits<double>::quiet_NaN();
+  };
+  struct Unit {  // what the host does next: one compute, or issuing one transfer step
+    int action = -1;
+    int step = -1;
+  };
+  std::vector<Step> steps;
+  std::vector<std::vector<Unit>> units(ranks);
+  std::vector<int> step_of(model.keys(), -1);  // the step holding each communication action
+  for (int r = 0; r < ranks; ++r) {
+    int open = -1;
+    for (int i = 0; i < static_cast<int>(s[r].size()); ++i) {
+      const Action a = s[r][i];
+      if (!is_communication(a.op)) {
+        open = -1;
+        if (is_compute(a.op)) units[r].push_back({i, -1});
+        continue;
+      }
+      if (open < 0) {
+        open = static_cast<int>(steps.size());
+        steps.push_back({r, {}});
+        units[r].push_back({-1, open});
+      }
+      steps[open].actions.push_back(i);
+      step_of[model.key(a)] = open;
+    }
+  }
+  std::vector<double> matched(model.keys(), never);  // when each transfer met its partner
+  std::vector<size_t> host(ranks, 0);
+  std::vector<std::deque<int>> stream(ranks);        // issued steps not yet complete
+  std::vector<double> clock(ranks, 0.0), stream_free(ranks, 0.0);
+  result.busy.assign(ranks, 0.0);
+  auto input_step = [&](Action a) -> int {
+    const std::optional<Action> send = model.input_send(a);
+    return send ? step_of[model.key(Model::partner(*send))] : -1;
+  };
+  auto head_start = [&](int r) { return std::max(steps[stream[r].front()].issued, stream_free[r]); };
+
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < ranks; ++r) {
+      for (; host[r] < units[r].size(); ++host[r], moved = true) {
+        const Unit u = units[r][host[r]];
+        if (u.step >= 0) {
+          steps[u.step].issued = clock[r];
+          stream[r].push_back(u.step);
+          continue;
+        }
+        const Action a = s[r][u.action];
+        double ready = 0.0;
+        if (const int st = input_step(a); st >= 0) {
+          if (std::isnan(steps[st].done)) break;
+          ready = steps[st].done;
+        }
+        const double cost = a.op == Op::Forward ? costs.forward : costs.backward;
+        clock[r] = std::max(clock[r], ready) + cost;
+        result.busy[r] += cost;
+      }
+    }
+    for (int r = 0; r < ranks; ++r) {
+      if (stream[r].empty()) continue;
+      const Step& head = steps[stream[r].front()];
+      const double start = head_start(r);
+      double done = start;
+      bool complete = true;
+      for (int i : head.actions) {
+        const Action a = s[r][i];
+        if (std::isnan(matched[model.key(a)])) {
+          const Action p = Model::partner(a);
+          const int q = model.owner(p.chunk);
+          if (stream[q].empty() || stream[q].front() != step_of[model.key(p)]) {
+            complete = false;
+            continue;
+          }
+          matched[model.key(a)] = matched[model.key(p)] = std::max(start, head_start(q)) + costs.send;
+          moved = true;
+        }
+        done = std::max(done, matched[model.key(a)]);
+      }
+      if (!complete) continue;
+      steps[stream[r].front()].done = stream_free[r] = done;
+      stream[r].pop_front();
+      moved = true;
+    }
+  }
+
+  Findings stuck;
+  auto where_host = [&](int r) -> std::string {
+    if (host[r] == units[r].size()) return "has run its whole list";
+    const Unit u = units[r][host[r]];
+    const int i = u.step >= 0 ? steps[u.step].actions.front() : u.action;
+    return "is at step " + std::to_string(i) + " (" + s[r][i].to_string() + ")";
+  };
+  for (int r = 0; r < ranks; ++r) {
+    if (host[r] < units[r].size()) {
+      const int i = units[r][host[r]].action;
+      const Step& wanted = steps[input_step(s[r][i])];
+      stuck.add(at({r, i}) + " (" + s[r][i].to_string() + ") waits for its transfer step at " +
+                    at({r, wanted.actions.front()}) + " to complete",
+                {{r, i}});
+    }
+    if (stream[r].empty()) continue;
+    const Step& head = steps[stream[r].front()];
+    for (int i : head.actions) {
+      const Action a = s[r][i];
+      if (!std::isnan(matched[model.key(a)])) continue;
+      const Action p = Model::partner(a);
+      const int q = model.owner(p.chunk);
+      const Step& other = steps[step_of[model.key(p)]];
+      std::string state;
+      if (std::isnan(other.issued))
+        state = "not issued yet: rank " + std::to_string(q) + " " + where_host(q);
+      else
+        state = "queued on rank " + std::to_string(q) + "'s stream behind its step at " +
+                at({q, steps[stream[q].front()].actions.front()}) + " (" +
+                s[q][steps[stream[q].front()].actions.front()].to_string() + ")";
+      stuck.add("rank " + std::to_string(r) + "'s stream is blocked at " + at({r, i}) + " (" +
+                    a.to_string() + "): it waits for " + p.to_string() + " at " +
+                    at({q, model.step(p)}) + ", " + state,
+                {{r, i}});
+    }
+  }
+  finish(stuck, clock, s, result);
 }
 
 // Activations held: forwards done whose backward has not run, counted in list order.
@@ -294,8 +495,13 @@ std::vector<int> peak_in_flight(const Schedule& s) {
 
 }  // namespace
 
+std::string_view comm_model_name(CommModel model) {
+  return model == CommModel::Nccl ? "nccl" : "mpi";
+}
+
 SimulationResult simulate(const Schedule& with_communication, int stages, int virtual_stages,
-                          int microbatches, SimulationCosts costs) {
+                          int microbatches, SimulationCosts costs, CommModel comm,
+                          Passes passes) {
   if (stages < 1 || virtual_stages < 1 || microbatches < 1)
     throw std::invalid_argument("simulate: stages = " + std::to_string(stages) +
                                 ", virtual_stages = " + std::to_string(virtual_stages) +
@@ -303,7 +509,7 @@ SimulationResult simulate(const Schedule& with_communication, int stages, int vi
                                 " (each must be at least 1)");
   const Schedule& s = with_communication;
   SimulationResult result;
-  Model model(s, stages, virtual_stages, microbatches);
+  Model model(s, stages, virtual_stages, microbatches, passes);
   if (Findings f = check_shape(model, stages); !f.problems.empty()) {
     result.error = report("schedule malformed", f, s);
     return result;
@@ -316,7 +522,16 @@ SimulationResult simulate(const Schedule& with_communication, int stages, int vi
     result.error = report("schedule out of dependency order", f, s);
     return result;
   }
-  run(model, costs, result);
+  if (comm == CommModel::Nccl) {
+    if (Findings f = check_matching(model); !f.problems.empty()) {
+      result.error = report("schedule mismatches messages under nccl", f, s);
+      return result;
+    }
+    run_nccl(model, costs, result);
+  } else {
+    run(model, costs, result);
+  }
+  if (!result.ok) result.error = "under " + std::string(comm_model_name(comm)) + ": " + result.error;
   if (result.ok) result.peak_in_flight = peak_in_flight(s);
   return result;
 }

@@ -14,6 +14,10 @@
 #include "meshtrain/parallel/schedule_simulator.h"
 
 namespace meshtrain {
+
+// GoogleTest prints actions in their notation ("2F0", "|").
+void PrintTo(const Action& a, std::ostream* os) { *os << a.to_string(); }
+
 namespace {
 
 constexpr ScheduleKind kKinds[] = {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
@@ -41,8 +45,9 @@ std::string label(ScheduleKind kind, int p, int m, int v) {
          std::to_string(m) + " v=" + std::to_string(v);
 }
 
-SimulationResult simulate_kind(ScheduleKind kind, int p, int m, int v, SimulationCosts c = {}) {
-  return simulate(insert_communication(make_schedule(kind, p, m, v), p, v), p, v, m, c);
+SimulationResult simulate_kind(ScheduleKind kind, int p, int m, int v, SimulationCosts c = {},
+                               CommModel model = CommModel::Mpi) {
+  return simulate(insert_communication(make_schedule(kind, p, m, v), p, v), p, v, m, c, model);
 }
 
 // Megatron's bound for interleaved 1F1B on rank r, in chunk activations: the warm-up forwards
@@ -64,6 +69,8 @@ TEST(Action, PrintsPyTorchNotation) {
 }
 
 TEST(Action, ParseInvertsToString) {
+  EXPECT_EQ((Action{0, Op::EndStep, 0}).to_string(), "|");
+  EXPECT_EQ(Action::parse("|"), (Action{0, Op::EndStep, 0}));
   for (Op op : {Op::Forward, Op::Backward, Op::SendForward, Op::RecvForward, Op::SendBackward,
                 Op::RecvBackward}) {
     for (int chunk : {0, 7, 31}) {
@@ -145,15 +152,38 @@ TEST(Schedules, RefuseBadSizesWithTheReason) {
   EXPECT_THROW(theoretical_bubble(ScheduleKind::Interleaved, 4, 6, 2), std::invalid_argument);
 }
 
-TEST(InsertCommunication, PostsRecvsOneComputeAheadAndSendsRightAfter) {
+TEST(InsertCommunication, GroupsTransfersIntoStepsOfTheProducersRound) {
+  // Rounds: rank 0 runs 0F0 0F1 in rounds 0, 1 and 0B0 0B1 in 3, 5; rank 1 runs 1F0 1B0 1F1 1B1
+  // in rounds 1, 2, 3, 4. Each transfer sits in the step ending its producer's round, on both
+  // ranks, so the two ranks issue matching steps in the same order.
+  // Rank 0 idles in round 2, so its step receiving 1B0 follows the step sending 0F1: "|".
   const Schedule s = insert_communication(make_1f1b(2, 2), 2, 1);
-  EXPECT_EQ(s, parse_schedule({{"0F0", "0SEND_F0", "0RECV_B0", "0F1", "0SEND_F1", "0RECV_B1",
-                                "0B0", "0B1"},
+  EXPECT_EQ(s, parse_schedule({{"0F0", "0SEND_F0", "0F1", "0SEND_F1", "|", "0RECV_B0", "0B0",
+                                "0RECV_B1", "0B1"},
                                {"1RECV_F0", "1F0", "1RECV_F1", "1B0", "1SEND_B0", "1F1", "1B1",
                                 "1SEND_B1"}}))
       << format_schedule(s);
   // With one stage, every chunk hands over locally: nothing to insert.
   EXPECT_EQ(insert_communication(make_gpipe(1, 3, 2), 1, 2), make_gpipe(1, 3, 2));
+}
+
+TEST(InsertCommunication, PairsSendAndReceiveInOneStepAndSeparatesAdjacentSteps) {
+  // 1F1B steady state on a middle rank: the send of a forward's output and the receive of a
+  // gradient made in the same round form one step (Megatron's send_forward_recv_backward); a
+  // rank that idles while a neighbour works receives in steps of their own, split by "|".
+  const Schedule s = insert_communication(make_1f1b(3, 4), 3, 1);
+  const std::vector<Action>& middle = s[1];
+  bool paired = false, split = false;
+  for (size_t i = 0; i + 1 < middle.size(); ++i) {
+    paired |= middle[i] == Action{1, Op::SendForward, 2} && middle[i + 1] == Action{1, Op::RecvBackward, 1};
+    split |= middle[i].op == Op::EndStep;
+  }
+  EXPECT_TRUE(paired) << format_schedule(s);
+  EXPECT_TRUE(split) << format_schedule(s);
+  for (CommModel model : {CommModel::Mpi, CommModel::Nccl}) {
+    const SimulationResult r = simulate(s, 3, 1, 4, {}, model);
+    EXPECT_TRUE(r.ok) << r.error;
+  }
 }
 
 TEST(InsertCommunication, RefusesNonComputeInput) {
@@ -163,46 +193,154 @@ TEST(InsertCommunication, RefusesNonComputeInput) {
   EXPECT_THROW(insert_communication(make_1f1b(2, 2), 3, 1), std::invalid_argument);
 }
 
-// The main property: every schedule on a grid of sizes runs to completion without deadlock,
-// and holds the activations its design promises.
+// The main property: every schedule on a grid of sizes runs to completion without deadlock under
+// both communicator models, is matched correctly without tags, and holds the activations its
+// design promises.
 TEST(Simulator, EveryScheduleIsCompleteAndDeadlockFree) {
   int checked = 0;
-  for (ScheduleKind kind : kKinds) {
-    for (int p = 1; p <= 8; ++p) {
-      for (int m = 1; m <= 16; ++m) {
-        for (int v = 1; v <= 4; ++v) {
-          if (!valid(kind, p, m, v)) continue;
-          SCOPED_TRACE(label(kind, p, m, v));
-          const SimulationResult r = simulate_kind(kind, p, m, v);
-          ASSERT_TRUE(r.ok) << r.error;
-          ASSERT_EQ(r.peak_in_flight.size(), static_cast<size_t>(p));
-          for (int rank = 0; rank < p; ++rank) {
-            EXPECT_DOUBLE_EQ(r.busy[rank], v * m * 3.0);
-            const int peak = r.peak_in_flight[rank];
-            SCOPED_TRACE("rank " + std::to_string(rank));
-            switch (kind) {
-              case ScheduleKind::GPipe: EXPECT_EQ(peak, v * m); break;
-              case ScheduleKind::OneFOneB: EXPECT_EQ(peak, std::min(m, p - rank)); break;
-              case ScheduleKind::Interleaved:
-                EXPECT_LE(peak, interleaved_bound(p, m, v, rank));
-                break;
+  for (CommModel model : {CommModel::Mpi, CommModel::Nccl}) {
+    for (ScheduleKind kind : kKinds) {
+      for (int p = 1; p <= 8; ++p) {
+        for (int m = 1; m <= 16; ++m) {
+          for (int v = 1; v <= 4; ++v) {
+            if (!valid(kind, p, m, v)) continue;
+            SCOPED_TRACE(label(kind, p, m, v) + " under " + std::string(comm_model_name(model)));
+            const SimulationResult r =
+                simulate(insert_communication(make_schedule(kind, p, m, v), p, v), p, v, m, {}, model);
+            ASSERT_TRUE(r.ok) << r.error;
+            ASSERT_EQ(r.peak_in_flight.size(), static_cast<size_t>(p));
+            for (int rank = 0; rank < p; ++rank) {
+              EXPECT_DOUBLE_EQ(r.busy[rank], v * m * 3.0);
+              const int peak = r.peak_in_flight[rank];
+              SCOPED_TRACE("rank " + std::to_string(rank));
+              switch (kind) {
+                case ScheduleKind::GPipe: EXPECT_EQ(peak, v * m); break;
+                case ScheduleKind::OneFOneB: EXPECT_EQ(peak, std::min(m, p - rank)); break;
+                case ScheduleKind::Interleaved:
+                  EXPECT_LE(peak, interleaved_bound(p, m, v, rank));
+                  break;
+              }
             }
+            ++checked;
           }
-          ++checked;
         }
       }
     }
   }
-  EXPECT_EQ(checked, 8 * 16 * 4 + 8 * 16 + 4 * (16 + 8 + 5 + 4 + 3 + 2 + 2 + 2));
+  EXPECT_EQ(checked, 2 * (8 * 16 * 4 + 8 * 16 + 4 * (16 + 8 + 5 + 4 + 3 + 2 + 2 + 2)));
+}
+
+// Evaluation's forward-only schedules, on the same grid, under both models.
+TEST(Simulator, EveryForwardOnlyScheduleIsCompleteAndDeadlockFree) {
+  for (CommModel model : {CommModel::Mpi, CommModel::Nccl})
+    for (int p = 1; p <= 8; ++p)
+      for (int m = 1; m <= 16; ++m)
+        for (int v = 1; v <= 4; ++v) {
+          SCOPED_TRACE("forward-only pp=" + std::to_string(p) + " m=" + std::to_string(m) + " v=" +
+                       std::to_string(v) + " under " + std::string(comm_model_name(model)));
+          const SimulationResult r = simulate(make_forward_only(p, m, v), p, v, m, {}, model,
+                                              Passes::ForwardOnly);
+          ASSERT_TRUE(r.ok) << r.error;
+          for (int rank = 0; rank < p; ++rank) EXPECT_DOUBLE_EQ(r.busy[rank], v * m * 1.0);
+        }
+  // A training schedule is not a forward-only one, nor the reverse.
+  EXPECT_FALSE(simulate(make_forward_only(2, 2, 1), 2, 1, 2).ok);
+  EXPECT_FALSE(simulate(insert_communication(make_1f1b(2, 2), 2, 1), 2, 1, 2, {}, CommModel::Mpi,
+                        Passes::ForwardOnly)
+                   .ok);
+}
+
+// How transfers were placed before transfer steps: each receive one compute ahead of its
+// consumer, each send right after its producer, and every transfer its own operation. Correct
+// under MPI; under NCCL it deadlocks as soon as pp > 1.
+Schedule one_compute_ahead(const Schedule& compute, int stages, int virtual_stages) {
+  const int chunks = stages * virtual_stages;
+  Schedule out(compute.size());
+  for (size_t r = 0; r < compute.size(); ++r) {
+    const std::vector<Action>& in = compute[r];
+    std::vector<Action>& list = out[r];
+    auto add = [&](Action a) {
+      if (!list.empty() && is_communication(list.back().op)) list.push_back({0, Op::EndStep, 0});
+      list.push_back(a);
+    };
+    auto recv = [&](const Action& a) {
+      const bool f = a.op == Op::Forward;
+      if (stages > 1 && (f ? a.chunk > 0 : a.chunk < chunks - 1))
+        add({a.chunk, f ? Op::RecvForward : Op::RecvBackward, a.microbatch});
+    };
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (i == 0) recv(in[0]);
+      if (i + 1 < in.size()) recv(in[i + 1]);
+      list.push_back(in[i]);
+      const bool f = in[i].op == Op::Forward;
+      if (stages > 1 && (f ? in[i].chunk < chunks - 1 : in[i].chunk > 0))
+        add({in[i].chunk, f ? Op::SendForward : Op::SendBackward, in[i].microbatch});
+    }
+  }
+  return out;
+}
+
+TEST(Simulator, NcclModelCatchesTheDeadlockOfOneTransferPerOperation) {
+  // The review's case: pp = 2, one micro-batch. Rank 0's stream holds [recv B0, send F0] and
+  // rank 1's [recv F0, send B0]: each waits for the other.
+  const Schedule s = one_compute_ahead(make_1f1b(2, 1), 2, 1);
+  EXPECT_EQ(s, parse_schedule({{"0RECV_B0", "0F0", "0SEND_F0", "0B0"},
+                               {"1RECV_F0", "1F0", "1B0", "1SEND_B0"}}));
+  EXPECT_TRUE(simulate(s, 2, 1, 1, {}, CommModel::Mpi).ok);
+  const SimulationResult r = simulate(s, 2, 1, 1, {}, CommModel::Nccl);
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("under nccl: schedule deadlocks"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("rank 0's stream is blocked at rank 0 step 0 (0RECV_B0): it waits for "
+                         "1SEND_B0 at rank 1 step 3, not issued yet: rank 1 is at step 1 (1F0)"),
+            std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("rank 1's stream is blocked at rank 1 step 0 (1RECV_F0): it waits for "
+                         "0SEND_F0 at rank 0 step 2, queued on rank 0's stream behind its step at "
+                         "rank 0 step 0 (0RECV_B0)"),
+            std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("rank 1 step 1 (1F0) waits for its transfer step at rank 1 step 0"),
+            std::string::npos)
+      << r.error;
+  // Over the grid, that placement fails under NCCL for every pipeline of more than one stage,
+  // and never under MPI.
+  for (ScheduleKind kind : kKinds)
+    for (int p = 2; p <= 4; ++p)
+      for (int m = p; m <= 2 * p; m += p) {
+        SCOPED_TRACE(label(kind, p, m, 1));
+        const Schedule old = one_compute_ahead(make_schedule(kind, p, m, 1), p, 1);
+        EXPECT_TRUE(simulate(old, p, 1, m, {}, CommModel::Mpi).ok);
+        EXPECT_FALSE(simulate(old, p, 1, m, {}, CommModel::Nccl).ok);
+      }
+}
+
+TEST(Simulator, NcclModelCatchesMessagesMatchedToTheWrongSlot) {
+  // Rank 1 receives microbatch 1's activation first; MPI's tags sort that out, NCCL hands it
+  // microbatch 0's.
+  const Schedule s = parse_schedule(
+      {{"0F0", "0SEND_F0", "|", "0F1", "0SEND_F1", "0RECV_B0", "0B0", "0RECV_B1", "0B1"},
+       {"1RECV_F1", "|", "1RECV_F0", "1F0", "1B0", "1SEND_B0", "1F1", "1B1", "1SEND_B1"}});
+  EXPECT_TRUE(simulate(s, 2, 1, 2, {}, CommModel::Mpi).ok);
+  const SimulationResult r = simulate(s, 2, 1, 2, {}, CommModel::Nccl);
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("the 1st message from rank 0 to rank 1 is 0SEND_F0 (rank 0 step 1), but "
+                         "rank 1 receives its 1st message from rank 0 as 1RECV_F1 (rank 1 step 0): "
+                         "NCCL matches messages between two ranks in issue order, not by tag"),
+            std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("[1RECV_F1]"), std::string::npos) << r.error;
 }
 
 // GPipe and 1F1B reach their textbook bubble exactly with uniform costs.
+// Under NCCL too: a step completes when both ends have issued it, which never delays a compute
+// here, so the blocking model costs no bubble.
 TEST(Simulator, BubbleMatchesTheoryForGPipeAndOneFOneB) {
+  for (CommModel model : {CommModel::Mpi, CommModel::Nccl})
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
     for (int p = 1; p <= 8; ++p) {
       for (int m = 1; m <= 16; ++m) {
-        SCOPED_TRACE(label(kind, p, m, 1));
-        const SimulationResult r = simulate_kind(kind, p, m, 1);
+        SCOPED_TRACE(label(kind, p, m, 1) + " under " + std::string(comm_model_name(model)));
+        const SimulationResult r = simulate_kind(kind, p, m, 1, {}, model);
         ASSERT_TRUE(r.ok) << r.error;
         EXPECT_NEAR(r.bubble_fraction, double(p - 1) / (m + p - 1), 1e-9);
         EXPECT_NEAR(r.bubble_fraction, theoretical_bubble(kind, p, m, 1), 1e-9);
@@ -231,12 +369,15 @@ TEST(Simulator, InterleavingShrinksTheBubble) {
     for (int m = p; m <= 16; m += p) {
       const double one_f_one_b = simulate_kind(ScheduleKind::OneFOneB, p, m, 1).bubble_fraction;
       for (int v = 2; v <= 4; ++v) {
-        SCOPED_TRACE(label(ScheduleKind::Interleaved, p, m, v));
-        const SimulationResult r = simulate_kind(ScheduleKind::Interleaved, p, m, v);
-        ASSERT_TRUE(r.ok) << r.error;
-        const double theory = theoretical_bubble(ScheduleKind::Interleaved, p, m, v);
-        EXPECT_LT(r.bubble_fraction, one_f_one_b);
-        EXPECT_NEAR(r.bubble_fraction, theory, tolerance);
+        for (CommModel model : {CommModel::Mpi, CommModel::Nccl}) {
+          SCOPED_TRACE(label(ScheduleKind::Interleaved, p, m, v) + " under " +
+                       std::string(comm_model_name(model)));
+          const SimulationResult r = simulate_kind(ScheduleKind::Interleaved, p, m, v, {}, model);
+          ASSERT_TRUE(r.ok) << r.error;
+          const double theory = theoretical_bubble(ScheduleKind::Interleaved, p, m, v);
+          EXPECT_LT(r.bubble_fraction, one_f_one_b);
+          EXPECT_NEAR(r.bubble_fraction, theory, tolerance);
+        }
       }
     }
   }

@@ -31,7 +31,13 @@ class Work {
  public:
   struct Impl {
     virtual ~Impl() = default;
-    virtual bool test() = 0;  // progresses the operation; true once complete
+    // Progresses the operation; true once complete. Polling never orders other work after the
+    // operation (a device stream waiting on it would lose the overlap the poll is there for);
+    // once the host has seen completion, anything queued afterwards sees the result anyway.
+    virtual bool test() = 0;
+    // Called once by wait(), before it polls: makes work queued after the wait (on a device
+    // stream) see the result, without the host's help. Nothing to do for host operations.
+    virtual void order_consumers() {}
     virtual std::string describe() const = 0;
   };
 
@@ -54,6 +60,15 @@ class Work {
 // Waits for every Work in the list.
 void wait_all(std::vector<Work>& works);
 
+// One send or receive of a transfer step (Communicator::exchange).
+struct Transfer {
+  enum class Kind : uint8_t { Send, Recv };
+  Kind kind = Kind::Send;
+  Tensor tensor;  // read by a send, written by a receive
+  int peer = 0;   // rank in the communicator's group
+  int tag = 0;    // matches messages under MPI; NCCL has none and matches in issue order
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -73,6 +88,13 @@ class Communicator {
   virtual Work broadcast(Tensor& t, int root) = 0;
   virtual Work send(const Tensor& t, int dst, int tag) = 0;
   virtual Work recv(Tensor& t, int src, int tag) = 0;
+  // One transfer step: issues every send and receive of `step` together and returns one Work
+  // per transfer, in order. Where point-to-point calls block until the peer's matching call runs
+  // (NCCL), the step is one group (ncclGroupStart/End), so a rank's sends and receives of one
+  // step never wait for each other; a pipeline schedule that issues matching steps in the same
+  // order on both peers is then deadlock-free (parallel/schedule.h). The default posts each
+  // transfer through send() and recv(), which never block (MPI).
+  virtual std::vector<Work> exchange(const std::vector<Transfer>& step);
   virtual void barrier() = 0;
 
   // Byte-level helpers for host metadata (deck text, error messages).

@@ -3,13 +3,14 @@
 // an MPI communicator (rank 0 of the group creates the NCCL unique id and broadcasts it over
 // MPI). Collectives run on the communicator's own stream, ordered after all work already queued
 // on the backend's compute stream (an event recorded there); the Work each returns holds an
-// event recorded after the collective: test() queries it (and NCCL's asynchronous error), and
-// once tested makes the compute stream wait for it, so kernels queued afterwards see the result.
+// event recorded after the collective: test() only queries it (and NCCL's asynchronous error),
+// and wait() makes the compute stream wait for it, so kernels queued afterwards see the result.
 // The Work keeps the tensors it uses alive until it completes. Waits time out like MPI's.
 //
-// dtypes: fp32, bf16, fp16, fp64 and int32 (NCCL reduces bf16 natively). send/recv: NCCL has no
-// tags; messages between a pair of ranks match in the order they were posted (the tag only
-// names the transfer in errors). Byte and scalar helpers run over the MPI communicator.
+// dtypes: fp32, bf16, fp16, fp64 and int32 (NCCL reduces bf16 natively). Point-to-point: NCCL
+// has no tags; messages between a pair of ranks match in the order they were posted (the tag
+// only names the transfer in errors), and a send or receive blocks the stream until its peer's
+// runs: exchange() issues a transfer step as one group. Byte and scalar helpers run over the MPI communicator.
 // Needs one GPU per rank of the group: ranks that share a GPU use StagedMpiCommunicator.
 
 #include <chrono>
@@ -22,6 +23,8 @@
 struct ncclComm;
 
 namespace meshtrain {
+
+struct NcclDoneEvent;
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -44,6 +47,7 @@ class NcclCommunicator final : public Communicator {
   Work broadcast(Tensor& t, int root) override;
   Work send(const Tensor& t, int dst, int tag) override;
   Work recv(Tensor& t, int src, int tag) override;
+  std::vector<Work> exchange(const std::vector<Transfer>& step) override;
   void barrier() override;
 
   void broadcast_bytes(std::string& bytes, int root) override;
@@ -52,6 +56,7 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void order_after_compute();
+  std::shared_ptr<NcclDoneEvent> record_done(const std::string& what);
   Work finish(std::string what, std::vector<Tensor> keep);
   std::string describe(const char* op, const Tensor& t) const;
 

@@ -1,9 +1,9 @@
 #pragma once
 // Runs one rank's pipeline actions (schedule.h) for one step: forward and backward of its model
-// chunks, activations and gradients exchanged with its pipeline neighbours by non-blocking MPI.
-// Receives are posted when the schedule says (early, for overlap) and waited for only when the
-// compute that needs them starts; sends complete in the background and are all finished before
-// run() returns. Time spent computing versus waiting is measured for the bubble report.
+// chunks, activations and gradients exchanged with its pipeline neighbours in the schedule's
+// transfer steps (Communicator::exchange: one MPI post of each request, or one NCCL group).
+// A receive is waited for only when the compute that needs it starts; sends complete in the
+// background and are all finished before run() returns. Time spent computing versus waiting is measured for the bubble report.
 
 #include <functional>
 #include <vector>
@@ -45,8 +45,5 @@ class PipelineExecutor {
   PipelineStats stats_;
   int microbatches_ = 0;
 };
-
-// Forward-only actions for evaluation: each rank runs its chunks micro-batch by micro-batch.
-Schedule make_forward_only(int stages, int microbatches, int virtual_stages);
 
 }  // namespace meshtrain

@@ -8,13 +8,17 @@
 // Layout (same as model/partition.h): with pp ranks and v virtual stages there are pp * v model
 // chunks; global chunk k lives on pipeline rank k % pp as its virtual chunk k / pp.
 //
-// Execution semantics (the executor implements them, the simulator models them):
-//   - a send is non-blocking (MPI_Isend, completed later) and never stalls its rank;
-//   - a recv posts a non-blocking receive (MPI_Irecv) and never stalls its rank either;
-//   - a compute action waits for the receive of each of its inputs, so a rank stalls only at a
-//     compute action whose input the peer has not yet sent.
-// Messages between two ranks are matched by (chunk, microbatch, direction) tags, so the order
-// of different messages between the same pair does not matter.
+// Execution semantics. Sends and receives are issued in *transfer steps*: a run of consecutive
+// communication actions in a rank's list is one step, issued together (one MPI post of every
+// request, one ncclGroupStart/End); an EndStep action separates two steps that follow each other
+// with no compute between them. The schedules insert_communication builds are correct under both
+// communicator models the simulator checks (schedule_simulator.h):
+//   - MPI: a send or a posted receive never stalls its rank, and messages between two ranks are
+//     matched by (chunk, microbatch, direction) tags, so their order does not matter;
+//   - NCCL: every step is one operation on the rank's single communication stream, which runs
+//     steps in issue order, each until all its transfers have met their peers' (blocking); and
+//     messages carry no tags: the k-th send from rank a to rank b is the k-th receive at b from a.
+// In both, a compute action waits for the step that receives its input; a rank stalls only there.
 
 #include <cstdint>
 #include <string>
@@ -23,7 +27,15 @@
 
 namespace meshtrain {
 
-enum class Op : uint8_t { Forward, Backward, SendForward, RecvForward, SendBackward, RecvBackward };
+enum class Op : uint8_t {
+  Forward,
+  Backward,
+  SendForward,
+  RecvForward,
+  SendBackward,
+  RecvBackward,
+  EndStep,  // ends a transfer step where the next action is another step's transfer
+};
 
 // One step of one rank. The chunk of a Send is the chunk that produced the data; the chunk of a
 // Recv is the chunk that consumes it. So SendForward(k, m) on rank k % pp pairs with
@@ -33,14 +45,16 @@ struct Action {
   Op op = Op::Forward;
   int microbatch = 0;
 
-  // "2F0", "2B3", "1SEND_F0", "1RECV_F0", "1SEND_B2", "1RECV_B2" (PyTorch pipelining's notation).
+  // "2F0", "2B3", "1SEND_F0", "1RECV_F0", "1SEND_B2", "1RECV_B2" (PyTorch pipelining's notation);
+  // an EndStep prints as "|" (its chunk and microbatch are 0).
   std::string to_string() const;
   // Inverse of to_string; throws std::invalid_argument naming the bad text and the format.
   static Action parse(std::string_view s);
   bool operator==(const Action&) const = default;
 };
 
-bool is_compute(Op op);  // Forward or Backward
+bool is_compute(Op op);        // Forward or Backward
+bool is_communication(Op op);  // a send or a receive (not EndStep)
 
 // One ordered action list per pipeline rank (index = pp rank).
 using Schedule = std::vector<std::vector<Action>>;
@@ -66,23 +80,38 @@ Schedule make_interleaved(int stages, int microbatches, int virtual_stages);
 // Dispatch. OneFOneB refuses virtual_stages > 1 (pointing to interleaved); GPipe accepts it.
 Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virtual_stages);
 
-// Adds the sends and receives a compute-only schedule needs. A chunk's output goes to the next
-// chunk (forward) and its input-gradient to the previous one (backward); when both chunks are
-// on the same rank (only possible with stages == 1) the executor hands the tensor over locally
-// and nothing is inserted.
+// Adds the sends and receives a compute-only schedule needs, grouped into transfer steps that
+// are correct by construction under both communicator models. A chunk's output goes to the next
+// chunk (forward) and its input-gradient to the previous one (backward); when both chunks are on
+// the same rank (only possible with stages == 1) the executor hands the tensor over locally and
+// nothing is inserted.
 //
-// Placement: a send goes right after the compute that produces its data, so the peer can
-// start as soon as possible. A recv goes one compute ahead of its consumer: just before the
-// compute action that precedes the consumer on the same rank (after the sends of the one before
-// that), or at the head of the list when the consumer is one of the rank's first two computes:
-//   recv(C0) recv(C1) C0 send(C0) recv(C2) C1 send(C1) recv(C3) C2 send(C2) ...
-// Any earlier position is also deadlock-free (a posted receive never blocks); one compute of
-// look-ahead lets the transfer overlap with that compute, while at most two inputs per rank sit
-// in posted receive buffers (posting everything at the start would hold one per action).
+// Placement, on a clock: the compute-only schedule is played with a forward taking 1 and a
+// backward 2 time units, each compute starting when its rank's previous compute and the compute
+// producing its input have ended. Every transfer is made in the step at its producer's end time,
+// on both ranks: the sender's step follows the compute that produced the data, and the
+// receiver's step comes after everything that ended by then on its rank. So
+//   - every rank's list is ordered by time, a step of time t holds only transfers made at t on
+//     both ends, and a compute waits only for steps of earlier times: two peers issue matching
+//     steps in the same order, and no wait, blocking or not, closes a cycle (no deadlock);
+//   - a rank's computes do not overlap, so a directed pair of ranks carries at most one message
+//     per time, and in-order (tag-less) matching pairs exactly the right messages;
+//   - a receive is issued before the compute that needs it, at the latest when its producer has
+//     ended on the placement clock, so the transfer overlaps the receiver's work.
+// The clock only orders the steps: any positive costs would be as correct; with these, the usual
+// ratio, the simulator finds the blocking NCCL model as bubble-free as MPI's (schedule_test).
+//
+// A compute-only schedule that deadlocks under any communicator (a rank waits for an input whose
+// producer waits for it) gets its remaining receives right before their consumers; the simulator
+// then reports the deadlock.
 //
 // Throws std::invalid_argument when `compute` has a communication action, a chunk outside
 // [0, stages * virtual_stages), or not exactly `stages` rank lists.
 Schedule insert_communication(const Schedule& compute, int stages, int virtual_stages);
+
+// Forward-only actions for evaluation, with their communication: each rank runs its chunks
+// micro-batch by micro-batch (microbatch-major, then its chunks in model order).
+Schedule make_forward_only(int stages, int microbatches, int virtual_stages);
 
 // Where an action sits in a schedule.
 struct ActionPosition {

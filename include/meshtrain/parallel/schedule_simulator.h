@@ -2,10 +2,14 @@
 // A dry run of a pipeline schedule on every rank at once, without tensors or MPI: checks that a
 // schedule (with its communication, see insert_communication) is complete and deadlock-free,
 // and measures its makespan, bubble and activation memory under given per-action costs.
-// It models exactly the executor's semantics described in schedule.h: sends and recv posts
-// never block; a compute action starts when its rank is free and its inputs have arrived.
+// It models the executor's semantics described in schedule.h under either communicator model:
+// MPI (sends and receive posts never block; tags match messages) or NCCL (each transfer step is
+// one blocking operation on the rank's in-order communication stream; no tags: messages between
+// two ranks match in issue order). Either way a compute action starts when its rank is free and
+// the step receiving its input has delivered it.
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "meshtrain/parallel/schedule.h"
@@ -21,11 +25,20 @@ struct SimulationCosts {
   double send = 0.0;
 };
 
+// Point-to-point semantics to check a schedule under (schedule.h, "Execution semantics").
+enum class CommModel { Mpi, Nccl };
+std::string_view comm_model_name(CommModel model);  // "mpi", "nccl"
+
+// What a schedule runs: training (a Forward and a Backward per chunk and microbatch), or
+// evaluation (make_forward_only: Forwards only).
+enum class Passes { ForwardAndBackward, ForwardOnly };
+
 struct SimulationResult {
   bool ok = false;  // complete and deadlock-free
   // On failure: what went wrong (for a deadlock, which rank waits at which action for which
-  // send; otherwise each missing, duplicated, misplaced or out-of-order action), followed by
-  // the format_schedule grid with the offending actions in [brackets].
+  // send; under NCCL, which transfer step blocks which stream, or which messages in-order
+  // matching would pair wrongly; otherwise each missing, duplicated, misplaced or out-of-order
+  // action), followed by the format_schedule grid with the offending actions in [brackets].
   std::string error;
   double makespan = 0.0;             // time until the last rank finishes
   std::vector<double> busy;          // per rank: compute time
@@ -42,10 +55,18 @@ struct SimulationResult {
 //      where producer and consumer share a rank;
 //   3. order on each rank: a Backward after its Forward, a send after the compute producing its
 //      data, a recv before the compute consuming it, and a compute after a same-rank producer;
-//   4. the timed run, which fails only by deadlock.
+//   4. under NCCL only, matching: the k-th send from rank a to rank b must be the partner of the
+//      k-th receive at b from a, for every ordered pair of ranks;
+//   5. the timed run, which fails only by deadlock. Under NCCL a step's transfers each complete
+//      when the peer's step holding the partner is at the head of the peer's stream too (at
+//      max(both heads' start) + send), and the step completes when all of its transfers have;
+//      only then does the stream start its next step.
+// EndStep actions only split transfer steps; the MPI model ignores them.
 // Throws std::invalid_argument for stages, virtual_stages or microbatches below 1.
 SimulationResult simulate(const Schedule& with_communication, int stages, int virtual_stages,
-                          int microbatches, SimulationCosts costs = {});
+                          int microbatches, SimulationCosts costs = {},
+                          CommModel model = CommModel::Mpi,
+                          Passes passes = Passes::ForwardAndBackward);
 
 // Bubble fraction 1 - (useful time) / (ranks x makespan) of a schedule with uniform costs and
 // free communication, for p = stages, m = microbatches, v = virtual_stages:

@@ -5,10 +5,20 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 namespace meshtrain {
+
+// The event recorded after one operation (or one group) on the communication stream, shared by
+// the Works of every transfer of a group.
+struct NcclDoneEvent {
+  cudaEvent_t event = nullptr;
+  ~NcclDoneEvent() {
+    if (event) cudaEventDestroy(event);
+  }
+};
 
 namespace {
 
@@ -58,20 +68,18 @@ void require_device(const std::string& op, const Tensor& t) {
                                 " on host buffers (use the MPI communicator)");
 }
 
-// Completion of one operation on the communication stream.
+// Completion of one operation on the communication stream. Polling only queries the event; the
+// compute stream is made to wait for it only by Work::wait (order_consumers), so a reducer that
+// polls right after launching keeps the collective overlapped with the backward pass.
 class NcclWork final : public Work::Impl {
  public:
-  NcclWork(cudaEvent_t done, cudaStream_t compute, ncclComm_t comm, std::string what,
+  NcclWork(std::shared_ptr<NcclDoneEvent> done, cudaStream_t compute, ncclComm_t comm, std::string what,
            std::vector<Tensor> keep)
-      : done_(done), compute_(compute), comm_(comm), what_(std::move(what)), keep_(std::move(keep)) {}
-  ~NcclWork() override { cudaEventDestroy(done_); }
+      : done_(std::move(done)), compute_(compute), comm_(comm), what_(std::move(what)),
+        keep_(std::move(keep)) {}
 
   bool test() override {
-    if (!ordered_) {  // later compute work waits for the collective, without the host waiting
-      check_cuda(cudaStreamWaitEvent(compute_, done_, 0), what_ + ": cudaStreamWaitEvent");
-      ordered_ = true;
-    }
-    const cudaError_t e = cudaEventQuery(done_);
+    const cudaError_t e = cudaEventQuery(done_->event);
     if (e == cudaSuccess) {
       keep_.clear();
       return true;
@@ -82,15 +90,17 @@ class NcclWork final : public Work::Impl {
     check_nccl(async, comm_, what_);
     return false;
   }
+  void order_consumers() override {
+    check_cuda(cudaStreamWaitEvent(compute_, done_->event, 0), what_ + ": cudaStreamWaitEvent");
+  }
   std::string describe() const override { return what_; }
 
  private:
-  cudaEvent_t done_;
+  std::shared_ptr<NcclDoneEvent> done_;
   cudaStream_t compute_;
   ncclComm_t comm_;
   std::string what_;
   std::vector<Tensor> keep_;  // buffers stay allocated until the collective is done
-  bool ordered_ = false;
 };
 
 }  // namespace
@@ -145,11 +155,16 @@ void NcclCommunicator::order_after_compute() {
   check_cuda(cudaStreamWaitEvent(stream_, compute_ready_, 0), "cudaStreamWaitEvent");
 }
 
+std::shared_ptr<NcclDoneEvent> NcclCommunicator::record_done(const std::string& what) {
+  auto done = std::make_shared<NcclDoneEvent>();
+  check_cuda(cudaEventCreateWithFlags(&done->event, cudaEventDisableTiming), what + ": cudaEventCreate");
+  check_cuda(cudaEventRecord(done->event, stream_), what + ": cudaEventRecord");
+  return done;
+}
+
 Work NcclCommunicator::finish(std::string what, std::vector<Tensor> keep) {
-  cudaEvent_t done = nullptr;
-  check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what + ": cudaEventCreate");
-  check_cuda(cudaEventRecord(done, stream_), what + ": cudaEventRecord");
-  return Work(std::make_unique<NcclWork>(done, backend_.stream(), comm_, std::move(what),
+  std::shared_ptr<NcclDoneEvent> done = record_done(what);
+  return Work(std::make_unique<NcclWork>(std::move(done), backend_.stream(), comm_, std::move(what),
                                          std::move(keep)),
               timeout_);
 }
@@ -222,29 +237,47 @@ Work NcclCommunicator::broadcast(Tensor& t, int root) {
 }
 
 Work NcclCommunicator::send(const Tensor& t, int dst, int tag) {
-  require_device("send", t);
-  const ncclDataType_t type = nccl_type("send", t.dtype());
-  order_after_compute();
-  const std::string what =
-      describe("send", t) + " to rank " + std::to_string(dst) + " tag " + std::to_string(tag);
-  check_nccl(ncclGroupStart(), comm_, what);
-  check_nccl(ncclSend(t.raw(), static_cast<size_t>(t.numel()), type, dst, comm_, stream_), comm_,
-             what);
-  check_nccl(ncclGroupEnd(), comm_, what);
-  return finish(what, {t});
+  return std::move(exchange({{Transfer::Kind::Send, t, dst, tag}}).front());
 }
 
 Work NcclCommunicator::recv(Tensor& t, int src, int tag) {
-  require_device("recv", t);
-  const ncclDataType_t type = nccl_type("recv", t.dtype());
+  return std::move(exchange({{Transfer::Kind::Recv, t, src, tag}}).front());
+}
+
+// NCCL point-to-point calls block the stream until the peer's matching call runs, and carry no
+// tags. Issued as one group, the transfers of a step progress together (a send and a receive
+// between the same two ranks cannot wait for each other), and the group as a whole is one
+// operation on the stream; the schedule guarantees matching groups are issued in the same order
+// on both peers (parallel/schedule.h).
+std::vector<Work> NcclCommunicator::exchange(const std::vector<Transfer>& step) {
+  std::vector<std::string> what;
+  for (const Transfer& t : step) {
+    const bool send = t.kind == Transfer::Kind::Send;
+    require_device(send ? "send" : "recv", t.tensor);
+    nccl_type(send ? "send" : "recv", t.tensor.dtype());
+    what.push_back(describe(send ? "send" : "recv", t.tensor) + (send ? " to rank " : " from rank ") +
+                   std::to_string(t.peer) + " tag " + std::to_string(t.tag));
+  }
+  std::vector<Work> works;
+  if (step.empty()) return works;
   order_after_compute();
-  const std::string what =
-      describe("recv", t) + " from rank " + std::to_string(src) + " tag " + std::to_string(tag);
-  check_nccl(ncclGroupStart(), comm_, what);
-  check_nccl(ncclRecv(t.raw(), static_cast<size_t>(t.numel()), type, src, comm_, stream_), comm_,
-             what);
-  check_nccl(ncclGroupEnd(), comm_, what);
-  return finish(what, {t});
+  std::string group = what.front() + (step.size() > 1 ? " (in a group of " + std::to_string(step.size()) + ")" : "");
+  check_nccl(ncclGroupStart(), comm_, group);
+  for (const Transfer& t : step) {
+    const ncclDataType_t type = nccl_type("send", t.tensor.dtype());
+    const auto count = static_cast<size_t>(t.tensor.numel());
+    if (t.kind == Transfer::Kind::Send)
+      check_nccl(ncclSend(t.tensor.raw(), count, type, t.peer, comm_, stream_), comm_, group);
+    else
+      check_nccl(ncclRecv(t.tensor.raw(), count, type, t.peer, comm_, stream_), comm_, group);
+  }
+  check_nccl(ncclGroupEnd(), comm_, group);
+  const std::shared_ptr<NcclDoneEvent> done = record_done(group);
+  for (size_t i = 0; i < step.size(); ++i)
+    works.emplace_back(std::make_unique<NcclWork>(done, backend_.stream(), comm_, std::move(what[i]),
+                                                  std::vector<Tensor>{step[i].tensor}),
+                       timeout_);
+  return works;
 }
 
 void NcclCommunicator::barrier() {
