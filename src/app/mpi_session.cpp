@@ -6,6 +6,7 @@
 #include "meshtrain/app/commands.h"
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/communicator.h"
+#include "meshtrain/comm/job_abort.h"
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/io/data_error.h"
 
@@ -37,6 +38,9 @@ MpiSession::~MpiSession() {
 int run_reporting_errors(const std::function<int()>& body) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // A stalled or dead rank ends the job from inside the wait that notices it, within seconds,
+  // instead of unwinding through destructors that wait on the same peers.
+  arm_job_abort(kExitTimeout);
   try {
     return body();
   } catch (const DeckError& e) {  // same deck text on every rank: same verdict

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "meshtrain/comm/job_abort.h"
+
 namespace meshtrain {
 
 std::string_view reduce_op_name(ReduceOp op) {
@@ -45,12 +47,12 @@ void Work::wait() {
     if ((spin & 1023) == 1023 && timeout_.count() > 0 &&
         std::chrono::steady_clock::now() - start > timeout_) {
       const std::string what = impl_->describe();
-      impl_.release();  // leaked on purpose: the request is stuck and the job is about to abort
+      impl_.release();  // leaked on purpose: the request is stuck and the job is about to end
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%.0f", timeout_.count());
-      throw CommTimeout(what + " did not complete within " + seconds +
-                        " s (run.comm_timeout): a rank of the group has likely died, stalled or "
-                        "taken a different code path");
+      communication_failed(what + " did not complete within " + seconds +
+                           " s (run.comm_timeout): a rank of the group has likely died, stalled "
+                           "or taken a different code path");
     }
   }
   impl_.reset();

@@ -188,26 +188,38 @@ void MpiCommunicator::barrier() {
   make_work(r, "barrier on group '" + name_ + "'").wait();
 }
 
+// The byte helpers run where ranks agree on decks and errors, so they wait with the timeout like
+// every other operation: a rank that never arrives must not hang the others there either.
 void MpiCommunicator::broadcast_bytes(std::string& bytes, int root) {
   if (size_ == 1) return;
   unsigned long long n = bytes.size();
-  MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, comm_);
+  MPI_Request r;
+  MPI_Ibcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, comm_, &r);
+  make_work(r, "broadcast of a byte count from rank " + std::to_string(root) + " on group '" +
+                   name_ + "'")
+      .wait();
   bytes.resize(n);
-  MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_CHAR, root, comm_);
+  MPI_Ibcast(bytes.data(), static_cast<int>(n), MPI_CHAR, root, comm_, &r);
+  make_work(r, "broadcast of " + std::to_string(n) + " bytes from rank " + std::to_string(root) +
+                   " on group '" + name_ + "'")
+      .wait();
 }
 
 std::vector<std::string> MpiCommunicator::all_gather_bytes(const std::string& mine) {
   int n = static_cast<int>(mine.size());
   std::vector<int> counts(size_), displs(size_);
-  MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_);
+  MPI_Request r;
+  MPI_Iallgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_, &r);
+  make_work(r, "all_gather of byte counts on group '" + name_ + "'").wait();
   int total = 0;
   for (int i = 0; i < size_; ++i) {
     displs[i] = total;
     total += counts[i];
   }
   std::string all(static_cast<size_t>(total), '\0');
-  MPI_Allgatherv(mine.data(), n, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR,
-                 comm_);
+  MPI_Iallgatherv(mine.data(), n, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR,
+                  comm_, &r);
+  make_work(r, "all_gather of " + std::to_string(total) + " bytes on group '" + name_ + "'").wait();
   std::vector<std::string> out(size_);
   for (int i = 0; i < size_; ++i) out[i] = all.substr(displs[i], counts[i]);
   return out;

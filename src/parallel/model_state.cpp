@@ -69,9 +69,10 @@ ModelState::ModelState(GptModel& model, const StateGroups& groups,
   }
 }
 
-ModelState::~ModelState() {
-  for (Pending& p : pending_) p.work.wait();
-}
+// Pending reductions are waited for, before the buffers they write go, by their Work's destructor,
+// which never throws: this may run while an error unwinds, and a timeout here ends the job
+// through the armed abort (comm/job_abort.h).
+ModelState::~ModelState() { pending_.clear(); }
 
 int64_t ModelState::owned_begin(int b) const {
   return options_.zero >= 1 ? groups_.dp->rank() * plan_.buckets[b].shard_size : 0;

@@ -6,8 +6,8 @@ one way, and checks that
   - every rank exits with status 1 (no rank aborted, none left waiting in a collective),
   - the error is printed exactly once (by one rank), and
   - it contains the expected text: file, key, value and what would be accepted.
-A last case stalls one rank on purpose and checks that the others give up after
-run.comm_timeout with a diagnosis instead of hanging.
+The last cases stall one rank on purpose (in a dp, a tp and a pp group) and check that the job
+ends after run.comm_timeout with the timeout status and a diagnosis instead of hanging.
 
 usage: refusals_test.py MESHTRAIN_BINARY MPIEXEC
 """
@@ -126,21 +126,33 @@ def main():
                 print("    " + "\n    ".join(problems))
                 print("    output:\n      " + output.strip().replace("\n", "\n      "))
 
-        # A rank that stalls: the others give up after run.comm_timeout with a diagnosis.
+        # A rank that stalls in each kind of group: the job ends with the timeout status (3)
+        # within seconds of run.comm_timeout, with a diagnosis naming the operation and group and
+        # no std::terminate (before the armed abort, the data-parallel path unwound into a second
+        # timeout and terminated with 134).
         env = dict(ENV, MESHTRAIN_FAULT="stall:rank=1:step=2")
-        args = ["train", deck, "--set", "parallel.dp=2", "--set", "run.comm_timeout=4"]
-        statuses, output, seconds, code = run(2, args, tmp, env=env, timeout=90)
-        problems = []
-        if statuses.get(0, 0) == 0 and statuses.get(1, 0) == 0 and code == 0:
-            problems.append("no rank failed")
-        if "did not complete within 4 s (run.comm_timeout)" not in output:
-            problems.append("no timeout diagnosis")
-        if seconds > 60:
-            problems.append("took %.0f s" % seconds)
-        print("%-28s ranks 2  %5.1fs  %s" % ("stalled rank", seconds, "ok" if not problems else "FAILED"))
-        if problems:
-            failures += 1
-            print("    " + "\n    ".join(problems) + "\n    output:\n      " + output.replace("\n", "\n      "))
+        for group, layout in (("dp", ["parallel.dp=2"]), ("tp", ["parallel.tp=2"]),
+                              ("pp", ["parallel.pp=2"])):
+            args = ["train", deck, "--set", "run.comm_timeout=4"]
+            for o in layout:
+                args += ["--set", o]
+            statuses, output, seconds, code = run(2, args, tmp, env=env, timeout=90)
+            problems = []
+            if code != 3:
+                problems.append("mpiexec exit status %d, expected 3 (timeout)" % code)
+            if "did not complete within 4 s (run.comm_timeout)" not in output:
+                problems.append("no timeout diagnosis")
+            if "on group '%s'" % group not in output:
+                problems.append("the diagnosis does not name group '%s'" % group)
+            if "terminate called" in output:
+                problems.append("std::terminate")
+            if seconds > 4 + 20:
+                problems.append("took %.0f s" % seconds)
+            print("%-28s ranks 2  %5.1fs  %s" % ("stalled rank (%s)" % group, seconds,
+                                                 "ok" if not problems else "FAILED"))
+            if problems:
+                failures += 1
+                print("    " + "\n    ".join(problems) + "\n    output:\n      " + output.replace("\n", "\n      "))
     print("%d failure(s)" % failures)
     return 1 if failures else 0
 

@@ -67,6 +67,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr;
   Tensor barrier_buffer_;
+  uint64_t abort_hook_ = 0;
 };
 
 }  // namespace meshtrain

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "meshtrain/comm/job_abort.h"
+
 namespace meshtrain {
 
 // The event recorded after one operation (or one group) on the communication stream, shared by
@@ -135,9 +137,13 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, CudaBac
              "cudaStreamCreateWithPriority");
   check_cuda(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming), "cudaEventCreate");
   barrier_buffer_ = backend_.zeros({1}, DType::F32, MemoryCategory::CommBuffers);
+  // On a communication failure anywhere in the process, this communicator is aborted before
+  // MPI_Abort: a kernel waiting for a dead peer never finishes otherwise (comm/job_abort.h).
+  abort_hook_ = add_abort_hook([comm = comm_] { ncclCommAbort(comm); });
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  if (abort_hook_) remove_abort_hook(abort_hook_);
   if (stream_) cudaStreamSynchronize(stream_);
   if (comm_) ncclCommDestroy(comm_);
   if (compute_ready_) cudaEventDestroy(compute_ready_);
