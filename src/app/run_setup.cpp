@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "meshtrain/app/launch_check.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/config/deck.h"
@@ -21,6 +22,7 @@ namespace meshtrain {
 
 Config load_config(const std::string& deck, const std::vector<std::string>& overrides,
                    Communicator& world) {
+  check_same_launch(world, deck, overrides);
   std::string text, error;
   if (world.rank() == 0) {
     try {

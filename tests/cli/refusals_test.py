@@ -72,14 +72,21 @@ CASES = [
 ]
 
 
-def run(ranks, args, tmp, env=ENV, timeout=120):
-    """Runs the binary on `ranks` ranks; returns (per-rank exit statuses, stdout+stderr, seconds)."""
+def run(ranks, args, tmp, env=ENV, timeout=120, mpmd=None):
+    """Runs the binary on `ranks` ranks; returns (per-rank exit statuses, stdout+stderr, seconds).
+
+    mpmd: a list of argument lists, one per rank, for an MPMD launch (one "-n 1" part each)."""
     status_dir = tempfile.mkdtemp(dir=tmp)
     # Each rank records its own exit status and reports success to mpiexec, which would otherwise
     # kill the remaining ranks as soon as the first one exits non-zero, before they report.
     wrapper = ('"$0" "$@"; echo $? > "{d}/rank.${{OMPI_COMM_WORLD_RANK:-${{PMI_RANK:-0}}}}"'
                ).format(d=status_dir)
-    cmd = [MPIEXEC, "-n", str(ranks), "sh", "-c", wrapper, BIN] + args
+    if mpmd:
+        cmd = [MPIEXEC]
+        for i, part in enumerate(mpmd):
+            cmd += ([":"] if i else []) + ["-n", "1", "sh", "-c", wrapper, BIN] + part
+    else:
+        cmd = [MPIEXEC, "-n", str(ranks), "sh", "-c", wrapper, BIN] + args
     start = time.time()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     statuses = {}
@@ -87,6 +94,23 @@ def run(ranks, args, tmp, env=ENV, timeout=120):
         with open(os.path.join(status_dir, name)) as f:
             statuses[int(name.split(".")[1])] = int(f.read())
     return statuses, p.stdout + p.stderr, time.time() - start, p.returncode
+
+
+def report(name, ranks, statuses, output, seconds, expected, tmp):
+    """Checks one refusal: exit 1 on every rank, one error, the expected text. Returns failures."""
+    problems = []
+    if sorted(statuses) != list(range(ranks)) or any(s != 1 for s in statuses.values()):
+        problems.append("exit statuses %s, expected 1 on each of %d ranks" % (statuses, ranks))
+    if output.count("meshtrain: error:") != 1:
+        problems.append("error printed %d times" % output.count("meshtrain: error:"))
+    for text in expected:
+        if text.format(dir=tmp) not in output:
+            problems.append("missing text: " + text)
+    print("%-28s ranks %d  %5.1fs  %s" % (name, ranks, seconds, "ok" if not problems else "FAILED"))
+    if problems:
+        print("    " + "\n    ".join(problems))
+        print("    output:\n      " + output.strip().replace("\n", "\n      "))
+    return 1 if problems else 0
 
 
 def main():
@@ -112,19 +136,18 @@ def main():
                 for o in overrides:
                     args += ["--set", o.format(dir=tmp)]
             statuses, output, seconds, _ = run(ranks, args, tmp)
-            problems = []
-            if sorted(statuses) != list(range(ranks)) or any(s != 1 for s in statuses.values()):
-                problems.append("exit statuses %s, expected 1 on each of %d ranks" % (statuses, ranks))
-            if output.count("meshtrain: error:") != 1:
-                problems.append("error printed %d times" % output.count("meshtrain: error:"))
-            for text in expected:
-                if text.format(dir=tmp) not in output:
-                    problems.append("missing text: " + text)
-            print("%-28s ranks %d  %5.1fs  %s" % (name, ranks, seconds, "ok" if not problems else "FAILED"))
-            if problems:
-                failures += 1
-                print("    " + "\n    ".join(problems))
-                print("    output:\n      " + output.strip().replace("\n", "\n      "))
+            failures += report(name, ranks, statuses, output, seconds, expected, tmp)
+
+        # Ranks launched differently (MPMD): refused on every rank before anything runs.
+        mpmd = [["train", deck, "--set", "train.steps=2"], ["train", deck, "--set", "train.steps=3"]]
+        statuses, output, seconds, _ = run(2, None, tmp, mpmd=mpmd)
+        failures += report("different overrides (MPMD)", 2, statuses, output, seconds,
+                           ["ranks were started differently: rank 1 has --set train.steps=3 where "
+                            "rank 0 has --set train.steps=2 (override 1)"], tmp)
+        mpmd = [["train", deck], ["train", broken]]
+        statuses, output, seconds, _ = run(2, None, tmp, mpmd=mpmd)
+        failures += report("different decks (MPMD)", 2, statuses, output, seconds,
+                           ["rank 1 was given the deck " + broken + ", rank 0 the deck " + deck], tmp)
 
         # A rank that stalls in each kind of group: the job ends with the timeout status (3)
         # within seconds of run.comm_timeout, with a diagnosis naming the operation and group and
