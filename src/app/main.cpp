@@ -62,6 +62,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   plan_cmd->add_option("--set", plan.overrides, "Override a deck key: --set section.key=value");
 
+  DiagnoseArgs diagnose;
+  CLI::App* diagnose_cmd = app.add_subcommand(
+      "diagnose", "After a hang or abort: merge the ranks' flight records and name where they parted");
+  diagnose_cmd->add_option("run_dir", diagnose.run_dir, "Run directory (run.dir, e.g. runs/default)")
+      ->required();
+
   app.add_subcommand("keys", "Print the input-deck reference (every key, its default and range)");
 
   try {
@@ -82,5 +88,6 @@ int main(int argc, char** argv) {
   if (*plan_cmd) return plan_command(plan);
   if (*inspect_cmd) return inspect_command(inspect);
   if (*eval_cmd) return eval_command(eval);
+  if (*diagnose_cmd) return diagnose_command(diagnose);
   return keys_command();
 }

@@ -3,10 +3,12 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "meshtrain/app/launch_check.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/recording_communicator.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/device_check.h"
 #include "meshtrain/config/layout_check.h"
@@ -68,9 +70,15 @@ int local_rank() {
   return rank;
 }
 
-std::unique_ptr<ProcessGrid> make_grid(const Config& c, Backend& backend) {
+std::unique_ptr<ProcessGrid> make_grid(const Config& c, Backend& backend, FlightRecorder* recorder) {
+  CommunicatorDecorator record;
+  if (recorder)
+    record = [recorder](std::unique_ptr<Communicator> comm, int id) -> std::unique_ptr<Communicator> {
+      return std::make_unique<RecordingCommunicator>(std::move(comm), *recorder, id);
+    };
   if (backend.device() == Device::Cpu)
-    return std::make_unique<ProcessGrid>(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+    return std::make_unique<ProcessGrid>(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout,
+                                         nullptr, record);
 #if MESHTRAIN_HAVE_CUDA
   const std::chrono::duration<double> timeout(c.run.comm_timeout);
   auto* cuda = static_cast<CudaBackend*>(&backend);
@@ -81,14 +89,15 @@ std::unique_ptr<ProcessGrid> make_grid(const Config& c, Backend& backend) {
         auto mpi = std::make_unique<MpiCommunicator>(comm, name, timeout);
         if (nccl) return std::make_unique<NcclCommunicator>(std::move(mpi), *cuda, timeout);
         return std::make_unique<StagedMpiCommunicator>(std::move(mpi), *cuda, timeout);
-      });
+      },
+      record);
 #else
   throw std::logic_error("a device backend in a build without CUDA");
 #endif
 }
 
 RunSetup setup_run(const std::string& deck, const std::vector<std::string>& overrides,
-                   MpiCommunicator& world) {
+                   MpiCommunicator& world, Flight flight) {
   RunSetup s;
   s.config = load_config(deck, overrides, world);
   int node_size = 1, node_rank = 0;
@@ -116,7 +125,19 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
     throw std::logic_error("resolve_device chose CUDA in a build without it");
 #endif
   }
-  s.grid = make_grid(c, *s.backend);
+  if (flight == Flight::Record && c.run.flight_records > 0) {
+    agree(world, [&] {
+      s.recorder = std::make_unique<FlightRecorder>(flight_record_path(c.run.dir, world.rank()),
+                                                    world.rank(), world.size(),
+                                                    static_cast<size_t>(c.run.flight_records));
+    });
+    // Records of ranks this job does not have (an earlier, larger job) would mislead diagnose.
+    if (world.rank() == 0)
+      for (const std::string& path : flight_record_paths(c.run.dir))
+        if (const int r = std::atoi(path.c_str() + path.rfind("rank_") + 5); r >= world.size())
+          std::remove(path.c_str());
+  }
+  s.grid = make_grid(c, *s.backend, s.recorder.get());
   if (world.rank() == 0) {
     std::printf("device: %s, precision %s, communication %s\n", s.backend->describe().c_str(),
                 std::string(dtype_name(c.train.precision)).c_str(),

@@ -13,7 +13,7 @@ int train_command(const TrainArgs& args) {
   install_stop_handlers();
   return run_reporting_errors([&] {
     MpiCommunicator world(MPI_COMM_WORLD, "world");
-    RunSetup run = setup_run(args.deck, args.overrides, world);
+    RunSetup run = setup_run(args.deck, args.overrides, world, Flight::Record);
     Trainer trainer(run.config, *run.grid, *run.backend);
     return trainer.run() == RunEnd::Stopped ? kExitRequeue : kExitOk;
   });

@@ -172,6 +172,10 @@ const std::vector<KeySpec>& schema() {
                           "Seconds a communication may wait before the job is aborted with a "
                           "diagnosis (a dead or stalled rank).",
                           [](Config& c, double v) { c.run.comm_timeout = v; }));
+    k.push_back(int_key("run", "flight_records", 4096, 0, 1 << 24,
+                        "Communication operations each rank's flight recorder keeps in "
+                        "<run.dir>/flight/ for `meshtrain diagnose` (64 bytes each); 0: off.",
+                        [](Config& c, int64_t v) { c.run.flight_records = static_cast<int>(v); }));
     // [model]
     k.push_back(int_key("model", "layers", 4, 1, 100000, "Transformer blocks.",
                         [](Config& c, int64_t v) { c.model.layers = static_cast<int>(v); }));

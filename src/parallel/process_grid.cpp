@@ -94,12 +94,16 @@ std::vector<std::vector<int>> GridShape::groups(Axis a) const {
 }
 
 ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_seconds,
-                         const CommunicatorFactory& make_group)
-    : shape_(shape) {
+                         const CommunicatorFactory& make_group,
+                         const CommunicatorDecorator& decorate)
+    : shape_(shape), mpi_world_(world) {
   const std::chrono::duration<double> timeout(timeout_seconds);
-  auto group = [&](MPI_Comm comm, const std::string& name) -> std::unique_ptr<Communicator> {
-    if (make_group) return make_group(comm, name);
-    return std::make_unique<MpiCommunicator>(comm, name, timeout);
+  auto wrap = [&](std::unique_ptr<Communicator> c, int id) {
+    return decorate ? decorate(std::move(c), id) : std::move(c);
+  };
+  auto group = [&](MPI_Comm comm, const std::string& name, int id) -> std::unique_ptr<Communicator> {
+    if (make_group) return wrap(make_group(comm, name), id);
+    return wrap(std::make_unique<MpiCommunicator>(comm, name, timeout), id);
   };
   int world_size = 0;
   MPI_Comm_rank(world, &world_rank_);
@@ -108,15 +112,16 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
     throw std::invalid_argument("process grid dp*tp*pp = " + std::to_string(shape_.world_size()) +
                                 " does not match " + std::to_string(world_size) + " ranks");
   coords_ = shape_.coordinates(world_rank_);
-  world_ = std::make_unique<MpiCommunicator>(world, "world", timeout);
+  world_ = wrap(std::make_unique<MpiCommunicator>(world, "world", timeout), 0);
 
   for (Axis a : {Axis::Data, Axis::Tensor, Axis::Pipeline}) {
     // Colour: the rank's coordinates on the two other axes; key: its coordinate on this one.
     std::array<int, 3> c = coords_;
     c[axis_index(a)] = 0;
     MPI_Comm sub;
+    // The colour is the world rank of the group's rank 0, which also names the group.
     MPI_Comm_split(world, shape_.world_rank(c), rank(a), &sub);
-    axis_comms_[axis_index(a)] = group(sub, std::string(axis_name(a)));
+    axis_comms_[axis_index(a)] = group(sub, std::string(axis_name(a)), shape_.world_rank(c));
   }
 
   // Tied-embedding group: first and last stage of the same (dp, tp); others get a lone group.
@@ -126,7 +131,7 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
   MPI_Comm emb;
   MPI_Comm_split(world, on_end ? shape_.world_rank(c) : shape_.world_size() + world_rank_,
                  rank(Axis::Pipeline), &emb);
-  embedding_ = group(emb, "embedding");
+  embedding_ = group(emb, "embedding", on_end ? shape_.world_rank(c) : world_rank_);
 
   // Nodes: ranks sharing memory. A node's id is the world rank of its first member.
   MPI_Comm node;

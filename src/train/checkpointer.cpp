@@ -267,9 +267,9 @@ std::vector<std::pair<int64_t, std::string>> Checkpointer::complete_checkpoints(
 
 Checkpointer::Checkpointer(const Config& config, ProcessGrid& grid)
     : cfg_(config), grid_(grid), pruner_(std::make_unique<BackgroundWorker>()) {
-  auto* mpi = dynamic_cast<MpiCommunicator*>(&grid.world());
-  if (!mpi) throw std::logic_error("Checkpointer: the world communicator must be MPI (MPI-IO writes the file)");
-  comm_ = mpi->comm();
+  comm_ = grid.mpi_world();
+  if (comm_ == MPI_COMM_NULL)
+    throw std::logic_error("Checkpointer: a planned grid has no MPI world (MPI-IO writes the file)");
   // Test hook, see the header.
   const char* env = std::getenv("MESHTRAIN_FAULT");
   const std::string fault = env ? env : "";

@@ -64,4 +64,11 @@ struct EvalArgs {
 };
 int eval_command(const EvalArgs& args);
 
+// Merges the flight records of a run directory (<run.dir>/flight/) and names where the ranks of a
+// group parted ways. Needs no MPI: run it on a login node after a failed job.
+struct DiagnoseArgs {
+  std::string run_dir;
+};
+int diagnose_command(const DiagnoseArgs& args);
+
 }  // namespace meshtrain

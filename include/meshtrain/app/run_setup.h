@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "meshtrain/backend/backend.h"
+#include "meshtrain/comm/flight_recorder.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/parallel/process_grid.h"
@@ -28,17 +29,25 @@ int local_rank();
 struct RunSetup {
   Config config;
   std::unique_ptr<Backend> backend;
+  std::unique_ptr<FlightRecorder> recorder;  // outlives the grid's communicators that record
   std::unique_ptr<ProcessGrid> grid;
 };
 
+// Whether a run keeps a flight recorder of its communication (train does; short commands not,
+// so that they leave a failed training run's records alone).
+enum class Flight { Off, Record };
+
 // Collective over MPI_COMM_WORLD: the process grid of `config`'s layout with the communicators
-// its device needs (MPI on the CPU; NCCL or MPI through host buffers for a CUDA backend).
-std::unique_ptr<ProcessGrid> make_grid(const Config& config, Backend& backend);
+// its device needs (MPI on the CPU; NCCL or MPI through host buffers for a CUDA backend), each
+// recording its operations in `recorder` when there is one.
+std::unique_ptr<ProcessGrid> make_grid(const Config& config, Backend& backend,
+                                       FlightRecorder* recorder = nullptr);
 
 // Collective: load_config, then device resolution (agreed over the world: nodes may differ),
-// the backend of this rank and the grid with communicators for that device. Prints the device
+// the backend of this rank, the flight recorder (<run.dir>/flight/rank_N.rec) when asked for
+// and run.flight_records > 0, and the grid with communicators for that device. Prints the device
 // choice on rank 0.
 RunSetup setup_run(const std::string& deck, const std::vector<std::string>& overrides,
-                   MpiCommunicator& world);
+                   MpiCommunicator& world, Flight flight = Flight::Off);
 
 }  // namespace meshtrain

@@ -51,6 +51,10 @@ class Work {
   bool test();
   void wait();
   bool pending() const { return impl_ != nullptr; }
+  // For communicators that wrap another's operations (comm/recording_communicator.h): hands
+  // over the pending operation, and the timeout it waits with.
+  std::unique_ptr<Impl> release() { return std::move(impl_); }
+  std::chrono::duration<double> timeout() const { return timeout_; }
 
  private:
   std::unique_ptr<Impl> impl_;

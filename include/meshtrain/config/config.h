@@ -31,6 +31,7 @@ struct RunOptions {
   int threads = 0;  // 0: automatic
   bool trace = false;
   double comm_timeout = 600.0;  // seconds
+  int flight_records = 4096;    // communication operations each rank's flight recorder keeps
 };
 
 struct DataOptions {

@@ -54,13 +54,18 @@ struct GridShape {
 // itself on the CPU, NCCL or MPI with host staging for device tensors. The world stays MPI.
 using CommunicatorFactory =
     std::function<std::unique_ptr<Communicator>(MPI_Comm comm, const std::string& name)>;
+// Wraps each group's communicator once built (the world's too): `id` is the world rank of the
+// group's rank 0, which names the group among the others of its axis (the flight recorder).
+using CommunicatorDecorator =
+    std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator> comm, int id)>;
 
 class ProcessGrid {
  public:
   // Collective over `world`. The caller has validated shape.world_size() == world size.
   // Without a factory, every group is an MpiCommunicator.
   ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_seconds,
-              const CommunicatorFactory& make_group = nullptr);
+              const CommunicatorFactory& make_group = nullptr,
+              const CommunicatorDecorator& decorate = nullptr);
   // The grid as world rank `world_rank` of a job that is only planned: every group is a
   // MetaCommunicator of the right rank and size, no MPI involved.
   static ProcessGrid planned(const GridShape& shape, int world_rank);
@@ -70,6 +75,8 @@ class ProcessGrid {
   int size(Axis a) const { return shape_.size(a); }
   Communicator& comm(Axis a) { return *axis_comms_[axis_index(a)]; }
   Communicator& world() { return *world_; }
+  // The MPI communicator the grid was built over (for MPI-IO); MPI_COMM_NULL when planned.
+  MPI_Comm mpi_world() const { return mpi_world_; }
   // First and last stage of this rank's pipeline (size 1 when pp == 1 or not on such a stage).
   Communicator& embedding() { return *embedding_; }
 
@@ -96,6 +103,7 @@ class ProcessGrid {
   std::array<int, 3> coords_{};
   int world_rank_ = 0;
   std::unique_ptr<Communicator> world_;
+  MPI_Comm mpi_world_ = MPI_COMM_NULL;
   std::array<std::unique_ptr<Communicator>, 3> axis_comms_;
   std::unique_ptr<Communicator> embedding_;
   int local_rank_ = 0, local_size_ = 1, node_count_ = 1;

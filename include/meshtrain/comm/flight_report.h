@@ -1,0 +1,33 @@
+#pragma once
+// Reading the flight records of every rank of a job together (flight_recorder.h) to find where
+// the ranks of a group parted ways: the first collective that some members entered and others
+// did not (naming the missing ranks, their nodes and what they did last), and messages one rank
+// waits for that its peer never sent. Pure: the records in, the findings out.
+
+#include <string>
+#include <vector>
+
+#include "meshtrain/comm/flight_recorder.h"
+
+namespace meshtrain {
+
+struct FlightFinding {
+  double when = 0;  // when the first rank entered the operation (wall clock)
+  std::string text;
+  // Every rank missing from the operation went quiet (its last operation had completed), rather
+  // than being stuck in another one: the likely cause, not a victim. Such findings come first.
+  bool quiet = false;
+  std::vector<std::string> quiet_ranks;  // "rank 1 (node a)"
+};
+
+struct FlightReport {
+  int ranks = 0;                        // world size of the job the records belong to
+  std::vector<std::string> notes;       // records skipped, ranks without a record
+  std::vector<FlightFinding> findings;  // quiet ones first, then earliest first
+  std::vector<std::string> pending;     // operations still pending, when nothing diverged
+  std::string text() const;
+};
+
+FlightReport analyse_flight(const std::vector<FlightRecord>& records);
+
+}  // namespace meshtrain

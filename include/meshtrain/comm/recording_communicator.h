@@ -1,0 +1,49 @@
+#pragma once
+// A communicator that records every operation of another one in the rank's flight recorder
+// (flight_recorder.h): entered when issued, completed when its Work completes (or, for the
+// blocking helpers, when they return). Everything else is the wrapped communicator's.
+
+#include <memory>
+
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/comm/flight_recorder.h"
+
+namespace meshtrain {
+
+class RecordingCommunicator final : public Communicator {
+ public:
+  // `id` names this instance of a group across ranks: the world rank of its rank 0.
+  // `recorder` must outlive this.
+  RecordingCommunicator(std::unique_ptr<Communicator> inner, FlightRecorder& recorder, int id);
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return inner_->name(); }
+  std::string backend() const override { return inner_->backend(); }
+  Communicator& inner() { return *inner_; }
+
+  Work all_reduce(Tensor& t, ReduceOp op) override;
+  Work reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override;
+  Work all_gather(Tensor& out, const Tensor& in) override;
+  Work broadcast(Tensor& t, int root) override;
+  Work send(const Tensor& t, int dst, int tag) override;
+  Work recv(Tensor& t, int src, int tag) override;
+  std::vector<Work> exchange(const std::vector<Transfer>& step) override;
+  void barrier() override;
+
+  void broadcast_bytes(std::string& bytes, int root) override;
+  std::vector<std::string> all_gather_bytes(const std::string& mine) override;
+  double all_reduce_scalar(double value, ReduceOp op) override;
+
+ private:
+  Work recorded(Work inner, const FlightRecorder::Ticket& ticket);
+  FlightRecorder::Ticket begin(FlightOp op, int peer, uint64_t bytes) {
+    return recorder_.begin(group_, op, peer, bytes);
+  }
+
+  std::unique_ptr<Communicator> inner_;
+  FlightRecorder& recorder_;
+  int group_;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,186 @@
+#include "meshtrain/comm/flight_recorder.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "meshtrain/comm/job_abort.h"
+
+namespace meshtrain {
+namespace {
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw std::runtime_error("flight record " + path + ": " + what);
+}
+
+}  // namespace
+
+std::string_view flight_op_name(FlightOp op) {
+  switch (op) {
+    case FlightOp::AllReduce: return "all_reduce";
+    case FlightOp::ReduceScatter: return "reduce_scatter";
+    case FlightOp::AllGather: return "all_gather";
+    case FlightOp::Broadcast: return "broadcast";
+    case FlightOp::Send: return "send";
+    case FlightOp::Recv: return "recv";
+    case FlightOp::Barrier: return "barrier";
+    case FlightOp::ScalarAllReduce: return "scalar all_reduce";
+    case FlightOp::BytesBroadcast: return "byte broadcast";
+    case FlightOp::BytesAllGather: return "byte all_gather";
+  }
+  return "?";
+}
+
+bool is_point_to_point(FlightOp op) { return op == FlightOp::Send || op == FlightOp::Recv; }
+
+std::string flight_record_path(const std::string& run_dir, int world_rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank_%06d.rec", world_rank);
+  return run_dir + "/flight/" + name;
+}
+
+std::vector<std::string> flight_record_paths(const std::string& run_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(run_dir + "/flight", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("rank_", 0) == 0 && e.path().extension() == ".rec") out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+FlightRecord read_flight_record(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  FlightRecord r;
+  r.path = path;
+  if (!in.read(reinterpret_cast<char*>(&r.header), sizeof r.header))
+    fail(path, "shorter than a flight record's header");
+  const FlightHeader& h = r.header;
+  if (std::memcmp(h.magic, FlightHeader{}.magic, sizeof h.magic) != 0)
+    fail(path, "not a meshtrain flight record");
+  if (h.version != FlightHeader{}.version)
+    fail(path, "format version " + std::to_string(h.version) + ", this build reads version " +
+                   std::to_string(FlightHeader{}.version));
+  if (h.group_count < 0 || h.group_count > FlightHeader::kMaxGroups || h.capacity == 0 ||
+      h.capacity > (uint64_t{1} << 24))
+    fail(path, "damaged header");
+  std::vector<FlightEntry> ring(h.capacity);
+  if (!in.read(reinterpret_cast<char*>(ring.data()),
+               static_cast<std::streamsize>(ring.size() * sizeof(FlightEntry))))
+    fail(path, "shorter than its " + std::to_string(h.capacity) + " entries");
+  for (const FlightEntry& e : ring)
+    if (e.state != FlightState::Empty && e.serial > 0 && e.serial <= h.serial &&
+        e.group >= 0 && e.group < h.group_count)
+      r.entries.push_back(e);
+  std::sort(r.entries.begin(), r.entries.end(),
+            [](const FlightEntry& a, const FlightEntry& b) { return a.serial < b.serial; });
+  return r;
+}
+
+FlightRecorder::FlightRecorder(const std::string& path, int world_rank, int world_size,
+                               size_t capacity)
+    : path_(path) {
+  if (capacity == 0) fail(path, "capacity 0");
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(path, std::string("cannot create: ") + std::strerror(errno));
+  map_bytes_ = sizeof(FlightHeader) + capacity * sizeof(FlightEntry);
+  // Allocate the blocks now: a full file system fails here, at start-up, not as a SIGBUS later.
+  const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(map_bytes_));
+  if (err != 0) {
+    ::close(fd);
+    fail(path, std::string("cannot allocate ") + std::to_string(map_bytes_) + " bytes: " +
+                   std::strerror(err));
+  }
+  map_ = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    fail(path, std::string("cannot map: ") + std::strerror(map_errno));
+  }
+  header_ = new (map_) FlightHeader();
+  entries_ = reinterpret_cast<FlightEntry*>(static_cast<char*>(map_) + sizeof(FlightHeader));
+  header_->world_rank = world_rank;
+  header_->world_size = world_size;
+  header_->pid = static_cast<int32_t>(::getpid());
+  header_->opened = wall_seconds();
+  header_->capacity = capacity;
+  char node[sizeof header_->node] = {};
+  ::gethostname(node, sizeof node - 1);
+  std::memcpy(header_->node, node, sizeof node);
+  abort_hook_ = add_abort_hook([this] { flush(); });
+}
+
+FlightRecorder::~FlightRecorder() {
+  remove_abort_hook(abort_hook_);
+  if (map_) ::munmap(map_, map_bytes_);
+}
+
+int FlightRecorder::add_group(const std::string& name, int id, int size, int rank) {
+  if (header_->group_count >= FlightHeader::kMaxGroups) return -1;
+  const int index = header_->group_count;
+  FlightGroup& g = header_->groups[index];
+  std::snprintf(g.name, sizeof g.name, "%s", name.c_str());
+  g.id = id;
+  g.size = size;
+  g.rank = rank;
+  sends_.emplace_back(static_cast<size_t>(size), 0);
+  recvs_.emplace_back(static_cast<size_t>(size), 0);
+  header_->group_count = index + 1;  // published last: a reader sees only complete groups
+  return index;
+}
+
+FlightRecorder::Ticket FlightRecorder::begin(int group, FlightOp op, int peer, uint64_t bytes) {
+  if (group < 0 || group >= header_->group_count) return {};
+  FlightGroup& g = header_->groups[group];
+  FlightEntry e;
+  e.serial = header_->serial + 1;
+  e.op = op;
+  e.group = group;
+  e.peer = peer;
+  e.bytes = bytes;
+  e.start = wall_seconds();
+  e.state = FlightState::Entered;
+  const bool collective = !is_point_to_point(op);
+  if (collective) {
+    e.seq = ++g.collectives_entered;
+  } else if (peer >= 0 && peer < g.size) {
+    e.seq = ++(op == FlightOp::Send ? sends_ : recvs_)[group][peer];
+  }
+  slot(e.serial) = e;
+  header_->serial = e.serial;
+  return {e.serial, group, collective};
+}
+
+void FlightRecorder::end(const Ticket& t) {
+  if (t.serial == 0) return;
+  FlightEntry& e = slot(t.serial);
+  if (e.serial == t.serial) {  // not yet overwritten by a newer operation
+    e.end = wall_seconds();
+    e.state = FlightState::Completed;
+  }
+  if (t.collective) ++header_->groups[t.group].collectives_completed;
+}
+
+void FlightRecorder::flush() {
+  if (map_) ::msync(map_, map_bytes_, MS_SYNC);
+}
+
+}  // namespace meshtrain

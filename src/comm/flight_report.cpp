@@ -1,0 +1,262 @@
+#include "meshtrain/comm/flight_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <set>
+#include <utility>
+
+namespace meshtrain {
+namespace {
+
+constexpr size_t kMaxFindings = 20;
+
+std::string clock_time(double t) {
+  if (t <= 0) return "?";
+  const std::time_t s = static_cast<std::time_t>(t);
+  std::tm tm{};
+  localtime_r(&s, &tm);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>((t - static_cast<double>(s)) * 1000));
+  return buf;
+}
+
+std::string size_text(uint64_t bytes) {
+  char buf[32];
+  if (bytes < 1024) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else if (bytes < (1u << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
+  return buf;
+}
+
+// One member of a group instance: which record, which of its groups, its rank in the group.
+struct Member {
+  size_t record;
+  int group;
+  int rank;
+};
+
+struct Instance {
+  std::string name;
+  int id;
+  int size;
+  std::vector<Member> members;
+};
+
+class Analysis {
+ public:
+  explicit Analysis(const std::vector<FlightRecord>& records) : records_(records) {
+    for (size_t r = 0; r < records_.size(); ++r) {
+      const FlightHeader& h = records_[r].header;
+      for (int g = 0; g < h.group_count; ++g) {
+        const FlightGroup& fg = h.groups[g];
+        const auto key = std::make_pair(std::string(fg.name, strnlen(fg.name, sizeof fg.name)), fg.id);
+        auto [it, fresh] = index_.try_emplace(key, instances_.size());
+        if (fresh) instances_.push_back({key.first, fg.id, fg.size, {}});
+        instances_[it->second].members.push_back({r, g, fg.rank});
+        instance_of_[{r, g}] = it->second;
+      }
+    }
+  }
+
+  void run(FlightReport& report) {
+    for (const Instance& in : instances_) collectives(in, report);
+    for (size_t r = 0; r < records_.size(); ++r) messages(r, report);
+    std::stable_sort(report.findings.begin(), report.findings.end(),
+                     [](const FlightFinding& a, const FlightFinding& b) {
+                       return a.quiet != b.quiet ? a.quiet : a.when < b.when;
+                     });
+    if (report.findings.empty()) pending_operations(report);
+  }
+
+ private:
+  const FlightHeader& header(size_t r) const { return records_[r].header; }
+  std::string who(size_t r) const {
+    return "rank " + std::to_string(header(r).world_rank) + " (node " +
+           std::string(header(r).node, strnlen(header(r).node, sizeof header(r).node)) + ")";
+  }
+  std::string group_text(const Instance& in) const {
+    std::vector<int> ranks;
+    for (const Member& m : in.members) ranks.push_back(header(m.record).world_rank);
+    std::sort(ranks.begin(), ranks.end());
+    std::string list;
+    for (int w : ranks) list += (list.empty() ? "" : ", ") + std::to_string(w);
+    std::string text = "group '" + in.name + "' (world ranks " + list;
+    if (static_cast<int>(in.members.size()) < in.size)
+      text += "; " + std::to_string(in.size - static_cast<int>(in.members.size())) +
+              " member(s) without a record";
+    return text + ")";
+  }
+  std::string entry_text(size_t r, const FlightEntry& e) const {
+    const auto it = instance_of_.find({r, e.group});
+    const std::string group = it == instance_of_.end() ? "?" : instances_[it->second].name;
+    std::string text = std::string(flight_op_name(e.op)) + " of " + size_text(e.bytes) +
+                       " on group '" + group + "'";
+    if (is_point_to_point(e.op))
+      text += (e.op == FlightOp::Send ? " to" : " from") + std::string(" its rank ") +
+              std::to_string(e.peer) + " (message #" + std::to_string(e.seq) + ")";
+    else
+      text += " (collective #" + std::to_string(e.seq) + ")";
+    text += ", entered at " + clock_time(e.start);
+    text += e.state == FlightState::Completed ? ", completed at " + clock_time(e.end)
+                                              : ", still pending";
+    return text;
+  }
+  // Whether rank r stopped communicating: its last operation completed (or it has none).
+  bool went_quiet(size_t r) const {
+    const std::vector<FlightEntry>& entries = records_[r].entries;
+    return entries.empty() || entries.back().state == FlightState::Completed;
+  }
+  std::string last_operation(size_t r) const {
+    const std::vector<FlightEntry>& entries = records_[r].entries;
+    if (entries.empty())
+      return "it recorded no communication since it started at " + clock_time(header(r).opened);
+    return "its last operation: " + entry_text(r, entries.back());
+  }
+  const FlightEntry* find(size_t r, int group, bool p2p, FlightOp op, int peer, uint64_t seq) const {
+    for (const FlightEntry& e : records_[r].entries)
+      if (e.group == group && e.seq == seq && is_point_to_point(e.op) == p2p &&
+          (!p2p || (e.op == op && e.peer == peer)))
+        return &e;
+    return nullptr;
+  }
+
+  // The first collective some members of the group entered and others did not.
+  void collectives(const Instance& in, FlightReport& report) {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (const Member& m : in.members) {
+      const uint64_t n = header(m.record).groups[m.group].collectives_entered;
+      lo = std::min(lo, n);
+      hi = std::max(hi, n);
+    }
+    if (in.members.empty() || lo == hi) return;
+    const uint64_t k = lo + 1;
+    std::string entered, missing, what = "collective #" + std::to_string(k);
+    double when = 0;
+    bool quiet = true;
+    std::vector<std::string> quiet_ranks;
+    for (const Member& m : in.members) {
+      if (header(m.record).groups[m.group].collectives_entered >= k) {
+        const FlightEntry* e = find(m.record, m.group, false, FlightOp::AllReduce, -1, k);
+        if (e && when == 0) {
+          what = entry_text(m.record, *e);
+          when = e->start;
+        }
+        entered += (entered.empty() ? "" : ", ") + who(m.record);
+      } else {
+        missing += "\n    " + who(m.record) + ": " + last_operation(m.record);
+        quiet = quiet && went_quiet(m.record);
+        quiet_ranks.push_back(who(m.record));
+      }
+    }
+    report.findings.push_back(
+        {when,
+         "in " + group_text(in) + ", ranks parted at " + what + "\n  entered by " + entered +
+             "\n  not entered by:" + missing,
+         quiet, quiet ? quiet_ranks : std::vector<std::string>{}});
+  }
+
+  // Messages a rank waits for (or sends) that its peer never posted.
+  void messages(size_t r, FlightReport& report) {
+    for (const FlightEntry& e : records_[r].entries) {
+      if (!is_point_to_point(e.op) || e.state != FlightState::Entered) continue;
+      const auto it = instance_of_.find({r, e.group});
+      if (it == instance_of_.end()) continue;
+      const Instance& in = instances_[it->second];
+      const int me = header(r).groups[e.group].rank;
+      const Member* peer = nullptr;
+      for (const Member& m : in.members)
+        if (m.rank == e.peer) peer = &m;
+      const FlightOp partner = e.op == FlightOp::Send ? FlightOp::Recv : FlightOp::Send;
+      std::string text;
+      if (!peer) {
+        text = who(r) + " waits in " + entry_text(r, e) + "; its peer (rank " +
+               std::to_string(e.peer) + " of " + group_text(in) + ") left no record";
+      } else if (!find(peer->record, peer->group, true, partner, me, e.seq)) {
+        text = who(r) + " waits in " + entry_text(r, e) + ", but " + who(peer->record) +
+               " never posted the matching " + std::string(flight_op_name(partner)) + "\n    " +
+               who(peer->record) + ": " + last_operation(peer->record);
+      } else {
+        continue;  // both posted: in flight, or waiting on something recorded elsewhere
+      }
+      const bool quiet = peer && went_quiet(peer->record);
+      report.findings.push_back({e.start, text, quiet,
+                                 quiet ? std::vector<std::string>{who(peer->record)}
+                                       : std::vector<std::string>{}});
+    }
+  }
+
+  void pending_operations(FlightReport& report) {
+    for (size_t r = 0; r < records_.size(); ++r)
+      for (const FlightEntry& e : records_[r].entries)
+        if (e.state == FlightState::Entered) report.pending.push_back(who(r) + ": " + entry_text(r, e));
+  }
+
+  const std::vector<FlightRecord>& records_;
+  std::vector<Instance> instances_;
+  std::map<std::pair<std::string, int>, size_t> index_;
+  std::map<std::pair<size_t, int>, size_t> instance_of_;
+};
+
+}  // namespace
+
+FlightReport analyse_flight(const std::vector<FlightRecord>& all) {
+  FlightReport report;
+  if (all.empty()) return report;
+  // The job is the newest record's; records of another world size are an earlier job's.
+  const FlightRecord* newest = &all.front();
+  for (const FlightRecord& r : all)
+    if (r.header.opened > newest->header.opened) newest = &r;
+  report.ranks = newest->header.world_size;
+  std::vector<FlightRecord> job;
+  std::set<int> present;
+  for (const FlightRecord& r : all) {
+    if (r.header.world_size != report.ranks) {
+      report.notes.push_back("skipped " + r.path + ": from a job of " +
+                             std::to_string(r.header.world_size) + " ranks");
+      continue;
+    }
+    job.push_back(r);
+    present.insert(r.header.world_rank);
+  }
+  std::string absent;
+  for (int w = 0; w < report.ranks; ++w)
+    if (!present.count(w)) absent += (absent.empty() ? "" : ", ") + std::to_string(w);
+  if (!absent.empty())
+    report.notes.push_back("no record of rank(s) " + absent +
+                           " (they never started, or ran with run.flight_records = 0)");
+  Analysis(job).run(report);
+  return report;
+}
+
+std::string FlightReport::text() const {
+  std::string out;
+  for (const std::string& n : notes) out += "note: " + n + "\n";
+  if (findings.empty()) {
+    out += "no divergence: the members of every group entered the same collectives, and every "
+           "pending message was posted on both sides\n";
+    for (const std::string& p : pending) out += "  pending: " + p + "\n";
+    return out;
+  }
+  std::vector<std::string> quiet;
+  for (const FlightFinding& f : findings)
+    for (const std::string& w : f.quiet_ranks)
+      if (std::find(quiet.begin(), quiet.end(), w) == quiet.end()) quiet.push_back(w);
+  if (!quiet.empty()) {
+    out += "likely cause: ";
+    for (size_t i = 0; i < quiet.size(); ++i) out += (i ? ", " : "") + quiet[i];
+    out += " stopped communicating while the others waited for it (stalled, killed, or on another "
+           "code path)\n";
+  }
+  out += "first divergence: " + findings.front().text + "\n";
+  for (size_t i = 1; i < findings.size() && i < kMaxFindings; ++i)
+    out += "then: " + findings[i].text + "\n";
+  if (findings.size() > kMaxFindings)
+    out += "... and " + std::to_string(findings.size() - kMaxFindings) + " more\n";
+  return out;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,111 @@
+#include "meshtrain/comm/recording_communicator.h"
+
+namespace meshtrain {
+namespace {
+
+// The wrapped operation, marked completed in the record when it completes.
+class RecordedWork final : public Work::Impl {
+ public:
+  RecordedWork(std::unique_ptr<Work::Impl> inner, FlightRecorder& recorder,
+               FlightRecorder::Ticket ticket)
+      : inner_(std::move(inner)), recorder_(recorder), ticket_(ticket) {}
+  bool test() override {
+    if (!inner_->test()) return false;
+    recorder_.end(ticket_);
+    return true;
+  }
+  void order_consumers() override { inner_->order_consumers(); }
+  std::string describe() const override { return inner_->describe(); }
+
+ private:
+  std::unique_ptr<Work::Impl> inner_;
+  FlightRecorder& recorder_;
+  FlightRecorder::Ticket ticket_;
+};
+
+}  // namespace
+
+RecordingCommunicator::RecordingCommunicator(std::unique_ptr<Communicator> inner,
+                                             FlightRecorder& recorder, int id)
+    : inner_(std::move(inner)), recorder_(recorder),
+      // A group of one never waits for anyone: not worth a slot, nor ring entries.
+      group_(inner_->size() > 1 ? recorder.add_group(inner_->name(), id, inner_->size(), inner_->rank())
+                                : -1) {}
+
+Work RecordingCommunicator::recorded(Work inner, const FlightRecorder::Ticket& ticket) {
+  const std::chrono::duration<double> timeout = inner.timeout();
+  std::unique_ptr<Work::Impl> impl = inner.release();
+  if (!impl) {  // completed at once (a group of one, an empty tensor)
+    recorder_.end(ticket);
+    return {};
+  }
+  return Work(std::make_unique<RecordedWork>(std::move(impl), recorder_, ticket), timeout);
+}
+
+Work RecordingCommunicator::all_reduce(Tensor& t, ReduceOp op) {
+  const auto ticket = begin(FlightOp::AllReduce, -1, t.nbytes());
+  return recorded(inner_->all_reduce(t, op), ticket);
+}
+
+Work RecordingCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
+  const auto ticket = begin(FlightOp::ReduceScatter, -1, in.nbytes());
+  return recorded(inner_->reduce_scatter(out, in, op), ticket);
+}
+
+Work RecordingCommunicator::all_gather(Tensor& out, const Tensor& in) {
+  const auto ticket = begin(FlightOp::AllGather, -1, out.nbytes());
+  return recorded(inner_->all_gather(out, in), ticket);
+}
+
+Work RecordingCommunicator::broadcast(Tensor& t, int root) {
+  const auto ticket = begin(FlightOp::Broadcast, root, t.nbytes());
+  return recorded(inner_->broadcast(t, root), ticket);
+}
+
+Work RecordingCommunicator::send(const Tensor& t, int dst, int tag) {
+  const auto ticket = begin(FlightOp::Send, dst, t.nbytes());
+  return recorded(inner_->send(t, dst, tag), ticket);
+}
+
+Work RecordingCommunicator::recv(Tensor& t, int src, int tag) {
+  const auto ticket = begin(FlightOp::Recv, src, t.nbytes());
+  return recorded(inner_->recv(t, src, tag), ticket);
+}
+
+std::vector<Work> RecordingCommunicator::exchange(const std::vector<Transfer>& step) {
+  std::vector<FlightRecorder::Ticket> tickets;
+  for (const Transfer& t : step)
+    tickets.push_back(begin(t.kind == Transfer::Kind::Send ? FlightOp::Send : FlightOp::Recv,
+                            t.peer, t.tensor.nbytes()));
+  std::vector<Work> works = inner_->exchange(step);
+  for (size_t i = 0; i < works.size(); ++i) works[i] = recorded(std::move(works[i]), tickets[i]);
+  return works;
+}
+
+void RecordingCommunicator::barrier() {
+  const auto ticket = begin(FlightOp::Barrier, -1, 0);
+  inner_->barrier();
+  recorder_.end(ticket);
+}
+
+void RecordingCommunicator::broadcast_bytes(std::string& bytes, int root) {
+  const auto ticket = begin(FlightOp::BytesBroadcast, root, bytes.size());
+  inner_->broadcast_bytes(bytes, root);
+  recorder_.end(ticket);
+}
+
+std::vector<std::string> RecordingCommunicator::all_gather_bytes(const std::string& mine) {
+  const auto ticket = begin(FlightOp::BytesAllGather, -1, mine.size());
+  std::vector<std::string> all = inner_->all_gather_bytes(mine);
+  recorder_.end(ticket);
+  return all;
+}
+
+double RecordingCommunicator::all_reduce_scalar(double value, ReduceOp op) {
+  const auto ticket = begin(FlightOp::ScalarAllReduce, -1, sizeof value);
+  const double out = inner_->all_reduce_scalar(value, op);
+  recorder_.end(ticket);
+  return out;
+}
+
+}  // namespace meshtrain

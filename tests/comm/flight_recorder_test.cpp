@@ -1,0 +1,204 @@
+// The flight recorder's file (written, wrapped, read back) and the analysis that merges every
+// rank's record: a collective some members never entered, a message never sent, records of
+// another job, ranks without a record.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "meshtrain/comm/flight_recorder.h"
+#include "meshtrain/comm/flight_report.h"
+#include "support/temp_dir.h"
+
+namespace meshtrain {
+namespace {
+
+using testing::TempDir;
+
+TEST(FlightRecorder, WritesEveryOperationAndReadsItBack) {
+  TempDir dir;
+  const std::string path = flight_record_path(dir.path(), 3);
+  {
+    FlightRecorder rec(path, 3, 4, 8);
+    const int dp = rec.add_group("dp", 1, 2, 1);
+    const int pp = rec.add_group("pp", 2, 2, 0);
+    rec.end(rec.begin(dp, FlightOp::AllReduce, -1, 4096));
+    rec.end(rec.begin(pp, FlightOp::Send, 1, 512));
+    rec.begin(pp, FlightOp::Send, 1, 512);   // pending
+    rec.begin(dp, FlightOp::AllReduce, -1, 4096);
+  }
+  const FlightRecord r = read_flight_record(path);
+  EXPECT_EQ(r.header.world_rank, 3);
+  EXPECT_EQ(r.header.world_size, 4);
+  ASSERT_EQ(r.header.group_count, 2);
+  EXPECT_STREQ(r.header.groups[0].name, "dp");
+  EXPECT_EQ(r.header.groups[0].collectives_entered, 2u);
+  EXPECT_EQ(r.header.groups[0].collectives_completed, 1u);
+  ASSERT_EQ(r.entries.size(), 4u);
+  EXPECT_EQ(r.entries[0].op, FlightOp::AllReduce);
+  EXPECT_EQ(r.entries[0].state, FlightState::Completed);
+  EXPECT_GE(r.entries[0].end, r.entries[0].start);
+  EXPECT_EQ(r.entries[1].seq, 1u);  // first send to that peer
+  EXPECT_EQ(r.entries[2].seq, 2u);
+  EXPECT_EQ(r.entries[2].state, FlightState::Entered);
+  EXPECT_EQ(r.entries[3].seq, 2u);  // second collective on dp
+  EXPECT_EQ(flight_record_paths(dir.path()), std::vector<std::string>{path});
+}
+
+TEST(FlightRecorder, KeepsTheLastEntriesAndTheCountsAcrossWrapAround) {
+  TempDir dir;
+  const std::string path = flight_record_path(dir.path(), 0);
+  {
+    FlightRecorder rec(path, 0, 2, 4);
+    const int g = rec.add_group("tp", 0, 2, 0);
+    for (int i = 0; i < 10; ++i) rec.end(rec.begin(g, FlightOp::AllReduce, -1, 8));
+    const FlightRecorder::Ticket late = rec.begin(g, FlightOp::AllReduce, -1, 8);
+    for (int i = 0; i < 4; ++i) rec.begin(g, FlightOp::Barrier, -1, 0);
+    rec.end(late);  // its slot was reused: the newer entry must stay as it is
+  }
+  const FlightRecord r = read_flight_record(path);
+  ASSERT_EQ(r.entries.size(), 4u);
+  EXPECT_EQ(r.entries.front().serial, 12u);
+  EXPECT_EQ(r.entries.back().serial, 15u);
+  for (const FlightEntry& e : r.entries) EXPECT_EQ(e.state, FlightState::Entered);
+  EXPECT_EQ(r.header.groups[0].collectives_entered, 15u);
+  EXPECT_EQ(r.header.groups[0].collectives_completed, 11u);
+}
+
+TEST(FlightRecorder, RefusesFilesThatAreNotRecords) {
+  TempDir dir;
+  EXPECT_THROW(read_flight_record(dir.file("missing.rec")), std::runtime_error);
+  const std::string junk = dir.file("junk.rec");
+  FILE* f = std::fopen(junk.c_str(), "w");
+  std::fputs("not a record", f);
+  std::fclose(f);
+  try {
+    read_flight_record(junk);
+    ADD_FAILURE() << "read a junk file";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(junk), std::string::npos) << e.what();
+  }
+}
+
+// Synthetic records: `ops` collectives on one group, each rank entering some of them.
+FlightRecord rank_record(int world_rank, int world_size, const char* node, double opened) {
+  FlightRecord r;
+  r.path = "rank_" + std::to_string(world_rank) + ".rec";
+  r.header.world_rank = world_rank;
+  r.header.world_size = world_size;
+  r.header.opened = opened;
+  r.header.capacity = 64;
+  std::snprintf(r.header.node, sizeof r.header.node, "%s", node);
+  return r;
+}
+
+int add_group(FlightRecord& r, const char* name, int id, int size, int rank) {
+  FlightGroup& g = r.header.groups[r.header.group_count];
+  std::snprintf(g.name, sizeof g.name, "%s", name);
+  g.id = id;
+  g.size = size;
+  g.rank = rank;
+  return r.header.group_count++;
+}
+
+void add_entry(FlightRecord& r, int group, FlightOp op, int peer, uint64_t seq, double start,
+               bool completed) {
+  FlightEntry e;
+  e.serial = r.entries.size() + 1;
+  e.seq = seq;
+  e.op = op;
+  e.group = group;
+  e.peer = peer;
+  e.bytes = 1024;
+  e.start = start;
+  e.end = completed ? start + 0.001 : 0;
+  e.state = completed ? FlightState::Completed : FlightState::Entered;
+  r.entries.push_back(e);
+  r.header.serial = e.serial;
+  if (!is_point_to_point(op)) {
+    ++r.header.groups[group].collectives_entered;
+    if (completed) ++r.header.groups[group].collectives_completed;
+  }
+}
+
+TEST(FlightReport, NamesTheCollectiveAStalledRankNeverEntered) {
+  // dp group of world ranks 0, 1, 2: ranks 0 and 2 enter all_reduce #2, rank 1 went quiet
+  // after #1.
+  std::vector<FlightRecord> records;
+  for (int w = 0; w < 3; ++w) {
+    FlightRecord r = rank_record(w, 3, w == 1 ? "node-b" : "node-a", 100.0);
+    const int g = add_group(r, "dp", 0, 3, w);
+    add_entry(r, g, FlightOp::AllReduce, -1, 1, 101.0, true);
+    if (w != 1) add_entry(r, g, FlightOp::AllReduce, -1, 2, 102.0 + w, false);
+    records.push_back(r);
+  }
+  const FlightReport report = analyse_flight(records);
+  ASSERT_EQ(report.findings.size(), 1u) << report.text();
+  const std::string text = report.text();
+  EXPECT_NE(text.find("likely cause: rank 1 (node node-b) stopped communicating"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("in group 'dp' (world ranks 0, 1, 2), ranks parted at all_reduce of 1.0 KiB "
+                      "on group 'dp' (collective #2)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("entered by rank 0 (node node-a), rank 2 (node node-a)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("not entered by:\n    rank 1 (node node-b): its last operation: all_reduce"),
+            std::string::npos)
+      << text;
+}
+
+TEST(FlightReport, NamesAMessageThePeerNeverSent) {
+  // pp group: rank 1 waits for message #2 from rank 0, which sent only #1 and went quiet.
+  FlightRecord a = rank_record(0, 2, "n0", 1.0), b = rank_record(1, 2, "n1", 1.0);
+  const int ga = add_group(a, "pp", 0, 2, 0), gb = add_group(b, "pp", 0, 2, 1);
+  add_entry(a, ga, FlightOp::Send, 1, 1, 2.0, true);
+  add_entry(b, gb, FlightOp::Recv, 0, 1, 2.0, true);
+  add_entry(b, gb, FlightOp::Recv, 0, 2, 3.0, false);
+  const FlightReport report = analyse_flight({a, b});
+  const std::string text = report.text();
+  ASSERT_EQ(report.findings.size(), 1u) << text;
+  EXPECT_TRUE(report.findings[0].quiet);
+  EXPECT_NE(text.find("rank 1 (node n1) waits in recv of 1.0 KiB on group 'pp' from its rank 0 "
+                      "(message #2)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("but rank 0 (node n0) never posted the matching send"), std::string::npos)
+      << text;
+}
+
+TEST(FlightReport, QuietRanksComeBeforeTheirVictims) {
+  // tp group {0, 1}: rank 1 went quiet, rank 0 waits in tp. dp group {0, 2}: rank 2 waits in dp
+  // for rank 0, which is stuck in tp (a victim, entered earlier).
+  FlightRecord r0 = rank_record(0, 3, "n", 1.0), r1 = rank_record(1, 3, "n", 1.0),
+               r2 = rank_record(2, 3, "n", 1.0);
+  const int t0 = add_group(r0, "tp", 0, 2, 0), d0 = add_group(r0, "dp", 0, 2, 0);
+  const int t1 = add_group(r1, "tp", 0, 2, 1);
+  const int d2 = add_group(r2, "dp", 0, 2, 1);
+  add_entry(r1, t1, FlightOp::AllReduce, -1, 1, 5.0, true);
+  add_entry(r0, t0, FlightOp::AllReduce, -1, 1, 5.0, true);
+  add_entry(r0, t0, FlightOp::AllReduce, -1, 2, 6.0, false);
+  add_entry(r2, d2, FlightOp::AllReduce, -1, 1, 4.0, false);  // earlier than the tp one
+  (void)d0;
+  const FlightReport report = analyse_flight({r0, r1, r2});
+  ASSERT_EQ(report.findings.size(), 2u) << report.text();
+  EXPECT_NE(report.findings[0].text.find("group 'tp'"), std::string::npos) << report.text();
+  EXPECT_NE(report.text().find("likely cause: rank 1 (node n)"), std::string::npos) << report.text();
+}
+
+TEST(FlightReport, SkipsAnotherJobsRecordsAndNamesRanksWithoutOne) {
+  FlightRecord old = rank_record(5, 8, "n", 1.0);
+  FlightRecord r0 = rank_record(0, 3, "n", 2.0), r2 = rank_record(2, 3, "n", 2.0);
+  add_group(r0, "dp", 0, 3, 0);
+  add_group(r2, "dp", 0, 3, 2);
+  const FlightReport report = analyse_flight({old, r0, r2});
+  EXPECT_EQ(report.ranks, 3);
+  const std::string text = report.text();
+  EXPECT_NE(text.find("skipped rank_5.rec: from a job of 8 ranks"), std::string::npos) << text;
+  EXPECT_NE(text.find("no record of rank(s) 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("no divergence"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace meshtrain
