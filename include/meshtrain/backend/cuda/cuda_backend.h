@@ -48,6 +48,10 @@ struct CudaBackendOptions {
 // Visible CUDA devices; 0 (and `why`, if given, says why) when there is no driver, no device or
 // the runtime cannot start. Never throws: tests use it to skip.
 int cuda_device_count(std::string* why = nullptr);
+// The UUID of visible device `device` as nvidia-smi prints it ("GPU-8c2f6b1e-..."): the same
+// string in every process that sees this GPU, whatever its index under CUDA_VISIBLE_DEVICES.
+// "" when the runtime cannot say. Never throws.
+std::string cuda_device_uuid(int device);
 
 class CudaBackend final : public Backend {
  public:
