@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cudnn_attention.h"
 #include "gemm.h"
@@ -20,6 +22,9 @@ struct CudaBackend::Libraries {
   std::unique_ptr<cuda::CudnnAttention> cudnn;  // null when cuDNN failed to initialise
   std::string cudnn_error;
   bool warned_attention_fallback = false;
+  // Host sources of copy_from_host_async still being read by the device, each with the event
+  // recorded after its copy, oldest first: the tensor is dropped once its event has completed.
+  std::vector<std::pair<cudaEvent_t, Tensor>> host_copies;
 };
 
 namespace cuda {

@@ -2,8 +2,8 @@
 // The CUDA backend: GEMMs through cuBLASLt, causal attention through cuDNN's fused
 // scaled-dot-product attention graph (bf16) or this backend's own batched-GEMM + softmax kernels
 // (fp32, and the fallback), every other op a hand-written kernel (src/backend/cuda/*.cu). All
-// work runs on one stream; host calls return once the work is queued, except copies to the
-// host, reductions returning a double, and synchronize().
+// work runs on one stream; host calls return once the work is queued, except copy_from_host,
+// copies to the host, reductions returning a double, and synchronize().
 //
 // Two dtype modes, chosen by the tensors passed in (see backend.h):
 //   fp32: every tensor F32 — the verification mode, matching the CPU backend to ~1e-5;
@@ -74,11 +74,13 @@ class CudaBackend final : public Backend {
   void cast(Tensor& dst, const Tensor& src) override;
   void copy_from_host(Tensor& dst, const void* src) override;
   void copy_to_host(void* dst, const Tensor& src) override;
+  void copy_from_host_async(Tensor& dst, Tensor src) override;
   void add_inplace(Tensor& dst, const Tensor& src) override;
   void scale_inplace(Tensor& t, double factor) override;
   void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) override;
   double sum_squares(const Tensor& t) override;
   double sum(const Tensor& t) override;
+  void reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) override;
   void synchronize() override;
 
   void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
@@ -134,6 +136,8 @@ class CudaBackend final : public Backend {
                              int64_t NH, int64_t HS);
   void own_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                               const Tensor& probs, int64_t B, int64_t T, int64_t NH, int64_t HS);
+  // Drops the host sources of completed asynchronous copies (all of them after a synchronize).
+  void retire_host_copies();
   bool cudnn_attention_usable(const Tensor& qkv, const Tensor& probs, int64_t B, int64_t T,
                               int64_t NH, int64_t HS);
 
