@@ -143,6 +143,10 @@ CudaBackend::CudaBackend(CudaBackendOptions options)
   lib_->gemm = std::make_unique<cuda::LtGemm>(lib_->gemm_workspace.raw(),
                                               options_.gemm_workspace_bytes,
                                               options_.tf32 == Tf32::On);
+  int major = 0, minor = 0;
+  MESHTRAIN_CUDA_CHECK("init", cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+  MESHTRAIN_CUDA_CHECK("init", cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
+  lib_->platform = {major, minor, static_cast<int64_t>(cudnnGetVersion())};
   if (options_.attention != AttentionImpl::Own) {
     try {
       lib_->cudnn = std::make_unique<cuda::CudnnAttention>();
@@ -160,6 +164,9 @@ CudaBackend::~CudaBackend() {
   lib_.reset();
   if (stream_) cudaStreamDestroy(stream_);
 }
+
+const CudnnPlatform& CudaBackend::cudnn_platform() const { return lib_->platform; }
+const std::string& CudaBackend::attention_fallback() const { return lib_->attention_fallback; }
 
 void CudaBackend::synchronize() {
   MESHTRAIN_CUDA_CHECK("synchronize", cudaStreamSynchronize(stream_));

@@ -17,13 +17,15 @@
 #include <string>
 #include <string_view>
 
+#include "meshtrain/backend/attention_support.h"
 #include "meshtrain/backend/backend.h"
 
 namespace meshtrain {
 
 // How causal attention is computed. Auto: cuDNN's fused kernel for bf16 where cuDNN builds a plan
 // for the shape (head size a multiple of 8, T >= HS + 2 so that probs can hold its scratch), else
-// Own, with one warning; Cudnn: cuDNN for bf16 or an error saying why not; Own: batched GEMMs +
+// Own, with one warning (which says when cuDNN was required to work there, attention_support.h,
+// and is kept for attention_fallback()); Cudnn: cuDNN for bf16 or an error saying why not; Own: batched GEMMs +
 // softmax kernels, which store the (B, NH, T, T) softmax like the CPU backend. fp32 always runs
 // Own (cuDNN's fused attention is a 16-bit kernel).
 enum class AttentionImpl { Auto, Cudnn, Own };
@@ -66,8 +68,15 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   const CudaBackendOptions& options() const { return options_; }
   // The attention implementation that attention_forward would use for this shape and dtype
-  // (resolves Auto; builds and caches the cuDNN plans to find out).
-  AttentionImpl attention_impl_for(DType dtype, int64_t B, int64_t T, int64_t NH, int64_t HS);
+  // (resolves Auto; builds and caches the cuDNN plans to find out). When that is not cuDNN and
+  // cuDNN was asked for (bf16, attention not "own"), `why` gets the reason.
+  AttentionImpl attention_impl_for(DType dtype, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                                   std::string* why = nullptr);
+  // This device's compute capability and the cuDNN loaded at run time.
+  const CudnnPlatform& cudnn_platform() const;
+  // The first fallback from cuDNN to the own attention kernels under Auto (judge_rejected_attention's
+  // message: it says whether cuDNN was required to work there), or "" if none happened.
+  const std::string& attention_fallback() const;
 
   void fill(Tensor& t, double value) override;
   void copy(Tensor& dst, const Tensor& src) override;
