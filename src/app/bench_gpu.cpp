@@ -2,7 +2,9 @@
 // vocabulary 50257 padded to 50304, tied embeddings) trained in bf16 mixed precision at the
 // largest micro-batch that fits, against the machine's ceiling measured in the same run: a large
 // bf16 cuBLASLt GEMM. Prints tokens/s and MFU (PaLM FLOPs, GptConfig::flops_per_token, over that
-// peak). bench/gpu/run.sh runs it next to the same model in PyTorch and prints the ratio.
+// peak). bench/gpu/run.sh runs it next to the same model in PyTorch and prints the ratio. A
+// header line says which attention ran, and why not cuDNN's when it did not; where cuDNN must
+// work (backend/attention_support.h) a fallback counts as a wrong result.
 
 #include <algorithm>
 #include <cmath>
@@ -46,6 +48,18 @@ void bench_gpu(const BenchArgs& args, BenchReport& report) {
     try {
       std::unique_ptr<ProcessGrid> grid = make_grid(c, backend);
       Trainer trainer(c, *grid, backend);
+      // Which attention the numbers below measure. A cuDNN fallback where cuDNN must work
+      // (sm_80/sm_90, cuDNN 9) is a wrong result: the row would pass off the own kernels' speed.
+      std::string why;
+      const int64_t heads = c.model.heads, hs = c.model.d_model / heads;
+      if (backend.attention_impl_for(DType::BF16, b, 1024, heads, hs, &why) == AttentionImpl::Cudnn) {
+        report.header("attention: cuDNN fused (" + describe(backend.cudnn_platform()) + ")");
+      } else {
+        const RejectedAttention r = judge_rejected_attention(backend.cudnn_platform(), DType::BF16,
+                                                             b, 1024, heads, hs, why);
+        report.header("attention: own kernels: " + r.message);
+        if (r.is_error) wrong = 1;
+      }
       std::vector<double> seconds;
       double first_loss = 0;
       for (int s = 0; s <= std::max(args.steps, 5); ++s) {

@@ -71,6 +71,7 @@ int plan_command(const PlanArgs& args) {
     facts.cuda_built = cuda;
     facts.devices = cuda ? 1 << 20 : 0;
     facts.local_ranks = 1;
+    facts.node_gpus = {"GPU-planned"};  // one rank per GPU, as a planned GPU job runs
     config.run.device = cuda ? DeviceChoice::Cuda : DeviceChoice::Cpu;
     resolve_device(config, facts);
     const int threads = args.threads > 0 ? args.threads : config.run.threads > 0 ? config.run.threads : 1;

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "meshtrain/app/launch_check.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
@@ -70,6 +72,22 @@ int local_rank() {
   return rank;
 }
 
+std::vector<std::string> gather_over_node(const std::string& mine) {
+  constexpr int kWidth = 64;  // a GPU UUID is "GPU-" + 36 characters
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int size = 1;
+  MPI_Comm_size(node, &size);
+  std::vector<char> all(static_cast<size_t>(size) * kWidth, '\0');
+  std::string padded = mine.substr(0, kWidth - 1);
+  padded.resize(kWidth, '\0');
+  MPI_Allgather(padded.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, node);
+  MPI_Comm_free(&node);
+  std::vector<std::string> out;
+  for (int r = 0; r < size; ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * kWidth);
+  return out;
+}
+
 std::unique_ptr<ProcessGrid> make_grid(const Config& c, Backend& backend, FlightRecorder* recorder) {
   CommunicatorDecorator record;
   if (recorder)
@@ -102,13 +120,14 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
   s.config = load_config(deck, overrides, world);
   int node_size = 1, node_rank = 0;
   node_ranks(node_size, node_rank);
-  const DeviceFacts facts = probe_device_facts(node_size);
+  DeviceFacts facts = probe_device_facts(node_size, node_rank);
+  facts.node_gpus = gather_over_node(facts.node_gpus.front());
   agree(world, [&] { resolve_device(s.config, facts); });
   const double code = choice_code(s.config);
   if (world.all_reduce_scalar(code, ReduceOp::Min) != world.all_reduce_scalar(code, ReduceOp::Max))
     throw AgreedError(deck + ": ranks settled on different devices (some nodes have GPUs, others "
-                      "not, or GPU counts differ): set run.device, train.precision and "
-                      "parallel.communicator explicitly");
+                      "not, or ranks share GPUs on some nodes only): set run.device, "
+                      "train.precision and parallel.communicator explicitly");
   const Config& c = s.config;
 
   if (c.run.device == DeviceChoice::Cpu) {
@@ -117,7 +136,7 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
 #if MESHTRAIN_HAVE_CUDA
     agree(world, [&] {
       CudaBackendOptions options;
-      options.device = node_rank % facts.devices;
+      options.device = facts.device_index;
       options.attention = parse_attention_impl(c.run.attention);
       s.backend = std::make_unique<CudaBackend>(options);
     });
@@ -144,7 +163,8 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                 c.run.device == DeviceChoice::Cpu ? "MPI"
                 : c.parallel.communicator == CommChoice::Nccl
                     ? "NCCL (one GPU per rank)"
-                    : "MPI through host buffers (ranks share GPUs, or parallel.communicator = \"mpi\")");
+                    : "MPI through host buffers (ranks of a node share a GPU, or "
+                      "parallel.communicator = \"mpi\")");
     if (s.grid->tensor_group_spans_nodes())
       std::fprintf(stderr, "meshtrain: warning: tensor-parallel groups span nodes (tp = %d, %d "
                    "rank(s) per node): every layer's all-reduce crosses the network; use tp <= "

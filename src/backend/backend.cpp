@@ -1,5 +1,8 @@
 #include "meshtrain/backend/backend.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace meshtrain {
 
 Backend::~Backend() = default;
@@ -11,6 +14,21 @@ std::unique_ptr<Allocator> Backend::make_host_allocator() const {
 Tensor Backend::empty(Shape shape, DType dtype, MemoryCategory category) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   return Tensor(allocator_->allocate(bytes, category), 0, shape, dtype);
+}
+
+Tensor Backend::empty_host(Shape shape, DType dtype, MemoryCategory category) {
+  if (!host_allocator_) host_allocator_ = make_host_allocator();
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  return Tensor(host_allocator_->allocate(bytes, category), 0, shape, dtype);
+}
+
+void Backend::copy_from_host_async(Tensor& dst, Tensor src) {
+  if (src.nbytes() != dst.nbytes() || src.device() != Device::Cpu)
+    throw std::invalid_argument("backend '" + name() + "': copy_from_host_async: source " +
+                                src.shape().to_string() + " " + std::string(dtype_name(src.dtype())) +
+                                " must be a host tensor of the destination's size " +
+                                dst.shape().to_string() + " " + std::string(dtype_name(dst.dtype())));
+  copy_from_host(dst, src.raw());
 }
 
 Tensor Backend::zeros(Shape shape, DType dtype, MemoryCategory category) {

@@ -1,21 +1,73 @@
 #include "meshtrain/config/device_check.h"
 
+#include <map>
+
 #if MESHTRAIN_HAVE_CUDA
 #include "meshtrain/backend/cuda/cuda_backend.h"
 #endif
 
 namespace meshtrain {
 
-DeviceFacts probe_device_facts(int local_ranks) {
+DeviceFacts probe_device_facts(int local_ranks, int local_rank) {
   DeviceFacts f;
   f.local_ranks = local_ranks;
 #if MESHTRAIN_HAVE_CUDA
   f.cuda_built = true;
   f.devices = cuda_device_count(&f.why_no_devices);
+  if (f.devices > 0) {
+    f.device_index = local_rank % f.devices;
+    f.node_gpus = {cuda_device_uuid(f.device_index)};
+  } else {
+    f.node_gpus = {""};
+  }
 #else
+  (void)local_rank;
   f.why_no_devices = "this build of meshtrain has no CUDA backend (nvcc was not found at build time)";
+  f.node_gpus = {""};
 #endif
   return f;
+}
+
+namespace {
+std::string list_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i) s += i + 1 == ranks.size() ? " and " : ", ";
+    s += std::to_string(ranks[i]);
+  }
+  return s;
+}
+}  // namespace
+
+GpuSharing gpu_sharing(const std::vector<std::string>& node_gpus) {
+  GpuSharing g;
+  g.ranks = static_cast<int>(node_gpus.size());
+  std::map<std::string, std::vector<int>> users;  // UUID -> node ranks using it
+  std::vector<int> unknown;
+  for (int r = 0; r < g.ranks; ++r) {
+    if (node_gpus[r].empty()) unknown.push_back(r);
+    else users[node_gpus[r]].push_back(r);
+  }
+  g.distinct_gpus = static_cast<int>(users.size());
+  const std::string census = " (" + std::to_string(g.ranks) + " ranks on " +
+                             std::to_string(g.distinct_gpus) + " distinct GPU(s))";
+  // The most crowded GPU is the clearest example to name.
+  const std::vector<int>* worst = nullptr;
+  std::string worst_uuid;
+  for (const auto& [uuid, ranks] : users)
+    if (ranks.size() > 1 && (!worst || ranks.size() > worst->size())) {
+      worst = &ranks;
+      worst_uuid = uuid;
+    }
+  if (worst) {
+    g.own_gpu = false;
+    g.why_not = "node ranks " + list_ranks(*worst) + " share GPU " + worst_uuid + census;
+  } else if (!unknown.empty()) {
+    // A rank that cannot name its GPU might share it: NCCL would then fail at init or hang.
+    g.own_gpu = false;
+    g.why_not = "node rank(s) " + list_ranks(unknown) + " could not identify their GPU" + census;
+  }
+  return g;
 }
 
 void resolve_device(Config& c, const DeviceFacts& f) {
@@ -47,16 +99,15 @@ void resolve_device(Config& c, const DeviceFacts& f) {
     c.parallel.communicator = CommChoice::Mpi;
     return;
   }
-  // NCCL needs a GPU per rank: with more ranks than GPUs on a node, ranks share a GPU and
-  // communicate through MPI with host buffers.
-  const bool own_gpu = f.local_ranks <= f.devices;
-  if (c.parallel.communicator == CommChoice::Nccl && !own_gpu)
-    fail("parallel.communicator = \"nccl\" needs a GPU per rank, but this node runs " +
-         std::to_string(f.local_ranks) + " ranks on " + std::to_string(f.devices) +
-         " GPU(s) (use \"mpi\" or \"auto\", or launch at most " + std::to_string(f.devices) +
-         " ranks per node)");
+  // NCCL needs a GPU per rank: where ranks of a node share one, they communicate through MPI
+  // with host buffers.
+  const GpuSharing sharing = gpu_sharing(f.node_gpus);
+  if (c.parallel.communicator == CommChoice::Nccl && !sharing.own_gpu)
+    fail("parallel.communicator = \"nccl\" needs a GPU per rank, but " + sharing.why_not +
+         " (use \"mpi\" or \"auto\", or give every rank its own GPU: at most " +
+         std::to_string(sharing.distinct_gpus) + " rank(s) on this node, or srun --gpus-per-task=1)");
   if (c.parallel.communicator == CommChoice::Auto)
-    c.parallel.communicator = own_gpu ? CommChoice::Nccl : CommChoice::Mpi;
+    c.parallel.communicator = sharing.own_gpu ? CommChoice::Nccl : CommChoice::Mpi;
 }
 
 }  // namespace meshtrain

@@ -15,8 +15,8 @@ ParamSpec lm_head_spec(const GptConfig& cfg, bool tied) {
 }  // namespace
 
 ModelChunk::ModelChunk(const LayerContext& ctx, const GptConfig& cfg, const ChunkRange& range,
-                       Parameter* tied_wte)
-    : ctx_(ctx), range_(range) {
+                       Parameter* tied_wte, LossAccumulator& loss)
+    : ctx_(ctx), range_(range), loss_(&loss) {
   ParameterStore& store = *ctx.store;
   if (range.has_embedding) {
     embedding_unit_ = store.begin_unit("embedding");
@@ -65,11 +65,11 @@ Tensor ModelChunk::forward(const MicroBatchData& mb, const Tensor& input, Saved&
   // hooks are called here, not in backward().
   hooks.before_forward(head_unit_);
   if (pass == Pass::Train) hooks.before_backward(head_unit_);
-  const double loss = head_->forward(x, mb.targets, mb.shape, dloss,
-                                     pass == Pass::Train ? &saved.head : nullptr);
+  head_->forward(x, mb.targets, mb.shape, dloss, pass == Pass::Train ? &saved.head : nullptr,
+                 *loss_);
   if (pass == Pass::Train) hooks.after_backward(head_unit_);
   hooks.after_forward(head_unit_);
-  if (loss_sum) *loss_sum += loss;
+  if (loss_sum && loss_->readout() == LossReadout::PerMicroBatch) *loss_sum += loss_->take();
   return {};
 }
 
@@ -92,11 +92,11 @@ Tensor ModelChunk::backward(const MicroBatchData& mb, const Tensor& dout, Saved&
 
 GptModel::GptModel(Backend& backend, const TensorParallel& tp, const GptConfig& cfg,
                    const std::vector<ChunkRange>& ranges, DType dtype)
-    : backend_(&backend), tp_(tp), cfg_(cfg), dtype_(dtype) {
+    : backend_(&backend), tp_(tp), cfg_(cfg), dtype_(dtype), loss_(backend) {
   const LayerContext ctx{&backend, &store_, tp};
   Parameter* wte = nullptr;
   for (const ChunkRange& r : ranges) {
-    chunks_.push_back(std::make_unique<ModelChunk>(ctx, cfg, r, wte));
+    chunks_.push_back(std::make_unique<ModelChunk>(ctx, cfg, r, wte, loss_));
     if (chunks_.back()->embedding()) wte = &chunks_.back()->embedding()->wte();
   }
 }

@@ -5,8 +5,8 @@ namespace meshtrain {
 LanguageModelHead::LanguageModelHead(const LayerContext& ctx, int64_t C, Parameter& weight)
     : ctx_(ctx), ln_f_(ctx, "ln_f", C), weight_(weight) {}
 
-double LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenShape shape,
-                                  double dloss, Saved* saved) {
+void LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenShape shape,
+                                double dloss, Saved* saved, LossAccumulator& loss) {
   Backend& be = *ctx_.backend;
   Communicator& tp = *ctx_.tp.comm;
   const int64_t N = shape.N(), V = weight_.shape[0];
@@ -35,8 +35,8 @@ double LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenS
   tp.all_reduce(target_logit).wait();
   Tensor losses = be.empty({N}, st, ws);
   be.crossentropy_losses(losses, row_max, row_sumexp, target_logit);
-  const double loss_sum = be.sum(losses);
-  if (!saved) return loss_sum;
+  loss.add(losses);
+  if (!saved) return;
 
   be.crossentropy_backward(logits, logits, row_max, row_sumexp, targets, weight_.split_begin,
                            dloss);
@@ -48,7 +48,6 @@ double LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenS
   // Held until the pipeline's backward reaches this micro-batch: account it as an activation.
   saved->dx = be.empty(dx.shape(), dt, MemoryCategory::Activations);
   be.copy(saved->dx, dx);
-  return loss_sum;
 }
 
 Tensor LanguageModelHead::backward(Saved& saved) {

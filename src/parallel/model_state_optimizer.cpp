@@ -62,13 +62,26 @@ void ModelState::initialize(uint64_t seed) {
   }
 }
 
+// Every segment's sum of squares goes into one slot of a device buffer, read with one copy:
+// reading each segment's value as it is computed would drain the device once per segment
+// (hundreds per step for a real model). The host then adds the slots in segment order, as the
+// per-segment reads did, so the norm keeps its bits.
 double ModelState::grad_norm() {
-  double local = 0;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    Tensor g = owned_grads(static_cast<int>(b));
-    for (const OptimizerSegment& seg : bucket(static_cast<int>(b)).norm_segments)
-      local += be_->sum_squares(g.view(seg.offset, {seg.count}));
+  int64_t segments = 0;
+  for (const auto& s : buckets_) segments += static_cast<int64_t>(s->norm_segments.size());
+  std::vector<double> squares(static_cast<size_t>(segments), 0.0);
+  if (segments > 0) {
+    Tensor slots = be_->empty({segments}, DType::F64, MemoryCategory::Workspace);
+    int64_t slot = 0;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      Tensor g = owned_grads(static_cast<int>(b));
+      for (const OptimizerSegment& seg : bucket(static_cast<int>(b)).norm_segments)
+        be_->reduce_into(slots, slot++, g.view(seg.offset, {seg.count}), Reduction::SumSquares);
+    }
+    be_->copy_to_host(squares.data(), slots);
   }
+  double local = 0;
+  for (double s : squares) local += s;
   if (options_.zero >= 1) local = groups_.dp->all_reduce_scalar(local);
   local = groups_.tp->all_reduce_scalar(local);
   local = groups_.pp->all_reduce_scalar(local);

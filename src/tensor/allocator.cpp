@@ -20,6 +20,9 @@ Device Buffer::device() const { return owner_->device(); }
 
 Allocator::~Allocator() = default;
 
+// Bytes are counted only once the block is in hand: a raw allocation that fails (out of memory)
+// must leave the counters and peaks as they were, or every later report (and the planner's
+// comparison with a real run) would include memory that was never allocated.
 std::shared_ptr<Buffer> Allocator::allocate(size_t bytes, MemoryCategory category) {
   const size_t rounded = round_size(bytes == 0 ? 1 : bytes);
   void* ptr = nullptr;
@@ -30,14 +33,23 @@ std::shared_ptr<Buffer> Allocator::allocate(size_t bytes, MemoryCategory categor
       ptr = it->second;
       cache_.erase(it);
     }
-    tracker_.on_allocate(category, rounded);
   }
   if (!ptr) {
-    ptr = raw_allocate(rounded);
+    ptr = raw_allocate(rounded);  // may throw: nothing counted yet
     std::lock_guard<std::mutex> lock(mutex_);
     reserved_ += rounded;
   }
-  return std::make_shared<Buffer>(this, ptr, rounded, category);
+  std::shared_ptr<Buffer> buffer;
+  try {
+    buffer = std::make_shared<Buffer>(this, ptr, rounded, category);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cache_.emplace(rounded, ptr);  // keep the block (it is reserved), count nothing
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  tracker_.on_allocate(category, rounded);
+  return buffer;
 }
 
 void Allocator::release(void* ptr, size_t bytes, MemoryCategory category) {

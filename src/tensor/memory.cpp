@@ -50,4 +50,16 @@ std::string MemoryTracker::summary() const {
   return s;
 }
 
+std::string MemoryTracker::in_use() const {
+  std::string s;
+  for (size_t i = 0; i < kMemoryCategories; ++i) {
+    if (i) s += ", ";
+    s += category_name(static_cast<MemoryCategory>(i));
+    s += " ";
+    s += format_bytes(static_cast<double>(current_[i]));
+  }
+  s += "; total " + format_bytes(static_cast<double>(current_total_));
+  return s;
+}
+
 }  // namespace meshtrain

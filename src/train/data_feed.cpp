@@ -39,23 +39,32 @@ DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_s
   sampler_ = std::make_unique<Sampler>(train_->samples(), config.run.seed);
 }
 
+// The tokens and targets of all micro-batches of a step travel together: one host buffer
+// (pinned on GPUs, Backend::empty_host) filled here, one asynchronous copy into one device
+// buffer, and each micro-batch a view of it. A synchronous copy per micro-batch and tensor
+// drained the device 2 M times per step; this one returns at once and the kernels that read the
+// tokens are queued behind it.
 std::vector<MicroBatchData> DataFeed::assemble(
     const TokenDataset* data, const std::function<int64_t(int64_t)>& index_at) const {
-  const int64_t b = cfg_->train.micro_batch, T = cfg_->model.seq_len;
+  const int64_t b = cfg_->train.micro_batch, T = cfg_->model.seq_len, N = b * T;
   const int64_t per_rank = cfg_->train.global_batch / dp_size_;
+  const int64_t M = per_rank / b;
+  // (2, M, N): tokens of micro-batch j at [0, j], its targets at [1, j].
+  Tensor device = be_->empty({2, M, N}, DType::I32, MemoryCategory::Activations);
+  if (data) {
+    Tensor host = be_->empty_host({2, M, N}, DType::I32, MemoryCategory::Activations);
+    int32_t* tokens = host.data<int32_t>();
+    int32_t* targets = tokens + M * N;
+    for (int64_t i = 0; i < per_rank; ++i)
+      data->sample(index_at(dp_rank_ * per_rank + i), tokens + i * T, targets + i * T);
+    be_->copy_from_host_async(device, std::move(host));
+  }
   std::vector<MicroBatchData> out;
-  std::vector<int32_t> tokens(b * T), targets(b * T);
-  for (int64_t first = 0; first < per_rank; first += b) {
-    for (int64_t i = 0; i < b && data; ++i) {
-      const int64_t position = dp_rank_ * per_rank + first + i;
-      data->sample(index_at(position), tokens.data() + i * T, targets.data() + i * T);
-    }
+  for (int64_t j = 0; j < M; ++j) {
     MicroBatchData mb;
     mb.shape = TokenShape{b, T};
-    mb.tokens = be_->empty({b * T}, DType::I32, MemoryCategory::Activations);
-    mb.targets = be_->empty({b * T}, DType::I32, MemoryCategory::Activations);
-    be_->copy_from_host(mb.tokens, tokens.data());
-    be_->copy_from_host(mb.targets, targets.data());
+    mb.tokens = device.view(j * N, {N});
+    mb.targets = device.view((M + j) * N, {N});
     out.push_back(std::move(mb));
   }
   return out;

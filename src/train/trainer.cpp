@@ -95,6 +95,9 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   eval_actions_ = make_forward_only(p.pp, M, p.virtual_stages)[grid.rank(Axis::Pipeline)];
   executor_ = std::make_unique<PipelineExecutor>(*model_, grid.comm(Axis::Pipeline),
                                                  p.virtual_stages, p.recompute, trace_);
+  // The loss stays on the device until the step (or evaluation) has queued all its work and is
+  // read once then: the executor's own per-micro-batch sum is not used.
+  model_->loss().set_readout(LossReadout::PerStep);
   if (leader_ && data == DataMode::Load) {
     std::filesystem::create_directories(config.run.dir);
     metrics_ = std::make_unique<MetricsWriter>(config.run.dir + "/metrics.jsonl");
@@ -117,12 +120,15 @@ StepResult Trainer::train_step(int step) {
   const std::vector<MicroBatchData> batch = data_->train_batch(step);
 
   state_->begin_step();
-  const double local_loss = executor_->run(train_actions_, batch, Pass::Train, 1.0 / tokens, *state_);
+  executor_->run(train_actions_, batch, Pass::Train, 1.0 / tokens, *state_);
   state_->finish_backward();
 
+  // Two host reads per step, whatever the micro-batches and parameters: the gradient norm's
+  // segment sums (one copy) and the loss sums (one copy).
   StepResult r;
   r.step = step + 1;
   r.grad_norm = state_->grad_norm();
+  const double local_loss = model_->loss().take();
   // The head runs on every tensor rank of the last stage: count its loss once.
   r.loss = world_sum(grid_.rank(Axis::Tensor) == 0 ? local_loss : 0.0) / tokens;
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
@@ -147,11 +153,11 @@ StepResult Trainer::train_step(int step) {
 double Trainer::evaluate() {
   TraceWriter::Scope span(trace_, "eval", "step", TraceWriter::Step);
   if (!data_->has_val()) return std::nan("");
-  double local = 0;
   for (int e = 0; e < cfg_.train.eval_batches; ++e) {
     const std::vector<MicroBatchData> batch = data_->val_batch(e);
-    local += executor_->run(eval_actions_, batch, Pass::Eval, 0.0, *state_);
+    executor_->run(eval_actions_, batch, Pass::Eval, 0.0, *state_);
   }
+  const double local = model_->loss().take();  // one host read for the whole evaluation
   state_->release_gathered();
   const double tokens = static_cast<double>(cfg_.train.eval_batches) * cfg_.train.global_batch *
                         static_cast<double>(cfg_.model.seq_len);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
@@ -276,6 +277,32 @@ TEST_P(CpuKernels, ReductionsAreExactAndThreadIndependent) {
   Tensor t1 = make_tensor(one_thread, x, {n}, dt);
   EXPECT_EQ(one_thread.sum_squares(t1), with_two);  // bitwise
   CpuBackend restore(2);
+}
+
+// reduce_into queues what sum/sum_squares return (no host round trip on a GPU): same bits.
+TEST_P(CpuKernels, ReduceIntoSlotsEqualsSumAndSumSquares) {
+  const int64_t n = 4099;
+  Tensor t = T(random_normal(n, 26), {n});
+  Tensor slots = be.zeros({3}, DType::F64, MemoryCategory::Workspace);
+  be.reduce_into(slots, 2, t, Reduction::Sum);
+  be.reduce_into(slots, 0, t, Reduction::SumSquares);
+  const Vec got = H(slots);
+  EXPECT_EQ(got[0], be.sum_squares(t));
+  EXPECT_EQ(got[1], 0.0) << "an untouched slot changed";
+  EXPECT_EQ(got[2], be.sum(t));
+  EXPECT_THROW(be.reduce_into(slots, 3, t, Reduction::Sum), std::invalid_argument);
+}
+
+TEST(CpuBackend, CopyFromHostAsyncLandsAndChecksSizes) {
+  CpuBackend be(1);
+  Tensor host = be.empty_host({4}, DType::I32, MemoryCategory::Activations);
+  for (int i = 0; i < 4; ++i) host.data<int32_t>()[i] = 10 + i;
+  Tensor dst = be.empty({4}, DType::I32, MemoryCategory::Activations);
+  be.copy_from_host_async(dst, host);
+  be.synchronize();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(dst.data<int32_t>()[i], 10 + i);
+  Tensor small = be.empty({3}, DType::I32, MemoryCategory::Activations);
+  EXPECT_THROW(be.copy_from_host_async(small, host), std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CpuKernels, ::testing::Values(DType::F32, DType::F64),

@@ -15,9 +15,11 @@ import sys
 import tempfile
 import unittest
 
-# A model that trains a step in milliseconds; every layout the tests use divides it.
+# A model that trains a step in milliseconds; every layout the tests use divides it. On the CPU
+# whatever the host: the tests hold restarts to bitwise equality and layouts to fp32 tolerances.
 DECK = """# checkpoint script tests: a tiny model on the built-in corpus
 [run]
+device = "cpu"
 name = "ckpt"
 dir = "{run_dir}"
 seed = 11

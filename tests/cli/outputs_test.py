@@ -20,6 +20,7 @@ BIN, MPIEXEC = sys.argv[1], sys.argv[2]
 # CTest sets the MPI launch environment (MESHTRAIN_MPI_TEST_ENV in tests/CMakeLists.txt).
 ENV = dict(os.environ)
 DECK = """
+# device-independent: asserts which files and fields a run writes, no numbers (CPU or GPU)
 [run]
 name = "outputs"
 dir = "{dir}/run"

@@ -23,6 +23,7 @@ ENV = dict(os.environ)
 
 DECK = """
 [run]
+device = "cpu"
 name = "refusal"
 dir = "{dir}/run"
 [model]

@@ -1,7 +1,8 @@
 // The device communicators — NCCL, and MPI staged through pinned host memory — on device tensors
 // of a CudaBackend, with expectations computed from rank and size (the sum of rank + 1 over n
-// ranks is n(n+1)/2). NCCL needs a GPU per rank (on one node: at least as many devices as
-// ranks); the staged communicator needs one GPU, which ranks may share. Every rank computes
+// ranks is n(n+1)/2). NCCL needs a GPU per rank (no two ranks of a node on the same GPU UUID,
+// however CUDA_VISIBLE_DEVICES numbers them: gpu_sharing in config/device_check.h); the staged
+// communicator needs one GPU, which ranks may share. Every rank computes
 // whether it can run and all ranks agree (MPI min) before skipping, so no rank is left waiting
 // in a collective the others skipped.
 
@@ -12,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/app/run_setup.h"
 #include "meshtrain/backend/cuda/cuda_backend.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/comm/nccl_communicator.h"
 #include "meshtrain/comm/staged_mpi_communicator.h"
+#include "meshtrain/config/device_check.h"
 #include "support/tensors.h"
 
 namespace meshtrain {
@@ -52,18 +55,18 @@ enum class Kind { Nccl, Staged };
 class DeviceComm : public ::testing::TestWithParam<Kind> {
  protected:
   void SetUp() override {
-    int rank = 0, size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
     std::string why;
     const int devices = cuda_device_count(&why);
-    const int needed = GetParam() == Kind::Nccl ? size : 1;
-    if (!on_every_rank(devices >= needed)) {
+    if (!on_every_rank(devices > 0)) {
       if (devices == 0) GTEST_SKIP() << "no CUDA device: " << why;
-      GTEST_SKIP() << "NCCL needs a GPU per rank: " << size << " ranks, " << devices
-                   << " devices on this node";
+      GTEST_SKIP() << "no CUDA device on some rank";
     }
-    be_ = &backend(rank % devices);
+    const int device = local_rank() % devices;
+    const GpuSharing sharing = gpu_sharing(gather_over_node(cuda_device_uuid(device)));
+    if (GetParam() == Kind::Nccl && !on_every_rank(sharing.own_gpu))
+      GTEST_SKIP() << "NCCL needs a GPU per rank: " << (sharing.own_gpu ? "on another node, " : "")
+                   << sharing.why_not;
+    be_ = &backend(device);
     static std::unique_ptr<Communicator> nccl, staged;
     auto& comm = GetParam() == Kind::Nccl ? nccl : staged;
     if (!comm) {

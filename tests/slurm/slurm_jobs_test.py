@@ -25,6 +25,7 @@ SKIP = 77
 
 DECK = """
 [run]
+device = "cpu"
 name = "slurm"
 log_every = 10
 threads = 1

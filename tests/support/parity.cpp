@@ -33,6 +33,10 @@ Config tiny_config(const std::string& run_dir) {
   c.run.dir = run_dir;
   c.run.seed = 7;
   c.run.comm_timeout = 120;
+  // The tests compare fp32 CPU numbers (tests/support/check_test_devices.py keeps it so): never
+  // let "auto" pick a GPU and bf16 where one exists.
+  c.run.device = DeviceChoice::Cpu;
+  c.train.precision = DType::F32;
   c.model = GptConfig{8, 32, 4, 16, 256, true};
   c.data.synthetic_bytes = 1 << 16;
   c.data.val = "none";

@@ -25,6 +25,8 @@
 
 namespace meshtrain {
 
+enum class Reduction { Sum, SumSquares };
+
 class Backend {
  public:
   explicit Backend(std::unique_ptr<Allocator> allocator) : allocator_(std::move(allocator)) {}
@@ -44,6 +46,10 @@ class Backend {
 
   Tensor empty(Shape shape, DType dtype, MemoryCategory category);
   Tensor zeros(Shape shape, DType dtype, MemoryCategory category);
+  // A host tensor (Device::Cpu) from memory this device copies from fastest (pinned for GPUs),
+  // from an allocator the backend owns: the source of copy_from_host_async. Its bytes are
+  // counted by that allocator, not by memory().
+  Tensor empty_host(Shape shape, DType dtype, MemoryCategory category);
 
   // ---- data movement and elementwise ----------------------------------------------------
   virtual void fill(Tensor& t, double value) = 0;
@@ -52,14 +58,27 @@ class Backend {
   // weights to compute weights and back), F32 <-> F64 (verification); narrowing rounds to
   // nearest, ties to even. Equal dtypes copy.
   virtual void cast(Tensor& dst, const Tensor& src) = 0;
+  // Host round trips: copy_from_host returns when `src` may be reused, copy_to_host when `dst`
+  // holds the data, sum and sum_squares with the value; on a GPU each waits for all queued work
+  // (drains the device). A step should make a fixed few of them, whatever the number of
+  // micro-batches and parameters: batch with copy_from_host_async and reduce_into.
   virtual void copy_from_host(Tensor& dst, const void* src) = 0;     // src holds dst.dtype()
   virtual void copy_to_host(void* dst, const Tensor& src) = 0;
+  // dst = the bytes of `src`, a host tensor of the same size from empty_host(), without waiting:
+  // returns once the copy is queued. `src` is handed over: the backend keeps it alive until the
+  // copy has completed, and the caller must not write it after the call (cudaMemcpyAsync
+  // semantics). The default copies at once.
+  virtual void copy_from_host_async(Tensor& dst, Tensor src);
   virtual void add_inplace(Tensor& dst, const Tensor& src) = 0;      // dst += src
   virtual void scale_inplace(Tensor& t, double factor) = 0;          // t *= factor
   virtual void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) = 0;  // a + b
   // Sum of squares accumulated in double, deterministically (same inputs, same threads: same bits).
   virtual double sum_squares(const Tensor& t) = 0;
   virtual double sum(const Tensor& t) = 0;
+  // out[slot] = sum (or sum of squares) of t, accumulated exactly as sum() and sum_squares() do
+  // (same bits); out is F64 on this device. Queued like any kernel, no host round trip: reduce
+  // many tensors into one buffer, then read it with a single copy_to_host.
+  virtual void reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) = 0;
   // Waits for queued device work (no-op on the CPU).
   virtual void synchronize() {}
 
@@ -139,6 +158,7 @@ class Backend {
 
  private:
   std::unique_ptr<Allocator> allocator_;
+  std::unique_ptr<Allocator> host_allocator_;  // empty_host(), created on first use
 };
 
 }  // namespace meshtrain

@@ -14,6 +14,7 @@
 #include "meshtrain/model/embedding.h"
 #include "meshtrain/model/gpt_config.h"
 #include "meshtrain/model/lm_head.h"
+#include "meshtrain/model/loss_accumulator.h"
 #include "meshtrain/model/partition.h"
 
 namespace meshtrain {
@@ -44,12 +45,15 @@ class ModelChunk {
   };
 
   // tied_wte: on a chunk with the head and tied embeddings, the wte to use (null: make one).
+  // loss: where the head adds its loss sums (the model's).
   ModelChunk(const LayerContext& ctx, const GptConfig& cfg, const ChunkRange& range,
-             Parameter* tied_wte);
+             Parameter* tied_wte, LossAccumulator& loss);
 
   // input: the previous chunk's output (N_local, C); ignored when this chunk has the embedding.
   // Returns this chunk's output, or an empty tensor on the head chunk, which adds the loss sum
-  // of the micro-batch to *loss_sum.
+  // of the micro-batch to the model's LossAccumulator and, under LossReadout::PerMicroBatch,
+  // reads it to *loss_sum at once (a host round trip; under PerStep *loss_sum is left alone and
+  // the caller reads GptModel::loss() once per step).
   Tensor forward(const MicroBatchData& mb, const Tensor& input, Saved& saved, Pass pass,
                  Recompute recompute, double dloss, double* loss_sum, UnitHooks& hooks);
   // dout: gradient of this chunk's output (ignored on the head chunk). Returns the gradient of
@@ -69,6 +73,7 @@ class ModelChunk {
   std::vector<int> block_units_;
   std::unique_ptr<LanguageModelHead> head_;
   int head_unit_ = -1;
+  LossAccumulator* loss_;
 };
 
 // Parameters are registered but not allocated: the owner of their storage (ModelState, with
@@ -86,6 +91,8 @@ class GptModel {
   DType dtype() const { return dtype_; }
   Backend& backend() { return *backend_; }
   const TensorParallel& tp() const { return tp_; }
+  // The loss sums of head forwards not yet read (see ModelChunk::forward).
+  LossAccumulator& loss() { return loss_; }
 
  private:
   Backend* backend_;
@@ -93,6 +100,7 @@ class GptModel {
   GptConfig cfg_;
   DType dtype_;
   ParameterStore store_;
+  LossAccumulator loss_;
   std::vector<std::unique_ptr<ModelChunk>> chunks_;
 };
 

@@ -9,6 +9,7 @@
 
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/layernorm.h"
+#include "meshtrain/model/loss_accumulator.h"
 
 namespace meshtrain {
 
@@ -21,10 +22,11 @@ class LanguageModelHead {
   // weight: the (V/tp, C) slice of the output embedding (wte itself when tied on this rank).
   LanguageModelHead(const LayerContext& ctx, int64_t C, Parameter& weight);
 
-  // Sum over the micro-batch's N tokens of the cross-entropy. With `saved`, also the backward
-  // pass for d(loss)/d(logit) scaled by `dloss` (1 / tokens in the global batch).
-  double forward(const Tensor& x, const Tensor& targets, TokenShape shape, double dloss,
-                 Saved* saved);
+  // Adds the sum over the micro-batch's N tokens of the cross-entropy to `loss` (on the device:
+  // nothing waits for it here). With `saved`, also the backward pass for d(loss)/d(logit)
+  // scaled by `dloss` (1 / tokens in the global batch).
+  void forward(const Tensor& x, const Tensor& targets, TokenShape shape, double dloss,
+               Saved* saved, LossAccumulator& loss);
   Tensor backward(Saved& saved);
 
  private:

@@ -50,8 +50,11 @@ class MemoryTracker {
   // Starts a new peak window (e.g. after set-up, so that a step's peak is measured alone).
   void reset_peaks();
 
-  // One line: "parameters 1.2 GiB, gradients ..., peak total 3.4 GiB".
+  // One line of peaks: "parameters 1.2 GiB, gradients ..., peak total 3.4 GiB".
   std::string summary() const;
+  // One line of the bytes held now: "parameters 1.2 GiB, gradients ..., total 3.4 GiB" (what an
+  // out-of-memory message reports: the peaks may be from another phase of the run).
+  std::string in_use() const;
 
  private:
   static size_t index(MemoryCategory c) { return static_cast<size_t>(c); }

@@ -164,6 +164,14 @@ double CpuBackend::sum(const Tensor& t) {
   return r;
 }
 
+void CpuBackend::reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) {
+  require(out.dtype() == DType::F64 && slot >= 0 && slot < out.numel(), "reduce_into",
+          "out must be fp64 with slot " + std::to_string(slot) + " in range, got " +
+              out.shape().to_string() + " " + std::string(dtype_name(out.dtype())));
+  const double r = what == Reduction::Sum ? sum(t) : sum_squares(t);
+  if (!planning_) out.data<double>()[slot] = r;
+}
+
 void CpuBackend::embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
                                    int64_t vocab_begin) {
   const int64_t N = tokens.numel(), C = cols_of(wte);

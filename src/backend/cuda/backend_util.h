@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cudnn_attention.h"
 #include "gemm.h"
@@ -19,7 +21,11 @@ struct CudaBackend::Libraries {
   std::unique_ptr<cuda::LtGemm> gemm;
   std::unique_ptr<cuda::CudnnAttention> cudnn;  // null when cuDNN failed to initialise
   std::string cudnn_error;
-  bool warned_attention_fallback = false;
+  CudnnPlatform platform;
+  std::string attention_fallback;  // the first fallback's message; "" until one happens
+  // Host sources of copy_from_host_async still being read by the device, each with the event
+  // recorded after its copy, oldest first: the tensor is dropped once its event has completed.
+  std::vector<std::pair<cudaEvent_t, Tensor>> host_copies;
 };
 
 namespace cuda {

@@ -32,7 +32,7 @@ void* CudaAllocator::raw_allocate(size_t bytes) {
     throw std::runtime_error(
         "backend 'cuda': out of device memory allocating " + format_bytes(double(bytes)) +
         " on device " + std::to_string(device_) + " (" + format_bytes(double(free_bytes)) +
-        " free of " + format_bytes(double(total_bytes)) + "; in use: " + tracker().summary() +
+        " free of " + format_bytes(double(total_bytes)) + "; in use: " + tracker().in_use() +
         "): " + cudaGetErrorString(status) +
         "; hint: lower the micro-batch size, enable recomputation or shard with ZeRO/tp/pp");
   }

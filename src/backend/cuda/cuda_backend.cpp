@@ -117,6 +117,21 @@ int cuda_device_count(std::string* why) {
   return count;
 }
 
+std::string cuda_device_uuid(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  char text[48];
+  std::snprintf(text, sizeof text,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return text;
+}
+
 CudaBackend::CudaBackend(CudaBackendOptions options)
     : Backend(make_allocator(options)),
       options_(options),
@@ -128,6 +143,10 @@ CudaBackend::CudaBackend(CudaBackendOptions options)
   lib_->gemm = std::make_unique<cuda::LtGemm>(lib_->gemm_workspace.raw(),
                                               options_.gemm_workspace_bytes,
                                               options_.tf32 == Tf32::On);
+  int major = 0, minor = 0;
+  MESHTRAIN_CUDA_CHECK("init", cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+  MESHTRAIN_CUDA_CHECK("init", cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
+  lib_->platform = {major, minor, static_cast<int64_t>(cudnnGetVersion())};
   if (options_.attention != AttentionImpl::Own) {
     try {
       lib_->cudnn = std::make_unique<cuda::CudnnAttention>();
@@ -140,12 +159,30 @@ CudaBackend::CudaBackend(CudaBackendOptions options)
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
+  if (lib_)
+    for (auto& [event, host] : lib_->host_copies) cudaEventDestroy(event);
   lib_.reset();
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+const CudnnPlatform& CudaBackend::cudnn_platform() const { return lib_->platform; }
+const std::string& CudaBackend::attention_fallback() const { return lib_->attention_fallback; }
+
 void CudaBackend::synchronize() {
   MESHTRAIN_CUDA_CHECK("synchronize", cudaStreamSynchronize(stream_));
+  retire_host_copies();
+}
+
+void CudaBackend::retire_host_copies() {
+  auto& copies = lib_->host_copies;
+  size_t done = 0;
+  // In stream order: the first copy still running means every later one is too.
+  while (done < copies.size() && cudaEventQuery(copies[done].first) == cudaSuccess) {
+    cudaEventDestroy(copies[done].first);
+    ++done;
+  }
+  cudaGetLastError();  // cudaErrorNotReady is an answer, not an error
+  copies.erase(copies.begin(), copies.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
 // ---- data movement and elementwise -------------------------------------------------------
@@ -192,6 +229,32 @@ void CudaBackend::copy_from_host(Tensor& dst, const void* src) {
                                                          cudaMemcpyHostToDevice, stream_));
   // The caller may reuse `src` on return (pageable memory is staged, but pinned is not).
   MESHTRAIN_CUDA_CHECK("copy_from_host", cudaStreamSynchronize(stream_));
+  retire_host_copies();
+}
+
+// From pinned memory (empty_host) cudaMemcpyAsync returns at once and the DMA reads `src` later,
+// so `src` must stay untouched and allocated until the copy is done: the backend keeps it (and
+// its pinned block, which the allocator would otherwise hand out again) until the event recorded
+// after the copy completes. No stream synchronisation: the kernels that read `dst` are queued
+// behind the copy on the same stream.
+void CudaBackend::copy_from_host_async(Tensor& dst, Tensor src) {
+  const char* op = "copy_from_host_async";
+  cuda::require_device(op, dst);
+  require(src.device() == Device::Cpu && src.nbytes() == dst.nbytes(), op,
+          "source " + src.shape().to_string() + " must be a host tensor of the destination's size " +
+              dst.shape().to_string());
+  if (dst.nbytes() == 0) return;
+  retire_host_copies();
+  MESHTRAIN_CUDA_CHECK(op, cudaMemcpyAsync(dst.raw(), src.raw(), dst.nbytes(),
+                                           cudaMemcpyHostToDevice, stream_));
+  cudaEvent_t done = nullptr;
+  MESHTRAIN_CUDA_CHECK(op, cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  const cudaError_t recorded = cudaEventRecord(done, stream_);
+  if (recorded != cudaSuccess) {
+    cudaEventDestroy(done);
+    MESHTRAIN_CUDA_CHECK(op, recorded);
+  }
+  lib_->host_copies.emplace_back(done, std::move(src));
 }
 
 void CudaBackend::copy_to_host(void* dst, const Tensor& src) {
@@ -200,6 +263,7 @@ void CudaBackend::copy_to_host(void* dst, const Tensor& src) {
   MESHTRAIN_CUDA_CHECK("copy_to_host", cudaMemcpyAsync(dst, src.raw(), src.nbytes(),
                                                        cudaMemcpyDeviceToHost, stream_));
   MESHTRAIN_CUDA_CHECK("copy_to_host", cudaStreamSynchronize(stream_));
+  retire_host_copies();
 }
 
 void CudaBackend::add_inplace(Tensor& dst, const Tensor& src) {
@@ -233,24 +297,33 @@ void CudaBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b
   });
 }
 
-namespace {
-double reduce(CudaBackend& be, const Tensor& t, bool squares, cudaStream_t stream) {
+void CudaBackend::reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) {
+  const bool squares = what == Reduction::SumSquares;
   const char* op = squares ? "sum_squares" : "sum";
-  Tensor scratch = be.empty({cuda::sum_scratch(t.numel()) + 1}, DType::F64, MemoryCategory::Workspace);
-  double* result = static_cast<double*>(scratch.raw());
+  require(slot >= 0 && slot < out.numel(), op,
+          "slot " + std::to_string(slot) + " outside out " + out.shape().to_string());
+  double* result = ptr<double>(op, out) + slot;
+  // Freed on return while the kernels may still run: the next user of the block is queued
+  // behind them on the same stream (see cuda_allocator.h).
+  Tensor scratch = empty({cuda::sum_scratch(t.numel())}, DType::F64, MemoryCategory::Workspace);
   cuda::dispatch(op, t.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cuda::sum(result, ptr<T>(op, t), t.numel(), squares, result + 1, stream);
+    cuda::sum(result, ptr<T>(op, t), t.numel(), squares, ptr<double>(op, scratch), stream_);
   });
+}
+
+namespace {
+double reduce(CudaBackend& be, const Tensor& t, Reduction what) {
+  Tensor result = be.empty({1}, DType::F64, MemoryCategory::Workspace);
+  be.reduce_into(result, 0, t, what);
   double host = 0;
-  MESHTRAIN_CUDA_CHECK(op, cudaMemcpyAsync(&host, result, sizeof host, cudaMemcpyDeviceToHost, stream));
-  MESHTRAIN_CUDA_CHECK(op, cudaStreamSynchronize(stream));
+  be.copy_to_host(&host, result);
   return host;
 }
 }  // namespace
 
-double CudaBackend::sum_squares(const Tensor& t) { return reduce(*this, t, true, stream_); }
-double CudaBackend::sum(const Tensor& t) { return reduce(*this, t, false, stream_); }
+double CudaBackend::sum_squares(const Tensor& t) { return reduce(*this, t, Reduction::SumSquares); }
+double CudaBackend::sum(const Tensor& t) { return reduce(*this, t, Reduction::Sum); }
 
 // ---- embeddings ---------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ class CpuBackend final : public Backend {
   void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) override;
   double sum_squares(const Tensor& t) override;
   double sum(const Tensor& t) override;
+  void reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) override;
 
   void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
                          int64_t vocab_begin) override;

@@ -2,8 +2,8 @@
 // The CUDA backend: GEMMs through cuBLASLt, causal attention through cuDNN's fused
 // scaled-dot-product attention graph (bf16) or this backend's own batched-GEMM + softmax kernels
 // (fp32, and the fallback), every other op a hand-written kernel (src/backend/cuda/*.cu). All
-// work runs on one stream; host calls return once the work is queued, except copies to the
-// host, reductions returning a double, and synchronize().
+// work runs on one stream; host calls return once the work is queued, except copy_from_host,
+// copies to the host, reductions returning a double, and synchronize().
 //
 // Two dtype modes, chosen by the tensors passed in (see backend.h):
 //   fp32: every tensor F32 — the verification mode, matching the CPU backend to ~1e-5;
@@ -17,13 +17,15 @@
 #include <string>
 #include <string_view>
 
+#include "meshtrain/backend/attention_support.h"
 #include "meshtrain/backend/backend.h"
 
 namespace meshtrain {
 
 // How causal attention is computed. Auto: cuDNN's fused kernel for bf16 where cuDNN builds a plan
 // for the shape (head size a multiple of 8, T >= HS + 2 so that probs can hold its scratch), else
-// Own, with one warning; Cudnn: cuDNN for bf16 or an error saying why not; Own: batched GEMMs +
+// Own, with one warning (which says when cuDNN was required to work there, attention_support.h,
+// and is kept for attention_fallback()); Cudnn: cuDNN for bf16 or an error saying why not; Own: batched GEMMs +
 // softmax kernels, which store the (B, NH, T, T) softmax like the CPU backend. fp32 always runs
 // Own (cuDNN's fused attention is a 16-bit kernel).
 enum class AttentionImpl { Auto, Cudnn, Own };
@@ -48,6 +50,10 @@ struct CudaBackendOptions {
 // Visible CUDA devices; 0 (and `why`, if given, says why) when there is no driver, no device or
 // the runtime cannot start. Never throws: tests use it to skip.
 int cuda_device_count(std::string* why = nullptr);
+// The UUID of visible device `device` as nvidia-smi prints it ("GPU-8c2f6b1e-..."): the same
+// string in every process that sees this GPU, whatever its index under CUDA_VISIBLE_DEVICES.
+// "" when the runtime cannot say. Never throws.
+std::string cuda_device_uuid(int device);
 
 class CudaBackend final : public Backend {
  public:
@@ -62,19 +68,28 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   const CudaBackendOptions& options() const { return options_; }
   // The attention implementation that attention_forward would use for this shape and dtype
-  // (resolves Auto; builds and caches the cuDNN plans to find out).
-  AttentionImpl attention_impl_for(DType dtype, int64_t B, int64_t T, int64_t NH, int64_t HS);
+  // (resolves Auto; builds and caches the cuDNN plans to find out). When that is not cuDNN and
+  // cuDNN was asked for (bf16, attention not "own"), `why` gets the reason.
+  AttentionImpl attention_impl_for(DType dtype, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                                   std::string* why = nullptr);
+  // This device's compute capability and the cuDNN loaded at run time.
+  const CudnnPlatform& cudnn_platform() const;
+  // The first fallback from cuDNN to the own attention kernels under Auto (judge_rejected_attention's
+  // message: it says whether cuDNN was required to work there), or "" if none happened.
+  const std::string& attention_fallback() const;
 
   void fill(Tensor& t, double value) override;
   void copy(Tensor& dst, const Tensor& src) override;
   void cast(Tensor& dst, const Tensor& src) override;
   void copy_from_host(Tensor& dst, const void* src) override;
   void copy_to_host(void* dst, const Tensor& src) override;
+  void copy_from_host_async(Tensor& dst, Tensor src) override;
   void add_inplace(Tensor& dst, const Tensor& src) override;
   void scale_inplace(Tensor& t, double factor) override;
   void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) override;
   double sum_squares(const Tensor& t) override;
   double sum(const Tensor& t) override;
+  void reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) override;
   void synchronize() override;
 
   void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
@@ -130,6 +145,8 @@ class CudaBackend final : public Backend {
                              int64_t NH, int64_t HS);
   void own_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                               const Tensor& probs, int64_t B, int64_t T, int64_t NH, int64_t HS);
+  // Drops the host sources of completed asynchronous copies (all of them after a synchronize).
+  void retire_host_copies();
   bool cudnn_attention_usable(const Tensor& qkv, const Tensor& probs, int64_t B, int64_t T,
                               int64_t NH, int64_t HS);
 
