@@ -1,8 +1,9 @@
 """Failures around checkpoints end with one clear message and the right exit status.
 
 - Disk full while writing step 4 (checkpoint.dir on a small tmpfs; skipped, visibly, where
-  mounting is not permitted): exit 1 on every rank with the error naming the file, no crash
-  in MPI_Finalize; step 2 is kept and still verifies, no .tmp is left, resume picks step 2.
+  mounting is not permitted), on 1 and 2 ranks: exit 1 with one error naming the file and the
+  free space, no crash in MPI_Finalize, no deadlock in H5Fclose; step 2 is kept and still
+  verifies, no .tmp is left.
 - checkpoint.dir that cannot be written is refused at start-up, before training, naming the key
   and the path.
 - `inspect` on a directory: one line of error, exit 1.
@@ -44,17 +45,21 @@ class DiskFull(harness.Case):
             os.rmdir(mnt)
             self.skipTest("cannot mount a small tmpfs to fill (%s); run as root" % problem)
         try:
-            ckpts = os.path.join(mnt, "checkpoints")
-            status, out, err = self.train(2, ["checkpoint.dir=\"%s\"" % ckpts], expect=None)
-            self.assertEqual(status, 1, "exit status %d (139: the crash in MPI_Finalize)\n%s\n%s"
-                             % (status, out[-2000:], err[-4000:]))
-            self.assertIn("step_00000004.h5.tmp", err)
-            self.assertNotIn("Segmentation", err)
-            self.assertNotIn("signal", err.lower())
-            self.assertEqual(err.count("error:"), 1, err)
-            self.assertEqual(sorted(os.listdir(ckpts)), ["step_00000002.h5"])
-            _, out, _ = self.inspect(os.path.join(ckpts, "step_00000002.h5"))
-            self.assertIn("all checksums OK", out)
+            # One rank used to crash in MPI_Finalize (exit 139), two to deadlock in H5Fclose.
+            for ranks in (1, 2):
+                ckpts = os.path.join(mnt, "checkpoints")
+                status, out, err = self.train(ranks, ["checkpoint.dir=\"%s\"" % ckpts], expect=None)
+                self.assertEqual(status, 1, "%d rank(s): exit status %d (139: the crash in "
+                                 "MPI_Finalize)\n%s\n%s" % (ranks, status, out[-2000:], err[-4000:]))
+                self.assertIn("step_00000004.h5.tmp", err)
+                self.assertIn("MB free", err)
+                self.assertNotIn("Segmentation", err)
+                self.assertNotIn("signal", err.lower())
+                self.assertEqual(err.count("error:"), 1, err)
+                self.assertEqual(sorted(os.listdir(ckpts)), ["step_00000002.h5"])
+                _, out, _ = self.inspect(os.path.join(ckpts, "step_00000002.h5"))
+                self.assertIn("all checksums OK", out)
+                shutil.rmtree(ckpts)
         finally:
             umount(mnt)
             shutil.rmtree(mnt, ignore_errors=True)
