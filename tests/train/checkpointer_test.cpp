@@ -7,7 +7,8 @@
 //  - another model in the deck (model.d_model, model.layers, model.heads, which changes no
 //    shape) or a model setting this build fixes (LayerNorm eps) recorded otherwise in the file is
 //    refused naming the key and both values;
-//  - a run never prunes or overwrites checkpoints of another lineage;
+//  - a run never prunes or overwrites checkpoints of another lineage; begin_run() gives a fresh
+//    run a new lineage, a resumed one the checkpoint's, and refuses "auto" among two runs;
 //  - a failed save (checkpoint.dir is a file) is an agreed error naming the directory;
 //  - keep: the newest checkpoint.keep survive, stale .tmp files of other steps go;
 //  - resume: "auto" takes the newest complete step_*.h5 (never a .tmp), "none" nothing, a path
@@ -424,6 +425,36 @@ TEST_F(Refusal, NeverPrunesOrOverwritesAnotherRunsCheckpoints) {
   } catch (const AgreedError& e) {
     EXPECT_CONTAINS(std::string(e.what()), c.checkpoint.dir + "/step_00000004.h5");
     EXPECT_CONTAINS(std::string(e.what()), "another run");
+  }
+}
+
+// begin_run(): a fresh run gets a new lineage, a resumed one the checkpoint's; "auto" in a
+// directory holding two runs' checkpoints is refused, naming both files.
+TEST_F(Refusal, BeginRunSettlesTheLineage) {
+  Config c = config_;
+  c.checkpoint.dir = dir_.file("lineages");
+  Trainer t(c, *grid_, be_);
+  Checkpointer first(c, *grid_);
+  EXPECT_EQ(first.begin_run(), "");  // empty directory, "auto": afresh
+  const std::string a = first.lineage();
+  EXPECT_EQ(a.size(), 32u);
+  t.set_step(2);
+  first.save(t);
+  Checkpointer again(c, *grid_);
+  EXPECT_EQ(again.begin_run(), c.checkpoint.dir + "/step_00000002.h5");
+  EXPECT_EQ(again.lineage(), a);
+
+  Checkpointer other(c, *grid_);  // never began: a lineage of its own at its first save
+  t.set_step(4);
+  other.save(t);
+  EXPECT_NE(other.lineage(), a);
+  try {
+    Checkpointer(c, *grid_).begin_run();
+    ADD_FAILURE() << "\"auto\" chose among two runs";
+  } catch (const AgreedError& e) {
+    EXPECT_CONTAINS(std::string(e.what()), "checkpoint.dir = \"" + c.checkpoint.dir + "\"");
+    EXPECT_CONTAINS(std::string(e.what()), "lineage " + a + ": step_00000002.h5");
+    EXPECT_CONTAINS(std::string(e.what()), "would continue the newest, step_00000004.h5");
   }
 }
 
