@@ -12,11 +12,8 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <regex>
-#include <set>
-#include <sstream>
 #include <stdexcept>
 #include <thread>
 
