@@ -132,6 +132,10 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
     backend.copy(p.exp_avg_sq, p.value);
   }
   const std::vector<char> saved = owned_bytes(trainer, backend);
+  // The litter of a bench killed earlier is another run's checkpoints, which saves refuse to
+  // overwrite: the directory is the bench's own, start it empty.
+  if (rank == 0) std::filesystem::remove_all(config.checkpoint.dir);
+  MPI_Barrier(MPI_COMM_WORLD);
   Checkpointer checkpointer(config, grid);
   trainer.set_step(1);
 

@@ -1,7 +1,8 @@
-// `meshtrain inspect PATH`: what a checkpoint holds — step, layout, deck, every dataset with its
-// shape, type and size — and whether each dataset's data still matches its checksum. One rank
-// reads the whole file; exit status 1 on any problem (unreadable file, unsupported version,
-// a missing moment, a missing or mismatching checksum).
+// `meshtrain inspect PATH`: what a checkpoint holds — step, lineage, layout, the model and the
+// effective configuration it was trained with (the deck with its --set overrides), every dataset
+// with its shape, type and size — and whether each dataset's data still matches its checksum.
+// One rank reads the whole file; exit status 1 on any problem (a directory or unreadable file,
+// unsupported version, a missing moment, a missing or mismatching checksum).
 
 #include <cstdio>
 #include <filesystem>
@@ -11,19 +12,24 @@
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/io/checkpoint_file.h"
+#include "meshtrain/train/checkpointer.h"
 
 namespace meshtrain {
 
 namespace {
 
-std::string deck_summary(const std::string& text) {
-  if (text.empty()) return "(empty: the run's Config was built in code)";
+size_t count_lines(const std::string& text) {
   size_t lines = 0;
   for (char c : text) lines += c == '\n';
+  return lines;
+}
+
+// The run and model `text` (a deck, or the effective configuration) describes.
+std::string config_summary(const std::string& text) {
   char size[64];
-  std::snprintf(size, sizeof size, " (%zu lines, %zu bytes)", lines, text.size());
+  std::snprintf(size, sizeof size, " (%zu lines, %zu bytes)", count_lines(text), text.size());
   try {
-    const Config c = parse_deck("<checkpoint deck>", text);
+    const Config c = parse_deck("<checkpoint config>", text);
     const GptConfig& m = c.model;
     char buf[256];
     std::snprintf(buf, sizeof buf, "run %s; model %d layers, d_model %ld, %ld heads, seq_len %ld, "
@@ -32,25 +38,68 @@ std::string deck_summary(const std::string& text) {
                   static_cast<long>(m.seq_len), static_cast<long>(m.vocab_size),
                   m.tie_embeddings ? " (tied)" : "", static_cast<double>(m.parameter_count()) / 1e6,
                   std::string(dtype_name(c.train.precision)).c_str());
-    return buf + std::string(size);
+    return buf;
   } catch (const std::exception& e) {
     return "does not parse: " + std::string(e.what()) + size;
   }
 }
 
+// What inspect says when given a directory: which checkpoints there are to inspect.
+std::string directory_error(const std::string& path) {
+  const auto all = Checkpointer::complete_checkpoints(path);
+  std::string msg = path + ": is a directory, not a checkpoint file";
+  if (all.empty()) return msg + " (it holds no complete step_*.h5: give the path of a checkpoint file)";
+  return msg + " (inspect one of the " + std::to_string(all.size()) + " checkpoint(s) it holds, e.g. "
+         "the newest: " + all.back().second + ")";
+}
+
 // Returns the number of problems found.
 int inspect_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw std::runtime_error(directory_error(path));
   CheckpointFile file(path, MPI_COMM_SELF, CheckpointFile::Access::Read);
   const CheckpointInfo info = file.read_info();
-  std::error_code ec;
   const auto bytes = std::filesystem::file_size(path, ec);
   std::printf("checkpoint %s (%.1f MB)\n", path.c_str(), static_cast<double>(bytes) / 1e6);
   std::printf("format_version %d, written by meshtrain %s at %s\n", info.format_version,
               info.meshtrain_version.c_str(), info.created.c_str());
   std::printf("step %lld (optimizer steps %lld), seed %llu\n", static_cast<long long>(info.step),
               static_cast<long long>(info.optimizer_steps), static_cast<unsigned long long>(info.seed));
+  std::printf("lineage %s\n", info.lineage.empty() ? "(none recorded)" : info.lineage.c_str());
   std::printf("layout %s (%d ranks)\n", info.layout.c_str(), info.world_size);
-  std::printf("deck: %s\n", deck_summary(info.deck).c_str());
+  // The effective configuration is what the run trained; version 1 files only have the deck.
+  if (!info.config.empty()) {
+    std::printf("config: %s\n", config_summary(info.config).c_str());
+  } else {
+    std::printf("config: not recorded (format_version %d); the deck without its --set overrides: %s\n",
+                info.format_version, info.deck.empty() ? "(empty)" : config_summary(info.deck).c_str());
+  }
+  std::printf("deck: %zu lines, %zu bytes%s\n", count_lines(info.deck), info.deck.size(),
+              info.deck.empty() ? " (the run's Config was built in code)" : "");
+  std::string overrides;
+  for (size_t at = 0; at < info.overrides.size();) {
+    const size_t end = std::min(info.overrides.find('\n', at), info.overrides.size());
+    overrides += " --set " + info.overrides.substr(at, end - at);
+    at = end + 1;
+  }
+  std::printf("overrides:%s\n", overrides.empty() ? " none" : overrides.c_str());
+  if (!info.model.empty()) {
+    std::printf("model settings (checked on load):");
+    for (size_t at = 0; at < info.model.size();) {
+      const size_t end = std::min(info.model.find('\n', at), info.model.size());
+      std::printf("%s %s", at ? "," : "", info.model.substr(at, end - at).c_str());
+      at = end + 1;
+    }
+    std::printf("\n");
+  }
+  if (!info.config.empty()) {
+    std::printf("effective configuration (the deck, its overrides and defaults, as the run used them):\n");
+    for (size_t at = 0; at < info.config.size();) {
+      const size_t end = std::min(info.config.find('\n', at), info.config.size());
+      if (end > at) std::printf("  %s\n", info.config.substr(at, end - at).c_str());
+      at = end + 1;
+    }
+  }
   int problems = 0;
   if (info.format_version != kCheckpointFormatVersion) {
     std::printf("problem: format_version %d is not supported (this meshtrain reads version %d)\n",

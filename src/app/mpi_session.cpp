@@ -1,5 +1,7 @@
 #include "meshtrain/app/mpi_session.h"
 
+#include <hdf5.h>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -32,7 +34,13 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  // Parallel HDF5 shuts itself down from inside MPI_Finalize (an attribute callback on
+  // MPI_COMM_SELF), closing what is still open with MPI calls that crash there: shut it down
+  // while MPI still works. Checkpoint files are closed before this (CheckpointFile::discard
+  // after a failed write); this is the safety net.
+  H5close();
+  MPI_Finalize();
 }
 
 int run_reporting_errors(const std::function<int()>& body) {

@@ -39,6 +39,7 @@ Config load_config(const std::string& deck, const std::vector<std::string>& over
   if (!error.empty()) throw DeckError(error);
   world.broadcast_bytes(text, 0);
   Config config = parse_deck(deck, text, overrides);
+  config.overrides = overrides;
   check_layout(config, world.size());
   return config;
 }

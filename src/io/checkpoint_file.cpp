@@ -135,8 +135,15 @@ std::string utc_timestamp() {
 
 // ---- file ----------------------------------------------------------------------------------
 
-CheckpointFile::CheckpointFile(const std::string& path, MPI_Comm comm, Access access) : path_(path) {
+CheckpointFile::CheckpointFile(const std::string& path, MPI_Comm comm, Access access)
+    : path_(path), comm_(comm) {
   silence_hdf5();
+  // MPI-IO opens a directory, and then every HDF5 read fails with an MPI error printed per
+  // rank and attempt: refuse it first, with one message.
+  struct stat st{};
+  if (access == Access::Read && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw CheckpointFileError(path + ": is a directory, not a checkpoint file (give one of its "
+                              "step_*.h5 files)");
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
   // The 1.8 format at least: attributes over 64 KiB (a long deck) go to dense storage.
@@ -176,6 +183,18 @@ void CheckpointFile::close() {
   if (status < 0) throw CheckpointFileError(path_ + ": closing the checkpoint failed" + hdf5_reason());
 }
 
+void CheckpointFile::discard() {
+  if (file_ < 0) return;
+  int rank = 0;
+  MPI_Comm_rank(comm_, &rank);
+  if (rank == 0) (void)::truncate(path_.c_str(), 0);
+  MPI_Barrier(comm_);  // nobody closes (and writes metadata) before the space is free
+  try {
+    close();
+  } catch (const CheckpointFileError&) {  // the file is being given up anyway
+  }
+}
+
 void CheckpointFile::fail(const std::string& what) const {
   throw CheckpointFileError(path_ + ": " + what + hdf5_reason());
 }
@@ -209,7 +228,9 @@ void CheckpointFile::write_info(const CheckpointInfo& info) {
       write_scalar(file_, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &info.step) &&
       write_scalar(file_, "optimizer_steps", H5T_STD_I64LE, H5T_NATIVE_INT64, &info.optimizer_steps) &&
       write_scalar(file_, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &info.seed) &&
-      write_string(file_, "deck", info.deck) && write_string(file_, "layout", info.layout) &&
+      write_string(file_, "deck", info.deck) && write_string(file_, "overrides", info.overrides) &&
+      write_string(file_, "config", info.config) && write_string(file_, "model", info.model) &&
+      write_string(file_, "lineage", info.lineage) && write_string(file_, "layout", info.layout) &&
       write_scalar(file_, "world_size", H5T_STD_I32LE, H5T_NATIVE_INT32, &world) &&
       write_string(file_, "meshtrain_version", info.meshtrain_version) &&
       write_string(file_, "created", info.created);
@@ -271,6 +292,11 @@ CheckpointInfo CheckpointFile::read_info() const {
   integer("optimizer_steps", H5T_NATIVE_INT64, &info.optimizer_steps);
   integer("seed", H5T_NATIVE_UINT64, &info.seed);
   info.deck = string("deck");
+  auto optional = [&](const char* name) { return H5Aexists(file_, name) > 0 ? string(name) : std::string(); };
+  info.overrides = optional("overrides");
+  info.config = optional("config");
+  info.model = optional("model");
+  info.lineage = optional("lineage");
   info.layout = string("layout");
   integer("world_size", H5T_NATIVE_INT32, &world);
   info.world_size = world;

@@ -1,6 +1,7 @@
 #include "meshtrain/train/checkpointer.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,55 +12,28 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <regex>
-#include <set>
-#include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/mpi_communicator.h"
+#include "meshtrain/config/config_dump.h"
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/train/trainer.h"
 #include "background_worker.h"
+#include "checkpoint_directory.h"
 #include "checkpoint_entries.h"
+#include "checkpoint_transfer.h"
+#include "model_signature.h"
 
 namespace meshtrain {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-// Which deck keys decide a dataset's shape or existence, as a hint in refusals.
-std::string shape_keys(const Shape& file, const Shape& want, const GptConfig& m) {
-  std::set<std::string> keys;
-  for (int k = 0; k < std::min(file.rank(), want.rank()); ++k) {
-    if (file[k] == want[k]) continue;
-    const int64_t w = want[k];
-    if (w == m.vocab_size) keys.insert("model.vocab_size");
-    if (w == m.seq_len) keys.insert("model.seq_len");
-    if (w == m.d_model || w == 3 * m.d_model || w == 4 * m.d_model) keys.insert("model.d_model");
-  }
-  if (keys.empty()) return "model.d_model, model.vocab_size and model.seq_len";
-  std::string out;
-  for (const std::string& k : keys) out += (out.empty() ? "" : " and ") + k;
-  return out;
-}
-
-std::string existence_keys(const std::string& dataset) {
-  if (dataset.find("/h.") != std::string::npos) return "model.layers";
-  if (dataset.find("lm_head") != std::string::npos) return "model.tie_embeddings";
-  return "the [model] section";
-}
 
 void fsync_path(const std::string& path, int flags) {
   const int fd = ::open(path.c_str(), flags);
@@ -101,134 +75,20 @@ class EarlyWriteback {
   size_t pending_ = 0;
 };
 
-template <class From, class To>
-void convert(const void* src, void* dst, int64_t n) {
-  const From* s = static_cast<const From*>(src);
-  To* d = static_cast<To*>(dst);
-  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<To>(s[i]);
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// checkpoint.io = "auto": independent transfers when every rank's pieces are long runs (ZeRO
-// shards, whole tensors), where MPI-IO's aggregation only adds copies and a synchronisation per
-// tensor; collective when some rank holds short strided runs (tensor-parallel column slices),
-// which aggregation turns into large requests. Collective.
-constexpr double kIndependentMinRunBytes = 256 << 10;
-
-CheckpointFile::Transfer transfer_mode(CheckpointIo io, const std::vector<Entry>& entries,
-                                       bool primary_only, DType dt, Communicator& world) {
-  if (io == CheckpointIo::Collective) return CheckpointFile::Transfer::Collective;
-  if (io == CheckpointIo::Independent) return CheckpointFile::Transfer::Independent;
-  int64_t elements = 0, runs = 0;
-  for (const Entry& e : entries)
-    for_each_run(e.global, e.boxes(primary_only), [&](int64_t, int64_t n) {
-      elements += n;
-      ++runs;
-    });
-  const double mine = runs ? static_cast<double>(elements) * dtype_size(dt) / static_cast<double>(runs)
-                           : kIndependentMinRunBytes;  // nothing to move: no objection
-  return world.all_reduce_scalar(mine, ReduceOp::Min) >= kIndependentMinRunBytes
-             ? CheckpointFile::Transfer::Independent
-             : CheckpointFile::Transfer::Collective;
-}
-
-// Runs `transfer` on this rank: a collective transfer under one agreement each (a rank whose
-// transfer failed must not leave the others inside the next collective); an independent one
-// alone, keeping the first error in `error` for one agreement after the last, and skipping the
-// rest once one failed. Returns whether it ran and succeeded here.
-template <class F>
-bool run_transfer(CheckpointFile::Transfer how, Communicator& world, std::string& error, F&& transfer) {
-  if (how == CheckpointFile::Transfer::Collective) {
-    agree(world, transfer);
-    return true;
-  }
-  if (!error.empty()) return false;
-  try {
-    transfer();
-    return true;
-  } catch (const std::exception& e) {
-    error = e.what();
-    return false;
-  }
-}
-
-// Where this rank's elements of one dataset are read to: straight into the model's memory
-// when they are one piece in host memory stored in the run's precision (the common case: no
-// copy), else a staging buffer that is applied once the checksums passed.
-struct Landing {
-  bool direct = false;
-  DType type = DType::F32;     // as stored
-  std::vector<char> staging;   // !direct
-  char* data = nullptr;
-};
-
-// Reads every piece this rank holds of every dataset of `entries` (entry-major, then kind),
-// and returns the checksum parts of the primary pieces summed over the world. A worker hashes
-// each dataset while the next is read. Collective.
-std::vector<uint64_t> read_owned(CheckpointFile& file, Communicator& world,
-                                 const std::vector<Entry>& entries, DType run_type,
-                                 CheckpointFile::Transfer how, std::vector<Landing>& landings) {
-  landings.assign(entries.size() * kKinds, {});
-  std::vector<uint64_t> sums(entries.size() * kKinds, 0);
-  {
-    BackgroundWorker hasher;
-    std::string read_error;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      const Entry& e = entries[i];
-      for (int kind = 0; kind < kKinds; ++kind) {
-        Landing& l = landings[i * kKinds + static_cast<size_t>(kind)];
-        const bool read = run_transfer(how, world, read_error, [&] {
-          const std::string name = dataset_name(e.name, kind);
-          l.type = file.dtype(name);
-          l.direct = e.pieces.size() == 1 && l.type == run_type &&
-                     piece_tensor(e.pieces[0].owned, kind).device() == Device::Cpu;
-          if (l.direct) {
-            l.data = static_cast<char*>(piece_tensor(e.pieces[0].owned, kind).raw());
-          } else {
-            l.staging.resize(static_cast<size_t>(e.count(false)) * dtype_size(l.type));
-            l.data = l.staging.data();
-          }
-          file.read(name, e.boxes(false), l.data, l.type, how);
-        });
-        if (!read) continue;
-        hasher.post([&e, &sum = sums[i * kKinds + static_cast<size_t>(kind)], data = l.data, type = l.type] {
-          size_t off = 0;
-          for (const Piece& p : e.pieces) {
-            if (p.owned.primary) sum += checksum_part(data + off, type, e.global, p.boxes);
-            off += static_cast<size_t>(p.owned.count) * dtype_size(type);
-          }
-        });
-      }
-    }
-    agree(world, [&] {
-      hasher.wait();
-      if (!read_error.empty()) throw std::runtime_error(read_error);
-    });
-  }
-  return sum_over(world, sums);
-}
-
-// Compares the checksums of the data as read with the file's attributes (and, after a write,
-// with what was written). Throws naming the first bad dataset.
-void check_sums(const CheckpointFile& file, const std::vector<Entry>& entries,
-                const std::vector<uint64_t>& sums, const std::vector<uint64_t>* written) {
-  for (size_t i = 0; i < entries.size(); ++i)
-    for (int kind = 0; kind < kKinds; ++kind) {
-      const size_t j = i * kKinds + static_cast<size_t>(kind);
-      const std::string name = dataset_name(entries[i].name, kind);
-      const std::optional<uint64_t> stored = file.checksum(name);
-      if (!stored)
-        throw CheckpointFileError(file.path() + ": dataset " + name +
-                                  " has no checksum attribute (not a complete meshtrain checkpoint)");
-      if (*stored != sums[j] || (written && (*written)[j] != sums[j]))
-        throw CheckpointFileError(file.path() + ": dataset " + name + ": checksum MISMATCH: the data "
-                                  "read back sums to " + hex(sums[j]) + ", the file's checksum "
-                                  "attribute says " + hex(*stored) +
-                                  " (the file is damaged; use an older checkpoint)");
-    }
+// After a failed write: a hint when the file system holding `dir` has less room than the
+// checkpoint needs (the usual cause; MPI-IO does not pass on the reason), else "".
+std::string space_note(const std::string& dir, const std::vector<Entry>& entries, DType dt) {
+  struct statvfs st{};
+  if (::statvfs(dir.c_str(), &st) != 0) return "";
+  double need = 0;
+  for (const Entry& e : entries) need += static_cast<double>(e.global.numel()) * kKinds * dtype_size(dt);
+  const double avail = static_cast<double>(st.f_bavail) * static_cast<double>(st.f_frsize);
+  if (avail >= need) return "";
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "; the file system of checkpoint.dir has %.1f MB free, a checkpoint "
+                "needs %.1f MB (free space, lower checkpoint.keep, or set checkpoint.dir to a larger "
+                "file system; the previous checkpoints are kept)", avail / 1e6, need / 1e6);
+  return buf;
 }
 
 }  // namespace
@@ -315,26 +175,68 @@ void Checkpointer::fault(FaultPhase phase, int64_t step) const {
 
 // ---- resume --------------------------------------------------------------------------------
 
+std::string Checkpointer::choose_resume() const {
+  const std::string& r = cfg_.checkpoint.resume;
+  if (r == "none") return "";
+  if (r == "auto") {
+    const auto all = complete_checkpoints(cfg_.checkpoint.dir);
+    return all.empty() ? "" : all.back().second;
+  }
+  std::error_code ec;
+  if (!fs::is_regular_file(r, ec))
+    throw DeckError(cfg_.deck_path + ": checkpoint.resume = \"" + r + "\": no such checkpoint "
+                    "file (give the path of a step_*.h5, \"auto\" or \"none\")");
+  return r;
+}
+
 std::string Checkpointer::resume_path() {
   Communicator& world = grid_.world();
   std::string path;
   agree(world, [&] {
     if (world.rank() != 0) return;
     pruner_->wait();
-    const std::string& r = cfg_.checkpoint.resume;
-    if (r == "none") return;
-    if (r == "auto") {
-      const auto all = complete_checkpoints(cfg_.checkpoint.dir);
-      if (!all.empty()) path = all.back().second;
-      return;
-    }
-    std::error_code ec;
-    if (!fs::is_regular_file(r, ec))
-      throw DeckError(cfg_.deck_path + ": checkpoint.resume = \"" + r + "\": no such checkpoint "
-                      "file (give the path of a step_*.h5, \"auto\" or \"none\")");
-    path = r;
+    path = choose_resume();
   });
   world.broadcast_bytes(path, 0);
+  return path;
+}
+
+std::string Checkpointer::begin_run() {
+  Communicator& world = grid_.world();
+  check_directory_writable(cfg_, world);
+  std::string path, lineage;
+  agree(world, [&] {
+    if (world.rank() != 0) return;
+    pruner_->wait();
+    path = choose_resume();
+    const std::vector<StoredCheckpoint> stored = scan_checkpoints(cfg_.checkpoint.dir);
+    const std::string& r = cfg_.checkpoint.resume;
+    if (path.empty()) {  // afresh: everything there is another run's
+      lineage = new_lineage_id();
+      refuse_other_lineages(cfg_, stored, lineage,
+                            r == "none" ? "starts afresh (checkpoint.resume = \"none\")" : "starts afresh",
+                            "set checkpoint.dir to another directory for the new run, or "
+                            "checkpoint.resume = \"auto\" (or the path of one of them) to continue "
+                            "that run");
+      return;
+    }
+    // Continuing a checkpoint: its lineage, when it can be read (else load() says why not).
+    lineage = read_lineage(0, path).lineage;
+    if (lineage.empty()) return;
+    if (r == "auto")
+      refuse_other_lineages(cfg_, stored, lineage,
+                            "would continue the newest, " + fs::path(path).filename().string() +
+                                " (lineage " + lineage + "), with checkpoint.resume = \"auto\"",
+                            "move the other run's checkpoints elsewhere, or set checkpoint.resume to "
+                            "the checkpoint to continue and checkpoint.dir to a directory of its own");
+    else
+      refuse_other_lineages(cfg_, stored, lineage,
+                            "continues lineage " + lineage + " from " + path + " (checkpoint.resume)",
+                            "set checkpoint.dir to a directory of this lineage (or a new one)");
+  });
+  world.broadcast_bytes(path, 0);
+  world.broadcast_bytes(lineage, 0);
+  lineage_ = lineage;
   return path;
 }
 
@@ -348,7 +250,13 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
   const std::string path = dir + "/" + file_name(step);
   const std::string tmp = path + ".tmp";
   const DType dt = trainer.state().state_dtype();
+  if (lineage_.empty()) {  // saved before begin_run() or load(): a run of its own
+    if (world.rank() == 0) lineage_ = new_lineage_id();
+    world.broadcast_bytes(lineage_, 0);
+  }
 
+  // Rank 0: this lineage's checkpoints (for pruning); another lineage's at this step is refused.
+  std::vector<std::pair<int64_t, std::string>> own;
   agree(world, [&] {
     if (world.rank() != 0) return;
     pruner_->wait();
@@ -356,6 +264,18 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
     if (!fs::create_directories(dir, ec) && ec)
       throw std::runtime_error(dir + ": cannot create the checkpoint directory (checkpoint.dir): " +
                                ec.message());
+    for (const StoredCheckpoint& s : scan_checkpoints(dir)) {
+      if (s.lineage == lineage_) {
+        if (s.path != path) own.emplace_back(s.step, s.path);
+        continue;
+      }
+      if (s.path == path)
+        throw std::runtime_error(path + ": a checkpoint of another run (lineage " +
+                                 (s.lineage.empty() ? "unknown, " + s.problem : s.lineage) +
+                                 ") is in the way of this run's (lineage " + lineage_ + ") step " +
+                                 std::to_string(step) + "; a run never overwrites checkpoints it did "
+                                 "not write (set checkpoint.dir to another directory, or move it away)");
+    }
   });
   const std::vector<Entry> entries = plan_entries(trainer.state(), world);
   const CheckpointFile::Transfer how = transfer_mode(cfg_.checkpoint.io, entries, true, dt, world);
@@ -364,6 +284,10 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
   info.optimizer_steps = trainer.state().steps_taken();
   info.seed = cfg_.run.seed;
   info.deck = cfg_.deck_text;
+  for (const std::string& o : cfg_.overrides) info.overrides += o + "\n";
+  info.config = dump_config(cfg_);
+  info.model = model_signature(cfg_.model);
+  info.lineage = lineage_;
   info.layout = describe_layout(cfg_);
   info.world_size = grid_.world_size();
   info.meshtrain_version = MESHTRAIN_VERSION;
@@ -371,60 +295,68 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
   world.broadcast_bytes(info.created, 0);  // attributes must be identical on every rank
 
   double data_seconds = 0, verify_seconds = 0;
+  std::string disk_note;  // how full the file system was when a write failed
   try {
     std::vector<uint64_t> sums(entries.size() * kKinds, 0);
     const auto data_start = std::chrono::steady_clock::now();
     {
       std::unique_ptr<CheckpointFile> file;
       agree(world, [&] { file = std::make_unique<CheckpointFile>(tmp, comm_, CheckpointFile::Access::Create); });
-      agree(world, [&] {
-        file->write_info(info);
-        for (const Entry& e : entries)
-          for (int kind = 0; kind < kKinds; ++kind) file->create_dataset(dataset_name(e.name, kind), e.global, dt);
-      });
-      // The worker hashes each dataset while MPI-IO writes it (both only read the data).
-      std::deque<HostElements> held;  // copies the worker may still read
-      size_t held_bytes = 0;
-      std::string hash_error, write_error;
-      BackgroundWorker hasher;
-      EarlyWriteback writeback(tmp);
-      for (size_t i = 0; i < entries.size(); ++i) {
-        if (i == entries.size() / 2) fault(FaultPhase::Data, step);
-        const Entry& e = entries[i];
-        const std::vector<Box> boxes = e.boxes(true);
-        for (int kind = 0; kind < kKinds; ++kind) {
-          held.push_back(primary_on_host(e, kind, dt));
-          const char* data = held.back().data;
-          held_bytes += held.back().copy.size();
-          hasher.post([&e, &sum = sums[i * kKinds + static_cast<size_t>(kind)], data, boxes, dt] {
-            sum = checksum_part(data, dt, e.global, boxes);
-          });
-          run_transfer(how, world, write_error, [&] { file->write(dataset_name(e.name, kind), boxes, data, dt, how); });
-          writeback.wrote(static_cast<size_t>(e.count(true)) * dtype_size(dt));
-          if (held_bytes > (size_t{256} << 20)) {  // bound the copies kept for the worker
-            // Not agreed here: ranks hold different amounts, so they wait at different points.
-            try {
-              hasher.wait();
-            } catch (const std::exception& err) {
-              if (hash_error.empty()) hash_error = err.what();
+      // A failed write (disk full) leaves HDF5 unable to close the file the ordinary way.
+      try {
+        agree(world, [&] {
+          file->write_info(info);
+          for (const Entry& e : entries)
+            for (int kind = 0; kind < kKinds; ++kind) file->create_dataset(dataset_name(e.name, kind), e.global, dt);
+        });
+        // The worker hashes each dataset while MPI-IO writes it (both only read the data).
+        std::deque<HostElements> held;  // copies the worker may still read
+        size_t held_bytes = 0;
+        std::string hash_error, write_error;
+        BackgroundWorker hasher;
+        EarlyWriteback writeback(tmp);
+        for (size_t i = 0; i < entries.size(); ++i) {
+          if (i == entries.size() / 2) fault(FaultPhase::Data, step);
+          const Entry& e = entries[i];
+          const std::vector<Box> boxes = e.boxes(true);
+          for (int kind = 0; kind < kKinds; ++kind) {
+            held.push_back(primary_on_host(e, kind, dt));
+            const char* data = held.back().data;
+            held_bytes += held.back().copy.size();
+            hasher.post([&e, &sum = sums[i * kKinds + static_cast<size_t>(kind)], data, boxes, dt] {
+              sum = checksum_part(data, dt, e.global, boxes);
+            });
+            run_transfer(how, world, write_error, [&] { file->write(dataset_name(e.name, kind), boxes, data, dt, how); });
+            writeback.wrote(static_cast<size_t>(e.count(true)) * dtype_size(dt));
+            if (held_bytes > (size_t{256} << 20)) {  // bound the copies kept for the worker
+              // Not agreed here: ranks hold different amounts, so they wait at different points.
+              try {
+                hasher.wait();
+              } catch (const std::exception& err) {
+                if (hash_error.empty()) hash_error = err.what();
+              }
+              held.clear();
+              held_bytes = 0;
             }
-            held.clear();
-            held_bytes = 0;
           }
         }
+        agree(world, [&] {
+          hasher.wait();
+          if (!write_error.empty()) throw std::runtime_error(write_error);
+          if (!hash_error.empty()) throw std::runtime_error(hash_error);
+        });
+        sums = sum_over(world, sums);
+        agree(world, [&] {
+          for (size_t i = 0; i < entries.size(); ++i)
+            for (int kind = 0; kind < kKinds; ++kind)
+              file->set_checksum(dataset_name(entries[i].name, kind), sums[i * kKinds + static_cast<size_t>(kind)]);
+          file->close();
+        });
+      } catch (const AgreedError&) {
+        disk_note = space_note(dir, entries, dt);
+        file->discard();
+        throw;
       }
-      agree(world, [&] {
-        hasher.wait();
-        if (!write_error.empty()) throw std::runtime_error(write_error);
-        if (!hash_error.empty()) throw std::runtime_error(hash_error);
-      });
-      sums = sum_over(world, sums);
-      agree(world, [&] {
-        for (size_t i = 0; i < entries.size(); ++i)
-          for (int kind = 0; kind < kKinds; ++kind)
-            file->set_checksum(dataset_name(entries[i].name, kind), sums[i * kKinds + static_cast<size_t>(kind)]);
-        file->close();
-      });
     }
     data_seconds = seconds_since(data_start);
     const auto verify_start = std::chrono::steady_clock::now();
@@ -461,12 +393,13 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
       if (!flush_error.empty()) throw std::runtime_error(flush_error);
     });
     verify_seconds = seconds_since(verify_start);
-  } catch (const AgreedError&) {
+  } catch (const AgreedError& e) {
     if (world.rank() == 0) {
       std::error_code ec;
       fs::remove(tmp, ec);
     }
-    throw;
+    if (disk_note.empty()) throw;
+    throw AgreedError(e.what() + disk_note);
   }
 
   fault(FaultPhase::Rename, step);
@@ -480,7 +413,11 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
   // Deleting old checkpoints (as long to unlink as they were to write, on some file systems)
   // is not needed for this one to be safe: it runs in the background, and the next save,
   // resume or load waits for it first and reports its failure.
-  if (world.rank() == 0) pruner_->post([this, step] { prune(step); });
+  if (world.rank() == 0) {
+    own.emplace_back(step, path);
+    std::sort(own.begin(), own.end());
+    pruner_->post([this, step, own] { prune(step, own); });
+  }
 
   CheckpointStats stats;
   stats.path = path;
@@ -495,8 +432,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
   return stats;
 }
 
-void Checkpointer::prune(int64_t step) {
-  const auto all = complete_checkpoints(cfg_.checkpoint.dir);  // oldest first
+void Checkpointer::prune(int64_t step, const std::vector<std::pair<int64_t, std::string>>& all) {
   const size_t keep = static_cast<size_t>(std::max(1, cfg_.checkpoint.keep));
   bool deleted = false;
   for (size_t i = 0; i + keep < all.size(); ++i) {
@@ -521,108 +457,6 @@ void Checkpointer::prune(int64_t step) {
     }
   }
   if (!deleted) fault(FaultPhase::Prune, step);
-}
-
-// ---- load ----------------------------------------------------------------------------------
-
-CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Communicator& world = grid_.world();
-  const DType dt = trainer.state().state_dtype();
-  const GptConfig& m = cfg_.model;
-  const std::vector<Entry> entries = plan_entries(trainer.state(), world);
-
-  std::unique_ptr<CheckpointFile> file;
-  agree(world, [&] {
-    if (world.rank() == 0) pruner_->wait();
-    file = std::make_unique<CheckpointFile>(path, comm_, CheckpointFile::Access::Read);
-  });
-  CheckpointInfo info;
-  agree(world, [&] {
-    info = file->read_info();
-    if (info.format_version != kCheckpointFormatVersion)
-      throw CheckpointFileError(path + ": format_version = " + std::to_string(info.format_version) +
-                                " is not supported (this meshtrain " MESHTRAIN_VERSION " reads version " +
-                                std::to_string(kCheckpointFormatVersion) + ")");
-    if (info.step < 0 || info.optimizer_steps < 0)
-      throw CheckpointFileError(path + ": step = " + std::to_string(info.step) + ", optimizer_steps = " +
-                                std::to_string(info.optimizer_steps) + " (expected >= 0)");
-  });
-  // The file must hold exactly the deck's model: every dataset, each with the global shape and
-  // a checksum. These refusals come before any data is read: the trainer is left as it was.
-  agree(world, [&] {
-    std::set<std::string> expected;
-    for (const Entry& e : entries)
-      for (int kind = 0; kind < kKinds; ++kind) {
-        const std::string name = dataset_name(e.name, kind);
-        expected.insert(name);
-        if (!file->has_dataset(name))
-          throw CheckpointFileError(path + ": dataset " + name + " is missing, but the deck's model has "
-                                    "parameter " + e.name + " " + e.global.to_string() + " (check " +
-                                    existence_keys(name) + " against the deck in the file's 'deck' attribute)");
-        const Shape s = file->shape(name);
-        if (s != e.global)
-          throw CheckpointFileError(path + ": dataset " + name + " has shape " + s.to_string() +
-                                    " but the deck's model needs " + e.global.to_string() + " (check " +
-                                    shape_keys(s, e.global, m) + " against the deck in the file's 'deck' attribute)");
-        if (!file->checksum(name))
-          throw CheckpointFileError(path + ": dataset " + name +
-                                    " has no checksum attribute (not a complete meshtrain checkpoint)");
-      }
-    for (const std::string& name : file->dataset_names())
-      if (!expected.count(name))
-        throw CheckpointFileError(path + ": dataset " + name + " is not part of the deck's model (check " +
-                                  existence_keys(name) + " against the deck in the file's 'deck' attribute)");
-  });
-
-  const auto data_start = std::chrono::steady_clock::now();
-  for (const Entry& e : entries)
-    for (int kind = 0; kind < kKinds; ++kind) file->prefetch(dataset_name(e.name, kind), e.boxes(false));
-  std::vector<Landing> landings;
-  const CheckpointFile::Transfer how = transfer_mode(cfg_.checkpoint.io, entries, false, dt, world);
-  const std::vector<uint64_t> sums = read_owned(*file, world, entries, dt, how, landings);
-  const double data_seconds = seconds_since(data_start);
-  // A mismatch is found after the data was read (mostly straight into the model): the
-  // refusal then leaves the trainer's state undefined, and the run must stop.
-  agree(world, [&] {
-    check_sums(*file, entries, sums, nullptr);
-    file->close();
-  });
-
-  // Verified: apply what was staged, converting where the file's precision is not the run's.
-  std::vector<char> converted;
-  for (size_t i = 0; i < entries.size(); ++i)
-    for (int kind = 0; kind < kKinds; ++kind) {
-      const Landing& l = landings[i * kKinds + static_cast<size_t>(kind)];
-      if (l.direct) continue;
-      size_t off = 0;
-      for (const Piece& p : entries[i].pieces) {
-        const char* src = l.data + off;
-        off += static_cast<size_t>(p.owned.count) * dtype_size(l.type);
-        if (l.type != dt) {
-          converted.resize(static_cast<size_t>(p.owned.count) * dtype_size(dt));
-          if (l.type == DType::F64) convert<double, float>(src, converted.data(), p.owned.count);
-          else convert<float, double>(src, converted.data(), p.owned.count);
-          src = converted.data();
-        }
-        Tensor t = piece_tensor(p.owned, kind);
-        p.owned.backend->copy_from_host(t, src);
-      }
-    }
-  trainer.state().set_steps_taken(info.optimizer_steps);
-  trainer.state().sync_after_load();
-  trainer.set_step(static_cast<int>(info.step));
-
-  CheckpointStats stats;
-  stats.path = path;
-  stats.step = info.step;
-  std::error_code ec;
-  const double size = world.rank() == 0 ? static_cast<double>(fs::file_size(path, ec)) : 0.0;
-  stats.bytes = static_cast<int64_t>(world.all_reduce_scalar(size, ReduceOp::Max));
-  stats.seconds = world.all_reduce_scalar(seconds_since(t0), ReduceOp::Max);
-  stats.data_seconds = world.all_reduce_scalar(data_seconds, ReduceOp::Max);
-  stats.independent = how == CheckpointFile::Transfer::Independent;
-  return stats;
 }
 
 }  // namespace meshtrain

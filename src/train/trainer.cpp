@@ -267,14 +267,28 @@ void Trainer::save_checkpoint() {
 
 RunEnd Trainer::run() {
   log_start();
-  if (const std::string path = checkpointer_->resume_path(); !path.empty()) {
+  const TrainOptions& t = cfg_.train;
+  if (const std::string path = checkpointer_->begin_run(); !path.empty()) {
     checkpointer_->load(*this, path);
     if (leader_) {
       std::printf("resumed from %s at step %d\n", path.c_str(), step_);
       std::fflush(stdout);
     }
+    // Every rank loaded the same step: the same verdict everywhere.
+    if (step_ > t.steps)
+      throw AgreedError(path + ": the checkpoint is at step " + std::to_string(step_) + ", past train.steps = " +
+                        std::to_string(t.steps) + ": nothing to train (raise train.steps above " +
+                        std::to_string(step_) + " to train further, or resume an earlier checkpoint "
+                        "with checkpoint.resume = \"<path>\")");
+    if (step_ == t.steps) {  // a finished run started again (e.g. a requeued job): not an error
+      if (leader_) {
+        std::printf("nothing to train: %s is at step %d and train.steps = %d (raise train.steps to "
+                    "train further)\n", path.c_str(), step_, t.steps);
+        std::fflush(stdout);
+      }
+      return RunEnd::Finished;
+    }
   }
-  const TrainOptions& t = cfg_.train;
   std::vector<double> times;
   reset_memory_peaks();  // peaks of the training steps, not of set-up
   while (step_ < t.steps) {

@@ -1,6 +1,7 @@
 """A checkpoint is an ordinary HDF5 file: h5py, without any meshtrain code, reads a checkpoint
 that a 4-rank job with tp = 2 and pp = 2 wrote, and finds what io/checkpoint_file.h documents:
-the root attributes, every parameter and both AdamW moments at their global shapes, float32,
+the root attributes (the run's lineage, its --set overrides, effective configuration and model
+settings among them), every parameter and both AdamW moments at their global shapes, float32,
 finite values, and per-dataset checksums that the documented formula reproduces. Its parameters
 equal those of a single-rank run of the same deck within the fp32 layout-parity tolerance.
 """
@@ -60,7 +61,7 @@ class ReadWithH5py(harness.Case):
         with h5py.File(self.ckpt(2), "r") as f, \
                 h5py.File(single + "/checkpoints/step_00000002.h5", "r") as g:
             a = f.attrs
-            self.assertEqual(int(a["format_version"]), 1)
+            self.assertEqual(int(a["format_version"]), 2)
             self.assertEqual(int(a["step"]), 2)
             self.assertEqual(int(a["optimizer_steps"]), 2)
             self.assertEqual(int(a["seed"]), 11)
@@ -70,6 +71,18 @@ class ReadWithH5py(harness.Case):
             with open(self.deck) as d:
                 self.assertEqual(bytes(a["deck"]).decode(), d.read())
             self.assertRegex(bytes(a["created"]).decode(), r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+            self.assertRegex(bytes(a["lineage"]).decode(), r"^[0-9a-f]{32}$")
+            self.assertNotEqual(bytes(a["lineage"]).decode(), bytes(g.attrs["lineage"]).decode())
+            self.assertEqual(bytes(a["overrides"]).decode(),
+                             "parallel.tp=2\nparallel.pp=2\ntrain.steps=2\n")
+            config = bytes(a["config"]).decode()
+            self.assertIn("[model]\nlayers = 4\nd_model = 32\nheads = 4\n", config)
+            self.assertIn("tp = 2\npp = 2\n", config)
+            self.assertIn("steps = 2\n", config)
+            model = bytes(a["model"]).decode()
+            for line in ("heads = 4", "tie_embeddings = true", "layernorm_eps = 1e-05",
+                         "positions = \"learned\"", "tokenizer = \"byte\""):
+                self.assertIn(line + "\n", model)
 
             shapes = expected_shapes(layers=4, C=32, T=16, V=256)
             self.assertEqual(sorted(f["model"].keys()), sorted(shapes))

@@ -1,5 +1,5 @@
-// CheckpointFile (io/checkpoint_file.h) on one rank: root attributes round-trip (a deck over
-// the 64 KiB compact-attribute limit too); datasets are listed, found and shaped; tp slices
+// CheckpointFile (io/checkpoint_file.h) on one rank: a directory is refused; root attributes
+// round-trip (a deck over the 64 KiB compact-attribute limit too); datasets are listed, found and shaped; tp slices
 // written as hyperslabs land at their global positions; the in-place checksum of stored
 // elements equals the checksum of the values, also for a big-endian dataset another tool wrote
 // (read and converted instead of hashed in place).
@@ -25,6 +25,10 @@ TEST(CheckpointFile, RootAttributesRoundTrip) {
   info.optimizer_steps = 77;
   info.seed = 0xFEDCBA9876543210ull;
   info.deck = std::string(100000, 'x') + "\n[model]\nlayers = 2\n";
+  info.overrides = "model.layers=2\ntrain.steps=3\n";
+  info.config = "[model]\nlayers = 2\n";
+  info.model = "layers = 2\nheads = 4\n";
+  info.lineage = "0123456789abcdef0123456789abcdef";
   info.layout = "dp=2 tp=2 pp=2 zero=1 schedule=1f1b virtual_stages=1 micro_batch=2";
   info.world_size = 8;
   info.meshtrain_version = "9.8.7";
@@ -36,16 +40,33 @@ TEST(CheckpointFile, RootAttributesRoundTrip) {
   }
   CheckpointFile f(dir.file("a.h5"), MPI_COMM_SELF, CheckpointFile::Access::Read);
   const CheckpointInfo back = f.read_info();
-  EXPECT_EQ(back.format_version, 1);
+  EXPECT_EQ(back.format_version, 2);
   EXPECT_EQ(back.step, info.step);
   EXPECT_EQ(back.optimizer_steps, info.optimizer_steps);
   EXPECT_EQ(back.seed, info.seed);
   EXPECT_EQ(back.deck, info.deck);
+  EXPECT_EQ(back.overrides, info.overrides);
+  EXPECT_EQ(back.config, info.config);
+  EXPECT_EQ(back.model, info.model);
+  EXPECT_EQ(back.lineage, info.lineage);
   EXPECT_EQ(back.layout, info.layout);
   EXPECT_EQ(back.world_size, 8);
   EXPECT_EQ(back.meshtrain_version, "9.8.7");
   EXPECT_EQ(back.created, info.created);
   EXPECT_EQ(back.created.size(), 20u);  // 2025-01-31T12:00:00Z
+}
+
+// MPI-IO opens a directory and then fails every read with an error printed per attempt: a
+// directory is refused first, in one message.
+TEST(CheckpointFile, ADirectoryIsRefusedInOneMessage) {
+  testing::TempDir dir;
+  try {
+    CheckpointFile f(dir.path(), MPI_COMM_SELF, CheckpointFile::Access::Read);
+    ADD_FAILURE() << "a directory opened as a checkpoint";
+  } catch (const CheckpointFileError& e) {
+    EXPECT_EQ(std::string(e.what()), dir.path() + ": is a directory, not a checkpoint file (give one "
+                                     "of its step_*.h5 files)");
+  }
 }
 
 TEST(CheckpointFile, SlicesLandAtTheirGlobalPositions) {

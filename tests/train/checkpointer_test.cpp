@@ -1,9 +1,14 @@
 // Checkpointer policy and refusals (train/checkpointer.h):
 //  - a damaged or mismatching checkpoint is refused on every rank with one message that names
 //    the file and the dataset (or attribute), and — but for a checksum mismatch, found after
-//    reading — the trainer's state is left as it was: truncated file, not HDF5, flipped bytes (checksum mismatch), missing dataset, missing
-//    checksum, shape mismatch (another model.d_model), a dataset the deck's model lacks
-//    (model.layers), unknown format_version;
+//    reading — the trainer's state is left as it was: truncated file, not HDF5, flipped bytes
+//    (checksum mismatch), missing dataset, missing checksum, shape mismatch, a dataset the
+//    deck's model lacks, unknown format_version;
+//  - another model in the deck (model.d_model, model.layers, model.heads, which changes no
+//    shape) or a model setting this build fixes (LayerNorm eps) recorded otherwise in the file is
+//    refused naming the key and both values;
+//  - a run never prunes or overwrites checkpoints of another lineage; begin_run() gives a fresh
+//    run a new lineage, a resumed one the checkpoint's, and refuses "auto" among two runs;
 //  - a failed save (checkpoint.dir is a file) is an agreed error naming the directory;
 //  - keep: the newest checkpoint.keep survive, stale .tmp files of other steps go;
 //  - resume: "auto" takes the newest complete step_*.h5 (never a .tmp), "none" nothing, a path
@@ -214,25 +219,61 @@ TEST_F(Refusal, UnknownFormatVersion) {
   const std::string msg = load_error(path);
   EXPECT_CONTAINS(msg, path);
   EXPECT_CONTAINS(msg, "format_version = 99 is not supported");
-  EXPECT_CONTAINS(msg, "reads version 1");
+  EXPECT_CONTAINS(msg, "reads version 2");
+}
+
+// Another model in the deck is refused by its recorded settings, before any dataset is looked
+// at: the message names the key and both values.
+TEST_F(Refusal, AnotherModelNamesTheKeyAndBothValues) {
+  Config wide = config_;
+  wide.model.d_model = 64;
+  std::string msg = load_error(good_, wide);
+  EXPECT_CONTAINS(msg, good_);
+  EXPECT_CONTAINS(msg, "model.d_model = 32 in the checkpoint, but <test> (with its --set overrides) "
+                       "has model.d_model = 64");
+  Config shallow = config_;
+  shallow.model.layers = 1;
+  msg = load_error(good_, shallow);
+  EXPECT_CONTAINS(msg, "model.layers = 2 in the checkpoint");
+  EXPECT_CONTAINS(msg, "has model.layers = 1");
+}
+
+// Datasets that disagree with the file's own recorded model (damage, another tool) are still
+// refused by shape and existence.
+void replace_dataset(hid_t f, const std::string& name, std::vector<hsize_t> dims) {
+  if (H5Lexists(f, name.c_str(), H5P_DEFAULT) > 0) {
+    ASSERT_GE(H5Ldelete(f, name.c_str(), H5P_DEFAULT), 0);
+  }
+  const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  const hid_t d = H5Dcreate2(f, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(d, 0) << name;
+  const hid_t scalar = H5Screate(H5S_SCALAR);
+  const hid_t a = H5Acreate2(d, "checksum", H5T_STD_U64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+  const uint64_t zero = 0;
+  H5Awrite(a, H5T_NATIVE_UINT64, &zero);
+  H5Aclose(a);
+  H5Sclose(scalar);
+  H5Dclose(d);
+  H5Sclose(space);
 }
 
 TEST_F(Refusal, ShapeMismatchNamesBothShapesAndTheDeckKey) {
-  Config wide = config_;
-  wide.model.d_model = 64;
-  const std::string msg = load_error(good_, wide);
-  EXPECT_CONTAINS(msg, good_);
-  EXPECT_CONTAINS(msg, "dataset /model/h.0.attn.proj.bias has shape (32) but the deck's model needs (64)");
+  const std::string path = damaged("shape.h5", [](const std::string& p) {
+    with_hdf5_file(p, [](hid_t f) { replace_dataset(f, "/model/h.0.attn.proj.bias", {64}); });
+  });
+  const std::string msg = load_error(path);
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "dataset /model/h.0.attn.proj.bias has shape (64) but the deck's model needs (32)");
   EXPECT_CONTAINS(msg, "model.d_model");
 }
 
 TEST_F(Refusal, DatasetOutsideTheDecksModel) {
-  Config shallow = config_;
-  shallow.model.layers = 1;
-  const std::string msg = load_error(good_, shallow);
-  EXPECT_CONTAINS(msg, good_);
-  EXPECT_CONTAINS(msg, "dataset /model/h.1.");
-  EXPECT_CONTAINS(msg, "is not part of the deck's model (check model.layers");
+  const std::string path = damaged("extra.h5", [](const std::string& p) {
+    with_hdf5_file(p, [](hid_t f) { replace_dataset(f, "/model/h.9.ln_1.bias", {32}); });
+  });
+  const std::string msg = load_error(path);
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "dataset /model/h.9.ln_1.bias is not part of the deck's model (check model.layers");
 }
 
 TEST_F(Refusal, SaveIntoAFileIsAnAgreedError) {
@@ -350,6 +391,111 @@ TEST_F(Refusal, RunSavesEveryNStepsAndResumes) {
   t.run();  // resumes at 3 (checkpoint.resume = "auto"), trains one step, saves 4
   EXPECT_EQ(t.step(), 4);
   EXPECT_EQ(t.state().steps_taken(), 4);
+}
+
+// Two runs in one directory: the second (another lineage) keeps one checkpoint, yet never
+// deletes the first run's, and refuses to overwrite one of them.
+TEST_F(Refusal, NeverPrunesOrOverwritesAnotherRunsCheckpoints) {
+  Config c = config_;
+  c.checkpoint.dir = dir_.file("shared");
+  c.checkpoint.keep = 5;
+  Trainer t(c, *grid_, be_);
+  {
+    Checkpointer first(c, *grid_);
+    for (int step : {2, 4}) {
+      t.set_step(step);
+      first.save(t);
+    }
+    first.finish_pruning();
+  }
+  c.checkpoint.keep = 1;
+  Checkpointer second(c, *grid_);
+  for (int step : {1, 3}) {
+    t.set_step(step);
+    second.save(t);
+  }
+  second.finish_pruning();
+  std::vector<int64_t> steps;
+  for (const auto& [step, path] : Checkpointer::complete_checkpoints(c.checkpoint.dir)) steps.push_back(step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{2, 3, 4}));  // its own step 1 pruned, none of the first's
+  t.set_step(4);
+  try {
+    second.save(t);
+    ADD_FAILURE() << "a run overwrote another run's checkpoint";
+  } catch (const AgreedError& e) {
+    EXPECT_CONTAINS(std::string(e.what()), c.checkpoint.dir + "/step_00000004.h5");
+    EXPECT_CONTAINS(std::string(e.what()), "another run");
+  }
+}
+
+// begin_run(): a fresh run gets a new lineage, a resumed one the checkpoint's; "auto" in a
+// directory holding two runs' checkpoints is refused, naming both files.
+TEST_F(Refusal, BeginRunSettlesTheLineage) {
+  Config c = config_;
+  c.checkpoint.dir = dir_.file("lineages");
+  Trainer t(c, *grid_, be_);
+  Checkpointer first(c, *grid_);
+  EXPECT_EQ(first.begin_run(), "");  // empty directory, "auto": afresh
+  const std::string a = first.lineage();
+  EXPECT_EQ(a.size(), 32u);
+  t.set_step(2);
+  first.save(t);
+  Checkpointer again(c, *grid_);
+  EXPECT_EQ(again.begin_run(), c.checkpoint.dir + "/step_00000002.h5");
+  EXPECT_EQ(again.lineage(), a);
+
+  Checkpointer other(c, *grid_);  // never began: a lineage of its own at its first save
+  t.set_step(4);
+  other.save(t);
+  EXPECT_NE(other.lineage(), a);
+  try {
+    Checkpointer(c, *grid_).begin_run();
+    ADD_FAILURE() << "\"auto\" chose among two runs";
+  } catch (const AgreedError& e) {
+    EXPECT_CONTAINS(std::string(e.what()), "checkpoint.dir = \"" + c.checkpoint.dir + "\"");
+    EXPECT_CONTAINS(std::string(e.what()), "lineage " + a + ": step_00000002.h5");
+    EXPECT_CONTAINS(std::string(e.what()), "would continue the newest, step_00000004.h5");
+  }
+}
+
+// Hyper-parameters that change the model's function but no shape are checked on load.
+TEST_F(Refusal, HeadsAreCheckedThoughNoShapeDependsOnThem) {
+  Config c = config_;
+  c.model.heads = 2;
+  const std::string msg = load_error(good_, c);
+  EXPECT_CONTAINS(msg, good_);
+  EXPECT_CONTAINS(msg, "model.heads = 4");
+  EXPECT_CONTAINS(msg, "model.heads = 2");
+}
+
+// Settings this build fixes (LayerNorm eps, positions, activation, tokenizer) are recorded too:
+// a file that says otherwise is refused, naming the key and both values.
+TEST_F(Refusal, BuildFixedModelSettingsAreChecked) {
+  const std::string path = damaged("eps.h5", [](const std::string& p) {
+    with_hdf5_file(p, [](hid_t f) {
+      ASSERT_GT(H5Aexists(f, "model"), 0) << "no @model attribute";
+      const hid_t a = H5Aopen(f, "model", H5P_DEFAULT);
+      const hid_t type = H5Aget_type(a);
+      std::string text(H5Tget_size(type), '\0');
+      H5Aread(a, type, text.data());
+      H5Aclose(a);
+      const std::string from = "layernorm_eps = 1e-05", to = "layernorm_eps = 1e-06";
+      const size_t at = text.find(from);
+      ASSERT_NE(at, std::string::npos) << text;
+      text.replace(at, from.size(), to);
+      ASSERT_GE(H5Adelete(f, "model"), 0);
+      const hid_t space = H5Screate(H5S_SCALAR);
+      const hid_t b = H5Acreate2(f, "model", type, space, H5P_DEFAULT, H5P_DEFAULT);
+      H5Awrite(b, type, text.data());
+      H5Aclose(b);
+      H5Sclose(space);
+      H5Tclose(type);
+    });
+  });
+  const std::string msg = load_error(path);
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "model.layernorm_eps = 1e-06");
+  EXPECT_CONTAINS(msg, "1e-05");
 }
 
 }  // namespace

@@ -86,6 +86,7 @@ struct CheckpointOptions {
 struct Config {
   std::string deck_path;  // as given on the command line
   std::string deck_text;  // the deck as read (stored in checkpoints)
+  std::vector<std::string> overrides;  // the --set overrides applied to it, as given (likewise)
   RunOptions run;
   GptConfig model;
   DataOptions data;

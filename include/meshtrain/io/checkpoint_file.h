@@ -5,7 +5,7 @@
 // where checkpoints are written, and how a Trainer's state maps onto them, is
 // train/checkpointer.h.
 //
-// Format version 1
+// Format version 2 (version 1 lacked @lineage, @model, @config and @overrides)
 //
 // | where                          | kind      | type                 | content                              |
 // |--------------------------------|-----------|----------------------|--------------------------------------|
@@ -13,11 +13,15 @@
 // | /optim/<name>/exp_avg          | dataset   | as /model/<name>     | AdamW first moment, same shape       |
 // | /optim/<name>/exp_avg_sq       | dataset   | as /model/<name>     | AdamW second moment, same shape      |
 // | <every dataset>  @checksum     | attribute | uint64               | see "Checksum" below                 |
-// | /  @format_version             | attribute | int32                | 1                                    |
+// | /  @format_version             | attribute | int32                | 2                                    |
 // | /  @step                       | attribute | int64                | optimizer steps completed            |
 // | /  @optimizer_steps            | attribute | int64                | AdamW's step count (bias correction) |
 // | /  @seed                       | attribute | uint64               | run.seed                             |
 // | /  @deck                       | attribute | string               | the input deck's text as read (--set overrides are not in it) |
+// | /  @overrides                  | attribute | string               | the --set overrides, one "section.key=value" a line ("" if none) |
+// | /  @config                     | attribute | string               | the effective configuration (deck + overrides + defaults, as the run used it) as canonical TOML (config/config_dump.h) |
+// | /  @model                      | attribute | string               | the settings that decide the model's function, "key = value" lines: the [model] keys and what the build fixes (layernorm_eps, positions, activation, tokenizer); checked on load |
+// | /  @lineage                    | attribute | string               | 32 hex digits naming the run: made when a run starts afresh, carried across resumes; a run writes, overwrites and prunes only checkpoints of its own lineage |
 // | /  @layout                     | attribute | string               | "dp=2 tp=2 pp=2 zero=1 schedule=1f1b virtual_stages=1 micro_batch=2" |
 // | /  @world_size                 | attribute | int32                | ranks that wrote the file            |
 // | /  @meshtrain_version          | attribute | string               | MESHTRAIN_VERSION of the writer      |
@@ -60,7 +64,7 @@
 
 namespace meshtrain {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr int kCheckpointFormatVersion = 2;
 
 // The root group's attributes.
 struct CheckpointInfo {
@@ -69,6 +73,10 @@ struct CheckpointInfo {
   int64_t optimizer_steps = 0;
   uint64_t seed = 0;
   std::string deck;
+  std::string overrides;  // one a line
+  std::string config;
+  std::string model;
+  std::string lineage;
   std::string layout;
   int world_size = 1;
   std::string meshtrain_version;
@@ -106,12 +114,19 @@ class CheckpointFile {
 
   // Collective: closes every object and the file (the last buffered writes happen here).
   void close();
+  // Collective: closes a file being created whose writing failed, dropping its contents first
+  // (world rank 0 truncates it to zero bytes), so that the metadata HDF5 writes while closing
+  // fits even on a full disk. Closing a parallel HDF5 file that cannot be written fails on some
+  // ranks and not others and they deadlock inside H5Fclose; a file left open is closed again in
+  // MPI_Finalize, which crashes. Errors are ignored; the caller deletes the (empty) file.
+  void discard();
   const std::string& path() const { return path_; }
 
   // Collective; `info` must be identical on every rank.
   void write_info(const CheckpointInfo& info);
   // Reads the root attributes; throws naming the missing or malformed one. Does not judge
-  // format_version (the caller says which versions it reads).
+  // format_version (the caller says which versions it reads); the attributes version 2 added
+  // are left empty where absent (version 1 files), and the caller requires them.
   CheckpointInfo read_info() const;
 
   // Collective: a dataset at `name` ("/model/wte"), intermediate groups created as needed.
@@ -158,6 +173,7 @@ class CheckpointFile {
   [[noreturn]] void fail(const std::string& what) const;
 
   std::string path_;
+  MPI_Comm comm_;
   int64_t file_ = -1;  // hid_t
   mutable std::map<std::string, int64_t> datasets_;
   const char* map_ = nullptr;  // stored_checksum's mapping of the file

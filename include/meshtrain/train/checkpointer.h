@@ -14,15 +14,20 @@
 //      every rank recomputes the checksums of its elements from the data as stored (hashed in
 //      place through a read-only mapping); any difference refuses the checkpoint.
 //   3. Rank 0 renames .tmp -> .h5 and fsyncs the directory: the checkpoint is complete.
-//   4. Prune: keep the newest checkpoint.keep complete checkpoints (never the one just
-//      written), oldest deleted first, and stale .tmp files of other steps.
+//   4. Prune: keep the newest checkpoint.keep complete checkpoints of this run's lineage (never
+//      the one just written), oldest deleted first, and stale .tmp files of other steps.
+//
+// Lineage (train/checkpoint_directory.h): every checkpoint records the id of its run, made when
+// a run starts afresh and carried across resumes. A run never overwrites or prunes a checkpoint
+// of another lineage, and begin_run() refuses to start where one is in its way.
 // A failure on any rank at any step (disk full, permission denied) is agreed (agree()), so all
 // ranks throw the same error naming the file; a rank killed mid-way leaves only a .tmp, which
 // resuming ignores.
 //
 // Loading (any layout, ZeRO stage, tp, pp): first the file's structure is checked — format
-// version, every dataset of the deck's model present with its global shape and a checksum, no
-// other — and a refusal there leaves the trainer as it was. Then each rank reads every piece it
+// version, the model's settings (@model: heads, tied embeddings, ... the deck's and this build's;
+// train/model_signature.h), every dataset of the deck's model present with its global shape and a
+// checksum, no other — and a refusal there leaves the trainer as it was. Then each rank reads every piece it
 // holds (replicas and the last stage's tied embedding included) straight from the global
 // datasets, its byte ranges prefetched, into the model's memory where it can (else staged:
 // another precision is converted, device memory copied, after the check); checksums are
@@ -77,6 +82,13 @@ class Checkpointer {
   // Collective: the checkpoint checkpoint.resume names — "auto": the newest complete
   // step_*.h5 in checkpoint.dir (none: ""), "none": "", else the path, which must exist.
   std::string resume_path();
+  // Collective, once before a training run: checks that every rank can write checkpoint.dir,
+  // settles the run's lineage (a new one when it starts afresh, else the resumed checkpoint's)
+  // and refuses (AgreedError) if checkpoint.dir holds checkpoints of another lineage, naming
+  // them and what to do. Returns resume_path().
+  std::string begin_run();
+  // The run's lineage: set by begin_run() or load(), else made by the first save().
+  const std::string& lineage() const { return lineage_; }
   // Collective: writes the trainer's current state as step_<trainer.step()>.h5. Returns once
   // it is complete and durable; the checkpoints that checkpoint.keep drops are deleted in the
   // background after that (see finish_pruning).
@@ -85,7 +97,8 @@ class Checkpointer {
   // failed. save, load and resume_path do this first themselves.
   void finish_pruning();
   // Collective: loads `path` into the trainer (parameters, moments, optimizer and trainer
-  // step). Throws AgreedError naming the file and dataset if it is refused.
+  // step) and continues its lineage. Throws AgreedError naming the file and the dataset or the
+  // model setting (key, the file's value, the deck's) if it is refused.
   CheckpointStats load(Trainer& trainer, const std::string& path);
 
   // "step_00000042.h5"
@@ -97,13 +110,18 @@ class Checkpointer {
  private:
   enum class FaultPhase { None, Data, Rename, Prune };
   void fault(FaultPhase phase, int64_t step) const;
-  void prune(int64_t step);
+  // World rank 0: the path checkpoint.resume names (throws if it names no file).
+  std::string choose_resume() const;
+  // Deletes what checkpoint.keep drops among `own` (this lineage's complete checkpoints, oldest
+  // first, the one of `step` included).
+  void prune(int64_t step, const std::vector<std::pair<int64_t, std::string>>& own);
 
   const Config& cfg_;
   ProcessGrid& grid_;
   MPI_Comm comm_;
   FaultPhase fault_phase_ = FaultPhase::None;
   int64_t fault_step_ = -1;  // -1: any step
+  std::string lineage_;
   std::unique_ptr<BackgroundWorker> pruner_;  // world rank 0 deletes old checkpoints here
 };
 

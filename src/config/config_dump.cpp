@@ -1,0 +1,137 @@
+#include "meshtrain/config/config_dump.h"
+
+#include <charconv>
+#include <cstdio>
+#include <sstream>
+#include <string_view>
+
+namespace meshtrain {
+
+namespace {
+
+// A TOML basic string.
+std::string quoted(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// Shortest text that reads back as the same double, always a TOML float ("25.0", "1e-08").
+std::string real(double v) {
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, ec == std::errc() ? end : buf);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // "n": inf, nan
+  return s;
+}
+
+const char* boolean(bool v) { return v ? "true" : "false"; }
+
+std::string precision(DType t) {
+  switch (t) {
+    case DType::F64: return "fp64";
+    case DType::BF16: return "bf16";
+    default: return "fp32";
+  }
+}
+
+}  // namespace
+
+std::string dump_config(const Config& c) {
+  std::ostringstream os;
+  const RunOptions& r = c.run;
+  os << "[run]\n"
+     << "device = " << quoted(r.device == DeviceChoice::Cpu    ? "cpu"
+                              : r.device == DeviceChoice::Cuda ? "cuda"
+                                                               : "auto") << "\n"
+     << "attention = " << quoted(r.attention) << "\n"
+     << "name = " << quoted(r.name) << "\n"
+     << "dir = " << quoted(r.dir) << "\n"
+     << "seed = " << r.seed << "\n"
+     << "log_every = " << r.log_every << "\n"
+     << "threads = " << r.threads << "\n"
+     << "trace = " << boolean(r.trace) << "\n"
+     << "comm_timeout = " << real(r.comm_timeout) << "\n";
+  const GptConfig& m = c.model;
+  os << "\n[model]\n"
+     << "layers = " << m.layers << "\n"
+     << "d_model = " << m.d_model << "\n"
+     << "heads = " << m.heads << "\n"
+     << "seq_len = " << m.seq_len << "\n"
+     << "vocab_size = " << m.vocab_size << "\n"
+     << "tie_embeddings = " << boolean(m.tie_embeddings) << "\n";
+  const DataOptions& d = c.data;
+  os << "\n[data]\ntrain = [";
+  for (size_t i = 0; i < d.train.size(); ++i) os << (i ? ", " : "") << quoted(d.train[i]);
+  os << "]\n"
+     << "val = " << quoted(d.val) << "\n"
+     << "synthetic_bytes = " << d.synthetic_bytes << "\n";
+  const TrainOptions& t = c.train;
+  os << "\n[train]\n"
+     // "auto" until resolve_device() settled it with the device (a run's Config always is).
+     << "precision = " << quoted(t.precision_auto && c.run.device == DeviceChoice::Auto ? "auto"
+                                                                                     : precision(t.precision)) << "\n"
+     << "steps = " << t.steps << "\n"
+     << "global_batch = " << t.global_batch << "\n"
+     << "micro_batch = " << t.micro_batch << "\n"
+     << "lr = " << real(t.lr) << "\n"
+     << "min_lr = " << real(t.min_lr) << "\n"
+     << "warmup_steps = " << t.warmup_steps << "\n"
+     << "weight_decay = " << real(t.weight_decay) << "\n"
+     << "grad_clip = " << real(t.grad_clip) << "\n"
+     << "eval_every = " << t.eval_every << "\n"
+     << "eval_batches = " << t.eval_batches << "\n"
+     << "beta1 = " << real(t.beta1) << "\n"
+     << "beta2 = " << real(t.beta2) << "\n"
+     << "eps = " << real(t.eps) << "\n";
+  const ParallelOptions& p = c.parallel;
+  os << "\n[parallel]\n"
+     << "dp = " << (p.dp == 0 ? quoted("auto") : std::to_string(p.dp)) << "\n"
+     << "tp = " << p.tp << "\n"
+     << "pp = " << p.pp << "\n"
+     << "schedule = " << quoted(schedule_name(p.schedule)) << "\n"
+     << "virtual_stages = " << p.virtual_stages << "\n"
+     << "zero = " << p.zero << "\n"
+     << "sequence_parallel = " << boolean(p.sequence_parallel) << "\n"
+     << "recompute = " << quoted(p.recompute == Recompute::Selective ? "selective"
+                                 : p.recompute == Recompute::Full    ? "full"
+                                                                     : "none") << "\n"
+     << "order = " << quoted(p.order) << "\n"
+     << "bucket_mb = " << real(p.bucket_mb) << "\n";
+  if (!p.partition.empty()) {
+    os << "partition = [";
+    for (size_t i = 0; i < p.partition.size(); ++i) os << (i ? ", " : "") << p.partition[i];
+    os << "]\n";
+  }
+  os << "communicator = " << quoted(p.communicator == CommChoice::Mpi    ? "mpi"
+                                    : p.communicator == CommChoice::Nccl ? "nccl"
+                                                                         : "auto") << "\n"
+     << "offload = " << quoted(p.offload == Offload::Optimizer ? "optimizer" : "none") << "\n";
+  const CheckpointOptions& k = c.checkpoint;
+  os << "\n[checkpoint]\n"
+     << "dir = " << quoted(k.dir) << "\n"
+     << "every = " << k.every << "\n"
+     << "keep = " << k.keep << "\n"
+     << "resume = " << quoted(k.resume) << "\n"
+     << "io = " << quoted(k.io == CheckpointIo::Collective    ? "collective"
+                          : k.io == CheckpointIo::Independent ? "independent"
+                                                              : "auto") << "\n";
+  return os.str();
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,220 @@
+// Checkpointer::load (train/checkpointer.h): structure and model checks first, then every
+// rank's pieces read and hashed, verified, and applied.
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <stdexcept>
+
+#include "meshtrain/comm/agreement.h"
+#include "meshtrain/io/checkpoint_file.h"
+#include "meshtrain/train/checkpointer.h"
+#include "meshtrain/train/trainer.h"
+#include "background_worker.h"
+#include "checkpoint_entries.h"
+#include "checkpoint_transfer.h"
+#include "model_signature.h"
+
+namespace meshtrain {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Which deck keys decide a dataset's shape or existence, as a hint in refusals.
+std::string shape_keys(const Shape& file, const Shape& want, const GptConfig& m) {
+  std::set<std::string> keys;
+  for (int k = 0; k < std::min(file.rank(), want.rank()); ++k) {
+    if (file[k] == want[k]) continue;
+    const int64_t w = want[k];
+    if (w == m.vocab_size) keys.insert("model.vocab_size");
+    if (w == m.seq_len) keys.insert("model.seq_len");
+    if (w == m.d_model || w == 3 * m.d_model || w == 4 * m.d_model) keys.insert("model.d_model");
+  }
+  if (keys.empty()) return "model.d_model, model.vocab_size and model.seq_len";
+  std::string out;
+  for (const std::string& k : keys) out += (out.empty() ? "" : " and ") + k;
+  return out;
+}
+
+std::string existence_keys(const std::string& dataset) {
+  if (dataset.find("/h.") != std::string::npos) return "model.layers";
+  if (dataset.find("lm_head") != std::string::npos) return "model.tie_embeddings";
+  return "the [model] section";
+}
+
+template <class From, class To>
+void convert(const void* src, void* dst, int64_t n) {
+  const From* s = static_cast<const From*>(src);
+  To* d = static_cast<To*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<To>(s[i]);
+}
+
+// Where this rank's elements of one dataset are read to: straight into the model's memory
+// when they are one piece in host memory stored in the run's precision (the common case: no
+// copy), else a staging buffer that is applied once the checksums passed.
+struct Landing {
+  bool direct = false;
+  DType type = DType::F32;     // as stored
+  std::vector<char> staging;   // !direct
+  char* data = nullptr;
+};
+
+// Reads every piece this rank holds of every dataset of `entries` (entry-major, then kind),
+// and returns the checksum parts of the primary pieces summed over the world. A worker hashes
+// each dataset while the next is read. Collective.
+std::vector<uint64_t> read_owned(CheckpointFile& file, Communicator& world,
+                                 const std::vector<Entry>& entries, DType run_type,
+                                 CheckpointFile::Transfer how, std::vector<Landing>& landings) {
+  landings.assign(entries.size() * kKinds, {});
+  std::vector<uint64_t> sums(entries.size() * kKinds, 0);
+  {
+    BackgroundWorker hasher;
+    std::string read_error;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const Entry& e = entries[i];
+      for (int kind = 0; kind < kKinds; ++kind) {
+        Landing& l = landings[i * kKinds + static_cast<size_t>(kind)];
+        const bool read = run_transfer(how, world, read_error, [&] {
+          const std::string name = dataset_name(e.name, kind);
+          l.type = file.dtype(name);
+          l.direct = e.pieces.size() == 1 && l.type == run_type &&
+                     piece_tensor(e.pieces[0].owned, kind).device() == Device::Cpu;
+          if (l.direct) {
+            l.data = static_cast<char*>(piece_tensor(e.pieces[0].owned, kind).raw());
+          } else {
+            l.staging.resize(static_cast<size_t>(e.count(false)) * dtype_size(l.type));
+            l.data = l.staging.data();
+          }
+          file.read(name, e.boxes(false), l.data, l.type, how);
+        });
+        if (!read) continue;
+        hasher.post([&e, &sum = sums[i * kKinds + static_cast<size_t>(kind)], data = l.data, type = l.type] {
+          size_t off = 0;
+          for (const Piece& p : e.pieces) {
+            if (p.owned.primary) sum += checksum_part(data + off, type, e.global, p.boxes);
+            off += static_cast<size_t>(p.owned.count) * dtype_size(type);
+          }
+        });
+      }
+    }
+    agree(world, [&] {
+      hasher.wait();
+      if (!read_error.empty()) throw std::runtime_error(read_error);
+    });
+  }
+  return sum_over(world, sums);
+}
+
+}  // namespace
+
+CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Communicator& world = grid_.world();
+  const DType dt = trainer.state().state_dtype();
+  const GptConfig& m = cfg_.model;
+  const std::vector<Entry> entries = plan_entries(trainer.state(), world);
+
+  std::unique_ptr<CheckpointFile> file;
+  agree(world, [&] {
+    if (world.rank() == 0) pruner_->wait();
+    file = std::make_unique<CheckpointFile>(path, comm_, CheckpointFile::Access::Read);
+  });
+  CheckpointInfo info;
+  agree(world, [&] {
+    info = file->read_info();
+    if (info.format_version != kCheckpointFormatVersion)
+      throw CheckpointFileError(path + ": format_version = " + std::to_string(info.format_version) +
+                                " is not supported (this meshtrain " MESHTRAIN_VERSION " reads version " +
+                                std::to_string(kCheckpointFormatVersion) +
+                                (info.format_version == 1 ? "; version 1 does not record the model's "
+                                 "settings, such as model.heads, that loading must check" : "") + ")");
+    if (info.model.empty() || info.lineage.empty())
+      throw CheckpointFileError(path + ": has no attribute '" + (info.model.empty() ? "model" : "lineage") +
+                                "' (not a complete meshtrain checkpoint)");
+    check_model_signature(path, info.model, m, cfg_.deck_path, info.meshtrain_version);
+    if (info.step < 0 || info.optimizer_steps < 0)
+      throw CheckpointFileError(path + ": step = " + std::to_string(info.step) + ", optimizer_steps = " +
+                                std::to_string(info.optimizer_steps) + " (expected >= 0)");
+  });
+  // The file must hold exactly the deck's model: every dataset, each with the global shape and
+  // a checksum. These refusals come before any data is read: the trainer is left as it was.
+  agree(world, [&] {
+    std::set<std::string> expected;
+    for (const Entry& e : entries)
+      for (int kind = 0; kind < kKinds; ++kind) {
+        const std::string name = dataset_name(e.name, kind);
+        expected.insert(name);
+        if (!file->has_dataset(name))
+          throw CheckpointFileError(path + ": dataset " + name + " is missing, but the deck's model has "
+                                    "parameter " + e.name + " " + e.global.to_string() + " (check " +
+                                    existence_keys(name) + " against the file's 'config' attribute: meshtrain inspect)");
+        const Shape s = file->shape(name);
+        if (s != e.global)
+          throw CheckpointFileError(path + ": dataset " + name + " has shape " + s.to_string() +
+                                    " but the deck's model needs " + e.global.to_string() + " (check " +
+                                    shape_keys(s, e.global, m) + " against the file's 'config' attribute: meshtrain inspect)");
+        if (!file->checksum(name))
+          throw CheckpointFileError(path + ": dataset " + name +
+                                    " has no checksum attribute (not a complete meshtrain checkpoint)");
+      }
+    for (const std::string& name : file->dataset_names())
+      if (!expected.count(name))
+        throw CheckpointFileError(path + ": dataset " + name + " is not part of the deck's model (check " +
+                                  existence_keys(name) + " against the file's 'config' attribute: meshtrain inspect)");
+  });
+
+  const auto data_start = std::chrono::steady_clock::now();
+  for (const Entry& e : entries)
+    for (int kind = 0; kind < kKinds; ++kind) file->prefetch(dataset_name(e.name, kind), e.boxes(false));
+  std::vector<Landing> landings;
+  const CheckpointFile::Transfer how = transfer_mode(cfg_.checkpoint.io, entries, false, dt, world);
+  const std::vector<uint64_t> sums = read_owned(*file, world, entries, dt, how, landings);
+  const double data_seconds = seconds_since(data_start);
+  // A mismatch is found after the data was read (mostly straight into the model): the
+  // refusal then leaves the trainer's state undefined, and the run must stop.
+  agree(world, [&] {
+    check_sums(*file, entries, sums, nullptr);
+    file->close();
+  });
+
+  // Verified: apply what was staged, converting where the file's precision is not the run's.
+  std::vector<char> converted;
+  for (size_t i = 0; i < entries.size(); ++i)
+    for (int kind = 0; kind < kKinds; ++kind) {
+      const Landing& l = landings[i * kKinds + static_cast<size_t>(kind)];
+      if (l.direct) continue;
+      size_t off = 0;
+      for (const Piece& p : entries[i].pieces) {
+        const char* src = l.data + off;
+        off += static_cast<size_t>(p.owned.count) * dtype_size(l.type);
+        if (l.type != dt) {
+          converted.resize(static_cast<size_t>(p.owned.count) * dtype_size(dt));
+          if (l.type == DType::F64) convert<double, float>(src, converted.data(), p.owned.count);
+          else convert<float, double>(src, converted.data(), p.owned.count);
+          src = converted.data();
+        }
+        Tensor t = piece_tensor(p.owned, kind);
+        p.owned.backend->copy_from_host(t, src);
+      }
+    }
+  trainer.state().set_steps_taken(info.optimizer_steps);
+  trainer.state().sync_after_load();
+  trainer.set_step(static_cast<int>(info.step));
+  lineage_ = info.lineage;  // saves from here on continue the loaded run
+
+  CheckpointStats stats;
+  stats.path = path;
+  stats.step = info.step;
+  std::error_code ec;
+  const double size = world.rank() == 0 ? static_cast<double>(fs::file_size(path, ec)) : 0.0;
+  stats.bytes = static_cast<int64_t>(world.all_reduce_scalar(size, ReduceOp::Max));
+  stats.seconds = world.all_reduce_scalar(seconds_since(t0), ReduceOp::Max);
+  stats.data_seconds = world.all_reduce_scalar(data_seconds, ReduceOp::Max);
+  stats.independent = how == CheckpointFile::Transfer::Independent;
+  return stats;
+}
+
+}  // namespace meshtrain

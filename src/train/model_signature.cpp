@@ -1,0 +1,92 @@
+#include "model_signature.h"
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "meshtrain/io/checkpoint_file.h"
+
+namespace meshtrain {
+
+namespace {
+
+// What this build computes that no deck key selects. A build that changes one of these must
+// change its value here: checkpoints of the old function are then refused, not silently loaded.
+constexpr double kLayerNormEps = 1e-5;           // backend/cpu/layernorm.cpp, backend/cuda/layernorm.cu
+constexpr const char* kPositions = "learned";    // wpe, (T, C), added to wte (model/embedding.cpp)
+constexpr const char* kActivation = "gelu_tanh"; // backend/*/gelu: GPT-2's tanh approximation
+constexpr const char* kTokenizer = "byte";       // io/byte_tokenizer.h: token = byte value
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::string quoted(const char* s) { return "\"" + std::string(s) + "\""; }
+
+std::map<std::string, std::string> parse(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t eq = line.find(" = ");
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<ModelSetting> model_settings(const GptConfig& m) {
+  return {
+      {"layers", std::to_string(m.layers), true},
+      {"d_model", std::to_string(m.d_model), true},
+      {"heads", std::to_string(m.heads), true},
+      {"seq_len", std::to_string(m.seq_len), true},
+      {"vocab_size", std::to_string(m.vocab_size), true},
+      {"tie_embeddings", m.tie_embeddings ? "true" : "false", true},
+      {"layernorm_eps", number(kLayerNormEps), false},
+      {"positions", quoted(kPositions), false},
+      {"activation", quoted(kActivation), false},
+      {"tokenizer", quoted(kTokenizer), false},
+  };
+}
+
+std::string model_signature(const GptConfig& m) {
+  std::string out;
+  for (const ModelSetting& s : model_settings(m)) out += s.key + " = " + s.value + "\n";
+  return out;
+}
+
+void check_model_signature(const std::string& file, const std::string& recorded, const GptConfig& m,
+                           const std::string& deck, const std::string& writer) {
+  std::map<std::string, std::string> stored = parse(recorded);
+  for (const ModelSetting& s : model_settings(m)) {
+    const auto it = stored.find(s.key);
+    if (it == stored.end())
+      throw CheckpointFileError(file + ": the 'model' attribute does not record model." + s.key +
+                                " (damaged, or not written by meshtrain)");
+    const std::string& value = it->second;
+    if (value != s.value) {
+      if (s.deck_key)
+        throw CheckpointFileError(
+            file + ": model." + s.key + " = " + value + " in the checkpoint, but " + deck +
+            " (with its --set overrides) has model." + s.key + " = " + s.value +
+            ": the checkpoint holds another model (set model." + s.key + " = " + value +
+            " to load it; `meshtrain inspect` shows the configuration that wrote it)");
+      throw CheckpointFileError(
+          file + ": model." + s.key + " = " + value + " in the checkpoint, but this meshtrain " +
+          MESHTRAIN_VERSION " computes with model." + s.key + " = " + s.value +
+          " (fixed in the build, not a deck key): the checkpoint holds another model (load it "
+          "with the meshtrain that wrote it, " + writer + ")");
+    }
+    stored.erase(it);
+  }
+  if (!stored.empty())
+    throw CheckpointFileError(file + ": model." + stored.begin()->first + " = " + stored.begin()->second +
+                              " in the checkpoint is a model setting this meshtrain " MESHTRAIN_VERSION
+                              " does not know: the checkpoint holds another model (load it with the "
+                              "meshtrain that wrote it, " + writer + ")");
+}
+
+}  // namespace meshtrain

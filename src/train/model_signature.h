@@ -1,0 +1,34 @@
+#pragma once
+// The settings that decide which function a checkpoint's tensors compute — the deck's [model]
+// keys, shape-changing or not (model.heads changes no tensor's shape, yet a checkpoint loaded
+// with other heads is another model), and what this build fixes (LayerNorm eps, learned
+// positions, GELU, the byte tokenizer) — as the checkpoint's @model attribute records them,
+// and the check that a deck's model is the checkpoint's. Private to src/train.
+
+#include <string>
+#include <vector>
+
+#include "meshtrain/model/gpt_config.h"
+
+namespace meshtrain {
+
+struct ModelSetting {
+  std::string key;    // under "model.": "heads"
+  std::string value;  // as recorded: "4", "true", "1e-05", "\"learned\""
+  bool deck_key;      // a [model] key of the deck, else fixed by this build
+};
+
+// Every setting of `m`, deck keys first.
+std::vector<ModelSetting> model_settings(const GptConfig& m);
+
+// The @model attribute: "key = value" lines, in model_settings() order.
+std::string model_signature(const GptConfig& m);
+
+// Throws CheckpointFileError unless `recorded` (a file's @model) holds exactly the settings of
+// `m`: the first difference names the key, the checkpoint's value and the deck's (or this
+// build's), with what to do. `file` and `deck` name the two sides; `writer` is the meshtrain
+// version that wrote the file.
+void check_model_signature(const std::string& file, const std::string& recorded, const GptConfig& m,
+                           const std::string& deck, const std::string& writer);
+
+}  // namespace meshtrain
