@@ -66,7 +66,8 @@ std::string dump_config(const Config& c) {
      << "log_every = " << r.log_every << "\n"
      << "threads = " << r.threads << "\n"
      << "trace = " << boolean(r.trace) << "\n"
-     << "comm_timeout = " << real(r.comm_timeout) << "\n";
+     << "comm_timeout = " << real(r.comm_timeout) << "\n"
+     << "flight_records = " << r.flight_records << "\n";
   const GptConfig& m = c.model;
   os << "\n[model]\n"
      << "layers = " << m.layers << "\n"

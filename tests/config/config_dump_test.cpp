@@ -1,6 +1,7 @@
 // dump_config (config/config_dump.h): the effective configuration reads back as itself, and
 // names every key of the deck schema, so a key added to the schema but not to the dump fails
 // here rather than silently missing from checkpoints.
+// device-independent: only parses and prints decks; nothing runs on a device.
 
 #include <gtest/gtest.h>
 

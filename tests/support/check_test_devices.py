@@ -10,7 +10,8 @@ compare bf16 GPU results against them. So every test deck names its device:
     carries the line `# device-independent: <why>` (its assertions hold on CPU and GPU alike);
   - C++ tests that build a Config from defaults (`Config c;` never assigned from a helper,
     `Config{}`) or parse a deck must set `run.device = DeviceChoice::...` in the same file
-    (tests/support's tiny_config pins the CPU for every test built on it).
+    (tests/support's tiny_config pins the CPU for every test built on it), or carry the line
+    `// device-independent: <why>` when they run nothing on a device.
 
 usage: check_test_devices.py TESTS_DIR
 """
@@ -25,6 +26,7 @@ TRIPLE = re.compile(r'("""|\'\'\')(.*?)\1', re.S)
 CPP_DECLARED = re.compile(r"\bConfig\s+(\w+)\s*;")
 CPP_FRESH = re.compile(r"\bConfig\s*\{\s*\}|\bConfig\s*\(\s*\)|\bparse_deck\s*\(")
 CPP_PINNED = re.compile(r"run\.device\s*=\s*DeviceChoice::(Cpu|Cuda)\b")
+CPP_ANY_DEVICE = re.compile(r"^\s*//\s*device-independent:\s*\S", re.M)
 
 
 def run_section(deck):
@@ -75,7 +77,7 @@ def check(root):
             elif name.endswith((".cpp", ".h")):
                 text = open(path, encoding="utf-8").read()
                 m = fresh_config(text)
-                if m and not CPP_PINNED.search(text):
+                if m and not CPP_PINNED.search(text) and not CPP_ANY_DEVICE.search(text):
                     line = text.count("\n", 0, m.start()) + 1
                     problems.append("tests/%s:%d: builds a Config (%s) without setting run.device "
                                     "= DeviceChoice::Cpu (or ::Cuda)" % (rel, line, m.group(0)))
