@@ -10,6 +10,7 @@
 #include "meshtrain/app/launch_check.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/flight_report.h"
 #include "meshtrain/comm/recording_communicator.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/device_check.h"
@@ -151,6 +152,19 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                                                     world.rank(), world.size(),
                                                     static_cast<size_t>(c.run.flight_records));
     });
+    // On a communication failure the rank that noticed reads every rank's record before the job
+    // ends (records are written as operations happen; the run directory is shared on a
+    // cluster, or all ranks are on this node) and names the rank that did not arrive. Bounded:
+    // past kExplainRanks records the reading could take longer than the abort should.
+    constexpr int kExplainRanks = 256;
+    if (world.size() <= kExplainRanks)
+      s.explain_at_abort = ScopedAbortHook([dir = c.run.dir, rank = world.rank()] {
+        const FlightReport report = analyse_run_dir(dir);
+        const std::string cause = report.likely_cause();
+        std::fprintf(stderr, "meshtrain: rank %d: flight records of %d rank(s): %s; `meshtrain "
+                     "diagnose %s` for the full report\n", rank, report.records,
+                     cause.empty() ? "no rank went quiet" : cause.c_str(), dir.c_str());
+      });
     // Records of ranks this job does not have (an earlier, larger job) would mislead diagnose.
     if (world.rank() == 0)
       for (const std::string& path : flight_record_paths(c.run.dir))

@@ -13,8 +13,6 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "meshtrain/comm/job_abort.h"
-
 namespace meshtrain {
 namespace {
 
@@ -125,11 +123,11 @@ FlightRecorder::FlightRecorder(const std::string& path, int world_rank, int worl
   char node[sizeof header_->node] = {};
   ::gethostname(node, sizeof node - 1);
   std::memcpy(header_->node, node, sizeof node);
-  abort_hook_ = add_abort_hook([this] { flush(); });
+  flush_at_abort_ = ScopedAbortHook([this] { flush(); });
 }
 
 FlightRecorder::~FlightRecorder() {
-  remove_abort_hook(abort_hook_);
+  flush_at_abort_ = ScopedAbortHook();
   if (map_) ::munmap(map_, map_bytes_);
 }
 

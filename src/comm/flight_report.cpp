@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <ctime>
 #include <map>
 #include <set>
@@ -232,6 +233,34 @@ FlightReport analyse_flight(const std::vector<FlightRecord>& all) {
   return report;
 }
 
+FlightReport analyse_run_dir(const std::string& run_dir) {
+  std::vector<FlightRecord> records;
+  std::vector<std::string> unreadable;
+  for (const std::string& path : flight_record_paths(run_dir)) {
+    try {
+      records.push_back(read_flight_record(path));
+    } catch (const std::exception& e) {
+      unreadable.push_back(std::string("skipped ") + e.what());
+    }
+  }
+  FlightReport report = analyse_flight(records);
+  report.records = static_cast<int>(records.size());
+  report.notes.insert(report.notes.begin(), unreadable.begin(), unreadable.end());
+  return report;
+}
+
+std::string FlightReport::likely_cause() const {
+  std::vector<std::string> quiet;
+  for (const FlightFinding& f : findings)
+    for (const std::string& w : f.quiet_ranks)
+      if (std::find(quiet.begin(), quiet.end(), w) == quiet.end()) quiet.push_back(w);
+  if (quiet.empty()) return "";
+  std::string out = "likely cause: ";
+  for (size_t i = 0; i < quiet.size(); ++i) out += (i ? ", " : "") + quiet[i];
+  return out + " stopped communicating while the others waited for it (stalled, killed, or on "
+               "another code path)";
+}
+
 std::string FlightReport::text() const {
   std::string out;
   for (const std::string& n : notes) out += "note: " + n + "\n";
@@ -241,16 +270,7 @@ std::string FlightReport::text() const {
     for (const std::string& p : pending) out += "  pending: " + p + "\n";
     return out;
   }
-  std::vector<std::string> quiet;
-  for (const FlightFinding& f : findings)
-    for (const std::string& w : f.quiet_ranks)
-      if (std::find(quiet.begin(), quiet.end(), w) == quiet.end()) quiet.push_back(w);
-  if (!quiet.empty()) {
-    out += "likely cause: ";
-    for (size_t i = 0; i < quiet.size(); ++i) out += (i ? ", " : "") + quiet[i];
-    out += " stopped communicating while the others waited for it (stalled, killed, or on another "
-           "code path)\n";
-  }
+  if (const std::string cause = likely_cause(); !cause.empty()) out += cause + "\n";
   out += "first divergence: " + findings.front().text + "\n";
   for (size_t i = 1; i < findings.size() && i < kMaxFindings; ++i)
     out += "then: " + findings[i].text + "\n";

@@ -75,7 +75,7 @@ def main():
                     passed += 1
         # A directory without records is refused clearly.
         diag = subprocess.run([BIN, "diagnose", tmp], capture_output=True, text=True, timeout=60)
-        if diag.returncode != 1 or "holds no flight records" not in diag.stderr:
+        if diag.returncode != 1 or "holds no readable flight records" not in diag.stderr:
             failures += 1
             print("empty directory: FAILED (exit %d)\n    %s" % (diag.returncode, diag.stderr))
         else:

@@ -12,6 +12,7 @@ ends after run.comm_timeout with the timeout status and a diagnosis instead of h
 usage: refusals_test.py MESHTRAIN_BINARY MPIEXEC
 """
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -151,8 +152,8 @@ def main():
                            ["rank 1 was given the deck " + broken + ", rank 0 the deck " + deck], tmp)
 
         # A rank that stalls in each kind of group: the job ends with the timeout status (3)
-        # within seconds of run.comm_timeout, with a diagnosis naming the operation and group and
-        # no std::terminate (before the armed abort, the data-parallel path unwound into a second
+        # within seconds of run.comm_timeout, with a diagnosis naming the operation and group,
+        # the stalled rank and its node, and no std::terminate (before the armed abort, the data-parallel path unwound into a second
         # timeout and terminated with 134).
         env = dict(ENV, MESHTRAIN_FAULT="stall:rank=1:step=2")
         for group, layout in (("dp", ["parallel.dp=2"]), ("tp", ["parallel.tp=2"]),
@@ -168,6 +169,9 @@ def main():
                 problems.append("no timeout diagnosis")
             if "on group '%s'" % group not in output:
                 problems.append("the diagnosis does not name group '%s'" % group)
+            # The rank that noticed reads the flight records and names the one that stalled.
+            if "likely cause: rank 1 (node %s)" % socket.gethostname() not in output:
+                problems.append("the stalled rank 1 and its node are not named")
             if "terminate called" in output:
                 problems.append("std::terminate")
             if seconds > 4 + 20:

@@ -11,6 +11,7 @@
 
 #include "meshtrain/backend/backend.h"
 #include "meshtrain/comm/flight_recorder.h"
+#include "meshtrain/comm/job_abort.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/parallel/process_grid.h"
@@ -33,6 +34,7 @@ struct RunSetup {
   Config config;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<FlightRecorder> recorder;  // outlives the grid's communicators that record
+  ScopedAbortHook explain_at_abort;          // names the rank that went quiet (setup_run)
   std::unique_ptr<ProcessGrid> grid;
 };
 

@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include "meshtrain/comm/job_abort.h"
+
 namespace meshtrain {
 
 enum class FlightOp : uint8_t {
@@ -123,7 +125,7 @@ class FlightRecorder {
   FlightEntry* entries_ = nullptr;
   // Point-to-point counts per (group, peer, send or receive), for the entries' seq.
   std::vector<std::vector<uint64_t>> sends_, recvs_;
-  uint64_t abort_hook_ = 0;  // flushes the record before a job abort (job_abort.h)
+  ScopedAbortHook flush_at_abort_;  // the record reaches the disk before the job ends
 };
 
 }  // namespace meshtrain

@@ -25,9 +25,15 @@ struct FlightReport {
   std::vector<std::string> notes;       // records skipped, ranks without a record
   std::vector<FlightFinding> findings;  // quiet ones first, then earliest first
   std::vector<std::string> pending;     // operations still pending, when nothing diverged
+  int records = 0;                      // records read
   std::string text() const;
+  // "likely cause: rank 1 (node a) stopped communicating ..." or "" when no rank went quiet.
+  std::string likely_cause() const;
 };
 
 FlightReport analyse_flight(const std::vector<FlightRecord>& records);
+// Reads every record of a run directory (flight_record_paths) and analyses them; records that
+// cannot be read are noted in the report and skipped.
+FlightReport analyse_run_dir(const std::string& run_dir);
 
 }  // namespace meshtrain

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 namespace meshtrain {
 
@@ -29,6 +30,24 @@ bool job_abort_armed();
 // its owner while it lives; the returned id unregisters it. Hooks must not block on peers.
 uint64_t add_abort_hook(std::function<void()> hook);
 void remove_abort_hook(uint64_t id);
+
+// An abort hook registered for the lifetime of the object. Hooks run in registration order.
+class ScopedAbortHook {
+ public:
+  ScopedAbortHook() = default;
+  explicit ScopedAbortHook(std::function<void()> hook) : id_(add_abort_hook(std::move(hook))) {}
+  ~ScopedAbortHook() {
+    if (id_) remove_abort_hook(id_);
+  }
+  ScopedAbortHook(ScopedAbortHook&& o) noexcept : id_(o.id_) { o.id_ = 0; }
+  ScopedAbortHook& operator=(ScopedAbortHook&& o) noexcept {
+    std::swap(id_, o.id_);
+    return *this;
+  }
+
+ private:
+  uint64_t id_ = 0;
+};
 
 // A communication that can never complete: `what` says which and why. Armed: prints
 // "meshtrain: rank R (node N): error: <what>; aborting the job", runs the hooks and calls

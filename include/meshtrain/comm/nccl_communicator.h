@@ -18,6 +18,7 @@
 
 #include "meshtrain/backend/cuda/cuda_backend.h"
 #include "meshtrain/comm/communicator.h"
+#include "meshtrain/comm/job_abort.h"
 #include "meshtrain/comm/mpi_communicator.h"
 
 struct ncclComm;
@@ -67,7 +68,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr;
   Tensor barrier_buffer_;
-  uint64_t abort_hook_ = 0;
+  ScopedAbortHook abort_on_failure_;  // ncclCommAbort before MPI_Abort (comm/job_abort.h)
 };
 
 }  // namespace meshtrain

@@ -9,7 +9,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "meshtrain/comm/job_abort.h"
 
 namespace meshtrain {
 
@@ -139,11 +138,11 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, CudaBac
   barrier_buffer_ = backend_.zeros({1}, DType::F32, MemoryCategory::CommBuffers);
   // On a communication failure anywhere in the process, this communicator is aborted before
   // MPI_Abort: a kernel waiting for a dead peer never finishes otherwise (comm/job_abort.h).
-  abort_hook_ = add_abort_hook([comm = comm_] { ncclCommAbort(comm); });
+  abort_on_failure_ = ScopedAbortHook([comm = comm_] { ncclCommAbort(comm); });
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (abort_hook_) remove_abort_hook(abort_hook_);
+  abort_on_failure_ = ScopedAbortHook();
   if (stream_) cudaStreamSynchronize(stream_);
   if (comm_) ncclCommDestroy(comm_);
   if (compute_ready_) cudaEventDestroy(compute_ready_);
