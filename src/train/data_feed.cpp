@@ -1,5 +1,9 @@
 #include "meshtrain/train/data_feed.h"
 
+#include <omp.h>
+
+#include <algorithm>
+
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/synthetic_corpus.h"
@@ -12,8 +16,8 @@ std::unique_ptr<TokenDataset> open_dataset(const std::vector<std::string>& sourc
   if (sources.size() == 1 && sources[0] == "synthetic")
     return std::make_unique<TokenDataset>(TokenDataset::from_tokens(
         tokenize_bytes(synthetic_text(seed, static_cast<size_t>(bytes))), 256, seq_len,
-        std::string("synthetic ") + name + " corpus"));
-  return std::make_unique<TokenDataset>(TokenDataset::from_shards(sources, seq_len));
+        std::string("synthetic ") + name + " corpus", name));
+  return std::make_unique<TokenDataset>(TokenDataset::from_shards(sources, seq_len, name));
 }
 
 void check_vocabulary(const Config& c, const TokenDataset& d, const char* key) {
@@ -37,6 +41,13 @@ DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_s
     check_vocabulary(config, *val_, "data.val");
   }
   sampler_ = std::make_unique<Sampler>(train_->samples(), config.run.seed);
+}
+
+void DataFeed::verify(int worker, int workers) const {
+  if (mode_ == DataMode::ShapesOnly) return;
+  const int threads = std::max(1, omp_get_max_threads());
+  train_->verify_shards(worker, workers, threads);
+  if (val_) val_->verify_shards(worker, workers, threads);
 }
 
 std::vector<MicroBatchData> DataFeed::assemble(

@@ -87,6 +87,7 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
 
   agree(grid.world(), [&] {
     data_ = std::make_unique<DataFeed>(config, backend, grid.rank(Axis::Data), p.dp, data);
+    data_->verify(grid.world_rank(), grid.world_size());
   });
 
   const int M = config.microbatches();

@@ -26,6 +26,11 @@ class DataFeed {
   DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_size,
            DataMode mode = DataMode::Load);
 
+  // Reads every token of the shards that fall to `worker` of `workers` (the world's ranks:
+  // together they read each shard once) and throws the DataError of a corrupt one: a token
+  // outside the shard's vocabulary, or a checksum mismatch (TokenShard::verify).
+  void verify(int worker, int workers) const;
+
   std::vector<MicroBatchData> train_batch(int step) const;
   std::vector<MicroBatchData> val_batch(int index) const;
   bool has_val() const { return val_ != nullptr; }
