@@ -14,8 +14,10 @@
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/io/data_error.h"
 #include "meshtrain/parallel/schedule_simulator.h"
 #include "meshtrain/train/checkpointer.h"
+#include "meshtrain/train/divergence.h"
 #include "meshtrain/train/fault_injection.h"
 #include "meshtrain/train/lr_schedule.h"
 #include "meshtrain/train/stop_request.h"
@@ -35,6 +37,24 @@ std::string format_duration(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
   return buf;
+}
+
+// run.dir and its parents. A parent that is a regular file is the usual mistake: name it.
+void create_run_directory(const Config& c) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(c.run.dir, ec);
+  if (!ec && fs::is_directory(c.run.dir, ec)) return;
+  std::string why = ec ? ec.message() : "it exists and is not a directory";
+  for (fs::path p = fs::path(c.run.dir); !p.empty() && p != p.parent_path(); p = p.parent_path()) {
+    std::error_code e;
+    if (fs::exists(p, e) && !fs::is_directory(p, e)) {
+      why = p.string() + " is a file, not a directory";
+      break;
+    }
+  }
+  throw DataError(c.deck_path, "run.dir = \"" + c.run.dir + "\": cannot create the run directory: " +
+                                   why + " (expected a directory path that can be created)");
 }
 
 }  // namespace
@@ -96,11 +116,13 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   eval_actions_ = make_forward_only(p.pp, M, p.virtual_stages)[grid.rank(Axis::Pipeline)];
   executor_ = std::make_unique<PipelineExecutor>(*model_, grid.comm(Axis::Pipeline),
                                                  p.virtual_stages, p.recompute, trace_);
-  if (leader_ && data == DataMode::Load) {
-    std::filesystem::create_directories(config.run.dir);
-    metrics_ = std::make_unique<MetricsWriter>(config.run.dir + "/metrics.jsonl");
-  } else {
-    metrics_ = std::make_unique<MetricsWriter>("");
+  metrics_ = std::make_unique<MetricsWriter>("");
+  if (data == DataMode::Load) {
+    agree(grid.world(), [&] {
+      if (!leader_) return;
+      create_run_directory(config);
+      metrics_ = std::make_unique<MetricsWriter>(config.run.dir + "/metrics.jsonl");
+    });
   }
   if (data == DataMode::Load) checkpointer_ = std::make_unique<Checkpointer>(config, grid);
 }
@@ -125,13 +147,11 @@ StepResult Trainer::train_step(int step) {
   r.step = step + 1;
   r.grad_norm = state_->grad_norm();
   // The head runs on every tensor rank of the last stage: count its loss once.
-  r.loss = world_sum(grid_.rank(Axis::Tensor) == 0 ? local_loss : 0.0) / tokens;
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "step %d: loss %g, gradient norm %g: the run diverged (lower "
-                  "train.lr, raise train.warmup_steps, or set train.grad_clip)", r.step, r.loss, r.grad_norm);
-    throw std::runtime_error(buf);
-  }
+  // A non-finite gradient norm on any rank turns the world's loss into NaN: every rank then
+  // throws in the same step, without a collective of its own.
+  const double poison = std::isfinite(r.grad_norm) ? 0.0 : std::nan("");
+  r.loss = world_sum((grid_.rank(Axis::Tensor) == 0 ? local_loss : 0.0) + poison) / tokens;
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) throw diverged(cfg_, r.step, r.loss, r.grad_norm);
   const double scale = t.grad_clip > 0 && r.grad_norm > t.grad_clip ? t.grad_clip / (r.grad_norm + 1e-6) : 1.0;
   r.lr = learning_rate(t, step);
   state_->optimizer_step(r.lr, scale);
@@ -308,7 +328,7 @@ RunEnd Trainer::run() {
   if (!times.empty()) log_memory("over the run", step_);
   if (cfg_.run.trace) {
     const std::string path = cfg_.run.dir + "/trace_rank" + std::to_string(grid_.world_rank()) + ".json";
-    trace_.write(path);
+    agree(grid_.world(), [&] { trace_.write(path); });
     if (leader_) std::printf("trace written: %s/trace_rank<N>.json\n", cfg_.run.dir.c_str());
   }
   return RunEnd::Finished;
