@@ -11,6 +11,7 @@
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/train/divergence.h"
+#include "meshtrain/train/stop_request.h"
 
 namespace meshtrain {
 
@@ -56,6 +57,12 @@ int run_reporting_errors(const std::function<int()>& body) {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, kExitTimeout);
     return kExitTimeout;
+  } catch (const StopDuringStartup& e) {  // every rank agreed on it
+    if (rank == 0) {
+      std::printf("%s\n", e.what());
+      std::fflush(stdout);
+    }
+    return kExitRequeue;
   } catch (const RunDiverged& e) {  // every rank diverges in the same step
     if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
     return kExitDiverged;

@@ -103,12 +103,17 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
       StateGroups{&grid.comm(Axis::Data), &grid.comm(Axis::Tensor), &grid.comm(Axis::Pipeline),
                   &grid.embedding()},
       so);
-  if (data == DataMode::Load) state_->initialize(config.run.seed);
+  if (data == DataMode::Load) {
+    state_->initialize(config.run.seed);
+    check_stop_during_startup(grid.world(), "initialising the model");
+  }
 
   agree(grid.world(), [&] {
     data_ = std::make_unique<DataFeed>(config, backend, grid.rank(Axis::Data), p.dp, data);
     data_->verify(grid.world_rank(), grid.world_size());
   });
+  // An interrupted feed means a stop signal here, so every rank throws at this check.
+  if (data == DataMode::Load) check_stop_during_startup(grid.world(), "opening the data");
 
   const int M = config.microbatches();
   const Schedule compute = make_schedule(p.schedule, p.pp, M, p.virtual_stages);
@@ -288,6 +293,7 @@ RunEnd Trainer::run() {
       std::printf("resumed from %s at step %d\n", path.c_str(), step_);
       std::fflush(stdout);
     }
+    check_stop_during_startup(grid_.world(), "loading the checkpoint");
   }
   const TrainOptions& t = cfg_.train;
   std::vector<double> times;
