@@ -2,8 +2,12 @@
 
 #include <mpi.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
+
+#include "meshtrain/io/data_error.h"
 
 namespace meshtrain {
 
@@ -52,7 +56,7 @@ void BenchReport::row(const std::string& name, const std::vector<double>& values
 
 void BenchReport::write_json(const std::string& path) const {
   FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw std::runtime_error(path + ": cannot write the benchmark JSON");
+  if (!f) throw DataError(path, std::string("cannot create the benchmark JSON: ") + std::strerror(errno));
   std::fprintf(f, "{\"header\": [");
   for (size_t i = 0; i < headers_.size(); ++i) std::fprintf(f, "%s\"%s\"", i ? ", " : "", headers_[i].c_str());
   std::fprintf(f, "],\n \"rows\": [");
@@ -63,7 +67,12 @@ void BenchReport::write_json(const std::string& path) const {
     std::fprintf(f, ", \"wrong\": %d}", rows_[r].wrong);
   }
   std::fprintf(f, "\n]}\n");
-  std::fclose(f);
+  // A full disk shows only when stdio flushes: check the flush, the error flag and the close.
+  int error = std::fflush(f) != 0 ? errno : 0;
+  if (error == 0 && std::ferror(f)) error = EIO;
+  if (std::fclose(f) != 0 && error == 0) error = errno;
+  if (error != 0)
+    throw DataError(path, std::string("cannot write the benchmark JSON: ") + std::strerror(error));
 }
 
 }  // namespace meshtrain

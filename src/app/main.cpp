@@ -2,7 +2,69 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+#include <string>
+
 #include "meshtrain/app/commands.h"
+#include "meshtrain/config/nearest_name.h"
+
+namespace {
+
+// CLI11's own range checks print the numeric limits of double ("not in range 0 to 1.8e308");
+// these say what is accepted in words. A validator returns "" or the problem.
+CLI::Validator at_least_one(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          if (std::stoll(v, &used) >= 1 && used == v.size()) return "";
+        } catch (const std::exception&) {
+        }
+        return v + " is not " + what + " (expected an integer >= 1)";
+      },
+      "INT>=1");
+}
+
+// 0 writes no validation shard; 1 would leave nothing to train on.
+CLI::Validator validation_fraction() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          const double f = std::stod(v, &used);
+          if (used == v.size() && f >= 0.0 && f < 1.0) return "";
+          if (used == v.size() && f == 1.0)
+            return "1 would put every token into validation and none into training (expected a "
+                   "fraction from 0 up to, not including, 1; 0 writes no validation shard)";
+        } catch (const std::exception&) {
+        }
+        return v + " is not a fraction from 0 up to, not including, 1 (e.g. 0.1; 0 writes no "
+                   "validation shard)";
+      },
+      "FRACTION in [0,1)");
+}
+
+// CLI11 reads an unknown first word as a stray positional and answers "A subcommand is
+// required"; say which word it was and what the sub-commands are. Returns true when refused.
+bool refuse_unknown_subcommand(CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
+  const std::string word = argv[1];
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    names.push_back(sub->get_name());
+  for (const std::string& n : names)
+    if (n == word) return false;
+  std::string all;
+  for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
+  const std::string hint = meshtrain::nearest_name(word, names);
+  std::fprintf(stderr, "meshtrain: error: unknown sub-command '%s'%s; the sub-commands are %s "
+               "(meshtrain --help describes them)\n",
+               word.c_str(), hint.empty() ? "" : (" (did you mean '" + hint + "'?)").c_str(),
+               all.c_str());
+  return true;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace meshtrain;
@@ -10,6 +72,10 @@ int main(int argc, char** argv) {
                ": hybrid-parallel GPT training on MPI. Run every rank with the same deck:\n"
                "  mpiexec -n 8 meshtrain train input/default.toml"};
   app.require_subcommand(1);
+  // Usage errors start like every other error, so that logs and tests find them the same way.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "meshtrain: error: " + std::string(e.what()) + "\nRun with --help for more information.\n";
+  });
 
   TrainArgs train;
   CLI::App* train_cmd = app.add_subcommand("train", "Train a model as an input deck describes");
@@ -23,7 +89,8 @@ int main(int argc, char** argv) {
   prepare_cmd->add_option("--out", prepare.out_prefix,
                           "Output prefix: writes <prefix>_train.bin and <prefix>_val.bin")->required();
   prepare_cmd->add_option("--val-fraction", prepare.val_fraction,
-                          "Fraction of each file kept for validation")->check(CLI::Range(0.0, 1.0));
+                          "Fraction of each file kept for validation, from 0 (no validation shard) up to, "
+                          "not including, 1")->check(validation_fraction());
   prepare_cmd->add_option("--synthetic", prepare.synthetic_bytes,
                           "Write the built-in generated corpus of this many bytes instead");
 
@@ -31,8 +98,9 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks, each against this machine's own ceiling");
   bench_cmd->add_option("--suite", bench.suite, "step, comm, pipeline, zero, checkpoint, gpu or all")
       ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all"}));
-  bench_cmd->add_option("--threads", bench.threads, "Threads per rank")->check(CLI::PositiveNumber);
-  bench_cmd->add_option("--steps", bench.steps, "Timed steps (median reported)")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--threads", bench.threads, "Threads per rank")->check(at_least_one("a thread count"));
+  bench_cmd->add_option("--steps", bench.steps, "Timed steps (median reported)")
+      ->check(at_least_one("a step count"));
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
   bench_cmd->add_option("--dir", bench.dir, "Directory for the checkpoint suite's files");
 
@@ -53,7 +121,9 @@ int main(int argc, char** argv) {
   CLI::App* plan_cmd = app.add_subcommand(
       "plan", "Predict memory per rank of a deck's layout (or of every layout) before launching");
   plan_cmd->add_option("deck", plan.deck, "Input deck (TOML)")->required();
-  plan_cmd->add_option("--world", plan.world, "Ranks of the job to plan")->required()->check(CLI::PositiveNumber);
+  plan_cmd->add_option("--world", plan.world, "Ranks of the job to plan")
+      ->required()
+      ->check(at_least_one("a number of ranks"));
   plan_cmd->add_flag("--all", plan.all, "Plan every valid layout for --world ranks, lowest peak first");
   plan_cmd->add_option("--memory", plan.memory,
                        "Memory per rank (e.g. 16GiB, 80G): refuse layouts that do not fit");
@@ -70,6 +140,7 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("keys", "Print the input-deck reference (every key, its default and range)");
 
+  if (refuse_unknown_subcommand(app, argc, argv)) return kExitUsage;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/comm/agreement.h"
@@ -11,6 +12,8 @@
 #include "meshtrain/comm/job_abort.h"
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/train/divergence.h"
+#include "meshtrain/train/stop_request.h"
 
 namespace meshtrain {
 
@@ -62,8 +65,25 @@ int run_reporting_errors(const std::function<int()>& body) {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, kExitTimeout);
     return kExitTimeout;
+  } catch (const StopDuringStartup& e) {  // every rank agreed on it
+    if (rank == 0) {
+      std::printf("%s\n", e.what());
+      std::fflush(stdout);
+    }
+    return kExitRequeue;
+  } catch (const RunDiverged& e) {  // every rank diverges in the same step
+    if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    return kExitDiverged;
   } catch (const DataError& e) {  // raised outside an agreement: only this rank knows
     std::fprintf(stderr, "meshtrain: rank %d: error: %s; aborting the job\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kExitInput);
+    return kExitInput;
+  } catch (const std::bad_alloc&) {  // only this rank ran out; the others wait for it
+    std::fprintf(stderr, "meshtrain: rank %d: error: out of memory (an allocation failed); "
+                 "`meshtrain plan DECK --world N --memory SIZE` predicts the memory per rank; "
+                 "lower train.micro_batch, set parallel.zero, parallel.recompute, or use more "
+                 "ranks; aborting the job\n", rank);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, kExitInput);
     return kExitInput;

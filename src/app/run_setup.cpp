@@ -15,6 +15,7 @@
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/device_check.h"
 #include "meshtrain/config/layout_check.h"
+#include "meshtrain/io/run_directory.h"
 #include "meshtrain/train/trainer.h"
 
 #if MESHTRAIN_HAVE_CUDA
@@ -148,6 +149,7 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
   }
   if (flight == Flight::Record && c.run.flight_records > 0) {
     agree(world, [&] {
+      create_run_directory(c.deck_path, c.run.dir);
       s.recorder = std::make_unique<FlightRecorder>(flight_record_path(c.run.dir, world.rank()),
                                                     world.rank(), world.size(),
                                                     static_cast<size_t>(c.run.flight_records));

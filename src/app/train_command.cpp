@@ -9,11 +9,14 @@
 namespace meshtrain {
 
 int train_command(const TrainArgs& args) {
-  MpiSession mpi;
+  // Before MPI_Init and every other start-up step: a SIGTERM from then on stops the run with
+  // the requeue status instead of killing it (stop_request.h).
   install_stop_handlers();
+  MpiSession mpi;
   return run_reporting_errors([&] {
     MpiCommunicator world(MPI_COMM_WORLD, "world");
     RunSetup run = setup_run(args.deck, args.overrides, world, Flight::Record);
+    check_stop_during_startup(world, "setting up the device and the process grid");
     Trainer trainer(run.config, *run.grid, *run.backend);
     return trainer.run() == RunEnd::Stopped ? kExitRequeue : kExitOk;
   });

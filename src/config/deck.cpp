@@ -8,12 +8,15 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
+
+#include "meshtrain/config/nearest_name.h"
 
 namespace meshtrain {
 
@@ -147,10 +150,13 @@ const std::vector<KeySpec>& schema() {
                            "CUDA attention: cuDNN's fused scaled-dot-product attention (bf16), "
                            "meshtrain's own kernels, or the best available.",
                            [](Config& c, const std::string& v) { c.run.attention = v; }));
-    k.push_back(string_key("run", "name", "\"meshtrain\"", "letters, digits, '.', '_', '-'",
+    k.push_back(string_key("run", "name", "\"meshtrain\"",
+                           "letters, digits, '.', '_', '-'; not \".\" and without \"..\"",
                            "Run name; names the run directory and the logs.",
                            [](const std::string& s) {
-                             return std::regex_match(s, std::regex("[A-Za-z0-9._-]+"));
+                             // No separators and no dot-dot: the name must stay inside runs/.
+                             return std::regex_match(s, std::regex("[A-Za-z0-9._-]+")) &&
+                                    s != "." && s.find("..") == std::string::npos;
                            },
                            [](Config& c, const std::string& v) { c.run.name = v; }));
     k.push_back(string_key("run", "dir", "\"runs/<name>\"", "a directory path",
@@ -394,45 +400,25 @@ std::vector<std::string> section_names() {
   return out;
 }
 
-// Levenshtein distance, for "did you mean" hints.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
+// Where each value came from: "--set <text>" for the sections and keys an override set (the
+// last override of a key wins, as its value does), the deck file otherwise.
+using OverrideOrigins = std::map<std::string, std::string>;  // "section" or "section.key" -> text
 
-std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
-  std::string best;
-  size_t best_d = 3;  // only suggest close matches: a typo, or a known key with a suffix added
-  for (const std::string& c : candidates) {
-    const bool extends = word.size() > c.size() && word.compare(0, c.size(), c) == 0 &&
-                         (word[c.size()] == '_' || word[c.size()] == '.');
-    const size_t d = extends ? 1 : edit_distance(word, c);
-    if (d < best_d) {
-      best_d = d;
-      best = c;
-    }
-  }
-  return best;
-}
-
-std::string location(const std::string& path, const toml::node& n) {
+std::string location(const std::string& path, const toml::node& n, const OverrideOrigins& origins,
+                     const std::string& name) {
+  if (const auto it = origins.find(name); it != origins.end()) return "--set " + it->second;
   const auto line = n.source().begin.line;
-  if (path == "--set" || line == 0) return path;
+  if (line == 0) return path;
   return path + ":" + std::to_string(line);
 }
 
-// Applies one `section.key=value` override to the parsed table.
-void apply_override(toml::table& root, const std::string& text) {
+// Digits with an optional sign (and TOML's '_' separators): what a user means as an integer.
+bool looks_like_integer(const std::string& v) {
+  return std::regex_match(v, std::regex("[+-]?[0-9][0-9_]*"));
+}
+
+// Applies one `section.key=value` override to the parsed table, recording where it came from.
+void apply_override(toml::table& root, const std::string& text, OverrideOrigins& origins) {
   const size_t eq = text.find('=');
   const size_t dot = text.find('.');
   if (eq == std::string::npos || dot == std::string::npos || dot > eq)
@@ -442,16 +428,29 @@ void apply_override(toml::table& root, const std::string& text) {
   toml::table parsed;
   try {
     parsed = toml::parse(std::string_view("v = " + value), std::string_view("--set"));
-  } catch (const toml::parse_error&) {
+  } catch (const toml::parse_error& e) {
+    // Digits that are no TOML integer are one too large for 64 bits, not a string.
+    if (looks_like_integer(value)) {
+      const auto spec = std::find_if(schema().begin(), schema().end(), [&](const KeySpec& k) {
+        return k.section == section && k.key == key;
+      });
+      throw DeckError("--set " + text + ": " + section + "." + key + " = " + value +
+                      " is outside the 64-bit integer range (" +
+                      (spec == schema().end() ? std::string(e.description())
+                                              : "expected " + spec->accepted) +
+                      ")");
+    }
     // Not a TOML value: take it as a bare string (--set data.train=data/x.bin).
     parsed.insert_or_assign("v", value);
   }
   toml::table* sec = root[section].as_table();
   if (!sec) {
+    if (!root.contains(section)) origins.emplace(section, text);
     root.insert_or_assign(section, toml::table{});
     sec = root[section].as_table();
   }
   sec->insert_or_assign(key, *parsed.get("v"));
+  origins[section + "." + key] = text;
 }
 
 void check_cross_fields(const std::string& path, const Config& c) {
@@ -493,6 +492,11 @@ void check_cross_fields(const std::string& path, const Config& c) {
 }  // namespace
 
 std::string read_deck_file(const std::string& path) {
+  // A directory opens and reads as empty text on Linux, which would train the default model.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw DeckError(path + ": is a directory, not an input deck (expected a TOML file, e.g. "
+                    "input/default.toml)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DeckError(path + ": cannot read the input deck (does the file exist?)");
   std::ostringstream os;
@@ -509,7 +513,8 @@ Config parse_deck(const std::string& path, const std::string& text,
     throw DeckError(path + ":" + std::to_string(e.source().begin.line) + ": not valid TOML: " +
                     std::string(e.description()));
   }
-  for (const std::string& o : overrides) apply_override(root, o);
+  OverrideOrigins origins;
+  for (const std::string& o : overrides) apply_override(root, o, origins);
 
   const std::vector<std::string> sections = section_names();
   Config c;
@@ -519,16 +524,16 @@ Config parse_deck(const std::string& path, const std::string& text,
   for (auto&& [sec_key, sec_node] : root) {
     const std::string sec(sec_key.str());
     if (std::find(sections.begin(), sections.end(), sec) == sections.end()) {
-      const std::string hint = nearest(sec, sections);
+      const std::string hint = nearest_name(sec, sections);
       std::string all;
       for (const std::string& s : sections) all += (all.empty() ? "" : ", ") + s;
-      throw DeckError(location(path, sec_node) + ": unknown section [" + sec + "]" +
+      throw DeckError(location(path, sec_node, origins, sec) + ": unknown section [" + sec + "]" +
                       (hint.empty() ? "" : " (did you mean [" + hint + "]?)") +
                       "; sections are " + all);
     }
     const toml::table* table = sec_node.as_table();
     if (!table)
-      throw DeckError(location(path, sec_node) + ": " + sec + " must be a table ([" + sec + "])");
+      throw DeckError(location(path, sec_node, origins, sec) + ": " + sec + " must be a table ([" + sec + "])");
     std::vector<std::string> known;
     for (const KeySpec& k : schema())
       if (k.section == sec) known.push_back(k.key);
@@ -538,16 +543,16 @@ Config parse_deck(const std::string& path, const std::string& text,
         return k.section == sec && k.key == key;
       });
       if (spec == schema().end()) {
-        const std::string hint = nearest(key, known);
+        const std::string hint = nearest_name(key, known);
         std::string all;
         for (const std::string& s : known) all += (all.empty() ? "" : ", ") + s;
-        throw DeckError(location(path, node) + ": unknown key " + sec + "." + key +
+        throw DeckError(location(path, node, origins, sec + "." + key) + ": unknown key " + sec + "." + key +
                         (hint.empty() ? "" : " (did you mean " + sec + "." + hint + "?)") +
                         "; keys of [" + sec + "] are " + all);
       }
       const std::string problem = spec->apply(node, c);
       if (!problem.empty())
-        throw DeckError(location(path, node) + ": " + sec + "." + key + " = " + repr(node) + " " +
+        throw DeckError(location(path, node, origins, sec + "." + key) + ": " + sec + "." + key + " = " + repr(node) + " " +
                         problem + " (expected " + spec->accepted + ")");
     }
   }

@@ -1,30 +1,67 @@
 #include "meshtrain/io/metrics_writer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
-#include <stdexcept>
+#include <cstdio>
+#include <cstring>
+
+#include "meshtrain/io/data_error.h"
 
 namespace meshtrain {
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+namespace {
+
+// Writes all of `line` with write(2) (no stdio buffer whose failure would surface later, or
+// never); returns 0 or the errno of the failure.
+int write_all(int fd, const std::string& line) {
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : ENOSPC;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (path.empty()) return;
-  file_ = std::fopen(path.c_str(), "a");
-  if (!file_) throw std::runtime_error(path + ": cannot open the metrics file for writing");
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    throw DataError(path, std::string("cannot open the metrics file for appending: ") +
+                              std::strerror(errno));
 }
 
 MetricsWriter::~MetricsWriter() {
-  if (file_) std::fclose(file_);
+  if (fd_ < 0) return;
+  if (::close(fd_) != 0 && lost_ == 0) {
+    std::fprintf(stderr, "meshtrain: warning: %s: closing the metrics file failed (%s); its "
+                 "last lines may be lost\n", path_.c_str(), std::strerror(errno));
+  }
+  if (lost_ > 0) {
+    std::fprintf(stderr, "meshtrain: warning: %s is incomplete: %lld of %lld metrics lines "
+                 "could not be written\n", path_.c_str(), static_cast<long long>(lost_),
+                 static_cast<long long>(lost_ + written_));
+  }
 }
 
 void MetricsWriter::write(std::initializer_list<std::pair<const char*, Value>> fields) {
-  if (!file_) return;
+  if (fd_ < 0) return;
   std::string line = "{";
   bool first = true;
+  const int64_t* step = nullptr;
   for (const auto& [key, value] : fields) {
     if (!first) line += ", ";
     first = false;
     line += "\"" + std::string(key) + "\": ";
     if (const auto* i = std::get_if<int64_t>(&value)) {
       line += std::to_string(*i);
+      if (std::strcmp(key, "step") == 0) step = i;
     } else if (const auto* d = std::get_if<double>(&value)) {
       char buf[32];
       // JSON has no NaN or Infinity: write null so that every line stays parseable.
@@ -36,8 +73,19 @@ void MetricsWriter::write(std::initializer_list<std::pair<const char*, Value>> f
     }
   }
   line += "}\n";
-  std::fputs(line.c_str(), file_);
-  std::fflush(file_);
+  const int error = write_all(fd_, line);
+  if (error == 0) {
+    ++written_;
+    return;
+  }
+  // Warn once, loudly; later lines are still tried (space may be freed while the run goes on).
+  if (lost_++ == 0) {
+    std::fprintf(stderr, "meshtrain: warning: %s: cannot write metrics (%s)%s; training goes "
+                 "on, but this file will lack lines (check the file system of run.dir)\n",
+                 path_.c_str(), std::strerror(error),
+                 step ? (" at step " + std::to_string(*step)).c_str() : "");
+    std::fflush(stderr);
+  }
 }
 
 }  // namespace meshtrain

@@ -421,10 +421,21 @@ class Writer {
 }  // namespace
 
 std::string synthetic_text(uint64_t seed, size_t bytes) {
+  return synthetic_text(seed, bytes, [] { return true; });
+}
+
+std::string synthetic_text(uint64_t seed, size_t bytes, const std::function<bool()>& keep_going) {
   std::string out;
   out.reserve(bytes + 4096);
   Writer w(out, seed);
-  while (out.size() < bytes) w.paragraph();
+  size_t ask_at = 1 << 20;
+  while (out.size() < bytes) {
+    if (out.size() >= ask_at) {
+      if (!keep_going()) return out;
+      ask_at = out.size() + (1 << 20);
+    }
+    w.paragraph();
+  }
   // Cutting mid-paragraph keeps the text a prefix of any longer text from the same seed.
   out.resize(bytes);
   return out;

@@ -3,7 +3,10 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <stdexcept>
+#include <thread>
 
 #include "meshtrain/io/data_error.h"
 
@@ -48,7 +51,8 @@ void check_seq_len(int64_t seq_len) {
 
 }  // namespace
 
-TokenDataset TokenDataset::from_shards(const std::vector<std::string>& paths, int64_t seq_len) {
+TokenDataset TokenDataset::from_shards(const std::vector<std::string>& paths, int64_t seq_len,
+                                       const std::string& role) {
   check_seq_len(seq_len);
   if (paths.empty()) throw DataError("token dataset", "no shard paths given");
   TokenDataset d;
@@ -65,12 +69,13 @@ TokenDataset TokenDataset::from_shards(const std::vector<std::string>& paths, in
       d.sources_.push_back(std::move(s));
     }
   }
-  d.finish(d.sources_.size() == 1 ? "shard" : "shards");
+  d.finish(d.sources_.size() == 1 ? "shard" : "shards", role);
   return d;
 }
 
 TokenDataset TokenDataset::from_tokens(std::vector<uint32_t> tokens, uint32_t vocab_size,
-                                       int64_t seq_len, std::string name) {
+                                       int64_t seq_len, std::string name,
+                                       const std::string& role) {
   check_seq_len(seq_len);
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] >= vocab_size) {
@@ -87,11 +92,11 @@ TokenDataset TokenDataset::from_tokens(std::vector<uint32_t> tokens, uint32_t vo
   s.tokens = static_cast<int64_t>(tokens.size());
   s.memory = std::move(tokens);
   d.sources_.push_back(std::move(s));
-  d.finish("in-memory source");
+  d.finish("in-memory source", role);
   return d;
 }
 
-void TokenDataset::finish(const std::string& kind) {
+void TokenDataset::finish(const std::string& kind, const std::string& role) {
   int64_t largest = 0;
   for (Source& s : sources_) {
     s.first_sample = samples_;
@@ -104,7 +109,7 @@ void TokenDataset::finish(const std::string& kind) {
   for (const Source& s : sources_) names.push_back(s.name);
   if (samples_ == 0) {
     throw DataError(list_names(names),
-                    "no training samples: seq_len = " + std::to_string(seq_len_) +
+                    "no " + role + " samples: seq_len = " + std::to_string(seq_len_) +
                         " needs at least " + std::to_string(seq_len_ + 1) +
                         " tokens in one source, but the largest of " +
                         std::to_string(sources_.size()) + " holds " + std::to_string(largest) +
@@ -113,6 +118,52 @@ void TokenDataset::finish(const std::string& kind) {
   description_ = std::to_string(sources_.size()) + " " + kind + " (" + list_names(names) + "), " +
                  std::to_string(tokens_) + " tokens, vocab " + std::to_string(vocab_size_) + ", " +
                  std::to_string(samples_) + " samples of " + std::to_string(seq_len_) + "+1 tokens";
+}
+
+void TokenDataset::verify_shards(int worker, int workers, int threads) const {
+  if (workers < 1 || worker < 0 || worker >= workers)
+    throw std::invalid_argument("TokenDataset::verify_shards: worker " + std::to_string(worker) +
+                                " of " + std::to_string(workers));
+  // Distinct files, largest first (ties in list order), each to the least-loaded worker.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (!sources_[i].shard) continue;
+    const bool seen = std::any_of(order.begin(), order.end(),
+                                  [&](size_t j) { return sources_[j].name == sources_[i].name; });
+    if (!seen) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return sources_[a].tokens * sources_[a].shard->bytes_per_token() >
+           sources_[b].tokens * sources_[b].shard->bytes_per_token();
+  });
+  std::vector<int64_t> load(static_cast<size_t>(workers), 0);
+  std::vector<size_t> mine;
+  for (size_t i : order) {
+    const size_t w = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[w] += sources_[i].tokens * sources_[i].shard->bytes_per_token() + 1;
+    if (static_cast<int>(w) == worker) mine.push_back(i);
+  }
+  std::sort(mine.begin(), mine.end());  // report the first bad shard in list order
+
+  // Threads take the next shard from a shared counter; each records its shard's error.
+  std::vector<std::exception_ptr> errors(mine.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k = next++; k < mine.size(); k = next++) {
+      try {
+        sources_[mine[k]].shard->verify();
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    }
+  };
+  const size_t n_threads = std::min(mine.size(), static_cast<size_t>(std::max(1, threads)));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n_threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 void TokenDataset::sample(int64_t index, int32_t* inputs, int32_t* targets) const {

@@ -237,6 +237,68 @@ bool TokenShard::verify_checksum() const {
   return h == checksum_;
 }
 
+namespace {
+
+// The index of the first token in [p, p + n) that is >= vocab, or n. The maximum is taken
+// first, in a loop the compiler vectorises; only a chunk holding a bad token is searched.
+template <class T>
+size_t first_out_of_vocabulary(const unsigned char* p, size_t n, uint32_t vocab) {
+  T largest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+    largest = std::max(largest, v);
+  }
+  if (largest < vocab) return n;
+  for (size_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+    if (v >= vocab) return i;
+  }
+  return n;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+void TokenShard::verify() const {
+  // Chunks small enough to stay in cache between the vocabulary scan and the hash, so that
+  // the file is read from memory (or disk) once.
+  constexpr size_t kChunkTokens = 1 << 15;
+  const size_t n = static_cast<size_t>(count_);
+  (void)::madvise(map_, map_bytes_, MADV_SEQUENTIAL);
+  uint64_t h = fnv1a64(nullptr, 0);
+  for (size_t start = 0; start < n; start += kChunkTokens) {
+    const size_t len = std::min(kChunkTokens, n - start);
+    const unsigned char* p = tokens_ + start * bytes_per_token_;
+    const size_t bad = bytes_per_token_ == 2 ? first_out_of_vocabulary<uint16_t>(p, len, vocab_size_)
+                                             : first_out_of_vocabulary<uint32_t>(p, len, vocab_size_);
+    if (bad < len) {
+      (void)::madvise(map_, map_bytes_, MADV_RANDOM);
+      const int64_t index = static_cast<int64_t>(start + bad);
+      throw DataError(path_, "token " + std::to_string(token(index)) + " at byte offset " +
+                                 std::to_string(kTokenShardHeaderBytes + index * bytes_per_token_) +
+                                 " (token " + std::to_string(index) +
+                                 ") is not below the header's vocab_size " +
+                                 std::to_string(vocab_size_) +
+                                 ": the shard is corrupt or was written for another vocabulary");
+    }
+    h = fnv1a64(p, len * bytes_per_token_, h);
+  }
+  (void)::madvise(map_, map_bytes_, MADV_RANDOM);
+  if (h != checksum_) {
+    throw DataError(path_, "checksum mismatch: the token bytes at offsets 64 to " +
+                               std::to_string(map_bytes_) + " hash to " + hex64(h) +
+                               ", the header (offset 32) says " + hex64(checksum_) +
+                               ": the shard is corrupt (write it again with `meshtrain prepare`)");
+  }
+}
+
 void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens,
                        uint32_t vocab_size) {
   if (vocab_size == 0) throw DataError(path, "cannot write a token shard with vocab_size 0");

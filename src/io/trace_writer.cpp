@@ -1,7 +1,10 @@
 #include "meshtrain/io/trace_writer.h"
 
+#include <cerrno>
 #include <cstdio>
-#include <stdexcept>
+#include <cstring>
+
+#include "meshtrain/io/data_error.h"
 
 namespace meshtrain {
 
@@ -19,7 +22,7 @@ void TraceWriter::add(const std::string& name, const char* category, Row row, do
 
 void TraceWriter::write(const std::string& path) const {
   FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw std::runtime_error(path + ": cannot write the trace file");
+  if (!f) throw DataError(path, std::string("cannot create the trace file: ") + std::strerror(errno));
   static const char* rows[] = {"compute", "pipeline p2p", "data-parallel comm", "step"};
   std::fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   std::fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
@@ -32,7 +35,15 @@ void TraceWriter::write(const std::string& path) const {
                  e.name.c_str(), e.category, rank_, static_cast<int>(e.row), e.begin_us,
                  e.end_us - e.begin_us);
   std::fprintf(f, "\n]}\n");
-  if (std::fclose(f) != 0) throw std::runtime_error(path + ": cannot write the trace file");
+  // stdio reports a full disk only when its buffer is flushed: check the flush, the stream's
+  // error flag (an earlier flush inside fprintf) and the close.
+  int error = std::fflush(f) != 0 ? errno : 0;
+  if (error == 0 && std::ferror(f)) error = EIO;
+  if (std::fclose(f) != 0 && error == 0) error = errno;
+  if (error != 0) {
+    std::remove(path.c_str());  // a truncated trace would not parse; better none
+    throw DataError(path, std::string("cannot write the trace file: ") + std::strerror(error));
+  }
 }
 
 }  // namespace meshtrain

@@ -1,19 +1,28 @@
 #include "meshtrain/train/data_feed.h"
 
+#include <omp.h>
+
+#include <algorithm>
+
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/synthetic_corpus.h"
+#include "meshtrain/train/stop_request.h"
 
 namespace meshtrain {
 
 namespace {
+// Null when a stop signal cut the generation of a synthetic corpus short.
 std::unique_ptr<TokenDataset> open_dataset(const std::vector<std::string>& sources, uint64_t seed,
                                            int64_t bytes, int64_t seq_len, const char* name) {
-  if (sources.size() == 1 && sources[0] == "synthetic")
+  if (sources.size() == 1 && sources[0] == "synthetic") {
+    const std::string text =
+        synthetic_text(seed, static_cast<size_t>(bytes), [] { return stop_signal() == 0; });
+    if (text.size() < static_cast<size_t>(bytes)) return nullptr;
     return std::make_unique<TokenDataset>(TokenDataset::from_tokens(
-        tokenize_bytes(synthetic_text(seed, static_cast<size_t>(bytes))), 256, seq_len,
-        std::string("synthetic ") + name + " corpus"));
-  return std::make_unique<TokenDataset>(TokenDataset::from_shards(sources, seq_len));
+        tokenize_bytes(text), 256, seq_len, std::string("synthetic ") + name + " corpus", name));
+  }
+  return std::make_unique<TokenDataset>(TokenDataset::from_shards(sources, seq_len, name));
 }
 
 void check_vocabulary(const Config& c, const TokenDataset& d, const char* key) {
@@ -30,13 +39,25 @@ DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_s
   if (mode == DataMode::ShapesOnly) return;
   const DataOptions& d = config.data;
   train_ = open_dataset(d.train, kSyntheticTrainSeed, d.synthetic_bytes, config.model.seq_len, "training");
+  if (!train_) return;  // interrupted()
   check_vocabulary(config, *train_, "data.train");
   if (d.has_val()) {
     val_ = open_dataset({d.val}, kSyntheticValSeed, std::max<int64_t>(d.synthetic_bytes / 10, 65536),
                         config.model.seq_len, "validation");
+    if (!val_) {
+      train_.reset();
+      return;
+    }
     check_vocabulary(config, *val_, "data.val");
   }
   sampler_ = std::make_unique<Sampler>(train_->samples(), config.run.seed);
+}
+
+void DataFeed::verify(int worker, int workers) const {
+  if (mode_ == DataMode::ShapesOnly || interrupted()) return;
+  const int threads = std::max(1, omp_get_max_threads());
+  train_->verify_shards(worker, workers, threads);
+  if (val_) val_->verify_shards(worker, workers, threads);
 }
 
 // The tokens and targets of all micro-batches of a step travel together: one host buffer

@@ -1,6 +1,7 @@
 #include "meshtrain/train/stop_request.h"
 
 #include <csignal>
+#include <string>
 
 namespace meshtrain {
 
@@ -26,6 +27,14 @@ const char* signal_name(int sig) {
     case SIGTERM: return "SIGTERM";
     default: return "a signal";
   }
+}
+
+void check_stop_during_startup(Communicator& world, const char* after) {
+  const int sig = static_cast<int>(world.all_reduce_scalar(stop_signal(), ReduceOp::Max));
+  if (sig == 0) return;
+  throw StopDuringStartup(std::string("stopping during start-up on ") + signal_name(sig) +
+                          " (after " + after + "): no step taken, nothing to save; run again "
+                          "(requeue) to resume");
 }
 
 }  // namespace meshtrain

@@ -14,8 +14,11 @@
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/io/data_error.h"
+#include "meshtrain/io/run_directory.h"
 #include "meshtrain/parallel/schedule_simulator.h"
 #include "meshtrain/train/checkpointer.h"
+#include "meshtrain/train/divergence.h"
 #include "meshtrain/train/fault_injection.h"
 #include "meshtrain/train/lr_schedule.h"
 #include "meshtrain/train/stop_request.h"
@@ -83,11 +86,17 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
       StateGroups{&grid.comm(Axis::Data), &grid.comm(Axis::Tensor), &grid.comm(Axis::Pipeline),
                   &grid.embedding()},
       so);
-  if (data == DataMode::Load) state_->initialize(config.run.seed);
+  if (data == DataMode::Load) {
+    state_->initialize(config.run.seed);
+    check_stop_during_startup(grid.world(), "initialising the model");
+  }
 
   agree(grid.world(), [&] {
     data_ = std::make_unique<DataFeed>(config, backend, grid.rank(Axis::Data), p.dp, data);
+    data_->verify(grid.world_rank(), grid.world_size());
   });
+  // An interrupted feed means a stop signal here, so every rank throws at this check.
+  if (data == DataMode::Load) check_stop_during_startup(grid.world(), "opening the data");
 
   const int M = config.microbatches();
   const Schedule compute = make_schedule(p.schedule, p.pp, M, p.virtual_stages);
@@ -98,11 +107,13 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   // The loss stays on the device until the step (or evaluation) has queued all its work and is
   // read once then: the executor's own per-micro-batch sum is not used.
   model_->loss().set_readout(LossReadout::PerStep);
-  if (leader_ && data == DataMode::Load) {
-    std::filesystem::create_directories(config.run.dir);
-    metrics_ = std::make_unique<MetricsWriter>(config.run.dir + "/metrics.jsonl");
-  } else {
-    metrics_ = std::make_unique<MetricsWriter>("");
+  metrics_ = std::make_unique<MetricsWriter>("");
+  if (data == DataMode::Load) {
+    agree(grid.world(), [&] {
+      if (!leader_) return;
+      create_run_directory(config.deck_path, config.run.dir);
+      metrics_ = std::make_unique<MetricsWriter>(config.run.dir + "/metrics.jsonl");
+    });
   }
   if (data == DataMode::Load) checkpointer_ = std::make_unique<Checkpointer>(config, grid);
 }
@@ -130,13 +141,11 @@ StepResult Trainer::train_step(int step) {
   r.grad_norm = state_->grad_norm();
   const double local_loss = model_->loss().take();
   // The head runs on every tensor rank of the last stage: count its loss once.
-  r.loss = world_sum(grid_.rank(Axis::Tensor) == 0 ? local_loss : 0.0) / tokens;
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "step %d: loss %g, gradient norm %g: the run diverged (lower "
-                  "train.lr, raise train.warmup_steps, or set train.grad_clip)", r.step, r.loss, r.grad_norm);
-    throw std::runtime_error(buf);
-  }
+  // A non-finite gradient norm on any rank turns the world's loss into NaN: every rank then
+  // throws in the same step, without a collective of its own.
+  const double poison = std::isfinite(r.grad_norm) ? 0.0 : std::nan("");
+  r.loss = world_sum((grid_.rank(Axis::Tensor) == 0 ? local_loss : 0.0) + poison) / tokens;
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) throw diverged(cfg_, r.step, r.loss, r.grad_norm);
   const double scale = t.grad_clip > 0 && r.grad_norm > t.grad_clip ? t.grad_clip / (r.grad_norm + 1e-6) : 1.0;
   r.lr = learning_rate(t, step);
   state_->optimizer_step(r.lr, scale);
@@ -274,6 +283,7 @@ RunEnd Trainer::run() {
       std::printf("resumed from %s at step %d\n", path.c_str(), step_);
       std::fflush(stdout);
     }
+    check_stop_during_startup(grid_.world(), "loading the checkpoint");
     // Every rank loaded the same step: the same verdict everywhere.
     if (step_ > t.steps)
       throw AgreedError(path + ": the checkpoint is at step " + std::to_string(step_) + ", past train.steps = " +
@@ -327,7 +337,7 @@ RunEnd Trainer::run() {
   if (!times.empty()) log_memory("over the run", step_);
   if (cfg_.run.trace) {
     const std::string path = cfg_.run.dir + "/trace_rank" + std::to_string(grid_.world_rank()) + ".json";
-    trace_.write(path);
+    agree(grid_.world(), [&] { trace_.write(path); });
     if (leader_) std::printf("trace written: %s/trace_rank<N>.json\n", cfg_.run.dir.c_str());
   }
   return RunEnd::Finished;

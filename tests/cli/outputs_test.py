@@ -8,6 +8,11 @@ A 2-rank run (pp 2) with run.trace = true must write
     include forward and backward spans of every micro-batch on each rank;
 and a progress line per logged step on stdout with an ETA.
 
+Then the same run on a full file system (metrics.jsonl, then trace_rank0.json, made a link to
+/dev/full, where every write fails with ENOSPC): lost metrics lines are warned about once, loudly,
+and counted at the end, while training goes on (exit 0); a trace that cannot be written is an
+error every rank reports (exit 1, printed once) instead of a silent success.
+
 usage: outputs_test.py MESHTRAIN_BINARY MPIEXEC
 """
 import json
@@ -44,6 +49,42 @@ pp = 2
 """
 
 
+def full_disk(tmp):
+    """The runs whose outputs land on /dev/full; returns a list of problems."""
+    problems = []
+    if not os.path.exists("/dev/full"):
+        print("SKIPPED: full file system cases (this system has no /dev/full)")
+        return problems
+    for target, exit_status in (("metrics.jsonl", 0), ("trace_rank0.json", 1)):
+        case = os.path.join(tmp, "full-" + target.split(".")[0])
+        os.makedirs(os.path.join(case, "run"))
+        os.symlink("/dev/full", os.path.join(case, "run", target))
+        deck = os.path.join(case, "deck.toml")
+        with open(deck, "w") as f:
+            f.write(DECK.format(dir=case))
+        p = subprocess.run([MPIEXEC, "-n", "2", BIN, "train", deck], env=ENV, capture_output=True,
+                           text=True, timeout=300)
+        out = p.stdout + p.stderr
+        name = "%s on a full disk" % target
+        if p.returncode != exit_status:
+            problems.append("%s: exit status %d, expected %d" % (name, p.returncode, exit_status))
+        if target == "metrics.jsonl":
+            warning = "run/metrics.jsonl: cannot write metrics (No space left on device) at step 1"
+            if out.count("cannot write metrics") != 1 or warning not in out:
+                problems.append("%s: expected one warning '%s'" % (name, warning))
+            if "metrics.jsonl is incomplete: " not in out or "metrics lines could not be written" not in out:
+                problems.append("%s: no count of the lost lines at the end" % name)
+        else:
+            error = "run/trace_rank0.json: cannot write the trace file: No space left on device"
+            if out.count("meshtrain: error:") != 1 or error not in out:
+                problems.append("%s: expected the error '%s' once" % (name, error))
+        if "internal error" in out:
+            problems.append("%s: reported as an internal error" % name)
+        if problems:
+            print(out)
+    return problems
+
+
 def main():
     problems = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,6 +118,7 @@ def main():
             wanted = {"%dF%d" % (rank, m) for m in range(2)} | {"%dB%d" % (rank, m) for m in range(2)}
             if not wanted <= names:
                 problems.append("trace of rank %d lacks %s" % (rank, sorted(wanted - names)))
+        problems += full_disk(tmp)
     for pr in problems:
         print("FAILED: " + pr)
     print("%d problem(s)" % len(problems))

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "meshtrain/io/byte_tokenizer.h"
@@ -72,11 +73,40 @@ TEST(Prepare, ErrorsNameTheFile) {
   }
 }
 
-TEST(Prepare, ValidationFractionMustBeStrictlyBetweenZeroAndOne) {
+TEST(Prepare, ValidationFractionMustLieInZeroToOne) {
   TempDir dir;
-  for (double f : {0.0, 1.0, -0.5, 1.5}) {
+  for (double f : {1.0, -0.5, 1.5}) {
     EXPECT_THROW(prepare_synthetic(1, 1000, dir.file("s"), f), std::invalid_argument) << f;
   }
+}
+
+// 0 means "no validation shard": every token goes to training and no _val.bin is written.
+TEST(Prepare, ZeroValidationFractionWritesNoValidationShard) {
+  TempDir dir;
+  const PrepareResult r = prepare_synthetic(1, 1000, dir.file("s"), 0.0);
+  EXPECT_EQ(r.train_tokens, 1000);
+  EXPECT_EQ(r.val_tokens, 0);
+  EXPECT_EQ(r.val_path, "");
+  EXPECT_EQ(TokenShard::open(dir.file("s_train.bin")).size(), 1000);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("s_val.bin")));
+  std::ofstream(dir.file("a.txt"), std::ios::binary) << "0123456789";
+  EXPECT_EQ(prepare_text_files({dir.file("a.txt")}, dir.file("t"), 0.0).train_tokens, 10);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("t_val.bin")));
+}
+
+TEST(Prepare, DirectoriesAreRefusedByName) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("texts"));
+  try {
+    prepare_text_files({dir.file("texts")}, dir.file("out"), 0.1);
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(dir.file("texts") + ": is a directory, not a text file", 0), 0u)
+        << e.what();
+  }
+  // --out is a prefix of file names: a directory would write "<dir>/_train.bin".
+  EXPECT_THROW(prepare_synthetic(1, 1000, dir.file("texts"), 0.1), std::invalid_argument);
+  EXPECT_THROW(prepare_synthetic(1, 1000, dir.file("new") + "/", 0.1), std::invalid_argument);
 }
 
 }  // namespace

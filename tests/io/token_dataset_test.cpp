@@ -1,9 +1,11 @@
 // TokenDataset: the exact tokens of each window, windows across several shards, glob
-// expansion, and the errors for too little data.
+// expansion, the errors for too little data, and shard verification split over workers.
 
 #include "meshtrain/io/token_dataset.h"
 
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 #include "meshtrain/io/data_error.h"
 #include "support/temp_dir.h"
@@ -117,6 +119,52 @@ TEST(TokenDataset, TooShortForOneWindowSaysWhatIsNeeded) {
   // One more token makes exactly one window.
   write_token_shard(dir.file("enough.bin"), labelled(0, 1025), 2000);
   EXPECT_EQ(TokenDataset::from_shards({dir.file("enough.bin")}, 1024).samples(), 1);
+}
+
+TEST(TokenDataset, TooLittleValidationDataSaysValidation) {
+  TempDir dir;
+  write_token_shard(dir.file("val.bin"), labelled(0, 10), 2000);
+  try {
+    TokenDataset::from_shards({dir.file("val.bin")}, 16, "validation");
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("no validation samples: seq_len = 16"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Every shard is verified by exactly one of the workers, whatever their number: a corrupt shard
+// is reported by one worker only, and by one worker alone when it is the only one.
+TEST(TokenDataset, VerifyShardsDealsEveryShardToOneWorker) {
+  TempDir dir;
+  std::vector<std::string> paths;
+  for (uint32_t s = 0; s < 5; ++s) {
+    paths.push_back(dir.file("s" + std::to_string(s) + ".bin"));
+    write_token_shard(paths.back(), labelled(s, 20 + 10 * s), 1000);
+  }
+  for (size_t corrupt = 0; corrupt < paths.size(); ++corrupt) {
+    std::fstream f(paths[corrupt], std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(64 + 2 * 7);
+    const uint16_t bad = 4000;
+    f.write(reinterpret_cast<const char*>(&bad), 2);
+    f.close();
+    const TokenDataset d = TokenDataset::from_shards(paths, 4);
+    for (int workers : {1, 2, 3, 7}) {
+      int reported = 0;
+      for (int w = 0; w < workers; ++w) {
+        try {
+          d.verify_shards(w, workers, 3);
+        } catch (const DataError& e) {
+          ++reported;
+          EXPECT_EQ(std::string(e.what()).rfind(paths[corrupt] + ": token 4000 at byte offset 78", 0), 0u)
+              << e.what();
+        }
+      }
+      EXPECT_EQ(reported, 1) << "corrupt shard " << corrupt << ", " << workers << " workers";
+    }
+    write_token_shard(paths[corrupt], labelled(static_cast<uint32_t>(corrupt), 20 + 10 * static_cast<uint32_t>(corrupt)), 1000);
+  }
+  EXPECT_THROW(TokenDataset::from_shards(paths, 4).verify_shards(2, 2, 1), std::invalid_argument);
 }
 
 TEST(TokenDataset, InMemoryChecksItsArguments) {

@@ -1,5 +1,6 @@
 // Token shard format: round trips for 2- and 4-byte tokens, the header laid out as documented,
-// the checksum, and every error open() promises, each with the message a user would need.
+// the checksum, every error open() promises and what verify() finds, each with the message a
+// user would need.
 
 #include "meshtrain/io/token_shard.h"
 
@@ -141,6 +142,60 @@ TEST(TokenShard, ChecksumDetectsAFlippedByte) {
   patch(path, 64 + 123, &flipped, 1);
   const TokenShard s = TokenShard::open(path);  // open does not read the tokens
   EXPECT_FALSE(s.verify_checksum());
+}
+
+// The DataError message of verify() on the shard at path, or "" when it did not throw.
+std::string verify_error(const std::string& path) {
+  try {
+    TokenShard::open(path).verify();
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TokenShard, VerifyPassesGoodShardsOfBothWidths) {
+  TempDir dir;
+  write_token_shard(dir.file("two.bin"), some_tokens(100000, 50257), 50257);
+  write_token_shard(dir.file("four.bin"), some_tokens(100000, 128256), 128256);
+  write_token_shard(dir.file("empty.bin"), {}, 256);
+  for (const char* name : {"two.bin", "four.bin", "empty.bin"})
+    EXPECT_EQ(verify_error(dir.file(name)), "") << name;
+}
+
+// A token the header's vocabulary does not hold (what a shard written for another tokenizer,
+// or a corrupt one, looks like) is named with its byte offset, in every chunk of the scan.
+TEST(TokenShard, VerifyNamesTheOffsetOfATokenBeyondTheVocabulary) {
+  TempDir dir;
+  const std::string path = dir.file("v.bin");
+  for (const int64_t index : {int64_t{0}, int64_t{700}, int64_t{32768}, int64_t{99999}}) {
+    write_token_shard(path, some_tokens(100000, 256), 256);
+    const uint16_t bad = 60000;
+    patch(path, 64 + 2 * index, &bad, 2);
+    const std::string msg = verify_error(path);
+    EXPECT_EQ(msg, path + ": token 60000 at byte offset " + std::to_string(64 + 2 * index) +
+                       " (token " + std::to_string(index) +
+                       ") is not below the header's vocab_size 256: the shard is corrupt or was "
+                       "written for another vocabulary");
+  }
+  // Four-byte tokens: the first token at or above vocab_size, exactly at the boundary.
+  write_token_shard(path, some_tokens(5000, 70000), 70000);
+  const uint32_t bad = 70000;
+  patch(path, 64 + 4 * 4321, &bad, 4);
+  EXPECT_NE(verify_error(path).find("token 70000 at byte offset " + std::to_string(64 + 4 * 4321)),
+            std::string::npos);
+}
+
+TEST(TokenShard, VerifyNamesAChecksumMismatch) {
+  TempDir dir;
+  const std::string path = dir.file("c.bin");
+  write_token_shard(path, some_tokens(500, 256), 256);
+  // The low byte of a token: it changes, but stays inside the vocabulary.
+  const unsigned char flipped = static_cast<unsigned char>(slurp(path)[64 + 124] ^ 0x01);
+  patch(path, 64 + 124, &flipped, 1);
+  const std::string msg = verify_error(path);
+  EXPECT_EQ(msg.rfind(path + ": checksum mismatch: the token bytes at offsets 64 to 1064 hash to 0x", 0), 0u) << msg;
+  EXPECT_NE(msg.find(", the header (offset 32) says 0x"), std::string::npos) << msg;
 }
 
 TEST(TokenShard, MissingFile) {

@@ -18,7 +18,8 @@ class BenchReport {
   void header(const std::string& line);  // printed as "# line"
   void row(const std::string& name, const std::vector<double>& values, int wrong);
   int wrong() const { return wrong_; }
-  // Writes {"header": [...], "columns": [...], "rows": [{...}]}; throws on I/O failure.
+  // Writes {"header": [...], "columns": [...], "rows": [{...}]}; throws DataError naming the
+  // path and the reason (e.g. a full disk) when any byte cannot be written.
   void write_json(const std::string& path) const;
 
  private:

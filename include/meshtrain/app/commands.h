@@ -1,17 +1,22 @@
 #pragma once
 // The sub-commands of the meshtrain binary. Each returns the process exit status:
-//   0 success; 1 bad input (deck, data, layout) — every rank reports the same error;
+//   0 success;
+//   1 bad input (deck, data, layout, an unwritable run directory) — every rank reports the
+//     same error — or memory exhausted on a rank (std::bad_alloc; that rank reports it);
 //   2 command-line usage; 3 a communication timed out (job aborted with a diagnosis);
-//   4 an internal error.
+//   4 an internal error (a bug: please report it);
+//   5 the run diverged (loss or gradient norm not finite): change the deck's optimisation
+//     settings, then train again;
+//   75 (EX_TEMPFAIL) stopped early on SIGUSR1/SIGTERM (after writing a checkpoint, or during
+//     start-up before the first step): run again (requeue) to resume.
 
 #include <string>
 #include <vector>
 
 namespace meshtrain {
 
-//   75 (EX_TEMPFAIL) stopped early on SIGUSR1/SIGTERM after writing a checkpoint: run again
-//   (requeue) to resume.
 inline constexpr int kExitOk = 0, kExitInput = 1, kExitUsage = 2, kExitTimeout = 3, kExitInternal = 4;
+inline constexpr int kExitDiverged = 5;
 inline constexpr int kExitRequeue = 75;
 
 struct TrainArgs {

@@ -22,9 +22,10 @@ class MpiSession {
   int rank_ = 0, size_ = 1;
 };
 
-// Runs a command body, turning exceptions into exit statuses: errors every rank agrees on are
-// printed once (by rank 0) and exit with kExitInput; a communication timeout or an unexpected
-// error on one rank is printed with that rank's name and aborts the whole job.
+// Runs a command body, turning exceptions into exit statuses (commands.h): errors every rank
+// agrees on are printed once (by rank 0) and exit with kExitInput, a diverged run with
+// kExitDiverged; a communication timeout, memory exhausted, or an unexpected error on one rank
+// is printed with that rank's name and aborts the whole job.
 int run_reporting_errors(const std::function<int()>& body);
 
 }  // namespace meshtrain

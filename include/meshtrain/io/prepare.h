@@ -11,15 +11,17 @@
 namespace meshtrain {
 
 struct PrepareResult {
-  std::string train_path, val_path;
+  std::string train_path, val_path;  // val_path is empty when val_fraction = 0
   int64_t train_tokens = 0, val_tokens = 0;
 };
 
 // Tokenizes each text file and writes <out_prefix>_train.bin and <out_prefix>_val.bin
 // (creating the prefix's directory if needed). The last val_fraction of each file's tokens
 // goes to validation, so validation text comes from every file but never overlaps training
-// text. 0 < val_fraction < 1, else std::invalid_argument. A missing, unreadable or empty
-// input is a DataError naming the file.
+// text. 0 <= val_fraction < 1, else std::invalid_argument; 0 writes no validation shard (and
+// leaves an existing <out_prefix>_val.bin alone). An out_prefix that is a directory ("data/")
+// is std::invalid_argument too. A missing, unreadable, empty or directory input is a DataError
+// naming the file.
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
                                  const std::string& out_prefix, double val_fraction);
 

@@ -22,10 +22,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace meshtrain {
 
 std::string synthetic_text(uint64_t seed, size_t bytes);
+
+// The same, asking keep_going() about every megabyte: generating gigabytes takes minutes, and a
+// job told to stop meanwhile (train/stop_request.h) must not wait for it. Returns the text so
+// far (shorter than `bytes`) when keep_going() says false.
+std::string synthetic_text(uint64_t seed, size_t bytes, const std::function<bool()>& keep_going);
 
 }  // namespace meshtrain

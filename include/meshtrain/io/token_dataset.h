@@ -29,10 +29,20 @@ class TokenDataset {
  public:
   // Opens every shard in `paths`, in order. An entry containing *, ? or [ is a glob(3)
   // pattern, expanded in sorted order; a pattern matching nothing is a DataError naming it.
-  static TokenDataset from_shards(const std::vector<std::string>& paths, int64_t seq_len);
+  // `role` ("training", "validation") names the samples in the error for too little data.
+  static TokenDataset from_shards(const std::vector<std::string>& paths, int64_t seq_len,
+                                  const std::string& role = "training");
   // One in-memory source (a synthetic corpus); `name` stands in for a path in messages.
   static TokenDataset from_tokens(std::vector<uint32_t> tokens, uint32_t vocab_size,
-                                  int64_t seq_len, std::string name);
+                                  int64_t seq_len, std::string name,
+                                  const std::string& role = "training");
+
+  // Verifies (TokenShard::verify) the shards that fall to `worker` of `workers`, with up to
+  // `threads` threads; each distinct file once. Shards are dealt out largest first to the
+  // least-loaded worker (by bytes, known from the headers, so every worker computes the same
+  // deal): the ranks of a job together read every byte once, not once each. Throws the
+  // DataError of the first bad shard, in list order. In-memory sources were checked when made.
+  void verify_shards(int worker, int workers, int threads) const;
 
   int64_t samples() const { return samples_; }
   uint32_t vocab_size() const { return vocab_size_; }  // the largest over sources
@@ -56,8 +66,9 @@ class TokenDataset {
   };
 
   TokenDataset() = default;
-  // Numbers the windows, checks there is at least one, builds the description.
-  void finish(const std::string& kind);
+  // Numbers the windows, checks there is at least one (else a DataError about `role`
+  // samples), builds the description.
+  void finish(const std::string& kind, const std::string& role);
 
   std::vector<Source> sources_;
   int64_t seq_len_ = 0;

@@ -20,9 +20,10 @@
 // The file size is exactly 64 + n * bytes_per_token. Writers pick 2 bytes per token when
 // vocab_size <= 65536 (every GPT-2/Llama-2 sized vocabulary), else 4.
 //
-// Opening a shard checks the header and the file size but not the checksum: a shard can be
-// terabytes and opening must be cheap on every rank; call verify_checksum() (e.g. in
-// `meshtrain inspect`) to read every byte.
+// Opening a shard checks the header and the file size but not the tokens: a shard can be
+// terabytes and opening must be cheap on every rank. verify() reads every byte once: every
+// token below vocab_size, and the checksum. Training verifies each shard once at start-up,
+// the shards split over the ranks (TokenDataset::verify_shards).
 
 #include <cstdint>
 #include <string>
@@ -66,6 +67,10 @@ class TokenShard {
 
   // Recomputes the FNV-1a checksum over every token byte and compares it with the header's.
   bool verify_checksum() const;
+  // One pass over every token: throws DataError naming the file and the byte offset of the
+  // first token >= vocab_size, or, when the checksum does not match, the byte range it covers
+  // and both values. FNV-1a is sequential: one thread verifies one shard.
+  void verify() const;
 
  private:
   TokenShard() = default;

@@ -18,7 +18,8 @@ class TraceWriter {
   bool enabled() const { return enabled_; }
   double now_us() const;
   void add(const std::string& name, const char* category, Row row, double begin_us, double end_us);
-  // Writes the events so far; throws std::runtime_error naming the path on failure.
+  // Writes the events so far; throws DataError naming the path and the reason (e.g. a full
+  // disk) when any byte cannot be written, and removes the partial file.
   void write(const std::string& path) const;
 
   class Scope {

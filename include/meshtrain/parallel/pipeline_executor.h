@@ -27,7 +27,9 @@ class PipelineExecutor {
                    TraceWriter& trace);
 
   // Runs `actions` over `microbatches` (indexed by micro-batch). Returns the loss summed over the
-  // micro-batches whose head ran on this rank (0 on other stages).
+  // micro-batches whose head ran on this rank (0 on other stages) when the model reads its loss
+  // per micro-batch (LossReadout::PerMicroBatch); with LossReadout::PerStep, as the Trainer sets
+  // it, the loss stays on the device (GptModel::loss()) and this returns 0.
   double run(const std::vector<Action>& actions, const std::vector<MicroBatchData>& microbatches,
              Pass pass, double dloss, UnitHooks& hooks);
   const PipelineStats& stats() const { return stats_; }

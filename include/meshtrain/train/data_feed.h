@@ -22,9 +22,17 @@ enum class DataMode { Load, ShapesOnly };
 class DataFeed {
  public:
   // Opens (or generates) the training and validation data; throws DataError/DeckError naming
-  // the files and keys on bad data.
+  // the files and keys on bad data. A stop signal (train/stop_request.h) during the generation
+  // of a synthetic corpus leaves the feed interrupted(): the caller agrees on the stop with the
+  // other ranks and ends the run, using nothing of the feed.
   DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_size,
            DataMode mode = DataMode::Load);
+  bool interrupted() const { return mode_ == DataMode::Load && !train_; }
+
+  // Reads every token of the shards that fall to `worker` of `workers` (the world's ranks:
+  // together they read each shard once) and throws the DataError of a corrupt one: a token
+  // outside the shard's vocabulary, or a checksum mismatch (TokenShard::verify).
+  void verify(int worker, int workers) const;
 
   std::vector<MicroBatchData> train_batch(int step) const;
   std::vector<MicroBatchData> val_batch(int index) const;
