@@ -38,28 +38,27 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
-std::string MemoryTracker::summary() const {
+namespace {
+
+// "parameters 1.0 MiB, gradients ..., workspace 0 B; <total_label> 3.0 MiB"
+std::string by_category(const std::array<size_t, kMemoryCategories>& bytes, size_t total,
+                        const char* total_label) {
   std::string s;
   for (size_t i = 0; i < kMemoryCategories; ++i) {
     if (i) s += ", ";
     s += category_name(static_cast<MemoryCategory>(i));
     s += " ";
-    s += format_bytes(static_cast<double>(peak_[i]));
+    s += format_bytes(static_cast<double>(bytes[i]));
   }
-  s += "; peak total " + format_bytes(static_cast<double>(peak_total_));
-  return s;
+  return s + "; " + total_label + " " + format_bytes(static_cast<double>(total));
 }
 
+}  // namespace
+
+std::string MemoryTracker::summary() const { return by_category(peak_, peak_total_, "peak total"); }
+
 std::string MemoryTracker::in_use() const {
-  std::string s;
-  for (size_t i = 0; i < kMemoryCategories; ++i) {
-    if (i) s += ", ";
-    s += category_name(static_cast<MemoryCategory>(i));
-    s += " ";
-    s += format_bytes(static_cast<double>(current_[i]));
-  }
-  s += "; total " + format_bytes(static_cast<double>(current_total_));
-  return s;
+  return by_category(current_, current_total_, "total");
 }
 
 }  // namespace meshtrain
