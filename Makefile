@@ -3,6 +3,7 @@
 #   make run      install missing packages, build, train the default deck (input/default.toml)
 #   make test     install missing packages, build, run every test that applies to this machine
 #   make bench    the benchmarks (speed ratios against this machine's own ceilings)
+#   make fuzz     the libFuzzer harnesses (clang, ASan + UBSan) for FUZZ_SECONDS each
 #   make clean
 BUILD     ?= build
 JOBS      ?= $(shell nproc)
@@ -10,8 +11,12 @@ CMAKE_ARGS ?=
 # `make run` launches this many local MPI ranks on the default deck's layout.
 RANKS     ?= 8
 DECK      ?= input/default.toml
+# `make fuzz`: a separate clang build with sanitizers; seconds each harness runs.
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_HARNESSES := $(patsubst fuzz/%_fuzz.cpp,%,$(wildcard fuzz/*_fuzz.cpp))
 
-.PHONY: all deps deps-test configure build run test bench clean
+.PHONY: all deps deps-test deps-fuzz configure build run test bench fuzz clean
 
 all: build
 
@@ -20,6 +25,9 @@ deps:
 
 deps-test:
 	@scripts/ensure-deps.sh test
+
+deps-fuzz:
+	@scripts/ensure-deps.sh fuzz
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
@@ -44,5 +52,16 @@ bench: build
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 zero
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 checkpoint
 
+$(FUZZ_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMESHTRAIN_FUZZ=ON \
+	  -DMESHTRAIN_CUDA=OFF -DMESHTRAIN_TESTS=OFF -DMESHTRAIN_NATIVE=OFF
+
+# Fails when any harness finds a crash, leak, UB or hang; the input is kept under
+# $(FUZZ_BUILD)/fuzz-artifacts/ (scripts/run-fuzz.sh).
+fuzz: deps-fuzz $(FUZZ_BUILD)/CMakeCache.txt
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_HARNESSES:%=%_fuzz)
+	scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD)

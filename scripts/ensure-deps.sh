@@ -4,6 +4,7 @@
 #
 #   scripts/ensure-deps.sh build   # compiler, MPI, BLAS, HDF5, toml++, CLI11, GoogleTest
 #   scripts/ensure-deps.sh test    # build + what the tests drive (h5py, Slurm, munge)
+#   scripts/ensure-deps.sh fuzz    # build + clang, libFuzzer and sanitizer runtimes, clang's OpenMP
 set -euo pipefail
 
 build_packages=(
@@ -18,9 +19,15 @@ test_packages=(
   python3 python3-h5py python3-numpy
   slurm-wlm munge
 )
+fuzz_packages=(
+  clang libclang-rt-14-dev libomp-dev
+)
 
 want=("${build_packages[@]}")
-if [[ "${1:-build}" == test ]]; then want+=("${test_packages[@]}"); fi
+case "${1:-build}" in
+  test) want+=("${test_packages[@]}") ;;
+  fuzz) want+=("${fuzz_packages[@]}") ;;
+esac
 
 missing=()
 for p in "${want[@]}"; do

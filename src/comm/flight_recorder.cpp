@@ -75,8 +75,15 @@ FlightRecord read_flight_record(const std::string& path) {
     fail(path, "format version " + std::to_string(h.version) + ", this build reads version " +
                    std::to_string(FlightHeader{}.version));
   if (h.group_count < 0 || h.group_count > FlightHeader::kMaxGroups || h.capacity == 0 ||
-      h.capacity > (uint64_t{1} << 24))
+      h.capacity > (uint64_t{1} << 24) || h.world_size < 1 || h.world_rank < 0 ||
+      h.world_rank >= h.world_size)
     fail(path, "damaged header");
+  // The file must hold the ring before the ring is allocated: a damaged capacity in a short
+  // file would otherwise cost up to 1 GiB (found by fuzz/flight_record_fuzz.cpp).
+  std::error_code ec;
+  const uintmax_t file_bytes = std::filesystem::file_size(path, ec);
+  if (ec || file_bytes < sizeof(FlightHeader) + h.capacity * sizeof(FlightEntry))
+    fail(path, "shorter than its " + std::to_string(h.capacity) + " entries");
   std::vector<FlightEntry> ring(h.capacity);
   if (!in.read(reinterpret_cast<char*>(ring.data()),
                static_cast<std::streamsize>(ring.size() * sizeof(FlightEntry))))

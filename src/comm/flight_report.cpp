@@ -15,7 +15,9 @@ namespace {
 constexpr size_t kMaxFindings = 20;
 
 std::string clock_time(double t) {
-  if (t <= 0) return "?";
+  // Times come from a file: out of range of time_t (or NaN) the cast would be undefined
+  // (found by fuzz/flight_record_fuzz.cpp). 1e12 s is some 30,000 years.
+  if (!(t > 0 && t < 1e12)) return "?";
   const std::time_t s = static_cast<std::time_t>(t);
   std::tm tm{};
   localtime_r(&s, &tm);
@@ -223,9 +225,21 @@ FlightReport analyse_flight(const std::vector<FlightRecord>& all) {
     job.push_back(r);
     present.insert(r.header.world_rank);
   }
+  // Absent ranks as ranges ("1, 3-7"), from the gaps between present ones: the world size
+  // comes from a file and may be huge, so nothing here counts up to it.
   std::string absent;
-  for (int w = 0; w < report.ranks; ++w)
-    if (!present.count(w)) absent += (absent.empty() ? "" : ", ") + std::to_string(w);
+  const auto add_gap = [&](int64_t first, int64_t last) {  // [first, last]
+    if (first > last) return;
+    absent += (absent.empty() ? "" : ", ") + std::to_string(first);
+    if (last > first) absent += "-" + std::to_string(last);
+  };
+  int64_t next = 0;
+  for (const int w : present) {
+    if (w < 0 || w >= report.ranks) continue;
+    add_gap(next, int64_t{w} - 1);
+    next = int64_t{w} + 1;
+  }
+  add_gap(next, int64_t{report.ranks} - 1);
   if (!absent.empty())
     report.notes.push_back("no record of rank(s) " + absent +
                            " (they never started, or ran with run.flight_records = 0)");
