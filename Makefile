@@ -11,6 +11,17 @@ CMAKE_ARGS ?=
 # `make run` launches this many local MPI ranks on the default deck's layout.
 RANKS     ?= 8
 DECK      ?= input/default.toml
+# `make test SANITIZE=address,undefined`: a separate build (CPU only) with those sanitizers.
+SANITIZE  ?=
+ifneq ($(SANITIZE),)
+BUILD     := build-sanitize
+CMAKE_ARGS += -DMESHTRAIN_SANITIZERS=$(SANITIZE) -DMESHTRAIN_CUDA=OFF
+# Memory errors and UB end a test; leaks are not checked here: Open MPI's components, loaded and
+# unloaded at run time, leave allocations no suppression can name. The fuzz harnesses (no MPI)
+# run with LeakSanitizer on.
+export ASAN_OPTIONS = detect_leaks=0:abort_on_error=1
+export UBSAN_OPTIONS = print_stacktrace=1:halt_on_error=1
+endif
 # `make fuzz`: a separate clang build with sanitizers; seconds each harness runs.
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
