@@ -1,0 +1,566 @@
+#!/usr/bin/env python3
+"""The catalogue of bad input: one table, one driver.
+
+Every row is something a user can get wrong (a deck, a token shard, a checkpoint, a command
+line), a signal a scheduler sends, or a fault of the machine (a stalled or dead rank, a full or
+read-only file system, exhausted memory). The driver runs the real binary under mpiexec for each
+row and checks, the same way for all of them:
+  - the exit status of every rank (or of the job, where an abort ends every rank at once),
+  - the message: printed once (agreed by the ranks, not repeated per rank), never called an
+    internal error, never a crash (std::terminate, a signal), and containing the words the row
+    names: the file, the key, the value and what would be accepted,
+  - loses nothing: every file that existed before the row (token shards, other runs'
+    checkpoints, decks) is still there with the same bytes, and no file appears among them,
+  - where the row says so: how long it took, what must not be printed (a refused run must not
+    train), and what must hold afterwards (a full disk keeps the previous checkpoint).
+Rows that need what the machine may refuse (mounting a tmpfs needs root) are reported as
+skipped, visibly.
+
+usage: bad_input_catalogue.py MESHTRAIN_BINARY MPIEXEC [NAME_REGEX]
+"""
+import hashlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN, MPIEXEC = sys.argv[1], sys.argv[2]
+ONLY = re.compile(sys.argv[3]) if len(sys.argv) > 3 else None
+# CTest sets the MPI launch environment (MESHTRAIN_MPI_TEST_ENV in tests/CMakeLists.txt).
+ENV = dict(os.environ)
+NODE = socket.gethostname()
+
+DECK = """
+[run]
+device = "cpu"
+name = "catalogue"
+dir = "{dir}/run"
+[model]
+layers = 4
+d_model = 32
+heads = 4
+seq_len = 16
+vocab_size = 256
+[data]
+synthetic_bytes = 65536
+val = "none"
+[train]
+steps = 2
+global_batch = 8
+micro_batch = 2
+[checkpoint]
+every = 2
+"""
+
+
+def train(*sets):
+    """`train {deck}` with --set overrides."""
+    args = ["train", "{deck}"]
+    for s in sets:
+        args += ["--set", s]
+    return args
+
+
+def evaluate(checkpoint, *sets):
+    return ["eval", "{deck}", "--checkpoint", checkpoint, "--set", 'data.val="synthetic"'] + \
+        [a for s in sets for a in ("--set", s)]
+
+
+def row(kind, name, ranks, args, status, expect, **options):
+    """One bad input. status: the exit status of every rank; options:
+    job       the job's (mpiexec's) status instead, where an abort ends every rank at once
+    errors    how many error lines (default 1; None: not counted)
+    needs     fixtures the row uses (FIXTURES below)
+    env       extra environment; memory_kb: each rank's address-space limit
+    mpmd      one argument list per rank (an MPMD launch) instead of args
+    signal    (signal, seconds): sent to every rank that long after the start
+    within    seconds the job may take (after the signal, if any)
+    absent    texts that must not be printed
+    then      a function(paths) returning problems with what is left on disk"""
+    return dict(kind=kind, name=name, ranks=ranks, args=args, status=status, expect=expect,
+                **options)
+
+
+def disk_full_leaves_step_2(p):
+    """After a write of step 4 failed for lack of space: step 2 is kept and verifies, no .tmp."""
+    ckpts = os.path.join(p["full"], "checkpoints")
+    problems = []
+    left = sorted(os.listdir(ckpts)) if os.path.isdir(ckpts) else []
+    if left != ["step_00000002.h5"]:
+        problems.append("checkpoint.dir holds %s, expected step_00000002.h5 alone" % left)
+    else:
+        out = subprocess.run([BIN, "inspect", os.path.join(ckpts, left[0])], capture_output=True,
+                             text=True, env=ENV).stdout
+        if "all checksums OK" not in out:
+            problems.append("the kept step 2 does not verify:\n" + out[-1000:])
+    shutil.rmtree(ckpts, ignore_errors=True)
+    return problems
+
+
+NOT_TRAINED = ["step     1/"]
+NO_CRASH = ["terminate called", "Segmentation", "core dumped"]
+STALL = "stall:rank=1:step=2"
+
+CATALOGUE = [
+    # --- the deck: layout, keys, types, ranges, files ---------------------------------------
+    row("deck", "world size", 2, train("parallel.dp=2", "parallel.tp=2"), 1,
+        ["parallel.dp x tp x pp = 2 x 2 x 1 = 4 does not match the 2 ranks"]),
+    row("deck", "dp auto", 4, train("parallel.tp=3"), 1,
+        ["parallel.dp = \"auto\" cannot fill 4 ranks with tp x pp = 3 x 1"]),
+    row("deck", "heads", 3, train("parallel.tp=3"), 1,
+        ["parallel.tp = 3 does not divide model.heads = 4 (tp must be one of 1, 2, 4)"]),
+    row("deck", "vocabulary", 4, train("parallel.tp=4", "model.vocab_size=258"), 1,
+        ["parallel.tp = 4 does not divide model.vocab_size = 258", "pad the vocabulary"]),
+    row("deck", "layers", 4, train("parallel.pp=4", "model.layers=2"), 1,
+        ["model.layers = 2 is fewer than parallel.pp x virtual_stages = 4 x 1"]),
+    row("deck", "batch", 4, train("train.global_batch=12"), 1,
+        ["train.global_batch = 12 is not divisible by dp x micro_batch = 4 x 2 = 8"]),
+    row("deck", "interleaved micro-batches", 2,
+        train("parallel.pp=2", "parallel.schedule=\"interleaved\"", "parallel.virtual_stages=2",
+              "train.global_batch=6"), 1,
+        ["micro-batches per step", "= 3) to be a multiple of parallel.pp = 2"]),
+    row("deck", "unknown key", 2, train("train.lr_max=1"), 1,
+        ["--set train.lr_max=1: unknown key train.lr_max (did you mean train.lr?)"]),
+    row("deck", "unknown section", 1, train("trian.steps=3"), 1,
+        ["--set trian.steps=3: unknown section [trian] (did you mean [train]?)"]),
+    row("deck", "wrong type", 2, train("model.layers=\"four\""), 1,
+        ["--set model.layers=\"four\": model.layers = \"four\" is a string (expected integer from "
+         "1 to 100000)"]),
+    row("deck", "beyond int64", 2, train("train.steps=99999999999999999999"), 1,
+        ["--set train.steps=99999999999999999999: train.steps = 99999999999999999999 is outside "
+         "the 64-bit integer range (expected integer >= 1)"]),
+    row("deck", "out of range", 2, train("train.steps=0"), 1,
+        ["train.steps = 0 is out of range (expected integer >= 1)"]),
+    row("deck", "bad choice", 1, train("parallel.schedule=\"zigzag\""), 1,
+        ["parallel.schedule = \"zigzag\" is not a known value (expected one of \"gpipe\", "
+         "\"1f1b\", \"interleaved\")"]),
+    row("deck", "run.name dot-dot", 2, train("run.name=\"..\""), 1,
+        ["run.name = \"..\" is not valid (expected letters, digits, '.', '_', '-'; not \".\" and "
+         "without \"..\")"]),
+    row("deck", "run.dir under a file", 2, train("run.dir=\"{deck}/run\""), 1,
+        ["deck.toml: run.dir = \"{deck}/run\": cannot create the run directory: {deck} is a "
+         "file, not a directory"]),
+    row("deck", "missing deck", 2, ["train", "{dir}/nope.toml"], 1,
+        ["{dir}/nope.toml: cannot read the input deck"]),
+    row("deck", "not TOML", 2, ["train", "{broken}"], 1, ["{broken}:2: not valid TOML"],
+        needs=["broken"]),
+    row("deck", "a directory as the deck", 2, ["train", "{dir}"], 1,
+        ["{dir}: is a directory, not an input deck (expected a TOML file"]),
+    row("deck", "different overrides (MPMD)", 2, None, 1,
+        ["ranks were started differently: rank 1 has --set train.steps=3 where rank 0 has --set "
+         "train.steps=2 (override 1)"],
+        mpmd=[train("train.steps=2"), train("train.steps=3")]),
+    row("deck", "different decks (MPMD)", 2, None, 1,
+        ["rank 1 was given the deck {broken}, rank 0 the deck {deck}"],
+        mpmd=[["train", "{deck}"], ["train", "{broken}"]], needs=["broken"]),
+
+    # --- data: token shards ----------------------------------------------------------------
+    row("data", "data file missing", 2, train("data.train=\"{dir}/missing_*.bin\""), 1,
+        ["missing_*.bin"]),
+    row("data", "vocabulary of the data", 2, train("model.vocab_size=128"), 1,
+        ["model.vocab_size = 128 is smaller than the vocabulary of data.train"]),
+    row("data", "short validation shard", 2,
+        train("data.train=\"{dir}/text_train.bin\"", "data.val=\"{dir}/short_val.bin\""), 1,
+        ["short_val.bin: no validation samples: seq_len = 16 needs at least 17 tokens"],
+        needs=["shards"]),
+    row("data", "token beyond vocabulary", 2, train("data.train=\"{dir}/bad_token.bin\""), 1,
+        ["bad_token.bin: token 60000 at byte offset 264 (token 100) is not below the header's "
+         "vocab_size 256"], needs=["shards"], absent=NOT_TRAINED),
+    row("data", "flipped token byte", 2,
+        train("data.train=[\"{dir}/text_train.bin\", \"{dir}/flipped.bin\"]"), 1,
+        ["flipped.bin: checksum mismatch: the token bytes at offsets 64 to",
+         "write it again with `meshtrain prepare`"], needs=["shards"], absent=NOT_TRAINED),
+
+    # --- checkpoints -----------------------------------------------------------------------
+    # Run A wrote step 2 and step 4 into {a}; run B (another seed) step 2 into {b}.
+    row("checkpoint", "fresh run into another run's directory", 2,
+        train("checkpoint.dir=\"{a}\"", "checkpoint.resume=\"none\"", "run.seed=99",
+              "checkpoint.keep=1"), 1,
+        ["{a}", "step_00000002.h5", "step_00000004.h5", "checkpoint.dir",
+         "checkpoint.resume = \"auto\""], needs=["run_a"], absent=NOT_TRAINED),
+    row("checkpoint", "resume into another run's directory", 2,
+        train("checkpoint.resume=\"{a}/step_00000002.h5\"", "checkpoint.dir=\"{b}\""), 1,
+        ["{b}", "step_00000002.h5"], needs=["run_a", "run_b"], absent=["step     3/"]),
+    row("checkpoint", "heads differ", 2, evaluate("{a}/step_00000004.h5", "model.heads=2"), 1,
+        ["{a}/step_00000004.h5", "model.heads = 4", "model.heads = 2"], needs=["run_a"]),
+    row("checkpoint", "tied embeddings differ", 2,
+        evaluate("{a}/step_00000004.h5", "model.tie_embeddings=false"), 1,
+        ["{a}/step_00000004.h5", "model.tie_embeddings = true", "model.tie_embeddings = false"],
+        needs=["run_a"]),
+    row("checkpoint", "resume with other heads", 2,
+        train("checkpoint.dir=\"{a}\"", "model.heads=2", "train.steps=6"), 1,
+        ["model.heads = 4", "model.heads = 2"], needs=["run_a"], absent=["step     5/"]),
+    row("checkpoint", "layers differ", 2, evaluate("{a}/step_00000004.h5", "model.layers=2"), 1,
+        ["model.layers = 4", "model.layers = 2"], needs=["run_a"]),
+    row("checkpoint", "resume past train.steps", 2,
+        train("checkpoint.dir=\"{a}\"", "train.steps=3"), 1,
+        ["{a}/step_00000004.h5", "step 4", "train.steps = 3"], needs=["run_a"]),
+    row("checkpoint", "truncated checkpoint", 2, evaluate("{damaged}/truncated.h5"), 1,
+        ["{damaged}/truncated.h5: cannot open as an HDF5 checkpoint", "truncated file"],
+        needs=["damaged"]),
+    row("checkpoint", "not a checkpoint", 2,
+        train("checkpoint.resume=\"{damaged}/text.h5\"", "checkpoint.dir=\"{dir}/run/c\""), 1,
+        ["{damaged}/text.h5: cannot open as an HDF5 checkpoint", "file signature not found"],
+        needs=["damaged"], absent=NOT_TRAINED),
+    row("checkpoint", "flipped parameter byte", 2,
+        train("checkpoint.resume=\"{damaged}/flipped.h5\"", "checkpoint.dir=\"{dir}/run/c\""), 1,
+        ["{damaged}/flipped.h5: dataset /model/", "checksum MISMATCH", "use an older checkpoint"],
+        needs=["damaged"], absent=NOT_TRAINED),
+    row("checkpoint", "no such checkpoint", 2,
+        train("checkpoint.resume=\"{dir}/nope.h5\""), 1,
+        ["checkpoint.resume = \"{dir}/nope.h5\": no such checkpoint file (give the path of a "
+         "step_*.h5, \"auto\" or \"none\")"]),
+    row("checkpoint", "inspect a directory", 1, ["inspect", "{a}"], 1,
+        ["{a}", "is a directory"], needs=["run_a"]),
+    row("checkpoint", "checkpoint.dir under a file", 2,
+        train("checkpoint.dir=\"{deck}/checkpoints\""), 1,
+        ["checkpoint.dir = \"{deck}/checkpoints\""], absent=NOT_TRAINED),
+    row("checkpoint", "read-only checkpoint.dir", 2, train("checkpoint.dir=\"{read_only}\""), 1,
+        ["checkpoint.dir = \"{read_only}\"", "Read-only file system"], needs=["read_only"],
+        absent=NOT_TRAINED),
+
+    # --- other commands and arguments ------------------------------------------------------
+    row("command", "unknown sub-command", 1, ["trian", "{deck}"], 2,
+        ["unknown sub-command 'trian' (did you mean 'train'?); the sub-commands are train, "
+         "prepare, bench, inspect, eval, plan, diagnose, keys"]),
+    row("command", "plan --world 0", 1, ["plan", "{deck}", "--world", "0"], 2,
+        ["--world: 0 is not a number of ranks (expected an integer >= 1)"]),
+    row("command", "plan a directory", 1, ["plan", "{dir}", "--world", "2"], 1,
+        ["{dir}: is a directory, not an input deck"]),
+    row("command", "prepare --val-fraction 1", 1,
+        ["prepare", "--synthetic", "10000", "--out", "{dir}/run/x", "--val-fraction", "1"], 2,
+        ["--val-fraction: 1 would put every token into validation and none into training "
+         "(expected a fraction from 0 up to, not including, 1; 0 writes no validation shard)"]),
+    row("command", "prepare --val-fraction 2", 1,
+        ["prepare", "--synthetic", "10000", "--out", "{dir}/run/x", "--val-fraction", "2"], 2,
+        ["--val-fraction: 2 is not a fraction from 0 up to, not including, 1"]),
+    row("command", "prepare a directory", 1, ["prepare", "{dir}/", "--out", "{dir}/run/y"], 1,
+        ["{dir}/: is a directory, not a text file"]),
+    row("command", "prepare --out a directory", 1,
+        ["prepare", "--synthetic", "10000", "--out", "{dir}/"], 2,
+        ["--out {dir}/ is a directory; --out takes a file prefix"]),
+    row("command", "diagnose without records", 1, ["diagnose", "{damaged}"], 1,
+        ["holds no readable flight records"], needs=["damaged"]),
+
+    # --- signals ---------------------------------------------------------------------------
+    # As Slurm sends it, while the ranks generate a corpus for minutes: Slurm's KillWait is 30 s.
+    row("signal", "SIGTERM during start-up", 2, train("data.synthetic_bytes=2000000000"), 75,
+        ["stopping during start-up on SIGTERM"], errors=0, signal=(signal.SIGTERM, 5),
+        within=15),
+
+    # --- faults ----------------------------------------------------------------------------
+    row("fault", "diverged", 2,
+        train("train.lr=1e30", "train.grad_clip=0", "train.warmup_steps=0"), 5,
+        ["deck.toml: the run diverged at step ", "lower train.lr (now 1e+30, e.g. 2.5e+29)",
+         "warm up: train.warmup_steps = 10 (now 0)",
+         "clip gradients: train.grad_clip = 1.0 (now 0: off)"]),
+    # About 6 GB of fp32 parameters against a 1.5 GB address space: an allocation fails before
+    # its pages are touched, so the row costs no memory.
+    row("fault", "out of memory", 1, train("model.d_model=4096", "model.layers=8"), 1,
+        ["rank 0: error: out of memory", "meshtrain plan DECK --world N --memory SIZE"],
+        memory_kb=1500000),
+    row("fault", "disk full (1 rank)", 1, train("checkpoint.dir=\"{full}/checkpoints\"",
+                                               "train.steps=4"), 1,
+        ["step_00000004.h5.tmp", "MB free"], needs=["full"], absent=NO_CRASH,
+        then=disk_full_leaves_step_2),
+    row("fault", "disk full (2 ranks)", 2, train("checkpoint.dir=\"{full}/checkpoints\"",
+                                                "train.steps=4"), 1,
+        ["step_00000004.h5.tmp", "MB free"], needs=["full"], absent=NO_CRASH,
+        then=disk_full_leaves_step_2),
+] + [
+    # A rank stalls (or dies) at step 2 in each kind of group: the job ends with the timeout
+    # status within seconds of run.comm_timeout, naming the operation, the group, and the rank
+    # and node that did not arrive (read from the flight records).
+    row("fault", "stalled rank (%s)" % group, 2,
+        train("run.comm_timeout=4", "parallel.%s=2" % group), None,
+        ["did not complete within 4 s (run.comm_timeout)", "on group '%s'" % group,
+         "likely cause: rank 1 (node {node})"],
+        job=3, errors=None, env={"MESHTRAIN_FAULT": "stall:rank=1:step=2"}, within=4 + 20,
+        absent=NO_CRASH)
+    for group in ("dp", "tp", "pp")
+] + [
+    # A rank that dies (exits without MPI_Finalize) at step 2: the launcher ends the job at once,
+    # naming it; no rank is left waiting out a timeout. (`meshtrain diagnose` names it from the
+    # flight records: diagnose_test.)
+    row("fault", "dead rank (%s)" % group, 2, train("run.comm_timeout=60", "parallel.%s=2" % group),
+        None, ["rank 1: injected fault 'exit' at step 2"], job="non-zero", errors=None,
+        env={"MESHTRAIN_FAULT": "exit:rank=1:step=2"}, within=20, absent=NO_CRASH)
+    for group in ("dp", "tp", "pp")
+]
+
+
+# --- fixtures: built once, on first use; each returns None or why it cannot be had here ---------
+
+def prepare(tmp, text, out, *extra):
+    subprocess.run([BIN, "prepare", text, "--out", os.path.join(tmp, out)] + list(extra),
+                   check=True, capture_output=True, env=ENV)
+
+
+def fixture_shards(p):
+    """A good shard, a short validation one, and two corrupt copies of the good one (a token
+    beyond the vocabulary, a flipped byte)."""
+    tmp = p["dir"]
+    text = os.path.join(tmp, "text.txt")
+    with open(text, "w") as f:
+        f.write("the quick brown fox jumps over the lazy dog. " * 40)
+    prepare(tmp, text, "text")
+    prepare(tmp, text, "short", "--val-fraction", "0.005")
+    good = open(os.path.join(tmp, "text_train.bin"), "rb").read()
+    bad = bytearray(good)
+    bad[64 + 2 * 100:64 + 2 * 101] = (60000).to_bytes(2, "little")  # token 100
+    open(os.path.join(tmp, "bad_token.bin"), "wb").write(bad)
+    flipped = bytearray(good)
+    flipped[64 + 2 * 500] ^= 0x01  # a letter becomes its neighbour: still in the vocabulary
+    open(os.path.join(tmp, "flipped.bin"), "wb").write(flipped)
+
+
+def fixture_broken(p):
+    with open(p["broken"], "w") as f:
+        f.write("[model]\nlayers = = 4\n")
+
+
+def train_fixture(p, name, *sets):
+    args = [MPIEXEC, "-n", "2", BIN, "train", p["deck"], "--set",
+            "run.dir=\"%s\"" % os.path.join(p["dir"], name)]
+    for s in sets:
+        args += ["--set", s]
+    done = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError("fixture run %s failed:\n%s" % (name, done.stdout + done.stderr))
+
+
+def fixture_run_a(p):
+    train_fixture(p, "a", "train.steps=4")
+
+
+def fixture_run_b(p):
+    train_fixture(p, "b", "run.seed=5")
+
+
+def fixture_damaged(p):
+    """Copies of run A's step 2: truncated, one byte of a parameter flipped, and a text file."""
+    fixture_run_a_once(p)
+    os.makedirs(p["damaged"])
+    good = open(os.path.join(p["a"], "step_00000002.h5"), "rb").read()
+    open(os.path.join(p["damaged"], "truncated.h5"), "wb").write(good[:len(good) // 40])
+    open(os.path.join(p["damaged"], "text.h5"), "w").write("not a checkpoint\n")
+    try:
+        import h5py
+    except ImportError:
+        return None  # the flipped row then fails on its missing file, naming it
+    with h5py.File(os.path.join(p["a"], "step_00000002.h5"), "r") as f:
+        offset = f["model/h.0.attn.qkv.weight"].id.get_offset()
+    flipped = bytearray(good)
+    flipped[offset + 5] ^= 0x10
+    open(os.path.join(p["damaged"], "flipped.h5"), "wb").write(flipped)
+    return None
+
+
+def mount_tmpfs(path, size, options=""):
+    """Mounts a tmpfs of `size` bytes at path; returns an error text or None."""
+    os.makedirs(path, exist_ok=True)
+    opts = "size=%d" % size + ("," + options if options else "")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", path],
+                          capture_output=True, text=True)
+    if done.returncode == 0:
+        MOUNTS.append(path)
+        return None
+    return "cannot mount a tmpfs (%s); run as root" % (done.stderr.strip() or "mount failed")
+
+
+def fixture_read_only(p):
+    return mount_tmpfs(p["read_only"], 1 << 20, "ro")
+
+
+def fixture_full(p):
+    """Room for step 2 of this deck and half of step 4."""
+    fixture_run_a_once(p)
+    size = os.path.getsize(os.path.join(p["a"], "step_00000002.h5"))
+    return mount_tmpfs(p["full"], (size * 3 // 2 + 4095) // 4096 * 4096)
+
+
+FIXTURES = {"shards": fixture_shards, "broken": fixture_broken, "run_a": fixture_run_a,
+            "run_b": fixture_run_b, "damaged": fixture_damaged, "read_only": fixture_read_only,
+            "full": fixture_full}
+MOUNTS = []
+BUILT = {}
+
+
+def need(p, name):
+    if name not in BUILT:
+        BUILT[name] = FIXTURES[name](p)
+    return BUILT[name]
+
+
+def fixture_run_a_once(p):
+    need(p, "run_a")
+
+
+# --- the driver -----------------------------------------------------------------------------
+
+def snapshot(p):
+    """{path: sha256} of every file in the test directory outside the scratch run directory."""
+    files = {}
+    for root, dirs, names in os.walk(p["dir"]):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in (p["scratch"], p["status"])]
+        for n in names:
+            path = os.path.join(root, n)
+            with open(path, "rb") as f:
+                files[path] = hashlib.sha256(f.read()).hexdigest()
+    return files
+
+
+def rank_processes(launcher):
+    """The pids of the binary below the launcher (the ranks, under their status wrappers)."""
+    found, todo = [], [launcher]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+                children = [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+        for c in children:
+            try:
+                if os.path.realpath("/proc/%d/exe" % c) == os.path.realpath(BIN):
+                    found.append(c)
+            except OSError:
+                pass
+        todo += children
+    return found
+
+
+def run(case, p):
+    """Runs one row; returns (per-rank statuses, output, seconds after the start or signal,
+    the job's status)."""
+    shutil.rmtree(p["status"], ignore_errors=True)
+    os.makedirs(p["status"])
+    # Each rank records its own status and reports success to mpiexec, which would otherwise kill
+    # the remaining ranks as soon as the first one exits non-zero, before they report.
+    wrapper = ('"$0" "$@"; echo $? > "{d}/rank.${{OMPI_COMM_WORLD_RANK:-${{PMI_RANK:-0}}}}"'
+               ).format(d=p["status"])
+    if case.get("memory_kb"):
+        wrapper = "ulimit -v %d; %s" % (case["memory_kb"], wrapper)
+    fill = lambda args: [a.format(**p) for a in args]
+    if case.get("mpmd"):
+        cmd = [MPIEXEC]
+        for i, part in enumerate(case["mpmd"]):
+            cmd += ([":"] if i else []) + ["-n", "1", "sh", "-c", wrapper, BIN] + fill(part)
+    else:
+        cmd = [MPIEXEC, "-n", str(case["ranks"]), "sh", "-c", wrapper, BIN] + fill(case["args"])
+    env = dict(ENV, **case.get("env", {}))
+    start = time.time()
+    launcher = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    signalled = []
+    if case.get("signal"):
+        sig, after = case["signal"]
+        time.sleep(after)
+        signalled = rank_processes(launcher.pid)
+        start = time.time()
+        for pid in signalled:
+            os.kill(pid, sig)
+    try:
+        output, _ = launcher.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        output, _ = launcher.communicate()
+        output += "\n[the job did not end within 180 s and was killed]"
+    seconds = time.time() - start
+    if case.get("signal") and len(signalled) != case["ranks"]:
+        output += "\n[signalled %d rank process(es), expected %d]" % (len(signalled), case["ranks"])
+    statuses = {}
+    for name in os.listdir(p["status"]):
+        with open(os.path.join(p["status"], name)) as f:
+            statuses[int(name.split(".")[1])] = int(f.read())
+    return statuses, output, seconds, launcher.returncode
+
+
+def check(case, p):
+    """Runs one row and prints its line; returns "ok", "FAILED" or "skipped"."""
+    for name in case.get("needs", []):
+        why = need(p, name)
+        if why:
+            print("%-10s %-40s skipped: %s" % (case["kind"], case["name"], why))
+            return "skipped"
+    shutil.rmtree(p["scratch"], ignore_errors=True)
+    before = snapshot(p)
+    statuses, output, seconds, job = run(case, p)
+    after = snapshot(p)
+    problems = []
+    ranks = case["ranks"]
+    if case.get("job") == "non-zero":
+        if job == 0:
+            problems.append("job exit status 0, expected non-zero")
+    elif case.get("job") is not None:
+        if job != case["job"]:
+            problems.append("job exit status %d, expected %d" % (job, case["job"]))
+    elif sorted(statuses) != list(range(ranks)) or any(s != case["status"] for s in statuses.values()):
+        problems.append("exit statuses %s, expected %d on each of %d ranks" % (
+            statuses, case["status"], ranks))
+    errors = case.get("errors", 1)
+    # Agreed errors say "meshtrain: error:", a rank's own "meshtrain: rank N: error:".
+    printed = len(re.findall(r"meshtrain(?: \w+)?: (?:rank \d+: )?error:", output))
+    if errors is not None and printed != errors:
+        problems.append("error printed %d times, expected %d" % (printed, errors))
+    if "internal error" in output:
+        problems.append("reported as an internal error")
+    for text in case["expect"]:
+        if text.format(**p) not in output:
+            problems.append("missing text: " + text.format(**p))
+    for text in case.get("absent", []):
+        if text in output:
+            problems.append("printed what it must not: " + text)
+    if case.get("within") and seconds > case["within"]:
+        problems.append("took %.0f s, at most %d s allowed" % (seconds, case["within"]))
+    lost = sorted(f for f in before if f not in after)
+    changed = sorted(f for f in before if f in after and before[f] != after[f])
+    added = sorted(f for f in after if f not in before)
+    for what, paths in (("lost", lost), ("changed", changed), ("wrote", added)):
+        if paths:
+            problems.append("%s %s" % (what, ", ".join(paths)))
+    if case.get("then"):
+        problems += case["then"](p)
+    verdict = "FAILED" if problems else "ok"
+    print("%-10s %-40s ranks %d  %5.1fs  %s" % (case["kind"], case["name"], ranks, seconds, verdict))
+    if problems:
+        print("    " + "\n    ".join(problems))
+        print("    output:\n      " + output.strip().replace("\n", "\n      "))
+    return verdict
+
+
+def main():
+    tally = {"ok": 0, "FAILED": 0, "skipped": 0}
+    tmp = tempfile.mkdtemp(prefix="meshtrain_catalogue_")
+    p = {"dir": tmp, "deck": os.path.join(tmp, "deck.toml"), "broken": os.path.join(tmp, "broken.toml"),
+         "scratch": os.path.join(tmp, "run"), "status": os.path.join(tmp, "status"),
+         "a": os.path.join(tmp, "a", "checkpoints"), "b": os.path.join(tmp, "b", "checkpoints"),
+         "damaged": os.path.join(tmp, "damaged"), "node": NODE,
+         "read_only": tempfile.mkdtemp(prefix="meshtrain_ro_"),
+         "full": tempfile.mkdtemp(prefix="meshtrain_full_")}
+    with open(p["deck"], "w") as f:
+        f.write(DECK.format(dir=tmp))
+    try:
+        for case in CATALOGUE:
+            if ONLY and not ONLY.search(case["kind"] + " " + case["name"]):
+                continue
+            tally[check(case, p)] += 1
+    finally:
+        for m in MOUNTS:
+            subprocess.run(["umount", m], capture_output=True)
+        for d in (p["read_only"], p["full"]):
+            shutil.rmtree(d, ignore_errors=True)
+        if not tally["FAILED"]:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("%d ok, %d failed, %d skipped%s" % (tally["ok"], tally["FAILED"], tally["skipped"],
+                                              "; files kept in " + tmp if tally["FAILED"] else ""))
+    return 1 if tally["FAILED"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
