@@ -17,6 +17,12 @@
 
 namespace meshtrain {
 
+namespace {
+constexpr const char* kOutOfMemoryAdvice =
+    "`meshtrain plan DECK --world N --memory SIZE` predicts the memory per rank; lower "
+    "train.micro_batch, set parallel.zero, parallel.recompute, or use more ranks";
+}  // namespace
+
 MpiSession::MpiSession(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -57,6 +63,9 @@ int run_reporting_errors(const std::function<int()>& body) {
   } catch (const DeckError& e) {  // same deck text on every rank: same verdict
     if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
     return kExitInput;
+  } catch (const AgreedOutOfMemory& e) {  // every rank knows; no abort needed
+    if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s; %s\n", e.what(), kOutOfMemoryAdvice);
+    return kExitInput;
   } catch (const AgreedError& e) {
     if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
     return kExitInput;
@@ -80,10 +89,8 @@ int run_reporting_errors(const std::function<int()>& body) {
     MPI_Abort(MPI_COMM_WORLD, kExitInput);
     return kExitInput;
   } catch (const std::bad_alloc&) {  // only this rank ran out; the others wait for it
-    std::fprintf(stderr, "meshtrain: rank %d: error: out of memory (an allocation failed); "
-                 "`meshtrain plan DECK --world N --memory SIZE` predicts the memory per rank; "
-                 "lower train.micro_batch, set parallel.zero, parallel.recompute, or use more "
-                 "ranks; aborting the job\n", rank);
+    std::fprintf(stderr, "meshtrain: rank %d: error: out of memory (an allocation failed); %s; "
+                 "aborting the job\n", rank, kOutOfMemoryAdvice);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, kExitInput);
     return kExitInput;

@@ -26,6 +26,14 @@ Work::~Work() {
   }
 }
 
+Work& Work::operator=(Work&& other) {
+  if (this == &other) return *this;
+  wait();
+  impl_ = std::move(other.impl_);
+  timeout_ = other.timeout_;
+  return *this;
+}
+
 bool Work::test() {
   if (!impl_) return true;
   if (impl_->test()) {

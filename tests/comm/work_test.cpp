@@ -63,6 +63,22 @@ TEST(Work, WaitMakesTheStreamWaitOnceBeforeCompletion) {
   EXPECT_EQ(stream.waits.size(), 2u);
 }
 
+// Assigning over a pending Work completes it first (its buffers may be freed right after);
+// assigning over a finished one waits for nothing.
+TEST(Work, AssigningOverAPendingWorkWaitsForIt) {
+  FakeStream stream;
+  Work w = fake(stream, "old", 5);
+  w = fake(stream, "new", 100);
+  EXPECT_EQ(stream.waits, std::vector<std::string>{"old"});
+  EXPECT_TRUE(w.pending());
+  w.wait();
+  w = fake(stream, "newest", 0);
+  EXPECT_EQ(stream.waits, (std::vector<std::string>{"old", "new"}));
+  Work& same = w;
+  w = std::move(same);  // self-assignment keeps the operation
+  EXPECT_TRUE(w.pending());
+}
+
 // The reducer's pattern: launch every bucket, poll them all while "backward" runs, then wait at
 // the end of the step. Only the final waits order the stream.
 TEST(Work, ReducerPatternOrdersTheStreamOnlyAtTheEnd) {

@@ -17,6 +17,12 @@ class AgreedError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The lowest failing rank ran out of memory (std::bad_alloc): callers add their advice.
+class AgreedOutOfMemory : public AgreedError {
+ public:
+  using AgreedError::AgreedError;
+};
+
 // Runs f(); collective over `group` whether or not f() throws.
 void agree(Communicator& group, const std::function<void()>& f);
 

@@ -45,8 +45,10 @@ class Work {
   Work(std::unique_ptr<Impl> impl, std::chrono::duration<double> timeout)
       : impl_(std::move(impl)), timeout_(timeout) {}
   Work(Work&&) = default;
-  Work& operator=(Work&&) = default;
-  ~Work();  // an abandoned pending operation is waited for: its buffers must outlive it
+  // Both wait for a pending operation this Work held before letting it go: its buffers must
+  // outlive it (assigning over a pending Work used to drop it mid-transfer).
+  Work& operator=(Work&& other);
+  ~Work();
 
   bool test();
   void wait();
