@@ -3,7 +3,7 @@
 # As root with apt: installs what is missing. Otherwise: names the missing packages and fails.
 #
 #   scripts/ensure-deps.sh build   # compiler, MPI, BLAS, HDF5, toml++, CLI11, GoogleTest
-#   scripts/ensure-deps.sh test    # build + what the tests drive (h5py, Slurm, munge)
+#   scripts/ensure-deps.sh test    # build + what the tests drive (h5py, PyYAML, Slurm, munge)
 #   scripts/ensure-deps.sh fuzz    # build + clang, libFuzzer and sanitizer runtimes, clang's OpenMP
 set -euo pipefail
 
@@ -16,7 +16,7 @@ build_packages=(
   libgtest-dev googletest
 )
 test_packages=(
-  python3 python3-h5py python3-numpy
+  python3 python3-h5py python3-numpy python3-yaml
   slurm-wlm munge
 )
 fuzz_packages=(

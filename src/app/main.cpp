@@ -131,6 +131,9 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--device", plan.device, "Device of the planned run: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   plan_cmd->add_option("--set", plan.overrides, "Override a deck key: --set section.key=value");
+  plan_cmd->add_flag("--config", plan.config,
+                     "Then print the effective configuration as TOML (the deck with its overrides "
+                     "and defaults, as the planned run would use it)");
 
   DiagnoseArgs diagnose;
   CLI::App* diagnose_cmd = app.add_subcommand(

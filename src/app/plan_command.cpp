@@ -1,4 +1,5 @@
-// `meshtrain plan DECK --world N [--all] [--memory SIZE]`: memory per rank before launching.
+// `meshtrain plan DECK --world N [--all] [--memory SIZE] [--config]`: memory per rank before
+// launching; --config then prints the effective configuration (what deploy checks read).
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +9,7 @@
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/mpi_session.h"
+#include "meshtrain/config/config_dump.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/device_check.h"
 #include "meshtrain/train/planner.h"
@@ -106,6 +108,7 @@ int plan_command(const PlanArgs& args) {
       std::printf("# kernels' scratch as on the CPU backend; a GPU adds the cuBLASLt workspace (32 MiB) "
                   "and cuDNN's\n");
     print_stages(plan);
+    if (args.config) std::printf("# effective configuration\n%s", dump_config(plan.config).c_str());
     if (budget && plan.peak() > budget) {
       const StagePlan& worst = plan.stages[static_cast<size_t>(plan.peak_stage())];
       // Suggest the fitting layout that changes the fewest knobs of the deck's (then the

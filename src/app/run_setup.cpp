@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/app/cpu_binding.h"
 #include "meshtrain/app/launch_check.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/agreement.h"
@@ -47,9 +48,16 @@ Config load_config(const std::string& deck, const std::vector<std::string>& over
 }
 
 namespace {
-void node_ranks(int& size, int& rank) {
+// The ranks of MPI_COMM_WORLD that share this node: the one place that decides what a node is
+// (every node-local gather and count below goes through it). The caller frees it.
+MPI_Comm node_communicator() {
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  return node;
+}
+
+void node_ranks(int& size, int& rank) {
+  MPI_Comm node = node_communicator();
   MPI_Comm_size(node, &size);
   MPI_Comm_rank(node, &rank);
   MPI_Comm_free(&node);
@@ -60,6 +68,44 @@ double choice_code(const Config& c) {
   return static_cast<double>(static_cast<int>(c.run.device) * 100 +
                              static_cast<int>(c.train.precision) * 10 +
                              static_cast<int>(c.parallel.communicator));
+}
+
+// Collective over the node: this rank's share of the node's cores (cpu_binding.h), and rank 0's
+// report of it for the start-up lines: a note for the device line and, when the binding leaves
+// cores idle on some node, a warning naming the launcher's flag.
+struct CpuThreads {
+  ThreadChoice choice;
+  std::string note, warning;
+};
+CpuThreads cpu_threads(const Config& c, Communicator& world, int node_rank) {
+  std::vector<RankCpus> ranks;
+  for (const std::string& text : gather_over_node(encode_rank_cpus(probe_rank_cpus())))
+    ranks.push_back(decode_rank_cpus(text));
+  const NodeCpuShare share = share_node_cpus(ranks);
+  CpuThreads t;
+  t.choice = choose_threads(c.run.threads, std::getenv("OMP_NUM_THREADS"), share, node_rank);
+  const Launcher launcher = detect_launcher();
+  const double worst = world.all_reduce_scalar(share.unused, ReduceOp::Max);
+  if (world.rank() != 0) return t;
+  const size_t mine = static_cast<size_t>(node_rank);
+  t.note = t.choice.source != "cores"
+               ? "threads from " + t.choice.source
+               : "threads from the node's cores: " + std::to_string(ranks.size()) +
+                     " rank(s) bound to " + format_cpu_list(share.bound) + " of " +
+                     format_cpu_list(share.available) +
+                     (share.sharing[mine] > 1
+                          ? ", " + std::to_string(share.sharing[mine]) + " ranks to a core"
+                          : "");
+  if (share.unused > 0) {
+    t.note += ", " + std::to_string(share.unused) + " idle";
+    t.warning = idle_cores_warning(share, launcher);
+  } else if (worst > 0) {
+    t.warning = "the CPU binding leaves up to " + std::to_string(static_cast<int>(worst)) +
+                " core(s) idle on some node (not rank 0's): a rank's threads run only on its "
+                "cores; started by " + std::string(launcher_name(launcher)) + ", rerun with " +
+                binding_fix(launcher, static_cast<int>(ranks.size()), share.usable);
+  }
+  return t;
 }
 }  // namespace
 
@@ -76,18 +122,19 @@ int local_rank() {
 }
 
 std::vector<std::string> gather_over_node(const std::string& mine) {
-  constexpr int kWidth = 64;  // a GPU UUID is "GPU-" + 36 characters
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm node = node_communicator();
   int size = 1;
   MPI_Comm_size(node, &size);
-  std::vector<char> all(static_cast<size_t>(size) * kWidth, '\0');
-  std::string padded = mine.substr(0, kWidth - 1);
-  padded.resize(kWidth, '\0');
-  MPI_Allgather(padded.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, node);
+  const int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(static_cast<size_t>(size)), offsets(static_cast<size_t>(size), 0);
+  MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, node);
+  for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+  std::vector<char> all(static_cast<size_t>(offsets.back() + lengths.back()) + 1, '\0');
+  MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
+                 MPI_CHAR, node);
   MPI_Comm_free(&node);
   std::vector<std::string> out;
-  for (int r = 0; r < size; ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * kWidth);
+  for (int r = 0; r < size; ++r) out.emplace_back(all.data() + offsets[r], lengths[r]);
   return out;
 }
 
@@ -133,8 +180,10 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                       "train.precision and parallel.communicator explicitly");
   const Config& c = s.config;
 
+  CpuThreads cpu;
   if (c.run.device == DeviceChoice::Cpu) {
-    s.backend = std::make_unique<CpuBackend>(choose_threads(c.run.threads, node_size));
+    cpu = cpu_threads(c, world, node_rank);
+    s.backend = std::make_unique<CpuBackend>(cpu.choice.threads);
   } else {
 #if MESHTRAIN_HAVE_CUDA
     agree(world, [&] {
@@ -175,13 +224,16 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
   }
   s.grid = make_grid(c, *s.backend, s.recorder.get());
   if (world.rank() == 0) {
-    std::printf("device: %s, precision %s, communication %s\n", s.backend->describe().c_str(),
+    const std::string cpus = cpu.note.empty() ? "" : " (" + cpu.note + ")";
+    std::printf("device: %s%s, precision %s, communication %s\n", s.backend->describe().c_str(),
+                cpus.c_str(),
                 std::string(dtype_name(c.train.precision)).c_str(),
                 c.run.device == DeviceChoice::Cpu ? "MPI"
                 : c.parallel.communicator == CommChoice::Nccl
                     ? "NCCL (one GPU per rank)"
                     : "MPI through host buffers (ranks of a node share a GPU, or "
                       "parallel.communicator = \"mpi\")");
+    if (!cpu.warning.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", cpu.warning.c_str());
     if (s.grid->tensor_group_spans_nodes())
       std::fprintf(stderr, "meshtrain: warning: tensor-parallel groups span nodes (tp = %d, %d "
                    "rank(s) per node): every layer's all-reduce crosses the network; use tp <= "

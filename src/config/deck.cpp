@@ -169,7 +169,8 @@ const std::vector<KeySpec>& schema() {
                         [](Config& c, int64_t v) { c.run.log_every = static_cast<int>(v); }));
     k.push_back(int_key("run", "threads", 0, 0, 1024,
                         "Threads per rank for kernels and BLAS; 0: OMP_NUM_THREADS if set, else "
-                        "this node's cores shared among its ranks.",
+                        "the rank's share of the cores it is bound to (split with the node's "
+                        "ranks bound to the same cores).",
                         [](Config& c, int64_t v) { c.run.threads = static_cast<int>(v); }));
     k.push_back(bool_key("run", "trace", false,
                          "Write a Chrome-trace timeline per rank (trace_rank<N>.json).",

@@ -1,6 +1,5 @@
 #include "meshtrain/train/trainer.h"
 
-#include <sched.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -10,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
-#include <thread>
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/agreement.h"
@@ -41,18 +39,6 @@ std::string format_duration(double seconds) {
 }
 
 }  // namespace
-
-int choose_threads(int configured, int local_ranks) {
-  if (configured > 0) return configured;
-  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && std::atoi(env) > 0) return std::atoi(env);
-  cpu_set_t set;
-  int allowed = static_cast<int>(std::thread::hardware_concurrency());
-  if (sched_getaffinity(0, sizeof set, &set) == 0) allowed = CPU_COUNT(&set);
-  const int hardware = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  // Bound to a subset of cores: that subset is ours alone. Unbound: share the node.
-  if (allowed < hardware) return std::max(1, allowed);
-  return std::max(1, hardware / std::max(1, local_ranks));
-}
 
 Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, DataMode data)
     : cfg_(config),

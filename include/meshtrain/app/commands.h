@@ -50,6 +50,7 @@ struct PlanArgs {
   std::string memory;  // budget per rank, e.g. "16GiB"
   int threads = 0;     // threads per rank of the planned run (0: run.threads, else 1)
   std::string device;  // "cpu" or "cuda": the device of the planned run (default: the deck's, else cpu)
+  bool config = false; // also print the effective configuration (dump_config), after the plan
 };
 int plan_command(const PlanArgs& args);
 

@@ -26,8 +26,9 @@ Config load_config(const std::string& deck, const std::vector<std::string>& over
 // Ranks of MPI_COMM_WORLD on this node, and this rank's index among them (collective).
 int local_ranks();
 int local_rank();
-// Every node-local rank's `mine` (up to 63 bytes), indexed by node rank (collective). Carries the
-// UUIDs of the GPUs the ranks will use: they, not device counts, say whether ranks share a GPU.
+// Every node-local rank's `mine` (any length), indexed by node rank (collective). Carries the
+// UUIDs of the GPUs the ranks will use (they, not device counts, say whether ranks share a GPU)
+// and the cores each rank is bound to (cpu_binding.h).
 std::vector<std::string> gather_over_node(const std::string& mine);
 
 struct RunSetup {
@@ -50,8 +51,9 @@ std::unique_ptr<ProcessGrid> make_grid(const Config& config, Backend& backend,
 
 // Collective: load_config, then device resolution (agreed over the world: nodes may differ),
 // the backend of this rank, the flight recorder (<run.dir>/flight/rank_N.rec) when asked for
-// and run.flight_records > 0, and the grid with communicators for that device. Prints the device
-// choice on rank 0.
+// and run.flight_records > 0, and the grid with communicators for that device. On the CPU, threads
+// per rank from run.threads, OMP_NUM_THREADS or the rank's share of its node's cores. Prints the
+// device choice on rank 0, and a warning when the ranks' CPU binding leaves cores of a node idle.
 RunSetup setup_run(const std::string& deck, const std::vector<std::string>& overrides,
                    MpiCommunicator& world, Flight flight = Flight::Off);
 

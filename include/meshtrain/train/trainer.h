@@ -90,8 +90,4 @@ class Trainer {
   int step_ = 0;
 };
 
-// Threads for this rank: run.threads if set, else OMP_NUM_THREADS if set, else the cores this
-// process may run on, shared among the node's ranks when they are not bound to separate cores.
-int choose_threads(int configured, int local_ranks);
-
 }  // namespace meshtrain
