@@ -203,6 +203,26 @@ def make_shards(tmp):
     open(os.path.join(tmp, "flipped.bin"), "wb").write(flipped)
 
 
+def rank_processes(launcher):
+    """The pids of the meshtrain processes under the launcher `launcher`: its children under
+    Open MPI's mpiexec, its grandchildren (below hydra_pmi_proxy) under MPICH's."""
+    table = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,comm="], capture_output=True,
+                           text=True).stdout.split("\n")
+    children, names = {}, {}
+    for line in table:
+        fields = line.split(None, 2)
+        if len(fields) == 3:
+            children.setdefault(int(fields[1]), []).append(int(fields[0]))
+            names[int(fields[0])] = fields[2]
+    found, todo = [], [launcher]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            todo.append(pid)
+            if names[pid] == os.path.basename(BIN)[:15]:  # ps shows at most 15 characters
+                found.append(pid)
+    return found
+
+
 def stop_during_startup(deck, tmp):
     """SIGTERM to every rank (as Slurm sends it) while the ranks generate a large synthetic
     corpus (minutes): the job must end within seconds with the requeue status, printing why
@@ -211,10 +231,10 @@ def stop_during_startup(deck, tmp):
     start = time.time()
     p = subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(5)
-    ranks = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+    ranks = rank_processes(p.pid)
     signalled = time.time()
     for pid in ranks:
-        os.kill(int(pid), signal.SIGTERM)
+        os.kill(pid, signal.SIGTERM)
     try:
         output, _ = p.communicate(timeout=120)
     except subprocess.TimeoutExpired:
