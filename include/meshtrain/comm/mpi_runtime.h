@@ -8,8 +8,11 @@
 //   node names    node_name: gethostname() under both. MPI_Get_processor_name is the full host
 //                 name under MPICH and the name cut at its first dot under Open MPI, and the
 //                 flight records and the diagnoses must name a node the same way.
-//   ending a job  abort_job: MPI_Abort on the world; Open MPI's mpiexec and MPICH's (Hydra)
-//                 both return its error code as their exit status. _Exit should it ever return.
+//   ending a job  abort_job: MPI_Abort on the world; Open MPI's mpiexec, MPICH's (Hydra) and
+//                 srun --mpi=pmix with Open MPI return its error code as their exit status.
+//                 srun --mpi=pmi2 with MPICH does not: Slurm kills every task of the step,
+//                 the aborting one included, and srun exits with 137 (measured, Slurm 22.05);
+//                 the diagnosis is printed before either. _Exit should MPI_Abort ever return.
 //   waiting       both advance non-blocking collectives only inside MPI calls: Work::wait polls
 //                 MPI_Test and yields, the progress thread calls MPI_Iprobe. A blocking call
 //                 inside MPI itself (HDF5's, ROMIO's) yields the core under Open MPI when the node
