@@ -3,10 +3,11 @@
 # Debian installs both side by side: compiler wrappers and launchers with a suffix
 # (mpicxx.openmpi / mpicxx.mpich, mpiexec.openmpi / mpiexec.mpich), the unsuffixed names behind
 # the 'mpi' alternative, and one parallel HDF5 per MPI (pkg-config hdf5-openmpi / hdf5-mpich).
-# FindMPI looks for the suffixed names only (MPI_EXECUTABLE_SUFFIX), HDF5 comes from the
-# flavour's own .pc file, and configuration fails when the mpi.h that MPI::MPI_CXX or
-# PkgConfig::HDF5 would compile against is another MPI's: Open MPI headers with MPICH's HDF5 (or
-# the reverse) build, then crash or hang at run time, since the two disagree on every handle.
+# FindMPI looks for the flavour's suffixed names where they exist (MPI_EXECUTABLE_SUFFIX), HDF5
+# comes from the flavour's own .pc file, and configuration fails when the mpi.h that
+# MPI::MPI_CXX or PkgConfig::HDF5 would compile against is another MPI's: Open MPI headers with
+# MPICH's HDF5 (or the reverse) build, then crash or hang at run time, since the two disagree on
+# every handle. tests/support/check_mpi_flavour.py checks the linked libraries afterwards.
 #
 # Defines MPI::MPI_C, MPI::MPI_CXX, MPIEXEC_EXECUTABLE, PkgConfig::HDF5, MESHTRAIN_MPI (the
 # flavour, also when it was left empty and found from the default 'mpi' alternative).
