@@ -5,6 +5,8 @@
 #   make bench    the benchmarks (speed ratios against this machine's own ceilings)
 #   make fuzz     the libFuzzer harnesses (clang, ASan + UBSan) for FUZZ_SECONDS each
 #   make clean
+# MPI=mpich (or openmpi) on any of them builds against that MPI and its parallel HDF5; MPICH
+# builds into build-mpich/ (CUDA off), beside the default Open MPI build.
 BUILD     ?= build
 JOBS      ?= $(shell nproc)
 CMAKE_ARGS ?=
@@ -22,6 +24,15 @@ CMAKE_ARGS += -DMESHTRAIN_SANITIZERS=$(SANITIZE) -DMESHTRAIN_CUDA=OFF
 export ASAN_OPTIONS = detect_leaks=0:abort_on_error=1
 export UBSAN_OPTIONS = print_stacktrace=1:halt_on_error=1
 endif
+# `make MPI=mpich ...`: a separate build against MPICH. Empty: the system's default mpicxx.
+MPI       ?=
+ifneq ($(MPI),)
+CMAKE_ARGS += -DMESHTRAIN_MPI=$(MPI)
+endif
+ifeq ($(MPI),mpich)
+BUILD     := $(BUILD)-mpich
+CMAKE_ARGS += -DMESHTRAIN_CUDA=OFF
+endif
 # `make fuzz`: a separate clang build with sanitizers; seconds each harness runs.
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
@@ -32,10 +43,10 @@ FUZZ_HARNESSES := $(patsubst fuzz/%_fuzz.cpp,%,$(wildcard fuzz/*_fuzz.cpp))
 all: build
 
 deps:
-	@scripts/ensure-deps.sh build
+	@scripts/ensure-deps.sh build $(MPI)
 
 deps-test:
-	@scripts/ensure-deps.sh test
+	@scripts/ensure-deps.sh test $(MPI)
 
 deps-fuzz:
 	@scripts/ensure-deps.sh fuzz
@@ -49,7 +60,7 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	scripts/run-local.sh $(RANKS) $(DECK)
+	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local.sh $(RANKS) $(DECK)
 
 test: deps-test configure
 	cmake --build $(BUILD) -j $(JOBS)

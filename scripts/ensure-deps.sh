@@ -5,13 +5,20 @@
 #   scripts/ensure-deps.sh build   # compiler, MPI, BLAS, HDF5, toml++, CLI11, GoogleTest
 #   scripts/ensure-deps.sh test    # build + what the tests drive (h5py, PyYAML, Slurm, munge)
 #   scripts/ensure-deps.sh fuzz    # build + clang, libFuzzer and sanitizer runtimes, clang's OpenMP
+#   scripts/ensure-deps.sh SET mpich   # the same with MPICH and its parallel HDF5 (`make MPI=mpich`)
 set -euo pipefail
 
+flavour=${2:-openmpi}
+case "$flavour" in
+  openmpi) mpi_packages=(openmpi-bin libopenmpi-dev libhdf5-openmpi-dev) ;;
+  mpich) mpi_packages=(mpich libmpich-dev libhdf5-mpich-dev) ;;
+  *) echo "meshtrain: unknown MPI flavour '$flavour' (expected openmpi or mpich)" >&2; exit 2 ;;
+esac
 build_packages=(
   build-essential cmake pkg-config
-  openmpi-bin libopenmpi-dev
+  "${mpi_packages[@]}"
   libopenblas-openmp-dev
-  libhdf5-openmpi-dev hdf5-tools
+  hdf5-tools
   libtomlplusplus-dev libcli11-dev
   libgtest-dev googletest
 )

@@ -10,6 +10,7 @@
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/comm/job_abort.h"
+#include "meshtrain/comm/mpi_runtime.h"
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/train/divergence.h"
@@ -24,18 +25,8 @@ constexpr const char* kOutOfMemoryAdvice =
 }  // namespace
 
 MpiSession::MpiSession(int* argc, char*** argv) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) {
-    // Open MPI's non-blocking collectives (libnbc) pick, by default, an all-reduce algorithm
-    // that moves large buckets at about half the bandwidth of the blocking MPI_Allreduce; the
-    // ring is bandwidth-optimal for the megabyte buckets of gradient reduction. A value the
-    // user set wins (overwrite = 0); other MPI implementations ignore the variable.
-    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
-    // MULTIPLE lets the progress thread (comm/progress_thread.h) drive MPI during compute.
-    int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
-  }
+  // MULTIPLE lets the progress thread (comm/progress_thread.h) drive MPI during compute.
+  init_mpi(argc, argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }
@@ -72,8 +63,7 @@ int run_reporting_errors(const std::function<int()>& body) {
   } catch (const CommTimeout& e) {
     std::fprintf(stderr, "meshtrain: rank %d: error: %s; aborting the job\n", rank, e.what());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, kExitTimeout);
-    return kExitTimeout;
+    abort_job(kExitTimeout);
   } catch (const StopDuringStartup& e) {  // every rank agreed on it
     if (rank == 0) {
       std::printf("%s\n", e.what());
@@ -86,19 +76,16 @@ int run_reporting_errors(const std::function<int()>& body) {
   } catch (const DataError& e) {  // raised outside an agreement: only this rank knows
     std::fprintf(stderr, "meshtrain: rank %d: error: %s; aborting the job\n", rank, e.what());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, kExitInput);
-    return kExitInput;
+    abort_job(kExitInput);
   } catch (const std::bad_alloc&) {  // only this rank ran out; the others wait for it
     std::fprintf(stderr, "meshtrain: rank %d: error: out of memory (an allocation failed); %s; "
                  "aborting the job\n", rank, kOutOfMemoryAdvice);
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, kExitInput);
-    return kExitInput;
+    abort_job(kExitInput);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "meshtrain: rank %d: internal error: %s; aborting the job\n", rank, e.what());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, kExitInternal);
-    return kExitInternal;
+    abort_job(kExitInternal);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/flight_report.h"
+#include "meshtrain/comm/mpi_runtime.h"
 #include "meshtrain/comm/recording_communicator.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/device_check.h"
@@ -225,14 +226,15 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
   s.grid = make_grid(c, *s.backend, s.recorder.get());
   if (world.rank() == 0) {
     const std::string cpus = cpu.note.empty() ? "" : " (" + cpu.note + ")";
-    std::printf("device: %s%s, precision %s, communication %s\n", s.backend->describe().c_str(),
-                cpus.c_str(),
+    std::printf("device: %s%s, precision %s, communication %s, MPI library %s\n",
+                s.backend->describe().c_str(), cpus.c_str(),
                 std::string(dtype_name(c.train.precision)).c_str(),
                 c.run.device == DeviceChoice::Cpu ? "MPI"
                 : c.parallel.communicator == CommChoice::Nccl
                     ? "NCCL (one GPU per rank)"
                     : "MPI through host buffers (ranks of a node share a GPU, or "
-                      "parallel.communicator = \"mpi\")");
+                      "parallel.communicator = \"mpi\")",
+                mpi_library_version().c_str());
     if (!cpu.warning.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", cpu.warning.c_str());
     if (s.grid->tensor_group_spans_nodes())
       std::fprintf(stderr, "meshtrain: warning: tensor-parallel groups span nodes (tp = %d, %d "

@@ -309,6 +309,10 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
           for (const Entry& e : entries)
             for (int kind = 0; kind < kKinds; ++kind) file->create_dataset(dataset_name(e.name, kind), e.global, dt);
         });
+        // A full disk fails here, on every rank alike, not inside a collective write.
+        agree(world, [&] {
+          if (world.rank() == 0) file->reserve_space();
+        });
         // The worker hashes each dataset while MPI-IO writes it (both only read the data).
         std::deque<HostElements> held;  // copies the worker may still read
         size_t held_bytes = 0;

@@ -4,9 +4,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "meshtrain/comm/mpi_runtime.h"
+
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  meshtrain::init_mpi(&argc, &argv);  // as the binary starts it, under either MPI
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -131,6 +131,14 @@ class CheckpointFile {
 
   // Collective: a dataset at `name` ("/model/wte"), intermediate groups created as needed.
   void create_dataset(const std::string& name, const Shape& shape, DType dtype);
+  // Reserves on disk the bytes of everything created so far (the datasets are allocated at
+  // creation), so that a full file system fails here instead of in the middle of a collective
+  // write: there MPI-IO reports it only on the ranks whose own writes failed, and with MPICH's
+  // ROMIO those leave HDF5's collective write early while the others wait inside it, with no
+  // timeout (Open MPI's OMPIO happens to get through). Not collective: one rank calls it; a
+  // file system that cannot reserve space (no fallocate) is left as it is. Throws
+  // CheckpointFileError naming the size when the space is not there.
+  void reserve_space();
   // Full paths of every dataset in the file, sorted.
   std::vector<std::string> dataset_names() const;
   bool has_dataset(const std::string& name) const;
