@@ -11,6 +11,7 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/flight_report.h"
+#include "meshtrain/comm/node.h"
 #include "meshtrain/comm/recording_communicator.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/device_check.h"
@@ -47,14 +48,6 @@ Config load_config(const std::string& deck, const std::vector<std::string>& over
 }
 
 namespace {
-void node_ranks(int& size, int& rank) {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  MPI_Comm_size(node, &size);
-  MPI_Comm_rank(node, &rank);
-  MPI_Comm_free(&node);
-}
-
 // One number per rank for "did every rank settle on the same device choices".
 double choice_code(const Config& c) {
   return static_cast<double>(static_cast<int>(c.run.device) * 100 +
@@ -63,31 +56,14 @@ double choice_code(const Config& c) {
 }
 }  // namespace
 
-int local_ranks() {
-  int size = 1, rank = 0;
-  node_ranks(size, rank);
-  return size;
-}
+int local_ranks() { return node_membership(MPI_COMM_WORLD).local_size; }
 
-int local_rank() {
-  int size = 1, rank = 0;
-  node_ranks(size, rank);
-  return rank;
-}
+int local_rank() { return node_membership(MPI_COMM_WORLD).local_rank; }
 
 std::vector<std::string> gather_over_node(const std::string& mine) {
-  constexpr int kWidth = 64;  // a GPU UUID is "GPU-" + 36 characters
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int size = 1;
-  MPI_Comm_size(node, &size);
-  std::vector<char> all(static_cast<size_t>(size) * kWidth, '\0');
-  std::string padded = mine.substr(0, kWidth - 1);
-  padded.resize(kWidth, '\0');
-  MPI_Allgather(padded.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, node);
+  MPI_Comm node = split_by_node(MPI_COMM_WORLD);
+  std::vector<std::string> out = all_gather_strings(node, mine);
   MPI_Comm_free(&node);
-  std::vector<std::string> out;
-  for (int r = 0; r < size; ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * kWidth);
   return out;
 }
 
@@ -121,8 +97,8 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                    MpiCommunicator& world, Flight flight) {
   RunSetup s;
   s.config = load_config(deck, overrides, world);
-  int node_size = 1, node_rank = 0;
-  node_ranks(node_size, node_rank);
+  const NodeMembership node = node_membership(MPI_COMM_WORLD);
+  const int node_size = node.local_size, node_rank = node.local_rank;
   DeviceFacts facts = probe_device_facts(node_size, node_rank);
   facts.node_gpus = gather_over_node(facts.node_gpus.front());
   agree(world, [&] { resolve_device(s.config, facts); });
@@ -182,11 +158,13 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                     ? "NCCL (one GPU per rank)"
                     : "MPI through host buffers (ranks of a node share a GPU, or "
                       "parallel.communicator = \"mpi\")");
-    if (s.grid->tensor_group_spans_nodes())
-      std::fprintf(stderr, "meshtrain: warning: tensor-parallel groups span nodes (tp = %d, %d "
-                   "rank(s) per node): every layer's all-reduce crosses the network; use tp <= "
-                   "ranks per node, or an order starting with \"tp\"\n",
-                   c.parallel.tp, s.grid->local_size());
+    if (const int spanning = s.grid->tensor_groups_spanning_nodes(); spanning > 0)
+      std::fprintf(stderr, "meshtrain: warning: %d of %d tensor-parallel group(s) span nodes (tp "
+                   "= %d, %d rank(s) on node %s), the first: %s; every layer's all-reduce there "
+                   "crosses the network: use tp <= ranks per node, or an order starting with "
+                   "\"tp\"\n",
+                   spanning, c.parallel.dp * c.parallel.pp, c.parallel.tp, s.grid->local_size(),
+                   s.grid->node_name().c_str(), s.grid->spanning_tensor_group().c_str());
     std::fflush(stdout);
   }
   return s;

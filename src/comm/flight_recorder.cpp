@@ -13,6 +13,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "meshtrain/comm/node.h"
+
 namespace meshtrain {
 namespace {
 
@@ -127,9 +129,7 @@ FlightRecorder::FlightRecorder(const std::string& path, int world_rank, int worl
   header_->pid = static_cast<int32_t>(::getpid());
   header_->opened = wall_seconds();
   header_->capacity = capacity;
-  char node[sizeof header_->node] = {};
-  ::gethostname(node, sizeof node - 1);
-  std::memcpy(header_->node, node, sizeof node);
+  std::snprintf(header_->node, sizeof header_->node, "%s", node_name().c_str());
   flush_at_abort_ = ScopedAbortHook([this] { flush(); });
 }
 

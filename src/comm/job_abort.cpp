@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "meshtrain/comm/communicator.h"
+#include "meshtrain/comm/node.h"
 
 namespace meshtrain {
 namespace {
@@ -64,12 +65,10 @@ void communication_failed(const std::string& what) {
     hooks = state().hooks;
     exit_status = state().exit_status;
   }
-  int rank = -1, length = 0;
-  char node[MPI_MAX_PROCESSOR_NAME] = "?";
+  int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Get_processor_name(node, &length);
-  std::fprintf(stderr, "meshtrain: rank %d (node %s): error: %s; aborting the job\n", rank, node,
-               what.c_str());
+  std::fprintf(stderr, "meshtrain: rank %d (node %s): error: %s; aborting the job\n", rank,
+               node_name().c_str(), what.c_str());
   std::fflush(stderr);
   for (auto& [id, hook] : hooks) {
     try {
