@@ -17,7 +17,8 @@
 # vader's segment names collide and ranks crash in mca_btl_vader_poll_handle_frag), and waiting
 # ranks yield their core (OMPI_MCA_mpi_yield_when_idle=1; under srun Open MPI cannot tell that
 # the nodes' ranks share this host's cores, and busy-polling ranks starve the others: a
-# collective checkpoint write took 90 s instead of 15 on 8 ranks and 2 cores). Every task sees its
+# collective checkpoint write took 90 s instead of 15 on 8 ranks and 2 cores). DIR/mpi.conf
+# chooses the PMIx plugin's tree fence (see below). Every task sees its
 # node's name in SLURMD_NODENAME, which is what meshtrain takes as the node (its hostname is the
 # same on all). Jobs start with `srun --mpi=pmix` as on a real cluster.
 #
@@ -65,6 +66,7 @@ fi
 [[ $cmd == start ]] || { echo "$usage" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "slurm-local.sh: the daemons need root" >&2; exit 1; }
 stop  # a previous harness in this directory
+rm -f "$dir/mpi.conf" "$dir/task-prolog.sh"
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -116,6 +118,11 @@ echo "export OMPI_MCA_mpi_yield_when_idle=1"
 PROLOG
   chmod 755 "$dir/task-prolog.sh"
   per_node="TaskProlog=$dir/task-prolog.sh"
+  # The PMIx plugin's default fence ("mixed") lets an emulated node's ranks leave MPI_Init before
+  # every other node's ranks got there, on a busy host: their first message then reaches a rank
+  # whose Open MPI has not registered its receive handlers yet, which crashes (SIGSEGV in
+  # mca_btl_tcp, 2 jobs in 15 under load). The tree fence has not (0 in 65).
+  printf 'PMIxCollFence=tree\n' > "$dir/mpi.conf"
 fi
 
 cat > "$dir/slurm.conf" <<CONF
