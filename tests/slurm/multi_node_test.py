@@ -29,14 +29,13 @@ usage: multi_node_test.py --meshtrain BIN --mpiexec MPIEXEC --repo REPO_ROOT
 import argparse
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from slurm_cluster import SKIP, Cluster, chain, layout_line, losses, skip_reason
+from slurm_cluster import SKIP, Cluster, chain, layout_line, losses, report, skip_reason
 
 LOSS_TOLERANCE = 1e-5  # fp32 layouts, relative (tests/parallel/layout_parity_test.cpp)
 
@@ -258,12 +257,7 @@ def main():
     except RuntimeError as e:
         failures.append(str(e))
     print("%.0f s in all" % (time.time() - began))
-    if not failures:
-        shutil.rmtree(tmp, ignore_errors=True)
-    for f in failures:
-        print("FAILED: " + f)
-    print("%d failure(s)%s" % (len(failures), "" if not failures else "; files kept in " + tmp))
-    return 1 if failures else 0
+    return report(tmp, failures)
 
 
 if __name__ == "__main__":

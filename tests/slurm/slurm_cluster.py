@@ -193,6 +193,16 @@ def chain(cluster, tmp, deck, steps, placement, uninterrupted="single-node.sbatc
     return failures
 
 
+def report(tmp, failures):
+    """Prints the failures and returns the exit status; removes `tmp` only when all passed."""
+    if not failures:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for f in failures:
+        print("FAILED: " + f)
+    print("%d failure(s)%s" % (len(failures), "" if not failures else "; files kept in " + tmp))
+    return 1 if failures else 0
+
+
 def losses(run_dir):
     """{step: loss} from a run directory's metrics.jsonl (9 significant digits)."""
     import json

@@ -17,11 +17,10 @@ usage: slurm_jobs_test.py --meshtrain BIN --repo REPO_ROOT
 """
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 
-from slurm_cluster import SKIP, Cluster, chain, skip_reason
+from slurm_cluster import SKIP, Cluster, chain, report, skip_reason
 
 DECK = """
 [run]
@@ -86,12 +85,7 @@ def main():
                 failures.append("multi-node job failed:\n" + m.log[-2000:])
     except RuntimeError as e:
         failures.append(str(e))
-    if not failures:
-        shutil.rmtree(tmp, ignore_errors=True)
-    for f in failures:
-        print("FAILED: " + f)
-    print("%d failure(s)%s" % (len(failures), "" if not failures else "; files kept in " + tmp))
-    return 1 if failures else 0
+    return report(tmp, failures)
 
 
 if __name__ == "__main__":
