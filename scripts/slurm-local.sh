@@ -18,9 +18,9 @@
 # ranks yield their core (OMPI_MCA_mpi_yield_when_idle=1; under srun Open MPI cannot tell that
 # the nodes' ranks share this host's cores, and busy-polling ranks starve the others: a
 # collective checkpoint write took 90 s instead of 15 on 8 ranks and 2 cores). DIR/mpi.conf
-# chooses the PMIx plugin's tree fence (see below). Every task sees its
-# node's name in SLURMD_NODENAME, which is what meshtrain takes as the node (its hostname is the
-# same on all). Jobs start with `srun --mpi=pmix` as on a real cluster.
+# chooses the PMIx plugin's tree fence (see below). Every task sees its node's name in
+# SLURMD_NODENAME, which is what meshtrain takes as the node (its hostname is the same on all).
+# Jobs start with `srun --mpi=pmix` as on a real cluster.
 #
 # Loopback only, no cgroups (proctrack/linuxproc, task/none), MpiDefault=pmix, and
 # SlurmdParameters=config_overrides so a node may declare more CPUs than it has (ranks
@@ -121,7 +121,8 @@ PROLOG
   # The PMIx plugin's default fence ("mixed") lets an emulated node's ranks leave MPI_Init before
   # every other node's ranks got there, on a busy host: their first message then reaches a rank
   # whose Open MPI has not registered its receive handlers yet, which crashes (SIGSEGV in
-  # mca_btl_tcp, 2 jobs in 15 under load). The tree fence has not (0 in 65).
+  # mca_btl_tcp calling the null handler of tag 65, about 1 job in 6 on a busy host). The tree
+  # fence has not (0 in 90).
   printf 'PMIxCollFence=tree\n' > "$dir/mpi.conf"
 fi
 
