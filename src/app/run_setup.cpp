@@ -13,6 +13,7 @@
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/flight_report.h"
 #include "meshtrain/comm/mpi_runtime.h"
+#include "meshtrain/comm/node.h"
 #include "meshtrain/comm/recording_communicator.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/device_check.h"
@@ -49,21 +50,6 @@ Config load_config(const std::string& deck, const std::vector<std::string>& over
 }
 
 namespace {
-// The ranks of MPI_COMM_WORLD that share this node: the one place that decides what a node is
-// (every node-local gather and count below goes through it). The caller frees it.
-MPI_Comm node_communicator() {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  return node;
-}
-
-void node_ranks(int& size, int& rank) {
-  MPI_Comm node = node_communicator();
-  MPI_Comm_size(node, &size);
-  MPI_Comm_rank(node, &rank);
-  MPI_Comm_free(&node);
-}
-
 // One number per rank for "did every rank settle on the same device choices".
 double choice_code(const Config& c) {
   return static_cast<double>(static_cast<int>(c.run.device) * 100 +
@@ -110,32 +96,14 @@ CpuThreads cpu_threads(const Config& c, Communicator& world, int node_rank) {
 }
 }  // namespace
 
-int local_ranks() {
-  int size = 1, rank = 0;
-  node_ranks(size, rank);
-  return size;
-}
+int local_ranks() { return node_membership(MPI_COMM_WORLD).local_size; }
 
-int local_rank() {
-  int size = 1, rank = 0;
-  node_ranks(size, rank);
-  return rank;
-}
+int local_rank() { return node_membership(MPI_COMM_WORLD).local_rank; }
 
 std::vector<std::string> gather_over_node(const std::string& mine) {
-  MPI_Comm node = node_communicator();
-  int size = 1;
-  MPI_Comm_size(node, &size);
-  const int length = static_cast<int>(mine.size());
-  std::vector<int> lengths(static_cast<size_t>(size)), offsets(static_cast<size_t>(size), 0);
-  MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, node);
-  for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
-  std::vector<char> all(static_cast<size_t>(offsets.back() + lengths.back()) + 1, '\0');
-  MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
-                 MPI_CHAR, node);
+  MPI_Comm node = split_by_node(MPI_COMM_WORLD);
+  std::vector<std::string> out = all_gather_strings(node, mine);
   MPI_Comm_free(&node);
-  std::vector<std::string> out;
-  for (int r = 0; r < size; ++r) out.emplace_back(all.data() + offsets[r], lengths[r]);
   return out;
 }
 
@@ -169,8 +137,8 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                    MpiCommunicator& world, Flight flight) {
   RunSetup s;
   s.config = load_config(deck, overrides, world);
-  int node_size = 1, node_rank = 0;
-  node_ranks(node_size, node_rank);
+  const NodeMembership node = node_membership(MPI_COMM_WORLD);
+  const int node_size = node.local_size, node_rank = node.local_rank;
   DeviceFacts facts = probe_device_facts(node_size, node_rank);
   facts.node_gpus = gather_over_node(facts.node_gpus.front());
   agree(world, [&] { resolve_device(s.config, facts); });
@@ -236,11 +204,13 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                       "parallel.communicator = \"mpi\")",
                 mpi_library_version().c_str());
     if (!cpu.warning.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", cpu.warning.c_str());
-    if (s.grid->tensor_group_spans_nodes())
-      std::fprintf(stderr, "meshtrain: warning: tensor-parallel groups span nodes (tp = %d, %d "
-                   "rank(s) per node): every layer's all-reduce crosses the network; use tp <= "
-                   "ranks per node, or an order starting with \"tp\"\n",
-                   c.parallel.tp, s.grid->local_size());
+    if (const int spanning = s.grid->tensor_groups_spanning_nodes(); spanning > 0)
+      std::fprintf(stderr, "meshtrain: warning: %d of %d tensor-parallel group(s) span nodes (tp "
+                   "= %d, %d rank(s) on node %s), the first: %s; every layer's all-reduce there "
+                   "crosses the network: use tp <= ranks per node, or an order starting with "
+                   "\"tp\"\n",
+                   spanning, c.parallel.dp * c.parallel.pp, c.parallel.tp, s.grid->local_size(),
+                   s.grid->node_name().c_str(), s.grid->spanning_tensor_group().c_str());
     std::fflush(stdout);
   }
   return s;

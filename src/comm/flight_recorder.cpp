@@ -13,7 +13,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "meshtrain/comm/mpi_runtime.h"
+#include "meshtrain/comm/node.h"
 
 namespace meshtrain {
 namespace {
@@ -130,12 +130,28 @@ FlightRecorder::FlightRecorder(const std::string& path, int world_rank, int worl
   header_->opened = wall_seconds();
   header_->capacity = capacity;
   std::snprintf(header_->node, sizeof header_->node, "%s", node_name().c_str());
+  header_->alive = header_->opened;
   flush_at_abort_ = ScopedAbortHook([this] { flush(); });
+  alive_thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(alive_mutex_);
+    const auto period = std::chrono::duration<double>(kAliveSeconds);
+    while (!alive_wake_.wait_for(lock, period, [this] { return stopping_; }))
+      header_->alive = wall_seconds();
+  });
 }
 
 FlightRecorder::~FlightRecorder() {
+  {
+    std::lock_guard<std::mutex> lock(alive_mutex_);
+    stopping_ = true;
+  }
+  alive_wake_.notify_all();
+  alive_thread_.join();
   flush_at_abort_ = ScopedAbortHook();
-  if (map_) ::munmap(map_, map_bytes_);
+  if (map_) {
+    header_->closed = wall_seconds();
+    ::munmap(map_, map_bytes_);
+  }
 }
 
 int FlightRecorder::add_group(const std::string& name, int id, int size, int rank) {

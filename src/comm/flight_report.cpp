@@ -13,6 +13,11 @@ namespace meshtrain {
 namespace {
 
 constexpr size_t kMaxFindings = 20;
+// A record whose liveness stamp (FlightRecorder::kAliveSeconds apart) lags the newest sign of
+// life among the job's records by more than this was left by a process that died. Well above
+// the stamp's period, so that a busy machine delaying the stamping thread is not taken for a
+// death; below any useful run.comm_timeout, which is how long the others outlive a dead rank.
+constexpr double kDeadAfterSeconds = 2.0;
 
 std::string clock_time(double t) {
   // Times come from a file: out of range of time_t (or NaN) the cast would be undefined
@@ -62,10 +67,12 @@ class Analysis {
         instances_[it->second].members.push_back({r, g, fg.rank});
         instance_of_[{r, g}] = it->second;
       }
+      newest_sign_ = std::max(newest_sign_, last_sign(r));
     }
   }
 
   void run(FlightReport& report) {
+    deaths(report);
     for (const Instance& in : instances_) collectives(in, report);
     for (size_t r = 0; r < records_.size(); ++r) messages(r, report);
     std::stable_sort(report.findings.begin(), report.findings.end(),
@@ -108,16 +115,54 @@ class Analysis {
                                               : ", still pending";
     return text;
   }
-  // Whether rank r stopped communicating: its last operation completed (or it has none).
+  // The last time rank r's record shows the process alive: closed, stamped, or an operation.
+  double last_sign(size_t r) const {
+    const FlightHeader& h = header(r);
+    double t = std::max({h.opened, h.alive, h.closed});
+    if (!records_[r].entries.empty())
+      t = std::max({t, records_[r].entries.back().start, records_[r].entries.back().end});
+    return t;
+  }
+  // Whether rank r's process died: its record was neither closed nor stamped alive while the
+  // others' went on. Records without stamps (alive = 0, older writers) never count as dead.
+  bool died(size_t r) const {
+    const FlightHeader& h = header(r);
+    return h.closed == 0 && h.alive > 0 && newest_sign_ - last_sign(r) > kDeadAfterSeconds;
+  }
+  // Whether rank r stopped communicating: none of its operations is pending (its last one
+  // completed, and no earlier one, such as a data-parallel reduction overlapping the backward
+  // pass, still waits for a peer), or it died, in the middle of an operation too.
   bool went_quiet(size_t r) const {
     const std::vector<FlightEntry>& entries = records_[r].entries;
-    return entries.empty() || entries.back().state == FlightState::Completed;
+    const bool waiting = std::any_of(entries.begin(), entries.end(), [](const FlightEntry& e) {
+      return e.state == FlightState::Entered;
+    });
+    return !waiting || died(r);
   }
   std::string last_operation(size_t r) const {
+    std::string text = operation_text(r);
+    if (died(r)) text += "; its process " + death_text(r);
+    return text;
+  }
+  std::string operation_text(size_t r) const {
     const std::vector<FlightEntry>& entries = records_[r].entries;
     if (entries.empty())
       return "it recorded no communication since it started at " + clock_time(header(r).opened);
     return "its last operation: " + entry_text(r, entries.back());
+  }
+  std::string death_text(size_t r) const {
+    char gap[32];
+    std::snprintf(gap, sizeof gap, "%.1f", newest_sign_ - last_sign(r));
+    return "died at about " + clock_time(last_sign(r)) + " (its record was last kept alive " + gap +
+           " s before the others')";
+  }
+
+  // Ranks whose process died: a finding each, whatever they were doing.
+  void deaths(FlightReport& report) {
+    for (size_t r = 0; r < records_.size(); ++r)
+      if (died(r))
+        report.findings.push_back(
+            {last_sign(r), who(r) + " " + death_text(r) + "; " + operation_text(r), true, {who(r)}});
   }
   const FlightEntry* find(size_t r, int group, bool p2p, FlightOp op, int peer, uint64_t seq) const {
     for (const FlightEntry& e : records_[r].entries)
@@ -199,6 +244,7 @@ class Analysis {
   }
 
   const std::vector<FlightRecord>& records_;
+  double newest_sign_ = 0;  // the newest sign of life among the records
   std::vector<Instance> instances_;
   std::map<std::pair<std::string, int>, size_t> index_;
   std::map<std::pair<size_t, int>, size_t> instance_of_;

@@ -9,6 +9,7 @@
 
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/comm/mpi_runtime.h"
+#include "meshtrain/comm/node.h"
 
 namespace meshtrain {
 namespace {

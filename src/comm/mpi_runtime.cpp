@@ -63,12 +63,6 @@ int init_mpi(int* argc, char*** argv) {
   return provided;
 }
 
-std::string node_name() {
-  char node[256] = {};
-  if (::gethostname(node, sizeof node - 1) != 0) return "?";
-  return node;
-}
-
 void abort_job(int exit_status) {
   MPI_Abort(MPI_COMM_WORLD, exit_status);
   std::_Exit(exit_status);  // MPI_Abort returned: it must not, but the job still ends here

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <map>
 #include <stdexcept>
 
 #include "meshtrain/comm/meta_communicator.h"
 #include "meshtrain/comm/mpi_communicator.h"
+#include "meshtrain/comm/node.h"
 
 namespace meshtrain {
 
@@ -114,6 +117,12 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
   coords_ = shape_.coordinates(world_rank_);
   world_ = wrap(std::make_unique<MpiCommunicator>(world, "world", timeout), 0);
 
+  const NodeMembership node = node_membership(world);
+  local_rank_ = node.local_rank;
+  local_size_ = node.local_size;
+  node_count_ = node.count;
+  node_name_ = node.name;
+
   for (Axis a : {Axis::Data, Axis::Tensor, Axis::Pipeline}) {
     // Colour: the rank's coordinates on the two other axes; key: its coordinate on this one.
     std::array<int, 3> c = coords_;
@@ -121,6 +130,7 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
     MPI_Comm sub;
     // The colour is the world rank of the group's rank 0, which also names the group.
     MPI_Comm_split(world, shape_.world_rank(c), rank(a), &sub);
+    if (a == Axis::Tensor) place_tensor_groups(world, sub, node.id);
     axis_comms_[axis_index(a)] = group(sub, std::string(axis_name(a)), shape_.world_rank(c));
   }
 
@@ -132,20 +142,63 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
   MPI_Comm_split(world, on_end ? shape_.world_rank(c) : shape_.world_size() + world_rank_,
                  rank(Axis::Pipeline), &emb);
   embedding_ = group(emb, "embedding", on_end ? shape_.world_rank(c) : world_rank_);
+}
 
-  // Nodes: ranks sharing memory. A node's id is the world rank of its first member.
-  MPI_Comm node;
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &local_rank_);
-  MPI_Comm_size(node, &local_size_);
-  int node_id = world_rank_;
-  MPI_Bcast(&node_id, 1, MPI_INT, 0, node);
-  MPI_Comm_free(&node);
-  int is_leader = local_rank_ == 0 ? 1 : 0;
-  MPI_Allreduce(&is_leader, &node_count_, 1, MPI_INT, MPI_SUM, world);
-  const int lo = static_cast<int>(comm(Axis::Tensor).all_reduce_scalar(node_id, ReduceOp::Min));
-  const int hi = static_cast<int>(comm(Axis::Tensor).all_reduce_scalar(node_id, ReduceOp::Max));
-  tp_spans_nodes_ = lo != hi;
+namespace {
+// "0-3", "0-1, 4-5", "0, 2, 4": ascending world ranks, runs of consecutive ones as ranges.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+}  // namespace
+
+void ProcessGrid::place_tensor_groups(MPI_Comm world, MPI_Comm tensor, int node_id) {
+  const int tp = size(Axis::Tensor);
+  std::vector<int> ids(static_cast<size_t>(tp));
+  MPI_Allgather(&node_id, 1, MPI_INT, ids.data(), 1, MPI_INT, tensor);
+  const bool spans = std::any_of(ids.begin(), ids.end(), [&](int id) { return id != ids[0]; });
+  std::string example;
+  if (spans) {  // the same verdict on every rank of the group: all of it gathers the names
+    const std::vector<std::string> names = all_gather_strings(tensor, node_name_);
+    std::vector<int> members;
+    std::map<int, std::vector<int>> by_node;  // node id -> world ranks, nodes in rank order
+    std::array<int, 3> c = coords_;
+    for (int i = 0; i < tp; ++i) {
+      c[axis_index(Axis::Tensor)] = i;
+      members.push_back(shape_.world_rank(c));
+      by_node[ids[static_cast<size_t>(i)]].push_back(members.back());
+    }
+    std::sort(members.begin(), members.end());
+    example = "ranks " + rank_list(members) + " on nodes ";
+    std::string sep;
+    for (auto& [id, ranks] : by_node) {
+      const size_t first = static_cast<size_t>(std::find(ids.begin(), ids.end(), id) - ids.begin());
+      std::sort(ranks.begin(), ranks.end());
+      example += sep + names[first] + " (rank" + (ranks.size() > 1 ? "s " : " ") + rank_list(ranks) + ")";
+      sep = ", ";
+    }
+  }
+  // Over the grid: how many groups span nodes, and the first one's description for everyone.
+  const bool leader = rank(Axis::Tensor) == 0;
+  const int counted = spans && leader ? 1 : 0;
+  MPI_Allreduce(&counted, &tp_spanning_groups_, 1, MPI_INT, MPI_SUM, world);
+  if (tp_spanning_groups_ == 0) return;
+  const int candidate = spans && leader ? world_rank_ : INT_MAX;
+  int first = INT_MAX;
+  MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, world);
+  int length = static_cast<int>(example.size());
+  MPI_Bcast(&length, 1, MPI_INT, first, world);
+  example.resize(static_cast<size_t>(length));
+  MPI_Bcast(example.data(), length, MPI_CHAR, first, world);
+  tp_spanning_example_ = example;
 }
 
 ProcessGrid ProcessGrid::planned(const GridShape& shape, int world_rank) {

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/node.h"
 #include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/tensor/philox.h"
 #include "meshtrain/train/checkpointer.h"
@@ -91,9 +92,7 @@ void check_directory_writable(const Config& config, Communicator& world) {
   // Every rank, after the directory exists: on a file system some nodes do not share, or
   // mount read-only, the ranks there fail (and the agreement names the first of them).
   agree(world, [&] {
-    char host[256] = "host";
-    ::gethostname(host, sizeof host - 1);
-    const std::string probe = dir + "/.meshtrain_write_probe." + host + "." + std::to_string(::getpid()) +
+    const std::string probe = dir + "/.meshtrain_write_probe." + node_name() + "." + std::to_string(::getpid()) +
                               "." + std::to_string(world.rank());
     const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0) throw std::runtime_error(key + "cannot create a file there: " + std::strerror(errno) + hint);

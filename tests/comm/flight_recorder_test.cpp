@@ -1,10 +1,12 @@
 // The flight recorder's file (written, wrapped, read back) and the analysis that merges every
-// rank's record: a collective some members never entered, a message never sent, records of
-// another job, ranks without a record.
+// rank's record: a collective some members never entered, a message never sent, a rank that died
+// inside an operation, records of another job, ranks without a record.
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "meshtrain/comm/flight_recorder.h"
@@ -27,8 +29,14 @@ TEST(FlightRecorder, WritesEveryOperationAndReadsItBack) {
     rec.end(rec.begin(pp, FlightOp::Send, 1, 512));
     rec.begin(pp, FlightOp::Send, 1, 512);   // pending
     rec.begin(dp, FlightOp::AllReduce, -1, 4096);
+    // While the recorder lives, its thread stamps the record alive; it is not closed.
+    std::this_thread::sleep_for(std::chrono::duration<double>(3 * FlightRecorder::kAliveSeconds));
+    const FlightRecord live = read_flight_record(path);
+    EXPECT_GT(live.header.alive, live.header.opened + FlightRecorder::kAliveSeconds / 2);
+    EXPECT_EQ(live.header.closed, 0.0);
   }
   const FlightRecord r = read_flight_record(path);
+  EXPECT_GE(r.header.closed, r.header.alive);  // destroyed: closed cleanly
   EXPECT_EQ(r.header.world_rank, 3);
   EXPECT_EQ(r.header.world_size, 4);
   ASSERT_EQ(r.header.group_count, 2);
@@ -185,6 +193,63 @@ TEST(FlightReport, QuietRanksComeBeforeTheirVictims) {
   ASSERT_EQ(report.findings.size(), 2u) << report.text();
   EXPECT_NE(report.findings[0].text.find("group 'tp'"), std::string::npos) << report.text();
   EXPECT_NE(report.text().find("likely cause: rank 1 (node n)"), std::string::npos) << report.text();
+}
+
+TEST(FlightReport, ARankWithAnOverlappedReductionPendingIsAVictim) {
+  // dp group {0, 2}: rank 2 stalled after all_reduce #1. Rank 0 started all_reduce #2 (a bucket
+  // overlapping the backward pass), then completed a pp send: its last entry is complete, but it
+  // waits for rank 2 all the same, so rank 1, waiting for it in tp, names only rank 2.
+  FlightRecord r0 = rank_record(0, 3, "n1", 1.0), r1 = rank_record(1, 3, "n1", 1.0),
+               r2 = rank_record(2, 3, "n2", 1.0);
+  const int d0 = add_group(r0, "dp", 0, 2, 0), t0 = add_group(r0, "tp", 0, 2, 0),
+            p0 = add_group(r0, "pp", 0, 2, 0);
+  const int t1 = add_group(r1, "tp", 0, 2, 1), p1 = add_group(r1, "pp", 0, 2, 1);
+  const int d2 = add_group(r2, "dp", 0, 2, 1);
+  (void)t0;
+  add_entry(r0, d0, FlightOp::AllReduce, -1, 1, 2.0, true);
+  add_entry(r2, d2, FlightOp::AllReduce, -1, 1, 2.0, true);
+  add_entry(r0, d0, FlightOp::AllReduce, -1, 2, 3.0, false);
+  add_entry(r0, p0, FlightOp::Send, 1, 1, 3.1, true);
+  add_entry(r1, p1, FlightOp::Recv, 0, 1, 3.1, true);
+  add_entry(r1, t1, FlightOp::AllReduce, -1, 1, 3.2, false);
+  const std::string text = analyse_flight({r0, r1, r2}).text();
+  EXPECT_NE(text.find("likely cause: rank 2 (node n2) stopped communicating"), std::string::npos) << text;
+}
+
+TEST(FlightReport, NamesARankThatDiedInsideAnOperation) {
+  // tp group {0, 1}: both entered all_reduce #1 and rank 1 was killed there: its last entry is
+  // as pending as rank 0's, only its liveness stamp (5 s behind) tells. dp group {1, 2}: rank 2
+  // waits in all_reduce #1 that rank 1 never entered.
+  FlightRecord r0 = rank_record(0, 3, "n1", 1.0), r1 = rank_record(1, 3, "n2", 1.0),
+               r2 = rank_record(2, 3, "n3", 1.0);
+  const int t0 = add_group(r0, "tp", 0, 2, 0), t1 = add_group(r1, "tp", 0, 2, 1);
+  add_group(r1, "dp", 1, 2, 0);
+  const int d2 = add_group(r2, "dp", 1, 2, 1);
+  add_entry(r0, t0, FlightOp::AllReduce, -1, 1, 5.0, false);
+  add_entry(r1, t1, FlightOp::AllReduce, -1, 1, 5.0, false);
+  add_entry(r2, d2, FlightOp::AllReduce, -1, 1, 4.0, false);
+  r0.header.alive = r2.header.alive = 10.5;
+  r1.header.alive = 5.5;
+  const FlightReport report = analyse_flight({r0, r1, r2});
+  const std::string text = report.text();
+  EXPECT_NE(text.find("likely cause: rank 1 (node n2) stopped communicating"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 1 (node n2) died at about "), std::string::npos) << text;  // local time
+  EXPECT_NE(text.find(" (its record was last kept alive 5.0 s before the others'); its last "
+                      "operation: all_reduce of 1.0 KiB on group 'tp' (collective #1)"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("not entered by:\n    rank 1 (node n2): its last operation: all_reduce of "
+                      "1.0 KiB on group 'tp' (collective #1), entered at "), std::string::npos) << text;
+  EXPECT_NE(text.find(", still pending; its process died at about "), std::string::npos) << text;
+  EXPECT_EQ(text.find("rank 0 (node n1) died"), std::string::npos) << text;
+
+  // Closed cleanly, or stamped less than the threshold ago, or never stamped (an older
+  // writer): alive as far as the records tell.
+  for (auto [alive, closed] : {std::pair{5.5, 6.0}, std::pair{9.5, 0.0}, std::pair{0.0, 0.0}}) {
+    r1.header.alive = alive;
+    r1.header.closed = closed;
+    const std::string t = analyse_flight({r0, r1, r2}).text();
+    EXPECT_EQ(t.find("died"), std::string::npos) << "alive " << alive << " closed " << closed << "\n" << t;
+  }
 }
 
 TEST(FlightReport, SkipsAnotherJobsRecordsAndNamesRanksWithoutOne) {

@@ -23,7 +23,8 @@ namespace meshtrain {
 Config load_config(const std::string& deck, const std::vector<std::string>& overrides,
                    Communicator& world);
 
-// Ranks of MPI_COMM_WORLD on this node, and this rank's index among them (collective).
+// Ranks of MPI_COMM_WORLD on this node, and this rank's index among them (collective; the node
+// as comm/node.h defines it).
 int local_ranks();
 int local_rank();
 // Every node-local rank's `mine` (any length), indexed by node rank (collective). Carries the

@@ -6,6 +6,11 @@
 // failure (a killed rank could not); `meshtrain diagnose RUNDIR` merges every rank's record
 // (flight_report.h) and names the operation where the ranks of a group parted ways.
 //
+// A thread of the recorder also stamps the header every kAliveSeconds while the process lives, and
+// the recorder's destructor marks the record closed: a record neither closed nor stamped for a
+// while belongs to a process that died (killed, crashed, its node lost), even one that died
+// inside an operation, where its last entry looks like any waiting rank's.
+//
 // Sequence numbers make records comparable across ranks: the k-th collective a rank enters on a
 // group is the k-th collective every member enters (collectives are issued in the same order on
 // all members), and the k-th message from rank a to rank b of a group is the k-th b receives from
@@ -15,9 +20,12 @@
 // machine), the writer, and the reader. Not thread-safe: one thread issues a rank's
 // communication.
 
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "meshtrain/comm/job_abort.h"
@@ -71,8 +79,10 @@ struct FlightHeader {
   uint64_t serial = 0;   // operations recorded so far (the ring holds the last `capacity`)
   int32_t group_count = 0;
   int32_t reserved = 0;
-  char node[64] = {};
-  uint8_t reserved2[136] = {};
+  char node[64] = {};     // comm/node.h: the Slurm node name, else the hostname
+  double alive = 0;       // wall clock of the last stamp of the process's liveness (0: none)
+  double closed = 0;      // wall clock when the recorder was destroyed (0: not cleanly)
+  uint8_t reserved2[120] = {};
   FlightGroup groups[kMaxGroups];
 };
 static_assert(sizeof(FlightHeader) == 256 + FlightHeader::kMaxGroups * sizeof(FlightGroup));
@@ -93,6 +103,7 @@ std::string flight_record_path(const std::string& run_dir, int world_rank);
 
 class FlightRecorder {
  public:
+  static constexpr double kAliveSeconds = 0.25;  // period of the liveness stamp
   // Creates `path` (truncating an older one) sized for `capacity` entries and maps it; throws
   // std::runtime_error naming the path on failure.
   FlightRecorder(const std::string& path, int world_rank, int world_size, size_t capacity);
@@ -126,6 +137,11 @@ class FlightRecorder {
   // Point-to-point counts per (group, peer, send or receive), for the entries' seq.
   std::vector<std::vector<uint64_t>> sends_, recvs_;
   ScopedAbortHook flush_at_abort_;  // the record reaches the disk before the job ends
+  // Stamps header_->alive every kAliveSeconds until the destructor stops it.
+  std::mutex alive_mutex_;
+  std::condition_variable alive_wake_;
+  bool stopping_ = false;
+  std::thread alive_thread_;
 };
 
 }  // namespace meshtrain

@@ -14,8 +14,9 @@ namespace meshtrain {
 struct FlightFinding {
   double when = 0;  // when the first rank entered the operation (wall clock)
   std::string text;
-  // Every rank missing from the operation went quiet (its last operation had completed), rather
-  // than being stuck in another one: the likely cause, not a victim. Such findings come first.
+  // Every rank missing from the operation went quiet (none of its operations was pending, or its
+  // process died: FlightRecorder's liveness stamp stopped), rather than being stuck in another
+  // one: the likely cause, not a victim. Such findings come first.
   bool quiet = false;
   std::vector<std::string> quiet_ranks;  // "rank 1 (node a)"
 };

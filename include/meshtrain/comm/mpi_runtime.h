@@ -5,9 +5,9 @@
 //
 //   start-up      init_mpi: the flavour's tuning in the environment, then MPI_Init_thread asking
 //                 for MPI_THREAD_MULTIPLE (the progress thread); both flavours provide it.
-//   node names    node_name: gethostname() under both. MPI_Get_processor_name is the full host
-//                 name under MPICH and the name cut at its first dot under Open MPI, and the
-//                 flight records and the diagnoses must name a node the same way.
+//   node names    not MPI_Get_processor_name, which is the full host name under MPICH and the
+//                 name cut at its first dot under Open MPI: node.h names nodes the same way
+//                 under both.
 //   ending a job  abort_job: MPI_Abort on the world; Open MPI's mpiexec, MPICH's (Hydra) and
 //                 srun --mpi=pmix with Open MPI return its error code as their exit status.
 //                 srun --mpi=pmi2 with MPICH does not: Slurm kills every task of the step,
@@ -32,9 +32,6 @@ std::string mpi_library_version();
 // Initialises MPI if nobody has (the flavour's environment first, a value the user set wins);
 // returns the thread level provided.
 int init_mpi(int* argc, char*** argv);
-
-// The node this rank runs on, as flight records and diagnoses name it.
-std::string node_name();
 
 // Ends every rank of the job with `exit_status` (comm/job_abort.h says when).
 [[noreturn]] void abort_job(int exit_status);

@@ -88,12 +88,16 @@ class ProcessGrid {
   int next_rank(Axis a) const { return (rank(a) + 1) % size(a); }
   int prev_rank(Axis a) const { return (rank(a) + size(a) - 1) % size(a); }
 
-  // Node membership (MPI_COMM_TYPE_SHARED).
+  // Node membership (comm/node.h: the node's name refined by shared memory).
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
   int node_count() const { return node_count_; }
-  // True when this rank's tensor group has members on another node.
-  bool tensor_group_spans_nodes() const { return tp_spans_nodes_; }
+  const std::string& node_name() const { return node_name_; }
+  // Tensor groups of the whole grid with members on more than one node (0 when every tensor
+  // group lies inside a node), and the first of them, described with its nodes:
+  // "ranks 0-3 on nodes n1 (ranks 0-1), n2 (ranks 2-3)". The same on every rank.
+  int tensor_groups_spanning_nodes() const { return tp_spanning_groups_; }
+  const std::string& spanning_tensor_group() const { return tp_spanning_example_; }
 
   std::string describe() const;  // "rank 5 (dp 0/2, tp 1/2, pp 1/2)"
 
@@ -106,8 +110,14 @@ class ProcessGrid {
   MPI_Comm mpi_world_ = MPI_COMM_NULL;
   std::array<std::unique_ptr<Communicator>, 3> axis_comms_;
   std::unique_ptr<Communicator> embedding_;
+  // The tensor group's nodes, from its MPI communicator (collective over it): sets
+  // tp_spanning_groups_ and tp_spanning_example_ (collective over `world`).
+  void place_tensor_groups(MPI_Comm world, MPI_Comm tensor, int node_id);
+
   int local_rank_ = 0, local_size_ = 1, node_count_ = 1;
-  bool tp_spans_nodes_ = false;
+  std::string node_name_;
+  int tp_spanning_groups_ = 0;
+  std::string tp_spanning_example_;
 };
 
 }  // namespace meshtrain
