@@ -79,6 +79,8 @@ class Analysis {
                      [](const FlightFinding& a, const FlightFinding& b) {
                        return a.quiet != b.quiet ? a.quiet : a.when < b.when;
                      });
+    if (report.findings.empty())
+      for (const Instance& in : instances_) left_unevenly(in, report);
     if (report.findings.empty()) pending_operations(report);
   }
 
@@ -205,6 +207,40 @@ class Analysis {
          "in " + group_text(in) + ", ranks parted at " + what + "\n  entered by " + entered +
              "\n  not entered by:" + missing,
          quiet, quiet ? quiet_ranks : std::vector<std::string>{}});
+  }
+
+  // Every member entered the group's last collective, but some still wait in it while others
+  // completed it and recorded nothing since: a rank that died right after a collective, and a
+  // launcher that killed the rest before they saw it complete (MPICH's Hydra kills within
+  // milliseconds). Looked for only when nothing diverged.
+  void left_unevenly(const Instance& in, FlightReport& report) {
+    if (in.members.empty()) return;
+    const uint64_t k = header(in.members.front().record).groups[in.members.front().group].collectives_entered;
+    std::string waiting, quiet_text;
+    const FlightEntry* pending = nullptr;
+    size_t pending_record = 0;
+    std::vector<std::string> quiet_ranks;
+    for (const Member& m : in.members) {
+      if (header(m.record).groups[m.group].collectives_entered != k) return;
+      const FlightEntry* e = find(m.record, m.group, false, FlightOp::AllReduce, -1, k);
+      if (!e) return;  // overwritten in the ring, or never recorded
+      if (e->state == FlightState::Entered) {
+        waiting += (waiting.empty() ? "" : ", ") + who(m.record);
+        if (!pending) pending = e, pending_record = m.record;
+      } else if (e == &records_[m.record].entries.back()) {
+        quiet_ranks.push_back(who(m.record));
+        quiet_text += "\n    " + who(m.record) + ": " + last_operation(m.record);
+      }
+    }
+    if (!pending || quiet_ranks.empty()) return;
+    std::string completed;
+    for (const std::string& w : quiet_ranks) completed += (completed.empty() ? "" : ", ") + w;
+    report.findings.push_back(
+        {pending->start,
+         "in " + group_text(in) + ", " + waiting + " still waited in " +
+             entry_text(pending_record, *pending) + ", which " + completed +
+             " completed and then recorded nothing more:" + quiet_text,
+         true, quiet_ranks});
   }
 
   // Messages a rank waits for (or sends) that its peer never posted.

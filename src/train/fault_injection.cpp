@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace meshtrain {
@@ -51,7 +53,10 @@ void inject_faults(int world_rank, int step) {
     std::fprintf(stderr, "meshtrain: rank %d: injected fault '%s' at step %d\n", world_rank,
                  f.kind.c_str(), step);
     std::fflush(stderr);
-    if (f.kind == "exit") std::_Exit(9);
+    if (f.kind == "exit") {
+      std::this_thread::sleep_for(std::chrono::seconds(1));  // see fault_injection.h
+      std::_Exit(9);
+    }
     for (;;) pause();  // stall: no progress, no communication, until killed
   }
 }

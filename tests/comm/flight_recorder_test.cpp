@@ -1,6 +1,7 @@
 // The flight recorder's file (written, wrapped, read back) and the analysis that merges every
-// rank's record: a collective some members never entered, a message never sent, a rank that died
-// inside an operation, records of another job, ranks without a record.
+// rank's record: a collective some members never entered, one a rank completed and died after
+// while the others still waited in it, a message never sent, a rank that died inside an
+// operation, records of another job, ranks without a record.
 
 #include <gtest/gtest.h>
 
@@ -250,6 +251,29 @@ TEST(FlightReport, NamesARankThatDiedInsideAnOperation) {
     const std::string t = analyse_flight({r0, r1, r2}).text();
     EXPECT_EQ(t.find("died"), std::string::npos) << "alive " << alive << " closed " << closed << "\n" << t;
   }
+}
+
+TEST(FlightReport, NamesARankThatDiedRightAfterACollectiveTheOthersStillWaitedIn) {
+  // dp group {0, 1}: both entered all_reduce #2; rank 1 completed it and exited, and the
+  // launcher killed rank 0 before it saw #2 complete (Hydra does so within milliseconds).
+  FlightRecord a = rank_record(0, 2, "n0", 1.0), b = rank_record(1, 2, "n1", 1.0);
+  const int ga = add_group(a, "dp", 0, 2, 0), gb = add_group(b, "dp", 0, 2, 1);
+  for (FlightRecord* r : {&a, &b}) add_entry(*r, r == &a ? ga : gb, FlightOp::AllReduce, -1, 1, 2.0, true);
+  add_entry(a, ga, FlightOp::AllReduce, -1, 2, 3.0, false);
+  add_entry(b, gb, FlightOp::AllReduce, -1, 2, 3.0, true);
+  const FlightReport report = analyse_flight({a, b});
+  const std::string text = report.text();
+  ASSERT_EQ(report.findings.size(), 1u) << text;
+  EXPECT_NE(text.find("likely cause: rank 1 (node n1) stopped communicating"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("in group 'dp' (world ranks 0, 1), rank 0 (node n0) still waited in "
+                      "all_reduce of 1.0 KiB on group 'dp' (collective #2)"),
+            std::string::npos)
+      << text;
+
+  // Both still inside #2 (killed together mid-collective): no cause to name.
+  b.entries.back().state = FlightState::Entered;
+  EXPECT_TRUE(analyse_flight({a, b}).findings.empty());
 }
 
 TEST(FlightReport, SkipsAnotherJobsRecordsAndNamesRanksWithoutOne) {
