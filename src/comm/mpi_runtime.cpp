@@ -1,9 +1,12 @@
 #include "meshtrain/comm/mpi_runtime.h"
 
 #include <mpi.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 namespace meshtrain {
@@ -63,7 +66,30 @@ int init_mpi(int* argc, char*** argv) {
   return provided;
 }
 
+namespace {
+
+// Waits, up to a second, until the pipes behind stdout and stderr (a launcher's: Hydra's proxy,
+// Open MPI's orted, srun) hold nothing unread. Hydra polls a rank's output pipes and its PMI
+// socket in one loop; an abort arriving with output still in the pipe ended the job without
+// that output now and then (the flight records' "likely cause" line after a timeout's
+// diagnosis, in bad_input_catalogue under MPICH).
+void drain_output() {
+  std::fflush(nullptr);
+  for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat st{};
+    if (::fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) continue;
+    for (int i = 0; i < 100; ++i) {
+      int unread = 0;
+      if (::ioctl(fd, FIONREAD, &unread) != 0 || unread <= 0) break;
+      ::usleep(10000);
+    }
+  }
+}
+
+}  // namespace
+
 void abort_job(int exit_status) {
+  drain_output();
   MPI_Abort(MPI_COMM_WORLD, exit_status);
   std::_Exit(exit_status);  // MPI_Abort returned: it must not, but the job still ends here
 }
