@@ -15,6 +15,7 @@ int train_command(const TrainArgs& args) {
   MpiSession mpi;
   return run_reporting_errors([&] {
     MpiCommunicator world(MPI_COMM_WORLD, "world");
+    watch_stop_file(world);
     RunSetup run = setup_run(args.deck, args.overrides, world, Flight::Record);
     check_stop_during_startup(world, "setting up the device and the process grid");
     Trainer trainer(run.config, *run.grid, *run.backend);

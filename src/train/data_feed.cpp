@@ -17,7 +17,7 @@ std::unique_ptr<TokenDataset> open_dataset(const std::vector<std::string>& sourc
                                            int64_t bytes, int64_t seq_len, const char* name) {
   if (sources.size() == 1 && sources[0] == "synthetic") {
     const std::string text =
-        synthetic_text(seed, static_cast<size_t>(bytes), [] { return stop_signal() == 0; });
+        synthetic_text(seed, static_cast<size_t>(bytes), [] { return stop_request() == 0; });
     if (text.size() < static_cast<size_t>(bytes)) return nullptr;
     return std::make_unique<TokenDataset>(TokenDataset::from_tokens(
         tokenize_bytes(text), 256, seq_len, std::string("synthetic ") + name + " corpus", name));

@@ -1,13 +1,26 @@
 #include "meshtrain/train/stop_request.h"
 
+#include <sys/stat.h>
+
 #include <csignal>
+#include <cstdlib>
 #include <string>
+
+#include "meshtrain/comm/agreement.h"
 
 namespace meshtrain {
 
 namespace {
 volatile std::sig_atomic_t received = 0;
 extern "C" void on_stop_signal(int sig) { received = sig; }
+
+std::string watched_file;  // empty: no file watched on this rank
+bool file_seen = false;
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
 }  // namespace
 
 void install_stop_handlers() {
@@ -19,22 +32,47 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &action, nullptr);
 }
 
-int stop_signal() { return received; }
+void watch_stop_file(Communicator& world) {
+  const char* value = std::getenv(kStopFileVariable);
+  const std::string path = value ? value : "";
+  agree(world, [&] {
+    if (path.empty()) return;
+    const auto slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      throw AgreedError(std::string(kStopFileVariable) + "=" + path + ": the directory " + dir +
+                        " does not exist on this rank's node, so the stop file could never appear; "
+                        "name a file in an existing directory on a file system every node mounts, "
+                        "or unset the variable");
+  });
+  if (world.rank() == 0) watched_file = path;
+}
 
-const char* signal_name(int sig) {
-  switch (sig) {
+int stop_request() {
+  if (received != 0) return received;
+  if (watched_file.empty()) return 0;
+  if (!file_seen) file_seen = exists(watched_file);
+  return file_seen ? kStopFileRequest : 0;
+}
+
+std::string stop_reason(int request) {
+  switch (request) {
     case SIGUSR1: return "SIGUSR1";
     case SIGTERM: return "SIGTERM";
-    default: return "a signal";
+    case kStopFileRequest: {
+      const char* value = std::getenv(kStopFileVariable);
+      return std::string("the stop file ") + (value ? value : "");
+    }
+    default: return "signal " + std::to_string(request);
   }
 }
 
 void check_stop_during_startup(Communicator& world, const char* after) {
-  const int sig = static_cast<int>(world.all_reduce_scalar(stop_signal(), ReduceOp::Max));
-  if (sig == 0) return;
-  throw StopDuringStartup(std::string("stopping during start-up on ") + signal_name(sig) +
-                          " (after " + after + "): no step taken, nothing to save; run again "
-                          "(requeue) to resume");
+  const int request = static_cast<int>(world.all_reduce_scalar(stop_request(), ReduceOp::Max));
+  if (request == 0) return;
+  throw StopDuringStartup("stopping during start-up on " + stop_reason(request) + " (after " + after +
+                          "): no step taken, nothing to save; run again (requeue) to resume");
 }
 
 }  // namespace meshtrain

@@ -307,13 +307,13 @@ RunEnd Trainer::run() {
     }
     const int every = cfg_.checkpoint.every;
     const bool scheduled = every > 0 && (r.step % every == 0 || last);
-    // A stop signal may reach the ranks in different steps: agree on it after every step.
-    const int sig = static_cast<int>(grid_.world().all_reduce_scalar(stop_signal(), ReduceOp::Max));
-    if (scheduled || (sig != 0 && !last)) save_checkpoint();
-    if (sig != 0 && !last) {
+    // A stop request may reach the ranks in different steps: agree on it after every step.
+    const int request = static_cast<int>(grid_.world().all_reduce_scalar(stop_request(), ReduceOp::Max));
+    if (scheduled || (request != 0 && !last)) save_checkpoint();
+    if (request != 0 && !last) {
       if (leader_) {
         std::printf("stopping at step %d on %s: checkpoint written; run again (requeue) to resume\n",
-                    r.step, signal_name(sig));
+                    r.step, stop_reason(request).c_str());
         std::fflush(stdout);
       }
       log_memory("over the run", step_);

@@ -80,6 +80,8 @@ def row(kind, name, ranks, args, status, expect, **options):
     env       extra environment; memory_kb: each rank's address-space limit
     mpmd      one argument list per rank (an MPMD launch) instead of args
     signal    (signal, seconds): sent to every rank that long after the start
+    stop_file "before": the stop file (MESHTRAIN_STOP_FILE) exists at the start; "training": it
+              appears once the run has written its first checkpoint
     within    seconds the job may take (after the signal, if any)
     absent    texts that must not be printed
     then      a function(paths) returning problems with what is left on disk"""
@@ -101,6 +103,17 @@ def disk_full_leaves_step_2(p):
             problems.append("the kept step 2 does not verify:\n" + out[-1000:])
     shutil.rmtree(ckpts, ignore_errors=True)
     return problems
+
+
+def stopped_with_a_checkpoint(p):
+    """After a stop during training: the newest checkpoint is past step 2 and verifies."""
+    ckpts = os.path.join(p["scratch"], "checkpoints")
+    left = sorted(n for n in os.listdir(ckpts) if n.endswith(".h5")) if os.path.isdir(ckpts) else []
+    if len(left) < 2:
+        return ["expected the stop's checkpoint after step 2's, found %s" % left]
+    out = subprocess.run([BIN, "inspect", os.path.join(ckpts, left[-1])], capture_output=True,
+                         text=True, env=ENV).stdout
+    return [] if "all checksums OK" in out else ["the stop's checkpoint does not verify:\n" + out[-1000:]]
 
 
 NOT_TRAINED = ["step     1/"]
@@ -253,6 +266,18 @@ CATALOGUE = [
     row("signal", "SIGTERM during start-up", 2, train("data.synthetic_bytes=2000000000"), 75,
         ["stopping during start-up on SIGTERM"], errors=0, signal=(signal.SIGTERM, 5),
         within=15),
+    # The job scripts ask for a stop with a file: a stale one stops the run before any step,
+    # one that appears during training stops it at the next step with a checkpoint.
+    row("signal", "stop file before start-up", 2, train("train.steps=100000"), 75,
+        ["stopping during start-up on the stop file {scratch}/STOP"], errors=0,
+        stop_file="before", within=30),
+    row("signal", "stop file during training", 2, train("train.steps=100000"), 75,
+        ["on the stop file {scratch}/STOP: checkpoint written"], errors=0, stop_file="training",
+        within=10, then=stopped_with_a_checkpoint),
+    row("command", "stop file in a missing directory", 2, train(), 1,
+        ["MESHTRAIN_STOP_FILE=/nonexistent-meshtrain/STOP: the directory /nonexistent-meshtrain "
+         "does not exist"], env={"MESHTRAIN_STOP_FILE": "/nonexistent-meshtrain/STOP"},
+        absent=NOT_TRAINED),
 
     # --- faults ----------------------------------------------------------------------------
     row("fault", "diverged", 2,
@@ -455,9 +480,21 @@ def run(case, p):
     else:
         cmd = [MPIEXEC, "-n", str(case["ranks"]), "sh", "-c", wrapper, BIN] + fill(case["args"])
     env = dict(ENV, **case.get("env", {}))
+    stop_file = os.path.join(p["scratch"], "STOP")
+    if case.get("stop_file"):
+        os.makedirs(p["scratch"], exist_ok=True)
+        env["MESHTRAIN_STOP_FILE"] = stop_file
+        if case["stop_file"] == "before":
+            open(stop_file, "w").close()
     start = time.time()
     launcher = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
+    if case.get("stop_file") == "training":
+        first = os.path.join(p["scratch"], "checkpoints", "step_00000002.h5")
+        while not os.path.exists(first) and launcher.poll() is None and time.time() < start + 120:
+            time.sleep(0.1)
+        open(stop_file, "w").close()
+        start = time.time()
     signalled = []
     if case.get("signal"):
         sig, after = case["signal"]

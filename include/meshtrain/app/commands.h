@@ -7,8 +7,8 @@
 //   4 an internal error (a bug: please report it);
 //   5 the run diverged (loss or gradient norm not finite): change the deck's optimisation
 //     settings, then train again;
-//   75 (EX_TEMPFAIL) stopped early on SIGUSR1/SIGTERM (after writing a checkpoint, or during
-//     start-up before the first step): run again (requeue) to resume.
+//   75 (EX_TEMPFAIL) stopped early on SIGUSR1, SIGTERM or the stop file (after writing a
+//     checkpoint, or during start-up before the first step): run again (requeue) to resume.
 
 #include <string>
 #include <vector>
