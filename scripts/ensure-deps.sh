@@ -2,7 +2,7 @@
 # Makes sure the Debian packages meshtrain builds, tests and runs with are installed.
 # As root with apt: installs what is missing. Otherwise: names the missing packages and fails.
 #
-#   scripts/ensure-deps.sh build   # compiler, MPI, BLAS, HDF5, toml++, CLI11, GoogleTest
+#   scripts/ensure-deps.sh build   # compiler, MPI, BLAS, oneDNN, HDF5, toml++, CLI11, GoogleTest
 #   scripts/ensure-deps.sh test    # build + what the tests drive (h5py, PyYAML, Slurm, munge)
 #   scripts/ensure-deps.sh fuzz    # build + clang, libFuzzer and sanitizer runtimes, clang's OpenMP
 set -euo pipefail
@@ -10,7 +10,7 @@ set -euo pipefail
 build_packages=(
   build-essential cmake pkg-config
   openmpi-bin libopenmpi-dev
-  libopenblas-openmp-dev
+  libopenblas-openmp-dev libdnnl-dev
   libhdf5-openmpi-dev hdf5-tools
   libtomlplusplus-dev libcli11-dev
   libgtest-dev googletest

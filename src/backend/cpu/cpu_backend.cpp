@@ -55,21 +55,24 @@ std::unique_ptr<Allocator> make_allocator(Execution e) {
 CpuBackend::CpuBackend(int threads, Execution execution)
     : Backend(make_allocator(execution)),
       planning_(execution == Execution::Plan),
-      threads_(threads > 0 ? threads : omp_get_max_threads()) {
+      threads_(threads > 0 ? threads : omp_get_max_threads()),
+      gemm_(std::make_unique<cpu::Gemm>()) {
   if (!planning_ && threads > 0) omp_set_num_threads(threads);
 }
 
 CpuBackend::CpuBackend(int threads, std::unique_ptr<Allocator> allocator)
     : Backend(std::move(allocator)),
       planning_(false),
-      threads_(threads > 0 ? threads : omp_get_max_threads()) {
+      threads_(threads > 0 ? threads : omp_get_max_threads()),
+      gemm_(std::make_unique<cpu::Gemm>()) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
 int CpuBackend::threads() const { return planning_ ? threads_ : omp_get_max_threads(); }
 
 std::string CpuBackend::describe() const {
-  return "cpu (OpenBLAS, OpenMP), " + std::to_string(threads()) + " thread(s) per rank";
+  return "cpu (" + cpu::Gemm::onednn_version() + " + OpenBLAS, OpenMP), " +
+         std::to_string(threads()) + " thread(s) per rank";
 }
 
 void CpuBackend::fill(Tensor& t, double value) {
@@ -250,7 +253,7 @@ void CpuBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& we
               out.shape().to_string());
   dispatch(planning_, "matmul_forward", inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::matmul_forward<T>(out.data<T>(), inp.data<T>(), weight.data<T>(),
+    cpu::matmul_forward<T>(*gemm_, out.data<T>(), inp.data<T>(), weight.data<T>(),
                            bias ? bias->data<T>() : nullptr, N, C, OC);
   });
 }
@@ -265,7 +268,7 @@ void CpuBackend::matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, c
               dout.shape().to_string());
   dispatch(planning_, "matmul_backward", inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::matmul_backward<T>(dinp ? dinp->data<T>() : nullptr, dweight.data<T>(),
+    cpu::matmul_backward<T>(*gemm_, dinp ? dinp->data<T>() : nullptr, dweight.data<T>(),
                             dbias ? dbias->data<T>() : nullptr, dout.data<T>(), inp.data<T>(),
                             weight.data<T>(), N, C, OC);
   });
@@ -308,6 +311,7 @@ void CpuBackend::gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& do
 
 void CpuBackend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
                                    int64_t T, int64_t NH, int64_t HS) {
+  KernelProfile::Scope timed(profile_, "attention_forward", 4.0 * B * NH * T * T * HS);
   require(qkv.numel() == B * T * 3 * NH * HS && out.numel() == B * T * NH * HS &&
               probs.numel() == B * NH * T * T,
           "attention_forward", "shape mismatch");
@@ -320,6 +324,7 @@ void CpuBackend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv
 void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                     const Tensor& probs, int64_t B, int64_t T, int64_t NH,
                                     int64_t HS) {
+  KernelProfile::Scope timed(profile_, "attention_backward", 8.0 * B * NH * T * T * HS);
   same_shape("attention_backward", dqkv, qkv);
   require(dout.numel() == B * T * NH * HS && probs.numel() == B * NH * T * T, "attention_backward",
           "shape mismatch");

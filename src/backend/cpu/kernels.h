@@ -7,6 +7,8 @@
 
 namespace meshtrain::cpu {
 
+class Gemm;
+
 // Threads used by the kernels (the OpenMP team size). Fixed-size chunking makes reductions
 // independent of it: results are bitwise the same with 1 or 16 threads.
 int kernel_threads();
@@ -45,12 +47,13 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
                         const T* weight, const T* mean, const T* rstd, int64_t N, int64_t C,
                         T* scratch);
 
+// GEMMs through `gemm` (oneDNN or OpenBLAS, gemm.h).
 template <class T>
-void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
-                    int64_t OC);
+void matmul_forward(Gemm& gemm, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
+                    int64_t C, int64_t OC);
 template <class T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t N, int64_t C, int64_t OC);
+void matmul_backward(Gemm& gemm, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                     const T* weight, int64_t N, int64_t C, int64_t OC);
 
 template <class T> void bias_forward(T* out, const T* bias, int64_t N, int64_t C);
 template <class T> void bias_backward(T* dbias, const T* dout, int64_t N, int64_t C);
