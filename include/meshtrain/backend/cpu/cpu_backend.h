@@ -11,6 +11,8 @@
 
 namespace meshtrain {
 
+class KernelProfile;
+
 // Compute runs the kernels; Plan makes every allocation a step would make (scratch included,
 // for `threads` threads) on a MetaAllocator and skips the arithmetic — the planner's dry run.
 enum class Execution { Compute, Plan };
@@ -28,6 +30,8 @@ class CpuBackend final : public Backend {
   int threads() const;
   // The GEMM behind matmul_forward/backward: its library rule can be forced (benchmarks, tests).
   cpu::Gemm& gemm() { return *gemm_; }
+  // Times every operation into `profile` until set back to null (bench --suite step).
+  void set_profile(KernelProfile* profile) { profile_ = profile; }
 
   void fill(Tensor& t, double value) override;
   void copy(Tensor& dst, const Tensor& src) override;
@@ -85,6 +89,7 @@ class CpuBackend final : public Backend {
   bool planning_;
   int threads_;
   std::unique_ptr<cpu::Gemm> gemm_;
+  KernelProfile* profile_ = nullptr;
 };
 
 }  // namespace meshtrain
