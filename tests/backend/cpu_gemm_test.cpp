@@ -103,7 +103,7 @@ class GemmVariants : public ::testing::TestWithParam<Case> {};
 // Runs one case on M x N x K with every row stride `pad` wider than its row; checks the result
 // against the reference and that the padding of C is untouched.
 template <class In, class Out>
-void run_case(const Case& c, int64_t M, int64_t N, int64_t K, int64_t pad) {
+void run_case(const Case& c, int64_t M, int64_t N, int64_t K, int64_t pad, double tol = 0) {
   const bool ta = c.ta == Trans::Yes, tb = c.tb == Trans::Yes;
   const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
   const DType out_dtype = c.in == DType::F64 ? DType::F64 : DType::F32;
@@ -136,7 +136,7 @@ void run_case(const Case& c, int64_t M, int64_t N, int64_t K, int64_t pad) {
     for (int64_t j = 0; j < N; ++j) got[static_cast<size_t>(i * N + j)] = C[static_cast<size_t>(i * s.ldc + j)];
     for (int64_t j = N; j < s.ldc; ++j) padding_changed += C[static_cast<size_t>(i * s.ldc + j)] != sentinel;
   }
-  EXPECT_LT(max_relative_error(got, expect), tolerance(c.in)) << s.to_string();
+  EXPECT_LT(max_relative_error(got, expect), tol > 0 ? tol : tolerance(c.in)) << s.to_string();
   EXPECT_EQ(padding_changed, 0) << "the GEMM wrote outside C's rows";
 }
 
@@ -159,6 +159,21 @@ TEST(Gemm, LargerProductsThroughOneDnn) {
   run_case<float, float>(c, 300, 257, 190, 0);
   const Case t{GemmLibrary::OneDnn, DType::BF16, Trans::Yes, Trans::No, false, Accumulate::Add, Epilogue::None};
   run_case<uint16_t, float>(t, 190, 300, 257, 0);
+}
+
+TEST(Gemm, LongReductionsAreCutIntoChunksAndSummed) {
+  // K above the chunk length (16384): 3 chunks, bias in the first only, the rest accumulate.
+  // fp32 sums of 40000 terms: a looser bound than the table's.
+  for (Trans ta : {Trans::No, Trans::Yes})
+    for (Trans tb : {Trans::No, Trans::Yes}) {
+      const Case c{GemmLibrary::OneDnn, DType::F32, ta, tb, true, Accumulate::Assign, Epilogue::None};
+      run_case<float, float>(c, 5, 7, 40000, 1, 1e-4);
+      const Case a{GemmLibrary::OneDnn, DType::BF16, ta, tb, true, Accumulate::Add, Epilogue::None};
+      run_case<uint16_t, float>(a, 5, 7, 40000, 1, 1e-4);
+    }
+  // With an epilogue the reduction stays whole (GELU of the full sum).
+  const Case g{GemmLibrary::OneDnn, DType::F32, Trans::No, Trans::Yes, true, Accumulate::Add, Epilogue::GeluTanh};
+  run_case<float, float>(g, 5, 7, 40000, 1, 1e-4);
 }
 
 TEST(Gemm, AutoRuleUsesOneDnnExceptForTinyProducts) {

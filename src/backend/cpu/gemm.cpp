@@ -25,6 +25,11 @@ namespace meshtrain::cpu {
 namespace {
 
 constexpr int64_t kOneDnnMinProduct = int64_t{1} << 19;
+// oneDNN 2.6's fp32 matmul slows down on very long reductions: the language-model head's input
+// gradient (1024 x 768 x 50257, K the vocabulary) ran at 60-70% of the speed of the same GEMM
+// cut into 2-5 reductions of 10k-25k summed with the sum post-op (A/B-timed in one process, 2
+// threads, loaded machine). So reductions longer than kMaxOneDnnK are cut into equal chunks.
+constexpr int64_t kMaxOneDnnK = 16384;
 
 CBLAS_TRANSPOSE blas(Trans t) { return t == Trans::Yes ? CblasTrans : CblasNoTrans; }
 
@@ -110,8 +115,26 @@ void Gemm::run(const GemmShape& s, const float* A, const float* B, const float* 
   if (s.M == 0 || s.N == 0) return;
   if (s.K == 0) return empty_product(s, bias, C, o);
   if (choose(s) == GemmLibrary::OpenBlas) return openblas_gemm(s, A, B, bias, C, o);
+  run_onednn(s, MatmulType::F32, A, B, bias, C, o);
+}
+
+// Chunks of K: the first keeps the caller's accumulate and bias, the rest add to C. Not with an
+// epilogue, which must see the whole sum.
+template <class In>
+void Gemm::run_onednn(const GemmShape& s, MatmulType type, const In* A, const In* B,
+                      const float* bias, float* C, GemmOptions o) {
   if (!onednn_) onednn_ = std::make_unique<OneDnnMatmul>();
-  onednn_->run(s, MatmulType::F32, A, B, bias, C, o);
+  const int64_t chunks = o.epilogue == Epilogue::None ? (s.K + kMaxOneDnnK - 1) / kMaxOneDnnK : 1;
+  const int64_t step = (s.K + chunks - 1) / chunks;
+  for (int64_t k0 = 0; k0 < s.K; k0 += step) {
+    GemmShape part = s;
+    part.K = std::min(step, s.K - k0);
+    const In* a = A + (s.ta == Trans::No ? k0 : k0 * s.lda);  // columns of A, or rows of A^T
+    const In* b = B + (s.tb == Trans::No ? k0 * s.ldb : k0);  // rows of B, or columns of B^T
+    const bool first = k0 == 0;
+    onednn_->run(part, type, a, b, first ? bias : nullptr, C,
+                 {first ? o.accumulate : Accumulate::Add, o.epilogue});
+  }
 }
 
 void Gemm::run(const GemmShape& s, const double* A, const double* B, const double* bias, double* C,
@@ -133,8 +156,7 @@ void Gemm::run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, co
                                 s.to_string() + "); use GemmLibrary::Auto or OneDnn for bf16");
   if (s.M == 0 || s.N == 0) return;
   if (s.K == 0) return empty_product(s, bias, C, o);
-  if (!onednn_) onednn_ = std::make_unique<OneDnnMatmul>();
-  onednn_->run(s, MatmulType::BF16, A, B, bias, C, o);
+  run_onednn(s, MatmulType::BF16, A, B, bias, C, o);
 }
 
 size_t Gemm::cached_primitives() const { return onednn_ ? onednn_->cached() : 0; }

@@ -44,6 +44,7 @@ struct GemmOptions {
 };
 
 class OneDnnMatmul;
+enum class MatmulType;
 
 class Gemm {
  public:
@@ -71,6 +72,10 @@ class Gemm {
   size_t cached_primitives() const;
 
  private:
+  template <class In>
+  void run_onednn(const GemmShape& s, MatmulType type, const In* A, const In* B,
+                  const float* bias, float* C, GemmOptions o);
+
   GemmLibrary library_ = GemmLibrary::Auto;
   std::unique_ptr<OneDnnMatmul> onednn_;
 };
