@@ -348,7 +348,7 @@ void CpuBackend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv
           "attention_forward", "shape mismatch");
   dispatch(planning_, "attention_forward", qkv.dtype(), [&](auto tag) {
     using E = decltype(tag);
-    cpu::attention_forward<E>(out.data<E>(), probs.data<E>(), qkv.data<E>(), B, T, NH, HS);
+    cpu::attention_forward<E>(*gemm_, out.data<E>(), probs.data<E>(), qkv.data<E>(), B, T, NH, HS);
   });
 }
 
@@ -359,10 +359,12 @@ void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tens
   same_shape("attention_backward", dqkv, qkv);
   require(dout.numel() == B * T * NH * HS && probs.numel() == B * NH * T * T, "attention_backward",
           "shape mismatch");
-  Tensor scratch = empty({int64_t{threads()} * T * T}, qkv.dtype(), MemoryCategory::Workspace);
+  const int64_t scratch_elements = cpu::attention_backward_scratch(
+      *gemm_, qkv.dtype() == DType::F32, B, T, NH, threads());
+  Tensor scratch = empty({scratch_elements}, qkv.dtype(), MemoryCategory::Workspace);
   dispatch(planning_, "attention_backward", qkv.dtype(), [&](auto tag) {
     using E = decltype(tag);
-    cpu::attention_backward<E>(dqkv.data<E>(), dout.data<E>(), qkv.data<E>(), probs.data<E>(), B, T,
+    cpu::attention_backward<E>(*gemm_, dqkv.data<E>(), dout.data<E>(), qkv.data<E>(), probs.data<E>(), B, T,
                                NH, HS, scratch.data<E>());
   });
 }

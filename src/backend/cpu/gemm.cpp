@@ -132,9 +132,32 @@ void Gemm::run_onednn(const GemmShape& s, MatmulType type, const In* A, const In
     const In* a = A + (s.ta == Trans::No ? k0 : k0 * s.lda);  // columns of A, or rows of A^T
     const In* b = B + (s.tb == Trans::No ? k0 * s.ldb : k0);  // rows of B, or columns of B^T
     const bool first = k0 == 0;
-    onednn_->run(part, type, a, b, first ? bias : nullptr, C,
+    onednn_->run(MatmulGeometry::of(part), type, a, b, first ? bias : nullptr, C,
                  {first ? o.accumulate : Accumulate::Add, o.epilogue});
   }
+}
+
+void Gemm::run_batched(const BatchedGemmShape& s, const float* A, const float* B, float* C,
+                       Accumulate accumulate) {
+  if (s.batch0 < 0 || s.batch1 < 0 || s.M < 0 || s.N < 0 || s.K < 0)
+    throw std::invalid_argument("backend 'cpu': batched GEMM " + s.to_string() + ": sizes must be >= 0");
+  if (s.batch0 == 0 || s.batch1 == 0 || s.M == 0 || s.N == 0) return;
+  if (s.K == 0) {
+    if (accumulate == Accumulate::Add) return;
+    for (int64_t i = 0; i < s.batch0; ++i)
+      for (int64_t j = 0; j < s.batch1; ++j)
+        for (int64_t m = 0; m < s.M; ++m)
+          for (int64_t n = 0; n < s.N; ++n) C[i * s.c.batch0 + j * s.c.batch1 + m * s.c.row + n * s.c.col] = 0;
+    return;
+  }
+  if (!onednn_) onednn_ = std::make_unique<OneDnnMatmul>();
+  onednn_->run(MatmulGeometry::of(s), MatmulType::F32, A, B, nullptr, C, {accumulate, Epilogue::None},
+               s.alpha);
+}
+
+std::string BatchedGemmShape::to_string() const {
+  return std::to_string(batch0 * batch1) + " x " + std::to_string(M) + "x" + std::to_string(N) +
+         "x" + std::to_string(K);
 }
 
 void Gemm::run(const GemmShape& s, const double* A, const double* B, const double* bias, double* C,

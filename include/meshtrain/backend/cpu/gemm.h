@@ -38,6 +38,21 @@ struct GemmShape {
   std::string to_string() const;  // "NT 1024x768x2304" (M x N x K)
 };
 
+// A batch of GEMMs over two batch dimensions, every operand addressed by element strides
+// (batch0, batch1, row, column) — e.g. attention's per-(batch, head) products on strided views of
+// qkv, transposes being swapped strides:
+//   C[i][j] (M, N) = alpha * A[i][j] (M, K) @ B[i][j] (K, N) [+ C[i][j]]
+struct BatchedGemmShape {
+  struct Strides {
+    int64_t batch0 = 0, batch1 = 0, row = 0, col = 0;
+    auto operator<=>(const Strides&) const = default;
+  };
+  int64_t batch0 = 1, batch1 = 1, M = 0, N = 0, K = 0;
+  Strides a, b, c;
+  float alpha = 1.0f;
+  std::string to_string() const;  // "48 x 64x128x64"
+};
+
 struct GemmOptions {
   Accumulate accumulate = Accumulate::Assign;
   Epilogue epilogue = Epilogue::None;
@@ -61,6 +76,10 @@ class Gemm {
   // bf16 inputs, fp32 accumulation, bias and output (oneDNN only).
   void run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, const float* bias,
                 float* C, GemmOptions o = {});
+  // A batch of fp32 GEMMs as one oneDNN primitive, threaded over the batch (whatever the
+  // library setting: OpenBLAS has no strided batch; callers pick their own OpenBLAS loop).
+  void run_batched(const BatchedGemmShape& s, const float* A, const float* B, float* C,
+                   Accumulate accumulate = Accumulate::Assign);
 
   void set_library(GemmLibrary library) { library_ = library; }
   GemmLibrary library() const { return library_; }
