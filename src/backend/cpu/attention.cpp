@@ -4,9 +4,9 @@
 //   S = scale Q K^T (masked j > i),  P = softmax_rows(S),  O = P V,       scale = 1/sqrt(HS)
 //   dP = dO V^T,  dV = P^T dO,  dS = P * (dP - rowsum(P * dP)) * scale,  dQ = dS K,  dK = dS^T Q
 //
-// fp32 runs each row tile's product for all (batch, head) pairs as one batched oneDNN matmul
+// fp32 runs each product for all (batch, head) pairs as one batched oneDNN matmul
 // (attention_batched.cpp); fp64, and fp32 when OpenBLAS is forced, run here: one (batch, head)
-// pair per OpenMP task, its GEMMs single-threaded OpenBLAS calls.
+// pair per OpenMP task, its GEMMs single-threaded OpenBLAS calls in causal row tiles.
 
 #include <omp.h>
 
@@ -86,8 +86,10 @@ void per_head_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int
       gemm(CblasTrans, CblasNoTrans, cols, HS, rows, T(1), P + c0 * T_ + c0, T_,
            dO + c0 * v.ld_out, v.ld_out, T(0), dv + c0 * v.ld_qkv, v.ld_qkv);
     }
-    for (int64_t i = 0; i < T_; ++i)  // softmax backward, in place over dP
-      causal_softmax_backward_row(dS + i * T_, P + i * T_, i, T_, scale);
+    for (int64_t i = 0; i < T_; ++i) {  // softmax backward, in place over dP
+      const int64_t block_end = std::min(T_, (i / kBlock + 1) * kBlock);
+      causal_softmax_backward_row(dS + i * T_, P + i * T_, i, block_end, scale);
+    }
     for (int64_t r0 = 0; r0 < T_; r0 += kBlock) {  // dQ[r] = dS[r, :keys] K[:keys]
       const int64_t rows = std::min(kBlock, T_ - r0), keys = r0 + rows;
       gemm(CblasNoTrans, CblasNoTrans, rows, HS, keys, T(1), dS + r0 * T_, T_, k, v.ld_qkv, T(0),

@@ -30,15 +30,16 @@ template <class E> void causal_softmax_row(E* row, int64_t i, int64_t T) {
 }
 
 // d (T) holds dP for keys 0..i, p the softmax: d = p * (d - <p, d>) * scale, in place; entries
-// above the diagonal inside the row's tile are zeroed (the tile GEMMs read them).
-template <class E> void causal_softmax_backward_row(E* d, const E* p, int64_t i, int64_t T, E scale) {
+// above the diagonal are zeroed up to zero_end (the GEMMs that follow read them): the end of the
+// row's tile for tiled GEMMs, T for full ones.
+template <class E>
+void causal_softmax_backward_row(E* d, const E* p, int64_t i, int64_t zero_end, E scale) {
   E dot = 0;
 #pragma omp simd reduction(+ : dot)
   for (int64_t j = 0; j <= i; ++j) dot += p[j] * d[j];
 #pragma omp simd
   for (int64_t j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot) * scale;
-  const int64_t block_end = std::min(T, (i / kAttentionBlock + 1) * kAttentionBlock);
-  std::fill(d + i + 1, d + block_end, E(0));
+  std::fill(d + i + 1, d + zero_end, E(0));
 }
 
 }  // namespace meshtrain::cpu
