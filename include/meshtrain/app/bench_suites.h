@@ -32,8 +32,9 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report);
 // GPT-2 124M in bf16 on one GPU: tokens/s and MFU against a bf16 cuBLASLt GEMM peak.
 void bench_gpu(const BenchArgs& args, BenchReport& report);
 // The GEMM ceilings of the CPU: a square GEMM through the CPU backend's Gemm with the library
-// (and input dtype) forced; median GFLOP/s of `repeats` runs on the caller's OpenMP threads,
-// probes checked against fp64 dot products (each wrong probe adds to `wrong`).
+// (and input dtype) forced; the best GFLOP/s of `repeats` runs on the caller's OpenMP threads (a
+// ceiling: on a shared machine noise only lowers a run), probes checked against fp64 dot
+// products (each wrong probe adds to `wrong`).
 enum class GemmCeiling { OpenBlasF32, OneDnnF32, OneDnnBf16 };
 std::string_view gemm_ceiling_name(GemmCeiling c);
 double measure_gemm_ceiling(GemmCeiling which, int n, int repeats, int& wrong);
