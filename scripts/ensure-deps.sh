@@ -2,7 +2,7 @@
 # Makes sure the Debian packages meshtrain builds, tests and runs with are installed.
 # As root with apt: installs what is missing. Otherwise: names the missing packages and fails.
 #
-#   scripts/ensure-deps.sh build   # compiler, MPI, BLAS, HDF5, toml++, CLI11, GoogleTest
+#   scripts/ensure-deps.sh build   # compiler, MPI, BLAS, oneDNN, HDF5, toml++, CLI11, GoogleTest
 #   scripts/ensure-deps.sh test    # build + what the tests drive (h5py, PyYAML, Slurm, munge)
 #   scripts/ensure-deps.sh fuzz    # build + clang, libFuzzer and sanitizer runtimes, clang's OpenMP
 #   scripts/ensure-deps.sh SET mpich   # the same with MPICH and its parallel HDF5 (`make MPI=mpich`)
@@ -17,7 +17,7 @@ esac
 build_packages=(
   build-essential cmake pkg-config
   "${mpi_packages[@]}"
-  libopenblas-openmp-dev
+  libopenblas-openmp-dev libdnnl-dev
   hdf5-tools
   libtomlplusplus-dev libcli11-dev
   libgtest-dev googletest

@@ -1,12 +1,11 @@
-// The `step` suite: how close a full training step gets to the machine's GEMM ceiling.
-// FLOPs per step follow the PaLM convention (6 x multiplying parameters + 12 L C T per token,
-// see GptConfig::flops_per_token); the ceiling is OpenBLAS sgemm on 4096^3, same threads.
-
-#include <cblas.h>
-#include <omp.h>
+// The `step` suite: how close a full training step gets to the machine's GEMM ceilings, and
+// where the rest of its time goes. FLOPs per step follow the PaLM convention (6 x multiplying
+// parameters + 12 L C T per token, see GptConfig::flops_per_token). The ceilings are square
+// GEMMs of kCeilingSize through the backend's own Gemm on the same threads: OpenBLAS sgemm,
+// oneDNN fp32 matmul and oneDNN bf16 matmul (bf16 inputs, fp32 accumulation). The fp32 step is
+// judged against the oneDNN fp32 ceiling (the faster fp32 library here), and against OpenBLAS.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -14,6 +13,7 @@
 
 #include "meshtrain/app/bench_suites.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/backend/kernel_profile.h"
 #include "meshtrain/config/layout_check.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/train/trainer.h"
@@ -21,6 +21,9 @@
 namespace meshtrain {
 
 namespace {
+
+constexpr int kCeilingSize = 2048;
+constexpr int kCeilingRepeats = 8;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -35,43 +38,61 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-}  // namespace
-
-double measure_sgemm_peak(int n, int repeats, int& wrong) {
-  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    a[i] = static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 8.0f;
-    b[i] = static_cast<float>(static_cast<int>(i * 5 % 11) - 5) / 8.0f;
-  }
-  std::vector<double> rates;
-  for (int r = 0; r <= repeats; ++r) {  // the first run warms caches and thread pools
-    const auto t0 = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
-                0.0f, c.data(), n);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) rates.push_back(2.0 * n * static_cast<double>(n) * n / s / 1e9);
-  }
-  for (int probe = 0; probe < 16; ++probe) {  // the values must be right, not only fast
-    const int i = (probe * 977) % n, j = (probe * 389) % n;
-    double ref = 0;
-    for (int k = 0; k < n; ++k) ref += static_cast<double>(a[static_cast<size_t>(i) * n + k]) * b[static_cast<size_t>(k) * n + j];
-    if (std::abs(ref - c[static_cast<size_t>(i) * n + j]) > 1e-3 * (1 + std::abs(ref))) ++wrong;
-  }
-  return median(rates);
+bool cpu_has_flag(const std::string& flag) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
+  return false;
 }
+
+struct Ceilings {
+  double before[3] = {}, after[3] = {};
+  int wrong[3] = {};
+  double best(GemmCeiling c) const {
+    const int i = static_cast<int>(c);
+    return std::max(before[i], after[i]);
+  }
+};
+
+void measure_ceilings(double (&out)[3], int (&wrong)[3]) {
+  for (GemmCeiling c : {GemmCeiling::OpenBlasF32, GemmCeiling::OneDnnF32, GemmCeiling::OneDnnBf16}) {
+    const int i = static_cast<int>(c);
+    out[i] = measure_gemm_ceiling(c, kCeilingSize, kCeilingRepeats, wrong[i]);
+  }
+}
+
+// The step's kernels by time: calls and milliseconds per step, share of the step, GFLOP/s where
+// counted; then what no kernel holds (optimizer bookkeeping, allocation, the loss on the host).
+void report_breakdown(BenchReport& report, const KernelProfile& profile, int steps,
+                      double step_seconds) {
+  report.columns({"calls", "ms/step", "share", "GFLOP/s"});
+  report.header("where the step's time goes (per-kernel wall time over the measured steps; GEMMs "
+                "named by M x N x K, GFLOP/s for GEMMs and attention (causal work counted full, "
+                "as PaLM does))");
+  for (const KernelProfile::Entry& e : profile.entries()) {
+    const double per_step = e.seconds / steps;
+    report.row(e.op, {static_cast<double>(e.calls) / steps, per_step * 1e3,
+                      per_step / step_seconds, e.flops > 0 ? e.flops / e.seconds / 1e9 : 0.0}, 0);
+  }
+  const double other = step_seconds - profile.total_seconds() / steps;
+  report.row("outside the kernels", {0, other * 1e3, other / step_seconds, 0}, 0);
+}
+
+}  // namespace
 
 void bench_step(const BenchArgs& args, BenchReport& report) {
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (world != 1) throw std::runtime_error("bench --suite step runs on one rank");
   CpuBackend backend(args.threads);
-  report.columns({"tokens", "time_ms", "tokens/s", "GFLOP/s", "ratio"});
-  report.header("suite step: " + cpu_model() + ", " + std::to_string(backend.threads()) + " threads");
-  int gemm_wrong = 0;
-  // The machine may be shared: the ceiling is measured before and after the steps, and the
-  // higher of the two is used, so that noise can only lower the reported ratio.
-  const double peak_before = measure_sgemm_peak(4096, 5, gemm_wrong);
-  char line[200];
+  report.header("suite step: " + cpu_model() + ", " + std::to_string(backend.threads()) +
+                " threads; " + cpu::Gemm::onednn_version() + ", avx512_bf16 in /proc/cpuinfo: " +
+                (cpu_has_flag("avx512_bf16") ? "yes" : "no"));
+  // The machine may be shared: each ceiling is the best of its runs before and after the steps,
+  // so that noise can only lower the reported ratios.
+  Ceilings ceilings;
+  measure_ceilings(ceilings.before, ceilings.wrong);
 
   Config config = bench_deck("step", GptConfig{12, 768, 12, 256, 50257, true});
   config.train.global_batch = 4;
@@ -84,28 +105,50 @@ void bench_step(const BenchArgs& args, BenchReport& report) {
   const double flops = config.model.flops_per_token() * tokens;
   std::vector<double> seconds;
   double first_loss = 0;
-  for (int s = 0; s <= args.steps; ++s) {  // step 0 warms up the allocator cache
+  KernelProfile profile;
+  for (int s = 0; s <= args.steps; ++s) {  // step 0 warms up the allocator and primitive caches
     const StepResult r = trainer.train_step(s);
-    if (s == 0) first_loss = r.loss;
-    else seconds.push_back(r.seconds);
+    if (s == 0) {
+      first_loss = r.loss;
+      backend.set_profile(&profile);
+    } else {
+      seconds.push_back(r.seconds);
+    }
   }
-  const double peak_after = measure_sgemm_peak(4096, 5, gemm_wrong);
-  const double peak = std::max(peak_before, peak_after);
+  backend.set_profile(nullptr);
+  measure_ceilings(ceilings.after, ceilings.wrong);
+
+  char line[300];
   std::snprintf(line, sizeof line,
-                "ceiling: OpenBLAS sgemm 4096^3, median of 5, before %.1f and after %.1f GFLOP/s: "
-                "%.1f", peak_before, peak_after, peak);
+                "ceilings: %dx%dx%d GEMMs through the backend's Gemm, best of %d before and of "
+                "%d after the steps; the higher is the ceiling", kCeilingSize, kCeilingSize,
+                kCeilingSize, kCeilingRepeats, kCeilingRepeats);
   report.header(line);
-  report.row("sgemm 4096^3", {0, 0, 0, peak, 1.0}, gemm_wrong);
+  report.columns({"GFLOP/s", "before", "after", "vs_fp32"});
+  const double onednn_f32 = ceilings.best(GemmCeiling::OneDnnF32);
+  for (GemmCeiling c : {GemmCeiling::OpenBlasF32, GemmCeiling::OneDnnF32, GemmCeiling::OneDnnBf16}) {
+    const int i = static_cast<int>(c);
+    report.row(std::string(gemm_ceiling_name(c)), {ceilings.best(c), ceilings.before[i],
+               ceilings.after[i], ceilings.best(c) / onednn_f32}, ceilings.wrong[i]);
+  }
+
   // At initialisation the logits are near zero, so the loss must be near log(vocab).
   const int wrong = std::abs(first_loss - std::log(50257.0)) < 0.5 ? 0 : 1;
   const double t = median(seconds);
   std::snprintf(line, sizeof line,
-                "gpt2-124M: %.1fM parameters, T 256, micro-batch 4, %.1f GFLOP per step (PaLM "
-                "convention), median of %d steps; first loss %.3f (log V = %.3f)",
+                "gpt2-124M: %.1fM parameters, T 256, micro-batch 4, fp32, %.1f GFLOP per step "
+                "(PaLM convention), median of %d steps; first loss %.3f (log V = %.3f); ratio to "
+                "the oneDNN fp32 ceiling and to OpenBLAS sgemm",
                 config.model.parameter_count() / 1e6, flops / 1e9, args.steps, first_loss,
                 std::log(50257.0));
   report.header(line);
-  report.row("gpt2-124M train step", {tokens, t * 1e3, tokens / t, flops / t / 1e9, flops / t / 1e9 / peak}, wrong);
+  report.columns({"tokens", "time_ms", "tokens/s", "GFLOP/s", "ratio", "ratio_openblas"});
+  const double rate = flops / t / 1e9;
+  report.row("gpt2-124M train step", {tokens, t * 1e3, tokens / t, rate, rate / onednn_f32,
+                                      rate / ceilings.best(GemmCeiling::OpenBlasF32)}, wrong);
+  double measured = 0;
+  for (double s : seconds) measured += s;
+  report_breakdown(report, profile, args.steps, measured / args.steps);
 }
 
 }  // namespace meshtrain

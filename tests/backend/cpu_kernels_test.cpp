@@ -148,6 +148,35 @@ TEST_P(CpuKernels, CausalAttention) {
   }
 }
 
+// fp32 attention has two paths: batched oneDNN matmuls (the default) and the per-head OpenBLAS
+// loop (when OpenBLAS is forced, and for fp64). Both against the reference, with B > 1 and several
+// heads so that the batch strides matter.
+TEST(CpuAttention, BatchedAndPerHeadPathsMatchTheReference) {
+  const AttentionCase c{3, 150, 4, 16};
+  const int64_t C = c.NH * c.HS;
+  const Vec qkv = random_normal(c.B * c.T * 3 * C, 31), dout = random_normal(c.B * c.T * C, 32);
+  Vec out, probs, dqkv;
+  reference::attention_forward(out, probs, qkv, c.B, c.T, c.NH, c.HS);
+  reference::attention_backward(dqkv, dout, qkv, c.B, c.T, c.NH, c.HS);
+  for (cpu::GemmLibrary library : {cpu::GemmLibrary::Auto, cpu::GemmLibrary::OpenBlas}) {
+    SCOPED_TRACE(std::string(cpu::gemm_library_name(library)));
+    CpuBackend be(2);
+    be.gemm().set_library(library);
+    const DType dt = DType::F32;
+    Tensor tqkv = make_tensor(be, qkv, {c.B * c.T, 3 * C}, dt);
+    Tensor tout = be.empty({c.B * c.T, C}, dt, MemoryCategory::Workspace);
+    Tensor tprobs = be.empty({c.B, c.NH, c.T, c.T}, dt, MemoryCategory::Workspace);
+    be.fill(tprobs, 1e30);  // every entry must be written, the upper triangle with zeros
+    be.attention_forward(tout, tprobs, tqkv, c.B, c.T, c.NH, c.HS);
+    EXPECT_LT(max_relative_error(to_host(be, tout), out), tolerance(dt));
+    EXPECT_LT(max_relative_error(to_host(be, tprobs), probs), tolerance(dt));
+    Tensor tdqkv = be.empty({c.B * c.T, 3 * C}, dt, MemoryCategory::Workspace);
+    be.attention_backward(tdqkv, make_tensor(be, dout, {c.B * c.T, C}, dt), tqkv, tprobs, c.B, c.T,
+                          c.NH, c.HS);
+    EXPECT_LT(max_relative_error(to_host(be, tdqkv), dqkv), tolerance(dt));
+  }
+}
+
 TEST_P(CpuKernels, EmbeddingSliceOfVocabulary) {
   const int64_t V = 50, C = 70, N = 23, begin = 20, local_v = 15;  // this rank: tokens 20..34
   std::vector<int32_t> tokens(N);

@@ -85,6 +85,20 @@ inline double gelu_grad(double x) {
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
 }
 
+// C (M, N) = op(A) (M, K) @ op(B) (K, N) + bias (N) [+ C], then GELU if asked; A, B, C dense
+// row-major as stored (A is (K, M) when a_transposed). bias may be null.
+inline void gemm(Vec& C, const Vec& A, const Vec& B, const Vec* bias, bool a_transposed,
+                 bool b_transposed, int64_t M, int64_t N, int64_t K, bool accumulate, bool gelu_after) {
+  if (!accumulate) C.assign(M * N, 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = (accumulate ? C[i * N + j] : 0.0) + (bias ? (*bias)[j] : 0.0);
+      for (int64_t k = 0; k < K; ++k)
+        acc += (a_transposed ? A[k * M + i] : A[i * K + k]) * (b_transposed ? B[j * K + k] : B[k * N + j]);
+      C[i * N + j] = gelu_after ? gelu(acc) : acc;
+    }
+}
+
 // qkv (B, T, 3, NH, HS) -> out (B, T, NH, HS), probs (B, NH, T, T)
 inline void attention_forward(Vec& out, Vec& probs, const Vec& qkv, int64_t B, int64_t T,
                               int64_t NH, int64_t HS) {

@@ -2,6 +2,8 @@
 // Benchmark suites of `meshtrain bench`. Each measures its ceiling in the same run and reports
 // through BenchReport.
 
+#include <string_view>
+
 #include "meshtrain/app/bench_report.h"
 #include "meshtrain/app/commands.h"
 #include "meshtrain/config/config.h"
@@ -14,7 +16,8 @@ namespace meshtrain {
 // directory runs/bench-<suite>.
 Config bench_deck(const std::string& suite, const GptConfig& model);
 
-// OpenBLAS sgemm peak (large square GEMM) and a full GPT-2 124M training step against it.
+// GEMM ceilings (OpenBLAS sgemm, oneDNN fp32 and bf16 matmul) and a full GPT-2 124M training
+// step against them, with a per-kernel breakdown of the step.
 void bench_step(const BenchArgs& args, BenchReport& report);
 // Data-parallel gradient sync bus bandwidth against raw MPI_Allreduce, and how much of it
 // backward hides (2+ ranks).
@@ -28,7 +31,12 @@ void bench_zero(const BenchArgs& args, BenchReport& report);
 void bench_checkpoint(const BenchArgs& args, BenchReport& report);
 // GPT-2 124M in bf16 on one GPU: tokens/s and MFU against a bf16 cuBLASLt GEMM peak.
 void bench_gpu(const BenchArgs& args, BenchReport& report);
-// Median GFLOP/s of a square sgemm of size n (checked against double-precision dot products).
-double measure_sgemm_peak(int n, int repeats, int& wrong);
+// The GEMM ceilings of the CPU: a square GEMM through the CPU backend's Gemm with the library
+// (and input dtype) forced; the best GFLOP/s of `repeats` runs on the caller's OpenMP threads (a
+// ceiling: on a shared machine noise only lowers a run), probes checked against fp64 dot
+// products (each wrong probe adds to `wrong`).
+enum class GemmCeiling { OpenBlasF32, OneDnnF32, OneDnnBf16 };
+std::string_view gemm_ceiling_name(GemmCeiling c);
+double measure_gemm_ceiling(GemmCeiling which, int n, int repeats, int& wrong);
 
 }  // namespace meshtrain

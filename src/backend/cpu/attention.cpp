@@ -1,36 +1,37 @@
-// Causal multi-head self-attention, one (batch, head) pair per task, GEMMs through OpenBLAS on
-// strided views of qkv (B, T, 3, NH, HS) — no transposed copies of Q, K or V.
+// Causal multi-head self-attention on strided views of qkv (B, T, 3, NH, HS) — no transposed
+// copies of Q, K or V:
 //
 //   S = scale Q K^T (masked j > i),  P = softmax_rows(S),  O = P V,       scale = 1/sqrt(HS)
 //   dP = dO V^T,  dV = P^T dO,  dS = P * (dP - rowsum(P * dP)) * scale,  dQ = dS K,  dK = dS^T Q
 //
-// Causality is exploited in row blocks of kBlock: row block r only multiplies against the
-// first (r + 1) * kBlock keys, so the GEMMs do about half the work of the full T x T product.
+// fp32 runs each product for all (batch, head) pairs as one batched oneDNN matmul
+// (attention_batched.cpp); fp64, and fp32 when OpenBLAS is forced, run here: one (batch, head)
+// pair per OpenMP task, its GEMMs single-threaded OpenBLAS calls in causal row tiles.
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
+#include "attention_rows.h"
 #include "blas.h"
 #include "kernels.h"
-#include "vector_math.h"
+#include "meshtrain/backend/cpu/gemm.h"
 
 namespace meshtrain::cpu {
 
 namespace {
-constexpr int64_t kBlock = 64;
+constexpr int64_t kBlock = kAttentionBlock;
 
 struct HeadView {
   int64_t ld_qkv;  // row stride of Q, K, V inside qkv: 3 * NH * HS
   int64_t ld_out;  // row stride of O: NH * HS
 };
-}  // namespace
-
 template <class T>
-void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int64_t NH,
-                       int64_t HS) {
+void per_head_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int64_t NH,
+                      int64_t HS) {
   const int64_t C = NH * HS;
   const HeadView v{3 * C, C};
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
@@ -47,21 +48,7 @@ void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, in
       gemm(CblasNoTrans, CblasTrans, rows, keys, HS, scale, q + r0 * v.ld_qkv, v.ld_qkv, k,
            v.ld_qkv, T(0), P + r0 * T_, T_);
     }
-    for (int64_t i = 0; i < T_; ++i) {
-      T* row = P + i * T_;
-      T m = row[0];
-      for (int64_t j = 1; j <= i; ++j) m = std::max(m, row[j]);
-      T s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j <= i; ++j) {
-        row[j] = vexp<T>(row[j] - m);
-        s += row[j];
-      }
-      const T inv = T(1) / s;
-#pragma omp simd
-      for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-      std::fill(row + i + 1, row + T_, T(0));
-    }
+    for (int64_t i = 0; i < T_; ++i) causal_softmax_row(P + i * T_, i, T_);
     for (int64_t r0 = 0; r0 < T_; r0 += kBlock) {
       const int64_t rows = std::min(kBlock, T_ - r0), keys = r0 + rows;
       gemm(CblasNoTrans, CblasNoTrans, rows, HS, keys, T(1), P + r0 * T_, T_, val, v.ld_qkv, T(0),
@@ -71,8 +58,8 @@ void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, in
 }
 
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int64_t B,
-                        int64_t T_, int64_t NH, int64_t HS, T* scratch) {
+void per_head_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int64_t B,
+                       int64_t T_, int64_t NH, int64_t HS, T* scratch) {
   const int64_t C = NH * HS;
   const HeadView v{3 * C, C};
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
@@ -100,16 +87,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
            dO + c0 * v.ld_out, v.ld_out, T(0), dv + c0 * v.ld_qkv, v.ld_qkv);
     }
     for (int64_t i = 0; i < T_; ++i) {  // softmax backward, in place over dP
-      const T* p = P + i * T_;
-      T* d = dS + i * T_;
-      T dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t j = 0; j <= i; ++j) dot += p[j] * d[j];
-#pragma omp simd
-      for (int64_t j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot) * scale;
-      // Entries above the diagonal inside the row's block feed the block GEMMs below.
       const int64_t block_end = std::min(T_, (i / kBlock + 1) * kBlock);
-      std::fill(d + i + 1, d + block_end, T(0));
+      causal_softmax_backward_row(dS + i * T_, P + i * T_, i, block_end, scale);
     }
     for (int64_t r0 = 0; r0 < T_; r0 += kBlock) {  // dQ[r] = dS[r, :keys] K[:keys]
       const int64_t rows = std::min(kBlock, T_ - r0), keys = r0 + rows;
@@ -124,13 +103,42 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int64_t,
-                                       int64_t);
-template void attention_forward<double>(double*, double*, const double*, int64_t, int64_t,
-                                        int64_t, int64_t);
-template void attention_backward<float>(float*, const float*, const float*, const float*, int64_t,
-                                        int64_t, int64_t, int64_t, float*);
-template void attention_backward<double>(double*, const double*, const double*, const double*,
-                                         int64_t, int64_t, int64_t, int64_t, double*);
+}  // namespace
+
+bool attention_batched(const Gemm& gemm, bool fp32) {
+  return fp32 && gemm.library() != GemmLibrary::OpenBlas;
+}
+
+int64_t attention_backward_scratch(const Gemm& gemm, bool fp32, int64_t B, int64_t T_,
+                                   int64_t NH, int threads) {
+  return attention_batched(gemm, fp32) ? B * NH * T_ * T_ : int64_t{threads} * T_ * T_;
+}
+
+template <class T>
+void attention_forward(Gemm& gemm, T* out, T* probs, const T* qkv, int64_t B, int64_t T_,
+                       int64_t NH, int64_t HS) {
+  if constexpr (std::is_same_v<T, float>)
+    if (attention_batched(gemm, true))
+      return attention_forward_batched(gemm, out, probs, qkv, B, T_, NH, HS);
+  per_head_forward(out, probs, qkv, B, T_, NH, HS);
+}
+
+template <class T>
+void attention_backward(Gemm& gemm, T* dqkv, const T* dout, const T* qkv, const T* probs,
+                        int64_t B, int64_t T_, int64_t NH, int64_t HS, T* scratch) {
+  if constexpr (std::is_same_v<T, float>)
+    if (attention_batched(gemm, true))
+      return attention_backward_batched(gemm, dqkv, dout, qkv, probs, B, T_, NH, HS, scratch);
+  per_head_backward(dqkv, dout, qkv, probs, B, T_, NH, HS, scratch);
+}
+
+#define INSTANTIATE(T)                                                                          \
+  template void attention_forward<T>(Gemm&, T*, T*, const T*, int64_t, int64_t, int64_t,        \
+                                     int64_t);                                                  \
+  template void attention_backward<T>(Gemm&, T*, const T*, const T*, const T*, int64_t, int64_t, \
+                                      int64_t, int64_t, T*);
+INSTANTIATE(float)
+INSTANTIATE(double)
+#undef INSTANTIATE
 
 }  // namespace meshtrain::cpu

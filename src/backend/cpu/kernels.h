@@ -7,6 +7,8 @@
 
 namespace meshtrain::cpu {
 
+class Gemm;
+
 // Threads used by the kernels (the OpenMP team size). Fixed-size chunking makes reductions
 // independent of it: results are bitwise the same with 1 or 16 threads.
 int kernel_threads();
@@ -45,12 +47,13 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
                         const T* weight, const T* mean, const T* rstd, int64_t N, int64_t C,
                         T* scratch);
 
+// GEMMs through `gemm` (oneDNN or OpenBLAS, gemm.h).
 template <class T>
-void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
-                    int64_t OC);
+void matmul_forward(Gemm& gemm, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
+                    int64_t C, int64_t OC);
 template <class T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t N, int64_t C, int64_t OC);
+void matmul_backward(Gemm& gemm, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                     const T* weight, int64_t N, int64_t C, int64_t OC);
 
 template <class T> void bias_forward(T* out, const T* bias, int64_t N, int64_t C);
 template <class T> void bias_backward(T* dbias, const T* dout, int64_t N, int64_t C);
@@ -58,13 +61,23 @@ template <class T> void bias_backward(T* dbias, const T* dout, int64_t N, int64_
 template <class T> void gelu_forward(T* out, const T* inp, int64_t n);
 template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
 
+// Causal attention (attention.cpp). fp32 runs batched oneDNN matmuls over all (batch, head)
+// pairs unless `gemm` forces OpenBLAS; then, and for fp64, one pair per OpenMP task.
+bool attention_batched(const Gemm& gemm, bool fp32);
+// Elements of backward's scratch: B * NH * T * T batched (dS of every pair), else threads * T * T.
+int64_t attention_backward_scratch(const Gemm& gemm, bool fp32, int64_t B, int64_t T_,
+                                   int64_t NH, int threads);
 template <class T>
-void attention_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int64_t NH,
-                       int64_t HS);
-// scratch: kernel_threads() * T * T elements.
+void attention_forward(Gemm& gemm, T* out, T* probs, const T* qkv, int64_t B, int64_t T_,
+                       int64_t NH, int64_t HS);
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int64_t B,
-                        int64_t T_, int64_t NH, int64_t HS, T* scratch);
+void attention_backward(Gemm& gemm, T* dqkv, const T* dout, const T* qkv, const T* probs,
+                        int64_t B, int64_t T_, int64_t NH, int64_t HS, T* scratch);
+void attention_forward_batched(Gemm& gemm, float* out, float* probs, const float* qkv, int64_t B,
+                               int64_t T_, int64_t NH, int64_t HS);
+void attention_backward_batched(Gemm& gemm, float* dqkv, const float* dout, const float* qkv,
+                                const float* probs, int64_t B, int64_t T_, int64_t NH, int64_t HS,
+                                float* dS);
 
 template <class T> void crossentropy_stats(T* row_max, T* row_sumexp, const T* logits, int64_t N, int64_t V);
 template <class T> void crossentropy_rebase(T* row_sumexp, const T* local_max, const T* global_max, int64_t N);

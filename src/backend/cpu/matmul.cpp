@@ -1,15 +1,14 @@
-// Linear layers through OpenBLAS. Weights are (OC, C) as in PyTorch, activations row-major
-// (N, C):
-//   forward   out (N, OC)   = inp (N, C) @ W^T + b     sgemm N,T   (bias pre-broadcast, beta 1)
-//   backward  dinp (N, C)   = dout (N, OC) @ W         sgemm N,N
-//             dW (OC, C)   += dout^T @ inp             sgemm T,N   (beta 1: accumulates)
+// Linear layers through Gemm (gemm.h: oneDNN or OpenBLAS by shape). Weights are (OC, C) as in
+// PyTorch, activations row-major (N, C):
+//   forward   out (N, OC)   = inp (N, C) @ W^T + b     GEMM N,T   (bias fused)
+//   backward  dinp (N, C)   = dout (N, OC) @ W         GEMM N,N
+//             dW (OC, C)   += dout^T @ inp             GEMM T,N   (Accumulate::Add)
 //             db (OC)      += column sums of dout
 
 #include <algorithm>
-#include <cstring>
 
-#include "blas.h"
 #include "kernels.h"
+#include "meshtrain/backend/cpu/gemm.h"
 
 namespace meshtrain::cpu {
 
@@ -18,22 +17,17 @@ constexpr int64_t kColumnBlock = 128;
 }  // namespace
 
 template <class T>
-void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
-                    int64_t OC) {
-  T beta = 0;
-  if (bias) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) std::memcpy(out + i * OC, bias, sizeof(T) * OC);
-    beta = 1;
-  }
-  gemm(CblasNoTrans, CblasTrans, N, OC, C, T(1), inp, C, weight, C, beta, out, OC);
+void matmul_forward(Gemm& gemm, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
+                    int64_t C, int64_t OC) {
+  gemm.run(GemmShape::dense(Trans::No, Trans::Yes, N, OC, C), inp, weight, bias, out);
 }
 
 template <class T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t N, int64_t C, int64_t OC) {
-  if (dinp) gemm(CblasNoTrans, CblasNoTrans, N, C, OC, T(1), dout, OC, weight, C, T(0), dinp, C);
-  gemm(CblasTrans, CblasNoTrans, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);
+void matmul_backward(Gemm& gemm, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                     const T* weight, int64_t N, int64_t C, int64_t OC) {
+  if (dinp) gemm.run(GemmShape::dense(Trans::No, Trans::No, N, C, OC), dout, weight, nullptr, dinp);
+  gemm.run(GemmShape::dense(Trans::Yes, Trans::No, OC, C, N), dout, inp, nullptr, dweight,
+           {Accumulate::Add, Epilogue::None});
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
@@ -65,9 +59,10 @@ template <class T> void bias_backward(T* dbias, const T* dout, int64_t N, int64_
 #define INSTANTIATE(T)                                                                          \
   template void bias_forward<T>(T*, const T*, int64_t, int64_t);                                \
   template void bias_backward<T>(T*, const T*, int64_t, int64_t);                               \
-  template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t); \
-  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,  \
-                                   int64_t);
+  template void matmul_forward<T>(Gemm&, T*, const T*, const T*, const T*, int64_t, int64_t,     \
+                                  int64_t);                                                     \
+  template void matmul_backward<T>(Gemm&, T*, T*, T*, const T*, const T*, const T*, int64_t,     \
+                                   int64_t, int64_t);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

@@ -1,11 +1,17 @@
 #pragma once
-// The CPU backend: GEMMs through OpenBLAS, every other kernel OpenMP-parallel and written for the
-// compiler to vectorise. Runs every feature of meshtrain on machines without GPUs, in fp32 for
-// training and fp64 for verification.
+// The CPU backend: GEMMs through oneDNN matmul primitives (OpenBLAS for fp64 and tiny products,
+// gemm.h), every other kernel OpenMP-parallel and written for the compiler to vectorise. Runs
+// every feature of meshtrain on machines without GPUs, in fp32 for training and fp64 for
+// verification.
+
+#include <memory>
 
 #include "meshtrain/backend/backend.h"
+#include "meshtrain/backend/cpu/gemm.h"
 
 namespace meshtrain {
+
+class KernelProfile;
 
 // Compute runs the kernels; Plan makes every allocation a step would make (scratch included,
 // for `threads` threads) on a MetaAllocator and skips the arithmetic — the planner's dry run.
@@ -22,6 +28,10 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   std::string describe() const override;
   int threads() const;
+  // The GEMM behind matmul_forward/backward: its library rule can be forced (benchmarks, tests).
+  cpu::Gemm& gemm() { return *gemm_; }
+  // Times every operation into `profile` until set back to null (bench --suite step).
+  void set_profile(KernelProfile* profile) { profile_ = profile; }
 
   void fill(Tensor& t, double value) override;
   void copy(Tensor& dst, const Tensor& src) override;
@@ -78,6 +88,8 @@ class CpuBackend final : public Backend {
  private:
   bool planning_;
   int threads_;
+  std::unique_ptr<cpu::Gemm> gemm_;
+  KernelProfile* profile_ = nullptr;
 };
 
 }  // namespace meshtrain

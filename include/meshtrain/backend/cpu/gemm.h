@@ -1,0 +1,102 @@
+#pragma once
+// The CPU backend's GEMM: one call, two libraries. oneDNN matmul primitives (cached per shape,
+// bias and epilogue fused as post-ops) where they are faster, OpenBLAS where oneDNN has nothing
+// (fp64) or loses (tiny products, where a call costs microseconds either way). Not a tensor API:
+// row-major pointers and strides, as the CPU kernels use them; the Backend calls it.
+//
+//   C (M, N) = epilogue( op(A) (M, K) @ op(B) (K, N) + bias (N) [+ C] )
+//
+// op(X) is X or X^T as stored: a row-major matrix with row stride ld. Accumulate::Add keeps C
+// and adds to it (beta = 1: parameter gradients accumulate); the epilogue acts on the sum.
+// Inputs are fp32, fp64 or bf16 (bf16 travels as its uint16_t bits); accumulation and C are
+// fp32 for fp32 and bf16 inputs, fp64 for fp64.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace meshtrain::cpu {
+
+enum class Trans { No, Yes };
+enum class Accumulate { Assign, Add };
+enum class Epilogue { None, GeluTanh };  // GELU, tanh approximation (as gelu_forward)
+
+// Which library runs a GEMM. Auto applies the rule in gemm.cpp (oneDNN unless the product is
+// tiny or fp64); the others force one, for benchmarks and tests, and are refused where that
+// library cannot run the GEMM (OpenBLAS: bf16; oneDNN: fp64).
+enum class GemmLibrary { Auto, OpenBlas, OneDnn };
+std::string_view gemm_library_name(GemmLibrary library);
+
+struct GemmShape {
+  Trans ta = Trans::No, tb = Trans::No;
+  int64_t M = 0, N = 0, K = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;  // row strides as stored (A is (K, M) when ta = Yes)
+
+  // The dense case: leading dimensions from the shape.
+  static GemmShape dense(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K);
+  std::string to_string() const;  // "NT 1024x768x2304" (M x N x K)
+};
+
+// A batch of GEMMs over two batch dimensions, every operand addressed by element strides
+// (batch0, batch1, row, column) — e.g. attention's per-(batch, head) products on strided views of
+// qkv, transposes being swapped strides:
+//   C[i][j] (M, N) = alpha * A[i][j] (M, K) @ B[i][j] (K, N) [+ C[i][j]]
+struct BatchedGemmShape {
+  struct Strides {
+    int64_t batch0 = 0, batch1 = 0, row = 0, col = 0;
+    auto operator<=>(const Strides&) const = default;
+  };
+  int64_t batch0 = 1, batch1 = 1, M = 0, N = 0, K = 0;
+  Strides a, b, c;
+  float alpha = 1.0f;
+  std::string to_string() const;  // "48 x 64x128x64"
+};
+
+struct GemmOptions {
+  Accumulate accumulate = Accumulate::Assign;
+  Epilogue epilogue = Epilogue::None;
+};
+
+class OneDnnMatmul;
+enum class MatmulType;
+
+class Gemm {
+ public:
+  Gemm();
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // bias may be null. The threads are the caller's OpenMP team size (omp_get_max_threads).
+  void run(const GemmShape& s, const float* A, const float* B, const float* bias, float* C,
+           GemmOptions o = {});
+  void run(const GemmShape& s, const double* A, const double* B, const double* bias, double* C,
+           GemmOptions o = {});
+  // bf16 inputs, fp32 accumulation, bias and output (oneDNN only).
+  void run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, const float* bias,
+                float* C, GemmOptions o = {});
+  // A batch of fp32 GEMMs as one oneDNN primitive, threaded over the batch (whatever the
+  // library setting: OpenBLAS has no strided batch; callers pick their own OpenBLAS loop).
+  void run_batched(const BatchedGemmShape& s, const float* A, const float* B, float* C,
+                   Accumulate accumulate = Accumulate::Assign);
+
+  void set_library(GemmLibrary library) { library_ = library; }
+  GemmLibrary library() const { return library_; }
+  // The library that runs an fp32 GEMM of this shape under the current setting.
+  GemmLibrary choose(const GemmShape& s) const;
+  // oneDNN's version and the instruction set it dispatches to, e.g. "oneDNN 2.6.3
+  // (avx512_core_bf16)"; and how many primitives are cached.
+  static std::string onednn_version();
+  size_t cached_primitives() const;
+
+ private:
+  template <class In>
+  void run_onednn(const GemmShape& s, MatmulType type, const In* A, const In* B,
+                  const float* bias, float* C, GemmOptions o);
+
+  GemmLibrary library_ = GemmLibrary::Auto;
+  std::unique_ptr<OneDnnMatmul> onednn_;
+};
+
+}  // namespace meshtrain::cpu

@@ -1,0 +1,203 @@
+// Gemm: the library rule, the OpenBLAS path (bias pre-broadcast or added after, GELU in place)
+// and the hand-off to oneDNN (onednn_matmul.cpp).
+//
+// The rule (GemmLibrary::Auto): oneDNN for fp32 and bf16, OpenBLAS for fp64 (oneDNN has no fp64
+// matmul) and for products of fewer than kOneDnnMinProduct multiply-adds. Measured on the
+// development machine (AMD Zen 5, 2 threads, oneDNN 2.6.3 brgemm avx512_core against OpenBLAS
+// 0.3.21, every transpose combination of M in 16..1024, N and K in 32..512; bench --suite step
+// repeats the comparison for GPT-2's shapes): oneDNN is 1.5-5x faster from 2^19 multiply-adds up
+// (every GPT-2 124M GEMM: 1.05-3.9x), and loses only below, by 1-5 us a call (16x32x32 up to
+// 256x32x32), where its fixed cost dominates. A rule rather than a timing taken at run time: which
+// library computes a GEMM decides its last bits, and a restarted run must continue bit for bit.
+
+#include "meshtrain/backend/cpu/gemm.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "blas.h"
+#include "kernels.h"
+#include "onednn_matmul.h"
+
+namespace meshtrain::cpu {
+
+namespace {
+
+constexpr int64_t kOneDnnMinProduct = int64_t{1} << 19;
+// oneDNN 2.6's fp32 matmul slows down on very long reductions: the language-model head's input
+// gradient (1024 x 768 x 50257, K the vocabulary) ran at 60-70% of the speed of the same GEMM
+// cut into 2-5 reductions of 10k-25k summed with the sum post-op (A/B-timed in one process, 2
+// threads, loaded machine). So reductions longer than kMaxOneDnnK are cut into equal chunks.
+constexpr int64_t kMaxOneDnnK = 16384;
+
+CBLAS_TRANSPOSE blas(Trans t) { return t == Trans::Yes ? CblasTrans : CblasNoTrans; }
+
+template <class T> void gelu_rows(T* C, const GemmShape& s) {
+  if (s.ldc == s.N) return gelu_forward<T>(C, C, s.M * s.N);
+  for (int64_t i = 0; i < s.M; ++i) gelu_forward<T>(C + i * s.ldc, C + i * s.ldc, s.N);
+}
+
+// K = 0: no product, C = epilogue(bias [+ C]). oneDNN refuses empty reductions.
+template <class T> void empty_product(const GemmShape& s, const T* bias, T* C, GemmOptions o) {
+  for (int64_t i = 0; i < s.M; ++i)
+    for (int64_t j = 0; j < s.N; ++j) {
+      T& c = C[i * s.ldc + j];
+      c = (o.accumulate == Accumulate::Add ? c : T(0)) + (bias ? bias[j] : T(0));
+    }
+  if (o.epilogue == Epilogue::GeluTanh) gelu_rows(C, s);
+}
+
+// OpenBLAS: C = epilogue(op(A) op(B) + bias [+ C]), the same order as oneDNN's post-ops.
+template <class T>
+void openblas_gemm(const GemmShape& s, const T* A, const T* B, const T* bias, T* C,
+                   GemmOptions o) {
+  T beta = o.accumulate == Accumulate::Add ? T(1) : T(0);
+  const bool broadcast_bias = bias && o.accumulate == Accumulate::Assign;
+  if (broadcast_bias) {  // C = bias on every row, then C += A B
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < s.M; ++i)
+      for (int64_t j = 0; j < s.N; ++j) C[i * s.ldc + j] = bias[j];
+    beta = T(1);
+  }
+  gemm(blas(s.ta), blas(s.tb), s.M, s.N, s.K, T(1), A, s.lda, B, s.ldb, beta, C, s.ldc);
+  if (bias && !broadcast_bias) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < s.M; ++i)
+      for (int64_t j = 0; j < s.N; ++j) C[i * s.ldc + j] += bias[j];
+  }
+  if (o.epilogue == Epilogue::GeluTanh) gelu_rows(C, s);
+}
+
+void check(const GemmShape& s) {
+  const int64_t a_cols = s.ta == Trans::No ? s.K : s.M, b_cols = s.tb == Trans::No ? s.N : s.K;
+  if (s.M < 0 || s.N < 0 || s.K < 0 || s.lda < std::max<int64_t>(1, a_cols) ||
+      s.ldb < std::max<int64_t>(1, b_cols) || s.ldc < std::max<int64_t>(1, s.N))
+    throw std::invalid_argument("backend 'cpu': GEMM " + s.to_string() + " with lda " +
+                                std::to_string(s.lda) + ", ldb " + std::to_string(s.ldb) +
+                                ", ldc " + std::to_string(s.ldc) +
+                                ": sizes must be >= 0 and each row stride at least its row");
+}
+
+}  // namespace
+
+std::string_view gemm_library_name(GemmLibrary library) {
+  switch (library) {
+    case GemmLibrary::Auto: return "auto";
+    case GemmLibrary::OpenBlas: return "OpenBLAS";
+    case GemmLibrary::OneDnn: return "oneDNN";
+  }
+  return "?";
+}
+
+GemmShape GemmShape::dense(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K) {
+  // BLAS's convention: a row stride is at least 1, also for empty rows.
+  const auto ld = [](int64_t cols) { return std::max<int64_t>(1, cols); };
+  return GemmShape{ta, tb, M, N, K, ld(ta == Trans::No ? K : M), ld(tb == Trans::No ? N : K), ld(N)};
+}
+
+std::string GemmShape::to_string() const {
+  return std::string(ta == Trans::Yes ? "T" : "N") + (tb == Trans::Yes ? "T" : "N") + " " +
+         std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
+}
+
+Gemm::Gemm() = default;
+Gemm::~Gemm() = default;
+
+GemmLibrary Gemm::choose(const GemmShape& s) const {
+  if (library_ != GemmLibrary::Auto) return library_;
+  return s.M * s.N * s.K < kOneDnnMinProduct ? GemmLibrary::OpenBlas : GemmLibrary::OneDnn;
+}
+
+void Gemm::run(const GemmShape& s, const float* A, const float* B, const float* bias, float* C,
+               GemmOptions o) {
+  check(s);
+  if (s.M == 0 || s.N == 0) return;
+  if (s.K == 0) return empty_product(s, bias, C, o);
+  if (choose(s) == GemmLibrary::OpenBlas) return openblas_gemm(s, A, B, bias, C, o);
+  run_onednn(s, MatmulType::F32, A, B, bias, C, o);
+}
+
+// Chunks of K: the first keeps the caller's accumulate and bias, the rest add to C. Not with an
+// epilogue, which must see the whole sum.
+template <class In>
+void Gemm::run_onednn(const GemmShape& s, MatmulType type, const In* A, const In* B,
+                      const float* bias, float* C, GemmOptions o) {
+  if (!onednn_) onednn_ = std::make_unique<OneDnnMatmul>();
+  const int64_t chunks = o.epilogue == Epilogue::None ? (s.K + kMaxOneDnnK - 1) / kMaxOneDnnK : 1;
+  const int64_t step = (s.K + chunks - 1) / chunks;
+  for (int64_t k0 = 0; k0 < s.K; k0 += step) {
+    GemmShape part = s;
+    part.K = std::min(step, s.K - k0);
+    const In* a = A + (s.ta == Trans::No ? k0 : k0 * s.lda);  // columns of A, or rows of A^T
+    const In* b = B + (s.tb == Trans::No ? k0 * s.ldb : k0);  // rows of B, or columns of B^T
+    const bool first = k0 == 0;
+    onednn_->run(MatmulGeometry::of(part), type, a, b, first ? bias : nullptr, C,
+                 {first ? o.accumulate : Accumulate::Add, o.epilogue});
+  }
+}
+
+void Gemm::run_batched(const BatchedGemmShape& s, const float* A, const float* B, float* C,
+                       Accumulate accumulate) {
+  if (s.batch0 < 0 || s.batch1 < 0 || s.M < 0 || s.N < 0 || s.K < 0)
+    throw std::invalid_argument("backend 'cpu': batched GEMM " + s.to_string() + ": sizes must be >= 0");
+  if (s.batch0 == 0 || s.batch1 == 0 || s.M == 0 || s.N == 0) return;
+  if (s.K == 0) {
+    if (accumulate == Accumulate::Add) return;
+    for (int64_t i = 0; i < s.batch0; ++i)
+      for (int64_t j = 0; j < s.batch1; ++j)
+        for (int64_t m = 0; m < s.M; ++m)
+          for (int64_t n = 0; n < s.N; ++n) C[i * s.c.batch0 + j * s.c.batch1 + m * s.c.row + n * s.c.col] = 0;
+    return;
+  }
+  if (!onednn_) onednn_ = std::make_unique<OneDnnMatmul>();
+  onednn_->run(MatmulGeometry::of(s), MatmulType::F32, A, B, nullptr, C, {accumulate, Epilogue::None},
+               s.alpha);
+}
+
+std::string BatchedGemmShape::to_string() const {
+  return std::to_string(batch0 * batch1) + " x " + std::to_string(M) + "x" + std::to_string(N) +
+         "x" + std::to_string(K);
+}
+
+void Gemm::run(const GemmShape& s, const double* A, const double* B, const double* bias, double* C,
+               GemmOptions o) {
+  check(s);
+  if (library_ == GemmLibrary::OneDnn)
+    throw std::invalid_argument("backend 'cpu': oneDNN has no fp64 matmul (GEMM " + s.to_string() +
+                                "); use GemmLibrary::Auto or OpenBlas for fp64");
+  if (s.M == 0 || s.N == 0) return;
+  if (s.K == 0) return empty_product(s, bias, C, o);
+  openblas_gemm(s, A, B, bias, C, o);
+}
+
+void Gemm::run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, const float* bias,
+                    float* C, GemmOptions o) {
+  check(s);
+  if (library_ == GemmLibrary::OpenBlas)
+    throw std::invalid_argument("backend 'cpu': this OpenBLAS has no bf16 GEMM (GEMM " +
+                                s.to_string() + "); use GemmLibrary::Auto or OneDnn for bf16");
+  if (s.M == 0 || s.N == 0) return;
+  if (s.K == 0) return empty_product(s, bias, C, o);
+  run_onednn(s, MatmulType::BF16, A, B, bias, C, o);
+}
+
+size_t Gemm::cached_primitives() const { return onednn_ ? onednn_->cached() : 0; }
+
+std::string Gemm::onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  std::string isa;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx: isa = "avx512_core_amx"; break;
+    case dnnl::cpu_isa::avx512_core_bf16: isa = "avx512_core_bf16"; break;
+    case dnnl::cpu_isa::avx512_core_vnni: isa = "avx512_core_vnni"; break;
+    case dnnl::cpu_isa::avx512_core: isa = "avx512_core"; break;
+    case dnnl::cpu_isa::avx2_vnni: isa = "avx2_vnni"; break;
+    case dnnl::cpu_isa::avx2: isa = "avx2"; break;
+    default: isa = "below avx2";
+  }
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + " (" + isa + ")";
+}
+
+}  // namespace meshtrain::cpu

@@ -1,0 +1,96 @@
+#include "onednn_matmul.h"
+
+#include <omp.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace meshtrain::cpu {
+
+namespace {
+
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+dt data_type(MatmulType t) { return t == MatmulType::BF16 ? dt::bf16 : dt::f32; }
+
+// A (rows, cols) matrix with its strides, 2-D, or 4-D under the batch dimensions.
+dnnl::memory::desc matrix(const MatmulGeometry& g, int64_t rows, int64_t cols,
+                          const BatchedGemmShape::Strides& st, dt type) {
+  if (g.batch0 == 1 && g.batch1 == 1) return dnnl::memory::desc({rows, cols}, type, dims{st.row, st.col});
+  return dnnl::memory::desc({g.batch0, g.batch1, rows, cols}, type,
+                            dims{st.batch0, st.batch1, st.row, st.col});
+}
+
+}  // namespace
+
+MatmulGeometry MatmulGeometry::of(const GemmShape& s) {
+  MatmulGeometry g;
+  g.M = s.M;
+  g.N = s.N;
+  g.K = s.K;
+  g.a = s.ta == Trans::No ? BatchedGemmShape::Strides{0, 0, s.lda, 1} : BatchedGemmShape::Strides{0, 0, 1, s.lda};
+  g.b = s.tb == Trans::No ? BatchedGemmShape::Strides{0, 0, s.ldb, 1} : BatchedGemmShape::Strides{0, 0, 1, s.ldb};
+  g.c = {0, 0, s.ldc, 1};
+  return g;
+}
+
+MatmulGeometry MatmulGeometry::of(const BatchedGemmShape& s) {
+  return MatmulGeometry{s.batch0, s.batch1, s.M, s.N, s.K, s.a, s.b, s.c};
+}
+
+OneDnnMatmul::OneDnnMatmul() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+
+OneDnnMatmul::Entry& OneDnnMatmul::find_or_create(const Key& k) {
+  if (auto it = cache_.find(k); it != cache_.end()) return it->second;
+  const MatmulGeometry& g = k.g;
+  const auto a_md = matrix(g, g.M, g.K, g.a, data_type(k.in));
+  const auto b_md = matrix(g, g.K, g.N, g.b, data_type(k.in));
+  const auto c_md = matrix(g, g.M, g.N, g.c, dt::f32);
+  const bool batched = g.batch0 != 1 || g.batch1 != 1;
+  const auto bias_md = !k.bias    ? dnnl::memory::desc()
+                       : batched ? dnnl::memory::desc({1, 1, 1, g.N}, dt::f32, dims{g.N, g.N, g.N, 1})
+                                 : dnnl::memory::desc({1, g.N}, dt::f32, dims{g.N, 1});
+  dnnl::post_ops ops;
+  if (k.accumulate == Accumulate::Add) ops.append_sum(1.0f);
+  if (k.epilogue == Epilogue::GeluTanh)
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+  dnnl::primitive_attr attr;
+  if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
+  attr.set_post_ops(ops);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr,
+                                        engine_);
+  Entry e{dnnl::matmul(pd), dnnl::memory(a_md, engine_, nullptr),
+          dnnl::memory(b_md, engine_, nullptr),
+          k.bias ? dnnl::memory(bias_md, engine_, nullptr) : dnnl::memory(),
+          dnnl::memory(c_md, engine_, nullptr)};
+  return cache_.emplace(k, std::move(e)).first->second;
+}
+
+void OneDnnMatmul::run(const MatmulGeometry& g, MatmulType in, const void* A, const void* B,
+                       const float* bias, float* C, GemmOptions o, float alpha) {
+  const Key key{g, alpha, in, bias != nullptr, o.accumulate, o.epilogue, omp_get_max_threads()};
+  try {
+    Entry& e = find_or_create(key);
+    e.a.set_data_handle(const_cast<void*>(A));
+    e.b.set_data_handle(const_cast<void*>(B));
+    e.c.set_data_handle(C);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}};
+    if (bias) {
+      e.bias.set_data_handle(const_cast<float*>(bias));
+      args.emplace(DNNL_ARG_BIAS, e.bias);
+    }
+    e.primitive.execute(stream_, args);
+    stream_.wait();
+  } catch (const dnnl::error& err) {
+    const std::string what = (g.batch0 * g.batch1 > 1 ? std::to_string(g.batch0 * g.batch1) + " x " : "") +
+                             std::to_string(g.M) + "x" + std::to_string(g.N) + "x" + std::to_string(g.K);
+    throw std::runtime_error("backend 'cpu': oneDNN matmul " + what +
+                             (in == MatmulType::BF16 ? " bf16" : " fp32") + " failed: " +
+                             err.what() + " (status " + std::to_string(err.status) +
+                             "); ONEDNN_VERBOSE=1 shows what oneDNN tried");
+  }
+}
+
+}  // namespace meshtrain::cpu

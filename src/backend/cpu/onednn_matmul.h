@@ -1,0 +1,63 @@
+#pragma once
+// oneDNN matmul primitives for Gemm (gemm.h), created once per (shape, strides, data types,
+// bias, scale, post-ops, threads) and kept: creating one costs about a millisecond, running a
+// GPT-2 layer's GEMM a few. Transposes are strides of the memory descriptors (2-D, or 4-D for a
+// batch), bias is the matmul's bias argument, alpha an output scale, Accumulate::Add a sum
+// post-op and the GELU epilogue an eltwise post-op (oneDNN applies them in that order, matching
+// the OpenBLAS path). Internal to the CPU backend.
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <compare>
+#include <cstdint>
+#include <map>
+
+#include "meshtrain/backend/cpu/gemm.h"
+
+namespace meshtrain::cpu {
+
+enum class MatmulType { F32, BF16 };  // input type; accumulation and output are fp32
+
+// A matmul's geometry: batch sizes (1, 1 for a plain GEMM, which gets 2-D descriptors), sizes
+// and element strides (batch0, batch1, row, column) of A (M, K), B (K, N) and C (M, N).
+struct MatmulGeometry {
+  int64_t batch0 = 1, batch1 = 1, M = 0, N = 0, K = 0;
+  BatchedGemmShape::Strides a, b, c;
+  auto operator<=>(const MatmulGeometry&) const = default;
+
+  static MatmulGeometry of(const GemmShape& s);
+  static MatmulGeometry of(const BatchedGemmShape& s);
+};
+
+class OneDnnMatmul {
+ public:
+  OneDnnMatmul();
+
+  // C = epilogue(alpha * A @ B + bias [+ C]); A, B of type `in`, bias and C fp32.
+  void run(const MatmulGeometry& g, MatmulType in, const void* A, const void* B,
+           const float* bias, float* C, GemmOptions o, float alpha = 1.0f);
+  size_t cached() const { return cache_.size(); }
+
+ private:
+  struct Key {
+    MatmulGeometry g;
+    float alpha;
+    MatmulType in;
+    bool bias;
+    Accumulate accumulate;
+    Epilogue epilogue;
+    int threads;  // a primitive's blocking is chosen for the team size it was created for
+    auto operator<=>(const Key&) const = default;
+  };
+  struct Entry {
+    dnnl::matmul primitive;
+    dnnl::memory a, b, bias, c;  // descriptors bound once; data handles set per call
+  };
+  Entry& find_or_create(const Key& k);
+
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::map<Key, Entry> cache_;
+};
+
+}  // namespace meshtrain::cpu
