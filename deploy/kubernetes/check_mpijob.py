@@ -14,7 +14,10 @@ defaults and validation are the binary's. Checked:
   - checkpoint.dir is an absolute path on a persistentVolumeClaim mounted in every worker (and a
     claim defined here is ReadWriteMany when there are several workers), checkpoint.every > 0
     and checkpoint.resume = "auto": a restarted launcher resumes where the job stopped;
-  - /dev/shm in the workers is an emptyDir with medium Memory.
+  - /dev/shm in the workers is an emptyDir with medium Memory;
+  - where mpirun passes the ranks a stop file (-x MESHTRAIN_STOP_FILE=PATH): PATH is absolute,
+    on the workers' claim, and the workers' preStop hook creates that same file (their env names
+    it) within a grace period of at least 60 s, so that a drained pod's ranks checkpoint first.
 
 usage: check_mpijob.py MANIFEST [--meshtrain BINARY]
 Exit status 0: every check passed; 1: refused, one line per problem; 2: the manifest or the
@@ -105,6 +108,45 @@ def parse_mpirun(words):
         elif w.startswith("--set="):
             overrides.append(w.split("=", 1)[1])
     return ranks, deck, overrides
+
+
+def exported(words, name):
+    """The value mpirun's `-x NAME=VALUE` gives the ranks, or None."""
+    for i, w in enumerate(words[:-1]):
+        if w == "-x" and words[i + 1].startswith(name + "="):
+            return words[i + 1].split("=", 1)[1]
+    return None
+
+
+MIN_GRACE_SECONDS = 60
+
+
+def check_stop_file(launcher, worker_pod, worker, claims):
+    """Problems and notes of the stop-file wiring (README: Restarts resume)."""
+    path = exported(command_line(launcher), "MESHTRAIN_STOP_FILE")
+    if path is None:
+        return [], ["note: mpirun passes no MESHTRAIN_STOP_FILE: a drained worker pod ends its "
+                    "ranks without a checkpoint (up to checkpoint.every steps lost)"]
+    problems = []
+    if not posixpath.isabs(path) or not any(under(path, c) for c in claims):
+        problems.append("MESHTRAIN_STOP_FILE = %r is not on the workers' persistent volume (%s): "
+                        "rank 0 and every worker's preStop hook must see the same file"
+                        % (path, ", ".join(sorted(claims)) or "none mounted"))
+    env = {e.get("name"): e.get("value") for e in worker.get("env") or []}
+    if env.get("MESHTRAIN_STOP_FILE") != path:
+        problems.append("the worker's env MESHTRAIN_STOP_FILE is %r, but mpirun gives the ranks %r: "
+                        "the preStop hook would create another file"
+                        % (env.get("MESHTRAIN_STOP_FILE"), path))
+    hook = ((worker.get("lifecycle") or {}).get("preStop") or {}).get("exec", {}).get("command")
+    if not hook or "MESHTRAIN_STOP_FILE" not in " ".join(str(w) for w in hook):
+        problems.append("the worker has no preStop hook creating $MESHTRAIN_STOP_FILE: a drained pod "
+                        "would end its ranks without a checkpoint")
+    grace = worker_pod.get("terminationGracePeriodSeconds", 30)
+    if grace < MIN_GRACE_SECONDS:
+        problems.append("the worker's terminationGracePeriodSeconds is %d: too short for one step "
+                        "and one checkpoint write before SIGTERM; give at least %d"
+                        % (grace, MIN_GRACE_SECONDS))
+    return problems, ([] if problems else ["stop file %s, grace period %d s" % (path, grace)])
 
 
 def under(path, mount):
@@ -251,6 +293,9 @@ def check(manifest, meshtrain):
     if ckpt["every"] <= 0:
         problems.append("checkpoint.every = %d: no checkpoint to resume from; set it > 0"
                         % ckpt["every"])
+    stop_problems, stop_notes = check_stop_file(launcher, worker_pod, worker, claims)
+    problems += stop_problems
+    notes += stop_notes
     run_dir = config["run"]["dir"]
     if not any(under(run_dir, path) for path in claims):
         notes.append("note: run.dir = %r (metrics, flight records) is not on a persistent volume"

@@ -1,6 +1,7 @@
 #include "meshtrain/train/stop_request.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdlib>
@@ -56,6 +57,10 @@ int stop_request() {
   return file_seen ? kStopFileRequest : 0;
 }
 
+void consume_stop_file() {
+  if (file_seen) ::unlink(watched_file.c_str());
+}
+
 std::string stop_reason(int request) {
   switch (request) {
     case SIGUSR1: return "SIGUSR1";
@@ -71,6 +76,7 @@ std::string stop_reason(int request) {
 void check_stop_during_startup(Communicator& world, const char* after) {
   const int request = static_cast<int>(world.all_reduce_scalar(stop_request(), ReduceOp::Max));
   if (request == 0) return;
+  consume_stop_file();
   throw StopDuringStartup("stopping during start-up on " + stop_reason(request) + " (after " + after +
                           "): no step taken, nothing to save; run again (requeue) to resume");
 }

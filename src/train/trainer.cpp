@@ -310,6 +310,7 @@ RunEnd Trainer::run() {
     // A stop request may reach the ranks in different steps: agree on it after every step.
     const int request = static_cast<int>(grid_.world().all_reduce_scalar(stop_request(), ReduceOp::Max));
     if (scheduled || (request != 0 && !last)) save_checkpoint();
+    if (request != 0) consume_stop_file();  // served, by this stop or by the end of training
     if (request != 0 && !last) {
       if (leader_) {
         std::printf("stopping at step %d on %s: checkpoint written; run again (requeue) to resume\n",

@@ -105,6 +105,12 @@ def disk_full_leaves_step_2(p):
     return problems
 
 
+def stop_file_consumed(p):
+    """The run removed the stop file it stopped on (the next run must not stop on it again)."""
+    stop = os.path.join(p["scratch"], "STOP")
+    return ["the stop file %s is still there" % stop] if os.path.exists(stop) else []
+
+
 def stopped_with_a_checkpoint(p):
     """After a stop during training: the newest checkpoint is past step 2 and verifies."""
     ckpts = os.path.join(p["scratch"], "checkpoints")
@@ -270,10 +276,10 @@ CATALOGUE = [
     # one that appears during training stops it at the next step with a checkpoint.
     row("signal", "stop file before start-up", 2, train("train.steps=100000"), 75,
         ["stopping during start-up on the stop file {scratch}/STOP"], errors=0,
-        stop_file="before", within=30),
+        stop_file="before", within=30, then=stop_file_consumed),
     row("signal", "stop file during training", 2, train("train.steps=100000"), 75,
         ["on the stop file {scratch}/STOP: checkpoint written"], errors=0, stop_file="training",
-        within=10, then=stopped_with_a_checkpoint),
+        within=10, then=lambda p: stop_file_consumed(p) + stopped_with_a_checkpoint(p)),
     row("command", "stop file in a missing directory", 2, train(), 1,
         ["MESHTRAIN_STOP_FILE=/nonexistent-meshtrain/STOP: the directory /nonexistent-meshtrain "
          "does not exist"], env={"MESHTRAIN_STOP_FILE": "/nonexistent-meshtrain/STOP"},

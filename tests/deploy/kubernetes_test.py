@@ -67,6 +67,12 @@ def drop_shm_medium(docs):
             v["emptyDir"] = {}
 
 
+def stop_file_elsewhere(docs):
+    args = launcher_args(docs)
+    i = [n for n, a in enumerate(args) if a.startswith("MESHTRAIN_STOP_FILE=")][0]
+    args[i] = "MESHTRAIN_STOP_FILE=/mnt/meshtrain/runs/other/STOP"
+
+
 def claim_read_write_once(docs):
     next(d for d in docs if d["kind"] == "PersistentVolumeClaim")["spec"]["accessModes"] = ["ReadWriteOnce"]
 
@@ -95,6 +101,12 @@ MUTATIONS = [
      "checkpoint.every = 0"),
     ("/dev/shm on disk", drop_shm_medium, "/dev/shm in the worker is not an emptyDir with medium: Memory"),
     ("claim not shared", claim_read_write_once, "needs ReadWriteMany"),
+    ("stop file the hook does not create", stop_file_elsewhere,
+     "the preStop hook would create another file"),
+    ("no preStop hook", lambda d: worker_container(d).pop("lifecycle"), "no preStop hook"),
+    ("default grace period",
+     lambda d: worker(d)["template"]["spec"].pop("terminationGracePeriodSeconds"),
+     "terminationGracePeriodSeconds is 30"),
     ("launcher on another image",
      lambda d: job_of(d)["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
      .update(image="registry.example.com/meshtrain:old"),

@@ -41,6 +41,10 @@ void watch_stop_file(Communicator& world);
 // nothing even on a parallel file system, and a rate limit would let a fast run finish before
 // it looked.
 int stop_request();
+// Removes the stop file once the run stops on it (world rank 0; nothing elsewhere), so that the
+// restarted job (a Kubernetes restart, a requeue by a script that does not remove it) does not
+// stop again at once.
+void consume_stop_file();
 // "SIGUSR1", "SIGTERM", or "the stop file <path>".
 std::string stop_reason(int request);
 
