@@ -13,7 +13,10 @@ directory and stops every daemon it started, whatever happens. tests/slurm/multi
 does the same on 4 emulated nodes. Needs root and the Debian
 packages slurm-wlm and munge; otherwise the test reports itself skipped (exit 77).
 
-usage: slurm_jobs_test.py --meshtrain BIN --repo REPO_ROOT
+Under MPICH (`--srun-mpi pmi2`) the same jobs start their ranks with srun --mpi=pmi2, as
+jobs/README users of an MPICH build do (MESHTRAIN_SRUN_MPI).
+
+usage: slurm_jobs_test.py --meshtrain BIN --repo REPO_ROOT [--srun-mpi pmix|pmi2]
 """
 import argparse
 import os
@@ -55,6 +58,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--meshtrain", required=True)
     p.add_argument("--repo", required=True)
+    p.add_argument("--srun-mpi", default="pmix",
+                   help="srun's --mpi plugin for the jobs: pmix (Open MPI), pmi2 (MPICH)")
     args = p.parse_args()
     why = skip_reason()
     if why:
@@ -64,7 +69,9 @@ def main():
     tmp = tempfile.mkdtemp(prefix="meshtrain_slurm_")
     failures = []
     try:
-        with Cluster(args.repo, os.path.join(tmp, "cluster"), 1, args.meshtrain) as cluster:
+        print("jobs start the ranks with srun --mpi=%s" % args.srun_mpi)
+        with Cluster(args.repo, os.path.join(tmp, "cluster"), 1, args.meshtrain,
+                     extra_env={"MESHTRAIN_SRUN_MPI": args.srun_mpi}) as cluster:
             # Steps of 20 to 100 ms on a 2-core machine (idle or busy): 300 steps are cut by Slurm's
             # warning within the first 30 s of a run, or by the test's at step 100.
             steps = 300
