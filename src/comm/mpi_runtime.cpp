@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 namespace meshtrain {
 
@@ -67,6 +70,8 @@ int init_mpi(int* argc, char*** argv) {
 }
 
 namespace {
+// How long abort_job lets MPI_Abort end the job before the rank exits by itself.
+constexpr int kAbortGraceSeconds = 3;
 
 // Waits, up to a second, until the pipes behind stdout and stderr (a launcher's: Hydra's proxy,
 // Open MPI's orted, srun) hold nothing unread. Hydra polls a rank's output pipes and its PMI
@@ -89,7 +94,20 @@ void drain_output() {
 }  // namespace
 
 void abort_job(int exit_status) {
+  // The job is being torn down: the SIGTERM a launcher sends next (srun --mpi=pmi2 signals
+  // every task of the step at an abort) must end this rank now, not ask it for a graceful stop
+  // and leave it to the SIGKILL after Slurm's KillWait (measured: 30 s instead of 1).
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGUSR1, SIG_DFL);
   drain_output();
+  // MPICH's MPI_Abort under srun --mpi=pmi2 waits for Slurm to kill the task, and Slurm's
+  // SIGTERM may have come and gone already (srun terminates the step when the first task dies,
+  // before the others' timeouts find out): the task then waited for the SIGKILL after KillWait
+  // (31 s measured). Whatever the launcher, a rank still here after a few seconds ends itself.
+  std::thread([exit_status] {
+    std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
+    std::_Exit(exit_status);
+  }).detach();
   MPI_Abort(MPI_COMM_WORLD, exit_status);
   std::_Exit(exit_status);  // MPI_Abort returned: it must not, but the job still ends here
 }

@@ -121,6 +121,8 @@ def main():
     p.add_argument("--meshtrain", required=True)
     p.add_argument("--mpiexec", required=True)
     p.add_argument("--repo", required=True)
+    p.add_argument("--srun-mpi", default="pmix",
+                   help="srun's --mpi plugin for the jobs: pmix (Open MPI), pmi2 (MPICH)")
     args = p.parse_args()
     why = skip_reason()
     if why:
@@ -152,7 +154,9 @@ def main():
 
     placement = Placement(tmp, args.meshtrain)
     try:
-        with Cluster(args.repo, os.path.join(tmp, "cluster"), 4, placement.wrapper) as cluster:
+        print("jobs start the ranks with srun --mpi=%s" % args.srun_mpi)
+        with Cluster(args.repo, os.path.join(tmp, "cluster"), 4, placement.wrapper,
+                     extra_env={"MESHTRAIN_SRUN_MPI": args.srun_mpi}) as cluster:
             def submit(script, name, nodes, tasks, extra, wait=True, deck_path=deck):
                 start = time.time()
                 job = cluster.sbatch(script, [deck_path, "--set", 'run.dir="%s"' % name] + extra,

@@ -12,7 +12,9 @@
 //                 srun --mpi=pmix with Open MPI return its error code as their exit status.
 //                 srun --mpi=pmi2 with MPICH does not: Slurm kills every task of the step,
 //                 the aborting one included, and srun exits with 137 (measured, Slurm 22.05);
-//                 the diagnosis is printed before either. _Exit should MPI_Abort ever return.
+//                 the diagnosis is printed before either. The stop handlers (SIGTERM, SIGUSR1)
+//                 are reset first, so that Slurm's SIGTERM ends the task at once. _Exit should
+//                 MPI_Abort ever return.
 //   waiting       both advance non-blocking collectives only inside MPI calls: Work::wait polls
 //                 MPI_Test and yields, the progress thread calls MPI_Iprobe. A blocking call
 //                 inside MPI itself (HDF5's, ROMIO's) yields the core under Open MPI when the node
