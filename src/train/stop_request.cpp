@@ -1,10 +1,8 @@
 #include "meshtrain/train/stop_request.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "meshtrain/comm/agreement.h"
@@ -17,11 +15,6 @@ extern "C" void on_stop_signal(int sig) { received = sig; }
 
 std::string watched_file;  // empty: no file watched on this rank
 bool file_seen = false;
-
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
 }  // namespace
 
 void install_stop_handlers() {
@@ -38,11 +31,11 @@ void watch_stop_file(Communicator& world) {
   const std::string path = value ? value : "";
   agree(world, [&] {
     if (path.empty()) return;
-    const auto slash = path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-    struct stat st {};
-    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      throw AgreedError(std::string(kStopFileVariable) + "=" + path + ": the directory " + dir +
+    std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (dir.empty()) dir = ".";
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec))
+      throw AgreedError(std::string(kStopFileVariable) + "=" + path + ": the directory " + dir.string() +
                         " does not exist on this rank's node, so the stop file could never appear; "
                         "name a file in an existing directory on a file system every node mounts, "
                         "or unset the variable");
@@ -53,12 +46,14 @@ void watch_stop_file(Communicator& world) {
 int stop_request() {
   if (received != 0) return received;
   if (watched_file.empty()) return 0;
-  if (!file_seen) file_seen = exists(watched_file);
+  std::error_code ec;
+  if (!file_seen) file_seen = std::filesystem::exists(watched_file, ec);
   return file_seen ? kStopFileRequest : 0;
 }
 
 void consume_stop_file() {
-  if (file_seen) ::unlink(watched_file.c_str());
+  std::error_code ec;
+  if (file_seen) std::filesystem::remove(watched_file, ec);
 }
 
 std::string stop_reason(int request) {

@@ -89,6 +89,12 @@ def row(kind, name, ranks, args, status, expect, **options):
                 **options)
 
 
+def unverified(checkpoint, what):
+    """[] when `meshtrain inspect` verifies every checksum of the checkpoint, else the problem."""
+    out = subprocess.run([BIN, "inspect", checkpoint], capture_output=True, text=True, env=ENV).stdout
+    return [] if "all checksums OK" in out else ["%s does not verify:\n%s" % (what, out[-1000:])]
+
+
 def disk_full_leaves_step_2(p):
     """After a write of step 4 failed for lack of space: step 2 is kept and verifies, no .tmp."""
     ckpts = os.path.join(p["full"], "checkpoints")
@@ -97,10 +103,7 @@ def disk_full_leaves_step_2(p):
     if left != ["step_00000002.h5"]:
         problems.append("checkpoint.dir holds %s, expected step_00000002.h5 alone" % left)
     else:
-        out = subprocess.run([BIN, "inspect", os.path.join(ckpts, left[0])], capture_output=True,
-                             text=True, env=ENV).stdout
-        if "all checksums OK" not in out:
-            problems.append("the kept step 2 does not verify:\n" + out[-1000:])
+        problems += unverified(os.path.join(ckpts, left[0]), "the kept step 2")
     shutil.rmtree(ckpts, ignore_errors=True)
     return problems
 
@@ -117,9 +120,7 @@ def stopped_with_a_checkpoint(p):
     left = sorted(n for n in os.listdir(ckpts) if n.endswith(".h5")) if os.path.isdir(ckpts) else []
     if len(left) < 2:
         return ["expected the stop's checkpoint after step 2's, found %s" % left]
-    out = subprocess.run([BIN, "inspect", os.path.join(ckpts, left[-1])], capture_output=True,
-                         text=True, env=ENV).stdout
-    return [] if "all checksums OK" in out else ["the stop's checkpoint does not verify:\n" + out[-1000:]]
+    return unverified(os.path.join(ckpts, left[-1]), "the stop's checkpoint")
 
 
 NOT_TRAINED = ["step     1/"]
