@@ -78,18 +78,15 @@ class Cluster:
         log = open(output).read() if os.path.exists(output) else ""
         return Job(job_id, status, log)
 
-    def wait_gone(self, job, timeout, while_waiting=None):
+    def wait_gone(self, job, timeout):
         """Waits until Slurm no longer lists the job (finished, not requeued). Slurm holds a
         requeued job about two minutes (reason BeginTime) before it may start again; the test
         releases it after 3 s instead, to keep its run time down: released at once, the job is
         allocated within the second its nodes revoked the previous run's credential, and Slurm
-        kills it ("Killing non-startable batch job: Job credential revoked"). `while_waiting` is
-        called at each poll until it returns True."""
+        kills it ("Killing non-startable batch job: Job credential revoked")."""
         end = time.time() + timeout
         held_since = None
         while time.time() < end:
-            if while_waiting and while_waiting():  # called until it returns True
-                while_waiting = None
             run = sh(["squeue", "-h", "-j", job, "-o", "%T %r"], self.env)
             out = run.stdout.strip()
             if run.returncode == 0 and out == "" and not self.listed(job):
