@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""The GPU checklist: what a first run on a GPU must show, as one program with one verdict per item.
+
+bench/gpu/checklist.sh prepares the machine (runtime packages, the CUDA build) and runs this; it
+can also be run by hand on any machine with a CUDA build of meshtrain and one GPU:
+
+  bench/gpu/checklist.py --meshtrain build/meshtrain --mpiexec mpiexec --out runs/gpu-checklist \
+      [--build build] [--only kernels,train,layouts,checkpoint,bench,sanitizer]
+
+Items (each prints PASS/FAIL lines and writes its runs under --out):
+  kernels     ctest -L cuda in --build; no test skipped for want of cuDNN
+  train       one rank, the same deck on the CPU and the GPU in fp32: loss per step within 1e-4
+              relative; the GPU in bf16 against the GPU in fp32 within the bound stated below
+  layouts     (2,1,1), (1,2,1), (1,1,2) on the one GPU (staged-MPI communicator) against the
+              single-rank GPU run, fp32: loss per step within 1e-4 relative (tensor parallelism
+              reassociates row sums: 1.7e-5 at worst over these 30 steps on the CPU backend)
+  checkpoint  a GPU checkpoint resumed on the CPU, and a CPU checkpoint resumed on the GPU (fp32):
+              the resumed losses follow the uninterrupted run within 1e-4 relative
+  bench       bench/gpu/run.sh: meshtrain and PyTorch, GPT-2 124M T 1024 bf16, tokens/s and MFU
+  sanitizer   compute-sanitizer memcheck and racecheck on the CUDA kernel tests
+
+--fake-gpu replaces the GPU by the CPU (run.device = "cpu") so that the program itself can be
+checked on a machine without one; its verdicts then say nothing about a GPU.
+The exit status is the number of failed items.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+# A deck that trains in seconds on either device and has enough steps for drift to show: 4 layers,
+# 4 micro-batches of 2 accumulated per step, warm-up then a cosine decay, checkpoints every 10.
+DECK = """# GPU checklist deck
+[run]
+device = "{device}"
+name = "{name}"
+dir = "{run_dir}"
+seed = 2024
+log_every = 1
+
+[model]
+layers = 4
+d_model = 128
+heads = 4
+seq_len = 128
+vocab_size = 256
+
+[data]
+synthetic_bytes = 1048576
+
+[train]
+steps = {steps}
+global_batch = 8
+micro_batch = 2
+lr = 3e-3
+min_lr = 3e-4
+warmup_steps = 5
+precision = "{precision}"
+eval_every = 0
+eval_batches = 1
+
+[parallel]
+dp = {dp}
+tp = {tp}
+pp = {pp}
+
+[checkpoint]
+every = 10
+keep = 10
+resume = "{resume}"
+"""
+
+STEPS = 30
+
+# bf16 against fp32 on the same GPU. bf16 keeps 8 significant bits: each rounding of an activation
+# or a weight copy moves it by up to 2^-9 relative, and the loss (a mean over 2048 tokens of a
+# log-softmax) inherits an error of that order from every layer it passes, so the first step's loss
+# already differs by ~1e-3. Training then follows slightly different gradients; over 30 steps the
+# two runs' losses must stay within 2e-2 relative of each other (about 5x the bf16 unit roundoff
+# 2^-8, the spread measured between bf16 and fp32 on the CPU backend for the same deck), and
+# both must fall. A bf16 bug (a wrong cast, a lost scale, fp32 statistics computed in bf16) moves
+# the loss by far more than that within a few steps.
+BF16_RTOL = 2e-2
+
+
+class Checklist:
+    def __init__(self, args):
+        self.args = args
+        self.device = "cpu" if args.fake_gpu else "cuda"
+        self.out = os.path.abspath(args.out)
+        os.makedirs(self.out, exist_ok=True)
+        self.failures = []
+        self.summary = open(os.path.join(self.out, "summary.txt"), "w")
+
+    def say(self, line):
+        print(line, flush=True)
+        self.summary.write(line + "\n")
+        self.summary.flush()
+
+    def verdict(self, item, ok, detail):
+        self.say("%s %s: %s" % ("PASS" if ok else "FAIL", item, detail))
+        if not ok:
+            self.failures.append(item)
+
+    def run(self, cmd, log, timeout, env=None, cwd=None):
+        """Runs cmd, its output into log; returns (status, output). A timeout is status 124."""
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        t0 = time.time()
+        try:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=full_env, cwd=cwd, timeout=timeout)
+            status, output = p.returncode, p.stdout
+        except subprocess.TimeoutExpired as e:
+            status = 124
+            output = (e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or "")
+        with open(os.path.join(self.out, log), "w") as f:
+            f.write("$ %s\n# exit %d after %.1f s\n%s" % (" ".join(cmd), status, time.time() - t0,
+                                                        output))
+        return status, output
+
+    # --- training runs -------------------------------------------------------------------------
+
+    def train(self, name, device, precision, layout=(1, 1, 1), steps=STEPS, resume="none"):
+        """Trains the checklist deck; returns {step: loss} from metrics.jsonl, or None on failure."""
+        run_dir = os.path.join(self.out, "runs", name)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        os.makedirs(run_dir)
+        deck = os.path.join(self.out, "runs", name + ".toml")
+        with open(deck, "w") as f:
+            f.write(DECK.format(device=device, name=name, run_dir=run_dir, steps=steps,
+                                precision=precision, dp=layout[0], tp=layout[1], pp=layout[2],
+                                resume=resume))
+        ranks = layout[0] * layout[1] * layout[2]
+        cmd = ([self.args.mpiexec, "-n", str(ranks)] if ranks > 1 else []) + \
+              [self.args.meshtrain, "train", deck]
+        status, output = self.run(cmd, "train-%s.log" % name, timeout=300,
+                                  env={"OMP_NUM_THREADS": str(self.args.threads)})
+        if status != 0:
+            self.say("  %s: exit %d; the end of its log:\n%s" % (name, status, output[-3000:]))
+            return None
+        losses = {}
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            for line in f:
+                r = json.loads(line)
+                if "loss" in r and "step" in r:
+                    losses[r["step"]] = r["loss"]
+        device_lines = [l for l in output.splitlines() if l.startswith(("device", "backend"))]
+        if device_lines:
+            self.say("  %s: %s" % (name, device_lines[0]))
+        return losses
+
+    def compare(self, item, ref, got, rtol, steps=None):
+        if ref is None or got is None:
+            self.verdict(item, False, "a run failed (see its log)")
+            return
+        steps = steps or sorted(ref)
+        missing = [s for s in steps if s not in got or s not in ref]
+        if missing:
+            self.verdict(item, False, "steps missing: %s" % missing[:5])
+            return
+        worst, at = 0.0, steps[0]
+        for s in steps:
+            d = abs(got[s] - ref[s]) / abs(ref[s])
+            if d > worst or d != d:
+                worst, at = d, s
+        self.verdict(item, worst <= rtol,
+                     "worst relative loss difference %.2e at step %s (bound %.0e); step %d: %.6f "
+                     "vs %.6f; step %d: %.6f vs %.6f"
+                     % (worst, at, rtol, steps[0], ref[steps[0]], got[steps[0]], steps[-1],
+                        ref[steps[-1]], got[steps[-1]]))
+
+    def item_train(self):
+        cpu = self.train("cpu-fp32", "cpu", "fp32")
+        gpu = self.train("gpu-fp32", self.device, "fp32")
+        self.compare("train: GPU fp32 follows CPU fp32", cpu, gpu, 1e-4)
+        bf16 = self.train("gpu-bf16", self.device, "bf16")
+        self.compare("train: GPU bf16 follows GPU fp32", gpu, bf16, BF16_RTOL)
+        if bf16:
+            falls = bf16[STEPS] < bf16[1] - 0.5
+            self.verdict("train: GPU bf16 loss falls", falls,
+                         "step 1 %.4f, step %d %.4f" % (bf16[1], STEPS, bf16[STEPS]))
+        self.cpu, self.gpu = cpu, gpu
+
+    def item_layouts(self):
+        gpu = getattr(self, "gpu", None) or self.train("gpu-fp32", self.device, "fp32")
+        for layout in [(2, 1, 1), (1, 2, 1), (1, 1, 2)]:
+            name = "gpu-fp32-%d%d%d" % layout
+            got = self.train(name, self.device, "fp32", layout=layout)
+            self.compare("layouts: %s on one GPU follows one rank" % (layout,), gpu, got, 1e-4)
+
+    def item_checkpoint(self):
+        cpu = getattr(self, "cpu", None) or self.train("cpu-fp32", "cpu", "fp32")
+        gpu = getattr(self, "gpu", None) or self.train("gpu-fp32", self.device, "fp32")
+        later = list(range(11, STEPS + 1))
+        for src, dst, ref in [("gpu", "cpu", gpu), ("cpu", "gpu", cpu)]:
+            ckpt = os.path.join(self.out, "runs", "%s-fp32" % src, "checkpoints", "step_00000010.h5")
+            device = "cpu" if dst == "cpu" else self.device
+            got = self.train("resume-%s-on-%s" % (src, dst), device, "fp32", resume=ckpt)
+            self.compare("checkpoint: %s step 10 resumed on the %s" % (src.upper(), dst.upper()),
+                         ref, got, 1e-4, steps=later)
+
+    # --- kernels, sanitizers, benchmark --------------------------------------------------------
+
+    def binary_env(self):
+        """The library path of the packed runtime (checklist.sh) for the test binaries, which,
+        unlike meshtrain, have no wrapper; Python and PyTorch keep the machine's own."""
+        extra = os.environ.get("LD_LIBRARY_PATH_MESHTRAIN")
+        if not extra:
+            return {}
+        return {"LD_LIBRARY_PATH": extra + (":" + os.environ["LD_LIBRARY_PATH"]
+                                            if os.environ.get("LD_LIBRARY_PATH") else "")}
+
+    def item_kernels(self):
+        if not self.args.build:
+            self.verdict("kernels", False, "no --build directory")
+            return
+        status, output = self.run(["ctest", "-L", "cuda", "--output-on-failure", "-V"],
+                                  "ctest-cuda.log", timeout=600, cwd=self.args.build,
+                                  env=self.binary_env())
+        lines = output.splitlines()
+        tail = [l.strip() for l in lines if "tests passed" in l or "(Skipped)" in l
+                or "(Failed)" in l or "Not Run" in l]
+        # The kernel tests must run on this GPU; the NCCL test needs a GPU per rank (two).
+        kernel_skips = [l for l in tail if "(Skipped)" in l and "nccl" not in l]
+        self.verdict("kernels: ctest -L cuda", status == 0 and not kernel_skips,
+                     "; ".join(tail[-6:]) or "exit %d" % status)
+        names = sorted({m.group(1) for l in lines
+                        for m in [re.search(r"\[  SKIPPED \] ([A-Za-z_0-9/]+\.[A-Za-z_0-9/]+)", l)]
+                        if m})
+        reasons = [lines[i + 1].strip() for i, l in enumerate(lines[:-1]) if l.endswith(": Skipped")]
+        cudnn = [n for n in names if "cudnn" in n.lower()] + \
+                [r for r in reasons if "cudnn" in r.lower()]
+        self.verdict("kernels: no cuDNN case skipped", not cudnn,
+                     "%d gtest cases skipped%s" % (len(names), (": " + "; ".join(names[:8]) +
+                                                   " (" + "; ".join(sorted(set(reasons))[:4]) + ")")
+                                                   if names else ""))
+
+    def item_sanitizer(self):
+        tests = [os.path.join(self.args.build, "tests", t)
+                 for t in ("cuda_kernels_test", "cuda_host_transfer_test")]
+        for tool in ("memcheck", "racecheck"):
+            for t in tests:
+                status, output = self.run(
+                    [shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer",
+                     "--tool", tool, "--error-exitcode", "99", t],
+                    "sanitizer-%s-%s.log" % (tool, os.path.basename(t)), timeout=420,
+                    env=self.binary_env())
+                summary = [l for l in output.splitlines() if "ERROR SUMMARY" in l
+                           or "RACECHECK SUMMARY" in l or "tests ran" in l or "PASSED" in l]
+                self.verdict("sanitizer: %s %s" % (tool, os.path.basename(t)), status == 0,
+                             "exit %d; %s" % (status, "; ".join(summary[-3:])))
+
+    def item_bench(self):
+        here = os.path.dirname(os.path.abspath(__file__))
+        status, output = self.run(
+            ["bash", os.path.join(here, "run.sh"), str(self.args.bench_steps)], "bench.log",
+            timeout=900, env={"MESHTRAIN_BIN": self.args.meshtrain,
+                              "MESHTRAIN_BENCH_OUT": os.path.join(self.out, "bench")})
+        lines = [l for l in output.splitlines() if l.startswith("#") or "gpt2" in l or "tok/s" in l]
+        for l in lines[-12:]:
+            self.say("  " + l)
+        self.verdict("bench: bench/gpu/run.sh", status == 0, "exit %d" % status)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--meshtrain", required=True)
+    p.add_argument("--mpiexec", default="mpiexec")
+    p.add_argument("--build", help="the CUDA build directory, for ctest and the kernel tests")
+    p.add_argument("--out", default="runs/gpu-checklist")
+    p.add_argument("--only", default="kernels,train,layouts,checkpoint,bench,sanitizer")
+    p.add_argument("--threads", type=int, default=4, help="OMP_NUM_THREADS of the CPU runs")
+    p.add_argument("--bench-steps", type=int, default=20)
+    p.add_argument("--fake-gpu", action="store_true")
+    args = p.parse_args()
+    args.meshtrain = os.path.abspath(args.meshtrain)
+    if args.build:
+        args.build = os.path.abspath(args.build)
+    c = Checklist(args)
+    for item in args.only.split(","):
+        t0 = time.time()
+        c.say("== %s" % item)
+        try:
+            getattr(c, "item_" + item)()
+        except Exception as e:  # an item that breaks is a failed item; the others still run
+            c.verdict(item, False, "%s: %s" % (type(e).__name__, e))
+        c.say("   (%s: %.0f s)" % (item, time.time() - t0))
+    c.say("== %d item(s) failed: %s" % (len(c.failures), ", ".join(c.failures) or "none"))
+    return min(len(c.failures), 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
