@@ -78,14 +78,16 @@ resume = "{resume}"
 STEPS = 30
 
 # bf16 against fp32 on the same GPU. bf16 keeps 8 significant bits: each rounding of an activation
-# or a weight copy moves it by up to 2^-9 relative, and the loss (a mean over 2048 tokens of a
-# log-softmax) inherits an error of that order from every layer it passes, so the first step's loss
-# already differs by ~1e-3. Training then follows slightly different gradients; over 30 steps the
-# two runs' losses must stay within 2e-2 relative of each other (about 5x the bf16 unit roundoff
-# 2^-8, the spread measured between bf16 and fp32 on the CPU backend for the same deck), and
-# both must fall. A bf16 bug (a wrong cast, a lost scale, fp32 statistics computed in bf16) moves
-# the loss by far more than that within a few steps.
-BF16_RTOL = 2e-2
+# or a weight copy moves it by up to 2^-9 relative, and the first step's loss (forward rounding
+# only, the parameters still equal) must agree within BF16_FIRST. From then on the two runs follow
+# slightly different gradients; their learning curves must agree: the mean loss of every 10-step
+# window within BF16_WINDOW and each step's loss within BF16_STEP (one to a few times the bf16
+# unit roundoff 2^-8 = 3.9e-3; measured on an H100: 1.0e-3 and 2.3e-3), except on outlier batches, where the fp32 run's gradient norm is over
+# 10x its median: there the model is confidently wrong (this deck's step 10: loss 5.85 against
+# 3.4 around it, gradient norm 380 against ~1.5) and a loss moves by far more than the parameters
+# did. A bf16 bug (a wrong cast, a lost scale, statistics accumulated in bf16) moves every step
+# by far more than these bounds within a few steps.
+BF16_FIRST, BF16_WINDOW, BF16_STEP = 1e-3, 5e-3, 1e-2
 
 
 class Checklist:
@@ -95,6 +97,7 @@ class Checklist:
         self.out = os.path.abspath(args.out)
         os.makedirs(self.out, exist_ok=True)
         self.failures = []
+        self.grad_norms = {}
         self.summary = open(os.path.join(self.out, "summary.txt"), "w")
 
     def say(self, line):
@@ -144,12 +147,13 @@ class Checklist:
         if status != 0:
             self.say("  %s: exit %d; the end of its log:\n%s" % (name, status, output[-3000:]))
             return None
-        losses = {}
+        losses, self.grad_norms[name] = {}, {}
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
             for line in f:
                 r = json.loads(line)
                 if "loss" in r and "step" in r:
                     losses[r["step"]] = r["loss"]
+                    self.grad_norms[name][r["step"]] = r.get("grad_norm", 0.0)
         device_lines = [l for l in output.splitlines() if l.startswith(("device", "backend"))]
         if device_lines:
             self.say("  %s: %s" % (name, device_lines[0]))
@@ -180,12 +184,38 @@ class Checklist:
         gpu = self.train("gpu-fp32", self.device, "fp32")
         self.compare("train: GPU fp32 follows CPU fp32", cpu, gpu, 1e-4)
         bf16 = self.train("gpu-bf16", self.device, "bf16")
-        self.compare("train: GPU bf16 follows GPU fp32", gpu, bf16, BF16_RTOL)
-        if bf16:
-            falls = bf16[STEPS] < bf16[1] - 0.5
-            self.verdict("train: GPU bf16 loss falls", falls,
-                         "step 1 %.4f, step %d %.4f" % (bf16[1], STEPS, bf16[STEPS]))
+        self.compare_bf16(gpu, bf16)
         self.cpu, self.gpu = cpu, gpu
+
+    def compare_bf16(self, fp32, bf16):
+        if fp32 is None or bf16 is None or sorted(fp32) != sorted(bf16):
+            self.verdict("train: GPU bf16 follows GPU fp32", False, "a run failed or stopped early")
+            return
+        steps = sorted(fp32)
+        rel = {s: abs(bf16[s] - fp32[s]) / fp32[s] for s in steps}
+        self.verdict("train: GPU bf16 first step", rel[1] <= BF16_FIRST,
+                     "loss %.6f vs fp32 %.6f: %.1e (bound %.0e)" % (bf16[1], fp32[1], rel[1],
+                                                                   BF16_FIRST))
+        norms = self.grad_norms["gpu-fp32"]
+        median = sorted(norms.values())[len(norms) // 2]
+        outliers = [s for s in steps if norms.get(s, 0) > 10 * median]
+        usual = [s for s in steps if s not in outliers]
+        windows = []
+        for w in range(0, len(steps), 10):
+            ws = [s for s in steps[w:w + 10] if s in usual]
+            a, b = sum(fp32[s] for s in ws) / len(ws), sum(bf16[s] for s in ws) / len(ws)
+            windows.append(abs(b - a) / a)
+        self.verdict("train: GPU bf16 10-step means", max(windows) <= BF16_WINDOW,
+                     "relative differences %s (bound %.0e; outlier batches left out)"
+                     % (" ".join("%.1e" % w for w in windows), BF16_WINDOW))
+        worst = max(usual, key=lambda s: rel[s])
+        self.verdict("train: GPU bf16 every step", rel[worst] <= BF16_STEP,
+                     "worst %.1e at step %d (bound %.0e); outlier batches (fp32 gradient norm over "
+                     "10x its median %.2f): %s" % (rel[worst], worst, BF16_STEP, median,
+                     ", ".join("step %d: %.1e, norm %.0f" % (s, rel[s], norms[s])
+                               for s in outliers) or "none"))
+        self.verdict("train: GPU bf16 loss falls", bf16[steps[-1]] < bf16[1] - 0.5,
+                     "step 1 %.4f, step %d %.4f" % (bf16[1], steps[-1], bf16[steps[-1]]))
 
     def item_layouts(self):
         gpu = getattr(self, "gpu", None) or self.train("gpu-fp32", self.device, "fp32")

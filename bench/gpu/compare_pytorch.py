@@ -75,7 +75,7 @@ class GPT2(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def parameter_count(model):
@@ -109,7 +109,8 @@ def fits(batch, args):
         model = GPT2(context=args.seq).cuda()
         optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=True)
         tokens = torch.randint(0, 50257, (batch, args.seq + 1), device="cuda")
-        loss = make_step(model, optimizer, False)(tokens[:, :-1], tokens[:, 1:])
+        loss = make_step(model, optimizer, False)(tokens[:, :-1].contiguous(),
+                                                  tokens[:, 1:].contiguous())
         torch.cuda.synchronize()
         ok = math.isfinite(loss.item())
     except torch.cuda.OutOfMemoryError:

@@ -190,6 +190,8 @@ void CudaBackend::retire_host_copies() {
 void CudaBackend::fill(Tensor& t, double value) {
   cuda::require_device("fill", t);
   switch (t.dtype()) {
+    // F64: the device-side slots of loss and gradient-norm sums (reduce_into).
+    case DType::F64: cuda::fill(ptr<double>("fill", t), value, t.numel(), stream_); return;
     case DType::F32: cuda::fill(ptr<float>("fill", t), value, t.numel(), stream_); return;
     case DType::BF16: cuda::fill(ptr<bf16>("fill", t), value, t.numel(), stream_); return;
     case DType::I32: cuda::fill(ptr<int32_t>("fill", t), value, t.numel(), stream_); return;

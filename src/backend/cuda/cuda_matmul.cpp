@@ -10,9 +10,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "backend_util.h"
 #include "cuda_check.h"
+#include "meshtrain/tensor/bf16.h"
 
 namespace meshtrain {
 
@@ -107,8 +110,18 @@ double CudaBackend::measure_bf16_gemm_peak_tflops(int64_t m, int64_t n, int64_t 
   Tensor a = empty({m, k}, DType::BF16, MemoryCategory::Workspace);  // a "weight" (m, k)
   Tensor b = empty({n, k}, DType::BF16, MemoryCategory::Workspace);  // "inp" (n, k)
   Tensor d = empty({n, m}, DType::BF16, MemoryCategory::Workspace);  // "out" (n, m)
-  fill(a, 0.01);
-  fill(b, 0.01);
+  // Random operands: a GEMM over constant data (or zeros) runs measurably faster on the same
+  // silicon, which would raise the ceiling falsely and flatter every MFU computed from it.
+  std::vector<uint16_t> host(static_cast<size_t>(std::max(m, n) * k));
+  uint32_t x = 0x9e3779b9u;
+  for (uint16_t& v : host) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    v = float_to_bf16_bits(static_cast<float>(x >> 8) * (1.0f / 16777216.0f) - 0.5f);
+  }
+  copy_from_host(a, host.data());
+  copy_from_host(b, host.data());
   cuda::GemmCall g;
   g.op = op;
   g.m = m;

@@ -88,6 +88,7 @@ template <class T> void bias_forward(T* out, const T* bias, int64_t N, int64_t C
   check_launch("bias_forward");
 }
 
+template void fill<double>(double*, double, int64_t, cudaStream_t);
 template void fill<float>(float*, double, int64_t, cudaStream_t);
 template void fill<bf16>(bf16*, double, int64_t, cudaStream_t);
 template void fill<int32_t>(int32_t*, double, int64_t, cudaStream_t);

@@ -18,7 +18,8 @@ namespace meshtrain::cuda {
 using bf16 = __nv_bfloat16;
 
 // ---- elementwise.cu -----------------------------------------------------------------------
-template <class T> void fill(T* out, double value, int64_t n, cudaStream_t s);  // float, bf16, int32_t
+// T: double, float, bf16, int32_t
+template <class T> void fill(T* out, double value, int64_t n, cudaStream_t s);
 // dst += src; (float, float), (bf16, bf16) and (float, bf16).
 template <class D, class S> void add_inplace(D* dst, const S* src, int64_t n, cudaStream_t s);
 template <class T> void scale_inplace(T* t, float factor, int64_t n, cudaStream_t s);
