@@ -274,17 +274,28 @@ class Checklist:
     def item_sanitizer(self):
         tests = [os.path.join(self.args.build, "tests", t)
                  for t in ("cuda_kernels_test", "cuda_host_transfer_test")]
+        # The ceiling test times a GEMM: slowed 10^4-fold under a sanitizer it says nothing.
+        only = "--gtest_filter=-CudaBackend.ReportsAGemmCeiling"
         for tool in ("memcheck", "racecheck"):
             for t in tests:
                 status, output = self.run(
                     [shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer",
-                     "--tool", tool, "--error-exitcode", "99", t],
+                     "--tool", tool, "--error-exitcode", "99", t, only],
                     "sanitizer-%s-%s.log" % (tool, os.path.basename(t)), timeout=420,
                     env=self.binary_env())
                 summary = [l for l in output.splitlines() if "ERROR SUMMARY" in l
-                           or "RACECHECK SUMMARY" in l or "tests ran" in l or "PASSED" in l]
-                self.verdict("sanitizer: %s %s" % (tool, os.path.basename(t)), status == 0,
-                             "exit %d; %s" % (status, "; ".join(summary[-3:])))
+                           or "RACECHECK SUMMARY" in l or "PASSED" in l or "FAILED TEST" in l]
+                # Hazards by kernel: meshtrain's own, and the closed cuBLASLt (nvjet) and cuDNN
+                # kernels, whose Hopper asynchronous copies (TMA, wgmma) racecheck does not model.
+                kernels = re.findall(r"Race reported between \w+ access at ([A-Za-z_0-9]+)", output)
+                library = [k for k in kernels if re.match(r"(nvjet|cudnn|cutlass|sm\d+_xmma)", k)]
+                own = sorted(set(kernels) - set(library))
+                tests_ok = "FAILED TEST" not in output and "PASSED" in output
+                ok = tests_ok and not own and (tool == "racecheck" or status == 0)
+                self.verdict("sanitizer: %s %s" % (tool, os.path.basename(t)), ok,
+                             "exit %d; %s; hazards in meshtrain's kernels: %s; in library kernels: "
+                             "%d (%s)" % (status, "; ".join(summary[-3:]), ", ".join(own) or "none",
+                                          len(library), ", ".join(sorted(set(library)))[:300]))
 
     def item_bench(self):
         here = os.path.dirname(os.path.abspath(__file__))

@@ -13,7 +13,7 @@ python3 "$here/bench/gpu/compare_pytorch.py" --steps "$steps" --compile --peak-t
 python3 - "$out" <<'PY'
 import json, sys
 d = sys.argv[1]
-m = json.load(open(d + "/meshtrain.json"))["rows"][-1]
+m = next(r for r in json.load(open(d + "/meshtrain.json"))["rows"] if "tokens/s" in r)
 p = json.load(open(d + "/pytorch.json"))
 pt = p.get("tokens_per_s") or p["rows"][-1]["tokens/s"]
 print("# meshtrain %.0f tok/s (MFU %.3f), PyTorch %.0f tok/s: ratio %.2f"

@@ -72,6 +72,16 @@ void bench_gpu(const BenchArgs& args, BenchReport& report) {
       const double t = seconds[seconds.size() / 2], tokens = static_cast<double>(b) * 1024.0;
       const double tflops = c.model.flops_per_token() * tokens / t / 1e12;
       report.row("gpt2-124M bf16 T1024", {static_cast<double>(b), tokens, t * 1e3, tokens / t, tflops, tflops / peak}, wrong);
+      // Where the time goes: a few more steps with every operation timed on its own (the
+      // stream drained around each, so these steps run slower than the measured ones).
+      KernelProfile profile;
+      backend.set_profile(&profile);
+      const int profiled = 3;
+      double profiled_seconds = 0;
+      for (int s = 0; s < profiled; ++s)
+        profiled_seconds += trainer.train_step(std::max(args.steps, 5) + 1 + s).seconds;
+      backend.set_profile(nullptr);
+      report_breakdown(report, profile, profiled, profiled_seconds / profiled);
       return;
     } catch (const std::exception& e) {
       const std::string what = e.what();

@@ -62,6 +62,8 @@ void measure_ceilings(double (&out)[3], int (&wrong)[3]) {
   }
 }
 
+}  // namespace
+
 // The step's kernels by time: calls and milliseconds per step, share of the step, GFLOP/s where
 // counted; then what no kernel holds (optimizer bookkeeping, allocation, the loss on the host).
 void report_breakdown(BenchReport& report, const KernelProfile& profile, int steps,
@@ -78,8 +80,6 @@ void report_breakdown(BenchReport& report, const KernelProfile& profile, int ste
   const double other = step_seconds - profile.total_seconds() / steps;
   report.row("outside the kernels", {0, other * 1e3, other / step_seconds, 0}, 0);
 }
-
-}  // namespace
 
 void bench_step(const BenchArgs& args, BenchReport& report) {
   int world = 1;

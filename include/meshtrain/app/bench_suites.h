@@ -6,6 +6,7 @@
 
 #include "meshtrain/app/bench_report.h"
 #include "meshtrain/app/commands.h"
+#include "meshtrain/backend/kernel_profile.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/model/gpt_config.h"
 
@@ -19,6 +20,10 @@ Config bench_deck(const std::string& suite, const GptConfig& model);
 // GEMM ceilings (OpenBLAS sgemm, oneDNN fp32 and bf16 matmul) and a full GPT-2 124M training
 // step against them, with a per-kernel breakdown of the step.
 void bench_step(const BenchArgs& args, BenchReport& report);
+// Rows of `profile` by time per step, with the share of `step_seconds` and GFLOP/s where
+// counted, then what no kernel holds (bench --suite step and gpu).
+void report_breakdown(BenchReport& report, const KernelProfile& profile, int steps,
+                      double step_seconds);
 // Data-parallel gradient sync bus bandwidth against raw MPI_Allreduce, and how much of it
 // backward hides (2+ ranks).
 void bench_comm(const BenchArgs& args, BenchReport& report);

@@ -4,8 +4,12 @@
 
 #include <cuda_bf16.h>
 
+#include <cuda_runtime_api.h>
+
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,6 +33,30 @@ struct CudaBackend::Libraries {
 };
 
 namespace cuda {
+
+// Times one backend operation into a profile, when there is one: the stream is drained before
+// and after, so the time is the operation's own device time plus its launch cost.
+class TimedOp {
+ public:
+  TimedOp(KernelProfile* profile, cudaStream_t stream, std::string op, double flops = 0)
+      : stream_(stream), op_(std::move(op)) {
+    if (profile == nullptr) return;
+    cudaStreamSynchronize(stream_);
+    scope_.emplace(profile, op_, flops);
+  }
+  ~TimedOp() {
+    if (!scope_) return;
+    cudaStreamSynchronize(stream_);
+    scope_.reset();
+  }
+  TimedOp(const TimedOp&) = delete;
+  TimedOp& operator=(const TimedOp&) = delete;
+
+ private:
+  cudaStream_t stream_;
+  std::string op_;  // outlives scope_, which records it
+  std::optional<KernelProfile::Scope> scope_;
+};
 
 template <class T> constexpr DType dtype_for();
 template <> constexpr DType dtype_for<float>() { return DType::F32; }

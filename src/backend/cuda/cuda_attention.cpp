@@ -117,6 +117,9 @@ AttentionImpl CudaBackend::attention_impl_for(DType dtype, int64_t B, int64_t T,
 
 void CudaBackend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
                                     int64_t T, int64_t NH, int64_t HS) {
+  // Causal work counted full, as PaLM does: QK^T and PV, 2 T^2 HS each per head.
+  cuda::TimedOp timed(profile_, stream_, "attention_forward",
+                      4.0 * double(B) * double(NH) * double(T) * double(T) * double(HS));
   const char* op = "attention_forward";
   check_attention(op, qkv, out, probs, B, T, NH, HS);
   if (!cudnn_attention_usable(qkv, probs, B, T, NH, HS))
@@ -136,6 +139,8 @@ void CudaBackend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qk
 void CudaBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                      const Tensor& probs, int64_t B, int64_t T, int64_t NH,
                                      int64_t HS) {
+  cuda::TimedOp timed(profile_, stream_, "attention_backward",
+                      8.0 * double(B) * double(NH) * double(T) * double(T) * double(HS));
   const char* op = "attention_backward";
   check_attention(op, qkv, dout, probs, B, T, NH, HS);
   require(dqkv.numel() == qkv.numel() && dqkv.dtype() == qkv.dtype(), op,

@@ -188,6 +188,7 @@ void CudaBackend::retire_host_copies() {
 // ---- data movement and elementwise -------------------------------------------------------
 
 void CudaBackend::fill(Tensor& t, double value) {
+  cuda::TimedOp timed(profile_, stream_, "fill");
   cuda::require_device("fill", t);
   switch (t.dtype()) {
     // F64: the device-side slots of loss and gradient-norm sums (reduce_into).
@@ -200,6 +201,7 @@ void CudaBackend::fill(Tensor& t, double value) {
 }
 
 void CudaBackend::copy(Tensor& dst, const Tensor& src) {
+  cuda::TimedOp timed(profile_, stream_, "copy");
   require(dst.numel() == src.numel() && dst.dtype() == src.dtype(), "copy",
           "tensors differ: " + dst.shape().to_string() + " " + std::string(dtype_name(dst.dtype())) +
               " vs " + src.shape().to_string() + " " + std::string(dtype_name(src.dtype())));
@@ -211,6 +213,7 @@ void CudaBackend::copy(Tensor& dst, const Tensor& src) {
 }
 
 void CudaBackend::cast(Tensor& dst, const Tensor& src) {
+  cuda::TimedOp timed(profile_, stream_, "cast");
   require(dst.numel() == src.numel(), "cast",
           "element counts differ: " + dst.shape().to_string() + " vs " + src.shape().to_string());
   const DType to = dst.dtype(), from = src.dtype();
@@ -269,6 +272,7 @@ void CudaBackend::copy_to_host(void* dst, const Tensor& src) {
 }
 
 void CudaBackend::add_inplace(Tensor& dst, const Tensor& src) {
+  cuda::TimedOp timed(profile_, stream_, "add_inplace");
   require(dst.numel() == src.numel(), "add_inplace", "size mismatch");
   const char* op = "add_inplace";
   if (dst.dtype() == DType::F32 && src.dtype() == DType::F32)
@@ -282,6 +286,7 @@ void CudaBackend::add_inplace(Tensor& dst, const Tensor& src) {
 }
 
 void CudaBackend::scale_inplace(Tensor& t, double factor) {
+  cuda::TimedOp timed(profile_, stream_, "scale_inplace");
   cuda::dispatch("scale_inplace", t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cuda::scale_inplace(ptr<T>("scale_inplace", t), static_cast<float>(factor), t.numel(), stream_);
@@ -289,6 +294,7 @@ void CudaBackend::scale_inplace(Tensor& t, double factor) {
 }
 
 void CudaBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b) {
+  cuda::TimedOp timed(profile_, stream_, "residual_forward");
   const char* op = "residual_forward";
   require(out.numel() == a.numel() && a.numel() == b.numel(), op, "size mismatch");
   same_dtype(op, out.dtype(), "a", a);
@@ -300,6 +306,7 @@ void CudaBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b
 }
 
 void CudaBackend::reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) {
+  cuda::TimedOp timed(profile_, stream_, "reduce_into");
   const bool squares = what == Reduction::SumSquares;
   const char* op = squares ? "sum_squares" : "sum";
   require(slot >= 0 && slot < out.numel(), op,
@@ -331,6 +338,7 @@ double CudaBackend::sum(const Tensor& t) { return reduce(*this, t, Reduction::Su
 
 void CudaBackend::embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
                                     int64_t vocab_begin) {
+  cuda::TimedOp timed(profile_, stream_, "embedding_forward");
   const char* op = "embedding_forward";
   const int64_t N = tokens.numel(), C = cols_of(wte);
   require(rows_of(out) == N && cols_of(out) == C, op, "out must be (N, C)");
@@ -344,6 +352,7 @@ void CudaBackend::embedding_forward(Tensor& out, const Tensor& tokens, const Ten
 
 void CudaBackend::embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
                                      int64_t vocab_begin) {
+  cuda::TimedOp timed(profile_, stream_, "embedding_backward");
   const char* op = "embedding_backward";
   const int64_t N = tokens.numel(), C = cols_of(dwte);
   require(rows_of(dout) == N && cols_of(dout) == C, op, "dout must be (N, C)");
@@ -358,6 +367,7 @@ void CudaBackend::embedding_backward(Tensor& dwte, const Tensor& dout, const Ten
 }
 
 void CudaBackend::position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) {
+  cuda::TimedOp timed(profile_, stream_, "position_forward");
   const char* op = "position_forward";
   require(cols_of(out) == cols_of(wpe), op, "channel mismatch");
   same_dtype(op, out.dtype(), "wpe", wpe);
@@ -369,6 +379,7 @@ void CudaBackend::position_forward(Tensor& out, const Tensor& wpe, int64_t token
 }
 
 void CudaBackend::position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) {
+  cuda::TimedOp timed(profile_, stream_, "position_backward");
   const char* op = "position_backward";
   require(cols_of(dout) == cols_of(dwpe), op, "channel mismatch");
   fp32_grad(op, dout.dtype(), "dwpe", dwpe);
@@ -383,6 +394,7 @@ void CudaBackend::position_backward(Tensor& dwpe, const Tensor& dout, int64_t to
 
 void CudaBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                                     const Tensor& weight, const Tensor& bias) {
+  cuda::TimedOp timed(profile_, stream_, "layernorm_forward");
   const char* op = "layernorm_forward";
   const int64_t N = rows_of(inp), C = cols_of(inp);
   require(out.numel() == N * C && mean.numel() == N && rstd.numel() == N && weight.numel() == C &&
@@ -404,6 +416,7 @@ void CudaBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, con
 void CudaBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                      const Tensor& dout, const Tensor& inp, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd) {
+  cuda::TimedOp timed(profile_, stream_, "layernorm_backward");
   const char* op = "layernorm_backward";
   const int64_t N = rows_of(inp), C = cols_of(inp);
   require(dinp.numel() == N * C && dout.numel() == N * C && dweight.numel() == C &&
@@ -428,6 +441,7 @@ void CudaBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbia
 }
 
 void CudaBackend::bias_forward(Tensor& out, const Tensor& bias) {
+  cuda::TimedOp timed(profile_, stream_, "bias_forward");
   const char* op = "bias_forward";
   require(cols_of(out) == bias.numel(), op,
           "bias of " + bias.shape().to_string() + " for out " + out.shape().to_string());
@@ -439,6 +453,7 @@ void CudaBackend::bias_forward(Tensor& out, const Tensor& bias) {
 }
 
 void CudaBackend::bias_backward(Tensor& dbias, const Tensor& dout) {
+  cuda::TimedOp timed(profile_, stream_, "bias_backward");
   const char* op = "bias_backward";
   require(cols_of(dout) == dbias.numel(), op,
           "dbias of " + dbias.shape().to_string() + " for dout " + dout.shape().to_string());
@@ -453,6 +468,7 @@ void CudaBackend::bias_backward(Tensor& dbias, const Tensor& dout) {
 }
 
 void CudaBackend::gelu_forward(Tensor& out, const Tensor& inp) {
+  cuda::TimedOp timed(profile_, stream_, "gelu_forward");
   const char* op = "gelu_forward";
   require(out.numel() == inp.numel(), op, "size mismatch");
   same_dtype(op, inp.dtype(), "out", out);
@@ -463,6 +479,7 @@ void CudaBackend::gelu_forward(Tensor& out, const Tensor& inp) {
 }
 
 void CudaBackend::gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  cuda::TimedOp timed(profile_, stream_, "gelu_backward");
   const char* op = "gelu_backward";
   require(dinp.numel() == inp.numel() && dout.numel() == inp.numel(), op, "size mismatch");
   same_dtype(op, inp.dtype(), "dinp", dinp);
@@ -476,6 +493,7 @@ void CudaBackend::gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& d
 // ---- cross-entropy ------------------------------------------------------------------------
 
 void CudaBackend::crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) {
+  cuda::TimedOp timed(profile_, stream_, "crossentropy_stats");
   const char* op = "crossentropy_stats";
   const int64_t N = rows_of(logits), V = cols_of(logits);
   require(row_max.numel() == N && row_sumexp.numel() == N, op, "shape mismatch");
@@ -490,6 +508,7 @@ void CudaBackend::crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const 
 
 void CudaBackend::crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
                                       const Tensor& global_max) {
+  cuda::TimedOp timed(profile_, stream_, "crossentropy_rebase");
   const char* op = "crossentropy_rebase";
   require(local_max.numel() == row_sumexp.numel() && global_max.numel() == row_sumexp.numel(), op,
           "size mismatch");
@@ -499,6 +518,7 @@ void CudaBackend::crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_ma
 
 void CudaBackend::crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
                                             const Tensor& targets, int64_t vocab_begin) {
+  cuda::TimedOp timed(profile_, stream_, "crossentropy_target_logit");
   const char* op = "crossentropy_target_logit";
   const int64_t N = rows_of(logits), V = cols_of(logits);
   require(target_logit.numel() == N && targets.numel() == N, op, "shape mismatch");
@@ -512,6 +532,7 @@ void CudaBackend::crossentropy_target_logit(Tensor& target_logit, const Tensor& 
 
 void CudaBackend::crossentropy_losses(Tensor& losses, const Tensor& row_max,
                                       const Tensor& row_sumexp, const Tensor& target_logit) {
+  cuda::TimedOp timed(profile_, stream_, "crossentropy_losses");
   const char* op = "crossentropy_losses";
   const int64_t N = losses.numel();
   require(row_max.numel() == N && row_sumexp.numel() == N && target_logit.numel() == N, op,
@@ -523,6 +544,7 @@ void CudaBackend::crossentropy_losses(Tensor& losses, const Tensor& row_max,
 void CudaBackend::crossentropy_backward(Tensor& dlogits, const Tensor& logits,
                                         const Tensor& row_max, const Tensor& row_sumexp,
                                         const Tensor& targets, int64_t vocab_begin, double dloss) {
+  cuda::TimedOp timed(profile_, stream_, "crossentropy_backward");
   const char* op = "crossentropy_backward";
   const int64_t N = rows_of(logits), V = cols_of(logits);
   require(dlogits.numel() == logits.numel() && row_max.numel() == N && row_sumexp.numel() == N &&
@@ -543,6 +565,7 @@ void CudaBackend::crossentropy_backward(Tensor& dlogits, const Tensor& logits,
 
 void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
                                Tensor& exp_avg_sq, const AdamWStep& s) {
+  cuda::TimedOp timed(profile_, stream_, "adamw_update");
   const char* op = "adamw_update";
   require(param.numel() == grad.numel() && param.numel() == exp_avg.numel() &&
               param.numel() == exp_avg_sq.numel(),

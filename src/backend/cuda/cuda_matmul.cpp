@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend_util.h"
@@ -24,6 +25,12 @@ using cuda::require;
 using cuda::rows_of;
 
 namespace {
+
+// "matmul_forward 65536x768x2304": the profile keeps each GEMM shape apart.
+std::string gemm_name(const char* op, int64_t N, int64_t C, int64_t OC) {
+  return std::string(op) + " " + std::to_string(N) + "x" + std::to_string(C) + "x" +
+         std::to_string(OC);
+}
 
 void check_matmul_dtypes(const char* op, DType a, std::initializer_list<std::pair<const char*, const Tensor*>> same,
                          std::initializer_list<std::pair<const char*, const Tensor*>> grads) {
@@ -41,6 +48,8 @@ void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& w
                                  const Tensor* bias) {
   const char* op = "matmul_forward";
   const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+  cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name("matmul_forward", N, C, OC) : "",
+                      2.0 * double(N) * double(C) * double(OC));
   require(cols_of(weight) == C && out.numel() == N * OC && (!bias || bias->numel() == OC), op,
           "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() + " out " +
               out.shape().to_string());
@@ -66,6 +75,8 @@ void CudaBackend::matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias,
                                   const Tensor& dout, const Tensor& inp, const Tensor& weight) {
   const char* op = "matmul_backward";
   const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+  cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name("matmul_backward", N, C, OC) : "",
+                      4.0 * double(N) * double(C) * double(OC));
   require(dout.numel() == N * OC && dweight.numel() == OC * C &&
               (!dinp || dinp->numel() == N * C) && (!dbias || dbias->numel() == OC),
           op, "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() +

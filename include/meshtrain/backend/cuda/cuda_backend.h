@@ -19,6 +19,7 @@
 
 #include "meshtrain/backend/attention_support.h"
 #include "meshtrain/backend/backend.h"
+#include "meshtrain/backend/kernel_profile.h"
 
 namespace meshtrain {
 
@@ -66,6 +67,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Allocator> make_host_allocator() const override;
   int device_index() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  // Times every operation into `profile` (null: off). Each timed operation drains the stream
+  // before and after, so a profiled step runs slower than a plain one: for breakdowns only.
+  void set_profile(KernelProfile* profile) { profile_ = profile; }
   const CudaBackendOptions& options() const { return options_; }
   // The attention implementation that attention_forward would use for this shape and dtype
   // (resolves Auto; builds and caches the cuDNN plans to find out). When that is not cuDNN and
@@ -154,6 +158,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Libraries> lib_;
+  KernelProfile* profile_ = nullptr;
 };
 
 }  // namespace meshtrain
