@@ -30,19 +30,35 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
   return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
 }
 
+// One pack of a row folded into a running (max, sum): its max first, then one rescale.
+template <class T> __device__ __forceinline__ MaxSum fold(MaxSum acc, const Pack<T>& x) {
+  float m = acc.m;
+#pragma unroll
+  for (int k = 0; k < kPack; ++k) m = fmaxf(m, to_float(x.v[k]));
+  float s = acc.s * expf(acc.m - m);
+#pragma unroll
+  for (int k = 0; k < kPack; ++k) s += expf(to_float(x.v[k]) - m);
+  return {m, s};
+}
+
+// packed: V is a multiple of kPack and the logits pack-aligned, so every row is whole packs.
 template <class T>
 __global__ void crossentropy_stats_kernel(float* row_max, float* row_sumexp, const T* logits,
-                                          int64_t V) {
+                                          int64_t V, bool packed) {
   __shared__ MaxSum shared[32];
   const T* l = logits + blockIdx.x * V;
   MaxSum acc{-FLT_MAX, 0.f};
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    const float x = to_float(l[j]);
-    if (x > acc.m) {
-      acc.s = acc.s * expf(acc.m - x) + 1.f;
-      acc.m = x;
-    } else {
-      acc.s += expf(x - acc.m);
+  if (packed) {
+    for (int64_t p = threadIdx.x; p < V / kPack; p += blockDim.x) acc = fold(acc, load_pack(l, p));
+  } else {
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+      const float x = to_float(l[j]);
+      if (x > acc.m) {
+        acc.s = acc.s * expf(acc.m - x) + 1.f;
+        acc.m = x;
+      } else {
+        acc.s += expf(x - acc.m);
+      }
     }
   }
   // Fixed-order combine: lanes by butterfly, then warps in index order.
@@ -88,12 +104,27 @@ __global__ void crossentropy_losses_kernel(float* losses, const float* row_max,
 template <class T>
 __global__ void crossentropy_backward_kernel(T* dlogits, const T* logits, const float* row_max,
                                              const float* row_sumexp, const int32_t* targets,
-                                             int64_t vocab_begin, float dloss, int64_t V) {
+                                             int64_t vocab_begin, float dloss, int64_t V,
+                                             bool packed) {
   const int64_t row = blockIdx.x;
   const T* l = logits + row * V;
   T* d = dlogits + row * V;
   const float m = row_max[row], scale = dloss / row_sumexp[row];
   const int64_t t = static_cast<int64_t>(targets[row]) - vocab_begin;
+  if (packed) {
+    for (int64_t p = threadIdx.x; p < V / kPack; p += blockDim.x) {
+      const Pack<T> x = load_pack(l, p);
+      Pack<T> g;
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) {
+        float v = expf(to_float(x.v[k]) - m) * scale;
+        if (p * kPack + k == t) v -= dloss;
+        g.v[k] = from_float<T>(v);
+      }
+      store_pack(d, p, g);
+    }
+    return;
+  }
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
     float g = expf(to_float(l[j]) - m) * scale;
     if (j == t) g -= dloss;
@@ -109,8 +140,9 @@ template <class T>
 void crossentropy_stats(float* row_max, float* row_sumexp, const T* logits, int64_t N, int64_t V,
                         cudaStream_t s) {
   if (N == 0) return;
+  const bool packed = V % kPack == 0 && pack_aligned(logits);
   crossentropy_stats_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, s>>>(row_max, row_sumexp,
-                                                                             logits, V);
+                                                                             logits, V, packed);
   check_launch("crossentropy_stats");
 }
 
@@ -143,8 +175,9 @@ void crossentropy_backward(T* dlogits, const T* logits, const float* row_max,
                            const float* row_sumexp, const int32_t* targets, int64_t vocab_begin,
                            float dloss, int64_t N, int64_t V, cudaStream_t s) {
   if (N == 0) return;
+  const bool packed = V % kPack == 0 && pack_aligned(logits) && pack_aligned(dlogits);
   crossentropy_backward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, s>>>(
-      dlogits, logits, row_max, row_sumexp, targets, vocab_begin, dloss, V);
+      dlogits, logits, row_max, row_sumexp, targets, vocab_begin, dloss, V, packed);
   check_launch("crossentropy_backward");
 }
 

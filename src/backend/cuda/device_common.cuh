@@ -46,6 +46,32 @@ template <class V> __device__ V block_sum(V v, V* shared) {
 
 constexpr int kThreads = 256;
 
+// Memory-bound kernels reach the device's bandwidth only with wide accesses: kPack consecutive
+// elements move as one 16-byte access (bf16) or two (float). A kernel takes the packed path
+// where its pointers are pack-aligned (pack_count) and finishes any tail element by element.
+constexpr int kPack = 8;
+template <class T> struct alignas(kPack * sizeof(T)) Pack {
+  T v[kPack];
+};
+template <class T> __device__ __forceinline__ Pack<T> load_pack(const T* p, int64_t pack) {
+  return reinterpret_cast<const Pack<T>*>(p)[pack];
+}
+template <class T> __device__ __forceinline__ void store_pack(T* p, int64_t pack, const Pack<T>& x) {
+  reinterpret_cast<Pack<T>*>(p)[pack] = x;
+}
+template <class T> inline bool pack_aligned(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % sizeof(Pack<T>) == 0;
+}
+// A grid-stride loop of i over [0, n).
+#define MESHTRAIN_GRID_LOOP(i, n)                                                 \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{gridDim.x} * blockDim.x)
+
+// Whole packs in n elements when every pointer is pack-aligned, else 0 (all element by element).
+template <class... Ts> inline int64_t pack_count(int64_t n, const Ts*... pointers) {
+  return (pack_aligned(pointers) && ...) ? n / kPack : 0;
+}
+
 // Blocks for a grid-stride loop over n elements: enough to fill the device several times over,
 // never more than the elements need.
 inline unsigned grid_for(int64_t n, int threads = kThreads) {

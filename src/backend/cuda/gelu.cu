@@ -13,23 +13,44 @@ namespace {
 constexpr float kScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kCube = 0.044715f;
 
-template <class T> __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float x = to_float(inp[i]);
-    out[i] = from_float<T>(0.5f * x * (1.f + tanhf(kScale * (x + kCube * x * x * x))));
+__device__ __forceinline__ float gelu(float x) {
+  return 0.5f * x * (1.f + tanhf(kScale * (x + kCube * x * x * x)));
+}
+
+__device__ __forceinline__ float gelu_slope(float x) {
+  const float t = tanhf(kScale * (x + kCube * x * x * x));
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kScale * (1.f + 3.f * kCube * x * x);
+}
+
+template <class T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n, int64_t packs) {
+  MESHTRAIN_GRID_LOOP(p, packs) {
+    const Pack<T> x = load_pack(inp, p);
+    Pack<T> y;
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) y.v[k] = from_float<T>(gelu(to_float(x.v[k])));
+    store_pack(out, p, y);
+  }
+  MESHTRAIN_GRID_LOOP(i, n - packs * kPack) {
+    const int64_t j = packs * kPack + i;
+    out[j] = from_float<T>(gelu(to_float(inp[j])));
   }
 }
 
 template <class T>
-__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float x = to_float(inp[i]);
-    const float t = tanhf(kScale * (x + kCube * x * x * x));
-    const float local =
-        0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kScale * (1.f + 3.f * kCube * x * x);
-    dinp[i] = from_float<T>(local * to_float(dout[i]));
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n,
+                                     int64_t packs) {
+  MESHTRAIN_GRID_LOOP(p, packs) {
+    const Pack<T> x = load_pack(inp, p), dy = load_pack(dout, p);
+    Pack<T> dx;
+#pragma unroll
+    for (int k = 0; k < kPack; ++k)
+      dx.v[k] = from_float<T>(gelu_slope(to_float(x.v[k])) * to_float(dy.v[k]));
+    store_pack(dinp, p, dx);
+  }
+  MESHTRAIN_GRID_LOOP(i, n - packs * kPack) {
+    const int64_t j = packs * kPack + i;
+    dinp[j] = from_float<T>(gelu_slope(to_float(inp[j])) * to_float(dout[j]));
   }
 }
 
@@ -37,14 +58,17 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64
 
 template <class T> void gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  gelu_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(out, inp, n);
+  const int64_t packs = pack_count(n, out, inp);
+  gelu_forward_kernel<<<grid_for(packs > 0 ? packs : n), kThreads, 0, s>>>(out, inp, n, packs);
   check_launch("gelu_forward");
 }
 
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  gelu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dinp, inp, dout, n);
+  const int64_t packs = pack_count(n, dinp, inp, dout);
+  gelu_backward_kernel<<<grid_for(packs > 0 ? packs : n), kThreads, 0, s>>>(dinp, inp, dout, n,
+                                                                             packs);
   check_launch("gelu_backward");
 }
 

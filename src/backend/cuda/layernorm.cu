@@ -19,25 +19,50 @@ constexpr float kEps = 1e-5f;
 constexpr int kRowsPerBlock = kThreads / 32;
 constexpr int64_t kMaxRowChunks = 1024;
 
+// f(c, x_c) for lane `lane`'s share of a row's channels, read as whole packs (packed: C a
+// multiple of kPack, every pointer pack-aligned) or one by one.
+template <class T, class F>
+__device__ __forceinline__ void for_lane_channels(const T* row, int64_t C, bool packed, int lane,
+                                                  F&& f) {
+  if (packed) {
+    for (int64_t p = lane; p < C / kPack; p += 32) {
+      const Pack<T> x = load_pack(row, p);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) f(p * kPack + k, to_float(x.v[k]));
+    }
+  } else {
+    for (int64_t c = lane; c < C; c += 32) f(c, to_float(row[c]));
+  }
+}
+
 template <class T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
-                                         const T* weight, const T* bias, int64_t N, int64_t C) {
+                                         const T* weight, const T* bias, int64_t N, int64_t C,
+                                         bool packed) {
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   if (row >= N) return;
   const T* x = inp + row * C;
   float s = 0.f;
-  for (int64_t c = lane; c < C; c += 32) s += to_float(x[c]);
+  for_lane_channels(x, C, packed, lane, [&](int64_t, float v) { s += v; });
   const float m = warp_sum(s) / static_cast<float>(C);
   float v = 0.f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float d = to_float(x[c]) - m;
-    v += d * d;
-  }
+  for_lane_channels(x, C, packed, lane, [&](int64_t, float xc) { v += (xc - m) * (xc - m); });
   const float r = rsqrtf(warp_sum(v) / static_cast<float>(C) + kEps);
   T* y = out + row * C;
-  for (int64_t c = lane; c < C; c += 32)
-    y[c] = from_float<T>((to_float(x[c]) - m) * r * to_float(weight[c]) + to_float(bias[c]));
+  if (packed) {
+    for (int64_t p = lane; p < C / kPack; p += 32) {
+      const Pack<T> xp = load_pack(x, p), w = load_pack(weight, p), b = load_pack(bias, p);
+      Pack<T> yp;
+#pragma unroll
+      for (int k = 0; k < kPack; ++k)
+        yp.v[k] = from_float<T>((to_float(xp.v[k]) - m) * r * to_float(w.v[k]) + to_float(b.v[k]));
+      store_pack(y, p, yp);
+    }
+  } else {
+    for (int64_t c = lane; c < C; c += 32)
+      y[c] = from_float<T>((to_float(x[c]) - m) * r * to_float(weight[c]) + to_float(bias[c]));
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -46,26 +71,51 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 
 template <class T>
 __global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
-                                      const float* mean, const float* rstd, int64_t N, int64_t C) {
+                                      const float* mean, const float* rstd, int64_t N, int64_t C,
+                                      bool packed) {
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   if (row >= N) return;
   const T* x = inp + row * C;
   const T* dy = dout + row * C;
+  T* dx = dinp + row * C;
   const float m = mean[row], r = rstd[row];
   float g_sum = 0.f, gn_sum = 0.f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float n = (to_float(x[c]) - m) * r;
-    const float g = to_float(dy[c]) * to_float(weight[c]);
-    g_sum += g;
-    gn_sum += g * n;
+  if (packed) {
+    for (int64_t p = lane; p < C / kPack; p += 32) {
+      const Pack<T> xp = load_pack(x, p), dyp = load_pack(dy, p), w = load_pack(weight, p);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) {
+        const float g = to_float(dyp.v[k]) * to_float(w.v[k]);
+        g_sum += g;
+        gn_sum += g * (to_float(xp.v[k]) - m) * r;
+      }
+    }
+  } else {
+    for (int64_t c = lane; c < C; c += 32) {
+      const float g = to_float(dy[c]) * to_float(weight[c]);
+      g_sum += g;
+      gn_sum += g * (to_float(x[c]) - m) * r;
+    }
   }
   const float g_mean = warp_sum(g_sum) / static_cast<float>(C);
   const float gn_mean = warp_sum(gn_sum) / static_cast<float>(C);
-  T* dx = dinp + row * C;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float n = (to_float(x[c]) - m) * r;
-    dx[c] = from_float<T>(r * (to_float(dy[c]) * to_float(weight[c]) - g_mean - n * gn_mean));
+  if (packed) {
+    for (int64_t p = lane; p < C / kPack; p += 32) {
+      const Pack<T> xp = load_pack(x, p), dyp = load_pack(dy, p), w = load_pack(weight, p);
+      Pack<T> dxp;
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) {
+        const float n = (to_float(xp.v[k]) - m) * r;
+        dxp.v[k] = from_float<T>(r * (to_float(dyp.v[k]) * to_float(w.v[k]) - g_mean - n * gn_mean));
+      }
+      store_pack(dx, p, dxp);
+    }
+  } else {
+    for (int64_t c = lane; c < C; c += 32) {
+      const float n = (to_float(x[c]) - m) * r;
+      dx[c] = from_float<T>(r * (to_float(dy[c]) * to_float(weight[c]) - g_mean - n * gn_mean));
+    }
   }
 }
 
@@ -115,8 +165,9 @@ template <class T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
                        const T* bias, int64_t N, int64_t C, cudaStream_t s) {
   if (N == 0) return;
+  const bool packed = C % kPack == 0 && pack_count(C, out, inp, weight, bias) > 0;
   layernorm_forward_kernel<<<row_blocks(N), kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias,
-                                                              N, C);
+                                                              N, C, packed);
   check_launch("layernorm_forward");
 }
 
@@ -130,8 +181,9 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
                         const T* weight, const float* mean, const float* rstd, int64_t N,
                         int64_t C, float* scratch, cudaStream_t s) {
   if (N == 0 || C == 0) return;
+  const bool packed = C % kPack == 0 && pack_count(C, dinp, dout, inp, weight) > 0;
   layernorm_dinp_kernel<<<row_blocks(N), kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd,
-                                                           N, C);
+                                                           N, C, packed);
   check_launch("layernorm_backward");
   const int64_t rows = rows_per_chunk(N);
   const int64_t chunks = (N + rows - 1) / rows;
