@@ -357,7 +357,7 @@ void CudaBackend::embedding_backward(Tensor& dwte, const Tensor& dout, const Ten
   const int64_t N = tokens.numel(), C = cols_of(dwte);
   require(rows_of(dout) == N && cols_of(dout) == C, op, "dout must be (N, C)");
   fp32_grad(op, dout.dtype(), "dwte", dwte);
-  const size_t bytes = cuda::embedding_backward_workspace(N);
+  const size_t bytes = cuda::embedding_backward_workspace(N, C);
   Tensor ws = empty({static_cast<int64_t>((bytes + 3) / 4)}, DType::F32, MemoryCategory::Workspace);
   cuda::dispatch(op, dout.dtype(), [&](auto tag) {
     using T = decltype(tag);

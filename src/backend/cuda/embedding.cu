@@ -2,7 +2,8 @@
 //
 // Backward without atomics, so gradients are bitwise repeatable: the (token, row) pairs are
 // radix-sorted by token (LSD radix sort is stable, so rows of one token stay in row order),
-// then one block per distinct token adds its rows, in order, into dwte. Tokens outside the
+// then summed in fixed chunks of sorted positions and the chunks of each token added in order
+// into dwte (see embedding_chunks_kernel). Tokens outside the
 // slice sort last (key V) and are skipped. Position gradients need no sort: position p gathers
 // rows p', p' + T, p' + 2T, ... (p' = (p - token_begin) mod T), one thread per (p, channel).
 
@@ -38,18 +39,55 @@ __global__ void embedding_keys_kernel(int32_t* keys, int32_t* values, const int3
   values[i] = static_cast<int32_t>(i);
 }
 
-// Block s handles the run of equal keys that starts at sorted position s (other blocks exit).
+// Sorted positions are cut into chunks of kEmbedChunk, so that a frequent token's rows are summed
+// by many blocks rather than one. Block j sums each run of equal keys (a segment) within chunk j
+// in position order: a run that starts and ends in the chunk goes straight into dwte (this block
+// alone owns it); a run's first piece, when it continues into the next chunk, goes to tail[j],
+// and any other piece (the run began in an earlier chunk) to head[j].
+constexpr int64_t kEmbedChunk = 64;
+
 template <class T>
-__global__ void embedding_backward_kernel(float* dwte, const T* dout, const int32_t* keys,
-                                          const int32_t* rows, int64_t V, int64_t N, int64_t C) {
-  const int64_t s = blockIdx.x;
-  const int32_t key = keys[s];
-  if (key >= V || (s > 0 && keys[s - 1] == key)) return;
-  int64_t end = s + 1;
-  while (end < N && keys[end] == key) ++end;
+__global__ void embedding_chunks_kernel(float* dwte, float* head, float* tail, const T* dout,
+                                        const int32_t* keys, const int32_t* rows, int64_t V,
+                                        int64_t N, int64_t C) {
+  const int64_t j = blockIdx.x, begin = j * kEmbedChunk;
+  const int64_t end = begin + kEmbedChunk < N ? begin + kEmbedChunk : N;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    int64_t start = begin;
     float acc = 0.f;
-    for (int64_t k = s; k < end; ++k) acc += to_float(dout[static_cast<int64_t>(rows[k]) * C + c]);
+    for (int64_t k = begin; k < end; ++k) {
+      acc += to_float(dout[static_cast<int64_t>(rows[k]) * C + c]);
+      const int32_t key = keys[k];
+      if (k + 1 < end && keys[k + 1] == key) continue;  // the segment goes on in this chunk
+      if (key < V) {
+        const bool starts_here = start == 0 || keys[start - 1] != key;
+        const bool ends_here = k + 1 == N || keys[k + 1] != key;
+        if (starts_here && ends_here) dwte[static_cast<int64_t>(key) * C + c] += acc;
+        else if (!starts_here) head[j * C + c] = acc;
+        else tail[j * C + c] = acc;
+      }
+      acc = 0.f;
+      start = k + 1;
+    }
+  }
+}
+
+// Block j adds up the run that starts in chunk j and goes on past it, if any: tail[j], then the
+// head of every later chunk the run reaches, in order.
+__global__ void embedding_runs_kernel(float* dwte, const float* head, const float* tail,
+                                      const int32_t* keys, int64_t V, int64_t N, int64_t C) {
+  const int64_t j = blockIdx.x, begin = j * kEmbedChunk;
+  const int64_t last = (begin + kEmbedChunk < N ? begin + kEmbedChunk : N) - 1;
+  const int32_t key = keys[last];
+  if (key >= V || last + 1 == N || keys[last + 1] != key) return;  // no run leaves this chunk
+  if (keys[begin] == key && begin > 0 && keys[begin - 1] == key) return;  // began earlier
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = tail[j * C + c];
+    for (int64_t m = j + 1;; ++m) {
+      acc += head[m * C + c];
+      const int64_t next = (m + 1) * kEmbedChunk;  // the first position of chunk m + 1
+      if (next >= N || keys[next] != key) break;
+    }
     dwte[static_cast<int64_t>(key) * C + c] += acc;
   }
 }
@@ -109,8 +147,10 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t voca
   check_launch("embedding_forward");
 }
 
-size_t embedding_backward_workspace(int64_t N) {
-  return 4 * align_up(static_cast<size_t>(N) * sizeof(int32_t)) + align_up(cub_temp_bytes(N));
+size_t embedding_backward_workspace(int64_t N, int64_t C) {
+  const size_t chunk_sums = static_cast<size_t>((N + kEmbedChunk - 1) / kEmbedChunk * C);
+  return 4 * align_up(static_cast<size_t>(N) * sizeof(int32_t)) + align_up(cub_temp_bytes(N)) +
+         2 * align_up(chunk_sums * sizeof(float));
 }
 
 template <class T>
@@ -119,7 +159,7 @@ void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int64
                         cudaStream_t s) {
   if (N == 0 || C == 0) return;
   if (N > 0x7fffffff || V >= 0x7fffffff) fail("embedding_backward", "more than 2^31 tokens or rows");
-  if (workspace_bytes < embedding_backward_workspace(N))
+  if (workspace_bytes < embedding_backward_workspace(N, C))
     fail("embedding_backward", "workspace too small");
   const size_t slot = align_up(static_cast<size_t>(N) * sizeof(int32_t));
   char* base = static_cast<char*>(workspace);
@@ -129,6 +169,9 @@ void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int64
   auto* rows_out = reinterpret_cast<int32_t*>(base + 3 * slot);
   void* temp = base + 4 * slot;
   size_t temp_bytes = cub_temp_bytes(N);
+  const int64_t chunks = (N + kEmbedChunk - 1) / kEmbedChunk;
+  auto* head = reinterpret_cast<float*>(base + 4 * slot + align_up(temp_bytes));
+  auto* tail = head + align_up(static_cast<size_t>(chunks * C) * sizeof(float)) / sizeof(float);
 
   embedding_keys_kernel<<<static_cast<unsigned>((N + kThreads - 1) / kThreads), kThreads, 0, s>>>(
       keys_in, rows_in, tokens, vocab_begin, V, N);
@@ -136,8 +179,11 @@ void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int64
   check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, rows_in, rows_out,
                                         static_cast<int>(N), 0, end_bit_for(V), s),
         "embedding_backward", "cub::DeviceRadixSort::SortPairs");
-  embedding_backward_kernel<<<static_cast<unsigned>(N), kThreads, 0, s>>>(dwte, dout, keys_out,
-                                                                          rows_out, V, N, C);
+  embedding_chunks_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(
+      dwte, head, tail, dout, keys_out, rows_out, V, N, C);
+  check_launch("embedding_backward");
+  embedding_runs_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(dwte, head, tail,
+                                                                          keys_out, V, N, C);
   check_launch("embedding_backward");
 }
 

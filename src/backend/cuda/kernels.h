@@ -46,8 +46,8 @@ void column_sums(float* out, const T* in, int64_t N, int64_t C, float* scratch, 
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t vocab_begin,
                        int64_t V, int64_t N, int64_t C, cudaStream_t s);
-// Bytes of workspace embedding_backward needs for N tokens.
-size_t embedding_backward_workspace(int64_t N);
+// Bytes of workspace embedding_backward needs for N tokens of C channels.
+size_t embedding_backward_workspace(int64_t N, int64_t C);
 // dwte (V, C) += dout rows by token. Tokens are sorted stably (radix sort of (token, row)), then
 // each distinct token's rows are summed in row order: deterministic, no atomics.
 template <class T>

@@ -5,7 +5,8 @@
 //   dx_c = rstd * (g_c - mean(g) - n_c * mean(g * n))   (assigned)
 //   dw_c += sum_rows dy_c n_c,  db_c += sum_rows dy_c     (accumulated)
 // Forward and dx: one warp per row. dw/db: one thread per channel over fixed row chunks, then
-// the chunks in order — no atomics, so the gradients are bitwise repeatable.
+// the chunks in order — no atomics, so the gradients are bitwise repeatable. Rows of at most
+// 1024 channels take one fused pass (a warp per row chunk) instead of the dx and dw/db passes.
 
 #include "cuda_check.h"
 #include "device_common.cuh"
@@ -142,6 +143,73 @@ __global__ void layernorm_dparams_partials_kernel(float* partials, const T* dout
   partials[(blockIdx.y * 2 + 1) * C + c] = db;
 }
 
+// The whole backward in one pass over x and dy, for rows of whole packs with at most
+// kMaxLanePacks packs per lane (C <= 1024): warp k takes row chunk k (the partials kernel's
+// chunks), keeps each row's packs in registers for dx, and sums dw, db per channel over its rows
+// in row order, as the partials kernel does; the chunks then combine in order (final kernel).
+constexpr int kMaxLanePacks = 4;
+
+template <class T>
+__global__ void layernorm_backward_fused_kernel(T* dinp, float* partials, const T* dout,
+                                                const T* inp, const T* weight, const float* mean,
+                                                const float* rstd, int64_t N, int64_t C,
+                                                int64_t rows, int64_t chunks) {
+  const int lane = threadIdx.x % 32;
+  const int64_t chunk = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
+  if (chunk >= chunks) return;
+  const int64_t packs = C / kPack;
+  float dw[kMaxLanePacks][kPack] = {}, db[kMaxLanePacks][kPack] = {};
+  Pack<T> w[kMaxLanePacks];
+#pragma unroll
+  for (int i = 0; i < kMaxLanePacks; ++i)
+    if (lane + 32 * i < packs) w[i] = load_pack(weight, lane + 32 * i);
+  const int64_t r1 = (chunk + 1) * rows < N ? (chunk + 1) * rows : N;
+  for (int64_t row = chunk * rows; row < r1; ++row) {
+    const T* x = inp + row * C;
+    const T* dy = dout + row * C;
+    const float m = mean[row], r = rstd[row];
+    Pack<T> xp[kMaxLanePacks], dyp[kMaxLanePacks];
+    float g_sum = 0.f, gn_sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMaxLanePacks; ++i) {
+      if (lane + 32 * i >= packs) continue;
+      xp[i] = load_pack(x, lane + 32 * i);
+      dyp[i] = load_pack(dy, lane + 32 * i);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) {
+        const float g = to_float(dyp[i].v[k]) * to_float(w[i].v[k]);
+        g_sum += g;
+        gn_sum += g * (to_float(xp[i].v[k]) - m) * r;
+      }
+    }
+    const float g_mean = warp_sum(g_sum) / static_cast<float>(C);
+    const float gn_mean = warp_sum(gn_sum) / static_cast<float>(C);
+#pragma unroll
+    for (int i = 0; i < kMaxLanePacks; ++i) {
+      if (lane + 32 * i >= packs) continue;
+      Pack<T> dxp;
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) {
+        const float n = (to_float(xp[i].v[k]) - m) * r, d = to_float(dyp[i].v[k]);
+        dxp.v[k] = from_float<T>(r * (d * to_float(w[i].v[k]) - g_mean - n * gn_mean));
+        dw[i][k] += d * n;
+        db[i][k] += d;
+      }
+      store_pack(dinp + row * C, lane + 32 * i, dxp);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxLanePacks; ++i) {
+    if (lane + 32 * i >= packs) continue;
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) {
+      const int64_t c = (lane + 32 * i) * int64_t{kPack} + k;
+      partials[(chunk * 2) * C + c] = dw[i][k];
+      partials[(chunk * 2 + 1) * C + c] = db[i][k];
+    }
+  }
+}
+
 __global__ void layernorm_dparams_final_kernel(float* dweight, float* dbias, const float* partials,
                                                int64_t chunks, int64_t C) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
@@ -182,15 +250,21 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
                         int64_t C, float* scratch, cudaStream_t s) {
   if (N == 0 || C == 0) return;
   const bool packed = C % kPack == 0 && pack_count(C, dinp, dout, inp, weight) > 0;
-  layernorm_dinp_kernel<<<row_blocks(N), kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd,
-                                                           N, C, packed);
-  check_launch("layernorm_backward");
   const int64_t rows = rows_per_chunk(N);
   const int64_t chunks = (N + rows - 1) / rows;
   const unsigned col_blocks = static_cast<unsigned>((C + kThreads - 1) / kThreads);
-  layernorm_dparams_partials_kernel<<<dim3(col_blocks, static_cast<unsigned>(chunks)), kThreads, 0,
-                                      s>>>(scratch, dout, inp, mean, rstd, N, C, rows);
-  check_launch("layernorm_backward");
+  if (packed && C / kPack <= 32 * kMaxLanePacks) {
+    layernorm_backward_fused_kernel<<<row_blocks(chunks), kThreads, 0, s>>>(
+        dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows, chunks);
+    check_launch("layernorm_backward");
+  } else {
+    layernorm_dinp_kernel<<<row_blocks(N), kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd,
+                                                             N, C, packed);
+    check_launch("layernorm_backward");
+    layernorm_dparams_partials_kernel<<<dim3(col_blocks, static_cast<unsigned>(chunks)), kThreads,
+                                        0, s>>>(scratch, dout, inp, mean, rstd, N, C, rows);
+    check_launch("layernorm_backward");
+  }
   layernorm_dparams_final_kernel<<<col_blocks, kThreads, 0, s>>>(dweight, dbias, scratch, chunks, C);
   check_launch("layernorm_backward");
 }
