@@ -194,9 +194,11 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
   s.grid = make_grid(c, *s.backend, s.recorder.get());
   if (world.rank() == 0) {
     const std::string cpus = cpu.note.empty() ? "" : " (" + cpu.note + ")";
+    const std::string why = auto_precision_reason(c, facts);
+    const std::string precision =
+        std::string(dtype_name(c.train.precision)) + (why.empty() ? "" : " (" + why + ")");
     std::printf("device: %s%s, precision %s, communication %s, MPI library %s\n",
-                s.backend->describe().c_str(), cpus.c_str(),
-                std::string(dtype_name(c.train.precision)).c_str(),
+                s.backend->describe().c_str(), cpus.c_str(), precision.c_str(),
                 c.run.device == DeviceChoice::Cpu ? "MPI"
                 : c.parallel.communicator == CommChoice::Nccl
                     ? "NCCL (one GPU per rank)"

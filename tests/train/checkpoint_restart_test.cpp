@@ -5,7 +5,9 @@
 //    follows the uninterrupted single-rank trajectory within the layout-parity tolerances
 //    (tests/parallel/layout_parity_test.cpp): fp32 1e-5, fp64 to round-off; the world can also
 //    hand its checkpoint to a single rank (MPI_COMM_SELF);
-//  - precision: an fp64 checkpoint loads into an fp32 run as the rounded values, and back.
+//  - precision: an fp64 checkpoint loads into an fp32 run as the rounded values, and back; a
+//    bf16 run (fp32 master weights) saves and loads like an fp32 one: bit for bit on the same
+//    layout, other layouts within the bf16 layout-parity tolerances.
 //
 // One binary, launched by CTest under mpiexec with 1, 2 and 4 ranks.
 
@@ -20,11 +22,13 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/config/layout_check.h"
 #include "meshtrain/parallel/process_grid.h"
+#include "meshtrain/tensor/bf16.h"
 #include "meshtrain/train/checkpointer.h"
 #include "meshtrain/train/trainer.h"
 #include "support/mpi_world.h"
 #include "support/parity.h"
 #include "support/shared_temp_dir.h"
+#include "support/tensors.h"
 
 namespace meshtrain {
 namespace {
@@ -98,43 +102,58 @@ std::vector<Layout> same_layouts(int world) {
   }
 }
 
+void check_same_layout(const Layout& l, DType precision, testing::SharedTempDir& dir) {
+  SCOPED_TRACE(l.name() + " " + std::string(dtype_name(precision)));
+  Config c = l.apply(testing::tiny_config(dir.path()));
+  c.train.precision = precision;
+  c.checkpoint.dir = dir.file("ckpt_" + l.name() + "_" + std::string(dtype_name(precision)));
+  check_layout(c, world_size());
+  CpuBackend be(1);
+  ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+
+  std::vector<double> straight_losses, restart_losses;
+  std::vector<double> straight_state, restart_state;
+  {
+    Trainer t(c, grid, be);
+    for (int s = 0; s < kSteps; ++s) straight_losses.push_back(t.train_step(s).loss);
+    straight_state = owned_state(t, be);
+  }
+  std::string path;
+  {
+    Trainer t(c, grid, be);
+    for (int s = 0; s < kSaveAt; ++s) restart_losses.push_back(t.train_step(s).loss);
+    path = Checkpointer(c, grid).save(t).path;
+  }
+  {
+    Trainer t(c, grid, be);
+    Checkpointer(c, grid).load(t, path);
+    ASSERT_EQ(t.step(), kSaveAt);
+    ASSERT_EQ(t.state().steps_taken(), kSaveAt);
+    for (int s = t.step(); s < kSteps; ++s) restart_losses.push_back(t.train_step(s).loss);
+    restart_state = owned_state(t, be);
+  }
+  EXPECT_EQ(restart_losses, straight_losses);
+  EXPECT_TRUE(same_on_every_rank(restart_state == straight_state))
+      << "parameters or moments differ bitwise on some rank";
+}
+
 TEST(CheckpointRestart, SameLayoutContinuesBitForBit) {
   const std::vector<Layout> layouts = same_layouts(world_size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for " << world_size() << " ranks";
   testing::SharedTempDir dir;
-  for (const Layout& l : layouts) {
-    SCOPED_TRACE(l.name());
-    Config c = l.apply(testing::tiny_config(dir.path()));
-    c.checkpoint.dir = dir.file("ckpt_" + l.name());
-    check_layout(c, world_size());
-    CpuBackend be(1);
-    ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+  for (const Layout& l : layouts) check_same_layout(l, DType::F32, dir);
+}
 
-    std::vector<double> straight_losses, restart_losses;
-    std::vector<double> straight_state, restart_state;
-    {
-      Trainer t(c, grid, be);
-      for (int s = 0; s < kSteps; ++s) straight_losses.push_back(t.train_step(s).loss);
-      straight_state = owned_state(t, be);
-    }
-    std::string path;
-    {
-      Trainer t(c, grid, be);
-      for (int s = 0; s < kSaveAt; ++s) restart_losses.push_back(t.train_step(s).loss);
-      path = Checkpointer(c, grid).save(t).path;
-    }
-    {
-      Trainer t(c, grid, be);
-      Checkpointer(c, grid).load(t, path);
-      ASSERT_EQ(t.step(), kSaveAt);
-      ASSERT_EQ(t.state().steps_taken(), kSaveAt);
-      for (int s = t.step(); s < kSteps; ++s) restart_losses.push_back(t.train_step(s).loss);
-      restart_state = owned_state(t, be);
-    }
-    EXPECT_EQ(restart_losses, straight_losses);
-    EXPECT_TRUE(same_on_every_rank(restart_state == straight_state))
-        << "parameters or moments differ bitwise on some rank";
-  }
+// bf16 mixed precision: the checkpoint holds the fp32 master weights and moments, the bf16
+// parameters are their cast, so a restart continues bit for bit too. The first and last layout
+// of each world size (ZeRO 3 on one rank; dp with ZeRO 1, and pp; tp x pp, and interleaved
+// dp x pp with ZeRO 1).
+TEST(CheckpointRestart, Bf16SameLayoutContinuesBitForBit) {
+  const std::vector<Layout> layouts = same_layouts(world_size());
+  if (layouts.empty()) GTEST_SKIP() << "no layouts for " << world_size() << " ranks";
+  testing::SharedTempDir dir;
+  check_same_layout(layouts.front(), DType::BF16, dir);
+  check_same_layout(layouts.back(), DType::BF16, dir);
 }
 
 // Segments of one run: steps [begin of segment, end) on a layout, saved at its end and loaded
@@ -252,16 +271,21 @@ TEST(CheckpointRestart, WorldCheckpointContinuesOnOneRank) {
   EXPECT_LT(r.params_l2_error, 1e-5) << l.name() << " -> one rank";
 }
 
-// A checkpoint of one precision loads into a run of the other: fp64 values become the nearest
-// fp32 values, fp32 values become exact fp64 values.
+// A checkpoint of one precision loads into a run of another: fp64 values become the nearest
+// fp32 values, fp32 values become exact fp64 values. A bf16 run's checkpoint holds its fp32
+// master weights and moments: an fp32 run continues from them exactly, and a bf16 run takes an
+// fp32 checkpoint's values as its master weights (fp64 ones rounded to fp32).
 TEST(CheckpointRestart, PrecisionIsConvertedOnLoad) {
   testing::SharedTempDir dir;
-  for (DType from : {DType::F64, DType::F32}) {
-    const DType to = from == DType::F64 ? DType::F32 : DType::F64;
+  const std::pair<DType, DType> pairs[] = {{DType::F64, DType::F32}, {DType::F32, DType::F64},
+                                           {DType::BF16, DType::F32}, {DType::F32, DType::BF16},
+                                           {DType::F64, DType::BF16}, {DType::BF16, DType::F64}};
+  for (const auto& [from, to] : pairs) {
     SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + std::string(dtype_name(to)));
     Config c = Layout{world_size(), 1, 1, world_size() > 1 ? 1 : 0, 16 / world_size()}.apply(
         testing::tiny_config(dir.path()));
-    c.checkpoint.dir = dir.file(std::string("ckpt_") + std::string(dtype_name(from)));
+    c.checkpoint.dir = dir.file(std::string("ckpt_") + std::string(dtype_name(from)) + "_" +
+                                std::string(dtype_name(to)));
     check_layout(c, world_size());
     CpuBackend be(1);
     ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
@@ -270,7 +294,7 @@ TEST(CheckpointRestart, PrecisionIsConvertedOnLoad) {
     for (int s = 0; s < 2; ++s) a.train_step(s);
     const std::string path = Checkpointer(c, grid).save(a).path;
     std::vector<double> want = owned_state(a, be);
-    if (to == DType::F32)
+    if (from == DType::F64)  // the state of an fp32 or bf16 run is fp32
       for (double& v : want) v = static_cast<float>(v);
     Config d = c;
     d.train.precision = to;
@@ -278,6 +302,17 @@ TEST(CheckpointRestart, PrecisionIsConvertedOnLoad) {
     Checkpointer(d, grid).load(b, path);
     EXPECT_TRUE(same_on_every_rank(owned_state(b, be) == want));
     EXPECT_EQ(b.step(), 2);
+    if (to == DType::BF16) {  // the bf16 parameters are the loaded master weights, rounded
+      std::vector<Parameter*> pa = a.model().params().params(), pb = b.model().params().params();
+      ASSERT_EQ(pa.size(), pb.size());
+      bool same = true;
+      for (size_t i = 0; i < pa.size(); ++i) {
+        std::vector<double> values = testing::to_host(be, pa[i]->value);
+        for (double& v : values) v = bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(v)));
+        same = same && testing::to_host(be, pb[i]->value) == values;
+      }
+      EXPECT_TRUE(same_on_every_rank(same)) << "bf16 parameters are not the rounded masters";
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "blas.h"
 #include "kernels.h"
@@ -132,13 +133,29 @@ void Gemm::run_onednn(const GemmShape& s, MatmulType type, const In* A, const In
     const In* a = A + (s.ta == Trans::No ? k0 : k0 * s.lda);  // columns of A, or rows of A^T
     const In* b = B + (s.tb == Trans::No ? k0 * s.ldb : k0);  // rows of B, or columns of B^T
     const bool first = k0 == 0;
-    onednn_->run(MatmulGeometry::of(part), type, a, b, first ? bias : nullptr, C,
+    onednn_->run(MatmulGeometry::of(part), type, MatmulType::F32, a, b, first ? bias : nullptr, C,
                  {first ? o.accumulate : Accumulate::Add, o.epilogue});
   }
 }
 
 void Gemm::run_batched(const BatchedGemmShape& s, const float* A, const float* B, float* C,
                        Accumulate accumulate) {
+  run_batched_onednn(s, MatmulType::F32, A, B, C, accumulate);
+}
+
+void Gemm::run_batched_bf16(const BatchedGemmShape& s, const uint16_t* A, const uint16_t* B,
+                            float* C, Accumulate accumulate) {
+  run_batched_onednn(s, MatmulType::BF16, A, B, C, accumulate);
+}
+
+void Gemm::run_batched_bf16(const BatchedGemmShape& s, const uint16_t* A, const uint16_t* B,
+                            uint16_t* C) {
+  run_batched_onednn(s, MatmulType::BF16, A, B, C, Accumulate::Assign);
+}
+
+template <class Out>
+void Gemm::run_batched_onednn(const BatchedGemmShape& s, MatmulType in, const void* A,
+                              const void* B, Out* C, Accumulate accumulate) {
   if (s.batch0 < 0 || s.batch1 < 0 || s.M < 0 || s.N < 0 || s.K < 0)
     throw std::invalid_argument("backend 'cpu': batched GEMM " + s.to_string() + ": sizes must be >= 0");
   if (s.batch0 == 0 || s.batch1 == 0 || s.M == 0 || s.N == 0) return;
@@ -151,8 +168,8 @@ void Gemm::run_batched(const BatchedGemmShape& s, const float* A, const float* B
     return;
   }
   if (!onednn_) onednn_ = std::make_unique<OneDnnMatmul>();
-  onednn_->run(MatmulGeometry::of(s), MatmulType::F32, A, B, nullptr, C, {accumulate, Epilogue::None},
-               s.alpha);
+  const MatmulType out = std::is_same_v<Out, float> ? MatmulType::F32 : MatmulType::BF16;
+  onednn_->run(MatmulGeometry::of(s), in, out, A, B, nullptr, C, {accumulate, Epilogue::None}, s.alpha);
 }
 
 std::string BatchedGemmShape::to_string() const {
@@ -182,6 +199,32 @@ void Gemm::run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, co
   run_onednn(s, MatmulType::BF16, A, B, bias, C, o);
 }
 
+// One oneDNN call rounds its fp32 result to bf16 (to nearest even). A reduction cut into chunks
+// of K sums the chunks in fp32 (wide_), then rounds once: rounding each partial sum to bf16
+// would lose 8 bits per chunk.
+void Gemm::run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, const float* bias,
+                    uint16_t* C, GemmOptions o) {
+  check(s);
+  if (library_ == GemmLibrary::OpenBlas)
+    throw std::invalid_argument("backend 'cpu': this OpenBLAS has no bf16 GEMM (GEMM " +
+                                s.to_string() + "); use GemmLibrary::Auto or OneDnn for bf16");
+  if (o.accumulate == Accumulate::Add)
+    throw std::invalid_argument("backend 'cpu': GEMM " + s.to_string() +
+                                " accumulating into bf16: accumulate in an fp32 C instead");
+  if (s.M == 0 || s.N == 0) return;
+  if (s.K > 0 && (s.K <= kMaxOneDnnK || o.epilogue != Epilogue::None)) {
+    if (!onednn_) onednn_ = std::make_unique<OneDnnMatmul>();
+    onednn_->run(MatmulGeometry::of(s), MatmulType::BF16, MatmulType::BF16, A, B, bias, C, o);
+    return;
+  }
+  GemmShape wide = s;
+  wide.ldc = s.N;
+  wide_.resize(static_cast<size_t>(s.M * s.N));
+  run_bf16(wide, A, B, bias, wide_.data(), o);
+  for (int64_t i = 0; i < s.M; ++i)
+    float_to_bf16(C + i * s.ldc, wide_.data() + i * s.N, s.N);
+}
+
 size_t Gemm::cached_primitives() const { return onednn_ ? onednn_->cached() : 0; }
 
 std::string Gemm::onednn_version() {
@@ -201,3 +244,15 @@ std::string Gemm::onednn_version() {
 }
 
 }  // namespace meshtrain::cpu
+
+namespace meshtrain {
+
+std::string cpu_bf16_instructions() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx: return "AMX";
+    case dnnl::cpu_isa::avx512_core_bf16: return "AVX512-BF16";
+    default: return "";
+  }
+}
+
+}  // namespace meshtrain
