@@ -151,12 +151,14 @@ TEST(GradientCheck, RecomputeModesGiveIdenticalGradients) {
 // so that only the arithmetic differs). A model of GPT-2's proportions, small: 2 layers, d 64,
 // 4 heads, T 32, vocabulary 96, 4 sequences.
 //
-// Tolerance: every bf16 activation carries a relative rounding error of up to 2^-8 = 3.9e-3
-// (8 significant bits), about 1e-3 on average; a gradient sums such errors through the layers
-// above it, largely independent, so norm-wise per tensor the difference is a few 1e-3 (measured
-// 1.3e-3 to 5.4e-3). Held to 2e-2 per tensor and 5e-3 for the loss (fp32 statistics; measured
-// 3e-4): a wrong term — a missing factor, a bf16 gradient accumulation, a dropped cast — shows
-// up as an error of order 1.
+// Tolerance: every bf16 activation and activation gradient carries a relative rounding error of
+// up to 2^-8 = 3.9e-3 (8 significant bits), about 1.5e-3 root-mean-square; a parameter gradient
+// collects the errors of the roundings on its path from the loss (dlogits, each block's dinp,
+// the residual sums, LayerNorm, attention's P and dS: some 10-20 of them here), largely
+// independent, so norm-wise per tensor the difference is about 1e-2 (measured 2.4e-3 for ln_f
+// to 1.2e-2). Held to 3e-2 per tensor, and the loss (fp32 statistics of bf16 logits; measured
+// 4e-5) to 1e-3: a wrong term — a missing factor, a bf16 gradient accumulation, a dropped cast —
+// shows up as an error of order 1.
 struct PrecisionRun {
   double loss = 0;
   std::map<std::string, std::vector<double>> grads;
@@ -226,7 +228,7 @@ TEST(GradientCheck, Bf16GradientsFollowTheFp32Model) {
     const double loss_error = std::abs(b16.loss - f32.loss) / std::abs(f32.loss);
     std::printf("# %s: loss fp32 %.6f bf16 %.6f (relative %.1e)\n", tied ? "tied" : "untied",
                 f32.loss, b16.loss, loss_error);
-    EXPECT_LT(loss_error, 5e-3);
+    EXPECT_LT(loss_error, 1e-3);
     for (const auto& [name, want] : f32.grads) {
       const std::vector<double>& got = b16.grads.at(name);
       double diff2 = 0, ref2 = 0;
@@ -236,7 +238,7 @@ TEST(GradientCheck, Bf16GradientsFollowTheFp32Model) {
       }
       const double rel = std::sqrt(diff2 / ref2);
       std::printf("#   %-24s %.2e\n", name.c_str(), rel);
-      EXPECT_LT(rel, 2e-2) << name;
+      EXPECT_LT(rel, 3e-2) << name;
     }
   }
 }
