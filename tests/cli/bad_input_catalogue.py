@@ -36,6 +36,7 @@ ENV = dict(os.environ)
 NODE = socket.gethostname()
 
 DECK = """
+# precision-independent: refusals and their messages; bf16 on CPUs with bf16 instructions
 [run]
 device = "cpu"
 name = "catalogue"
