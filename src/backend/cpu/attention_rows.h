@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "element.h"
 #include "vector_math.h"
@@ -19,6 +20,7 @@ constexpr int64_t kAttentionBlock = 64;
 // probabilities (P = bf16) come from fp32 scores and are rounded once.
 template <class P, class E> void causal_softmax_row(P* p, E* s, int64_t i, int64_t T) {
   E m = s[0];
+#pragma omp simd reduction(max : m)
   for (int64_t j = 1; j <= i; ++j) m = std::max(m, s[j]);
   E sum = 0;
 #pragma omp simd reduction(+ : sum)
@@ -29,7 +31,7 @@ template <class P, class E> void causal_softmax_row(P* p, E* s, int64_t i, int64
   const E inv = E(1) / sum;
 #pragma omp simd
   for (int64_t j = 0; j <= i; ++j) p[j] = narrow<P>(s[j] * inv);
-  std::fill(p + i + 1, p + T, narrow<P>(0));
+  std::memset(p + i + 1, 0, static_cast<size_t>(T - i - 1) * sizeof(P));  // +0 in every type
 }
 
 // dp (T) holds dP of row i for keys 0..i, p the softmax: ds = p * (dp - <p, dp>) * scale, in E;
@@ -44,7 +46,7 @@ void causal_softmax_backward_row(D* ds, const P* p, const E* dp, int64_t i, int6
   for (int64_t j = 0; j <= i; ++j) dot += widen(p[j]) * dp[j];
 #pragma omp simd
   for (int64_t j = 0; j <= i; ++j) ds[j] = narrow<D>(widen(p[j]) * (dp[j] - dot) * scale);
-  std::fill(ds + i + 1, ds + zero_end, narrow<D>(0));
+  if (zero_end > i + 1) std::memset(ds + i + 1, 0, static_cast<size_t>(zero_end - i - 1) * sizeof(D));
 }
 
 }  // namespace meshtrain::cpu
