@@ -185,6 +185,18 @@ TEST(Gemm, LongReductionsAreCutIntoChunksAndSummed) {
   run_case<float, float>(g, 5, 7, 40000, 1, 1e-4);
 }
 
+TEST(Gemm, ManyRowsAreCutIntoBlocks) {
+  // M above the row block (16384): 2 blocks, each with the caller's bias, accumulate and epilogue.
+  for (Trans ta : {Trans::No, Trans::Yes}) {
+    const Case f{GemmLibrary::OneDnn, DType::F32, ta, Trans::Yes, true, Accumulate::Add, Epilogue::GeluTanh};
+    run_case<float, float>(f, 20000, 7, 9, 1);
+    const Case b{GemmLibrary::OneDnn, DType::BF16, ta, Trans::No, true, Accumulate::Add, Epilogue::None};
+    run_case<uint16_t, float>(b, 20000, 7, 9, 1);
+    const Case o{GemmLibrary::OneDnn, DType::BF16, ta, Trans::No, true, Accumulate::Assign, Epilogue::None};
+    run_case<uint16_t, uint16_t>(o, 20000, 7, 9, 1, 4e-3);
+  }
+}
+
 // bf16 outputs (activations of bf16 mixed precision): the fp32 result, bias and GELU included,
 // rounded once: half a bf16 ulp, at most 2^-8 = 3.9e-3 of the value (8 significant bits), bounds
 // the error. Long reductions sum their chunks in fp32 before the one rounding.
