@@ -242,8 +242,8 @@ void Gemm::run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, co
   wide.ldc = s.N;
   wide_.resize(static_cast<size_t>(s.M * s.N));
   run_bf16(wide, A, B, bias, wide_.data(), o);
-  for (int64_t i = 0; i < s.M; ++i)
-    float_to_bf16(C + i * s.ldc, wide_.data() + i * s.N, s.N);
+  if (s.ldc == s.N) return float_to_bf16(C, wide_.data(), s.M * s.N);
+  for (int64_t i = 0; i < s.M; ++i) float_to_bf16(C + i * s.ldc, wide_.data() + i * s.N, s.N);
 }
 
 size_t Gemm::cached_primitives() const { return onednn_ ? onednn_->cached() : 0; }
