@@ -9,6 +9,7 @@
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/mpi_session.h"
+#include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/config/config_dump.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/device_check.h"
@@ -74,6 +75,9 @@ int plan_command(const PlanArgs& args) {
     facts.devices = cuda ? 1 << 20 : 0;
     facts.local_ranks = 1;
     facts.node_gpus = {"GPU-planned"};  // one rank per GPU, as a planned GPU job runs
+    // A CPU job's "auto" precision follows its CPU's bf16 instructions: taken to be this one's
+    // (the header says which it chose; --set train.precision=... plans another).
+    if (!cuda) facts.cpu_bf16 = cpu_bf16_instructions();
     config.run.device = cuda ? DeviceChoice::Cuda : DeviceChoice::Cpu;
     resolve_device(config, facts);
     const int threads = args.threads > 0 ? args.threads : config.run.threads > 0 ? config.run.threads : 1;
@@ -101,9 +105,11 @@ int plan_command(const PlanArgs& args) {
     }
 
     const LayoutPlan plan = plan_layout(config, args.world, threads);
-    std::printf("# plan: %s on %d ranks: %s, %s, %s, %d thread(s) per rank\n", args.deck.c_str(),
+    const std::string why = auto_precision_reason(config, facts);
+    std::printf("# plan: %s on %d ranks: %s, %s, %s%s, %d thread(s) per rank\n", args.deck.c_str(),
                 args.world, plan.layout().c_str(), cuda ? "cuda" : "cpu",
-                std::string(dtype_name(config.train.precision)).c_str(), threads);
+                std::string(dtype_name(config.train.precision)).c_str(),
+                why.empty() ? "" : (" (" + why + ")").c_str(), threads);
     if (cuda)
       std::printf("# kernels' scratch as on the CPU backend; a GPU adds the cuBLASLt workspace (32 MiB) "
                   "and cuDNN's\n");

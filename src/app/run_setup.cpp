@@ -194,9 +194,11 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
   s.grid = make_grid(c, *s.backend, s.recorder.get());
   if (world.rank() == 0) {
     const std::string cpus = cpu.note.empty() ? "" : " (" + cpu.note + ")";
+    const std::string why = auto_precision_reason(c, facts);
+    const std::string precision =
+        std::string(dtype_name(c.train.precision)) + (why.empty() ? "" : " (" + why + ")");
     std::printf("device: %s%s, precision %s, communication %s, MPI library %s\n",
-                s.backend->describe().c_str(), cpus.c_str(),
-                std::string(dtype_name(c.train.precision)).c_str(),
+                s.backend->describe().c_str(), cpus.c_str(), precision.c_str(),
                 c.run.device == DeviceChoice::Cpu ? "MPI"
                 : c.parallel.communicator == CommChoice::Nccl
                     ? "NCCL (one GPU per rank)"
@@ -204,6 +206,10 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                       "parallel.communicator = \"mpi\")",
                 mpi_library_version().c_str());
     if (!cpu.warning.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", cpu.warning.c_str());
+    if (c.run.device == DeviceChoice::Cpu && c.train.precision == DType::BF16 && facts.cpu_bf16.empty())
+      std::fprintf(stderr, "meshtrain: warning: train.precision = \"bf16\" on a CPU without bf16 "
+                   "instructions (or with ONEDNN_MAX_CPU_ISA below them): oneDNN emulates bf16 "
+                   "GEMMs, slower than fp32; \"fp32\" or \"auto\" trains faster here\n");
     if (const int spanning = s.grid->tensor_groups_spanning_nodes(); spanning > 0)
       std::fprintf(stderr, "meshtrain: warning: %d of %d tensor-parallel group(s) span nodes (tp "
                    "= %d, %d rank(s) on node %s), the first: %s; every layer's all-reduce there "

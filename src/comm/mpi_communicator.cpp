@@ -1,6 +1,11 @@
 #include "meshtrain/comm/mpi_communicator.h"
 
+#include <cstdint>
 #include <cstring>
+#include <memory>
+#include <vector>
+
+#include "meshtrain/tensor/bf16.h"
 
 namespace meshtrain {
 
@@ -57,10 +62,15 @@ int count_of(const Tensor& t) {
 
 class MpiWork final : public Work::Impl {
  public:
-  MpiWork(MPI_Request r, std::string what) : request_(r), what_(std::move(what)) {}
+  MpiWork(MPI_Request r, std::string what, std::function<void()> finish)
+      : request_(r), what_(std::move(what)), finish_(std::move(finish)) {}
   bool test() override {
     int done = 0;
     MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+    if (done && finish_) {
+      finish_();
+      finish_ = nullptr;
+    }
     return done != 0;
   }
   std::string describe() const override { return what_; }
@@ -68,7 +78,21 @@ class MpiWork final : public Work::Impl {
  private:
   MPI_Request request_;
   std::string what_;
+  std::function<void()> finish_;
 };
+
+// A host fp32 copy of a bf16 tensor, for reductions in fp32.
+std::shared_ptr<std::vector<float>> widened(const Tensor& t) {
+  auto out = std::make_shared<std::vector<float>>(static_cast<size_t>(t.numel()));
+  const auto* in = static_cast<const uint16_t*>(t.raw());
+  for (int64_t i = 0; i < t.numel(); ++i) (*out)[static_cast<size_t>(i)] = bf16_bits_to_float(in[i]);
+  return out;
+}
+
+void narrow_into(Tensor& t, const std::vector<float>& wide) {
+  auto* out = static_cast<uint16_t*>(t.raw());
+  for (int64_t i = 0; i < t.numel(); ++i) out[i] = float_to_bf16_bits(wide[static_cast<size_t>(i)]);
+}
 
 }  // namespace
 
@@ -106,13 +130,22 @@ std::string MpiCommunicator::describe(const char* op, const Tensor& t) const {
          std::to_string(rank_) + " of " + std::to_string(size_) + ")";
 }
 
-Work MpiCommunicator::make_work(MPI_Request request, std::string what) {
-  return Work(std::make_unique<MpiWork>(request, std::move(what)), timeout_);
+Work MpiCommunicator::make_work(MPI_Request request, std::string what,
+                                std::function<void()> finish) {
+  return Work(std::make_unique<MpiWork>(request, std::move(what), std::move(finish)), timeout_);
 }
 
 Work MpiCommunicator::all_reduce(Tensor& t, ReduceOp op) {
   const std::string name = "all_reduce(" + std::string(reduce_op_name(op)) + ")";
   require_host(name.c_str(), t);
+  if (t.dtype() == DType::BF16) {
+    if (size_ == 1) return {};
+    auto wide = widened(t);
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, wide->data(), count_of(t), MPI_FLOAT, mpi_op(op), comm_, &r);
+    return make_work(r, describe(name.c_str(), t) + " (in fp32)",
+                     [t, wide]() mutable { narrow_into(t, *wide); });
+  }
   const MPI_Datatype type = reduce_type(name, t.dtype());
   if (size_ == 1) return {};
   MPI_Request r;
@@ -123,7 +156,7 @@ Work MpiCommunicator::all_reduce(Tensor& t, ReduceOp op) {
 Work MpiCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
   const std::string name = "reduce_scatter(" + std::string(reduce_op_name(op)) + ")";
   require_host(name.c_str(), in);
-  const MPI_Datatype type = reduce_type(name, in.dtype());
+  if (in.dtype() != DType::BF16) reduce_type(name, in.dtype());
   if (in.numel() != out.numel() * size_ || in.dtype() != out.dtype())
     throw std::invalid_argument("communicator 'mpi': reduce_scatter input of " +
                                 std::to_string(in.numel()) + " elements is not " +
@@ -132,6 +165,17 @@ Work MpiCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op)
     if (out.raw() != in.raw()) std::memcpy(out.raw(), in.raw(), out.nbytes());
     return {};
   }
+  if (in.dtype() == DType::BF16) {
+    auto wide_in = widened(in);
+    auto wide_out = std::make_shared<std::vector<float>>(static_cast<size_t>(out.numel()));
+    MPI_Request r;
+    MPI_Ireduce_scatter_block(wide_in->data(), wide_out->data(), count_of(out), MPI_FLOAT,
+                              mpi_op(op), comm_, &r);
+    Tensor result = out;
+    return make_work(r, describe(name.c_str(), in) + " (in fp32)",
+                     [result, wide_in, wide_out]() mutable { narrow_into(result, *wide_out); });
+  }
+  const MPI_Datatype type = reduce_type(name, in.dtype());
   MPI_Request r;
   MPI_Ireduce_scatter_block(in.raw(), out.raw(), count_of(out), type, mpi_op(op), comm_, &r);
   return make_work(r, describe(name.c_str(), in));

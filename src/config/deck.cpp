@@ -235,9 +235,12 @@ const std::vector<KeySpec>& schema() {
                         [](Config& c, int64_t v) { c.data.synthetic_bytes = v; }));
     // [train]
     k.push_back(choice_key("train", "precision", "auto", {"auto", "fp32", "fp64", "bf16"},
-                           "Arithmetic: bf16 mixed precision with fp32 master weights (CUDA), "
-                           "fp32, or fp64 to verify (CPU: every layout then matches the "
-                           "single-rank run to round-off). \"auto\": bf16 on CUDA, fp32 on CPU.",
+                           "Arithmetic: bf16 mixed precision (bf16 parameters and activations; "
+                           "fp32 gradients, master weights and optimizer state), fp32, or fp64 "
+                           "to verify (CPU only: every layout then matches the single-rank run "
+                           "to round-off). \"auto\": bf16 on GPUs and on CPUs with bf16 "
+                           "instructions (AVX512-BF16, AMX), fp32 on other CPUs; the device "
+                           "line says which and why.",
                            [](Config& c, const std::string& v) {
                              c.train.precision_auto = v == "auto";
                              c.train.precision = v == "fp64"   ? DType::F64

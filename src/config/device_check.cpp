@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "meshtrain/backend/cpu/cpu_backend.h"
+
 #if MESHTRAIN_HAVE_CUDA
 #include "meshtrain/backend/cuda/cuda_backend.h"
 #endif
@@ -11,6 +13,7 @@ namespace meshtrain {
 DeviceFacts probe_device_facts(int local_ranks, int local_rank) {
   DeviceFacts f;
   f.local_ranks = local_ranks;
+  f.cpu_bf16 = cpu_bf16_instructions();
 #if MESHTRAIN_HAVE_CUDA
   f.cuda_built = true;
   f.devices = cuda_device_count(&f.why_no_devices);
@@ -82,13 +85,14 @@ void resolve_device(Config& c, const DeviceFacts& f) {
     fail("run.device = \"cuda\", but no GPU is visible: " + f.why_no_devices +
          " (use run.device = \"cpu\" or \"auto\")");
 
-  if (c.train.precision_auto) c.train.precision = cuda ? DType::BF16 : DType::F32;
+  // bf16 where the hardware multiplies bf16 natively: every supported GPU, and CPUs with
+  // AVX512-BF16 or AMX. Elsewhere oneDNN would emulate bf16 (slower than fp32), so "auto" keeps
+  // fp32 there; train.precision = "bf16" still runs.
+  if (c.train.precision_auto)
+    c.train.precision = cuda || !f.cpu_bf16.empty() ? DType::BF16 : DType::F32;
   if (cuda && c.train.precision == DType::F64)
     fail("train.precision = \"fp64\" is for verification on the CPU (run.device = \"cpu\"); on a "
          "GPU use \"fp32\" or \"bf16\"");
-  if (!cuda && c.train.precision == DType::BF16)
-    fail("train.precision = \"bf16\" needs run.device = \"cuda\" (the CPU backend computes in "
-         "fp32 or fp64)");
   if (!cuda && c.parallel.offload == Offload::Optimizer)
     fail("parallel.offload = \"optimizer\" needs run.device = \"cuda\" (on the CPU the optimizer "
          "state is in host memory already)");
@@ -108,6 +112,13 @@ void resolve_device(Config& c, const DeviceFacts& f) {
          std::to_string(sharing.distinct_gpus) + " rank(s) on this node, or srun --gpus-per-task=1)");
   if (c.parallel.communicator == CommChoice::Auto)
     c.parallel.communicator = sharing.own_gpu ? CommChoice::Nccl : CommChoice::Mpi;
+}
+
+std::string auto_precision_reason(const Config& c, const DeviceFacts& f) {
+  if (!c.train.precision_auto) return "";
+  if (c.run.device == DeviceChoice::Cuda) return "auto: bf16 on GPUs";
+  if (!f.cpu_bf16.empty()) return "auto: the CPU has " + f.cpu_bf16;
+  return "auto: the CPU has no bf16 instructions";
 }
 
 }  // namespace meshtrain

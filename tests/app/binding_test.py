@@ -19,6 +19,7 @@ import tempfile
 BIN, MPIEXEC = sys.argv[1], sys.argv[2]
 SKIP = 77
 DECK = """
+# precision-independent: threads per rank, not numbers
 [run]
 name = "binding"
 dir = "{dir}/run"

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
@@ -101,15 +102,19 @@ std::vector<Case> all_cases() {
 class GemmVariants : public ::testing::TestWithParam<Case> {};
 
 // Runs one case on M x N x K with every row stride `pad` wider than its row; checks the result
-// against the reference and that the padding of C is untouched.
+// against the reference and that the padding of C is untouched. Out = uint16_t: a bf16 C.
 template <class In, class Out>
 void run_case(const Case& c, int64_t M, int64_t N, int64_t K, int64_t pad, double tol = 0) {
   const bool ta = c.ta == Trans::Yes, tb = c.tb == Trans::Yes;
   const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-  const DType out_dtype = c.in == DType::F64 ? DType::F64 : DType::F32;
+  const DType out_dtype = c.in == DType::F64              ? DType::F64
+                          : std::is_same_v<Out, uint16_t> ? DType::BF16
+                                                          : DType::F32;
+  using Bias = std::conditional_t<std::is_same_v<In, double>, double, float>;
   const Vec A = representable(random_normal(static_cast<size_t>(M * K), 21), c.in);
   const Vec B = representable(random_normal(static_cast<size_t>(K * N), 22), c.in);
-  const Vec bias = representable(random_normal(static_cast<size_t>(N), 23), out_dtype);
+  const Vec bias = representable(random_normal(static_cast<size_t>(N), 23),
+                                 out_dtype == DType::F64 ? DType::F64 : DType::F32);
   const Vec C0 = representable(random_normal(static_cast<size_t>(M * N), 24), out_dtype);
   Vec expect = C0;
   reference::gemm(expect, A, B, c.bias ? &bias : nullptr, ta, tb, M, N, K,
@@ -118,7 +123,7 @@ void run_case(const Case& c, int64_t M, int64_t N, int64_t K, int64_t pad, doubl
   const GemmShape s{c.ta, c.tb, M, N, K, a_cols + pad, b_cols + pad, N + pad};
   const std::vector<In> a = strided<In>(A, a_rows, a_cols, s.lda, In(0));
   const std::vector<In> b = strided<In>(B, b_rows, b_cols, s.ldb, In(0));
-  const std::vector<Out> vbias(bias.begin(), bias.end());
+  const std::vector<Bias> vbias(bias.begin(), bias.end());
   const Out sentinel = Out(12345);
   std::vector<Out> C = strided<Out>(C0, M, N, s.ldc, sentinel);
 
@@ -133,7 +138,11 @@ void run_case(const Case& c, int64_t M, int64_t N, int64_t K, int64_t pad, doubl
   Vec got(static_cast<size_t>(M * N));
   int64_t padding_changed = 0;
   for (int64_t i = 0; i < M; ++i) {
-    for (int64_t j = 0; j < N; ++j) got[static_cast<size_t>(i * N + j)] = C[static_cast<size_t>(i * s.ldc + j)];
+    for (int64_t j = 0; j < N; ++j) {
+      const Out v = C[static_cast<size_t>(i * s.ldc + j)];
+      if constexpr (std::is_same_v<Out, uint16_t>) got[static_cast<size_t>(i * N + j)] = bf16_bits_to_float(v);
+      else got[static_cast<size_t>(i * N + j)] = v;
+    }
     for (int64_t j = N; j < s.ldc; ++j) padding_changed += C[static_cast<size_t>(i * s.ldc + j)] != sentinel;
   }
   EXPECT_LT(max_relative_error(got, expect), tol > 0 ? tol : tolerance(c.in)) << s.to_string();
@@ -174,6 +183,76 @@ TEST(Gemm, LongReductionsAreCutIntoChunksAndSummed) {
   // With an epilogue the reduction stays whole (GELU of the full sum).
   const Case g{GemmLibrary::OneDnn, DType::F32, Trans::No, Trans::Yes, true, Accumulate::Add, Epilogue::GeluTanh};
   run_case<float, float>(g, 5, 7, 40000, 1, 1e-4);
+}
+
+TEST(Gemm, ManyRowsAreCutIntoBlocks) {
+  // M above the row block (16384): 2 blocks, each with the caller's bias, accumulate and epilogue.
+  for (Trans ta : {Trans::No, Trans::Yes}) {
+    const Case f{GemmLibrary::OneDnn, DType::F32, ta, Trans::Yes, true, Accumulate::Add, Epilogue::GeluTanh};
+    run_case<float, float>(f, 20000, 7, 9, 1);
+    const Case b{GemmLibrary::OneDnn, DType::BF16, ta, Trans::No, true, Accumulate::Add, Epilogue::None};
+    run_case<uint16_t, float>(b, 20000, 7, 9, 1);
+    const Case o{GemmLibrary::OneDnn, DType::BF16, ta, Trans::No, true, Accumulate::Assign, Epilogue::None};
+    run_case<uint16_t, uint16_t>(o, 20000, 7, 9, 1, 4e-3);
+  }
+}
+
+// bf16 outputs (activations of bf16 mixed precision): the fp32 result, bias and GELU included,
+// rounded once: half a bf16 ulp, at most 2^-8 = 3.9e-3 of the value (8 significant bits), bounds
+// the error. Long reductions sum their chunks in fp32 before the one rounding.
+TEST(Gemm, Bf16OutputsAreTheFp32ResultRoundedOnce) {
+  constexpr double kRounded = 4e-3;
+  for (Trans ta : {Trans::No, Trans::Yes})
+    for (Trans tb : {Trans::No, Trans::Yes})
+      for (Epilogue e : {Epilogue::None, Epilogue::GeluTanh}) {
+        const Case c{GemmLibrary::Auto, DType::BF16, ta, tb, true, Accumulate::Assign, e};
+        run_case<uint16_t, uint16_t>(c, 37, 53, 70, 3, kRounded);
+      }
+  const Case l{GemmLibrary::Auto, DType::BF16, Trans::No, Trans::No, true, Accumulate::Assign,
+               Epilogue::None};
+  run_case<uint16_t, uint16_t>(l, 5, 7, 40000, 1, kRounded);
+  Gemm gemm;  // a bf16 accumulator would round at every addition
+  std::vector<uint16_t> h(4, 0);
+  EXPECT_THROW(gemm.run_bf16(GemmShape::dense(Trans::No, Trans::No, 2, 2, 2), h.data(), h.data(),
+                             nullptr, h.data(), {Accumulate::Add, Epilogue::None}),
+               std::invalid_argument);
+}
+
+// Batched bf16 products (attention's) against the reference, batch by batch: fp32 outputs with
+// fp32 accuracy, bf16 outputs rounded once; alpha scales the product.
+TEST(Gemm, BatchedBf16AgainstReference) {
+  const int64_t b0 = 2, b1 = 3, M = 17, N = 19, K = 23;
+  const Vec A = representable(random_normal(static_cast<size_t>(b0 * b1 * M * K), 41), DType::BF16);
+  const Vec B = representable(random_normal(static_cast<size_t>(b0 * b1 * K * N), 42), DType::BF16);
+  std::vector<uint16_t> a(A.size()), b(B.size());
+  for (size_t i = 0; i < A.size(); ++i) a[i] = float_to_bf16_bits(static_cast<float>(A[i]));
+  for (size_t i = 0; i < B.size(); ++i) b[i] = float_to_bf16_bits(static_cast<float>(B[i]));
+  // B stored transposed, (N, K) per batch: a swap of its strides.
+  std::vector<uint16_t> bt(b.size());
+  for (int64_t p = 0; p < b0 * b1; ++p)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) bt[p * K * N + n * K + k] = b[p * K * N + k * N + n];
+  cpu::BatchedGemmShape s{b0, b1, M, N, K, {b1 * M * K, M * K, K, 1}, {b1 * K * N, K * N, 1, K},
+                          {b1 * M * N, M * N, N, 1}, 0.5f};
+  std::vector<float> c32(static_cast<size_t>(b0 * b1 * M * N));
+  std::vector<uint16_t> c16(c32.size());
+  Gemm gemm;
+  gemm.run_batched_bf16(s, a.data(), bt.data(), c32.data());
+  gemm.run_batched_bf16(s, a.data(), bt.data(), c16.data());
+  Vec expect, got32, got16;
+  for (int64_t p = 0; p < b0 * b1; ++p) {
+    const Vec Ap(A.begin() + p * M * K, A.begin() + (p + 1) * M * K);
+    const Vec Bp(B.begin() + p * K * N, B.begin() + (p + 1) * K * N);
+    Vec Cp;
+    reference::gemm(Cp, Ap, Bp, nullptr, false, false, M, N, K, false, false);
+    for (double v : Cp) expect.push_back(0.5 * v);
+  }
+  for (size_t i = 0; i < c32.size(); ++i) {
+    got32.push_back(c32[i]);
+    got16.push_back(bf16_bits_to_float(c16[i]));
+  }
+  EXPECT_LT(max_relative_error(got32, expect), tolerance(DType::BF16));
+  EXPECT_LT(max_relative_error(got16, expect), 4e-3);
 }
 
 TEST(Gemm, AutoRuleUsesOneDnnExceptForTinyProducts) {

@@ -1,5 +1,5 @@
 // Every CPU kernel against a naive double-precision reference (tests/support/reference_kernels.h),
-// in fp32 and fp64. Tolerances are relative to the reference's largest magnitude and live in one
+// in fp32 and fp64 (bf16 mixed precision: cpu_bf16_test.cpp). Tolerances are relative to the reference's largest magnitude and live in one
 // table: fp32 kernels accumulate in fp32 over at most a few hundred terms here, so ~1e-5 holds
 // with margin; fp64 must agree to ~1e-12.
 
@@ -339,12 +339,12 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CpuKernels, ::testing::Values(DType::F32, DType
 
 TEST(CpuBackend, RefusesUnsupportedDtypeByName) {
   CpuBackend be(1);
-  Tensor t = be.empty({4}, DType::BF16, MemoryCategory::Workspace);
+  Tensor t = be.empty({4}, DType::F16, MemoryCategory::Workspace);
   try {
     be.scale_inplace(t, 2.0);
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "backend 'cpu' does not support scale_inplace for dtype bf16");
+    EXPECT_STREQ(e.what(), "backend 'cpu' does not support scale_inplace for dtype fp16");
   }
 }
 

@@ -16,7 +16,8 @@ import tempfile
 import unittest
 
 # A model that trains a step in milliseconds; every layout the tests use divides it. On the CPU
-# whatever the host: the tests hold restarts to bitwise equality and layouts to fp32 tolerances.
+# in fp32 whatever the host ("auto" would pick a GPU, or bf16 on CPUs with bf16 instructions):
+# the tests hold restarts to bitwise equality and layouts to fp32 tolerances.
 DECK = """# checkpoint script tests: a tiny model on the built-in corpus
 [run]
 device = "cpu"
@@ -36,6 +37,7 @@ vocab_size = 256
 synthetic_bytes = 65536
 
 [train]
+precision = "fp32"
 steps = 4
 global_batch = 8
 micro_batch = 2

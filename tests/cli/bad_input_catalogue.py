@@ -36,6 +36,7 @@ ENV = dict(os.environ)
 NODE = socket.gethostname()
 
 DECK = """
+# precision-independent: refusals and their messages; bf16 on CPUs with bf16 instructions
 [run]
 device = "cpu"
 name = "catalogue"
@@ -179,6 +180,14 @@ CATALOGUE = [
     row("deck", "different decks (MPMD)", 2, None, 1,
         ["rank 1 was given the deck {broken}, rank 0 the deck {deck}"],
         mpmd=[["train", "{deck}"], ["train", "{broken}"]], needs=["broken"]),
+    # bf16 where oneDNN has no bf16 instructions (capped here by ONEDNN_MAX_CPU_ISA, on any
+    # CPU) trains, emulated, and says that fp32 is faster; "auto" would have chosen fp32.
+    row("deck", "bf16 without bf16 instructions", 1, train("train.precision=\"bf16\""), 0,
+        ["train.precision = \"bf16\" on a CPU without bf16 instructions", "precision bf16,"],
+        errors=0, env={"ONEDNN_MAX_CPU_ISA": "avx512_core"}),
+    row("deck", "auto without bf16 instructions", 1, train(), 0,
+        ["precision fp32 (auto: the CPU has no bf16 instructions)"], errors=0,
+        env={"ONEDNN_MAX_CPU_ISA": "avx512_core"}, absent=["emulates bf16"]),
 
     # --- data: token shards ----------------------------------------------------------------
     row("data", "data file missing", 2, train("data.train=\"{dir}/missing_*.bin\""), 1,

@@ -18,6 +18,7 @@ BIN, MPIEXEC = sys.argv[1], sys.argv[2]
 ENV = dict(os.environ)  # CTest sets the MPI launch environment
 
 DECK = """
+# precision-independent: which rank stalled, not what it computed
 [run]
 name = "diagnose"
 dir = "{dir}"

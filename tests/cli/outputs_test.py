@@ -6,7 +6,8 @@ A 2-rank run (pp 2) with run.trace = true must write
     tokens_per_s, step_ms; evaluation lines with step and val_loss; memory lines per rank;
   - trace_rank0.json and trace_rank1.json: Chrome-trace JSON whose complete events ("ph": "X")
     include forward and backward spans of every micro-batch on each rank;
-and a progress line per logged step on stdout with an ETA.
+a progress line per logged step on stdout with an ETA, and a device line that names the precision
+"auto" chose and why.
 
 Then the same run on a full file system (metrics.jsonl, then trace_rank0.json, made a link to
 /dev/full, where every write fails with ENOSPC): lost metrics lines are warned about once, loudly,
@@ -17,6 +18,7 @@ usage: outputs_test.py MESHTRAIN_BINARY MPIEXEC
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -96,6 +98,10 @@ def main():
         if p.returncode != 0:
             print(p.stdout + p.stderr)
             return 1
+        # train.precision is "auto": the device line names the choice and the reason.
+        device = [l for l in p.stdout.splitlines() if l.startswith("device: ")]
+        if len(device) != 1 or not re.search(r", precision (fp32|bf16) \(auto: [^)]+\), ", device[0]):
+            problems.append("no device line naming auto's precision and why: %s" % device)
         progress = [l for l in p.stdout.splitlines() if l.startswith("step") and "| eta " in l]
         if len(progress) < 2:
             problems.append("no progress lines with an ETA:\n" + p.stdout)

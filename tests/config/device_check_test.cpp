@@ -115,5 +115,43 @@ TEST(ResolveDevice, CpuRunsUseMpiWhateverTheGpus) {
   EXPECT_EQ(c.parallel.communicator, CommChoice::Mpi);
 }
 
+// train.precision = "auto" on a CPU: bf16 where oneDNN has bf16 instructions to run it on,
+// fp32 elsewhere; the device line says which and why. A named precision is kept either way.
+TEST(ResolveDevice, AutoPrecisionOnCpusFollowsTheirBf16Instructions) {
+  Config c = cuda_config(CommChoice::Auto);
+  c.run.device = DeviceChoice::Cpu;
+  c.train.precision_auto = true;
+  DeviceFacts with = facts(0, {""});
+  with.cpu_bf16 = "AVX512-BF16";
+  Config a = c;
+  resolve_device(a, with);
+  EXPECT_EQ(a.train.precision, DType::BF16);
+  EXPECT_EQ(auto_precision_reason(a, with), "auto: the CPU has AVX512-BF16");
+
+  const DeviceFacts without = facts(0, {""});
+  Config b = c;
+  resolve_device(b, without);
+  EXPECT_EQ(b.train.precision, DType::F32);
+  EXPECT_EQ(auto_precision_reason(b, without), "auto: the CPU has no bf16 instructions");
+
+  for (DType named : {DType::F32, DType::F64, DType::BF16}) {
+    Config n = c;
+    n.train.precision_auto = false;
+    n.train.precision = named;
+    resolve_device(n, with);
+    EXPECT_EQ(n.train.precision, named);
+    EXPECT_EQ(auto_precision_reason(n, with), "");
+    Config m = n;
+    resolve_device(m, without);  // bf16 runs without the instructions too, emulated by oneDNN
+    EXPECT_EQ(m.train.precision, named);
+  }
+
+  Config g = cuda_config(CommChoice::Auto);
+  g.train.precision_auto = true;
+  resolve_device(g, facts(1, {kGpu[0]}));
+  EXPECT_EQ(g.train.precision, DType::BF16);
+  EXPECT_EQ(auto_precision_reason(g, facts(1, {kGpu[0]})), "auto: bf16 on GPUs");
+}
+
 }  // namespace
 }  // namespace meshtrain

@@ -1,8 +1,10 @@
 // Layout invariance (DESIGN invariant 1): the same deck trained on any dp x tp x pp layout, with
 // any schedule, micro-batch count, sequence parallelism, ZeRO stage or recomputation, follows
 // the single-rank trajectory (one micro-batch, no ZeRO) over 5 AdamW steps: in fp64 to
-// round-off, element by element; in fp32 within 1e-5 for the loss and the parameters (see the
-// tolerances below). The same layout run twice is bitwise identical.
+// round-off, element by element; in fp32 within 1e-5 for the loss and the parameters; in bf16
+// mixed precision the single-rank bf16 run, within fp32's tolerances without tensor parallelism
+// and looser ones with it (see the tolerances below). The same layout run twice is bitwise
+// identical, in fp32 and bf16.
 //
 // One binary, launched by CTest under mpiexec with 1, 2, 4 and 8 ranks; each launch runs the
 // layouts of its world size.
@@ -131,7 +133,8 @@ struct Tolerances {
   double each_element;  // every element (every copy), relative to its tensor's largest value
 };
 
-void check_matrix(DType precision, const Tolerances& tol) {
+// `tp_tol`, when given, holds for the layouts with tensor parallelism, `tol` for the others.
+void check_matrix(DType precision, const Tolerances& tol, const Tolerances* tp_tol = nullptr) {
   const std::vector<Layout> layouts = layouts_for(world_size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for " << world_size() << " ranks";
   testing::TempDir dir;
@@ -143,14 +146,16 @@ void check_matrix(DType precision, const Tolerances& tol) {
                 "layout", "loss", "params", "tensor", "element");
   for (const Layout& l : layouts) {
     SCOPED_TRACE(l.name());
+    const Tolerances& t = l.tp > 1 && tp_tol ? *tp_tol : tol;
     const testing::ParityResult r = testing::run_parallel(l.apply(base), kSteps, ref);
     if (world_rank() == 0)
-      std::printf("  %-52s %10.2e %10.2e %10.2e %10.2e\n", l.name().c_str(), r.max_loss_error,
-                  r.params_l2_error, r.max_param_l2_error, r.max_param_error);
-    EXPECT_LT(r.max_loss_error, tol.loss);
-    EXPECT_LT(r.params_l2_error, tol.params);
-    EXPECT_LT(r.max_param_l2_error, tol.each_tensor) << "worst tensor: " << r.worst_l2_param;
-    EXPECT_LT(r.max_param_error, tol.each_element) << "worst element in: " << r.worst_param;
+      std::printf("  %-52s %10.2e %10.2e %10.2e %10.2e  %s\n", l.name().c_str(), r.max_loss_error,
+                  r.params_l2_error, r.max_param_l2_error, r.max_param_error,
+                  r.worst_l2_param.c_str());
+    EXPECT_LT(r.max_loss_error, t.loss);
+    EXPECT_LT(r.params_l2_error, t.params);
+    EXPECT_LT(r.max_param_l2_error, t.each_tensor) << "worst tensor: " << r.worst_l2_param;
+    EXPECT_LT(r.max_param_error, t.each_element) << "worst element in: " << r.worst_param;
   }
 }
 
@@ -171,20 +176,47 @@ TEST(LayoutParity, Fp32EveryLayoutFollowsTheSingleRankTrajectory) {
   check_matrix(DType::F32, {1e-5, 1e-5, 1e-4, 1e-3});
 }
 
+// bf16 mixed precision against the single-rank bf16 run. bf16 keeps 8 significant bits: a
+// value rounded to bf16 from fp32 sums that differ in their last bits (reassociated by another
+// layout) lands on a neighbouring bf16 value now and then, an error of up to 2^-7 of it. How
+// often depends on the layout:
+//  - without tensor parallelism every activation comes from the same kernels on the same rows;
+//    only fp32 sums are reassociated (gradients over micro-batches and data-parallel ranks, GEMM
+//    blocking for other row counts), and the flips are rare: measured loss <= 5.3e-9, params
+//    <= 1.3e-7, tensor <= 1.1e-5, element <= 5.1e-5, as in fp32, so fp32's tolerances hold;
+//  - with tensor parallelism each row-parallel GEMM's partial sums are rounded to bf16 before
+//    the tensor group adds them (in fp32) and rounds again: two roundings where the single rank
+//    makes one, in every block, every micro-batch, so activations differ by about an ulp
+//    throughout. Measured loss 1.1e-5 and params 5.8e-4 (the bf16 single rank is 7e-5 and
+//    7.5e-4 from the fp32 one), held to 1e-4 and 3e-3: a lost micro-batch or a wrong slice costs
+//    1e-3 and 1e-2 or more. Per tensor and per element the differences are Adam's: an element
+//    whose gradient is within bf16 noise of zero (zero-initialised biases after 5 steps) gets a
+//    full-size update of either sign, so it may differ by its tensor's whole scale, as it does
+//    between the bf16 and fp32 single-rank runs (tensor 0.14, element 0.69; TP layouts: 0.14,
+//    0.63). Held to 0.5 and 2: they catch a tensor gone wrong as a whole and blow-ups, no more;
+//    the loss and the parameters as a whole carry the check.
+TEST(LayoutParity, Bf16EveryLayoutFollowsTheSingleRankBf16Trajectory) {
+  const Tolerances tp{1e-4, 3e-3, 0.5, 2.0};
+  check_matrix(DType::BF16, {1e-5, 1e-5, 1e-4, 1e-3}, &tp);
+}
+
 TEST(LayoutParity, SameLayoutTwiceIsBitwiseIdentical) {
   const std::vector<Layout> layouts = layouts_for(world_size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for " << world_size() << " ranks";
-  testing::TempDir dir;
-  const Config base = testing::tiny_config(dir.path());
-  const testing::Reference ref = testing::run_reference(base, kSteps);
-  for (const Layout& l : {layouts.front(), layouts.back()}) {
-    SCOPED_TRACE(l.name());
-    const testing::ParityResult a = testing::run_parallel(l.apply(base), kSteps, ref);
-    const testing::ParityResult b = testing::run_parallel(l.apply(base), kSteps, ref);
-    EXPECT_EQ(a.losses, b.losses);
-    int same = a.owned_values == b.owned_values ? 1 : 0, all_same = 0;
-    MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    EXPECT_EQ(all_same, 1) << "parameters differ bitwise on some rank";
+  for (DType precision : {DType::F32, DType::BF16}) {
+    testing::TempDir dir;
+    Config base = testing::tiny_config(dir.path());
+    base.train.precision = precision;
+    const testing::Reference ref = testing::run_reference(base, kSteps);
+    for (const Layout& l : {layouts.front(), layouts.back()}) {
+      SCOPED_TRACE(l.name() + " " + std::string(dtype_name(precision)));
+      const testing::ParityResult a = testing::run_parallel(l.apply(base), kSteps, ref);
+      const testing::ParityResult b = testing::run_parallel(l.apply(base), kSteps, ref);
+      EXPECT_EQ(a.losses, b.losses);
+      int same = a.owned_values == b.owned_values ? 1 : 0, all_same = 0;
+      MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      EXPECT_EQ(all_same, 1) << "parameters differ bitwise on some rank";
+    }
   }
 }
 

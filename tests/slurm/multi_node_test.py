@@ -57,6 +57,7 @@ vocab_size = 256
 synthetic_bytes = 65536
 val = "none"
 [train]
+precision = "fp32"
 steps = {steps}
 global_batch = 8
 micro_batch = 2

@@ -41,6 +41,7 @@ vocab_size = 256
 synthetic_bytes = 131072
 val = "none"
 [train]
+precision = "fp32"
 steps = {steps}
 global_batch = 8
 micro_batch = 4

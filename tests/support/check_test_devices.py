@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Fails when a test could silently change device on a GPU host.
+"""Fails when a test could silently change device on a GPU host, or precision on a CPU.
 
 `run.device = "auto"` picks the GPU wherever there is one, and with it bf16 precision: a test
 whose expectations are CPU numbers (fp32 tolerances, bitwise restarts, exact losses) would then
-compare bf16 GPU results against them. So every test deck names its device:
+compare bf16 GPU results against them. Likewise `train.precision = "auto"` on the CPU is bf16
+where the CPU has bf16 instructions and fp32 elsewhere. So every test deck names its device, and
+every deck on the CPU its precision:
 
   - decks in Python tests (triple-quoted strings with TOML sections) and .toml files under
     tests/ must set `device = "cpu"` or `device = "cuda"` in [run]; a deck meant for any device
     carries the line `# device-independent: <why>` (its assertions hold on CPU and GPU alike);
+  - decks with `device = "cpu"` must set `precision` in [train], or carry the line
+    `# precision-independent: <why>` (its assertions hold in fp32 and bf16 alike);
   - C++ tests that build a Config from defaults (`Config c;` never assigned from a helper,
     `Config{}`) or parse a deck must set `run.device = DeviceChoice::...` in the same file
     (tests/support's tiny_config pins the CPU for every test built on it), or carry the line
@@ -22,6 +26,8 @@ import sys
 SECTION = re.compile(r"^\s*\[(run|model|train|data|parallel|checkpoint)\]\s*$", re.M)
 PINNED = re.compile(r'^\s*device\s*=\s*"(cpu|cuda)"', re.M)
 ANY_DEVICE = re.compile(r"^\s*#\s*device-independent:\s*\S", re.M)
+ANY_PRECISION = re.compile(r"^\s*#\s*precision-independent:\s*\S", re.M)
+NAMED_PRECISION = re.compile(r'^\s*precision\s*=\s*"(fp32|fp64|bf16)"', re.M)
 TRIPLE = re.compile(r'("""|\'\'\')(.*?)\1', re.S)
 CPP_DECLARED = re.compile(r"\bConfig\s+(\w+)\s*;")
 CPP_FRESH = re.compile(r"\bConfig\s*\{\s*\}|\bConfig\s*\(\s*\)|\bparse_deck\s*\(")
@@ -29,10 +35,14 @@ CPP_PINNED = re.compile(r"run\.device\s*=\s*DeviceChoice::(Cpu|Cuda)\b")
 CPP_ANY_DEVICE = re.compile(r"^\s*//\s*device-independent:\s*\S", re.M)
 
 
-def run_section(deck):
-    """The text of the deck's [run] section ('' if none)."""
-    m = re.search(r"^\s*\[run\]\s*$(.*?)(?=^\s*\[|\Z)", deck, re.M | re.S)
+def section(deck, name):
+    """The text of the deck's [name] section ('' if none)."""
+    m = re.search(r"^\s*\[%s\]\s*$(.*?)(?=^\s*\[|\Z)" % name, deck, re.M | re.S)
     return m.group(1) if m else ""
+
+
+def run_section(deck):
+    return section(deck, "run")
 
 
 def fresh_config(text):
@@ -47,10 +57,16 @@ def fresh_config(text):
 def deck_problem(deck):
     if ANY_DEVICE.search(deck):
         return None
-    if PINNED.search(run_section(deck)):
-        return None
-    return ('leaves run.device on "auto": set device = "cpu" (or "cuda") in [run], or mark the '
-            'deck "# device-independent: <why>"')
+    pinned = PINNED.search(run_section(deck))
+    if not pinned:
+        return ('leaves run.device on "auto": set device = "cpu" (or "cuda") in [run], or mark the '
+                'deck "# device-independent: <why>"')
+    if pinned.group(1) == "cpu" and not ANY_PRECISION.search(deck) and \
+            not NAMED_PRECISION.search(section(deck, "train")):
+        return ('leaves train.precision on "auto" on the CPU (bf16 or fp32 by the CPU\'s '
+                'instructions): set precision = "fp32" (or "fp64", "bf16") in [train], or mark '
+                'the deck "# precision-independent: <why>"')
+    return None
 
 
 def check(root):
@@ -89,7 +105,7 @@ def main():
     problems = check(root)
     for p in problems:
         print("FAILED: " + p)
-    print("%d test deck(s) or config(s) leave the device on auto" % len(problems))
+    print("%d test deck(s) or config(s) leave the device or the CPU's precision on auto" % len(problems))
     return 1 if problems else 0
 
 

@@ -5,7 +5,9 @@
 //    follows the uninterrupted single-rank trajectory within the layout-parity tolerances
 //    (tests/parallel/layout_parity_test.cpp): fp32 1e-5, fp64 to round-off; the world can also
 //    hand its checkpoint to a single rank (MPI_COMM_SELF);
-//  - precision: an fp64 checkpoint loads into an fp32 run as the rounded values, and back.
+//  - precision: an fp64 checkpoint loads into an fp32 run as the rounded values, and back; a
+//    bf16 run (fp32 master weights) saves and loads like an fp32 one: bit for bit on the same
+//    layout, other layouts within the bf16 layout-parity tolerances.
 //
 // One binary, launched by CTest under mpiexec with 1, 2 and 4 ranks.
 
@@ -13,6 +15,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,11 +23,13 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/config/layout_check.h"
 #include "meshtrain/parallel/process_grid.h"
+#include "meshtrain/tensor/bf16.h"
 #include "meshtrain/train/checkpointer.h"
 #include "meshtrain/train/trainer.h"
 #include "support/mpi_world.h"
 #include "support/parity.h"
 #include "support/shared_temp_dir.h"
+#include "support/tensors.h"
 
 namespace meshtrain {
 namespace {
@@ -80,6 +85,32 @@ std::vector<double> owned_state(Trainer& trainer, Backend& be) {
   return out;
 }
 
+// Every parameter's value and moments as global tensors, each element from the one rank that
+// holds it as primary, the same on every rank: comparable between runs whose ZeRO shards differ
+// (buckets are sized in bytes, so a bf16 bucket holds twice the elements of an fp32 one). Data
+// parallelism only (with pipeline stages, ranks would hold different parameters).
+std::map<std::string, std::vector<double>> global_state(Trainer& trainer, Backend& be) {
+  std::map<std::string, std::vector<double>> out;
+  for (const Parameter* p : trainer.model().params().params())  // every rank: the same keys
+    out[p->spec.name].assign(static_cast<size_t>(3 * p->spec.global_shape.numel()), 0.0);
+  for (const OwnedPiece& p : trainer.state().owned_pieces()) {
+    if (!p.primary) continue;
+    std::vector<double>& g = out[p.param->spec.name];
+    const int64_t n = p.param->spec.global_shape.numel();
+    int k = 0;
+    for (const Tensor* t : {&p.value, &p.exp_avg, &p.exp_avg_sq}) {
+      const std::vector<double> host = testing::to_host(be, *t);
+      for (int64_t i = 0; i < p.count; ++i)
+        g[static_cast<size_t>(k * n + p.param->global_index(p.local_begin + i))] = host[static_cast<size_t>(i)];
+      ++k;
+    }
+  }
+  for (auto& [name, g] : out)
+    MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
+  return out;
+}
+
 bool same_on_every_rank(bool mine) {
   int ok = mine ? 1 : 0, all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -98,43 +129,58 @@ std::vector<Layout> same_layouts(int world) {
   }
 }
 
+void check_same_layout(const Layout& l, DType precision, testing::SharedTempDir& dir) {
+  SCOPED_TRACE(l.name() + " " + std::string(dtype_name(precision)));
+  Config c = l.apply(testing::tiny_config(dir.path()));
+  c.train.precision = precision;
+  c.checkpoint.dir = dir.file("ckpt_" + l.name() + "_" + std::string(dtype_name(precision)));
+  check_layout(c, world_size());
+  CpuBackend be(1);
+  ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+
+  std::vector<double> straight_losses, restart_losses;
+  std::vector<double> straight_state, restart_state;
+  {
+    Trainer t(c, grid, be);
+    for (int s = 0; s < kSteps; ++s) straight_losses.push_back(t.train_step(s).loss);
+    straight_state = owned_state(t, be);
+  }
+  std::string path;
+  {
+    Trainer t(c, grid, be);
+    for (int s = 0; s < kSaveAt; ++s) restart_losses.push_back(t.train_step(s).loss);
+    path = Checkpointer(c, grid).save(t).path;
+  }
+  {
+    Trainer t(c, grid, be);
+    Checkpointer(c, grid).load(t, path);
+    ASSERT_EQ(t.step(), kSaveAt);
+    ASSERT_EQ(t.state().steps_taken(), kSaveAt);
+    for (int s = t.step(); s < kSteps; ++s) restart_losses.push_back(t.train_step(s).loss);
+    restart_state = owned_state(t, be);
+  }
+  EXPECT_EQ(restart_losses, straight_losses);
+  EXPECT_TRUE(same_on_every_rank(restart_state == straight_state))
+      << "parameters or moments differ bitwise on some rank";
+}
+
 TEST(CheckpointRestart, SameLayoutContinuesBitForBit) {
   const std::vector<Layout> layouts = same_layouts(world_size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for " << world_size() << " ranks";
   testing::SharedTempDir dir;
-  for (const Layout& l : layouts) {
-    SCOPED_TRACE(l.name());
-    Config c = l.apply(testing::tiny_config(dir.path()));
-    c.checkpoint.dir = dir.file("ckpt_" + l.name());
-    check_layout(c, world_size());
-    CpuBackend be(1);
-    ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+  for (const Layout& l : layouts) check_same_layout(l, DType::F32, dir);
+}
 
-    std::vector<double> straight_losses, restart_losses;
-    std::vector<double> straight_state, restart_state;
-    {
-      Trainer t(c, grid, be);
-      for (int s = 0; s < kSteps; ++s) straight_losses.push_back(t.train_step(s).loss);
-      straight_state = owned_state(t, be);
-    }
-    std::string path;
-    {
-      Trainer t(c, grid, be);
-      for (int s = 0; s < kSaveAt; ++s) restart_losses.push_back(t.train_step(s).loss);
-      path = Checkpointer(c, grid).save(t).path;
-    }
-    {
-      Trainer t(c, grid, be);
-      Checkpointer(c, grid).load(t, path);
-      ASSERT_EQ(t.step(), kSaveAt);
-      ASSERT_EQ(t.state().steps_taken(), kSaveAt);
-      for (int s = t.step(); s < kSteps; ++s) restart_losses.push_back(t.train_step(s).loss);
-      restart_state = owned_state(t, be);
-    }
-    EXPECT_EQ(restart_losses, straight_losses);
-    EXPECT_TRUE(same_on_every_rank(restart_state == straight_state))
-        << "parameters or moments differ bitwise on some rank";
-  }
+// bf16 mixed precision: the checkpoint holds the fp32 master weights and moments, the bf16
+// parameters are their cast, so a restart continues bit for bit too. The first and last layout
+// of each world size (ZeRO 3 on one rank; dp with ZeRO 1, and pp; tp x pp, and interleaved
+// dp x pp with ZeRO 1).
+TEST(CheckpointRestart, Bf16SameLayoutContinuesBitForBit) {
+  const std::vector<Layout> layouts = same_layouts(world_size());
+  if (layouts.empty()) GTEST_SKIP() << "no layouts for " << world_size() << " ranks";
+  testing::SharedTempDir dir;
+  check_same_layout(layouts.front(), DType::BF16, dir);
+  check_same_layout(layouts.back(), DType::BF16, dir);
 }
 
 // Segments of one run: steps [begin of segment, end) on a layout, saved at its end and loaded
@@ -213,6 +259,12 @@ TEST(CheckpointRestart, Fp32OtherLayoutsFollowTheSingleRankTrajectory) {
   check_chains(DType::F32, 1e-5, 1e-5);
 }
 
+// The bf16 layout-parity tolerances for layouts with tensor parallelism (the chains have some):
+// loss 1e-4, parameters 3e-3 (tests/parallel/layout_parity_test.cpp says why).
+TEST(CheckpointRestart, Bf16OtherLayoutsFollowTheSingleRankBf16Trajectory) {
+  check_chains(DType::BF16, 1e-4, 3e-3);
+}
+
 TEST(CheckpointRestart, Fp64OtherLayoutsFollowTheSingleRankTrajectoryToRoundoff) {
   check_chains(DType::F64, 1e-12, 1e-12);
 }
@@ -252,16 +304,21 @@ TEST(CheckpointRestart, WorldCheckpointContinuesOnOneRank) {
   EXPECT_LT(r.params_l2_error, 1e-5) << l.name() << " -> one rank";
 }
 
-// A checkpoint of one precision loads into a run of the other: fp64 values become the nearest
-// fp32 values, fp32 values become exact fp64 values.
+// A checkpoint of one precision loads into a run of another: fp64 values become the nearest
+// fp32 values, fp32 values become exact fp64 values. A bf16 run's checkpoint holds its fp32
+// master weights and moments: an fp32 run continues from them exactly, and a bf16 run takes an
+// fp32 checkpoint's values as its master weights (fp64 ones rounded to fp32).
 TEST(CheckpointRestart, PrecisionIsConvertedOnLoad) {
   testing::SharedTempDir dir;
-  for (DType from : {DType::F64, DType::F32}) {
-    const DType to = from == DType::F64 ? DType::F32 : DType::F64;
+  const std::pair<DType, DType> pairs[] = {{DType::F64, DType::F32}, {DType::F32, DType::F64},
+                                           {DType::BF16, DType::F32}, {DType::F32, DType::BF16},
+                                           {DType::F64, DType::BF16}, {DType::BF16, DType::F64}};
+  for (const auto& [from, to] : pairs) {
     SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + std::string(dtype_name(to)));
     Config c = Layout{world_size(), 1, 1, world_size() > 1 ? 1 : 0, 16 / world_size()}.apply(
         testing::tiny_config(dir.path()));
-    c.checkpoint.dir = dir.file(std::string("ckpt_") + std::string(dtype_name(from)));
+    c.checkpoint.dir = dir.file(std::string("ckpt_") + std::string(dtype_name(from)) + "_" +
+                                std::string(dtype_name(to)));
     check_layout(c, world_size());
     CpuBackend be(1);
     ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
@@ -269,15 +326,27 @@ TEST(CheckpointRestart, PrecisionIsConvertedOnLoad) {
     Trainer a(c, grid, be);
     for (int s = 0; s < 2; ++s) a.train_step(s);
     const std::string path = Checkpointer(c, grid).save(a).path;
-    std::vector<double> want = owned_state(a, be);
-    if (to == DType::F32)
-      for (double& v : want) v = static_cast<float>(v);
+    std::map<std::string, std::vector<double>> want = global_state(a, be);
+    if (from == DType::F64)  // the state of an fp32 or bf16 run is fp32
+      for (auto& [name, values] : want)
+        for (double& v : values) v = static_cast<float>(v);
     Config d = c;
     d.train.precision = to;
     Trainer b(d, grid, be);
     Checkpointer(d, grid).load(b, path);
-    EXPECT_TRUE(same_on_every_rank(owned_state(b, be) == want));
+    EXPECT_TRUE(global_state(b, be) == want);
     EXPECT_EQ(b.step(), 2);
+    if (to == DType::BF16) {  // the bf16 parameters are the loaded master weights, rounded
+      std::vector<Parameter*> pa = a.model().params().params(), pb = b.model().params().params();
+      ASSERT_EQ(pa.size(), pb.size());
+      bool same = true;
+      for (size_t i = 0; i < pa.size(); ++i) {
+        std::vector<double> values = testing::to_host(be, pa[i]->value);
+        for (double& v : values) v = bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(v)));
+        same = same && testing::to_host(be, pb[i]->value) == values;
+      }
+      EXPECT_TRUE(same_on_every_rank(same)) << "bf16 parameters are not the rounded masters";
+    }
   }
 }
 

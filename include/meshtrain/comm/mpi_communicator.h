@@ -1,11 +1,16 @@
 #pragma once
 // Communicator over an MPI communicator, for host buffers. Non-blocking MPI (MPI_Iallreduce,
 // MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast, MPI_Isend/Irecv) behind Work handles,
-// so gradient buckets and pipeline transfers overlap computation.
+// so gradient buckets and pipeline transfers overlap computation. bf16 reductions (activations
+// of bf16 mixed precision on the CPU: tensor-parallel sums) run in fp32 and are rounded to
+// nearest even once at the end, as the GPU's staged communicator does: each rank's bf16 values
+// widen exactly into an fp32 buffer that MPI reduces, and the result is narrowed when the Work
+// completes.
 
 #include <mpi.h>
 
 #include <chrono>
+#include <functional>
 
 #include "meshtrain/comm/communicator.h"
 
@@ -40,7 +45,8 @@ class MpiCommunicator final : public Communicator {
   double all_reduce_scalar(double value, ReduceOp op) override;
 
  private:
-  Work make_work(MPI_Request request, std::string what);
+  // `finish` runs once, when the request has completed (before test() first returns true).
+  Work make_work(MPI_Request request, std::string what, std::function<void()> finish = nullptr);
   std::string describe(const char* op, const Tensor& t) const;
 
   MPI_Comm comm_;

@@ -44,8 +44,9 @@ struct DataOptions {
 };
 
 struct TrainOptions {
-  // fp32; fp64 verifies (CPU); bf16 mixed precision with fp32 master weights (CUDA). The deck's
-  // "auto" is resolved with the device: bf16 on CUDA, fp32 on the CPU.
+  // fp32; fp64 verifies (CPU); bf16 mixed precision with fp32 master weights. The deck's "auto"
+  // is resolved with the device (resolve_device): bf16 on CUDA and on CPUs with bf16
+  // instructions, fp32 on other CPUs.
   DType precision = DType::F32;
   bool precision_auto = false;  // decks start from "auto" (parse_deck); code sets precision
   int steps = 200;

@@ -1,8 +1,9 @@
 #pragma once
 // Resolves the deck's device-dependent choices against what this build and this node offer:
-// run.device "auto", train.precision "auto", parallel.communicator "auto"; and refuses
-// combinations that cannot work (fp64 on a GPU, bf16 or NCCL on the CPU, CUDA in a build
-// without it, NCCL where ranks of a node share a GPU) with a message naming the keys.
+// run.device "auto", train.precision "auto" (bf16 on GPUs, and on CPUs with bf16 instructions;
+// fp32 on other CPUs), parallel.communicator "auto"; and refuses combinations that cannot work
+// (fp64 on a GPU, NCCL on the CPU, CUDA in a build without it, NCCL where ranks of a node share
+// a GPU) with a message naming the keys.
 //
 // Whether ranks share a GPU is decided from the GPUs' UUIDs, not from counts: under
 // `srun --gpus-per-task=1` (or any per-rank CUDA_VISIBLE_DEVICES) every rank sees one device,
@@ -26,6 +27,9 @@ struct DeviceFacts {
   // The UUID of the GPU each rank of this node would use, indexed by node-local rank ("" for a
   // rank without a GPU, or whose GPU could not be identified). Gathered over the node.
   std::vector<std::string> node_gpus;
+  // The CPU's bf16 instructions as oneDNN dispatches to them ("AVX512-BF16", "AMX"; "" when it
+  // has none, or ONEDNN_MAX_CPU_ISA keeps oneDNN below them): "auto" trains bf16 on it then.
+  std::string cpu_bf16;
 };
 
 // How the ranks of one node map onto GPUs, from DeviceFacts::node_gpus.
@@ -41,6 +45,11 @@ GpuSharing gpu_sharing(const std::vector<std::string>& node_gpus);
 
 // Same facts on every rank of a node; nodes may differ, so callers agree on the outcome.
 void resolve_device(Config& config, const DeviceFacts& facts);
+
+// Why "auto" chose the precision that resolve_device set, for the device line: "auto: the CPU
+// has AVX512-BF16", "auto: the CPU has no bf16 instructions", "auto: bf16 on GPUs"; "" when the
+// deck named the precision.
+std::string auto_precision_reason(const Config& config, const DeviceFacts& facts);
 
 // This process's facts (CUDA runtime queried only in CUDA builds), with node_gpus holding only
 // this rank's own GPU: the caller gathers them over the node.

@@ -4,7 +4,7 @@
 //   S = scale Q K^T (masked j > i),  P = softmax_rows(S),  O = P V,       scale = 1/sqrt(HS)
 //   dP = dO V^T,  dV = P^T dO,  dS = P * (dP - rowsum(P * dP)) * scale,  dQ = dS K,  dK = dS^T Q
 //
-// fp32 runs each product for all (batch, head) pairs as one batched oneDNN matmul
+// fp32 and bf16 run each product for all (batch, head) pairs as one batched oneDNN matmul
 // (attention_batched.cpp); fp64, and fp32 when OpenBLAS is forced, run here: one (batch, head)
 // pair per OpenMP task, its GEMMs single-threaded OpenBLAS calls in causal row tiles.
 
@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <type_traits>
 
 #include "attention_rows.h"
@@ -48,7 +49,7 @@ void per_head_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int
       gemm(CblasNoTrans, CblasTrans, rows, keys, HS, scale, q + r0 * v.ld_qkv, v.ld_qkv, k,
            v.ld_qkv, T(0), P + r0 * T_, T_);
     }
-    for (int64_t i = 0; i < T_; ++i) causal_softmax_row(P + i * T_, i, T_);
+    for (int64_t i = 0; i < T_; ++i) causal_softmax_row(P + i * T_, P + i * T_, i, T_);
     for (int64_t r0 = 0; r0 < T_; r0 += kBlock) {
       const int64_t rows = std::min(kBlock, T_ - r0), keys = r0 + rows;
       gemm(CblasNoTrans, CblasNoTrans, rows, HS, keys, T(1), P + r0 * T_, T_, val, v.ld_qkv, T(0),
@@ -88,7 +89,7 @@ void per_head_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int
     }
     for (int64_t i = 0; i < T_; ++i) {  // softmax backward, in place over dP
       const int64_t block_end = std::min(T_, (i / kBlock + 1) * kBlock);
-      causal_softmax_backward_row(dS + i * T_, P + i * T_, i, block_end, scale);
+      causal_softmax_backward_row(dS + i * T_, P + i * T_, dS + i * T_, i, block_end, scale);
     }
     for (int64_t r0 = 0; r0 < T_; r0 += kBlock) {  // dQ[r] = dS[r, :keys] K[:keys]
       const int64_t rows = std::min(kBlock, T_ - r0), keys = r0 + rows;
@@ -105,40 +106,70 @@ void per_head_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int
 
 }  // namespace
 
-bool attention_batched(const Gemm& gemm, bool fp32) {
-  return fp32 && gemm.library() != GemmLibrary::OpenBlas;
+AttentionPath attention_path(const Gemm& gemm, bool fp64) {
+  return fp64 || gemm.library() == GemmLibrary::OpenBlas ? AttentionPath::PerHead
+                                                         : AttentionPath::Batched;
 }
 
-int64_t attention_backward_scratch(const Gemm& gemm, bool fp32, int64_t B, int64_t T_,
-                                   int64_t NH, int threads) {
-  return attention_batched(gemm, fp32) ? B * NH * T_ * T_ : int64_t{threads} * T_ * T_;
+template <class A>
+int64_t attention_forward_scratch(const Gemm&, int64_t B, int64_t T_, int64_t NH) {
+  return std::is_same_v<A, bf16> ? B * NH * T_ * T_ : 0;
 }
 
-template <class T>
-void attention_forward(Gemm& gemm, T* out, T* probs, const T* qkv, int64_t B, int64_t T_,
-                       int64_t NH, int64_t HS) {
-  if constexpr (std::is_same_v<T, float>)
-    if (attention_batched(gemm, true))
-      return attention_forward_batched(gemm, out, probs, qkv, B, T_, NH, HS);
-  per_head_forward(out, probs, qkv, B, T_, NH, HS);
+template <class A>
+int64_t attention_backward_scratch(const Gemm& gemm, int64_t B, int64_t T_, int64_t NH,
+                                   int threads) {
+  const int64_t pairs = B * NH * T_ * T_;
+  if (std::is_same_v<A, bf16>) return pairs + (pairs + 1) / 2;  // fp32 dP, then bf16 dS
+  if (attention_path(gemm, std::is_same_v<A, double>) == AttentionPath::Batched) return pairs;
+  return int64_t{threads} * T_ * T_;
 }
 
-template <class T>
-void attention_backward(Gemm& gemm, T* dqkv, const T* dout, const T* qkv, const T* probs,
-                        int64_t B, int64_t T_, int64_t NH, int64_t HS, T* scratch) {
-  if constexpr (std::is_same_v<T, float>)
-    if (attention_batched(gemm, true))
-      return attention_backward_batched(gemm, dqkv, dout, qkv, probs, B, T_, NH, HS, scratch);
-  per_head_backward(dqkv, dout, qkv, probs, B, T_, NH, HS, scratch);
+namespace {
+void refuse_per_head_bf16() {
+  throw std::invalid_argument("backend 'cpu': bf16 attention runs as oneDNN batched matmuls; "
+                              "this OpenBLAS has no bf16 GEMM (use GemmLibrary::Auto or OneDnn)");
+}
+}  // namespace
+
+template <class A>
+void attention_forward(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, int64_t T_,
+                       int64_t NH, int64_t HS, Acc<A>* scratch) {
+  if constexpr (std::is_same_v<A, double>) {
+    per_head_forward(out, probs, qkv, B, T_, NH, HS);
+  } else if (attention_path(gemm, false) == AttentionPath::Batched) {
+    attention_forward_batched(gemm, out, probs, qkv, B, T_, NH, HS, scratch);
+  } else if constexpr (std::is_same_v<A, float>) {
+    per_head_forward(out, probs, qkv, B, T_, NH, HS);
+  } else {
+    refuse_per_head_bf16();
+  }
 }
 
-#define INSTANTIATE(T)                                                                          \
-  template void attention_forward<T>(Gemm&, T*, T*, const T*, int64_t, int64_t, int64_t,        \
-                                     int64_t);                                                  \
-  template void attention_backward<T>(Gemm&, T*, const T*, const T*, const T*, int64_t, int64_t, \
-                                      int64_t, int64_t, T*);
+template <class A>
+void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* probs,
+                        int64_t B, int64_t T_, int64_t NH, int64_t HS, Acc<A>* scratch) {
+  if constexpr (std::is_same_v<A, double>) {
+    per_head_backward(dqkv, dout, qkv, probs, B, T_, NH, HS, scratch);
+  } else if (attention_path(gemm, false) == AttentionPath::Batched) {
+    attention_backward_batched(gemm, dqkv, dout, qkv, probs, B, T_, NH, HS, scratch);
+  } else if constexpr (std::is_same_v<A, float>) {
+    per_head_backward(dqkv, dout, qkv, probs, B, T_, NH, HS, scratch);
+  } else {
+    refuse_per_head_bf16();
+  }
+}
+
+#define INSTANTIATE(A)                                                                        \
+  template int64_t attention_forward_scratch<A>(const Gemm&, int64_t, int64_t, int64_t);      \
+  template int64_t attention_backward_scratch<A>(const Gemm&, int64_t, int64_t, int64_t, int); \
+  template void attention_forward<A>(Gemm&, A*, A*, const A*, int64_t, int64_t, int64_t,      \
+                                     int64_t, Acc<A>*);                                       \
+  template void attention_backward<A>(Gemm&, A*, const A*, const A*, const A*, int64_t,       \
+                                      int64_t, int64_t, int64_t, Acc<A>*);
 INSTANTIATE(float)
 INSTANTIATE(double)
+INSTANTIATE(bf16)
 #undef INSTANTIATE
 
 }  // namespace meshtrain::cpu

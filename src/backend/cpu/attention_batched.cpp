@@ -1,5 +1,5 @@
-// Causal attention in fp32 as batched oneDNN matmuls (the math is in attention.cpp): each of the
-// six products is one matmul over all B x NH (batch, head) pairs, its operands strided views of
+// Causal attention in fp32 and bf16 as batched oneDNN matmuls (the math is in attention.cpp):
+// each of the six products is one matmul over all B x NH (batch, head) pairs, on strided views of
 // qkv (B, T, 3, NH, HS), out and dout (B, T, NH, HS), probs and dS (B, NH, T, T); a transpose is
 // a swap of the last two strides. The products are full T x T ones: the zeros above the diagonal
 // of P and dS make them causal, at twice the causal FLOPs, because oneDNN runs these batches far
@@ -10,6 +10,8 @@
 // 3-25 GFLOP/s.
 
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "attention_rows.h"
 #include "kernels.h"
@@ -37,34 +39,69 @@ struct Views {
   }
 };
 
+// The GEMMs by element type: fp32 throughout, or bf16 operands with fp32 sums written as fp32
+// (scores, dP: the softmax and its backward run on them) or rounded once to bf16 (O, dV, dQ, dK).
+void product(Gemm& gemm, const BatchedGemmShape& s, const float* a, const float* b, float* c) {
+  gemm.run_batched(s, a, b, c);
+}
+void product(Gemm& gemm, const BatchedGemmShape& s, const bf16* a, const bf16* b, float* c) {
+  gemm.run_batched_bf16(s, reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), c);
+}
+void product(Gemm& gemm, const BatchedGemmShape& s, const bf16* a, const bf16* b, bf16* c) {
+  gemm.run_batched_bf16(s, reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b),
+                        reinterpret_cast<uint16_t*>(c));
+}
+
 }  // namespace
 
-void attention_forward_batched(Gemm& gemm, float* out, float* probs, const float* qkv, int64_t B,
-                               int64_t T, int64_t NH, int64_t HS) {
+// fp32: the scores go into probs and the softmax runs in place; bf16: into `scores` (fp32), and
+// the softmax rounds them into probs.
+template <class A>
+void attention_forward_batched(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, int64_t T,
+                               int64_t NH, int64_t HS, float* scores) {
   const Views v{B, T, NH, HS};
   const int64_t C = NH * HS;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
-  gemm.run_batched(v.product(T, T, HS, v.q(), v.qt(), v.p(), scale), qkv, qkv + C, probs);  // S
+  float* s = nullptr;
+  if constexpr (std::is_same_v<A, float>) s = probs;
+  else s = scores;
+  product(gemm, v.product(T, T, HS, v.q(), v.qt(), v.p(), scale), qkv, qkv + C, s);  // S
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < B * NH * T; ++row) causal_softmax_row(probs + row * T, row % T, T);
-  gemm.run_batched(v.product(T, HS, T, v.p(), v.q(), v.o()), probs, qkv + 2 * C, out);  // O = P V
+  for (int64_t row = 0; row < B * NH * T; ++row)
+    causal_softmax_row(probs + row * T, s + row * T, row % T, T);
+  product(gemm, v.product(T, HS, T, v.p(), v.q(), v.o()), probs, qkv + 2 * C, out);  // O = P V
 }
 
-void attention_backward_batched(Gemm& gemm, float* dqkv, const float* dout, const float* qkv,
-                                const float* probs, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                                float* dS) {
+// fp32: dS overwrites dP in `scratch`; bf16: dP (fp32) fills the first B * NH * T * T floats
+// of `scratch` and dS (bf16, the operand of the next two GEMMs) follows it.
+template <class A>
+void attention_backward_batched(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* probs,
+                                int64_t B, int64_t T, int64_t NH, int64_t HS, float* scratch) {
   const Views v{B, T, NH, HS};
   const int64_t C = NH * HS;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
-  const float *q = qkv, *k = qkv + C, *val = qkv + 2 * C;
-  float *dq = dqkv, *dk = dqkv + C, *dv = dqkv + 2 * C;
-  gemm.run_batched(v.product(T, T, HS, v.o(), v.qt(), v.p()), dout, val, dS);  // dP = dO V^T
-  gemm.run_batched(v.product(T, HS, T, v.pt(), v.o(), v.q()), probs, dout, dv);  // dV = P^T dO
+  const A *q = qkv, *k = qkv + C, *val = qkv + 2 * C;
+  A *dq = dqkv, *dk = dqkv + C, *dv = dqkv + 2 * C;
+  float* dP = scratch;
+  A* dS = nullptr;
+  if constexpr (std::is_same_v<A, float>) dS = scratch;
+  else dS = reinterpret_cast<A*>(scratch + B * NH * T * T);
+  product(gemm, v.product(T, T, HS, v.o(), v.qt(), v.p()), dout, val, dP);  // dP = dO V^T
+  product(gemm, v.product(T, HS, T, v.pt(), v.o(), v.q()), probs, dout, dv);  // dV = P^T dO
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < B * NH * T; ++row)  // softmax backward in place; dS = 0 above the diagonal
-    causal_softmax_backward_row(dS + row * T, probs + row * T, row % T, T, scale);
-  gemm.run_batched(v.product(T, HS, T, v.p(), v.q(), v.q()), dS, k, dq);   // dQ = dS K
-  gemm.run_batched(v.product(T, HS, T, v.pt(), v.q(), v.q()), dS, q, dk);  // dK = dS^T Q
+  for (int64_t row = 0; row < B * NH * T; ++row)  // softmax backward; dS = 0 above the diagonal
+    causal_softmax_backward_row(dS + row * T, probs + row * T, dP + row * T, row % T, T, scale);
+  product(gemm, v.product(T, HS, T, v.p(), v.q(), v.q()), dS, k, dq);   // dQ = dS K
+  product(gemm, v.product(T, HS, T, v.pt(), v.q(), v.q()), dS, q, dk);  // dK = dS^T Q
 }
+
+#define INSTANTIATE(A)                                                                        \
+  template void attention_forward_batched<A>(Gemm&, A*, A*, const A*, int64_t, int64_t,       \
+                                             int64_t, int64_t, float*);                       \
+  template void attention_backward_batched<A>(Gemm&, A*, const A*, const A*, const A*,        \
+                                              int64_t, int64_t, int64_t, int64_t, float*);
+INSTANTIATE(float)
+INSTANTIATE(bf16)
+#undef INSTANTIATE
 
 }  // namespace meshtrain::cpu

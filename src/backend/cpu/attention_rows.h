@@ -1,10 +1,12 @@
 #pragma once
 // The row-wise parts of causal attention, shared by the per-head (OpenBLAS) and batched (oneDNN)
-// kernels: softmax of row i over keys 0..i, and its backward, in place.
+// kernels: softmax of row i over keys 0..i, and its backward.
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
+#include "element.h"
 #include "vector_math.h"
 
 namespace meshtrain::cpu {
@@ -13,33 +15,38 @@ namespace meshtrain::cpu {
 // keys, so the GEMMs do about half the work of the full T x T product.
 constexpr int64_t kAttentionBlock = 64;
 
-// row (T) holds scores for keys 0..i: softmax over them, zeros above the diagonal.
-template <class E> void causal_softmax_row(E* row, int64_t i, int64_t T) {
-  E m = row[0];
-  for (int64_t j = 1; j <= i; ++j) m = std::max(m, row[j]);
-  E s = 0;
-#pragma omp simd reduction(+ : s)
+// s (T) holds the scores of row i for keys 0..i: p = their softmax, zeros above the diagonal,
+// computed in E (s is left holding the exponentials). In place when P is E and p is s; bf16
+// probabilities (P = bf16) come from fp32 scores and are rounded once.
+template <class P, class E> void causal_softmax_row(P* p, E* s, int64_t i, int64_t T) {
+  E m = s[0];
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 1; j <= i; ++j) m = std::max(m, s[j]);
+  E sum = 0;
+#pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j <= i; ++j) {
-    row[j] = vexp<E>(row[j] - m);
-    s += row[j];
+    s[j] = vexp<E>(s[j] - m);
+    sum += s[j];
   }
-  const E inv = E(1) / s;
+  const E inv = E(1) / sum;
 #pragma omp simd
-  for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-  std::fill(row + i + 1, row + T, E(0));
+  for (int64_t j = 0; j <= i; ++j) p[j] = narrow<P>(s[j] * inv);
+  std::memset(p + i + 1, 0, static_cast<size_t>(T - i - 1) * sizeof(P));  // +0 in every type
 }
 
-// d (T) holds dP for keys 0..i, p the softmax: d = p * (d - <p, d>) * scale, in place; entries
-// above the diagonal are zeroed up to zero_end (the GEMMs that follow read them): the end of the
-// row's tile for tiled GEMMs, T for full ones.
-template <class E>
-void causal_softmax_backward_row(E* d, const E* p, int64_t i, int64_t zero_end, E scale) {
+// dp (T) holds dP of row i for keys 0..i, p the softmax: ds = p * (dp - <p, dp>) * scale, in E;
+// entries above the diagonal are zeroed up to zero_end (the GEMMs that follow read them): the
+// end of the row's tile for tiled GEMMs, T for full ones. In place when D is E and ds is dp;
+// under bf16 (P = D = bf16) dp is fp32 and ds is rounded once.
+template <class D, class P, class E>
+void causal_softmax_backward_row(D* ds, const P* p, const E* dp, int64_t i, int64_t zero_end,
+                                 E scale) {
   E dot = 0;
 #pragma omp simd reduction(+ : dot)
-  for (int64_t j = 0; j <= i; ++j) dot += p[j] * d[j];
+  for (int64_t j = 0; j <= i; ++j) dot += widen(p[j]) * dp[j];
 #pragma omp simd
-  for (int64_t j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot) * scale;
-  std::fill(d + i + 1, d + zero_end, E(0));
+  for (int64_t j = 0; j <= i; ++j) ds[j] = narrow<D>(widen(p[j]) * (dp[j] - dot) * scale);
+  if (zero_end > i + 1) std::memset(ds + i + 1, 0, static_cast<size_t>(zero_end - i - 1) * sizeof(D));
 }
 
 }  // namespace meshtrain::cpu

@@ -14,67 +14,80 @@
 
 namespace meshtrain::cpu {
 
-template <class T> void crossentropy_stats(T* row_max, T* row_sumexp, const T* logits, int64_t N, int64_t V) {
+// Statistics in Acc<A> (fp32 for bf16 logits): the row max is exact, the sum of exponentials
+// is the value the loss needs in full precision.
+template <class A>
+void crossentropy_stats(Acc<A>* row_max, Acc<A>* row_sumexp, const A* logits, int64_t N,
+                        int64_t V) {
+  using T = Acc<A>;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
-    const T* l = logits + i * V;
+    const A* l = logits + i * V;
     T m = -INFINITY;
 #pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < V; ++j) m = std::max(m, l[j]);
+    for (int64_t j = 0; j < V; ++j) m = std::max(m, widen(l[j]));
     T s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < V; ++j) s += vexp<T>(l[j] - m);
+    for (int64_t j = 0; j < V; ++j) s += vexp<T>(widen(l[j]) - m);
     row_max[i] = m;
     row_sumexp[i] = s;
   }
 }
 
-template <class T> void crossentropy_rebase(T* row_sumexp, const T* local_max, const T* global_max, int64_t N) {
+template <class S>
+void crossentropy_rebase(S* row_sumexp, const S* local_max, const S* global_max, int64_t N) {
   for (int64_t i = 0; i < N; ++i) row_sumexp[i] *= std::exp(local_max[i] - global_max[i]);
 }
 
-template <class T>
-void crossentropy_target_logit(T* target_logit, const T* logits, const int32_t* targets,
+template <class A>
+void crossentropy_target_logit(Acc<A>* target_logit, const A* logits, const int32_t* targets,
                                int64_t vocab_begin, int64_t N, int64_t V) {
   for (int64_t i = 0; i < N; ++i) {
     const int64_t j = static_cast<int64_t>(targets[i]) - vocab_begin;
-    target_logit[i] = (j >= 0 && j < V) ? logits[i * V + j] : T(0);
+    target_logit[i] = (j >= 0 && j < V) ? widen(logits[i * V + j]) : Acc<A>(0);
   }
 }
 
-template <class T>
-void crossentropy_losses(T* losses, const T* row_max, const T* row_sumexp, const T* target_logit,
+template <class S>
+void crossentropy_losses(S* losses, const S* row_max, const S* row_sumexp, const S* target_logit,
                          int64_t N) {
   for (int64_t i = 0; i < N; ++i)
     losses[i] = std::log(row_sumexp[i]) + row_max[i] - target_logit[i];
 }
 
-template <class T>
-void crossentropy_backward(T* dlogits, const T* logits, const T* row_max, const T* row_sumexp,
-                           const int32_t* targets, int64_t vocab_begin, T dloss, int64_t N,
-                           int64_t V) {
+// The gradient is computed in Acc<A> and rounded once (the target's -dloss included).
+template <class A>
+void crossentropy_backward(A* dlogits, const A* logits, const Acc<A>* row_max,
+                           const Acc<A>* row_sumexp, const int32_t* targets, int64_t vocab_begin,
+                           Acc<A> dloss, int64_t N, int64_t V) {
+  using T = Acc<A>;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
-    const T* l = logits + i * V;
-    T* d = dlogits + i * V;
+    const A* l = logits + i * V;
+    A* d = dlogits + i * V;
     const T m = row_max[i], scale = dloss / row_sumexp[i];
-#pragma omp simd
-    for (int64_t j = 0; j < V; ++j) d[j] = vexp<T>(l[j] - m) * scale;
     const int64_t t = static_cast<int64_t>(targets[i]) - vocab_begin;
-    if (t >= 0 && t < V) d[t] -= dloss;
+    const T target = (t >= 0 && t < V) ? vexp<T>(widen(l[t]) - m) * scale - dloss : T(0);
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j) d[j] = narrow<A>(vexp<T>(widen(l[j]) - m) * scale);
+    if (t >= 0 && t < V) d[t] = narrow<A>(target);
   }
 }
 
-#define INSTANTIATE(T)                                                                          \
-  template void crossentropy_stats<T>(T*, T*, const T*, int64_t, int64_t);                      \
-  template void crossentropy_rebase<T>(T*, const T*, const T*, int64_t);                        \
-  template void crossentropy_target_logit<T>(T*, const T*, const int32_t*, int64_t, int64_t,    \
-                                             int64_t);                                          \
-  template void crossentropy_losses<T>(T*, const T*, const T*, const T*, int64_t);              \
-  template void crossentropy_backward<T>(T*, const T*, const T*, const T*, const int32_t*,      \
-                                         int64_t, T, int64_t, int64_t);
+#define INSTANTIATE(A)                                                                        \
+  template void crossentropy_stats<A>(Acc<A>*, Acc<A>*, const A*, int64_t, int64_t);          \
+  template void crossentropy_target_logit<A>(Acc<A>*, const A*, const int32_t*, int64_t,      \
+                                             int64_t, int64_t);                               \
+  template void crossentropy_backward<A>(A*, const A*, const Acc<A>*, const Acc<A>*,          \
+                                         const int32_t*, int64_t, Acc<A>, int64_t, int64_t);
 INSTANTIATE(float)
 INSTANTIATE(double)
+INSTANTIATE(bf16)
 #undef INSTANTIATE
+template void crossentropy_rebase<float>(float*, const float*, const float*, int64_t);
+template void crossentropy_rebase<double>(double*, const double*, const double*, int64_t);
+template void crossentropy_losses<float>(float*, const float*, const float*, const float*, int64_t);
+template void crossentropy_losses<double>(double*, const double*, const double*, const double*,
+                                          int64_t);
 
 }  // namespace meshtrain::cpu

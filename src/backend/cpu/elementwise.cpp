@@ -26,7 +26,7 @@ double chunked_reduce(const T* x, int64_t n, F term) {
     const int64_t begin = c * kReduceChunk, end = std::min(n, begin + kReduceChunk);
     double acc = 0.0;
 #pragma omp simd reduction(+ : acc)
-    for (int64_t i = begin; i < end; ++i) acc += term(static_cast<double>(x[i]));
+    for (int64_t i = begin; i < end; ++i) acc += term(static_cast<double>(widen(x[i])));
     partial[static_cast<size_t>(c)] = acc;
   }
   double total = 0.0;
@@ -42,19 +42,21 @@ template <class T> void fill(T* out, T value, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = value;
 }
 
-template <class T> void add_inplace(T* dst, const T* src, int64_t n) {
+// Mixed dtypes add in the destination's arithmetic: a bf16 source widens exactly into an fp32
+// accumulator; bf16 + bf16 adds in fp32 and rounds once.
+template <class D, class S> void add_inplace(D* dst, const S* src, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  for (int64_t i = 0; i < n; ++i) dst[i] = narrow<D>(widen(dst[i]) + widen(src[i]));
 }
 
-template <class T> void scale_inplace(T* t, T factor, int64_t n) {
+template <class T> void scale_inplace(T* t, Acc<T> factor, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; ++i) t[i] *= factor;
+  for (int64_t i = 0; i < n; ++i) t[i] = narrow<T>(widen(t[i]) * factor);
 }
 
 template <class T> void residual_forward(T* out, const T* a, const T* b, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  for (int64_t i = 0; i < n; ++i) out[i] = narrow<T>(widen(a[i]) + widen(b[i]));
 }
 
 template <class T> double sum_squares(const T* x, int64_t n) {
@@ -87,13 +89,15 @@ void bf16_to_float(float* out, const uint16_t* in, int64_t n) {
 
 #define INSTANTIATE(T)                                                    \
   template void fill<T>(T*, T, int64_t);                                  \
-  template void add_inplace<T>(T*, const T*, int64_t);                    \
-  template void scale_inplace<T>(T*, T, int64_t);                         \
+  template void add_inplace<T, T>(T*, const T*, int64_t);                 \
+  template void scale_inplace<T>(T*, Acc<T>, int64_t);                    \
   template void residual_forward<T>(T*, const T*, const T*, int64_t);     \
   template double sum_squares<T>(const T*, int64_t);                      \
   template double sum<T>(const T*, int64_t);
 INSTANTIATE(float)
 INSTANTIATE(double)
+INSTANTIATE(bf16)
 #undef INSTANTIATE
+template void add_inplace<float, bf16>(float*, const bf16*, int64_t);
 
 }  // namespace meshtrain::cpu

@@ -14,29 +14,34 @@ constexpr double kScale = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kCube = 0.044715;
 }  // namespace
 
-template <class T> void gelu_forward(T* out, const T* inp, int64_t n) {
+template <class A> void gelu_forward(A* out, const A* inp, int64_t n) {
+  using T = Acc<A>;
   const T k = static_cast<T>(kScale), a = static_cast<T>(kCube);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    out[i] = T(0.5) * x * (T(1) + vtanh<T>(k * (x + a * x * x * x)));
+    const T x = widen(inp[i]);
+    out[i] = narrow<A>(T(0.5) * x * (T(1) + vtanh<T>(k * (x + a * x * x * x))));
   }
 }
 
-template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+template <class A> void gelu_backward(A* dinp, const A* inp, const A* dout, int64_t n) {
+  using T = Acc<A>;
   const T k = static_cast<T>(kScale), a = static_cast<T>(kCube);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const T x = inp[i];
+    const T x = widen(inp[i]);
     const T t = vtanh<T>(k * (x + a * x * x * x));
     const T local = T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x * x);
-    dinp[i] = local * dout[i];
+    dinp[i] = narrow<A>(local * widen(dout[i]));
   }
 }
 
-template void gelu_forward<float>(float*, const float*, int64_t);
-template void gelu_forward<double>(double*, const double*, int64_t);
-template void gelu_backward<float>(float*, const float*, const float*, int64_t);
-template void gelu_backward<double>(double*, const double*, const double*, int64_t);
+#define INSTANTIATE(A)                                                  \
+  template void gelu_forward<A>(A*, const A*, int64_t);                 \
+  template void gelu_backward<A>(A*, const A*, const A*, int64_t);
+INSTANTIATE(float)
+INSTANTIATE(double)
+INSTANTIATE(bf16)
+#undef INSTANTIATE
 
 }  // namespace meshtrain::cpu

@@ -1,9 +1,13 @@
 #pragma once
-// CPU kernels, templated on the element type (float for training, double for verification).
-// Internal to the CPU backend: everything above calls them through Backend. Contracts as in
-// backend.h: activation gradients are assigned, parameter gradients accumulated.
+// CPU kernels, templated on the stored element type A: float (training), double (verification)
+// or bf16 (mixed precision; element.h). Each computes in Acc<A>, and the tensors that stay wide
+// under bf16 (parameter gradients, row statistics) are Acc<A>* in the signatures below. Internal
+// to the CPU backend: everything above calls them through Backend. Contracts as in backend.h:
+// activation gradients are assigned, parameter gradients accumulated.
 
 #include <cstdint>
+
+#include "element.h"
 
 namespace meshtrain::cpu {
 
@@ -14,8 +18,9 @@ class Gemm;
 int kernel_threads();
 
 template <class T> void fill(T* out, T value, int64_t n);
-template <class T> void add_inplace(T* dst, const T* src, int64_t n);
-template <class T> void scale_inplace(T* t, T factor, int64_t n);
+// dst += src: (T, T), or bf16 into an fp32 accumulator (D float, S bf16).
+template <class D, class S> void add_inplace(D* dst, const S* src, int64_t n);
+template <class T> void scale_inplace(T* t, Acc<T> factor, int64_t n);
 template <class T> void residual_forward(T* out, const T* a, const T* b, int64_t n);
 template <class T> double sum_squares(const T* x, int64_t n);
 template <class T> double sum(const T* x, int64_t n);
@@ -26,72 +31,84 @@ void convert(float* out, const double* in, int64_t n);
 void float_to_bf16(uint16_t* out, const float* in, int64_t n);
 void bf16_to_float(float* out, const uint16_t* in, int64_t n);
 
-template <class T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t vocab_begin,
+template <class A>
+void embedding_forward(A* out, const int32_t* tokens, const A* wte, int64_t vocab_begin,
                        int64_t vocab_size, int64_t N, int64_t C);
-template <class T>
-void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t vocab_begin,
+template <class A>
+void embedding_backward(Acc<A>* dwte, const A* dout, const int32_t* tokens, int64_t vocab_begin,
                         int64_t vocab_size, int64_t N, int64_t C);
-template <class T>
-void position_forward(T* out, const T* wpe, int64_t token_begin, int64_t T_, int64_t N, int64_t C);
-template <class T>
-void position_backward(T* dwpe, const T* dout, int64_t token_begin, int64_t T_, int64_t N,
+template <class A>
+void position_forward(A* out, const A* wpe, int64_t token_begin, int64_t T_, int64_t N, int64_t C);
+template <class A>
+void position_backward(Acc<A>* dwpe, const A* dout, int64_t token_begin, int64_t T_, int64_t N,
                        int64_t C);
 
-template <class T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
-                       int64_t N, int64_t C);
+template <class A>
+void layernorm_forward(A* out, Acc<A>* mean, Acc<A>* rstd, const A* inp, const A* weight,
+                       const A* bias, int64_t N, int64_t C);
 // scratch: kernel_threads() * 2 * C elements for per-thread dweight/dbias partials.
-template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int64_t N, int64_t C,
-                        T* scratch);
+template <class A>
+void layernorm_backward(A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout, const A* inp,
+                        const A* weight, const Acc<A>* mean, const Acc<A>* rstd, int64_t N,
+                        int64_t C, Acc<A>* scratch);
 
-// GEMMs through `gemm` (oneDNN or OpenBLAS, gemm.h).
-template <class T>
-void matmul_forward(Gemm& gemm, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
+// GEMMs through `gemm` (oneDNN or OpenBLAS, gemm.h); bf16 only through oneDNN.
+template <class A>
+void matmul_forward(Gemm& gemm, A* out, const A* inp, const A* weight, const A* bias, int64_t N,
                     int64_t C, int64_t OC);
-template <class T>
-void matmul_backward(Gemm& gemm, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                     const T* weight, int64_t N, int64_t C, int64_t OC);
+template <class A>
+void matmul_backward(Gemm& gemm, A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout,
+                     const A* inp, const A* weight, int64_t N, int64_t C, int64_t OC);
 
-template <class T> void bias_forward(T* out, const T* bias, int64_t N, int64_t C);
-template <class T> void bias_backward(T* dbias, const T* dout, int64_t N, int64_t C);
+template <class A> void bias_forward(A* out, const A* bias, int64_t N, int64_t C);
+template <class A> void bias_backward(Acc<A>* dbias, const A* dout, int64_t N, int64_t C);
 
-template <class T> void gelu_forward(T* out, const T* inp, int64_t n);
-template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
+template <class A> void gelu_forward(A* out, const A* inp, int64_t n);
+template <class A> void gelu_backward(A* dinp, const A* inp, const A* dout, int64_t n);
 
-// Causal attention (attention.cpp). fp32 runs batched oneDNN matmuls over all (batch, head)
-// pairs unless `gemm` forces OpenBLAS; then, and for fp64, one pair per OpenMP task.
-bool attention_batched(const Gemm& gemm, bool fp32);
-// Elements of backward's scratch: B * NH * T * T batched (dS of every pair), else threads * T * T.
-int64_t attention_backward_scratch(const Gemm& gemm, bool fp32, int64_t B, int64_t T_,
-                                   int64_t NH, int threads);
-template <class T>
-void attention_forward(Gemm& gemm, T* out, T* probs, const T* qkv, int64_t B, int64_t T_,
-                       int64_t NH, int64_t HS);
-template <class T>
-void attention_backward(Gemm& gemm, T* dqkv, const T* dout, const T* qkv, const T* probs,
-                        int64_t B, int64_t T_, int64_t NH, int64_t HS, T* scratch);
-void attention_forward_batched(Gemm& gemm, float* out, float* probs, const float* qkv, int64_t B,
-                               int64_t T_, int64_t NH, int64_t HS);
-void attention_backward_batched(Gemm& gemm, float* dqkv, const float* dout, const float* qkv,
-                                const float* probs, int64_t B, int64_t T_, int64_t NH, int64_t HS,
-                                float* dS);
+// Causal attention (attention.cpp). fp32 and bf16 run batched oneDNN matmuls over all (batch,
+// head) pairs; fp32 runs one pair per OpenMP task with OpenBLAS when `gemm` forces OpenBLAS, as
+// fp64 always does (bf16 then is refused: OpenBLAS has no bf16 GEMM).
+enum class AttentionPath { Batched, PerHead };
+AttentionPath attention_path(const Gemm& gemm, bool fp64);
+// Acc<A> elements of scratch: forward, the fp32 scores under bf16 (none otherwise); backward,
+// dS of every pair (batched; for bf16 also an fp32 dP ahead of it), or threads * T * T.
+template <class A>
+int64_t attention_forward_scratch(const Gemm& gemm, int64_t B, int64_t T_, int64_t NH);
+template <class A>
+int64_t attention_backward_scratch(const Gemm& gemm, int64_t B, int64_t T_, int64_t NH,
+                                   int threads);
+template <class A>
+void attention_forward(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, int64_t T_,
+                       int64_t NH, int64_t HS, Acc<A>* scratch);
+template <class A>
+void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* probs,
+                        int64_t B, int64_t T_, int64_t NH, int64_t HS, Acc<A>* scratch);
+// The batched paths (attention_batched.cpp); `scores` (fp32, B * NH * T * T) only for bf16.
+template <class A>
+void attention_forward_batched(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, int64_t T_,
+                               int64_t NH, int64_t HS, float* scores);
+template <class A>
+void attention_backward_batched(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* probs,
+                                int64_t B, int64_t T_, int64_t NH, int64_t HS, float* scratch);
 
-template <class T> void crossentropy_stats(T* row_max, T* row_sumexp, const T* logits, int64_t N, int64_t V);
-template <class T> void crossentropy_rebase(T* row_sumexp, const T* local_max, const T* global_max, int64_t N);
-template <class T>
-void crossentropy_target_logit(T* target_logit, const T* logits, const int32_t* targets,
+template <class A>
+void crossentropy_stats(Acc<A>* row_max, Acc<A>* row_sumexp, const A* logits, int64_t N,
+                        int64_t V);
+template <class S>
+void crossentropy_rebase(S* row_sumexp, const S* local_max, const S* global_max, int64_t N);
+template <class A>
+void crossentropy_target_logit(Acc<A>* target_logit, const A* logits, const int32_t* targets,
                                int64_t vocab_begin, int64_t N, int64_t V);
-template <class T>
-void crossentropy_losses(T* losses, const T* row_max, const T* row_sumexp, const T* target_logit,
+template <class S>
+void crossentropy_losses(S* losses, const S* row_max, const S* row_sumexp, const S* target_logit,
                          int64_t N);
-template <class T>
-void crossentropy_backward(T* dlogits, const T* logits, const T* row_max, const T* row_sumexp,
-                           const int32_t* targets, int64_t vocab_begin, T dloss, int64_t N,
-                           int64_t V);
+template <class A>
+void crossentropy_backward(A* dlogits, const A* logits, const Acc<A>* row_max,
+                           const Acc<A>* row_sumexp, const int32_t* targets, int64_t vocab_begin,
+                           Acc<A> dloss, int64_t N, int64_t V);
 
+// Master weights, gradients and moments alike: float or double (bf16 models keep fp32 masters).
 template <class T>
 void adamw_update(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, int64_t n, double lr,
                   double beta1, double beta2, double eps, double weight_decay, int64_t step,

@@ -18,32 +18,35 @@ namespace {
 constexpr double kEps = 1e-5;
 }
 
-template <class T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
-                       int64_t N, int64_t C) {
+template <class A>
+void layernorm_forward(A* out, Acc<A>* mean, Acc<A>* rstd, const A* inp, const A* weight,
+                       const A* bias, int64_t N, int64_t C) {
+  using T = Acc<A>;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
-    const T* x = inp + i * C;
+    const A* x = inp + i * C;
     T s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int64_t c = 0; c < C; ++c) s += x[c];
+    for (int64_t c = 0; c < C; ++c) s += widen(x[c]);
     const T m = s / static_cast<T>(C);
     T v = 0;
 #pragma omp simd reduction(+ : v)
-    for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    for (int64_t c = 0; c < C; ++c) v += (widen(x[c]) - m) * (widen(x[c]) - m);
     const T r = static_cast<T>(1.0 / std::sqrt(static_cast<double>(v / static_cast<T>(C)) + kEps));
-    T* y = out + i * C;
+    A* y = out + i * C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * r * weight[c] + bias[c];
+    for (int64_t c = 0; c < C; ++c)
+      y[c] = narrow<A>((widen(x[c]) - m) * r * widen(weight[c]) + widen(bias[c]));
     mean[i] = m;
     rstd[i] = r;
   }
 }
 
-template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int64_t N, int64_t C,
-                        T* scratch) {
+template <class A>
+void layernorm_backward(A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout, const A* inp,
+                        const A* weight, const Acc<A>* mean, const Acc<A>* rstd, int64_t N,
+                        int64_t C, Acc<A>* scratch) {
+  using T = Acc<A>;
   const int threads = kernel_threads();
   std::fill(scratch, scratch + static_cast<int64_t>(threads) * 2 * C, T(0));
 #pragma omp parallel num_threads(threads)
@@ -53,26 +56,27 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     T* db = dw + C;
     const int64_t begin = N * t / nt, end = N * (t + 1) / nt;
     for (int64_t i = begin; i < end; ++i) {
-      const T* x = inp + i * C;
-      const T* dy = dout + i * C;
+      const A* x = inp + i * C;
+      const A* dy = dout + i * C;
       const T m = mean[i], r = rstd[i];
       T g_mean = 0, gn_mean = 0;
 #pragma omp simd reduction(+ : g_mean, gn_mean)
       for (int64_t c = 0; c < C; ++c) {
-        const T n = (x[c] - m) * r;
-        const T g = dy[c] * weight[c];
+        const T n = (widen(x[c]) - m) * r;
+        const T g = widen(dy[c]) * widen(weight[c]);
         g_mean += g;
         gn_mean += g * n;
       }
       g_mean /= static_cast<T>(C);
       gn_mean /= static_cast<T>(C);
-      T* dx = dinp + i * C;
+      A* dx = dinp + i * C;
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
-        const T n = (x[c] - m) * r;
-        dx[c] = r * (dy[c] * weight[c] - g_mean - n * gn_mean);
-        dw[c] += dy[c] * n;
-        db[c] += dy[c];
+        const T n = (widen(x[c]) - m) * r;
+        const T g = widen(dy[c]);
+        dx[c] = narrow<A>(r * (g * widen(weight[c]) - g_mean - n * gn_mean));
+        dw[c] += g * n;
+        db[c] += g;
       }
     }
   }
@@ -87,13 +91,14 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   }
 }
 
-#define INSTANTIATE(T)                                                                     \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t,    \
-                                     int64_t);                                             \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,  \
-                                      const T*, int64_t, int64_t, T*);
+#define INSTANTIATE(A)                                                                        \
+  template void layernorm_forward<A>(A*, Acc<A>*, Acc<A>*, const A*, const A*, const A*,      \
+                                     int64_t, int64_t);                                       \
+  template void layernorm_backward<A>(A*, Acc<A>*, Acc<A>*, const A*, const A*, const A*,     \
+                                      const Acc<A>*, const Acc<A>*, int64_t, int64_t, Acc<A>*);
 INSTANTIATE(float)
 INSTANTIATE(double)
+INSTANTIATE(bf16)
 #undef INSTANTIATE
 
 }  // namespace meshtrain::cpu

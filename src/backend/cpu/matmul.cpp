@@ -4,8 +4,12 @@
 //   backward  dinp (N, C)   = dout (N, OC) @ W         GEMM N,N
 //             dW (OC, C)   += dout^T @ inp             GEMM T,N   (Accumulate::Add)
 //             db (OC)      += column sums of dout
+// bf16 mixed precision: bf16 operands, fp32 accumulation; out and dinp are rounded to bf16 once,
+// dW and db stay fp32.
 
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
 #include "kernels.h"
 #include "meshtrain/backend/cpu/gemm.h"
@@ -14,57 +18,82 @@ namespace meshtrain::cpu {
 
 namespace {
 constexpr int64_t kColumnBlock = 128;
+
+const uint16_t* bits(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
+uint16_t* bits(bf16* p) { return reinterpret_cast<uint16_t*>(p); }
 }  // namespace
 
-template <class T>
-void matmul_forward(Gemm& gemm, T* out, const T* inp, const T* weight, const T* bias, int64_t N,
+// bf16: the GEMM takes an fp32 bias (the bf16 bias widened, exactly) and rounds its fp32 sum
+// once into the bf16 output.
+template <class A>
+void matmul_forward(Gemm& gemm, A* out, const A* inp, const A* weight, const A* bias, int64_t N,
                     int64_t C, int64_t OC) {
-  gemm.run(GemmShape::dense(Trans::No, Trans::Yes, N, OC, C), inp, weight, bias, out);
+  const GemmShape s = GemmShape::dense(Trans::No, Trans::Yes, N, OC, C);
+  if constexpr (std::is_same_v<A, bf16>) {
+    std::vector<float> wide_bias;
+    if (bias) {
+      wide_bias.resize(static_cast<size_t>(OC));
+      bf16_to_float(wide_bias.data(), bits(bias), OC);
+    }
+    gemm.run_bf16(s, bits(inp), bits(weight), bias ? wide_bias.data() : nullptr, bits(out));
+  } else {
+    gemm.run(s, inp, weight, bias, out);
+  }
 }
 
-template <class T>
-void matmul_backward(Gemm& gemm, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                     const T* weight, int64_t N, int64_t C, int64_t OC) {
-  if (dinp) gemm.run(GemmShape::dense(Trans::No, Trans::No, N, C, OC), dout, weight, nullptr, dinp);
-  gemm.run(GemmShape::dense(Trans::Yes, Trans::No, OC, C, N), dout, inp, nullptr, dweight,
-           {Accumulate::Add, Epilogue::None});
+// bf16: dinp rounds once from fp32; dW accumulates in fp32 straight from the bf16 operands.
+template <class A>
+void matmul_backward(Gemm& gemm, A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout,
+                     const A* inp, const A* weight, int64_t N, int64_t C, int64_t OC) {
+  const GemmShape ds = GemmShape::dense(Trans::No, Trans::No, N, C, OC);
+  const GemmShape ws = GemmShape::dense(Trans::Yes, Trans::No, OC, C, N);
+  const GemmOptions add{Accumulate::Add, Epilogue::None};
+  if constexpr (std::is_same_v<A, bf16>) {
+    if (dinp) gemm.run_bf16(ds, bits(dout), bits(weight), nullptr, bits(dinp));
+    gemm.run_bf16(ws, bits(dout), bits(inp), nullptr, dweight, add);
+  } else {
+    if (dinp) gemm.run(ds, dout, weight, nullptr, dinp);
+    gemm.run(ws, dout, inp, nullptr, dweight, add);
+  }
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
-template <class T> void bias_forward(T* out, const T* bias, int64_t N, int64_t C) {
+template <class A> void bias_forward(A* out, const A* bias, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
-    T* o = out + i * C;
+    A* o = out + i * C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) o[c] += bias[c];
+    for (int64_t c = 0; c < C; ++c) o[c] = narrow<A>(widen(o[c]) + widen(bias[c]));
   }
 }
 
 // Column sums in blocks of kColumnBlock columns, rows in order: no races, fixed summation order.
-template <class T> void bias_backward(T* dbias, const T* dout, int64_t N, int64_t C) {
+template <class A> void bias_backward(Acc<A>* dbias, const A* dout, int64_t N, int64_t C) {
+  using T = Acc<A>;
   const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t c0 = blk * kColumnBlock, c1 = std::min(C, c0 + kColumnBlock);
     T acc[kColumnBlock] = {};
     for (int64_t i = 0; i < N; ++i) {
-      const T* g = dout + i * C;
+      const A* g = dout + i * C;
 #pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += g[c];
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += widen(g[c]);
     }
     for (int64_t c = c0; c < c1; ++c) dbias[c] += acc[c - c0];
   }
 }
 
-#define INSTANTIATE(T)                                                                          \
-  template void bias_forward<T>(T*, const T*, int64_t, int64_t);                                \
-  template void bias_backward<T>(T*, const T*, int64_t, int64_t);                               \
-  template void matmul_forward<T>(Gemm&, T*, const T*, const T*, const T*, int64_t, int64_t,     \
-                                  int64_t);                                                     \
-  template void matmul_backward<T>(Gemm&, T*, T*, T*, const T*, const T*, const T*, int64_t,     \
-                                   int64_t, int64_t);
+#define INSTANTIATE(A)                                                                        \
+  template void bias_forward<A>(A*, const A*, int64_t, int64_t);                              \
+  template void bias_backward<A>(Acc<A>*, const A*, int64_t, int64_t);                        \
+  template void matmul_forward<A>(Gemm&, A*, const A*, const A*, const A*, int64_t, int64_t,   \
+                                  int64_t);                                                   \
+  template void matmul_backward<A>(Gemm&, A*, Acc<A>*, Acc<A>*, const A*, const A*, const A*,  \
+                                   int64_t, int64_t, int64_t);
 INSTANTIATE(float)
 INSTANTIATE(double)
+INSTANTIATE(bf16)
 #undef INSTANTIATE
 
 }  // namespace meshtrain::cpu

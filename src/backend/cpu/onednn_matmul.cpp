@@ -46,7 +46,7 @@ OneDnnMatmul::Entry& OneDnnMatmul::find_or_create(const Key& k) {
   const MatmulGeometry& g = k.g;
   const auto a_md = matrix(g, g.M, g.K, g.a, data_type(k.in));
   const auto b_md = matrix(g, g.K, g.N, g.b, data_type(k.in));
-  const auto c_md = matrix(g, g.M, g.N, g.c, dt::f32);
+  const auto c_md = matrix(g, g.M, g.N, g.c, data_type(k.out));
   const bool batched = g.batch0 != 1 || g.batch1 != 1;
   const auto bias_md = !k.bias    ? dnnl::memory::desc()
                        : batched ? dnnl::memory::desc({1, 1, 1, g.N}, dt::f32, dims{g.N, g.N, g.N, 1})
@@ -67,9 +67,9 @@ OneDnnMatmul::Entry& OneDnnMatmul::find_or_create(const Key& k) {
   return cache_.emplace(k, std::move(e)).first->second;
 }
 
-void OneDnnMatmul::run(const MatmulGeometry& g, MatmulType in, const void* A, const void* B,
-                       const float* bias, float* C, GemmOptions o, float alpha) {
-  const Key key{g, alpha, in, bias != nullptr, o.accumulate, o.epilogue, omp_get_max_threads()};
+void OneDnnMatmul::run(const MatmulGeometry& g, MatmulType in, MatmulType out, const void* A,
+                       const void* B, const float* bias, void* C, GemmOptions o, float alpha) {
+  const Key key{g, alpha, in, out, bias != nullptr, o.accumulate, o.epilogue, omp_get_max_threads()};
   try {
     Entry& e = find_or_create(key);
     e.a.set_data_handle(const_cast<void*>(A));
@@ -87,7 +87,8 @@ void OneDnnMatmul::run(const MatmulGeometry& g, MatmulType in, const void* A, co
     const std::string what = (g.batch0 * g.batch1 > 1 ? std::to_string(g.batch0 * g.batch1) + " x " : "") +
                              std::to_string(g.M) + "x" + std::to_string(g.N) + "x" + std::to_string(g.K);
     throw std::runtime_error("backend 'cpu': oneDNN matmul " + what +
-                             (in == MatmulType::BF16 ? " bf16" : " fp32") + " failed: " +
+                             (in == MatmulType::BF16 ? " bf16" : " fp32") +
+                             (out == MatmulType::BF16 ? " -> bf16" : "") + " failed: " +
                              err.what() + " (status " + std::to_string(err.status) +
                              "); ONEDNN_VERBOSE=1 shows what oneDNN tried");
   }

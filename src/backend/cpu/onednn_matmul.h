@@ -16,7 +16,7 @@
 
 namespace meshtrain::cpu {
 
-enum class MatmulType { F32, BF16 };  // input type; accumulation and output are fp32
+enum class MatmulType { F32, BF16 };  // element types of inputs and output; accumulation is fp32
 
 // A matmul's geometry: batch sizes (1, 1 for a plain GEMM, which gets 2-D descriptors), sizes
 // and element strides (batch0, batch1, row, column) of A (M, K), B (K, N) and C (M, N).
@@ -33,16 +33,17 @@ class OneDnnMatmul {
  public:
   OneDnnMatmul();
 
-  // C = epilogue(alpha * A @ B + bias [+ C]); A, B of type `in`, bias and C fp32.
-  void run(const MatmulGeometry& g, MatmulType in, const void* A, const void* B,
-           const float* bias, float* C, GemmOptions o, float alpha = 1.0f);
+  // C = epilogue(alpha * A @ B + bias [+ C]); A, B of type `in`, bias fp32, C of type `out`
+  // (bf16 only for bf16 inputs).
+  void run(const MatmulGeometry& g, MatmulType in, MatmulType out, const void* A, const void* B,
+           const float* bias, void* C, GemmOptions o, float alpha = 1.0f);
   size_t cached() const { return cache_.size(); }
 
  private:
   struct Key {
     MatmulGeometry g;
     float alpha;
-    MatmulType in;
+    MatmulType in, out;
     bool bias;
     Accumulate accumulate;
     Epilogue epilogue;

@@ -1,10 +1,20 @@
 #pragma once
 // The CPU backend: GEMMs through oneDNN matmul primitives (OpenBLAS for fp64 and tiny products,
 // gemm.h), every other kernel OpenMP-parallel and written for the compiler to vectorise. Runs
-// every feature of meshtrain on machines without GPUs, in fp32 for training and fp64 for
-// verification.
+// every feature of meshtrain on machines without GPUs, in fp32 or bf16 mixed precision for
+// training and fp64 for verification.
+//
+// Three dtype modes, chosen by the tensors passed in (backend.h):
+//   fp64: every tensor F64 — verification, every layout matching the single rank to round-off;
+//   fp32: every tensor F32;
+//   bf16: parameters and activations BF16; parameter gradients, LayerNorm mean/rstd,
+//         cross-entropy statistics and losses, optimizer state F32 — as on the CUDA backend.
+//         GEMMs take bf16 operands and accumulate in fp32 (oneDNN; fast with AVX512-BF16 or
+//         AMX, emulated below), other kernels widen to fp32, compute, and round once to
+//         nearest even.
 
 #include <memory>
+#include <string>
 
 #include "meshtrain/backend/backend.h"
 #include "meshtrain/backend/cpu/gemm.h"
@@ -12,6 +22,10 @@
 namespace meshtrain {
 
 class KernelProfile;
+
+// The bf16 instructions oneDNN dispatches to on this CPU: "AMX", "AVX512-BF16", or "" (none,
+// or ONEDNN_MAX_CPU_ISA keeps oneDNN below them).
+std::string cpu_bf16_instructions();
 
 // Compute runs the kernels; Plan makes every allocation a step would make (scratch included,
 // for `threads` threads) on a MetaAllocator and skips the arithmetic — the planner's dry run.

@@ -8,13 +8,15 @@
 //
 // op(X) is X or X^T as stored: a row-major matrix with row stride ld. Accumulate::Add keeps C
 // and adds to it (beta = 1: parameter gradients accumulate); the epilogue acts on the sum.
-// Inputs are fp32, fp64 or bf16 (bf16 travels as its uint16_t bits); accumulation and C are
-// fp32 for fp32 and bf16 inputs, fp64 for fp64.
+// Inputs are fp32, fp64 or bf16 (bf16 travels as its uint16_t bits); accumulation is fp32 for
+// fp32 and bf16 inputs, fp64 for fp64. C is the accumulation type, or bf16 for bf16 inputs
+// (rounded to nearest even once, from the fp32 sum: activations of bf16 mixed precision).
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace meshtrain::cpu {
 
@@ -76,10 +78,19 @@ class Gemm {
   // bf16 inputs, fp32 accumulation, bias and output (oneDNN only).
   void run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, const float* bias,
                 float* C, GemmOptions o = {});
+  // The same with a bf16 output: the fp32 result (bias and epilogue included) rounded once.
+  // Accumulate::Add is refused: a bf16 accumulator would round at every addition.
+  void run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, const float* bias,
+                uint16_t* C, GemmOptions o = {});
   // A batch of fp32 GEMMs as one oneDNN primitive, threaded over the batch (whatever the
   // library setting: OpenBLAS has no strided batch; callers pick their own OpenBLAS loop).
   void run_batched(const BatchedGemmShape& s, const float* A, const float* B, float* C,
                    Accumulate accumulate = Accumulate::Assign);
+  // bf16 batches: fp32 accumulation into an fp32 C, or rounded once into a bf16 C.
+  void run_batched_bf16(const BatchedGemmShape& s, const uint16_t* A, const uint16_t* B, float* C,
+                        Accumulate accumulate = Accumulate::Assign);
+  void run_batched_bf16(const BatchedGemmShape& s, const uint16_t* A, const uint16_t* B,
+                        uint16_t* C);
 
   void set_library(GemmLibrary library) { library_ = library; }
   GemmLibrary library() const { return library_; }
@@ -94,6 +105,11 @@ class Gemm {
   template <class In>
   void run_onednn(const GemmShape& s, MatmulType type, const In* A, const In* B,
                   const float* bias, float* C, GemmOptions o);
+  template <class Out>
+  void run_batched_onednn(const BatchedGemmShape& s, MatmulType in, const void* A, const void* B,
+                          Out* C, Accumulate accumulate);
+
+  std::vector<float> wide_;  // fp32 sums of bf16-output GEMMs cut into chunks of K
 
   GemmLibrary library_ = GemmLibrary::Auto;
   std::unique_ptr<OneDnnMatmul> onednn_;
