@@ -46,7 +46,9 @@ chmod +x "$work/meshtrain"
 export OPAL_PREFIX=$rt/usr PATH=$rt/usr/bin:$PATH
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
-# PMIx looks for its plugins under its build-time prefix, where the machine may have its own.
+# PMIx looks for its plugins under its build-time prefix, where the machine may have its own
+# (mismatched ones only print warnings; a singleton's PMIx still read them on the H100).
+export PMIX_INSTALL_PREFIX=$rt/usr
 export PMIX_MCA_mca_base_component_path=$rt/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
 export PMIX_MCA_pcompress_base_silence_warning=1
 export LD_LIBRARY_PATH_MESHTRAIN=$libdirs
