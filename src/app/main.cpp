@@ -98,9 +98,14 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks, each against this machine's own ceiling");
   bench_cmd->add_option("--suite", bench.suite, "step, comm, pipeline, zero, checkpoint, gpu or all")
       ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all"}));
-  bench_cmd->add_option("--threads", bench.threads, "Threads per rank")->check(at_least_one("a thread count"));
+  bench_cmd->add_option("--threads", bench.threads,
+                        "Threads per rank (step suite on one rank: rows at 1 and at this many)")->check(at_least_one("a thread count"));
   bench_cmd->add_option("--steps", bench.steps, "Timed steps (median reported)")
       ->check(at_least_one("a step count"));
+  bench_cmd->add_option("--model", bench.model,
+                        "The step suite's model: gpt2 (GPT-2 124M, T 256, the figures) or tiny "
+                        "(2 layers, for tests)")
+      ->check(CLI::IsMember({"gpt2", "tiny"}));
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
   bench_cmd->add_option("--dir", bench.dir, "Directory for the checkpoint suite's files");
 

@@ -2,6 +2,7 @@
 // Benchmark suites of `meshtrain bench`. Each measures its ceiling in the same run and reports
 // through BenchReport.
 
+#include <string>
 #include <string_view>
 
 #include "meshtrain/app/bench_report.h"
@@ -18,12 +19,18 @@ namespace meshtrain {
 Config bench_deck(const std::string& suite, const GptConfig& model);
 
 // GEMM ceilings (OpenBLAS sgemm, oneDNN fp32 and bf16 matmul) and a full GPT-2 124M training
-// step against them, with a per-kernel breakdown of the step.
+// step (fp32 and bf16) against them, with a per-kernel breakdown of the step. One rank: at 1
+// thread and at args.threads threads, each against the ceilings at its thread count. N ranks:
+// data parallel (dp = N, args.threads per rank) against the sum of the ranks' ceilings, with the
+// share of the step in the exposed gradient all-reduce. args.model "tiny" runs a 2-layer model
+// instead (the tests: every line of the suite, ratios meaningless).
 void bench_step(const BenchArgs& args, BenchReport& report);
 // Rows of `profile` by time per step, with the share of `step_seconds` and GFLOP/s where
-// counted, then what no kernel holds (bench --suite step and gpu).
+// counted, then what no kernel holds (bench --suite step and gpu). With a `baseline` profile,
+// also each kernel's speed-up per call over the same kernel there (named `baseline_name`).
 void report_breakdown(BenchReport& report, const KernelProfile& profile, int steps,
-                      double step_seconds);
+                      double step_seconds, const KernelProfile* baseline = nullptr,
+                      const std::string& baseline_name = "");
 // Data-parallel gradient sync bus bandwidth against raw MPI_Allreduce, and how much of it
 // backward hides (2+ ranks).
 void bench_comm(const BenchArgs& args, BenchReport& report);

@@ -37,6 +37,7 @@ struct BenchArgs {
   std::string suite = "step";  // step, comm, pipeline, zero, checkpoint, all
   int threads = 2;
   int steps = 4;
+  std::string model = "gpt2";  // the step suite's model: gpt2 (GPT-2 124M) or tiny (tests)
   std::string json;            // also write results as JSON here
   std::string dir = "runs/bench";  // where the checkpoint suite writes its files
 };
