@@ -83,11 +83,12 @@ STEPS = 30
 # only, the parameters still equal) must agree within BF16_FIRST. From then on the two runs follow
 # slightly different gradients; their learning curves must agree: the mean loss of every 10-step
 # window within BF16_WINDOW and each step's loss within BF16_STEP (one to a few times the bf16
-# unit roundoff 2^-8 = 3.9e-3; measured on an H100: 1.0e-3 and 2.3e-3), except on outlier batches, where the fp32 run's gradient norm is over
-# 10x its median: there the model is confidently wrong (this deck's step 10: loss 5.85 against
-# 3.4 around it, gradient norm 380 against ~1.5) and a loss moves by far more than the parameters
-# did. A bf16 bug (a wrong cast, a lost scale, statistics accumulated in bf16) moves every step
-# by far more than these bounds within a few steps.
+# unit roundoff 2^-8 = 3.9e-3; measured: 3.2e-4 and 1.2e-3 on an H100, 1.1e-3 and 2.4e-3 on the
+# CPU backend), except on outlier batches, where the fp32 run's gradient norm is over 10x its
+# median: there the model is confidently wrong (this deck's step 10: loss 5.85 against 3.4 around
+# it, gradient norm 380 against ~1) and a loss moves by far more than the parameters did. A bf16
+# bug (a wrong cast, a lost scale, statistics accumulated in bf16) moves every step by far more
+# than these bounds within a few steps.
 BF16_FIRST, BF16_WINDOW, BF16_STEP = 1e-3, 5e-3, 1e-2
 
 
@@ -131,7 +132,7 @@ class Checklist:
     # --- training runs -------------------------------------------------------------------------
 
     def train(self, name, device, precision, layout=(1, 1, 1), steps=STEPS, resume="none"):
-        """Trains the checklist deck; returns {step: loss} from metrics.jsonl, or None on failure."""
+        """Trains the checklist deck; returns {step: loss} from metrics.jsonl (None on failure)."""
         run_dir = os.path.join(self.out, "runs", name)
         shutil.rmtree(run_dir, ignore_errors=True)
         os.makedirs(run_dir)
@@ -235,7 +236,8 @@ class Checklist:
         gpu = getattr(self, "gpu", None) or self.train("gpu-fp32", self.device, "fp32")
         later = list(range(11, STEPS + 1))
         for src, dst, ref in [("gpu", "cpu", gpu), ("cpu", "gpu", cpu)]:
-            ckpt = os.path.join(self.out, "runs", "%s-fp32" % src, "checkpoints", "step_00000010.h5")
+            ckpt = os.path.join(self.out, "runs", "%s-fp32" % src, "checkpoints",
+                                "step_00000010.h5")
             device = "cpu" if dst == "cpu" else self.device
             got = self.train("resume-%s-on-%s" % (src, dst), device, "fp32", resume=ckpt)
             self.compare("checkpoint: %s step 10 resumed on the %s" % (src.upper(), dst.upper()),
@@ -269,7 +271,8 @@ class Checklist:
         names = sorted({m.group(1) for l in lines
                         for m in [re.search(r"\[  SKIPPED \] ([A-Za-z_0-9/]+\.[A-Za-z_0-9/]+)", l)]
                         if m})
-        reasons = [lines[i + 1].strip() for i, l in enumerate(lines[:-1]) if l.endswith(": Skipped")]
+        reasons = [lines[i + 1].strip() for i, l in enumerate(lines[:-1])
+                   if l.endswith(": Skipped")]
         cudnn = [n for n in names if "cudnn" in n.lower()] + \
                 [r for r in reasons if "cudnn" in r.lower()]
         self.verdict("kernels: no cuDNN case skipped", not cudnn,

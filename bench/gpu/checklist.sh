@@ -64,7 +64,8 @@ chmod +x "$work/bin/mpiexec"
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   nvcc --version 2>/dev/null | tail -1
-  echo "ctest: $(command -v ctest), compute-sanitizer: $(command -v compute-sanitizer), python3: $(command -v python3)"
+  echo "ctest: $(command -v ctest), compute-sanitizer: $(command -v compute-sanitizer)," \
+       "python3: $(command -v python3)"
   LD_LIBRARY_PATH=$libdirs ldd "$build/meshtrain" | grep -E "not found|cud|nccl|mpi"
 } 2>&1 | tee "$out/machine.txt"
 

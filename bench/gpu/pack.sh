@@ -15,7 +15,9 @@ grep -q '^MESHTRAIN_HAVE_CUDA:INTERNAL=ON\|MESHTRAIN_CUDA:STRING=ON' "$build/CMa
 
 # The binaries the checklist runs, and every CTest file (ctest -L cuda reads them all).
 bins=(meshtrain tests/cuda_kernels_test tests/cuda_host_transfer_test tests/nccl_communicator_test)
-for b in "${bins[@]}"; do [[ -x $build/$b ]] || { echo "pack.sh: $build/$b missing" >&2; exit 1; }; done
+for b in "${bins[@]}"; do
+  [[ -x $build/$b ]] || { echo "pack.sh: $build/$b missing" >&2; exit 1; }
+done
 (cd "$build/.." && find "$(basename "$build")" -name CTestTestfile.cmake -print0 |
    tar --null -T - -cf "$out/build.tar" \
        $(printf "$(basename "$build")/%s " "${bins[@]}"))
