@@ -229,6 +229,13 @@ const std::vector<KeySpec>& schema() {
                            "\"synthetic\", \"none\", or a token-shard path / glob pattern",
                            "Validation data.", nonempty,
                            [](Config& c, const std::string& v) { c.data.val = v; }));
+    k.push_back(string_key("data", "tokenizer", "\"bytes\"",
+                           "\"bytes\", or the tokenizer file `meshtrain prepare` wrote beside the "
+                           "shards",
+                           "The tokenizer the shards were made with: `sample` and "
+                           "train.sample_every decode with it, and a checkpoint records it.",
+                           nonempty,
+                           [](Config& c, const std::string& v) { c.data.tokenizer = v; }));
     k.push_back(int_key("data", "synthetic_bytes", 4000000, 4096, int64_t{1} << 34,
                         "Size of the generated training corpus (bytes = tokens); validation "
                         "gets a tenth, generated from another seed.",
@@ -274,6 +281,10 @@ const std::vector<KeySpec>& schema() {
     k.push_back(int_key("train", "eval_batches", 4, 1, big,
                         "Global batches of validation data per evaluation.",
                         [](Config& c, int64_t v) { c.train.eval_batches = static_cast<int>(v); }));
+    k.push_back(int_key("train", "sample_every", 0, 0, big,
+                        "Every N steps, print a short text the model writes (decoded with "
+                        "data.tokenizer); 0: never.",
+                        [](Config& c, int64_t v) { c.train.sample_every = static_cast<int>(v); }));
     k.push_back(float_key("train", "beta1", "0.9", 0.0, false, "AdamW beta1, below 1.",
                           [](Config& c, double v) { c.train.beta1 = v; }));
     k.push_back(float_key("train", "beta2", "0.95", 0.0, false, "AdamW beta2, below 1.",

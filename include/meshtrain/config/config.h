@@ -38,6 +38,7 @@ struct DataOptions {
   std::vector<std::string> train = {"synthetic"};
   std::string val = "synthetic";
   int64_t synthetic_bytes = 4000000;
+  std::string tokenizer = "bytes";  // io/tokenizer.h: "bytes" or a tokenizer file
   bool synthetic_train() const { return train.size() == 1 && train[0] == "synthetic"; }
   bool synthetic_val() const { return val == "synthetic"; }
   bool has_val() const { return val != "none"; }
@@ -58,6 +59,7 @@ struct TrainOptions {
   double grad_clip = 1.0;  // 0: off
   int eval_every = 50;     // 0: only after the last step
   int eval_batches = 4;
+  int sample_every = 0;    // print a text sample every N steps; 0: never
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
 };
 
