@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Every command example of the README and of jobs/ runs, so that none of them can rot.
+
+The examples are found, not listed: every line of the README's ```sh blocks (continuations
+joined, comments dropped), its ```python blocks, and every "#   sbatch ..." usage line at the top
+of the jobs/ scripts. Each must match exactly one rule below, or the test fails naming it: a new
+example in the README needs a rule here, which says how it is run.
+
+Most rules run the command as written, in a scratch directory that holds the repository's input/,
+jobs/, scripts/ and bench/ and the binary under test as build/meshtrain, with:
+  - small overrides appended where the command trains (`--set train.steps=2` and, for the GPT-2
+    decks, a 2-layer d_model 64 model of the same vocabulary and layout), so that a run of the
+    124M deck takes seconds;
+  - the README's stand-in paths replaced: runs/gpt/checkpoints/step_00001000.h5 by the checkpoint
+    the gpt.toml example here wrote, /scratch/me by a scratch directory; corpus/*.txt is a small
+    text corpus the test writes.
+The command must exit 0 (or, for the bad-layout example, print the message the README quotes).
+Commands that cannot run here are checked as far as they can be, and the rule names where the
+rest is tested: sbatch examples (no GPU cluster) are checked with `meshtrain plan` on the job's
+world size with the same deck and overrides (the scripts themselves run under Slurm in
+slurm_jobs_test and slurm_multi_node_test); `make test` and the MPICH build are what CI runs
+(.ci/run); the benchmarks of GPT-2 124M run in `make bench`, their rows on a tiny model in
+bench_step_test.
+
+usage: examples_test.py --meshtrain BIN --mpiexec MPIEXEC --repo REPO
+"""
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--meshtrain", required=True)
+ap.add_argument("--mpiexec", required=True)
+ap.add_argument("--repo", required=True)
+args = ap.parse_args()
+REPO = os.path.abspath(args.repo)
+
+# Two steps of a model small enough for seconds on 2 cores, keeping each deck's layout. Evaluation
+# and checkpoints only where the example needs them.
+SHORT = ["--set", "train.steps=2", "--set", "train.eval_every=0", "--set", "train.eval_batches=1",
+         "--set", "data.synthetic_bytes=200000"]
+GPT_SMALL = ["--set", "model.layers=2", "--set", "model.d_model=64", "--set", "model.heads=4",
+             "--set", "model.seq_len=32", "--set", "train.global_batch=8",
+             "--set", "train.micro_batch=1", "--set", "train.warmup_steps=1"]
+STAND_IN_CHECKPOINT = "runs/gpt/checkpoints/step_00001000.h5"
+
+
+def readme_examples():
+    """(where, command) for each command line of the README's sh and python blocks."""
+    out, block, lang, start = [], None, None, 0
+    lines = open(os.path.join(REPO, "README.md"), encoding="utf-8").read().splitlines()
+    for number, line in enumerate(lines, 1):
+        fence = re.match(r"^```(\w*)\s*$", line)
+        if fence and block is None:
+            block, lang, start = [], fence.group(1), number
+            continue
+        if fence and block is not None:
+            if lang == "python":
+                out.append((f"README.md:{start}", "python3 - <<'PY'\n" + "\n".join(block) + "\nPY"))
+            elif lang == "sh":
+                joined = []
+                for text in block:
+                    if joined and joined[-1].endswith("\\"):
+                        joined[-1] = joined[-1][:-1] + " " + text.strip()
+                    else:
+                        joined.append(text)
+                for text in joined:
+                    # Comments: a '#' starting the line or following whitespace.
+                    command = re.sub(r"(^|\s)#.*$", "", text).strip()
+                    if command:
+                        out.append((f"README.md:{start}", command))
+            block = None
+            continue
+        if block is not None:
+            block.append(line)
+    return out
+
+
+def jobs_examples():
+    out = []
+    jobs = os.path.join(REPO, "jobs")
+    for name in sorted(os.listdir(jobs)):
+        for number, line in enumerate(open(os.path.join(jobs, name), encoding="utf-8"), 1):
+            m = re.match(r"^#\s+(sbatch .*)$", line.rstrip())
+            if m and "[" not in m.group(1):  # "[DECK] [--set ...]" is the usage, not an example
+                out.append((f"jobs/{name}:{number}", re.sub(r"\s#.*$", "", m.group(1)).strip()))
+    return out
+
+
+def sbatch_world(words):
+    """Ranks of an sbatch example: --nodes (default: the script's) x the script's tasks per node."""
+    script = next(w for w in words if w.startswith("jobs/"))
+    text = open(os.path.join(REPO, script), encoding="utf-8").read()
+    nodes = int(re.search(r"#SBATCH --nodes=(\d+)", text).group(1)) if "--nodes=" in text else 1
+    per_node = int(re.search(r"#SBATCH --ntasks-per-node=(\d+)", text).group(1))
+    for w in words:
+        if w.startswith("--nodes="):
+            nodes = int(w.split("=", 1)[1])
+        if w.startswith("--ntasks-per-node="):
+            per_node = int(w.split("=", 1)[1])
+    return nodes * per_node, script, words[words.index(script) + 1:]
+
+
+class Runner:
+    def __init__(self, scratch):
+        self.scratch = scratch
+        self.problems = []
+        self.log = []
+        self.checkpoint = None
+        for d in ("input", "jobs", "scripts", "bench"):
+            os.symlink(os.path.join(REPO, d), os.path.join(scratch, d))
+        os.makedirs(os.path.join(scratch, "build"))
+        os.symlink(os.path.abspath(args.meshtrain), os.path.join(scratch, "build", "meshtrain"))
+        # `mpiexec` in an example is the launcher of the MPI the binary was built with.
+        shims = os.path.join(scratch, ".shims")
+        os.makedirs(shims)
+        os.symlink(args.mpiexec, os.path.join(shims, "mpiexec"))
+        # `python3` is the Python this test runs under (CTest's: Debian's, which has h5py).
+        os.symlink(sys.executable, os.path.join(shims, "python3"))
+        self.env = dict(os.environ, PATH=shims + ":" + os.environ["PATH"], OMP_NUM_THREADS="1",
+                        MESHTRAIN_BENCH_OUT=scratch + "/bench-out",
+                        OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                        OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1")
+        corpus = os.path.join(scratch, "corpus")
+        os.makedirs(corpus)
+        for i in range(3):
+            with open(os.path.join(corpus, f"part{i}.txt"), "w", encoding="utf-8") as f:
+                for j in range(400):
+                    f.write(f"Line {j} of part {i}: the quick brown fox jumps over the lazy dog.\n")
+
+    def shell(self, where, command, expect_ok=True, timeout=600):
+        start = time.monotonic()
+        p = subprocess.run(["bash", "-c", command], cwd=self.scratch, env=self.env,
+                           capture_output=True, text=True, timeout=timeout)
+        tail = (p.stdout + p.stderr).strip().splitlines()[-3:]
+        self.log.append(f"{where}: exit {p.returncode} in {time.monotonic() - start:.1f} s: "
+                        f"{command}\n    " + "\n    ".join(tail))
+        if expect_ok and p.returncode != 0:
+            self.problems.append(f"{where}: `{command}` exited {p.returncode}:\n{p.stdout}{p.stderr}")
+        return p
+
+    def gpt_checkpoint(self):
+        """The stand-in for runs/gpt/checkpoints/step_00001000.h5: the small gpt.toml, 2 steps."""
+        if self.checkpoint is None:
+            self.shell("stand-in checkpoint", " ".join(["build/meshtrain train input/gpt.toml"] +
+                       SHORT + GPT_SMALL + ["--set", "checkpoint.every=2"]))
+            self.checkpoint = "runs/gpt/checkpoints/step_00000002.h5"
+        return self.checkpoint
+
+    def substitute(self, command):
+        if STAND_IN_CHECKPOINT in command:
+            command = command.replace(STAND_IN_CHECKPOINT, self.gpt_checkpoint())
+        return command.replace("/scratch/me", self.scratch + "/scratch-me")
+
+    def train_overrides(self, command):
+        extra = list(SHORT)
+        if re.search(r"input/(gpt|gpt2-[^ ]+|multi-node)\.toml", command):
+            extra += GPT_SMALL
+        return command + " " + " ".join(shlex.quote(w) for w in extra)
+
+    # ---- the rules' actions ----
+    def run_as_written(self, where, command):
+        self.shell(where, self.substitute(command))
+
+    def run_short(self, where, command):
+        self.shell(where, self.train_overrides(self.substitute(command)))
+
+    def run_eval(self, where, command):
+        # The stand-in checkpoint is the small model: eval needs the same overrides.
+        self.shell(where, self.substitute(command) + " " +
+                   " ".join(shlex.quote(w) for w in GPT_SMALL + ["--set", "train.eval_batches=1"]))
+
+    def expect_layout_refusal(self, where, command):
+        quoted = re.search(r"`(input/gpt\.toml: parallel\.tp = (\d+) [^`]*)`",
+                           open(os.path.join(REPO, "README.md"), encoding="utf-8").read())
+        if not quoted:
+            self.problems.append(f"{where}: the README no longer quotes a layout refusal")
+            return
+        p = self.shell(where, f"build/meshtrain plan input/gpt.toml --world {quoted.group(2)} "
+                       f"--set parallel.tp={quoted.group(2)}", expect_ok=False)
+        if p.returncode == 0 or quoted.group(1) not in p.stderr:
+            self.problems.append(f"{where}: the quoted refusal `{quoted.group(1)}` is not what "
+                                 f"meshtrain says:\n{p.stderr}")
+
+    def check_sbatch(self, where, command):
+        world, script, rest = sbatch_world(shlex.split(command))
+        deck = rest[0] if rest else "input/default.toml"
+        overrides = " ".join(shlex.quote(w) for w in rest[1:])
+        self.shell(where, f"build/meshtrain plan {deck} --world {world} --device cuda {overrides}")
+
+    def covered(self, where, command):
+        self.log.append(f"{where}: covered elsewhere: {command}")
+
+
+# (pattern, action, why). The first match decides; order matters.
+RULES = [
+    (r"^make (run|test|bench)?\s*MPI=mpich|^make MPI=mpich", "covered",
+     "the MPICH build and its tests: .ci/run runs `make test MPI=mpich`"),
+    (r"^make test$", "covered", ".ci/run runs it; this test is one of its tests"),
+    (r"^make run$", "run_make_run", "its recipe, scripts/run-local.sh 8 input/default.toml, short"),
+    (r"^MESHTRAIN_BIN=build-mpich/", "run_mpich", "when build-mpich/ exists (make MPI=mpich)"),
+    (r"^cd build && ctest", "covered", "the test suite itself (make test)"),
+    (r"^scripts/slurm-local\.sh|^export SLURM_CONF|^sbatch --wait", "covered",
+     "the emulated cluster transcript: slurm_multi_node_test runs this sequence"),
+    (r"^sbatch ", "check_sbatch", "deck and overrides planned on the job's world size"),
+    (r"^bench/cpu/run\.sh|bench --suite step$|^scripts/run-local-bench\.sh", "covered",
+     "GPT-2 124M benchmarks: `make bench`; their rows on a tiny model: bench_step_test"),
+    (r"bench --suite (comm|pipeline|zero|checkpoint)", "run_as_written", "the suite, short as it is"),
+    (r"^build/meshtrain plan ", "run_as_written", "planning needs no data"),
+    (r" eval ", "run_eval", "against the stand-in checkpoint"),
+    (r"^build/meshtrain inspect ", "run_as_written", "the stand-in checkpoint"),
+    (r"^build/meshtrain prepare ", "run_as_written", "on the test's corpus/*.txt"),
+    (r"^python3 - <<'PY'", "run_as_written", "the stand-in checkpoint"),
+    (r"(^scripts/run-local\.sh |^mpiexec .* train |^build/meshtrain train )", "run_short",
+     "two steps, small model for the GPT-2 decks"),
+]
+
+
+def main():
+    examples = readme_examples() + jobs_examples()
+    with tempfile.TemporaryDirectory(prefix="meshtrain-examples-") as scratch:
+        r = Runner(scratch)
+
+        def run_make_run(where, command):
+            makefile = open(os.path.join(REPO, "Makefile"), encoding="utf-8").read()
+            ranks = re.search(r"^RANKS\s*\?=\s*(\d+)", makefile, re.M).group(1)
+            deck = re.search(r"^DECK\s*\?=\s*(\S+)", makefile, re.M).group(1)
+            r.run_short(where, f"scripts/run-local.sh {ranks} {deck}")
+
+        def run_mpich(where, command):
+            if not os.path.exists(os.path.join(REPO, "build-mpich", "meshtrain")):
+                r.log.append(f"{where}: SKIPPED here (no build-mpich/; CI builds it): {command}")
+                return
+            os.makedirs(os.path.join(scratch, "build-mpich"), exist_ok=True)
+            link = os.path.join(scratch, "build-mpich", "meshtrain")
+            if not os.path.exists(link):
+                os.symlink(os.path.join(REPO, "build-mpich", "meshtrain"), link)
+            r.run_short(where, command)
+
+        actions = dict(run_make_run=run_make_run, run_mpich=run_mpich)
+        # The README quotes one refusal in prose, not in a block: check it too.
+        r.expect_layout_refusal("README.md (layout refusal)", "")
+        for where, command in examples:
+            matches = [rule for rule in RULES if re.search(rule[0], command)]
+            if not matches:
+                r.problems.append(f"{where}: no rule says how to run `{command}`: add one to "
+                                  f"tests/app/examples_test.py")
+                continue
+            action = matches[0][1]
+            (actions.get(action) or getattr(r, action))(where, command)
+        print("\n".join(r.log))
+        print(f"{len(examples)} examples")
+        if r.problems:
+            print("\nFAILED:\n" + "\n\n".join(r.problems))
+            return 1
+        return 0
+
+
+sys.exit(main())
