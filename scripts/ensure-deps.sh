@@ -23,7 +23,7 @@ build_packages=(
   libgtest-dev googletest
 )
 test_packages=(
-  python3 python3-h5py python3-numpy python3-yaml
+  python3 python3-h5py python3-numpy python3-yaml python3-matplotlib
   slurm-wlm munge
 )
 fuzz_packages=(

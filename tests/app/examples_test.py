@@ -215,6 +215,7 @@ RULES = [
     (r" eval ", "run_eval", "against the stand-in checkpoint"),
     (r"^build/meshtrain inspect ", "run_as_written", "the stand-in checkpoint"),
     (r"^build/meshtrain prepare ", "run_as_written", "on the test's corpus/*.txt"),
+    (r"^scripts/plot-run\.py ", "run_as_written", "on the run the examples above wrote"),
     (r"^python3 - <<'PY'", "run_as_written", "the stand-in checkpoint"),
     (r"(^scripts/run-local\.sh |^mpiexec .* train |^build/meshtrain train )", "run_short",
      "two steps, small model for the GPT-2 decks"),
