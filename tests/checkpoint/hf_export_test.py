@@ -248,8 +248,53 @@ class HfExport(harness.Case):
         self.assertIn(f"resumed from {imported} at step 0", stdout)
         self.assertEqual(sorted(harness.losses(stdout)), [1, 2])
 
+        # The imported checkpoint (written by one rank) exports the same tensor bytes as the
+        # checkpoint of the two-rank run it came from; only the provenance differs.
+        again = os.path.join(self.dir, "again")
+        self.meshtrain(["export", imported, "--format", "hf", again])
+        _, first, meta1 = read_safetensors(os.path.join(out, "model.safetensors"))
+        _, second, meta2 = read_safetensors(os.path.join(again, "model.safetensors"))
+        self.assertEqual(sorted(first), sorted(second))
+        for name in first:
+            self.assertEqual(first[name].tobytes(), second[name].tobytes(), name)
+        self.assertEqual(meta2["meshtrain_step"], "0")
+        self.assertNotEqual(meta1["meshtrain_lineage"], meta2["meshtrain_lineage"])
+
+        # A bf16 export imports as its values widened to fp32.
+        out16 = os.path.join(self.dir, "hf16")
+        imported16 = os.path.join(self.dir, "imported16.h5")
+        self.meshtrain(["import", "--format", "hf", out16, "--deck", self.deck, imported16])
+        _, arrays16, _ = read_safetensors(os.path.join(out16, "model.safetensors"))
+        with h5py.File(imported16, "r") as b:
+            self.assertEqual(b["/model/wte"][...].tobytes(),
+                             arrays16["transformer.wte.weight"].tobytes())
+            self.assertEqual(b["/model/h.0.attn.qkv.weight"][...].reshape(3 * C, C).T.tobytes(),
+                             arrays16["transformer.h.0.attn.c_attn.weight"].tobytes())
+
     def test_untied_exports_lm_head(self):
         self.run_model(tied=False)
+
+    def test_export_refusals(self):
+        self.train(1, ["train.steps=2"])
+        out = os.path.join(self.dir, "hf")
+        # A model setting GPT-2 cannot express (here another LayerNorm epsilon) is refused by name.
+        with h5py.File(self.ckpt(2), "r+") as f:
+            model = f.attrs["model"]
+            text = model.decode() if isinstance(model, bytes) else str(model)
+            self.assertIn("layernorm_eps = 1e-05", text)
+            f.attrs.modify("model", np.array(text.replace("1e-05", "1e-06").encode(),
+                                              dtype=f.attrs.get_id("model").dtype))
+        _, _, stderr = self.meshtrain(["export", self.ckpt(2), "--format", "hf", out], expect=1)
+        self.assertIn("model.layernorm_eps = 1e-06 is a setting Hugging Face GPT2LMHeadModel "
+                      "cannot express", stderr)
+        self.assertFalse(os.path.exists(out))
+        missing = os.path.join(self.dir, "absent.h5")
+        _, _, stderr = self.meshtrain(["export", missing, "--format", "hf", out], expect=1)
+        self.assertTrue(stderr.startswith("meshtrain: error: " + missing), stderr)
+        _, _, stderr = self.meshtrain(["export", self.ckpt_dir, "--format", "hf", out], expect=1)
+        self.assertIn("is a directory, not a checkpoint file", stderr)
+        self.meshtrain(["export", self.ckpt(2), "--format", "onnx", out], expect=2)
+        self.meshtrain(["export", self.ckpt(2), "--format", "hf", out, "--dtype", "fp16"], expect=2)
 
     def test_import_refusals(self):
         self.train(1, ["train.steps=2"])
