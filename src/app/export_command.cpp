@@ -52,6 +52,9 @@ GptConfig model_of(const std::string& path, const std::string& recorded, std::st
   } catch (const std::exception&) {
     throw std::runtime_error(path + ": the 'model' attribute is malformed:\n" + recorded);
   }
+  if (s["tie_embeddings"] != "true" && s["tie_embeddings"] != "false")
+    throw std::runtime_error(path + ": the 'model' attribute has tie_embeddings = " + s["tie_embeddings"] +
+                             " (expected true or false)");
   m.tie_embeddings = s["tie_embeddings"] == "true";
   for (const auto& [key, value] : s) {
     bool known = key == "tokenizer";

@@ -168,6 +168,8 @@ void import_hf(const ImportArgs& args) {
     throw std::runtime_error(st_path + ": tensor " + e->name + " " + e->shape_string() + " is not part of " + model +
                              " (check model.layers and model.tie_embeddings against config.json)");
   }
+  // Often <checkpoint.dir>/step_00000000.h5 of a run not started yet (README): make its directory.
+  if (const fs::path parent = fs::path(args.out).parent_path(); !parent.empty()) fs::create_directories(parent, ec);
   write_imported_checkpoint(args.out, cfg, values);
   std::printf("imported %s (%zu tensors) for %s into %s at step 0\n"
               "fine-tune it: meshtrain train %s --set checkpoint.resume='\"%s\"'\n",

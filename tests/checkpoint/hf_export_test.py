@@ -271,8 +271,19 @@ class HfExport(harness.Case):
             self.assertEqual(b["/model/h.0.attn.qkv.weight"][...].reshape(3 * C, C).T.tobytes(),
                              arrays16["transformer.h.0.attn.c_attn.weight"].tobytes())
 
-    def test_untied_exports_lm_head(self):
-        self.run_model(tied=False)
+    def test_untied_exports_lm_head_and_imports_for_resume_auto(self):
+        _, out = self.run_model(tied=False)
+        # Imported as step 0 of a new run's checkpoint.dir, checkpoint.resume = "auto" (the
+        # default) starts from it and a requeued job continues the run's own newest checkpoint.
+        ft = os.path.join(self.dir, "ft")
+        first = os.path.join(ft, "checkpoints", "step_00000000.h5")
+        self.meshtrain(["import", "--format", "hf", out, "--deck", self.deck, first,
+                        "--set", "model.tie_embeddings=false"])
+        sets = ["model.tie_embeddings=false", f'run.dir="{ft}"', "checkpoint.every=1"]
+        _, stdout, _ = self.train(1, sets + ["train.steps=1"])
+        self.assertIn(f"resumed from {first} at step 0", stdout)
+        _, stdout, _ = self.train(1, sets + ["train.steps=2"])
+        self.assertIn("at step 1", stdout)
 
     def test_export_refusals(self):
         self.train(1, ["train.steps=2"])
