@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`meshtrain export --format hf` and `meshtrain import --format hf`, end to end through the real
-binary: train a tiny deck for a few steps on two ranks (tensor parallel), export the checkpoint,
+binary: train a tiny deck for 40 steps on two ranks (tensor parallel), export the checkpoint,
 then WITHOUT meshtrain read model.safetensors with a reader written here from the format's
 specification (struct + json + numpy) and check every name, shape and value against the
 checkpoint (h5py); where PyTorch is installed, build GPT-2 from those tensors
@@ -34,6 +34,7 @@ except ImportError:
 
 L, C, H, T, V = 4, 32, 4, 16, 256  # harness.DECK's model
 G, EVAL_BATCHES = 8, 2
+STEPS = 40
 WINDOWS = G * EVAL_BATCHES  # the validation shard's windows: exactly what eval reads, in order
 DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (None, 2)}
 
@@ -171,9 +172,13 @@ class HfExport(harness.Case):
         self.sets = [f'data.val="{self.val}"', f"train.eval_batches={EVAL_BATCHES}"]
 
     def run_model(self, tied):
-        sets = self.sets + ["parallel.tp=2", f"model.tie_embeddings={'true' if tied else 'false'}"]
+        # Trained well away from the uniform start (loss 5.5 -> about 3.2), so that the logits
+        # are large and a wrong mapping could not hide in a near-uniform loss.
+        sets = self.sets + ["parallel.tp=2", f"model.tie_embeddings={'true' if tied else 'false'}",
+                            f"train.steps={STEPS}", "train.lr=1e-2", "train.warmup_steps=2",
+                            f"checkpoint.every={STEPS}"]
         self.train(2, sets)
-        ckpt = self.ckpt(4)
+        ckpt = self.ckpt(STEPS)
         out = os.path.join(self.dir, "hf")
         _, stdout, _ = self.meshtrain(["export", ckpt, "--format", "hf", out])
         self.assertIn("model.safetensors", stdout)
@@ -184,7 +189,7 @@ class HfExport(harness.Case):
         self.assertEqual({k: tuple(v["shape"]) for k, v in header.items()}, hf_names(tied))
         self.assertTrue(all(v["dtype"] == "F32" for v in header.values()))
         self.assertEqual(metadata["format"], "pt")
-        self.assertEqual(metadata["meshtrain_step"], "4")
+        self.assertEqual(metadata["meshtrain_step"], str(STEPS))
         with h5py.File(ckpt, "r") as f:
             self.assertEqual(metadata["meshtrain_lineage"], f.attrs["lineage"].decode()
                              if isinstance(f.attrs["lineage"], bytes) else f.attrs["lineage"])
