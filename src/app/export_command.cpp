@@ -178,7 +178,7 @@ void export_hf(const ExportArgs& args) {
   const std::string model_path = (fs::path(args.out) / "model.safetensors").string();
   writer.write(model_path);
   write_text((fs::path(args.out) / "config.json").string(),
-             hf_gpt2_config_json(m, bf16 ? "bfloat16" : "float32"));
+             hf_gpt2_config_json(m, bf16 ? "bfloat16" : "float32", tokenizer));
   std::printf("exported %s (step %lld, %d layers, d_model %lld, %lld heads, vocab %lld%s) to %s: "
               "model.safetensors (%zu tensors, %s), config.json (GPT2LMHeadModel)\n",
               args.checkpoint.c_str(), static_cast<long long>(info.step), m.layers,

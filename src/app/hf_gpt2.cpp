@@ -50,7 +50,8 @@ void transpose_2d(const float* in, float* out, int64_t rows, int64_t cols) {
         for (int64_t c = c0; c < std::min(cols, c0 + kB); ++c) out[c * rows + r] = in[r * cols + c];
 }
 
-std::string hf_gpt2_config_json(const GptConfig& m, const std::string& torch_dtype) {
+std::string hf_gpt2_config_json(const GptConfig& m, const std::string& torch_dtype,
+                                const std::string& tokenizer) {
   nlohmann::ordered_json j;
   j["model_type"] = "gpt2";
   j["architectures"] = {"GPT2LMHeadModel"};
@@ -73,9 +74,10 @@ std::string hf_gpt2_config_json(const GptConfig& m, const std::string& torch_dty
   j["reorder_and_upcast_attn"] = false;
   j["tie_word_embeddings"] = m.tie_embeddings;
   // The byte tokenizer has no begin/end-of-text token; null keeps HF from assuming GPT-2's
-  // 50256, which would lie outside a 256-token vocabulary.
-  j["bos_token_id"] = nullptr;
-  j["eos_token_id"] = nullptr;
+  // 50256, which would lie outside a 256-token vocabulary. GPT-2's BPE has <|endoftext|>.
+  const bool gpt2_bpe = tokenizer.find("gpt2") != std::string::npos && m.vocab_size > 50256;
+  j["bos_token_id"] = gpt2_bpe ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr);
+  j["eos_token_id"] = j["bos_token_id"];
   j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";
 }

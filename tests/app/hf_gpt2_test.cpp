@@ -88,6 +88,13 @@ TEST(HfGpt2, ConfigJsonDescribesGpt2LMHeadModel) {
   EXPECT_EQ(j["tie_word_embeddings"], false);
   EXPECT_EQ(j["torch_dtype"], "bfloat16");
   for (const char* p : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) EXPECT_EQ(j[p], 0.0) << p;
+  EXPECT_TRUE(j["bos_token_id"].is_null());
+  EXPECT_TRUE(j["eos_token_id"].is_null());
+  GptConfig gpt2 = small(true);
+  gpt2.vocab_size = 50257;
+  const nlohmann::json k = nlohmann::json::parse(hf_gpt2_config_json(gpt2, "float32", "gpt2-bpe"));
+  EXPECT_EQ(k["bos_token_id"], 50256);
+  EXPECT_EQ(k["eos_token_id"], 50256);
 }
 
 }  // namespace

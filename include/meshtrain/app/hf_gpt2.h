@@ -48,7 +48,9 @@ std::vector<HfTensor> hf_gpt2_tensors(const GptConfig& m);
 void transpose_2d(const float* in, float* out, int64_t rows, int64_t cols);
 
 // config.json of GPT2LMHeadModel for `m` (indented JSON text, a trailing newline). torch_dtype:
-// "float32" or "bfloat16".
-std::string hf_gpt2_config_json(const GptConfig& m, const std::string& torch_dtype);
+// "float32" or "bfloat16". `tokenizer` as the checkpoint records it ("byte"): GPT-2's BPE has
+// <|endoftext|> = 50256 as bos and eos; the byte tokenizer has neither (null).
+std::string hf_gpt2_config_json(const GptConfig& m, const std::string& torch_dtype,
+                                const std::string& tokenizer = "byte");
 
 }  // namespace meshtrain
