@@ -63,7 +63,8 @@ GptConfig model_of(const std::string& path, const std::string& recorded, std::st
     const auto f = fixed.find(key);
     if (f == fixed.end() || f->second != value)
       throw std::runtime_error(
-          path + ": model." + key + " = " + value + " is a setting Hugging Face GPT2LMHeadModel cannot "
+          path + ": model." + key + " = " + value +
+          " is a setting Hugging Face GPT2LMHeadModel cannot "
           "express (it computes layernorm_eps = 1e-05, positions = \"learned\", activation = \"gelu_tanh\" "
           "as gelu_new, and nothing else): export refuses rather than write a model that computes "
           "another function");
@@ -83,8 +84,8 @@ std::vector<float> read_verified(CheckpointFile& file, const std::string& name, 
   file.read(name, {all}, raw.data(), stored);
   const std::optional<uint64_t> sum = file.checksum(name);
   if (!sum || *sum != checksum_part(raw.data(), stored, shape, {all}))
-    throw std::runtime_error(file.path() + ": dataset " + name + (sum ? " does not match its checksum (damaged)"
-                                                                      : " has no checksum attribute"));
+    throw std::runtime_error(file.path() + ": dataset " + name +
+                             (sum ? " does not match its checksum (damaged)" : " has no checksum attribute"));
   std::vector<float> out(static_cast<size_t>(shape.numel()));
   if (stored == DType::F32) {
     std::memcpy(out.data(), raw.data(), raw.size());
@@ -129,7 +130,8 @@ void export_hf(const ExportArgs& args) {
   for (const HfTensor& t : tensors) mapped["/model/" + t.meshtrain] = true;
   for (const std::string& name : file.dataset_names())
     if (name.rfind("/model/", 0) == 0 && !mapped.count(name))
-      throw std::runtime_error(args.checkpoint + ": dataset " + name + " has no counterpart in Hugging Face "
+      throw std::runtime_error(args.checkpoint + ": dataset " + name +
+                               " has no counterpart in Hugging Face "
                                "GPT2LMHeadModel (export maps wte, wpe, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and "
                                "an untied lm_head.weight)");
 
@@ -137,15 +139,20 @@ void export_hf(const ExportArgs& args) {
   for (const HfTensor& t : tensors) {
     const std::string name = "/model/" + t.meshtrain;
     Shape want;
-    if (t.meshtrain_shape.size() == 1) want = Shape{t.meshtrain_shape[0]};
-    else if (t.meshtrain_shape.size() == 2) want = Shape{t.meshtrain_shape[0], t.meshtrain_shape[1]};
-    else want = Shape{t.meshtrain_shape[0], t.meshtrain_shape[1], t.meshtrain_shape[2]};
+    if (t.meshtrain_shape.size() == 1)
+      want = Shape{t.meshtrain_shape[0]};
+    else if (t.meshtrain_shape.size() == 2)
+      want = Shape{t.meshtrain_shape[0], t.meshtrain_shape[1]};
+    else
+      want = Shape{t.meshtrain_shape[0], t.meshtrain_shape[1], t.meshtrain_shape[2]};
     if (!file.has_dataset(name))
-      throw std::runtime_error(args.checkpoint + ": dataset " + name + " is missing, but its 'model' attribute "
+      throw std::runtime_error(args.checkpoint + ": dataset " + name +
+                               " is missing, but its 'model' attribute "
                                "describes a model that has it (damaged checkpoint)");
     if (file.shape(name) != want)
-      throw std::runtime_error(args.checkpoint + ": dataset " + name + " has shape " + file.shape(name).to_string() +
-                               ", but its 'model' attribute needs " + want.to_string() + " (damaged checkpoint)");
+      throw std::runtime_error(args.checkpoint + ": dataset " + name + " has shape " +
+                               file.shape(name).to_string() + ", but its 'model' attribute needs " +
+                               want.to_string() + " (damaged checkpoint)");
     std::vector<float> v = read_verified(file, name, want);
     if (t.transpose) {
       const int64_t cols = t.meshtrain_shape.back(), rows = want.numel() / cols;
@@ -156,9 +163,11 @@ void export_hf(const ExportArgs& args) {
     std::vector<char> bytes;
     if (bf16) {
       const std::vector<uint16_t> h = f32_to_bf16(v.data(), v.size());
-      bytes.assign(reinterpret_cast<const char*>(h.data()), reinterpret_cast<const char*>(h.data() + h.size()));
+      bytes.assign(reinterpret_cast<const char*>(h.data()),
+                   reinterpret_cast<const char*>(h.data() + h.size()));
     } else {
-      bytes.assign(reinterpret_cast<const char*>(v.data()), reinterpret_cast<const char*>(v.data() + v.size()));
+      bytes.assign(reinterpret_cast<const char*>(v.data()),
+                   reinterpret_cast<const char*>(v.data() + v.size()));
     }
     writer.add(t.hf, out_type, t.hf_shape, std::move(bytes));
   }
@@ -174,17 +183,18 @@ void export_hf(const ExportArgs& args) {
 
   fs::create_directories(args.out, ec);
   if (!fs::is_directory(args.out, ec))
-    throw std::runtime_error(args.out + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
+    throw std::runtime_error(args.out + ": cannot create the output directory" +
+                             (ec ? ": " + ec.message() : ""));
   const std::string model_path = (fs::path(args.out) / "model.safetensors").string();
   writer.write(model_path);
   write_text((fs::path(args.out) / "config.json").string(),
              hf_gpt2_config_json(m, bf16 ? "bfloat16" : "float32", tokenizer));
-  std::printf("exported %s (step %lld, %d layers, d_model %lld, %lld heads, vocab %lld%s) to %s: "
-              "model.safetensors (%zu tensors, %s), config.json (GPT2LMHeadModel)\n",
-              args.checkpoint.c_str(), static_cast<long long>(info.step), m.layers,
-              static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
-              static_cast<long long>(m.vocab_size), m.tie_embeddings ? ", tied" : ", untied",
-              args.out.c_str(), tensors.size(), bf16 ? "bf16" : "fp32");
+  std::printf(
+      "exported %s (step %lld, %d layers, d_model %lld, %lld heads, vocab %lld%s) to %s: "
+      "model.safetensors (%zu tensors, %s), config.json (GPT2LMHeadModel)\n",
+      args.checkpoint.c_str(), static_cast<long long>(info.step), m.layers, static_cast<long long>(m.d_model),
+      static_cast<long long>(m.heads), static_cast<long long>(m.vocab_size),
+      m.tie_embeddings ? ", tied" : ", untied", args.out.c_str(), tensors.size(), bf16 ? "bf16" : "fp32");
 }
 
 }  // namespace

@@ -13,8 +13,8 @@ std::vector<HfTensor> hf_gpt2_tensors(const GptConfig& m) {
     out.push_back({mt, shape, hf, shape, false});
   };
   // A linear weight (out, in) in meshtrain, (in, out) in HF; `mt_shape` may be blocked (qkv).
-  auto linear = [&](const std::string& mt, const std::string& hf, std::vector<int64_t> mt_shape,
-                    int64_t in, int64_t out_features) {
+  auto linear = [&](const std::string& mt, const std::string& hf, std::vector<int64_t> mt_shape, int64_t in,
+                    int64_t out_features) {
     out.push_back({mt, std::move(mt_shape), hf, {in, out_features}, true});
   };
   same("wte", "transformer.wte.weight", {V, C});

@@ -34,10 +34,14 @@ constexpr const char* kAccepted = "F32, F16 or BF16";
 }
 
 bool parse_dtype(const std::string& s, SafeDType& out) {
-  if (s == "F32") out = SafeDType::F32;
-  else if (s == "F16") out = SafeDType::F16;
-  else if (s == "BF16") out = SafeDType::BF16;
-  else return false;
+  if (s == "F32")
+    out = SafeDType::F32;
+  else if (s == "F16")
+    out = SafeDType::F16;
+  else if (s == "BF16")
+    out = SafeDType::BF16;
+  else
+    return false;
   return true;
 }
 
@@ -58,15 +62,17 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
     fail(path, where + " is " + std::string(v.type_name()) +
                    " in the header (expected an object with dtype, shape and data_offsets)");
   for (const char* key : {"dtype", "shape", "data_offsets"})
-    if (!v.contains(key)) fail(path, where + " has no '" + key + "' (expected dtype, shape and data_offsets)");
+    if (!v.contains(key))
+      fail(path, where + " has no '" + key + "' (expected dtype, shape and data_offsets)");
   SafetensorsEntry e;
   e.name = name;
   const json& dt = v["dtype"];
   if (!dt.is_string() || !parse_dtype(dt.get<std::string>(), e.dtype))
-    fail(path, where + " has dtype " + dt.dump() + ", which this reader does not accept (accepted: " +
-                   kAccepted + ")");
+    fail(path, where + " has dtype " + dt.dump() +
+                   ", which this reader does not accept (accepted: " + kAccepted + ")");
   const json& shape = v["shape"];
-  if (!shape.is_array()) fail(path, where + " has shape " + shape.dump() + " (expected an array of integers >= 0)");
+  if (!shape.is_array())
+    fail(path, where + " has shape " + shape.dump() + " (expected an array of integers >= 0)");
   for (const json& d : shape) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0)
       fail(path, where + " has shape " + shape.dump() + " (expected an array of integers >= 0)");
@@ -103,9 +109,12 @@ std::vector<char> read_bytes(const std::string& path, uint64_t offset, uint64_t 
 
 std::string_view safetensors_dtype_name(SafeDType t) {
   switch (t) {
-    case SafeDType::F32: return "F32";
-    case SafeDType::F16: return "F16";
-    case SafeDType::BF16: return "BF16";
+    case SafeDType::F32:
+      return "F32";
+    case SafeDType::F16:
+      return "F16";
+    case SafeDType::BF16:
+      return "BF16";
   }
   return "?";
 }
@@ -242,7 +251,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   in.seekg(0, std::ios::end);
   const uint64_t size = static_cast<uint64_t>(in.tellg());
   if (size < 8)
-    fail(path, "is " + std::to_string(size) + " bytes long, shorter than the 8-byte header length "
+    fail(path, "is " + std::to_string(size) +
+                   " bytes long, shorter than the 8-byte header length "
                    "(not a safetensors file, or truncated)");
   in.seekg(0);
   uint64_t n = 0;
@@ -263,7 +273,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   } catch (const json::parse_error& e) {
     fail(path, std::string("the header is not valid JSON (") + e.what() + ")");
   }
-  if (!h.is_object()) fail(path, "the header is JSON " + std::string(h.type_name()) + ", not an object of tensors");
+  if (!h.is_object())
+    fail(path, "the header is JSON " + std::string(h.type_name()) + ", not an object of tensors");
 
   SafetensorsFile f;
   f.path_ = path;
@@ -271,9 +282,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   const uint64_t data_size = size - f.data_start_;
   for (const auto& [key, value] : h.items()) {
     if (key == "__metadata__") {
-      if (!value.is_object()) fail(path, "__metadata__ is " + std::string(value.type_name()) + " (expected an object of strings)");
+      if (!value.is_object())
+        fail(path, "__metadata__ is " + std::string(value.type_name()) + " (expected an object of strings)");
       for (const auto& [k, v] : value.items()) {
-        if (!v.is_string()) fail(path, "__metadata__ key '" + k + "' is " + v.dump() + " (expected a string)");
+        if (!v.is_string())
+          fail(path, "__metadata__ key '" + k + "' is " + v.dump() + " (expected a string)");
         f.metadata_[k] = v.get<std::string>();
       }
       continue;
@@ -291,8 +304,10 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
       fail(path, "tensor '" + e.name + "' has data_offsets " + range + " past the end of the data (" +
                      std::to_string(data_size) + " bytes: truncated?)");
     if (e.begin < at)
-      fail(path, "tensor '" + e.name + "' has data_offsets " + range + ", overlapping the tensor before it "
-                     "(which ends at " + std::to_string(at) + "); tensors must not share bytes");
+      fail(path, "tensor '" + e.name + "' has data_offsets " + range +
+                     ", overlapping the tensor before it "
+                     "(which ends at " +
+                     std::to_string(at) + "); tensors must not share bytes");
     if (e.begin > at)
       fail(path, "tensor '" + e.name + "' has data_offsets " + range + ", leaving a gap after byte " +
                      std::to_string(at) + "; tensors must be contiguous");

@@ -49,10 +49,14 @@ namespace {
 
 Shape to_shape(const std::vector<int64_t>& d) {
   switch (d.size()) {
-    case 1: return Shape{d[0]};
-    case 2: return Shape{d[0], d[1]};
-    case 3: return Shape{d[0], d[1], d[2]};
-    default: throw std::logic_error("checkpoint import: a parameter of rank " + std::to_string(d.size()));
+    case 1:
+      return Shape{d[0]};
+    case 2:
+      return Shape{d[0], d[1]};
+    case 3:
+      return Shape{d[0], d[1], d[2]};
+    default:
+      throw std::logic_error("checkpoint import: a parameter of rank " + std::to_string(d.size()));
   }
 }
 
@@ -74,7 +78,8 @@ void write_imported_checkpoint(const std::string& path, const Config& config,
     if (it == values.end() || static_cast<int64_t>(it->second.size()) != n)
       throw std::logic_error("checkpoint import: no values, or not " + std::to_string(n) + ", for " + name);
   }
-  if (values.size() != params.size()) throw std::logic_error("checkpoint import: values beyond the model's parameters");
+  if (values.size() != params.size())
+    throw std::logic_error("checkpoint import: values beyond the model's parameters");
 
   // The optimizer's precision: fp64 runs keep float64 state, every other run float32 (bf16
   // runs hold fp32 master weights).
@@ -98,7 +103,8 @@ void write_imported_checkpoint(const std::string& path, const Config& config,
     CheckpointFile file(tmp, MPI_COMM_SELF, CheckpointFile::Access::Create);
     file.write_info(info);
     for (const auto& [name, dims] : params)
-      for (int kind = 0; kind < kKinds; ++kind) file.create_dataset(dataset_name(name, kind), to_shape(dims), dt);
+      for (int kind = 0; kind < kKinds; ++kind)
+        file.create_dataset(dataset_name(name, kind), to_shape(dims), dt);
     file.reserve_space();
     std::vector<char> buf;
     for (const auto& [name, dims] : params) {

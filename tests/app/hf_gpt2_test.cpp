@@ -62,7 +62,8 @@ TEST(HfGpt2, QkvColumnsAreQueryKeyValueWithHeadsContiguous) {
   std::vector<float> w(3 * C * C), out(w.size());
   for (int64_t k = 0; k < 3; ++k)
     for (int64_t o = 0; o < C; ++o)
-      for (int64_t i = 0; i < C; ++i) w[(k * C + o) * C + i] = static_cast<float>(1000 * k + 100 * (o / HS) + 10 * (o % HS) + i);
+      for (int64_t i = 0; i < C; ++i)
+        w[(k * C + o) * C + i] = static_cast<float>(1000 * k + 100 * (o / HS) + 10 * (o % HS) + i);
   transpose_2d(w.data(), out.data(), 3 * C, C);
   // HF Conv1D: y[j] = sum_i x[i] W[i][j]; column j = k C + h HS + d (GPT2Attention.split_heads).
   for (int64_t i = 0; i < C; ++i)
