@@ -337,6 +337,27 @@ class HfExport(harness.Case):
                 dst.write(src.read())
             return d
 
+        # As GPT2Model.save_pretrained wrote the original "gpt2" files: no "transformer." prefix,
+        # the causal-mask buffers beside the weights, the tied head stored too. Accepted, and the
+        # same weights as the checkpoint's.
+        legacy = {k[len("transformer."):] if k.startswith("transformer.") else k: v
+                  for k, v in arrays.items()}
+        legacy["h.0.attn.bias"] = np.tril(np.ones((1, 1, T, T), dtype=np.float32))
+        legacy["h.0.attn.masked_bias"] = np.array(-1e4, dtype=np.float32)
+        legacy["lm_head.weight"] = arrays["transformer.wte.weight"]
+        accepted = os.path.join(self.dir, "accepted.h5")
+        self.meshtrain(["import", "--format", "hf", variant("legacy", legacy), "--deck", self.deck,
+                        accepted])
+        with h5py.File(self.ckpt(2), "r") as a, h5py.File(accepted, "r") as b:
+            for name in a["model"]:
+                self.assertEqual(a["model"][name][...].tobytes(), b["model"][name][...].tobytes(),
+                                 name)
+        os.remove(accepted)
+        untied = dict(legacy)
+        untied["lm_head.weight"] = legacy["lm_head.weight"] * 2
+        refused(variant("untied", untied), "tensor lm_head.weight differs from "
+                "transformer.wte.weight, but the deck's model")
+
         wrong = dict(arrays)
         wrong["transformer.wpe.weight"] = arrays["transformer.wpe.weight"][:8]
         st = os.path.join(self.dir, "wrong_shape", "model.safetensors")
