@@ -13,7 +13,7 @@ set(MESHTRAIN_SANITIZE -fsanitize=address,undefined -fno-sanitize-recover=all
 target_compile_options(meshtrain_core PRIVATE ${MESHTRAIN_SANITIZE} -fsanitize=fuzzer-no-link)
 target_link_options(meshtrain_core PUBLIC -fsanitize=address,undefined)
 
-set(MESHTRAIN_FUZZ_HARNESSES deck token_shard flight_record schedule checkpoint)
+set(MESHTRAIN_FUZZ_HARNESSES deck token_shard flight_record schedule checkpoint safetensors)
 foreach(name IN LISTS MESHTRAIN_FUZZ_HARNESSES)
   add_executable(${name}_fuzz ${PROJECT_SOURCE_DIR}/fuzz/${name}_fuzz.cpp)
   target_compile_options(${name}_fuzz PRIVATE ${MESHTRAIN_SANITIZE} -fsanitize=fuzzer)

@@ -19,7 +19,7 @@ build_packages=(
   "${mpi_packages[@]}"
   libopenblas-openmp-dev libdnnl-dev
   hdf5-tools
-  libtomlplusplus-dev libcli11-dev
+  libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev googletest
 )
 test_packages=(

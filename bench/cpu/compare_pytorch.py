@@ -44,64 +44,6 @@ def flops_per_token():
     return 6.0 * multiplying + 12.0 * LAYERS * CHANNELS * SEQ
 
 
-def build(torch):
-    nn, F = torch.nn, torch.nn.functional
-    sdpa = getattr(F, "scaled_dot_product_attention", None)
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1 = nn.LayerNorm(CHANNELS)
-            self.qkv = nn.Linear(CHANNELS, 3 * CHANNELS)
-            self.proj = nn.Linear(CHANNELS, CHANNELS)
-            self.ln2 = nn.LayerNorm(CHANNELS)
-            self.fc = nn.Linear(CHANNELS, 4 * CHANNELS)
-            self.fc_proj = nn.Linear(4 * CHANNELS, CHANNELS)
-            self.register_buffer("mask", torch.ones(SEQ, SEQ, dtype=torch.bool).tril(),
-                                 persistent=False)
-
-        def forward(self, x):
-            b, t, c = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-            # (B, T, C) -> (B, NH, T, HS)
-            q, k, v = (y.view(b, t, HEADS, c // HEADS).transpose(1, 2) for y in (q, k, v))
-            if sdpa is not None:
-                y = sdpa(q, k, v, is_causal=True)
-            else:
-                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // HEADS))  # (B, NH, T, T)
-                att = att.masked_fill(~self.mask[:t, :t], float("-inf")).softmax(dim=-1)
-                y = att @ v
-            x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
-            return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-    class GPT2(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte = nn.Embedding(VOCAB, CHANNELS)
-            self.wpe = nn.Embedding(SEQ, CHANNELS)
-            self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
-            self.ln_f = nn.LayerNorm(CHANNELS)
-            self.lm_head = nn.Linear(CHANNELS, VOCAB, bias=False)
-            self.lm_head.weight = self.wte.weight  # tied, as GPT-2
-            # GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 L)
-            for name, p in self.named_parameters():
-                if p.dim() == 2:
-                    std = 0.02 / math.sqrt(2 * LAYERS) if name.endswith("proj.weight") else 0.02
-                    nn.init.normal_(p, mean=0.0, std=std)
-                elif name.endswith("bias"):
-                    nn.init.zeros_(p)
-
-        def forward(self, tokens, targets):
-            t = tokens.shape[1]
-            x = self.wte(tokens) + self.wpe(torch.arange(t))
-            for block in self.blocks:
-                x = block(x)
-            logits = self.lm_head(self.ln_f(x))
-            return F.cross_entropy(logits.float().view(-1, VOCAB), targets.reshape(-1))
-
-    return GPT2, sdpa is not None
-
-
 def time_steps(torch, GPT2, threads, precision, steps):
     """Median seconds of `steps` training steps after one untimed step, and every loss."""
     torch.set_num_threads(threads)
@@ -149,7 +91,14 @@ def main():
               f"status {EXIT_NO_PYTORCH}", file=sys.stderr)
         return EXIT_NO_PYTORCH
 
-    GPT2, has_sdpa = build(torch)
+    # The model is shared with the GPU baseline and the export test (bench/gpt2_torch.py).
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import gpt2_torch
+    has_sdpa = gpt2_torch.SDPA is not None
+
+    def GPT2():
+        return gpt2_torch.GPT2(vocab=VOCAB, context=SEQ, layers=LAYERS, heads=HEADS,
+                               channels=CHANNELS)
     fpt = flops_per_token()
     tokens = MICRO_BATCH * SEQ
     print(f"# pytorch {torch.__version__} on the CPU ({os.cpu_count()} cores visible), GPT-2 "

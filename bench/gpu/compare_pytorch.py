@@ -23,59 +23,15 @@ the exit status is non-zero when the run fails (no GPU, NaN loss).
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-
-class Block(nn.Module):
-    def __init__(self, channels, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(channels)
-        self.qkv = nn.Linear(channels, 3 * channels)
-        self.proj = nn.Linear(channels, channels)
-        self.ln2 = nn.LayerNorm(channels)
-        self.fc = nn.Linear(channels, 4 * channels)
-        self.fc_proj = nn.Linear(4 * channels, channels)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-        # (B, T, C) -> (B, NH, T, HS) for the fused kernel
-        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
-        return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-
-class GPT2(nn.Module):
-    def __init__(self, vocab=50304, context=1024, layers=12, heads=12, channels=768):
-        super().__init__()
-        self.wte = nn.Embedding(vocab, channels)
-        self.wpe = nn.Embedding(context, channels)
-        self.blocks = nn.ModuleList(Block(channels, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(channels)
-        self.lm_head = nn.Linear(channels, vocab, bias=False)
-        self.lm_head.weight = self.wte.weight  # tied, as GPT-2
-        # GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * layers)
-        for name, p in self.named_parameters():
-            if p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * layers) if name.endswith(("proj.weight",)) else 0.02
-                nn.init.normal_(p, mean=0.0, std=std)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
-
-    def forward(self, tokens, targets):
-        t = tokens.shape[1]
-        x = self.wte(tokens) + self.wpe(torch.arange(t, device=tokens.device))
-        for block in self.blocks:
-            x = block(x)
-        logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+# The model is shared with the CPU baseline and the export test (bench/gpt2_torch.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from gpt2_torch import GPT2  # noqa: E402
 
 
 def parameter_count(model):

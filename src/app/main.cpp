@@ -146,6 +146,28 @@ int main(int argc, char** argv) {
   diagnose_cmd->add_option("run_dir", diagnose.run_dir, "Run directory (run.dir, e.g. runs/default)")
       ->required();
 
+  ExportArgs exp;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "Write a checkpoint's model for Hugging Face: OUT/model.safetensors + config.json "
+                "(GPT2LMHeadModel)");
+  export_cmd->add_option("checkpoint", exp.checkpoint, "Checkpoint file (step_*.h5)")->required();
+  export_cmd->add_option("out", exp.out, "Output directory (created if needed)")->required();
+  export_cmd->add_option("--format", exp.format, "Output format: hf (Hugging Face transformers)")
+      ->required()->check(CLI::IsMember({"hf"}));
+  export_cmd->add_option("--dtype", exp.dtype, "Element type of the exported tensors: fp32 or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+
+  ImportArgs imp;
+  CLI::App* import_cmd = app.add_subcommand(
+      "import", "Turn a Hugging Face GPT-2 directory into a step-0 checkpoint of a deck's model, "
+                "to fine-tune with checkpoint.resume");
+  import_cmd->add_option("dir", imp.dir, "Directory with model.safetensors and config.json")->required();
+  import_cmd->add_option("out", imp.out, "Checkpoint file to write (e.g. gpt2.h5)")->required();
+  import_cmd->add_option("--format", imp.format, "Input format: hf (Hugging Face transformers)")
+      ->required()->check(CLI::IsMember({"hf"}));
+  import_cmd->add_option("--deck", imp.deck, "Input deck whose [model] the weights must match")->required();
+  import_cmd->add_option("--set", imp.overrides, "Override a deck key: --set section.key=value");
+
   app.add_subcommand("keys", "Print the input-deck reference (every key, its default and range)");
 
   if (refuse_unknown_subcommand(app, argc, argv)) return kExitUsage;
@@ -168,5 +190,7 @@ int main(int argc, char** argv) {
   if (*inspect_cmd) return inspect_command(inspect);
   if (*eval_cmd) return eval_command(eval);
   if (*diagnose_cmd) return diagnose_command(diagnose);
+  if (*export_cmd) return export_command(exp);
+  if (*import_cmd) return import_command(imp);
   return keys_command();
 }

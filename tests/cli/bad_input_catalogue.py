@@ -257,7 +257,12 @@ CATALOGUE = [
     # --- other commands and arguments ------------------------------------------------------
     row("command", "unknown sub-command", 1, ["trian", "{deck}"], 2,
         ["unknown sub-command 'trian' (did you mean 'train'?); the sub-commands are train, "
-         "prepare, bench, inspect, eval, plan, diagnose, keys"]),
+         "prepare, bench, inspect, eval, plan, diagnose, export, import, keys"]),
+    row("command", "export a directory", 1, ["export", "{a}", "--format", "hf", "{dir}/run/hf"], 1,
+        ["{a}", "is a directory, not a checkpoint file"], needs=["run_a"]),
+    row("command", "import without config.json", 2,
+        ["import", "--format", "hf", "{dir}", "--deck", "{deck}", "{dir}/run/imported.h5"], 1,
+        ["{dir}/config.json: cannot read (a Hugging Face GPT-2 directory holds config.json"]),
     row("command", "plan --world 0", 1, ["plan", "{deck}", "--world", "0"], 2,
         ["--world: 0 is not a number of ranks (expected an integer >= 1)"]),
     row("command", "plan a directory", 1, ["plan", "{dir}", "--world", "2"], 1,

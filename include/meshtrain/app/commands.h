@@ -78,4 +78,25 @@ struct DiagnoseArgs {
 };
 int diagnose_command(const DiagnoseArgs& args);
 
+// Writes a checkpoint's model as a Hugging Face GPT2LMHeadModel directory (one rank):
+// OUT/model.safetensors and OUT/config.json.
+struct ExportArgs {
+  std::string checkpoint;
+  std::string format = "hf";
+  std::string out;
+  std::string dtype = "fp32";  // fp32 or bf16
+};
+int export_command(const ExportArgs& args);
+
+// Reads a Hugging Face GPT-2 directory (model.safetensors, config.json), checks it against the
+// deck's model and writes a step-0 meshtrain checkpoint that `train` resumes (one rank).
+struct ImportArgs {
+  std::string format = "hf";
+  std::string dir;
+  std::string deck;
+  std::string out;
+  std::vector<std::string> overrides;
+};
+int import_command(const ImportArgs& args);
+
 }  // namespace meshtrain

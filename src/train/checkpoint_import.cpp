@@ -1,0 +1,144 @@
+// write_imported_checkpoint (train/checkpoint_import.h): the Checkpointer's format, written by
+// one rank from whole tensors.
+
+#include "meshtrain/train/checkpoint_import.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "meshtrain/config/config_dump.h"
+#include "meshtrain/io/checkpoint_file.h"
+#include "meshtrain/train/checkpointer.h"
+#include "checkpoint_directory.h"
+#include "checkpoint_entries.h"
+#include "model_signature.h"
+
+namespace meshtrain {
+
+namespace fs = std::filesystem;
+
+std::map<std::string, std::vector<int64_t>> checkpoint_parameters(const GptConfig& m) {
+  const int64_t C = m.d_model;
+  std::map<std::string, std::vector<int64_t>> out;
+  out["wte"] = {m.vocab_size, C};
+  out["wpe"] = {m.seq_len, C};
+  for (int i = 0; i < m.layers; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".";
+    for (const char* ln : {"ln_1", "ln_2"}) {
+      out[h + ln + ".weight"] = {C};
+      out[h + ln + ".bias"] = {C};
+    }
+    out[h + "attn.qkv.weight"] = {3, C, C};  // (which, out, in): model/attention.cpp
+    out[h + "attn.qkv.bias"] = {3, C};
+    out[h + "attn.proj.weight"] = {C, C};
+    out[h + "attn.proj.bias"] = {C};
+    out[h + "mlp.fc.weight"] = {4 * C, C};
+    out[h + "mlp.fc.bias"] = {4 * C};
+    out[h + "mlp.proj.weight"] = {C, 4 * C};
+    out[h + "mlp.proj.bias"] = {C};
+  }
+  out["ln_f.weight"] = {C};
+  out["ln_f.bias"] = {C};
+  if (!m.tie_embeddings) out["lm_head.weight"] = {m.vocab_size, C};
+  return out;
+}
+
+namespace {
+
+Shape to_shape(const std::vector<int64_t>& d) {
+  switch (d.size()) {
+    case 1:
+      return Shape{d[0]};
+    case 2:
+      return Shape{d[0], d[1]};
+    case 3:
+      return Shape{d[0], d[1], d[2]};
+    default:
+      throw std::logic_error("checkpoint import: a parameter of rank " + std::to_string(d.size()));
+  }
+}
+
+Box whole(const Shape& s) {
+  Box b;
+  for (int k = 0; k < s.rank(); ++k) b.count[k] = s[k];
+  return b;
+}
+
+}  // namespace
+
+void write_imported_checkpoint(const std::string& path, const Config& config,
+                               const std::map<std::string, std::vector<float>>& values) {
+  const auto params = checkpoint_parameters(config.model);
+  for (const auto& [name, shape] : params) {
+    const auto it = values.find(name);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    if (it == values.end() || static_cast<int64_t>(it->second.size()) != n)
+      throw std::logic_error("checkpoint import: no values, or not " + std::to_string(n) + ", for " + name);
+  }
+  if (values.size() != params.size())
+    throw std::logic_error("checkpoint import: values beyond the model's parameters");
+
+  // The optimizer's precision: fp64 runs keep float64 state, every other run float32 (bf16
+  // runs hold fp32 master weights).
+  const DType dt = config.train.precision == DType::F64 ? DType::F64 : DType::F32;
+  CheckpointInfo info;
+  info.step = 0;
+  info.optimizer_steps = 0;
+  info.seed = config.run.seed;
+  info.deck = config.deck_text;
+  for (const std::string& o : config.overrides) info.overrides += o + "\n";
+  info.config = dump_config(config);
+  info.model = model_signature(config.model);
+  info.lineage = new_lineage_id();  // a run of its own: continued by the run that resumes it
+  info.layout = "import (one rank; the deck's layout: " + describe_layout(config) + ")";
+  info.world_size = 1;
+  info.meshtrain_version = MESHTRAIN_VERSION;
+  info.created = utc_timestamp();
+
+  const std::string tmp = path + ".tmp";
+  try {
+    CheckpointFile file(tmp, MPI_COMM_SELF, CheckpointFile::Access::Create);
+    file.write_info(info);
+    for (const auto& [name, dims] : params)
+      for (int kind = 0; kind < kKinds; ++kind)
+        file.create_dataset(dataset_name(name, kind), to_shape(dims), dt);
+    file.reserve_space();
+    std::vector<char> buf;
+    for (const auto& [name, dims] : params) {
+      const Shape shape = to_shape(dims);
+      const std::vector<float>& v = values.at(name);
+      buf.assign(v.size() * dtype_size(dt), 0);  // the moments: zero
+      for (int kind = 0; kind < kKinds; ++kind) {
+        if (kind == 0) {
+          if (dt == DType::F32) {
+            std::memcpy(buf.data(), v.data(), buf.size());
+          } else {
+            double* d = reinterpret_cast<double*>(buf.data());
+            for (size_t i = 0; i < v.size(); ++i) d[i] = v[i];
+          }
+        } else if (kind == 1) {
+          std::fill(buf.begin(), buf.end(), 0);
+        }
+        const std::string ds = dataset_name(name, kind);
+        file.write(ds, {whole(shape)}, buf.data(), dt);
+        file.set_checksum(ds, checksum_part(buf.data(), dt, shape, {whole(shape)}));
+      }
+    }
+    file.close();
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw std::runtime_error(e.what());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw std::runtime_error(tmp + ": cannot rename to " + path + ": " + ec.message());
+  }
+}
+
+}  // namespace meshtrain

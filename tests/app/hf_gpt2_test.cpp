@@ -1,0 +1,102 @@
+// The Hugging Face GPT-2 mapping: the same parameters as a meshtrain checkpoint holds (tied and
+// untied), the QKV weight's columns in c_attn's order ([q | k | v], heads contiguous), and the
+// config.json keys transformers reads.
+
+#include "meshtrain/app/hf_gpt2.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "meshtrain/train/checkpoint_import.h"
+
+namespace meshtrain {
+namespace {
+
+GptConfig small(bool tied) {
+  GptConfig m;
+  m.layers = 3;
+  m.d_model = 8;
+  m.heads = 2;
+  m.seq_len = 5;
+  m.vocab_size = 11;
+  m.tie_embeddings = tied;
+  return m;
+}
+
+TEST(HfGpt2, MapsExactlyTheCheckpointsParameters) {
+  for (bool tied : {true, false}) {
+    const GptConfig m = small(tied);
+    const auto want = checkpoint_parameters(m);
+    const auto tensors = hf_gpt2_tensors(m);
+    ASSERT_EQ(tensors.size(), want.size()) << "tied " << tied;
+    int64_t mt = 0, hf = 0;
+    for (const HfTensor& t : tensors) {
+      ASSERT_TRUE(want.count(t.meshtrain)) << t.meshtrain;
+      EXPECT_EQ(want.at(t.meshtrain), t.meshtrain_shape) << t.meshtrain;
+      int64_t a = 1, b = 1;
+      for (int64_t d : t.meshtrain_shape) a *= d;
+      for (int64_t d : t.hf_shape) b *= d;
+      EXPECT_EQ(a, b) << t.meshtrain;
+      mt += a;
+      hf += b;
+    }
+    EXPECT_EQ(mt, m.parameter_count());
+    EXPECT_EQ(tied, std::none_of(tensors.begin(), tensors.end(),
+                                 [](const HfTensor& t) { return t.hf == "lm_head.weight"; }));
+  }
+}
+
+TEST(HfGpt2, QkvColumnsAreQueryKeyValueWithHeadsContiguous) {
+  const GptConfig m = small(true);
+  const int64_t C = m.d_model, HS = m.head_size();
+  const auto tensors = hf_gpt2_tensors(m);
+  const HfTensor& qkv = *std::find_if(tensors.begin(), tensors.end(),
+                                      [](const HfTensor& t) { return t.meshtrain == "h.1.attn.qkv.weight"; });
+  EXPECT_EQ(qkv.hf, "transformer.h.1.attn.c_attn.weight");
+  EXPECT_EQ(qkv.hf_shape, (std::vector<int64_t>{C, 3 * C}));
+  ASSERT_TRUE(qkv.transpose);
+  // meshtrain (which, out, in): value encodes (which, head, d, in).
+  std::vector<float> w(3 * C * C), out(w.size());
+  for (int64_t k = 0; k < 3; ++k)
+    for (int64_t o = 0; o < C; ++o)
+      for (int64_t i = 0; i < C; ++i)
+        w[(k * C + o) * C + i] = static_cast<float>(1000 * k + 100 * (o / HS) + 10 * (o % HS) + i);
+  transpose_2d(w.data(), out.data(), 3 * C, C);
+  // HF Conv1D: y[j] = sum_i x[i] W[i][j]; column j = k C + h HS + d (GPT2Attention.split_heads).
+  for (int64_t i = 0; i < C; ++i)
+    for (int64_t j = 0; j < 3 * C; ++j) {
+      const int64_t k = j / C, h = (j % C) / HS, d = j % HS;
+      ASSERT_EQ(out[i * 3 * C + j], static_cast<float>(1000 * k + 100 * h + 10 * d + i)) << i << " " << j;
+    }
+}
+
+TEST(HfGpt2, ConfigJsonDescribesGpt2LMHeadModel) {
+  const GptConfig m = small(false);
+  const nlohmann::json j = nlohmann::json::parse(hf_gpt2_config_json(m, "bfloat16"));
+  EXPECT_EQ(j["model_type"], "gpt2");
+  EXPECT_EQ(j["architectures"], nlohmann::json::array({"GPT2LMHeadModel"}));
+  EXPECT_EQ(j["n_layer"], 3);
+  EXPECT_EQ(j["n_embd"], 8);
+  EXPECT_EQ(j["n_head"], 2);
+  EXPECT_EQ(j["n_positions"], 5);
+  EXPECT_EQ(j["vocab_size"], 11);
+  EXPECT_EQ(j["n_inner"], 32);
+  EXPECT_EQ(j["activation_function"], "gelu_new");
+  EXPECT_EQ(j["layer_norm_epsilon"], 1e-5);
+  EXPECT_EQ(j["tie_word_embeddings"], false);
+  EXPECT_EQ(j["torch_dtype"], "bfloat16");
+  for (const char* p : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) EXPECT_EQ(j[p], 0.0) << p;
+  EXPECT_TRUE(j["bos_token_id"].is_null());
+  EXPECT_TRUE(j["eos_token_id"].is_null());
+  GptConfig gpt2 = small(true);
+  gpt2.vocab_size = 50257;
+  const nlohmann::json k = nlohmann::json::parse(hf_gpt2_config_json(gpt2, "float32", "gpt2-bpe"));
+  EXPECT_EQ(k["bos_token_id"], 50256);
+  EXPECT_EQ(k["eos_token_id"], 50256);
+}
+
+}  // namespace
+}  // namespace meshtrain
