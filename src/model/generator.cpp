@@ -1,0 +1,155 @@
+#include "meshtrain/model/generator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "meshtrain/tensor/philox.h"
+
+namespace meshtrain {
+
+int32_t choose_token(const std::vector<double>& logits, const SamplingOptions& options,
+                     int64_t position) {
+  if (logits.empty()) throw std::invalid_argument("choose_token: no logits");
+  // Candidates in order of decreasing logit, ties to the lower id: a fixed order makes the
+  // cumulative sum, and so the choice, a pure function of the logits.
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  const auto better = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  if (options.temperature <= 0.0) return *std::min_element(order.begin(), order.end(), better);
+  size_t k = order.size();
+  if (options.top_k > 0) k = std::min(k, static_cast<size_t>(options.top_k));
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                    better);
+  order.resize(k);
+  std::vector<double> weight(k);
+  const double max = logits[order[0]];
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i)
+    sum += weight[i] = std::exp((logits[order[i]] - max) / options.temperature);
+  const double u = Philox(options.seed, "sample").uniform(static_cast<uint64_t>(position)) * sum;
+  double acc = 0;
+  for (size_t i = 0; i < k; ++i) {
+    acc += weight[i];
+    if (u < acc) return order[i];
+  }
+  return order[k - 1];  // u rounded up to the sum
+}
+
+Generator::Generator(GptModel& model) : model_(&model) {
+  const GptConfig& cfg = model.config();
+  if (model.chunks() != 1 || !model.chunk(0).embedding() || !model.chunk(0).head())
+    throw std::invalid_argument(
+        "generation needs the whole model on each rank (parallel.pp = 1, parallel.virtual_stages "
+        "= 1); this rank holds " + std::to_string(model.chunks()) + " chunk(s) of a pipeline");
+  if (model.tp().sequence_parallel() && model.tp().size() > 1)
+    throw std::invalid_argument("generation does not run under sequence parallelism "
+                                "(parallel.sequence_parallel = false)");
+  chunk_ = &model.chunk(0);
+  if (chunk_->block_count() != cfg.layers)
+    throw std::invalid_argument("generation needs every layer in one chunk");
+  Backend& be = model.backend();
+  const CausalSelfAttention& attn = chunk_->block(0).attention();
+  for (int l = 0; l < cfg.layers; ++l) {
+    const Shape cache{attn.local_heads(), cfg.seq_len, attn.head_size()};
+    // Zeros: attention_decode reads only written rows, but a defined value costs nothing here.
+    k_cache_.push_back(be.zeros(cache, model.dtype(), MemoryCategory::Activations));
+    v_cache_.push_back(be.zeros(cache, model.dtype(), MemoryCategory::Activations));
+  }
+}
+
+void Generator::reset() {
+  context_.clear();
+  length_ = 0;
+}
+
+std::vector<double> Generator::gather_logits(const Tensor& local) {
+  Backend& be = model_->backend();
+  const int64_t N = local.dim(0), Vl = local.dim(1);
+  const int tp = model_->tp().size();
+  Tensor all = local;
+  if (tp > 1) {  // (tp, N, V/tp): the slices are contiguous in rank order
+    all = be.empty({tp * N, Vl}, local.dtype(), MemoryCategory::Workspace);
+    model_->tp().comm->all_gather(all, local).wait();
+  }
+  Tensor wide = all;
+  if (all.dtype() != DType::F64) {
+    wide = be.empty(all.shape(), DType::F32, MemoryCategory::Workspace);
+    be.cast(wide, all);
+  }
+  std::vector<double> host(static_cast<size_t>(wide.numel()));
+  if (wide.dtype() == DType::F64) {
+    be.copy_to_host(host.data(), wide);
+  } else {
+    std::vector<float> f(host.size());
+    be.copy_to_host(f.data(), wide);
+    std::copy(f.begin(), f.end(), host.begin());
+  }
+  std::vector<double> out(host.size());
+  for (int r = 0; r < tp; ++r)
+    for (int64_t i = 0; i < N; ++i)
+      std::copy_n(host.begin() + (r * N + i) * Vl, Vl, out.begin() + i * tp * Vl + r * Vl);
+  return out;
+}
+
+std::vector<double> Generator::run_position(int32_t token) {
+  Backend& be = model_->backend();
+  Tensor tok = be.empty({1}, DType::I32, MemoryCategory::Workspace);
+  be.copy_from_host(tok, &token);
+  Tensor x = chunk_->embedding()->forward_at(tok, length_);
+  for (int l = 0; l < chunk_->block_count(); ++l)
+    x = chunk_->block(l).decode(x, k_cache_[l], v_cache_[l], length_);
+  ++length_;
+  context_.push_back(token);
+  return gather_logits(chunk_->head()->logits(x));
+}
+
+std::vector<double> Generator::step(int32_t token) {
+  const int64_t T = model_->config().seq_len;
+  if (length_ == T) {  // slide: rebuild from the last T / 2 tokens (see the header)
+    const std::vector<int32_t> keep(context_.end() - std::max<int64_t>(T / 2, 1), context_.end());
+    reset();
+    for (int32_t t : keep) run_position(t);
+  }
+  return run_position(token);
+}
+
+std::vector<double> Generator::full_logits(const std::vector<int32_t>& tokens) {
+  Backend& be = model_->backend();
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  if (T < 1 || T > model_->config().seq_len)
+    throw std::invalid_argument("full_logits: " + std::to_string(T) + " tokens, 1 to seq_len");
+  Tensor tok = be.empty({T}, DType::I32, MemoryCategory::Workspace);
+  be.copy_from_host(tok, tokens.data());
+  const TokenShape shape{1, T};
+  Tensor x = chunk_->embedding()->forward(tok, shape);
+  for (int l = 0; l < chunk_->block_count(); ++l) {
+    Block::Saved discard;
+    x = chunk_->block(l).forward(x, shape, discard, Recompute::Full);
+  }
+  return gather_logits(chunk_->head()->logits(x));
+}
+
+std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, int count,
+                                         const SamplingOptions& options,
+                                         const std::function<void(int32_t)>& on_token) {
+  if (prompt.empty()) throw std::invalid_argument("generate: the prompt needs at least one token");
+  reset();
+  std::vector<double> logits;
+  for (int32_t t : prompt) logits = step(t);
+  std::vector<int32_t> out;
+  int64_t position = static_cast<int64_t>(prompt.size());
+  for (int i = 0; i < count; ++i, ++position) {
+    const int32_t next = choose_token(logits, options, position);
+    out.push_back(next);
+    if (on_token) on_token(next);
+    if (i + 1 < count) logits = step(next);
+  }
+  return out;
+}
+
+}  // namespace meshtrain
