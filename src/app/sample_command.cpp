@@ -2,10 +2,10 @@
 // checkpoint, generated with a key/value cache (model/generator.h).
 //
 // Layout: the checkpoint is layout-free; sample loads it as eval does, on the deck's tensor
-// parallelism (parallel.tp, heads split over the tensor group) with everything else forced to
-// what generation needs: pp = 1, one virtual stage, zero = 0, no sequence parallelism, dp =
-// world / tp (each data-parallel replica generates the same tokens; world rank 0 prints). A
-// world size that tp does not divide is refused by the layout check, naming the sizes.
+// parallelism (parallel.tp, heads split over the tensor group) when it divides the world size,
+// else tp = 1, with everything else forced to what generation needs: pp = 1, one virtual
+// stage, zero = 0, no sequence parallelism, dp = world / tp (each data-parallel replica
+// generates the same tokens; world rank 0 prints). So any deck runs on any number of ranks.
 
 #include <chrono>
 #include <cstdio>
@@ -49,7 +49,9 @@ CLI::App* add_sample_subcommand(CLI::App& app, SampleArgs& args) {
 namespace {
 // What generation needs of the layout (see the file comment); after the user's overrides, so
 // these win. global_batch = world with one-sequence micro-batches divides over any dp.
-std::vector<std::string> generation_layout(std::vector<std::string> overrides, int world) {
+// tp 0: the deck's.
+std::vector<std::string> generation_layout(std::vector<std::string> overrides, int world, int tp) {
+  if (tp > 0) overrides.push_back("parallel.tp=" + std::to_string(tp));
   for (const char* o : {"parallel.pp=1", "parallel.virtual_stages=1", "parallel.schedule=\"1f1b\"",
                         "parallel.zero=0", "parallel.sequence_parallel=false",
                         "parallel.dp=\"auto\"", "data.val=\"none\"", "train.micro_batch=1"})
@@ -63,7 +65,15 @@ int sample_command(const SampleArgs& args) {
   MpiSession mpi;
   return run_reporting_errors([&] {
     MpiCommunicator world(MPI_COMM_WORLD, "world");
-    RunSetup run = setup_run(args.deck, generation_layout(args.overrides, world.size()), world);
+    // The deck's tp if this world can hold it (the same verdict on every rank: the same deck
+    // text, the same layout check), else 1. Any other fault of the deck is reported below.
+    int tp = 1;
+    try {
+      tp = load_config(args.deck, generation_layout(args.overrides, world.size(), 0), world)
+               .parallel.tp;
+    } catch (const DeckError&) {
+    }
+    RunSetup run = setup_run(args.deck, generation_layout(args.overrides, world.size(), tp), world);
     const Config& config = run.config;
     const bool leader = run.grid->world_rank() == 0;
     const std::unique_ptr<Tokenizer> tokenizer =

@@ -4,8 +4,9 @@ A tiny model (2 layers, d 64, seq_len 64, bytes) overfits one repeated sentence 
 then:
   - greedy from "the quick" reproduces the sentence, past seq_len (the window slides);
   - sampling (temperature 1, top-k 5, seed 3) gives the same text twice, on one rank, on tp = 2
-    (heads split over two ranks) and from a pp = 2 deck (sample loads it with pp = 1);
-  - a prompt longer than seq_len and a layout the world cannot fill are refused with exit 1;
+    (heads split over two ranks), from a pp = 2 deck (sample loads it with pp = 1) and with
+    tp = 2 on 3 ranks (tp = 1 then);
+  - a prompt longer than seq_len is refused with exit 1; tp = 2 on 3 ranks runs tp = 1;
   - training printed a sample every train.sample_every steps; a pp = 2 run says it skips them
     and does not hang.
 """
@@ -86,13 +87,14 @@ class Sample(harness.Case):
         _, pp2, _ = self.sample(sampled + ["--set", "parallel.pp=2"], ranks=2)
         text = one.splitlines()[-1]
         self.assertTrue(text.startswith("the quick") and len(text) == 69, text)
-        for other in (again, tp2, pp2):
+        # tp = 2 does not divide 3 ranks: sample runs tp = 1, dp = 3.
+        _, tp2_on3, err = self.sample(sampled + ["--set", "parallel.tp=2"], ranks=3)
+        self.assertIn(", tp 1\n", err)
+        for other in (again, tp2, pp2, tp2_on3):
             self.assertEqual(other.splitlines()[-1], text)
 
         _, _, err = self.sample(["--prompt", "x" * 65], expect=1)
         self.assertIn("longer than model.seq_len = 64", err)
-        _, _, err = self.sample(["--set", "parallel.tp=2"], ranks=3, expect=1)
-        self.assertIn("launch a multiple of 2 ranks", err)
 
     def test_train_sample_skipped_on_pipeline(self):
         _, out, _ = self.train(2, ["parallel.pp=2", "train.steps=4", "train.sample_every=2",
