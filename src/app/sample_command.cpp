@@ -4,7 +4,7 @@
 // Layout: the checkpoint is layout-free; sample loads it as eval does, on the deck's tensor
 // parallelism (parallel.tp, heads split over the tensor group) when it divides the world size,
 // else tp = 1, with everything else forced to what generation needs: pp = 1, one virtual
-// stage, zero = 0, no sequence parallelism, dp = world / tp (each data-parallel replica
+// stage, zero = 0, dp = world / tp (each data-parallel replica
 // generates the same tokens; world rank 0 prints). So any deck runs on any number of ranks.
 
 #include <chrono>
@@ -53,7 +53,7 @@ namespace {
 std::vector<std::string> generation_layout(std::vector<std::string> overrides, int world, int tp) {
   if (tp > 0) overrides.push_back("parallel.tp=" + std::to_string(tp));
   for (const char* o : {"parallel.pp=1", "parallel.virtual_stages=1", "parallel.schedule=\"1f1b\"",
-                        "parallel.zero=0", "parallel.sequence_parallel=false",
+                        "parallel.zero=0",
                         "parallel.dp=\"auto\"", "data.val=\"none\"", "train.micro_batch=1"})
     overrides.emplace_back(o);
   overrides.push_back("train.global_batch=" + std::to_string(world));

@@ -42,7 +42,8 @@ Tensor Block::decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t 
   Mlp::Saved mlp;
   Tensor x2 = attn_.decode(ln_1_.forward(x, ln_1, ws), k_cache, v_cache, position);
   be.add_inplace(x2, x);
-  Tensor out = mlp_.forward(ln_2_.forward(x2, ln_2, ws), mlp, ws, ws);
+  const TensorParallel tp = ctx_.tp.without_sequence();
+  Tensor out = mlp_.forward(ln_2_.forward(x2, ln_2, ws), mlp, ws, ws, &tp);
   be.add_inplace(out, x2);
   return out;
 }

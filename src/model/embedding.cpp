@@ -40,7 +40,7 @@ Tensor Embedding::forward_at(const Tensor& tokens, int64_t position) {
   Backend& be = *ctx_.backend;
   Tensor x = be.empty({tokens.numel(), wte_.shape[1]}, wte_.value.dtype(), MemoryCategory::Workspace);
   be.embedding_forward(x, tokens, wte_.value, wte_.split_begin);
-  x = exit_tp_region_forward(be, ctx_.tp, x, MemoryCategory::Workspace);  // all-reduce
+  x = exit_tp_region_forward(be, ctx_.tp.without_sequence(), x, MemoryCategory::Workspace);
   be.position_forward(x, wpe_.value, position);
   return x;
 }

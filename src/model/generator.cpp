@@ -46,9 +46,6 @@ Generator::Generator(GptModel& model) : model_(&model) {
     throw std::invalid_argument(
         "generation needs the whole model on each rank (parallel.pp = 1, parallel.virtual_stages "
         "= 1); this rank holds " + std::to_string(model.chunks()) + " chunk(s) of a pipeline");
-  if (model.tp().sequence_parallel() && model.tp().size() > 1)
-    throw std::invalid_argument("generation does not run under sequence parallelism "
-                                "(parallel.sequence_parallel = false)");
   chunk_ = &model.chunk(0);
   if (chunk_->block_count() != cfg.layers)
     throw std::invalid_argument("generation needs every layer in one chunk");
@@ -125,12 +122,19 @@ std::vector<double> Generator::full_logits(const std::vector<int32_t>& tokens) {
     throw std::invalid_argument("full_logits: " + std::to_string(T) + " tokens, 1 to seq_len");
   Tensor tok = be.empty({T}, DType::I32, MemoryCategory::Workspace);
   be.copy_from_host(tok, tokens.data());
+  const TensorParallel& tp = model_->tp();
+  if (tp.sequence_parallel() && T % tp.size() != 0)
+    throw std::invalid_argument("full_logits: under sequence parallelism the tokens (" +
+                                std::to_string(T) + ") must divide over tp = " +
+                                std::to_string(tp.size()));
   const TokenShape shape{1, T};
   Tensor x = chunk_->embedding()->forward(tok, shape);
   for (int l = 0; l < chunk_->block_count(); ++l) {
     Block::Saved discard;
     x = chunk_->block(l).forward(x, shape, discard, Recompute::Full);
   }
+  // Under sequence parallelism each rank holds T / tp rows: gather them for the head.
+  x = enter_tp_region_forward(be, tp, x, MemoryCategory::Workspace);
   return gather_logits(chunk_->head()->logits(x));
 }
 

@@ -54,7 +54,7 @@ Tensor LanguageModelHead::logits(const Tensor& x) {
   Backend& be = *ctx_.backend;
   const MemoryCategory ws = MemoryCategory::Workspace;
   LayerNorm::Saved ln;
-  Tensor h = enter_tp_region_forward(be, ctx_.tp, ln_f_.forward(x, ln, ws), ws);
+  Tensor h = enter_tp_region_forward(be, ctx_.tp.without_sequence(), ln_f_.forward(x, ln, ws), ws);
   Tensor logits = be.empty({h.dim(0), weight_.shape[0]}, x.dtype(), ws);
   be.matmul_forward(logits, h, weight_.value, nullptr);
   return logits;

@@ -46,9 +46,6 @@ std::string generation_unsupported(const Config& config) {
            std::to_string(p.virtual_stages) + ": generation needs every layer on each rank (pp = 1)";
   if (p.zero >= 3)
     return "parallel.zero = 3 shards the parameters: generation needs them whole (zero <= 2)";
-  if (p.sequence_parallel && p.tp > 1)
-    return "parallel.sequence_parallel = true: generation runs one token, which does not split "
-           "over the tensor group";
   return "";
 }
 

@@ -10,6 +10,7 @@
 //    tokens twice.
 //  - TensorParallelMatchesOneRank (2 ranks): tp = 2, heads split, gives the same tokens, sampled
 //    with temperature and top-k, as the whole model on one rank; logits within 1e-12 (fp64).
+//  - SequenceParallelMatchesOneRank (2 ranks): the same with sequence parallelism on.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -40,13 +41,14 @@ struct Model {
   GptConfig cfg;
   std::unique_ptr<GptModel> model;
 
-  Model(MPI_Comm comm, DType dtype) : tp_comm(comm, "tp") {
+  Model(MPI_Comm comm, DType dtype, SequenceParallel sequence = SequenceParallel::Off)
+      : tp_comm(comm, "tp") {
     cfg.layers = 2;
     cfg.d_model = 32;
     cfg.heads = 4;
     cfg.seq_len = 16;
     cfg.vocab_size = 64;
-    const TensorParallel tp{&tp_comm, SequenceParallel::Off};
+    const TensorParallel tp{&tp_comm, sequence};
     model = std::make_unique<GptModel>(be, tp, cfg, balanced_partition(cfg, 1), dtype);
     model->params().materialize(be, dtype);
     model->params().initialize(be, 5);
@@ -177,6 +179,31 @@ TEST(Generator, TensorParallelMatchesOneRank) {
   const std::vector<int32_t> prompt = {1, 2, 3};
   EXPECT_EQ(one.generate(prompt, 30, opt), two.generate(prompt, 30, opt));
   EXPECT_EQ(one.generate(prompt, 30, SamplingOptions{}), two.generate(prompt, 30, SamplingOptions{}));
+}
+
+// A sequence-parallel model generates through the same group without sequence parallelism; its
+// cached logits match its own (sequence-parallel) training forward and the one-rank model's.
+TEST(Generator, SequenceParallelMatchesOneRank) {
+  if (world_size() != 2) GTEST_SKIP() << "needs 2 ranks (tp = 2), have " << world_size();
+  Model whole(MPI_COMM_SELF, DType::F64);
+  Model split(MPI_COMM_WORLD, DType::F64, SequenceParallel::On);
+  Generator one(*whole.model), two(*split.model);
+  const int64_t V = whole.cfg.vocab_size;
+  const std::vector<int32_t> tokens = text_tokens(10, static_cast<int>(V));
+  double worst = 0, worst_full = 0;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const std::vector<double> a = one.step(tokens[t]), b = two.step(tokens[t]);
+    worst = std::max(worst, max_relative(b.data(), a.data(), V));
+    if (t % 2 == 1) {  // the training forward splits the prefix over the two ranks
+      const std::vector<int32_t> prefix(tokens.begin(), tokens.begin() + t + 1);
+      const std::vector<double> full = two.full_logits(prefix);
+      worst_full = std::max(worst_full, max_relative(b.data(), full.data() + t * V, V));
+    }
+  }
+  EXPECT_LT(worst, 1e-12);
+  EXPECT_LT(worst_full, 1e-12);
+  const SamplingOptions opt{0.8, 10, 7};
+  EXPECT_EQ(one.generate({1, 2, 3}, 30, opt), two.generate({1, 2, 3}, 30, opt));
 }
 
 }  // namespace

@@ -7,8 +7,8 @@ then:
     (heads split over two ranks), from a pp = 2 deck (sample loads it with pp = 1) and with
     tp = 2 on 3 ranks (tp = 1 then);
   - a prompt longer than seq_len is refused with exit 1; tp = 2 on 3 ranks runs tp = 1;
-  - training printed a sample every train.sample_every steps; a pp = 2 run says it skips them
-    and does not hang.
+  - training printed a sample every train.sample_every steps, also on tp = 2 with sequence
+    parallelism; a pp = 2 run says it skips them and does not hang.
 """
 
 import os
@@ -101,6 +101,11 @@ class Sample(harness.Case):
                                    "checkpoint.every=0"])
         self.assertIn("train.sample_every = 2: no samples on this layout", out)
         self.assertNotIn("| sample: ", out)
+
+    def test_train_sample_sequence_parallel(self):
+        _, out, _ = self.train(2, ["parallel.tp=2", "parallel.sequence_parallel=true",
+                                   "train.steps=4", "train.sample_every=2", "checkpoint.every=0"])
+        self.assertEqual(out.count("| sample: "), 2, out)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,13 @@
 // position so far (CausalSelfAttention::decode), so a new token costs one position's work, not
 // a forward over the whole prefix.
 //
-// Layouts: one model chunk holding every layer (pp = 1, one virtual stage), no sequence
-// parallelism, parameters resident (not ZeRO-3 sharded). Tensor parallelism works: each tp rank
-// keeps the cache of its own heads, the tp regions of training reduce the partial outputs, and
-// the vocabulary-parallel logits are gathered, so every rank of the tp group holds the same full
-// logits and chooses the same token. Every rank of the tp group must call the same methods.
+// Layouts: one model chunk holding every layer (pp = 1, one virtual stage), parameters resident
+// (not ZeRO-3 sharded). Tensor parallelism works: each tp rank keeps the cache of its own heads,
+// the tp regions of training reduce the partial outputs, and the vocabulary-parallel logits are
+// gathered, so every rank of the tp group holds the same full logits and chooses the same token.
+// A sequence-parallel model generates too: one token does not split, so the decode path uses the
+// same group without sequence parallelism (same weights; TensorParallel::without_sequence).
+// Every rank of the tp group must call the same methods.
 //
 // The cache holds model.seq_len positions. When it is full and the context goes on, the window
 // slides: the cache is rebuilt from the last seq_len / 2 tokens (at positions 0 ..), which is
@@ -52,7 +54,8 @@ class Generator {
   // returns the logits (V) for the token after it. Collective over the tp group.
   std::vector<double> step(int32_t token);
   // The reference: logits (T, V), row t for the token after tokens[0..t], from the model's
-  // training forward over the whole sequence (no cache). tokens.size() <= seq_len.
+  // training forward over the whole sequence (no cache). tokens.size() <= seq_len (and a
+  // multiple of tp under sequence parallelism).
   std::vector<double> full_logits(const std::vector<int32_t>& tokens);
 
   // Feeds `prompt` (at least one token), then chooses `count` tokens one at a time, calling

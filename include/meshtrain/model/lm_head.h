@@ -29,7 +29,7 @@ class LanguageModelHead {
                Saved* saved, LossAccumulator& loss);
   Tensor backward(Saved& saved);
   // Generation: this rank's slice of the logits, (N, V / tp) for vocabulary ids from
-  // vocab_begin(), of x (N, C). Without sequence parallelism only.
+  // vocab_begin(), of x (N, C) whole on every rank (never sequence-parallel).
   Tensor logits(const Tensor& x);
   int64_t vocab_begin() const { return weight_.split_begin; }
 

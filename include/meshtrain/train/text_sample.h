@@ -29,8 +29,8 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string
 
 std::string decode_tokens(const Tokenizer& tokenizer, const std::vector<int32_t>& ids);
 
-// "" when this layout can generate in place (model/generator.h: pp = 1, one virtual stage, no
-// sequence parallelism across ranks, parameters not sharded by ZeRO-3), else why not.
+// "" when this layout can generate in place (model/generator.h: pp = 1, one virtual stage,
+// parameters not sharded by ZeRO-3), else why not.
 std::string generation_unsupported(const Config& config);
 
 // train.sample_every: after every N-th step, kSampleTokens greedy tokens from an empty prompt
