@@ -284,8 +284,8 @@ const std::vector<KeySpec>& schema() {
     k.push_back(int_key("train", "sample_every", 0, 0, big,
                         "Every N steps, print a short text the model writes (32 greedy tokens "
                         "from an empty prompt, decoded with data.tokenizer; every rank generates, "
-                        "outside the timed step); 0: never. Only where every rank holds whole "
-                        "layers (pp = 1, zero <= 2); elsewhere skipped, with a note.",
+                        "outside the timed step; pipeline stages pass each token along); 0: "
+                        "never. Not under ZeRO-3 (skipped, with a note).",
                         [](Config& c, int64_t v) { c.train.sample_every = static_cast<int>(v); }));
     k.push_back(float_key("train", "beta1", "0.9", 0.0, false, "AdamW beta1, below 1.",
                           [](Config& c, double v) { c.train.beta1 = v; }));

@@ -40,22 +40,31 @@ int32_t choose_token(const std::vector<double>& logits, const SamplingOptions& o
   return order[k - 1];  // u rounded up to the sum
 }
 
-Generator::Generator(GptModel& model) : model_(&model) {
+Generator::Generator(GptModel& model, Communicator* pipeline) : model_(&model), pipeline_(pipeline) {
   const GptConfig& cfg = model.config();
-  if (model.chunks() != 1 || !model.chunk(0).embedding() || !model.chunk(0).head())
-    throw std::invalid_argument(
-        "generation needs the whole model on each rank (parallel.pp = 1, parallel.virtual_stages "
-        "= 1); this rank holds " + std::to_string(model.chunks()) + " chunk(s) of a pipeline");
-  chunk_ = &model.chunk(0);
-  if (chunk_->block_count() != cfg.layers)
-    throw std::invalid_argument("generation needs every layer in one chunk");
+  const int stages = pipeline ? pipeline->size() : 1;
+  chunks_ = stages * model.chunks();
+  int layers = 0;
+  for (int v = 0; v < model.chunks(); ++v) layers += model.chunk(v).block_count();
+  const bool whole = model.chunks() == 1 && model.chunk(0).embedding() && model.chunk(0).head() &&
+                     layers == cfg.layers;
+  if (stages == 1 && !whole)
+    throw std::invalid_argument("generation from a model split into pipeline stages needs the "
+                                "pipeline group (this rank holds " +
+                                std::to_string(model.chunks()) + " chunk(s))");
   Backend& be = model.backend();
-  const CausalSelfAttention& attn = chunk_->block(0).attention();
-  for (int l = 0; l < cfg.layers; ++l) {
-    const Shape cache{attn.local_heads(), cfg.seq_len, attn.head_size()};
-    // Zeros: attention_decode reads only written rows, but a defined value costs nothing here.
-    k_cache_.push_back(be.zeros(cache, model.dtype(), MemoryCategory::Activations));
-    v_cache_.push_back(be.zeros(cache, model.dtype(), MemoryCategory::Activations));
+  k_cache_.resize(static_cast<size_t>(cfg.layers));
+  v_cache_.resize(static_cast<size_t>(cfg.layers));
+  for (int v = 0; v < model.chunks(); ++v) {
+    ModelChunk& chunk = model.chunk(v);
+    for (int i = 0; i < chunk.block_count(); ++i) {
+      const CausalSelfAttention& attn = chunk.block(i).attention();
+      const Shape cache{attn.local_heads(), cfg.seq_len, attn.head_size()};
+      const size_t l = static_cast<size_t>(chunk.range().first_layer + i);
+      // Zeros: attention_decode reads only written rows, but a defined value costs nothing here.
+      k_cache_[l] = be.zeros(cache, model.dtype(), MemoryCategory::Workspace);
+      v_cache_[l] = be.zeros(cache, model.dtype(), MemoryCategory::Workspace);
+    }
   }
 }
 
@@ -93,16 +102,47 @@ std::vector<double> Generator::gather_logits(const Tensor& local) {
   return out;
 }
 
+// Model chunk k (of stages x virtual chunks, in model order) lives on stage k % stages as its
+// local chunk k / stages (model/partition.h). The token's activation (1, C) goes from chunk to
+// chunk, point to point where the next chunk is on another stage; the last chunk's stage
+// broadcasts the logits over the pipeline group, so every rank chooses the same token.
 std::vector<double> Generator::run_position(int32_t token) {
   Backend& be = model_->backend();
-  Tensor tok = be.empty({1}, DType::I32, MemoryCategory::Workspace);
-  be.copy_from_host(tok, &token);
-  Tensor x = chunk_->embedding()->forward_at(tok, length_);
-  for (int l = 0; l < chunk_->block_count(); ++l)
-    x = chunk_->block(l).decode(x, k_cache_[l], v_cache_[l], length_);
+  const int stages = pipeline_ ? pipeline_->size() : 1;
+  const int stage = pipeline_ ? pipeline_->rank() : 0;
+  const auto mine = [&](int k) { return k % stages == stage; };
+  const int64_t C = model_->config().d_model, V = model_->config().vocab_size;
+  Tensor x;
+  std::vector<double> logits;
+  for (int k = 0; k < chunks_; ++k) {
+    if (!mine(k)) continue;
+    ModelChunk& chunk = model_->chunk(k / stages);
+    if (chunk.embedding()) {
+      Tensor tok = be.empty({1}, DType::I32, MemoryCategory::Workspace);
+      be.copy_from_host(tok, &token);
+      x = chunk.embedding()->forward_at(tok, length_);
+    } else if (!mine(k - 1)) {
+      x = be.empty({1, C}, model_->dtype(), MemoryCategory::Workspace);
+      pipeline_->recv(x, (k - 1) % stages, kTagBase + k).wait();
+    }
+    for (int i = 0; i < chunk.block_count(); ++i) {
+      const size_t l = static_cast<size_t>(chunk.range().first_layer + i);
+      x = chunk.block(i).decode(x, k_cache_[l], v_cache_[l], length_);
+    }
+    if (chunk.head()) logits = gather_logits(chunk.head()->logits(x));
+    else if (!mine(k + 1)) pipeline_->send(x, (k + 1) % stages, kTagBase + k + 1).wait();
+  }
+  if (stages > 1) {
+    Tensor all = be.empty({V}, DType::F64, MemoryCategory::Workspace);
+    const int root = (chunks_ - 1) % stages;
+    if (stage == root) be.copy_from_host(all, logits.data());
+    pipeline_->broadcast(all, root).wait();
+    logits.resize(static_cast<size_t>(V));
+    be.copy_to_host(logits.data(), all);
+  }
   ++length_;
   context_.push_back(token);
-  return gather_logits(chunk_->head()->logits(x));
+  return logits;
 }
 
 std::vector<double> Generator::step(int32_t token) {
@@ -116,6 +156,8 @@ std::vector<double> Generator::step(int32_t token) {
 }
 
 std::vector<double> Generator::full_logits(const std::vector<int32_t>& tokens) {
+  if (chunks_ != 1) throw std::invalid_argument("full_logits: the whole model on one stage only");
+  ModelChunk& chunk = model_->chunk(0);
   Backend& be = model_->backend();
   const int64_t T = static_cast<int64_t>(tokens.size());
   if (T < 1 || T > model_->config().seq_len)
@@ -128,14 +170,14 @@ std::vector<double> Generator::full_logits(const std::vector<int32_t>& tokens) {
                                 std::to_string(T) + ") must divide over tp = " +
                                 std::to_string(tp.size()));
   const TokenShape shape{1, T};
-  Tensor x = chunk_->embedding()->forward(tok, shape);
-  for (int l = 0; l < chunk_->block_count(); ++l) {
+  Tensor x = chunk.embedding()->forward(tok, shape);
+  for (int l = 0; l < chunk.block_count(); ++l) {
     Block::Saved discard;
-    x = chunk_->block(l).forward(x, shape, discard, Recompute::Full);
+    x = chunk.block(l).forward(x, shape, discard, Recompute::Full);
   }
   // Under sequence parallelism each rank holds T / tp rows: gather them for the head.
   x = enter_tp_region_forward(be, tp, x, MemoryCategory::Workspace);
-  return gather_logits(chunk_->head()->logits(x));
+  return gather_logits(chunk.head()->logits(x));
 }
 
 std::vector<int32_t> Generator::generate(const std::vector<int32_t>& prompt, int count,

@@ -41,9 +41,6 @@ std::string decode_tokens(const Tokenizer& tokenizer, const std::vector<int32_t>
 
 std::string generation_unsupported(const Config& config) {
   const ParallelOptions& p = config.parallel;
-  if (p.pp > 1 || p.virtual_stages > 1)
-    return "parallel.pp = " + std::to_string(p.pp) + ", virtual_stages = " +
-           std::to_string(p.virtual_stages) + ": generation needs every layer on each rank (pp = 1)";
   if (p.zero >= 3)
     return "parallel.zero = 3 shards the parameters: generation needs them whole (zero <= 2)";
   return "";
@@ -63,9 +60,9 @@ PeriodicSample::PeriodicSample(const Config& config, bool leader)
   tokenizer_ = open_tokenizer(config.data.tokenizer);
 }
 
-void PeriodicSample::after_step(int step, GptModel& model) {
+void PeriodicSample::after_step(int step, GptModel& model, Communicator& pipeline) {
   if (every_ <= 0 || step % every_ != 0) return;
-  Generator generator(model);
+  Generator generator(model, &pipeline);
   const std::vector<int32_t> start = {start_token(*tokenizer_, model.config().vocab_size)};
   const std::vector<int32_t> out = generator.generate(start, kSampleTokens, SamplingOptions{});
   if (!leader_) return;

@@ -307,7 +307,7 @@ RunEnd Trainer::run() {
       }
       metrics_->write({{"step", int64_t{r.step}}, {"val_loss", val}});
     }
-    if (sample_) sample_->after_step(r.step, *model_);
+    if (sample_) sample_->after_step(r.step, *model_, grid_.comm(Axis::Pipeline));
     const int every = cfg_.checkpoint.every;
     const bool scheduled = every > 0 && (r.step % every == 0 || last);
     // A stop request may reach the ranks in different steps: agree on it after every step.

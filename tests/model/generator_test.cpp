@@ -11,6 +11,8 @@
 //  - TensorParallelMatchesOneRank (2 ranks): tp = 2, heads split, gives the same tokens, sampled
 //    with temperature and top-k, as the whole model on one rank; logits within 1e-12 (fp64).
 //  - SequenceParallelMatchesOneRank (2 ranks): the same with sequence parallelism on.
+//  - PipelineMatchesOneRank (2 ranks): two stages pass each token along; the same logits and
+//    tokens as one rank.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -41,7 +43,9 @@ struct Model {
   GptConfig cfg;
   std::unique_ptr<GptModel> model;
 
-  Model(MPI_Comm comm, DType dtype, SequenceParallel sequence = SequenceParallel::Off)
+  // stages > 1: this rank's stage (its rank in MPI_COMM_WORLD) of a pipeline over the world.
+  Model(MPI_Comm comm, DType dtype, SequenceParallel sequence = SequenceParallel::Off,
+        int stages = 1)
       : tp_comm(comm, "tp") {
     cfg.layers = 2;
     cfg.d_model = 32;
@@ -49,7 +53,13 @@ struct Model {
     cfg.seq_len = 16;
     cfg.vocab_size = 64;
     const TensorParallel tp{&tp_comm, sequence};
-    model = std::make_unique<GptModel>(be, tp, cfg, balanced_partition(cfg, 1), dtype);
+    std::vector<ChunkRange> ranges = balanced_partition(cfg, stages);
+    if (stages > 1) {
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      ranges = {ranges[static_cast<size_t>(rank)]};
+    }
+    model = std::make_unique<GptModel>(be, tp, cfg, ranges, dtype);
     model->params().materialize(be, dtype);
     model->params().initialize(be, 5);
     // GPT-2's init leaves the logits nearly flat; noise keyed by name and global index (the same
@@ -202,6 +212,23 @@ TEST(Generator, SequenceParallelMatchesOneRank) {
   }
   EXPECT_LT(worst, 1e-12);
   EXPECT_LT(worst_full, 1e-12);
+  const SamplingOptions opt{0.8, 10, 7};
+  EXPECT_EQ(one.generate({1, 2, 3}, 30, opt), two.generate({1, 2, 3}, 30, opt));
+}
+
+TEST(Generator, PipelineMatchesOneRank) {
+  if (world_size() != 2) GTEST_SKIP() << "needs 2 ranks (pp = 2), have " << world_size();
+  Model whole(MPI_COMM_SELF, DType::F64);
+  Model stage(MPI_COMM_SELF, DType::F64, SequenceParallel::Off, 2);
+  MpiCommunicator pipeline(MPI_COMM_WORLD, "pp");
+  Generator one(*whole.model), two(*stage.model, &pipeline);
+  const std::vector<int32_t> tokens = text_tokens(20, static_cast<int>(whole.cfg.vocab_size));
+  double worst = 0;
+  for (int32_t t : tokens) {  // past seq_len = 16: the window slides on both
+    const std::vector<double> a = one.step(t), b = two.step(t);
+    worst = std::max(worst, max_relative(b.data(), a.data(), static_cast<int64_t>(a.size())));
+  }
+  EXPECT_LT(worst, 1e-12);
   const SamplingOptions opt{0.8, 10, 7};
   EXPECT_EQ(one.generate({1, 2, 3}, 30, opt), two.generate({1, 2, 3}, 30, opt));
 }

@@ -8,7 +8,8 @@ then:
     tp = 2 on 3 ranks (tp = 1 then);
   - a prompt longer than seq_len is refused with exit 1; tp = 2 on 3 ranks runs tp = 1;
   - training printed a sample every train.sample_every steps, also on tp = 2 with sequence
-    parallelism; a pp = 2 run says it skips them and does not hang.
+    parallelism and on pp = 2 (the stages pass each token along); a ZeRO-3 run says it skips
+    them and does not hang.
 """
 
 import os
@@ -96,8 +97,11 @@ class Sample(harness.Case):
         _, _, err = self.sample(["--prompt", "x" * 65], expect=1)
         self.assertIn("longer than model.seq_len = 64", err)
 
-    def test_train_sample_skipped_on_pipeline(self):
+    def test_train_sample_pipeline_and_zero3(self):
         _, out, _ = self.train(2, ["parallel.pp=2", "train.steps=4", "train.sample_every=2",
+                                   "checkpoint.every=0"])
+        self.assertEqual(out.count("| sample: "), 2, out)
+        _, out, _ = self.train(2, ["parallel.zero=3", "train.steps=4", "train.sample_every=2",
                                    "checkpoint.every=0"])
         self.assertIn("train.sample_every = 2: no samples on this layout", out)
         self.assertNotIn("| sample: ", out)

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/comm/communicator.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/io/tokenizer.h"
 #include "meshtrain/model/generator.h"
@@ -29,20 +30,21 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string
 
 std::string decode_tokens(const Tokenizer& tokenizer, const std::vector<int32_t>& ids);
 
-// "" when this layout can generate in place (model/generator.h: pp = 1, one virtual stage,
-// parameters not sharded by ZeRO-3), else why not.
+// "" when this layout can generate in place (model/generator.h: parameters not sharded by
+// ZeRO-3), else why not.
 std::string generation_unsupported(const Config& config);
 
 // train.sample_every: after every N-th step, kSampleTokens greedy tokens from an empty prompt
 // (start_token), printed by world rank 0 as "step N | sample: <text>". Every rank generates
-// (each tensor group the same tokens; a few dozen one-token forwards, outside the timed step),
-// so no rank waits for another. Layouts that cannot generate in place (generation_unsupported)
+// (each data-parallel replica the same tokens, its pipeline stages passing each token along; a
+// few dozen one-token forwards, outside the timed step), so no rank waits for another. Layouts that cannot generate in place (generation_unsupported)
 // skip it: the leader says so once, at the start.
 class PeriodicSample {
  public:
   static constexpr int kSampleTokens = 32;
   PeriodicSample(const Config& config, bool leader);
-  void after_step(int step, GptModel& model);
+  // Collective over every rank; pipeline: the grid's pipeline group.
+  void after_step(int step, GptModel& model, Communicator& pipeline);
 
  private:
   int every_ = 0;
