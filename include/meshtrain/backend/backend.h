@@ -128,7 +128,8 @@ class Backend {
                                   const Tensor& probs, int64_t B, int64_t T, int64_t NH,
                                   int64_t HS) = 0;
   // One query row against a key/value cache (text generation, model/generator.h): for each of
-  // the NH heads, out[h] (HS) = softmax(q[h] . k_cache[h, :length]^T / sqrt(HS)) v_cache[h, :length]
+  // the NH heads, out[h] (HS) = softmax(q[h] . k_cache[h, :length]^T / sqrt(HS))
+  //                             v_cache[h, :length]
   // with q (NH, HS), k_cache and v_cache (NH, T_max, HS), out (NH, HS); length <= T_max.
   // The default copies the `length` cached rows to the host and computes there in double (any
   // device, F32/F64/BF16); a device may override it with a kernel. Not on the training path.

@@ -56,8 +56,8 @@ class Generator {
   // returns the logits (V) for the token after it. Collective over the tp and pipeline groups.
   std::vector<double> step(int32_t token);
   // The reference: logits (T, V), row t for the token after tokens[0..t], from the model's
-  // training forward over the whole sequence (no cache); a model on one stage only. tokens.size() <= seq_len (and a
-  // multiple of tp under sequence parallelism).
+  // training forward over the whole sequence (no cache); a model on one stage only.
+  // tokens.size() <= seq_len (and a multiple of tp under sequence parallelism).
   std::vector<double> full_logits(const std::vector<int32_t>& tokens);
 
   // Feeds `prompt` (at least one token), then chooses `count` tokens one at a time, calling

@@ -37,8 +37,9 @@ std::string generation_unsupported(const Config& config);
 // train.sample_every: after every N-th step, kSampleTokens greedy tokens from an empty prompt
 // (start_token), printed by world rank 0 as "step N | sample: <text>". Every rank generates
 // (each data-parallel replica the same tokens, its pipeline stages passing each token along; a
-// few dozen one-token forwards, outside the timed step), so no rank waits for another. Layouts that cannot generate in place (generation_unsupported)
-// skip it: the leader says so once, at the start.
+// few dozen one-token forwards, outside the timed step), so no rank waits for another. Layouts
+// that cannot generate in place (generation_unsupported) skip it: the leader says so once, at
+// the start.
 class PeriodicSample {
  public:
   static constexpr int kSampleTokens = 32;
