@@ -122,6 +122,9 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--set", eval.overrides,
                        "Override a deck key: --set section.key=value (repeatable)");
 
+  SampleArgs sample;
+  CLI::App* sample_cmd = add_sample_subcommand(app, sample);
+
   PlanArgs plan;
   CLI::App* plan_cmd = app.add_subcommand(
       "plan", "Predict memory per rank of a deck's layout (or of every layout) before launching");
@@ -189,6 +192,7 @@ int main(int argc, char** argv) {
   if (*plan_cmd) return plan_command(plan);
   if (*inspect_cmd) return inspect_command(inspect);
   if (*eval_cmd) return eval_command(eval);
+  if (*sample_cmd) return sample_command(sample);
   if (*diagnose_cmd) return diagnose_command(diagnose);
   if (*export_cmd) return export_command(exp);
   if (*import_cmd) return import_command(imp);

@@ -282,8 +282,10 @@ const std::vector<KeySpec>& schema() {
                         "Global batches of validation data per evaluation.",
                         [](Config& c, int64_t v) { c.train.eval_batches = static_cast<int>(v); }));
     k.push_back(int_key("train", "sample_every", 0, 0, big,
-                        "Every N steps, print a short text the model writes (decoded with "
-                        "data.tokenizer); 0: never.",
+                        "Every N steps, print a short text the model writes (32 greedy tokens "
+                        "from an empty prompt, decoded with data.tokenizer; every rank generates, "
+                        "outside the timed step; pipeline stages pass each token along); 0: "
+                        "never. Not under ZeRO-3 (skipped, with a note).",
                         [](Config& c, int64_t v) { c.train.sample_every = static_cast<int>(v); }));
     k.push_back(float_key("train", "beta1", "0.9", 0.0, false, "AdamW beta1, below 1.",
                           [](Config& c, double v) { c.train.beta1 = v; }));

@@ -24,6 +24,26 @@ Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& sa
   return proj_.forward(att, saved.proj_in, category);
 }
 
+Tensor CausalSelfAttention::decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
+                                   int64_t position) {
+  Backend& be = *ctx_.backend;
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  const int64_t local_c = local_heads_ * head_size_, T_max = k_cache.dim(1);
+  const TensorParallel tp = ctx_.tp.without_sequence();
+  ColumnParallelLinear::Saved qkv_in;
+  Tensor qkv = qkv_.forward(x, qkv_in, ws, &tp);  // (1, 3 * C / tp) as (3, NH / tp, HS)
+  for (int64_t h = 0; h < local_heads_; ++h) {
+    const int64_t row = (h * T_max + position) * head_size_;
+    Tensor k_row = k_cache.view(row, {head_size_}), v_row = v_cache.view(row, {head_size_});
+    be.copy(k_row, qkv.view(local_c + h * head_size_, {head_size_}));
+    be.copy(v_row, qkv.view(2 * local_c + h * head_size_, {head_size_}));
+  }
+  Tensor att = be.empty({1, local_c}, x.dtype(), ws);
+  be.attention_decode(att, qkv.view(0, {local_heads_, head_size_}), k_cache, v_cache, position + 1);
+  RowParallelLinear::Saved proj_in;
+  return proj_.forward(att, proj_in, ws, &tp);
+}
+
 Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const Saved& saved) {
   Backend& be = *ctx_.backend;
   Tensor datt = proj_.backward(dy, saved.proj_in);

@@ -35,6 +35,19 @@ Tensor Block::forward(const Tensor& x, TokenShape shape, Saved& saved, Recompute
   return out;
 }
 
+Tensor Block::decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t position) {
+  Backend& be = *ctx_.backend;
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  LayerNorm::Saved ln_1, ln_2;
+  Mlp::Saved mlp;
+  Tensor x2 = attn_.decode(ln_1_.forward(x, ln_1, ws), k_cache, v_cache, position);
+  be.add_inplace(x2, x);
+  const TensorParallel tp = ctx_.tp.without_sequence();
+  Tensor out = mlp_.forward(ln_2_.forward(x2, ln_2, ws), mlp, ws, ws, &tp);
+  be.add_inplace(out, x2);
+  return out;
+}
+
 Tensor Block::backward(const Tensor& dout, TokenShape shape, Saved& saved, Recompute recompute) {
   Backend& be = *ctx_.backend;
   if (recompute == Recompute::Full) {

@@ -36,6 +36,15 @@ Tensor Embedding::forward(const Tensor& tokens, TokenShape shape) {
   return x;
 }
 
+Tensor Embedding::forward_at(const Tensor& tokens, int64_t position) {
+  Backend& be = *ctx_.backend;
+  Tensor x = be.empty({tokens.numel(), wte_.shape[1]}, wte_.value.dtype(), MemoryCategory::Workspace);
+  be.embedding_forward(x, tokens, wte_.value, wte_.split_begin);
+  x = exit_tp_region_forward(be, ctx_.tp.without_sequence(), x, MemoryCategory::Workspace);
+  be.position_forward(x, wpe_.value, position);
+  return x;
+}
+
 void Embedding::backward(const Tensor& dx, const Tensor& tokens, TokenShape shape) {
   Backend& be = *ctx_.backend;
   be.position_backward(wpe_.grad, dx, ctx_.tp.token_begin(shape.N()));

@@ -36,9 +36,10 @@ ColumnParallelLinear::ColumnParallelLinear(const LayerContext& ctx, const std::s
       bias_(ctx.store->add(bias_spec(name, bias_shape, bias_shape.rank() - 1, TpGrad::Full),
                            ctx.tp.rank(), ctx.tp.size())) {}
 
-Tensor ColumnParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory category) {
+Tensor ColumnParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory category,
+                                     const TensorParallel* tp) {
   Backend& be = *ctx_.backend;
-  saved.inp = enter_tp_region_forward(be, ctx_.tp, x, category);
+  saved.inp = enter_tp_region_forward(be, tp ? *tp : ctx_.tp, x, category);
   const int64_t N = saved.inp.dim(0);
   Tensor out = be.empty(Shape{N, local_out()}, x.dtype(), category);
   const Tensor w = weight_.value.reshape({local_out(), in_});
@@ -68,16 +69,18 @@ RowParallelLinear::RowParallelLinear(const LayerContext& ctx, const std::string&
                     ctx.tp.sequence_parallel() ? TpGrad::Partial : TpGrad::Full),
           ctx.tp.rank(), ctx.tp.size())) {}
 
-Tensor RowParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory category) {
+Tensor RowParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory category,
+                                  const TensorParallel* tp) {
   Backend& be = *ctx_.backend;
+  const TensorParallel& group = tp ? *tp : ctx_.tp;
   saved.inp = x;
   // Under sequence parallelism the partial sums are reduce-scattered into a new, smaller
   // tensor and are a temporary; otherwise they are reduced in place and become the output.
   const MemoryCategory partial_category =
-      ctx_.tp.sequence_parallel() && ctx_.tp.size() > 1 ? MemoryCategory::Workspace : category;
+      group.sequence_parallel() && group.size() > 1 ? MemoryCategory::Workspace : category;
   Tensor partial = be.empty(Shape{x.dim(0), out_}, x.dtype(), partial_category);
   be.matmul_forward(partial, x, weight_.value, nullptr);
-  Tensor out = exit_tp_region_forward(be, ctx_.tp, partial, category);
+  Tensor out = exit_tp_region_forward(be, group, partial, category);
   be.bias_forward(out, bias_.value);
   return out;
 }

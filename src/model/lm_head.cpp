@@ -50,6 +50,16 @@ void LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenSha
   be.copy(saved->dx, dx);
 }
 
+Tensor LanguageModelHead::logits(const Tensor& x) {
+  Backend& be = *ctx_.backend;
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  LayerNorm::Saved ln;
+  Tensor h = enter_tp_region_forward(be, ctx_.tp.without_sequence(), ln_f_.forward(x, ln, ws), ws);
+  Tensor logits = be.empty({h.dim(0), weight_.shape[0]}, x.dtype(), ws);
+  be.matmul_forward(logits, h, weight_.value, nullptr);
+  return logits;
+}
+
 Tensor LanguageModelHead::backward(Saved& saved) {
   Tensor dx = saved.dx;
   saved = Saved{};

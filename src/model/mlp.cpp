@@ -8,12 +8,12 @@ Mlp::Mlp(const LayerContext& ctx, const std::string& name, int64_t C, double res
       proj_(ctx, name + ".proj", 4 * C, C, 0.02 * residual_scale) {}
 
 Tensor Mlp::forward(const Tensor& x, Saved& saved, MemoryCategory category,
-                    MemoryCategory out_category) {
+                    MemoryCategory out_category, const TensorParallel* tp) {
   Backend& be = *ctx_.backend;
-  saved.fc_out = fc_.forward(x, saved.fc_in, category);
+  saved.fc_out = fc_.forward(x, saved.fc_in, category, tp);
   Tensor g = be.empty(saved.fc_out.shape(), x.dtype(), category);
   be.gelu_forward(g, saved.fc_out);
-  return proj_.forward(g, saved.proj_in, out_category);
+  return proj_.forward(g, saved.proj_in, out_category, tp);
 }
 
 Tensor Mlp::backward(const Tensor& dy, const Saved& saved) {

@@ -20,6 +20,7 @@
 #include "meshtrain/train/fault_injection.h"
 #include "meshtrain/train/lr_schedule.h"
 #include "meshtrain/train/stop_request.h"
+#include "meshtrain/train/text_sample.h"
 
 namespace meshtrain {
 
@@ -102,6 +103,7 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
     });
   }
   if (data == DataMode::Load) checkpointer_ = std::make_unique<Checkpointer>(config, grid);
+  if (data == DataMode::Load) sample_ = std::make_unique<PeriodicSample>(config, leader_);
 }
 
 Trainer::~Trainer() = default;
@@ -305,6 +307,7 @@ RunEnd Trainer::run() {
       }
       metrics_->write({{"step", int64_t{r.step}}, {"val_loss", val}});
     }
+    if (sample_) sample_->after_step(r.step, *model_, grid_.comm(Axis::Pipeline));
     const int every = cfg_.checkpoint.every;
     const bool scheduled = every > 0 && (r.step % every == 0 || last);
     // A stop request may reach the ranks in different steps: agree on it after every step.

@@ -257,12 +257,19 @@ CATALOGUE = [
     # --- other commands and arguments ------------------------------------------------------
     row("command", "unknown sub-command", 1, ["trian", "{deck}"], 2,
         ["unknown sub-command 'trian' (did you mean 'train'?); the sub-commands are train, "
-         "prepare, bench, inspect, eval, plan, diagnose, export, import, keys"]),
+         "prepare, bench, inspect, eval, sample, plan, diagnose, export, import, keys"]),
     row("command", "export a directory", 1, ["export", "{a}", "--format", "hf", "{dir}/run/hf"], 1,
         ["{a}", "is a directory, not a checkpoint file"], needs=["run_a"]),
     row("command", "import without config.json", 2,
         ["import", "--format", "hf", "{dir}", "--deck", "{deck}", "{dir}/run/imported.h5"], 1,
         ["{dir}/config.json: cannot read (a Hugging Face GPT-2 directory holds config.json"]),
+    row("command", "sample prompt longer than seq_len", 1,
+        ["sample", "{deck}", "--checkpoint", "{a}/step_00000004.h5", "--prompt", "x" * 17], 1,
+        ["--prompt: the prompt is 17 tokens, longer than model.seq_len = 16 (the model's context): "
+         "give at most 16 tokens"], needs=["run_a"]),
+    row("command", "sample --tokens -1", 1,
+        ["sample", "{deck}", "--checkpoint", "{a}/step_00000004.h5", "--tokens", "-1"], 2,
+        ["--tokens"], needs=["run_a"], errors=None),
     row("command", "plan --world 0", 1, ["plan", "{deck}", "--world", "0"], 2,
         ["--world: 0 is not a number of ranks (expected an integer >= 1)"]),
     row("command", "plan a directory", 1, ["plan", "{dir}", "--world", "2"], 1,

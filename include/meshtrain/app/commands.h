@@ -13,6 +13,10 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace meshtrain {
 
 inline constexpr int kExitOk = 0, kExitInput = 1, kExitUsage = 2, kExitTimeout = 3, kExitInternal = 4;
@@ -70,6 +74,22 @@ struct EvalArgs {
   std::vector<std::string> overrides;
 };
 int eval_command(const EvalArgs& args);
+
+// Generates text from a checkpoint and prints prompt + continuation (app/sample_command.cpp).
+struct SampleArgs {
+  std::string deck;
+  std::string checkpoint;
+  std::string prompt;
+  int tokens = 64;
+  double temperature = 0.0;  // 0: greedy
+  int top_k = 0;             // 0: off
+  unsigned long long seed = 0;
+  std::string tokenizer;     // empty: the deck's data.tokenizer
+  std::vector<std::string> overrides;
+};
+int sample_command(const SampleArgs& args);
+// Registers `sample` and its options on the command line, filling `args`.
+CLI::App* add_sample_subcommand(CLI::App& app, SampleArgs& args);
 
 // Merges the flight records of a run directory (<run.dir>/flight/) and names where the ranks of a
 // group parted ways. Needs no MPI: run it on a login node after a failed job.

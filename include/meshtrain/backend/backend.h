@@ -127,6 +127,14 @@ class Backend {
   virtual void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                   const Tensor& probs, int64_t B, int64_t T, int64_t NH,
                                   int64_t HS) = 0;
+  // One query row against a key/value cache (text generation, model/generator.h): for each of
+  // the NH heads, out[h] (HS) = softmax(q[h] . k_cache[h, :length]^T / sqrt(HS))
+  //                             v_cache[h, :length]
+  // with q (NH, HS), k_cache and v_cache (NH, T_max, HS), out (NH, HS); length <= T_max.
+  // The default copies the `length` cached rows to the host and computes there in double (any
+  // device, F32/F64/BF16); a device may override it with a kernel. Not on the training path.
+  virtual void attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                const Tensor& v_cache, int64_t length);
 
   // ---- vocabulary-parallel softmax cross-entropy -----------------------------------------
   // For logits (N, V) over this rank's vocabulary slice [vocab_begin, vocab_begin + V):

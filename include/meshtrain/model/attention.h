@@ -27,6 +27,12 @@ class CausalSelfAttention {
   Tensor forward(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory category,
                  Recompute recompute);
   Tensor backward(const Tensor& dy, TokenShape shape, const Saved& saved);
+  // Generation (model/generator.h): x (1, C), the token at `position`, -> (1, C). Writes its key
+  // and value into row `position` of k_cache and v_cache (NH / tp, seq_len, HS) and attends to
+  // rows [0, position]. Never sequence-parallel (TensorParallel::without_sequence).
+  Tensor decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t position);
+  int64_t local_heads() const { return local_heads_; }
+  int64_t head_size() const { return head_size_; }
 
  private:
   LayerContext ctx_;

@@ -29,6 +29,10 @@ class Block {
   Tensor forward(const Tensor& x, TokenShape shape, Saved& saved, Recompute recompute);
   // Returns dx (N_local, C).
   Tensor backward(const Tensor& dout, TokenShape shape, Saved& saved, Recompute recompute);
+  // Generation: one token x (1, C) at `position` through the block, attending to (and
+  // extending) this layer's key/value cache (CausalSelfAttention::decode). Keeps nothing.
+  Tensor decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t position);
+  const CausalSelfAttention& attention() const { return attn_; }
 
  private:
   Tensor forward_all(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory inner,

@@ -16,6 +16,9 @@ class Embedding {
   Tensor forward(const Tensor& tokens, TokenShape shape);
   // dx (N_local, C): accumulates the wte and wpe gradients.
   void backward(const Tensor& dx, const Tensor& tokens, TokenShape shape);
+  // Generation: tokens (n) int32 at positions [position, position + n) of one sequence ->
+  // x (n, C), whole on every rank of the tensor group (never sequence-parallel).
+  Tensor forward_at(const Tensor& tokens, int64_t position);
 
   Parameter& wte() { return wte_; }
 

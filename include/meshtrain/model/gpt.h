@@ -63,6 +63,10 @@ class ModelChunk {
 
   const ChunkRange& range() const { return range_; }
   Embedding* embedding() { return embedding_ ? &*embedding_ : nullptr; }
+  // For generation (model/generator.h), which runs the layers one token at a time.
+  int block_count() const { return static_cast<int>(blocks_.size()); }
+  Block& block(int i) { return *blocks_[static_cast<size_t>(i)]; }
+  LanguageModelHead* head() { return head_.get(); }
 
  private:
   LayerContext ctx_;

@@ -26,8 +26,10 @@ class ColumnParallelLinear {
   ColumnParallelLinear(const LayerContext& ctx, const std::string& name, Shape weight_shape,
                        int split_dim, Shape bias_shape, double init_std);
 
-  // x (N_local, C) -> (N, OC / tp)
-  Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category);
+  // x (N_local, C) -> (N, OC / tp). `tp`: the layer's own, or another setting of the same
+  // group (generation runs one token, without sequence parallelism: tp_without_sequence()).
+  Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category,
+                 const TensorParallel* tp = nullptr);
   // dy (N, OC / tp) -> dx (N_local, C)
   Tensor backward(const Tensor& dy, const Saved& saved);
   int64_t local_out() const { return weight_.numel() / in_; }
@@ -48,8 +50,9 @@ class RowParallelLinear {
   RowParallelLinear(const LayerContext& ctx, const std::string& name, int64_t in, int64_t out,
                     double init_std);
 
-  // x (N, C / tp) -> (N_local, OC)
-  Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category);
+  // x (N, C / tp) -> (N_local, OC); `tp` as for ColumnParallelLinear::forward.
+  Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category,
+                 const TensorParallel* tp = nullptr);
   // dy (N_local, OC) -> dx (N, C / tp)
   Tensor backward(const Tensor& dy, const Saved& saved);
 

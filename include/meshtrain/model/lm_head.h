@@ -28,6 +28,10 @@ class LanguageModelHead {
   void forward(const Tensor& x, const Tensor& targets, TokenShape shape, double dloss,
                Saved* saved, LossAccumulator& loss);
   Tensor backward(Saved& saved);
+  // Generation: this rank's slice of the logits, (N, V / tp) for vocabulary ids from
+  // vocab_begin(), of x (N, C) whole on every rank (never sequence-parallel).
+  Tensor logits(const Tensor& x);
+  int64_t vocab_begin() const { return weight_.split_begin; }
 
  private:
   LayerContext ctx_;

@@ -32,6 +32,9 @@ struct TensorParallel {
   int64_t local_tokens(int64_t N) const { return sequence_parallel() ? N / size() : N; }
   // Flat index of this rank's first token in that region.
   int64_t token_begin(int64_t N) const { return sequence_parallel() ? rank() * (N / size()) : 0; }
+  // The same group without sequence parallelism: generation's one token does not split, and the
+  // weights are the same either way (only gradients and communication differ).
+  TensorParallel without_sequence() const { return TensorParallel{comm, SequenceParallel::Off}; }
 };
 
 // Forward of the boundary before a column-parallel layer: (N_local, C) -> (N, C).

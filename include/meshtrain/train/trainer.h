@@ -21,6 +21,7 @@
 namespace meshtrain {
 
 class Checkpointer;
+class PeriodicSample;
 
 struct StepResult {
   int step = 0;  // optimizer steps completed
@@ -87,6 +88,7 @@ class Trainer {
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<PeriodicSample> sample_;  // train.sample_every
   int step_ = 0;
 };
 

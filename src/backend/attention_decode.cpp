@@ -1,0 +1,99 @@
+// The default Backend::attention_decode: one query row per head against the first `length`
+// rows of a key/value cache, computed on the host in double. Generation runs it once per layer
+// per token on (NH, length, HS) values, small beside the layer's GEMMs; doing it here keeps every
+// backend (the CUDA one included, unchanged) able to generate without a kernel of its own.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "meshtrain/backend/backend.h"
+#include "meshtrain/tensor/bf16.h"
+
+namespace meshtrain {
+
+namespace {
+// The elements of `t` (contiguous) as doubles, through the device's own copy to the host.
+std::vector<double> to_host_doubles(Backend& be, const Tensor& t) {
+  const int64_t n = t.numel();
+  std::vector<double> out(static_cast<size_t>(n));
+  switch (t.dtype()) {
+    case DType::F64:
+      be.copy_to_host(out.data(), t);
+      break;
+    case DType::F32: {
+      std::vector<float> f(static_cast<size_t>(n));
+      be.copy_to_host(f.data(), t);
+      std::copy(f.begin(), f.end(), out.begin());
+      break;
+    }
+    case DType::BF16: {
+      std::vector<uint16_t> b(static_cast<size_t>(n));
+      be.copy_to_host(b.data(), t);
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(b[i]);
+      break;
+    }
+    default:
+      throw std::invalid_argument("backend '" + be.name() + "' does not support attention_decode "
+                                  "for dtype " + std::string(dtype_name(t.dtype())) +
+                                  " (fp32, fp64 or bf16)");
+  }
+  return out;
+}
+
+void from_host_doubles(Backend& be, Tensor& t, const std::vector<double>& v) {
+  switch (t.dtype()) {
+    case DType::F64:
+      be.copy_from_host(t, v.data());
+      break;
+    case DType::F32: {
+      std::vector<float> f(v.begin(), v.end());
+      be.copy_from_host(t, f.data());
+      break;
+    }
+    default: {  // BF16: to_host_doubles refused the others already
+      std::vector<uint16_t> b(v.size());
+      for (size_t i = 0; i < v.size(); ++i) b[i] = float_to_bf16_bits(static_cast<float>(v[i]));
+      be.copy_from_host(t, b.data());
+    }
+  }
+}
+}  // namespace
+
+void Backend::attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
+                               const Tensor& v_cache, int64_t length) {
+  const int64_t NH = k_cache.dim(0), T_max = k_cache.dim(1), HS = k_cache.dim(2);
+  if (length < 1 || length > T_max || q.numel() != NH * HS || out.numel() != NH * HS ||
+      v_cache.shape() != k_cache.shape())
+    throw std::invalid_argument("backend '" + name() + "': attention_decode: length " +
+                                std::to_string(length) + " must be in [1, " +
+                                std::to_string(T_max) + "], q and out (NH, HS), caches alike");
+  const std::vector<double> qh = to_host_doubles(*this, q);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  std::vector<double> result(static_cast<size_t>(NH * HS), 0.0);
+  std::vector<double> p(static_cast<size_t>(length));
+  for (int64_t h = 0; h < NH; ++h) {
+    // Only the rows written so far: (length, HS) of this head.
+    const std::vector<double> k = to_host_doubles(*this, k_cache.view(h * T_max * HS, {length, HS}));
+    const std::vector<double> v = to_host_doubles(*this, v_cache.view(h * T_max * HS, {length, HS}));
+    const double* qr = qh.data() + h * HS;
+    double max = -INFINITY;
+    for (int64_t j = 0; j < length; ++j) {
+      double s = 0;
+      for (int64_t c = 0; c < HS; ++c) s += qr[c] * k[j * HS + c];
+      p[j] = s * scale;
+      max = std::max(max, p[j]);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < length; ++j) sum += (p[j] = std::exp(p[j] - max));
+    double* o = result.data() + h * HS;
+    for (int64_t j = 0; j < length; ++j)
+      for (int64_t c = 0; c < HS; ++c) o[c] += p[j] / sum * v[j * HS + c];
+  }
+  from_host_doubles(*this, out, result);
+}
+
+}  // namespace meshtrain

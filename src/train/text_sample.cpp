@@ -1,0 +1,76 @@
+#include "meshtrain/train/text_sample.h"
+
+#include <cstdio>
+
+#include "meshtrain/config/deck_error.h"
+
+namespace meshtrain {
+
+int32_t start_token(const Tokenizer& tokenizer, int64_t vocab_size) {
+  const std::vector<uint32_t> ids = tokenizer.encode("\n");
+  if (!ids.empty() && ids[0] < static_cast<uint64_t>(vocab_size)) return static_cast<int32_t>(ids[0]);
+  return 0;
+}
+
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& prompt,
+                                   const GptConfig& model, const std::string& what,
+                                   bool* implicit_start) {
+  if (implicit_start) *implicit_start = prompt.empty();
+  if (prompt.empty()) return {start_token(tokenizer, model.vocab_size)};
+  const std::vector<uint32_t> ids = tokenizer.encode(prompt);
+  if (ids.empty()) return {start_token(tokenizer, model.vocab_size)};
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= static_cast<uint64_t>(model.vocab_size))
+      throw DeckError(what + ": token " + std::to_string(i) + " of the prompt has id " +
+                      std::to_string(ids[i]) + ", not below model.vocab_size = " +
+                      std::to_string(model.vocab_size) + " (tokenizer '" + tokenizer.kind() +
+                      "', vocabulary " + std::to_string(tokenizer.vocab_size()) +
+                      "): use the tokenizer the model was trained with (data.tokenizer, or "
+                      "--tokenizer)");
+  if (static_cast<int64_t>(ids.size()) > model.seq_len)
+    throw DeckError(what + ": the prompt is " + std::to_string(ids.size()) +
+                    " tokens, longer than model.seq_len = " + std::to_string(model.seq_len) +
+                    " (the model's context): give at most " + std::to_string(model.seq_len) +
+                    " tokens");
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::string decode_tokens(const Tokenizer& tokenizer, const std::vector<int32_t>& ids) {
+  return tokenizer.decode(std::vector<uint32_t>(ids.begin(), ids.end()));
+}
+
+std::string generation_unsupported(const Config& config) {
+  const ParallelOptions& p = config.parallel;
+  if (p.zero >= 3)
+    return "parallel.zero = 3 shards the parameters: generation needs them whole (zero <= 2)";
+  return "";
+}
+
+PeriodicSample::PeriodicSample(const Config& config, bool leader)
+    : every_(config.train.sample_every), leader_(leader) {
+  if (every_ <= 0) return;
+  if (const std::string why = generation_unsupported(config); !why.empty()) {
+    if (leader_) {
+      std::printf("train.sample_every = %d: no samples on this layout (%s)\n", every_, why.c_str());
+      std::fflush(stdout);
+    }
+    every_ = 0;
+    return;
+  }
+  tokenizer_ = open_tokenizer(config.data.tokenizer);
+}
+
+void PeriodicSample::after_step(int step, GptModel& model, Communicator& pipeline) {
+  if (every_ <= 0 || step % every_ != 0) return;
+  Generator generator(model, &pipeline);
+  const std::vector<int32_t> start = {start_token(*tokenizer_, model.config().vocab_size)};
+  const std::vector<int32_t> out = generator.generate(start, kSampleTokens, SamplingOptions{});
+  if (!leader_) return;
+  std::string text = decode_tokens(*tokenizer_, out);
+  for (char& c : text)  // one log line: control characters as spaces
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  std::printf("step %5d | sample: %s\n", step, text.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace meshtrain

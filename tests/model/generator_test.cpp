@@ -1,0 +1,237 @@
+// Text generation (model/generator.h) against the model's own training forward.
+//
+//  - CacheMatchesFullForward: the logits the key/value cache gives for every position equal
+//    row t of a full forward (no cache) over the same prefix: the cached path shares the
+//    layers' weights and ops but not their attention kernel, so this checks the cache layout,
+//    the position embedding offset and attention_decode. Bounds: 1e-5 relative in fp32 (seven
+//    digits, accumulated over the layers), 1e-12 in fp64.
+//  - SlidingWindow: past seq_len the logits equal a full forward over the kept window.
+//  - Sampling: greedy is argmax, top_k 1 is greedy at any temperature, a seed gives the same
+//    tokens twice.
+//  - TensorParallelMatchesOneRank (2 ranks): tp = 2, heads split, gives the same tokens, sampled
+//    with temperature and top-k, as the whole model on one rank; logits within 1e-12 (fp64).
+//  - SequenceParallelMatchesOneRank (2 ranks): the same with sequence parallelism on.
+//  - PipelineMatchesOneRank (2 ranks): two stages pass each token along; the same logits and
+//    tokens as one rank.
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/comm/mpi_communicator.h"
+#include "meshtrain/model/generator.h"
+#include "support/random.h"
+#include "support/tensors.h"
+
+namespace meshtrain {
+namespace {
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+struct Model {
+  CpuBackend be{1};
+  MpiCommunicator tp_comm;
+  GptConfig cfg;
+  std::unique_ptr<GptModel> model;
+
+  // stages > 1: this rank's stage (its rank in MPI_COMM_WORLD) of a pipeline over the world.
+  Model(MPI_Comm comm, DType dtype, SequenceParallel sequence = SequenceParallel::Off,
+        int stages = 1)
+      : tp_comm(comm, "tp") {
+    cfg.layers = 2;
+    cfg.d_model = 32;
+    cfg.heads = 4;
+    cfg.seq_len = 16;
+    cfg.vocab_size = 64;
+    const TensorParallel tp{&tp_comm, sequence};
+    std::vector<ChunkRange> ranges = balanced_partition(cfg, stages);
+    if (stages > 1) {
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      ranges = {ranges[static_cast<size_t>(rank)]};
+    }
+    model = std::make_unique<GptModel>(be, tp, cfg, ranges, dtype);
+    model->params().materialize(be, dtype);
+    model->params().initialize(be, 5);
+    // GPT-2's init leaves the logits nearly flat; noise keyed by name and global index (the same
+    // on every layout: the element at split_begin offset) makes every term matter.
+    for (Parameter* p : model->params().params()) {
+      std::vector<double> v = testing::to_host(be, p->value);
+      const std::vector<double> noise =
+          testing::random_normal(static_cast<size_t>(p->spec.global_shape.numel()),
+                                 hash_name(p->spec.name), 0.2);
+      const int64_t tp_size = tp_comm.size();
+      if (tp_size == 1 || p->spec.tp_split_dim < 0) {
+        for (size_t i = 0; i < v.size(); ++i) v[i] += noise[i];
+      } else {  // this rank's slice of the global tensor
+        const Shape& g = p->spec.global_shape;
+        const int d = p->spec.tp_split_dim;
+        int64_t outer = 1, inner = 1;
+        for (int i = 0; i < d; ++i) outer *= g[i];
+        for (int i = d + 1; i < g.rank(); ++i) inner *= g[i];
+        const int64_t local = g[d] / tp_size;
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t j = 0; j < local; ++j)
+            for (int64_t i = 0; i < inner; ++i)
+              v[(o * local + j) * inner + i] +=
+                  noise[(o * g[d] + p->split_begin + j) * inner + i];
+      }
+      if (p->value.dtype() == DType::F32) {
+        std::vector<float> f(v.begin(), v.end());
+        be.copy_from_host(p->value, f.data());
+      } else {
+        be.copy_from_host(p->value, v.data());
+      }
+    }
+  }
+};
+
+std::vector<int32_t> text_tokens(int n, int vocab) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 11 + 5) % vocab);
+  return t;
+}
+
+double max_relative(const double* a, const double* b, int64_t n) {
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return diff / scale;
+}
+
+void check_cache(DType dtype, double bound) {
+  Model m(MPI_COMM_SELF, dtype);
+  Generator gen(*m.model);
+  const int64_t V = m.cfg.vocab_size, T = m.cfg.seq_len;
+  const std::vector<int32_t> tokens = text_tokens(static_cast<int>(T), static_cast<int>(V));
+  double worst = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const std::vector<double> cached = gen.step(tokens[t]);
+    const std::vector<int32_t> prefix(tokens.begin(), tokens.begin() + t + 1);
+    const std::vector<double> full = gen.full_logits(prefix);
+    worst = std::max(worst, max_relative(cached.data(), full.data() + t * V, V));
+  }
+  std::printf("[ measured ] %s: max relative difference cache vs full forward %.3g\n",
+              dtype == DType::F32 ? "fp32" : "fp64", worst);
+  EXPECT_LT(worst, bound);
+}
+
+TEST(Generator, CacheMatchesFullForwardFp32) { check_cache(DType::F32, 1e-5); }
+TEST(Generator, CacheMatchesFullForwardFp64) { check_cache(DType::F64, 1e-12); }
+
+TEST(Generator, SlidingWindow) {
+  Model m(MPI_COMM_SELF, DType::F64);
+  Generator gen(*m.model);
+  const int64_t V = m.cfg.vocab_size, T = m.cfg.seq_len;
+  const std::vector<int32_t> tokens = text_tokens(static_cast<int>(T + 5), static_cast<int>(V));
+  std::vector<double> logits;
+  for (int32_t t : tokens) logits = gen.step(t);
+  // After T tokens the window kept the last T / 2; five more were added after it.
+  EXPECT_EQ(gen.cached(), T / 2 + 5);
+  const std::vector<int32_t> window(tokens.end() - (T / 2 + 5), tokens.end());
+  const std::vector<double> full = gen.full_logits(window);
+  EXPECT_LT(max_relative(logits.data(), full.data() + (window.size() - 1) * V, V), 1e-12);
+}
+
+TEST(Generator, Sampling) {
+  const std::vector<double> logits = {0.5, 2.0, -1.0, 2.0, 1.5};
+  EXPECT_EQ(choose_token(logits, SamplingOptions{0.0, 0, 1}, 0), 1);  // lowest id of the maxima
+  for (int64_t pos = 0; pos < 50; ++pos)
+    EXPECT_EQ(choose_token(logits, SamplingOptions{5.0, 1, 9}, pos), 1);
+  int counts[5] = {0, 0, 0, 0, 0};
+  for (int64_t pos = 0; pos < 400; ++pos) {
+    const int32_t t = choose_token(logits, SamplingOptions{1.0, 3, 9}, pos);
+    ASSERT_TRUE(t == 1 || t == 3 || t == 4) << t;  // the top 3
+    ++counts[t];
+    EXPECT_EQ(t, choose_token(logits, SamplingOptions{1.0, 3, 9}, pos));
+  }
+  EXPECT_GT(counts[4], 0);
+  EXPECT_GT(counts[1], counts[4]);
+}
+
+TEST(Generator, DeterministicForASeed) {
+  Model m(MPI_COMM_SELF, DType::F32);
+  Generator gen(*m.model);
+  const std::vector<int32_t> prompt = {3, 1, 4};
+  const SamplingOptions opt{0.9, 20, 42};
+  const std::vector<int32_t> a = gen.generate(prompt, 24, opt);
+  const std::vector<int32_t> b = gen.generate(prompt, 24, opt);
+  EXPECT_EQ(a, b);
+  const std::vector<int32_t> c = gen.generate(prompt, 24, SamplingOptions{0.9, 20, 43});
+  EXPECT_NE(a, c);
+  EXPECT_EQ(a.size(), 24u);  // past seq_len = 16 with the prompt: the window slid
+}
+
+TEST(Generator, TensorParallelMatchesOneRank) {
+  if (world_size() != 2) GTEST_SKIP() << "needs 2 ranks (tp = 2), have " << world_size();
+  Model whole(MPI_COMM_SELF, DType::F64);
+  Model split(MPI_COMM_WORLD, DType::F64);
+  Generator one(*whole.model), two(*split.model);
+  const std::vector<int32_t> tokens = text_tokens(10, static_cast<int>(whole.cfg.vocab_size));
+  double worst = 0;
+  for (int32_t t : tokens) {
+    const std::vector<double> a = one.step(t), b = two.step(t);
+    worst = std::max(worst, max_relative(b.data(), a.data(), static_cast<int64_t>(a.size())));
+  }
+  EXPECT_LT(worst, 1e-12);
+  const SamplingOptions opt{0.8, 10, 7};
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  EXPECT_EQ(one.generate(prompt, 30, opt), two.generate(prompt, 30, opt));
+  EXPECT_EQ(one.generate(prompt, 30, SamplingOptions{}), two.generate(prompt, 30, SamplingOptions{}));
+}
+
+// A sequence-parallel model generates through the same group without sequence parallelism; its
+// cached logits match its own (sequence-parallel) training forward and the one-rank model's.
+TEST(Generator, SequenceParallelMatchesOneRank) {
+  if (world_size() != 2) GTEST_SKIP() << "needs 2 ranks (tp = 2), have " << world_size();
+  Model whole(MPI_COMM_SELF, DType::F64);
+  Model split(MPI_COMM_WORLD, DType::F64, SequenceParallel::On);
+  Generator one(*whole.model), two(*split.model);
+  const int64_t V = whole.cfg.vocab_size;
+  const std::vector<int32_t> tokens = text_tokens(10, static_cast<int>(V));
+  double worst = 0, worst_full = 0;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const std::vector<double> a = one.step(tokens[t]), b = two.step(tokens[t]);
+    worst = std::max(worst, max_relative(b.data(), a.data(), V));
+    if (t % 2 == 1) {  // the training forward splits the prefix over the two ranks
+      const std::vector<int32_t> prefix(tokens.begin(), tokens.begin() + t + 1);
+      const std::vector<double> full = two.full_logits(prefix);
+      worst_full = std::max(worst_full, max_relative(b.data(), full.data() + t * V, V));
+    }
+  }
+  EXPECT_LT(worst, 1e-12);
+  EXPECT_LT(worst_full, 1e-12);
+  const SamplingOptions opt{0.8, 10, 7};
+  EXPECT_EQ(one.generate({1, 2, 3}, 30, opt), two.generate({1, 2, 3}, 30, opt));
+}
+
+TEST(Generator, PipelineMatchesOneRank) {
+  if (world_size() != 2) GTEST_SKIP() << "needs 2 ranks (pp = 2), have " << world_size();
+  Model whole(MPI_COMM_SELF, DType::F64);
+  Model stage(MPI_COMM_SELF, DType::F64, SequenceParallel::Off, 2);
+  MpiCommunicator pipeline(MPI_COMM_WORLD, "pp");
+  Generator one(*whole.model), two(*stage.model, &pipeline);
+  const std::vector<int32_t> tokens = text_tokens(20, static_cast<int>(whole.cfg.vocab_size));
+  double worst = 0;
+  for (int32_t t : tokens) {  // past seq_len = 16: the window slides on both
+    const std::vector<double> a = one.step(t), b = two.step(t);
+    worst = std::max(worst, max_relative(b.data(), a.data(), static_cast<int64_t>(a.size())));
+  }
+  EXPECT_LT(worst, 1e-12);
+  const SamplingOptions opt{0.8, 10, 7};
+  EXPECT_EQ(one.generate({1, 2, 3}, 30, opt), two.generate({1, 2, 3}, 30, opt));
+}
+
+}  // namespace
+}  // namespace meshtrain
