@@ -28,9 +28,10 @@ std::unique_ptr<TokenDataset> open_dataset(const std::vector<std::string>& sourc
 void check_vocabulary(const Config& c, const TokenDataset& d, const char* key) {
   if (d.vocab_size() > static_cast<uint64_t>(c.model.vocab_size))
     throw DeckError(c.deck_path + ": model.vocab_size = " + std::to_string(c.model.vocab_size) +
-                    " is smaller than the vocabulary of " + key + " (" + d.describe() + ": " +
-                    std::to_string(d.vocab_size()) + " tokens); set model.vocab_size >= " +
-                    std::to_string(d.vocab_size()));
+                    " is smaller than the vocabulary of " + key + ": " +
+                    d.largest_vocab_source() + " holds tokens of a vocabulary of " +
+                    std::to_string(d.vocab_size()) + " (" + d.describe() +
+                    "); set model.vocab_size >= " + std::to_string(d.vocab_size()));
 }
 }  // namespace
 
@@ -56,8 +57,9 @@ DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_s
 void DataFeed::verify(int worker, int workers) const {
   if (mode_ == DataMode::ShapesOnly || interrupted()) return;
   const int threads = std::max(1, omp_get_max_threads());
-  train_->verify_shards(worker, workers, threads);
-  if (val_) val_->verify_shards(worker, workers, threads);
+  const auto vocab = static_cast<uint32_t>(cfg_->model.vocab_size);
+  train_->verify_shards(worker, workers, threads, vocab);
+  if (val_) val_->verify_shards(worker, workers, threads, vocab);
 }
 
 // The tokens and targets of all micro-batches of a step travel together: one host buffer
