@@ -253,11 +253,11 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
 
   const int threads = opt.threads > 0 ? opt.threads
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  // At most 2 chunks per thread in flight: about 16 MiB of text, whatever the corpus.
+  // At most 2 chunks per thread in flight: about 8 MiB of text, whatever the corpus.
   const size_t in_flight = 2 * static_cast<size_t>(threads);
   const size_t chunk = opt.chunk_bytes > 0
                            ? opt.chunk_bytes
-                           : std::clamp<size_t>((16u << 20) / in_flight, 64u << 10, 4u << 20);
+                           : std::clamp<size_t>((8u << 20) / in_flight, 64u << 10, 2u << 20);
   const CutRule rule = tok.takes_any_bytes() ? CutRule::Anywhere : CutRule::TextBoundary;
 
   PrepareResult r;

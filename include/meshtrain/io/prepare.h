@@ -1,7 +1,7 @@
 #pragma once
 // Preparation: turning text into train/validation token shards (what `meshtrain prepare`
 // runs), with any tokenizer (io/tokenizer.h); the shards follow io/token_shard.h. Text files
-// are streamed: memory stays bounded (about 16 MiB of text in flight, plus its token ids)
+// are streamed: memory stays bounded (about 8 MiB of text in flight, plus its token ids)
 // whatever the corpus size, and every core tokenizes. This file downloads nothing and trains
 // no tokenizer (io/sentencepiece_tokenizer.h does).
 
@@ -25,7 +25,7 @@ struct PrepareOptions {
   double val_fraction = 0.1;
   int threads = 0;          // tokenizing threads; 0: every core of the node
   bool progress = false;    // a progress line on stderr (bytes done / total, MB/s)
-  size_t chunk_bytes = 0;   // text per work item; 0: 16 MiB / (2 x threads), 64 KiB to 4 MiB
+  size_t chunk_bytes = 0;   // text per work item; 0: 8 MiB / (2 x threads), 64 KiB to 2 MiB
 };
 
 // Tokenizes each text file and writes <out_prefix>_train.bin and <out_prefix>_val.bin
