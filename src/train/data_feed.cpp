@@ -7,6 +7,7 @@
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/synthetic_corpus.h"
+#include "meshtrain/io/tokenizer.h"
 #include "meshtrain/train/stop_request.h"
 
 namespace meshtrain {
@@ -42,6 +43,16 @@ DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_s
   train_ = open_dataset(d.train, kSyntheticTrainSeed, d.synthetic_bytes, config.model.seq_len, "training");
   if (!train_) return;  // interrupted()
   check_vocabulary(config, *train_, "data.train");
+  // A tokenizer file that cannot be read must stop the run now, not at its first checkpoint
+  // (which records it) or sample.
+  if (d.tokenizer != "bytes") {
+    const uint32_t v = open_tokenizer(d.tokenizer)->vocab_size();
+    if (v > static_cast<uint64_t>(config.model.vocab_size))
+      throw DeckError(config.deck_path + ": model.vocab_size = " +
+                      std::to_string(config.model.vocab_size) + " is smaller than the vocabulary "
+                      "of data.tokenizer = \"" + d.tokenizer + "\" (" + std::to_string(v) +
+                      " tokens); set model.vocab_size >= " + std::to_string(v));
+  }
   if (d.has_val()) {
     val_ = open_dataset({d.val}, kSyntheticValSeed, std::max<int64_t>(d.synthetic_bytes / 10, 65536),
                         config.model.seq_len, "validation");
