@@ -119,11 +119,19 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     std::unordered_map<std::string_view, std::vector<uint32_t>> cache;
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t at = 0;
+    // The first match checks that the whole text is UTF-8 (PCRE2's matching is undefined on
+    // anything else); the later ones need not check again.
+    uint32_t check = 0;
     while (at < text.size()) {
-      // The caller checked the text is UTF-8 (encode() of other text is refused above us).
-      const int rc = pcre2_match(pattern.code, subject, text.size(), at, PCRE2_NO_UTF_CHECK, md,
-                                 nullptr);
-      if (rc < 0) break;  // cannot happen: \s+ and [^\s\p{L}\p{N}]+ cover every character
+      const int rc = pcre2_match(pattern.code, subject, text.size(), at, check, md, nullptr);
+      check = PCRE2_NO_UTF_CHECK;
+      if (rc == PCRE2_ERROR_NOMATCH) break;  // cannot happen: \s+ and [^\s\p{L}\p{N}]+ cover all
+      if (rc < 0) {
+        const size_t bad = pcre2_get_startchar(md);  // PCRE2 puts a UTF error's offset here
+        pcre2_match_data_free(md);
+        throw std::invalid_argument("gpt2-bpe: the text is not UTF-8 (at byte " +
+                                    std::to_string(bad) + ")");
+      }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const std::string_view word = text.substr(ov[0], ov[1] - ov[0]);
       at = ov[1];

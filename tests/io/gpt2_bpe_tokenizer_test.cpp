@@ -52,6 +52,7 @@ TEST(Gpt2Bpe, DecodeInvertsEncode) {
   }
   EXPECT_EQ(tok->decode({265}), "<|endoftext|>");
   EXPECT_THROW(tok->decode({266}), std::out_of_range);
+  EXPECT_THROW(tok->encode("caf\xe9"), std::invalid_argument);  // Latin-1, not UTF-8
 }
 
 TEST(Gpt2Bpe, ConcurrentEncodesAgree) {

@@ -19,6 +19,9 @@ class Tokenizer {
   virtual std::string kind() const = 0;
   // Every id encode() returns is below this; a model needs model.vocab_size >= it.
   virtual uint32_t vocab_size() const = 0;
+  // Safe to call from many threads at once. Text that breaks the input rule (see
+  // takes_any_bytes) may be std::invalid_argument; `prepare` checks the rule first and names
+  // the file and offset.
   virtual std::vector<uint32_t> encode(std::string_view text) const = 0;
   // Ids at or above vocab_size() are std::out_of_range naming the first one. Pieces that are
   // not whole UTF-8 on their own (a byte token) come out as the bytes they stand for.
