@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/gpt2_bpe_tokenizer.h"
@@ -50,15 +52,21 @@ bool starts_like_json(const std::string& head) {
   return false;
 }
 
+bool is_tokenizer_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return true;  // let the tokenizer.json reader name the syntax error
+  return j.is_object() && j.contains("model") && j["model"].is_object();
+}
+
 std::unique_ptr<Tokenizer> open_file(const std::string& path) {
   namespace fs = std::filesystem;
   const std::string head = read_prefix(path, 4096);
   if (head.empty()) throw DataError(path, std::string("is empty or unreadable; ") + kAccepted);
   if (starts_like_json(head)) {
-    // A tokenizer.json has "model"; a vocab.json is a flat object whose merges sit beside it.
-    if (head.find("\"model\"") != std::string::npos || head.find("\"version\"") != std::string::npos ||
-        head.find("\"added_tokens\"") != std::string::npos)
-      return open_gpt2_bpe_json(path);
+    // A tokenizer.json has a "model" object; a vocab.json is a flat object of token -> id
+    // whose merges sit beside it ("model" may well be one of its tokens: look at the value).
+    if (is_tokenizer_json(path)) return open_gpt2_bpe_json(path);
     const fs::path merges = fs::path(path).parent_path() / "merges.txt";
     std::error_code ec;
     if (fs::is_regular_file(merges, ec)) return open_gpt2_bpe_files(path, merges.string());
