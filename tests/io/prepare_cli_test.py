@@ -108,6 +108,45 @@ micro_batch = 1
         check("llm.c shard bounded by model.vocab_size", p.returncode == 1 and
               "is not below model.vocab_size 50000" in p.stderr and llmc in p.stderr,
               f"exit {p.returncode}: " + p.stderr[-2000:])
+        # A checkpoint records the tokenizer by kind and size: a moved file resumes, another
+        # tokenizer is refused.
+        p = run(meshtrain, "prepare", good, "--tokenizer", spm, "--out", os.path.join(tmp, "sp"))
+        check("prepare with a SentencePiece model", p.returncode == 0, p.stderr)
+        deck = os.path.join(tmp, "sp.toml")
+        with open(deck, "w") as f:
+            f.write(f"""[run]
+device = "cpu"
+dir = "{tmp}/sprun"
+[model]
+layers = 1
+d_model = 16
+heads = 2
+seq_len = 8
+vocab_size = 320
+[data]
+train = "{tmp}/sp_train.bin"
+val = "none"
+tokenizer = "{tmp}/sp_tokenizer.model"
+[train]
+steps = 1
+global_batch = 2
+micro_batch = 1
+[checkpoint]
+every = 1
+""")
+        p = run(meshtrain, "train", deck)
+        check("train with data.tokenizer", p.returncode == 0, p.stderr[-2000:])
+        moved = os.path.join(tmp, "moved.model")
+        os.rename(os.path.join(tmp, "sp_tokenizer.model"), moved)
+        p = run(meshtrain, "train", deck, "--set", "train.steps=2",
+                "--set", f'data.tokenizer="{moved}"')
+        check("resume with the tokenizer moved", p.returncode == 0 and "resum" in p.stdout.lower(),
+              p.stdout[-1500:] + p.stderr[-1500:])
+        p = run(meshtrain, "train", deck, "--set", "train.steps=3",
+                "--set", 'data.tokenizer="bytes"')
+        check("resume with another tokenizer is refused", p.returncode != 0 and
+              'model.tokenizer = "sentencepiece:300" in the checkpoint' in p.stderr,
+              f"exit {p.returncode}: " + p.stderr[-1500:])
     if FAILURES:
         sys.exit(f"{len(FAILURES)} failed: {', '.join(FAILURES)}")
 
