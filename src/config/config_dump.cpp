@@ -81,6 +81,7 @@ std::string dump_config(const Config& c) {
   for (size_t i = 0; i < d.train.size(); ++i) os << (i ? ", " : "") << quoted(d.train[i]);
   os << "]\n"
      << "val = " << quoted(d.val) << "\n"
+     << "tokenizer = " << quoted(d.tokenizer) << "\n"
      << "synthetic_bytes = " << d.synthetic_bytes << "\n";
   const TrainOptions& t = c.train;
   os << "\n[train]\n"
@@ -97,6 +98,7 @@ std::string dump_config(const Config& c) {
      << "grad_clip = " << real(t.grad_clip) << "\n"
      << "eval_every = " << t.eval_every << "\n"
      << "eval_batches = " << t.eval_batches << "\n"
+     << "sample_every = " << t.sample_every << "\n"
      << "beta1 = " << real(t.beta1) << "\n"
      << "beta2 = " << real(t.beta2) << "\n"
      << "eps = " << real(t.eps) << "\n";

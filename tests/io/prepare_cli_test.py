@@ -98,6 +98,7 @@ vocab_size = 50257
 train = "{llmc}"
 val = "none"
 [train]
+precision = "fp32"
 steps = 1
 global_batch = 2
 micro_batch = 1
@@ -128,6 +129,7 @@ train = "{tmp}/sp_train.bin"
 val = "none"
 tokenizer = "{tmp}/sp_tokenizer.model"
 [train]
+precision = "fp32"
 steps = 1
 global_batch = 2
 micro_batch = 1
