@@ -129,8 +129,14 @@ class Gpt2BpeTokenizer final : public Tokenizer {
       if (rc < 0) {
         const size_t bad = pcre2_get_startchar(md);  // PCRE2 puts a UTF error's offset here
         pcre2_match_data_free(md);
-        throw std::invalid_argument("gpt2-bpe: the text is not UTF-8 (at byte " +
-                                    std::to_string(bad) + ")");
+        if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21)
+          throw std::invalid_argument("gpt2-bpe: the text is not UTF-8 (at byte " +
+                                      std::to_string(bad) + ")");
+        PCRE2_UCHAR message[256];
+        pcre2_get_error_message(rc, message, sizeof message);
+        throw std::runtime_error("gpt2-bpe: pre-tokenizer match failed at byte " +
+                                 std::to_string(at) + ": " +
+                                 reinterpret_cast<const char*>(message));
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const std::string_view word = text.substr(ov[0], ov[1] - ov[0]);

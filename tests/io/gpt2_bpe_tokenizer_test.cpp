@@ -55,6 +55,15 @@ TEST(Gpt2Bpe, DecodeInvertsEncode) {
   EXPECT_THROW(tok->encode("caf\xe9"), std::invalid_argument);  // Latin-1, not UTF-8
 }
 
+// Runs as long as a chunk (2 MiB) of one character class: the regex engine's backtracking
+// ('\s+(?!\S)' gives back one space) must not run out of stack.
+TEST(Gpt2Bpe, LongRunsEncode) {
+  const auto tok = make_gpt2_bpe_tokenizer(tiny_gpt2_files(), "tiny");
+  const std::string spaces(2 << 20, ' '), letters(2 << 20, 'a');
+  const std::string text = "x" + spaces + "y" + letters + "\n" + spaces;
+  EXPECT_EQ(tok->decode(tok->encode(text)), text);
+}
+
 TEST(Gpt2Bpe, ConcurrentEncodesAgree) {
   const auto tok = make_gpt2_bpe_tokenizer(tiny_gpt2_files(), "tiny");
   std::string text;
