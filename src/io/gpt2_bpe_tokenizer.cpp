@@ -40,15 +40,21 @@ void append_utf8(std::string& out, uint32_t cp) {
   }
 }
 
-// The compiled pattern, shared; each encode() call has its own match data (thread-safe).
+// The compiled pre-tokenizer; each encode() call has its own match data (thread-safe).
 struct Pattern {
   pcre2_code* code = nullptr;
-  Pattern() {
+  Pattern(const std::string& regex, const std::string& where) {
     int err = 0;
     PCRE2_SIZE offset = 0;
-    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED,
+    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(),
                          PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
-    if (code == nullptr) throw std::logic_error("GPT-2 pre-tokenizer pattern does not compile");
+    if (code == nullptr) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(err, message, sizeof message);
+      throw DataError(where, "the pre-tokenizer regex does not compile at offset " +
+                                 std::to_string(offset) + ": " +
+                                 reinterpret_cast<const char*>(message));
+    }
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // speed only: without JIT it interprets
   }
   ~Pattern() { pcre2_code_free(code); }
@@ -60,7 +66,8 @@ uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t{a} << 32) | b; }
 
 class Gpt2BpeTokenizer final : public Tokenizer {
  public:
-  Gpt2BpeTokenizer(const Gpt2BpeFiles& files, const std::string& where) : files_(files) {
+  Gpt2BpeTokenizer(const Gpt2BpeFiles& files, const std::string& where)
+      : files_(files), pattern_(files.pattern.empty() ? kGpt2Pattern : files.pattern, where) {
     const std::vector<uint32_t> cps = gpt2_byte_to_codepoint();
     std::unordered_map<std::string, uint32_t> ids;
     uint32_t largest = 0;
@@ -76,6 +83,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
       take(token, id);
       ids.emplace(token, id);
     }
+    if (files.ignore_merges) whole_ = ids;
     for (const auto& [token, id] : files.added) {
       take(token, id);
       special_.resize(pieces_.size());
@@ -111,7 +119,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   bool takes_any_bytes() const override { return false; }
 
   std::vector<uint32_t> encode(std::string_view text) const override {
-    static const Pattern pattern;
+    const Pattern& pattern = pattern_;
     std::vector<uint32_t> out;
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(pattern.code, nullptr);
     // Words repeat: a cache per call (callers pass MiB-sized chunks) keeps encode() free of
@@ -125,7 +133,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     while (at < text.size()) {
       const int rc = pcre2_match(pattern.code, subject, text.size(), at, check, md, nullptr);
       check = PCRE2_NO_UTF_CHECK;
-      if (rc == PCRE2_ERROR_NOMATCH) break;  // cannot happen: \s+ and [^\s\p{L}\p{N}]+ cover all
+      if (rc == PCRE2_ERROR_NOMATCH) break;  // the rest is one piece
       if (rc < 0) {
         const size_t bad = pcre2_get_startchar(md);  // PCRE2 puts a UTF error's offset here
         pcre2_match_data_free(md);
@@ -139,11 +147,20 @@ class Gpt2BpeTokenizer final : public Tokenizer {
                                  reinterpret_cast<const char*>(message));
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-      const std::string_view word = text.substr(ov[0], ov[1] - ov[0]);
-      at = ov[1];
-      auto it = cache.find(word);
-      if (it == cache.end()) it = cache.emplace(word, bpe(word)).first;
-      out.insert(out.end(), it->second.begin(), it->second.end());
+      // Text between matches is a piece of its own (Hugging Face's Split, "Isolated"); GPT-2's
+      // regex leaves none. An empty match moves on by one character.
+      const size_t end = ov[1] > ov[0] ? ov[1] : next_char(text, ov[0]);
+      for (const std::string_view word : {text.substr(at, ov[0] - at), text.substr(ov[0], end - ov[0])}) {
+        if (word.empty()) continue;
+        auto it = cache.find(word);
+        if (it == cache.end()) it = cache.emplace(word, bpe(word)).first;
+        out.insert(out.end(), it->second.begin(), it->second.end());
+      }
+      at = end;
+    }
+    if (at < text.size()) {
+      const std::vector<uint32_t> tail = bpe(text.substr(at));
+      out.insert(out.end(), tail.begin(), tail.end());
     }
     pcre2_match_data_free(md);
     return out;
@@ -185,14 +202,25 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     for (const auto& [token, id] : files_.added)
       added.push_back({{"id", id}, {"content", token}, {"special", true}});
     j["added_tokens"] = added;
-    j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                          {"trim_offsets", true}, {"use_regex", true}};
+    if (files_.pattern.empty()) {
+      j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                            {"trim_offsets", true}, {"use_regex", true}};
+    } else {
+      nlohmann::ordered_json split = {{"type", "Split"},
+                                      {"pattern", {{"Regex", files_.pattern}}},
+                                      {"behavior", "Isolated"},
+                                      {"invert", false}};
+      nlohmann::ordered_json level = {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                                      {"trim_offsets", true}, {"use_regex", false}};
+      j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split, level}}};
+    }
     j["decoder"] = {{"type", "ByteLevel"}};
     nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
     for (const auto& [token, id] : files_.vocab) vocab[token] = id;
     nlohmann::ordered_json merges = nlohmann::ordered_json::array();
     for (const auto& [a, b] : files_.merges) merges.push_back(a + " " + b);
-    j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}};
+    j["model"] = {{"type", "BPE"}, {"ignore_merges", files_.ignore_merges}, {"vocab", vocab},
+                  {"merges", merges}};
     std::ofstream out(path, std::ios::binary);
     out << j.dump();
     if (!out.flush()) throw DataError(path, "cannot write the tokenizer file");
@@ -205,7 +233,18 @@ class Gpt2BpeTokenizer final : public Tokenizer {
 
   // encoder.py's bpe(): merge the lowest-ranked adjacent pair, every occurrence left to right,
   // until no adjacent pair is a merge.
+  static size_t next_char(std::string_view t, size_t i) {
+    for (++i; i < t.size() && (static_cast<unsigned char>(t[i]) & 0xC0) == 0x80;) ++i;
+    return i;
+  }
+
   std::vector<uint32_t> bpe(std::string_view word) const {
+    if (!whole_.empty()) {
+      std::string mapped;
+      for (unsigned char b : word) mapped += pieces_[byte_id_[b]];
+      const auto it = whole_.find(mapped);
+      if (it != whole_.end()) return {it->second};
+    }
     std::vector<uint32_t> s(word.size());
     for (size_t i = 0; i < word.size(); ++i) s[i] = byte_id_[static_cast<unsigned char>(word[i])];
     while (s.size() > 1) {
@@ -235,6 +274,8 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   }
 
   Gpt2BpeFiles files_;  // kept for save()
+  Pattern pattern_;
+  std::unordered_map<std::string, uint32_t> whole_;  // token -> id, for ignore_merges
   std::vector<std::string> pieces_;  // id -> token as stored (byte-mapped)
   std::vector<bool> special_;        // id -> added token, decoded verbatim
   std::unordered_map<uint32_t, unsigned char> byte_of_cp_;
@@ -313,14 +354,29 @@ std::unique_ptr<Tokenizer> open_gpt2_bpe_files(const std::string& vocab_json,
 std::unique_ptr<Tokenizer> open_gpt2_bpe_json(const std::string& path) {
   const nlohmann::json j = parse_json(path, "a Hugging Face tokenizer.json");
   const std::string accepted =
-      " (meshtrain reads byte-level BPE tokenizer.json files, GPT-2's kind: model.type \"BPE\" "
-      "and a ByteLevel pre-tokenizer)";
+      " (meshtrain reads byte-level BPE tokenizer.json files: model.type \"BPE\" and a "
+      "ByteLevel pre-tokenizer (GPT-2), or a Split by regex then ByteLevel (LLaMA 3, Qwen 2))";
   if (!j.contains("model") || !j["model"].is_object() || j["model"].value("type", "") != "BPE")
     throw DataError(path, "model.type is not \"BPE\"" + accepted);
   const nlohmann::json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json();
-  if (!pre.is_object() || pre.value("type", "") != "ByteLevel" || !pre.value("use_regex", true))
-    throw DataError(path, "the pre-tokenizer is not ByteLevel with GPT-2's regex" + accepted);
   Gpt2BpeFiles f;
+  if (pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
+      pre["pretokenizers"].is_array() && pre["pretokenizers"].size() == 2) {
+    // LLaMA 3 / Qwen 2: Split by their own regex, then ByteLevel without GPT-2's.
+    const nlohmann::json& split = pre["pretokenizers"][0];
+    const nlohmann::json& level = pre["pretokenizers"][1];
+    if (split.value("type", "") != "Split" || !split.contains("pattern") ||
+        !split["pattern"].is_object() || !split["pattern"].contains("Regex") ||
+        split.value("behavior", "") != "Isolated" || split.value("invert", false) ||
+        level.value("type", "") != "ByteLevel" || level.value("use_regex", true))
+      throw DataError(path, "the pre-tokenizer Sequence is not [Split(Regex, Isolated), "
+                            "ByteLevel(use_regex false)]" + accepted);
+    f.pattern = split["pattern"]["Regex"].get<std::string>();
+  } else if (!pre.is_object() || pre.value("type", "") != "ByteLevel" ||
+             !pre.value("use_regex", true)) {
+    throw DataError(path, "the pre-tokenizer is not ByteLevel with GPT-2's regex" + accepted);
+  }
+  f.ignore_merges = j["model"].value("ignore_merges", false);
   read_vocab(j["model"]["vocab"], path, f);
   const nlohmann::json& merges = j["model"]["merges"];
   if (!merges.is_array()) throw DataError(path, "model.merges is not an array" + accepted);

@@ -8,8 +8,9 @@ none is left. No GPT-2 vocabulary can be downloaded here, so the test first lear
 BPE training over a small corpus (most frequent pair first), written as vocab.json and
 merges.txt. Then every text is encoded by the reference and by `meshtrain prepare --tokenizer`
 (read back from the shard it writes): the ids must be identical, for the directory form, the
-"VOCAB,MERGES" form and the tokenizer.json prepare writes beside the shards. Finally a split
-into train/validation shards must concatenate to the ids of the whole text.
+"VOCAB,MERGES" form and the tokenizer.json prepare writes beside the shards, and for a
+LLaMA-3-style tokenizer.json (its Split regex, model.ignore_merges). Finally a split into
+train/validation shards must concatenate to the ids of the whole text.
 
 usage: gpt2_bpe_reference_test.py MESHTRAIN
 """
@@ -43,8 +44,14 @@ def bytes_to_unicode():
 B2U = bytes_to_unicode()
 
 
-def words(text):
-    return ["".join(B2U[b] for b in w.encode("utf-8")) for w in PATTERN.findall(text)]
+# LLaMA 3's pre-tokenizer (its tokenizer.json: a Split by this regex, then ByteLevel), which
+# meshtrain reads from a tokenizer.json together with model.ignore_merges.
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def words(text, pattern=PATTERN):
+    return ["".join(B2U[b] for b in w.encode("utf-8")) for w in pattern.findall(text)]
 
 
 def learn_bpe(corpus, merges_wanted):
@@ -85,10 +92,12 @@ def learn_bpe(corpus, merges_wanted):
 class Encoder:
     """GPT-2's encode(): pre-tokenize, map bytes, bpe() each word by merge rank."""
 
-    def __init__(self, vocab, merges):
+    def __init__(self, vocab, merges, pattern=PATTERN, ignore_merges=False):
         self.vocab = vocab
         self.ranks = {m: i for i, m in enumerate(merges)}
         self.cache = {}
+        self.pattern = pattern
+        self.ignore_merges = ignore_merges
 
     def bpe(self, token):
         if token in self.cache:
@@ -120,7 +129,13 @@ class Encoder:
         return word
 
     def encode(self, text):
-        return [self.vocab[p] for w in words(text) for p in self.bpe(w)]
+        out = []
+        for w in words(text, self.pattern):
+            if self.ignore_merges and w in self.vocab:
+                out.append(self.vocab[w])  # a whole pre-token in the vocabulary is that token
+            else:
+                out.extend(self.vocab[p] for p in self.bpe(w))
+        return out
 
 
 CORPUS = """The quick brown fox jumps over the lazy dog. It's 2024, and we've seen 1,000 foxes!
@@ -178,6 +193,23 @@ def main():
                 f.write(f"{a} {b}\n")
         ref = Encoder(vocab, merges)
         pair = os.path.join(tokdir, "vocab.json") + "," + os.path.join(tokdir, "merges.txt")
+        # The same vocabulary as a LLaMA-3-style tokenizer.json: its regex, ignore_merges, and a
+        # whole word added to the vocabulary that the merges would not make.
+        vocab3 = dict(vocab)
+        whole = B2U[ord(" ")] + "encoder"
+        assert len(ref.bpe(whole)) > 1, "the merges must not make the added word by themselves"
+        vocab3[whole] = len(vocab3)
+        llama3 = os.path.join(tmp, "llama3_tokenizer.json")
+        with open(llama3, "w", encoding="utf-8") as f:
+            json.dump({"version": "1.0", "added_tokens": [],
+                       "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                           {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX},
+                            "behavior": "Isolated", "invert": False},
+                           {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                            "use_regex": False}]},
+                       "model": {"type": "BPE", "ignore_merges": True, "vocab": vocab3,
+                                 "merges": [[a, b] for a, b in merges]}}, f, ensure_ascii=False)
+        ref3 = Encoder(vocab3, merges, regex.compile(LLAMA3_REGEX), ignore_merges=True)
         for name, text in TEXTS.items():
             path = os.path.join(tmp, name + ".txt")
             with open(path, "w", encoding="utf-8", newline="") as f:
@@ -200,6 +232,15 @@ def main():
                           f"{got[first:first + 5]} vs {want[first:first + 5]}")
                 else:
                     print(f"ok   {name} ({form}): {len(got)} ids identical")
+            o = out + "_llama3"
+            run(meshtrain, path, "--out", o, "--val-fraction", "0", "--tokenizer", llama3)
+            got, want3 = read_shard(o + "_train.bin"), ref3.encode(text)
+            if got != want3:
+                failures += 1
+                print(f"FAIL {name} (LLaMA 3 regex, ignore_merges): {len(got)} ids vs "
+                      f"{len(want3)} from the reference")
+            else:
+                print(f"ok   {name} (LLaMA 3 regex, ignore_merges): {len(got)} ids identical")
         # Train/validation split at a text boundary: the two shards are the whole text's ids.
         big = os.path.join(tmp, "big.txt")
         text = CORPUS * 40
