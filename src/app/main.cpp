@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
                           "Train a SentencePiece tokenizer on the files first: bpe:N or unigram:N "
                           "(N pieces), written as <prefix>_tokenizer.model")
       ->excludes("--tokenizer");
-  prepare_cmd->add_option("--threads", prepare.threads, "Tokenizing threads (default: every core)")
+  prepare_cmd->add_option("--threads", prepare.threads, "Tokenizing threads (default: every core this process may use)")
       ->check(at_least_one("a thread count"));
 
   BenchArgs bench;

@@ -1,7 +1,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
-#include <thread>
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/io/data_error.h"
@@ -45,9 +44,7 @@ std::pair<SubwordModel, uint32_t> parse_training_spec(const std::string& spec) {
 
 int prepare_command(const PrepareArgs& args) {
   try {
-    const int threads = args.threads > 0
-                            ? args.threads
-                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const int threads = args.threads > 0 ? args.threads : available_cores();
     PrepareResult r;
     std::unique_ptr<Tokenizer> tok;
     if (args.synthetic_bytes > 0) {
@@ -60,7 +57,7 @@ int prepare_command(const PrepareArgs& args) {
       if (!args.train_tokenizer.empty()) {
         const auto [model, vocab] = parse_training_spec(args.train_tokenizer);
         for (const std::string& path : args.inputs) check_text_file(path);
-        std::fprintf(stderr, "prepare: training a %s tokenizer of %u pieces on %d threads\n",
+        std::fprintf(stderr, "prepare: training a %s tokenizer of %u pieces on %d thread(s)\n",
                      args.train_tokenizer.substr(0, args.train_tokenizer.find(':')).c_str(),
                      vocab, threads);
         tok = train_sentencepiece(args.inputs, model, vocab, threads);

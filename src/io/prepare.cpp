@@ -1,5 +1,6 @@
 #include "meshtrain/io/prepare.h"
 
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -251,8 +252,7 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
   for (const std::string& path : inputs) total += sizes.emplace_back(check_text_file(path));
   make_parent_directory(out_prefix);
 
-  const int threads = opt.threads > 0 ? opt.threads
-                                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = opt.threads > 0 ? opt.threads : available_cores();
   // At most 2 chunks per thread in flight: about 8 MiB of text, whatever the corpus.
   const size_t in_flight = 2 * static_cast<size_t>(threads);
   const size_t chunk = opt.chunk_bytes > 0
@@ -331,6 +331,12 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
   }
   r.tokenizer_path = save_tokenizer(tok, out_prefix);
   return r;
+}
+
+int available_cores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,

@@ -23,7 +23,7 @@ struct PrepareResult {
 
 struct PrepareOptions {
   double val_fraction = 0.1;
-  int threads = 0;          // tokenizing threads; 0: every core of the node
+  int threads = 0;          // tokenizing threads; 0: available_cores()
   bool progress = false;    // a progress line on stderr (bytes done / total, MB/s)
   size_t chunk_bytes = 0;   // text per work item; 0: 8 MiB / (2 x threads), 64 KiB to 2 MiB
 };
@@ -47,6 +47,10 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
 // The size of a text file `prepare` can read; else a DataError naming it: missing,
 // unreadable, a directory, not a regular file, or empty.
 uint64_t check_text_file(const std::string& path);
+
+// The cores this process may run on (its affinity mask: what Slurm or taskset gave it, not
+// the whole machine): the default number of tokenizing threads.
+int available_cores();
 
 // The byte tokenizer, default options but the fraction.
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
