@@ -21,9 +21,10 @@ build_packages=(
   hdf5-tools
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev googletest
+  libsentencepiece-dev libpcre2-dev nlohmann-json3-dev
 )
 test_packages=(
-  python3 python3-h5py python3-numpy python3-yaml python3-matplotlib
+  python3 python3-h5py python3-numpy python3-yaml python3-matplotlib python3-regex
   slurm-wlm munge
 )
 fuzz_packages=(

@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
                         "Override a deck key: --set section.key=value (repeatable)");
 
   PrepareArgs prepare;
-  CLI::App* prepare_cmd = app.add_subcommand("prepare", "Turn text files into token shards (byte-level)");
+  CLI::App* prepare_cmd = app.add_subcommand("prepare", "Turn text files into token shards");
   prepare_cmd->add_option("inputs", prepare.inputs, "Text files");
   prepare_cmd->add_option("--out", prepare.out_prefix,
                           "Output prefix: writes <prefix>_train.bin and <prefix>_val.bin")->required();
@@ -93,6 +93,15 @@ int main(int argc, char** argv) {
                           "not including, 1")->check(validation_fraction());
   prepare_cmd->add_option("--synthetic", prepare.synthetic_bytes,
                           "Write the built-in generated corpus of this many bytes instead");
+  prepare_cmd->add_option("--tokenizer", prepare.tokenizer,
+                          "bytes (default), a SentencePiece .model, a GPT-2 BPE directory "
+                          "(vocab.json + merges.txt), VOCAB.json,MERGES.txt, or a tokenizer.json");
+  prepare_cmd->add_option("--train-tokenizer", prepare.train_tokenizer,
+                          "Train a SentencePiece tokenizer on the files first: bpe:N or unigram:N "
+                          "(N pieces), written as <prefix>_tokenizer.model")
+      ->excludes("--tokenizer");
+  prepare_cmd->add_option("--threads", prepare.threads, "Tokenizing threads (default: every core this process may use)")
+      ->check(at_least_one("a thread count"));
 
   BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks, each against this machine's own ceiling");

@@ -5,32 +5,96 @@
 #include "meshtrain/app/commands.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/prepare.h"
+#include "meshtrain/io/sentencepiece_tokenizer.h"
+#include "meshtrain/io/tokenizer.h"
 #include "meshtrain/train/data_feed.h"
 
 namespace meshtrain {
 
+namespace {
+
+// "bpe:8000" -> (Bpe, 8000); anything else is a usage error saying what is accepted.
+std::pair<SubwordModel, uint32_t> parse_training_spec(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  const std::string usage = "--train-tokenizer " + spec +
+                            ": expected bpe:N or unigram:N, N the vocabulary size (e.g. bpe:8000; "
+                            "at least 300: 256 byte pieces, 3 specials and the text's characters)";
+  if (colon == std::string::npos || (kind != "bpe" && kind != "unigram"))
+    throw std::invalid_argument(usage);
+  const std::string n = spec.substr(colon + 1);
+  size_t used = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(n, &used);
+  } catch (const std::exception&) {
+    throw std::invalid_argument(usage);
+  }
+  if (used != n.size() || n.empty() || n[0] == '-' || v < 1)
+    throw std::invalid_argument(usage);
+  // SentencePiece keeps piece ids in int; a shard's vocab_size field is a uint32.
+  if (v > 0x7FFFFFFFull)
+    throw std::invalid_argument("--train-tokenizer " + spec + ": a vocabulary of " + n +
+                                " pieces is more than a token id holds (at most 2^31 - 1; "
+                                "GPT-2 has 50257, LLaMA 3 128256)");
+  return {kind == "bpe" ? SubwordModel::Bpe : SubwordModel::Unigram, static_cast<uint32_t>(v)};
+}
+
+}  // namespace
+
 int prepare_command(const PrepareArgs& args) {
   try {
-    const PrepareResult r =
-        args.synthetic_bytes > 0
-            ? prepare_synthetic(kSyntheticTrainSeed, static_cast<size_t>(args.synthetic_bytes),
-                                args.out_prefix, args.val_fraction)
-            : prepare_text_files(args.inputs, args.out_prefix, args.val_fraction);
+    const int threads = args.threads > 0 ? args.threads : available_cores();
+    PrepareResult r;
+    std::unique_ptr<Tokenizer> tok;
+    if (args.synthetic_bytes > 0) {
+      if (args.tokenizer != "bytes" || !args.train_tokenizer.empty())
+        throw std::invalid_argument("prepare --synthetic writes byte-level shards; it takes no "
+                                    "--tokenizer or --train-tokenizer");
+      r = prepare_synthetic(kSyntheticTrainSeed, static_cast<size_t>(args.synthetic_bytes),
+                            args.out_prefix, args.val_fraction);
+    } else {
+      if (!args.train_tokenizer.empty()) {
+        const auto [model, vocab] = parse_training_spec(args.train_tokenizer);
+        for (const std::string& path : args.inputs) check_text_file(path);
+        std::fprintf(stderr, "prepare: training a %s tokenizer of %u pieces on %d thread(s)\n",
+                     args.train_tokenizer.substr(0, args.train_tokenizer.find(':')).c_str(),
+                     vocab, threads);
+        tok = train_sentencepiece(args.inputs, model, vocab, threads);
+      } else {
+        tok = open_tokenizer(args.tokenizer);
+      }
+      PrepareOptions opt;
+      opt.val_fraction = args.val_fraction;
+      opt.threads = threads;
+      opt.progress = true;
+      r = prepare_text_files(args.inputs, args.out_prefix, *tok, opt);
+    }
     if (!r.val_path.empty()) {
       std::printf("wrote %s (%lld tokens) and %s (%lld tokens)\n", r.train_path.c_str(),
                   static_cast<long long>(r.train_tokens), r.val_path.c_str(),
                   static_cast<long long>(r.val_tokens));
-      return kExitOk;
+    } else {
+      std::printf("wrote %s (%lld tokens); no validation shard (--val-fraction 0): train with "
+                  "data.val = \"none\" or another validation shard\n",
+                  r.train_path.c_str(), static_cast<long long>(r.train_tokens));
+      // A validation shard of an earlier run is not this text's: say so rather than delete it.
+      const std::string stale = args.out_prefix + "_val.bin";
+      std::error_code ec;
+      if (std::filesystem::exists(stale, ec))
+        std::fprintf(stderr, "meshtrain: warning: %s is left from an earlier prepare and does "
+                     "not match %s\n", stale.c_str(), r.train_path.c_str());
     }
-    std::printf("wrote %s (%lld tokens); no validation shard (--val-fraction 0): train with "
-                "data.val = \"none\" or another validation shard\n",
-                r.train_path.c_str(), static_cast<long long>(r.train_tokens));
-    // A validation shard of an earlier run is not this text's: say so rather than delete it.
-    const std::string stale = args.out_prefix + "_val.bin";
-    std::error_code ec;
-    if (std::filesystem::exists(stale, ec))
-      std::fprintf(stderr, "meshtrain: warning: %s is left from an earlier prepare and does not "
-                   "match %s\n", stale.c_str(), r.train_path.c_str());
+    // What the deck needs to train on these shards.
+    if (tok && !r.tokenizer_path.empty()) {
+      std::printf("tokenizer %s (%s, %u tokens); in the deck:\n  data.tokenizer = \"%s\"\n"
+                  "  model.vocab_size = %u\n",
+                  r.tokenizer_path.c_str(), tok->kind().c_str(), r.vocab_size,
+                  r.tokenizer_path.c_str(), r.vocab_size);
+    } else {
+      std::printf("byte-level tokens; in the deck:\n  data.tokenizer = \"bytes\"\n"
+                  "  model.vocab_size = 256\n");
+    }
     return kExitOk;
   } catch (const DataError& e) {
     std::fprintf(stderr, "meshtrain: error: %s\n", e.what());

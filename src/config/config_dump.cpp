@@ -81,8 +81,8 @@ std::string dump_config(const Config& c) {
   for (size_t i = 0; i < d.train.size(); ++i) os << (i ? ", " : "") << quoted(d.train[i]);
   os << "]\n"
      << "val = " << quoted(d.val) << "\n"
-     << "synthetic_bytes = " << d.synthetic_bytes << "\n"
-     << "tokenizer = " << quoted(d.tokenizer) << "\n";
+     << "tokenizer = " << quoted(d.tokenizer) << "\n"
+     << "synthetic_bytes = " << d.synthetic_bytes << "\n";
   const TrainOptions& t = c.train;
   os << "\n[train]\n"
      // "auto" until resolve_device() settled it with the device (a run's Config always is).

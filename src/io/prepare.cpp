@@ -1,17 +1,32 @@
 #include "meshtrain/io/prepare.h"
 
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
 #include <cstring>
+#include <deque>
+#include <exception>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <thread>
 
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/synthetic_corpus.h"
+#include "meshtrain/io/text_cut.h"
 #include "meshtrain/io/token_shard.h"
+#include "meshtrain/io/utf8_text.h"
 
 namespace meshtrain {
 
@@ -36,22 +51,184 @@ void check_out_prefix(const std::string& out_prefix) {
   }
 }
 
-std::string read_file(const std::string& path) {
-  // A directory opens as a stream on Linux and then fails to read: say what it is instead.
+void make_parent_directory(const std::string& out_prefix) {
+  const std::filesystem::path dir = std::filesystem::path(out_prefix).parent_path();
+  if (dir.empty()) return;
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw DataError(dir.string(), "cannot create output directory: " + ec.message());
+}
+
+}  // namespace
+
+// Every input is checked before anything is written: a bad path late in a long list must not
+// cost the hour spent on the files before it.
+uint64_t check_text_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw DataError(path, std::string("cannot open text file: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode))
     throw DataError(path, "is a directory, not a text file (give the files in it, e.g. " +
                               (std::filesystem::path(path) / "*.txt").string() + ")");
+  std::ifstream probe(path, std::ios::binary);
+  if (!probe) throw DataError(path, std::string("cannot open text file: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw DataError(path, "is not a regular file (expected a text file)");
+  if (st.st_size == 0) throw DataError(path, "text file is empty; nothing to tokenize");
+  return static_cast<uint64_t>(st.st_size);
+}
+
+namespace {
+
+std::string read_range(const std::string& path, uint64_t begin, uint64_t end) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(path, std::string("cannot open text file: ") + std::strerror(errno));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw DataError(path, "error while reading text file");
-  if (text.empty()) throw DataError(path, "text file is empty; nothing to tokenize");
-  return text;
+  std::string s(end - begin, '\0');
+  in.seekg(static_cast<std::streamoff>(begin));
+  in.read(s.data(), static_cast<std::streamsize>(s.size()));
+  if (static_cast<uint64_t>(in.gcount()) != s.size())
+    throw DataError(path, "error while reading text file (did it shrink while being read?)");
+  return s;
+}
+
+// The first byte of the file's validation part.
+uint64_t split_offset(const std::string& path, uint64_t size, double val_fraction, CutRule rule) {
+  const auto n_val = static_cast<uint64_t>(std::llround(static_cast<double>(size) * val_fraction));
+  const uint64_t target = size - n_val;
+  if (rule == CutRule::Anywhere || n_val == 0 || target == 0) return target;
+  // Back to a boundary within the last MiB before the target (see io/text_cut.h).
+  const uint64_t lo = target > (1u << 20) ? target - (1u << 20) : 0;
+  // The window ends at the target byte itself: a cut p <= target needs text[p] (and for a
+  // space boundary text[p + 1]) to decide.
+  const std::string w = read_range(path, lo, target + 1);
+  const size_t cut = last_cut(w, rule, 1);
+  return lo + std::min<uint64_t>(cut, target - lo);
+}
+
+enum class Role { Train, Val };
+
+struct Chunk {
+  const std::string* path = nullptr;
+  uint64_t offset = 0;  // of text[0] in the file
+  Role role = Role::Train;
+  std::string text;
+  std::vector<uint32_t> tokens;
+  std::exception_ptr error;
+  bool done = false;
+};
+
+// Tokenizes chunks on `threads` threads; the caller takes results in submission order.
+class Workers {
+ public:
+  Workers(int threads, const Tokenizer& tok) : tok_(tok) {
+    for (int t = 0; t < threads; ++t) pool_.emplace_back([this] { run(); });
+  }
+  ~Workers() {
+    {
+      std::lock_guard<std::mutex> l(m_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (std::thread& t : pool_) t.join();
+  }
+  void submit(Chunk* c) {
+    {
+      std::lock_guard<std::mutex> l(m_);
+      queue_.push_back(c);
+    }
+    work_cv_.notify_one();
+  }
+  void wait(Chunk* c) {
+    std::unique_lock<std::mutex> l(m_);
+    done_cv_.wait(l, [&] { return c->done; });
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      Chunk* c;
+      {
+        std::unique_lock<std::mutex> l(m_);
+        work_cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        c = queue_.front();
+        queue_.pop_front();
+      }
+      try {
+        encode(*c);
+      } catch (...) {
+        c->error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> l(m_);
+        c->done = true;
+      }
+      done_cv_.notify_all();
+    }
+  }
+  void encode(Chunk& c) const {
+    if (!tok_.takes_any_bytes()) {
+      const size_t bad = first_non_text_byte(c.text);
+      if (bad < c.text.size())
+        throw DataError(*c.path, describe_non_text_byte(c.text, bad) + " at byte offset " +
+                                     std::to_string(c.offset + bad) + ": the " + tok_.kind() +
+                                     " tokenizer takes UTF-8 text without NUL bytes (binary "
+                                     "files, UTF-16 text: convert or leave them out; "
+                                     "--tokenizer bytes takes any bytes)");
+    }
+    c.tokens = tok_.encode(c.text);
+    std::string().swap(c.text);
+  }
+
+  const Tokenizer& tok_;
+  std::mutex m_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<Chunk*> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> pool_;
+};
+
+// "prepare: 120.0 / 512.0 MB (23%), 48.1 MB/s": rewritten in place on a terminal, a line
+// every 10 s otherwise (logs).
+class Progress {
+ public:
+  Progress(bool on, uint64_t total) : on_(on), tty_(::isatty(2) == 1), total_(total) {}
+  void update(uint64_t done, bool last = false) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double since = std::chrono::duration<double>(now - printed_).count();
+    if (!last && since < (tty_ ? 0.5 : 10.0)) return;
+    printed_ = now;
+    const double s = std::chrono::duration<double>(now - start_).count();
+    std::fprintf(stderr, "%sprepare: %.1f / %.1f MB (%.0f%%), %.1f MB/s%s", tty_ ? "\r" : "",
+                 done / 1e6, total_ / 1e6, total_ ? 100.0 * done / total_ : 100.0,
+                 s > 0 ? done / 1e6 / s : 0.0, tty_ && !last ? "" : "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool on_, tty_;
+  uint64_t total_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), printed_;
+};
+
+// Writes the tokenizer beside the shards, through a .tmp name like them.
+std::string save_tokenizer(const Tokenizer& tok, const std::string& out_prefix) {
+  if (tok.file_suffix().empty()) return "";
+  const std::string path = out_prefix + "_tokenizer" + tok.file_suffix(), tmp = path + ".tmp";
+  try {
+    tok.save(tmp);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw DataError(path, std::string("cannot rename the tokenizer file: ") + std::strerror(errno));
+  }
+  return path;
 }
 
 // Appends the head of `text` to train and its last val_fraction to val (rounded to a whole
-// token).
+// token). The synthetic corpus is generated in memory anyway.
 void split_into(std::string_view text, double val_fraction, std::vector<uint32_t>& train,
                 std::vector<uint32_t>& val) {
   const size_t n_val =
@@ -62,38 +239,111 @@ void split_into(std::string_view text, double val_fraction, std::vector<uint32_t
   val.insert(val.end(), tokens.begin() + n_train, tokens.end());
 }
 
-enum class WithValidation { No, Yes };
-
-PrepareResult write_pair(const std::string& out_prefix, const std::vector<uint32_t>& train,
-                         const std::vector<uint32_t>& val, WithValidation with_val) {
-  const std::filesystem::path dir = std::filesystem::path(out_prefix).parent_path();
-  if (!dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw DataError(dir.string(), "cannot create output directory: " + ec.message());
-  }
-  PrepareResult r;
-  r.train_path = out_prefix + "_train.bin";
-  write_token_shard(r.train_path, train, kByteVocabSize);
-  r.train_tokens = static_cast<int64_t>(train.size());
-  if (with_val == WithValidation::Yes) {
-    r.val_path = out_prefix + "_val.bin";
-    write_token_shard(r.val_path, val, kByteVocabSize);
-    r.val_tokens = static_cast<int64_t>(val.size());
-  }
-  return r;
-}
-
 }  // namespace
 
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
-                                 const std::string& out_prefix, double val_fraction) {
-  check_fraction(val_fraction);
+                                 const std::string& out_prefix, const Tokenizer& tok,
+                                 const PrepareOptions& opt) {
+  check_fraction(opt.val_fraction);
   check_out_prefix(out_prefix);
   if (inputs.empty()) throw std::invalid_argument("prepare: no input text files given");
-  std::vector<uint32_t> train, val;
-  for (const std::string& path : inputs) split_into(read_file(path), val_fraction, train, val);
-  return write_pair(out_prefix, train, val, val_fraction > 0 ? WithValidation::Yes : WithValidation::No);
+  std::vector<uint64_t> sizes;
+  uint64_t total = 0;
+  for (const std::string& path : inputs) total += sizes.emplace_back(check_text_file(path));
+  make_parent_directory(out_prefix);
+
+  const int threads = opt.threads > 0 ? opt.threads : available_cores();
+  // At most 2 chunks per thread in flight: about 8 MiB of text, whatever the corpus.
+  const size_t in_flight = 2 * static_cast<size_t>(threads);
+  const size_t chunk = opt.chunk_bytes > 0
+                           ? opt.chunk_bytes
+                           : std::clamp<size_t>((8u << 20) / in_flight, 64u << 10, 2u << 20);
+  const CutRule rule = tok.takes_any_bytes() ? CutRule::Anywhere : CutRule::TextBoundary;
+
+  PrepareResult r;
+  r.vocab_size = tok.vocab_size();
+  r.train_path = out_prefix + "_train.bin";
+  const bool with_val = opt.val_fraction > 0;
+  if (with_val) r.val_path = out_prefix + "_val.bin";
+  TokenShardWriter train(r.train_path, r.vocab_size);
+  std::optional<TokenShardWriter> val;
+  if (with_val) val.emplace(r.val_path, r.vocab_size);
+
+  std::deque<std::unique_ptr<Chunk>> pending;  // declared before the workers: outlives them
+  Workers workers(threads, tok);
+  Progress progress(opt.progress, total);
+  uint64_t done = 0;
+  auto write_front = [&] {
+    Chunk* c = pending.front().get();
+    workers.wait(c);
+    if (c->error) std::rethrow_exception(c->error);
+    (c->role == Role::Train ? train : *val).append(c->tokens.data(), c->tokens.size());
+    pending.pop_front();
+  };
+  auto submit = [&](std::unique_ptr<Chunk> c, uint64_t bytes) {
+    while (pending.size() >= in_flight) write_front();
+    workers.submit(c.get());
+    pending.push_back(std::move(c));
+    done += bytes;
+    progress.update(done);
+  };
+
+  for (size_t f = 0; f < inputs.size(); ++f) {
+    const std::string& path = inputs[f];
+    const uint64_t split = split_offset(path, sizes[f], opt.val_fraction, rule);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw DataError(path, std::string("cannot open text file: ") + std::strerror(errno));
+    for (const auto& [role, begin, end] :
+         {std::tuple{Role::Train, uint64_t{0}, split}, std::tuple{Role::Val, split, sizes[f]}}) {
+      std::string carry;
+      uint64_t read_to = begin, carry_at = begin;
+      while (read_to < end || !carry.empty()) {
+        const uint64_t want = std::min<uint64_t>(chunk > carry.size() ? chunk - carry.size() : 0,
+                                                 end - read_to);
+        if (want > 0) {
+          const size_t old = carry.size();
+          carry.resize(old + want);
+          in.read(carry.data() + old, static_cast<std::streamsize>(want));
+          if (static_cast<uint64_t>(in.gcount()) != want)
+            throw DataError(path, "error while reading text file (did it shrink while being "
+                                  "read?)");
+          read_to += want;
+        }
+        auto c = std::make_unique<Chunk>();
+        c->path = &path;
+        c->offset = carry_at;
+        c->role = role;
+        const size_t cut = read_to == end ? carry.size() : last_cut(carry, rule, carry.size() / 2);
+        c->text = carry.substr(0, cut);
+        carry.erase(0, cut);
+        carry_at += cut;
+        submit(std::move(c), cut);
+      }
+    }
+  }
+  while (!pending.empty()) write_front();
+  progress.update(total, true);
+  train.finish();
+  r.train_tokens = train.tokens();
+  if (val) {
+    val->finish();
+    r.val_tokens = val->tokens();
+  }
+  r.tokenizer_path = save_tokenizer(tok, out_prefix);
+  return r;
+}
+
+int available_cores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
+                                 const std::string& out_prefix, double val_fraction) {
+  PrepareOptions opt;
+  opt.val_fraction = val_fraction;
+  return prepare_text_files(inputs, out_prefix, *make_byte_tokenizer(), opt);
 }
 
 PrepareResult prepare_synthetic(uint64_t seed, size_t bytes, const std::string& out_prefix,
@@ -102,7 +352,18 @@ PrepareResult prepare_synthetic(uint64_t seed, size_t bytes, const std::string& 
   check_out_prefix(out_prefix);
   std::vector<uint32_t> train, val;
   split_into(synthetic_text(seed, bytes), val_fraction, train, val);
-  return write_pair(out_prefix, train, val, val_fraction > 0 ? WithValidation::Yes : WithValidation::No);
+  make_parent_directory(out_prefix);
+  PrepareResult r;
+  r.vocab_size = kByteVocabSize;
+  r.train_path = out_prefix + "_train.bin";
+  write_token_shard(r.train_path, train, kByteVocabSize);
+  r.train_tokens = static_cast<int64_t>(train.size());
+  if (val_fraction > 0) {
+    r.val_path = out_prefix + "_val.bin";
+    write_token_shard(r.val_path, val, kByteVocabSize);
+    r.val_tokens = static_cast<int64_t>(val.size());
+  }
+  return r;
 }
 
 }  // namespace meshtrain

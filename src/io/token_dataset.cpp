@@ -65,7 +65,10 @@ TokenDataset TokenDataset::from_shards(const std::vector<std::string>& paths, in
       s.name = f;
       s.shard.emplace(TokenShard::open(f));
       s.tokens = s.shard->size();
-      d.vocab_size_ = std::max(d.vocab_size_, s.shard->vocab_size());
+      if (s.shard->vocab_size() > d.vocab_size_) {
+        d.vocab_size_ = s.shard->vocab_size();
+        d.largest_vocab_source_ = f;
+      }
       d.sources_.push_back(std::move(s));
     }
   }
@@ -87,6 +90,7 @@ TokenDataset TokenDataset::from_tokens(std::vector<uint32_t> tokens, uint32_t vo
   TokenDataset d;
   d.seq_len_ = seq_len;
   d.vocab_size_ = vocab_size;
+  d.largest_vocab_source_ = name;
   Source s;
   s.name = std::move(name);
   s.tokens = static_cast<int64_t>(tokens.size());
@@ -116,11 +120,13 @@ void TokenDataset::finish(const std::string& kind, const std::string& role) {
                         " (use a shorter seq_len or more data)");
   }
   description_ = std::to_string(sources_.size()) + " " + kind + " (" + list_names(names) + "), " +
-                 std::to_string(tokens_) + " tokens, vocab " + std::to_string(vocab_size_) + ", " +
+                 std::to_string(tokens_) + " tokens, vocab " +
+                 (vocab_size_ == 0 ? std::string("unknown (llm.c)") : std::to_string(vocab_size_)) + ", " +
                  std::to_string(samples_) + " samples of " + std::to_string(seq_len_) + "+1 tokens";
 }
 
-void TokenDataset::verify_shards(int worker, int workers, int threads) const {
+void TokenDataset::verify_shards(int worker, int workers, int threads,
+                                 uint32_t model_vocab) const {
   if (workers < 1 || worker < 0 || worker >= workers)
     throw std::invalid_argument("TokenDataset::verify_shards: worker " + std::to_string(worker) +
                                 " of " + std::to_string(workers));
@@ -151,7 +157,7 @@ void TokenDataset::verify_shards(int worker, int workers, int threads) const {
   auto work = [&] {
     for (size_t k = next++; k < mine.size(); k = next++) {
       try {
-        sources_[mine[k]].shard->verify();
+        sources_[mine[k]].shard->verify(model_vocab);
       } catch (...) {
         errors[k] = std::current_exception();
       }

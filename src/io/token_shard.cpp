@@ -90,9 +90,14 @@ TokenShard TokenShard::open(const std::string& path) {
   if (::pread(f.fd, h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) {
     throw DataError(path, "cannot read token shard header: " + errno_text());
   }
+  int32_t llmc_magic;
+  std::memcpy(&llmc_magic, h, 4);
+  if (llmc_magic == kLlmcMagicGpt2 || llmc_magic == kLlmcMagicLlama3)
+    return open_llmc(path, f.fd, file_bytes, h);
   if (std::memcmp(h, kTokenShardMagic, 8) != 0) {
     throw DataError(path, "bad magic \"" + show_bytes(h, 8) +
-                              "\", expected \"MTTOKENS\": not a meshtrain token shard");
+                              "\", expected \"MTTOKENS\" (a meshtrain token shard) or the int32 "
+                              "20240520 / 20240801 of an llm.c shard");
   }
   const uint32_t version = load_u32(h + 8);
   if (version != kTokenShardVersion) {
@@ -142,6 +147,7 @@ TokenShard TokenShard::open(const std::string& path) {
   (void)::madvise(map, file_bytes, MADV_RANDOM);
 
   TokenShard s;
+  s.format_ = ShardFormat::Meshtrain;
   s.path_ = path;
   s.map_ = map;
   s.map_bytes_ = file_bytes;
@@ -153,11 +159,48 @@ TokenShard TokenShard::open(const std::string& path) {
   return s;
 }
 
+TokenShard TokenShard::open_llmc(const std::string& path, int fd, uint64_t file_bytes,
+                                 const unsigned char* h) {
+  int32_t magic, version, count;
+  std::memcpy(&magic, h, 4);
+  std::memcpy(&version, h + 4, 4);
+  std::memcpy(&count, h + 8, 4);
+  const int32_t want = magic == kLlmcMagicGpt2 ? kLlmcVersionGpt2 : kLlmcVersionLlama3;
+  if (version != want)
+    throw DataError(path, "llm.c token shard (magic " + std::to_string(magic) + ") of version " +
+                              std::to_string(version) + ", expected " + std::to_string(want) +
+                              " (magic 20240520 goes with version 1, uint16 tokens; 20240801 "
+                              "with version 7, uint32 tokens)");
+  const uint32_t bytes_per_token = magic == kLlmcMagicGpt2 ? 2 : 4;
+  if (count < 0) throw DataError(path, "llm.c token shard header holds a negative token count");
+  const uint64_t expected = kLlmcHeaderBytes + uint64_t(count) * bytes_per_token;
+  if (file_bytes != expected)
+    throw DataError(path, std::string(file_bytes < expected ? "truncated" : "oversized") +
+                              " llm.c token shard: header promises " + std::to_string(count) +
+                              " tokens (" + std::to_string(expected) + " bytes), file holds " +
+                              std::to_string(file_bytes) + " bytes");
+  void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (map == MAP_FAILED) throw DataError(path, "cannot mmap token shard: " + errno_text());
+  (void)::madvise(map, file_bytes, MADV_RANDOM);
+  TokenShard s;
+  s.format_ = ShardFormat::Llmc;
+  s.path_ = path;
+  s.map_ = map;
+  s.map_bytes_ = file_bytes;
+  s.tokens_ = static_cast<const unsigned char*>(map) + kLlmcHeaderBytes;
+  s.count_ = count;
+  s.bytes_per_token_ = bytes_per_token;
+  s.vocab_size_ = 0;
+  s.checksum_ = 0;
+  return s;
+}
+
 TokenShard::TokenShard(TokenShard&& o) noexcept
     : path_(std::move(o.path_)),
       map_(o.map_),
       map_bytes_(o.map_bytes_),
       tokens_(o.tokens_),
+      format_(o.format_),
       count_(o.count_),
       bytes_per_token_(o.bytes_per_token_),
       vocab_size_(o.vocab_size_),
@@ -175,6 +218,7 @@ TokenShard& TokenShard::operator=(TokenShard&& o) noexcept {
     map_ = o.map_;
     map_bytes_ = o.map_bytes_;
     tokens_ = o.tokens_;
+    format_ = o.format_;
     count_ = o.count_;
     bytes_per_token_ = o.bytes_per_token_;
     vocab_size_ = o.vocab_size_;
@@ -266,7 +310,10 @@ std::string hex64(uint64_t v) {
 
 }  // namespace
 
-void TokenShard::verify() const {
+void TokenShard::verify(uint32_t model_vocab) const {
+  const bool llmc = format_ == ShardFormat::Llmc;
+  const uint32_t bound = llmc ? model_vocab : vocab_size_;
+  const size_t header = llmc ? kLlmcHeaderBytes : kTokenShardHeaderBytes;
   // Chunks small enough to stay in cache between the vocabulary scan and the hash, so that
   // the file is read from memory (or disk) once.
   constexpr size_t kChunkTokens = 1 << 15;
@@ -276,22 +323,28 @@ void TokenShard::verify() const {
   for (size_t start = 0; start < n; start += kChunkTokens) {
     const size_t len = std::min(kChunkTokens, n - start);
     const unsigned char* p = tokens_ + start * bytes_per_token_;
-    const size_t bad = bytes_per_token_ == 2 ? first_out_of_vocabulary<uint16_t>(p, len, vocab_size_)
-                                             : first_out_of_vocabulary<uint32_t>(p, len, vocab_size_);
+    const size_t bad = bound == 0 ? len
+                       : bytes_per_token_ == 2 ? first_out_of_vocabulary<uint16_t>(p, len, bound)
+                                               : first_out_of_vocabulary<uint32_t>(p, len, bound);
     if (bad < len) {
       (void)::madvise(map_, map_bytes_, MADV_RANDOM);
       const int64_t index = static_cast<int64_t>(start + bad);
-      throw DataError(path_, "token " + std::to_string(token(index)) + " at byte offset " +
-                                 std::to_string(kTokenShardHeaderBytes + index * bytes_per_token_) +
-                                 " (token " + std::to_string(index) +
-                                 ") is not below the header's vocab_size " +
+      const std::string where = "token " + std::to_string(token(index)) + " at byte offset " +
+                                std::to_string(header + index * bytes_per_token_) + " (token " +
+                                std::to_string(index) + ")";
+      if (llmc)
+        throw DataError(path_, where + " is not below model.vocab_size " + std::to_string(bound) +
+                                   " (an llm.c shard records no vocabulary size, so the model's "
+                                   "bounds its tokens): set model.vocab_size to the vocabulary "
+                                   "the shard was tokenized with (GPT-2: 50257)");
+      throw DataError(path_, where + " is not below the header's vocab_size " +
                                  std::to_string(vocab_size_) +
                                  ": the shard is corrupt or was written for another vocabulary");
     }
-    h = fnv1a64(p, len * bytes_per_token_, h);
+    if (!llmc) h = fnv1a64(p, len * bytes_per_token_, h);
   }
   (void)::madvise(map_, map_bytes_, MADV_RANDOM);
-  if (h != checksum_) {
+  if (!llmc && h != checksum_) {
     throw DataError(path_, "checksum mismatch: the token bytes at offsets 64 to " +
                                std::to_string(map_bytes_) + " hash to " + hex64(h) +
                                ", the header (offset 32) says " + hex64(checksum_) +
@@ -299,9 +352,92 @@ void TokenShard::verify() const {
   }
 }
 
+TokenShardWriter::TokenShardWriter(std::string path, uint32_t vocab_size)
+    : path_(std::move(path)),
+      tmp_(path_ + ".tmp"),
+      vocab_size_(vocab_size),
+      bytes_per_token_(vocab_size <= 65536 ? 2 : 4),
+      hash_(fnv1a64(nullptr, 0)) {
+  if (vocab_size == 0) throw DataError(path_, "cannot write a token shard with vocab_size 0");
+  f_ = std::fopen(tmp_.c_str(), "wb");
+  if (f_ == nullptr) throw DataError(tmp_, "cannot create token shard: " + errno_text());
+  unsigned char header[kTokenShardHeaderBytes] = {};
+  std::memcpy(header, kTokenShardMagic, 8);
+  store_u32(header + 8, kTokenShardVersion);
+  store_u32(header + 12, bytes_per_token_);
+  store_u32(header + 24, vocab_size_);
+  store_u32(header + 28, kTokenShardHeaderBytes);
+  // Count and checksum are patched in by finish().
+  if (std::fwrite(header, 1, sizeof header, f_) != sizeof header) fail("cannot write header");
+}
+
+TokenShardWriter::~TokenShardWriter() {
+  if (f_ != nullptr) {
+    std::fclose(f_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+void TokenShardWriter::fail(const std::string& what) {
+  const std::string why = errno_text();
+  std::fclose(f_);
+  f_ = nullptr;
+  std::remove(tmp_.c_str());
+  throw DataError(tmp_, what + ": " + why);
+}
+
+void TokenShardWriter::append(const uint32_t* tokens, size_t n) {
+  constexpr size_t kChunk = 1 << 16;
+  buf_.resize(kChunk * bytes_per_token_);
+  for (size_t start = 0; start < n; start += kChunk) {
+    const size_t m = std::min(kChunk, n - start);
+    for (size_t i = 0; i < m; ++i) {
+      const uint32_t t = tokens[start + i];
+      if (t >= vocab_size_)
+        throw DataError(path_, "token " + std::to_string(t) + " at position " +
+                                   std::to_string(count_ + static_cast<int64_t>(start + i)) +
+                                   " is not below vocab_size " + std::to_string(vocab_size_));
+      if (bytes_per_token_ == 2) {
+        const uint16_t v = static_cast<uint16_t>(t);
+        std::memcpy(buf_.data() + 2 * i, &v, 2);
+      } else {
+        store_u32(buf_.data() + 4 * i, t);
+      }
+    }
+    const size_t bytes = m * bytes_per_token_;
+    hash_ = fnv1a64(buf_.data(), bytes, hash_);
+    if (std::fwrite(buf_.data(), 1, bytes, f_) != bytes) fail("cannot write tokens");
+  }
+  count_ += static_cast<int64_t>(n);
+}
+
+void TokenShardWriter::finish() {
+  unsigned char v[8];
+  store_u64(v, static_cast<uint64_t>(count_));
+  if (std::fseek(f_, 16, SEEK_SET) != 0 || std::fwrite(v, 1, 8, f_) != 8)
+    fail("cannot write token count");
+  store_u64(v, hash_);
+  if (std::fseek(f_, 32, SEEK_SET) != 0 || std::fwrite(v, 1, 8, f_) != 8)
+    fail("cannot write checksum");
+  if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) fail("cannot flush token shard");
+  const int rc = std::fclose(f_);
+  f_ = nullptr;
+  if (rc != 0) {
+    const std::string why = errno_text();
+    std::remove(tmp_.c_str());
+    throw DataError(tmp_, "cannot close token shard: " + why);
+  }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string why = errno_text();
+    std::remove(tmp_.c_str());
+    throw DataError(path_, "cannot rename " + tmp_ + " to the final name: " + why);
+  }
+}
+
 void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens,
                        uint32_t vocab_size) {
   if (vocab_size == 0) throw DataError(path, "cannot write a token shard with vocab_size 0");
+  // Checked before the file is created, as before: a bad token leaves no .tmp behind.
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] >= vocab_size) {
       throw DataError(path, "token " + std::to_string(tokens[i]) + " at position " +
@@ -309,63 +445,9 @@ void write_token_shard(const std::string& path, const std::vector<uint32_t>& tok
                                 std::to_string(vocab_size));
     }
   }
-  const uint32_t bytes_per_token = vocab_size <= 65536 ? 2 : 4;
-
-  // Token bytes in file order, converted and checksummed in chunks so that memory stays
-  // bounded by the input vector, not twice it.
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) throw DataError(tmp, "cannot create token shard: " + errno_text());
-  auto fail = [&](const std::string& what) {
-    const std::string why = errno_text();
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    throw DataError(tmp, what + ": " + why);
-  };
-
-  unsigned char header[kTokenShardHeaderBytes] = {};
-  std::memcpy(header, kTokenShardMagic, 8);
-  store_u32(header + 8, kTokenShardVersion);
-  store_u32(header + 12, bytes_per_token);
-  store_u64(header + 16, tokens.size());
-  store_u32(header + 24, vocab_size);
-  store_u32(header + 28, kTokenShardHeaderBytes);
-  // The checksum is patched in after the tokens are written.
-  if (std::fwrite(header, 1, sizeof header, f) != sizeof header) fail("cannot write header");
-
-  constexpr size_t kChunk = 1 << 16;
-  std::vector<unsigned char> buf(kChunk * bytes_per_token);
-  uint64_t h = fnv1a64(nullptr, 0);
-  for (size_t start = 0; start < tokens.size(); start += kChunk) {
-    const size_t n = std::min(kChunk, tokens.size() - start);
-    for (size_t i = 0; i < n; ++i) {
-      if (bytes_per_token == 2) {
-        const uint16_t v = static_cast<uint16_t>(tokens[start + i]);
-        std::memcpy(buf.data() + 2 * i, &v, 2);
-      } else {
-        store_u32(buf.data() + 4 * i, tokens[start + i]);
-      }
-    }
-    const size_t bytes = n * bytes_per_token;
-    h = fnv1a64(buf.data(), bytes, h);
-    if (std::fwrite(buf.data(), 1, bytes, f) != bytes) fail("cannot write tokens");
-  }
-  unsigned char sum[8];
-  store_u64(sum, h);
-  if (std::fseek(f, 32, SEEK_SET) != 0 || std::fwrite(sum, 1, 8, f) != 8) {
-    fail("cannot write checksum");
-  }
-  if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) fail("cannot flush token shard");
-  if (std::fclose(f) != 0) {
-    const std::string why = errno_text();
-    std::remove(tmp.c_str());
-    throw DataError(tmp, "cannot close token shard: " + why);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_text();
-    std::remove(tmp.c_str());
-    throw DataError(path, "cannot rename " + tmp + " to the final name: " + why);
-  }
+  TokenShardWriter w(path, vocab_size);
+  w.append(tokens.data(), tokens.size());
+  w.finish();
 }
 
 }  // namespace meshtrain

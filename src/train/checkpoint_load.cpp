@@ -134,7 +134,8 @@ CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
     if (info.model.empty() || info.lineage.empty())
       throw CheckpointFileError(path + ": has no attribute '" + (info.model.empty() ? "model" : "lineage") +
                                 "' (not a complete meshtrain checkpoint)");
-    check_model_signature(path, info.model, m, cfg_.deck_path, info.meshtrain_version);
+    check_model_signature(path, info.model, m, cfg_.deck_path, info.meshtrain_version,
+                          tokenizer_signature(cfg_.data.tokenizer));
     if (info.step < 0 || info.optimizer_steps < 0)
       throw CheckpointFileError(path + ": step = " + std::to_string(info.step) + ", optimizer_steps = " +
                                 std::to_string(info.optimizer_steps) + " (expected >= 0)");

@@ -286,7 +286,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
   info.deck = cfg_.deck_text;
   for (const std::string& o : cfg_.overrides) info.overrides += o + "\n";
   info.config = dump_config(cfg_);
-  info.model = model_signature(cfg_.model);
+  info.model = model_signature(cfg_.model, tokenizer_signature(cfg_.data.tokenizer));
   info.lineage = lineage_;
   info.layout = describe_layout(cfg_);
   info.world_size = grid_.world_size();

@@ -7,6 +7,7 @@
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/synthetic_corpus.h"
+#include "meshtrain/io/tokenizer.h"
 #include "meshtrain/train/stop_request.h"
 
 namespace meshtrain {
@@ -28,9 +29,10 @@ std::unique_ptr<TokenDataset> open_dataset(const std::vector<std::string>& sourc
 void check_vocabulary(const Config& c, const TokenDataset& d, const char* key) {
   if (d.vocab_size() > static_cast<uint64_t>(c.model.vocab_size))
     throw DeckError(c.deck_path + ": model.vocab_size = " + std::to_string(c.model.vocab_size) +
-                    " is smaller than the vocabulary of " + key + " (" + d.describe() + ": " +
-                    std::to_string(d.vocab_size()) + " tokens); set model.vocab_size >= " +
-                    std::to_string(d.vocab_size()));
+                    " is smaller than the vocabulary of " + key + ": " +
+                    d.largest_vocab_source() + " holds tokens of a vocabulary of " +
+                    std::to_string(d.vocab_size()) + " (" + d.describe() +
+                    "); set model.vocab_size >= " + std::to_string(d.vocab_size()));
 }
 }  // namespace
 
@@ -41,6 +43,16 @@ DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_s
   train_ = open_dataset(d.train, kSyntheticTrainSeed, d.synthetic_bytes, config.model.seq_len, "training");
   if (!train_) return;  // interrupted()
   check_vocabulary(config, *train_, "data.train");
+  // A tokenizer file that cannot be read must stop the run now, not at its first checkpoint
+  // (which records it) or sample.
+  if (d.tokenizer != "bytes") {
+    const uint32_t v = open_tokenizer(d.tokenizer)->vocab_size();
+    if (v > static_cast<uint64_t>(config.model.vocab_size))
+      throw DeckError(config.deck_path + ": model.vocab_size = " +
+                      std::to_string(config.model.vocab_size) + " is smaller than the vocabulary "
+                      "of data.tokenizer = \"" + d.tokenizer + "\" (" + std::to_string(v) +
+                      " tokens); set model.vocab_size >= " + std::to_string(v));
+  }
   if (d.has_val()) {
     val_ = open_dataset({d.val}, kSyntheticValSeed, std::max<int64_t>(d.synthetic_bytes / 10, 65536),
                         config.model.seq_len, "validation");
@@ -56,8 +68,9 @@ DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_s
 void DataFeed::verify(int worker, int workers) const {
   if (mode_ == DataMode::ShapesOnly || interrupted()) return;
   const int threads = std::max(1, omp_get_max_threads());
-  train_->verify_shards(worker, workers, threads);
-  if (val_) val_->verify_shards(worker, workers, threads);
+  const auto vocab = static_cast<uint32_t>(cfg_->model.vocab_size);
+  train_->verify_shards(worker, workers, threads, vocab);
+  if (val_) val_->verify_shards(worker, workers, threads, vocab);
 }
 
 // The tokens and targets of all micro-batches of a step travel together: one host buffer

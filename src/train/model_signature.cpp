@@ -2,9 +2,11 @@
 
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include "meshtrain/io/checkpoint_file.h"
+#include "meshtrain/io/tokenizer.h"
 
 namespace meshtrain {
 
@@ -15,7 +17,6 @@ namespace {
 constexpr double kLayerNormEps = 1e-5;           // backend/cpu/layernorm.cpp, backend/cuda/layernorm.cu
 constexpr const char* kPositions = "learned";    // wpe, (T, C), added to wte (model/embedding.cpp)
 constexpr const char* kActivation = "gelu_tanh"; // backend/*/gelu: GPT-2's tanh approximation
-constexpr const char* kTokenizer = "byte";       // io/byte_tokenizer.h: token = byte value
 
 std::string number(double v) {
   char buf[32];
@@ -37,7 +38,18 @@ std::map<std::string, std::string> parse(const std::string& text) {
 
 }  // namespace
 
-std::vector<ModelSetting> model_settings(const GptConfig& m) {
+std::string tokenizer_signature(const std::string& spec) {
+  if (spec == "bytes") return "byte";
+  // Every checkpoint writes it: open a (possibly 10 MB JSON) tokenizer once, not every time.
+  static std::mutex m;
+  static std::map<std::string, std::string> known;
+  std::lock_guard<std::mutex> lock(m);
+  auto it = known.find(spec);
+  if (it == known.end()) it = known.emplace(spec, open_tokenizer(spec)->signature()).first;
+  return it->second;
+}
+
+std::vector<ModelSetting> model_settings(const GptConfig& m, const std::string& tokenizer) {
   return {
       {"layers", std::to_string(m.layers), true},
       {"d_model", std::to_string(m.d_model), true},
@@ -48,26 +60,33 @@ std::vector<ModelSetting> model_settings(const GptConfig& m) {
       {"layernorm_eps", number(kLayerNormEps), false},
       {"positions", quoted(kPositions), false},
       {"activation", quoted(kActivation), false},
-      {"tokenizer", quoted(kTokenizer), false},
+      {"tokenizer", quoted(tokenizer.c_str()), false},
   };
 }
 
-std::string model_signature(const GptConfig& m) {
+std::string model_signature(const GptConfig& m, const std::string& tokenizer) {
   std::string out;
-  for (const ModelSetting& s : model_settings(m)) out += s.key + " = " + s.value + "\n";
+  for (const ModelSetting& s : model_settings(m, tokenizer)) out += s.key + " = " + s.value + "\n";
   return out;
 }
 
 void check_model_signature(const std::string& file, const std::string& recorded, const GptConfig& m,
-                           const std::string& deck, const std::string& writer) {
+                           const std::string& deck, const std::string& writer,
+                           const std::string& tokenizer) {
   std::map<std::string, std::string> stored = parse(recorded);
-  for (const ModelSetting& s : model_settings(m)) {
+  for (const ModelSetting& s : model_settings(m, tokenizer)) {
     const auto it = stored.find(s.key);
     if (it == stored.end())
       throw CheckpointFileError(file + ": the 'model' attribute does not record model." + s.key +
                                 " (damaged, or not written by meshtrain)");
     const std::string& value = it->second;
     if (value != s.value) {
+      if (s.key == "tokenizer")
+        throw CheckpointFileError(
+            file + ": model.tokenizer = " + value + " in the checkpoint, but " + deck +
+            "'s data.tokenizer is " + s.value +
+            ": the checkpoint's token ids mean other text (set data.tokenizer to the tokenizer "
+            "it was trained with; `meshtrain inspect` shows its configuration)");
       if (s.deck_key)
         throw CheckpointFileError(
             file + ": model." + s.key + " = " + value + " in the checkpoint, but " + deck +

@@ -2,7 +2,7 @@
 // The settings that decide which function a checkpoint's tensors compute — the deck's [model]
 // keys, shape-changing or not (model.heads changes no tensor's shape, yet a checkpoint loaded
 // with other heads is another model), and what this build fixes (LayerNorm eps, learned
-// positions, GELU, the byte tokenizer) — as the checkpoint's @model attribute records them,
+// positions, GELU) and the tokenizer (data.tokenizer) — as the checkpoint's @model attribute records them,
 // and the check that a deck's model is the checkpoint's. Private to src/train.
 
 #include <string>
@@ -18,17 +18,24 @@ struct ModelSetting {
   bool deck_key;      // a [model] key of the deck, else fixed by this build
 };
 
-// Every setting of `m`, deck keys first.
-std::vector<ModelSetting> model_settings(const GptConfig& m);
+// What @model records as model.tokenizer for data.tokenizer = `spec`: "byte" for "bytes" (the
+// value every checkpoint held before other tokenizers), else Tokenizer::signature(), the kind
+// and vocabulary size ("gpt2-bpe:50257"), never the path: a moved tokenizer file must not stop
+// a resume. Opens the file once per spec and process; DataError when it cannot be opened.
+std::string tokenizer_signature(const std::string& spec);
+
+// Every setting of `m`, deck keys first; `tokenizer` as tokenizer_signature() gives it.
+std::vector<ModelSetting> model_settings(const GptConfig& m, const std::string& tokenizer = "byte");
 
 // The @model attribute: "key = value" lines, in model_settings() order.
-std::string model_signature(const GptConfig& m);
+std::string model_signature(const GptConfig& m, const std::string& tokenizer = "byte");
 
 // Throws CheckpointFileError unless `recorded` (a file's @model) holds exactly the settings of
 // `m`: the first difference names the key, the checkpoint's value and the deck's (or this
 // build's), with what to do. `file` and `deck` name the two sides; `writer` is the meshtrain
 // version that wrote the file.
 void check_model_signature(const std::string& file, const std::string& recorded, const GptConfig& m,
-                           const std::string& deck, const std::string& writer);
+                           const std::string& deck, const std::string& writer,
+                           const std::string& tokenizer = "byte");
 
 }  // namespace meshtrain

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -12,7 +14,11 @@
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/synthetic_corpus.h"
 #include "meshtrain/io/token_shard.h"
+#include "meshtrain/io/gpt2_bpe_tokenizer.h"
+#include "meshtrain/io/tokenizer.h"
+#include "support/small_corpus.h"
 #include "support/temp_dir.h"
+#include "support/tiny_gpt2.h"
 
 namespace meshtrain {
 namespace {
@@ -107,6 +113,96 @@ TEST(Prepare, DirectoriesAreRefusedByName) {
   // --out is a prefix of file names: a directory would write "<dir>/_train.bin".
   EXPECT_THROW(prepare_synthetic(1, 1000, dir.file("texts"), 0.1), std::invalid_argument);
   EXPECT_THROW(prepare_synthetic(1, 1000, dir.file("new") + "/", 0.1), std::invalid_argument);
+}
+
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Small chunks on several threads: every chunk boundary is exercised and the tokens must still
+// come out in file order, the same as one pass over the whole text.
+TEST(Prepare, StreamingInSmallChunksMatchesTheWholeText) {
+  TempDir dir;
+  std::string text = meshtrain::testing::small_corpus(2000);
+  text += "  trailing  spaces \n\n\nand newlines\n  x";
+  meshtrain::testing::write_file(dir.file("a.txt"), text);
+  const auto gpt2 = make_gpt2_bpe_tokenizer(meshtrain::testing::tiny_gpt2_files(), "tiny");
+  const auto bytes = make_byte_tokenizer();
+  for (const Tokenizer* tok : {bytes.get(), gpt2.get()}) {
+    for (int threads : {1, 3}) {
+      PrepareOptions opt;
+      opt.val_fraction = 0.25;
+      opt.threads = threads;
+      opt.chunk_bytes = 997;
+      const PrepareResult r = prepare_text_files({dir.file("a.txt")}, dir.file("o"), *tok, opt);
+      std::vector<uint32_t> got = all_tokens(TokenShard::open(r.train_path));
+      const std::vector<uint32_t> val = all_tokens(TokenShard::open(r.val_path));
+      EXPECT_GT(val.size(), 0u);
+      got.insert(got.end(), val.begin(), val.end());
+      EXPECT_EQ(got, tok->encode(text)) << tok->kind() << " threads " << threads;
+      EXPECT_EQ(TokenShard::open(r.train_path).vocab_size(), tok->vocab_size());
+      if (tok == bytes.get()) {
+        EXPECT_EQ(r.val_tokens, static_cast<int64_t>(std::llround(text.size() * 0.25)));
+        EXPECT_EQ(r.tokenizer_path, "");
+      } else {
+        EXPECT_EQ(r.tokenizer_path, dir.file("o_tokenizer.json"));
+        EXPECT_EQ(open_tokenizer(r.tokenizer_path)->encode(text), tok->encode(text));
+      }
+    }
+  }
+}
+
+// Binary junk is refused by the subword tokenizers (UTF-8 without NUL is their rule) with the
+// file and byte offset; nothing is left under a final name, and no .tmp either.
+TEST(Prepare, SubwordTokenizersRefuseBinaryAndLeaveNoShard) {
+  TempDir dir;
+  const std::string good = meshtrain::testing::small_corpus(500);
+  meshtrain::testing::write_file(dir.file("good.txt"), good);
+  meshtrain::testing::write_file(dir.file("nul.txt"), good + std::string("ab\0cd", 5));
+  meshtrain::testing::write_file(dir.file("latin1.txt"), good + "caf\xe9 au lait\n");
+  std::filesystem::create_directory(dir.file("out"));
+  const auto gpt2 = make_gpt2_bpe_tokenizer(meshtrain::testing::tiny_gpt2_files(), "tiny");
+  PrepareOptions opt;
+  opt.chunk_bytes = 4096;
+  opt.threads = 2;
+  for (const auto& [file, what] : {std::pair{std::string("nul.txt"), std::string("NUL byte")},
+                                   std::pair{std::string("latin1.txt"),
+                                             std::string("invalid UTF-8 byte 0xe9")}}) {
+    const size_t offset = good.size() + (file == "nul.txt" ? 2 : 3);
+    try {
+      prepare_text_files({dir.file("good.txt"), dir.file(file)}, dir.file("out/x"), *gpt2, opt);
+      FAIL() << "expected a DataError for " << file;
+    } catch (const DataError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(dir.file(file) + ": " + what + " at byte offset " +
+                                                std::to_string(offset), 0), 0u)
+          << e.what();
+    }
+    EXPECT_EQ(files_in(dir.file("out")), std::vector<std::string>{}) << file;
+  }
+  // The byte tokenizer takes the same bytes as they are.
+  const PrepareResult r = prepare_text_files({dir.file("nul.txt")}, dir.file("out/b"), 0.1);
+  EXPECT_EQ(r.train_tokens + r.val_tokens, static_cast<int64_t>(good.size() + 5));
+}
+
+TEST(Prepare, BadInputsAreRefusedBeforeAnythingIsWritten) {
+  TempDir dir;
+  meshtrain::testing::write_file(dir.file("good.txt"), "some text\n");
+  std::ofstream(dir.file("empty.txt")).close();
+  std::filesystem::create_directory(dir.file("adir"));
+  std::filesystem::create_directory(dir.file("out"));
+  for (const std::string& bad : {dir.file("empty.txt"), dir.file("adir"), dir.file("missing")}) {
+    try {
+      prepare_text_files({dir.file("good.txt"), bad}, dir.file("out/x"), 0.1);
+      FAIL() << "expected a DataError for " << bad;
+    } catch (const DataError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(bad + ": ", 0), 0u) << e.what();
+    }
+    EXPECT_EQ(files_in(dir.file("out")), std::vector<std::string>{}) << bad;
+  }
 }
 
 }  // namespace

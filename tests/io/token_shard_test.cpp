@@ -321,5 +321,93 @@ TEST(TokenShard, MovedShardStaysReadable) {
   EXPECT_EQ(b.token(0), 9u);
 }
 
+// llm.c's format (dev/data/data_common.py write_datafile): 256 int32 header, tokens at 1024.
+template <class T>
+void write_llmc(const std::string& path, int32_t magic, int32_t version, const std::vector<T>& t) {
+  int32_t header[256] = {};
+  header[0] = magic;
+  header[1] = version;
+  header[2] = static_cast<int32_t>(t.size());
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(header), sizeof header);
+  f.write(reinterpret_cast<const char*>(t.data()), static_cast<std::streamsize>(t.size() * sizeof(T)));
+}
+
+TEST(TokenShard, ReadsLlmcGpt2Shards) {
+  TempDir dir;
+  const std::vector<uint16_t> t = {50256, 15496, 11, 995, 0, 50256};
+  write_llmc(dir.file("gpt2.bin"), kLlmcMagicGpt2, kLlmcVersionGpt2, t);
+  const TokenShard s = TokenShard::open(dir.file("gpt2.bin"));
+  EXPECT_EQ(s.format(), ShardFormat::Llmc);
+  EXPECT_EQ(s.size(), 6);
+  EXPECT_EQ(s.bytes_per_token(), 2u);
+  EXPECT_EQ(s.vocab_size(), 0u);  // llm.c records none
+  std::vector<int32_t> out(6);
+  s.read(0, 6, out.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{50256, 15496, 11, 995, 0, 50256}));
+  EXPECT_NO_THROW(s.verify(50257));
+  try {
+    s.verify(50000);
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(dir.file("gpt2.bin") + ": token 50256 at byte offset 1024 (token 0) is not "
+                        "below model.vocab_size 50000", 0), 0u) << msg;
+    EXPECT_NE(msg.find("records no vocabulary size"), std::string::npos) << msg;
+  }
+}
+
+TEST(TokenShard, ReadsLlmcLlama3Shards) {
+  TempDir dir;
+  const std::vector<uint32_t> t = {128000, 9906, 1917, 128001};
+  write_llmc(dir.file("llama.bin"), kLlmcMagicLlama3, kLlmcVersionLlama3, t);
+  const TokenShard s = TokenShard::open(dir.file("llama.bin"));
+  EXPECT_EQ(s.bytes_per_token(), 4u);
+  EXPECT_EQ(s.token(0), 128000u);
+  EXPECT_EQ(s.token(3), 128001u);
+  EXPECT_NO_THROW(s.verify(128256));
+  EXPECT_THROW(s.verify(128001), DataError);
+}
+
+TEST(TokenShard, RefusesLlmcShardsWithAWrongVersionOrSize) {
+  TempDir dir;
+  write_llmc(dir.file("v.bin"), kLlmcMagicGpt2, 7, std::vector<uint16_t>{1, 2});
+  EXPECT_NE(open_error(dir.file("v.bin")).find("of version 7, expected 1"), std::string::npos)
+      << open_error(dir.file("v.bin"));
+  write_llmc(dir.file("t.bin"), kLlmcMagicGpt2, 1, std::vector<uint16_t>{1, 2, 3});
+  std::filesystem::resize_file(dir.file("t.bin"), 1024 + 4);
+  EXPECT_NE(open_error(dir.file("t.bin")).find("truncated llm.c token shard"), std::string::npos)
+      << open_error(dir.file("t.bin"));
+}
+
+TEST(TokenShardWriter, StreamedPiecesMakeTheSameFile) {
+  TempDir dir;
+  const std::vector<uint32_t> t = some_tokens(200000, 70000);
+  write_token_shard(dir.file("whole.bin"), t, 70000);
+  {
+    TokenShardWriter w(dir.file("pieces.bin"), 70000);
+    w.append(t.data(), 7);
+    w.append(t.data() + 7, 100000);
+    w.append(t.data() + 100007, t.size() - 100007);
+    EXPECT_FALSE(std::filesystem::exists(dir.file("pieces.bin")));  // only .tmp until finish()
+    w.finish();
+  }
+  EXPECT_EQ(slurp(dir.file("pieces.bin")), slurp(dir.file("whole.bin")));
+  EXPECT_NO_THROW(TokenShard::open(dir.file("pieces.bin")).verify());
+}
+
+TEST(TokenShardWriter, UnfinishedLeavesNothing) {
+  TempDir dir;
+  {
+    TokenShardWriter w(dir.file("x.bin"), 256);
+    const uint32_t t[] = {1, 2, 3};
+    w.append(t, 3);
+    const uint32_t bad[] = {4, 300};
+    EXPECT_THROW(w.append(bad, 2), DataError);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.bin")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.bin.tmp")));
+}
+
 }  // namespace
 }  // namespace meshtrain

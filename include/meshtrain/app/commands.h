@@ -34,6 +34,9 @@ struct PrepareArgs {
   std::string out_prefix;
   double val_fraction = 0.1;
   long long synthetic_bytes = 0;    // > 0: generate the built-in corpus instead
+  std::string tokenizer = "bytes";  // --tokenizer: io/tokenizer.h open_tokenizer()
+  std::string train_tokenizer;      // --train-tokenizer "bpe:8000" / "unigram:8000"
+  int threads = 0;                  // 0: every core
 };
 int prepare_command(const PrepareArgs& args);
 

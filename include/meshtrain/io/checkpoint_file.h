@@ -20,7 +20,7 @@
 // | /  @deck                       | attribute | string               | the input deck's text as read (--set overrides are not in it) |
 // | /  @overrides                  | attribute | string               | the --set overrides, one "section.key=value" a line ("" if none) |
 // | /  @config                     | attribute | string               | the effective configuration (deck + overrides + defaults, as the run used it) as canonical TOML (config/config_dump.h) |
-// | /  @model                      | attribute | string               | the settings that decide the model's function, "key = value" lines: the [model] keys and what the build fixes (layernorm_eps, positions, activation, tokenizer); checked on load |
+// | /  @model                      | attribute | string               | the settings that decide the model's function, "key = value" lines: the [model] keys, what the build fixes (layernorm_eps, positions, activation) and the tokenizer (kind:vocab_size, "byte" for bytes); checked on load |
 // | /  @lineage                    | attribute | string               | 32 hex digits naming the run: made when a run starts afresh, carried across resumes; a run writes, overwrites and prunes only checkpoints of its own lineage |
 // | /  @layout                     | attribute | string               | "dp=2 tp=2 pp=2 zero=1 schedule=1f1b virtual_stages=1 micro_batch=2" |
 // | /  @world_size                 | attribute | int32                | ranks that wrote the file            |

@@ -1,31 +1,62 @@
 #pragma once
 // Preparation: turning text into train/validation token shards (what `meshtrain prepare`
-// runs). Text is tokenized byte-level (io/byte_tokenizer.h); the shards follow
-// io/token_shard.h. This file does not download anything and knows no other tokenizer.
+// runs), with any tokenizer (io/tokenizer.h); the shards follow io/token_shard.h. Text files
+// are streamed: memory stays bounded (about 8 MiB of text in flight, plus its token ids)
+// whatever the corpus size, and every core tokenizes. This file downloads nothing and trains
+// no tokenizer (io/sentencepiece_tokenizer.h does).
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "meshtrain/io/tokenizer.h"
+
 namespace meshtrain {
 
 struct PrepareResult {
   std::string train_path, val_path;  // val_path is empty when val_fraction = 0
+  std::string tokenizer_path;        // the tokenizer file written beside them; "" for bytes
   int64_t train_tokens = 0, val_tokens = 0;
+  uint32_t vocab_size = 0;
+};
+
+struct PrepareOptions {
+  double val_fraction = 0.1;
+  int threads = 0;          // tokenizing threads; 0: available_cores()
+  bool progress = false;    // a progress line on stderr (bytes done / total, MB/s)
+  size_t chunk_bytes = 0;   // text per work item; 0: 8 MiB / (2 x threads), 64 KiB to 2 MiB
 };
 
 // Tokenizes each text file and writes <out_prefix>_train.bin and <out_prefix>_val.bin
-// (creating the prefix's directory if needed). The last val_fraction of each file's tokens
-// goes to validation, so validation text comes from every file but never overlaps training
-// text. 0 <= val_fraction < 1, else std::invalid_argument; 0 writes no validation shard (and
-// leaves an existing <out_prefix>_val.bin alone). An out_prefix that is a directory ("data/")
-// is std::invalid_argument too. A missing, unreadable, empty or directory input is a DataError
-// naming the file.
+// (creating the prefix's directory if needed), and the tokenizer as
+// <out_prefix>_tokenizer<suffix> (Tokenizer::save; nothing for bytes). The last val_fraction
+// of each file goes to validation, so validation text comes from every file but never overlaps
+// training text: for the byte tokenizer exactly round(bytes x val_fraction) bytes; for the
+// others the split moves back to the nearest text boundary (io/text_cut.h) before that byte.
+// 0 <= val_fraction < 1, else std::invalid_argument; 0 writes no validation shard (and leaves
+// an existing <out_prefix>_val.bin alone). An out_prefix that is a directory ("data/") is
+// std::invalid_argument too. A missing, unreadable, empty or directory input, or text that
+// breaks the tokenizer's input rule (Tokenizer::takes_any_bytes), is a DataError naming the
+// file (and the byte offset); shards are written under .tmp names and renamed only when all is
+// done, so no error leaves a partial shard under a final name.
+PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
+                                 const std::string& out_prefix, const Tokenizer& tokenizer,
+                                 const PrepareOptions& options);
+
+// The size of a text file `prepare` can read; else a DataError naming it: missing,
+// unreadable, a directory, not a regular file, or empty.
+uint64_t check_text_file(const std::string& path);
+
+// The cores this process may run on (its affinity mask: what Slurm or taskset gave it, not
+// the whole machine): the default number of tokenizing threads.
+int available_cores();
+
+// The byte tokenizer, default options but the fraction.
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
                                  const std::string& out_prefix, double val_fraction);
 
-// The same for synthetic_text(seed, bytes): train_tokens + val_tokens == bytes.
+// synthetic_text(seed, bytes), byte-level: train_tokens + val_tokens == bytes.
 PrepareResult prepare_synthetic(uint64_t seed, size_t bytes, const std::string& out_prefix,
                                 double val_fraction);
 

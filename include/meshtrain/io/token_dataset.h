@@ -42,10 +42,14 @@ class TokenDataset {
   // least-loaded worker (by bytes, known from the headers, so every worker computes the same
   // deal): the ranks of a job together read every byte once, not once each. Throws the
   // DataError of the first bad shard, in list order. In-memory sources were checked when made.
-  void verify_shards(int worker, int workers, int threads) const;
+  // `model_vocab` (the model's model.vocab_size) bounds the tokens of llm.c shards, which
+  // record no vocabulary of their own.
+  void verify_shards(int worker, int workers, int threads, uint32_t model_vocab = 0) const;
 
   int64_t samples() const { return samples_; }
   uint32_t vocab_size() const { return vocab_size_; }  // the largest over sources
+  // The source whose header holds that largest vocabulary (for messages).
+  const std::string& largest_vocab_source() const { return largest_vocab_source_; }
   int64_t seq_len() const { return seq_len_; }
   int64_t tokens() const { return tokens_; }  // in all sources, used or not
   // One line for logs: "2 shards (data/a.bin, data/b.bin), 123456 tokens, vocab 50257,
@@ -75,6 +79,7 @@ class TokenDataset {
   int64_t samples_ = 0;
   int64_t tokens_ = 0;
   uint32_t vocab_size_ = 0;
+  std::string largest_vocab_source_;
   std::string description_;
 };
 

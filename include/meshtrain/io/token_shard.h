@@ -20,12 +20,20 @@
 // The file size is exactly 64 + n * bytes_per_token. Writers pick 2 bytes per token when
 // vocab_size <= 65536 (every GPT-2/Llama-2 sized vocabulary), else 4.
 //
+// llm.c's token shards (karpathy/llm.c dev/data/data_common.py) are read as they are: a header
+// of 256 little-endian int32 — [0] magic, [1] version, [2] token count — and the tokens from
+// byte 1024: magic 20240520 version 1 holds uint16 tokens (GPT-2), magic 20240801 version 7
+// uint32 tokens (LLaMA 3). They record no vocabulary size (vocab_size() is 0, "unknown") and no
+// checksum: verify() checks the tokens against the bound the caller gives (the model's
+// model.vocab_size) and nothing else.
+//
 // Opening a shard checks the header and the file size but not the tokens: a shard can be
 // terabytes and opening must be cheap on every rank. verify() reads every byte once: every
 // token below vocab_size, and the checksum. Training verifies each shard once at start-up,
 // the shards split over the ranks (TokenDataset::verify_shards).
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -34,6 +42,11 @@ namespace meshtrain {
 inline constexpr char kTokenShardMagic[8] = {'M', 'T', 'T', 'O', 'K', 'E', 'N', 'S'};
 inline constexpr uint32_t kTokenShardVersion = 1;
 inline constexpr uint32_t kTokenShardHeaderBytes = 64;
+inline constexpr int32_t kLlmcMagicGpt2 = 20240520, kLlmcVersionGpt2 = 1;
+inline constexpr int32_t kLlmcMagicLlama3 = 20240801, kLlmcVersionLlama3 = 7;
+inline constexpr uint32_t kLlmcHeaderBytes = 1024;
+
+enum class ShardFormat { Meshtrain, Llmc };
 
 // 64-bit FNV-1a (offset basis 0xcbf29ce484222325, prime 0x100000001b3), the shard checksum.
 // `h` continues a running hash, so a writer can checksum its tokens chunk by chunk.
@@ -55,7 +68,9 @@ class TokenShard {
   ~TokenShard();
 
   int64_t size() const { return count_; }  // tokens
+  // The header's vocabulary; 0 for an llm.c shard, which records none.
   uint32_t vocab_size() const { return vocab_size_; }
+  ShardFormat format() const { return format_; }
   uint32_t bytes_per_token() const { return bytes_per_token_; }
   uint64_t stored_checksum() const { return checksum_; }
   const std::string& path() const { return path_; }
@@ -69,17 +84,22 @@ class TokenShard {
   bool verify_checksum() const;
   // One pass over every token: throws DataError naming the file and the byte offset of the
   // first token >= vocab_size, or, when the checksum does not match, the byte range it covers
-  // and both values. FNV-1a is sequential: one thread verifies one shard.
-  void verify() const;
+  // and both values. FNV-1a is sequential: one thread verifies one shard. An llm.c shard has
+  // neither a vocabulary nor a checksum: its tokens must lie below `model_vocab` (the model's
+  // model.vocab_size; 0: unchecked), and the error says so.
+  void verify(uint32_t model_vocab = 0) const;
 
  private:
   TokenShard() = default;
   void release() noexcept;
+  static TokenShard open_llmc(const std::string& path, int fd, uint64_t file_bytes,
+                              const unsigned char* header);
 
   std::string path_;
   void* map_ = nullptr;  // the whole file, header included
   size_t map_bytes_ = 0;
-  const unsigned char* tokens_ = nullptr;  // map_ + 64
+  const unsigned char* tokens_ = nullptr;  // map_ + header bytes
+  ShardFormat format_ = ShardFormat::Meshtrain;
   int64_t count_ = 0;
   uint32_t bytes_per_token_ = 0;
   uint32_t vocab_size_ = 0;
@@ -91,5 +111,32 @@ class TokenShard {
 // name. Throws DataError if a token is >= vocab_size or the file cannot be written.
 void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens,
                        uint32_t vocab_size);
+
+// The same, streamed: tokens arrive in pieces (append), the FNV-1a checksum runs along, and
+// finish() patches count and checksum into the header, flushes and renames `path` + ".tmp" to
+// `path`. Destroyed unfinished (an error on the way), it removes the .tmp file: a shard exists
+// under its final name only complete.
+class TokenShardWriter {
+ public:
+  TokenShardWriter(std::string path, uint32_t vocab_size);
+  ~TokenShardWriter();
+  TokenShardWriter(const TokenShardWriter&) = delete;
+  TokenShardWriter& operator=(const TokenShardWriter&) = delete;
+
+  // DataError if a token is >= vocab_size (naming its position in the shard) or on a write error.
+  void append(const uint32_t* tokens, size_t n);
+  void finish();
+  int64_t tokens() const { return count_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what);
+  std::string path_, tmp_;
+  std::FILE* f_ = nullptr;
+  uint32_t vocab_size_, bytes_per_token_;
+  int64_t count_ = 0;
+  uint64_t hash_;
+  std::vector<unsigned char> buf_;
+};
 
 }  // namespace meshtrain

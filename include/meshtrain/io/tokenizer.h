@@ -19,17 +19,35 @@ class Tokenizer {
   virtual std::string kind() const = 0;
   // Every id encode() returns is below this; a model needs model.vocab_size >= it.
   virtual uint32_t vocab_size() const = 0;
+  // Safe to call from many threads at once. Text that breaks the input rule (see
+  // takes_any_bytes) may be std::invalid_argument; `prepare` checks the rule first and names
+  // the file and offset.
   virtual std::vector<uint32_t> encode(std::string_view text) const = 0;
   // Ids at or above vocab_size() are std::out_of_range naming the first one. Pieces that are
   // not whole UTF-8 on their own (a byte token) come out as the bytes they stand for.
   virtual std::string decode(const std::vector<uint32_t>& ids) const = 0;
+
+  // What a checkpoint records as model.tokenizer: "byte" for the byte tokenizer (the string
+  // checkpoints have always held), else "<kind>:<vocab_size>". Never a path: a tokenizer file
+  // that moved must not stop a resume.
+  virtual std::string signature() const { return kind() + ":" + std::to_string(vocab_size()); }
+  // The suffix of the self-contained file save() writes, which open_tokenizer() reads back:
+  // ".model" (SentencePiece), ".json" (GPT-2 BPE); "" when there is nothing to save (bytes).
+  virtual std::string file_suffix() const = 0;
+  virtual void save(const std::string& path) const = 0;
+  // The input rule: the byte tokenizer takes any bytes; the subword tokenizers take UTF-8 text
+  // without NUL bytes (anything else is a DataError naming the file and the byte offset).
+  virtual bool takes_any_bytes() const { return false; }
 };
 
 // The byte-level tokenizer of io/byte_tokenizer.h behind this interface.
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
-// Opens the tokenizer `spec` names, as data.tokenizer and --tokenizer take it: "bytes", or the
-// path of a tokenizer file. Throws DataError naming the path and what would be accepted.
+// Opens the tokenizer `spec` names, as data.tokenizer and --tokenizer take it: "bytes"; a
+// SentencePiece model (*.model); a GPT-2 byte-level BPE as a directory holding vocab.json and
+// merges.txt, as "VOCAB.json,MERGES.txt", or as a Hugging Face tokenizer.json. Files are told
+// apart by their content, not their names. Throws DataError naming the path and what would be
+// accepted.
 std::unique_ptr<Tokenizer> open_tokenizer(const std::string& spec);
 
 }  // namespace meshtrain

@@ -1,0 +1,48 @@
+#pragma once
+// GPT-2's byte-level BPE (Radford et al. 2019; the published encoder.py): text is split into
+// pre-tokens by GPT-2's regex (Unicode letter / number classes, via PCRE2 in UTF + UCP mode),
+// each pre-token's bytes are mapped to printable characters (bytes_to_unicode), then pairs are
+// merged lowest rank first. Any byte sequence is encodable; special tokens ("<|endoftext|>")
+// are never produced from text (as tiktoken's encode_ordinary). Loading and saving the files
+// is here too; telling a file's kind from its content is io/tokenizer.cpp.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshtrain/io/tokenizer.h"
+
+namespace meshtrain {
+
+struct Gpt2BpeFiles {
+  std::vector<std::pair<std::string, uint32_t>> vocab;  // token (byte-mapped form) -> id
+  std::vector<std::pair<std::string, std::string>> merges;  // in rank order
+  std::vector<std::pair<std::string, uint32_t>> added;  // special tokens, decoded verbatim
+  // The pre-tokenizer regex; empty: GPT-2's. A tokenizer.json whose pre-tokenizer is a Split by
+  // regex followed by ByteLevel (LLaMA 3, Qwen 2) brings its own.
+  std::string pattern;
+  // tokenizer.json model.ignore_merges (LLaMA 3): a pre-token that is itself in the
+  // vocabulary is that token, whatever the merges would make of it.
+  bool ignore_merges = false;
+};
+
+// Builds the tokenizer. `where` names the source in DataErrors: a byte missing from the
+// vocabulary, a merge whose parts or result are not tokens, an id >= 2^32 - 1.
+std::unique_ptr<Tokenizer> make_gpt2_bpe_tokenizer(const Gpt2BpeFiles& files,
+                                                   const std::string& where);
+
+// vocab.json + merges.txt (the openai/gpt-2 and Hugging Face "slow" files).
+std::unique_ptr<Tokenizer> open_gpt2_bpe_files(const std::string& vocab_json,
+                                               const std::string& merges_txt);
+// A Hugging Face tokenizer.json whose model is BPE and whose pre-tokenizer is ByteLevel, or a
+// Sequence of a Split by regex (behavior Isolated) and ByteLevel without its own regex (what
+// save() writes too).
+std::unique_ptr<Tokenizer> open_gpt2_bpe_json(const std::string& tokenizer_json);
+
+// The GPT-2 byte -> character map (bytes_to_unicode): printable bytes map to themselves, the
+// others to U+0100 upwards in byte order. Index = byte, value = code point.
+std::vector<uint32_t> gpt2_byte_to_codepoint();
+
+}  // namespace meshtrain

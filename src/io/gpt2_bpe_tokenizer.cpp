@@ -1,0 +1,409 @@
+#include "meshtrain/io/gpt2_bpe_tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <nlohmann/json.hpp>
+#include <pcre2.h>
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "meshtrain/io/data_error.h"
+
+namespace meshtrain {
+
+namespace {
+
+// GPT-2's pre-tokenizer, as published in encoder.py. In PCRE2's UCP mode \s is Unicode
+// whitespace, \p{L} / \p{N} are the Unicode letter and number categories.
+constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// The compiled pre-tokenizer; each encode() call has its own match data (thread-safe).
+struct Pattern {
+  pcre2_code* code = nullptr;
+  Pattern(const std::string& regex, const std::string& where) {
+    int err = 0;
+    PCRE2_SIZE offset = 0;
+    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(),
+                         PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
+    if (code == nullptr) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(err, message, sizeof message);
+      throw DataError(where, "the pre-tokenizer regex does not compile at offset " +
+                                 std::to_string(offset) + ": " +
+                                 reinterpret_cast<const char*>(message));
+    }
+    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // speed only: without JIT it interprets
+  }
+  ~Pattern() { pcre2_code_free(code); }
+  Pattern(const Pattern&) = delete;
+  Pattern& operator=(const Pattern&) = delete;
+};
+
+uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t{a} << 32) | b; }
+
+class Gpt2BpeTokenizer final : public Tokenizer {
+ public:
+  Gpt2BpeTokenizer(const Gpt2BpeFiles& files, const std::string& where)
+      : files_(files), pattern_(files.pattern.empty() ? kGpt2Pattern : files.pattern, where) {
+    const std::vector<uint32_t> cps = gpt2_byte_to_codepoint();
+    std::unordered_map<std::string, uint32_t> ids;
+    uint32_t largest = 0;
+    auto take = [&](const std::string& token, uint32_t id) {
+      if (id == std::numeric_limits<uint32_t>::max())
+        throw DataError(where, "token id " + std::to_string(id) + " of \"" + token +
+                                   "\" is too large (ids must be below 2^32 - 1)");
+      largest = std::max(largest, id);
+      if (pieces_.size() <= id) pieces_.resize(size_t{id} + 1);
+      pieces_[id] = token;
+    };
+    for (const auto& [token, id] : files.vocab) {
+      take(token, id);
+      ids.emplace(token, id);
+    }
+    if (files.ignore_merges) whole_ = ids;
+    for (const auto& [token, id] : files.added) {
+      take(token, id);
+      special_.resize(pieces_.size());
+      special_[id] = true;
+    }
+    special_.resize(pieces_.size());
+    vocab_size_ = largest + 1;
+    for (int b = 0; b < 256; ++b) {
+      std::string s;
+      append_utf8(s, cps[b]);
+      const auto it = ids.find(s);
+      if (it == ids.end())
+        throw DataError(where, "the vocabulary lacks the token \"" + s + "\" for byte " +
+                                   std::to_string(b) +
+                                   " (a GPT-2 byte-level vocabulary holds all 256 bytes)");
+      byte_id_[b] = it->second;
+      byte_of_cp_[cps[b]] = static_cast<unsigned char>(b);
+    }
+    for (size_t r = 0; r < files.merges.size(); ++r) {
+      const auto& [a, b] = files.merges[r];
+      const auto ia = ids.find(a), ib = ids.find(b), iab = ids.find(a + b);
+      if (ia == ids.end() || ib == ids.end() || iab == ids.end())
+        throw DataError(where, "merge " + std::to_string(r + 1) + " \"" + a + " " + b +
+                                   "\" joins pieces that are not all in the vocabulary");
+      merges_.emplace(pair_key(ia->second, ib->second),
+                      Merge{static_cast<uint32_t>(r), iab->second});
+    }
+  }
+
+  std::string kind() const override { return "gpt2-bpe"; }
+  uint32_t vocab_size() const override { return vocab_size_; }
+  std::string file_suffix() const override { return ".json"; }
+  bool takes_any_bytes() const override { return false; }
+
+  std::vector<uint32_t> encode(std::string_view text) const override {
+    const Pattern& pattern = pattern_;
+    std::vector<uint32_t> out;
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(pattern.code, nullptr);
+    // Words repeat: a cache per call (callers pass MiB-sized chunks) keeps encode() free of
+    // shared mutable state, so workers may call it concurrently.
+    std::unordered_map<std::string_view, std::vector<uint32_t>> cache;
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t at = 0;
+    // The first match checks that the whole text is UTF-8 (PCRE2's matching is undefined on
+    // anything else); the later ones need not check again.
+    uint32_t check = 0;
+    while (at < text.size()) {
+      const int rc = pcre2_match(pattern.code, subject, text.size(), at, check, md, nullptr);
+      check = PCRE2_NO_UTF_CHECK;
+      if (rc == PCRE2_ERROR_NOMATCH) break;  // the rest is one piece
+      if (rc < 0) {
+        const size_t bad = pcre2_get_startchar(md);  // PCRE2 puts a UTF error's offset here
+        pcre2_match_data_free(md);
+        if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21)
+          throw std::invalid_argument("gpt2-bpe: the text is not UTF-8 (at byte " +
+                                      std::to_string(bad) + ")");
+        PCRE2_UCHAR message[256];
+        pcre2_get_error_message(rc, message, sizeof message);
+        throw std::runtime_error("gpt2-bpe: pre-tokenizer match failed at byte " +
+                                 std::to_string(at) + ": " +
+                                 reinterpret_cast<const char*>(message));
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      // Text between matches is a piece of its own (Hugging Face's Split, "Isolated"); GPT-2's
+      // regex leaves none. An empty match moves on by one character.
+      const size_t end = ov[1] > ov[0] ? ov[1] : next_char(text, ov[0]);
+      for (const std::string_view word : {text.substr(at, ov[0] - at), text.substr(ov[0], end - ov[0])}) {
+        if (word.empty()) continue;
+        auto it = cache.find(word);
+        if (it == cache.end()) it = cache.emplace(word, bpe(word)).first;
+        out.insert(out.end(), it->second.begin(), it->second.end());
+      }
+      at = end;
+    }
+    if (at < text.size()) {
+      const std::vector<uint32_t> tail = bpe(text.substr(at));
+      out.insert(out.end(), tail.begin(), tail.end());
+    }
+    pcre2_match_data_free(md);
+    return out;
+  }
+
+  std::string decode(const std::vector<uint32_t>& ids) const override {
+    std::string out;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const uint32_t id = ids[i];
+      if (id >= vocab_size_ || pieces_[id].empty())
+        throw std::out_of_range("gpt2-bpe: token " + std::to_string(id) + " at position " +
+                                std::to_string(i) + " is not in the vocabulary (size " +
+                                std::to_string(vocab_size_) + ")");
+      const std::string& p = pieces_[id];
+      if (special_[id]) {
+        out += p;
+        continue;
+      }
+      // Each character of a piece stands for one byte (bytes_to_unicode inverted).
+      for (size_t k = 0; k < p.size();) {
+        const auto c = static_cast<unsigned char>(p[k]);
+        const size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
+        for (size_t j = 1; j < len && k + j < p.size(); ++j)
+          cp = (cp << 6) | (static_cast<unsigned char>(p[k + j]) & 0x3F);
+        const auto b = byte_of_cp_.find(cp);
+        if (b != byte_of_cp_.end()) out += static_cast<char>(b->second);
+        else out.append(p, k, len);
+        k += len;
+      }
+    }
+    return out;
+  }
+
+  void save(const std::string& path) const override {
+    nlohmann::ordered_json j;
+    j["version"] = "1.0";
+    nlohmann::ordered_json added = nlohmann::ordered_json::array();
+    for (const auto& [token, id] : files_.added)
+      added.push_back({{"id", id}, {"content", token}, {"special", true}});
+    j["added_tokens"] = added;
+    if (files_.pattern.empty()) {
+      j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                            {"trim_offsets", true}, {"use_regex", true}};
+    } else {
+      nlohmann::ordered_json split = {{"type", "Split"},
+                                      {"pattern", {{"Regex", files_.pattern}}},
+                                      {"behavior", "Isolated"},
+                                      {"invert", false}};
+      nlohmann::ordered_json level = {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                                      {"trim_offsets", true}, {"use_regex", false}};
+      j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split, level}}};
+    }
+    j["decoder"] = {{"type", "ByteLevel"}};
+    nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+    for (const auto& [token, id] : files_.vocab) vocab[token] = id;
+    nlohmann::ordered_json merges = nlohmann::ordered_json::array();
+    for (const auto& [a, b] : files_.merges) merges.push_back(a + " " + b);
+    j["model"] = {{"type", "BPE"}, {"ignore_merges", files_.ignore_merges}, {"vocab", vocab},
+                  {"merges", merges}};
+    std::ofstream out(path, std::ios::binary);
+    out << j.dump();
+    if (!out.flush()) throw DataError(path, "cannot write the tokenizer file");
+  }
+
+ private:
+  struct Merge {
+    uint32_t rank, result;
+  };
+
+  // encoder.py's bpe(): merge the lowest-ranked adjacent pair, every occurrence left to right,
+  // until no adjacent pair is a merge.
+  static size_t next_char(std::string_view t, size_t i) {
+    for (++i; i < t.size() && (static_cast<unsigned char>(t[i]) & 0xC0) == 0x80;) ++i;
+    return i;
+  }
+
+  std::vector<uint32_t> bpe(std::string_view word) const {
+    if (!whole_.empty()) {
+      std::string mapped;
+      for (unsigned char b : word) mapped += pieces_[byte_id_[b]];
+      const auto it = whole_.find(mapped);
+      if (it != whole_.end()) return {it->second};
+    }
+    std::vector<uint32_t> s(word.size());
+    for (size_t i = 0; i < word.size(); ++i) s[i] = byte_id_[static_cast<unsigned char>(word[i])];
+    while (s.size() > 1) {
+      uint32_t best = std::numeric_limits<uint32_t>::max(), a = 0, b = 0, merged = 0;
+      for (size_t i = 0; i + 1 < s.size(); ++i) {
+        const auto it = merges_.find(pair_key(s[i], s[i + 1]));
+        if (it != merges_.end() && it->second.rank < best) {
+          best = it->second.rank;
+          a = s[i];
+          b = s[i + 1];
+          merged = it->second.result;
+        }
+      }
+      if (best == std::numeric_limits<uint32_t>::max()) break;
+      size_t w = 0;
+      for (size_t i = 0; i < s.size(); ++i) {
+        if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
+          s[w++] = merged;
+          ++i;
+        } else {
+          s[w++] = s[i];
+        }
+      }
+      s.resize(w);
+    }
+    return s;
+  }
+
+  Gpt2BpeFiles files_;  // kept for save()
+  Pattern pattern_;
+  std::unordered_map<std::string, uint32_t> whole_;  // token -> id, for ignore_merges
+  std::vector<std::string> pieces_;  // id -> token as stored (byte-mapped)
+  std::vector<bool> special_;        // id -> added token, decoded verbatim
+  std::unordered_map<uint32_t, unsigned char> byte_of_cp_;
+  uint32_t byte_id_[256] = {};
+  std::unordered_map<uint64_t, Merge> merges_;
+  uint32_t vocab_size_ = 0;
+};
+
+std::string read_all(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path, "cannot open " + what);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+nlohmann::json parse_json(const std::string& path, const std::string& what) {
+  try {
+    return nlohmann::json::parse(read_all(path, what));
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(path, "is not valid JSON (" + std::string(e.what()) + "); expected " + what);
+  }
+}
+
+void read_vocab(const nlohmann::json& v, const std::string& where, Gpt2BpeFiles& f) {
+  if (!v.is_object())
+    throw DataError(where, "the vocabulary is not a JSON object of token -> id");
+  for (const auto& [token, id] : v.items()) {
+    if (!id.is_number_unsigned() || id.get<uint64_t>() >= std::numeric_limits<uint32_t>::max())
+      throw DataError(where, "token \"" + token + "\" has id " + id.dump() +
+                                 ", expected an integer from 0 below 2^32 - 1");
+    f.vocab.emplace_back(token, id.get<uint32_t>());
+  }
+}
+
+void add_merge(const std::string& line, const std::string& where, size_t n, Gpt2BpeFiles& f) {
+  const size_t sp = line.find(' ');
+  if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() ||
+      line.find(' ', sp + 1) != std::string::npos)
+    throw DataError(where, "merge " + std::to_string(n) + " \"" + line +
+                               "\" is not two tokens separated by one space");
+  f.merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+}
+
+}  // namespace
+
+std::vector<uint32_t> gpt2_byte_to_codepoint() {
+  std::vector<uint32_t> cp(256);
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    cp[b] = printable ? b : next++;
+  }
+  return cp;
+}
+
+std::unique_ptr<Tokenizer> make_gpt2_bpe_tokenizer(const Gpt2BpeFiles& files,
+                                                   const std::string& where) {
+  return std::make_unique<Gpt2BpeTokenizer>(files, where);
+}
+
+std::unique_ptr<Tokenizer> open_gpt2_bpe_files(const std::string& vocab_json,
+                                               const std::string& merges_txt) {
+  Gpt2BpeFiles f;
+  read_vocab(parse_json(vocab_json, "a GPT-2 vocab.json (token -> id)"), vocab_json, f);
+  std::istringstream lines(read_all(merges_txt, "GPT-2 merges.txt"));
+  size_t n = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line.rfind("#version", 0) == 0) continue;
+    add_merge(line, merges_txt, ++n, f);
+  }
+  return make_gpt2_bpe_tokenizer(f, vocab_json + "," + merges_txt);
+}
+
+std::unique_ptr<Tokenizer> open_gpt2_bpe_json(const std::string& path) {
+  const nlohmann::json j = parse_json(path, "a Hugging Face tokenizer.json");
+  const std::string accepted =
+      " (meshtrain reads byte-level BPE tokenizer.json files: model.type \"BPE\" and a "
+      "ByteLevel pre-tokenizer (GPT-2), or a Split by regex then ByteLevel (LLaMA 3, Qwen 2))";
+  if (!j.contains("model") || !j["model"].is_object() || j["model"].value("type", "") != "BPE")
+    throw DataError(path, "model.type is not \"BPE\"" + accepted);
+  const nlohmann::json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json();
+  Gpt2BpeFiles f;
+  if (pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
+      pre["pretokenizers"].is_array() && pre["pretokenizers"].size() == 2) {
+    // LLaMA 3 / Qwen 2: Split by their own regex, then ByteLevel without GPT-2's.
+    const nlohmann::json& split = pre["pretokenizers"][0];
+    const nlohmann::json& level = pre["pretokenizers"][1];
+    if (split.value("type", "") != "Split" || !split.contains("pattern") ||
+        !split["pattern"].is_object() || !split["pattern"].contains("Regex") ||
+        split.value("behavior", "") != "Isolated" || split.value("invert", false) ||
+        level.value("type", "") != "ByteLevel" || level.value("use_regex", true))
+      throw DataError(path, "the pre-tokenizer Sequence is not [Split(Regex, Isolated), "
+                            "ByteLevel(use_regex false)]" + accepted);
+    f.pattern = split["pattern"]["Regex"].get<std::string>();
+  } else if (!pre.is_object() || pre.value("type", "") != "ByteLevel" ||
+             !pre.value("use_regex", true)) {
+    throw DataError(path, "the pre-tokenizer is not ByteLevel with GPT-2's regex" + accepted);
+  }
+  f.ignore_merges = j["model"].value("ignore_merges", false);
+  read_vocab(j["model"]["vocab"], path, f);
+  const nlohmann::json& merges = j["model"]["merges"];
+  if (!merges.is_array()) throw DataError(path, "model.merges is not an array" + accepted);
+  size_t n = 0;
+  for (const nlohmann::json& m : merges) {
+    ++n;
+    if (m.is_string()) {
+      add_merge(m.get<std::string>(), path, n, f);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      f.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());  // newer form
+    } else {
+      throw DataError(path, "model.merges[" + std::to_string(n - 1) + "] is neither \"a b\" nor "
+                            "[\"a\", \"b\"]");
+    }
+  }
+  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+    for (const nlohmann::json& t : j["added_tokens"]) {
+      if (!t.contains("id") || !t.contains("content") || !t["id"].is_number_unsigned()) continue;
+      const std::string content = t["content"].get<std::string>();
+      const uint32_t id = t["id"].get<uint32_t>();
+      const bool in_vocab = std::any_of(f.vocab.begin(), f.vocab.end(), [&](const auto& v) {
+        return v.second == id;
+      });
+      if (!in_vocab) f.added.emplace_back(content, id);
+    }
+  }
+  return make_gpt2_bpe_tokenizer(f, path);
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,110 @@
+// GPT-2 byte-level BPE on a vocabulary built here: merges by rank, the pre-tokenizer's
+// splits, round trips, the files it saves, and its refusals. The published encoder itself is
+// the reference in gpt2_bpe_reference_test.py.
+
+#include "meshtrain/io/gpt2_bpe_tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "meshtrain/io/data_error.h"
+#include "support/temp_dir.h"
+#include "support/tiny_gpt2.h"
+
+namespace meshtrain {
+namespace {
+
+using meshtrain::testing::gpt2_mapped;
+using meshtrain::testing::TempDir;
+using meshtrain::testing::tiny_gpt2_files;
+
+TEST(Gpt2Bpe, ByteMapIsGpt2s) {
+  const std::vector<uint32_t> cp = gpt2_byte_to_codepoint();
+  EXPECT_EQ(cp['A'], uint32_t{'A'});
+  EXPECT_EQ(cp[' '], 0x120u);  // 'Ġ'
+  EXPECT_EQ(cp['\n'], 0x10Au);  // 'Ċ'
+  EXPECT_EQ(cp[0], 0x100u);
+  EXPECT_EQ(cp[0xAD], 0x143u);  // the soft hyphen is not printable: the last one mapped
+}
+
+TEST(Gpt2Bpe, MergesByRankWithinPreTokens) {
+  const auto tok = make_gpt2_bpe_tokenizer(tiny_gpt2_files(), "tiny");
+  EXPECT_EQ(tok->kind(), "gpt2-bpe");
+  EXPECT_EQ(tok->vocab_size(), 256u + 9 + 1);
+  // "hello" -> hello (259), " world" -> " world" (264), "!" is a byte.
+  EXPECT_EQ(tok->encode("hello world!"), (std::vector<uint32_t>{259, 264, '!'}));
+  // "hellohello" is one pre-token: merges apply to both halves.
+  EXPECT_EQ(tok->encode("hellohello"), (std::vector<uint32_t>{259, 259}));
+  // The space before "hello" starts its pre-token (" hello"): no merge of " h".
+  EXPECT_EQ(tok->encode(" hello"), (std::vector<uint32_t>{' ', 259}));
+  // Digits and letters are separate pre-tokens: "he1" -> he, 1.
+  EXPECT_EQ(tok->encode("he1"), (std::vector<uint32_t>{256, '1'}));
+  // "<|endoftext|>" in text is ordinary text, not the special token.
+  EXPECT_EQ(tok->encode("<|endoftext|>").size(), 2u + 9 + 2);  // "<|", "endoftext", "|>"
+}
+
+TEST(Gpt2Bpe, DecodeInvertsEncode) {
+  const auto tok = make_gpt2_bpe_tokenizer(tiny_gpt2_files(), "tiny");
+  for (const std::string text :
+       {"hello world", "  spaces\t\ttabs\n\nnewlines  ", "Zürich 日本語 😀 ½ e\u0301", "x"}) {
+    EXPECT_EQ(tok->decode(tok->encode(text)), text);
+  }
+  EXPECT_EQ(tok->decode({265}), "<|endoftext|>");
+  EXPECT_THROW(tok->decode({266}), std::out_of_range);
+  EXPECT_THROW(tok->encode("caf\xe9"), std::invalid_argument);  // Latin-1, not UTF-8
+}
+
+// Runs as long as a chunk (2 MiB) of one character class: the regex engine's backtracking
+// ('\s+(?!\S)' gives back one space) must not run out of stack.
+TEST(Gpt2Bpe, LongRunsEncode) {
+  const auto tok = make_gpt2_bpe_tokenizer(tiny_gpt2_files(), "tiny");
+  const std::string spaces(2 << 20, ' '), letters(2 << 20, 'a');
+  const std::string text = "x" + spaces + "y" + letters + "\n" + spaces;
+  EXPECT_EQ(tok->decode(tok->encode(text)), text);
+}
+
+TEST(Gpt2Bpe, ConcurrentEncodesAgree) {
+  const auto tok = make_gpt2_bpe_tokenizer(tiny_gpt2_files(), "tiny");
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += "hello world, hello again " + std::to_string(i) + "\n";
+  const std::vector<uint32_t> want = tok->encode(text);
+  std::vector<std::vector<uint32_t>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back([&, t] { got[t] = tok->encode(text); });
+  for (std::thread& t : threads) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, want);
+}
+
+TEST(Gpt2Bpe, SavedJsonOpensToTheSameTokenizer) {
+  TempDir dir;
+  const auto tok = make_gpt2_bpe_tokenizer(tiny_gpt2_files(), "tiny");
+  tok->save(dir.file("t.json"));
+  const auto back = open_tokenizer(dir.file("t.json"));
+  EXPECT_EQ(back->kind(), "gpt2-bpe");
+  EXPECT_EQ(back->vocab_size(), tok->vocab_size());
+  const std::string text = "hello world, héllo wörld 123";
+  EXPECT_EQ(back->encode(text), tok->encode(text));
+}
+
+TEST(Gpt2Bpe, RefusesIncompleteVocabularies) {
+  Gpt2BpeFiles no_byte = tiny_gpt2_files();
+  no_byte.vocab.erase(no_byte.vocab.begin() + 'q');
+  try {
+    make_gpt2_bpe_tokenizer(no_byte, "v.json");
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("v.json: the vocabulary lacks the token \"q\" for byte 113"),
+              std::string::npos)
+        << e.what();
+  }
+  Gpt2BpeFiles bad_merge = tiny_gpt2_files();
+  bad_merge.merges.emplace_back("zz", "y");
+  EXPECT_THROW(make_gpt2_bpe_tokenizer(bad_merge, "m.txt"), DataError);
+  Gpt2BpeFiles huge_id = tiny_gpt2_files();
+  huge_id.vocab.back().second = 0xFFFFFFFFu;
+  EXPECT_THROW(make_gpt2_bpe_tokenizer(huge_id, "v.json"), DataError);
+}
+
+}  // namespace
+}  // namespace meshtrain
