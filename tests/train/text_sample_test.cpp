@@ -46,6 +46,7 @@ TEST(TextSample, Prompts) {
 
 TEST(TextSample, Layouts) {
   Config c;
+  c.run.device = DeviceChoice::Cpu;  // not used here; the device check wants every Config pinned
   EXPECT_EQ(generation_unsupported(c), "");
   c.parallel.tp = 2;
   c.parallel.zero = 2;
