@@ -12,9 +12,10 @@ jobs/, scripts/ and bench/ and the binary under test as build/meshtrain, with:
     decks, a 2-layer d_model 64 model of the same vocabulary and layout), so that a run of the
     124M deck takes seconds;
   - the README's stand-in paths replaced: runs/gpt/checkpoints/step_00001000.h5 by the checkpoint
-    the gpt.toml example here wrote, /scratch/me by a scratch directory; corpus/*.txt is a small
-    text corpus the test writes.
+    the gpt.toml example here wrote, a checkpoint of a run this test shortened by that run's
+    newest, /scratch/me by a scratch directory; corpus/*.txt is the README and the sources.
 The command must exit 0 (or, for the bad-layout example, print the message the README quotes).
+Every deck shipped in input/ must also plan on the smallest world its layout takes.
 Commands that cannot run here are checked as far as they can be, and the rule names where the
 rest is tested: sbatch examples (no GPU cluster) are checked with `meshtrain plan` on the job's
 world size with the same deck and overrides (the scripts themselves run under Slurm in
@@ -25,6 +26,7 @@ bench_step_test.
 usage: examples_test.py --meshtrain BIN --mpiexec MPIEXEC --repo REPO
 """
 import argparse
+import glob
 import os
 import re
 import shlex
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--meshtrain", required=True)
@@ -112,7 +115,7 @@ class Runner:
         self.problems = []
         self.log = []
         self.checkpoint = None
-        for d in ("input", "jobs", "scripts", "bench"):
+        for d in ("input", "jobs", "scripts", "bench", "src", "README.md"):
             os.symlink(os.path.join(REPO, d), os.path.join(scratch, d))
         os.makedirs(os.path.join(scratch, "build"))
         os.symlink(os.path.abspath(args.meshtrain), os.path.join(scratch, "build", "meshtrain"))
@@ -126,12 +129,14 @@ class Runner:
                         MESHTRAIN_BENCH_OUT=scratch + "/bench-out",
                         OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                         OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1")
+        # corpus/*.txt: varied text enough for the README's tokenizer of 1000 pieces.
         corpus = os.path.join(scratch, "corpus")
         os.makedirs(corpus)
-        for i in range(3):
-            with open(os.path.join(corpus, f"part{i}.txt"), "w", encoding="utf-8") as f:
-                for j in range(400):
-                    f.write(f"Line {j} of part {i}: the quick brown fox jumps over the lazy dog.\n")
+        with open(os.path.join(corpus, "readme.txt"), "w", encoding="utf-8") as f:
+            f.write(open(os.path.join(REPO, "README.md"), encoding="utf-8").read())
+        with open(os.path.join(corpus, "sources.txt"), "w", encoding="utf-8") as f:
+            for path in sorted(glob.glob(os.path.join(REPO, "src", "*", "*.cpp"))):
+                f.write(open(path, encoding="utf-8").read())
 
     def shell(self, where, command, expect_ok=True, timeout=600):
         start = time.monotonic()
@@ -155,6 +160,15 @@ class Runner:
     def substitute(self, command):
         if STAND_IN_CHECKPOINT in command:
             command = command.replace(STAND_IN_CHECKPOINT, self.gpt_checkpoint())
+
+        # A run this test shortened wrote its checkpoints at step 2, not at the step the example
+        # names: the example's checkpoint stands for that run's newest.
+        def newest(m):
+            if os.path.exists(os.path.join(self.scratch, m.group(0))):
+                return m.group(0)
+            found = sorted(glob.glob(os.path.join(self.scratch, m.group(1), "step_*.h5")))
+            return os.path.relpath(found[-1], self.scratch) if found else m.group(0)
+        command = re.sub(r"(runs/[\w.-]+/checkpoints)/step_\d+\.h5", newest, command)
         return command.replace("/scratch/me", self.scratch + "/scratch-me")
 
     def train_overrides(self, command):
@@ -212,8 +226,10 @@ RULES = [
      "GPT-2 124M benchmarks: `make bench`; their rows on a tiny model: bench_step_test"),
     (r"bench --suite (comm|pipeline|zero|checkpoint)", "run_as_written", "the suite, short as it is"),
     (r"^build/meshtrain plan ", "run_as_written", "planning needs no data"),
-    (r"train .*--set run\.name=hf-demo --set train\.steps=100$", "run_as_written",
-     "in full: the export after it reads its step-100 checkpoint"),
+    (r"train .*--set run\.name=(hf-demo|sample-demo) ", "run_as_written",
+     "in full: the example after it reads its final checkpoint"),
+    (r"^mkdir -p corpus ", "run_as_written", "the README's own corpus (README.md, src/io/*.cpp)"),
+    (r"^build/meshtrain sample ", "run_as_written", "on the checkpoint the example before wrote"),
     (r"^build/meshtrain (export|import) ", "run_as_written", "on the checkpoints written above"),
     (r" eval ", "run_eval", "against the stand-in checkpoint"),
     (r"^build/meshtrain inspect ", "run_as_written", "the stand-in checkpoint"),
@@ -247,6 +263,13 @@ def main():
             r.run_short(where, command)
 
         actions = dict(run_make_run=run_make_run, run_mpich=run_mpich)
+        # Every shipped deck plans on the smallest world its layout takes (dp 1).
+        for deck in sorted(glob.glob(os.path.join(REPO, "input", "*.toml"))):
+            with open(deck, "rb") as f:
+                parallel = tomllib.load(f).get("parallel", {})
+            world = parallel.get("tp", 1) * parallel.get("pp", 1)
+            r.shell(f"input/{os.path.basename(deck)}", f"build/meshtrain plan "
+                    f"input/{os.path.basename(deck)} --world {world} --device cuda")
         # The README quotes one refusal in prose, not in a block: check it too.
         r.expect_layout_refusal("README.md (layout refusal)", "")
         for where, command in examples:
