@@ -200,19 +200,7 @@ void export_hf(const ExportArgs& args) {
 }  // namespace
 
 int export_command(const ExportArgs& args) {
-  MpiSession mpi;
-  int status = kExitOk;
-  if (mpi.rank() == 0) {
-    try {
-      export_hf(args);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
-      status = kExitInput;
-    }
-    std::fflush(stdout);
-  }
-  MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  return status;
+  return run_on_rank_zero([&] { export_hf(args); });
 }
 
 }  // namespace meshtrain

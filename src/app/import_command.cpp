@@ -196,19 +196,7 @@ void import_hf(const ImportArgs& args) {
 }  // namespace
 
 int import_command(const ImportArgs& args) {
-  MpiSession mpi;
-  int status = kExitOk;
-  if (mpi.rank() == 0) {
-    try {
-      import_hf(args);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
-      status = kExitInput;
-    }
-    std::fflush(stdout);
-  }
-  MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  return status;
+  return run_on_rank_zero([&] { import_hf(args); });
 }
 
 }  // namespace meshtrain

@@ -89,4 +89,20 @@ int run_reporting_errors(const std::function<int()>& body) {
   }
 }
 
+int run_on_rank_zero(const std::function<void()>& work) {
+  MpiSession mpi;
+  int status = kExitOk;
+  if (mpi.rank() == 0) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+      status = kExitInput;
+    }
+    std::fflush(stdout);
+  }
+  MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return status;
+}
+
 }  // namespace meshtrain

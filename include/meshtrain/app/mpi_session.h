@@ -28,4 +28,9 @@ class MpiSession {
 // is printed with that rank's name and aborts the whole job.
 int run_reporting_errors(const std::function<int()>& body);
 
+// For commands one rank does alone (export, import): world rank 0 runs `work`, prints an
+// exception as "meshtrain: error: ..." and exits kExitInput; every rank returns rank 0's status,
+// so a job of many ranks agrees on it.
+int run_on_rank_zero(const std::function<void()>& work);
+
 }  // namespace meshtrain
