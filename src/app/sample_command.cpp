@@ -18,6 +18,7 @@
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/app/run_setup.h"
+#include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/model/generator.h"
@@ -76,11 +77,14 @@ int sample_command(const SampleArgs& args) {
     RunSetup run = setup_run(args.deck, generation_layout(args.overrides, world.size(), tp), world);
     const Config& config = run.config;
     const bool leader = run.grid->world_rank() == 0;
-    const std::unique_ptr<Tokenizer> tokenizer =
-        open_tokenizer(args.tokenizer.empty() ? config.data.tokenizer : args.tokenizer);
+    // A tokenizer file can be missing on one node only: the ranks agree, one message is printed.
+    std::unique_ptr<Tokenizer> tokenizer;
     bool implicit_start = false;
-    const std::vector<int32_t> prompt =
-        encode_prompt(*tokenizer, args.prompt, config.model, "--prompt", &implicit_start);
+    std::vector<int32_t> prompt;
+    agree(world, [&] {
+      tokenizer = open_tokenizer(args.tokenizer.empty() ? config.data.tokenizer : args.tokenizer);
+      prompt = encode_prompt(*tokenizer, args.prompt, config.model, "--prompt", &implicit_start);
+    });
 
     Trainer trainer(config, *run.grid, *run.backend);
     Checkpointer checkpointer(config, *run.grid);

@@ -230,8 +230,9 @@ const std::vector<KeySpec>& schema() {
                            "Validation data.", nonempty,
                            [](Config& c, const std::string& v) { c.data.val = v; }));
     k.push_back(string_key("data", "tokenizer", "\"bytes\"",
-                           "\"bytes\", or the tokenizer file `meshtrain prepare` wrote beside the "
-                           "shards",
+                           "\"bytes\", or a tokenizer file: the one `meshtrain prepare` wrote "
+                           "beside the shards, a SentencePiece .model, a GPT-2 BPE directory "
+                           "(vocab.json + merges.txt) or a tokenizer.json",
                            "The tokenizer the shards were made with: `sample` and "
                            "train.sample_every decode with it, and a checkpoint records it.",
                            nonempty,

@@ -323,10 +323,12 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
   }
   while (!pending.empty()) write_front();
   progress.update(total, true);
-  train.finish();
+  train.seal();
+  if (val) val->seal();
+  train.publish();
   r.train_tokens = train.tokens();
   if (val) {
-    val->finish();
+    val->publish();
     r.val_tokens = val->tokens();
   }
   r.tokenizer_path = save_tokenizer(tok, out_prefix);

@@ -372,10 +372,8 @@ TokenShardWriter::TokenShardWriter(std::string path, uint32_t vocab_size)
 }
 
 TokenShardWriter::~TokenShardWriter() {
-  if (f_ != nullptr) {
-    std::fclose(f_);
-    std::remove(tmp_.c_str());
-  }
+  if (f_ != nullptr) std::fclose(f_);
+  if (!published_) std::remove(tmp_.c_str());
 }
 
 void TokenShardWriter::fail(const std::string& what) {
@@ -412,6 +410,11 @@ void TokenShardWriter::append(const uint32_t* tokens, size_t n) {
 }
 
 void TokenShardWriter::finish() {
+  seal();
+  publish();
+}
+
+void TokenShardWriter::seal() {
   unsigned char v[8];
   store_u64(v, static_cast<uint64_t>(count_));
   if (std::fseek(f_, 16, SEEK_SET) != 0 || std::fwrite(v, 1, 8, f_) != 8)
@@ -427,11 +430,15 @@ void TokenShardWriter::finish() {
     std::remove(tmp_.c_str());
     throw DataError(tmp_, "cannot close token shard: " + why);
   }
+}
+
+void TokenShardWriter::publish() {
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const std::string why = errno_text();
     std::remove(tmp_.c_str());
     throw DataError(path_, "cannot rename " + tmp_ + " to the final name: " + why);
   }
+  published_ = true;
 }
 
 void write_token_shard(const std::string& path, const std::vector<uint32_t>& tokens,

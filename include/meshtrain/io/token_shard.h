@@ -125,7 +125,12 @@ class TokenShardWriter {
 
   // DataError if a token is >= vocab_size (naming its position in the shard) or on a write error.
   void append(const uint32_t* tokens, size_t n);
-  void finish();
+  void finish();  // seal() then publish()
+  // The two halves of finish(), for writers of several shards that belong together (train and
+  // validation): seal every one (header, flush, fsync, close: what can fail on a full disk), then
+  // publish each (the rename), so that a failure leaves none of them under its final name.
+  void seal();
+  void publish();
   int64_t tokens() const { return count_; }
   const std::string& path() const { return path_; }
 
@@ -137,6 +142,7 @@ class TokenShardWriter {
   int64_t count_ = 0;
   uint64_t hash_;
   std::vector<unsigned char> buf_;
+  bool published_ = false;
 };
 
 }  // namespace meshtrain
