@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """scripts/plot-run.py draws what a real run wrote, and refuses what it cannot draw.
 
-A 4-rank run of the default deck (dp 1 x tp 2 x pp 2) with traces writes its run directory; the
-script must then write two PNGs of the promised size and say it drew every training and
-validation record of metrics.jsonl, the memory of all 4 ranks, and a timeline of 4 ranks with
-compute events in it. Refused, exit 1 with a message naming the path: a directory that is not
+A 2-rank run of the default deck as a pipeline (dp 1 x tp 1 x pp 2) with traces writes its run
+directory; the script must then write two PNGs of the promised size and say it drew every training
+and validation record of metrics.jsonl, the memory of both ranks, and a timeline of both ranks
+with compute events in it. Refused, exit 1 with a message naming the path: a directory that is not
 there, one without metrics.jsonl, a step the traces do not hold, a trace that is not JSON.
 Exit 77 (skipped) without matplotlib.
 
@@ -54,7 +54,8 @@ with tempfile.TemporaryDirectory(prefix="meshtrain-plot-") as tmp:
     run_dir = os.path.join(tmp, "run")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     train = subprocess.run(
-        [MPIEXEC, "-n", "4", BIN, "train", os.path.join(REPO, "input", "default.toml"),
+        [MPIEXEC, "-n", "2", BIN, "train", os.path.join(REPO, "input", "default.toml"),
+         "--set", "parallel.tp=1", "--set", "parallel.sequence_parallel=false",
          "--set", "train.steps=8", "--set", "run.log_every=2", "--set", "train.eval_every=4",
          "--set", "train.eval_batches=1", "--set", "run.trace=true",
          "--set", "checkpoint.every=0", "--set", f"run.dir={run_dir}",
@@ -82,9 +83,9 @@ with tempfile.TemporaryDirectory(prefix="meshtrain-plot-") as tmp:
               f"drew {drew.group(1)} training points; metrics.jsonl has {n_train}")
         check(int(drew.group(2)) == n_val >= 2,
               f"drew {drew.group(2)} validation points; metrics.jsonl has {n_val}")
-        check(drew.group(4) == "4", f"memory of {drew.group(4)} ranks, not 4")
+        check(drew.group(4) == "2", f"memory of {drew.group(4)} ranks, not 2")
     steps = re.search(r"timeline\.png: step (\d+), (\d+) ranks, (\d+) events", p.stdout)
-    check(steps is not None and steps.group(2) == "4" and int(steps.group(3)) >= 4 * 2,
+    check(steps is not None and steps.group(2) == "2" and int(steps.group(3)) >= 2 * 2,
           f"timeline summary wrong: {steps.group(0) if steps else None}")
 
     # --step and --out
