@@ -141,19 +141,8 @@ TokenShard TokenShard::open(const std::string& path) {
     throw DataError(path, "token count " + std::to_string(count) + " exceeds int64");
   }
 
-  void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, f.fd, 0);
-  if (map == MAP_FAILED) throw DataError(path, "cannot mmap token shard: " + errno_text());
-  // Advice only: a failure changes speed, not results.
-  (void)::madvise(map, file_bytes, MADV_RANDOM);
-
-  TokenShard s;
-  s.format_ = ShardFormat::Meshtrain;
-  s.path_ = path;
-  s.map_ = map;
-  s.map_bytes_ = file_bytes;
-  s.tokens_ = static_cast<const unsigned char*>(map) + kTokenShardHeaderBytes;
-  s.count_ = static_cast<int64_t>(count);
-  s.bytes_per_token_ = bytes_per_token;
+  TokenShard s = mapped(path, f.fd, file_bytes, ShardFormat::Meshtrain, kTokenShardHeaderBytes,
+                        static_cast<int64_t>(count), bytes_per_token);
   s.vocab_size_ = vocab_size;
   s.checksum_ = load_u64(h + 32);
   return s;
@@ -179,19 +168,25 @@ TokenShard TokenShard::open_llmc(const std::string& path, int fd, uint64_t file_
                               " llm.c token shard: header promises " + std::to_string(count) +
                               " tokens (" + std::to_string(expected) + " bytes), file holds " +
                               std::to_string(file_bytes) + " bytes");
+  // No vocabulary and no checksum in the header: vocab_size_ and checksum_ stay 0.
+  return mapped(path, fd, file_bytes, ShardFormat::Llmc, kLlmcHeaderBytes, count, bytes_per_token);
+}
+
+TokenShard TokenShard::mapped(const std::string& path, int fd, uint64_t file_bytes,
+                              ShardFormat format, uint64_t header_bytes, int64_t count,
+                              uint32_t bytes_per_token) {
   void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   if (map == MAP_FAILED) throw DataError(path, "cannot mmap token shard: " + errno_text());
+  // Advice only: a failure changes speed, not results.
   (void)::madvise(map, file_bytes, MADV_RANDOM);
   TokenShard s;
-  s.format_ = ShardFormat::Llmc;
+  s.format_ = format;
   s.path_ = path;
   s.map_ = map;
   s.map_bytes_ = file_bytes;
-  s.tokens_ = static_cast<const unsigned char*>(map) + kLlmcHeaderBytes;
+  s.tokens_ = static_cast<const unsigned char*>(map) + header_bytes;
   s.count_ = count;
   s.bytes_per_token_ = bytes_per_token;
-  s.vocab_size_ = 0;
-  s.checksum_ = 0;
   return s;
 }
 

@@ -94,6 +94,10 @@ class TokenShard {
   void release() noexcept;
   static TokenShard open_llmc(const std::string& path, int fd, uint64_t file_bytes,
                               const unsigned char* header);
+  // Maps the file read-only and fills what every format has; the caller sets the rest.
+  static TokenShard mapped(const std::string& path, int fd, uint64_t file_bytes,
+                           ShardFormat format, uint64_t header_bytes, int64_t count,
+                           uint32_t bytes_per_token);
 
   std::string path_;
   void* map_ = nullptr;  // the whole file, header included
