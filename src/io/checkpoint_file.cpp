@@ -366,15 +366,24 @@ std::vector<std::string> CheckpointFile::dataset_names() const {
 
 bool CheckpointFile::has_dataset(const std::string& name) const {
   if (datasets_.count(name)) return true;
-  // Each level of the path must exist before H5Lexists may be asked about the next.
-  for (size_t pos = name.find('/', 1);; pos = name.find('/', pos + 1)) {
-    const std::string prefix = name.substr(0, pos);
+  // Each level of the path must exist before H5Lexists may be asked about the next. HDF5's
+  // path traversal skips empty and "." components ("/model/./w" names "/model/w") but
+  // H5Lexists answers 0 for a prefix ending in "/.", so the walk goes over the components
+  // HDF5 would follow.
+  std::string prefix;
+  for (size_t begin = 0; begin <= name.size();) {
+    size_t end = name.find('/', begin);
+    if (end == std::string::npos) end = name.size();
+    const std::string component = name.substr(begin, end - begin);
+    begin = end + 1;
+    if (component.empty() || component == ".") continue;
+    prefix += "/" + component;
     if (H5Lexists(file_, prefix.c_str(), H5P_DEFAULT) <= 0) {
       H5Eclear2(H5E_DEFAULT);
       return false;
     }
-    if (pos == std::string::npos) break;
   }
+  if (prefix.empty()) return false;  // "/": the root group
   H5O_info_t info;
   if (H5Oget_info_by_name(file_, name.c_str(), &info, H5P_DEFAULT) < 0) {
     H5Eclear2(H5E_DEFAULT);
