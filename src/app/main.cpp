@@ -147,6 +147,16 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--threads", plan.threads, "Threads per rank of the planned run");
   plan_cmd->add_option("--device", plan.device, "Device of the planned run: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  plan_cmd->add_flag("--time", plan.time,
+                     "Also predict the step time on the machine of --profile (with --all: rank the "
+                     "layouts by it)");
+  plan_cmd->add_option("--profile", plan.profile,
+                       "Machine profile for --time: `meshtrain bench --suite calibrate --out P.toml`, "
+                       "or input/machines/*.toml");
+  plan_cmd->add_flag("--json", plan.json, "With --all --time: one JSON object per layout, for scripts");
+  plan_cmd->add_option("--top", plan.top,
+                       "With --all --time: list the N fastest layouts that fit (0: every layout)")
+      ->check(CLI::NonNegativeNumber);
   plan_cmd->add_option("--set", plan.overrides, "Override a deck key: --set section.key=value");
   plan_cmd->add_flag("--config", plan.config,
                      "Then print the effective configuration as TOML (the deck with its overrides "

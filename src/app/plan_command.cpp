@@ -1,10 +1,13 @@
-// `meshtrain plan DECK --world N [--all] [--memory SIZE] [--config]`: memory per rank before
-// launching; --config then prints the effective configuration (what deploy checks read).
+// `meshtrain plan DECK --world N [--all] [--memory SIZE] [--config] [--time --profile P
+// [--json] [--top K]]`: memory per rank before launching, and with --time the predicted step
+// time on a machine profile (with --all: every layout ranked by it, the strategy advisor);
+// --config then prints the effective configuration (what deploy checks read).
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "meshtrain/app/commands.h"
@@ -13,7 +16,12 @@
 #include "meshtrain/config/config_dump.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/device_check.h"
+#include "meshtrain/config/machine_profile.h"
+#include "meshtrain/train/layout_advisor.h"
 #include "meshtrain/train/planner.h"
+#include "meshtrain/train/time_model.h"
+
+#include <nlohmann/json.hpp>
 
 namespace meshtrain {
 
@@ -62,6 +70,90 @@ void print_stages(const LayoutPlan& plan) {
               pct(worst.at_peak[static_cast<size_t>(worst.dominant())], worst.peak_total).c_str());
 }
 
+std::string ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", seconds * 1e3);
+  return buf;
+}
+
+void print_time(const StepTimePrediction& t, const MachineProfile& profile) {
+  std::printf("# time on %s (%s, %s): %s\n", profile.name.c_str(), profile.source.c_str(),
+              profile.path.c_str(), describe_prediction(t).c_str());
+  std::printf("# %-8s %12s %12s %12s %12s %12s %12s\n", "stage", "compute_ms", "tp_ms", "pipeline_ms",
+              "dp_exposed_ms", "optimizer_ms", "end_ms");
+  for (const StageTime& s : t.stages)
+    std::printf("  pp %-5d %12s %12s %12s %12s %12s %12s\n", s.pp_rank, ms(s.compute_s).c_str(),
+                ms(s.tp_comm_s).c_str(), ms(s.pipeline_end_s).c_str(), ms(s.dp_exposed_s).c_str(),
+                ms(s.optimizer_s).c_str(), ms(s.end_s).c_str());
+  for (const std::string& c : t.caveats) std::printf("# note: %s\n", c.c_str());
+}
+
+nlohmann::json layout_json(const RankedLayout& r) {
+  const Config& c = r.config;
+  const ParallelOptions& p = c.parallel;
+  const char* rc[] = {"none", "selective", "full"};
+  nlohmann::json j = {{"dp", p.dp},
+                      {"tp", p.tp},
+                      {"pp", p.pp},
+                      {"micro_batch", c.train.micro_batch},
+                      {"schedule", std::string(schedule_name(p.schedule))},
+                      {"virtual_stages", p.virtual_stages},
+                      {"zero", p.zero},
+                      {"recompute", rc[static_cast<int>(p.recompute)]},
+                      {"sequence_parallel", p.sequence_parallel && p.tp > 1},
+                      {"step_ms", r.time.step_s * 1e3},
+                      {"mfu", r.time.mfu},
+                      {"compute_ms", r.time.compute_s * 1e3},
+                      {"tp_ms", r.time.tp_comm_s * 1e3},
+                      {"bubble_ms", r.time.bubble_s * 1e3},
+                      {"dp_exposed_ms", r.time.dp_exposed_s * 1e3},
+                      {"optimizer_ms", r.time.optimizer_s * 1e3}};
+  j["peak_bytes"] = r.planned ? nlohmann::json(r.peak_bytes) : nlohmann::json(nullptr);
+  j["fits"] = r.planned ? nlohmann::json(r.fits) : nlohmann::json(nullptr);
+  return j;
+}
+
+// `plan --all --time`: every layout ranked by predicted time among those that fit.
+int print_ranking(const PlanArgs& args, const Config& config, const MachineProfile& profile,
+                  size_t budget, int threads) {
+  const AdvisorResult result = advise_layouts(config, args.world, profile, LayoutFreedom{}, budget, threads,
+                                              static_cast<size_t>(args.top));
+  if (args.json) {
+    for (const RankedLayout& r : result.ranked) {
+      if (args.top > 0 && !r.planned) break;
+      std::printf("%s\n", layout_json(r).dump().c_str());
+    }
+    return result.fitting ? kExitOk : kExitInput;
+  }
+  std::printf("# plan: layouts of %s on %d ranks by predicted step time on %s (%s), memory %s per rank\n",
+              args.deck.c_str(), args.world, profile.name.c_str(), profile.source.c_str(),
+              budget ? format_bytes(static_cast<double>(budget)).c_str() : "unlimited");
+  std::printf("# %-4s %-46s %10s %7s %11s %8s %6s %7s %6s %6s\n", "rank", "layout", "step_ms", "MFU", "peak",
+              "compute", "tp", "bubble", "dp", "optim");
+  int shown = 0;
+  for (const RankedLayout& r : result.ranked) {
+    if (!r.planned || (args.top > 0 && shown >= args.top)) break;
+    const StepTimePrediction& t = r.time;
+    const auto share = [&](double part) { return pct(static_cast<size_t>(part * 1e9), static_cast<size_t>(t.step_s * 1e9)); };
+    std::printf("  %-4s %-46s %10s %6.1f%% %11s %8s %6s %7s %6s %6s\n",
+                r.fits ? std::to_string(++shown).c_str() : "-", layout_name(r.config).c_str(), ms(t.step_s).c_str(),
+                100 * t.mfu, format_bytes(static_cast<double>(r.peak_bytes)).c_str(), share(t.compute_s).c_str(),
+                share(t.tp_comm_s).c_str(), share(t.bubble_s).c_str(), share(t.dp_exposed_s).c_str(),
+                share(t.optimizer_s).c_str());
+  }
+  std::printf("# %zu layouts predicted; memory planned for %zu in time order, %zu fit", result.layouts,
+              result.planned, result.fitting);
+  if (!result.ranked.empty())
+    for (const std::string& c : result.ranked.front().time.caveats) std::printf("\n# note: %s", c.c_str());
+  std::printf("\n");
+  if (result.fitting == 0) {
+    std::fprintf(stderr, "error: %s: no layout of %d ranks fits %s per rank\n", args.deck.c_str(), args.world,
+                 format_bytes(static_cast<double>(budget)).c_str());
+    return kExitInput;
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int plan_command(const PlanArgs& args) {
@@ -82,6 +174,20 @@ int plan_command(const PlanArgs& args) {
     resolve_device(config, facts);
     const int threads = args.threads > 0 ? args.threads : config.run.threads > 0 ? config.run.threads : 1;
     const size_t budget = args.memory.empty() ? 0 : parse_size(args.memory);
+    if ((args.json || !args.profile.empty()) && !args.time)
+      throw DeckError("--json and --profile go with --time (predict the step time)");
+    if (args.time && args.profile.empty())
+      throw DeckError("--time needs --profile PROFILE.toml: measure this machine with `meshtrain bench "
+                      "--suite calibrate --out PROFILE.toml`, or take a datasheet profile from "
+                      "input/machines/ (dgx-a100-80gb.toml, dgx-h100.toml)");
+    if (args.json && !args.all) throw DeckError("--json goes with --all --time (one object per layout)");
+    std::optional<MachineProfile> profile;
+    if (args.time) {
+      profile = read_machine_profile(args.profile);
+      // Without --memory, the profile's memory per rank is the budget the ranking keeps to.
+      const size_t limit = budget ? budget : static_cast<size_t>(std::max(0.0, profile->memory_per_rank));
+      if (args.all) return print_ranking(args, config, *profile, limit, threads);
+    }
 
     if (args.all) {
       std::vector<LayoutPlan> plans;
@@ -114,6 +220,7 @@ int plan_command(const PlanArgs& args) {
       std::printf("# kernels' scratch as on the CPU backend; a GPU adds the cuBLASLt workspace (32 MiB) "
                   "and cuDNN's\n");
     print_stages(plan);
+    if (profile) print_time(predict_step_time(plan.config, *profile), *profile);
     if (args.config) std::printf("# effective configuration\n%s", dump_config(plan.config).c_str());
     if (budget && plan.peak() > budget) {
       const StagePlan& worst = plan.stages[static_cast<size_t>(plan.peak_stage())];

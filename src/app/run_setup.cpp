@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/app/auto_layout.h"
 #include "meshtrain/app/cpu_binding.h"
 #include "meshtrain/app/launch_check.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
@@ -45,7 +46,8 @@ Config load_config(const std::string& deck, const std::vector<std::string>& over
   world.broadcast_bytes(text, 0);
   Config config = parse_deck(deck, text, overrides);
   config.overrides = overrides;
-  check_layout(config, world.size());
+  // "auto" layout choices are settled by setup_run once the device and threads are known.
+  if (!config.parallel.automatic.any()) check_layout(config, world.size());
   return config;
 }
 
@@ -191,6 +193,9 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
         if (const int r = std::atoi(path.c_str() + path.rfind("rank_") + 5); r >= world.size())
           std::remove(path.c_str());
   }
+  // Rank 0's line, printed with the device line below.
+  const std::string layout_choice = settle_auto_layout(
+      s.config, world, c.run.device == DeviceChoice::Cpu ? cpu.choice.threads : 1);
   s.grid = make_grid(c, *s.backend, s.recorder.get());
   if (world.rank() == 0) {
     const std::string cpus = cpu.note.empty() ? "" : " (" + cpu.note + ")";
@@ -205,6 +210,7 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                     : "MPI through host buffers (ranks of a node share a GPU, or "
                       "parallel.communicator = \"mpi\")",
                 mpi_library_version().c_str());
+    if (!layout_choice.empty()) std::printf("%s\n", layout_choice.c_str());
     if (!cpu.warning.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", cpu.warning.c_str());
     if (c.run.device == DeviceChoice::Cpu && c.train.precision == DType::BF16 && facts.cpu_bf16.empty())
       std::fprintf(stderr, "meshtrain: warning: train.precision = \"bf16\" on a CPU without bf16 "

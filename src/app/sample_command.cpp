@@ -54,7 +54,7 @@ namespace {
 std::vector<std::string> generation_layout(std::vector<std::string> overrides, int world, int tp) {
   if (tp > 0) overrides.push_back("parallel.tp=" + std::to_string(tp));
   for (const char* o : {"parallel.pp=1", "parallel.virtual_stages=1", "parallel.schedule=\"1f1b\"",
-                        "parallel.zero=0",
+                        "parallel.zero=0", "parallel.recompute=\"none\"",
                         "parallel.dp=\"auto\"", "data.val=\"none\"", "train.micro_batch=1"})
     overrides.emplace_back(o);
   overrides.push_back("train.global_batch=" + std::to_string(world));

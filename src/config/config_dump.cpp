@@ -90,7 +90,7 @@ std::string dump_config(const Config& c) {
                                                                                      : precision(t.precision)) << "\n"
      << "steps = " << t.steps << "\n"
      << "global_batch = " << t.global_batch << "\n"
-     << "micro_batch = " << t.micro_batch << "\n"
+     << "micro_batch = " << (c.parallel.automatic.micro_batch ? quoted("auto") : std::to_string(t.micro_batch)) << "\n"
      << "lr = " << real(t.lr) << "\n"
      << "min_lr = " << real(t.min_lr) << "\n"
      << "warmup_steps = " << t.warmup_steps << "\n"
@@ -103,17 +103,21 @@ std::string dump_config(const Config& c) {
      << "beta2 = " << real(t.beta2) << "\n"
      << "eps = " << real(t.eps) << "\n";
   const ParallelOptions& p = c.parallel;
+  const AutoLayout& a = p.automatic;  // "auto" until the strategy advisor settled it
+  const auto number_or_auto = [&](bool automatic, int v) { return automatic ? quoted("auto") : std::to_string(v); };
   os << "\n[parallel]\n"
      << "dp = " << (p.dp == 0 ? quoted("auto") : std::to_string(p.dp)) << "\n"
-     << "tp = " << p.tp << "\n"
-     << "pp = " << p.pp << "\n"
-     << "schedule = " << quoted(schedule_name(p.schedule)) << "\n"
+     << "tp = " << number_or_auto(a.tp, p.tp) << "\n"
+     << "pp = " << number_or_auto(a.pp, p.pp) << "\n"
+     << "schedule = " << quoted(a.schedule ? std::string_view("auto") : schedule_name(p.schedule)) << "\n"
      << "virtual_stages = " << p.virtual_stages << "\n"
-     << "zero = " << p.zero << "\n"
+     << "zero = " << number_or_auto(a.zero, p.zero) << "\n"
      << "sequence_parallel = " << boolean(p.sequence_parallel) << "\n"
-     << "recompute = " << quoted(p.recompute == Recompute::Selective ? "selective"
+     << "recompute = " << quoted(a.recompute                      ? "auto"
+                                 : p.recompute == Recompute::Selective ? "selective"
                                  : p.recompute == Recompute::Full    ? "full"
                                                                      : "none") << "\n"
+     << "profile = " << quoted(p.profile) << "\n"
      << "order = " << quoted(p.order) << "\n"
      << "bucket_mb = " << real(p.bucket_mb) << "\n";
   if (!p.partition.empty()) {

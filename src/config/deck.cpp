@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -113,6 +114,27 @@ KeySpec choice_key(std::string sec, std::string key, std::string def,
             const std::string v = n.as_string()->get();
             if (std::find(choices.begin(), choices.end(), v) == choices.end())
               return "is not a known value";
+            set(c, v);
+            return "";
+          }};
+}
+
+// An integer key that also takes "auto" (left to the strategy advisor): `set` gets the value,
+// or nullopt for "auto".
+KeySpec int_or_auto_key(std::string sec, std::string key, std::string def, int64_t lo, int64_t hi,
+                        std::string doc, std::function<void(Config&, std::optional<int64_t>)> set) {
+  std::string accepted = "integer >= " + std::to_string(lo);
+  if (hi < INT32_MAX) accepted = "integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return {sec, key, "integer or \"auto\"", def, accepted + ", or \"auto\"", std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            if (auto s = n.as_string()) {
+              if (s->get() != "auto") return "is not a known value";
+              set(c, std::nullopt);
+              return "";
+            }
+            if (!n.is_integer()) return "is " + type_of(n);
+            const int64_t v = n.as_integer()->get();
+            if (v < lo || v > hi) return "is out of range";
             set(c, v);
             return "";
           }};
@@ -260,9 +282,13 @@ const std::vector<KeySpec>& schema() {
     k.push_back(int_key("train", "global_batch", 16, 1, big,
                         "Sequences per optimizer step, over all data-parallel ranks.",
                         [](Config& c, int64_t v) { c.train.global_batch = static_cast<int>(v); }));
-    k.push_back(int_key("train", "micro_batch", 4, 1, big,
-                        "Sequences per micro-batch on each data-parallel rank.",
-                        [](Config& c, int64_t v) { c.train.micro_batch = static_cast<int>(v); }));
+    k.push_back(int_or_auto_key("train", "micro_batch", "4", 1, big,
+                                "Sequences per micro-batch on each data-parallel rank; \"auto\": "
+                                "the strategy advisor's choice (see parallel.profile).",
+                                [](Config& c, std::optional<int64_t> v) {
+                                  c.parallel.automatic.micro_batch = !v;
+                                  c.train.micro_batch = static_cast<int>(v.value_or(1));
+                                }));
     k.push_back(float_key("train", "lr", "1e-3", 0.0, true, "Peak learning rate.",
                           [](Config& c, double v) { c.train.lr = v; }));
     k.push_back(float_key("train", "min_lr", "1e-4", 0.0, false,
@@ -308,35 +334,59 @@ const std::vector<KeySpec>& schema() {
                    c.parallel.dp = static_cast<int>(n.as_integer()->get());
                    return "";
                  }});
-    k.push_back(int_key("parallel", "tp", 1, 1, 1 << 16,
-                        "Tensor-parallel ranks; divides model.heads and model.vocab_size.",
-                        [](Config& c, int64_t v) { c.parallel.tp = static_cast<int>(v); }));
-    k.push_back(int_key("parallel", "pp", 1, 1, 1 << 16, "Pipeline stages.",
-                        [](Config& c, int64_t v) { c.parallel.pp = static_cast<int>(v); }));
-    k.push_back(choice_key("parallel", "schedule", "1f1b", {"gpipe", "1f1b", "interleaved"},
-                           "Pipeline schedule.", [](Config& c, const std::string& v) {
-                             c.parallel.schedule = v == "gpipe" ? ScheduleKind::GPipe
-                                                   : v == "1f1b" ? ScheduleKind::OneFOneB
-                                                                 : ScheduleKind::Interleaved;
+    k.push_back(int_or_auto_key("parallel", "tp", "1", 1, 1 << 16,
+                                "Tensor-parallel ranks; divides model.heads and model.vocab_size; "
+                                "\"auto\": the strategy advisor's choice.",
+                                [](Config& c, std::optional<int64_t> v) {
+                                  c.parallel.automatic.tp = !v;
+                                  c.parallel.tp = static_cast<int>(v.value_or(1));
+                                }));
+    k.push_back(int_or_auto_key("parallel", "pp", "1", 1, 1 << 16,
+                                "Pipeline stages; \"auto\": the strategy advisor's choice.",
+                                [](Config& c, std::optional<int64_t> v) {
+                                  c.parallel.automatic.pp = !v;
+                                  c.parallel.pp = static_cast<int>(v.value_or(1));
+                                }));
+    k.push_back(choice_key("parallel", "schedule", "1f1b", {"gpipe", "1f1b", "interleaved", "auto"},
+                           "Pipeline schedule; \"auto\": the strategy advisor's choice (with "
+                           "virtual_stages).",
+                           [](Config& c, const std::string& v) {
+                             c.parallel.automatic.schedule = v == "auto";
+                             c.parallel.schedule = v == "gpipe"          ? ScheduleKind::GPipe
+                                                   : v == "interleaved" ? ScheduleKind::Interleaved
+                                                                         : ScheduleKind::OneFOneB;
                            }));
     k.push_back(int_key("parallel", "virtual_stages", 1, 1, 1024,
                         "Model chunks per pipeline rank (interleaved schedule).",
                         [](Config& c, int64_t v) { c.parallel.virtual_stages = static_cast<int>(v); }));
-    k.push_back(int_key("parallel", "zero", 0, 0, 3,
-                        "ZeRO stage over the data-parallel group: 1 shards optimizer state, 2 "
-                        "also gradients, 3 also parameters.",
-                        [](Config& c, int64_t v) { c.parallel.zero = static_cast<int>(v); }));
+    k.push_back(int_or_auto_key("parallel", "zero", "0", 0, 3,
+                                "ZeRO stage over the data-parallel group: 1 shards optimizer "
+                                "state, 2 also gradients, 3 also parameters; \"auto\": the "
+                                "strategy advisor's choice.",
+                                [](Config& c, std::optional<int64_t> v) {
+                                  c.parallel.automatic.zero = !v;
+                                  c.parallel.zero = static_cast<int>(v.value_or(0));
+                                }));
     k.push_back(bool_key("parallel", "sequence_parallel", false,
                          "Shard LayerNorm and residual regions along the sequence over the "
                          "tensor group (Megatron sequence parallelism).",
                          [](Config& c, bool v) { c.parallel.sequence_parallel = v; }));
-    k.push_back(choice_key("parallel", "recompute", "none", {"none", "selective", "full"},
-                           "Activation recomputation in the backward pass.",
+    k.push_back(choice_key("parallel", "recompute", "none", {"none", "selective", "full", "auto"},
+                           "Activation recomputation in the backward pass; \"auto\": the "
+                           "strategy advisor's choice.",
                            [](Config& c, const std::string& v) {
-                             c.parallel.recompute = v == "none"        ? Recompute::None
-                                                    : v == "selective" ? Recompute::Selective
-                                                                       : Recompute::Full;
+                             c.parallel.automatic.recompute = v == "auto";
+                             c.parallel.recompute = v == "selective" ? Recompute::Selective
+                                                    : v == "full"    ? Recompute::Full
+                                                                     : Recompute::None;
                            }));
+    k.push_back(string_key("parallel", "profile", "\"\"",
+                           "\"\", or a machine profile (TOML) from `meshtrain bench --suite "
+                           "calibrate --out FILE` or input/machines/",
+                           "The machine the \"auto\" layout choices are predicted on; \"\": "
+                           "measured on the launched ranks at start-up (a few seconds).",
+                           [](const std::string&) { return true; },
+                           [](Config& c, const std::string& v) { c.parallel.profile = v; }));
     k.push_back(string_key("parallel", "order", "\"tp-dp-pp\"",
                            "the axes dp, tp, pp joined by '-', fastest-varying first",
                            "Rank order of the process grid.",

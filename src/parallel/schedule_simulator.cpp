@@ -223,6 +223,7 @@ void finish(const Findings& stuck, const std::vector<double>& clock, const Sched
     return;
   }
   result.ok = true;
+  result.finish = clock;
   result.makespan = clock.empty() ? 0.0 : *std::max_element(clock.begin(), clock.end());
   double busy = 0.0;
   for (double b : result.busy) busy += b;
@@ -264,7 +265,7 @@ void run(Model& model, const SimulationCosts& costs, SimulationResult& result) {
         if (is_compute(a.op)) {
           const double ready = inputs_ready(a);
           if (std::isnan(ready)) break;
-          const double cost = a.op == Op::Forward ? costs.forward : costs.backward;
+          const double cost = costs.of(a);
           clock[r] = std::max(clock[r], ready) + cost;
           result.busy[r] += cost;
         }
@@ -409,7 +410,7 @@ void run_nccl(Model& model, const SimulationCosts& costs, SimulationResult& resu
           if (std::isnan(steps[st].done)) break;
           ready = steps[st].done;
         }
-        const double cost = a.op == Op::Forward ? costs.forward : costs.backward;
+        const double cost = costs.of(a);
         clock[r] = std::max(clock[r], ready) + cost;
         result.busy[r] += cost;
       }
@@ -499,6 +500,12 @@ std::string_view comm_model_name(CommModel model) {
   return model == CommModel::Nccl ? "nccl" : "mpi";
 }
 
+double SimulationCosts::of(Action a) const {
+  const std::vector<double>& per_chunk = a.op == Op::Forward ? chunk_forward : chunk_backward;
+  if (!per_chunk.empty()) return per_chunk.at(static_cast<size_t>(a.chunk));
+  return a.op == Op::Forward ? forward : backward;
+}
+
 SimulationResult simulate(const Schedule& with_communication, int stages, int virtual_stages,
                           int microbatches, SimulationCosts costs, CommModel comm,
                           Passes passes) {
@@ -507,6 +514,10 @@ SimulationResult simulate(const Schedule& with_communication, int stages, int vi
                                 ", virtual_stages = " + std::to_string(virtual_stages) +
                                 ", microbatches = " + std::to_string(microbatches) +
                                 " (each must be at least 1)");
+  for (const std::vector<double>* v : {&costs.chunk_forward, &costs.chunk_backward})
+    if (!v->empty() && v->size() != static_cast<size_t>(stages) * virtual_stages)
+      throw std::invalid_argument("simulate: " + std::to_string(v->size()) + " per-chunk costs for " +
+                                  std::to_string(stages * virtual_stages) + " chunks");
   const Schedule& s = with_communication;
   SimulationResult result;
   Model model(s, stages, virtual_stages, microbatches, passes);

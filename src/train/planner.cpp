@@ -25,7 +25,9 @@ int LayoutPlan::peak_stage() const {
   return best;
 }
 
-std::string LayoutPlan::layout() const {
+std::string LayoutPlan::layout() const { return layout_name(config); }
+
+std::string layout_name(const Config& config) {
   const ParallelOptions& p = config.parallel;
   const char* rc[] = {"none", "selective", "full"};
   std::string s = "dp " + std::to_string(p.dp) + " tp " + std::to_string(p.tp) + " pp " +

@@ -59,6 +59,10 @@ struct PlanArgs {
   int threads = 0;     // threads per rank of the planned run (0: run.threads, else 1)
   std::string device;  // "cpu" or "cuda": the device of the planned run (default: the deck's, else cpu)
   bool config = false; // also print the effective configuration (dump_config), after the plan
+  bool time = false;    // also predict step time (needs profile)
+  std::string profile;  // machine profile (TOML) the time is predicted on
+  bool json = false;    // --all --time: one JSON object per layout
+  int top = 10;         // --all --time: layouts to plan memory for and list (0: every one)
 };
 int plan_command(const PlanArgs& args);
 

@@ -63,6 +63,13 @@ struct TrainOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
 };
 
+// Layout choices a deck leaves to the strategy advisor ("auto"; train/layout_advisor.h), which
+// settles them at start-up for the world the job was launched on (parallel.dp "auto" is dp = 0).
+struct AutoLayout {
+  bool tp = false, pp = false, micro_batch = false, schedule = false, zero = false, recompute = false;
+  bool any() const { return tp || pp || micro_batch || schedule || zero || recompute; }
+};
+
 struct ParallelOptions {
   int dp = 0;  // 0: "auto", world / (tp * pp)
   int tp = 1, pp = 1;
@@ -76,6 +83,8 @@ struct ParallelOptions {
   std::vector<int> partition;  // layers per model chunk; empty: balanced
   CommChoice communicator = CommChoice::Auto;
   Offload offload = Offload::None;
+  AutoLayout automatic;  // what is "auto" (the fields above hold placeholders until settled)
+  std::string profile;   // machine profile the "auto" choices are predicted on; "": measured
 };
 
 struct CheckpointOptions {

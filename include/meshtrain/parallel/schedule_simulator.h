@@ -23,6 +23,10 @@ struct SimulationCosts {
   // Transfer time of one activation or gradient: data sent at time t reaches a receive posted
   // at time t' at max(t, t') + send. Taken by the link, not by either rank.
   double send = 0.0;
+  // Per chunk (indexed by chunk, stages * virtual_stages entries) where chunks differ (the
+  // first holds the embedding, the last the head): these replace forward / backward.
+  std::vector<double> chunk_forward, chunk_backward;
+  double of(Action a) const;  // the cost of a Forward or Backward
 };
 
 // Point-to-point semantics to check a schedule under (schedule.h, "Execution semantics").
@@ -42,6 +46,7 @@ struct SimulationResult {
   std::string error;
   double makespan = 0.0;             // time until the last rank finishes
   std::vector<double> busy;          // per rank: compute time
+  std::vector<double> finish;        // per rank: when its last compute ended
   double bubble_fraction = 0.0;      // 1 - sum(busy) / (ranks * makespan)
   std::vector<int> peak_in_flight;   // per rank: most (chunk, microbatch) forwards whose
                                      // backward has not run yet (activations held)

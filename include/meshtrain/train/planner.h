@@ -34,6 +34,9 @@ struct LayoutPlan {
   std::string layout() const;  // "dp 2 tp 2 pp 2 1f1b m4x2 zero 1 rc none sp"
 };
 
+// "dp 2 tp 2 pp 2 1f1b m4x2 zero 1 rc none sp": a configuration's layout in one line.
+std::string layout_name(const Config& config);
+
 // Plans `config` on `world_size` ranks with `threads` threads per rank. Throws DeckError if
 // the layout is invalid for that world size.
 LayoutPlan plan_layout(Config config, int world_size, int threads);

@@ -1,0 +1,52 @@
+#pragma once
+// The strategy advisor: ranks every valid layout of a deck on a world size by predicted step
+// time (time_model.h) among those whose exact memory plan (planner.h) fits a budget. Behind
+// `meshtrain plan --all --time` and the "auto" values of parallel.* and train.micro_batch.
+//
+// Predicting time is cheap (one pipeline's schedule per layout); the exact memory plan is a
+// dry run per stage, so it is run on layouts in order of predicted time only until `top` of
+// them fit: planning thousands of layouts of a 175B model on 16,384 ranks stays in seconds.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "meshtrain/config/config.h"
+#include "meshtrain/config/machine_profile.h"
+#include "meshtrain/train/planner.h"
+#include "meshtrain/train/time_model.h"
+
+namespace meshtrain {
+
+// Which of a deck's layout choices the advisor may change; the rest stay as the deck has them.
+struct LayoutFreedom {
+  bool dp = true, tp = true, pp = true, micro_batch = true, schedule = true, zero = true,
+       recompute = true;
+  bool any() const { return dp || tp || pp || micro_batch || schedule || zero || recompute; }
+};
+
+// What a deck leaves free: dp when "auto" (0), the rest from parallel.automatic.
+LayoutFreedom freedom_of(const Config& deck);
+
+struct RankedLayout {
+  Config config;
+  StepTimePrediction time;
+  size_t peak_bytes = 0;  // exact plan; 0 when not planned (ranked below `top` fitting ones)
+  bool planned = false;
+  bool fits = false;
+};
+
+struct AdvisorResult {
+  std::vector<RankedLayout> ranked;  // by predicted step time, fitting ones first
+  size_t layouts = 0;                // valid layouts considered
+  size_t planned = 0;                // of which memory was planned
+  size_t fitting = 0;                // of those, fitting the budget
+};
+
+// Every layout of `base` on `world` ranks that `freedom` allows (the fixed choices as in
+// `base`), ranked. `budget`: bytes per rank (0: no limit). Stops planning memory once `top`
+// layouts fit (0: plan every one).
+AdvisorResult advise_layouts(const Config& base, int world, const MachineProfile& profile,
+                             const LayoutFreedom& freedom, size_t budget, int threads, size_t top);
+
+}  // namespace meshtrain

@@ -1,0 +1,69 @@
+#include "meshtrain/app/auto_layout.h"
+
+#include <algorithm>
+
+#include "meshtrain/comm/agreement.h"
+#include "meshtrain/config/deck.h"
+#include "meshtrain/config/deck_error.h"
+#include "meshtrain/config/layout_check.h"
+#include "meshtrain/tensor/memory.h"
+#include "meshtrain/train/layout_advisor.h"
+
+namespace meshtrain {
+
+namespace {
+
+MachineProfile agreed_profile(const Config& config, Communicator& world) {
+  std::string text, error;
+  const std::string& path = config.parallel.profile;
+  if (path.empty())
+    throw DeckError(config.deck_path + ": parallel.profile = \"\" asks for a measurement of this machine, "
+                    "which this build cannot make: set parallel.profile to a profile from `meshtrain "
+                    "bench --suite calibrate --out FILE`");
+  if (world.rank() == 0) {
+    try {
+      text = format_machine_profile(read_machine_profile(path));
+    } catch (const DeckError& e) {
+      error = std::string(e.what()) + " (parallel.profile in " + config.deck_path + ")";
+    }
+  }
+  world.broadcast_bytes(error, 0);
+  if (!error.empty()) throw DeckError(error);
+  world.broadcast_bytes(text, 0);
+  MachineProfile profile = parse_machine_profile(path, text);
+  profile.path = path;
+  return profile;
+}
+
+std::string describe(const RankedLayout& r) {
+  return layout_name(r.config) + ": " + describe_prediction(r.time) + ", " +
+         format_bytes(static_cast<double>(r.peak_bytes)) + " per rank";
+}
+
+}  // namespace
+
+std::string settle_auto_layout(Config& config, Communicator& world, int threads) {
+  if (!config.parallel.automatic.any()) return "";
+  const MachineProfile profile = agreed_profile(config, world);
+  const size_t budget = static_cast<size_t>(std::max(0.0, profile.memory_per_rank));
+  // Every rank ranks the same layouts on the same profile: the same choice, no broadcast.
+  const AdvisorResult advice =
+      advise_layouts(config, world.size(), profile, freedom_of(config), budget, threads, 2);
+  if (advice.fitting == 0)
+    throw DeckError(config.deck_path + ": no layout of " + std::to_string(world.size()) + " ranks that the "
+                    "deck's \"auto\" choices allow fits " + format_bytes(static_cast<double>(budget)) +
+                    " per rank (" + profile.path + "'s memory_per_rank; " + std::to_string(advice.layouts) +
+                    " layouts tried): `meshtrain plan " + config.deck_path + " --world " +
+                    std::to_string(world.size()) + " --all --time --profile " + profile.path +
+                    "` lists them");
+  const RankedLayout& best = advice.ranked[0];
+  std::string report = "layout: \"auto\" chose " + describe(best) + " (predicted on " + profile.name + ", " +
+                       profile.source + ")";
+  if (advice.fitting > 1) report += "; runner-up " + describe(advice.ranked[1]);
+  config = best.config;
+  config.parallel.automatic = AutoLayout{};
+  check_layout(config, world.size());
+  return world.rank() == 0 ? report : "";
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,80 @@
+#include "meshtrain/train/layout_advisor.h"
+
+#include <algorithm>
+
+#include "meshtrain/config/deck_error.h"
+
+namespace meshtrain {
+
+namespace {
+
+bool allowed(const Config& c, const Config& base, const LayoutFreedom& f) {
+  const ParallelOptions &p = c.parallel, &b = base.parallel;
+  if (!f.dp && b.dp > 0 && p.dp != b.dp) return false;
+  if (!f.tp && p.tp != b.tp) return false;
+  if (!f.pp && p.pp != b.pp) return false;
+  if (!f.micro_batch && c.train.micro_batch != base.train.micro_batch) return false;
+  if (!f.schedule && (p.schedule != b.schedule || (p.schedule == ScheduleKind::Interleaved &&
+                                                   p.virtual_stages != b.virtual_stages)))
+    return false;
+  if (!f.zero && p.zero != b.zero) return false;
+  if (!f.recompute && p.recompute != b.recompute) return false;
+  return true;
+}
+
+}  // namespace
+
+LayoutFreedom freedom_of(const Config& deck) {
+  const AutoLayout& a = deck.parallel.automatic;
+  LayoutFreedom f;
+  f.dp = deck.parallel.dp == 0;
+  f.tp = a.tp;
+  f.pp = a.pp;
+  f.micro_batch = a.micro_batch;
+  f.schedule = a.schedule;
+  f.zero = a.zero;
+  f.recompute = a.recompute;
+  return f;
+}
+
+AdvisorResult advise_layouts(const Config& base, int world, const MachineProfile& profile,
+                             const LayoutFreedom& freedom, size_t budget, int threads, size_t top) {
+  AdvisorResult out;
+  for (Config c : enumerate_layouts(base, world)) {
+    if (!allowed(c, base, freedom)) continue;
+    // A fixed schedule keeps the deck's virtual stages (the enumeration tries 2).
+    if (!freedom.schedule && c.parallel.schedule == ScheduleKind::Interleaved)
+      c.parallel.virtual_stages = base.parallel.virtual_stages;
+    // A fixed pipeline keeps the deck's partition, when it has one for these chunks.
+    if (!freedom.pp && !freedom.schedule) c.parallel.partition = base.parallel.partition;
+    RankedLayout r;
+    r.time = predict_step_time(c, profile);
+    r.config = std::move(c);
+    out.ranked.push_back(std::move(r));
+  }
+  out.layouts = out.ranked.size();
+  // Fastest first; ties (layouts the model cannot tell apart) go to the one holding less per
+  // rank, then the simpler one (fewer ZeRO stages, less recomputation).
+  std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const RankedLayout& a, const RankedLayout& b) {
+    if (a.time.step_s != b.time.step_s) return a.time.step_s < b.time.step_s;
+    const ParallelOptions &p = a.config.parallel, &q = b.config.parallel;
+    if (p.zero != q.zero) return p.zero < q.zero;
+    return static_cast<int>(p.recompute) < static_cast<int>(q.recompute);
+  });
+  for (RankedLayout& r : out.ranked) {
+    if (top > 0 && out.fitting >= top) break;
+    r.peak_bytes = plan_layout(r.config, world, threads).peak();
+    r.planned = true;
+    r.fits = budget == 0 || r.peak_bytes <= budget;
+    ++out.planned;
+    out.fitting += r.fits ? 1 : 0;
+  }
+  // The fitting ones first (in time order), then the planned ones that do not fit, then the
+  // unplanned rest.
+  std::stable_partition(out.ranked.begin(), out.ranked.end(), [](const RankedLayout& r) { return r.fits; });
+  std::stable_partition(out.ranked.begin() + static_cast<std::ptrdiff_t>(out.fitting), out.ranked.end(),
+                        [](const RankedLayout& r) { return r.planned; });
+  return out;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,322 @@
+#include "meshtrain/train/time_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "meshtrain/config/deck_error.h"
+#include "meshtrain/model/partition.h"
+#include "meshtrain/parallel/process_grid.h"
+#include "meshtrain/parallel/schedule.h"
+#include "meshtrain/parallel/schedule_simulator.h"
+#include "meshtrain/train/planner.h"
+
+namespace meshtrain {
+
+namespace {
+
+// One micro-batch through one model chunk on one rank, split into what the time is spent on.
+struct PassTime {
+  double compute = 0;  // GEMMs and memory-bound kernels
+  double tp_comm = 0;  // tensor-parallel collectives
+  double total() const { return compute + tp_comm; }
+  PassTime& operator+=(const PassTime& o) {
+    compute += o.compute;
+    tp_comm += o.tp_comm;
+    return *this;
+  }
+};
+
+// Prices the layers of one model chunk on one rank.
+class ChunkPricer {
+ public:
+  ChunkPricer(const Config& c, const MachineProfile& profile, LinkClass tp_link)
+      : c_(c), gemm_(profile.gemm(c.train.precision)), bandwidth_(profile.memory_bytes_per_s),
+        tp_(c.parallel.tp), act_bytes_(static_cast<double>(dtype_size(c.train.precision))) {
+    const double C = static_cast<double>(c.model.d_model);
+    tokens_ = static_cast<double>(c.train.micro_batch) * static_cast<double>(c.model.seq_len);
+    // Sequence parallelism splits the token dimension of the regions outside the GEMMs.
+    region_tokens_ = c.parallel.sequence_parallel && tp_ > 1 ? tokens_ / tp_ : tokens_;
+    if (tp_ > 1) {
+      // Ring all-reduce costs as much as reduce-scatter + all-gather: sequence parallelism
+      // changes which collectives run, not their time.
+      tp_allreduce_ = profile.link(tp_link, CollectiveKind::AllReduce).seconds(
+          CollectiveKind::AllReduce, tokens_ * C * act_bytes_, tp_);
+      small_allreduce_ = profile.link(tp_link, CollectiveKind::AllReduce)
+                             .seconds(CollectiveKind::AllReduce, tokens_ * 4, tp_);
+    }
+  }
+
+  // Forward of one transformer block; with `core_only`, only the attention core (scores,
+  // softmax, weighted sum): what selective recomputation repeats.
+  PassTime block_forward(bool core_only = false) const {
+    const double C = static_cast<double>(c_.model.d_model), S = static_cast<double>(c_.model.seq_len);
+    const double heads = static_cast<double>(c_.model.heads) / tp_, d = static_cast<double>(c_.model.head_size());
+    const double sequences = static_cast<double>(c_.train.micro_batch);
+    PassTime t;
+    const double scores = sequences * heads * S * S;
+    t.compute += sequences * heads * (gemm_.seconds(S, S, d) + gemm_.seconds(S, d, S));
+    t.compute += memory(scores * 2 * 4);  // softmax in fp32: read and write the scores
+    if (core_only) return t;
+    t.compute += linear_forward(3 * C / tp_, C) + linear_forward(C, C / tp_) +
+                 linear_forward(4 * C / tp_, C) + linear_forward(C, 4 * C / tp_);
+    // Two LayerNorms and two residual adds over the (sequence-split) stream, GELU over the
+    // hidden activations, the q/k/v split.
+    t.compute += memory(region_tokens_ * C * act_bytes_ * (2 * 2 + 2 * 3) +
+                        tokens_ * 4 * C / tp_ * act_bytes_ * 2 + tokens_ * 3 * C / tp_ * act_bytes_ * 2);
+    t.tp_comm = 2 * tp_allreduce_;
+    return t;
+  }
+
+  // Backward of one block: every GEMM twice (input and weight gradients), the memory-bound
+  // kernels twice over, the same collectives as forward.
+  PassTime block_backward() const {
+    const double C = static_cast<double>(c_.model.d_model), S = static_cast<double>(c_.model.seq_len);
+    const double heads = static_cast<double>(c_.model.heads) / tp_, d = static_cast<double>(c_.model.head_size());
+    const double sequences = static_cast<double>(c_.train.micro_batch);
+    PassTime t;
+    const double scores = sequences * heads * S * S;
+    t.compute += 2 * sequences * heads * (gemm_.seconds(S, S, d) + gemm_.seconds(S, d, S));
+    t.compute += memory(scores * 3 * 4);
+    t.compute += linear_backward(3 * C / tp_, C) + linear_backward(C, C / tp_) +
+                 linear_backward(4 * C / tp_, C) + linear_backward(C, 4 * C / tp_);
+    t.compute += 2 * memory(region_tokens_ * C * act_bytes_ * (2 * 2 + 2 * 3) +
+                            tokens_ * 4 * C / tp_ * act_bytes_ * 2 + tokens_ * 3 * C / tp_ * act_bytes_ * 2);
+    t.tp_comm = 2 * tp_allreduce_;
+    return t;
+  }
+
+  PassTime embedding_forward() const {
+    const double C = static_cast<double>(c_.model.d_model);
+    PassTime t;
+    t.compute = memory(tokens_ * C * act_bytes_ * 3);  // token and position rows, their sum
+    t.tp_comm = tp_allreduce_;                         // vocabulary-parallel lookup
+    return t;
+  }
+  PassTime embedding_backward() const {
+    const double C = static_cast<double>(c_.model.d_model);
+    PassTime t;
+    t.compute = memory(tokens_ * C * 4 * 3);  // scatter-add into fp32 gradient rows
+    return t;
+  }
+
+  // Final LayerNorm, LM head GEMM and vocabulary-parallel cross-entropy (logits in fp32).
+  PassTime head_forward() const {
+    const double C = static_cast<double>(c_.model.d_model), V = static_cast<double>(c_.model.vocab_size) / tp_;
+    PassTime t;
+    t.compute = linear_forward(V, C) + memory(region_tokens_ * C * act_bytes_ * 2 + tokens_ * V * 4 * 3);
+    // Cross-entropy's three small all-reduces (maximum, sum, target logit) and, under sequence
+    // parallelism, the all-gather of the head's input (half an all-reduce).
+    t.tp_comm = 3 * small_allreduce_ + (region_tokens_ < tokens_ ? tp_allreduce_ / 2 : 0);
+    return t;
+  }
+  PassTime head_backward() const {
+    const double C = static_cast<double>(c_.model.d_model), V = static_cast<double>(c_.model.vocab_size) / tp_;
+    PassTime t;
+    t.compute = linear_backward(V, C) + memory(region_tokens_ * C * act_bytes_ * 4 + tokens_ * V * 4 * 2);
+    t.tp_comm = tp_ > 1 ? tp_allreduce_ : 0;  // the head's input gradient is summed over tp
+    return t;
+  }
+
+  // Parameters this rank holds of one block, the embeddings and the head.
+  double block_parameters() const {
+    const double C = static_cast<double>(c_.model.d_model);
+    return 12 * C * C / tp_ + 13 * C;
+  }
+  double embedding_parameters() const {
+    const double C = static_cast<double>(c_.model.d_model);
+    return static_cast<double>(c_.model.vocab_size) * C / tp_ + static_cast<double>(c_.model.seq_len) * C;
+  }
+  double head_parameters() const {
+    const double C = static_cast<double>(c_.model.d_model);
+    // Tied embeddings: the last stage keeps its own copy of the token embedding (summed over
+    // the embedding group), which is as much state as an untied head.
+    return 2 * C + static_cast<double>(c_.model.vocab_size) * C / tp_;
+  }
+
+  double memory(double bytes) const { return bandwidth_ > 0 ? bytes / bandwidth_ : 0; }
+
+ private:
+  // y[T, n] = x[T, k] w[k, n]
+  double linear_forward(double n, double k) const { return gemm_.seconds(tokens_, n, k); }
+  // dx[T, k] = dy[T, n] w^T, dw[k, n] = x^T dy
+  double linear_backward(double n, double k) const {
+    return gemm_.seconds(tokens_, k, n) + gemm_.seconds(k, n, tokens_);
+  }
+
+  const Config& c_;
+  const GemmRates& gemm_;
+  double bandwidth_;
+  double tp_;
+  double act_bytes_;
+  double tokens_ = 0, region_tokens_ = 0;
+  double tp_allreduce_ = 0, small_allreduce_ = 0;
+};
+
+// Whether every group along `axis` lies inside one node: consecutive blocks of ranks_per_node
+// ranks share a node, and a group's ranks are `stride` apart (the product of the faster axes'
+// sizes in parallel.order).
+LinkClass link_of(const GridShape& shape, Axis axis, int ranks_per_node) {
+  int stride = 1;
+  for (Axis a : shape.order) {
+    if (a == axis) break;
+    stride *= shape.size(a);
+  }
+  const int span = stride * shape.size(axis);
+  return span <= ranks_per_node && ranks_per_node % span == 0 ? LinkClass::IntraNode : LinkClass::InterNode;
+}
+
+std::string percent(double part, double whole) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", whole > 0 ? 100 * part / whole : 0.0);
+  return buf;
+}
+
+}  // namespace
+
+StepTimePrediction predict_step_time(const Config& c, const MachineProfile& profile) {
+  const ParallelOptions& par = c.parallel;
+  const GridShape shape = c.grid_shape();
+  const int R = std::max(1, profile.ranks_per_node);
+  const LinkClass tp_link = link_of(shape, Axis::Tensor, R), dp_link = link_of(shape, Axis::Data, R),
+                  pp_link = link_of(shape, Axis::Pipeline, R);
+  StepTimePrediction out;
+  const bool crosses_nodes = shape.world_size() > R;
+  if (crosses_nodes && !profile.has_inter_node())
+    out.caveats.push_back(profile.path + " has no inter-node measurement (a single-node calibration): "
+                          "links across nodes are priced as inside one");
+  if (profile.threads_per_rank != std::max(1, c.run.threads) && profile.device == "cpu")
+    out.caveats.push_back("the profile was measured with " + std::to_string(profile.threads_per_rank) +
+                          " thread(s) per rank, the run uses " + std::to_string(std::max(1, c.run.threads)));
+  if (par.offload != Offload::None) out.caveats.push_back("optimizer offload is priced as if on the device");
+
+  ChunkPricer pricer(c, profile, tp_link);
+  const int chunks = par.pp * par.virtual_stages;
+  const std::vector<ChunkRange> ranges =
+      par.partition.empty() ? balanced_partition(c.model, chunks) : explicit_partition(par.partition);
+
+  std::vector<PassTime> forward(static_cast<size_t>(chunks)), backward(static_cast<size_t>(chunks));
+  std::vector<double> parameters(static_cast<size_t>(chunks), 0.0);
+  const PassTime block_f = pricer.block_forward(), block_b = pricer.block_backward();
+  PassTime recompute;
+  if (par.recompute == Recompute::Full) recompute = block_f;
+  if (par.recompute == Recompute::Selective) recompute = pricer.block_forward(true);
+  for (int k = 0; k < chunks; ++k) {
+    const ChunkRange& r = ranges[static_cast<size_t>(k)];
+    PassTime& f = forward[static_cast<size_t>(k)];
+    PassTime& b = backward[static_cast<size_t>(k)];
+    for (int l = 0; l < r.layers(); ++l) {
+      f += block_f;
+      b += block_b;
+      b += recompute;
+    }
+    parameters[static_cast<size_t>(k)] = r.layers() * pricer.block_parameters();
+    if (r.has_embedding) {
+      f += pricer.embedding_forward();
+      b += pricer.embedding_backward();
+      parameters[static_cast<size_t>(k)] += pricer.embedding_parameters();
+    }
+    if (r.has_head) {
+      f += pricer.head_forward();
+      b += pricer.head_backward();
+      if (!r.has_embedding || !c.model.tie_embeddings) parameters[static_cast<size_t>(k)] += pricer.head_parameters();
+    }
+  }
+
+  SimulationCosts costs;
+  for (int k = 0; k < chunks; ++k) {
+    costs.chunk_forward.push_back(forward[static_cast<size_t>(k)].total());
+    costs.chunk_backward.push_back(backward[static_cast<size_t>(k)].total());
+  }
+  const double act_bytes = static_cast<double>(dtype_size(c.train.precision));
+  const double sent = static_cast<double>(c.train.micro_batch) * static_cast<double>(c.model.seq_len) *
+                      static_cast<double>(c.model.d_model) * act_bytes /
+                      (par.sequence_parallel && par.tp > 1 ? par.tp : 1);
+  if (par.pp > 1) costs.send = profile.link(pp_link, CollectiveKind::PointToPoint).seconds(CollectiveKind::PointToPoint, sent, 2);
+  const int m = c.microbatches();
+  const Schedule schedule =
+      insert_communication(make_schedule(par.schedule, par.pp, m, par.virtual_stages), par.pp, par.virtual_stages);
+  const CommModel comm = c.run.device == DeviceChoice::Cuda ? CommModel::Nccl : CommModel::Mpi;
+  const SimulationResult sim = simulate(schedule, par.pp, par.virtual_stages, m, costs, comm);
+  if (!sim.ok) throw DeckError("the time model could not run the schedule: " + sim.error);
+
+  // Data-parallel communication and the optimizer, per stage.
+  const double grad_bytes = c.train.precision == DType::F64 ? 8 : 4;
+  const double param_bytes = act_bytes;
+  const int dp = par.dp;
+  const double bucket_bytes = std::max(1.0, par.bucket_mb * 1024 * 1024);
+  for (int stage = 0; stage < par.pp; ++stage) {
+    StageTime st;
+    st.pp_rank = stage;
+    double stage_params = 0, forward_mb = 0, backward_mb = 0;
+    for (int k = stage; k < chunks; k += par.pp) {
+      stage_params += parameters[static_cast<size_t>(k)];
+      forward_mb += forward[static_cast<size_t>(k)].total();
+      backward_mb += backward[static_cast<size_t>(k)].total();
+      st.compute_s += m * (forward[static_cast<size_t>(k)].compute + backward[static_cast<size_t>(k)].compute);
+      st.tp_comm_s += m * (forward[static_cast<size_t>(k)].tp_comm + backward[static_cast<size_t>(k)].tp_comm);
+    }
+    st.pipeline_end_s = sim.finish[static_cast<size_t>(stage)];
+    if (dp > 1) {
+      const AlphaBeta& allreduce = profile.link(dp_link, CollectiveKind::AllReduce);
+      const AlphaBeta& scatter = profile.link(dp_link, CollectiveKind::ReduceScatter);
+      const AlphaBeta& gather = profile.link(dp_link, CollectiveKind::AllGather);
+      const double grads = stage_params * grad_bytes, params = stage_params * param_bytes;
+      const double buckets = std::max(1.0, std::ceil(grads / bucket_bytes));
+      // A reduction overlapping a pass: the buckets that pass finishes early hide behind the
+      // rest of it; the last bucket, finished at its very end, never does.
+      const auto hidden_behind = [&](double comm, double pass) { return std::max(comm / buckets, comm - pass); };
+      if (par.zero <= 1) {
+        const double reduce = par.zero == 0 ? allreduce.seconds(CollectiveKind::AllReduce, grads, dp)
+                                            : scatter.seconds(CollectiveKind::ReduceScatter, grads, dp);
+        const double regather = par.zero == 1 ? gather.seconds(CollectiveKind::AllGather, params, dp) : 0;
+        st.dp_comm_s = reduce + regather;
+        st.dp_exposed_s = hidden_behind(reduce, backward_mb) + regather;
+      } else {
+        const double reduce = scatter.seconds(CollectiveKind::ReduceScatter, grads, dp);
+        const double regather = gather.seconds(CollectiveKind::AllGather, params, dp);
+        if (par.zero == 2) {
+          st.dp_comm_s = m * reduce + regather;
+          st.dp_exposed_s = m * hidden_behind(reduce, backward_mb) + regather;
+        } else {  // ZeRO-3: parameters gathered for every forward and backward
+          st.dp_comm_s = m * (2 * regather + reduce);
+          st.dp_exposed_s = m * (hidden_behind(regather, forward_mb) + hidden_behind(regather + reduce, backward_mb));
+        }
+      }
+    }
+    // AdamW reads parameter, gradient and both moments and writes three of them (fp32), plus
+    // the cast back to the compute dtype; gradient clipping reads the gradients once more.
+    const double owned = par.zero >= 1 ? stage_params / dp : stage_params;
+    st.optimizer_s = pricer.memory(owned * (7 * 4 + param_bytes) + stage_params * grad_bytes);
+    st.end_s = st.pipeline_end_s + st.dp_exposed_s + st.optimizer_s;
+    out.stages.push_back(st);
+  }
+
+  const auto critical = std::max_element(out.stages.begin(), out.stages.end(),
+                                         [](const StageTime& a, const StageTime& b) { return a.end_s < b.end_s; });
+  out.critical_stage = critical->pp_rank;
+  out.step_s = critical->end_s;
+  out.compute_s = critical->compute_s;
+  out.tp_comm_s = critical->tp_comm_s;
+  out.bubble_s = std::max(0.0, critical->pipeline_end_s - critical->compute_s - critical->tp_comm_s);
+  out.dp_exposed_s = critical->dp_exposed_s;
+  out.optimizer_s = critical->optimizer_s;
+  out.model_flops = c.model.flops_per_token() * static_cast<double>(c.train.global_batch) *
+                    static_cast<double>(c.model.seq_len);
+  const double peak = profile.gemm(c.train.precision).peak;
+  out.mfu = out.step_s > 0 ? out.model_flops / (shape.world_size() * peak * out.step_s) : 0;
+  return out;
+}
+
+std::string describe_prediction(const StepTimePrediction& p) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f ms", p.step_s * 1e3);
+  std::string s = buf;
+  s += " (compute " + percent(p.compute_s, p.step_s) + ", tp " + percent(p.tp_comm_s, p.step_s) + ", bubble " +
+       percent(p.bubble_s, p.step_s) + ", dp " + percent(p.dp_exposed_s, p.step_s) + ", optimizer " +
+       percent(p.optimizer_s, p.step_s) + ")";
+  std::snprintf(buf, sizeof buf, ", MFU %.1f%%", 100 * p.mfu);
+  return s + buf;
+}
+
+}  // namespace meshtrain
