@@ -218,6 +218,37 @@ TEST(MachineProfile, ReadingAMissingFileSaysHowToWriteOne) {
   }
 }
 
+// input/machines/: datasheet-derived DGX profiles, complete (both link classes, every
+// collective), each rate curve below its peak, and the newer machine faster everywhere.
+TEST(MachineProfile, DatasheetProfilesRead) {
+  const std::string dir = MESHTRAIN_MACHINES_DIR;
+  const MachineProfile a100 = read_machine_profile(dir + "/dgx-a100-80gb.toml");
+  const MachineProfile h100 = read_machine_profile(dir + "/dgx-h100.toml");
+  for (const MachineProfile* p : {&a100, &h100}) {
+    SCOPED_TRACE(p->path);
+    EXPECT_EQ(p->source, "datasheet");
+    EXPECT_EQ(p->device, "cuda");
+    EXPECT_EQ(p->ranks_per_node, 8);
+    EXPECT_NE(p->notes.find("ASSUMPTIONS"), std::string::npos);
+    EXPECT_TRUE(p->has_inter_node());
+    for (int c = 0; c < kCollectiveKinds; ++c) {
+      EXPECT_TRUE(p->intra_node[c].has_value());
+      EXPECT_TRUE(p->inter_node[c].has_value());
+    }
+    EXPECT_EQ(parse_machine_profile(p->path, format_machine_profile(*p)).notes, p->notes);
+  }
+  EXPECT_EQ(a100.gemm(DType::BF16).peak, 312e12);
+  EXPECT_EQ(h100.gemm(DType::BF16).peak, 989e12);
+  for (DType d : {DType::F32, DType::BF16})
+    EXPECT_LT(h100.gemm(d).seconds(4096, 4096, 4096), a100.gemm(d).seconds(4096, 4096, 4096));
+  for (LinkClass l : {LinkClass::IntraNode, LinkClass::InterNode})
+    EXPECT_LT(h100.link(l, CollectiveKind::AllReduce).seconds(CollectiveKind::AllReduce, 1e9, 8),
+              a100.link(l, CollectiveKind::AllReduce).seconds(CollectiveKind::AllReduce, 1e9, 8));
+  // NVLink is an order of magnitude faster than one GPU's InfiniBand port.
+  EXPECT_GT(h100.link(LinkClass::IntraNode, CollectiveKind::AllReduce).bus_bytes_per_s,
+            5 * h100.link(LinkClass::InterNode, CollectiveKind::AllReduce).bus_bytes_per_s);
+}
+
 TEST(GemmRates, InterpolatesInLog2AndClamps) {
   const GemmRates g{1e11, {64, 256, 1024}, {2e10, 6e10, 1e11}};
   const double flops = 2.0 * 4096 * 4096 * 1024;
