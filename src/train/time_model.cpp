@@ -240,6 +240,27 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
   const SimulationResult sim = simulate(schedule, par.pp, par.virtual_stages, m, costs, comm);
   if (!sim.ok) throw DeckError("the time model could not run the schedule: " + sim.error);
 
+  // CPU ranks sharing cores (more ranks x threads than a node has cores): the profile's rates
+  // are each rank's share while all of them compute, but a rank idle in a pipeline bubble
+  // leaves its share to the others. The pipeline then takes the longer of its critical path at
+  // an unshared core's speed and the node's whole work at the shared rates.
+  std::vector<double> pipeline_end = sim.finish;
+  if (profile.device == "cpu") {
+    const double sharing = static_cast<double>(profile.ranks_per_node) * std::max(1, profile.threads_per_rank) /
+                           std::max(1, profile.cores_per_node);
+    if (sharing > 1 && sim.makespan > 0) {
+      double mean_busy = 0;
+      for (double b : sim.busy) mean_busy += b / static_cast<double>(sim.busy.size());
+      const double pipeline = std::max(sim.makespan / sharing, mean_busy);
+      for (double& t : pipeline_end) t *= pipeline / sim.makespan;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%d ranks x %d thread(s) share %d cores per node: pipeline bubbles "
+                    "lend their cores to busy ranks", profile.ranks_per_node, profile.threads_per_rank,
+                    profile.cores_per_node);
+      out.caveats.push_back(buf);
+    }
+  }
+
   // Data-parallel communication and the optimizer, per stage.
   const double grad_bytes = c.train.precision == DType::F64 ? 8 : 4;
   const double param_bytes = act_bytes;
@@ -256,7 +277,7 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
       st.compute_s += m * (forward[static_cast<size_t>(k)].compute + backward[static_cast<size_t>(k)].compute);
       st.tp_comm_s += m * (forward[static_cast<size_t>(k)].tp_comm + backward[static_cast<size_t>(k)].tp_comm);
     }
-    st.pipeline_end_s = sim.finish[static_cast<size_t>(stage)];
+    st.pipeline_end_s = pipeline_end[static_cast<size_t>(stage)];
     if (dp > 1) {
       const AlphaBeta& allreduce = profile.link(dp_link, CollectiveKind::AllReduce);
       const AlphaBeta& scatter = profile.link(dp_link, CollectiveKind::ReduceScatter);

@@ -1,0 +1,204 @@
+// The time model and the layout advisor on machines built in code: each test changes one thing
+// about the machine or the layout and checks that the prediction moves the way the physics
+// says, by the amount the model's own terms say.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "meshtrain/config/deck.h"
+#include "meshtrain/config/deck_error.h"
+#include "meshtrain/config/layout_check.h"
+#include "meshtrain/parallel/schedule_simulator.h"
+#include "meshtrain/train/layout_advisor.h"
+#include "meshtrain/train/time_model.h"
+
+namespace meshtrain {
+namespace {
+
+// A GPU-like node: flat GEMM rate (1e12 FLOP/s at any shape), 1e11 B/s memory, links with no
+// latency at 1e10 B/s inside a node and `inter` B/s across nodes.
+MachineProfile machine(double inter = 1e9, int ranks_per_node = 8) {
+  MachineProfile p;
+  p.path = "test.toml";
+  p.name = "test";
+  p.source = "measured";
+  p.device = "cuda";
+  p.ranks_per_node = ranks_per_node;
+  p.cores_per_node = 64;
+  GemmRates g;
+  g.peak = 2e12;
+  g.sizes = {1, 1e6};
+  g.flops = {1e12, 1e12};
+  p.gemm_fp32 = g;
+  p.memory_bytes_per_s = 1e11;
+  for (int k = 0; k < kCollectiveKinds; ++k) {
+    p.intra_node[static_cast<size_t>(k)] = AlphaBeta{0, 1e10};
+    p.inter_node[static_cast<size_t>(k)] = AlphaBeta{0, inter};
+  }
+  return p;
+}
+
+Config deck(int dp, int tp, int pp, int micro_batch = 1, int global_batch = 16) {
+  Config c = parse_deck("t.toml", "");
+  c.model = GptConfig{8, 256, 8, 128, 512, true};
+  c.run.device = DeviceChoice::Cuda;
+  c.train.precision = DType::F32;
+  c.train.global_batch = global_batch;
+  c.train.micro_batch = micro_batch;
+  c.parallel.dp = dp;
+  c.parallel.tp = tp;
+  c.parallel.pp = pp;
+  check_layout(c, dp * tp * pp);
+  return c;
+}
+
+TEST(TimeModel, OneRankIsComputeAndOptimizerOnly) {
+  const StepTimePrediction t = predict_step_time(deck(1, 1, 1), machine());
+  EXPECT_GT(t.compute_s, 0);
+  EXPECT_EQ(t.tp_comm_s, 0);
+  EXPECT_EQ(t.dp_exposed_s, 0);
+  EXPECT_NEAR(t.bubble_s, 0, 1e-12);
+  EXPECT_NEAR(t.step_s, t.compute_s + t.optimizer_s, 1e-12);
+  // MFU: the model's FLOPs over the peak; a flat rate at half the peak bounds it by 1/2.
+  EXPECT_GT(t.mfu, 0.1);
+  EXPECT_LT(t.mfu, 0.5);
+}
+
+TEST(TimeModel, ComputeScalesWithTheGemmRate) {
+  MachineProfile fast = machine();
+  fast.gemm_fp32->flops = {2e12, 2e12};
+  fast.memory_bytes_per_s = 2e11;
+  const StepTimePrediction a = predict_step_time(deck(1, 1, 1), machine());
+  const StepTimePrediction b = predict_step_time(deck(1, 1, 1), fast);
+  EXPECT_NEAR(b.compute_s, a.compute_s / 2, a.compute_s * 1e-9);
+}
+
+TEST(TimeModel, PipelineBubbleFollowsTheScheduleShape) {
+  // Four stages of two layers each; the first and last carry the embedding and the head, so
+  // the bubble is near, not exactly, (p - 1) / (m + p - 1).
+  for (int m : {4, 16}) {
+    Config c = deck(1, 1, 4, 1, m);
+    c.parallel.schedule = ScheduleKind::GPipe;
+    const StepTimePrediction t = predict_step_time(c, machine());
+    const double pipeline = t.compute_s + t.bubble_s;
+    EXPECT_NEAR(t.bubble_s / pipeline, 3.0 / (m + 3), 0.08) << "m = " << m;
+  }
+  // More micro-batches shrink the bubble; interleaving shrinks it further.
+  Config one = deck(1, 1, 4, 1, 8), inter = one;
+  inter.parallel.schedule = ScheduleKind::Interleaved;
+  inter.parallel.virtual_stages = 2;
+  EXPECT_LT(predict_step_time(inter, machine()).bubble_s, predict_step_time(one, machine()).bubble_s);
+}
+
+TEST(TimeModel, TensorGroupsCrossingNodesPayTheSlowLink) {
+  // tp 8 inside 8-rank nodes vs inside 4-rank nodes (then across two): same work, slower link.
+  const Config c = deck(1, 8, 1);
+  const StepTimePrediction inside = predict_step_time(c, machine(1e9, 8));
+  const StepTimePrediction across = predict_step_time(c, machine(1e9, 4));
+  EXPECT_GT(inside.tp_comm_s, 0);
+  EXPECT_NEAR(across.tp_comm_s / inside.tp_comm_s, 10.0, 1e-6);  // 1e10 / 1e9 B/s
+  EXPECT_NEAR(across.compute_s, inside.compute_s, 1e-12);
+}
+
+TEST(TimeModel, DataParallelReductionHidesBehindBackwardUntilItCannot) {
+  // Fast links: only the last bucket shows. Slow links: most of the reduction shows.
+  const Config c = deck(8, 1, 1);
+  const StepTimePrediction fast = predict_step_time(c, machine(1e9, 8));
+  MachineProfile slow = machine(1e9, 8);
+  for (auto& link : slow.intra_node) link = AlphaBeta{0, 1e7};
+  const StepTimePrediction crawl = predict_step_time(c, slow);
+  EXPECT_GT(crawl.dp_exposed_s, 50 * fast.dp_exposed_s);
+  EXPECT_GT(crawl.stages[0].dp_comm_s, crawl.dp_exposed_s * 0.99);
+  // ZeRO-3 gathers parameters for every micro-batch: more communication than ZeRO-1.
+  Config z1 = deck(8, 1, 1, 1, 32), z3 = z1;
+  z1.parallel.zero = 1;
+  z3.parallel.zero = 3;
+  EXPECT_GT(predict_step_time(z3, slow).stages[0].dp_comm_s, 3 * predict_step_time(z1, slow).stages[0].dp_comm_s);
+}
+
+TEST(TimeModel, RecomputationCostsForwardAgain) {
+  Config none = deck(1, 1, 1), full = none, selective = none;
+  full.parallel.recompute = Recompute::Full;
+  selective.parallel.recompute = Recompute::Selective;
+  const double base = predict_step_time(none, machine()).compute_s;
+  const double f = predict_step_time(full, machine()).compute_s;
+  const double s = predict_step_time(selective, machine()).compute_s;
+  EXPECT_GT(f, s);
+  EXPECT_GT(s, base);
+  EXPECT_LT(f, base * 1.5);  // forward is about a third of forward + backward
+}
+
+TEST(TimeModel, SharedCpuCoresLendBubblesToBusyRanks) {
+  // 8 ranks on 2 cores: the rates are each rank's share with all busy, so a pipeline runs no
+  // longer than the node's work at those rates, and no shorter than its critical path at a
+  // whole core's speed.
+  MachineProfile cpu = machine();
+  cpu.device = "cpu";
+  cpu.cores_per_node = 2;
+  Config c = deck(2, 1, 4, 1, 8);
+  c.run.device = DeviceChoice::Cpu;
+  const StepTimePrediction shared = predict_step_time(c, cpu);
+  cpu.cores_per_node = 64;
+  const StepTimePrediction alone = predict_step_time(c, cpu);
+  EXPECT_LT(shared.step_s, alone.step_s);
+  ASSERT_FALSE(shared.caveats.empty());
+}
+
+TEST(TimeModel, MissingRatesAreNamed) {
+  Config c = deck(1, 1, 1);
+  c.train.precision = DType::BF16;
+  try {
+    predict_step_time(c, machine());
+    FAIL() << "no bf16 rates";
+  } catch (const DeckError& e) {
+    EXPECT_NE(std::string(e.what()).find("test.toml"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LayoutAdvisor, RanksByTimeAndKeepsToTheBudgetAndTheDeck) {
+  Config base = deck(8, 1, 1, 1, 16);
+  const AdvisorResult all = advise_layouts(base, 8, machine(), LayoutFreedom{}, 0, 1, 5);
+  ASSERT_EQ(all.fitting, 5u);
+  for (size_t i = 1; i < all.fitting; ++i) EXPECT_LE(all.ranked[i - 1].time.step_s, all.ranked[i].time.step_s);
+  // A budget below the best layout's plan moves the choice to one that fits.
+  const size_t tight = all.ranked[0].peak_bytes - 1;
+  const AdvisorResult fitted = advise_layouts(base, 8, machine(), LayoutFreedom{}, tight, 1, 1);
+  ASSERT_EQ(fitted.fitting, 1u);
+  EXPECT_LE(fitted.ranked[0].peak_bytes, tight);
+  EXPECT_GT(fitted.planned, 1u);
+  // Nothing fits one byte.
+  EXPECT_EQ(advise_layouts(base, 8, machine(), LayoutFreedom{}, 1, 1, 1).fitting, 0u);
+  // Only what the deck leaves "auto" moves.
+  LayoutFreedom only_zero;
+  only_zero = LayoutFreedom{false, false, false, false, false, true, false};
+  const AdvisorResult z = advise_layouts(base, 8, machine(), only_zero, 0, 1, 0);
+  EXPECT_EQ(z.layouts, 4u);  // zero 0-3
+  for (const RankedLayout& r : z.ranked) {
+    EXPECT_EQ(r.config.parallel.tp, 1);
+    EXPECT_EQ(r.config.parallel.dp, 8);
+    EXPECT_EQ(r.config.train.micro_batch, 1);
+  }
+}
+
+TEST(LayoutAdvisor, DeckAutoKeysLeaveChoicesOpen) {
+  const Config c = parse_deck("a.toml", "[parallel]\ntp = \"auto\"\nzero = \"auto\"\nrecompute = \"auto\"\n"
+                                        "schedule = \"auto\"\npp = 2\n[train]\nmicro_batch = \"auto\"\n");
+  const LayoutFreedom f = freedom_of(c);
+  EXPECT_TRUE(f.dp && f.tp && f.zero && f.recompute && f.schedule && f.micro_batch);
+  EXPECT_FALSE(f.pp);
+  EXPECT_EQ(c.parallel.pp, 2);
+  try {
+    parse_deck("a.toml", "[parallel]\ntp = \"automatic\"\n");
+    FAIL() << "accepted";
+  } catch (const DeckError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("parallel.tp"), std::string::npos) << m;
+    EXPECT_NE(m.find("automatic"), std::string::npos) << m;
+    EXPECT_NE(m.find("\"auto\""), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace meshtrain
