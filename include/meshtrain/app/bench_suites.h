@@ -41,6 +41,10 @@ void bench_zero(const BenchArgs& args, BenchReport& report);
 // Checkpoint save and load bandwidth against a raw sequential write and read of the same bytes
 // to the same directory (args.dir), any number of ranks.
 void bench_checkpoint(const BenchArgs& args, BenchReport& report);
+// Measures this machine (GEMM rates, memory bandwidth, collectives inside and across nodes) on
+// every rank of the launch at once and, with args.out, rank 0 writes it as a machine profile
+// (config/machine_profile.h) atomically. Any number of ranks; links need 2 or more.
+void bench_calibrate(const BenchArgs& args, BenchReport& report);
 // GPT-2 124M in bf16 on one GPU: tokens/s and MFU against a bf16 cuBLASLt GEMM peak.
 void bench_gpu(const BenchArgs& args, BenchReport& report);
 // The GEMM ceilings of the CPU: a square GEMM through the CPU backend's Gemm with the library

@@ -1,0 +1,433 @@
+// The `calibrate` suite: measures this machine as training uses it and writes a machine profile
+// (config/machine_profile.h) for the time model.
+//
+// Every rank of the launch measures at once, so a rank's rates are those it gets while the other
+// ranks of its node work too, as in training (a CPU rank shares memory bandwidth and, with more
+// threads than cores, the cores). Rates are per rank: each rank's best of `repeats` runs (noise on
+// a shared machine only lowers a run), then the median over ranks, which neither the luckiest
+// nor the unluckiest rank sets; the slowest rank is reported beside it.
+//
+//   GEMM    C(m,n) = A(m,k) B(k,n) through the CPU backend's Gemm (the library chosen as in
+//           training), shapes of a GPT layer with smallest dimension s: m = 4s tokens, n = 2s,
+//           k = s; fp32, and bf16 where the CPU has bf16 instructions. peak: the best size's rate.
+//   memory  STREAM's scale (a = 3 b) over arrays far larger than the caches; bytes read + written.
+//   links   all_reduce, all_gather, reduce_scatter and p2p from 4 KiB to 16 MiB on the ranks of a
+//           node (intra_node; each node's ranks at once) and, on 2+ nodes, on the ranks of equal
+//           node rank across nodes (inter_node; every node rank's group at once, as the data-
+//           parallel groups of a layout with tp inside nodes run), fitted to the ring alpha-beta
+//           model (app/calibrate.h). World rank 0's groups are the ones written. On one rank no
+//           link is measurable: the profile then has none, and says so.
+
+#include <mpi.h>
+#include <omp.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "meshtrain/app/bench_suites.h"
+#include "meshtrain/app/calibrate.h"
+#include "meshtrain/app/cpu_binding.h"
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/backend/cpu/gemm.h"
+#include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/mpi_runtime.h"
+#include "meshtrain/comm/node.h"
+#include "meshtrain/io/data_error.h"
+#include "meshtrain/tensor/bf16.h"
+
+namespace meshtrain {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kGemmSizes[] = {32, 64, 128, 256, 512, 1024};
+constexpr double kGemmSampleSeconds = 20e-3;
+constexpr CollectiveKind kCollectives[] = {CollectiveKind::AllReduce, CollectiveKind::AllGather,
+                                           CollectiveKind::ReduceScatter,
+                                           CollectiveKind::PointToPoint};
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Every rank's value, in rank order: the same vector on every rank.
+std::vector<double> gather_all(double mine) {
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  std::vector<double> all(static_cast<size_t>(ranks));
+  MPI_Allgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  return all;
+}
+
+struct OverRanks {
+  double median = 0, slowest = 0;
+};
+OverRanks over_ranks(double mine) {
+  std::vector<double> all = gather_all(mine);
+  std::sort(all.begin(), all.end());
+  return {all[all.size() / 2], all.front()};
+}
+
+// Rank 0's verdict on work only it does, shared: every rank throws the same AgreedError.
+void agree_on_rank_zero(const std::function<void()>& work) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string error;
+  if (rank == 0) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  int length = static_cast<int>(error.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  error.resize(static_cast<size_t>(length));
+  MPI_Bcast(error.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (length > 0) throw AgreedError(error);
+}
+
+// ---- GEMM -----------------------------------------------------------------------------------
+
+// This rank's best FLOP/s of C(4s, 2s) = A(4s, s) B(s, 2s); every rank runs the same number of
+// GEMMs per sample, started together. Inputs are multiples of 1/8 below 1 (exact in bf16) and
+// every partial sum a multiple of 1/64 below 2^10: the fp32 result is exact, and probed.
+double rank_gemm_rate(cpu::Gemm& gemm, DType dtype, int s, int repeats, int& wrong) {
+  const int64_t m = 4 * int64_t{s}, n = 2 * int64_t{s}, k = s;
+  std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n)), c(static_cast<size_t>(m * n));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 8;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i * 5 % 11) - 5) / 8;
+  std::vector<uint16_t> a16(a.size()), b16(b.size());
+  if (dtype == DType::BF16) {
+    for (size_t i = 0; i < a.size(); ++i) a16[i] = float_to_bf16_bits(a[i]);
+    for (size_t i = 0; i < b.size(); ++i) b16[i] = float_to_bf16_bits(b[i]);
+  }
+  const cpu::GemmShape shape = cpu::GemmShape::dense(cpu::Trans::No, cpu::Trans::No, m, n, k);
+  auto run = [&] {
+    if (dtype == DType::BF16) gemm.run_bf16(shape, a16.data(), b16.data(), nullptr, c.data());
+    else gemm.run(shape, a.data(), b.data(), nullptr, c.data());
+  };
+  run();  // oneDNN builds its primitive on the first call
+  double first = now();
+  run();
+  first = now() - first;
+  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  const int count = static_cast<int>(std::clamp(std::ceil(kGemmSampleSeconds / first), 1.0, 1e5));
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now();
+    for (int i = 0; i < count; ++i) run();
+    best = std::max(best, 2.0 * m * n * k * count / (now() - t0));
+  }
+  for (int64_t probe = 0; probe < 8; ++probe) {
+    const int64_t i = probe * 977 % m, j = probe * 389 % n;
+    double expected = 0;
+    for (int64_t p = 0; p < k; ++p) expected += double{a[i * k + p]} * b[p * n + j];
+    if (std::abs(expected - c[i * n + j]) > 1e-3 * (1 + std::abs(expected))) ++wrong;
+  }
+  return best;
+}
+
+GemmRates calibrate_gemm(DType dtype, int repeats, BenchReport& report) {
+  cpu::Gemm gemm;
+  GemmRates rates;
+  std::vector<OverRanks> measured;
+  std::vector<int> wrongs;
+  for (const int s : kGemmSizes) {
+    int wrong = 0;
+    measured.push_back(over_ranks(rank_gemm_rate(gemm, dtype, s, repeats, wrong)));
+    wrongs.push_back(wrong);
+    rates.sizes.push_back(s);
+    rates.flops.push_back(measured.back().median);
+  }
+  rates.peak = *std::max_element(rates.flops.begin(), rates.flops.end());
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const double s = rates.sizes[i];
+    report.row(std::string(dtype_name(dtype)) + " gemm s=" + std::to_string(kGemmSizes[i]),
+               {4 * s, 2 * s, s, measured[i].median / 1e9, measured[i].slowest / 1e9,
+                measured[i].median / rates.peak},
+               wrongs[i]);
+  }
+  return rates;
+}
+
+// ---- memory ---------------------------------------------------------------------------------
+
+// This rank's best bytes/s of a = 3 b over two arrays of `bytes` each, on its OpenMP threads.
+double rank_memory_rate(size_t bytes, int repeats, int& wrong) {
+  const size_t n = bytes / sizeof(double);
+  // Uninitialised, then touched by the threads that will use each page.
+  std::unique_ptr<double[]> a(new double[n]), b(new double[n]);
+  double* pa = a.get();
+  double* pb = b.get();
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) {
+    pa[i] = 0;
+    pb[i] = static_cast<double>(i % 1024);
+  }
+  double best = 0;
+  for (int r = 0; r <= repeats; ++r) {  // the first pass warms the threads and the pages
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) pa[i] = 3 * pb[i];
+    if (r > 0) best = std::max(best, 2.0 * static_cast<double>(n * sizeof(double)) / (now() - t0));
+  }
+  for (size_t probe = 0; probe < 8; ++probe) {
+    const size_t i = probe * (n - 1) / 7;
+    if (pa[i] != 3.0 * static_cast<double>(i % 1024)) ++wrong;
+  }
+  return best;
+}
+
+// Large enough that the arrays of a node's ranks, together, are at least twice its last-level
+// cache (as the OS reports it; virtual machines may report the host's); at least 64 MiB.
+size_t memory_array_bytes(int ranks_per_node) {
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return std::max<size_t>(size_t{64} << 20, l3 > 0 ? static_cast<size_t>(l3) / ranks_per_node : 0);
+}
+
+// ---- links ----------------------------------------------------------------------------------
+
+std::vector<double> link_sizes() {
+  std::vector<double> sizes;
+  for (double bytes = 4096; bytes <= 16 << 20; bytes *= 4) sizes.push_back(bytes);
+  return sizes;
+}
+
+struct LinkResult {
+  bool measured = false;
+  int ranks = 0;
+  std::vector<LinkSample> samples;
+  int wrong = 0;  // this rank's
+  AlphaBetaFit fit;
+};
+
+// Measures `kind` on `comm` where it has 2+ ranks, then shares world rank 0's result (the
+// groups it is in are the ones the profile describes) with every rank, and fits it.
+LinkResult calibrate_link(MPI_Comm comm, CollectiveKind kind, int repeats) {
+  const std::vector<double> sizes = link_sizes();
+  LinkResult r;
+  int comm_ranks = 1;
+  if (comm != MPI_COMM_NULL) MPI_Comm_size(comm, &comm_ranks);
+  if (comm_ranks >= 2) {
+    r.samples = measure_link(comm, kind, sizes, repeats, r.wrong);
+    r.measured = true;
+    r.ranks = comm_ranks;
+  }
+  int shared[2] = {r.measured ? 1 : 0, r.ranks};
+  MPI_Bcast(shared, 2, MPI_INT, 0, MPI_COMM_WORLD);
+  r.measured = shared[0] == 1;
+  r.ranks = shared[1];
+  if (!r.measured) return r;
+  std::vector<double> flat(2 * sizes.size());
+  for (size_t i = 0; i < r.samples.size(); ++i) {
+    flat[2 * i] = r.samples[i].bytes;
+    flat[2 * i + 1] = r.samples[i].seconds;
+  }
+  MPI_Bcast(flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  r.samples.resize(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) r.samples[i] = {flat[2 * i], flat[2 * i + 1]};
+  r.fit = fit_alpha_beta(kind, r.ranks, r.samples);
+  return r;
+}
+
+struct MeasuredLink {
+  LinkClass link;
+  CollectiveKind kind;
+  LinkResult result;
+};
+
+// Measures every collective on `comm` into `slots` (world rank 0's view).
+void calibrate_link_class(MPI_Comm comm, LinkClass link, int repeats,
+                          std::array<std::optional<AlphaBeta>, kCollectiveKinds>& slots,
+                          std::vector<MeasuredLink>& measured) {
+  for (const CollectiveKind kind : kCollectives) {
+    LinkResult r = calibrate_link(comm, kind, repeats);
+    if (!r.measured) continue;
+    slots[static_cast<size_t>(kind)] = r.fit.model;
+    measured.push_back({link, kind, std::move(r)});
+  }
+}
+
+// Two tables: every size against the fitted model, then the fits.
+void report_links(const std::vector<MeasuredLink>& measured, int repeats, BenchReport& report) {
+  const AlphaBeta unit_bandwidth{0, 1};  // seconds per bus byte: bus bytes of a transfer
+  report.header("links: MPI collectives, median of " + std::to_string(repeats) +
+                "; busbw = bus bytes / time as nccl-tests counts them; fit_us: the fitted model");
+  report.columns({"ranks", "bytes", "time_us", "busbw_GB/s", "fit_us"});
+  for (const MeasuredLink& m : measured)
+    for (const LinkSample& s : m.result.samples)
+      report.row(std::string(link_class_name(m.link)) + " " + std::string(collective_name(m.kind)),
+                 {static_cast<double>(m.result.ranks), s.bytes, s.seconds * 1e6,
+                  unit_bandwidth.seconds(m.kind, s.bytes, m.result.ranks) / s.seconds / 1e9,
+                  m.result.fit.model.seconds(m.kind, s.bytes, m.result.ranks) * 1e6},
+                 0);
+  report.header("link fits: time = steps x alpha + factor x bytes / busbw (ring step counts); "
+                "best_GB/s: the best size's busbw; fit_err: the fit's largest relative error");
+  report.columns({"ranks", "alpha_us", "busbw_GB/s", "best_GB/s", "fit_err"});
+  for (const MeasuredLink& m : measured) {
+    const LinkResult& r = m.result;
+    double best = 0;
+    for (const LinkSample& s : r.samples)
+      best = std::max(best, unit_bandwidth.seconds(m.kind, s.bytes, r.ranks) / s.seconds);
+    report.row(std::string(link_class_name(m.link)) + " " + std::string(collective_name(m.kind)),
+               {static_cast<double>(r.ranks), r.fit.model.alpha * 1e6,
+                r.fit.model.bus_bytes_per_s / 1e9, best / 1e9, r.fit.max_relative_error},
+               r.wrong);
+  }
+}
+
+// ---- machine facts and the file -------------------------------------------------------------
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M UTC", &tm);
+  return text;
+}
+
+// The cores the ranks of this node may keep busy (their bindings and cgroup, app/cpu_binding.h).
+int node_cores(MPI_Comm node) {
+  std::vector<RankCpus> ranks;
+  for (const std::string& text : all_gather_strings(node, encode_rank_cpus(probe_rank_cpus())))
+    ranks.push_back(decode_rank_cpus(text));
+  return std::max(1, share_node_cpus(ranks).usable);
+}
+
+double node_memory_bytes() {
+  struct sysinfo info {};
+  if (sysinfo(&info) != 0) return 0;
+  return static_cast<double>(info.totalram) * info.mem_unit;
+}
+
+void check_writable(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw DataError(path, "is a directory; --out names the profile file to write (e.g. " + path +
+                              "/machine.toml)");
+  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  if (!fs::is_directory(parent, ec))
+    throw DataError(path, "cannot write the machine profile: directory " + parent.string() +
+                              " does not exist");
+  if (access(parent.c_str(), W_OK) != 0)
+    throw DataError(path, "cannot write the machine profile: directory " + parent.string() +
+                              " is not writable (" + std::strerror(errno) + ")");
+}
+
+// Writes `text` to a temporary file beside `path`, flushed to disk, then renames it over `path`:
+// a failure at any point leaves an old profile intact (and no temporary file behind).
+void write_atomically(const std::string& path, const std::string& text) {
+  const fs::path target(path);
+  const fs::path tmp = target.parent_path() /
+                       ("." + target.filename().string() + ".tmp." + std::to_string(getpid()));
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) throw DataError(path, "cannot create " + tmp.string() + ": " + std::strerror(errno));
+  int error = std::fwrite(text.data(), 1, text.size(), f) == text.size() ? 0 : errno;
+  if (error == 0 && std::fflush(f) != 0) error = errno;
+  if (error == 0 && fsync(fileno(f)) != 0) error = errno;
+  if (std::fclose(f) != 0 && error == 0) error = errno;
+  std::error_code ec;
+  if (error == 0) fs::rename(tmp, target, ec);
+  if (error != 0 || ec) {
+    fs::remove(tmp, ec);
+    throw DataError(path, "cannot write the machine profile: " +
+                              (error != 0 ? std::string(std::strerror(error)) : "rename failed"));
+  }
+}
+
+}  // namespace
+
+void bench_calibrate(const BenchArgs& args, BenchReport& report) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (!args.out.empty()) agree_on_rank_zero([&] { check_writable(args.out); });
+  const int repeats = std::max(3, args.steps);
+  CpuBackend backend(args.threads);  // sets this rank's OpenMP team, as training does
+
+  const NodeMembership node = node_membership(MPI_COMM_WORLD);
+  MPI_Comm node_comm = split_by_node(MPI_COMM_WORLD);
+  MachineProfile p;
+  p.name = node_name();
+  p.source = "measured";
+  p.device = "cpu";
+  p.ranks_per_node = node.local_size;
+  p.cores_per_node = node_cores(node_comm);
+  p.threads_per_rank = omp_get_max_threads();
+  p.memory_per_rank = std::floor(node_memory_bytes() / node.local_size);
+  report.header("calibrate: " + std::to_string(ranks) + " rank(s) on " + std::to_string(node.count) +
+                " node(s), " + std::to_string(p.ranks_per_node) + " per node on " +
+                std::to_string(p.cores_per_node) + " core(s), " + std::to_string(p.threads_per_rank) +
+                " thread(s) per rank; " + mpi_library_version() + ", " + cpu::Gemm::onednn_version());
+  report.header("every rank measures at once; a rate is per rank: the median over ranks of each "
+                "rank's best of " + std::to_string(repeats) + " (slowest: the lowest rank's)");
+
+  // GEMM: bf16 only where every rank's CPU has the instructions (else it would be emulated).
+  report.header("GEMM C(m,n) = A(m,k) B(k,n) through the CPU backend (library as in training), "
+                "s = smallest dimension; ratio: to the dtype's peak (its best size)");
+  report.columns({"m", "n", "k", "GFLOP/s", "slowest", "ratio"});
+  p.gemm_fp32 = calibrate_gemm(DType::F32, repeats, report);
+  int bf16 = cpu_bf16_instructions().empty() ? 0 : 1;
+  MPI_Allreduce(MPI_IN_PLACE, &bf16, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (bf16) p.gemm_bf16 = calibrate_gemm(DType::BF16, repeats, report);
+  else report.header("bf16 GEMM: not measured (a CPU without bf16 instructions)");
+
+  const size_t array_bytes = memory_array_bytes(p.ranks_per_node);
+  report.header("memory: a = 3 b over 2 x " + std::to_string(array_bytes >> 20) +
+                " MiB per rank (bytes read + written per second)");
+  report.columns({"MiB", "GB/s", "slowest"});
+  int memory_wrong = 0;
+  const OverRanks memory = over_ranks(rank_memory_rate(array_bytes, repeats, memory_wrong));
+  p.memory_bytes_per_s = memory.median;
+  report.row("memory scale", {2.0 * static_cast<double>(array_bytes >> 20), memory.median / 1e9,
+                              memory.slowest / 1e9}, memory_wrong);
+
+  std::string links = "links: not measured (1 rank; run calibrate on 2 or more ranks)";
+  if (ranks > 1) {
+    std::vector<MeasuredLink> measured;
+    calibrate_link_class(node_comm, LinkClass::IntraNode, repeats, p.intra_node, measured);
+    if (node.count > 1) {
+      MPI_Comm across = MPI_COMM_NULL;
+      MPI_Comm_split(MPI_COMM_WORLD, node.local_rank, rank, &across);
+      calibrate_link_class(across, LinkClass::InterNode, repeats, p.inter_node, measured);
+      MPI_Comm_free(&across);
+    }
+    report_links(measured, repeats, report);
+    links = std::string("links: ") +
+            (p.intra_node[0] ? "intra_node from the ranks of one node" : "no intra_node (one rank per node)") +
+            (p.has_inter_node() ? ", inter_node from one rank per node" : ", no inter_node (one node)");
+  } else {
+    report.header(links);
+  }
+  MPI_Comm_free(&node_comm);
+
+  p.notes = "measured by `meshtrain bench --suite calibrate` on " + p.name + ", " + utc_now() +
+            ": " + std::to_string(ranks) + " rank(s) on " + std::to_string(node.count) +
+            " node(s), " + std::to_string(p.threads_per_rank) + " thread(s) per rank; " +
+            mpi_library_version() + "; " + cpu::Gemm::onednn_version() +
+            ". GEMM m = 4s, n = 2s, k = s; rates are the median over ranks of each rank's best; " +
+            links + ".";
+  if (args.out.empty()) {
+    report.header("profile not written (--out PROFILE.toml writes it)");
+    return;
+  }
+  agree_on_rank_zero([&] { write_atomically(args.out, format_machine_profile(p)); });
+  report.header("wrote " + args.out);
+}
+
+}  // namespace meshtrain
