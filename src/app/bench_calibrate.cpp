@@ -356,7 +356,10 @@ void bench_calibrate(const BenchArgs& args, BenchReport& report) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  if (!args.out.empty()) agree_on_rank_zero([&] { check_writable(args.out); });
+  // Rank 0's --out decides (it alone writes), so every rank takes the same collective path.
+  int writes = args.out.empty() ? 0 : 1;
+  MPI_Bcast(&writes, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (writes) agree_on_rank_zero([&] { check_writable(args.out); });
   const int repeats = std::max(3, args.steps);
   CpuBackend backend(args.threads);  // sets this rank's OpenMP team, as training does
 
@@ -422,7 +425,7 @@ void bench_calibrate(const BenchArgs& args, BenchReport& report) {
             mpi_library_version() + "; " + cpu::Gemm::onednn_version() +
             ". GEMM m = 4s, n = 2s, k = s; rates are the median over ranks of each rank's best; " +
             links + ".";
-  if (args.out.empty()) {
+  if (!writes) {
     report.header("profile not written (--out PROFILE.toml writes it)");
     return;
   }
