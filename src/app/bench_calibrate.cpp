@@ -411,9 +411,14 @@ void bench_calibrate(const BenchArgs& args, BenchReport& report) {
       MPI_Comm_free(&across);
     }
     report_links(measured, repeats, report);
+    double worst_fit = 0;
+    for (const MeasuredLink& m : measured) worst_fit = std::max(worst_fit, m.result.fit.max_relative_error);
     links = std::string("links: ") +
             (p.intra_node[0] ? "intra_node from the ranks of one node" : "no intra_node (one rank per node)") +
-            (p.has_inter_node() ? ", inter_node from one rank per node" : ", no inter_node (one node)");
+            (p.has_inter_node() ? ", inter_node from the ranks of equal node rank, one per node"
+                                : ", no inter_node (one node)") +
+            "; ring alpha-beta fits of 4 KiB to 16 MiB, largest relative error " +
+            std::to_string(static_cast<int>(std::lround(100 * worst_fit))) + "%";
   } else {
     report.header(links);
   }
