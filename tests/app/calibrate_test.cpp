@@ -1,12 +1,14 @@
 // `bench --suite calibrate` in process, on the ranks this test runs on: the profile rank 0
-// writes reads back (read_machine_profile) with positive rates and alpha >= 0; links on 2+ ranks,
-// none on one (and pricing a collective then says why); a missing directory is refused before
-// anything is measured, on every rank, naming the path.
+// writes reads back (read_machine_profile) with positive rates and alpha >= 0; intra-node links
+// on 2+ ranks of one node, inter-node ones on 2 emulated nodes, none on one rank (and pricing a
+// collective then says why); a missing directory is refused before anything is measured, on
+// every rank, naming the path.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -94,6 +96,36 @@ TEST(Calibrate, WritesAProfileThatReadsBack) {
     for (int c = 0; c < kCollectiveKinds; ++c) EXPECT_FALSE(p.intra_node[c].has_value());
     EXPECT_THROW(p.link(LinkClass::IntraNode, CollectiveKind::AllReduce), DeckError);
   }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) fs::remove_all(dir);
+}
+
+// Two ranks on two emulated nodes (SLURMD_NODENAME per rank, as comm/node.h reads it): the
+// links measured are the inter-node ones, and no intra-node group has 2 ranks.
+TEST(Calibrate, AcrossTwoNodesMeasuresTheInterNodeLinks) {
+  if (world_size() != 2) GTEST_SKIP() << "needs exactly 2 ranks (one per emulated node)";
+  const char* old = std::getenv("SLURMD_NODENAME");
+  const std::string saved = old ? old : "";
+  setenv("SLURMD_NODENAME", ("n" + std::to_string(world_rank() + 1)).c_str(), 1);
+  const std::string dir = job_directory();
+  if (world_rank() == 0) fs::create_directories(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  BenchReport report;
+  bench_calibrate(calibrate_args(dir + "/two-nodes.toml"), report);
+  if (old) setenv("SLURMD_NODENAME", saved.c_str(), 1);
+  else unsetenv("SLURMD_NODENAME");
+  EXPECT_EQ(report.wrong(), 0);
+
+  const MachineProfile p = read_machine_profile(dir + "/two-nodes.toml");
+  EXPECT_EQ(p.ranks_per_node, 1);
+  EXPECT_TRUE(p.has_inter_node());
+  for (int c = 0; c < kCollectiveKinds; ++c) {
+    EXPECT_FALSE(p.intra_node[c].has_value()) << c;
+    ASSERT_TRUE(p.inter_node[c].has_value()) << c;
+    EXPECT_GE(p.inter_node[c]->alpha, 0);
+    EXPECT_GT(p.inter_node[c]->bus_bytes_per_s, 0);
+  }
+  EXPECT_THROW(p.link(LinkClass::IntraNode, CollectiveKind::AllGather), DeckError);
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0) fs::remove_all(dir);
 }

@@ -286,6 +286,14 @@ CATALOGUE = [
     row("command", "prepare --out a directory", 1,
         ["prepare", "--synthetic", "10000", "--out", "{dir}/"], 2,
         ["--out {dir}/ is a directory; --out takes a file prefix"]),
+    row("command", "calibrate --out a directory", 2,
+        ["bench", "--suite", "calibrate", "--threads", "1", "--out", "{dir}"], 1,
+        ["{dir}: is a directory; --out names the profile file to write"]),
+    # Refused before anything is measured (a measurement takes well over 10 s).
+    row("command", "calibrate --out in a missing directory", 2,
+        ["bench", "--suite", "calibrate", "--threads", "1", "--out", "{dir}/nope/machine.toml"], 1,
+        ["{dir}/nope/machine.toml: cannot write the machine profile: directory {dir}/nope does "
+         "not exist"], within=10),
     row("command", "diagnose without records", 1, ["diagnose", "{damaged}"], 1,
         ["holds no readable flight records"], needs=["damaged"]),
 
