@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "meshtrain/app/calibrate.h"
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/deck_error.h"
@@ -13,14 +14,14 @@ namespace meshtrain {
 
 namespace {
 
-MachineProfile agreed_profile(const Config& config, Communicator& world) {
+MachineProfile agreed_profile(const Config& config, Communicator& world, int threads) {
   std::string text, error;
   const std::string& path = config.parallel.profile;
-  if (path.empty())
-    throw DeckError(config.deck_path + ": parallel.profile = \"\" asks for a measurement of this machine, "
-                    "which this build cannot make: set parallel.profile to a profile from `meshtrain "
-                    "bench --suite calibrate --out FILE`");
-  if (world.rank() == 0) {
+  if (path.empty()) {
+    // Measured now, by every rank at once; rank 0's view (its node) is the one every rank takes.
+    BenchReport quiet = BenchReport::quiet();
+    text = format_machine_profile(measure_machine_profile(threads, 2, quiet));
+  } else if (world.rank() == 0) {
     try {
       text = format_machine_profile(read_machine_profile(path));
     } catch (const DeckError& e) {
@@ -30,8 +31,8 @@ MachineProfile agreed_profile(const Config& config, Communicator& world) {
   world.broadcast_bytes(error, 0);
   if (!error.empty()) throw DeckError(error);
   world.broadcast_bytes(text, 0);
-  MachineProfile profile = parse_machine_profile(path, text);
-  profile.path = path;
+  MachineProfile profile = parse_machine_profile(path.empty() ? "<measured>" : path, text);
+  profile.path = path.empty() ? "a profile measured at start-up" : path;
   return profile;
 }
 
@@ -44,7 +45,7 @@ std::string describe(const RankedLayout& r) {
 
 std::string settle_auto_layout(Config& config, Communicator& world, int threads) {
   if (!config.parallel.automatic.any()) return "";
-  const MachineProfile profile = agreed_profile(config, world);
+  const MachineProfile profile = agreed_profile(config, world, threads);
   const size_t budget = static_cast<size_t>(std::max(0.0, profile.memory_per_rank));
   // Every rank ranks the same layouts on the same profile: the same choice, no broadcast.
   const AdvisorResult advice =

@@ -124,12 +124,21 @@ double rank_gemm_rate(cpu::Gemm& gemm, DType dtype, int s, int repeats, int& wro
   first = now() - first;
   MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   const int count = static_cast<int>(std::clamp(std::ceil(kGemmSampleSeconds / first), 1.0, 1e5));
+  // A sample lasts until the slowest rank is done: the rate each rank sustains while all of
+  // them work, which is what a rank gets in training. (Each rank's own best would count the
+  // moments a rank had a shared core to itself: with more ranks than cores that overstates
+  // the rate by the oversubscription.)
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = now();
     for (int i = 0; i < count; ++i) run();
-    best = std::max(best, 2.0 * m * n * k * count / (now() - t0));
+    // The rank that left the first barrier earliest measures the whole sample: a rank that
+    // started late (its core busy with another rank) would time only its own share.
+    MPI_Barrier(MPI_COMM_WORLD);
+    double elapsed = now() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    best = std::max(best, 2.0 * m * n * k * count / elapsed);
   }
   for (int64_t probe = 0; probe < 8; ++probe) {
     const int64_t i = probe * 977 % m, j = probe * 389 % n;
@@ -183,7 +192,10 @@ double rank_memory_rate(size_t bytes, int repeats, int& wrong) {
     const double t0 = now();
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) pa[i] = 3 * pb[i];
-    if (r > 0) best = std::max(best, 2.0 * static_cast<double>(n * sizeof(double)) / (now() - t0));
+    MPI_Barrier(MPI_COMM_WORLD);
+    double elapsed = now() - t0;  // until the slowest rank is done, as for the GEMMs
+    MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (r > 0) best = std::max(best, 2.0 * static_cast<double>(n * sizeof(double)) / elapsed);
   }
   for (size_t probe = 0; probe < 8; ++probe) {
     const size_t i = probe * (n - 1) / 7;
@@ -352,16 +364,11 @@ void write_atomically(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-void bench_calibrate(const BenchArgs& args, BenchReport& report) {
+MachineProfile measure_machine_profile(int threads, int repeats, BenchReport& report) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  // Rank 0's --out decides (it alone writes), so every rank takes the same collective path.
-  int writes = args.out.empty() ? 0 : 1;
-  MPI_Bcast(&writes, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (writes) agree_on_rank_zero([&] { check_writable(args.out); });
-  const int repeats = std::max(3, args.steps);
-  CpuBackend backend(args.threads);  // sets this rank's OpenMP team, as training does
+  CpuBackend backend(threads);  // sets this rank's OpenMP team, as training does
 
   const NodeMembership node = node_membership(MPI_COMM_WORLD);
   MPI_Comm node_comm = split_by_node(MPI_COMM_WORLD);
@@ -428,8 +435,17 @@ void bench_calibrate(const BenchArgs& args, BenchReport& report) {
             ": " + std::to_string(ranks) + " rank(s) on " + std::to_string(node.count) +
             " node(s), " + std::to_string(p.threads_per_rank) + " thread(s) per rank; " +
             mpi_library_version() + "; " + cpu::Gemm::onednn_version() +
-            ". GEMM m = 4s, n = 2s, k = s; rates are the median over ranks of each rank's best; " +
+            ". GEMM m = 4s, n = 2s, k = s; rates are per rank while every rank works (each sample timed to the slowest rank), the best sample; " +
             links + ".";
+  return p;
+}
+
+void bench_calibrate(const BenchArgs& args, BenchReport& report) {
+  // Rank 0's --out decides (it alone writes), so every rank takes the same collective path.
+  int writes = args.out.empty() ? 0 : 1;
+  MPI_Bcast(&writes, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (writes) agree_on_rank_zero([&] { check_writable(args.out); });
+  const MachineProfile p = measure_machine_profile(args.threads, std::max(3, args.steps), report);
   if (!writes) {
     report.header("profile not written (--out PROFILE.toml writes it)");
     return;

@@ -29,7 +29,7 @@ void BenchReport::columns(std::vector<std::string> columns) {
 
 void BenchReport::header(const std::string& line) {
   headers_.push_back(line);
-  if (!leader()) return;
+  if (!leader() || !print_) return;
   std::printf("# %s\n", line.c_str());
   std::fflush(stdout);
 }
@@ -41,7 +41,7 @@ void BenchReport::row(const std::string& name, const std::vector<double>& values
   wrong = all_wrong;
   rows_.push_back({name, columns_, values, wrong});
   wrong_ += wrong;
-  if (!leader()) return;
+  if (!leader() || !print_) return;
   if (!printed_columns_) {
     std::printf("# %-30s", "name");
     for (const std::string& c : columns_) std::printf(" %12s", c.c_str());

@@ -13,6 +13,13 @@ namespace meshtrain {
 class BenchReport {
  public:
   BenchReport() = default;
+  // A report that keeps its rows but prints nothing (a measurement made for another purpose,
+  // e.g. train's start-up calibration).
+  static BenchReport quiet() {
+    BenchReport r;
+    r.print_ = false;
+    return r;
+  }
   // Starts a table with these value columns (after `name`, before `wrong`).
   void columns(std::vector<std::string> columns);
   void header(const std::string& line);  // printed as "# line"
@@ -34,6 +41,7 @@ class BenchReport {
   std::vector<Row> rows_;
   int wrong_ = 0;
   bool printed_columns_ = false;
+  bool print_ = true;
 };
 
 }  // namespace meshtrain

@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "meshtrain/app/bench_report.h"
 #include "meshtrain/config/machine_profile.h"
 
 namespace meshtrain {
@@ -36,5 +37,11 @@ AlphaBetaFit fit_alpha_beta(CollectiveKind kind, int ranks, const std::vector<Li
 // round trip. Results are checked; each wrong one adds to `wrong`.
 std::vector<LinkSample> measure_link(MPI_Comm comm, CollectiveKind kind,
                                      const std::vector<double>& bytes, int repeats, int& wrong);
+
+// Collective over MPI_COMM_WORLD: the calibrate suite's measurement of this machine (GEMM rates,
+// memory bandwidth, links inside and across nodes) with `threads` per rank and `repeats`
+// samples each, its tables printed through `report` (a quiet one prints nothing). Every rank
+// returns the same profile (path ""), not written anywhere.
+MachineProfile measure_machine_profile(int threads, int repeats, BenchReport& report);
 
 }  // namespace meshtrain
