@@ -11,7 +11,7 @@
 //           training), shapes of a GPT layer with smallest dimension s: m = 4s tokens, n = 2s,
 //           k = s; fp32, and bf16 where the CPU has bf16 instructions. peak: the best size's rate.
 //   memory  STREAM's scale (a = 3 b) over arrays far larger than the caches; bytes read + written.
-//   links   all_reduce, all_gather, reduce_scatter and p2p from 4 KiB to 16 MiB on the ranks of a
+//   links   all_reduce, all_gather, reduce_scatter and p2p from 4 KiB to 64 MiB on the ranks of a
 //           node (intra_node; each node's ranks at once) and, on 2+ nodes, on the ranks of equal
 //           node rank across nodes (inter_node; every node rank's group at once, as the data-
 //           parallel groups of a layout with tp inside nodes run), fitted to the ring alpha-beta
@@ -172,6 +172,47 @@ GemmRates calibrate_gemm(DType dtype, int repeats, BenchReport& report) {
   return rates;
 }
 
+// ---- synchronization under load ------------------------------------------------------------
+
+// What one blocking synchronization costs ranks that are busy computing, beyond its idle-link
+// time: rounds of (GEMMs of a few milliseconds, then an 8-byte all-reduce over the node) against
+// the same GEMMs alone, per round. Where ranks share cores a rank that waits gives its core
+// away and comes back only when the scheduler runs it again; on a node with a core per rank
+// this is near zero. Timed to the slowest rank, like the rates.
+double sync_penalty(MPI_Comm node) {
+  cpu::Gemm gemm;
+  const int64_t m = 512, n = 256, k = 128;
+  std::vector<float> a(static_cast<size_t>(m * k), 0.25f), b(static_cast<size_t>(k * n), 0.5f),
+      c(static_cast<size_t>(m * n));
+  const cpu::GemmShape shape = cpu::GemmShape::dense(cpu::Trans::No, cpu::Trans::No, m, n, k);
+  constexpr int kRounds = 16, kGemmsPerRound = 4;
+  const auto timed = [&](bool synchronize) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now();
+    for (int r = 0; r < kRounds; ++r) {
+      for (int g = 0; g < kGemmsPerRound; ++g) gemm.run(shape, a.data(), b.data(), nullptr, c.data());
+      if (synchronize) {
+        double x = 1;
+        MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, node);
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    double elapsed = now() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return elapsed;
+  };
+  timed(false);  // warm-up
+  // Medians of alternating samples: the machine's noise falls on both alike.
+  std::vector<double> alone, synced;
+  for (int i = 0; i < 3; ++i) {
+    alone.push_back(timed(false));
+    synced.push_back(timed(true));
+  }
+  std::sort(alone.begin(), alone.end());
+  std::sort(synced.begin(), synced.end());
+  return std::max(0.0, (synced[1] - alone[1]) / kRounds);
+}
+
 // ---- memory ---------------------------------------------------------------------------------
 
 // This rank's best bytes/s of a = 3 b over two arrays of `bytes` each, on its OpenMP threads.
@@ -215,7 +256,7 @@ size_t memory_array_bytes(int ranks_per_node) {
 
 std::vector<double> link_sizes() {
   std::vector<double> sizes;
-  for (double bytes = 4096; bytes <= 16 << 20; bytes *= 4) sizes.push_back(bytes);
+  for (double bytes = 4096; bytes <= 64 << 20; bytes *= 4) sizes.push_back(bytes);
   return sizes;
 }
 
@@ -407,6 +448,12 @@ MachineProfile measure_machine_profile(int threads, int repeats, BenchReport& re
   report.row("memory scale", {2.0 * static_cast<double>(array_bytes >> 20), memory.median / 1e9,
                               memory.slowest / 1e9}, memory_wrong);
 
+  if (node.local_size > 1) {
+    p.sync_seconds = sync_penalty(node_comm);
+    report.header("synchronization under load: an 8-byte all-reduce over the node between GEMMs "
+                  "costs busy ranks " + std::to_string(p.sync_seconds * 1e6) + " us more than the GEMMs alone");
+  }
+
   std::string links = "links: not measured (1 rank; run calibrate on 2 or more ranks)";
   if (ranks > 1) {
     std::vector<MeasuredLink> measured;
@@ -424,7 +471,7 @@ MachineProfile measure_machine_profile(int threads, int repeats, BenchReport& re
             (p.intra_node[0] ? "intra_node from the ranks of one node" : "no intra_node (one rank per node)") +
             (p.has_inter_node() ? ", inter_node from the ranks of equal node rank, one per node"
                                 : ", no inter_node (one node)") +
-            "; ring alpha-beta fits of 4 KiB to 16 MiB, largest relative error " +
+            "; ring alpha-beta fits of 4 KiB to 64 MiB, largest relative error " +
             std::to_string(static_cast<int>(std::lround(100 * worst_fit))) + "%";
   } else {
     report.header(links);

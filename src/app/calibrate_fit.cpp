@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "meshtrain/app/calibrate.h"
 
@@ -53,6 +54,20 @@ AlphaBetaFit fit_alpha_beta(CollectiveKind kind, int ranks, const std::vector<Li
     for (const LinkSample& s : samples) num += (steps / s.seconds) * (1 - factor * s.bytes * inv_bw / s.seconds);
     alpha = std::max(0.0, num / uu);
   }
+  // The bandwidth again, from the larger half of the sizes in absolute time under that alpha:
+  // what training moves in bulk is gradient buckets (25 MiB by default), and a machine whose
+  // large messages fall off a cliff (shared-memory transports on oversubscribed cores) must be
+  // priced by them, not by the small messages the relative weighting favours.
+  std::vector<LinkSample> large(samples);
+  std::sort(large.begin(), large.end(), [](const LinkSample& a, const LinkSample& b) { return a.bytes < b.bytes; });
+  large.erase(large.begin(), large.begin() + static_cast<std::ptrdiff_t>(large.size() / 2));
+  double bt = 0, bb = 0;
+  for (const LinkSample& s : large) {
+    const double b = factor * s.bytes;
+    bt += b * std::max(0.0, s.seconds - steps * alpha);
+    bb += b * b;
+  }
+  if (bt > 0 && bb > 0) inv_bw = bt / bb;
   AlphaBetaFit fit;
   fit.model = AlphaBeta{alpha, 1 / inv_bw};
   for (const LinkSample& s : samples)

@@ -107,25 +107,22 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks, each against this machine's own ceiling");
   bench_cmd->add_option("--suite", bench.suite,
                         "step, comm, pipeline, zero, checkpoint, gpu, all, calibrate (measure "
-                        "this machine for the time model; with --out, write a machine profile), or "
-                        "advisor (the time model's predictions against measured layouts)")
-      ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all", "calibrate", "advisor"}));
+                        "this machine for the time model; with --out, write a machine profile)")
+      ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all", "calibrate"}));
   bench_cmd->add_option("--threads", bench.threads,
                         "Threads per rank (step suite on one rank: rows at 1 and at this many)")->check(at_least_one("a thread count"));
   bench_cmd->add_option("--steps", bench.steps,
                         "Timed steps (median reported); calibrate: runs per measurement (3 or more)")
       ->check(at_least_one("a step count"));
   bench_cmd->add_option("--model", bench.model,
-                        "The step and advisor suites' model: gpt2 (GPT-2 124M, T 256; advisor: 8 "
-                        "layers of 256) or tiny (small, for tests)")
+                        "The step suite's model: gpt2 (GPT-2 124M, T 256, the figures) or tiny "
+                        "(2 layers, for tests)")
       ->check(CLI::IsMember({"gpt2", "tiny"}));
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
   bench_cmd->add_option("--dir", bench.dir, "Directory for the checkpoint suite's files");
   bench_cmd->add_option("--out", bench.out,
                         "The calibrate suite's machine profile (TOML; written by rank 0, "
                         "atomically; input/machines/ holds datasheet ones)");
-  bench_cmd->add_option("--profile", bench.profile,
-                        "The advisor suite's machine profile (default: measured in the same run)");
 
   InspectArgs inspect;
   CLI::App* inspect_cmd = app.add_subcommand(

@@ -208,7 +208,7 @@ class ProfileReader {
 void read_machine(const ProfileReader& r, const toml::table& t, MachineProfile& p) {
   r.refuse_unknown(t, "machine",
                    {"name", "source", "notes", "device", "ranks_per_node", "cores_per_node",
-                    "threads_per_rank", "memory_per_rank"});
+                    "threads_per_rank", "memory_per_rank", "sync_seconds"});
   p.name = r.string(t, "machine", "name", {}, true);
   p.source = r.string(t, "machine", "source", {"measured", "datasheet"}, true);
   p.notes = r.string(t, "machine", "notes", {}, false);
@@ -217,6 +217,7 @@ void read_machine(const ProfileReader& r, const toml::table& t, MachineProfile& 
   p.cores_per_node = r.integer(t, "machine", "cores_per_node", 1);
   p.threads_per_rank = r.integer(t, "machine", "threads_per_rank", 1);
   p.memory_per_rank = r.number(t, "machine", "memory_per_rank", 0, true, false, 0);
+  p.sync_seconds = r.number(t, "machine", "sync_seconds", 0, true, false, 0);
 }
 
 GemmRates read_gemm(const ProfileReader& r, const toml::table& t, const std::string& name) {
@@ -422,7 +423,8 @@ std::string format_machine_profile(const MachineProfile& p) {
      << "ranks_per_node = " << p.ranks_per_node << "\n"
      << "cores_per_node = " << p.cores_per_node << "\n"
      << "threads_per_rank = " << p.threads_per_rank << "\n"
-     << "memory_per_rank = " << exact(p.memory_per_rank) << "\n";
+     << "memory_per_rank = " << exact(p.memory_per_rank) << "\n"
+     << "sync_seconds = " << exact(p.sync_seconds) << "\n";
   for (const auto& [name, d] : kGemmDTypes) {
     const auto& g = gemm_slot(p, d);
     if (!g) continue;

@@ -44,6 +44,9 @@ class ChunkPricer {
           CollectiveKind::AllReduce, tokens_ * C * act_bytes_, tp_);
       small_allreduce_ = profile.link(tp_link, CollectiveKind::AllReduce)
                              .seconds(CollectiveKind::AllReduce, tokens_ * 4, tp_);
+      // Each collective also waits for busy peers (the profile's synchronization cost).
+      tp_allreduce_ += profile.sync_seconds;
+      small_allreduce_ += profile.sync_seconds;
     }
   }
 
@@ -232,7 +235,9 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
   const double sent = static_cast<double>(c.train.micro_batch) * static_cast<double>(c.model.seq_len) *
                       static_cast<double>(c.model.d_model) * act_bytes /
                       (par.sequence_parallel && par.tp > 1 ? par.tp : 1);
-  if (par.pp > 1) costs.send = profile.link(pp_link, CollectiveKind::PointToPoint).seconds(CollectiveKind::PointToPoint, sent, 2);
+  if (par.pp > 1)
+    costs.send = profile.link(pp_link, CollectiveKind::PointToPoint).seconds(CollectiveKind::PointToPoint, sent, 2) +
+                 profile.sync_seconds;
   const int m = c.microbatches();
   const Schedule schedule =
       insert_communication(make_schedule(par.schedule, par.pp, m, par.virtual_stages), par.pp, par.virtual_stages);
@@ -284,18 +289,19 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
       const AlphaBeta& gather = profile.link(dp_link, CollectiveKind::AllGather);
       const double grads = stage_params * grad_bytes, params = stage_params * param_bytes;
       const double buckets = std::max(1.0, std::ceil(grads / bucket_bytes));
+      const double waits = buckets * profile.sync_seconds;  // one per bucket's collective
       // A reduction overlapping a pass: the buckets that pass finishes early hide behind the
       // rest of it; the last bucket, finished at its very end, never does.
       const auto hidden_behind = [&](double comm, double pass) { return std::max(comm / buckets, comm - pass); };
       if (par.zero <= 1) {
-        const double reduce = par.zero == 0 ? allreduce.seconds(CollectiveKind::AllReduce, grads, dp)
-                                            : scatter.seconds(CollectiveKind::ReduceScatter, grads, dp);
-        const double regather = par.zero == 1 ? gather.seconds(CollectiveKind::AllGather, params, dp) : 0;
+        const double reduce = waits + (par.zero == 0 ? allreduce.seconds(CollectiveKind::AllReduce, grads, dp)
+                                                     : scatter.seconds(CollectiveKind::ReduceScatter, grads, dp));
+        const double regather = par.zero == 1 ? waits + gather.seconds(CollectiveKind::AllGather, params, dp) : 0;
         st.dp_comm_s = reduce + regather;
         st.dp_exposed_s = hidden_behind(reduce, backward_mb) + regather;
       } else {
-        const double reduce = scatter.seconds(CollectiveKind::ReduceScatter, grads, dp);
-        const double regather = gather.seconds(CollectiveKind::AllGather, params, dp);
+        const double reduce = waits + scatter.seconds(CollectiveKind::ReduceScatter, grads, dp);
+        const double regather = waits + gather.seconds(CollectiveKind::AllGather, params, dp);
         if (par.zero == 2) {
           st.dp_comm_s = m * reduce + regather;
           st.dp_exposed_s = m * hidden_behind(reduce, backward_mb) + regather;

@@ -227,6 +227,7 @@ RULES = [
     (r"bench --suite (comm|pipeline|zero|checkpoint|calibrate)", "run_as_written",
      "the suite, short as it is"),
     (r"^build/meshtrain plan ", "run_as_written", "planning needs no data"),
+    (r"^scripts/advisor-accuracy\.py", "covered", "advisor_test runs it (--quick, 2 ranks)"),
     (r"train .*--set run\.name=(hf-demo|sample-demo) ", "run_as_written",
      "in full: the example after it reads its final checkpoint"),
     (r"^mkdir -p corpus ", "run_as_written", "the README's own corpus (README.md, src/io/*.cpp)"),
@@ -268,9 +269,15 @@ def main():
         for deck in sorted(glob.glob(os.path.join(REPO, "input", "*.toml"))):
             with open(deck, "rb") as f:
                 parallel = tomllib.load(f).get("parallel", {})
-            world = parallel.get("tp", 1) * parallel.get("pp", 1)
+            sizes = [parallel.get(axis, 1) for axis in ("tp", "pp")]
+            world = 1
+            for size in sizes:
+                world *= size if isinstance(size, int) else 1
+            # "auto" choices are planned as train would take them: on a machine profile.
+            auto = any(v == "auto" for k, v in parallel.items() if k != "dp")
             r.shell(f"input/{os.path.basename(deck)}", f"build/meshtrain plan "
-                    f"input/{os.path.basename(deck)} --world {world} --device cuda")
+                    f"input/{os.path.basename(deck)} --world {world} --device cuda" +
+                    (" --time --profile input/machines/dgx-h100.toml" if auto else ""))
         # The README quotes one refusal in prose, not in a block: check it too.
         r.expect_layout_refusal("README.md (layout refusal)", "")
         for where, command in examples:

@@ -45,11 +45,6 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report);
 // every rank of the launch at once and, with args.out, rank 0 writes it as a machine profile
 // (config/machine_profile.h) atomically. Any number of ranks; links need 2 or more.
 void bench_calibrate(const BenchArgs& args, BenchReport& report);
-// The time model against this machine: a dozen layouts of one deck (every axis and schedule)
-// predicted (on args.profile, or a profile measured first in the same run) and measured (median
-// of 3 runs), then Spearman rank correlation, median absolute error and "auto"'s pick against
-// the fastest measured. 8 ranks is the reference; layouts the world does not divide are skipped.
-void bench_advisor(const BenchArgs& args, BenchReport& report);
 // GPT-2 124M in bf16 on one GPU: tokens/s and MFU against a bf16 cuBLASLt GEMM peak.
 void bench_gpu(const BenchArgs& args, BenchReport& report);
 // The GEMM ceilings of the CPU: a square GEMM through the CPU backend's Gemm with the library

@@ -41,14 +41,13 @@ struct PrepareArgs {
 int prepare_command(const PrepareArgs& args);
 
 struct BenchArgs {
-  std::string suite = "step";  // step, comm, pipeline, zero, checkpoint, gpu, calibrate, advisor, all
+  std::string suite = "step";  // step, comm, pipeline, zero, checkpoint, gpu, calibrate, all
   int threads = 2;
   int steps = 4;
   std::string model = "gpt2";  // the step suite's model: gpt2 (GPT-2 124M) or tiny (tests)
   std::string json;            // also write results as JSON here
   std::string dir = "runs/bench";  // where the checkpoint suite writes its files
   std::string out;  // the calibrate suite writes its machine profile here ("": not written)
-  std::string profile;  // the advisor suite's machine profile ("": measured in the same run)
 };
 int bench_command(const BenchArgs& args);
 

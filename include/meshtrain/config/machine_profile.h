@@ -17,6 +17,9 @@
 //   cores_per_node = 112          # CPU cores of a node (a CPU job's ranks share them)
 //   threads_per_rank = 1          # CPU threads each rank computed with when measured
 //   memory_per_rank = 85899345920 # bytes a rank may hold (device memory on GPUs)
+//   sync_seconds = 0              # optional: what each blocking collective or transfer costs
+//                                 # beyond its alpha-beta time when the ranks are busy (CPU
+//                                 # ranks sharing cores wait for the scheduler to run them)
 //   [gemm.bf16]                   # GEMM rate by the smallest of m, n, k (shape class)
 //   peak = 989e12                 # the ceiling MFU is measured against, FLOP/s
 //   sizes = [64, 256, 1024, 4096] # smallest dimension
@@ -78,6 +81,7 @@ struct MachineProfile {
   int cores_per_node = 1;
   int threads_per_rank = 1;
   double memory_per_rank = 0;  // bytes; 0: unknown
+  double sync_seconds = 0;     // per blocking synchronization among busy ranks
   // Indexed by DType: F32, F64, BF16 (absent: sizes empty).
   std::optional<GemmRates> gemm_fp32, gemm_fp64, gemm_bf16;
   double memory_bytes_per_s = 0;

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The strategy advisor end to end, on 2 ranks: a measured machine profile, the ranked layouts
+of `plan --all --time` (text and JSON), and `train` with "auto" layout choices taking the layout
+the ranking puts first, with a profile file and with one measured at start-up; plus the
+refusals (an "auto" deck planned without a profile, a profile that does not exist) and the
+accuracy benchmark's quick version (scripts/advisor-accuracy.py --quick) running as written.
+
+usage: advisor_test.py MESHTRAIN_BINARY MPIEXEC
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+BIN, MPIEXEC = sys.argv[1], sys.argv[2]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENV = dict(os.environ)
+
+DECK = """
+[run]
+name = "advisor"
+dir = "{dir}"
+device = "cpu"
+threads = 1
+[model]
+layers = 4
+d_model = 64
+heads = 4
+seq_len = 32
+vocab_size = 256
+[data]
+synthetic_bytes = 65536
+val = "none"
+[train]
+precision = "fp32"
+steps = 3
+global_batch = 8
+micro_batch = "auto"
+[parallel]
+dp = "auto"
+tp = "auto"
+pp = "auto"
+zero = "auto"
+recompute = "auto"
+schedule = "auto"
+profile = "{profile}"
+"""
+
+failures = []
+
+
+def check(ok, what, output=""):
+    if not ok:
+        failures.append(what)
+        print(f"FAIL: {what}\n{output[-3000:]}")
+    else:
+        print(f"ok: {what}")
+
+
+def run(cmd, timeout=300):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout, cwd=REPO)
+    return p.returncode, p.stdout + p.stderr
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        profile = os.path.join(tmp, "machine.toml")
+        code, out = run([MPIEXEC, "-n", "2", BIN, "bench", "--suite", "calibrate", "--threads", "1",
+                         "--out", profile])
+        check(code == 0 and os.path.exists(profile), "calibrate on 2 ranks writes a profile", out)
+
+        deck = os.path.join(tmp, "auto.toml")
+        with open(deck, "w") as f:
+            f.write(DECK.format(dir=os.path.join(tmp, "run"), profile=profile))
+
+        # The ranking, as JSON: every field, fastest first among those planned.
+        code, out = run([BIN, "plan", deck, "--world", "2", "--all", "--time", "--profile", profile,
+                         "--json", "--top", "5", "--threads", "1"])
+        rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        check(code == 0 and len(rows) == 5, "plan --all --time --json lists the 5 fastest that fit", out)
+        keys = {"dp", "tp", "pp", "micro_batch", "schedule", "virtual_stages", "zero", "recompute",
+                "sequence_parallel", "step_ms", "mfu", "peak_bytes"}
+        check(all(keys <= set(r) for r in rows), "every JSON layout has the documented fields", out)
+        check(all(rows[i]["step_ms"] <= rows[i + 1]["step_ms"] for i in range(len(rows) - 1)),
+              "layouts come fastest first", out)
+        check(all(r["dp"] * r["tp"] * r["pp"] == 2 and r["peak_bytes"] > 0 and 0 < r["mfu"] < 1 for r in rows),
+              "each layout fills the world, with a planned peak and an MFU", out)
+
+        code, out = run([BIN, "plan", deck, "--world", "2", "--all", "--time", "--profile", profile,
+                         "--threads", "1"])
+        check(code == 0 and re.search(r"^  1 +dp \d tp \d pp \d", out, re.M) is not None,
+              "plan --all --time prints a ranked table", out)
+
+        # train takes the ranking's first layout and says so, with the runner-up.
+        best = rows[0]
+        code, out = run([MPIEXEC, "-n", "2", BIN, "train", deck])
+        m = re.search(r'layout: "auto" chose dp (\d+) tp (\d+) pp (\d+) (\S+)', out)
+        check(code == 0 and m is not None and "runner-up" in out, "train with \"auto\" reports its choice", out)
+        if m:
+            check((int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4)) ==
+                  (best["dp"], best["tp"], best["pp"], best["schedule"]),
+                  "train takes the layout plan ranks first", out)
+        check(re.search(r"^step +3/3", out, re.M) is not None, "the chosen layout trains", out)
+
+        # A profile measured at start-up (parallel.profile = "").
+        code, out = run([MPIEXEC, "-n", "2", BIN, "train", deck, "--set", 'parallel.profile=""',
+                         "--set", f'run.dir="{os.path.join(tmp, "measured")}"'])
+        check(code == 0 and "measured at start-up" in out and re.search(r"^step +3/3", out, re.M) is not None,
+              "train measures the machine when parallel.profile is empty", out)
+
+        # Refusals: one clear message, non-zero exit, on every rank.
+        code, out = run([BIN, "plan", deck, "--world", "2"])
+        check(code == 1 and "--profile" in out and "auto" in out, "an \"auto\" deck planned without a profile", out)
+        missing = os.path.join(tmp, "nope.toml")
+        code, out = run([MPIEXEC, "-n", "2", BIN, "train", deck, "--set", f'parallel.profile="{missing}"'])
+        check(code == 1 and missing in out and "parallel.profile" in out and out.count("nope.toml") <= 2,
+              "a missing parallel.profile is one error naming it", out)
+
+        code, out = run([sys.executable, os.path.join(REPO, "scripts", "advisor-accuracy.py"), "--quick",
+                         "--ranks", "2", "--bin", BIN, "--mpirun", MPIEXEC, "--out", os.path.join(tmp, "accuracy")], timeout=600)
+        check(code == 0 and "spearman" in out and "auto" in out, "advisor-accuracy.py --quick runs", out)
+
+    if failures:
+        print(f"{len(failures)} failure(s): {failures}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
