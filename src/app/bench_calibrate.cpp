@@ -11,7 +11,7 @@
 //           training), shapes of a GPT layer with smallest dimension s: m = 4s tokens, n = 2s,
 //           k = s; fp32, and bf16 where the CPU has bf16 instructions. peak: the best size's rate.
 //   memory  STREAM's scale (a = 3 b) over arrays far larger than the caches; bytes read + written.
-//   links   all_reduce, all_gather, reduce_scatter and p2p from 4 KiB to 64 MiB on the ranks of a
+//   links   all_reduce, all_gather, reduce_scatter and p2p from 4 KiB to 16 MiB on the ranks of a
 //           node (intra_node; each node's ranks at once) and, on 2+ nodes, on the ranks of equal
 //           node rank across nodes (inter_node; every node rank's group at once, as the data-
 //           parallel groups of a layout with tp inside nodes run), fitted to the ring alpha-beta
@@ -256,7 +256,7 @@ size_t memory_array_bytes(int ranks_per_node) {
 
 std::vector<double> link_sizes() {
   std::vector<double> sizes;
-  for (double bytes = 4096; bytes <= 64 << 20; bytes *= 4) sizes.push_back(bytes);
+  for (double bytes = 4096; bytes <= 16 << 20; bytes *= 4) sizes.push_back(bytes);
   return sizes;
 }
 
@@ -471,7 +471,7 @@ MachineProfile measure_machine_profile(int threads, int repeats, BenchReport& re
             (p.intra_node[0] ? "intra_node from the ranks of one node" : "no intra_node (one rank per node)") +
             (p.has_inter_node() ? ", inter_node from the ranks of equal node rank, one per node"
                                 : ", no inter_node (one node)") +
-            "; ring alpha-beta fits of 4 KiB to 64 MiB, largest relative error " +
+            "; ring alpha-beta fits of 4 KiB to 16 MiB, largest relative error " +
             std::to_string(static_cast<int>(std::lround(100 * worst_fit))) + "%";
   } else {
     report.header(links);
