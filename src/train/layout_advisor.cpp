@@ -48,11 +48,23 @@ AdvisorResult advise_layouts(const Config& base, int world, const MachineProfile
     // A fixed pipeline keeps the deck's partition, when it has one for these chunks.
     if (!freedom.pp && !freedom.schedule) c.parallel.partition = base.parallel.partition;
     RankedLayout r;
-    r.time = predict_step_time(c, profile);
     r.config = std::move(c);
     out.ranked.push_back(std::move(r));
   }
   out.layouts = out.ranked.size();
+  // Predictions are independent: a login node's cores share them. A DeckError (a profile
+  // without what a layout needs) is the same for every layout; the first one is rethrown.
+  std::string error;
+#pragma omp parallel for schedule(dynamic)
+  for (size_t i = 0; i < out.ranked.size(); ++i) {
+    try {
+      out.ranked[i].time = predict_step_time(out.ranked[i].config, profile);
+    } catch (const DeckError& e) {
+#pragma omp critical
+      if (error.empty()) error = e.what();
+    }
+  }
+  if (!error.empty()) throw DeckError(error);
   // Fastest first; ties (layouts the model cannot tell apart) go to the one holding less per
   // rank, then the simpler one (fewer ZeRO stages, less recomputation).
   std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const RankedLayout& a, const RankedLayout& b) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <mutex>
 
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/model/partition.h"
@@ -169,6 +171,29 @@ LinkClass link_of(const GridShape& shape, Axis axis, int ranks_per_node) {
   return span <= ranks_per_node && ranks_per_node % span == 0 ? LinkClass::IntraNode : LinkClass::InterNode;
 }
 
+// Layouts that differ only where the pipeline cannot see it (the ZeRO stage, dp itself) run
+// the same schedule with the same costs: ranking thousands of layouts simulates each pipeline
+// once. Guarded for the advisor's threads; bounded, as a planning process is short-lived.
+SimulationResult simulate_cached(ScheduleKind kind, int pp, int v, int m, const SimulationCosts& costs,
+                                 CommModel comm) {
+  static std::mutex mutex;
+  static std::map<std::vector<double>, SimulationResult> cache;
+  std::vector<double> key = {static_cast<double>(kind), static_cast<double>(pp), static_cast<double>(v),
+                             static_cast<double>(m), costs.send, static_cast<double>(comm)};
+  key.insert(key.end(), costs.chunk_forward.begin(), costs.chunk_forward.end());
+  key.insert(key.end(), costs.chunk_backward.begin(), costs.chunk_backward.end());
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  const Schedule schedule = insert_communication(make_schedule(kind, pp, m, v), pp, v);
+  SimulationResult result = simulate(schedule, pp, v, m, costs, comm);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (cache.size() > 4096) cache.clear();
+  cache.emplace(std::move(key), result);
+  return result;
+}
+
 std::string percent(double part, double whole) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%.0f%%", whole > 0 ? 100 * part / whole : 0.0);
@@ -239,10 +264,8 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
     costs.send = profile.link(pp_link, CollectiveKind::PointToPoint).seconds(CollectiveKind::PointToPoint, sent, 2) +
                  profile.sync_seconds;
   const int m = c.microbatches();
-  const Schedule schedule =
-      insert_communication(make_schedule(par.schedule, par.pp, m, par.virtual_stages), par.pp, par.virtual_stages);
   const CommModel comm = c.run.device == DeviceChoice::Cuda ? CommModel::Nccl : CommModel::Mpi;
-  const SimulationResult sim = simulate(schedule, par.pp, par.virtual_stages, m, costs, comm);
+  const SimulationResult sim = simulate_cached(par.schedule, par.pp, par.virtual_stages, m, costs, comm);
   if (!sim.ok) throw DeckError("the time model could not run the schedule: " + sim.error);
 
   // CPU ranks sharing cores (more ranks x threads than a node has cores): the profile's rates
