@@ -32,7 +32,7 @@ MachineProfile agreed_profile(const Config& config, Communicator& world, int thr
   if (!error.empty()) throw DeckError(error);
   world.broadcast_bytes(text, 0);
   MachineProfile profile = parse_machine_profile(path.empty() ? "<measured>" : path, text);
-  profile.path = path.empty() ? "a profile measured at start-up" : path;
+  profile.path = path;
   return profile;
 }
 
@@ -53,13 +53,16 @@ std::string settle_auto_layout(Config& config, Communicator& world, int threads)
   if (advice.fitting == 0)
     throw DeckError(config.deck_path + ": no layout of " + std::to_string(world.size()) + " ranks that the "
                     "deck's \"auto\" choices allow fits " + format_bytes(static_cast<double>(budget)) +
-                    " per rank (" + profile.path + "'s memory_per_rank; " + std::to_string(advice.layouts) +
+                    " per rank (the machine profile's memory_per_rank; " + std::to_string(advice.layouts) +
                     " layouts tried): `meshtrain plan " + config.deck_path + " --world " +
-                    std::to_string(world.size()) + " --all --time --profile " + profile.path +
-                    "` lists them");
+                    std::to_string(world.size()) + " --all --time --profile PROFILE` lists them (`meshtrain "
+                    "bench --suite calibrate --out PROFILE` measures one)");
   const RankedLayout& best = advice.ranked[0];
+  const std::string origin = config.parallel.profile.empty()
+                                 ? "measured at start-up"
+                                 : profile.source + " profile " + profile.path;
   std::string report = "layout: \"auto\" chose " + describe(best) + " (predicted on " + profile.name + ", " +
-                       profile.source + ")";
+                       origin + ")";
   if (advice.fitting > 1) report += "; runner-up " + describe(advice.ranked[1]);
   config = best.config;
   config.parallel.automatic = AutoLayout{};

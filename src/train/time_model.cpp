@@ -211,7 +211,7 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
   StepTimePrediction out;
   const bool crosses_nodes = shape.world_size() > R;
   if (crosses_nodes && !profile.has_inter_node())
-    out.caveats.push_back(profile.path + " has no inter-node measurement (a single-node calibration): "
+    out.caveats.push_back("the machine profile " + profile.path + " has no inter-node measurement (a single-node calibration): "
                           "links across nodes are priced as inside one");
   if (profile.threads_per_rank != std::max(1, c.run.threads) && profile.device == "cpu")
     out.caveats.push_back("the profile was measured with " + std::to_string(profile.threads_per_rank) +
