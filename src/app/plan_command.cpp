@@ -128,14 +128,18 @@ int print_ranking(const PlanArgs& args, const Config& config, const MachineProfi
   std::printf("# plan: layouts of %s on %d ranks by predicted step time on %s (%s), memory %s per rank\n",
               args.deck.c_str(), args.world, profile.name.c_str(), profile.source.c_str(),
               budget ? format_bytes(static_cast<double>(budget)).c_str() : "unlimited");
-  std::printf("# %-4s %-46s %10s %7s %11s %8s %6s %7s %6s %6s\n", "rank", "layout", "step_ms", "MFU", "peak",
+  std::printf("# %-4s %-52s %10s %7s %11s %8s %6s %7s %6s %6s\n", "rank", "layout", "step_ms", "MFU", "peak",
               "compute", "tp", "bubble", "dp", "optim");
   int shown = 0;
   for (const RankedLayout& r : result.ranked) {
     if (!r.planned || (args.top > 0 && shown >= args.top)) break;
     const StepTimePrediction& t = r.time;
-    const auto share = [&](double part) { return pct(static_cast<size_t>(part * 1e9), static_cast<size_t>(t.step_s * 1e9)); };
-    std::printf("  %-4s %-46s %10s %6.1f%% %11s %8s %6s %7s %6s %6s\n",
+    const auto share = [&](double part) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "%.0f%%", t.step_s > 0 ? 100 * part / t.step_s : 0.0);
+      return std::string(buf);
+    };
+    std::printf("  %-4s %-52s %10s %6.1f%% %11s %8s %6s %7s %6s %6s\n",
                 r.fits ? std::to_string(++shown).c_str() : "-", layout_name(r.config).c_str(), ms(t.step_s).c_str(),
                 100 * t.mfu, format_bytes(static_cast<double>(r.peak_bytes)).c_str(), share(t.compute_s).c_str(),
                 share(t.tp_comm_s).c_str(), share(t.bubble_s).c_str(), share(t.dp_exposed_s).c_str(),

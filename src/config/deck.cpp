@@ -5,6 +5,8 @@
 
 #include "meshtrain/config/deck.h"
 
+#include "toml_value.h"
+
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -33,6 +35,7 @@ struct KeySpec {
   std::function<std::string(const toml::node&, Config&)> apply;
 };
 
+// The value as toml++ prints it (the messages the bad-input catalogue holds deck errors to).
 std::string repr(const toml::node& n) {
   std::ostringstream os;
   if (auto s = n.as_string()) {
@@ -47,18 +50,6 @@ std::string repr(const toml::node& n) {
   return os.str();
 }
 
-std::string type_of(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date/time";
-  }
-}
-
 // ---- key builders --------------------------------------------------------------------------
 
 template <class Set>
@@ -68,7 +59,7 @@ KeySpec int_key(std::string sec, std::string key, int64_t def, int64_t lo, int64
   if (hi < INT32_MAX) accepted = "integer from " + std::to_string(lo) + " to " + std::to_string(hi);
   return {sec, key, "integer", std::to_string(def), accepted, std::move(doc),
           [=](const toml::node& n, Config& c) -> std::string {
-            if (!n.is_integer()) return "is " + type_of(n);
+            if (!n.is_integer()) return "is " + toml_type_of(n);
             const int64_t v = n.as_integer()->get();
             if (v < lo || v > hi) return "is out of range";
             set(c, v);
@@ -86,7 +77,7 @@ KeySpec float_key(std::string sec, std::string key, std::string def, double lo, 
             double v;
             if (n.is_floating_point()) v = n.as_floating_point()->get();
             else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
-            else return "is " + type_of(n);
+            else return "is " + toml_type_of(n);
             if (!(v == v) || (lo_open ? v <= lo : v < lo)) return "is out of range";
             set(c, v);
             return "";
@@ -97,7 +88,7 @@ template <class Set>
 KeySpec bool_key(std::string sec, std::string key, bool def, std::string doc, Set set) {
   return {sec, key, "boolean", def ? "true" : "false", "true or false", std::move(doc),
           [=](const toml::node& n, Config& c) -> std::string {
-            if (!n.is_boolean()) return "is " + type_of(n);
+            if (!n.is_boolean()) return "is " + toml_type_of(n);
             set(c, n.as_boolean()->get());
             return "";
           }};
@@ -110,7 +101,7 @@ KeySpec choice_key(std::string sec, std::string key, std::string def,
   for (size_t i = 0; i < choices.size(); ++i) accepted += (i ? ", \"" : " \"") + choices[i] + "\"";
   return {sec, key, "string", "\"" + def + "\"", accepted, std::move(doc),
           [=](const toml::node& n, Config& c) -> std::string {
-            if (!n.is_string()) return "is " + type_of(n);
+            if (!n.is_string()) return "is " + toml_type_of(n);
             const std::string v = n.as_string()->get();
             if (std::find(choices.begin(), choices.end(), v) == choices.end())
               return "is not a known value";
@@ -132,7 +123,7 @@ KeySpec int_or_auto_key(std::string sec, std::string key, std::string def, int64
               set(c, std::nullopt);
               return "";
             }
-            if (!n.is_integer()) return "is " + type_of(n);
+            if (!n.is_integer()) return "is " + toml_type_of(n);
             const int64_t v = n.as_integer()->get();
             if (v < lo || v > hi) return "is out of range";
             set(c, v);
@@ -145,7 +136,7 @@ KeySpec string_key(std::string sec, std::string key, std::string def, std::strin
                    std::string doc, std::function<bool(const std::string&)> valid, Set set) {
   return {sec, key, "string", def, accepted, std::move(doc),
           [=](const toml::node& n, Config& c) -> std::string {
-            if (!n.is_string()) return "is " + type_of(n);
+            if (!n.is_string()) return "is " + toml_type_of(n);
             const std::string v = n.as_string()->get();
             if (!valid(v)) return "is not valid";
             set(c, v);
@@ -232,11 +223,11 @@ const std::vector<KeySpec>& schema() {
                      out.push_back(s->get());
                    } else if (auto a = n.as_array()) {
                      for (const toml::node& e : *a) {
-                       if (!e.is_string()) return "holds " + type_of(e);
+                       if (!e.is_string()) return "holds " + toml_type_of(e);
                        out.push_back(e.as_string()->get());
                      }
                    } else {
-                     return "is " + type_of(n);
+                     return "is " + toml_type_of(n);
                    }
                    if (out.empty() || std::any_of(out.begin(), out.end(),
                                                   [](const std::string& s) { return s.empty(); }))
@@ -329,7 +320,7 @@ const std::vector<KeySpec>& schema() {
                      c.parallel.dp = 0;
                      return "";
                    }
-                   if (!n.is_integer()) return "is " + type_of(n);
+                   if (!n.is_integer()) return "is " + toml_type_of(n);
                    if (n.as_integer()->get() < 1 || n.as_integer()->get() > INT32_MAX) return "is out of range";
                    c.parallel.dp = static_cast<int>(n.as_integer()->get());
                    return "";
@@ -407,10 +398,10 @@ const std::vector<KeySpec>& schema() {
                  "Layers of each model chunk, in model order.",
                  [](const toml::node& n, Config& c) -> std::string {
                    auto a = n.as_array();
-                   if (!a) return "is " + type_of(n);
+                   if (!a) return "is " + toml_type_of(n);
                    std::vector<int> out;
                    for (const toml::node& e : *a) {
-                     if (!e.is_integer()) return "holds " + type_of(e);
+                     if (!e.is_integer()) return "holds " + toml_type_of(e);
                      if (e.as_integer()->get() < 1 || e.as_integer()->get() > INT32_MAX) return "holds a count below 1";
                      out.push_back(static_cast<int>(e.as_integer()->get()));
                    }

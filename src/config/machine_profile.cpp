@@ -9,6 +9,8 @@
 
 #include "meshtrain/config/machine_profile.h"
 
+#include "toml_value.h"
+
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -47,42 +49,6 @@ std::string join(const std::vector<std::string>& names) {
   return all;
 }
 
-std::string type_of(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date/time";
-  }
-}
-
-// Shortest text that reads back as the same double (std::to_chars' guarantee); TOML accepts
-// both forms it writes ("64", "3.35e+12").
-std::string exact(double v) {
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof buffer, v);
-  return std::string(buffer, result.ptr);
-}
-
-// A value as the user wrote it (numbers in their shortest form, not toml++'s 17 digits).
-std::string repr(const toml::node& n) {
-  if (auto s = n.as_string()) return '"' + s->get() + '"';
-  if (auto f = n.as_floating_point()) return exact(f->get());
-  if (auto i = n.as_integer()) return std::to_string(i->get());
-  if (auto a = n.as_array()) {
-    std::string out = "[";
-    for (size_t k = 0; k < a->size(); ++k) out += (k ? ", " : "") + repr(*a->get(k));
-    return out + "]";
-  }
-  if (n.is_table()) return "{...}";
-  std::ostringstream os;
-  n.visit([&](auto&& v) { os << v; });
-  return os.str();
-}
-
 // The reading of one file: every error names the file and line, the dotted key, the value and
 // what would be accepted.
 class ProfileReader {
@@ -95,7 +61,7 @@ class ProfileReader {
   }
   [[noreturn]] void bad_value(const toml::node& n, const std::string& name,
                               const std::string& problem, const std::string& expected) const {
-    fail(n, name + " = " + repr(n) + " " + problem + " (expected " + expected + ")");
+    fail(n, name + " = " + toml_repr(n) + " " + problem + " (expected " + expected + ")");
   }
 
   // Refuses keys of `table` (called `name`, "" at the top) that are not `known`.
@@ -121,7 +87,7 @@ class ProfileReader {
       if (required) fail(parent, "[" + full + "] is missing (a machine profile needs it)");
       return nullptr;
     }
-    if (!n->is_table()) bad_value(*n, full, "is " + type_of(*n), "a table [" + full + "]");
+    if (!n->is_table()) bad_value(*n, full, "is " + toml_type_of(*n), "a table [" + full + "]");
     return n->as_table();
   }
 
@@ -147,7 +113,7 @@ class ProfileReader {
     const toml::node* n = value(t, name, key, expected.str(), required);
     if (!n) return fallback;
     double v = 0;
-    if (!number_of(*n, v)) bad_value(*n, name + "." + key, "is " + type_of(*n), expected.str());
+    if (!number_of(*n, v)) bad_value(*n, name + "." + key, "is " + toml_type_of(*n), expected.str());
     if (!std::isfinite(v) || (lo_inclusive ? v < lo : v <= lo))
       bad_value(*n, name + "." + key, "is out of range", expected.str());
     return v;
@@ -157,7 +123,7 @@ class ProfileReader {
               int lo) const {
     const std::string expected = "an integer >= " + std::to_string(lo);
     const toml::node* n = value(t, name, key, expected, true);
-    if (!n->is_integer()) bad_value(*n, name + "." + key, "is " + type_of(*n), expected);
+    if (!n->is_integer()) bad_value(*n, name + "." + key, "is " + toml_type_of(*n), expected);
     const int64_t v = n->as_integer()->get();
     if (v < lo || v > INT32_MAX) bad_value(*n, name + "." + key, "is out of range", expected);
     return static_cast<int>(v);
@@ -175,7 +141,7 @@ class ProfileReader {
     }
     const toml::node* n = value(t, name, key, expected, required);
     if (!n) return "";
-    if (!n->is_string()) bad_value(*n, name + "." + key, "is " + type_of(*n), expected);
+    if (!n->is_string()) bad_value(*n, name + "." + key, "is " + toml_type_of(*n), expected);
     const std::string v = n->as_string()->get();
     if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end())
       bad_value(*n, name + "." + key, "is not a known value", expected);
@@ -188,14 +154,14 @@ class ProfileReader {
                               const std::string& key, const std::string& expected) const {
     const toml::node* n = value(t, name, key, expected, true);
     const toml::array* a = n->as_array();
-    if (!a) bad_value(*n, name + "." + key, "is " + type_of(*n), expected);
+    if (!a) bad_value(*n, name + "." + key, "is " + toml_type_of(*n), expected);
     if (a->empty()) bad_value(*n, name + "." + key, "is empty", expected);
     std::vector<double> out;
     for (const toml::node& e : *a) {
       double v = 0;
-      if (!number_of(e, v)) bad_value(*n, name + "." + key, "holds " + type_of(e), expected);
+      if (!number_of(e, v)) bad_value(*n, name + "." + key, "holds " + toml_type_of(e), expected);
       if (!std::isfinite(v) || v <= 0)
-        bad_value(*n, name + "." + key, "holds " + repr(e) + ", out of range", expected);
+        bad_value(*n, name + "." + key, "holds " + toml_repr(e) + ", out of range", expected);
       out.push_back(v);
     }
     return out;
@@ -273,7 +239,7 @@ std::string quoted(const std::string& s) {
 
 std::string exact_list(const std::vector<double>& values) {
   std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + exact(values[i]);
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + exact_number(values[i]);
   return out + "]";
 }
 
@@ -423,25 +389,25 @@ std::string format_machine_profile(const MachineProfile& p) {
      << "ranks_per_node = " << p.ranks_per_node << "\n"
      << "cores_per_node = " << p.cores_per_node << "\n"
      << "threads_per_rank = " << p.threads_per_rank << "\n"
-     << "memory_per_rank = " << exact(p.memory_per_rank) << "\n"
-     << "sync_seconds = " << exact(p.sync_seconds) << "\n";
+     << "memory_per_rank = " << exact_number(p.memory_per_rank) << "\n"
+     << "sync_seconds = " << exact_number(p.sync_seconds) << "\n";
   for (const auto& [name, d] : kGemmDTypes) {
     const auto& g = gemm_slot(p, d);
     if (!g) continue;
     os << "\n[gemm." << name << "]\n"
-       << "peak = " << exact(g->peak) << "\n"
+       << "peak = " << exact_number(g->peak) << "\n"
        << "sizes = " << exact_list(g->sizes) << "\n"
        << "flops = " << exact_list(g->flops) << "\n";
   }
-  os << "\n[memory]\nbytes_per_s = " << exact(p.memory_bytes_per_s) << "\n";
+  os << "\n[memory]\nbytes_per_s = " << exact_number(p.memory_bytes_per_s) << "\n";
   for (const LinkClass l : kLinks) {
     const auto& slots = l == LinkClass::IntraNode ? p.intra_node : p.inter_node;
     for (const CollectiveKind c : kCollectives) {
       const auto& ab = slots[static_cast<size_t>(c)];
       if (!ab) continue;
       os << "\n[link." << link_class_name(l) << "." << collective_name(c) << "]\n"
-         << "alpha = " << exact(ab->alpha) << "\n"
-         << "bus_bytes_per_s = " << exact(ab->bus_bytes_per_s) << "\n";
+         << "alpha = " << exact_number(ab->alpha) << "\n"
+         << "bus_bytes_per_s = " << exact_number(ab->bus_bytes_per_s) << "\n";
     }
   }
   return os.str();

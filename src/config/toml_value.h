@@ -1,0 +1,20 @@
+#pragma once
+// How error messages show a TOML value the user wrote, for every reader of TOML files (the deck,
+// machine profiles): its kind ("an integer") and its text as written.
+
+#include <toml++/toml.h>
+
+#include <string>
+
+namespace meshtrain {
+
+// "a string", "an integer", "a float", "a boolean", "an array", "a table", "a date/time".
+std::string toml_type_of(const toml::node& n);
+// The value as the user wrote it: strings quoted, numbers in their shortest exact form (not
+// toml++'s 17 digits), arrays element by element, tables as {...}.
+std::string toml_repr(const toml::node& n);
+// Shortest text that reads back as the same double (std::to_chars' guarantee); TOML accepts
+// both forms it writes ("64", "3.35e+12").
+std::string exact_number(double v);
+
+}  // namespace meshtrain
