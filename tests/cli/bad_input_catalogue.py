@@ -160,7 +160,7 @@ CATALOGUE = [
         ["train.steps = 0 is out of range (expected integer >= 1)"]),
     row("deck", "bad choice", 1, train("parallel.schedule=\"zigzag\""), 1,
         ["parallel.schedule = \"zigzag\" is not a known value (expected one of \"gpipe\", "
-         "\"1f1b\", \"interleaved\")"]),
+         "\"1f1b\", \"interleaved\", \"auto\")"]),
     row("deck", "run.name dot-dot", 2, train("run.name=\"..\""), 1,
         ["run.name = \"..\" is not valid (expected letters, digits, '.', '_', '-'; not \".\" and "
          "without \"..\")"]),
