@@ -128,7 +128,19 @@ std::string dump_config(const Config& c) {
   os << "communicator = " << quoted(p.communicator == CommChoice::Mpi    ? "mpi"
                                     : p.communicator == CommChoice::Nccl ? "nccl"
                                                                          : "auto") << "\n"
-     << "offload = " << quoted(p.offload == Offload::Optimizer ? "optimizer" : "none") << "\n";
+     << "offload = " << quoted(p.offload == Offload::Optimizer ? "optimizer" : "none") << "\n"
+     << "balance = " << quoted(p.balance == Balance::Declared   ? "declared"
+                               : p.balance == Balance::Measured ? "measured"
+                                                                : "even") << "\n"
+     << "speeds = [";
+  for (size_t i = 0; i < p.rank_speeds.size(); ++i) os << (i ? ", " : "") << real(p.rank_speeds[i]);
+  for (size_t i = 0; i < p.node_speeds.size(); ++i) {
+    std::ostringstream entry;
+    entry << p.node_speeds[i].first << "=" << real(p.node_speeds[i].second);
+    os << (i ? ", " : "") << quoted(entry.str());
+  }
+  os << "]\n"
+     << "rebalance = " << boolean(p.rebalance) << "\n";
   const CheckpointOptions& k = c.checkpoint;
   os << "\n[checkpoint]\n"
      << "dir = " << quoted(k.dir) << "\n"

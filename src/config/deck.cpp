@@ -10,6 +10,8 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -424,6 +426,55 @@ const std::vector<KeySpec>& schema() {
                            [](Config& c, const std::string& v) {
                              c.parallel.offload = v == "optimizer" ? Offload::Optimizer : Offload::None;
                            }));
+    k.push_back(choice_key("parallel", "balance", "even", {"even", "declared", "measured"},
+                           "How work is divided among ranks of different speeds: \"even\" "
+                           "shares; \"declared\": data-parallel shares of the global batch and "
+                           "pipeline layer counts in proportion to parallel.speeds; \"measured\": "
+                           "in proportion to a probe timed on every rank at start-up.",
+                           [](Config& c, const std::string& v) {
+                             c.parallel.balance = v == "declared"   ? Balance::Declared
+                                                  : v == "measured" ? Balance::Measured
+                                                                    : Balance::Even;
+                           }));
+    k.push_back({"parallel", "speeds", "array", "[]",
+                 "numbers > 0, one per rank of the job; or strings \"NODE-PATTERN=SPEED\" "
+                 "(shell pattern on node names, SPEED > 0)",
+                 "Relative speeds of the ranks for parallel.balance = \"declared\"; with "
+                 "patterns, the first that matches a rank's node gives its speed, other ranks 1.",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   auto a = n.as_array();
+                   if (!a) return "is " + toml_type_of(n);
+                   c.parallel.rank_speeds.clear();
+                   c.parallel.node_speeds.clear();
+                   for (const toml::node& e : *a) {
+                     if (e.is_integer() || e.is_floating_point()) {
+                       const double v = e.is_integer() ? static_cast<double>(e.as_integer()->get())
+                                                       : e.as_floating_point()->get();
+                       if (!(v > 0) || !std::isfinite(v)) return "holds a speed that is not > 0";
+                       c.parallel.rank_speeds.push_back(v);
+                     } else if (e.is_string()) {
+                       const std::string t = e.as_string()->get();
+                       const size_t eq = t.rfind('=');
+                       if (eq == std::string::npos || eq == 0)
+                         return "holds \"" + t + "\", not NODE-PATTERN=SPEED";
+                       char* end = nullptr;
+                       const std::string num = t.substr(eq + 1);
+                       const double v = std::strtod(num.c_str(), &end);
+                       if (num.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v))
+                         return "holds \"" + t + "\", whose speed is not a number > 0";
+                       c.parallel.node_speeds.emplace_back(t.substr(0, eq), v);
+                     } else {
+                       return "holds " + toml_type_of(e);
+                     }
+                   }
+                   if (!c.parallel.rank_speeds.empty() && !c.parallel.node_speeds.empty())
+                     return "mixes numbers and NODE-PATTERN=SPEED strings";
+                   return "";
+                 }});
+    k.push_back(bool_key("parallel", "rebalance", false,
+                         "Re-divide the data-parallel shares at a step boundary when the measured "
+                         "compute times of the replicas differ (each log window).",
+                         [](Config& c, bool v) { c.parallel.rebalance = v; }));
     // [checkpoint]
     k.push_back(string_key("checkpoint", "dir", "\"<run.dir>/checkpoints\"", "a directory path",
                            "Where checkpoints are written and looked for.", nonempty,
@@ -544,6 +595,23 @@ void check_cross_fields(const std::string& path, const Config& c) {
            std::to_string(chunks) + " entries summing to model.layers = " +
            std::to_string(c.model.layers) + ")");
   }
+  const bool speeds = !c.parallel.rank_speeds.empty() || !c.parallel.node_speeds.empty();
+  if (c.parallel.balance == Balance::Declared && !speeds)
+    fail("parallel.balance = \"declared\" needs parallel.speeds (numbers, one per rank, or "
+         "\"NODE-PATTERN=SPEED\" strings)");
+  if (c.parallel.balance != Balance::Declared && speeds)
+    fail("parallel.speeds is given but parallel.balance is not \"declared\", so the speeds would be "
+         "ignored (set parallel.balance = \"declared\", or remove parallel.speeds)");
+  if (c.parallel.uneven_shares() && c.parallel.zero >= 2 && !c.parallel.automatic.zero)
+    fail("parallel.zero = " + std::to_string(c.parallel.zero) + " cannot take uneven data-parallel "
+         "shares (parallel.balance = \"" +
+         std::string(c.parallel.balance == Balance::Declared   ? "declared"
+                     : c.parallel.balance == Balance::Measured ? "measured"
+                                                               : "even") +
+         "\"" + (c.parallel.rebalance ? ", rebalance = true" : "") +
+         "): ZeRO 2 and 3 reduce gradients over the data-parallel group at every micro-batch, so "
+         "every replica must run as many (use parallel.zero = 0 or 1, or parallel.balance = "
+         "\"even\" with rebalance = false)");
   if (c.data.train.size() == 1 && c.data.train[0] == "none")
     fail("data.train = \"none\": training needs data (\"synthetic\" or token shards)");
 }

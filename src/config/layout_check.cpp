@@ -58,17 +58,36 @@ void check_layout(Config& c, int world_size) {
          " is fewer than parallel.pp x virtual_stages = " + pp + " x " +
          std::to_string(p.virtual_stages) + " = " + std::to_string(chunks) +
          " (every pipeline chunk needs at least one layer)");
-  const int per_step = p.dp * c.train.micro_batch;
-  if (c.train.global_batch % per_step != 0)
-    fail("train.global_batch = " + std::to_string(c.train.global_batch) +
-         " is not divisible by dp x micro_batch = " + dp + " x " +
-         std::to_string(c.train.micro_batch) + " = " + std::to_string(per_step) +
-         " (global_batch must be a multiple of " + std::to_string(per_step) + ", e.g. " +
-         std::to_string(per_step * ((c.train.global_batch + per_step - 1) / per_step)) + ")");
-  const int m = c.microbatches();
-  if (p.schedule == ScheduleKind::Interleaved && m % p.pp != 0)
-    fail("parallel.schedule = \"interleaved\" needs the micro-batches per step (global_batch / "
-         "(dp x micro_batch) = " + std::to_string(m) + ") to be a multiple of parallel.pp = " + pp);
+  const int granule = p.schedule == ScheduleKind::Interleaved ? p.pp : 1;
+  if (p.uneven_shares()) {
+    // Shares are whole micro-batches, multiples of pp under the interleaved schedule, at least
+    // one such granule per replica (train/work_balance.h).
+    const int total = c.total_microbatches();
+    if (total % granule != 0 || total < p.dp * granule)
+      fail("train.global_batch / micro_batch = " + std::to_string(c.train.global_batch) + " / " +
+           std::to_string(c.train.micro_batch) + " = " + std::to_string(total) +
+           " micro-batches cannot be shared among dp = " + dp + " replicas" +
+           (granule > 1 ? " in multiples of parallel.pp = " + pp + " (the interleaved schedule)"
+                        : std::string()) +
+           " (uneven shares need at least " + std::to_string(p.dp * granule) +
+           " micro-batches" + (granule > 1 ? ", a multiple of " + pp : std::string()) + ")");
+  } else {
+    const int per_step = p.dp * c.train.micro_batch;
+    if (c.train.global_batch % per_step != 0)
+      fail("train.global_batch = " + std::to_string(c.train.global_batch) +
+           " is not divisible by dp x micro_batch = " + dp + " x " +
+           std::to_string(c.train.micro_batch) + " = " + std::to_string(per_step) +
+           " (global_batch must be a multiple of " + std::to_string(per_step) + ", e.g. " +
+           std::to_string(per_step * ((c.train.global_batch + per_step - 1) / per_step)) + ")");
+    const int m = c.microbatches();
+    if (m % granule != 0)
+      fail("parallel.schedule = \"interleaved\" needs the micro-batches per step (global_batch / "
+           "(dp x micro_batch) = " + std::to_string(m) + ") to be a multiple of parallel.pp = " + pp);
+  }
+  if (!p.rank_speeds.empty() && static_cast<int>(p.rank_speeds.size()) != world_size)
+    fail("parallel.speeds has " + std::to_string(p.rank_speeds.size()) +
+         " numbers for the " + std::to_string(world_size) +
+         " ranks of this job (give one speed per rank, or \"NODE-PATTERN=SPEED\" strings)");
   if (p.sequence_parallel && (c.train.micro_batch * c.model.seq_len) % p.tp != 0)
     fail("parallel.sequence_parallel needs micro_batch x seq_len = " +
          std::to_string(c.train.micro_batch * c.model.seq_len) + " tokens to divide by tp = " + tp);

@@ -35,8 +35,12 @@ std::vector<ChunkRange> explicit_partition(const std::vector<int>& layer_counts)
   return out;
 }
 
-std::vector<ChunkRange> balanced_partition(const GptConfig& cfg, int chunks) {
+std::vector<ChunkRange> balanced_partition(const GptConfig& cfg, int chunks,
+                                           const std::vector<double>& stage_speeds) {
   const int L = cfg.layers;
+  const auto speed = [&](int chunk) {
+    return stage_speeds.empty() ? 1.0 : stage_speeds[chunk % stage_speeds.size()];
+  };
   const double inf = std::numeric_limits<double>::infinity();
   // best[k][l]: the smallest possible maximum chunk cost splitting layers [0, l) into k chunks.
   std::vector<std::vector<double>> best(chunks + 1, std::vector<double>(L + 1, inf));
@@ -47,7 +51,7 @@ std::vector<ChunkRange> balanced_partition(const GptConfig& cfg, int chunks) {
       for (int start = k - 1; start < l; ++start) {
         if (best[k - 1][start] == inf) continue;
         ChunkRange r{start, l, k == 1, k == chunks};
-        const double cost = std::max(best[k - 1][start], chunk_cost(cfg, r));
+        const double cost = std::max(best[k - 1][start], chunk_cost(cfg, r) / speed(k - 1));
         // Ties go to the later cut: earlier chunks take more layers.
         if (cost <= best[k][l]) {
           best[k][l] = cost;

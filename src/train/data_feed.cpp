@@ -38,6 +38,7 @@ void check_vocabulary(const Config& c, const TokenDataset& d, const char* key) {
 
 DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_size, DataMode mode)
     : cfg_(&config), be_(&backend), dp_rank_(dp_rank), dp_size_(dp_size), mode_(mode) {
+  set_shares(std::vector<int>(dp_size, config.total_microbatches() / dp_size));
   if (mode == DataMode::ShapesOnly) return;
   const DataOptions& d = config.data;
   train_ = open_dataset(d.train, kSyntheticTrainSeed, d.synthetic_bytes, config.model.seq_len, "training");
@@ -65,6 +66,12 @@ DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_s
   sampler_ = std::make_unique<Sampler>(train_->samples(), config.run.seed);
 }
 
+void DataFeed::set_shares(const std::vector<int>& shares) {
+  first_ = 0;
+  for (int r = 0; r < dp_rank_; ++r) first_ += static_cast<int64_t>(shares[r]) * cfg_->train.micro_batch;
+  share_ = shares[dp_rank_];
+}
+
 void DataFeed::verify(int worker, int workers) const {
   if (mode_ == DataMode::ShapesOnly || interrupted()) return;
   const int threads = std::max(1, omp_get_max_threads());
@@ -81,8 +88,7 @@ void DataFeed::verify(int worker, int workers) const {
 std::vector<MicroBatchData> DataFeed::assemble(
     const TokenDataset* data, const std::function<int64_t(int64_t)>& index_at) const {
   const int64_t b = cfg_->train.micro_batch, T = cfg_->model.seq_len, N = b * T;
-  const int64_t per_rank = cfg_->train.global_batch / dp_size_;
-  const int64_t M = per_rank / b;
+  const int64_t M = share_, per_rank = M * b;
   // (2, M, N): tokens of micro-batch j at [0, j], its targets at [1, j].
   Tensor device = be_->empty({2, M, N}, DType::I32, MemoryCategory::Activations);
   if (data) {
@@ -90,7 +96,7 @@ std::vector<MicroBatchData> DataFeed::assemble(
     int32_t* tokens = host.data<int32_t>();
     int32_t* targets = tokens + M * N;
     for (int64_t i = 0; i < per_rank; ++i)
-      data->sample(index_at(dp_rank_ * per_rank + i), tokens + i * T, targets + i * T);
+      data->sample(index_at(first_ + i), tokens + i * T, targets + i * T);
     be_->copy_from_host_async(device, std::move(host));
   }
   std::vector<MicroBatchData> out;

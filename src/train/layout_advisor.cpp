@@ -18,6 +18,8 @@ bool allowed(const Config& c, const Config& base, const LayoutFreedom& f) {
                                                    p.virtual_stages != b.virtual_stages)))
     return false;
   if (!f.zero && p.zero != b.zero) return false;
+  // Uneven data-parallel shares cannot run under ZeRO 2/3 (deck.cpp refuses the pair).
+  if (b.uneven_shares() && p.zero >= 2) return false;
   if (!f.recompute && p.recompute != b.recompute) return false;
   return true;
 }

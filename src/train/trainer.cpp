@@ -48,9 +48,8 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
       leader_(grid.world_rank() == 0),
       trace_(grid.world_rank(), config.run.trace) {
   const ParallelOptions& p = config.parallel;
-  const int chunks = p.pp * p.virtual_stages;
-  partition_ = p.partition.empty() ? balanced_partition(config.model, chunks)
-                                   : explicit_partition(p.partition);
+  agree(grid.world(), [&] { work_ = plan_work(config, grid, backend); });
+  partition_ = work_.partition;
   const TensorParallel tp{&grid.comm(Axis::Tensor),
                           p.sequence_parallel ? SequenceParallel::On : SequenceParallel::Off};
   model_ = std::make_unique<GptModel>(backend, tp, config.model,
@@ -61,7 +60,7 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   so.zero = p.zero;
   so.bucket_mb = p.bucket_mb;
   so.adamw = {config.train.beta1, config.train.beta2, config.train.eps, config.train.weight_decay};
-  so.microbatches = config.microbatches();
+  so.microbatches = work_.shares[grid.rank(Axis::Data)];
   if (p.offload == Offload::Optimizer) {
     host_backend_ = backend.planning()
                         ? std::make_unique<CpuBackend>(config.run.threads, Execution::Plan)
@@ -80,15 +79,13 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
 
   agree(grid.world(), [&] {
     data_ = std::make_unique<DataFeed>(config, backend, grid.rank(Axis::Data), p.dp, data);
+    data_->set_shares(work_.shares);
     data_->verify(grid.world_rank(), grid.world_size());
   });
   // An interrupted feed means a stop signal here, so every rank throws at this check.
   if (data == DataMode::Load) check_stop_during_startup(grid.world(), "opening the data");
 
-  const int M = config.microbatches();
-  const Schedule compute = make_schedule(p.schedule, p.pp, M, p.virtual_stages);
-  train_actions_ = insert_communication(compute, p.pp, p.virtual_stages)[grid.rank(Axis::Pipeline)];
-  eval_actions_ = make_forward_only(p.pp, M, p.virtual_stages)[grid.rank(Axis::Pipeline)];
+  set_shares(work_.shares);
   executor_ = std::make_unique<PipelineExecutor>(*model_, grid.comm(Axis::Pipeline),
                                                  p.virtual_stages, p.recompute, trace_);
   // The loss stays on the device until the step (or evaluation) has queued all its work and is
@@ -107,6 +104,17 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::set_shares(const std::vector<int>& shares) {
+  const ParallelOptions& p = cfg_.parallel;
+  work_.shares = shares;
+  data_->set_shares(shares);
+  const int M = data_->microbatches();
+  state_->set_microbatches(M);
+  const Schedule compute = make_schedule(p.schedule, p.pp, M, p.virtual_stages);
+  train_actions_ = insert_communication(compute, p.pp, p.virtual_stages)[grid_.rank(Axis::Pipeline)];
+  eval_actions_ = make_forward_only(p.pp, M, p.virtual_stages)[grid_.rank(Axis::Pipeline)];
+}
 
 double Trainer::world_sum(double local) { return grid_.world().all_reduce_scalar(local); }
 
@@ -217,10 +225,22 @@ void Trainer::log_start() {
               static_cast<double>(m.parameter_count()) / 1e6, m.tie_embeddings ? " (tied embeddings)" : "");
   std::printf("schedule %s, %d micro-batch(es) of %d per step, virtual stages %d, zero %d, "
               "recompute %s, sequence parallel %s\n",
-              std::string(schedule_name(p.schedule)).c_str(), cfg_.microbatches(),
+              std::string(schedule_name(p.schedule)).c_str(), data_->microbatches(),
               cfg_.train.micro_batch, p.virtual_stages, p.zero,
               p.recompute == Recompute::None ? "none" : p.recompute == Recompute::Selective ? "selective" : "full",
               p.sequence_parallel ? "on" : "off");
+  if (!work_.rank_speeds.empty() || p.rebalance) {
+    std::string speeds;
+    for (size_t r = 0; r < work_.rank_speeds.size(); ++r) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "%s%.2f", r ? " " : "", work_.rank_speeds[r]);
+      speeds += buf;
+    }
+    std::printf("work balance %s%s: data-parallel shares %s micro-batches%s%s\n", work_.source.c_str(),
+                p.rebalance ? " (rebalanced from measured compute)" : "",
+                describe_shares(work_.shares).c_str(), speeds.empty() ? "" : "; rank speeds ",
+                speeds.c_str());
+  }
   std::printf("partition %s; backend %s\n", describe_partition(partition_).c_str(),
               be_.describe().c_str());
   std::printf("data: train %s; val %s\n", data_->train().describe().c_str(),
@@ -235,7 +255,7 @@ void Trainer::log_step(const StepResult& r, double eta_seconds) {
   if (p.pp > 1) {
     char buf[64];
     std::snprintf(buf, sizeof buf, " | bubble %.2f (theory %.2f)", r.bubble,
-                  theoretical_bubble(p.schedule, p.pp, cfg_.microbatches(), p.virtual_stages));
+                  theoretical_bubble(p.schedule, p.pp, data_->microbatches(), p.virtual_stages));
     bubble = buf;
   }
   std::printf("step %5d/%d | loss %.4f | lr %.2e | grad_norm %.3f | %8.0f tok/s | %7.1f ms%s | eta %s\n",

@@ -34,13 +34,17 @@ struct Layout {
   bool sequence_parallel;
   int zero = 0;
   Recompute recompute = Recompute::None;
+  // Declared rank speeds (parallel.balance = "declared"): uneven data-parallel shares and a
+  // speed-weighted pipeline partition (train/work_balance.h).
+  std::vector<double> speeds = {};
 
   std::string name() const {
     const char* rc[] = {"none", "selective", "full"};
     return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_pp" + std::to_string(pp) +
            "_" + std::string(schedule_name(schedule)) + "_v" + std::to_string(virtual_stages) +
            "_m" + std::to_string(16 / (dp * micro_batch)) + (sequence_parallel ? "_sp" : "") +
-           "_zero" + std::to_string(zero) + "_rc-" + rc[static_cast<int>(recompute)];
+           "_zero" + std::to_string(zero) + "_rc-" + rc[static_cast<int>(recompute)] +
+           (speeds.empty() ? "" : "_uneven");
   }
   Config apply(Config c) const {
     c.parallel.dp = dp;
@@ -53,6 +57,10 @@ struct Layout {
     c.parallel.recompute = recompute;
     c.parallel.bucket_mb = 0.01;  // several buckets even for the tiny model
     c.train.micro_batch = micro_batch;
+    if (!speeds.empty()) {
+      c.parallel.balance = Balance::Declared;
+      c.parallel.rank_speeds = speeds;
+    }
     return c;
   }
 };
@@ -89,6 +97,9 @@ std::vector<Layout> layouts_for(int world) {
         {2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full},
         {1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective},
         {1, 1, 2, S::OneFOneB, 1, 2, false, 0, R::Full},
+        {2, 1, 1, S::OneFOneB, 1, 2, false, 0, R::None, {1.0, 0.4}},   // shares 6 and 2
+        {2, 1, 1, S::GPipe, 1, 1, false, 1, R::Selective, {0.3, 1.0}},  // ZeRO-1, shares 4 and 12
+        {1, 1, 2, S::OneFOneB, 1, 2, false, 0, R::None, {1.0, 0.5}},   // 3 + 1 layers
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
@@ -107,6 +118,9 @@ std::vector<Layout> layouts_for(int world) {
         {2, 1, 2, S::OneFOneB, 1, 2, false, 2, R::Selective},
         {2, 1, 2, S::Interleaved, 2, 4, false, 3, R::Full},
         {1, 2, 2, S::OneFOneB, 1, 4, true, 1, R::Full},
+        {4, 1, 1, S::OneFOneB, 1, 1, false, 0, R::None, {1.0, 1.0, 1.0, 0.5}},  // 5 5 4 2
+        {2, 1, 2, S::OneFOneB, 1, 1, false, 1, R::None, {1.0, 0.5, 1.0, 1.0}},  // stage and replica
+        {2, 1, 2, S::Interleaved, 2, 1, false, 0, R::Full, {0.5, 1.0, 1.0, 1.0}},  // shares of 2
     };
     case 8: return {
         {2, 2, 2, S::GPipe, 1, 2, false},
@@ -119,6 +133,7 @@ std::vector<Layout> layouts_for(int world) {
         {2, 2, 2, S::OneFOneB, 1, 2, true, 1},
         {2, 2, 2, S::OneFOneB, 1, 4, true, 2, R::Selective},
         {2, 2, 2, S::Interleaved, 2, 2, true, 3, R::Full},
+        {2, 2, 2, S::OneFOneB, 1, 1, true, 1, R::Selective, {1, 1, 1, 1, 1, 1, 0.5, 0.5}},
     };
     default: return {};
   }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "meshtrain/model/gpt_config.h"
@@ -20,6 +21,8 @@ enum class DeviceChoice { Auto, Cpu, Cuda };
 enum class CommChoice { Auto, Mpi, Nccl };
 enum class CheckpointIo { Auto, Collective, Independent };
 enum class Offload { None, Optimizer };
+// Where data-parallel shares and pipeline layer counts come from (train/work_balance.h).
+enum class Balance { Even, Declared, Measured };
 
 struct RunOptions {
   DeviceChoice device = DeviceChoice::Auto;  // resolved by resolve_device() before training
@@ -85,6 +88,14 @@ struct ParallelOptions {
   Offload offload = Offload::None;
   AutoLayout automatic;  // what is "auto" (the fields above hold placeholders until settled)
   std::string profile;   // machine profile the "auto" choices are predicted on; "": measured
+  // Heterogeneous ranks (train/work_balance.h): parallel.balance, parallel.speeds (numbers, one
+  // per world rank, or "NODE-PATTERN=SPEED" entries) and parallel.rebalance.
+  Balance balance = Balance::Even;
+  std::vector<double> rank_speeds;
+  std::vector<std::pair<std::string, double>> node_speeds;
+  bool rebalance = false;
+  // Data-parallel replicas may take different numbers of micro-batches.
+  bool uneven_shares() const { return balance != Balance::Even || rebalance; }
 };
 
 struct CheckpointOptions {
@@ -107,7 +118,10 @@ struct Config {
   CheckpointOptions checkpoint;
 
   // Micro-batches per optimizer step on each data-parallel rank.
+  // With parallel.balance or rebalance, a replica's own count is the trainer's (its share).
   int microbatches() const { return train.global_batch / (parallel.dp * train.micro_batch); }
+  // Micro-batches per optimizer step over all data-parallel replicas.
+  int total_microbatches() const { return train.global_batch / train.micro_batch; }
   GridShape grid_shape() const;
 };
 

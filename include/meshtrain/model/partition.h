@@ -25,8 +25,11 @@ double block_cost(const GptConfig& cfg);
 double head_cost(const GptConfig& cfg);
 double embedding_cost(const GptConfig& cfg);
 
-// Contiguous ranges of at least one layer each, minimising the most expensive chunk.
-std::vector<ChunkRange> balanced_partition(const GptConfig& cfg, int chunks);
+// Contiguous ranges of at least one layer each, minimising the most expensive chunk. With
+// `stage_speeds` (one per pipeline stage; chunk k runs on stage k % stages), a chunk's cost is
+// divided by its stage's speed: a slower stage gets fewer layers.
+std::vector<ChunkRange> balanced_partition(const GptConfig& cfg, int chunks,
+                                           const std::vector<double>& stage_speeds = {});
 // Ranges from explicit layer counts (validated by the caller: positive, summing to layers).
 std::vector<ChunkRange> explicit_partition(const std::vector<int>& layer_counts);
 double chunk_cost(const GptConfig& cfg, const ChunkRange& r);

@@ -100,6 +100,9 @@ class ModelState final : public UnitHooks {
   int64_t steps_taken() const;
   void set_steps_taken(int64_t steps);
   int zero() const { return options_.zero; }
+  // Backward passes per unit per step from the next step on (uneven data-parallel shares,
+  // train/work_balance.h; ZeRO 0 and 1 only, which reduce once per step).
+  void set_microbatches(int microbatches) { options_.microbatches = microbatches; }
   // The optimizer's element type: fp32 master weights under bf16, else the parameters' own.
   DType state_dtype() const { return state_dtype_; }
   const BucketPlan& plan() const { return plan_; }

@@ -1,9 +1,10 @@
 #pragma once
 // Feeds a data-parallel rank its micro-batches. The global batch of step s is the sampler's
-// positions [0, global_batch) of that step — a function of (seed, step) only — and rank r of dp
-// takes positions [r G/dp, (r+1) G/dp), micro-batch j the next micro_batch of those. So any dp,
-// and any micro-batch count, sees exactly the same global batch. Validation batches are read
-// in order, the same for every evaluation.
+// positions [0, global_batch) of that step — a function of (seed, step) only — and replica r
+// takes its share of micro-batches (even: G / (dp x micro_batch) each; by speed:
+// train/work_balance.h) from the positions after replicas 0..r-1's, micro-batch j the next
+// micro_batch of those. So any dp, any shares and any micro-batch count see exactly the same
+// global batch. Validation batches are read in order and split the same way.
 
 #include <memory>
 #include <vector>
@@ -34,6 +35,11 @@ class DataFeed {
   // outside the shard's vocabulary, or a checksum mismatch (TokenShard::verify).
   void verify(int worker, int workers) const;
 
+  // Micro-batches of each data-parallel replica (train/work_balance.h), summing to
+  // global_batch / micro_batch; even shares until set.
+  void set_shares(const std::vector<int>& shares);
+  int microbatches() const { return share_; }
+
   std::vector<MicroBatchData> train_batch(int step) const;
   std::vector<MicroBatchData> val_batch(int index) const;
   bool has_val() const { return val_ != nullptr; }
@@ -48,6 +54,8 @@ class DataFeed {
   const Config* cfg_;
   Backend* be_;
   int dp_rank_, dp_size_;
+  int64_t first_ = 0;  // this replica's first position in the global batch
+  int share_ = 0;      // its micro-batches
   DataMode mode_;
   std::unique_ptr<TokenDataset> train_, val_;
   std::unique_ptr<Sampler> sampler_;

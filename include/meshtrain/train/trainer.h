@@ -17,6 +17,7 @@
 #include "meshtrain/parallel/pipeline_executor.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/train/data_feed.h"
+#include "meshtrain/train/work_balance.h"
 
 namespace meshtrain {
 
@@ -62,6 +63,10 @@ class Trainer {
   GptModel& model() { return *model_; }
   ModelState& state() { return *state_; }
   const std::vector<ChunkRange>& partition() const { return partition_; }
+  // How the work is divided (train/work_balance.h): this run's data-parallel shares and partition.
+  const WorkPlan& work() const { return work_; }
+  // Takes new data-parallel shares from the next step on (every rank, the same shares).
+  void set_shares(const std::vector<int>& shares);
   int step() const { return step_; }
   void set_step(int step) { step_ = step; }
   // Writes a checkpoint of the current state now (collective; train/checkpointer.h), e.g. on
@@ -78,6 +83,7 @@ class Trainer {
   ProcessGrid& grid_;
   Backend& be_;
   bool leader_;
+  WorkPlan work_;
   std::vector<ChunkRange> partition_;
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<Backend> host_backend_;  // the offloaded optimizer's (parallel.offload)

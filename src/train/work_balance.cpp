@@ -1,0 +1,190 @@
+#include "meshtrain/train/work_balance.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "meshtrain/parallel/slowdown.h"
+
+namespace meshtrain {
+
+std::vector<int> proportional_shares(int total, const std::vector<double>& speeds, int granule) {
+  const int n = static_cast<int>(speeds.size());
+  if (n < 1 || granule < 1 || total % granule != 0 || total < n * granule)
+    throw std::invalid_argument("proportional_shares: " + std::to_string(total) +
+                                " micro-batches cannot be shared among " + std::to_string(n) +
+                                " replicas in multiples of " + std::to_string(granule));
+  std::vector<int> shares(n, granule);
+  for (int left = total - n * granule; left > 0; left -= granule) {
+    int best = 0;
+    double best_finish = std::numeric_limits<double>::infinity();
+    for (int d = 0; d < n; ++d) {
+      const double finish = (shares[d] + granule) / speeds[d];
+      if (finish < best_finish) {
+        best_finish = finish;
+        best = d;
+      }
+    }
+    shares[best] += granule;
+  }
+  return shares;
+}
+
+double slowest_replica(const std::vector<int>& shares, const std::vector<double>& seconds_per_microbatch) {
+  double worst = 0;
+  for (size_t d = 0; d < shares.size(); ++d) worst = std::max(worst, shares[d] * seconds_per_microbatch[d]);
+  return worst;
+}
+
+std::vector<double> declared_rank_speeds(const ParallelOptions& p,
+                                         const std::vector<std::string>& node_names) {
+  if (!p.rank_speeds.empty()) return p.rank_speeds;
+  std::vector<double> out(node_names.size(), 1.0);
+  for (size_t r = 0; r < node_names.size(); ++r)
+    for (const auto& [pattern, speed] : p.node_speeds)
+      if (fnmatch(pattern.c_str(), node_names[r].c_str(), 0) == 0) {
+        out[r] = speed;
+        break;
+      }
+  return out;
+}
+
+double probe_block_seconds(Backend& be, const Config& c) {
+  const int64_t C = c.model.d_model, tp = c.parallel.tp;
+  const int64_t N = static_cast<int64_t>(c.train.micro_batch) * c.model.seq_len;
+  const DType dt = c.train.precision;
+  const DType grad_dt = dt == DType::BF16 ? DType::F32 : dt;
+  // (output features, input features) of the block's four GEMMs on one tensor-parallel shard:
+  // qkv and fc split their outputs, proj and fc_proj their inputs (Megatron's layout).
+  const int64_t shapes[4][2] = {{3 * C / tp, C}, {C, C / tp}, {4 * C / tp, C}, {C, 4 * C / tp}};
+  struct Gemm {
+    Tensor inp, weight, out, dout, dinp, dweight;
+  };
+  std::vector<Gemm> gemms;
+  for (const auto& s : shapes) {
+    Gemm g;
+    g.inp = be.empty({N, s[1]}, dt, MemoryCategory::Workspace);
+    g.weight = be.empty({s[0], s[1]}, dt, MemoryCategory::Workspace);
+    g.out = be.empty({N, s[0]}, dt, MemoryCategory::Workspace);
+    g.dout = be.empty({N, s[0]}, dt, MemoryCategory::Workspace);
+    g.dinp = be.empty({N, s[1]}, dt, MemoryCategory::Workspace);
+    g.dweight = be.zeros({s[0], s[1]}, grad_dt, MemoryCategory::Workspace);
+    for (Tensor* t : {&g.inp, &g.weight, &g.dout}) be.fill(*t, 0.01);
+    gemms.push_back(std::move(g));
+  }
+  std::vector<double> seconds;
+  for (int rep = 0; rep < 6; ++rep) {
+    be.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (Gemm& g : gemms) be.matmul_forward(g.out, g.inp, g.weight, nullptr);
+    for (Gemm& g : gemms) be.matmul_backward(&g.dinp, g.dweight, nullptr, g.dout, g.inp, g.weight);
+    be.synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The probe is compute like a chunk's: a test's MESHTRAIN_SLOWDOWN slows it alike.
+    if (rep > 0) seconds.push_back(pad_compute(s));
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+std::vector<double> axis_speeds(const GridShape& shape, const std::vector<double>& rank_speeds, Axis a) {
+  std::vector<double> out(shape.size(a), std::numeric_limits<double>::infinity());
+  for (int r = 0; r < shape.world_size(); ++r) {
+    const int i = shape.coordinates(r)[axis_index(a)];
+    out[i] = std::min(out[i], rank_speeds[r]);
+  }
+  return out;
+}
+
+int WorkPlan::total() const {
+  int t = 0;
+  for (int s : shares) t += s;
+  return t;
+}
+
+namespace {
+
+std::vector<std::string> gather_strings(Communicator& world, const std::string& mine) {
+  return world.all_gather_bytes(mine);
+}
+
+// Relative to the fastest, rounded to 1/20: a probe's noise of a few percent between identical
+// ranks must not turn into uneven shares or a different partition from run to run.
+std::vector<double> normalised(std::vector<double> speeds) {
+  const double top = *std::max_element(speeds.begin(), speeds.end());
+  for (double& s : speeds) s = std::max(0.05, std::round(s / top * 20.0) / 20.0);
+  return speeds;
+}
+
+}  // namespace
+
+WorkPlan plan_work(const Config& c, ProcessGrid& grid, Backend& backend) {
+  const ParallelOptions& p = c.parallel;
+  const GridShape& shape = grid.shape();
+  WorkPlan plan;
+  plan.granule = p.schedule == ScheduleKind::Interleaved ? p.pp : 1;
+  plan.source = "even";
+  const bool planned = backend.planning();
+  if (p.balance == Balance::Declared && (!p.rank_speeds.empty() || !planned)) {
+    std::vector<std::string> names;
+    if (p.rank_speeds.empty()) names = gather_strings(grid.world(), grid.node_name());
+    plan.rank_speeds = normalised(declared_rank_speeds(p, names));
+    plan.source = "declared";
+  } else if (p.balance == Balance::Measured && !planned) {
+    const double mine = probe_block_seconds(backend, c);
+    std::string bytes(sizeof mine, '\0');
+    std::memcpy(bytes.data(), &mine, sizeof mine);
+    std::vector<double> speeds;
+    for (const std::string& b : gather_strings(grid.world(), bytes)) {
+      double s;
+      std::memcpy(&s, b.data(), sizeof s);
+      speeds.push_back(1.0 / s);
+    }
+    plan.rank_speeds = normalised(speeds);
+    plan.source = "measured";
+  }
+  const std::vector<double> even(shape.world_size(), 1.0);
+  const std::vector<double>& speeds = plan.rank_speeds.empty() ? even : plan.rank_speeds;
+  plan.shares = proportional_shares(c.total_microbatches(), axis_speeds(shape, speeds, Axis::Data),
+                                    plan.granule);
+  const int chunks = p.pp * p.virtual_stages;
+  if (!p.partition.empty())
+    plan.partition = explicit_partition(p.partition);
+  else if (plan.rank_speeds.empty() || p.pp == 1)
+    plan.partition = balanced_partition(c.model, chunks);
+  else
+    plan.partition = balanced_partition(c.model, chunks, axis_speeds(shape, speeds, Axis::Pipeline));
+  return plan;
+}
+
+std::vector<int> rebalanced_shares(const std::vector<int>& shares, const std::vector<double>& rank_compute,
+                                   const GridShape& shape, int granule, double min_gain) {
+  // A replica's time per micro-batch is its slowest rank's compute over its share.
+  std::vector<double> per_microbatch(shares.size(), 0.0);
+  for (int r = 0; r < shape.world_size(); ++r) {
+    const int d = shape.coordinates(r)[axis_index(Axis::Data)];
+    per_microbatch[d] = std::max(per_microbatch[d], rank_compute[r] / shares[d]);
+  }
+  for (double t : per_microbatch)
+    if (!(t > 0) || !std::isfinite(t)) return shares;  // nothing measured yet
+  std::vector<double> speeds;
+  for (double t : per_microbatch) speeds.push_back(1.0 / t);
+  int total = 0;
+  for (int s : shares) total += s;
+  const std::vector<int> next = proportional_shares(total, speeds, granule);
+  const double now = slowest_replica(shares, per_microbatch), then = slowest_replica(next, per_microbatch);
+  return then < (1.0 - min_gain) * now ? next : shares;
+}
+
+std::string describe_shares(const std::vector<int>& shares) {
+  std::string s;
+  for (size_t i = 0; i < shares.size(); ++i) s += (i ? " " : "") + std::to_string(shares[i]);
+  return s;
+}
+
+}  // namespace meshtrain
