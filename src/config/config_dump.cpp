@@ -67,7 +67,8 @@ std::string dump_config(const Config& c) {
      << "threads = " << r.threads << "\n"
      << "trace = " << boolean(r.trace) << "\n"
      << "comm_timeout = " << real(r.comm_timeout) << "\n"
-     << "flight_records = " << r.flight_records << "\n";
+     << "flight_records = " << r.flight_records << "\n"
+     << "straggler_threshold = " << real(r.straggler_threshold) << "\n";
   const GptConfig& m = c.model;
   os << "\n[model]\n"
      << "layers = " << m.layers << "\n"

@@ -198,6 +198,20 @@ const std::vector<KeySpec>& schema() {
                         "Communication operations each rank's flight recorder keeps in "
                         "<run.dir>/flight/ for `meshtrain diagnose` (64 bytes each); 0: off.",
                         [](Config& c, int64_t v) { c.run.flight_records = static_cast<int>(v); }));
+    k.push_back({"run", "straggler_threshold", "float", "1.25", "0 (off) or a number > 1",
+                 "Straggler report: at each log step, a rank whose compute time per step exceeds "
+                 "this times the median of the ranks' is named (in the log after "
+                 "2 consecutive windows, and in metrics.jsonl); 0: no report.",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   double v;
+                   if (n.is_floating_point()) v = n.as_floating_point()->get();
+                   else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
+                   else return "is " + toml_type_of(n);
+                   // Not 1 or below (every rank, or none, would be slower than the median).
+                   if (!(v == 0.0 || (v > 1.0 && v < 1e9))) return "is out of range";
+                   c.run.straggler_threshold = v;
+                   return "";
+                 }});
     // [model]
     k.push_back(int_key("model", "layers", 4, 1, 100000, "Transformer blocks.",
                         [](Config& c, int64_t v) { c.model.layers = static_cast<int>(v); }));

@@ -27,6 +27,14 @@ int write_all(int fd, const std::string& line) {
   return 0;
 }
 
+// JSON has no NaN or Infinity: null keeps every line parseable.
+std::string json_number(double d) {
+  char buf[32];
+  if (std::isfinite(d)) std::snprintf(buf, sizeof buf, "%.9g", d);
+  else std::snprintf(buf, sizeof buf, "null");
+  return buf;
+}
+
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
@@ -63,11 +71,15 @@ void MetricsWriter::write(std::initializer_list<std::pair<const char*, Value>> f
       line += std::to_string(*i);
       if (std::strcmp(key, "step") == 0) step = i;
     } else if (const auto* d = std::get_if<double>(&value)) {
-      char buf[32];
-      // JSON has no NaN or Infinity: write null so that every line stays parseable.
-      if (std::isfinite(*d)) std::snprintf(buf, sizeof buf, "%.9g", *d);
-      else std::snprintf(buf, sizeof buf, "null");
-      line += buf;
+      line += json_number(*d);
+    } else if (const auto* ds = std::get_if<std::vector<double>>(&value)) {
+      line += "[";
+      for (size_t k = 0; k < ds->size(); ++k) line += (k ? ", " : "") + json_number((*ds)[k]);
+      line += "]";
+    } else if (const auto* is = std::get_if<std::vector<int64_t>>(&value)) {
+      line += "[";
+      for (size_t k = 0; k < is->size(); ++k) line += (k ? ", " : "") + std::to_string((*is)[k]);
+      line += "]";
     } else {
       line += "\"" + std::get<std::string>(value) + "\"";
     }

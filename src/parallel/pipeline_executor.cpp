@@ -4,6 +4,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "meshtrain/parallel/slowdown.h"
+
 namespace meshtrain {
 
 struct PipelineExecutor::Slot {
@@ -112,7 +114,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
                                         &loss, hooks);
           if (k < last_chunk) s.output = out;
         }
-        stats_.compute_seconds += std::chrono::duration<double>(clock::now() - t0).count();
+        stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
         break;
       }
       case Op::Backward: {
@@ -135,7 +137,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
           Tensor din = chunk(k).backward(microbatches[m], dout, s.saved, recompute_, hooks);
           if (k > 0) s.dinput = din;
         }
-        stats_.compute_seconds += std::chrono::duration<double>(clock::now() - t0).count();
+        stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
         break;
       }
     }

@@ -20,6 +20,7 @@
 #include "meshtrain/train/fault_injection.h"
 #include "meshtrain/train/lr_schedule.h"
 #include "meshtrain/train/stop_request.h"
+#include "meshtrain/train/straggler_report.h"
 #include "meshtrain/train/text_sample.h"
 
 namespace meshtrain {
@@ -144,7 +145,10 @@ StepResult Trainer::train_step(int step) {
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) throw diverged(cfg_, r.step, r.loss, r.grad_norm);
   const double scale = t.grad_clip > 0 && r.grad_norm > t.grad_clip ? t.grad_clip / (r.grad_norm + 1e-6) : 1.0;
   r.lr = learning_rate(t, step);
+  const auto optimizer_start = std::chrono::steady_clock::now();
   state_->optimizer_step(r.lr, scale);
+  r.compute_seconds = executor_->stats().compute_seconds +
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
 
   r.bubble = world_sum(executor_->stats().bubble()) / grid_.world_size();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -271,6 +275,21 @@ void Trainer::log_step(const StepResult& r, double eta_seconds) {
                    {"bubble", r.bubble}});
 }
 
+const StragglerWindow* Trainer::straggler_window() const {
+  return stragglers_ && stragglers_->last_window().steps > 0 ? &stragglers_->last_window() : nullptr;
+}
+
+void Trainer::log_stragglers(const StragglerWindow& w) {
+  if (!leader_) return;
+  for (int rank : w.stragglers)
+    std::printf("%s\n", describe_straggler(w, rank, stragglers_->places()[static_cast<size_t>(rank)]).c_str());
+  std::fflush(stdout);
+  metrics_->write({{"step", int64_t{w.step}},
+                   {"rank_compute_ms", w.compute_ms},
+                   {"rank_wait_ms", w.wait_ms},
+                   {"stragglers", std::vector<int64_t>(w.stragglers.begin(), w.stragglers.end())}});
+}
+
 void Trainer::save_checkpoint() {
   const CheckpointStats s = checkpointer_->save(*this);
   if (leader_) {
@@ -308,16 +327,21 @@ RunEnd Trainer::run() {
     }
   }
   std::vector<double> times;
+  if (cfg_.run.straggler_threshold > 0)  // collective: every rank's node and coordinates
+    stragglers_ = std::make_unique<StragglerMonitor>(grid_, cfg_.run.straggler_threshold);
   reset_memory_peaks();  // peaks of the training steps, not of set-up
   while (step_ < t.steps) {
     const StepResult r = train_step(step_);
     times.push_back(r.seconds);
+    if (stragglers_) stragglers_->add_step(r.compute_seconds, r.seconds);
     if (times.size() == 1) log_memory("after the first step", r.step);
     const bool last = r.step == t.steps;
     if (r.step % cfg_.run.log_every == 0 || r.step == 1 || last) {
       std::vector<double> sorted = times;
       std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
       log_step(r, sorted[sorted.size() / 2] * (t.steps - r.step));
+      // Every rank logs at this step: one all-gather closes the window everywhere.
+      if (stragglers_) log_stragglers(stragglers_->close_window(grid_.world(), r.step));
     }
     if (data_->has_val() && ((t.eval_every > 0 && r.step % t.eval_every == 0) || last)) {
       const double val = evaluate();

@@ -158,6 +158,11 @@ CATALOGUE = [
          "the 64-bit integer range (expected integer >= 1)"]),
     row("deck", "out of range", 2, train("train.steps=0"), 1,
         ["train.steps = 0 is out of range (expected integer >= 1)"]),
+    row("deck", "straggler threshold", 2, train("run.straggler_threshold=1.0"), 1,
+        ["run.straggler_threshold = 1.0 is out of range (expected 0 (off) or a number > 1)"]),
+    row("deck", "bad MESHTRAIN_SLOWDOWN", 2, train(), 1,
+        ['MESHTRAIN_SLOWDOWN="1:fast": factor "fast" of "1:fast" is not a number (expected '
+         'RANK:FACTOR[,RANK:FACTOR...]'], env={"MESHTRAIN_SLOWDOWN": "1:fast"}, absent=["| loss "]),
     row("deck", "bad choice", 1, train("parallel.schedule=\"zigzag\""), 1,
         ["parallel.schedule = \"zigzag\" is not a known value (expected one of \"gpipe\", "
          "\"1f1b\", \"interleaved\", \"auto\")"]),

@@ -35,6 +35,7 @@ struct RunOptions {
   bool trace = false;
   double comm_timeout = 600.0;  // seconds
   int flight_records = 4096;    // communication operations each rank's flight recorder keeps
+  double straggler_threshold = 1.25;  // compute x the median that flags a rank; 0: no report
 };
 
 struct DataOptions {

@@ -12,12 +12,14 @@
 #include <string>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace meshtrain {
 
 class MetricsWriter {
  public:
-  using Value = std::variant<int64_t, double, std::string>;
+  // Numbers, strings and arrays of numbers (per-rank values: the straggler report's).
+  using Value = std::variant<int64_t, double, std::string, std::vector<double>, std::vector<int64_t>>;
 
   // An empty path writes nothing (ranks other than the one that logs). Throws DataError naming
   // the path and the reason when the file cannot be opened for appending.

@@ -16,7 +16,8 @@
 namespace meshtrain {
 
 struct PipelineStats {
-  double compute_seconds = 0;  // inside forward/backward actions
+  double compute_seconds = 0;  // inside forward/backward actions (with an emulated slowdown's
+                               // padding, parallel/slowdown.h)
   double total_seconds = 0;    // the whole run
   double bubble() const { return total_seconds > 0 ? 1.0 - compute_seconds / total_seconds : 0.0; }
 };

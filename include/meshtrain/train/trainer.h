@@ -23,12 +23,15 @@ namespace meshtrain {
 
 class Checkpointer;
 class PeriodicSample;
+class StragglerMonitor;
+struct StragglerWindow;
 
 struct StepResult {
   int step = 0;  // optimizer steps completed
   double loss = 0, lr = 0, grad_norm = 0;
   double seconds = 0, tokens_per_second = 0;
   double bubble = 0;  // measured, mean over ranks
+  double compute_seconds = 0;  // this rank's: forward, backward (executor) and optimizer step
 };
 
 // Per-category peaks of one rank's memory, as reported in the log and metrics.jsonl.
@@ -69,6 +72,9 @@ class Trainer {
   void set_shares(const std::vector<int>& shares);
   int step() const { return step_; }
   void set_step(int step) { step_ = step; }
+  // The straggler report's last closed window, the same on every rank (train/straggler_report.h);
+  // null before run() or with run.straggler_threshold = 0.
+  const StragglerWindow* straggler_window() const;
   // Writes a checkpoint of the current state now (collective; train/checkpointer.h), e.g. on
   // request from a signal handler; run() calls it every checkpoint.every steps.
   void save_checkpoint();
@@ -78,6 +84,7 @@ class Trainer {
   void log_memory(const char* when, int step);
   void log_start();
   void log_step(const StepResult& r, double eta_seconds);
+  void log_stragglers(const StragglerWindow& w);
 
   const Config& cfg_;
   ProcessGrid& grid_;
@@ -95,6 +102,7 @@ class Trainer {
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<PeriodicSample> sample_;  // train.sample_every
+  std::unique_ptr<StragglerMonitor> stragglers_;  // run.straggler_threshold; made by run()
   int step_ = 0;
 };
 

@@ -1,0 +1,57 @@
+// MESHTRAIN_SLOWDOWN's parser (parallel/slowdown.h) and the padding of compute time.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+#include "meshtrain/parallel/slowdown.h"
+
+namespace meshtrain {
+namespace {
+
+TEST(Slowdown, ParsesRanksAndTheRest) {
+  EXPECT_EQ(slowdown_for_rank("", 0), 1.0);
+  EXPECT_EQ(slowdown_for_rank("2:3", 2), 3.0);
+  EXPECT_EQ(slowdown_for_rank("2:3", 1), 1.0);
+  EXPECT_EQ(slowdown_for_rank("0:1.5, 3:2", 3), 2.0);
+  EXPECT_EQ(slowdown_for_rank("0:1.5, 3:2", 0), 1.5);
+  // "*" is every rank not named, wherever it stands in the list.
+  EXPECT_EQ(slowdown_for_rank("*:2,1:1", 1), 1.0);
+  EXPECT_EQ(slowdown_for_rank("*:2,1:1", 5), 2.0);
+  EXPECT_EQ(slowdown_for_rank("1:4,*:1.25", 1), 4.0);
+  EXPECT_EQ(slowdown_for_rank("1:4,*:1.25", 0), 1.25);
+  EXPECT_EQ(slowdown_for_rank("7:1", 7), 1.0);
+}
+
+TEST(Slowdown, RefusesBadSpecsNamingTheVariable) {
+  for (const std::string spec : {"2", "2:", ":3", "x:2", "-1:2", "2:0.5", "2:abc", "2:3x", "2:nan",
+                                 "2:inf", "2:3,,1:2", "2:3,2:4", "*:2,*:3", "1.5:2", "2:3:4"}) {
+    try {
+      slowdown_for_rank(spec, 0);
+      ADD_FAILURE() << "accepted \"" << spec << "\"";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("MESHTRAIN_SLOWDOWN=\"" + spec + "\""), std::string::npos) << what;
+      EXPECT_NE(what.find("RANK:FACTOR"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(Slowdown, PadsComputeBySleeping) {
+  EXPECT_EQ(compute_slowdown(), 1.0);
+  EXPECT_EQ(pad_compute(0.01), 0.01);  // no slowdown: unchanged, no sleep
+  EXPECT_THROW(set_compute_slowdown(0.5), std::invalid_argument);
+  set_compute_slowdown(3.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const double padded = pad_compute(0.02);
+  const double slept = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  set_compute_slowdown(1.0);
+  EXPECT_GE(slept, 0.04);          // (3 - 1) x 20 ms
+  EXPECT_GE(padded, 0.06);         // 20 ms computed + at least 40 ms slept
+  EXPECT_LT(padded, 0.02 + slept + 1e-3);
+}
+
+}  // namespace
+}  // namespace meshtrain
