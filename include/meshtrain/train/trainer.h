@@ -31,7 +31,11 @@ struct StepResult {
   double loss = 0, lr = 0, grad_norm = 0;
   double seconds = 0, tokens_per_second = 0;
   double bubble = 0;  // measured, mean over ranks
-  double compute_seconds = 0;  // this rank's: forward, backward (executor) and optimizer step
+  // This rank's compute: forward and backward (the executor's), and the optimizer step (with
+  // ZeRO's parameter all-gather, which the ranks reach together: the loss and gradient-norm
+  // reductions before it synchronise them). Host wall-clock time: with asynchronous kernels
+  // (CUDA), only what the host waits for inside these calls.
+  double compute_seconds = 0;
 };
 
 // Per-category peaks of one rank's memory, as reported in the log and metrics.jsonl.
