@@ -107,8 +107,10 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks, each against this machine's own ceiling");
   bench_cmd->add_option("--suite", bench.suite,
                         "step, comm, pipeline, zero, checkpoint, gpu, all, calibrate (measure "
-                        "this machine for the time model; with --out, write a machine profile)")
-      ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all", "calibrate"}));
+                        "this machine for the time model; with --out, write a machine profile), "
+                        "hetero (4 ranks: one slow rank or stage, even against balanced work)")
+      ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all",
+                             "calibrate", "hetero"}));
   bench_cmd->add_option("--threads", bench.threads,
                         "Threads per rank (step suite on one rank: rows at 1 and at this many)")->check(at_least_one("a thread count"));
   bench_cmd->add_option("--steps", bench.steps,

@@ -290,6 +290,26 @@ void Trainer::log_stragglers(const StragglerWindow& w) {
                    {"stragglers", std::vector<int64_t>(w.stragglers.begin(), w.stragglers.end())}});
 }
 
+void Trainer::rebalance(const StragglerWindow& w) {
+  std::vector<double> compute(w.compute_ms.size());
+  for (size_t r = 0; r < compute.size(); ++r) compute[r] = w.compute_ms[r] / 1e3;
+  const std::vector<int> before = work_.shares;
+  // Paces averaged over windows (exponentially, half weight to the newest): one window of a
+  // shared, noisy machine must not move the shares back and forth.
+  const std::vector<double> pace = replica_pace(before, compute, grid_.shape());
+  if (pace_.empty()) pace_ = pace;
+  for (size_t d = 0; d < pace_.size(); ++d) pace_[d] = 0.5 * pace_[d] + 0.5 * pace[d];
+  const std::vector<int> next = rebalanced_shares(before, pace_, work_.granule);
+  if (next == before) return;
+  set_shares(next);
+  if (!leader_) return;
+  std::printf("rebalance at step %d: data-parallel shares %s -> %s micro-batches (from the measured "
+              "compute of the last %d step(s))\n",
+              w.step, describe_shares(before).c_str(), describe_shares(next).c_str(), w.steps);
+  std::fflush(stdout);
+  metrics_->write({{"step", int64_t{w.step}}, {"shares", std::vector<int64_t>(next.begin(), next.end())}});
+}
+
 void Trainer::save_checkpoint() {
   const CheckpointStats s = checkpointer_->save(*this);
   if (leader_) {
@@ -327,8 +347,10 @@ RunEnd Trainer::run() {
     }
   }
   std::vector<double> times;
-  if (cfg_.run.straggler_threshold > 0)  // collective: every rank's node and coordinates
-    stragglers_ = std::make_unique<StragglerMonitor>(grid_, cfg_.run.straggler_threshold);
+  // Rebalancing reads the report's windows even when the report itself is off.
+  const bool report = cfg_.run.straggler_threshold > 0;
+  if (report || (cfg_.parallel.rebalance && cfg_.parallel.dp > 1))  // collective: nodes, coordinates
+    stragglers_ = std::make_unique<StragglerMonitor>(grid_, report ? cfg_.run.straggler_threshold : 1.25);
   reset_memory_peaks();  // peaks of the training steps, not of set-up
   while (step_ < t.steps) {
     const StepResult r = train_step(step_);
@@ -341,7 +363,12 @@ RunEnd Trainer::run() {
       std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
       log_step(r, sorted[sorted.size() / 2] * (t.steps - r.step));
       // Every rank logs at this step: one all-gather closes the window everywhere.
-      if (stragglers_) log_stragglers(stragglers_->close_window(grid_.world(), r.step));
+      if (stragglers_) {
+        const StragglerWindow& w = stragglers_->close_window(grid_.world(), r.step);
+        if (report) log_stragglers(w);
+        // The first step's window holds one-time costs (allocation, first-touch): not a speed.
+        if (cfg_.parallel.rebalance && r.step > 1 && !last) rebalance(w);
+      }
     }
     if (data_->has_val() && ((t.eval_every > 0 && r.step % t.eval_every == 0) || last)) {
       const double val = evaluate();

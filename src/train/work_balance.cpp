@@ -162,22 +162,26 @@ WorkPlan plan_work(const Config& c, ProcessGrid& grid, Backend& backend) {
   return plan;
 }
 
-std::vector<int> rebalanced_shares(const std::vector<int>& shares, const std::vector<double>& rank_compute,
-                                   const GridShape& shape, int granule, double min_gain) {
-  // A replica's time per micro-batch is its slowest rank's compute over its share.
-  std::vector<double> per_microbatch(shares.size(), 0.0);
+std::vector<double> replica_pace(const std::vector<int>& shares, const std::vector<double>& rank_compute,
+                                 const GridShape& shape) {
+  std::vector<double> pace(shares.size(), 0.0);
   for (int r = 0; r < shape.world_size(); ++r) {
     const int d = shape.coordinates(r)[axis_index(Axis::Data)];
-    per_microbatch[d] = std::max(per_microbatch[d], rank_compute[r] / shares[d]);
+    pace[d] = std::max(pace[d], rank_compute[r] / shares[d]);
   }
-  for (double t : per_microbatch)
+  return pace;
+}
+
+std::vector<int> rebalanced_shares(const std::vector<int>& shares, const std::vector<double>& pace,
+                                   int granule, double min_gain) {
+  for (double t : pace)
     if (!(t > 0) || !std::isfinite(t)) return shares;  // nothing measured yet
   std::vector<double> speeds;
-  for (double t : per_microbatch) speeds.push_back(1.0 / t);
+  for (double t : pace) speeds.push_back(1.0 / t);
   int total = 0;
   for (int s : shares) total += s;
   const std::vector<int> next = proportional_shares(total, speeds, granule);
-  const double now = slowest_replica(shares, per_microbatch), then = slowest_replica(next, per_microbatch);
+  const double now = slowest_replica(shares, pace), then = slowest_replica(next, pace);
   return then < (1.0 - min_gain) * now ? next : shares;
 }
 

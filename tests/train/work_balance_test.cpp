@@ -89,22 +89,24 @@ TEST(Rebalance, FollowsMeasuredComputeAndSettles) {
   shape.dp = 4;
   // Even shares of 4; rank 3 takes twice as long per micro-batch.
   const std::vector<int> even = {4, 4, 4, 4};
-  const std::vector<int> next = rebalanced_shares(even, {0.4, 0.4, 0.4, 0.8}, shape, 1);
+  const std::vector<double> pace = replica_pace(even, {0.4, 0.4, 0.4, 0.8}, shape);
+  EXPECT_EQ(pace, (std::vector<double>{0.1, 0.1, 0.1, 0.2}));
+  const std::vector<int> next = rebalanced_shares(even, pace, 1);
   EXPECT_EQ(next, (std::vector<int>{5, 5, 4, 2}));
-  // Measured again under the new shares: the same speeds, so no further change.
-  EXPECT_EQ(rebalanced_shares(next, {0.5, 0.51, 0.39, 0.41}, shape, 1), next);
+  // Measured again under the new shares: the same paces, so no further change.
+  EXPECT_EQ(rebalanced_shares(next, replica_pace(next, {0.5, 0.51, 0.39, 0.41}, shape), 1), next);
   // Noise of a few percent does not move even shares.
-  EXPECT_EQ(rebalanced_shares(even, {0.40, 0.42, 0.39, 0.41}, shape, 1), even);
+  EXPECT_EQ(rebalanced_shares(even, replica_pace(even, {0.40, 0.42, 0.39, 0.41}, shape), 1), even);
   // Nothing measured: unchanged.
-  EXPECT_EQ(rebalanced_shares(even, {0, 0, 0, 0}, shape, 1), even);
+  EXPECT_EQ(rebalanced_shares(even, {0, 0, 0, 0}, 1), even);
 }
 
 TEST(Rebalance, AReplicaRunsAtItsSlowestRank) {
   GridShape shape;  // tp-dp-pp: ranks 0,1 replica 0 (tp), ranks 2,3 replica 1
   shape.dp = 2;
   shape.tp = 2;
-  const std::vector<int> next = rebalanced_shares({4, 4}, {0.4, 0.8, 0.4, 0.4}, shape, 1);
-  EXPECT_EQ(next, (std::vector<int>{3, 5}));
+  const std::vector<double> pace = replica_pace({4, 4}, {0.4, 0.8, 0.4, 0.4}, shape);
+  EXPECT_EQ(rebalanced_shares({4, 4}, pace, 1), (std::vector<int>{3, 5}));
 }
 
 TEST(Probe, ASlowedRankTakesLonger) {

@@ -68,12 +68,18 @@ class Trainer {
   void reset_memory_peaks() { be_.memory().reset_peaks(); }
 
   GptModel& model() { return *model_; }
+  ProcessGrid& grid() { return grid_; }
   ModelState& state() { return *state_; }
   const std::vector<ChunkRange>& partition() const { return partition_; }
   // How the work is divided (train/work_balance.h): this run's data-parallel shares and partition.
   const WorkPlan& work() const { return work_; }
   // Takes new data-parallel shares from the next step on (every rank, the same shares).
   void set_shares(const std::vector<int>& shares);
+  // parallel.rebalance (run() calls it at each log window after the first step): new shares
+  // from a closed straggler window's measured compute, when they make the slowest replica 10%
+  // faster at the replicas' paces averaged over windows. Every rank alike (the window is
+  // all-gathered).
+  void rebalance(const StragglerWindow& w);
   int step() const { return step_; }
   void set_step(int step) { step_ = step; }
   // The straggler report's last closed window, the same on every rank (train/straggler_report.h);
@@ -95,6 +101,7 @@ class Trainer {
   Backend& be_;
   bool leader_;
   WorkPlan work_;
+  std::vector<double> pace_;  // parallel.rebalance: each replica's seconds per micro-batch, averaged
   std::vector<ChunkRange> partition_;
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<Backend> host_backend_;  // the offloaded optimizer's (parallel.offload)

@@ -64,12 +64,15 @@ struct WorkPlan {
 // (the memory planner's dry run) cannot measure and plans even shares instead.
 WorkPlan plan_work(const Config& c, ProcessGrid& grid, Backend& backend);
 
-// Rebalancing from measured compute: given each world rank's compute seconds per step over a
-// window under `shares`, the shares that minimise the slowest replica, when they would make it
-// at least `min_gain` (fraction) faster; otherwise `shares` unchanged. The same on every rank
-// when the inputs are (an all-gathered window).
-std::vector<int> rebalanced_shares(const std::vector<int>& shares, const std::vector<double>& rank_compute,
-                                   const GridShape& shape, int granule, double min_gain = 0.05);
+// Rebalancing from measured compute. Each replica's seconds per micro-batch: its slowest rank's
+// compute per step (world-rank indexed, over a window under `shares`) divided by its share.
+std::vector<double> replica_pace(const std::vector<int>& shares, const std::vector<double>& rank_compute,
+                                 const GridShape& shape);
+// The shares that minimise the slowest replica at these paces, when they would make it at least
+// `min_gain` (a fraction) faster than `shares`; otherwise `shares` unchanged. Deterministic: the
+// same on every rank when the inputs are (an all-gathered window).
+std::vector<int> rebalanced_shares(const std::vector<int>& shares, const std::vector<double>& pace,
+                                   int granule, double min_gain = 0.10);
 
 // "5 5 4 2"
 std::string describe_shares(const std::vector<int>& shares);
