@@ -48,9 +48,9 @@ std::string settle_auto_layout(Config& config, Communicator& world, int threads)
   const MachineProfile profile = agreed_profile(config, world, threads);
   const size_t budget = static_cast<size_t>(std::max(0.0, profile.memory_per_rank));
   // Every rank ranks the same layouts on the same profile: the same choice, no broadcast.
-  const AdvisorResult advice =
-      advise_layouts(config, world.size(), profile, freedom_of(config), budget, threads, 2);
-  if (advice.fitting == 0)
+  const AutoLayoutChoice choice = choose_auto_layout(config, world.size(), profile, budget, threads);
+  const AdvisorResult& advice = choice.advice;
+  if (!choice.config)
     throw DeckError(config.deck_path + ": no layout of " + std::to_string(world.size()) + " ranks that the "
                     "deck's \"auto\" choices allow fits " + format_bytes(static_cast<double>(budget)) +
                     " per rank (the machine profile's memory_per_rank; " + std::to_string(advice.layouts) +
@@ -64,8 +64,7 @@ std::string settle_auto_layout(Config& config, Communicator& world, int threads)
   std::string report = "layout: \"auto\" chose " + describe(best) + " (predicted on " + profile.name + ", " +
                        origin + ")";
   if (advice.fitting > 1) report += "; runner-up " + describe(advice.ranked[1]);
-  config = best.config;
-  config.parallel.automatic = AutoLayout{};
+  config = *choice.config;
   check_layout(config, world.size());
   return world.rank() == 0 ? report : "";
 }
