@@ -29,7 +29,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <vector>
@@ -42,6 +41,7 @@
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/mpi_runtime.h"
 #include "meshtrain/comm/node.h"
+#include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/tensor/bf16.h"
 
@@ -345,15 +345,6 @@ void report_links(const std::vector<MeasuredLink>& measured, int repeats, BenchR
 
 // ---- machine facts and the file -------------------------------------------------------------
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M UTC", &tm);
-  return text;
-}
-
 // The cores the ranks of this node may keep busy (their bindings and cgroup, app/cpu_binding.h).
 int node_cores(MPI_Comm node) {
   std::vector<RankCpus> ranks;
@@ -478,7 +469,7 @@ MachineProfile measure_machine_profile(int threads, int repeats, BenchReport& re
   }
   MPI_Comm_free(&node_comm);
 
-  p.notes = "measured by `meshtrain bench --suite calibrate` on " + p.name + ", " + utc_now() +
+  p.notes = "measured by `meshtrain bench --suite calibrate` on " + p.name + ", " + utc_timestamp() +
             ": " + std::to_string(ranks) + " rank(s) on " + std::to_string(node.count) +
             " node(s), " + std::to_string(p.threads_per_rank) + " thread(s) per rank; " +
             mpi_library_version() + "; " + cpu::Gemm::onednn_version() +
