@@ -19,8 +19,10 @@ MachineProfile agreed_profile(const Config& config, Communicator& world, int thr
   const std::string& path = config.parallel.profile;
   if (path.empty()) {
     // Measured now, by every rank at once; rank 0's view (its node) is the one every rank takes.
+    // One pass of 2 samples keeps start-up to a few seconds (calibrate's default of 3 passes
+    // would triple it); a run that needs steadier figures names a calibrated profile instead.
     BenchReport quiet = BenchReport::quiet();
-    text = format_machine_profile(measure_machine_profile(threads, 2, quiet));
+    text = format_machine_profile(measure_machine_profile(threads, 2, 1, quiet));
   } else if (world.rank() == 0) {
     try {
       text = format_machine_profile(read_machine_profile(path));
