@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """How well the strategy advisor's time model predicts this machine (`make bench`).
 
-    scripts/advisor-accuracy.py [--ranks 8] [--runs 3] [--steps 6] [--quick] [--bin build/meshtrain]
+    scripts/advisor-accuracy.py [--ranks 8] [--runs 3] [--steps 6] [--passes 3] [--quick] [--bin build/meshtrain]
 
-Measures a machine profile with `meshtrain bench --suite calibrate` on the same launch, then for
+Measures a machine profile with `meshtrain bench --suite calibrate --passes N` on the same launch, then for
 a dozen layouts of one deck that exercise every axis and schedule (dp; tp with and without
 sequence parallelism; pp with GPipe, 1F1B and interleaved; ZeRO 1-3; selective and full
 recomputation; micro-batch size) predicts the step time (`meshtrain plan --time`) and measures it
@@ -14,7 +14,7 @@ pick against the fastest measured, each beside the issue's target.
 
 Exit status: 1 when a command fails or a result is missing (the figures themselves are
 measurements of a shared, noisy machine and never fail the run); --quick is the tests' version:
-2 layouts fewer ranks, 1 run, 3 steps, a smaller model.
+2 layouts fewer ranks, 1 run, 3 steps, 1 calibration pass, a smaller model.
 """
 
 import argparse
@@ -125,13 +125,14 @@ def main():
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--passes", type=int, default=3, help="calibrate's passes (each point's median)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--bin", default=os.path.join("build", "meshtrain"))
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--out", default=os.path.join("runs", "advisor"))
     args = ap.parse_args()
     if args.quick:
-        args.runs, args.steps = 1, 3
+        args.runs, args.steps, args.passes = 1, 3, 1
     os.makedirs(os.path.join(REPO, args.out), exist_ok=True)
     deck = os.path.join(args.out, "advisor.toml")
     with open(os.path.join(REPO, deck), "w") as f:
@@ -142,7 +143,8 @@ def main():
     launch = [args.mpirun, "-np", str(args.ranks), "--bind-to", "none"] if "mpich" not in args.mpirun else \
              [args.mpirun, "-n", str(args.ranks)]
     profile = os.path.join(args.out, "machine.toml")
-    run(launch + [args.bin, "bench", "--suite", "calibrate", "--threads", "1", "--out", profile], env)
+    run(launch + [args.bin, "bench", "--suite", "calibrate", "--threads", "1", "--passes", str(args.passes),
+                  "--out", profile], env)
 
     def predict(overrides):
         text = run([args.bin, "plan", deck, "--world", str(args.ranks), "--time", "--profile", profile]

@@ -19,8 +19,10 @@ MachineProfile agreed_profile(const Config& config, Communicator& world, int thr
   const std::string& path = config.parallel.profile;
   if (path.empty()) {
     // Measured now, by every rank at once; rank 0's view (its node) is the one every rank takes.
+    // One pass of 2 samples keeps start-up to a few seconds (calibrate's default of 3 passes
+    // would triple it); a run that needs steadier figures names a calibrated profile instead.
     BenchReport quiet = BenchReport::quiet();
-    text = format_machine_profile(measure_machine_profile(threads, 2, quiet));
+    text = format_machine_profile(measure_machine_profile(threads, 2, 1, quiet));
   } else if (world.rank() == 0) {
     try {
       text = format_machine_profile(read_machine_profile(path));
@@ -48,9 +50,9 @@ std::string settle_auto_layout(Config& config, Communicator& world, int threads)
   const MachineProfile profile = agreed_profile(config, world, threads);
   const size_t budget = static_cast<size_t>(std::max(0.0, profile.memory_per_rank));
   // Every rank ranks the same layouts on the same profile: the same choice, no broadcast.
-  const AdvisorResult advice =
-      advise_layouts(config, world.size(), profile, freedom_of(config), budget, threads, 2);
-  if (advice.fitting == 0)
+  const AutoLayoutChoice choice = choose_auto_layout(config, world.size(), profile, budget, threads);
+  const AdvisorResult& advice = choice.advice;
+  if (!choice.config)
     throw DeckError(config.deck_path + ": no layout of " + std::to_string(world.size()) + " ranks that the "
                     "deck's \"auto\" choices allow fits " + format_bytes(static_cast<double>(budget)) +
                     " per rank (the machine profile's memory_per_rank; " + std::to_string(advice.layouts) +
@@ -64,8 +66,7 @@ std::string settle_auto_layout(Config& config, Communicator& world, int threads)
   std::string report = "layout: \"auto\" chose " + describe(best) + " (predicted on " + profile.name + ", " +
                        origin + ")";
   if (advice.fitting > 1) report += "; runner-up " + describe(advice.ranked[1]);
-  config = best.config;
-  config.parallel.automatic = AutoLayout{};
+  config = *choice.config;
   check_layout(config, world.size());
   return world.rank() == 0 ? report : "";
 }

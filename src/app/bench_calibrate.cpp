@@ -7,6 +7,11 @@
 // a shared machine only lowers a run), then the median over ranks, which neither the luckiest
 // nor the unluckiest rank sets; the slowest rank is reported beside it.
 //
+// With `passes` P, every point (each GEMM size, the memory bandwidth, each link message size) is
+// measured P times, interleaved: pass 1 measures all of them, then pass 2 all again, and so on.
+// The profile takes each point's median over the passes before fitting: load that comes and goes
+// on a shared machine moves one pass's figures, not the profile.
+//
 //   GEMM    C(m,n) = A(m,k) B(k,n) through the CPU backend's Gemm (the library chosen as in
 //           training), shapes of a GPT layer with smallest dimension s: m = 4s tokens, n = 2s,
 //           k = s; fp32, and bf16 where the CPU has bf16 instructions. peak: the best size's rate.
@@ -29,7 +34,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <vector>
@@ -42,6 +46,7 @@
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/mpi_runtime.h"
 #include "meshtrain/comm/node.h"
+#include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/tensor/bf16.h"
 
@@ -77,6 +82,21 @@ OverRanks over_ranks(double mine) {
   std::vector<double> all = gather_all(mine);
   std::sort(all.begin(), all.end());
   return {all[all.size() / 2], all.front()};
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One point's passes: the median over passes of the median rank's figure and of the slowest's.
+OverRanks median_over_passes(const std::vector<OverRanks>& passes) {
+  std::vector<double> medians, slowest;
+  for (const OverRanks& o : passes) {
+    medians.push_back(o.median);
+    slowest.push_back(o.slowest);
+  }
+  return {median_of(medians), median_of(slowest)};
 }
 
 // Rank 0's verdict on work only it does, shared: every rank throws the same AgreedError.
@@ -149,16 +169,28 @@ double rank_gemm_rate(cpu::Gemm& gemm, DType dtype, int s, int repeats, int& wro
   return best;
 }
 
-GemmRates calibrate_gemm(DType dtype, int repeats, BenchReport& report) {
+// One pass over the GEMM sizes: each size's rate over ranks, in kGemmSizes order; wrong results
+// add to `wrongs` (one count per size).
+std::vector<OverRanks> measure_gemm_sizes(DType dtype, int repeats, std::vector<int>& wrongs) {
   cpu::Gemm gemm;
+  std::vector<OverRanks> rates;
+  wrongs.resize(std::size(kGemmSizes));
+  for (size_t i = 0; i < std::size(kGemmSizes); ++i)
+    rates.push_back(over_ranks(rank_gemm_rate(gemm, dtype, kGemmSizes[i], repeats, wrongs[i])));
+  return rates;
+}
+
+// The rates of `dtype` from every pass's sizes (passes[pass][size]): each size's median over
+// passes, and their table.
+GemmRates gemm_rates(DType dtype, const std::vector<std::vector<OverRanks>>& passes,
+                     const std::vector<int>& wrongs, BenchReport& report) {
   GemmRates rates;
   std::vector<OverRanks> measured;
-  std::vector<int> wrongs;
-  for (const int s : kGemmSizes) {
-    int wrong = 0;
-    measured.push_back(over_ranks(rank_gemm_rate(gemm, dtype, s, repeats, wrong)));
-    wrongs.push_back(wrong);
-    rates.sizes.push_back(s);
+  for (size_t i = 0; i < std::size(kGemmSizes); ++i) {
+    std::vector<OverRanks> point;
+    for (const std::vector<OverRanks>& pass : passes) point.push_back(pass[i]);
+    measured.push_back(median_over_passes(point));
+    rates.sizes.push_back(kGemmSizes[i]);
     rates.flops.push_back(measured.back().median);
   }
   rates.peak = *std::max_element(rates.flops.begin(), rates.flops.end());
@@ -268,9 +300,9 @@ struct LinkResult {
   AlphaBetaFit fit;
 };
 
-// Measures `kind` on `comm` where it has 2+ ranks, then shares world rank 0's result (the
-// groups it is in are the ones the profile describes) with every rank, and fits it.
-LinkResult calibrate_link(MPI_Comm comm, CollectiveKind kind, int repeats) {
+// One pass of `kind` on `comm` where it has 2+ ranks, then world rank 0's result (the groups it
+// is in are the ones the profile describes) shared with every rank; not yet fitted.
+LinkResult measure_link_pass(MPI_Comm comm, CollectiveKind kind, int repeats) {
   const std::vector<double> sizes = link_sizes();
   LinkResult r;
   int comm_ranks = 1;
@@ -293,9 +325,30 @@ LinkResult calibrate_link(MPI_Comm comm, CollectiveKind kind, int repeats) {
   MPI_Bcast(flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
   r.samples.resize(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) r.samples[i] = {flat[2 * i], flat[2 * i + 1]};
+  return r;
+}
+
+// One collective's passes (all measured, or none): each size's median seconds over passes,
+// fitted; wrong results summed.
+LinkResult link_over_passes(CollectiveKind kind, const std::vector<LinkResult>& passes) {
+  LinkResult r = passes.front();
+  if (!r.measured) return r;
+  r.wrong = 0;
+  for (const LinkResult& pass : passes) r.wrong += pass.wrong;
+  for (size_t i = 0; i < r.samples.size(); ++i) {
+    std::vector<double> seconds;
+    for (const LinkResult& pass : passes) seconds.push_back(pass.samples[i].seconds);
+    r.samples[i].seconds = median_of(seconds);
+  }
   r.fit = fit_alpha_beta(kind, r.ranks, r.samples);
   return r;
 }
+
+// The groups whose links are measured: world rank 0's is the one written.
+struct LinkGroup {
+  MPI_Comm comm;
+  LinkClass link;
+};
 
 struct MeasuredLink {
   LinkClass link;
@@ -303,23 +356,12 @@ struct MeasuredLink {
   LinkResult result;
 };
 
-// Measures every collective on `comm` into `slots` (world rank 0's view).
-void calibrate_link_class(MPI_Comm comm, LinkClass link, int repeats,
-                          std::array<std::optional<AlphaBeta>, kCollectiveKinds>& slots,
-                          std::vector<MeasuredLink>& measured) {
-  for (const CollectiveKind kind : kCollectives) {
-    LinkResult r = calibrate_link(comm, kind, repeats);
-    if (!r.measured) continue;
-    slots[static_cast<size_t>(kind)] = r.fit.model;
-    measured.push_back({link, kind, std::move(r)});
-  }
-}
-
 // Two tables: every size against the fitted model, then the fits.
-void report_links(const std::vector<MeasuredLink>& measured, int repeats, BenchReport& report) {
+void report_links(const std::vector<MeasuredLink>& measured, int repeats, int passes,
+                  BenchReport& report) {
   const AlphaBeta unit_bandwidth{0, 1};  // seconds per bus byte: bus bytes of a transfer
-  report.header("links: MPI collectives, median of " + std::to_string(repeats) +
-                "; busbw = bus bytes / time as nccl-tests counts them; fit_us: the fitted model");
+  report.header("links: MPI collectives, median of " + std::to_string(repeats) + ", then over " +
+                std::to_string(passes) + " pass(es); busbw = bus bytes / time as nccl-tests counts them; fit_us: the fitted model");
   report.columns({"ranks", "bytes", "time_us", "busbw_GB/s", "fit_us"});
   for (const MeasuredLink& m : measured)
     for (const LinkSample& s : m.result.samples)
@@ -344,15 +386,6 @@ void report_links(const std::vector<MeasuredLink>& measured, int repeats, BenchR
 }
 
 // ---- machine facts and the file -------------------------------------------------------------
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M UTC", &tm);
-  return text;
-}
 
 // The cores the ranks of this node may keep busy (their bindings and cgroup, app/cpu_binding.h).
 int node_cores(MPI_Comm node) {
@@ -405,7 +438,8 @@ void write_atomically(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-MachineProfile measure_machine_profile(int threads, int repeats, BenchReport& report) {
+MachineProfile measure_machine_profile(int threads, int repeats, int passes, BenchReport& report) {
+  passes = std::max(1, passes);
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
@@ -426,24 +460,55 @@ MachineProfile measure_machine_profile(int threads, int repeats, BenchReport& re
                 std::to_string(p.cores_per_node) + " core(s), " + std::to_string(p.threads_per_rank) +
                 " thread(s) per rank; " + mpi_library_version() + ", " + cpu::Gemm::onednn_version());
   report.header("every rank measures at once; a rate is per rank: the median over ranks of each "
-                "rank's best of " + std::to_string(repeats) + " (slowest: the lowest rank's)");
+                "rank's best of " + std::to_string(repeats) + " (slowest: the lowest rank's); " +
+                std::to_string(passes) + " pass(es) over every point, each point's median over them");
 
-  // GEMM: bf16 only where every rank's CPU has the instructions (else it would be emulated).
+  // bf16 only where every rank's CPU has the instructions (else it would be emulated).
+  int bf16 = cpu_bf16_instructions().empty() ? 0 : 1;
+  MPI_Allreduce(MPI_IN_PLACE, &bf16, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const size_t array_bytes = memory_array_bytes(p.ranks_per_node);
+  std::vector<LinkGroup> link_groups;
+  MPI_Comm across = MPI_COMM_NULL;
+  if (ranks > 1) {
+    link_groups.push_back({node_comm, LinkClass::IntraNode});
+    if (node.count > 1) {
+      MPI_Comm_split(MPI_COMM_WORLD, node.local_rank, rank, &across);
+      link_groups.push_back({across, LinkClass::InterNode});
+    }
+  }
+
+  // Every point once per pass, interleaved: [pass][size], [pass], [group x collective][pass].
+  std::vector<std::vector<OverRanks>> fp32_passes, bf16_passes;
+  std::vector<int> fp32_wrong(std::size(kGemmSizes)), bf16_wrong(std::size(kGemmSizes));
+  std::vector<OverRanks> memory_passes;
+  int memory_wrong = 0;
+  std::vector<std::vector<LinkResult>> link_passes(link_groups.size() * std::size(kCollectives));
+  for (int pass = 0; pass < passes; ++pass) {
+    std::vector<int> wrong;
+    fp32_passes.push_back(measure_gemm_sizes(DType::F32, repeats, wrong));
+    for (size_t i = 0; i < wrong.size(); ++i) fp32_wrong[i] += wrong[i];
+    if (bf16) {
+      bf16_passes.push_back(measure_gemm_sizes(DType::BF16, repeats, wrong));
+      for (size_t i = 0; i < wrong.size(); ++i) bf16_wrong[i] += wrong[i];
+    }
+    memory_passes.push_back(over_ranks(rank_memory_rate(array_bytes, repeats, memory_wrong)));
+    for (size_t g = 0; g < link_groups.size(); ++g)
+      for (size_t c = 0; c < std::size(kCollectives); ++c)
+        link_passes[g * std::size(kCollectives) + c].push_back(
+            measure_link_pass(link_groups[g].comm, kCollectives[c], repeats));
+  }
+
   report.header("GEMM C(m,n) = A(m,k) B(k,n) through the CPU backend (library as in training), "
                 "s = smallest dimension; ratio: to the dtype's peak (its best size)");
   report.columns({"m", "n", "k", "GFLOP/s", "slowest", "ratio"});
-  p.gemm_fp32 = calibrate_gemm(DType::F32, repeats, report);
-  int bf16 = cpu_bf16_instructions().empty() ? 0 : 1;
-  MPI_Allreduce(MPI_IN_PLACE, &bf16, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (bf16) p.gemm_bf16 = calibrate_gemm(DType::BF16, repeats, report);
+  p.gemm_fp32 = gemm_rates(DType::F32, fp32_passes, fp32_wrong, report);
+  if (bf16) p.gemm_bf16 = gemm_rates(DType::BF16, bf16_passes, bf16_wrong, report);
   else report.header("bf16 GEMM: not measured (a CPU without bf16 instructions)");
 
-  const size_t array_bytes = memory_array_bytes(p.ranks_per_node);
   report.header("memory: a = 3 b over 2 x " + std::to_string(array_bytes >> 20) +
                 " MiB per rank (bytes read + written per second)");
   report.columns({"MiB", "GB/s", "slowest"});
-  int memory_wrong = 0;
-  const OverRanks memory = over_ranks(rank_memory_rate(array_bytes, repeats, memory_wrong));
+  const OverRanks memory = median_over_passes(memory_passes);
   p.memory_bytes_per_s = memory.median;
   report.row("memory scale", {2.0 * static_cast<double>(array_bytes >> 20), memory.median / 1e9,
                               memory.slowest / 1e9}, memory_wrong);
@@ -457,14 +522,16 @@ MachineProfile measure_machine_profile(int threads, int repeats, BenchReport& re
   std::string links = "links: not measured (1 rank; run calibrate on 2 or more ranks)";
   if (ranks > 1) {
     std::vector<MeasuredLink> measured;
-    calibrate_link_class(node_comm, LinkClass::IntraNode, repeats, p.intra_node, measured);
-    if (node.count > 1) {
-      MPI_Comm across = MPI_COMM_NULL;
-      MPI_Comm_split(MPI_COMM_WORLD, node.local_rank, rank, &across);
-      calibrate_link_class(across, LinkClass::InterNode, repeats, p.inter_node, measured);
-      MPI_Comm_free(&across);
-    }
-    report_links(measured, repeats, report);
+    for (size_t g = 0; g < link_groups.size(); ++g)
+      for (size_t c = 0; c < std::size(kCollectives); ++c) {
+        LinkResult r = link_over_passes(kCollectives[c], link_passes[g * std::size(kCollectives) + c]);
+        if (!r.measured) continue;
+        auto& slots = link_groups[g].link == LinkClass::IntraNode ? p.intra_node : p.inter_node;
+        slots[static_cast<size_t>(kCollectives[c])] = r.fit.model;
+        measured.push_back({link_groups[g].link, kCollectives[c], std::move(r)});
+      }
+    if (across != MPI_COMM_NULL) MPI_Comm_free(&across);
+    report_links(measured, repeats, passes, report);
     double worst_fit = 0;
     for (const MeasuredLink& m : measured) worst_fit = std::max(worst_fit, m.result.fit.max_relative_error);
     links = std::string("links: ") +
@@ -478,12 +545,12 @@ MachineProfile measure_machine_profile(int threads, int repeats, BenchReport& re
   }
   MPI_Comm_free(&node_comm);
 
-  p.notes = "measured by `meshtrain bench --suite calibrate` on " + p.name + ", " + utc_now() +
+  p.notes = "measured by `meshtrain bench --suite calibrate` on " + p.name + ", " + utc_timestamp() +
             ": " + std::to_string(ranks) + " rank(s) on " + std::to_string(node.count) +
             " node(s), " + std::to_string(p.threads_per_rank) + " thread(s) per rank; " +
             mpi_library_version() + "; " + cpu::Gemm::onednn_version() +
-            ". GEMM m = 4s, n = 2s, k = s; rates are per rank while every rank works (each sample timed to the slowest rank), the best sample; " +
-            links + ".";
+            ". GEMM m = 4s, n = 2s, k = s; rates are per rank while every rank works (each sample timed to the slowest rank), the best sample; "
+            "every point the median of " + std::to_string(passes) + " pass(es); " + links + ".";
   return p;
 }
 
@@ -492,7 +559,7 @@ void bench_calibrate(const BenchArgs& args, BenchReport& report) {
   int writes = args.out.empty() ? 0 : 1;
   MPI_Bcast(&writes, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (writes) agree_on_rank_zero([&] { check_writable(args.out); });
-  const MachineProfile p = measure_machine_profile(args.threads, std::max(3, args.steps), report);
+  const MachineProfile p = measure_machine_profile(args.threads, std::max(3, args.steps), args.passes, report);
   if (!writes) {
     report.header("profile not written (--out PROFILE.toml writes it)");
     return;

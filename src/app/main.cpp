@@ -125,6 +125,10 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--out", bench.out,
                         "The calibrate suite's machine profile (TOML; written by rank 0, "
                         "atomically; input/machines/ holds datasheet ones)");
+  bench_cmd->add_option("--passes", bench.passes,
+                        "calibrate: measure every point (GEMM size, memory, link size) this many "
+                        "times, interleaved, and keep each point's median (default 3)")
+      ->check(at_least_one("a pass count"));
 
   InspectArgs inspect;
   CLI::App* inspect_cmd = app.add_subcommand(

@@ -193,9 +193,9 @@ int plan_command(const PlanArgs& args) {
       if (args.all) return print_ranking(args, config, *profile, limit, threads);
       // A deck with "auto" layout choices: plan what `train` would take on this world.
       if (config.parallel.automatic.any()) {
-        const AdvisorResult advice =
-            advise_layouts(config, args.world, *profile, freedom_of(config), limit, threads, 2);
-        if (advice.fitting == 0)
+        const AutoLayoutChoice choice = choose_auto_layout(config, args.world, *profile, limit, threads);
+        const AdvisorResult& advice = choice.advice;
+        if (!choice.config)
           throw DeckError(args.deck + ": no layout of " + std::to_string(args.world) + " ranks that its \"auto\" "
                           "choices allow fits " + format_bytes(static_cast<double>(limit)) + " per rank");
         std::printf("# \"auto\" takes %s (%s ms)", layout_name(advice.ranked[0].config).c_str(),
@@ -204,8 +204,7 @@ int plan_command(const PlanArgs& args) {
           std::printf("; runner-up %s (%s ms)", layout_name(advice.ranked[1].config).c_str(),
                       ms(advice.ranked[1].time.step_s).c_str());
         std::printf("\n");
-        config = advice.ranked[0].config;
-        config.parallel.automatic = AutoLayout{};
+        config = *choice.config;
       }
     } else if (config.parallel.automatic.any() && !args.all) {
       throw DeckError(args.deck + " leaves layout choices to the strategy advisor (\"auto\"): plan it with "

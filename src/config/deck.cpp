@@ -647,13 +647,7 @@ std::string read_deck_file(const std::string& path) {
 
 Config parse_deck(const std::string& path, const std::string& text,
                   const std::vector<std::string>& overrides) {
-  toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    throw DeckError(path + ":" + std::to_string(e.source().begin.line) + ": not valid TOML: " +
-                    std::string(e.description()));
-  }
+  toml::table root = parse_toml(text, path);
   OverrideOrigins origins;
   for (const std::string& o : overrides) apply_override(root, o, origins);
 

@@ -318,13 +318,7 @@ bool MachineProfile::has_inter_node() const {
 }
 
 MachineProfile parse_machine_profile(const std::string& path, const std::string& text) {
-  toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    throw DeckError(path + ":" + std::to_string(e.source().begin.line) + ": not valid TOML: " +
-                    std::string(e.description()));
-  }
+  toml::table root = parse_toml(text, path);
   const ProfileReader r(path);
   MachineProfile p;
   p.path = path;

@@ -3,7 +3,18 @@
 #include <charconv>
 #include <sstream>
 
+#include "meshtrain/config/deck_error.h"
+
 namespace meshtrain {
+
+toml::table parse_toml(const std::string& text, const std::string& path) {
+  try {
+    return toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    throw DeckError(path + ":" + std::to_string(e.source().begin.line) + ": not valid TOML: " +
+                    std::string(e.description()));
+  }
+}
 
 std::string toml_type_of(const toml::node& n) {
   switch (n.type()) {

@@ -1,12 +1,17 @@
 #pragma once
-// How error messages show a TOML value the user wrote, for every reader of TOML files (the deck,
-// machine profiles): its kind ("an integer") and its text as written.
+// What every reader of TOML files (the deck, machine profiles) shares: parsing with an error that
+// names file:line, and how error messages show a value the user wrote: its kind ("an integer")
+// and its text as written.
 
 #include <toml++/toml.h>
 
 #include <string>
 
 namespace meshtrain {
+
+// The document in `text`, read from `path`; a syntax error throws DeckError
+// "<path>:<line>: not valid TOML: <what toml++ says>".
+toml::table parse_toml(const std::string& text, const std::string& path);
 
 // "a string", "an integer", "a float", "a boolean", "an array", "a table", "a date/time".
 std::string toml_type_of(const toml::node& n);

@@ -91,4 +91,14 @@ AdvisorResult advise_layouts(const Config& base, int world, const MachineProfile
   return out;
 }
 
+AutoLayoutChoice choose_auto_layout(const Config& deck, int world, const MachineProfile& profile,
+                                    size_t budget, int threads) {
+  AutoLayoutChoice choice;
+  choice.advice = advise_layouts(deck, world, profile, freedom_of(deck), budget, threads, 2);
+  if (choice.advice.fitting == 0) return choice;
+  choice.config = choice.advice.ranked[0].config;
+  choice.config->parallel.automatic = AutoLayout{};
+  return choice;
+}
+
 }  // namespace meshtrain

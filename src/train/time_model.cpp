@@ -1,10 +1,12 @@
 #include "meshtrain/train/time_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/model/partition.h"
@@ -29,6 +31,21 @@ struct PassTime {
   }
 };
 
+// What one transformer block's forward and backward share on one rank: the shapes of its
+// GEMMs and the bytes its memory-bound kernels move (each pass prices them its own way).
+struct BlockShapes {
+  // Attention core per (sequence, head) pair of this rank: scores (S, S) = q (S, d) k^T (S, d),
+  // out (S, d) = p (S, S) v (S, d).
+  double attention_sets = 0;    // micro_batch x heads / tp
+  double attention_gemm_s = 0;  // one pair's two GEMMs, forward
+  double scores = 0;            // score elements: attention_sets x S x S
+  // (n, k) of y[T, n] = x[T, k] w[k, n]: qkv, attention projection, MLP up, MLP down.
+  std::array<std::pair<double, double>, 4> linears{};
+  // Two LayerNorms and two residual adds over the (sequence-split) stream, GELU over the
+  // hidden activations, the q/k/v split: read and written once in forward.
+  double elementwise_bytes = 0;
+};
+
 // Prices the layers of one model chunk on one rank.
 class ChunkPricer {
  public:
@@ -50,25 +67,28 @@ class ChunkPricer {
       tp_allreduce_ += profile.sync_seconds;
       small_allreduce_ += profile.sync_seconds;
     }
+    const double S = static_cast<double>(c.model.seq_len);
+    const double heads = static_cast<double>(c.model.heads) / tp_, d = static_cast<double>(c.model.head_size());
+    block_.attention_sets = static_cast<double>(c.train.micro_batch) * heads;
+    block_.attention_gemm_s = gemm_.seconds(S, S, d) + gemm_.seconds(S, d, S);
+    block_.scores = block_.attention_sets * S * S;
+    block_.linears = {{{3 * C / tp_, C}, {C, C / tp_}, {4 * C / tp_, C}, {C, 4 * C / tp_}}};
+    block_.elementwise_bytes = region_tokens_ * C * act_bytes_ * (2 * 2 + 2 * 3) +
+                               tokens_ * 4 * C / tp_ * act_bytes_ * 2 + tokens_ * 3 * C / tp_ * act_bytes_ * 2;
   }
 
   // Forward of one transformer block; with `core_only`, only the attention core (scores,
   // softmax, weighted sum): what selective recomputation repeats.
   PassTime block_forward(bool core_only = false) const {
-    const double C = static_cast<double>(c_.model.d_model), S = static_cast<double>(c_.model.seq_len);
-    const double heads = static_cast<double>(c_.model.heads) / tp_, d = static_cast<double>(c_.model.head_size());
-    const double sequences = static_cast<double>(c_.train.micro_batch);
+    const BlockShapes& b = block_;
     PassTime t;
-    const double scores = sequences * heads * S * S;
-    t.compute += sequences * heads * (gemm_.seconds(S, S, d) + gemm_.seconds(S, d, S));
-    t.compute += memory(scores * 2 * 4);  // softmax in fp32: read and write the scores
+    t.compute += b.attention_sets * b.attention_gemm_s;
+    t.compute += memory(b.scores * 2 * 4);  // softmax in fp32: read and write the scores
     if (core_only) return t;
-    t.compute += linear_forward(3 * C / tp_, C) + linear_forward(C, C / tp_) +
-                 linear_forward(4 * C / tp_, C) + linear_forward(C, 4 * C / tp_);
-    // Two LayerNorms and two residual adds over the (sequence-split) stream, GELU over the
-    // hidden activations, the q/k/v split.
-    t.compute += memory(region_tokens_ * C * act_bytes_ * (2 * 2 + 2 * 3) +
-                        tokens_ * 4 * C / tp_ * act_bytes_ * 2 + tokens_ * 3 * C / tp_ * act_bytes_ * 2);
+    double linears = 0;
+    for (const auto& [n, k] : b.linears) linears += linear_forward(n, k);
+    t.compute += linears;
+    t.compute += memory(b.elementwise_bytes);
     t.tp_comm = 2 * tp_allreduce_;
     return t;
   }
@@ -76,17 +96,14 @@ class ChunkPricer {
   // Backward of one block: every GEMM twice (input and weight gradients), the memory-bound
   // kernels twice over, the same collectives as forward.
   PassTime block_backward() const {
-    const double C = static_cast<double>(c_.model.d_model), S = static_cast<double>(c_.model.seq_len);
-    const double heads = static_cast<double>(c_.model.heads) / tp_, d = static_cast<double>(c_.model.head_size());
-    const double sequences = static_cast<double>(c_.train.micro_batch);
+    const BlockShapes& b = block_;
     PassTime t;
-    const double scores = sequences * heads * S * S;
-    t.compute += 2 * sequences * heads * (gemm_.seconds(S, S, d) + gemm_.seconds(S, d, S));
-    t.compute += memory(scores * 3 * 4);
-    t.compute += linear_backward(3 * C / tp_, C) + linear_backward(C, C / tp_) +
-                 linear_backward(4 * C / tp_, C) + linear_backward(C, 4 * C / tp_);
-    t.compute += 2 * memory(region_tokens_ * C * act_bytes_ * (2 * 2 + 2 * 3) +
-                            tokens_ * 4 * C / tp_ * act_bytes_ * 2 + tokens_ * 3 * C / tp_ * act_bytes_ * 2);
+    t.compute += 2 * b.attention_sets * b.attention_gemm_s;
+    t.compute += memory(b.scores * 3 * 4);
+    double linears = 0;
+    for (const auto& [n, k] : b.linears) linears += linear_backward(n, k);
+    t.compute += linears;
+    t.compute += 2 * memory(b.elementwise_bytes);
     t.tp_comm = 2 * tp_allreduce_;
     return t;
   }
@@ -156,6 +173,7 @@ class ChunkPricer {
   double act_bytes_;
   double tokens_ = 0, region_tokens_ = 0;
   double tp_allreduce_ = 0, small_allreduce_ = 0;
+  BlockShapes block_;
 };
 
 // Whether every group along `axis` lies inside one node: consecutive blocks of ranks_per_node

@@ -67,9 +67,12 @@ def run(cmd, timeout=300):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         profile = os.path.join(tmp, "machine.toml")
+        # One pass keeps the test short; the profile's notes say how many were taken.
         code, out = run([MPIEXEC, "-n", "2", BIN, "bench", "--suite", "calibrate", "--threads", "1",
-                         "--out", profile])
+                         "--passes", "1", "--out", profile])
         check(code == 0 and os.path.exists(profile), "calibrate on 2 ranks writes a profile", out)
+        check(os.path.exists(profile) and "median of 1 pass(es)" in open(profile).read(),
+              "the profile's notes record the passes", out)
 
         deck = os.path.join(tmp, "auto.toml")
         with open(deck, "w") as f:

@@ -40,8 +40,9 @@ std::vector<LinkSample> measure_link(MPI_Comm comm, CollectiveKind kind,
 
 // Collective over MPI_COMM_WORLD: the calibrate suite's measurement of this machine (GEMM rates,
 // memory bandwidth, links inside and across nodes) with `threads` per rank and `repeats`
-// samples each, its tables printed through `report` (a quiet one prints nothing). Every rank
-// returns the same profile (path ""), not written anywhere.
-MachineProfile measure_machine_profile(int threads, int repeats, BenchReport& report);
+// samples each, every point measured in each of `passes` interleaved passes (all points, then
+// all again) and its median over them kept, its tables printed through `report` (a quiet one
+// prints nothing). Every rank returns the same profile (path ""), not written anywhere.
+MachineProfile measure_machine_profile(int threads, int repeats, int passes, BenchReport& report);
 
 }  // namespace meshtrain

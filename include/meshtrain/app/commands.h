@@ -48,6 +48,7 @@ struct BenchArgs {
   std::string json;            // also write results as JSON here
   std::string dir = "runs/bench";  // where the checkpoint suite writes its files
   std::string out;  // the calibrate suite writes its machine profile here ("": not written)
+  int passes = 3;   // calibrate: measurements of every point, interleaved; the median is kept
 };
 int bench_command(const BenchArgs& args);
 

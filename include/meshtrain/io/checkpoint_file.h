@@ -95,7 +95,8 @@ class CheckpointFileError : public std::runtime_error {
 uint64_t checksum_part(const void* data, DType dtype, const Shape& global,
                        const std::vector<Box>& boxes);
 
-// The current time as the @created attribute writes it.
+// The current time, UTC, ISO 8601 ("2025-01-31T12:00:00Z"): the @created attribute, and the
+// date in a calibrated machine profile's notes.
 std::string utc_timestamp();
 
 // An open checkpoint file. Every method marked "collective" must be called by every rank of

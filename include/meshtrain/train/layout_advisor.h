@@ -8,6 +8,7 @@
 // them fit: planning thousands of layouts of a 175B model on 16,384 ranks stays in seconds.
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,5 +49,14 @@ struct AdvisorResult {
 // layouts fit (0: plan every one).
 AdvisorResult advise_layouts(const Config& base, int world, const MachineProfile& profile,
                              const LayoutFreedom& freedom, size_t budget, int threads, size_t top);
+
+// What a deck's "auto" choices settle on, for `train` and `plan --time` alike: the deck's
+// freedom ranked on `world` ranks until two layouts fit (the choice and its runner-up).
+struct AutoLayoutChoice {
+  AdvisorResult advice;
+  std::optional<Config> config;  // advice.ranked[0] with no "auto" left; none when nothing fits
+};
+AutoLayoutChoice choose_auto_layout(const Config& deck, int world, const MachineProfile& profile,
+                                    size_t budget, int threads);
 
 }  // namespace meshtrain
