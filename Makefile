@@ -75,6 +75,7 @@ bench: build
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 pipeline
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 zero
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 checkpoint
+	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 4 hetero
 	scripts/advisor-accuracy.py --ranks 8 --bin $(BUILD)/meshtrain
 
 $(FUZZ_BUILD)/CMakeCache.txt:

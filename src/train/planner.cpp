@@ -51,6 +51,20 @@ LayoutPlan plan_layout(Config config, int world_size, int threads) {
     ProcessGrid grid = ProcessGrid::planned(shape, shape.world_rank(coords));
     CpuBackend backend(threads, Execution::Plan);
     Trainer trainer(config, grid, backend, DataMode::ShapesOnly);
+    if (config.parallel.uneven_shares()) {
+      // The replica with the most micro-batches bounds the memory (GPipe keeps all of them): the
+      // largest declared share, or, where speeds are only known at run time (measured,
+      // rebalanced), the largest share there can be. This rank is replica 0: it takes that share.
+      std::vector<int> shares = trainer.work().shares;
+      const int granule = trainer.work().granule;
+      if (config.parallel.balance != Balance::Declared || config.parallel.rebalance) {
+        std::fill(shares.begin(), shares.end(), granule);
+        shares[0] = config.total_microbatches() - (config.parallel.dp - 1) * granule;
+      } else {
+        std::iter_swap(shares.begin(), std::max_element(shares.begin(), shares.end()));
+      }
+      trainer.set_shares(shares);
+    }
     trainer.reset_memory_peaks();
     // Two steps: the second shows the steady state (buffers the first step leaves cached or
     // allocated for the next, e.g. ZeRO-1's reduced gradient shards).

@@ -235,6 +235,9 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
     out.caveats.push_back("the profile was measured with " + std::to_string(profile.threads_per_rank) +
                           " thread(s) per rank, the run uses " + std::to_string(std::max(1, c.run.threads)));
   if (par.offload != Offload::None) out.caveats.push_back("optimizer offload is priced as if on the device");
+  if (par.uneven_shares())
+    out.caveats.push_back("ranks are priced as identical: parallel.balance and rebalance (uneven "
+                          "shares for ranks of different speeds) are not modelled");
 
   ChunkPricer pricer(c, profile, tp_link);
   const int chunks = par.pp * par.virtual_stages;

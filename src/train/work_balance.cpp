@@ -109,10 +109,6 @@ int WorkPlan::total() const {
 
 namespace {
 
-std::vector<std::string> gather_strings(Communicator& world, const std::string& mine) {
-  return world.all_gather_bytes(mine);
-}
-
 // Relative to the fastest, rounded to 1/20: a probe's noise of a few percent between identical
 // ranks must not turn into uneven shares or a different partition from run to run.
 std::vector<double> normalised(std::vector<double> speeds) {
@@ -132,7 +128,7 @@ WorkPlan plan_work(const Config& c, ProcessGrid& grid, Backend& backend) {
   const bool planned = backend.planning();
   if (p.balance == Balance::Declared && (!p.rank_speeds.empty() || !planned)) {
     std::vector<std::string> names;
-    if (p.rank_speeds.empty()) names = gather_strings(grid.world(), grid.node_name());
+    if (p.rank_speeds.empty()) names = grid.world().all_gather_bytes(grid.node_name());
     plan.rank_speeds = normalised(declared_rank_speeds(p, names));
     plan.source = "declared";
   } else if (p.balance == Balance::Measured && !planned) {
@@ -140,7 +136,7 @@ WorkPlan plan_work(const Config& c, ProcessGrid& grid, Backend& backend) {
     std::string bytes(sizeof mine, '\0');
     std::memcpy(bytes.data(), &mine, sizeof mine);
     std::vector<double> speeds;
-    for (const std::string& b : gather_strings(grid.world(), bytes)) {
+    for (const std::string& b : grid.world().all_gather_bytes(bytes)) {
       double s;
       std::memcpy(&s, b.data(), sizeof s);
       speeds.push_back(1.0 / s);
