@@ -41,7 +41,7 @@ double slowest_replica(const std::vector<int>& shares, const std::vector<double>
 std::vector<double> declared_rank_speeds(const ParallelOptions& p,
                                          const std::vector<std::string>& node_names);
 // Seconds this rank takes for the probe: the GEMMs of one transformer block's forward and
-// backward at this run's micro-batch (its tensor-parallel shard), the median of 5 after a
+// backward at this run's micro-batch (its tensor-parallel shard), the best of 8 after a
 // warm-up, in the run's precision. Attention and element-wise kernels are left out: the GEMMs
 // are most of a block's time and what differs most between devices.
 double probe_block_seconds(Backend& backend, const Config& c);
