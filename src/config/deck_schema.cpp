@@ -1,0 +1,507 @@
+// The deck's schema (deck_schema.h): the key builders and the table of every key.
+
+#include "deck_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "toml_value.h"
+
+namespace meshtrain {
+
+std::string repr(const toml::node& n) {
+  std::ostringstream os;
+  if (auto s = n.as_string()) {
+    os << '"' << s->get() << '"';
+  } else if (auto a = n.as_array()) {
+    os << *a;
+  } else if (n.is_table()) {
+    os << "{...}";
+  } else {
+    n.visit([&](auto&& v) { os << v; });
+  }
+  return os.str();
+}
+
+namespace {
+
+// ---- key builders --------------------------------------------------------------------------
+
+template <class Set>
+KeySpec int_key(std::string sec, std::string key, int64_t def, int64_t lo, int64_t hi,
+                std::string doc, Set set) {
+  std::string accepted = "integer >= " + std::to_string(lo);
+  if (hi < INT32_MAX) accepted = "integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return {sec, key, "integer", std::to_string(def), accepted, std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            if (!n.is_integer()) return "is " + toml_type_of(n);
+            const int64_t v = n.as_integer()->get();
+            if (v < lo || v > hi) return "is out of range";
+            set(c, v);
+            return "";
+          }};
+}
+
+template <class Set>
+KeySpec float_key(std::string sec, std::string key, std::string def, double lo, bool lo_open,
+                  std::string doc, Set set) {
+  std::ostringstream acc;
+  acc << "number " << (lo_open ? "> " : ">= ") << lo;
+  return {sec, key, "float", def, acc.str(), std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            double v;
+            if (n.is_floating_point()) v = n.as_floating_point()->get();
+            else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
+            else return "is " + toml_type_of(n);
+            if (!(v == v) || (lo_open ? v <= lo : v < lo)) return "is out of range";
+            set(c, v);
+            return "";
+          }};
+}
+
+template <class Set>
+KeySpec bool_key(std::string sec, std::string key, bool def, std::string doc, Set set) {
+  return {sec, key, "boolean", def ? "true" : "false", "true or false", std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            if (!n.is_boolean()) return "is " + toml_type_of(n);
+            set(c, n.as_boolean()->get());
+            return "";
+          }};
+}
+
+template <class Set>
+KeySpec choice_key(std::string sec, std::string key, std::string def,
+                   std::vector<std::string> choices, std::string doc, Set set) {
+  std::string accepted = "one of";
+  for (size_t i = 0; i < choices.size(); ++i) accepted += (i ? ", \"" : " \"") + choices[i] + "\"";
+  return {sec, key, "string", "\"" + def + "\"", accepted, std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            if (!n.is_string()) return "is " + toml_type_of(n);
+            const std::string v = n.as_string()->get();
+            if (std::find(choices.begin(), choices.end(), v) == choices.end())
+              return "is not a known value";
+            set(c, v);
+            return "";
+          }};
+}
+
+// An integer key that also takes "auto" (left to the strategy advisor): `set` gets the value,
+// or nullopt for "auto".
+KeySpec int_or_auto_key(std::string sec, std::string key, std::string def, int64_t lo, int64_t hi,
+                        std::string doc, std::function<void(Config&, std::optional<int64_t>)> set) {
+  std::string accepted = "integer >= " + std::to_string(lo);
+  if (hi < INT32_MAX) accepted = "integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return {sec, key, "integer or \"auto\"", def, accepted + ", or \"auto\"", std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            if (auto s = n.as_string()) {
+              if (s->get() != "auto") return "is not a known value";
+              set(c, std::nullopt);
+              return "";
+            }
+            if (!n.is_integer()) return "is " + toml_type_of(n);
+            const int64_t v = n.as_integer()->get();
+            if (v < lo || v > hi) return "is out of range";
+            set(c, v);
+            return "";
+          }};
+}
+
+template <class Set>
+KeySpec string_key(std::string sec, std::string key, std::string def, std::string accepted,
+                   std::string doc, std::function<bool(const std::string&)> valid, Set set) {
+  return {sec, key, "string", def, accepted, std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            if (!n.is_string()) return "is " + toml_type_of(n);
+            const std::string v = n.as_string()->get();
+            if (!valid(v)) return "is not valid";
+            set(c, v);
+            return "";
+          }};
+}
+
+bool nonempty(const std::string& s) { return !s.empty(); }
+
+}  // namespace
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> keys = [] {
+    const int64_t big = INT64_MAX;
+    std::vector<KeySpec> k;
+    // [run]
+    k.push_back(choice_key("run", "device", "auto", {"auto", "cpu", "cuda"},
+                           "Where to compute: \"auto\" uses a GPU per rank when this build has "
+                           "the CUDA backend and the node has GPUs, else the CPU.",
+                           [](Config& c, const std::string& v) {
+                             c.run.device = v == "cpu"    ? DeviceChoice::Cpu
+                                            : v == "cuda" ? DeviceChoice::Cuda
+                                                          : DeviceChoice::Auto;
+                           }));
+    k.push_back(choice_key("run", "attention", "auto", {"auto", "cudnn", "own"},
+                           "CUDA attention: cuDNN's fused scaled-dot-product attention (bf16), "
+                           "meshtrain's own kernels, or the best available.",
+                           [](Config& c, const std::string& v) { c.run.attention = v; }));
+    k.push_back(string_key("run", "name", "\"meshtrain\"",
+                           "letters, digits, '.', '_', '-'; not \".\" and without \"..\"",
+                           "Run name; names the run directory and the logs.",
+                           [](const std::string& s) {
+                             // No separators and no dot-dot: the name must stay inside runs/.
+                             return std::regex_match(s, std::regex("[A-Za-z0-9._-]+")) &&
+                                    s != "." && s.find("..") == std::string::npos;
+                           },
+                           [](Config& c, const std::string& v) { c.run.name = v; }));
+    k.push_back(string_key("run", "dir", "\"runs/<name>\"", "a directory path",
+                           "Run directory: metrics.jsonl, traces, default checkpoint directory.",
+                           nonempty, [](Config& c, const std::string& v) { c.run.dir = v; }));
+    k.push_back(int_key("run", "seed", 1234, 0, big,
+                        "Seed of parameter initialisation and data order (with the step).",
+                        [](Config& c, int64_t v) { c.run.seed = static_cast<uint64_t>(v); }));
+    k.push_back(int_key("run", "log_every", 10, 1, big, "Log a progress line every N steps.",
+                        [](Config& c, int64_t v) { c.run.log_every = static_cast<int>(v); }));
+    k.push_back(int_key("run", "threads", 0, 0, 1024,
+                        "Threads per rank for kernels and BLAS; 0: OMP_NUM_THREADS if set, else "
+                        "the rank's share of the cores it is bound to (split with the node's "
+                        "ranks bound to the same cores).",
+                        [](Config& c, int64_t v) { c.run.threads = static_cast<int>(v); }));
+    k.push_back(bool_key("run", "trace", false,
+                         "Write a Chrome-trace timeline per rank (trace_rank<N>.json).",
+                         [](Config& c, bool v) { c.run.trace = v; }));
+    k.push_back(float_key("run", "comm_timeout", "600.0", 0.0, true,
+                          "Seconds a communication may wait before the job is aborted with a "
+                          "diagnosis (a dead or stalled rank).",
+                          [](Config& c, double v) { c.run.comm_timeout = v; }));
+    k.push_back(int_key("run", "flight_records", 4096, 0, 1 << 24,
+                        "Communication operations each rank's flight recorder keeps in "
+                        "<run.dir>/flight/ for `meshtrain diagnose` (64 bytes each); 0: off.",
+                        [](Config& c, int64_t v) { c.run.flight_records = static_cast<int>(v); }));
+    k.push_back({"run", "straggler_threshold", "float", "1.25", "0 (off) or a number > 1",
+                 "Straggler report: at each log step, a rank whose compute time per step exceeds "
+                 "this times the median of the ranks' is named (in the log after "
+                 "2 consecutive windows, and in metrics.jsonl); 0: no report.",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   double v;
+                   if (n.is_floating_point()) v = n.as_floating_point()->get();
+                   else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
+                   else return "is " + toml_type_of(n);
+                   // Not 1 or below (every rank, or none, would be slower than the median).
+                   if (!(v == 0.0 || (v > 1.0 && v < 1e9))) return "is out of range";
+                   c.run.straggler_threshold = v;
+                   return "";
+                 }});
+    // [model]
+    k.push_back(int_key("model", "layers", 4, 1, 100000, "Transformer blocks.",
+                        [](Config& c, int64_t v) { c.model.layers = static_cast<int>(v); }));
+    k.push_back(int_key("model", "d_model", 128, 1, 1 << 20, "Channels (embedding width).",
+                        [](Config& c, int64_t v) { c.model.d_model = v; }));
+    k.push_back(int_key("model", "heads", 4, 1, 1 << 16, "Attention heads; divides d_model.",
+                        [](Config& c, int64_t v) { c.model.heads = v; }));
+    k.push_back(int_key("model", "seq_len", 128, 1, 1 << 20,
+                        "Sequence length T (also the number of learned positions).",
+                        [](Config& c, int64_t v) { c.model.seq_len = v; }));
+    k.push_back(int_key("model", "vocab_size", 256, 2, 1 << 30,
+                        "Vocabulary; every token of the data must be below it.",
+                        [](Config& c, int64_t v) { c.model.vocab_size = v; }));
+    k.push_back(bool_key("model", "tie_embeddings", true,
+                         "LM head shares the token embedding (GPT-2).",
+                         [](Config& c, bool v) { c.model.tie_embeddings = v; }));
+    // [data]
+    k.push_back({"data", "train", "string or array of strings", "\"synthetic\"",
+                 "\"synthetic\", or token-shard paths / glob patterns",
+                 "Training data: the built-in generated corpus, or token shards written by "
+                 "`meshtrain prepare`.",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   std::vector<std::string> out;
+                   if (auto s = n.as_string()) {
+                     out.push_back(s->get());
+                   } else if (auto a = n.as_array()) {
+                     for (const toml::node& e : *a) {
+                       if (!e.is_string()) return "holds " + toml_type_of(e);
+                       out.push_back(e.as_string()->get());
+                     }
+                   } else {
+                     return "is " + toml_type_of(n);
+                   }
+                   if (out.empty() || std::any_of(out.begin(), out.end(),
+                                                  [](const std::string& s) { return s.empty(); }))
+                     return "is empty";
+                   if (out.size() > 1 &&
+                       std::find(out.begin(), out.end(), "synthetic") != out.end())
+                     return "mixes \"synthetic\" with files";
+                   c.data.train = out;
+                   return "";
+                 }});
+    k.push_back(string_key("data", "val", "\"synthetic\"",
+                           "\"synthetic\", \"none\", or a token-shard path / glob pattern",
+                           "Validation data.", nonempty,
+                           [](Config& c, const std::string& v) { c.data.val = v; }));
+    k.push_back(string_key("data", "tokenizer", "\"bytes\"",
+                           "\"bytes\", or a tokenizer file: the one `meshtrain prepare` wrote "
+                           "beside the shards, a SentencePiece .model, a GPT-2 BPE directory "
+                           "(vocab.json + merges.txt) or a tokenizer.json",
+                           "The tokenizer the shards were made with: `sample` and "
+                           "train.sample_every decode with it, and a checkpoint records it.",
+                           nonempty,
+                           [](Config& c, const std::string& v) { c.data.tokenizer = v; }));
+    k.push_back(int_key("data", "synthetic_bytes", 4000000, 4096, int64_t{1} << 34,
+                        "Size of the generated training corpus (bytes = tokens); validation "
+                        "gets a tenth, generated from another seed.",
+                        [](Config& c, int64_t v) { c.data.synthetic_bytes = v; }));
+    // [train]
+    k.push_back(choice_key("train", "precision", "auto", {"auto", "fp32", "fp64", "bf16"},
+                           "Arithmetic: bf16 mixed precision (bf16 parameters and activations; "
+                           "fp32 gradients, master weights and optimizer state), fp32, or fp64 "
+                           "to verify (CPU only: every layout then matches the single-rank run "
+                           "to round-off). \"auto\": bf16 on GPUs and on CPUs with bf16 "
+                           "instructions (AVX512-BF16, AMX), fp32 on other CPUs; the device "
+                           "line says which and why.",
+                           [](Config& c, const std::string& v) {
+                             c.train.precision_auto = v == "auto";
+                             c.train.precision = v == "fp64"   ? DType::F64
+                                                 : v == "bf16" ? DType::BF16
+                                                               : DType::F32;
+                           }));
+    k.push_back(int_key("train", "steps", 200, 1, big, "Optimizer steps.",
+                        [](Config& c, int64_t v) { c.train.steps = static_cast<int>(v); }));
+    k.push_back(int_key("train", "global_batch", 16, 1, big,
+                        "Sequences per optimizer step, over all data-parallel ranks.",
+                        [](Config& c, int64_t v) { c.train.global_batch = static_cast<int>(v); }));
+    k.push_back(int_or_auto_key("train", "micro_batch", "4", 1, big,
+                                "Sequences per micro-batch on each data-parallel rank; \"auto\": "
+                                "the strategy advisor's choice (see parallel.profile).",
+                                [](Config& c, std::optional<int64_t> v) {
+                                  c.parallel.automatic.micro_batch = !v;
+                                  c.train.micro_batch = static_cast<int>(v.value_or(1));
+                                }));
+    k.push_back(float_key("train", "lr", "1e-3", 0.0, true, "Peak learning rate.",
+                          [](Config& c, double v) { c.train.lr = v; }));
+    k.push_back(float_key("train", "min_lr", "1e-4", 0.0, false,
+                          "Learning rate at the end of the cosine decay.",
+                          [](Config& c, double v) { c.train.min_lr = v; }));
+    k.push_back(int_key("train", "warmup_steps", 20, 0, big, "Linear warm-up steps.",
+                        [](Config& c, int64_t v) { c.train.warmup_steps = static_cast<int>(v); }));
+    k.push_back(float_key("train", "weight_decay", "0.1", 0.0, false,
+                          "AdamW decoupled weight decay (not on biases and LayerNorm).",
+                          [](Config& c, double v) { c.train.weight_decay = v; }));
+    k.push_back(float_key("train", "grad_clip", "1.0", 0.0, false,
+                          "Clip the global gradient norm to this; 0 turns clipping off.",
+                          [](Config& c, double v) { c.train.grad_clip = v; }));
+    k.push_back(int_key("train", "eval_every", 50, 0, big,
+                        "Validate every N steps (and after the last); 0: only after the last.",
+                        [](Config& c, int64_t v) { c.train.eval_every = static_cast<int>(v); }));
+    k.push_back(int_key("train", "eval_batches", 4, 1, big,
+                        "Global batches of validation data per evaluation.",
+                        [](Config& c, int64_t v) { c.train.eval_batches = static_cast<int>(v); }));
+    k.push_back(int_key("train", "sample_every", 0, 0, big,
+                        "Every N steps, print a short text the model writes (32 greedy tokens "
+                        "from an empty prompt, decoded with data.tokenizer; every rank generates, "
+                        "outside the timed step; pipeline stages pass each token along); 0: "
+                        "never. Not under ZeRO-3 (skipped, with a note).",
+                        [](Config& c, int64_t v) { c.train.sample_every = static_cast<int>(v); }));
+    k.push_back(float_key("train", "beta1", "0.9", 0.0, false, "AdamW beta1, below 1.",
+                          [](Config& c, double v) { c.train.beta1 = v; }));
+    k.push_back(float_key("train", "beta2", "0.95", 0.0, false, "AdamW beta2, below 1.",
+                          [](Config& c, double v) { c.train.beta2 = v; }));
+    k.push_back(float_key("train", "eps", "1e-8", 0.0, true, "AdamW epsilon.",
+                          [](Config& c, double v) { c.train.eps = v; }));
+    // [parallel]
+    k.push_back({"parallel", "dp", "integer or \"auto\"", "\"auto\"", "integer >= 1, or \"auto\"",
+                 "Data-parallel ranks; \"auto\": world size / (tp x pp).",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   if (auto s = n.as_string()) {
+                     if (s->get() != "auto") return "is not a known value";
+                     c.parallel.dp = 0;
+                     return "";
+                   }
+                   if (!n.is_integer()) return "is " + toml_type_of(n);
+                   if (n.as_integer()->get() < 1 || n.as_integer()->get() > INT32_MAX) return "is out of range";
+                   c.parallel.dp = static_cast<int>(n.as_integer()->get());
+                   return "";
+                 }});
+    k.push_back(int_or_auto_key("parallel", "tp", "1", 1, 1 << 16,
+                                "Tensor-parallel ranks; divides model.heads and model.vocab_size; "
+                                "\"auto\": the strategy advisor's choice.",
+                                [](Config& c, std::optional<int64_t> v) {
+                                  c.parallel.automatic.tp = !v;
+                                  c.parallel.tp = static_cast<int>(v.value_or(1));
+                                }));
+    k.push_back(int_or_auto_key("parallel", "pp", "1", 1, 1 << 16,
+                                "Pipeline stages; \"auto\": the strategy advisor's choice.",
+                                [](Config& c, std::optional<int64_t> v) {
+                                  c.parallel.automatic.pp = !v;
+                                  c.parallel.pp = static_cast<int>(v.value_or(1));
+                                }));
+    k.push_back(choice_key("parallel", "schedule", "1f1b", {"gpipe", "1f1b", "interleaved", "auto"},
+                           "Pipeline schedule; \"auto\": the strategy advisor's choice (with "
+                           "virtual_stages).",
+                           [](Config& c, const std::string& v) {
+                             c.parallel.automatic.schedule = v == "auto";
+                             c.parallel.schedule = v == "gpipe"          ? ScheduleKind::GPipe
+                                                   : v == "interleaved" ? ScheduleKind::Interleaved
+                                                                         : ScheduleKind::OneFOneB;
+                           }));
+    k.push_back(int_key("parallel", "virtual_stages", 1, 1, 1024,
+                        "Model chunks per pipeline rank (interleaved schedule).",
+                        [](Config& c, int64_t v) { c.parallel.virtual_stages = static_cast<int>(v); }));
+    k.push_back(int_or_auto_key("parallel", "zero", "0", 0, 3,
+                                "ZeRO stage over the data-parallel group: 1 shards optimizer "
+                                "state, 2 also gradients, 3 also parameters; \"auto\": the "
+                                "strategy advisor's choice.",
+                                [](Config& c, std::optional<int64_t> v) {
+                                  c.parallel.automatic.zero = !v;
+                                  c.parallel.zero = static_cast<int>(v.value_or(0));
+                                }));
+    k.push_back(bool_key("parallel", "sequence_parallel", false,
+                         "Shard LayerNorm and residual regions along the sequence over the "
+                         "tensor group (Megatron sequence parallelism).",
+                         [](Config& c, bool v) { c.parallel.sequence_parallel = v; }));
+    k.push_back(choice_key("parallel", "recompute", "none", {"none", "selective", "full", "auto"},
+                           "Activation recomputation in the backward pass; \"auto\": the "
+                           "strategy advisor's choice.",
+                           [](Config& c, const std::string& v) {
+                             c.parallel.automatic.recompute = v == "auto";
+                             c.parallel.recompute = v == "selective" ? Recompute::Selective
+                                                    : v == "full"    ? Recompute::Full
+                                                                     : Recompute::None;
+                           }));
+    k.push_back(string_key("parallel", "profile", "\"\"",
+                           "\"\", or a machine profile (TOML) from `meshtrain bench --suite "
+                           "calibrate --out FILE` or input/machines/",
+                           "The machine the \"auto\" layout choices are predicted on; \"\": "
+                           "measured on the launched ranks at start-up (a few seconds).",
+                           [](const std::string&) { return true; },
+                           [](Config& c, const std::string& v) { c.parallel.profile = v; }));
+    k.push_back(string_key("parallel", "order", "\"tp-dp-pp\"",
+                           "the axes dp, tp, pp joined by '-', fastest-varying first",
+                           "Rank order of the process grid.",
+                           [](const std::string& s) {
+                             try {
+                               GridShape::parse_order(s);
+                               return true;
+                             } catch (const std::invalid_argument&) {
+                               return false;
+                             }
+                           },
+                           [](Config& c, const std::string& v) { c.parallel.order = v; }));
+    k.push_back(float_key("parallel", "bucket_mb", "25.0", 0.0, true,
+                          "Gradient reduction bucket size in MiB.",
+                          [](Config& c, double v) { c.parallel.bucket_mb = v; }));
+    k.push_back({"parallel", "partition", "array of integers", "balanced by cost",
+                 "pp x virtual_stages positive layer counts summing to model.layers",
+                 "Layers of each model chunk, in model order.",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   auto a = n.as_array();
+                   if (!a) return "is " + toml_type_of(n);
+                   std::vector<int> out;
+                   for (const toml::node& e : *a) {
+                     if (!e.is_integer()) return "holds " + toml_type_of(e);
+                     if (e.as_integer()->get() < 1 || e.as_integer()->get() > INT32_MAX) return "holds a count below 1";
+                     out.push_back(static_cast<int>(e.as_integer()->get()));
+                   }
+                   if (out.empty()) return "is empty";
+                   c.parallel.partition = out;
+                   return "";
+                 }});
+    k.push_back(choice_key("parallel", "communicator", "auto", {"auto", "mpi", "nccl"},
+                           "Collectives and pipeline transfers of device tensors: NCCL, or MPI "
+                           "through host buffers; \"auto\": NCCL when every rank has a GPU of its "
+                           "own. The CPU backend always uses MPI.",
+                           [](Config& c, const std::string& v) {
+                             c.parallel.communicator = v == "mpi"    ? CommChoice::Mpi
+                                                       : v == "nccl" ? CommChoice::Nccl
+                                                                     : CommChoice::Auto;
+                           }));
+    k.push_back(choice_key("parallel", "offload", "none", {"none", "optimizer"},
+                           "Keep fp32 master weights and AdamW moments in pinned host memory and "
+                           "update them on the CPU (CUDA only).",
+                           [](Config& c, const std::string& v) {
+                             c.parallel.offload = v == "optimizer" ? Offload::Optimizer : Offload::None;
+                           }));
+    k.push_back(choice_key("parallel", "balance", "even", {"even", "declared", "measured"},
+                           "How work is divided among ranks of different speeds: \"even\" "
+                           "shares; \"declared\": data-parallel shares of the global batch and "
+                           "pipeline layer counts in proportion to parallel.speeds; \"measured\": "
+                           "in proportion to a probe timed on every rank at start-up.",
+                           [](Config& c, const std::string& v) {
+                             c.parallel.balance = v == "declared"   ? Balance::Declared
+                                                  : v == "measured" ? Balance::Measured
+                                                                    : Balance::Even;
+                           }));
+    k.push_back({"parallel", "speeds", "array", "[]",
+                 "numbers > 0, one per rank of the job; or strings \"NODE-PATTERN=SPEED\" "
+                 "(shell pattern on node names, SPEED > 0)",
+                 "Relative speeds of the ranks for parallel.balance = \"declared\"; with "
+                 "patterns, the first that matches a rank's node gives its speed, other ranks 1.",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   auto a = n.as_array();
+                   if (!a) return "is " + toml_type_of(n);
+                   c.parallel.rank_speeds.clear();
+                   c.parallel.node_speeds.clear();
+                   for (const toml::node& e : *a) {
+                     if (e.is_integer() || e.is_floating_point()) {
+                       const double v = e.is_integer() ? static_cast<double>(e.as_integer()->get())
+                                                       : e.as_floating_point()->get();
+                       if (!(v > 0) || !std::isfinite(v)) return "holds a speed that is not > 0";
+                       c.parallel.rank_speeds.push_back(v);
+                     } else if (e.is_string()) {
+                       const std::string t = e.as_string()->get();
+                       const size_t eq = t.rfind('=');
+                       if (eq == std::string::npos || eq == 0)
+                         return "holds \"" + t + "\", not NODE-PATTERN=SPEED";
+                       char* end = nullptr;
+                       const std::string num = t.substr(eq + 1);
+                       const double v = std::strtod(num.c_str(), &end);
+                       if (num.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v))
+                         return "holds \"" + t + "\", whose speed is not a number > 0";
+                       c.parallel.node_speeds.emplace_back(t.substr(0, eq), v);
+                     } else {
+                       return "holds " + toml_type_of(e);
+                     }
+                   }
+                   if (!c.parallel.rank_speeds.empty() && !c.parallel.node_speeds.empty())
+                     return "mixes numbers and NODE-PATTERN=SPEED strings";
+                   return "";
+                 }});
+    k.push_back(bool_key("parallel", "rebalance", false,
+                         "Re-divide the data-parallel shares at a step boundary when the measured "
+                         "compute times of the replicas differ (each log window).",
+                         [](Config& c, bool v) { c.parallel.rebalance = v; }));
+    // [checkpoint]
+    k.push_back(string_key("checkpoint", "dir", "\"<run.dir>/checkpoints\"", "a directory path",
+                           "Where checkpoints are written and looked for.", nonempty,
+                           [](Config& c, const std::string& v) { c.checkpoint.dir = v; }));
+    k.push_back(int_key("checkpoint", "every", 0, 0, big,
+                        "Write a checkpoint every N steps (and after the last); 0: never.",
+                        [](Config& c, int64_t v) { c.checkpoint.every = static_cast<int>(v); }));
+    k.push_back(int_key("checkpoint", "keep", 3, 1, big, "Complete checkpoints to keep.",
+                        [](Config& c, int64_t v) { c.checkpoint.keep = static_cast<int>(v); }));
+    k.push_back(string_key("checkpoint", "resume", "\"auto\"",
+                           "\"auto\" (newest complete checkpoint, if any), \"none\", or a path",
+                           "Where to resume from.", nonempty,
+                           [](Config& c, const std::string& v) { c.checkpoint.resume = v; }));
+    k.push_back(choice_key("checkpoint", "io", "auto", {"auto", "collective", "independent"},
+                           "How ranks move their parts of each tensor: \"collective\" MPI-IO "
+                           "(aggregated by MPI, for many small strided pieces), \"independent\" "
+                           "(each rank its own runs, no synchronisation per tensor); \"auto\": "
+                           "independent when every rank's pieces average 256 KiB or more.",
+                           [](Config& c, const std::string& v) {
+                             c.checkpoint.io = v == "collective"    ? CheckpointIo::Collective
+                                               : v == "independent" ? CheckpointIo::Independent
+                                                                    : CheckpointIo::Auto;
+                           }));
+    return k;
+  }();
+  return keys;
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> out;
+  for (const KeySpec& k : schema())
+    if (std::find(out.begin(), out.end(), k.section) == out.end()) out.push_back(k.section);
+  return out;
+}
+
+}  // namespace meshtrain

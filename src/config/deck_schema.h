@@ -1,0 +1,33 @@
+#pragma once
+// The deck's schema: one entry per key, with its type, default, what it accepts, its meaning, and
+// how it is stored into Config (parse_deck applies it; `meshtrain keys` prints it as the
+// README's deck reference). Private to src/config.
+
+#include <toml++/toml.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "meshtrain/config/config.h"
+
+namespace meshtrain {
+
+struct KeySpec {
+  std::string section, key;
+  std::string type;         // as the reference shows it: "integer", "float", "string", ...
+  std::string default_text;
+  std::string accepted;     // "integer >= 1", "one of \"gpipe\", \"1f1b\", \"interleaved\""
+  std::string doc;
+  // Stores the node into the config; returns a problem description, or "" when valid.
+  std::function<std::string(const toml::node&, Config&)> apply;
+};
+
+// Every key, in reference order.
+const std::vector<KeySpec>& schema();
+// The sections of schema(), in order of first appearance.
+std::vector<std::string> section_names();
+// The value as toml++ prints it (the messages the bad-input catalogue holds deck errors to).
+std::string repr(const toml::node& n);
+
+}  // namespace meshtrain
