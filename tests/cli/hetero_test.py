@@ -7,8 +7,8 @@
   - measured (start-up probe), rank 3 slowed by MESHTRAIN_SLOWDOWN: replica 3 takes the
     smallest share;
   - measured, dp 2 x pp 2 with stage 1's ranks slowed: stage 0 takes more layers;
-  - rebalance from even shares, rank 3 slowed: replica 3 ends with the smallest share, and the
-    shares settle (no change in the last windows);
+  - rebalance from even shares, rank 3 slowed, windows of 4 steps: replica 3 ends with the
+    smallest share, and the shares settle (no change in the last two windows);
   - ZeRO 2 with uneven shares, and speeds for the wrong number of ranks: refused, the message once
     per job, the input-error status.
 
@@ -122,17 +122,20 @@ def main():
            "measured, stage 1 slowed: partition %s, expected stage 0 with more layers" % (parts,), pp)
 
     for attempt in (1, 2):
-        rb = train(tmp, "rebalance%d" % attempt, ["parallel.rebalance=true"], slowdown="3:4", steps=16)
+        # Windows of 4 steps: a window of 2 steps of 10 ms is mostly scheduling noise where the
+        # ranks share cores (MPICH's waiting ranks spin).
+        rb = train(tmp, "rebalance%d" % attempt, ["parallel.rebalance=true", "run.log_every=4"],
+                   slowdown="3:4", steps=20)
         moves = re.findall(r"^rebalance at step (\d+): data-parallel shares [\d ]+ -> ([\d ]+) micro",
                            rb.stdout, re.M)
         final = [int(x) for x in moves[-1][1].split()] if moves else None
-        settled = bool(moves) and int(moves[-1][0]) <= 10  # no change in the windows of 12-16
+        settled = bool(moves) and int(moves[-1][0]) <= 12  # no change in the windows ending 16, 20
         ok = rb.returncode == 0 and final and final[3] == min(final) and final[3] < 4 and settled
         print("rebalance attempt %d: %s" % (attempt, moves))
         if ok:
             break
     expect(ok, "rebalance, rank 3 slowed: moves %s; expected replica 3 with the smallest share, "
-               "settled by step 10" % (moves,), rb)
+               "settled by step 12" % (moves,), rb)
 
     for name, sets, message in [
         ("zero2", ["parallel.zero=2", "parallel.rebalance=true"],
