@@ -387,14 +387,6 @@ void report_links(const std::vector<MeasuredLink>& measured, int repeats, int pa
 
 // ---- machine facts and the file -------------------------------------------------------------
 
-// The cores the ranks of this node may keep busy (their bindings and cgroup, app/cpu_binding.h).
-int node_cores(MPI_Comm node) {
-  std::vector<RankCpus> ranks;
-  for (const std::string& text : all_gather_strings(node, encode_rank_cpus(probe_rank_cpus())))
-    ranks.push_back(decode_rank_cpus(text));
-  return std::max(1, share_node_cpus(ranks).usable);
-}
-
 double node_memory_bytes() {
   struct sysinfo info {};
   if (sysinfo(&info) != 0) return 0;
@@ -452,7 +444,7 @@ MachineProfile measure_machine_profile(int threads, int repeats, int passes, Ben
   p.source = "measured";
   p.device = "cpu";
   p.ranks_per_node = node.local_size;
-  p.cores_per_node = node_cores(node_comm);
+  p.cores_per_node = node_usable_cores(node_comm);
   p.threads_per_rank = omp_get_max_threads();
   p.memory_per_rank = std::floor(node_memory_bytes() / node.local_size);
   report.header("calibrate: " + std::to_string(ranks) + " rank(s) on " + std::to_string(node.count) +

@@ -20,15 +20,15 @@
 // step's loss from the even run's (the trajectory must not change; wrong above 1e-4).
 
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <thread>
 
 #include "meshtrain/app/bench_suites.h"
+#include "meshtrain/app/cpu_binding.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/comm/node.h"
 #include "meshtrain/config/layout_check.h"
 #include "meshtrain/parallel/slowdown.h"
 #include "meshtrain/train/straggler_report.h"
@@ -90,12 +90,10 @@ void bench_hetero(const BenchArgs& args, BenchReport& report) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (ranks != 4) throw std::runtime_error("bench --suite hetero runs on 4 ranks (mpiexec -n 4)");
   // Ranks on this node against its cores: emulate devices where they must share cores.
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int local = 1;
-  MPI_Comm_size(node, &local);
+  const int local = node_membership(MPI_COMM_WORLD).local_size;
+  MPI_Comm node = split_by_node(MPI_COMM_WORLD);
+  const int cores = node_usable_cores(node);
   MPI_Comm_free(&node);
-  const int cores = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   const double emulate = local > cores ? std::ceil(2.0 * local / cores) : 1.0;
   const int steps = std::max(args.steps, 8), warmup = 2;  // medians of enough steps on a noisy machine
 

@@ -1,5 +1,7 @@
 #include "meshtrain/app/cpu_binding.h"
 
+#include "meshtrain/comm/node.h"
+
 #include <sched.h>
 #include <unistd.h>
 
@@ -354,6 +356,13 @@ RankCpus probe_rank_cpus() {
 
 Launcher detect_launcher() {
   return detect_launcher([](const char* name) { return std::getenv(name); }, parent_command());
+}
+
+int node_usable_cores(MPI_Comm node) {
+  std::vector<RankCpus> ranks;
+  for (const std::string& text : all_gather_strings(node, encode_rank_cpus(probe_rank_cpus())))
+    ranks.push_back(decode_rank_cpus(text));
+  return std::max(1, share_node_cpus(ranks).usable);
 }
 
 }  // namespace meshtrain

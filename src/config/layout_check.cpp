@@ -58,7 +58,7 @@ void check_layout(Config& c, int world_size) {
          " is fewer than parallel.pp x virtual_stages = " + pp + " x " +
          std::to_string(p.virtual_stages) + " = " + std::to_string(chunks) +
          " (every pipeline chunk needs at least one layer)");
-  const int granule = p.schedule == ScheduleKind::Interleaved ? p.pp : 1;
+  const int granule = p.share_granule();
   if (p.uneven_shares()) {
     // Shares are whole micro-batches, multiples of pp under the interleaved schedule, at least
     // one such granule per replica (train/work_balance.h).

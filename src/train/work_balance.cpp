@@ -103,12 +103,6 @@ std::vector<double> axis_speeds(const GridShape& shape, const std::vector<double
   return out;
 }
 
-int WorkPlan::total() const {
-  int t = 0;
-  for (int s : shares) t += s;
-  return t;
-}
-
 namespace {
 
 // Relative to the fastest, rounded to 1/20: a probe's noise of a few percent between identical
@@ -125,7 +119,7 @@ WorkPlan plan_work(const Config& c, ProcessGrid& grid, Backend& backend) {
   const ParallelOptions& p = c.parallel;
   const GridShape& shape = grid.shape();
   WorkPlan plan;
-  plan.granule = p.schedule == ScheduleKind::Interleaved ? p.pp : 1;
+  plan.granule = p.share_granule();
   plan.source = "even";
   const bool planned = backend.planning();
   if (p.balance == Balance::Declared && (!p.rank_speeds.empty() || !planned)) {

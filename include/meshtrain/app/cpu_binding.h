@@ -18,6 +18,8 @@
 // than one thread per rank. A cgroup CPU quota (a Kubernetes CPU limit) caps the node's total.
 // "Cores" are the logical CPUs the kernel schedules (hyperthreads count).
 
+#include <mpi.h>
+
 #include <functional>
 #include <string>
 #include <string_view>
@@ -93,5 +95,8 @@ ThreadChoice choose_threads(int configured, const char* omp_num_threads, const N
 // This process's view (affinity, cgroup cpuset and quota, online CPUs). Never throws: what cannot
 // be read is left out (an unreadable affinity becomes the available set).
 RankCpus probe_rank_cpus();
+// Collective over `node` (the ranks of one node, comm/node.h split_by_node): the cores those
+// ranks may keep busy together, from every rank's binding and cgroup (share_node_cpus), at least 1.
+int node_usable_cores(MPI_Comm node);
 
 }  // namespace meshtrain

@@ -97,6 +97,9 @@ struct ParallelOptions {
   bool rebalance = false;
   // Data-parallel replicas may take different numbers of micro-batches.
   bool uneven_shares() const { return balance != Balance::Even || rebalance; }
+  // Shares are whole micro-batches in multiples of this: pp under the interleaved schedule,
+  // whose every rank takes the micro-batches in groups of pp.
+  int share_granule() const { return schedule == ScheduleKind::Interleaved ? pp : 1; }
 };
 
 struct CheckpointOptions {

@@ -56,7 +56,6 @@ struct WorkPlan {
   std::vector<double> rank_speeds;    // relative to the fastest rank; empty when even
   std::string source;                 // "even", "declared", "measured"
   int granule = 1;                    // shares are multiples of this
-  int total() const;
 };
 
 // The plan of this run, the same on every rank. Collective over grid.world() when the deck
