@@ -109,21 +109,21 @@ std::vector<std::string> gather_over_node(const std::string& mine) {
   return out;
 }
 
-std::unique_ptr<ProcessGrid> make_grid(const Config& c, Backend& backend, FlightRecorder* recorder) {
+std::unique_ptr<ProcessGrid> make_grid(const Config& c, Backend& backend, FlightRecorder* recorder,
+                                       MPI_Comm world) {
   CommunicatorDecorator record;
   if (recorder)
     record = [recorder](std::unique_ptr<Communicator> comm, int id) -> std::unique_ptr<Communicator> {
       return std::make_unique<RecordingCommunicator>(std::move(comm), *recorder, id);
     };
   if (backend.device() == Device::Cpu)
-    return std::make_unique<ProcessGrid>(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout,
-                                         nullptr, record);
+    return std::make_unique<ProcessGrid>(world, c.grid_shape(), c.run.comm_timeout, nullptr, record);
 #if MESHTRAIN_HAVE_CUDA
   const std::chrono::duration<double> timeout(c.run.comm_timeout);
   auto* cuda = static_cast<CudaBackend*>(&backend);
   const bool nccl = c.parallel.communicator == CommChoice::Nccl;
   return std::make_unique<ProcessGrid>(
-      MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout,
+      world, c.grid_shape(), c.run.comm_timeout,
       [cuda, nccl, timeout](MPI_Comm comm, const std::string& name) -> std::unique_ptr<Communicator> {
         auto mpi = std::make_unique<MpiCommunicator>(comm, name, timeout);
         if (nccl) return std::make_unique<NcclCommunicator>(std::move(mpi), *cuda, timeout);
@@ -151,6 +151,8 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                       "train.precision and parallel.communicator explicitly");
   const Config& c = s.config;
 
+  // Parameter servers are the job's last ranks (parallel.data_sync = "async").
+  const bool server = c.parallel.async() && world.rank() >= c.parallel.dp * c.parallel.tp * c.parallel.pp;
   CpuThreads cpu;
   if (c.run.device == DeviceChoice::Cpu) {
     cpu = cpu_threads(c, world, node_rank);
@@ -158,6 +160,10 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
   } else {
 #if MESHTRAIN_HAVE_CUDA
     agree(world, [&] {
+      if (server) {  // the optimizer of a parameter server runs on the host
+        s.backend = std::make_unique<CpuBackend>(1);
+        return;
+      }
       CudaBackendOptions options;
       options.device = facts.device_index;
       options.attention = parse_attention_impl(c.run.attention);
@@ -196,7 +202,14 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
   // Rank 0's line, printed with the device line below.
   const std::string layout_choice = settle_auto_layout(
       s.config, world, c.run.device == DeviceChoice::Cpu ? cpu.choice.threads : 1);
-  s.grid = make_grid(c, *s.backend, s.recorder.get());
+  MPI_Comm workers = MPI_COMM_WORLD;
+  if (c.parallel.async()) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &s.server_channel);
+    MPI_Comm part;
+    MPI_Comm_split(MPI_COMM_WORLD, server ? 1 : 0, world.rank(), &part);
+    (server ? s.servers : workers) = part;
+  }
+  if (!server) s.grid = make_grid(c, *s.backend, s.recorder.get(), workers);
   if (world.rank() == 0) {
     const std::string cpus = cpu.note.empty() ? "" : " (" + cpu.note + ")";
     const std::string why = auto_precision_reason(c, facts);

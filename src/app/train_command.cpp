@@ -5,11 +5,50 @@
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/app/run_setup.h"
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/parallel/parameter_server.h"
 #include "meshtrain/parallel/slowdown.h"
+#include "meshtrain/train/lr_schedule.h"
+#include "meshtrain/train/parameter_client.h"
 #include "meshtrain/train/stop_request.h"
 #include "meshtrain/train/trainer.h"
 
 namespace meshtrain {
+
+namespace {
+
+// A parameter server's whole run (parallel/parameter_server.h).
+int serve_parameters(RunSetup& run) {
+  const Config& c = run.config;
+  ServerOptions o;
+  MPI_Comm_rank(run.servers, &o.server);
+  o.grid = c.grid_shape();
+  o.dtype = c.train.precision == DType::F64 ? DType::F64 : DType::F32;
+  o.staleness = c.parallel.staleness;
+  o.last_step = c.train.steps;
+  // Fences from any resumed step: the scheduler ignores those behind the servers' version.
+  o.fences = async_fences(c, 0);
+  o.adamw = {c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay};
+  o.grad_clip = c.train.grad_clip;
+  o.learning_rate = [t = c.train](int64_t step) { return learning_rate(t, static_cast<int>(step)); };
+  o.timeout = c.run.comm_timeout;
+  ParameterServer server(run.server_channel, run.servers, *run.backend, o);
+  return server.run();
+}
+
+// On worker 0 of an asynchronous run: tells the servers the run is over, on every way out.
+struct EndServers {
+  explicit EndServers(const RunSetup& run) : run_(run) {}
+  ~EndServers() {
+    if (!run_.config.parallel.async() || run_.grid->world_rank() != 0) return;
+    ParameterClient::shutdown(run_.server_channel, run_.grid->world_size(), run_.config.parallel.servers,
+                              status, run_.config.run.comm_timeout);
+  }
+  const RunSetup& run_;
+  int status = kExitInput;  // unless the run ends
+};
+
+}  // namespace
 
 int train_command(const TrainArgs& args) {
   // Before MPI_Init and every other start-up step: a SIGTERM from then on stops the run with
@@ -26,8 +65,14 @@ int train_command(const TrainArgs& args) {
     });
     RunSetup run = setup_run(args.deck, args.overrides, world, Flight::Record);
     check_stop_during_startup(world, "setting up the device and the process grid");
+    if (run.is_server()) return serve_parameters(run);
+    // Worker 0 ends the servers' run with the workers' status, whatever ends the workers'.
+    EndServers end_servers(run);
     Trainer trainer(run.config, *run.grid, *run.backend);
-    return trainer.run() == RunEnd::Stopped ? kExitRequeue : kExitOk;
+    if (run.config.parallel.async()) trainer.attach_servers(run.server_channel);
+    const int status = trainer.run() == RunEnd::Stopped ? kExitRequeue : kExitOk;
+    end_servers.status = status;
+    return status;
   });
 }
 

@@ -130,6 +130,37 @@ void check_cross_fields(const std::string& path, const Config& c) {
          "): ZeRO 2 and 3 reduce gradients over the data-parallel group at every micro-batch, so "
          "every replica must run as many (use parallel.zero = 0 or 1, or parallel.balance = "
          "\"even\" with rebalance = false)");
+  const ParallelOptions& par = c.parallel;
+  if (par.async()) {
+    const std::string why = " (parallel.data_sync = \"async\": ";
+    if (par.servers < 1)
+      fail("parallel.data_sync = \"async\" needs parallel.servers >= 1: the ranks that hold the "
+           "parameters and optimizer state, launched beyond dp x tp x pp (e.g. servers = 1 and one "
+           "more rank)");
+    if (par.zero != 0 || par.automatic.zero)
+      fail("parallel.zero = " + std::string(par.automatic.zero ? "\"auto\"" : std::to_string(par.zero)) +
+           why + "the servers hold the optimizer state, sharded over them; set parallel.zero = 0)");
+    if (par.uneven_shares())
+      fail("parallel.balance / rebalance divide the batch by speed" + why +
+           "replicas already take shares at their own pace; use parallel.balance = \"even\", "
+           "rebalance = false)");
+    if (par.offload != Offload::None)
+      fail("parallel.offload = \"optimizer\"" + why +
+           "the optimizer runs on the servers; use parallel.offload = \"none\")");
+    if (par.automatic.any())
+      fail("\"auto\" layout keys" + why +
+           "the strategy advisor does not plan parameter servers; give parallel.tp, pp, "
+           "schedule, recompute and train.micro_batch explicitly)");
+  } else {
+    if (par.servers > 0)
+      fail("parallel.servers = " + std::to_string(par.servers) + " is given but parallel.data_sync "
+           "is \"sync\", so the servers would be idle (set parallel.data_sync = \"async\", or "
+           "servers = 0)");
+    if (par.staleness > 0)
+      fail("parallel.staleness = " + std::to_string(par.staleness) + " is given but "
+           "parallel.data_sync is \"sync\", which is never stale (set parallel.data_sync = "
+           "\"async\", or staleness = 0)");
+  }
   if (c.data.train.size() == 1 && c.data.train[0] == "none")
     fail("data.train = \"none\": training needs data (\"synthetic\" or token shards)");
 }

@@ -469,6 +469,22 @@ const std::vector<KeySpec>& schema() {
                          "Re-divide the data-parallel shares at a step boundary when the measured "
                          "compute times of the replicas differ (each log window).",
                          [](Config& c, bool v) { c.parallel.rebalance = v; }));
+    k.push_back(choice_key("parallel", "data_sync", "sync", {"sync", "async"},
+                           "\"sync\": every replica waits for the summed gradient each step; "
+                           "\"async\": replicas push gradients to parameter servers "
+                           "(parallel.servers extra ranks) and go on with parameters at most "
+                           "parallel.staleness versions old.",
+                           [](Config& c, const std::string& v) {
+                             c.parallel.data_sync = v == "async" ? DataSync::Async : DataSync::Sync;
+                           }));
+    k.push_back(int_key("parallel", "servers", 0, 0, 1 << 20,
+                        "Parameter-server ranks for parallel.data_sync = \"async\", launched "
+                        "beyond dp x tp x pp (the job has servers + dp x tp x pp ranks).",
+                        [](Config& c, int64_t v) { c.parallel.servers = static_cast<int>(v); }));
+    k.push_back(int_key("parallel", "staleness", 0, 0, 1000,
+                        "Asynchronous data parallelism: the most server versions a gradient's "
+                        "parameters may lag the newest (0 reproduces synchronous training).",
+                        [](Config& c, int64_t v) { c.parallel.staleness = static_cast<int>(v); }));
     // [checkpoint]
     k.push_back(string_key("checkpoint", "dir", "\"<run.dir>/checkpoints\"", "a directory path",
                            "Where checkpoints are written and looked for.", nonempty,

@@ -1,5 +1,6 @@
 #include "meshtrain/config/layout_check.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -22,11 +23,25 @@ std::vector<int64_t> divisors(int64_t n, int64_t limit = 16) {
 
 }  // namespace
 
-void check_layout(Config& c, int world_size) {
+void check_layout(Config& c, int job_size) {
   const std::string& f = c.deck_path;
   auto fail = [&](const std::string& msg) { throw DeckError(f + ": " + msg); };
   ParallelOptions& p = c.parallel;
   const std::string tp = std::to_string(p.tp), pp = std::to_string(p.pp);
+  // Parameter servers are ranks of the job outside the grid (the last `servers` ranks).
+  const int world_size = job_size - (p.async() ? p.servers : 0);
+  if (p.async()) {
+    const std::string servers = std::to_string(p.servers);
+    if (world_size < p.tp * p.pp)
+      fail("parallel.servers = " + servers + " leaves " + std::to_string(std::max(world_size, 0)) +
+           " of the " + std::to_string(job_size) + " ranks of this job for the workers, fewer than "
+           "tp x pp = " + std::to_string(p.tp * p.pp) + " (launch servers + dp x tp x pp ranks, at "
+           "least " + std::to_string(p.servers + p.tp * p.pp) + ")");
+    if (p.servers > c.model.parameter_count())
+      fail("parallel.servers = " + servers + " is more than the model's " +
+           std::to_string(c.model.parameter_count()) + " parameters: a server would hold no "
+           "element (use at most that many servers)");
+  }
 
   if (p.dp == 0) {
     if (world_size % (p.tp * p.pp) != 0)
@@ -37,8 +52,9 @@ void check_layout(Config& c, int world_size) {
   } else if (p.dp * p.tp * p.pp != world_size) {
     fail("parallel.dp x tp x pp = " + std::to_string(p.dp) + " x " + tp + " x " + pp + " = " +
          std::to_string(p.dp * p.tp * p.pp) + " does not match the " +
-         std::to_string(world_size) + " ranks of this job (launch " +
-         std::to_string(p.dp * p.tp * p.pp) + " ranks, or set parallel.dp = \"auto\")");
+         std::to_string(world_size) + " ranks of this job" + (p.async() ? " besides the " + std::to_string(p.servers) + " server(s)" : std::string()) +
+         " (launch " + std::to_string(p.dp * p.tp * p.pp + (p.async() ? p.servers : 0)) +
+         " ranks, or set parallel.dp = \"auto\")");
   }
   const std::string dp = std::to_string(p.dp);
 

@@ -219,7 +219,7 @@ void ModelState::launch_reduction(int b) {
   const DType dt = state_dtype_;
   switch (options_.zero) {
     case 0:
-      pending_.push_back({b, dp.all_reduce(s.grads), {}, {}, false, generation_});
+      if (options_.reduce_over_dp) pending_.push_back({b, dp.all_reduce(s.grads), {}, {}, false, generation_});
       s.reduced = true;
       break;
     case 1:

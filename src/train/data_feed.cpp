@@ -72,6 +72,11 @@ void DataFeed::set_shares(const std::vector<int>& shares) {
   share_ = shares[dp_rank_];
 }
 
+void DataFeed::set_replica(int replica) {
+  dp_rank_ = replica;
+  first_ = static_cast<int64_t>(replica) * share_ * cfg_->train.micro_batch;
+}
+
 void DataFeed::verify(int worker, int workers) const {
   if (mode_ == DataMode::ShapesOnly || interrupted()) return;
   const int threads = std::max(1, omp_get_max_threads());

@@ -16,6 +16,7 @@
 #include "meshtrain/io/run_directory.h"
 #include "meshtrain/parallel/schedule_simulator.h"
 #include "meshtrain/train/checkpointer.h"
+#include "meshtrain/train/parameter_client.h"
 #include "meshtrain/train/divergence.h"
 #include "meshtrain/train/fault_injection.h"
 #include "meshtrain/train/lr_schedule.h"
@@ -62,6 +63,7 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   so.bucket_mb = p.bucket_mb;
   so.adamw = {config.train.beta1, config.train.beta2, config.train.eps, config.train.weight_decay};
   so.microbatches = work_.shares[grid.rank(Axis::Data)];
+  so.reduce_over_dp = !p.async();  // the parameter servers sum the replicas' gradients
   if (p.offload == Offload::Optimizer) {
     host_backend_ = backend.planning()
                         ? std::make_unique<CpuBackend>(config.run.threads, Execution::Plan)
@@ -346,6 +348,7 @@ RunEnd Trainer::run() {
       return RunEnd::Finished;
     }
   }
+  if (cfg_.parallel.async()) return run_async();
   std::vector<double> times;
   // Rebalancing reads the report's windows even when the report itself is off.
   const bool report = cfg_.run.straggler_threshold > 0;

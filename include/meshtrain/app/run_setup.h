@@ -37,7 +37,12 @@ struct RunSetup {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<FlightRecorder> recorder;  // outlives the grid's communicators that record
   ScopedAbortHook explain_at_abort;          // names the rank that went quiet (setup_run)
-  std::unique_ptr<ProcessGrid> grid;
+  std::unique_ptr<ProcessGrid> grid;  // null on a parameter server
+  // parallel.data_sync = "async": a duplicate of the world for workers and servers, and (on
+  // servers) the servers among themselves.
+  MPI_Comm server_channel = MPI_COMM_NULL;
+  MPI_Comm servers = MPI_COMM_NULL;
+  bool is_server() const { return servers != MPI_COMM_NULL; }
 };
 
 // Whether a run keeps a flight recorder of its communication (train does; short commands not,
@@ -47,8 +52,11 @@ enum class Flight { Off, Record };
 // Collective over MPI_COMM_WORLD: the process grid of `config`'s layout with the communicators
 // its device needs (MPI on the CPU; NCCL or MPI through host buffers for a CUDA backend), each
 // recording its operations in `recorder` when there is one.
+// The grid over `world`: the job's world, or its workers when parameter servers take the last
+// ranks.
 std::unique_ptr<ProcessGrid> make_grid(const Config& config, Backend& backend,
-                                       FlightRecorder* recorder = nullptr);
+                                       FlightRecorder* recorder = nullptr,
+                                       MPI_Comm world = MPI_COMM_WORLD);
 
 // Collective: load_config, then device resolution (agreed over the world: nodes may differ),
 // the backend of this rank, the flight recorder (<run.dir>/flight/rank_N.rec) when asked for

@@ -23,6 +23,9 @@ enum class CheckpointIo { Auto, Collective, Independent };
 enum class Offload { None, Optimizer };
 // Where data-parallel shares and pipeline layer counts come from (train/work_balance.h).
 enum class Balance { Even, Declared, Measured };
+// Data parallelism: replicas wait for each other's gradients every step, or push them to
+// parameter servers and go on (parallel/parameter_server.h).
+enum class DataSync { Sync, Async };
 
 struct RunOptions {
   DeviceChoice device = DeviceChoice::Auto;  // resolved by resolve_device() before training
@@ -95,6 +98,14 @@ struct ParallelOptions {
   std::vector<double> rank_speeds;
   std::vector<std::pair<std::string, double>> node_speeds;
   bool rebalance = false;
+  // Asynchronous data parallelism: `servers` ranks beyond dp x tp x pp hold the optimizer; a
+  // gradient is computed on parameters at most `staleness` server versions old.
+  DataSync data_sync = DataSync::Sync;
+  int servers = 0;
+  int staleness = 0;
+  bool async() const { return data_sync == DataSync::Async; }
+  // Ranks of the job: the grid's, and the servers'.
+  int world_ranks() const { return dp * tp * pp + (async() ? servers : 0); }
   // Data-parallel replicas may take different numbers of micro-batches.
   bool uneven_shares() const { return balance != Balance::Even || rebalance; }
   // Shares are whole micro-batches in multiples of this: pp under the interleaved schedule,

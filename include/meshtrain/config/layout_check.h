@@ -9,7 +9,8 @@
 namespace meshtrain {
 
 // Resolves parallel.dp = "auto" and refuses impossible layouts with a DeckError naming the keys,
-// their values and what would work.
-void check_layout(Config& config, int world_size);
+// their values and what would work. `job_size` counts every rank of the job, parameter servers
+// included (parallel.data_sync = "async").
+void check_layout(Config& config, int job_size);
 
 }  // namespace meshtrain

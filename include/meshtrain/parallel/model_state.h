@@ -49,7 +49,14 @@ struct ModelStateOptions {
   // Where the optimizer's state lives: null, with the parameters; or this host backend (pinned
   // memory): master weights and moments are updated on the CPU (parallel.offload = "optimizer").
   Backend* offload = nullptr;
+  // False under asynchronous data parallelism: the gradient stays this replica's (ZeRO 0), for
+  // the parameter servers to sum.
+  bool reduce_over_dp = true;
 };
+
+// One field of this rank's state as one flat range (the buckets one after another, in the
+// optimizer's dtype): what parameter servers hold of it (parallel/parameter_server.h).
+enum class FlatField { Values, Gradients, ExpAvg, ExpAvgSq };
 
 // A piece of one parameter that this rank owns: `count` elements from local flat index
 // `local_begin` of the parameter's slice, with views of its value and optimizer moments. The
@@ -111,6 +118,16 @@ class ModelState final : public UnitHooks {
   std::vector<OwnedPiece> owned_pieces();
   // After values of owned pieces were overwritten (a checkpoint load): refresh replicas.
   void sync_after_load();
+
+  // The flat view (ZeRO 0, optimizer not offloaded): its length, its AdamW segments (where
+  // weight decay applies) and its norm segments (each element of the grid counted once), and
+  // host copies in and out. Writing Values sets the optimizer's values; sync_after_load() then
+  // brings them into the parameters.
+  int64_t flat_size() const { return plan_.total_size(); }
+  std::vector<OptimizerSegment> flat_segments() const;
+  std::vector<OptimizerSegment> flat_norm_segments() const;
+  void read_flat(FlatField field, void* host);
+  void write_flat(FlatField field, const void* host);
 
  private:
   struct BucketState;

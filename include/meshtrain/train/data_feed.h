@@ -39,6 +39,9 @@ class DataFeed {
   // global_batch / micro_batch; even shares until set.
   void set_shares(const std::vector<int>& shares);
   int microbatches() const { return share_; }
+  // Asynchronous data parallelism (even shares): from now on this replica takes the samples of
+  // replica `replica`, whichever share of a step the parameter servers handed it.
+  void set_replica(int replica);
 
   std::vector<MicroBatchData> train_batch(int step) const;
   std::vector<MicroBatchData> val_batch(int index) const;

@@ -4,6 +4,8 @@
 // gradient-norm clipping, AdamW with warm-up + cosine learning rate — evaluates, logs
 // (rank 0: a progress line on stdout, metrics.jsonl in the run directory) and traces.
 
+#include <mpi.h>
+
 #include <array>
 #include <memory>
 #include <vector>
@@ -22,6 +24,10 @@
 namespace meshtrain {
 
 class Checkpointer;
+class ParameterClient;
+struct Assignment;
+struct LoggedStep;
+struct ShareReport;
 class PeriodicSample;
 class StragglerMonitor;
 struct StragglerWindow;
@@ -88,8 +94,19 @@ class Trainer {
   // Writes a checkpoint of the current state now (collective; train/checkpointer.h), e.g. on
   // request from a signal handler; run() calls it every checkpoint.every steps.
   void save_checkpoint();
+  // parallel.data_sync = "async" (collective over the workers): the parameter servers listen on
+  // `channel` (a duplicate of the job's world; train/parameter_client.h). Before run().
+  void attach_servers(MPI_Comm channel);
 
  private:
+  // Asynchronous data parallelism (trainer_async.cpp): shares until the last fence.
+  RunEnd run_async();
+  ShareReport train_share(const Assignment& share);
+  // At a fence (every replica at version f): evaluation, sample, checkpoint, stop. True when
+  // the run ends here, with `end`.
+  bool at_fence(int f, RunEnd& end);
+  void log_async(const std::vector<LoggedStep>& steps);
+
   double world_sum(double local);
   void log_memory(const char* when, int step);
   void log_start();
@@ -115,6 +132,11 @@ class Trainer {
   std::unique_ptr<PeriodicSample> sample_;  // train.sample_every
   std::unique_ptr<StragglerMonitor> stragglers_;  // run.straggler_threshold; made by run()
   int step_ = 0;
+  std::unique_ptr<ParameterClient> servers_;
+  // Staleness over the current log interval (async), and the steps' median time for the ETA.
+  double stale_sum_ = 0;
+  int stale_max_ = 0, stale_shares_ = 0;
+  std::vector<double> async_times_;
 };
 
 }  // namespace meshtrain
