@@ -108,8 +108,9 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--suite", bench.suite,
                         "step, comm, pipeline, zero, checkpoint, gpu, all, calibrate (measure "
                         "this machine for the time model; with --out, write a machine profile), "
-                        "hetero (4 ranks: one slow rank or stage, even against balanced work)")
-      ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all",
+                        "hetero (4 ranks: one slow rank or stage, even against balanced work), async (5 "
+                        "ranks: one slow replica, synchronous against parameter servers)")
+      ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all", "async",
                              "calibrate", "hetero"}));
   bench_cmd->add_option("--threads", bench.threads,
                         "Threads per rank (step suite on one rank: rows at 1 and at this many)")->check(at_least_one("a thread count"));

@@ -8,7 +8,6 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/parallel/parameter_server.h"
 #include "meshtrain/parallel/slowdown.h"
-#include "meshtrain/train/lr_schedule.h"
 #include "meshtrain/train/parameter_client.h"
 #include "meshtrain/train/stop_request.h"
 #include "meshtrain/train/trainer.h"
@@ -19,19 +18,9 @@ namespace {
 
 // A parameter server's whole run (parallel/parameter_server.h).
 int serve_parameters(RunSetup& run) {
-  const Config& c = run.config;
-  ServerOptions o;
-  MPI_Comm_rank(run.servers, &o.server);
-  o.grid = c.grid_shape();
-  o.dtype = c.train.precision == DType::F64 ? DType::F64 : DType::F32;
-  o.staleness = c.parallel.staleness;
-  o.last_step = c.train.steps;
-  // Fences from any resumed step: the scheduler ignores those behind the servers' version.
-  o.fences = async_fences(c, 0);
-  o.adamw = {c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay};
-  o.grad_clip = c.train.grad_clip;
-  o.learning_rate = [t = c.train](int64_t step) { return learning_rate(t, static_cast<int>(step)); };
-  o.timeout = c.run.comm_timeout;
+  int index = 0;
+  MPI_Comm_rank(run.servers, &index);
+  const ServerOptions o = server_options(run.config, index);
   ParameterServer server(run.server_channel, run.servers, *run.backend, o);
   return server.run();
 }

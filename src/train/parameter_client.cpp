@@ -8,6 +8,7 @@
 
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/train/divergence.h"
+#include "meshtrain/train/lr_schedule.h"
 #include "meshtrain/train/stop_request.h"
 
 namespace meshtrain {
@@ -24,6 +25,22 @@ std::vector<int64_t> async_fences(const Config& c, int64_t first_step) {
   every(c.train.sample_every);
   out.insert(last);
   return {out.begin(), out.end()};
+}
+
+ServerOptions server_options(const Config& c, int server) {
+  ServerOptions o;
+  o.server = server;
+  o.grid = c.grid_shape();
+  o.dtype = c.train.precision == DType::F64 ? DType::F64 : DType::F32;  // the optimizer's
+  o.staleness = c.parallel.staleness;
+  o.last_step = c.train.steps;
+  // From step 0: the scheduler drops those at or behind a resumed version.
+  o.fences = async_fences(c, 0);
+  o.adamw = {c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay};
+  o.grad_clip = c.train.grad_clip;
+  o.learning_rate = [t = c.train](int64_t step) { return learning_rate(t, static_cast<int>(step)); };
+  o.timeout = c.run.comm_timeout;
+  return o;
 }
 
 // A pull in flight: one reply per server piece.
@@ -285,9 +302,9 @@ void ParameterClient::push(const Assignment& share) {
     h.share = share.share;
     h.version = installed_;
     std::vector<char>& bytes = sends_[i];
-    bytes.clear();
-    append_bytes(bytes, &h, 1);
-    bytes.insert(bytes.end(), flat_.begin() + p.local_begin * elem_, flat_.begin() + (p.local_begin + p.count) * elem_);
+    bytes.resize(sizeof h + static_cast<size_t>(p.count * elem_));
+    std::memcpy(bytes.data(), &h, sizeof h);
+    std::memcpy(bytes.data() + sizeof h, flat_.data() + p.local_begin * elem_, static_cast<size_t>(p.count * elem_));
     MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, first_server_ + p.server, kTagGradient,
               channel_, &send_requests_[i]);
   }

@@ -49,6 +49,7 @@ void Trainer::log_async(const std::vector<LoggedStep>& steps) {
     stale_sum_ += l.staleness_mean * l.shares;
     stale_shares_ += l.shares;
     stale_max_ = std::max(stale_max_, static_cast<int>(l.staleness_max));
+    stale_max_run_ = std::max(stale_max_run_, stale_max_);
     async_times_.push_back(l.seconds);
     if (step % cfg_.run.log_every != 0 && step != 1 && step != t.steps) continue;
     std::vector<double> sorted = async_times_;

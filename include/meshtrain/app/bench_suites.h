@@ -39,6 +39,8 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report);
 // One slow rank (dp 4) or stage (dp 2 x pp 2) on 4 ranks: even work against work divided by
 // declared, probed and rebalanced speeds (train/work_balance.h).
 void bench_hetero(const BenchArgs& args, BenchReport& report);
+// Synchronous against asynchronous data parallelism with a slow replica (mpiexec -n 5).
+void bench_async(const BenchArgs& args, BenchReport& report);
 // Step time and memory of ZeRO stages and recompute modes relative to zero 0 / none.
 void bench_zero(const BenchArgs& args, BenchReport& report);
 // Checkpoint save and load bandwidth against a raw sequential write and read of the same bytes

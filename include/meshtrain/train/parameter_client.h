@@ -18,6 +18,7 @@
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/parallel/model_state.h"
+#include "meshtrain/parallel/parameter_server.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/parallel/server_channel.h"
 
@@ -26,6 +27,8 @@ namespace meshtrain {
 // Versions at which every replica needs the same state: evaluations, checkpoints, text samples
 // and the last step (after `first_step`, up to train.steps).
 std::vector<int64_t> async_fences(const Config& config, int64_t first_step);
+// What parameter server `server` needs of the deck: the optimizer, the schedule, the fences.
+ServerOptions server_options(const Config& config, int server);
 
 class ParameterClient {
  public:

@@ -97,6 +97,9 @@ class Trainer {
   // parallel.data_sync = "async" (collective over the workers): the parameter servers listen on
   // `channel` (a duplicate of the job's world; train/parameter_client.h). Before run().
   void attach_servers(MPI_Comm channel);
+  // Async: the largest staleness of any share so far, as the servers recorded it (world rank 0;
+  // 0 elsewhere).
+  int staleness_seen() const { return stale_max_run_; }
 
  private:
   // Asynchronous data parallelism (trainer_async.cpp): shares until the last fence.
@@ -135,7 +138,7 @@ class Trainer {
   std::unique_ptr<ParameterClient> servers_;
   // Staleness over the current log interval (async), and the steps' median time for the ETA.
   double stale_sum_ = 0;
-  int stale_max_ = 0, stale_shares_ = 0;
+  int stale_max_ = 0, stale_shares_ = 0, stale_max_run_ = 0;
   std::vector<double> async_times_;
 };
 
