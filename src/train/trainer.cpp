@@ -247,6 +247,10 @@ void Trainer::log_start() {
                 describe_shares(work_.shares).c_str(), speeds.empty() ? "" : "; rank speeds ",
                 speeds.c_str());
   }
+  if (p.async())
+    std::printf("data parallelism asynchronous: %d parameter server(s) (ranks %d-%d) hold the optimizer; "
+                "a gradient's parameters at most %d version(s) old\n",
+                p.servers, grid_.world_size(), grid_.world_size() + p.servers - 1, p.staleness);
   std::printf("partition %s; backend %s\n", describe_partition(partition_).c_str(),
               be_.describe().c_str());
   std::printf("data: train %s; val %s\n", data_->train().describe().c_str(),

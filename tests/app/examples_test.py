@@ -224,7 +224,7 @@ RULES = [
     (r"^sbatch ", "check_sbatch", "deck and overrides planned on the job's world size"),
     (r"^bench/cpu/run\.sh|bench --suite step$|^scripts/run-local-bench\.sh", "covered",
      "GPT-2 124M benchmarks: `make bench`; their rows on a tiny model: bench_step_test"),
-    (r"bench --suite (comm|pipeline|zero|checkpoint|calibrate|hetero)", "run_as_written",
+    (r"bench --suite (comm|pipeline|zero|checkpoint|calibrate|hetero|async)", "run_as_written",
      "the suite, short as it is"),
     (r"^build/meshtrain plan ", "run_as_written", "planning needs no data"),
     (r"^scripts/advisor-accuracy\.py", "covered", "advisor_test runs it (--quick, 2 ranks)"),
