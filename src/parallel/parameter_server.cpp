@@ -116,7 +116,7 @@ struct ParameterServer::Impl {
   // replica 0 (its initial or resumed values and moments). False: the workers ended the run.
   bool receive_state() {
     int tag = 0, from = 0;
-    std::vector<char> msg = next_message(&tag, &from, /*startup=*/true);
+    std::vector<char> msg = next_message(&tag, &from);
     if (tag == kTagShutdown) return false;
     if (tag != kTagLayout) throw std::logic_error(me() + ": expected the layout, got tag " + std::to_string(tag));
     std::vector<int64_t> sizes(msg.size() / sizeof(int64_t));
@@ -131,7 +131,7 @@ struct ParameterServer::Impl {
     Tensor exp_avg_sq = be.zeros({n}, o.dtype, MemoryCategory::OptimizerState);
     std::vector<OptimizerSegment> segments;
     for (size_t got = 0; got < pieces.size();) {
-      msg = next_message(&tag, &from, true);
+      msg = next_message(&tag, &from);
       if (tag == kTagShutdown) return false;
       if (tag != kTagUpload) throw std::logic_error(me() + ": expected an upload, got tag " + std::to_string(tag));
       UploadHeader h;
@@ -166,7 +166,7 @@ struct ParameterServer::Impl {
 
   // A start-up message (layout, upload or shutdown). Requests for work and gradients that
   // arrive meanwhile stay queued in MPI until the state is here.
-  std::vector<char> next_message(int* tag, int* from, bool) {
+  std::vector<char> next_message(int* tag, int* from) {
     const double limit = o.timeout;
     const Clock::time_point start = Clock::now();
     int sleep_us = 5;

@@ -190,7 +190,7 @@ int64_t ParameterClient::coherent_version() {
   }
 }
 
-void ParameterClient::install(FlatField) {
+void ParameterClient::install() {
   for (size_t i = 0; i < pieces_.size(); ++i)
     std::memcpy(flat_.data() + pieces_[i].local_begin * elem_, pull_->replies[i].data() + sizeof(PullReply),
                 static_cast<size_t>(pieces_[i].count * elem_));
@@ -210,7 +210,7 @@ void ParameterClient::ensure_version(int64_t min_version) {
     if (lo == -2 || hi == -2) diverged_everywhere(-1);
     if (lo >= 0 && lo == hi) {
       pull_->active = false;
-      install(FlatField::Values);
+      install();
       installed_ = lo;
       if (installed_ < last) start_pull(installed_ + 1);  // the next version, while computing
       if (installed_ >= min_version) return;

@@ -60,7 +60,8 @@ class ParameterClient {
   void start_pull(int64_t min_version);
   bool pull_ready();
   int64_t coherent_version();
-  void install(FlatField field_values_only);
+  // The completed pull's values into the model.
+  void install();
   [[noreturn]] void diverged_everywhere(int64_t step);
 
   const Config& cfg_;
