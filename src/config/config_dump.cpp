@@ -141,7 +141,10 @@ std::string dump_config(const Config& c) {
     os << (i ? ", " : "") << quoted(entry.str());
   }
   os << "]\n"
-     << "rebalance = " << boolean(p.rebalance) << "\n";
+     << "rebalance = " << boolean(p.rebalance) << "\n"
+     << "data_sync = " << quoted(p.async() ? "async" : "sync") << "\n"
+     << "servers = " << p.servers << "\n"
+     << "staleness = " << p.staleness << "\n";
   const CheckpointOptions& k = c.checkpoint;
   os << "\n[checkpoint]\n"
      << "dir = " << quoted(k.dir) << "\n"
