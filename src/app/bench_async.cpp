@@ -23,9 +23,7 @@
 #include <functional>
 
 #include "meshtrain/app/bench_suites.h"
-#include "meshtrain/app/cpu_binding.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
-#include "meshtrain/comm/node.h"
 #include "meshtrain/config/layout_check.h"
 #include "meshtrain/parallel/parameter_server.h"
 #include "meshtrain/parallel/server_channel.h"
@@ -110,11 +108,9 @@ void bench_async(const BenchArgs& args, BenchReport& report) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (ranks != kWorkers + 1)
     throw std::runtime_error("bench --suite async runs on 5 ranks: 4 workers and 1 server (mpiexec -n 5)");
-  const int local = node_membership(MPI_COMM_WORLD).local_size;
-  MPI_Comm node = split_by_node(MPI_COMM_WORLD);
-  const int cores = node_usable_cores(node);
-  MPI_Comm_free(&node);
-  const double emulate = local > cores ? std::ceil(2.0 * local / cores) : 1.0;
+  const DeviceEmulation devices = device_emulation();
+  const int local = devices.ranks_per_node, cores = devices.cores;
+  const double emulate = devices.factor;
   // Enough steps that start-up and the final fence are small beside them (--steps to raise).
   const int steps = std::max(args.steps, 40);
 

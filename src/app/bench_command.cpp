@@ -1,9 +1,22 @@
+#include <cmath>
 #include <cstdio>
 
 #include "meshtrain/app/bench_suites.h"
+#include "meshtrain/app/cpu_binding.h"
 #include "meshtrain/app/mpi_session.h"
+#include "meshtrain/comm/node.h"
 
 namespace meshtrain {
+
+DeviceEmulation device_emulation() {
+  DeviceEmulation e;
+  e.ranks_per_node = node_membership(MPI_COMM_WORLD).local_size;
+  MPI_Comm node = split_by_node(MPI_COMM_WORLD);
+  e.cores = node_usable_cores(node);
+  MPI_Comm_free(&node);
+  e.factor = e.ranks_per_node > e.cores ? std::ceil(2.0 * e.ranks_per_node / e.cores) : 1.0;
+  return e;
+}
 
 Config bench_deck(const std::string& suite, const GptConfig& model) {
   Config c;

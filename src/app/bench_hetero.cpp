@@ -26,9 +26,7 @@
 #include <functional>
 
 #include "meshtrain/app/bench_suites.h"
-#include "meshtrain/app/cpu_binding.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
-#include "meshtrain/comm/node.h"
 #include "meshtrain/config/layout_check.h"
 #include "meshtrain/parallel/slowdown.h"
 #include "meshtrain/train/straggler_report.h"
@@ -90,11 +88,9 @@ void bench_hetero(const BenchArgs& args, BenchReport& report) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (ranks != 4) throw std::runtime_error("bench --suite hetero runs on 4 ranks (mpiexec -n 4)");
   // Ranks on this node against its cores: emulate devices where they must share cores.
-  const int local = node_membership(MPI_COMM_WORLD).local_size;
-  MPI_Comm node = split_by_node(MPI_COMM_WORLD);
-  const int cores = node_usable_cores(node);
-  MPI_Comm_free(&node);
-  const double emulate = local > cores ? std::ceil(2.0 * local / cores) : 1.0;
+  const DeviceEmulation devices = device_emulation();
+  const int local = devices.ranks_per_node, cores = devices.cores;
+  const double emulate = devices.factor;
   const int steps = std::max(args.steps, 8), warmup = 2;  // medians of enough steps on a noisy machine
 
   report.columns({"slow_factor", "step_ms", "ratio", "of_ideal", "loss_diff"});

@@ -97,7 +97,7 @@ ParameterClient::ParameterClient(const Config& config, ProcessGrid& grid, ModelS
   if (grid.world_rank() == 0)  // the layout goes first: the servers size their ranges by it
     for (int k = 0; k < config.parallel.servers; ++k)
       send_message(channel_, first_server_ + k, kTagLayout, sizes.data(), sizes.size() * sizeof(int64_t),
-                   timeout_, "sending the layout to parameter server " + std::to_string(k));
+                   timeout_, "sending the layout to " + server_name(k));
 }
 
 ParameterClient::~ParameterClient() {
@@ -133,7 +133,7 @@ void ParameterClient::upload(int64_t version) {
       for (const std::vector<char>& f : fields)
         bytes.insert(bytes.end(), f.begin() + p.local_begin * elem_, f.begin() + (p.local_begin + p.count) * elem_);
       send_message(channel_, first_server_ + p.server, kTagUpload, bytes.data(), bytes.size(), timeout_,
-                   "uploading the state to parameter server " + std::to_string(p.server));
+                   "uploading the state to " + server_name(p.server));
     }
   }
   // Every replica starts from replica 0's state (the same already, from the same seed or
@@ -142,16 +142,22 @@ void ParameterClient::upload(int64_t version) {
   ensure_version(version);
 }
 
+std::string ParameterClient::server_name(int k) const {
+  return "parameter server " + std::to_string(k) + " (rank " + std::to_string(first_server_ + k) + ")";
+}
+
+void ParameterClient::post_pull(size_t i, int64_t min_version) {
+  const ServerPiece& p = pieces_[i];
+  pull_->replies[i].resize(sizeof(PullReply) + static_cast<size_t>(p.count * elem_));
+  MPI_Irecv(pull_->replies[i].data(), static_cast<int>(pull_->replies[i].size()), MPI_BYTE,
+            first_server_ + p.server, kTagValues, channel_, &pull_->requests[i]);
+  pull_->asks[i].min_version = min_version;
+  send_message(channel_, first_server_ + p.server, kTagPull, &pull_->asks[i], sizeof(PullRequest), timeout_,
+               "asking " + server_name(p.server) + " for values");
+}
+
 void ParameterClient::start_pull(int64_t min_version) {
-  for (size_t i = 0; i < pieces_.size(); ++i) {
-    const ServerPiece& p = pieces_[i];
-    pull_->replies[i].resize(sizeof(PullReply) + static_cast<size_t>(p.count * elem_));
-    MPI_Irecv(pull_->replies[i].data(), static_cast<int>(pull_->replies[i].size()), MPI_BYTE,
-              first_server_ + p.server, kTagValues, channel_, &pull_->requests[i]);
-    pull_->asks[i].min_version = min_version;
-    send_message(channel_, first_server_ + p.server, kTagPull, &pull_->asks[i], sizeof(PullRequest), timeout_,
-                 "asking parameter server " + std::to_string(p.server) + " for values");
-  }
+  for (size_t i = 0; i < pieces_.size(); ++i) post_pull(i, min_version);
   pull_->active = true;
 }
 
@@ -169,7 +175,7 @@ int64_t ParameterClient::coherent_version() {
   for (;;) {
     for (size_t i = 0; i < pieces_.size(); ++i)
       wait_request(pull_->requests[i], timeout_,
-                   "waiting for values from parameter server " + std::to_string(pieces_[i].server));
+                   "waiting for values from " + server_name(pieces_[i].server));
     int64_t hi = -1, lo = INT64_MAX;
     for (const std::vector<char>& r : pull_->replies) {
       const PullReply h = reply_header(r);
@@ -178,15 +184,8 @@ int64_t ParameterClient::coherent_version() {
       lo = std::min(lo, h.version);
     }
     if (lo == hi) return hi;
-    for (size_t i = 0; i < pieces_.size(); ++i) {
-      if (reply_header(pull_->replies[i]).version == hi) continue;
-      const ServerPiece& p = pieces_[i];
-      MPI_Irecv(pull_->replies[i].data(), static_cast<int>(pull_->replies[i].size()), MPI_BYTE,
-                first_server_ + p.server, kTagValues, channel_, &pull_->requests[i]);
-      pull_->asks[i].min_version = hi;
-      send_message(channel_, first_server_ + p.server, kTagPull, &pull_->asks[i], sizeof(PullRequest),
-                   timeout_, "asking parameter server " + std::to_string(p.server) + " for values");
-    }
+    for (size_t i = 0; i < pieces_.size(); ++i)
+      if (reply_header(pull_->replies[i]).version != hi) post_pull(i, hi);
   }
 }
 
@@ -217,16 +216,8 @@ void ParameterClient::ensure_version(int64_t min_version) {
       continue;
     }
     if (lo >= 0) {  // every rank has one, not the same: all of the newest
-      if (mine < hi) {
-        for (size_t i = 0; i < pieces_.size(); ++i) {
-          const ServerPiece& p = pieces_[i];
-          MPI_Irecv(pull_->replies[i].data(), static_cast<int>(pull_->replies[i].size()), MPI_BYTE,
-                    first_server_ + p.server, kTagValues, channel_, &pull_->requests[i]);
-          pull_->asks[i].min_version = hi;
-          send_message(channel_, first_server_ + p.server, kTagPull, &pull_->asks[i], sizeof(PullRequest),
-                       timeout_, "asking parameter server " + std::to_string(p.server) + " for values");
-        }
-      }
+      if (mine < hi)
+        for (size_t i = 0; i < pieces_.size(); ++i) post_pull(i, hi);
       continue;
     }
     if (installed_ >= min_version) return;  // a newer version is on its way: not needed yet
@@ -243,9 +234,9 @@ Assignment ParameterClient::next(const ShareReport& report, std::vector<LoggedSt
     ask.stop = stop ? 1 : 0;
     ask.report = report;
     send_message(channel_, first_server_, kTagAsk, &ask, sizeof ask, timeout_,
-                 "asking parameter server 0 for work");
+                 "asking " + server_name(0) + " for work");
     const std::vector<char> bytes = receive_message(channel_, first_server_, kTagAssign, timeout_,
-                                                    "waiting for work from parameter server 0");
+                                                    "waiting for work from " + server_name(0));
     AssignMessage m;
     std::memcpy(&m, bytes.data(), sizeof m);
     logged.resize(static_cast<size_t>(m.logged));
@@ -267,9 +258,9 @@ void ParameterClient::pull_state(int64_t version) {
     ask.min_version = version;
     ask.with_moments = 1;
     send_message(channel_, first_server_ + p.server, kTagPull, &ask, sizeof ask, timeout_,
-                 "asking parameter server " + std::to_string(p.server) + " for the optimizer state");
+                 "asking " + server_name(p.server) + " for the optimizer state");
     replies[i] = receive_message(channel_, first_server_ + p.server, kTagState, timeout_,
-                                 "waiting for the optimizer state from parameter server " + std::to_string(p.server));
+                                 "waiting for the optimizer state from " + server_name(p.server));
     const PullReply h = reply_header(replies[i]);
     if (h.diverged) throw std::logic_error("a divergence reported at a fence");
     if (h.version != version)
@@ -296,7 +287,7 @@ void ParameterClient::push(const Assignment& share) {
     const ServerPiece& p = pieces_[i];
     // The previous push from this buffer has been received by now, or soon.
     if (send_requests_[i] != MPI_REQUEST_NULL)
-      wait_request(send_requests_[i], timeout_, "pushing a gradient to parameter server " + std::to_string(p.server));
+      wait_request(send_requests_[i], timeout_, "pushing a gradient to " + server_name(p.server));
     GradientHeader h;
     h.step = share.step;
     h.share = share.share;

@@ -18,6 +18,17 @@ namespace meshtrain {
 // directory runs/bench-<suite>.
 Config bench_deck(const std::string& suite, const GptConfig& model);
 
+// Emulated devices for the suites with a slow rank (hetero, async), collective over the world:
+// where a node's ranks outnumber its usable cores, ranks computing at once are bounded by the
+// cores and no division of the work can beat that bound, whereas a cluster's ranks each have a
+// device. So every rank's compute is stretched by `factor` (by sleeping, parallel/slowdown.h)
+// first; 1 where every rank has a core.
+struct DeviceEmulation {
+  int ranks_per_node = 1, cores = 1;
+  double factor = 1;
+};
+DeviceEmulation device_emulation();
+
 // GEMM ceilings (OpenBLAS sgemm, oneDNN fp32 and bf16 matmul) and a full GPT-2 124M training
 // step (fp32 and bf16) against them, with a per-kernel breakdown of the step. One rank: at 1
 // thread and at args.threads threads, each against the ceilings at its thread count. N ranks:

@@ -57,6 +57,8 @@ class ParameterClient {
 
  private:
   struct Pull;
+  std::string server_name(int k) const;  // "parameter server K (rank R)"
+  void post_pull(size_t piece, int64_t min_version);
   void start_pull(int64_t min_version);
   bool pull_ready();
   int64_t coherent_version();
