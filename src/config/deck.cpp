@@ -97,10 +97,12 @@ void check_cross_fields(const std::string& path, const Config& c) {
   if (c.train.global_batch % c.train.micro_batch != 0)
     fail("train.global_batch = " + std::to_string(c.train.global_batch) +
          " is not a multiple of train.micro_batch = " + std::to_string(c.train.micro_batch));
-  if (c.parallel.virtual_stages > 1 && c.parallel.schedule == ScheduleKind::OneFOneB)
+  if (c.parallel.virtual_stages > 1 && (c.parallel.schedule == ScheduleKind::OneFOneB ||
+                                        c.parallel.schedule == ScheduleKind::ZeroBubbleH1))
     fail("parallel.virtual_stages = " + std::to_string(c.parallel.virtual_stages) +
-         " needs parallel.schedule = \"interleaved\" or \"gpipe\" (1f1b runs one chunk per "
-         "rank; or set virtual_stages = 1)");
+         " needs parallel.schedule = \"interleaved\" or \"gpipe\" (" +
+         std::string(schedule_name(c.parallel.schedule)) +
+         " runs one chunk per rank; or set virtual_stages = 1)");
   if (c.parallel.schedule == ScheduleKind::Interleaved && c.parallel.pp < 2)
     fail("parallel.schedule = \"interleaved\" needs parallel.pp >= 2 (with one stage use \"1f1b\")");
   if (!c.parallel.partition.empty()) {

@@ -334,13 +334,16 @@ const std::vector<KeySpec>& schema() {
                                   c.parallel.automatic.pp = !v;
                                   c.parallel.pp = static_cast<int>(v.value_or(1));
                                 }));
-    k.push_back(choice_key("parallel", "schedule", "1f1b", {"gpipe", "1f1b", "interleaved", "auto"},
-                           "Pipeline schedule; \"auto\": the strategy advisor's choice (with "
-                           "virtual_stages).",
+    k.push_back(choice_key("parallel", "schedule", "1f1b",
+                           {"gpipe", "1f1b", "interleaved", "zb-h1", "auto"},
+                           "Pipeline schedule; \"zb-h1\": 1F1B with each backward split in two "
+                           "and the weight-gradient halves filling the bubble; \"auto\": the "
+                           "strategy advisor's choice (with virtual_stages).",
                            [](Config& c, const std::string& v) {
                              c.parallel.automatic.schedule = v == "auto";
                              c.parallel.schedule = v == "gpipe"          ? ScheduleKind::GPipe
                                                    : v == "interleaved" ? ScheduleKind::Interleaved
+                                                   : v == "zb-h1"       ? ScheduleKind::ZeroBubbleH1
                                                                          : ScheduleKind::OneFOneB;
                            }));
     k.push_back(int_key("parallel", "virtual_stages", 1, 1, 1024,

@@ -44,9 +44,10 @@ Tensor CausalSelfAttention::decode(const Tensor& x, Tensor& k_cache, Tensor& v_c
   return proj_.forward(att, proj_in, ws, &tp);
 }
 
-Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const Saved& saved) {
+Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const Saved& saved,
+                                     DeferredWeightGradients* deferred) {
   Backend& be = *ctx_.backend;
-  Tensor datt = proj_.backward(dy, saved.proj_in);
+  Tensor datt = proj_.backward(dy, saved.proj_in, deferred);
   Tensor probs = saved.probs;
   if (!probs.defined()) {  // selective recomputation: rebuild the softmax from the saved qkv
     probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, dy.dtype(), MemoryCategory::Workspace);
@@ -55,13 +56,16 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const S
   }
   Tensor dqkv = be.empty(saved.qkv.shape(), dy.dtype(), MemoryCategory::Workspace);
   be.attention_backward(dqkv, datt, saved.qkv, probs, shape.B, shape.T, local_heads_, head_size_);
-  Tensor dx = qkv_.backward(dqkv, saved.qkv_in);
+  Tensor dx = qkv_.backward(dqkv, saved.qkv_in, deferred);
   // The key bias adds q_i . b_k to every score of row i, which softmax ignores: its gradient is
   // exactly zero, and what the GEMMs leave there is rounding noise that Adam would amplify into
   // real updates. Write the exact value instead.
-  const int64_t local_c = local_heads_ * head_size_;
-  Tensor dkey_bias = qkv_.bias().grad.reshape({3 * local_c}).view(local_c, {local_c});
-  be.fill(dkey_bias, 0.0);
+  // After the bias gradient is written, so deferred with it when that is.
+  run_or_defer(deferred, [this] {
+    const int64_t local_c = local_heads_ * head_size_;
+    Tensor dkey_bias = qkv_.bias().grad.reshape({3 * local_c}).view(local_c, {local_c});
+    ctx_.backend->fill(dkey_bias, 0.0);
+  });
   return dx;
 }
 

@@ -48,18 +48,19 @@ Tensor Block::decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t 
   return out;
 }
 
-Tensor Block::backward(const Tensor& dout, TokenShape shape, Saved& saved, Recompute recompute) {
+Tensor Block::backward(const Tensor& dout, TokenShape shape, Saved& saved, Recompute recompute,
+                       DeferredWeightGradients* deferred) {
   Backend& be = *ctx_.backend;
   if (recompute == Recompute::Full) {
     const Tensor x = saved.x;
     forward_all(x, shape, saved, MemoryCategory::Workspace, Recompute::None);
   }
   // dout flows into both the MLP branch and the residual path to x2.
-  Tensor dx2 = ln_2_.backward(mlp_.backward(dout, saved.mlp), saved.ln_2);
+  Tensor dx2 = ln_2_.backward(mlp_.backward(dout, saved.mlp, deferred), saved.ln_2);
   be.add_inplace(dx2, dout);
-  Tensor dx = ln_1_.backward(attn_.backward(dx2, shape, saved.attn), saved.ln_1);
+  Tensor dx = ln_1_.backward(attn_.backward(dx2, shape, saved.attn, deferred), saved.ln_1);
   be.add_inplace(dx, dx2);
-  saved = Saved{};  // frees this micro-batch's activations
+  saved = Saved{};  // frees this micro-batch's activations (but what deferred work holds)
   return dx;
 }
 

@@ -45,11 +45,14 @@ Tensor Embedding::forward_at(const Tensor& tokens, int64_t position) {
   return x;
 }
 
-void Embedding::backward(const Tensor& dx, const Tensor& tokens, TokenShape shape) {
+void Embedding::backward(const Tensor& dx, const Tensor& tokens, TokenShape shape,
+                         DeferredWeightGradients* deferred) {
   Backend& be = *ctx_.backend;
-  be.position_backward(wpe_.grad, dx, ctx_.tp.token_begin(shape.N()));
   Tensor dfull = exit_tp_region_backward(be, ctx_.tp, dx, MemoryCategory::Workspace);
-  be.embedding_backward(wte_.grad, dfull, tokens, wte_.split_begin);
+  run_or_defer(deferred, [this, dx, dfull, tokens, token_begin = ctx_.tp.token_begin(shape.N())] {
+    ctx_.backend->position_backward(wpe_.grad, dx, token_begin);
+    ctx_.backend->embedding_backward(wte_.grad, dfull, tokens, wte_.split_begin);
+  });
 }
 
 }  // namespace meshtrain

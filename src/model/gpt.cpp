@@ -74,20 +74,37 @@ Tensor ModelChunk::forward(const MicroBatchData& mb, const Tensor& input, Saved&
 }
 
 Tensor ModelChunk::backward(const MicroBatchData& mb, const Tensor& dout, Saved& saved,
-                            Recompute recompute, UnitHooks& hooks) {
+                            Recompute recompute, UnitHooks& hooks,
+                            DeferredWeightGradients* deferred) {
+  auto begin = [&](int unit) {
+    hooks.before_backward(unit);
+    if (deferred) deferred->begin_unit(unit);
+  };
+  auto end = [&](int unit) {
+    if (deferred) hooks.after_input_backward(unit);
+    else hooks.after_backward(unit);
+  };
   Tensor dx = dout;
   if (head_) dx = head_->backward(saved.head);
   for (size_t i = blocks_.size(); i-- > 0;) {
-    hooks.before_backward(block_units_[i]);
-    dx = blocks_[i]->backward(dx, mb.shape, saved.blocks[i], recompute);
-    hooks.after_backward(block_units_[i]);
+    begin(block_units_[i]);
+    dx = blocks_[i]->backward(dx, mb.shape, saved.blocks[i], recompute, deferred);
+    end(block_units_[i]);
   }
   saved.blocks.clear();
   if (!embedding_) return dx;
-  hooks.before_backward(embedding_unit_);
-  embedding_->backward(dx, mb.tokens, mb.shape);
-  hooks.after_backward(embedding_unit_);
+  begin(embedding_unit_);
+  embedding_->backward(dx, mb.tokens, mb.shape, deferred);
+  end(embedding_unit_);
   return {};
+}
+
+void ModelChunk::backward_weights(DeferredWeightGradients& deferred, UnitHooks& hooks) {
+  for (DeferredWeightGradients::Unit& u : deferred.take()) {
+    hooks.before_weight_backward(u.unit);
+    for (std::function<void()>& work : u.work) work();
+    hooks.after_weight_backward(u.unit);
+  }
 }
 
 GptModel::GptModel(Backend& backend, const TensorParallel& tp, const GptConfig& cfg,

@@ -48,13 +48,17 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCatego
   return out;
 }
 
-Tensor ColumnParallelLinear::backward(const Tensor& dy, const Saved& saved) {
+Tensor ColumnParallelLinear::backward(const Tensor& dy, const Saved& saved,
+                                      DeferredWeightGradients* deferred) {
   Backend& be = *ctx_.backend;
   Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
   const Tensor w = weight_.value.reshape({local_out(), in_});
-  Tensor dw = weight_.grad.reshape({local_out(), in_});
-  Tensor db = bias_.grad.reshape({local_out()});
-  be.matmul_backward(&dinp, dw, &db, dy, saved.inp, w);
+  be.matmul_backward(&dinp, nullptr, nullptr, dy, saved.inp, w);
+  run_or_defer(deferred, [this, dy, inp = saved.inp] {
+    Tensor dw = weight_.grad.reshape({local_out(), in_});
+    Tensor db = bias_.grad.reshape({local_out()});
+    ctx_.backend->matmul_backward(nullptr, &dw, &db, dy, inp, Tensor{});
+  });
   return enter_tp_region_backward(be, ctx_.tp, dinp, MemoryCategory::Workspace);
 }
 
@@ -85,12 +89,16 @@ Tensor RowParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory 
   return out;
 }
 
-Tensor RowParallelLinear::backward(const Tensor& dy, const Saved& saved) {
+Tensor RowParallelLinear::backward(const Tensor& dy, const Saved& saved,
+                                   DeferredWeightGradients* deferred) {
   Backend& be = *ctx_.backend;
-  be.bias_backward(bias_.grad, dy);
   Tensor dfull = exit_tp_region_backward(be, ctx_.tp, dy, MemoryCategory::Workspace);
   Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
-  be.matmul_backward(&dinp, weight_.grad, nullptr, dfull, saved.inp, weight_.value);
+  be.matmul_backward(&dinp, nullptr, nullptr, dfull, saved.inp, weight_.value);
+  run_or_defer(deferred, [this, dy, dfull, inp = saved.inp] {
+    ctx_.backend->bias_backward(bias_.grad, dy);
+    ctx_.backend->matmul_backward(nullptr, &weight_.grad, nullptr, dfull, inp, Tensor{});
+  });
   return dinp;
 }
 

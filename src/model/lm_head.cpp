@@ -41,7 +41,7 @@ void LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenSha
   be.crossentropy_backward(logits, logits, row_max, row_sumexp, targets, weight_.split_begin,
                            dloss);
   Tensor dh = be.empty(hin.shape(), dt, ws);
-  be.matmul_backward(&dh, weight_.grad, nullptr, logits, hin, weight_.value);
+  be.matmul_backward(&dh, &weight_.grad, nullptr, logits, hin, weight_.value);
   logits = Tensor{};
   Tensor dh_local = enter_tp_region_backward(be, ctx_.tp, dh, ws);
   Tensor dx = ln_f_.backward(dh_local, ln);

@@ -16,12 +16,12 @@ Tensor Mlp::forward(const Tensor& x, Saved& saved, MemoryCategory category,
   return proj_.forward(g, saved.proj_in, out_category, tp);
 }
 
-Tensor Mlp::backward(const Tensor& dy, const Saved& saved) {
+Tensor Mlp::backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred) {
   Backend& be = *ctx_.backend;
-  Tensor dg = proj_.backward(dy, saved.proj_in);
+  Tensor dg = proj_.backward(dy, saved.proj_in, deferred);
   Tensor dh = be.empty(dg.shape(), dg.dtype(), MemoryCategory::Workspace);
   be.gelu_backward(dh, saved.fc_out, dg);
-  return fc_.backward(dh, saved.fc_in);
+  return fc_.backward(dh, saved.fc_in, deferred);
 }
 
 }  // namespace meshtrain

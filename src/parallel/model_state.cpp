@@ -181,14 +181,41 @@ void ModelState::before_backward(int unit) {
 }
 
 void ModelState::after_backward(int unit) {
+  gradients_final(unit);
+  unpin(unit);
+  progress();
+}
+
+// A split backward (zero-bubble schedules): the input-gradient part no longer needs the
+// parameters; the weight-gradient part needs only gradient buffers, and ends the unit's
+// backward for its micro-batch.
+void ModelState::after_input_backward(int unit) {
+  unpin(unit);
+  progress();
+}
+
+void ModelState::before_weight_backward(int unit) {
+  progress();
+  if (shards_grads())
+    for (int b : plan_.unit_buckets[unit]) acquire_staging(b);
+}
+
+void ModelState::after_weight_backward(int unit) {
+  gradients_final(unit);
+  progress();
+}
+
+void ModelState::gradients_final(int unit) {
   ++completed_[unit];
   ++generation_;
   for (int b : plan_.unit_buckets[unit]) maybe_reduce(b);
   if (shards_grads()) retire_older_than(generation_);
+}
+
+void ModelState::unpin(int unit) {
   if (shards_params())
     for (int b : plan_.unit_buckets[unit])
       if (--bucket(b).pins == 0) release(b);
-  progress();
 }
 
 // ---- gradient reduction --------------------------------------------------------------------

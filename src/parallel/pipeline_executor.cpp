@@ -14,6 +14,7 @@ struct PipelineExecutor::Slot {
   Tensor output;   // forward output, until sent or consumed
   Tensor doutput;  // received gradient of the output
   Tensor dinput;   // gradient of the input, until sent or consumed
+  DeferredWeightGradients weights;  // a BackwardInput's weight gradients, for its BackwardWeight
   Work recv_forward, recv_backward;
 };
 
@@ -117,7 +118,17 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
         stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
         break;
       }
-      case Op::Backward: {
+      case Op::BackwardWeight: {
+        const auto t0 = clock::now();
+        {
+          TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
+          chunk(k).backward_weights(s.weights, hooks);
+        }
+        stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
+        break;
+      }
+      case Op::Backward:
+      case Op::BackwardInput: {
         Tensor dout;
         if (k < last_chunk) {
           if (owner(k + 1) == me) {
@@ -134,7 +145,8 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
         const auto t0 = clock::now();
         {
           TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
-          Tensor din = chunk(k).backward(microbatches[m], dout, s.saved, recompute_, hooks);
+          Tensor din = chunk(k).backward(microbatches[m], dout, s.saved, recompute_, hooks,
+                                         a.op == Op::BackwardInput ? &s.weights : nullptr);
           if (k > 0) s.dinput = din;
         }
         stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());

@@ -14,8 +14,8 @@ namespace meshtrain {
 namespace {
 
 // Text of each Op in to_string / parse, indexed by the enum value.
-constexpr std::array<std::string_view, 6> kOpText = {"F",      "B",      "SEND_F",
-                                                     "RECV_F", "SEND_B", "RECV_B"};
+constexpr std::array<std::string_view, 8> kOpText = {"F",      "B",      "SEND_F", "RECV_F",
+                                                     "SEND_B", "RECV_B", "I",      "W"};
 
 constexpr std::string_view kEndStepText = "|";
 
@@ -26,8 +26,8 @@ std::string_view op_text(Op op) {
 
 [[noreturn]] void bad_action(std::string_view s, const std::string& why) {
   throw std::invalid_argument("invalid pipeline action \"" + std::string(s) + "\": " + why +
-                              " (expected <chunk><op><microbatch> with op one of F, B, SEND_F, "
-                              "RECV_F, SEND_B, RECV_B, e.g. \"2F0\" or \"1SEND_B3\"; or \"|\" "
+                              " (expected <chunk><op><microbatch> with op one of F, B, I, W, "
+                              "SEND_F, RECV_F, SEND_B, RECV_B, e.g. \"2F0\" or \"1SEND_B3\"; or \"|\" "
                               "for the end of a transfer step)");
 }
 
@@ -73,7 +73,12 @@ Action Action::parse(std::string_view s) {
   return {chunk, static_cast<Op>(it - kOpText.begin()), microbatch};
 }
 
-bool is_compute(Op op) { return op == Op::Forward || op == Op::Backward; }
+bool is_compute(Op op) {
+  return op == Op::Forward || op == Op::Backward || op == Op::BackwardInput ||
+         op == Op::BackwardWeight;
+}
+
+bool is_input_gradient(Op op) { return op == Op::Backward || op == Op::BackwardInput; }
 
 bool is_communication(Op op) {
   return op == Op::SendForward || op == Op::RecvForward || op == Op::SendBackward ||
@@ -85,6 +90,7 @@ std::string_view schedule_name(ScheduleKind kind) {
     case ScheduleKind::GPipe: return "gpipe";
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::Interleaved: return "interleaved";
+    case ScheduleKind::ZeroBubbleH1: return "zb-h1";
   }
   return "?";
 }
@@ -166,6 +172,35 @@ Schedule make_interleaved(int stages, int microbatches, int virtual_stages) {
   return s;
 }
 
+// Rank r delays each weight gradient by r microbatches: W(j) follows I(j + r). So rank r holds
+// its 1F1B count of stages - r microbatches between forward and input gradient plus r awaiting
+// their weight gradient, stages in all, which is 1F1B's peak (rank 0's). The delayed Ws are
+// what fills the cool-down: once the last input gradients pass, rank r still has r weight
+// gradients to run while the ranks above it finish, and the last rank starts its final W's
+// exactly when rank 0 would otherwise have waited.
+Schedule make_zb_h1(int stages, int microbatches) {
+  check_sizes("zb-h1", stages, microbatches, 1);
+  const int p = stages, m = microbatches;
+  Schedule s(p);
+  for (int r = 0; r < p; ++r) {
+    std::vector<Action>& list = s[r];
+    int inputs = 0, weights = 0;
+    auto input_then_maybe_weight = [&] {
+      list.push_back({r, Op::BackwardInput, inputs++});
+      if (inputs - 1 - weights >= r) list.push_back({r, Op::BackwardWeight, weights++});
+    };
+    const int warmup = std::min(p - r - 1, m);
+    for (int mb = 0; mb < warmup; ++mb) list.push_back({r, Op::Forward, mb});
+    for (int mb = warmup; mb < m; ++mb) {
+      list.push_back({r, Op::Forward, mb});
+      input_then_maybe_weight();
+    }
+    while (inputs < m) input_then_maybe_weight();
+    while (weights < m) list.push_back({r, Op::BackwardWeight, weights++});
+  }
+  return s;
+}
+
 Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virtual_stages) {
   switch (kind) {
     case ScheduleKind::GPipe: return make_gpipe(stages, microbatches, virtual_stages);
@@ -178,6 +213,12 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virt
       return make_1f1b(stages, microbatches);
     case ScheduleKind::Interleaved:
       return make_interleaved(stages, microbatches, virtual_stages);
+    case ScheduleKind::ZeroBubbleH1:
+      if (virtual_stages != 1)
+        throw std::invalid_argument("zb-h1 schedule: virtual_stages = " +
+                                    std::to_string(virtual_stages) +
+                                    " is not supported (zb-h1 runs one chunk per rank)");
+      return make_zb_h1(stages, microbatches);
   }
   throw std::invalid_argument("unknown schedule kind");
 }
@@ -204,7 +245,11 @@ ActionKey key_of(const Action& a) { return {a.op, a.chunk, a.microbatch}; }
 // Placement costs of a forward and a backward. Any positive costs give a placement that is
 // correct under both communicator models; these, the usual ratio, make the blocking NCCL model
 // lose no bubble to it on the simulator's grid.
-constexpr int kForwardCost = 1, kBackwardCost = 2;
+constexpr int kForwardCost = 1, kBackwardCost = 2, kHalfBackwardCost = 1;
+
+int placement_cost(Op op) {
+  return op == Op::Forward ? kForwardCost : op == Op::Backward ? kBackwardCost : kHalfBackwardCost;
+}
 
 // Plays a compute-only schedule on the placement clock: a compute starts when its rank's previous
 // compute and the compute producing its input (on another rank here: stages > 1) have ended.
@@ -218,7 +263,7 @@ std::vector<std::vector<int>> play(const Schedule& compute,
   std::vector<std::vector<int>> ends(ranks);
   auto place = [&](size_t r, int start) {
     const Action& a = compute[r][ends[r].size()];
-    const int end = start + (a.op == Op::Forward ? kForwardCost : kBackwardCost);
+    const int end = start + placement_cost(a.op);
     end_of[key_of(a)] = end;
     ends[r].push_back(end);
   };
@@ -271,15 +316,25 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
   // With one stage every chunk hands over to a chunk on the same rank: nothing to transfer.
   if (stages == 1) return compute;
 
-  // The compute whose output `a` consumes; with stages > 1 it lives on another rank.
+  // The input gradient of each (chunk, microbatch): a Backward, or a BackwardInput.
+  std::map<std::pair<int, int>, Op> input_gradient;
+  for (const std::vector<Action>& list : compute)
+    for (const Action& a : list)
+      if (is_input_gradient(a.op)) input_gradient[{a.chunk, a.microbatch}] = a.op;
+  // The compute whose output `a` consumes from another rank (stages > 1 here): a forward takes
+  // the previous chunk's output, an input gradient the next chunk's input gradient; a weight
+  // gradient only what its own rank's input gradient left.
   auto producer = [&](const Action& a) -> std::optional<Action> {
     if (a.op == Op::Forward)
       return a.chunk == 0 ? std::nullopt : std::optional<Action>({a.chunk - 1, Op::Forward, a.microbatch});
-    return a.chunk == chunks - 1 ? std::nullopt
-                                 : std::optional<Action>({a.chunk + 1, Op::Backward, a.microbatch});
+    if (a.op == Op::BackwardWeight || a.chunk == chunks - 1) return std::nullopt;
+    const auto it = input_gradient.find({a.chunk + 1, a.microbatch});
+    const Op op = it == input_gradient.end() ? Op::Backward : it->second;
+    return Action{a.chunk + 1, op, a.microbatch};
   };
   auto sends_output = [&](const Action& a) {
-    return a.op == Op::Forward ? a.chunk < chunks - 1 : a.chunk > 0;
+    if (a.op == Op::Forward) return a.chunk < chunks - 1;
+    return is_input_gradient(a.op) && a.chunk > 0;
   };
   std::map<ActionKey, int> end_of;
   const std::vector<std::vector<int>> ends = play(compute, producer, end_of);
@@ -297,7 +352,7 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
             {end, kStep, 1, {a.chunk, forward ? Op::SendForward : Op::SendBackward, a.microbatch}});
       if (const std::optional<Action> input = producer(a)) {
         const Action recv{a.chunk, forward ? Op::RecvForward : Op::RecvBackward, a.microbatch};
-        const int start = end - (forward ? kForwardCost : kBackwardCost);
+        const int start = end - placement_cost(a.op);
         const auto it = end_of.find(key_of(*input));
         if (it != end_of.end() && it->second <= start) placed.push_back({it->second, kStep, 2, recv});
         else placed.push_back({end, kEarlyStep, 2, recv});

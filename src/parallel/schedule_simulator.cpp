@@ -10,7 +10,7 @@
 namespace meshtrain {
 namespace {
 
-constexpr int kOps = 6;
+constexpr int kOps = 8;  // the Ops before EndStep
 constexpr Op kCommOps[] = {Op::SendForward, Op::RecvForward, Op::SendBackward, Op::RecvBackward};
 constexpr size_t kMaxListedProblems = 20;
 
@@ -51,29 +51,40 @@ class Model {
   // Single position of an action known to occur exactly once.
   int step(Action a) const { return where_[key(a)].front().step; }
 
+  // Whether (chunk, microbatch)'s backward is split into BackwardInput and BackwardWeight (any
+  // of the two present), and the action computing its input gradient.
+  bool split(int chunk, int microbatch) const {
+    return !where_[key({chunk, Op::BackwardInput, microbatch})].empty() ||
+           !where_[key({chunk, Op::BackwardWeight, microbatch})].empty();
+  }
+  Action input_gradient(int chunk, int microbatch) const {
+    return {chunk, split(chunk, microbatch) ? Op::BackwardInput : Op::Backward, microbatch};
+  }
   // The send that delivers a compute action's input from another rank, if any. Only with more
   // than one stage do neighbouring chunks live on different ranks.
   std::optional<Action> input_send(Action a) const {
     if (p_ == 1) return std::nullopt;
     if (a.op == Op::Forward && a.chunk > 0)
       return Action{a.chunk - 1, Op::SendForward, a.microbatch};
-    if (a.op == Op::Backward && a.chunk < chunks_ - 1)
+    if (is_input_gradient(a.op) && a.chunk < chunks_ - 1)
       return Action{a.chunk + 1, Op::SendBackward, a.microbatch};
     return std::nullopt;
   }
-  // The same-rank compute whose output a compute action consumes locally, if any.
+  // The same-rank compute whose output a compute action consumes, if any: a neighbouring
+  // chunk's on one stage, and for a weight gradient always its own input gradient's.
   std::optional<Action> local_input(Action a) const {
+    if (a.op == Op::BackwardWeight) return Action{a.chunk, Op::BackwardInput, a.microbatch};
     if (p_ != 1) return std::nullopt;
     if (a.op == Op::Forward && a.chunk > 0) return Action{a.chunk - 1, Op::Forward, a.microbatch};
-    if (a.op == Op::Backward && a.chunk < chunks_ - 1)
-      return Action{a.chunk + 1, Op::Backward, a.microbatch};
+    if (is_input_gradient(a.op) && a.chunk < chunks_ - 1)
+      return input_gradient(a.chunk + 1, a.microbatch);
     return std::nullopt;
   }
   // For a communication action: the compute on the same rank that produces (send) or consumes
   // (recv) its data, and the action it pairs with on the other rank.
-  static Action compute_of(Action a) {
+  Action compute_of(Action a) const {
     const bool forward = a.op == Op::SendForward || a.op == Op::RecvForward;
-    return {a.chunk, forward ? Op::Forward : Op::Backward, a.microbatch};
+    return forward ? Action{a.chunk, Op::Forward, a.microbatch} : input_gradient(a.chunk, a.microbatch);
   }
   static Action partner(Action a) {
     switch (a.op) {
@@ -160,7 +171,10 @@ Findings check_completeness(Model& model) {
   for (int k = 0; k < model.chunks(); ++k) {
     for (int mb = 0; mb < model.microbatches(); ++mb) {
       check_count(model, {k, Op::Forward, mb}, true, f);
-      check_count(model, {k, Op::Backward, mb}, model.backward(), f);
+      const bool split = model.split(k, mb);
+      check_count(model, {k, Op::Backward, mb}, model.backward() && !split, f);
+      check_count(model, {k, Op::BackwardInput, mb}, model.backward() && split, f);
+      check_count(model, {k, Op::BackwardWeight, mb}, model.backward() && split, f);
       for (Op op : kCommOps) {
         const Action a{k, op, mb};
         check_count(model, a, model.required(a), f);
@@ -185,9 +199,12 @@ Findings check_order(Model& model) {
   Findings f;
   for (int k = 0; k < model.chunks(); ++k) {
     for (int mb = 0; mb < model.microbatches(); ++mb) {
-      const Action fwd{k, Op::Forward, mb}, bwd{k, Op::Backward, mb};
+      const Action fwd{k, Op::Forward, mb}, bwd = model.input_gradient(k, mb);
       if (model.backward())
         check_before(model, fwd, bwd, "a backward needs its forward's activations", f);
+      if (model.backward() && model.split(k, mb))
+        check_before(model, bwd, {k, Op::BackwardWeight, mb},
+                     "a weight gradient needs what its input gradient computed", f);
       for (Action c : {fwd, bwd})
         if (c.op == Op::Forward || model.backward())
           if (auto local = model.local_input(c))
@@ -196,8 +213,8 @@ Findings check_order(Model& model) {
         const Action a{k, op, mb};
         if (!model.required(a)) continue;
         const bool send = op == Op::SendForward || op == Op::SendBackward;
-        if (send) check_before(model, Model::compute_of(a), a, "a send needs its data", f);
-        else check_before(model, a, Model::compute_of(a), "a compute needs its recv posted", f);
+        if (send) check_before(model, model.compute_of(a), a, "a send needs its data", f);
+        else check_before(model, a, model.compute_of(a), "a compute needs its recv posted", f);
       }
     }
   }
@@ -246,7 +263,7 @@ void run(Model& model, const SimulationCosts& costs, SimulationResult& result) {
   // send it needs has not run.
   auto inputs_ready = [&](Action a) {
     double t = 0.0;
-    if (a.op == Op::Backward) t = done[model.key({a.chunk, Op::Forward, a.microbatch})];
+    if (is_input_gradient(a.op)) t = done[model.key({a.chunk, Op::Forward, a.microbatch})];
     if (auto local = model.local_input(a)) t = std::max(t, done[model.key(*local)]);
     if (auto send = model.input_send(a)) {
       const double sent = done[model.key(*send)];
@@ -481,14 +498,15 @@ void run_nccl(Model& model, const SimulationCosts& costs, SimulationResult& resu
   finish(stuck, clock, s, result);
 }
 
-// Activations held: forwards done whose backward has not run, counted in list order.
+// Activations held: forwards done whose backward has not run, counted in list order. A split
+// backward holds its microbatch until the weight gradient, which still needs the layers' inputs.
 std::vector<int> peak_in_flight(const Schedule& s) {
   std::vector<int> peak(s.size(), 0);
   for (size_t r = 0; r < s.size(); ++r) {
     int held = 0;
     for (const Action& a : s[r]) {
       if (a.op == Op::Forward) peak[r] = std::max(peak[r], ++held);
-      if (a.op == Op::Backward) --held;
+      if (a.op == Op::Backward || a.op == Op::BackwardWeight) --held;
     }
   }
   return peak;
@@ -502,8 +520,12 @@ std::string_view comm_model_name(CommModel model) {
 
 double SimulationCosts::of(Action a) const {
   const std::vector<double>& per_chunk = a.op == Op::Forward ? chunk_forward : chunk_backward;
-  if (!per_chunk.empty()) return per_chunk.at(static_cast<size_t>(a.chunk));
-  return a.op == Op::Forward ? forward : backward;
+  const double whole = !per_chunk.empty() ? per_chunk.at(static_cast<size_t>(a.chunk))
+                       : a.op == Op::Forward ? forward
+                                             : backward;
+  if (a.op == Op::BackwardInput) return whole * (1.0 - weight_share);
+  if (a.op == Op::BackwardWeight) return whole * weight_share;
+  return whole;
 }
 
 SimulationResult simulate(const Schedule& with_communication, int stages, int virtual_stages,
@@ -553,6 +575,7 @@ double theoretical_bubble(ScheduleKind kind, int stages, int microbatches, int v
   const double p = stages, m = microbatches, v = virtual_stages;
   if (kind == ScheduleKind::GPipe && virtual_stages > 1)
     return 1.0 - v * m / ((v - 1) * std::max(m, p) + m + p - 1);
+  if (kind == ScheduleKind::ZeroBubbleH1) return 1.0 - 3 * m / std::max(3 * m + p - 1, 2 * (m + p - 1) + 1);
   return (p - 1) / (v * m + p - 1);
 }
 

@@ -91,7 +91,8 @@ std::vector<Config> enumerate_layouts(const Config& base, int world_size) {
       if ((world_size / tp) % pp) continue;
       const int dp = world_size / (tp * pp);
       for (int mb = 1; mb <= base.train.global_batch; mb *= 2) {
-        for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved}) {
+        for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
+                                  ScheduleKind::ZeroBubbleH1}) {
           if (pp == 1 && kind != ScheduleKind::OneFOneB) continue;  // one stage: no schedule to choose
           for (int zero = 0; zero <= 3; ++zero)
             for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {

@@ -85,7 +85,7 @@ double probe_block_seconds(Backend& be, const Config& c) {
     be.synchronize();
     const auto t0 = std::chrono::steady_clock::now();
     for (Gemm& g : gemms) be.matmul_forward(g.out, g.inp, g.weight, nullptr);
-    for (Gemm& g : gemms) be.matmul_backward(&g.dinp, g.dweight, nullptr, g.dout, g.inp, g.weight);
+    for (Gemm& g : gemms) be.matmul_backward(&g.dinp, &g.dweight, nullptr, g.dout, g.inp, g.weight);
     be.synchronize();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // The probe is compute like a chunk's: a test's MESHTRAIN_SLOWDOWN slows it alike.

@@ -99,7 +99,7 @@ TEST_F(CpuBf16, MatmulForwardBackwardAccumulatesInFp32) {
   // fp32 parameter gradients accumulate: start from ones and expect reference + 1.
   Tensor tdx = empty({N, C}, kBf16);
   Tensor tdw = F(Vec(OC * C, 1.0), {OC, C}), tdb = F(Vec(OC, 1.0), {OC});
-  be.matmul_backward(&tdx, tdw, &tdb, B(dy, {N, OC}), tx, tw);
+  be.matmul_backward(&tdx, &tdw, &tdb, B(dy, {N, OC}), tx, tw);
   for (double& v : dw) v += 1.0;
   for (double& v : db) v += 1.0;
   EXPECT_LT(max_relative_error(H(tdx), dx), kRounded);
@@ -108,7 +108,7 @@ TEST_F(CpuBf16, MatmulForwardBackwardAccumulatesInFp32) {
 
   // No input gradient wanted: dW still accumulates.
   Tensor tdw2 = zeros({OC, C}, kF32);
-  be.matmul_backward(nullptr, tdw2, nullptr, B(dy, {N, OC}), tx, tw);
+  be.matmul_backward(nullptr, &tdw2, nullptr, B(dy, {N, OC}), tx, tw);
   for (double& v : dw) v -= 1.0;
   EXPECT_LT(max_relative_error(H(tdw2), dw), kFp32);
 }
@@ -339,7 +339,7 @@ TEST_F(CpuBf16, WrongDtypesAreRefusedByName) {
   }
   Tensor W = B(Vec(C * C, 1.0), {C, C}), bf_grad = zeros({C, C}, kBf16);
   try {
-    be.matmul_backward(nullptr, bf_grad, nullptr, x, x, W);
+    be.matmul_backward(nullptr, &bf_grad, nullptr, x, x, W);
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "backend 'cpu' does not support matmul_backward for dtype bf16: "

@@ -339,7 +339,7 @@ TEST_P(BackendMatmul, ForwardBackwardAccumulates) {
   Tensor tdx = be.empty({N, C}, dt, MemoryCategory::Workspace);
   Tensor tdw = testing::make_tensor(be, Vec(OC * C, 1.0), {OC, C}, dt);
   Tensor tdb = testing::make_tensor(be, Vec(OC, 1.0), {OC}, dt);
-  be.matmul_backward(&tdx, tdw, &tdb, testing::make_tensor(be, dy, {N, OC}, dt), tx, tw);
+  be.matmul_backward(&tdx, &tdw, &tdb, testing::make_tensor(be, dy, {N, OC}, dt), tx, tw);
   for (double& v : dw) v += 1.0;
   for (double& v : db) v += 1.0;
   EXPECT_LT(max_relative_error(testing::to_host(be, tdx), dx), tolerance(dt));

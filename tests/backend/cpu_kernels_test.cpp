@@ -77,7 +77,7 @@ TEST_P(CpuKernels, MatmulForwardBackwardAccumulates) {
   // Parameter gradients accumulate: start from ones and expect reference + 1.
   Tensor tdx = be.empty({N, C}, dt, MemoryCategory::Workspace);
   Tensor tdw = T(Vec(OC * C, 1.0), {OC, C}), tdb = T(Vec(OC, 1.0), {OC});
-  be.matmul_backward(&tdx, tdw, &tdb, T(dy, {N, OC}), tx, tw);
+  be.matmul_backward(&tdx, &tdw, &tdb, T(dy, {N, OC}), tx, tw);
   for (double& v : dw) v += 1.0;
   for (double& v : db) v += 1.0;
   EXPECT_LT(max_relative_error(H(tdx), dx), tolerance(dt));

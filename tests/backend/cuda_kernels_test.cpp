@@ -343,16 +343,16 @@ TEST_P(Matmul, MatchesCpu) {
   Tensor gdw = e.gpu_f32(ones_w, {OC, C}), gdb = e.gpu_f32(ones_b, {OC});
   Tensor cdx = e.cpu.empty({N, C}, DType::F32, MemoryCategory::Workspace);
   Tensor cdw = e.cpu_t(ones_w, {OC, C}), cdb = e.cpu_t(ones_b, {OC});
-  e.gpu.matmul_backward(&gdx, gdw, with_bias ? &gdb : nullptr, e.gpu_act(dy, {N, OC}), gx, gw);
-  e.cpu.matmul_backward(&cdx, cdw, with_bias ? &cdb : nullptr, e.cpu_t(dy, {N, OC}), cx, cw);
+  e.gpu.matmul_backward(&gdx, &gdw, with_bias ? &gdb : nullptr, e.gpu_act(dy, {N, OC}), gx, gw);
+  e.cpu.matmul_backward(&cdx, &cdw, with_bias ? &cdb : nullptr, e.cpu_t(dy, {N, OC}), cx, cw);
   e.expect_close(gdx, cdx, kGemm, "dinp");
   // dweight: fp32 accumulation of bf16 products, checked at GEMM tolerance in fp32 mode.
   e.expect_close(gdw, cdw, mode == Mode::Fp32 ? kGemm : kGrad32, "dweight (accumulated)");
   if (with_bias) e.expect_close(gdb, cdb, kGrad32, "dbias (accumulated)");
 
   // Without dinp (the first layer of a stage): only dweight accumulates again.
-  e.gpu.matmul_backward(nullptr, gdw, nullptr, e.gpu_act(dy, {N, OC}), gx, gw);
-  e.cpu.matmul_backward(nullptr, cdw, nullptr, e.cpu_t(dy, {N, OC}), cx, cw);
+  e.gpu.matmul_backward(nullptr, &gdw, nullptr, e.gpu_act(dy, {N, OC}), gx, gw);
+  e.cpu.matmul_backward(nullptr, &cdw, nullptr, e.cpu_t(dy, {N, OC}), cx, cw);
   e.expect_close(gdw, cdw, mode == Mode::Fp32 ? kGemm : kGrad32, "dweight (twice)");
 }
 
@@ -601,7 +601,7 @@ TEST(CudaBackend, RefusesUnsupportedDtypesByName) {
   Tensor dy = be.empty({8, 4}, DType::BF16, MemoryCategory::Workspace);
   Tensor dw16 = be.empty({4, 16}, DType::BF16, MemoryCategory::Workspace);
   try {
-    be.matmul_backward(nullptr, dw16, nullptr, dy, x, w);
+    be.matmul_backward(nullptr, &dw16, nullptr, dy, x, w);
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& ex) {
     EXPECT_STREQ(ex.what(),

@@ -80,6 +80,8 @@ std::vector<Layout> layouts_for(int world) {
         {1, 1, 1, S::GPipe, 1, 4, false, 3},
         {1, 1, 1, S::OneFOneB, 1, 4, false, 0, R::Selective},
         {1, 1, 1, S::OneFOneB, 1, 4, false, 0, R::Full},
+        {1, 1, 1, S::ZeroBubbleH1, 1, 2, false},        // I and W apart on one rank
+        {1, 1, 1, S::ZeroBubbleH1, 1, 4, false, 3, R::Full},
     };
     case 2: return {
         {2, 1, 1, S::OneFOneB, 1, 8, false},
@@ -100,6 +102,8 @@ std::vector<Layout> layouts_for(int world) {
         {2, 1, 1, S::OneFOneB, 1, 2, false, 0, R::None, {1.0, 0.4}},   // shares 6 and 2
         {2, 1, 1, S::GPipe, 1, 1, false, 1, R::Selective, {0.3, 1.0}},  // ZeRO-1, shares 4 and 12
         {1, 1, 2, S::OneFOneB, 1, 2, false, 0, R::None, {1.0, 0.5}},   // 3 + 1 layers
+        {1, 1, 2, S::ZeroBubbleH1, 1, 2, false},
+        {1, 1, 2, S::ZeroBubbleH1, 1, 4, false, 0, R::Selective},
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
@@ -121,6 +125,10 @@ std::vector<Layout> layouts_for(int world) {
         {4, 1, 1, S::OneFOneB, 1, 1, false, 0, R::None, {1.0, 1.0, 1.0, 0.5}},  // 5 5 4 2
         {2, 1, 2, S::OneFOneB, 1, 1, false, 1, R::None, {1.0, 0.5, 1.0, 1.0}},  // stage and replica
         {2, 1, 2, S::Interleaved, 2, 1, false, 0, R::Full, {0.5, 1.0, 1.0, 1.0}},  // shares of 2
+        {1, 1, 4, S::ZeroBubbleH1, 1, 2, false},
+        {2, 1, 2, S::ZeroBubbleH1, 1, 2, false, 3, R::Full},
+        {1, 2, 2, S::ZeroBubbleH1, 1, 4, true, 2},
+        {2, 1, 2, S::ZeroBubbleH1, 1, 1, false, 1, R::None, {1.0, 0.5, 1.0, 1.0}},
     };
     case 8: return {
         {2, 2, 2, S::GPipe, 1, 2, false},
@@ -134,6 +142,8 @@ std::vector<Layout> layouts_for(int world) {
         {2, 2, 2, S::OneFOneB, 1, 4, true, 2, R::Selective},
         {2, 2, 2, S::Interleaved, 2, 2, true, 3, R::Full},
         {2, 2, 2, S::OneFOneB, 1, 1, true, 1, R::Selective, {1, 1, 1, 1, 1, 1, 0.5, 0.5}},
+        {2, 2, 2, S::ZeroBubbleH1, 1, 2, true, 3, R::Selective},
+        {1, 2, 4, S::ZeroBubbleH1, 1, 2, true, 1},
     };
     default: return {};
   }
@@ -236,6 +246,30 @@ TEST(LayoutParity, SameLayoutTwiceIsBitwiseIdentical) {
       MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
       EXPECT_EQ(all_same, 1) << "parameters differ bitwise on some rank";
     }
+  }
+}
+
+// A zero-bubble schedule only moves each weight gradient later; every rank still adds its
+// micro-batches' gradients into each element in micro-batch order. So where the gradients are
+// reduced once per step (ZeRO 0 and 1) ZB-H1 and 1F1B of the same layout agree bit for bit.
+TEST(LayoutParity, ZeroBubbleIsBitwiseOneFOneB) {
+  std::vector<Layout> pairs;
+  for (const Layout& l : layouts_for(world_size()))
+    if (l.schedule == S::ZeroBubbleH1 && l.zero <= 1) pairs.push_back(l);
+  if (pairs.empty()) GTEST_SKIP() << "no zb-h1 layouts with ZeRO 0 or 1 for " << world_size() << " ranks";
+  testing::TempDir dir;
+  const Config base = testing::tiny_config(dir.path());
+  const testing::Reference ref = testing::run_reference(base, kSteps);
+  for (const Layout& zb : pairs) {
+    Layout one_f_one_b = zb;
+    one_f_one_b.schedule = S::OneFOneB;
+    SCOPED_TRACE(zb.name());
+    const testing::ParityResult a = testing::run_parallel(zb.apply(base), kSteps, ref);
+    const testing::ParityResult b = testing::run_parallel(one_f_one_b.apply(base), kSteps, ref);
+    EXPECT_EQ(a.losses, b.losses);
+    int same = a.owned_values == b.owned_values ? 1 : 0, all_same = 0;
+    MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    EXPECT_EQ(all_same, 1) << "parameters differ bitwise on some rank";
   }
 }
 

@@ -87,7 +87,7 @@ class CountingBackend final : public Backend {
                       const Tensor* bias) override {
     cpu_.matmul_forward(out, inp, weight, bias);
   }
-  void matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout,
+  void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& weight) override {
     cpu_.matmul_backward(dinp, dweight, dbias, dout, inp, weight);
   }

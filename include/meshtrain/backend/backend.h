@@ -104,8 +104,10 @@ class Backend {
   // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
   virtual void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                               const Tensor* bias) = 0;
-  // dinp may be null (no input gradient wanted); dbias may be null (no bias).
-  virtual void matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout,
+  // dweight (OC, C) += dout^T @ inp, dbias (OC) += column sums of dout, dinp (N, C) = dout @
+  // weight. Each output may be null: not wanted. Zero-bubble schedules ask for dinp alone, then
+  // later for dweight and dbias alone, when `weight` may be released (ZeRO-3) and is not read.
+  virtual void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& weight) = 0;
 
   // out (N, C) += bias (C) on every row; dbias (C) += column sums of dout (N, C). For biases

@@ -26,7 +26,8 @@ class CausalSelfAttention {
   // x (N_local, C) -> (N_local, C)
   Tensor forward(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory category,
                  Recompute recompute);
-  Tensor backward(const Tensor& dy, TokenShape shape, const Saved& saved);
+  Tensor backward(const Tensor& dy, TokenShape shape, const Saved& saved,
+                  DeferredWeightGradients* deferred = nullptr);
   // Generation (model/generator.h): x (1, C), the token at `position`, -> (1, C). Writes its key
   // and value into row `position` of k_cache and v_cache (NH / tp, seq_len, HS) and attends to
   // rows [0, position]. Never sequence-parallel (TensorParallel::without_sequence).

@@ -28,7 +28,9 @@ class Block {
   // x (N_local, C) -> (N_local, C) in Activations; saved according to `recompute`.
   Tensor forward(const Tensor& x, TokenShape shape, Saved& saved, Recompute recompute);
   // Returns dx (N_local, C).
-  Tensor backward(const Tensor& dout, TokenShape shape, Saved& saved, Recompute recompute);
+  // deferred: where the weight gradients go (model/weight_gradients.h); null: computed now.
+  Tensor backward(const Tensor& dout, TokenShape shape, Saved& saved, Recompute recompute,
+                  DeferredWeightGradients* deferred = nullptr);
   // Generation: one token x (1, C) at `position` through the block, attending to (and
   // extending) this layer's key/value cache (CausalSelfAttention::decode). Keeps nothing.
   Tensor decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t position);

@@ -5,6 +5,7 @@
 // position embedding wpe (T, C), replicated, is then added to this rank's tokens.
 
 #include "meshtrain/model/layer.h"
+#include "meshtrain/model/weight_gradients.h"
 
 namespace meshtrain {
 
@@ -15,7 +16,10 @@ class Embedding {
   // tokens (N) int32 -> x (N_local, C) in Activations.
   Tensor forward(const Tensor& tokens, TokenShape shape);
   // dx (N_local, C): accumulates the wte and wpe gradients.
-  void backward(const Tensor& dx, const Tensor& tokens, TokenShape shape);
+  // The gradient sums now, or kept in `deferred` (the collective under sequence parallelism
+  // still runs now, in the same order on every rank of the group).
+  void backward(const Tensor& dx, const Tensor& tokens, TokenShape shape,
+                DeferredWeightGradients* deferred = nullptr);
   // Generation: tokens (n) int32 at positions [position, position + n) of one sequence ->
   // x (n, C), whole on every rank of the tensor group (never sequence-parallel).
   Tensor forward_at(const Tensor& tokens, int64_t position);

@@ -19,6 +19,10 @@
 
 namespace meshtrain {
 
+// A whole backward of a unit runs between before_backward and after_backward. A split one
+// (zero-bubble schedules) runs its input-gradient part between before_backward and
+// after_input_backward, and later its weight-gradient part between before_weight_backward and
+// after_weight_backward; the unit's gradients for the micro-batch are final only then.
 class UnitHooks {
  public:
   virtual ~UnitHooks() = default;
@@ -26,6 +30,9 @@ class UnitHooks {
   virtual void after_forward(int /*unit*/) {}
   virtual void before_backward(int /*unit*/) {}
   virtual void after_backward(int /*unit*/) {}
+  virtual void after_input_backward(int /*unit*/) {}
+  virtual void before_weight_backward(int /*unit*/) {}
+  virtual void after_weight_backward(int /*unit*/) {}
 };
 
 // One micro-batch's data as the model sees it; tokens and targets are int32 (N) on the device.
@@ -57,9 +64,13 @@ class ModelChunk {
   Tensor forward(const MicroBatchData& mb, const Tensor& input, Saved& saved, Pass pass,
                  Recompute recompute, double dloss, double* loss_sum, UnitHooks& hooks);
   // dout: gradient of this chunk's output (ignored on the head chunk). Returns the gradient of
-  // its input, or an empty tensor on the embedding chunk.
+  // its input, or an empty tensor on the embedding chunk. With `deferred`, only the input
+  // gradient (and the small layer-norm gradients) are computed; the weight gradients wait in
+  // `deferred` for backward_weights.
   Tensor backward(const MicroBatchData& mb, const Tensor& dout, Saved& saved, Recompute recompute,
-                  UnitHooks& hooks);
+                  UnitHooks& hooks, DeferredWeightGradients* deferred = nullptr);
+  // The weight gradients a backward with `deferred` kept, unit by unit.
+  void backward_weights(DeferredWeightGradients& deferred, UnitHooks& hooks);
 
   const ChunkRange& range() const { return range_; }
   Embedding* embedding() { return embedding_ ? &*embedding_ : nullptr; }

@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "meshtrain/model/weight_gradients.h"
 #include "meshtrain/model/layer.h"
 
 namespace meshtrain {
@@ -30,8 +31,9 @@ class ColumnParallelLinear {
   // group (generation runs one token, without sequence parallelism: tp_without_sequence()).
   Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category,
                  const TensorParallel* tp = nullptr);
-  // dy (N, OC / tp) -> dx (N_local, C)
-  Tensor backward(const Tensor& dy, const Saved& saved);
+  // dy (N, OC / tp) -> dx (N_local, C); the weight and bias gradients now, or kept in
+  // `deferred` (model/weight_gradients.h).
+  Tensor backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred = nullptr);
   int64_t local_out() const { return weight_.numel() / in_; }
   Parameter& bias() { return bias_; }
 
@@ -53,8 +55,8 @@ class RowParallelLinear {
   // x (N, C / tp) -> (N_local, OC); `tp` as for ColumnParallelLinear::forward.
   Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category,
                  const TensorParallel* tp = nullptr);
-  // dy (N_local, OC) -> dx (N, C / tp)
-  Tensor backward(const Tensor& dy, const Saved& saved);
+  // dy (N_local, OC) -> dx (N, C / tp); the weight and bias gradients as for the column layer.
+  Tensor backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred = nullptr);
 
  private:
   LayerContext ctx_;

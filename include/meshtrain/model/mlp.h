@@ -22,7 +22,7 @@ class Mlp {
   // `tp` as for ColumnParallelLinear::forward.
   Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category,
                  MemoryCategory out_category, const TensorParallel* tp = nullptr);
-  Tensor backward(const Tensor& dy, const Saved& saved);
+  Tensor backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred = nullptr);
 
  private:
   LayerContext ctx_;

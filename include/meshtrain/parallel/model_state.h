@@ -18,7 +18,8 @@
 //
 // It is the model's UnitHooks: it gathers a unit's parameters before the unit runs (ZeRO-3,
 // with the next unit prefetched), and launches a bucket's gradient reduction as soon as every
-// unit writing into it has finished its backward — on the last micro-batch for stages 0 and 1
+// unit writing into it has finished its backward (its weight-gradient part, when a zero-bubble
+// schedule splits it) — on the last micro-batch for stages 0 and 1
 // (no communication before), on every micro-batch for stages 2 and 3 (which keep no full
 // gradients). A bucket is ready when all units writing it have completed the same number of
 // backward passes, which also handles the tied embedding's two users.
@@ -86,6 +87,9 @@ class ModelState final : public UnitHooks {
   void after_forward(int unit) override;
   void before_backward(int unit) override;
   void after_backward(int unit) override;
+  void after_input_backward(int unit) override;
+  void before_weight_backward(int unit) override;
+  void after_weight_backward(int unit) override;
   // Completes every reduction; sums tied-embedding and sequence-parallel gradients.
   void finish_backward();
   // Global L2 norm of the gradient (each element counted once over the whole grid).
@@ -153,6 +157,10 @@ class ModelState final : public UnitHooks {
   void release(int b);
   void acquire_staging(int b);
   void maybe_reduce(int b);
+  // A unit's gradients for one more micro-batch are complete: reduce what is ready.
+  void gradients_final(int unit);
+  // Drops the pins before_backward took on a unit's parameters (ZeRO-3).
+  void unpin(int unit);
   void launch_reduction(int b);
   void progress();
   void retire_older_than(int generation);

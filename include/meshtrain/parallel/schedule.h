@@ -29,11 +29,17 @@ namespace meshtrain {
 
 enum class Op : uint8_t {
   Forward,
-  Backward,
+  Backward,  // the whole backward: input gradient and weight gradient
   SendForward,
   RecvForward,
   SendBackward,
   RecvBackward,
+  // Zero-bubble schedules (Qi et al., arXiv 2401.10241) split a backward in two: the input
+  // gradient (which the previous stage waits for) and the weight gradient (which nobody waits
+  // for, so it can fill a bubble). A (chunk, microbatch) has either one Backward, or one
+  // BackwardInput and, later on the same rank, one BackwardWeight.
+  BackwardInput,
+  BackwardWeight,
   EndStep,  // ends a transfer step where the next action is another step's transfer
 };
 
@@ -45,22 +51,25 @@ struct Action {
   Op op = Op::Forward;
   int microbatch = 0;
 
-  // "2F0", "2B3", "1SEND_F0", "1RECV_F0", "1SEND_B2", "1RECV_B2" (PyTorch pipelining's notation);
-  // an EndStep prints as "|" (its chunk and microbatch are 0).
+  // "2F0", "2B3", "2I3", "2W3", "1SEND_F0", "1RECV_F0", "1SEND_B2", "1RECV_B2" (PyTorch
+  // pipelining's notation: B the whole backward, I its input-gradient and W its weight-gradient
+  // part); an EndStep prints as "|" (its chunk and microbatch are 0).
   std::string to_string() const;
   // Inverse of to_string; throws std::invalid_argument naming the bad text and the format.
   static Action parse(std::string_view s);
   bool operator==(const Action&) const = default;
 };
 
-bool is_compute(Op op);        // Forward or Backward
+bool is_compute(Op op);        // Forward, Backward, BackwardInput or BackwardWeight
+// Backward or BackwardInput: consumes the output's gradient and produces the input's.
+bool is_input_gradient(Op op);
 bool is_communication(Op op);  // a send or a receive (not EndStep)
 
 // One ordered action list per pipeline rank (index = pp rank).
 using Schedule = std::vector<std::vector<Action>>;
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
-std::string_view schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved"
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZeroBubbleH1 };
+std::string_view schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved", "zb-h1"
 
 // Compute-only schedules. All throw std::invalid_argument for stages, microbatches or
 // virtual_stages below 1.
@@ -77,6 +86,13 @@ Schedule make_1f1b(int stages, int microbatches);
 // microbatches in groups of `stages`. Requires microbatches % stages == 0. With
 // virtual_stages == 1 this is exactly make_1f1b.
 Schedule make_interleaved(int stages, int microbatches, int virtual_stages);
+// ZB-H1 (Qi et al., arXiv 2401.10241, section 3.1): one chunk per rank, 1F1B's order with every
+// backward split into BackwardInput and BackwardWeight, and rank r running each W r microbatches
+// late, so that weight gradients fill the cool-down. Every rank holds at most min(m, stages)
+// microbatches from forward to weight gradient: 1F1B's peak, which is rank 0's. With F, I and W
+// of equal cost the makespan is 3m + p - 1 for m >= p (the paper's bubble (p - 1)(F + I - W))
+// against 1F1B's 3(m + p - 1). W runs in ascending microbatch order, as every backward here.
+Schedule make_zb_h1(int stages, int microbatches);
 // Dispatch. OneFOneB refuses virtual_stages > 1 (pointing to interleaved); GPipe accepts it.
 Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virtual_stages);
 

@@ -26,7 +26,11 @@ struct SimulationCosts {
   // Per chunk (indexed by chunk, stages * virtual_stages entries) where chunks differ (the
   // first holds the embedding, the last the head): these replace forward / backward.
   std::vector<double> chunk_forward, chunk_backward;
-  double of(Action a) const;  // the cost of a Forward or Backward
+  // The weight gradient's part of a backward, where a schedule splits it (BackwardWeight); the
+  // input gradient (BackwardInput) takes the rest. Half: the two GEMMs of every linear layer are
+  // the same size.
+  double weight_share = 0.5;
+  double of(Action a) const;  // the cost of a compute action
 };
 
 // Point-to-point semantics to check a schedule under (schedule.h, "Execution semantics").
@@ -49,16 +53,19 @@ struct SimulationResult {
   std::vector<double> finish;        // per rank: when its last compute ended
   double bubble_fraction = 0.0;      // 1 - sum(busy) / (ranks * makespan)
   std::vector<int> peak_in_flight;   // per rank: most (chunk, microbatch) forwards whose
-                                     // backward has not run yet (activations held)
+                                     // backward (weight gradient, when split) has not run yet
+                                     // (activations held)
 };
 
 // Checks, in this order (a failing stage reports all its problems and stops):
 //   1. shape: `stages` rank lists; every action names a chunk in [0, stages * virtual_stages)
 //      owned by its rank (chunk % stages == rank) and a microbatch in [0, microbatches);
-//   2. completeness: every (chunk, microbatch) has exactly one Forward and one Backward, every
+//   2. completeness: every (chunk, microbatch) has exactly one Forward and either one Backward
+//      or one BackwardInput and one BackwardWeight (a split backward), every
 //      send has exactly one matching recv and vice versa, and no communication is present
 //      where producer and consumer share a rank;
-//   3. order on each rank: a Backward after its Forward, a send after the compute producing its
+//   3. order on each rank: a Backward (or BackwardInput) after its Forward, a BackwardWeight
+//      after its BackwardInput, a send after the compute producing its
 //      data, a recv before the compute consuming it, and a compute after a same-rank producer;
 //   4. under NCCL only, matching: the k-th send from rank a to rank b must be the partner of the
 //      k-th receive at b from a, for every ordered pair of ranks;
@@ -80,7 +87,11 @@ SimulationResult simulate(const Schedule& with_communication, int stages, int vi
 //   interleaved:          (p - 1) / (v m + p - 1)     arXiv 2104.04473, section 2.2: the bubble
 //                                                     time (p - 1)(tf + tb) shrinks by v
 //   gpipe, v > 1:         1 - v m / ((v - 1) max(m, p) + m + p - 1)
-// The last is this file's derivation for the breadth-first looped GPipe of make_gpipe: each
+//   zb-h1:                (p - 1) / (3m + p - 1)      for m >= p: arXiv 2401.10241, section
+//                                                     3.1, with F = I = W (the simulator's
+//                                                     default costs), bubble (p - 1)(F + I - W);
+//                         1 - 3m / (2(m + p - 1) + 1) for m < p, make_zb_h1's own makespan
+// The gpipe v > 1 line is this file's derivation for the breadth-first looped GPipe of make_gpipe: each
 // pass through one chunk per rank takes max(m, p) forward slots (the first microbatch needs p
 // slots to come back round to rank 0), and the final pass m + p - 1; backward mirrors forward.
 // For m >= p it equals the interleaved formula. Throws std::invalid_argument where

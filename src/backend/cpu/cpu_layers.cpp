@@ -94,28 +94,34 @@ void CpuBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& we
   });
 }
 
-void CpuBackend::matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout,
+void CpuBackend::matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                                  const Tensor& inp, const Tensor& weight) {
   const char* op = "matmul_backward";
-  const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+  // OC from dout: a weight-gradient-only call (zero-bubble schedules) may run after ZeRO-3 has
+  // released the weight, which only the input gradient reads.
+  const int64_t N = rows_of(inp), C = cols_of(inp), OC = cols_of(dout);
   // Named by the input-gradient GEMM dinp (N, C) = dout (N, OC) @ W; dW is OC x C x N.
   const std::string name = profile_ ? "matmul_backward " + gemm_dims(N, C, OC) : std::string();
-  KernelProfile::Scope timed(profile_, name, (dinp ? 4.0 : 2.0) * N * C * OC);
-  require(dout.numel() == N * OC && dweight.numel() == OC * C && (!dinp || dinp->numel() == N * C) &&
+  KernelProfile::Scope timed(profile_, name, ((dinp ? 2.0 : 0.0) + (dweight ? 2.0 : 0.0)) * N * C * OC);
+  require(rows_of(dout) == N && (!dweight || dweight->numel() == OC * C) &&
+              (!dinp || (dinp->numel() == N * C && weight.numel() == OC * C)) &&
               (!dbias || dbias->numel() == OC),
           op, "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() +
                   " dout " + dout.shape().to_string());
   const DType a = inp.dtype();
-  same_dtype(op, a, "weight", weight);
   same_dtype(op, a, "dout", dout);
-  if (dinp) same_dtype(op, a, "dinp", *dinp);
-  wide_grad(op, a, "dweight", dweight);
+  if (dinp) {
+    same_dtype(op, a, "weight", weight);
+    same_dtype(op, a, "dinp", *dinp);
+  }
+  if (dweight) wide_grad(op, a, "dweight", *dweight);
   if (dbias) wide_grad(op, a, "dbias", *dbias);
   dispatch(planning_, op, a, [&](auto tag) {
     using T = decltype(tag);
-    cpu::matmul_backward<T>(*gemm_, dinp ? ptr<T>(*dinp) : nullptr, ptr<Acc<T>>(dweight),
+    cpu::matmul_backward<T>(*gemm_, dinp ? ptr<T>(*dinp) : nullptr,
+                            dweight ? ptr<Acc<T>>(*dweight) : nullptr,
                             dbias ? ptr<Acc<T>>(*dbias) : nullptr, ptr<T>(dout), ptr<T>(inp),
-                            ptr<T>(weight), N, C, OC);
+                            dinp ? ptr<T>(weight) : nullptr, N, C, OC);
   });
 }
 

@@ -53,6 +53,8 @@ void layernorm_backward(A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout, 
                         int64_t C, Acc<A>* scratch);
 
 // GEMMs through `gemm` (oneDNN or OpenBLAS, gemm.h); bf16 only through oneDNN.
+// matmul_backward: dinp, dweight and dbias may each be null (not wanted); weight is read only
+// for dinp.
 template <class A>
 void matmul_forward(Gemm& gemm, A* out, const A* inp, const A* weight, const A* bias, int64_t N,
                     int64_t C, int64_t OC);

@@ -50,10 +50,10 @@ void matmul_backward(Gemm& gemm, A* dinp, Acc<A>* dweight, Acc<A>* dbias, const 
   const GemmOptions add{Accumulate::Add, Epilogue::None};
   if constexpr (std::is_same_v<A, bf16>) {
     if (dinp) gemm.run_bf16(ds, bits(dout), bits(weight), nullptr, bits(dinp));
-    gemm.run_bf16(ws, bits(dout), bits(inp), nullptr, dweight, add);
+    if (dweight) gemm.run_bf16(ws, bits(dout), bits(inp), nullptr, dweight, add);
   } else {
     if (dinp) gemm.run(ds, dout, weight, nullptr, dinp);
-    gemm.run(ws, dout, inp, nullptr, dweight, add);
+    if (dweight) gemm.run(ws, dout, inp, nullptr, dweight, add);
   }
   if (dbias) bias_backward(dbias, dout, N, OC);
 }

@@ -71,21 +71,27 @@ void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& w
   lib_->gemm->run(g, stream_);
 }
 
-void CudaBackend::matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias,
+void CudaBackend::matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias,
                                   const Tensor& dout, const Tensor& inp, const Tensor& weight) {
   const char* op = "matmul_backward";
-  const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+  // OC from dout: a weight-gradient-only call (zero-bubble schedules) may run after ZeRO-3 has
+  // released the weight, which only the input gradient reads.
+  const int64_t N = rows_of(inp), C = cols_of(inp), OC = cols_of(dout);
   cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name("matmul_backward", N, C, OC) : "",
-                      4.0 * double(N) * double(C) * double(OC));
-  require(dout.numel() == N * OC && dweight.numel() == OC * C &&
-              (!dinp || dinp->numel() == N * C) && (!dbias || dbias->numel() == OC),
+                      ((dinp ? 2.0 : 0.0) + (dweight ? 2.0 : 0.0)) * double(N) * double(C) *
+                          double(OC));
+  require(rows_of(dout) == N && (!dweight || dweight->numel() == OC * C) &&
+              (!dinp || (dinp->numel() == N * C && weight.numel() == OC * C)) &&
+              (!dbias || dbias->numel() == OC),
           op, "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() +
                   " dout " + dout.shape().to_string());
-  check_matmul_dtypes(op, inp.dtype(), {{"weight", &weight}, {"dout", &dout}, {"dinp", dinp}},
-                      {{"dweight", &dweight}, {"dbias", dbias}});
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &inp, &weight, &dweight})
+  check_matmul_dtypes(op, inp.dtype(),
+                      {{"weight", dinp ? &weight : nullptr}, {"dout", &dout}, {"dinp", dinp}},
+                      {{"dweight", dweight}, {"dbias", dbias}});
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &inp})
     cuda::require_device(op, *t);
   if (dinp) {
+    cuda::require_device(op, weight);
     cuda::require_device(op, *dinp);
     cuda::GemmCall g;
     g.op = op;
@@ -99,19 +105,22 @@ void CudaBackend::matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias,
     g.input = g.output = inp.dtype();
     lib_->gemm->run(g, stream_);
   }
-  cuda::GemmCall g;
-  g.op = op;
-  g.m = C;
-  g.n = OC;
-  g.k = N;
-  g.a = {inp.raw(), C, 0, false};
-  g.b = {dout.raw(), OC, 0, true};
-  g.d = dweight.raw();
-  g.ldd = C;
-  g.input = inp.dtype();
-  g.output = DType::F32;
-  g.beta = 1.f;
-  lib_->gemm->run(g, stream_);
+  if (dweight) {
+    cuda::require_device(op, *dweight);
+    cuda::GemmCall g;
+    g.op = op;
+    g.m = C;
+    g.n = OC;
+    g.k = N;
+    g.a = {inp.raw(), C, 0, false};
+    g.b = {dout.raw(), OC, 0, true};
+    g.d = dweight->raw();
+    g.ldd = C;
+    g.input = inp.dtype();
+    g.output = DType::F32;
+    g.beta = 1.f;
+    lib_->gemm->run(g, stream_);
+  }
   if (dbias) bias_backward(*dbias, dout);
 }
 

@@ -73,7 +73,7 @@ class CpuBackend final : public Backend {
                           const Tensor& rstd) override;
   void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                       const Tensor* bias) override;
-  void matmul_backward(Tensor* dinp, Tensor& dweight, Tensor* dbias, const Tensor& dout,
+  void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& weight) override;
   void bias_forward(Tensor& out, const Tensor& bias) override;
   void bias_backward(Tensor& dbias, const Tensor& dout) override;
