@@ -1,9 +1,11 @@
 // The `pipeline` suite (mpiexec -n P, one rank per pipeline stage): the measured bubble —
-// each rank's idle fraction of the pipeline phase, averaged over ranks — of GPipe and 1F1B
-// for several micro-batch counts, next to the theory (p - 1) / (m + p - 1) (GPipe paper,
-// arXiv 1811.06965). Stages get equal work (a balanced partition of identical blocks, a small
-// vocabulary), so the theory applies. Run with no more ranks than cores: oversubscribed cores
-// turn idle time of one rank into compute time of another and distort the bubble.
+// each rank's idle fraction of the pipeline phase, averaged over ranks — of GPipe, 1F1B and
+// ZB-H1 for several micro-batch counts, next to the theory: (p - 1) / (m + p - 1) (GPipe paper,
+// arXiv 1811.06965) and ZB-H1's (p - 1) / (3m + p - 1) (arXiv 2401.10241). Stages get equal
+// work (a balanced partition of identical blocks, a small vocabulary), so the theory applies.
+// With more ranks than cores, oversubscribed cores would turn idle time of one rank into compute
+// time of another and distort the bubble: every rank then emulates a slower device (its compute
+// padded with sleep, parallel/slowdown.h) so that the ranks fit on the cores.
 
 #include <mpi.h>
 
@@ -15,6 +17,7 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/config/layout_check.h"
 #include "meshtrain/parallel/schedule_simulator.h"
+#include "meshtrain/parallel/slowdown.h"
 #include "meshtrain/train/trainer.h"
 
 namespace meshtrain {
@@ -24,10 +27,16 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (ranks < 2) throw std::runtime_error("bench --suite pipeline needs 2 or more ranks (mpiexec -n 2)");
   CpuBackend backend(1);
+  const DeviceEmulation devices = device_emulation();
+  set_compute_slowdown(devices.factor);
   report.columns({"stages", "microbatches", "step_ms", "bubble", "theory", "ratio"});
   report.header("pipeline: " + std::to_string(ranks) + " stages, 8 blocks of d_model 256, micro-batch 2 x 128 tokens; "
-                "ratio = measured / theory (1 is ideal, above 1 means communication or imbalance)");
-  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+                "ratio = measured / theory (1 is ideal, above 1 means communication or imbalance)" +
+                (devices.factor > 1 ? "; " + std::to_string(devices.ranks_per_node) + " ranks on " +
+                                          std::to_string(devices.cores) + " cores: compute emulated " +
+                                          std::to_string(static_cast<int>(devices.factor)) + "x slower"
+                                    : std::string()));
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1}) {
     for (int m : {2, 4, 8}) {
       Config c = bench_deck("pipeline", GptConfig{8 * ranks / 2, 256, 8, 128, 256, true});
       c.train.micro_batch = 2;
@@ -56,6 +65,7 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
                  wrong);
     }
   }
+  set_compute_slowdown(1.0);
 }
 
 }  // namespace meshtrain

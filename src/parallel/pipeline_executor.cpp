@@ -15,6 +15,7 @@ struct PipelineExecutor::Slot {
   Tensor doutput;  // received gradient of the output
   Tensor dinput;   // gradient of the input, until sent or consumed
   DeferredWeightGradients weights;  // a BackwardInput's weight gradients, for its BackwardWeight
+  bool input_gradient_done = false;
   Work recv_forward, recv_backward;
 };
 
@@ -71,7 +72,36 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
     step_works.push_back(work);
   };
 
-  for (const Action& a : actions) {
+  // Weight gradients (BackwardWeight) run in list order, but may run before their place in the
+  // list: a rank about to wait for a transfer runs the next one instead, if its input gradient
+  // is done. That fills waits the schedule's clock did not foresee (slow links, an input
+  // gradient dearer than a weight gradient) and cannot hurt a peer: a weight gradient sends and
+  // receives nothing, and pulling it earlier only frees memory sooner. Its order, and so every
+  // gradient sum, stays the list's.
+  std::vector<size_t> weight_actions;
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].op == Op::BackwardWeight) weight_actions.push_back(i);
+  size_t weights_run = 0;
+  auto run_weights = [&](const Action& a) {
+    const auto t0 = clock::now();
+    {
+      TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
+      chunk(a.chunk).backward_weights(slots[{a.chunk, a.microbatch}].weights, hooks);
+    }
+    stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
+    ++weights_run;
+  };
+  auto wait_filling = [&](Work& transfer) {
+    while (weights_run < weight_actions.size() && !transfer.test()) {
+      const Action& w = actions[weight_actions[weights_run]];
+      if (!slots[{w.chunk, w.microbatch}].input_gradient_done) break;
+      run_weights(w);
+    }
+    transfer.wait();
+  };
+
+  for (size_t index = 0; index < actions.size(); ++index) {
+    const Action& a = actions[index];
     if (!is_communication(a.op)) issue_step();  // a compute or an EndStep ends the step
     if (a.op == Op::EndStep) continue;
     const int k = a.chunk, m = a.microbatch;
@@ -103,7 +133,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
             prev.output = Tensor{};
           } else {
             TraceWriter::Scope wait(*trace_, "wait F" + std::to_string(m), "p2p", TraceWriter::PipelineComm);
-            s.recv_forward.wait();
+            wait_filling(s.recv_forward);
             input = s.input;
           }
         }
@@ -118,15 +148,10 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
         stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
         break;
       }
-      case Op::BackwardWeight: {
-        const auto t0 = clock::now();
-        {
-          TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
-          chunk(k).backward_weights(s.weights, hooks);
-        }
-        stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
+      case Op::BackwardWeight:
+        if (weights_run < weight_actions.size() && weight_actions[weights_run] == index)
+          run_weights(a);  // else it ran while a transfer was awaited
         break;
-      }
       case Op::Backward:
       case Op::BackwardInput: {
         Tensor dout;
@@ -137,7 +162,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
             next.dinput = Tensor{};
           } else {
             TraceWriter::Scope wait(*trace_, "wait B" + std::to_string(m), "p2p", TraceWriter::PipelineComm);
-            s.recv_backward.wait();
+            wait_filling(s.recv_backward);
             dout = s.doutput;
           }
         }
@@ -148,6 +173,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
           Tensor din = chunk(k).backward(microbatches[m], dout, s.saved, recompute_, hooks,
                                          a.op == Op::BackwardInput ? &s.weights : nullptr);
           if (k > 0) s.dinput = din;
+          s.input_gradient_done = true;
         }
         stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
         break;
