@@ -66,13 +66,15 @@ test: deps-test configure
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure --timeout 1200 $(CTEST_ARGS)
 
-# Each suite measures its ceiling in the same run; multi-rank suites run on 2 local ranks. The
-# step suite runs twice: on one rank at 1 and 2 threads, then data parallel on 2 ranks x 1 thread.
+# Each suite measures its ceiling in the same run; multi-rank suites run on 2 local ranks (the
+# pipeline suite also on 4). The step suite runs twice: on one rank at 1 and 2 threads, then data
+# parallel on 2 ranks x 1 thread.
 bench: build
 	$(BUILD)/meshtrain bench --suite step --threads 2
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 step --threads 1
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 comm
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 pipeline
+	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 4 pipeline
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 zero
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 checkpoint
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 4 hetero
