@@ -3,6 +3,8 @@
 #include <chrono>
 #include <map>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "meshtrain/parallel/slowdown.h"
 
@@ -91,12 +93,13 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
     stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
     ++weights_run;
   };
-  auto wait_filling = [&](Work& transfer) {
+  auto wait_filling = [&](Work& transfer, const std::string& what) {
     while (weights_run < weight_actions.size() && !transfer.test()) {
       const Action& w = actions[weight_actions[weights_run]];
       if (!slots[{w.chunk, w.microbatch}].input_gradient_done) break;
       run_weights(w);
     }
+    TraceWriter::Scope wait(*trace_, what, "p2p", TraceWriter::PipelineComm);
     transfer.wait();
   };
 
@@ -132,8 +135,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
             input = prev.output;
             prev.output = Tensor{};
           } else {
-            TraceWriter::Scope wait(*trace_, "wait F" + std::to_string(m), "p2p", TraceWriter::PipelineComm);
-            wait_filling(s.recv_forward);
+            wait_filling(s.recv_forward, "wait F" + std::to_string(m));
             input = s.input;
           }
         }
@@ -161,8 +163,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
             dout = next.dinput;
             next.dinput = Tensor{};
           } else {
-            TraceWriter::Scope wait(*trace_, "wait B" + std::to_string(m), "p2p", TraceWriter::PipelineComm);
-            wait_filling(s.recv_backward);
+            wait_filling(s.recv_backward, "wait B" + std::to_string(m));
             dout = s.doutput;
           }
         }

@@ -4,6 +4,9 @@
 // transfer steps (Communicator::exchange: one MPI post of each request, or one NCCL group).
 // A receive is waited for only when the compute that needs it starts; sends complete in the
 // background and are all finished before run() returns. Time spent computing versus waiting is measured for the bubble report.
+// A split backward (zero-bubble schedules) keeps its weight gradients in the micro-batch's slot
+// from BackwardInput to BackwardWeight; a rank about to wait for a transfer runs its next
+// weight gradient first when it can (see run()).
 
 #include <functional>
 #include <vector>
