@@ -229,6 +229,14 @@ TEST(LayoutParity, Bf16EveryLayoutFollowsTheSingleRankBf16Trajectory) {
   check_matrix(DType::BF16, {1e-5, 3e-5, 5e-3, 2e-2}, &tp);
 }
 
+// The same losses, and the same parameter bits on every rank.
+void expect_bitwise_equal(const testing::ParityResult& a, const testing::ParityResult& b) {
+  EXPECT_EQ(a.losses, b.losses);
+  int same = a.owned_values == b.owned_values ? 1 : 0, all_same = 0;
+  MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  EXPECT_EQ(all_same, 1) << "parameters differ bitwise on some rank";
+}
+
 TEST(LayoutParity, SameLayoutTwiceIsBitwiseIdentical) {
   const std::vector<Layout> layouts = layouts_for(world_size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for " << world_size() << " ranks";
@@ -241,10 +249,7 @@ TEST(LayoutParity, SameLayoutTwiceIsBitwiseIdentical) {
       SCOPED_TRACE(l.name() + " " + std::string(dtype_name(precision)));
       const testing::ParityResult a = testing::run_parallel(l.apply(base), kSteps, ref);
       const testing::ParityResult b = testing::run_parallel(l.apply(base), kSteps, ref);
-      EXPECT_EQ(a.losses, b.losses);
-      int same = a.owned_values == b.owned_values ? 1 : 0, all_same = 0;
-      MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-      EXPECT_EQ(all_same, 1) << "parameters differ bitwise on some rank";
+      expect_bitwise_equal(a, b);
     }
   }
 }
@@ -266,10 +271,7 @@ TEST(LayoutParity, ZeroBubbleIsBitwiseOneFOneB) {
     SCOPED_TRACE(zb.name());
     const testing::ParityResult a = testing::run_parallel(zb.apply(base), kSteps, ref);
     const testing::ParityResult b = testing::run_parallel(one_f_one_b.apply(base), kSteps, ref);
-    EXPECT_EQ(a.losses, b.losses);
-    int same = a.owned_values == b.owned_values ? 1 : 0, all_same = 0;
-    MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    EXPECT_EQ(all_same, 1) << "parameters differ bitwise on some rank";
+    expect_bitwise_equal(a, b);
   }
 }
 

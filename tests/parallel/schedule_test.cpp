@@ -12,6 +12,7 @@
 
 #include "meshtrain/parallel/schedule.h"
 #include "meshtrain/parallel/schedule_simulator.h"
+#include "support/schedule_text.h"
 
 namespace meshtrain {
 
@@ -23,15 +24,7 @@ namespace {
 constexpr ScheduleKind kKinds[] = {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
                                    ScheduleKind::Interleaved};
 
-// A schedule from action text, one list per rank.
-Schedule parse_schedule(std::initializer_list<std::initializer_list<const char*>> ranks) {
-  Schedule s;
-  for (const auto& list : ranks) {
-    s.emplace_back();
-    for (const char* text : list) s.back().push_back(Action::parse(text));
-  }
-  return s;
-}
+using testing::parse_schedule;
 
 // Whether make_schedule accepts these sizes (the grid below skips the rest).
 bool valid(ScheduleKind kind, int stages, int microbatches, int virtual_stages) {

@@ -9,18 +9,12 @@
 
 #include "meshtrain/parallel/schedule.h"
 #include "meshtrain/parallel/schedule_simulator.h"
+#include "support/schedule_text.h"
 
 namespace meshtrain {
 namespace {
 
-Schedule parse_lists(std::initializer_list<std::initializer_list<const char*>> ranks) {
-  Schedule s;
-  for (const auto& list : ranks) {
-    s.emplace_back();
-    for (const char* text : list) s.back().push_back(Action::parse(text));
-  }
-  return s;
-}
+using testing::parse_schedule;
 
 TEST(ZeroBubbleActions, PrintAndParse) {
   EXPECT_EQ((Action{2, Op::BackwardInput, 3}).to_string(), "2I3");
@@ -37,15 +31,15 @@ TEST(ZeroBubbleActions, PrintAndParse) {
 
 // A split backward must have both halves, W after I, and no whole B beside them.
 TEST(ZeroBubbleSimulator, RefusesBrokenSplits) {
-  const SimulationResult missing_w = simulate(parse_lists({{"0F0", "0I0"}}), 1, 1, 1);
+  const SimulationResult missing_w = simulate(parse_schedule({{"0F0", "0I0"}}), 1, 1, 1);
   ASSERT_FALSE(missing_w.ok);
   EXPECT_NE(missing_w.error.find("missing 0W0"), std::string::npos) << missing_w.error;
 
-  const SimulationResult both = simulate(parse_lists({{"0F0", "0B0", "0I0", "0W0"}}), 1, 1, 1);
+  const SimulationResult both = simulate(parse_schedule({{"0F0", "0B0", "0I0", "0W0"}}), 1, 1, 1);
   ASSERT_FALSE(both.ok);
   EXPECT_NE(both.error.find("unexpected 0B0"), std::string::npos) << both.error;
 
-  const SimulationResult early_w = simulate(parse_lists({{"0F0", "0W0", "0I0"}}), 1, 1, 1);
+  const SimulationResult early_w = simulate(parse_schedule({{"0F0", "0W0", "0I0"}}), 1, 1, 1);
   ASSERT_FALSE(early_w.ok);
   EXPECT_NE(early_w.error.find("0W0 at rank 0 step 1 runs before 0I0"), std::string::npos)
       << early_w.error;
@@ -54,7 +48,7 @@ TEST(ZeroBubbleSimulator, RefusesBrokenSplits) {
 
 // Two stages by hand: the input gradient is what crosses ranks, the weight gradient stays.
 TEST(ZeroBubbleSimulator, InputGradientIsWhatIsSent) {
-  const Schedule compute = parse_lists({{"0F0", "0I0", "0W0"}, {"1F0", "1I0", "1W0"}});
+  const Schedule compute = parse_schedule({{"0F0", "0I0", "0W0"}, {"1F0", "1I0", "1W0"}});
   const Schedule s = insert_communication(compute, 2, 1);
   const SimulationResult r = simulate(s, 2, 1, 1);
   ASSERT_TRUE(r.ok) << r.error;
