@@ -22,13 +22,14 @@ struct PipelineExecutor::Slot {
 };
 
 PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pipeline, int virtual_stages,
-                                   Recompute recompute, TraceWriter& trace)
+                                   Recompute recompute, TraceWriter& trace, bool early_weights)
     : model_(&model),
       pp_(&pipeline),
       stages_(pipeline.size()),
       virtual_stages_(virtual_stages),
       recompute_(recompute),
-      trace_(&trace) {}
+      trace_(&trace),
+      early_weights_(early_weights) {}
 
 int PipelineExecutor::tag(int dest_chunk, int microbatch, int direction) const {
   return (dest_chunk * microbatches_ + microbatch) * 2 + direction;
@@ -75,8 +76,8 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
   };
 
   // Weight gradients (BackwardWeight) run in list order, but may run before their place in the
-  // list: a rank about to wait for a transfer runs the next one instead, if its input gradient
-  // is done. That fills waits the schedule's clock did not foresee (slow links, an input
+  // list (with early_weights): a rank about to wait for a transfer runs the next one instead, if
+  // its input gradient is done. That fills waits the schedule's clock did not foresee (slow links, an input
   // gradient dearer than a weight gradient) and cannot hurt a peer: a weight gradient sends and
   // receives nothing, and pulling it earlier only frees memory sooner. Its order, and so every
   // gradient sum, stays the list's.
@@ -94,7 +95,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
     ++weights_run;
   };
   auto wait_filling = [&](Work& transfer, const std::string& what) {
-    while (weights_run < weight_actions.size() && !transfer.test()) {
+    while (early_weights_ && weights_run < weight_actions.size() && !transfer.test()) {
       const Action& w = actions[weight_actions[weights_run]];
       if (!slots[{w.chunk, w.microbatch}].input_gradient_done) break;
       run_weights(w);

@@ -89,8 +89,13 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   if (data == DataMode::Load) check_stop_during_startup(grid.world(), "opening the data");
 
   set_shares(work_.shares);
+  // Under ZeRO 2 and 3 a weight gradient launches a reduction over the data-parallel group (and
+  // ZeRO-3 prefetches parameters over it in other actions): pulled forward by one replica's
+  // timing, it would reorder that group's collectives against another replica's.
+  const bool early_weights = p.zero < 2 || grid.size(Axis::Data) == 1;
   executor_ = std::make_unique<PipelineExecutor>(*model_, grid.comm(Axis::Pipeline),
-                                                 p.virtual_stages, p.recompute, trace_);
+                                                 p.virtual_stages, p.recompute, trace_,
+                                                 early_weights);
   // The loss stays on the device until the step (or evaluation) has queued all its work and is
   // read once then: the executor's own per-micro-batch sum is not used.
   model_->loss().set_readout(LossReadout::PerStep);

@@ -27,8 +27,11 @@ struct PipelineStats {
 
 class PipelineExecutor {
  public:
+  // early_weights: whether a weight gradient may run before its place in the list while a
+  // transfer is awaited. Only where its hooks start no collective whose order must match other
+  // ranks' (the caller knows: ZeRO 2 and 3 reduce over the data-parallel group in them).
   PipelineExecutor(GptModel& model, Communicator& pipeline, int virtual_stages, Recompute recompute,
-                   TraceWriter& trace);
+                   TraceWriter& trace, bool early_weights = false);
 
   // Runs `actions` over `microbatches` (indexed by micro-batch). Returns the loss summed over the
   // micro-batches whose head ran on this rank (0 on other stages) when the model reads its loss
@@ -48,6 +51,7 @@ class PipelineExecutor {
   int stages_, virtual_stages_;
   Recompute recompute_;
   TraceWriter* trace_;
+  bool early_weights_;
   PipelineStats stats_;
   int microbatches_ = 0;
 };
