@@ -198,7 +198,7 @@ CATALOGUE = [
          'RANK:FACTOR[,RANK:FACTOR...]'], env={"MESHTRAIN_SLOWDOWN": "1:fast"}, absent=["| loss "]),
     row("deck", "bad choice", 1, train("parallel.schedule=\"zigzag\""), 1,
         ["parallel.schedule = \"zigzag\" is not a known value (expected one of \"gpipe\", "
-         "\"1f1b\", \"interleaved\", \"auto\")"]),
+         "\"1f1b\", \"interleaved\", \"zb-h1\", \"auto\")"]),
     row("deck", "run.name dot-dot", 2, train("run.name=\"..\""), 1,
         ["run.name = \"..\" is not valid (expected letters, digits, '.', '_', '-'; not \".\" and "
          "without \"..\")"]),
