@@ -38,6 +38,8 @@ void check_nccl(ncclResult_t r, ncclComm_t comm, const std::string& what) {
   throw std::runtime_error("communicator 'nccl': " + what + " failed: " + detail);
 }
 
+// Not cuda::check (src/backend/cuda/cuda_check.h): errors here name the communicator, which
+// is what a user of a communication failure needs, rather than a backend op.
 void check_cuda(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return;
   throw std::runtime_error("communicator 'nccl': " + what + " failed: " + cudaGetErrorString(e));

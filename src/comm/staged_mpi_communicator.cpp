@@ -13,6 +13,8 @@ namespace meshtrain {
 
 namespace {
 
+// Not cuda::check (src/backend/cuda/cuda_check.h): errors here name the communicator, which
+// is what a user of a communication failure needs, rather than a backend op.
 void check_cuda(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return;
   throw std::runtime_error("communicator 'mpi-staged': " + what + " failed: " +
