@@ -1,4 +1,5 @@
-# The CUDA backend and the NCCL communicator, built into the static library meshtrain_cuda when
+# The CUDA backend and the device communicators (NCCL, staged MPI; their sources are in src/comm/
+# and listed in MESHTRAIN_CUDA_COMM_SOURCES), built into the static library meshtrain_cuda when
 # MESHTRAIN_CUDA resolves to enabled. Sets MESHTRAIN_HAVE_CUDA (ON/OFF) in the including scope.
 #
 #   MESHTRAIN_CUDA=AUTO (default)  build it when nvcc, cuDNN and NCCL are found, else CPU only
@@ -75,6 +76,8 @@ message(STATUS "meshtrain: CUDA backend enabled (nvcc ${CMAKE_CUDA_COMPILER_VERS
 
 file(GLOB MESHTRAIN_CUDA_KERNELS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cu)
 file(GLOB MESHTRAIN_CUDA_HOST CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cpp)
+# The NCCL and staged-MPI communicators (src/comm/, listed in the top-level CMakeLists.txt).
+list(APPEND MESHTRAIN_CUDA_HOST ${MESHTRAIN_CUDA_COMM_SOURCES})
 
 # Kernels: only the CUDA runtime and their own launcher header, so none of the host libraries'
 # compile flags (MPI, OpenMP, ...) reach nvcc.

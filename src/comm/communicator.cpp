@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "meshtrain/comm/job_abort.h"
 
@@ -66,15 +67,110 @@ void Work::wait() {
   impl_.reset();
 }
 
+// ---- the front: checks and the group of one, the same for every backend ---------------------
+
+namespace {
+
+std::string reduction_name(const char* op, ReduceOp r) {
+  return std::string(op) + "(" + std::string(reduce_op_name(r)) + ")";
+}
+
+}  // namespace
+
+void Communicator::check_supported(const std::string&, const Tensor&, Use) const {}
+
+void Communicator::copy_local(Tensor& out, const Tensor& in) {
+  std::memcpy(out.raw(), in.raw(), out.nbytes());
+}
+
+Work Communicator::all_reduce(Tensor& t, ReduceOp op) {
+  check_supported(reduction_name("all_reduce", op), t, Use::Reduce);
+  if (size() == 1) return {};
+  return do_all_reduce(t, op);
+}
+
+Work Communicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
+  const std::string name = reduction_name("reduce_scatter", op);
+  check_supported(name, in, Use::Reduce);
+  check_supported(name, out, Use::Reduce);
+  if (in.numel() != out.numel() * size() || in.dtype() != out.dtype())
+    throw std::invalid_argument("communicator '" + backend() + "': reduce_scatter input of " +
+                                std::to_string(in.numel()) + " elements is not " +
+                                std::to_string(size()) + " x output " + std::to_string(out.numel()));
+  if (size() == 1) {
+    if (out.raw() != in.raw()) copy_local(out, in);
+    return {};
+  }
+  return do_reduce_scatter(out, in, op);
+}
+
+Work Communicator::all_gather(Tensor& out, const Tensor& in) {
+  check_supported("all_gather", in, Use::Move);
+  check_supported("all_gather", out, Use::Move);
+  if (out.numel() != in.numel() * size() || in.dtype() != out.dtype())
+    throw std::invalid_argument("communicator '" + backend() + "': all_gather output of " +
+                                std::to_string(out.numel()) + " elements is not " +
+                                std::to_string(size()) + " x input " + std::to_string(in.numel()));
+  if (size() == 1) {
+    if (out.raw() != in.raw()) copy_local(out, in);
+    return {};
+  }
+  return do_all_gather(out, in);
+}
+
+Work Communicator::broadcast(Tensor& t, int root) {
+  check_supported("broadcast", t, Use::Move);
+  if (size() == 1) return {};
+  return do_broadcast(t, root);
+}
+
+Work Communicator::send(const Tensor& t, int dst, int tag) {
+  check_supported("send", t, Use::Move);
+  return do_send(t, dst, tag);
+}
+
+Work Communicator::recv(Tensor& t, int src, int tag) {
+  check_supported("recv", t, Use::Move);
+  return do_recv(t, src, tag);
+}
+
 std::vector<Work> Communicator::exchange(const std::vector<Transfer>& step) {
+  // Every transfer is checked before any is issued: a refusal never leaves half a step posted.
+  for (const Transfer& t : step)
+    check_supported(t.kind == Transfer::Kind::Send ? "send" : "recv", t.tensor, Use::Move);
+  if (step.empty()) return {};
+  return do_exchange(step);
+}
+
+std::vector<Work> Communicator::do_exchange(const std::vector<Transfer>& step) {
   std::vector<Work> works;
   works.reserve(step.size());
   for (const Transfer& t : step) {
     Tensor tensor = t.tensor;
-    works.push_back(t.kind == Transfer::Kind::Send ? send(tensor, t.peer, t.tag)
-                                                   : recv(tensor, t.peer, t.tag));
+    works.push_back(t.kind == Transfer::Kind::Send ? do_send(tensor, t.peer, t.tag)
+                                                   : do_recv(tensor, t.peer, t.tag));
   }
   return works;
+}
+
+void Communicator::barrier() {
+  if (size() == 1) return;
+  do_barrier();
+}
+
+void Communicator::broadcast_bytes(std::string& bytes, int root) {
+  if (size() == 1) return;
+  do_broadcast_bytes(bytes, root);
+}
+
+std::vector<std::string> Communicator::all_gather_bytes(const std::string& mine) {
+  if (size() == 1) return {mine};
+  return do_all_gather_bytes(mine);
+}
+
+double Communicator::all_reduce_scalar(double value, ReduceOp op) {
+  if (size() == 1) return value;
+  return do_all_reduce_scalar(value, op);
 }
 
 void wait_all(std::vector<Work>& works) {

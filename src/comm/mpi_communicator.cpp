@@ -1,7 +1,6 @@
 #include "meshtrain/comm/mpi_communicator.h"
 
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -135,11 +134,15 @@ Work MpiCommunicator::make_work(MPI_Request request, std::string what,
   return Work(std::make_unique<MpiWork>(request, std::move(what), std::move(finish)), timeout_);
 }
 
-Work MpiCommunicator::all_reduce(Tensor& t, ReduceOp op) {
+void MpiCommunicator::check_supported(const std::string& op, const Tensor& t, Use use) const {
+  require_host(op.c_str(), t);
+  // bf16 reduces in fp32 (see the header); other dtypes only where MPI has exact arithmetic.
+  if (use == Use::Reduce && t.dtype() != DType::BF16) reduce_type(op, t.dtype());
+}
+
+Work MpiCommunicator::do_all_reduce(Tensor& t, ReduceOp op) {
   const std::string name = "all_reduce(" + std::string(reduce_op_name(op)) + ")";
-  require_host(name.c_str(), t);
   if (t.dtype() == DType::BF16) {
-    if (size_ == 1) return {};
     auto wide = widened(t);
     MPI_Request r;
     MPI_Iallreduce(MPI_IN_PLACE, wide->data(), count_of(t), MPI_FLOAT, mpi_op(op), comm_, &r);
@@ -147,24 +150,13 @@ Work MpiCommunicator::all_reduce(Tensor& t, ReduceOp op) {
                      [t, wide]() mutable { narrow_into(t, *wide); });
   }
   const MPI_Datatype type = reduce_type(name, t.dtype());
-  if (size_ == 1) return {};
   MPI_Request r;
   MPI_Iallreduce(MPI_IN_PLACE, t.raw(), count_of(t), type, mpi_op(op), comm_, &r);
   return make_work(r, describe(name.c_str(), t));
 }
 
-Work MpiCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
+Work MpiCommunicator::do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
   const std::string name = "reduce_scatter(" + std::string(reduce_op_name(op)) + ")";
-  require_host(name.c_str(), in);
-  if (in.dtype() != DType::BF16) reduce_type(name, in.dtype());
-  if (in.numel() != out.numel() * size_ || in.dtype() != out.dtype())
-    throw std::invalid_argument("communicator 'mpi': reduce_scatter input of " +
-                                std::to_string(in.numel()) + " elements is not " +
-                                std::to_string(size_) + " x output " + std::to_string(out.numel()));
-  if (size_ == 1) {
-    if (out.raw() != in.raw()) std::memcpy(out.raw(), in.raw(), out.nbytes());
-    return {};
-  }
   if (in.dtype() == DType::BF16) {
     auto wide_in = widened(in);
     auto wide_out = std::make_shared<std::vector<float>>(static_cast<size_t>(out.numel()));
@@ -181,16 +173,7 @@ Work MpiCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op)
   return make_work(r, describe(name.c_str(), in));
 }
 
-Work MpiCommunicator::all_gather(Tensor& out, const Tensor& in) {
-  require_host("all_gather", in);
-  if (out.numel() != in.numel() * size_ || in.dtype() != out.dtype())
-    throw std::invalid_argument("communicator 'mpi': all_gather output of " +
-                                std::to_string(out.numel()) + " elements is not " +
-                                std::to_string(size_) + " x input " + std::to_string(in.numel()));
-  if (size_ == 1) {
-    if (out.raw() != in.raw()) std::memcpy(out.raw(), in.raw(), out.nbytes());
-    return {};
-  }
+Work MpiCommunicator::do_all_gather(Tensor& out, const Tensor& in) {
   MPI_Request r;
   const MPI_Datatype type = move_type(in.dtype());
   // In place when `in` already sits at this rank's slot of `out` (ZeRO parameter gathers).
@@ -201,32 +184,27 @@ Work MpiCommunicator::all_gather(Tensor& out, const Tensor& in) {
   return make_work(r, describe("all_gather", out));
 }
 
-Work MpiCommunicator::broadcast(Tensor& t, int root) {
-  require_host("broadcast", t);
-  if (size_ == 1) return {};
+Work MpiCommunicator::do_broadcast(Tensor& t, int root) {
   MPI_Request r;
   MPI_Ibcast(t.raw(), count_of(t), move_type(t.dtype()), root, comm_, &r);
   return make_work(r, describe("broadcast", t));
 }
 
-Work MpiCommunicator::send(const Tensor& t, int dst, int tag) {
-  require_host("send", t);
+Work MpiCommunicator::do_send(const Tensor& t, int dst, int tag) {
   MPI_Request r;
   MPI_Isend(t.raw(), count_of(t), move_type(t.dtype()), dst, tag, comm_, &r);
   return make_work(r, describe("send", t) + " to rank " + std::to_string(dst) + " (world rank " +
                           std::to_string(world_rank_of(comm_, dst)) + "), tag " + std::to_string(tag));
 }
 
-Work MpiCommunicator::recv(Tensor& t, int src, int tag) {
-  require_host("recv", t);
+Work MpiCommunicator::do_recv(Tensor& t, int src, int tag) {
   MPI_Request r;
   MPI_Irecv(t.raw(), count_of(t), move_type(t.dtype()), src, tag, comm_, &r);
   return make_work(r, describe("recv", t) + " from rank " + std::to_string(src) + " (world rank " +
                           std::to_string(world_rank_of(comm_, src)) + "), tag " + std::to_string(tag));
 }
 
-void MpiCommunicator::barrier() {
-  if (size_ == 1) return;
+void MpiCommunicator::do_barrier() {
   MPI_Request r;
   MPI_Ibarrier(comm_, &r);
   make_work(r, "barrier on group '" + name_ + "'").wait();
@@ -234,8 +212,7 @@ void MpiCommunicator::barrier() {
 
 // The byte helpers run where ranks agree on decks and errors, so they wait with the timeout like
 // every other operation: a rank that never arrives must not hang the others there either.
-void MpiCommunicator::broadcast_bytes(std::string& bytes, int root) {
-  if (size_ == 1) return;
+void MpiCommunicator::do_broadcast_bytes(std::string& bytes, int root) {
   unsigned long long n = bytes.size();
   MPI_Request r;
   MPI_Ibcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, comm_, &r);
@@ -249,7 +226,7 @@ void MpiCommunicator::broadcast_bytes(std::string& bytes, int root) {
       .wait();
 }
 
-std::vector<std::string> MpiCommunicator::all_gather_bytes(const std::string& mine) {
+std::vector<std::string> MpiCommunicator::do_all_gather_bytes(const std::string& mine) {
   int n = static_cast<int>(mine.size());
   std::vector<int> counts(size_), displs(size_);
   MPI_Request r;
@@ -269,8 +246,7 @@ std::vector<std::string> MpiCommunicator::all_gather_bytes(const std::string& mi
   return out;
 }
 
-double MpiCommunicator::all_reduce_scalar(double value, ReduceOp op) {
-  if (size_ == 1) return value;
+double MpiCommunicator::do_all_reduce_scalar(double value, ReduceOp op) {
   double out = 0;
   MPI_Request r;
   MPI_Iallreduce(&value, &out, 1, MPI_DOUBLE, mpi_op(op), comm_, &r);

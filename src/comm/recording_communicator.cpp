@@ -42,37 +42,37 @@ Work RecordingCommunicator::recorded(Work inner, const FlightRecorder::Ticket& t
   return Work(std::make_unique<RecordedWork>(std::move(impl), recorder_, ticket), timeout);
 }
 
-Work RecordingCommunicator::all_reduce(Tensor& t, ReduceOp op) {
+Work RecordingCommunicator::do_all_reduce(Tensor& t, ReduceOp op) {
   const auto ticket = begin(FlightOp::AllReduce, -1, t.nbytes());
   return recorded(inner_->all_reduce(t, op), ticket);
 }
 
-Work RecordingCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
+Work RecordingCommunicator::do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
   const auto ticket = begin(FlightOp::ReduceScatter, -1, in.nbytes());
   return recorded(inner_->reduce_scatter(out, in, op), ticket);
 }
 
-Work RecordingCommunicator::all_gather(Tensor& out, const Tensor& in) {
+Work RecordingCommunicator::do_all_gather(Tensor& out, const Tensor& in) {
   const auto ticket = begin(FlightOp::AllGather, -1, out.nbytes());
   return recorded(inner_->all_gather(out, in), ticket);
 }
 
-Work RecordingCommunicator::broadcast(Tensor& t, int root) {
+Work RecordingCommunicator::do_broadcast(Tensor& t, int root) {
   const auto ticket = begin(FlightOp::Broadcast, root, t.nbytes());
   return recorded(inner_->broadcast(t, root), ticket);
 }
 
-Work RecordingCommunicator::send(const Tensor& t, int dst, int tag) {
+Work RecordingCommunicator::do_send(const Tensor& t, int dst, int tag) {
   const auto ticket = begin(FlightOp::Send, dst, t.nbytes());
   return recorded(inner_->send(t, dst, tag), ticket);
 }
 
-Work RecordingCommunicator::recv(Tensor& t, int src, int tag) {
+Work RecordingCommunicator::do_recv(Tensor& t, int src, int tag) {
   const auto ticket = begin(FlightOp::Recv, src, t.nbytes());
   return recorded(inner_->recv(t, src, tag), ticket);
 }
 
-std::vector<Work> RecordingCommunicator::exchange(const std::vector<Transfer>& step) {
+std::vector<Work> RecordingCommunicator::do_exchange(const std::vector<Transfer>& step) {
   std::vector<FlightRecorder::Ticket> tickets;
   for (const Transfer& t : step)
     tickets.push_back(begin(t.kind == Transfer::Kind::Send ? FlightOp::Send : FlightOp::Recv,
@@ -82,26 +82,26 @@ std::vector<Work> RecordingCommunicator::exchange(const std::vector<Transfer>& s
   return works;
 }
 
-void RecordingCommunicator::barrier() {
+void RecordingCommunicator::do_barrier() {
   const auto ticket = begin(FlightOp::Barrier, -1, 0);
   inner_->barrier();
   recorder_.end(ticket);
 }
 
-void RecordingCommunicator::broadcast_bytes(std::string& bytes, int root) {
+void RecordingCommunicator::do_broadcast_bytes(std::string& bytes, int root) {
   const auto ticket = begin(FlightOp::BytesBroadcast, root, bytes.size());
   inner_->broadcast_bytes(bytes, root);
   recorder_.end(ticket);
 }
 
-std::vector<std::string> RecordingCommunicator::all_gather_bytes(const std::string& mine) {
+std::vector<std::string> RecordingCommunicator::do_all_gather_bytes(const std::string& mine) {
   const auto ticket = begin(FlightOp::BytesAllGather, -1, mine.size());
   std::vector<std::string> all = inner_->all_gather_bytes(mine);
   recorder_.end(ticket);
   return all;
 }
 
-double RecordingCommunicator::all_reduce_scalar(double value, ReduceOp op) {
+double RecordingCommunicator::do_all_reduce_scalar(double value, ReduceOp op) {
   const auto ticket = begin(FlightOp::ScalarAllReduce, -1, sizeof value);
   const double out = inner_->all_reduce_scalar(value, op);
   recorder_.end(ticket);

@@ -22,6 +22,7 @@
 #include "meshtrain/config/config_dump.h"
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/io/checkpoint_file.h"
+#include "meshtrain/train/fault_injection.h"
 #include "meshtrain/train/trainer.h"
 #include "background_worker.h"
 #include "checkpoint_directory.h"
@@ -131,20 +132,8 @@ Checkpointer::Checkpointer(const Config& config, ProcessGrid& grid)
   if (comm_ == MPI_COMM_NULL)
     throw std::logic_error("Checkpointer: a planned grid has no MPI world (MPI-IO writes the file)");
   // Test hook, see the header.
-  const char* env = std::getenv("MESHTRAIN_FAULT");
-  const std::string fault = env ? env : "";
-  const std::string prefix = "checkpoint_kill:";
-  if (fault.rfind(prefix, 0) != 0) return;
-  std::string phase = fault.substr(prefix.size());
-  if (const size_t at = phase.find('@'); at != std::string::npos) {
-    fault_step_ = std::atoll(phase.c_str() + at + 1);
-    phase.resize(at);
-  }
-  if (phase == "data") fault_phase_ = FaultPhase::Data;
-  else if (phase == "rename") fault_phase_ = FaultPhase::Rename;
-  else if (phase == "prune") fault_phase_ = FaultPhase::Prune;
-  else throw DeckError("MESHTRAIN_FAULT=" + fault + ": unknown phase '" + phase +
-                       "' (expected checkpoint_kill:data, :rename or :prune, optionally @<step>)");
+  for (const Fault& f : requested_faults())
+    if (f.kind == Fault::Kind::CheckpointKill) kills_.push_back(f);
 }
 
 Checkpointer::~Checkpointer() {
@@ -162,15 +151,16 @@ void Checkpointer::finish_pruning() {
   });
 }
 
-void Checkpointer::fault(FaultPhase phase, int64_t step) const {
-  if (phase != fault_phase_ || (fault_step_ >= 0 && fault_step_ != step) || grid_.world_rank() != 0)
-    return;
-  const char* names[] = {"none", "data", "rename", "prune"};
-  std::fprintf(stderr, "meshtrain: MESHTRAIN_FAULT: rank 0 kills itself in checkpoint phase '%s' at step %lld\n",
-               names[static_cast<int>(phase)], static_cast<long long>(step));
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::raise(SIGKILL);
+void Checkpointer::fault(CheckpointPhase phase, int64_t step) const {
+  if (grid_.world_rank() != 0) return;
+  for (const Fault& kill : kills_) {
+    if (kill.phase != phase || (kill.step >= 0 && kill.step != step)) continue;
+    std::fprintf(stderr, "meshtrain: MESHTRAIN_FAULT: rank 0 kills itself in checkpoint phase '%s' at step %lld\n",
+                 std::string(checkpoint_phase_name(phase)).c_str(), static_cast<long long>(step));
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
 }
 
 // ---- resume --------------------------------------------------------------------------------
@@ -320,7 +310,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
         BackgroundWorker hasher;
         EarlyWriteback writeback(tmp);
         for (size_t i = 0; i < entries.size(); ++i) {
-          if (i == entries.size() / 2) fault(FaultPhase::Data, step);
+          if (i == entries.size() / 2) fault(CheckpointPhase::Data, step);
           const Entry& e = entries[i];
           const std::vector<Box> boxes = e.boxes(true);
           for (int kind = 0; kind < kKinds; ++kind) {
@@ -406,7 +396,7 @@ CheckpointStats Checkpointer::save(Trainer& trainer) {
     throw AgreedError(e.what() + disk_note);
   }
 
-  fault(FaultPhase::Rename, step);
+  fault(CheckpointPhase::Rename, step);
   agree(world, [&] {
     if (world.rank() != 0) return;
     std::error_code ec;
@@ -446,7 +436,7 @@ void Checkpointer::prune(int64_t step, const std::vector<std::pair<int64_t, std:
     if (ec)
       throw std::runtime_error(all[i].second + ": cannot delete an old checkpoint (checkpoint.keep = " +
                                std::to_string(cfg_.checkpoint.keep) + "): " + ec.message());
-    if (!deleted) fault(FaultPhase::Prune, step);
+    if (!deleted) fault(CheckpointPhase::Prune, step);
     deleted = true;
   }
   // .tmp files of other steps are left by a job that died while writing; nothing reads them.
@@ -460,7 +450,7 @@ void Checkpointer::prune(int64_t step, const std::vector<std::pair<int64_t, std:
       fs::remove(it->path(), rm);
     }
   }
-  if (!deleted) fault(FaultPhase::Prune, step);
+  if (!deleted) fault(CheckpointPhase::Prune, step);
 }
 
 }  // namespace meshtrain

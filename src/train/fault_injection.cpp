@@ -6,54 +6,87 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
-#include <stdexcept>
 #include <thread>
-#include <vector>
+
+#include "meshtrain/config/deck_error.h"
 
 namespace meshtrain {
 
 namespace {
 
-struct Fault {
-  std::string kind;
-  int rank = -1, step = -1;
-};
-
-std::vector<Fault> parse(const char* text) {
-  std::vector<Fault> out;
-  std::stringstream list(text);
-  std::string item;
-  while (std::getline(list, item, ',')) {
-    if (item.rfind("checkpoint_kill:", 0) == 0) continue;  // the checkpointer's (checkpointer.h)
-    Fault f;
-    std::stringstream parts(item);
-    std::string part;
-    std::getline(parts, f.kind, ':');
-    while (std::getline(parts, part, ':')) {
-      if (part.rfind("rank=", 0) == 0) f.rank = std::atoi(part.c_str() + 5);
-      else if (part.rfind("step=", 0) == 0) f.step = std::atoi(part.c_str() + 5);
-    }
-    if ((f.kind != "stall" && f.kind != "exit") || f.rank < 0 || f.step < 1)
-      throw std::invalid_argument("MESHTRAIN_FAULT: cannot parse \"" + item +
-                                  "\" (expected stall|exit:rank=<r>:step=<s>)");
-    out.push_back(f);
+// "checkpoint_kill:<phase>[@<step>]"; `text` is the whole variable, for the message.
+Fault parse_checkpoint_kill(const std::string& item, const std::string& text) {
+  Fault f;
+  f.kind = Fault::Kind::CheckpointKill;
+  std::string phase = item.substr(item.find(':') + 1);
+  if (const size_t at = phase.find('@'); at != std::string::npos) {
+    f.step = std::atoll(phase.c_str() + at + 1);
+    phase.resize(at);
   }
-  return out;
+  if (phase == "data") f.phase = CheckpointPhase::Data;
+  else if (phase == "rename") f.phase = CheckpointPhase::Rename;
+  else if (phase == "prune") f.phase = CheckpointPhase::Prune;
+  else throw DeckError("MESHTRAIN_FAULT=" + text + ": unknown phase '" + phase +
+                       "' (expected checkpoint_kill:data, :rename or :prune, optionally @<step>)");
+  return f;
+}
+
+// "stall|exit:rank=<r>:step=<s>"
+Fault parse_rank_fault(const std::string& item) {
+  Fault f;
+  std::stringstream parts(item);
+  std::string kind, part;
+  std::getline(parts, kind, ':');
+  while (std::getline(parts, part, ':')) {
+    if (part.rfind("rank=", 0) == 0) f.rank = std::atoi(part.c_str() + 5);
+    else if (part.rfind("step=", 0) == 0) f.step = std::atoi(part.c_str() + 5);
+  }
+  if ((kind != "stall" && kind != "exit") || f.rank < 0 || f.step < 1)
+    throw DeckError("MESHTRAIN_FAULT: cannot parse \"" + item +
+                    "\" (expected stall|exit:rank=<r>:step=<s>)");
+  f.kind = kind == "exit" ? Fault::Kind::Exit : Fault::Kind::Stall;
+  return f;
 }
 
 }  // namespace
 
-void inject_faults(int world_rank, int step) {
+std::string_view checkpoint_phase_name(CheckpointPhase phase) {
+  switch (phase) {
+    case CheckpointPhase::Data: return "data";
+    case CheckpointPhase::Rename: return "rename";
+    case CheckpointPhase::Prune: return "prune";
+  }
+  return "?";
+}
+
+std::vector<Fault> parse_faults(const std::string& text) {
+  std::vector<Fault> out;
+  std::stringstream list(text);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    if (item.rfind("checkpoint_kill:", 0) == 0) out.push_back(parse_checkpoint_kill(item, text));
+    else out.push_back(parse_rank_fault(item));
+  }
+  return out;
+}
+
+const std::vector<Fault>& requested_faults() {
+  // A parse error leaves the static unset, so every caller sees the error, not an empty list.
   static const std::vector<Fault> faults = [] {
     const char* env = std::getenv("MESHTRAIN_FAULT");
-    return env ? parse(env) : std::vector<Fault>{};
+    return env ? parse_faults(env) : std::vector<Fault>{};
   }();
-  for (const Fault& f : faults) {
-    if (f.rank != world_rank || f.step != step) continue;
+  return faults;
+}
+
+void inject_faults(int world_rank, int step) {
+  for (const Fault& f : requested_faults()) {
+    if (f.kind == Fault::Kind::CheckpointKill || f.rank != world_rank || f.step != step) continue;
+    const bool exit = f.kind == Fault::Kind::Exit;
     std::fprintf(stderr, "meshtrain: rank %d: injected fault '%s' at step %d\n", world_rank,
-                 f.kind.c_str(), step);
+                 exit ? "exit" : "stall", step);
     std::fflush(stderr);
-    if (f.kind == "exit") {
+    if (exit) {
       std::this_thread::sleep_for(std::chrono::seconds(1));  // see fault_injection.h
       std::_Exit(9);
     }

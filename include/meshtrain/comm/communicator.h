@@ -75,8 +75,16 @@ struct Transfer {
   int tag = 0;    // matches messages under MPI; NCCL has none and matches in issue order
 };
 
+// The public operations are a non-virtual front, the same for every backend: it checks the
+// arguments (check_supported, then the sizes of reduce_scatter and all_gather), takes the
+// shortcut of a group of one (nothing to do, or a local copy), and only then calls the
+// backend's protected do_* method. A backend therefore sees only operations that need it.
 class Communicator {
  public:
+  // What an operation does with the elements, for check_supported: backends reduce fewer dtypes
+  // than they move.
+  enum class Use { Reduce, Move };
+
   virtual ~Communicator() = default;
 
   virtual int rank() const = 0;
@@ -85,29 +93,57 @@ class Communicator {
   virtual std::string name() const = 0;
   virtual std::string backend() const = 0;  // "mpi", "nccl"
 
+  // Throws std::invalid_argument ("communicator 'mpi' does not support all_reduce(sum) for dtype
+  // f16") unless this backend can carry out `op` on `t` (its device, its dtype). The front calls
+  // it first, for every tensor of an operation, whatever the group's size.
+  virtual void check_supported(const std::string& op, const Tensor& t, Use use) const;
+
   // In place: every rank ends with the reduction of all ranks' `t`.
-  virtual Work all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  Work all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum);
   // `in` is size() equal chunks; this rank's chunk of the reduction lands in `out`.
-  virtual Work reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::Sum) = 0;
+  Work reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::Sum);
   // `out` is the concatenation, in rank order, of every rank's `in`.
-  virtual Work all_gather(Tensor& out, const Tensor& in) = 0;
-  virtual Work broadcast(Tensor& t, int root) = 0;
-  virtual Work send(const Tensor& t, int dst, int tag) = 0;
-  virtual Work recv(Tensor& t, int src, int tag) = 0;
+  Work all_gather(Tensor& out, const Tensor& in);
+  Work broadcast(Tensor& t, int root);
+  Work send(const Tensor& t, int dst, int tag);
+  Work recv(Tensor& t, int src, int tag);
   // One transfer step: issues every send and receive of `step` together and returns one Work
   // per transfer, in order. Where point-to-point calls block until the peer's matching call runs
   // (NCCL), the step is one group (ncclGroupStart/End), so a rank's sends and receives of one
   // step never wait for each other; a pipeline schedule that issues matching steps in the same
   // order on both peers is then deadlock-free (parallel/schedule.h). The default posts each
-  // transfer through send() and recv(), which never block (MPI).
-  virtual std::vector<Work> exchange(const std::vector<Transfer>& step);
-  virtual void barrier() = 0;
+  // transfer through do_send() and do_recv(), which never block (MPI).
+  std::vector<Work> exchange(const std::vector<Transfer>& step);
+  void barrier();
 
   // Byte-level helpers for host metadata (deck text, error messages).
-  virtual void broadcast_bytes(std::string& bytes, int root) = 0;
-  virtual std::vector<std::string> all_gather_bytes(const std::string& mine) = 0;
+  void broadcast_bytes(std::string& bytes, int root);
+  std::vector<std::string> all_gather_bytes(const std::string& mine);
   // Host scalar reductions (loss sums, norms, error flags).
-  virtual double all_reduce_scalar(double value, ReduceOp op = ReduceOp::Sum) = 0;
+  double all_reduce_scalar(double value, ReduceOp op = ReduceOp::Sum);
+
+ protected:
+  // Called by the front after its checks; the collectives only when size() > 1, the
+  // point-to-point transfers whatever the size.
+  virtual Work do_all_reduce(Tensor& t, ReduceOp op) = 0;
+  virtual Work do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) = 0;
+  virtual Work do_all_gather(Tensor& out, const Tensor& in) = 0;
+  virtual Work do_broadcast(Tensor& t, int root) = 0;
+  virtual Work do_send(const Tensor& t, int dst, int tag) = 0;
+  virtual Work do_recv(Tensor& t, int src, int tag) = 0;
+  // `step` is not empty.
+  virtual std::vector<Work> do_exchange(const std::vector<Transfer>& step);
+  virtual void do_barrier() = 0;
+  virtual void do_broadcast_bytes(std::string& bytes, int root) = 0;
+  virtual std::vector<std::string> do_all_gather_bytes(const std::string& mine) = 0;
+  virtual double do_all_reduce_scalar(double value, ReduceOp op) = 0;
+  // The whole of reduce_scatter and all_gather in a group of one: `out` = `in`, which are
+  // distinct buffers of the same size. The default copies host memory.
+  virtual void copy_local(Tensor& out, const Tensor& in);
+  // For communicators that wrap another (comm/recording_communicator.h): its local copy.
+  static void copy_local_of(Communicator& inner, Tensor& out, const Tensor& in) {
+    inner.copy_local(out, in);
+  }
 };
 
 }  // namespace meshtrain

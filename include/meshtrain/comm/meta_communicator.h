@@ -17,18 +17,21 @@ class MetaCommunicator final : public Communicator {
   std::string name() const override { return name_; }
   std::string backend() const override { return "meta"; }
 
-  Work all_reduce(Tensor&, ReduceOp) override { return {}; }
-  Work reduce_scatter(Tensor&, const Tensor&, ReduceOp) override { return {}; }
-  Work all_gather(Tensor&, const Tensor&) override { return {}; }
-  Work broadcast(Tensor&, int) override { return {}; }
-  Work send(const Tensor&, int, int) override { return {}; }
-  Work recv(Tensor&, int, int) override { return {}; }
-  void barrier() override {}
-  void broadcast_bytes(std::string&, int) override {}
-  std::vector<std::string> all_gather_bytes(const std::string& mine) override {
+ protected:
+  Work do_all_reduce(Tensor&, ReduceOp) override { return {}; }
+  Work do_reduce_scatter(Tensor&, const Tensor&, ReduceOp) override { return {}; }
+  Work do_all_gather(Tensor&, const Tensor&) override { return {}; }
+  Work do_broadcast(Tensor&, int) override { return {}; }
+  Work do_send(const Tensor&, int, int) override { return {}; }
+  Work do_recv(Tensor&, int, int) override { return {}; }
+  void do_barrier() override {}
+  void do_broadcast_bytes(std::string&, int) override {}
+  std::vector<std::string> do_all_gather_bytes(const std::string& mine) override {
     return std::vector<std::string>(static_cast<size_t>(size_), mine);
   }
-  double all_reduce_scalar(double value, ReduceOp) override { return value; }
+  double do_all_reduce_scalar(double value, ReduceOp) override { return value; }
+  // Planned tensors have no data to copy.
+  void copy_local(Tensor&, const Tensor&) override {}
 
  private:
   std::string name_;

@@ -32,17 +32,19 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm() const { return comm_; }
   void set_timeout(std::chrono::duration<double> t) { timeout_ = t; }
 
-  Work all_reduce(Tensor& t, ReduceOp op) override;
-  Work reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override;
-  Work all_gather(Tensor& out, const Tensor& in) override;
-  Work broadcast(Tensor& t, int root) override;
-  Work send(const Tensor& t, int dst, int tag) override;
-  Work recv(Tensor& t, int src, int tag) override;
-  void barrier() override;
+  void check_supported(const std::string& op, const Tensor& t, Use use) const override;
 
-  void broadcast_bytes(std::string& bytes, int root) override;
-  std::vector<std::string> all_gather_bytes(const std::string& mine) override;
-  double all_reduce_scalar(double value, ReduceOp op) override;
+ protected:
+  Work do_all_reduce(Tensor& t, ReduceOp op) override;
+  Work do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override;
+  Work do_all_gather(Tensor& out, const Tensor& in) override;
+  Work do_broadcast(Tensor& t, int root) override;
+  Work do_send(const Tensor& t, int dst, int tag) override;
+  Work do_recv(Tensor& t, int src, int tag) override;
+  void do_barrier() override;
+  void do_broadcast_bytes(std::string& bytes, int root) override;
+  std::vector<std::string> do_all_gather_bytes(const std::string& mine) override;
+  double do_all_reduce_scalar(double value, ReduceOp op) override;
 
  private:
   // `finish` runs once, when the request has completed (before test() first returns true).

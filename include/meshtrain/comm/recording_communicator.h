@@ -22,18 +22,25 @@ class RecordingCommunicator final : public Communicator {
   std::string backend() const override { return inner_->backend(); }
   Communicator& inner() { return *inner_; }
 
-  Work all_reduce(Tensor& t, ReduceOp op) override;
-  Work reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override;
-  Work all_gather(Tensor& out, const Tensor& in) override;
-  Work broadcast(Tensor& t, int root) override;
-  Work send(const Tensor& t, int dst, int tag) override;
-  Work recv(Tensor& t, int src, int tag) override;
-  std::vector<Work> exchange(const std::vector<Transfer>& step) override;
-  void barrier() override;
+  void check_supported(const std::string& op, const Tensor& t, Use use) const override {
+    inner_->check_supported(op, t, use);
+  }
 
-  void broadcast_bytes(std::string& bytes, int root) override;
-  std::vector<std::string> all_gather_bytes(const std::string& mine) override;
-  double all_reduce_scalar(double value, ReduceOp op) override;
+ protected:
+  // A group of one is handled by the front before these are reached, as the wrapped
+  // communicator's front would: it never waits, so there is nothing to record.
+  Work do_all_reduce(Tensor& t, ReduceOp op) override;
+  Work do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override;
+  Work do_all_gather(Tensor& out, const Tensor& in) override;
+  Work do_broadcast(Tensor& t, int root) override;
+  Work do_send(const Tensor& t, int dst, int tag) override;
+  Work do_recv(Tensor& t, int src, int tag) override;
+  std::vector<Work> do_exchange(const std::vector<Transfer>& step) override;
+  void do_barrier() override;
+  void do_broadcast_bytes(std::string& bytes, int root) override;
+  std::vector<std::string> do_all_gather_bytes(const std::string& mine) override;
+  double do_all_reduce_scalar(double value, ReduceOp op) override;
+  void copy_local(Tensor& out, const Tensor& in) override { copy_local_of(*inner_, out, in); }
 
  private:
   Work recorded(Work inner, const FlightRecorder::Ticket& ticket);

@@ -32,21 +32,26 @@ class StagedMpiCommunicator final : public Communicator {
   std::string name() const override { return mpi_->name(); }
   std::string backend() const override { return "mpi-staged"; }
 
-  Work all_reduce(Tensor& t, ReduceOp op) override;
-  Work reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override;
-  Work all_gather(Tensor& out, const Tensor& in) override;
-  Work broadcast(Tensor& t, int root) override;
-  Work send(const Tensor& t, int dst, int tag) override;
-  Work recv(Tensor& t, int src, int tag) override;
-  void barrier() override { mpi_->barrier(); }
+  void check_supported(const std::string& op, const Tensor& t, Use use) const override;
 
-  void broadcast_bytes(std::string& bytes, int root) override { mpi_->broadcast_bytes(bytes, root); }
-  std::vector<std::string> all_gather_bytes(const std::string& mine) override {
+ protected:
+  Work do_all_reduce(Tensor& t, ReduceOp op) override;
+  Work do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override;
+  Work do_all_gather(Tensor& out, const Tensor& in) override;
+  Work do_broadcast(Tensor& t, int root) override;
+  Work do_send(const Tensor& t, int dst, int tag) override;
+  Work do_recv(Tensor& t, int src, int tag) override;
+  void do_barrier() override { mpi_->barrier(); }
+  void do_broadcast_bytes(std::string& bytes, int root) override {
+    mpi_->broadcast_bytes(bytes, root);
+  }
+  std::vector<std::string> do_all_gather_bytes(const std::string& mine) override {
     return mpi_->all_gather_bytes(mine);
   }
-  double all_reduce_scalar(double value, ReduceOp op) override {
+  double do_all_reduce_scalar(double value, ReduceOp op) override {
     return mpi_->all_reduce_scalar(value, op);
   }
+  void copy_local(Tensor& out, const Tensor& in) override;
 
  private:
   // A host tensor of `t`'s shape in `dtype` (pinned, from the cache).

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "meshtrain/model/gpt_config.h"
-#include "meshtrain/model/layer.h"
+#include "meshtrain/model/recompute.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/parallel/schedule.h"
 #include "meshtrain/tensor/dtype.h"

@@ -5,6 +5,7 @@
 
 #include "meshtrain/backend/backend.h"
 #include "meshtrain/model/parameter_store.h"
+#include "meshtrain/model/recompute.h"
 #include "meshtrain/model/tp_regions.h"
 
 namespace meshtrain {
@@ -27,10 +28,5 @@ struct TokenShape {
 inline DType stats_dtype(DType activations) {
   return activations == DType::BF16 || activations == DType::F16 ? DType::F32 : activations;
 }
-
-// Activation recomputation (Korthikanti et al., arXiv 2205.05198): keep everything, recompute
-// the attention core (softmax probabilities) in backward, or keep only each block's input and
-// recompute the whole block.
-enum class Recompute { None, Selective, Full };
 
 }  // namespace meshtrain

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/optim/weight_decay.h"
 #include "meshtrain/tensor/tensor.h"
 
 namespace meshtrain {
 
 enum class Init { Normal, Zeros, Ones };
-enum class WeightDecay { Apply, Skip };
 // How the gradients of a tp-replicated parameter relate across the tp group: identical (each
 // rank computed the full gradient) or partial (sequence parallelism: each rank saw N/tp tokens,
 // so the group must sum them).

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "meshtrain/backend/backend.h"
-#include "meshtrain/model/parameter.h"
+#include "meshtrain/optim/weight_decay.h"
 
 namespace meshtrain {
 

@@ -35,7 +35,8 @@
 // next dataset is read. A mismatch refuses the checkpoint naming the dataset; the trainer's
 // state is then undefined and the run must stop (every command does).
 //
-// Test hook: MESHTRAIN_FAULT=checkpoint_kill:<phase>[@<step>] makes world rank 0 raise SIGKILL
+// Test hook: MESHTRAIN_FAULT=checkpoint_kill:<phase>[@<step>] (parsed by train/fault_injection.h,
+// alone or in a list with other faults) makes world rank 0 raise SIGKILL
 // while writing (the checkpoint of <step>, or any): phase "data" after half of the datasets
 // are written (the .tmp is incomplete), "rename" after the verified .tmp is closed but before
 // the rename, "prune" after the first old checkpoint is deleted. tests/checkpoint/ uses it to
@@ -51,6 +52,7 @@
 
 #include "meshtrain/config/config.h"
 #include "meshtrain/parallel/process_grid.h"
+#include "meshtrain/train/fault_injection.h"
 
 namespace meshtrain {
 
@@ -108,8 +110,8 @@ class Checkpointer {
   static std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::string& dir);
 
  private:
-  enum class FaultPhase { None, Data, Rename, Prune };
-  void fault(FaultPhase phase, int64_t step) const;
+  // Kills world rank 0 here if MESHTRAIN_FAULT asks for it (the test hook above).
+  void fault(CheckpointPhase phase, int64_t step) const;
   // World rank 0: the path checkpoint.resume names (throws if it names no file).
   std::string choose_resume() const;
   // Deletes what checkpoint.keep drops among `own` (this lineage's complete checkpoints, oldest
@@ -119,8 +121,7 @@ class Checkpointer {
   const Config& cfg_;
   ProcessGrid& grid_;
   MPI_Comm comm_;
-  FaultPhase fault_phase_ = FaultPhase::None;
-  int64_t fault_step_ = -1;  // -1: any step
+  std::vector<Fault> kills_;  // MESHTRAIN_FAULT's checkpoint_kill faults
   std::string lineage_;
   std::unique_ptr<BackgroundWorker> pruner_;  // world rank 0 deletes old checkpoints here
 };

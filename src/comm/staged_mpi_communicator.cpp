@@ -13,6 +13,8 @@ namespace meshtrain {
 
 namespace {
 
+// Not cuda::check (src/backend/cuda/cuda_check.h): errors here name the communicator, which
+// is what a user of a communication failure needs, rather than a backend op.
 void check_cuda(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return;
   throw std::runtime_error("communicator 'mpi-staged': " + what + " failed: " +
@@ -111,9 +113,19 @@ Work StagedMpiCommunicator::after(Work inner, std::function<void()> copy_back,
               timeout_);
 }
 
-Work StagedMpiCommunicator::all_reduce(Tensor& t, ReduceOp op) {
+// Host tensors go to the MPI communicator unchanged (its checks included); device tensors are
+// staged, and MPI then checks the host copies it is given.
+void StagedMpiCommunicator::check_supported(const std::string& op, const Tensor& t, Use use) const {
+  if (t.device() == Device::Cpu) mpi_->check_supported(op, t, use);
+}
+
+void StagedMpiCommunicator::copy_local(Tensor& out, const Tensor& in) {
+  if (in.device() == Device::Cpu) Communicator::copy_local(out, in);
+  else backend_.copy(out, in);
+}
+
+Work StagedMpiCommunicator::do_all_reduce(Tensor& t, ReduceOp op) {
   if (t.device() == Device::Cpu) return mpi_->all_reduce(t, op);
-  if (size() == 1) return {};
   Tensor host = stage_out(t, reduces_in_fp32(t.dtype()));
   Work inner = mpi_->all_reduce(host, op);
   Tensor device = t;
@@ -123,16 +135,8 @@ Work StagedMpiCommunicator::all_reduce(Tensor& t, ReduceOp op) {
                    " on group '" + name() + "'");
 }
 
-Work StagedMpiCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
+Work StagedMpiCommunicator::do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
   if (in.device() == Device::Cpu) return mpi_->reduce_scatter(out, in, op);
-  if (in.numel() != out.numel() * size() || in.dtype() != out.dtype())
-    throw std::invalid_argument("communicator 'mpi-staged': reduce_scatter input of " +
-                                std::to_string(in.numel()) + " elements is not " +
-                                std::to_string(size()) + " x output " + std::to_string(out.numel()));
-  if (size() == 1) {
-    if (out.raw() != in.raw()) backend_.copy(out, in);
-    return {};
-  }
   Tensor host_in = stage_out(in, reduces_in_fp32(in.dtype()));
   Tensor host_out = host_like(out, host_in.dtype());
   Work inner = mpi_->reduce_scatter(host_out, host_in, op);
@@ -143,16 +147,8 @@ Work StagedMpiCommunicator::reduce_scatter(Tensor& out, const Tensor& in, Reduce
                    std::string(dtype_name(in.dtype())) + " on group '" + name() + "'");
 }
 
-Work StagedMpiCommunicator::all_gather(Tensor& out, const Tensor& in) {
+Work StagedMpiCommunicator::do_all_gather(Tensor& out, const Tensor& in) {
   if (in.device() == Device::Cpu) return mpi_->all_gather(out, in);
-  if (out.numel() != in.numel() * size() || in.dtype() != out.dtype())
-    throw std::invalid_argument("communicator 'mpi-staged': all_gather output of " +
-                                std::to_string(out.numel()) + " elements is not " +
-                                std::to_string(size()) + " x input " + std::to_string(in.numel()));
-  if (size() == 1) {
-    if (out.raw() != in.raw()) backend_.copy(out, in);
-    return {};
-  }
   Tensor host_in = stage_out(in, false);
   Tensor host_out = host_like(out, out.dtype());
   Work inner = mpi_->all_gather(host_out, host_in);
@@ -163,9 +159,8 @@ Work StagedMpiCommunicator::all_gather(Tensor& out, const Tensor& in) {
                    std::string(dtype_name(out.dtype())) + " on group '" + name() + "'");
 }
 
-Work StagedMpiCommunicator::broadcast(Tensor& t, int root) {
+Work StagedMpiCommunicator::do_broadcast(Tensor& t, int root) {
   if (t.device() == Device::Cpu) return mpi_->broadcast(t, root);
-  if (size() == 1) return {};
   Tensor host = rank() == root ? stage_out(t, false) : host_like(t, t.dtype());
   Work inner = mpi_->broadcast(host, root);
   Tensor device = t;
@@ -176,7 +171,7 @@ Work StagedMpiCommunicator::broadcast(Tensor& t, int root) {
                    std::string(dtype_name(t.dtype())) + " on group '" + name() + "'");
 }
 
-Work StagedMpiCommunicator::send(const Tensor& t, int dst, int tag) {
+Work StagedMpiCommunicator::do_send(const Tensor& t, int dst, int tag) {
   if (t.device() == Device::Cpu) return mpi_->send(t, dst, tag);
   Tensor host = stage_out(t, false);
   Work inner = mpi_->send(host, dst, tag);
@@ -186,7 +181,7 @@ Work StagedMpiCommunicator::send(const Tensor& t, int dst, int tag) {
                    " on group '" + name() + "'");
 }
 
-Work StagedMpiCommunicator::recv(Tensor& t, int src, int tag) {
+Work StagedMpiCommunicator::do_recv(Tensor& t, int src, int tag) {
   if (t.device() == Device::Cpu) return mpi_->recv(t, src, tag);
   Tensor host = host_like(t, t.dtype());
   Work inner = mpi_->recv(host, src, tag);

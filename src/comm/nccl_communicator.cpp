@@ -38,6 +38,8 @@ void check_nccl(ncclResult_t r, ncclComm_t comm, const std::string& what) {
   throw std::runtime_error("communicator 'nccl': " + what + " failed: " + detail);
 }
 
+// Not cuda::check (src/backend/cuda/cuda_check.h): errors here name the communicator, which
+// is what a user of a communication failure needs, rather than a backend op.
 void check_cuda(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return;
   throw std::runtime_error("communicator 'nccl': " + what + " failed: " + cudaGetErrorString(e));
@@ -174,11 +176,17 @@ Work NcclCommunicator::finish(std::string what, std::vector<Tensor> keep) {
               timeout_);
 }
 
-Work NcclCommunicator::all_reduce(Tensor& t, ReduceOp op) {
+void NcclCommunicator::check_supported(const std::string& op, const Tensor& t, Use) const {
+  require_device(op, t);
+  nccl_type(op, t.dtype());
+}
+
+void NcclCommunicator::copy_local(Tensor& out, const Tensor& in) { backend_.copy(out, in); }
+
+Work NcclCommunicator::do_all_reduce(Tensor& t, ReduceOp op) {
+  if (t.numel() == 0) return {};
   const std::string name = "all_reduce(" + std::string(reduce_op_name(op)) + ")";
-  require_device(name, t);
   const ncclDataType_t type = nccl_type(name, t.dtype());
-  if (size() == 1 || t.numel() == 0) return {};
   order_after_compute();
   const std::string what = describe(name.c_str(), t);
   check_nccl(ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, nccl_op(op),
@@ -187,19 +195,9 @@ Work NcclCommunicator::all_reduce(Tensor& t, ReduceOp op) {
   return finish(what, {t});
 }
 
-Work NcclCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
+Work NcclCommunicator::do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
   const std::string name = "reduce_scatter(" + std::string(reduce_op_name(op)) + ")";
-  require_device(name, in);
-  require_device(name, out);
   const ncclDataType_t type = nccl_type(name, in.dtype());
-  if (in.numel() != out.numel() * size() || in.dtype() != out.dtype())
-    throw std::invalid_argument("communicator 'nccl': reduce_scatter input of " +
-                                std::to_string(in.numel()) + " elements is not " +
-                                std::to_string(size()) + " x output " + std::to_string(out.numel()));
-  if (size() == 1) {
-    if (out.raw() != in.raw()) backend_.copy(out, in);
-    return {};
-  }
   order_after_compute();
   const std::string what = describe(name.c_str(), in);
   check_nccl(ncclReduceScatter(in.raw(), out.raw(), static_cast<size_t>(out.numel()), type,
@@ -208,18 +206,8 @@ Work NcclCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op
   return finish(what, {in, out});
 }
 
-Work NcclCommunicator::all_gather(Tensor& out, const Tensor& in) {
-  require_device("all_gather", in);
-  require_device("all_gather", out);
+Work NcclCommunicator::do_all_gather(Tensor& out, const Tensor& in) {
   const ncclDataType_t type = nccl_type("all_gather", in.dtype());
-  if (out.numel() != in.numel() * size() || in.dtype() != out.dtype())
-    throw std::invalid_argument("communicator 'nccl': all_gather output of " +
-                                std::to_string(out.numel()) + " elements is not " +
-                                std::to_string(size()) + " x input " + std::to_string(in.numel()));
-  if (size() == 1) {
-    if (out.raw() != in.raw()) backend_.copy(out, in);
-    return {};
-  }
   order_after_compute();
   const std::string what = describe("all_gather", out);
   // In place when `in` is this rank's slot of `out` (NCCL detects that case itself).
@@ -229,10 +217,9 @@ Work NcclCommunicator::all_gather(Tensor& out, const Tensor& in) {
   return finish(what, {in, out});
 }
 
-Work NcclCommunicator::broadcast(Tensor& t, int root) {
-  require_device("broadcast", t);
+Work NcclCommunicator::do_broadcast(Tensor& t, int root) {
+  if (t.numel() == 0) return {};
   const ncclDataType_t type = nccl_type("broadcast", t.dtype());
-  if (size() == 1 || t.numel() == 0) return {};
   order_after_compute();
   const std::string what = describe("broadcast", t) + " from rank " + std::to_string(root);
   check_nccl(ncclBroadcast(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, root, comm_,
@@ -241,12 +228,13 @@ Work NcclCommunicator::broadcast(Tensor& t, int root) {
   return finish(what, {t});
 }
 
-Work NcclCommunicator::send(const Tensor& t, int dst, int tag) {
-  return std::move(exchange({{Transfer::Kind::Send, t, dst, tag}}).front());
+// A lone transfer is a step of one: NCCL's transfers are issued in groups (do_exchange).
+Work NcclCommunicator::do_send(const Tensor& t, int dst, int tag) {
+  return std::move(do_exchange({{Transfer::Kind::Send, t, dst, tag}}).front());
 }
 
-Work NcclCommunicator::recv(Tensor& t, int src, int tag) {
-  return std::move(exchange({{Transfer::Kind::Recv, t, src, tag}}).front());
+Work NcclCommunicator::do_recv(Tensor& t, int src, int tag) {
+  return std::move(do_exchange({{Transfer::Kind::Recv, t, src, tag}}).front());
 }
 
 // NCCL point-to-point calls block the stream until the peer's matching call runs, and carry no
@@ -254,17 +242,14 @@ Work NcclCommunicator::recv(Tensor& t, int src, int tag) {
 // between the same two ranks cannot wait for each other), and the group as a whole is one
 // operation on the stream; the schedule guarantees matching groups are issued in the same order
 // on both peers (parallel/schedule.h).
-std::vector<Work> NcclCommunicator::exchange(const std::vector<Transfer>& step) {
+std::vector<Work> NcclCommunicator::do_exchange(const std::vector<Transfer>& step) {
   std::vector<std::string> what;
   for (const Transfer& t : step) {
     const bool send = t.kind == Transfer::Kind::Send;
-    require_device(send ? "send" : "recv", t.tensor);
-    nccl_type(send ? "send" : "recv", t.tensor.dtype());
     what.push_back(describe(send ? "send" : "recv", t.tensor) + (send ? " to rank " : " from rank ") +
                    std::to_string(t.peer) + " tag " + std::to_string(t.tag));
   }
   std::vector<Work> works;
-  if (step.empty()) return works;
   order_after_compute();
   std::string group = what.front() + (step.size() > 1 ? " (in a group of " + std::to_string(step.size()) + ")" : "");
   check_nccl(ncclGroupStart(), comm_, group);
@@ -285,20 +270,17 @@ std::vector<Work> NcclCommunicator::exchange(const std::vector<Transfer>& step) 
   return works;
 }
 
-void NcclCommunicator::barrier() {
-  if (size() == 1) return;
-  all_reduce(barrier_buffer_, ReduceOp::Sum).wait();
-}
+void NcclCommunicator::do_barrier() { do_all_reduce(barrier_buffer_, ReduceOp::Sum).wait(); }
 
-void NcclCommunicator::broadcast_bytes(std::string& bytes, int root) {
+void NcclCommunicator::do_broadcast_bytes(std::string& bytes, int root) {
   mpi_->broadcast_bytes(bytes, root);
 }
 
-std::vector<std::string> NcclCommunicator::all_gather_bytes(const std::string& mine) {
+std::vector<std::string> NcclCommunicator::do_all_gather_bytes(const std::string& mine) {
   return mpi_->all_gather_bytes(mine);
 }
 
-double NcclCommunicator::all_reduce_scalar(double value, ReduceOp op) {
+double NcclCommunicator::do_all_reduce_scalar(double value, ReduceOp op) {
   return mpi_->all_reduce_scalar(value, op);
 }
 
