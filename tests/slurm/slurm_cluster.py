@@ -162,14 +162,17 @@ def chain(cluster, tmp, deck, steps, placement, uninterrupted="single-node.sbatc
                          ["--time=1", "--signal=B:USR1@45"] + common, out, wait=False).id
 
     # The first run trains a step in milliseconds: watch its log closely (not at wait_gone's
-    # pace) and send the warning as soon as it has logged a step, unless Slurm's came first.
+    # pace) and send the warning as soon as a run has logged a step, unless Slurm's came first.
+    # Slurm's own warning may also land in a run's start-up, before its first step: that run
+    # stops with nothing to save and is requeued, and the watch goes on with the next run.
     deadline = time.time() + 600
     while time.time() < deadline:
         log = open(out).read() if os.path.exists(out) else ""
-        if "USR1 received" in log or "finished with status" in log:
+        if "stopping at step" in log or "finished with status" in log:
             break
-        done = re.findall(r"^step +(\d+)/", log, re.M)
-        if done:
+        this_run = log[log.rfind("meshtrain chain: job"):]
+        done = re.findall(r"^step +(\d+)/", this_run, re.M)
+        if done and "USR1 received" not in this_run:
             sh(["scancel", "--batch", "--signal=USR1", job], cluster.env)
             print("chain: no warning from Slurm by step %s of %d: the test sent it" % (done[-1], steps))
             break
