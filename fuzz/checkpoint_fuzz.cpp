@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "../src/train/model_signature.h"
+#include "../src/checkpoint/model_signature.h"
 #include "fuzz_file.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/io/checkpoint_file.h"

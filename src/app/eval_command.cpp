@@ -10,7 +10,7 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/deck_error.h"
-#include "meshtrain/train/checkpointer.h"
+#include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/train/trainer.h"
 
 namespace meshtrain {
@@ -27,7 +27,7 @@ int eval_command(const EvalArgs& args) {
                       "(data.val = \"synthetic\" or token shards)");
     Trainer trainer(config, grid, *run.backend);
     Checkpointer checkpointer(config, grid);
-    const CheckpointStats loaded = checkpointer.load(trainer, args.checkpoint);
+    const CheckpointStats loaded = checkpointer.load(trainer.state(), args.checkpoint);
     const double val = trainer.evaluate();
     if (grid.world_rank() == 0) {
       std::printf("checkpoint %s: step %lld, layout %s, %d eval batch(es) of %d sequences\n",

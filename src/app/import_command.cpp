@@ -22,7 +22,7 @@
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/io/safetensors.h"
-#include "meshtrain/train/checkpoint_import.h"
+#include "meshtrain/checkpoint/checkpoint_import.h"
 
 namespace meshtrain {
 
@@ -79,7 +79,7 @@ void check_config(const std::string& path, const Config& cfg) {
                                w.deck_key + " = " + w.deck_value.dump() + ": another model (set " +
                                w.deck_key + " = " + v.dump() + " to import it)");
   }
-  // What meshtrain computes that no deck key selects (train/model_signature.cpp).
+  // What meshtrain computes that no deck key selects (checkpoint/model_signature.cpp).
   const json act = value_or(j, "activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
     throw std::runtime_error(path + ": activation_function = " + act.dump() +

@@ -12,7 +12,7 @@
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/io/checkpoint_file.h"
-#include "meshtrain/train/checkpointer.h"
+#include "meshtrain/checkpoint/checkpointer.h"
 
 namespace meshtrain {
 

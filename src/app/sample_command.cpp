@@ -22,7 +22,7 @@
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/model/generator.h"
-#include "meshtrain/train/checkpointer.h"
+#include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/train/text_sample.h"
 #include "meshtrain/train/trainer.h"
 
@@ -88,7 +88,7 @@ int sample_command(const SampleArgs& args) {
 
     Trainer trainer(config, *run.grid, *run.backend);
     Checkpointer checkpointer(config, *run.grid);
-    const CheckpointStats loaded = checkpointer.load(trainer, args.checkpoint);
+    const CheckpointStats loaded = checkpointer.load(trainer.state(), args.checkpoint);
     std::unique_ptr<Generator> generator;
     try {
       generator = std::make_unique<Generator>(trainer.model());

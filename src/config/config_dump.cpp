@@ -153,7 +153,8 @@ std::string dump_config(const Config& c) {
      << "resume = " << quoted(k.resume) << "\n"
      << "io = " << quoted(k.io == CheckpointIo::Collective    ? "collective"
                           : k.io == CheckpointIo::Independent ? "independent"
-                                                              : "auto") << "\n";
+                                                              : "auto") << "\n"
+     << "async = " << boolean(k.async) << "\n";
   return os.str();
 }
 

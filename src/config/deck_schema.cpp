@@ -511,6 +511,12 @@ const std::vector<KeySpec>& schema() {
                                                : v == "independent" ? CheckpointIo::Independent
                                                                     : CheckpointIo::Auto;
                            }));
+    k.push_back(bool_key("checkpoint", "async", false,
+                         "Copy the state to host memory at the step boundary and write, flush, "
+                         "verify and rename the checkpoint in the background while training goes "
+                         "on; the next save, a stop and the end of the run wait for it. Costs "
+                         "host memory for one copy of this rank's parameters and moments.",
+                         [](Config& c, bool v) { c.checkpoint.async = v; }));
     return k;
   }();
   return keys;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/config/layout_check.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/train/trainer.h"
@@ -66,6 +67,11 @@ LayoutPlan plan_layout(Config config, int world_size, int threads) {
       trainer.set_shares(shares);
     }
     trainer.reset_memory_peaks();
+    // An asynchronous checkpoint's snapshot is held while the next steps run (whenever writing
+    // takes longer than a step, through a whole step's peak): count it through both.
+    const bool snapshots = config.checkpoint.async && config.checkpoint.every > 0;
+    const size_t snapshot = snapshots ? Checkpointer::snapshot_bytes(trainer.state()) : 0;
+    backend.memory().on_allocate(MemoryCategory::CheckpointSnapshot, snapshot);
     // Two steps: the second shows the steady state (buffers the first step leaves cached or
     // allocated for the next, e.g. ZeRO-1's reduced gradient shards).
     trainer.train_step(0);
@@ -78,6 +84,7 @@ LayoutPlan plan_layout(Config config, int world_size, int threads) {
       s.at_peak[c] = m.at_peak(static_cast<MemoryCategory>(c));
     }
     s.peak_total = m.peak_total();
+    backend.memory().on_release(MemoryCategory::CheckpointSnapshot, snapshot);
     plan.stages.push_back(s);
   }
   return plan;

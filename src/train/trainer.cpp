@@ -8,18 +8,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/config/fault_injection.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/run_directory.h"
 #include "meshtrain/parallel/schedule_simulator.h"
-#include "meshtrain/train/checkpointer.h"
-#include "meshtrain/train/parameter_client.h"
 #include "meshtrain/train/divergence.h"
-#include "meshtrain/train/fault_injection.h"
 #include "meshtrain/train/lr_schedule.h"
+#include "meshtrain/train/parameter_client.h"
 #include "meshtrain/train/stop_request.h"
 #include "meshtrain/train/straggler_report.h"
 #include "meshtrain/train/text_sample.h"
@@ -218,6 +219,7 @@ void Trainer::log_memory(const char* when, int step) {
                      {"activations", static_cast<int64_t>(p.peak[3])},
                      {"comm", static_cast<int64_t>(p.peak[4])},
                      {"workspace", static_cast<int64_t>(p.peak[5])},
+                     {"snapshot", static_cast<int64_t>(p.peak[6])},
                      {"peak_total", static_cast<int64_t>(p.peak_total)}});
   }
   std::fflush(stdout);
@@ -321,22 +323,46 @@ void Trainer::rebalance(const StragglerWindow& w) {
   metrics_->write({{"step", int64_t{w.step}}, {"shares", std::vector<int64_t>(next.begin(), next.end())}});
 }
 
-void Trainer::save_checkpoint() {
-  const CheckpointStats s = checkpointer_->save(*this);
+namespace {
+
+void print_saved(const CheckpointStats& s) {
+  std::printf("checkpoint %s (%.1f MB, %.2f s: write %.2f (%s), flush + verify %.2f; %.1f MB/s)%s\n",
+              s.path.c_str(), s.bytes / 1e6, s.seconds, s.data_seconds,
+              s.independent ? "independent" : "collective", s.verify_seconds,
+              s.bytes / 1e6 / std::max(s.seconds, 1e-9),
+              s.asynchronous ? " written in the background" : "");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void Trainer::save_checkpoint(bool in_background) {
+  if (!in_background) {
+    if (const std::optional<CheckpointStats> previous = checkpointer_->wait_for_save(); previous && leader_)
+      print_saved(*previous);
+    const CheckpointStats s = checkpointer_->save(*state_, step_);
+    if (leader_) print_saved(s);
+    return;
+  }
+  const CheckpointStats s = checkpointer_->start_save(*state_, step_, be_.memory());
   if (leader_) {
-    std::printf("checkpoint %s (%.1f MB, %.2f s: write %.2f (%s), flush + verify %.2f; %.1f MB/s)\n",
-                s.path.c_str(), s.bytes / 1e6, s.seconds, s.data_seconds,
-                s.independent ? "independent" : "collective", s.verify_seconds,
-                s.bytes / 1e6 / std::max(s.seconds, 1e-9));
+    std::printf("checkpoint %s: snapshot of %.1f MB taken, training waited %.3f s; writing in the background\n",
+                s.path.c_str(), s.bytes / 1e6, s.stall_seconds);
     std::fflush(stdout);
   }
+}
+
+void Trainer::report_background_save(bool wait) {
+  if (!checkpointer_ || !checkpointer_->save_in_progress()) return;
+  const std::optional<CheckpointStats> s = wait ? checkpointer_->wait_for_save() : checkpointer_->poll();
+  if (s && leader_) print_saved(*s);
 }
 
 RunEnd Trainer::run() {
   log_start();
   const TrainOptions& t = cfg_.train;
   if (const std::string path = checkpointer_->begin_run(); !path.empty()) {
-    checkpointer_->load(*this, path);
+    step_ = static_cast<int>(checkpointer_->load(*state_, path).step);
     if (leader_) {
       std::printf("resumed from %s at step %d\n", path.c_str(), step_);
       std::fflush(stdout);
@@ -395,7 +421,9 @@ RunEnd Trainer::run() {
     const bool scheduled = every > 0 && (r.step % every == 0 || last);
     // A stop request may reach the ranks in different steps: agree on it after every step.
     const int request = static_cast<int>(grid_.world().all_reduce_scalar(stop_request(), ReduceOp::Max));
-    if (scheduled || (request != 0 && !last)) save_checkpoint();
+    report_background_save(false);
+    // A stop and the end of the run save in the foreground: the job ends right after.
+    if (scheduled || (request != 0 && !last)) save_checkpoint(cfg_.checkpoint.async && request == 0 && !last);
     if (request != 0) consume_stop_file();  // served, by this stop or by the end of training
     if (request != 0 && !last) {
       if (leader_) {
@@ -407,6 +435,7 @@ RunEnd Trainer::run() {
       return RunEnd::Stopped;
     }
   }
+  report_background_save(true);  // train.steps not a multiple of checkpoint.every: none is left
   if (!times.empty()) log_memory("over the run", step_);
   if (cfg_.run.trace) {
     const std::string path = cfg_.run.dir + "/trace_rank" + std::to_string(grid_.world_rank()) + ".json";

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "meshtrain/train/checkpointer.h"
+#include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/train/parameter_client.h"
 #include "meshtrain/train/stop_request.h"
 #include "meshtrain/train/text_sample.h"

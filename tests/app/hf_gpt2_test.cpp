@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshtrain/train/checkpoint_import.h"
+#include "meshtrain/checkpoint/checkpoint_import.h"
 
 namespace meshtrain {
 namespace {

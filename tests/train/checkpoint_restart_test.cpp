@@ -24,7 +24,7 @@
 #include "meshtrain/config/layout_check.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/tensor/bf16.h"
-#include "meshtrain/train/checkpointer.h"
+#include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/train/trainer.h"
 #include "support/mpi_world.h"
 #include "support/parity.h"
@@ -149,11 +149,11 @@ void check_same_layout(const Layout& l, DType precision, testing::SharedTempDir&
   {
     Trainer t(c, grid, be);
     for (int s = 0; s < kSaveAt; ++s) restart_losses.push_back(t.train_step(s).loss);
-    path = Checkpointer(c, grid).save(t).path;
+    path = Checkpointer(c, grid).save(t.state(), t.step()).path;
   }
   {
     Trainer t(c, grid, be);
-    Checkpointer(c, grid).load(t, path);
+    t.set_step(static_cast<int>(Checkpointer(c, grid).load(t.state(), path).step));
     ASSERT_EQ(t.step(), kSaveAt);
     ASSERT_EQ(t.state().steps_taken(), kSaveAt);
     for (int s = t.step(); s < kSteps; ++s) restart_losses.push_back(t.train_step(s).loss);
@@ -240,11 +240,11 @@ void check_chains(DType precision, double loss_tol, double params_tol) {
       Trainer t(c, grid, be);
       Checkpointer ck(c, grid);
       if (!path.empty()) {
-        ck.load(t, path);
+        t.set_step(static_cast<int>(ck.load(t.state(), path).step));
         ASSERT_EQ(t.step(), step);
       }
       for (; step < chain[i].end_step; ++step) losses.push_back(t.train_step(step).loss);
-      if (i + 1 < chain.size()) path = ck.save(t).path;
+      if (i + 1 < chain.size()) path = ck.save(t.state(), t.step()).path;
       else r = testing::compare_with_reference(t, be, MPI_COMM_WORLD, losses, 0, ref);
     }
     if (world_rank() == 0)
@@ -289,7 +289,7 @@ TEST(CheckpointRestart, WorldCheckpointContinuesOnOneRank) {
     ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
     Trainer t(c, grid, be);
     for (int s = 0; s < kSaveAt; ++s) losses.push_back(t.train_step(s).loss);
-    path = Checkpointer(c, grid).save(t).path;
+    path = Checkpointer(c, grid).save(t.state(), t.step()).path;
   }
   Config one = Layout{1, 1, 1, 0, 16}.apply(base);
   one.checkpoint.dir = c.checkpoint.dir;
@@ -297,7 +297,7 @@ TEST(CheckpointRestart, WorldCheckpointContinuesOnOneRank) {
   CpuBackend be(1);
   ProcessGrid grid(MPI_COMM_SELF, one.grid_shape(), one.run.comm_timeout);
   Trainer t(one, grid, be);
-  Checkpointer(one, grid).load(t, path);
+  Checkpointer(one, grid).load(t.state(), path);
   for (int s = kSaveAt; s < kSteps; ++s) losses.push_back(t.train_step(s).loss);
   const testing::ParityResult r = testing::compare_with_reference(t, be, MPI_COMM_SELF, losses, 0, ref);
   EXPECT_LT(r.max_loss_error, 1e-5) << l.name() << " -> one rank";
@@ -325,7 +325,7 @@ TEST(CheckpointRestart, PrecisionIsConvertedOnLoad) {
     c.train.precision = from;
     Trainer a(c, grid, be);
     for (int s = 0; s < 2; ++s) a.train_step(s);
-    const std::string path = Checkpointer(c, grid).save(a).path;
+    const std::string path = Checkpointer(c, grid).save(a.state(), a.step()).path;
     std::map<std::string, std::vector<double>> want = global_state(a, be);
     if (from == DType::F64)  // the state of an fp32 or bf16 run is fp32
       for (auto& [name, values] : want)
@@ -333,7 +333,7 @@ TEST(CheckpointRestart, PrecisionIsConvertedOnLoad) {
     Config d = c;
     d.train.precision = to;
     Trainer b(d, grid, be);
-    Checkpointer(d, grid).load(b, path);
+    b.set_step(static_cast<int>(Checkpointer(d, grid).load(b.state(), path).step));
     EXPECT_TRUE(global_state(b, be) == want);
     EXPECT_EQ(b.step(), 2);
     if (to == DType::BF16) {  // the bf16 parameters are the loaded master weights, rounded

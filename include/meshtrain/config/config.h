@@ -11,8 +11,8 @@
 
 #include "meshtrain/model/gpt_config.h"
 #include "meshtrain/model/recompute.h"
-#include "meshtrain/parallel/process_grid.h"
-#include "meshtrain/parallel/schedule.h"
+#include "meshtrain/parallel/grid_shape.h"
+#include "meshtrain/parallel/schedule_kind.h"
 #include "meshtrain/tensor/dtype.h"
 
 namespace meshtrain {
@@ -119,6 +119,9 @@ struct CheckpointOptions {
   int keep = 3;
   std::string resume = "auto";  // "auto", "none" or a path
   CheckpointIo io = CheckpointIo::Auto;
+  // Copy the state to host memory at the step boundary and write it in the background while
+  // training goes on (the next save, a stop and the end of the run wait for it).
+  bool async = false;
 };
 
 struct Config {

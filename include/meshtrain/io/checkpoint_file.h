@@ -3,7 +3,7 @@
 // every tensor is stored with its GLOBAL shape, so that any layout reads it back by selecting
 // its own hyperslabs (hyperslab.h). This file is the HDF5 mechanics and the format; when and
 // where checkpoints are written, and how a Trainer's state maps onto them, is
-// train/checkpointer.h.
+// checkpoint/checkpointer.h.
 //
 // Format version 2 (version 1 lacked @lineage, @model, @config and @overrides)
 //

@@ -22,33 +22,9 @@
 #include <vector>
 
 #include "meshtrain/comm/communicator.h"
+#include "meshtrain/parallel/grid_shape.h"
 
 namespace meshtrain {
-
-enum class Axis { Data = 0, Tensor = 1, Pipeline = 2 };
-std::string_view axis_name(Axis a);  // "dp", "tp", "pp"
-// Index of an axis into per-axis arrays.
-inline int axis_index(Axis a) {
-  const int i = static_cast<int>(a);
-  if (i < 0 || i > 2) __builtin_unreachable();
-  return i;
-}
-
-struct GridShape {
-  int dp = 1, tp = 1, pp = 1;
-  std::array<Axis, 3> order = {Axis::Tensor, Axis::Data, Axis::Pipeline};  // fastest first
-
-  int size(Axis a) const;
-  int world_size() const { return dp * tp * pp; }
-  // Coordinates (indexed by Axis) of a world rank, and back.
-  std::array<int, 3> coordinates(int world_rank) const;
-  int world_rank(const std::array<int, 3>& coords) const;
-  // Parses "tp-dp-pp" (any permutation of the three names); throws std::invalid_argument.
-  static std::array<Axis, 3> parse_order(const std::string& order);
-  std::string order_string() const;
-  // The world ranks of every group along `a`, each in group-rank order.
-  std::vector<std::vector<int>> groups(Axis a) const;
-};
 
 // Makes the communicator of one group (dp, tp, pp, embedding) from its MPI communicator: MPI
 // itself on the CPU, NCCL or MPI with host staging for device tensors. The world stays MPI.

@@ -25,6 +25,8 @@
 #include <string_view>
 #include <vector>
 
+#include "meshtrain/parallel/schedule_kind.h"
+
 namespace meshtrain {
 
 enum class Op : uint8_t {
@@ -68,8 +70,6 @@ bool is_communication(Op op);  // a send or a receive (not EndStep)
 // One ordered action list per pipeline rank (index = pp rank).
 using Schedule = std::vector<std::vector<Action>>;
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZeroBubbleH1 };
-std::string_view schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved", "zb-h1"
 
 // Compute-only schedules. All throw std::invalid_argument for stages, microbatches or
 // virtual_stages below 1.

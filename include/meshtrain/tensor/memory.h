@@ -18,8 +18,11 @@ enum class MemoryCategory : uint8_t {
   Activations,
   CommBuffers,
   Workspace,
+  // Host copies of this rank's state that an asynchronous checkpoint writes in the background
+  // while training goes on (checkpoint.async).
+  CheckpointSnapshot,
 };
-inline constexpr size_t kMemoryCategories = 6;
+inline constexpr size_t kMemoryCategories = 7;
 
 constexpr std::string_view category_name(MemoryCategory c) {
   switch (c) {
@@ -29,6 +32,7 @@ constexpr std::string_view category_name(MemoryCategory c) {
     case MemoryCategory::Activations: return "activations";
     case MemoryCategory::CommBuffers: return "comm";
     case MemoryCategory::Workspace: return "workspace";
+    case MemoryCategory::CheckpointSnapshot: return "snapshot";
   }
   return "?";
 }

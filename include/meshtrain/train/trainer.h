@@ -91,9 +91,14 @@ class Trainer {
   // The straggler report's last closed window, the same on every rank (train/straggler_report.h);
   // null before run() or with run.straggler_threshold = 0.
   const StragglerWindow* straggler_window() const;
-  // Writes a checkpoint of the current state now (collective; train/checkpointer.h), e.g. on
-  // request from a signal handler; run() calls it every checkpoint.every steps.
-  void save_checkpoint();
+  // Writes a checkpoint of the current state now (collective; checkpoint/checkpointer.h), e.g. on
+  // request from a signal handler; run() calls it every checkpoint.every steps. With
+  // `in_background` (checkpoint.async) it returns after the snapshot and the write goes on
+  // while training does; run() reports it when it ends.
+  void save_checkpoint(bool in_background = false);
+  // Reports an asynchronous save that has ended (collective): the one still running if `wait`,
+  // else only one every rank has finished.
+  void report_background_save(bool wait);
   // parallel.data_sync = "async" (collective over the workers): the parameter servers listen on
   // `channel` (a duplicate of the job's world; train/parameter_client.h). Before run().
   void attach_servers(MPI_Comm channel);

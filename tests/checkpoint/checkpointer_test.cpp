@@ -1,4 +1,4 @@
-// Checkpointer policy and refusals (train/checkpointer.h):
+// Checkpointer policy and refusals (checkpoint/checkpointer.h):
 //  - a damaged or mismatching checkpoint is refused on every rank with one message that names
 //    the file and the dataset (or attribute), and — but for a checksum mismatch, found after
 //    reading — the trainer's state is left as it was: truncated file, not HDF5, flipped bytes
@@ -12,7 +12,10 @@
 //  - a failed save (checkpoint.dir is a file) is an agreed error naming the directory;
 //  - keep: the newest checkpoint.keep survive, stale .tmp files of other steps go;
 //  - resume: "auto" takes the newest complete step_*.h5 (never a .tmp), "none" nothing, a path
-//    that does not exist is refused; Trainer::run() saves every N steps and resumes.
+//    that does not exist is refused; Trainer::run() saves every N steps and resumes;
+//  - an asynchronous save writes the state as it was at start_save, however far training has
+//    changed it before the write ends; its snapshot is counted in the memory tracker while it
+//    is held; one whose write fails is an agreed error when it is collected.
 //
 // Damage is done by rank 0 with the HDF5 C API (or plain file I/O) between collective steps.
 // Launched by CTest under mpiexec with 1 and 2 ranks (2: tp = 2, so loads select tp slices).
@@ -25,6 +28,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +37,7 @@
 #include "meshtrain/config/layout_check.h"
 #include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/parallel/process_grid.h"
-#include "meshtrain/train/checkpointer.h"
+#include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/train/trainer.h"
 #include "support/mpi_world.h"
 #include "support/parity.h"
@@ -79,7 +83,7 @@ class Refusal : public ::testing::Test {
     grid_ = std::make_unique<ProcessGrid>(MPI_COMM_WORLD, config_.grid_shape(), 60.0);
     Trainer t(config_, *grid_, be_);
     for (int s = 0; s < 2; ++s) t.train_step(s);
-    good_ = Checkpointer(config_, *grid_).save(t).path;
+    good_ = Checkpointer(config_, *grid_).save(t.state(), t.step()).path;
   }
 
   std::string damaged(const std::string& name, const std::function<void(const std::string&)>& damage) {
@@ -101,7 +105,7 @@ class Refusal : public ::testing::Test {
     Trainer t(config, *grid_, be_);
     const std::vector<float> before = owned_values(t, be_);
     try {
-      Checkpointer(config, *grid_).load(t, path);
+      Checkpointer(config, *grid_).load(t.state(), path);
     } catch (const AgreedError& e) {
       if (when == Refused::BeforeReading) {
         EXPECT_EQ(owned_values(t, be_), before) << "a refused load changed the parameters";
@@ -283,7 +287,7 @@ TEST_F(Refusal, SaveIntoAFileIsAnAgreedError) {
   MPI_Barrier(MPI_COMM_WORLD);
   Trainer t(c, *grid_, be_);
   try {
-    Checkpointer(c, *grid_).save(t);
+    Checkpointer(c, *grid_).save(t.state(), t.step());
     ADD_FAILURE() << "saving into a file succeeded";
   } catch (const AgreedError& e) {
     EXPECT_CONTAINS(std::string(e.what()), c.checkpoint.dir);
@@ -304,11 +308,11 @@ TEST_F(Refusal, KeepsTheNewestAndDropsStaleTemporaries) {
   MPI_Barrier(MPI_COMM_WORLD);
   for (int step : {3, 4, 9, 10}) {
     t.set_step(step);
-    ck.save(t);
+    ck.save(t.state(), t.step());
   }
   // An older step written last (a run resumed from an old checkpoint) is kept too.
   t.set_step(2);
-  ck.save(t);
+  ck.save(t.state(), t.step());
   ck.finish_pruning();
   std::vector<int64_t> steps;
   for (const auto& [step, path] : Checkpointer::complete_checkpoints(c.checkpoint.dir)) steps.push_back(step);
@@ -323,7 +327,7 @@ TEST_F(Refusal, AutoTransfersAreIndependentOnlyForLongRuns) {
   c.checkpoint.dir = dir_.file("short_runs");
   {
     Trainer t(c, *grid_, be_);
-    EXPECT_FALSE(Checkpointer(c, *grid_).save(t).independent);
+    EXPECT_FALSE(Checkpointer(c, *grid_).save(t.state(), t.step()).independent);
   }
   // One layer of d_model 640, data parallel: whole tensors of 1.27 MB on average -> independent
   // and what it wrote loads back.
@@ -339,10 +343,69 @@ TEST_F(Refusal, AutoTransfersAreIndependentOnlyForLongRuns) {
   ProcessGrid grid(MPI_COMM_WORLD, wide.grid_shape(), 60.0);
   Trainer t(wide, grid, be_);
   Checkpointer ck(wide, grid);
-  const CheckpointStats saved = ck.save(t);
+  const CheckpointStats saved = ck.save(t.state(), t.step());
   EXPECT_TRUE(saved.independent);
-  const CheckpointStats loaded = ck.load(t, saved.path);
+  const CheckpointStats loaded = ck.load(t.state(), saved.path);
   EXPECT_TRUE(loaded.independent);
+}
+
+TEST_F(Refusal, BackgroundSaveWritesTheStateOfItsStep) {
+  Config c = config_;
+  c.checkpoint.dir = dir_.file("background");
+  c.checkpoint.async = true;
+  ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 60.0);
+  Trainer t(c, grid, be_);
+  t.train_step(0);
+  t.set_step(1);
+  const std::vector<float> at_save = owned_values(t, be_);
+  Checkpointer ck(c, grid);
+  const size_t snapshot = Checkpointer::snapshot_bytes(t.state());
+  EXPECT_GT(snapshot, 0u);
+  const size_t before = be_.memory().current(MemoryCategory::CheckpointSnapshot);
+  const CheckpointStats started = ck.start_save(t.state(), t.step(), be_.memory());
+  EXPECT_TRUE(started.asynchronous);
+  EXPECT_TRUE(ck.save_in_progress());
+  EXPECT_EQ(be_.memory().current(MemoryCategory::CheckpointSnapshot), before + snapshot);
+  // Training changes the state while the write goes on.
+  t.train_step(1);
+  t.train_step(2);
+  ASSERT_NE(owned_values(t, be_), at_save);
+  std::optional<CheckpointStats> done = ck.wait_for_save();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->path, c.checkpoint.dir + "/" + Checkpointer::file_name(1));
+  EXPECT_GT(done->bytes, 0);
+  EXPECT_FALSE(ck.save_in_progress());
+  EXPECT_FALSE(ck.poll().has_value());  // nothing left to collect
+  EXPECT_EQ(be_.memory().current(MemoryCategory::CheckpointSnapshot), before);
+
+  Trainer fresh(c, grid, be_);
+  EXPECT_EQ(ck.load(fresh.state(), done->path).step, 1);
+  EXPECT_EQ(owned_values(fresh, be_), at_save) << "the background save wrote a later state";
+  EXPECT_EQ(fresh.state().steps_taken(), 1);
+}
+
+TEST_F(Refusal, FailedBackgroundSaveIsAgreedAtCollection) {
+  Config c = config_;
+  c.checkpoint.dir = dir_.file("background_blocked");
+  c.checkpoint.async = true;
+  // A directory where the .tmp goes: planning succeeds, the background thread's create fails.
+  const std::string tmp = c.checkpoint.dir + "/" + Checkpointer::file_name(1) + ".tmp";
+  if (world_rank() == 0) fs::create_directories(tmp);
+  MPI_Barrier(MPI_COMM_WORLD);
+  ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 60.0);
+  Trainer t(c, grid, be_);
+  Checkpointer ck(c, grid);
+  ck.start_save(t.state(), 1, be_.memory());
+  EXPECT_TRUE(ck.save_in_progress());
+  try {
+    ck.wait_for_save();
+    FAIL() << "a save onto a directory succeeded";
+  } catch (const AgreedError& e) {
+    EXPECT_CONTAINS(e.what(), Checkpointer::file_name(1));
+  }
+  EXPECT_FALSE(ck.save_in_progress());
+  EXPECT_EQ(be_.memory().current(MemoryCategory::CheckpointSnapshot), 0u);
+  EXPECT_FALSE(fs::exists(c.checkpoint.dir + "/" + Checkpointer::file_name(1)));
 }
 
 TEST_F(Refusal, ResumeAutoTakesTheNewestCompleteCheckpoint) {
@@ -352,7 +415,7 @@ TEST_F(Refusal, ResumeAutoTakesTheNewestCompleteCheckpoint) {
   EXPECT_EQ(Checkpointer(c, *grid_).resume_path(), "");  // no directory yet
   for (int step : {8, 12}) {
     t.set_step(step);
-    Checkpointer(c, *grid_).save(t);
+    Checkpointer(c, *grid_).save(t.state(), t.step());
   }
   if (world_rank() == 0) {
     std::ofstream(c.checkpoint.dir + "/step_00000020.h5.tmp") << "incomplete";
@@ -404,7 +467,7 @@ TEST_F(Refusal, NeverPrunesOrOverwritesAnotherRunsCheckpoints) {
     Checkpointer first(c, *grid_);
     for (int step : {2, 4}) {
       t.set_step(step);
-      first.save(t);
+      first.save(t.state(), t.step());
     }
     first.finish_pruning();
   }
@@ -412,7 +475,7 @@ TEST_F(Refusal, NeverPrunesOrOverwritesAnotherRunsCheckpoints) {
   Checkpointer second(c, *grid_);
   for (int step : {1, 3}) {
     t.set_step(step);
-    second.save(t);
+    second.save(t.state(), t.step());
   }
   second.finish_pruning();
   std::vector<int64_t> steps;
@@ -420,7 +483,7 @@ TEST_F(Refusal, NeverPrunesOrOverwritesAnotherRunsCheckpoints) {
   EXPECT_EQ(steps, (std::vector<int64_t>{2, 3, 4}));  // its own step 1 pruned, none of the first's
   t.set_step(4);
   try {
-    second.save(t);
+    second.save(t.state(), t.step());
     ADD_FAILURE() << "a run overwrote another run's checkpoint";
   } catch (const AgreedError& e) {
     EXPECT_CONTAINS(std::string(e.what()), c.checkpoint.dir + "/step_00000004.h5");
@@ -439,14 +502,14 @@ TEST_F(Refusal, BeginRunSettlesTheLineage) {
   const std::string a = first.lineage();
   EXPECT_EQ(a.size(), 32u);
   t.set_step(2);
-  first.save(t);
+  first.save(t.state(), t.step());
   Checkpointer again(c, *grid_);
   EXPECT_EQ(again.begin_run(), c.checkpoint.dir + "/step_00000002.h5");
   EXPECT_EQ(again.lineage(), a);
 
   Checkpointer other(c, *grid_);  // never began: a lineage of its own at its first save
   t.set_step(4);
-  other.save(t);
+  other.save(t.state(), t.step());
   EXPECT_NE(other.lineage(), a);
   try {
     Checkpointer(c, *grid_).begin_run();

@@ -1,7 +1,7 @@
 #pragma once
 // The datasets of a model state, as a checkpoint stores them: per parameter its global shape
 // and this rank's pieces of it as boxes of the global tensor (the same names on every rank, in
-// the same order, as collective I/O needs). Private to src/train (the Checkpointer's).
+// the same order, as collective I/O needs). Private to src/checkpoint (the Checkpointer's).
 
 #include <cstdint>
 #include <string>
@@ -40,12 +40,16 @@ struct Entry {
 std::vector<Entry> plan_entries(ModelState& state, Communicator& world);
 
 // This rank's primary elements of `kind`, back to back on the host: the tensor's own memory
-// when it is one piece in host memory (no copy), else a copy.
+// when it is one piece in host memory (no copy) unless `always_copy`, else a copy.
 struct HostElements {
   std::vector<char> copy;
   const char* data = nullptr;
 };
-HostElements primary_on_host(const Entry& e, int kind, DType dt);
+HostElements primary_on_host(const Entry& e, int kind, DType dt, bool always_copy = false);
+
+// Bytes of this rank's primary elements of every parameter and both moments: what a checkpoint
+// snapshot of this rank holds. Not collective.
+size_t primary_state_bytes(ModelState& state);
 
 // Element-wise sum (mod 2^64) of every rank's vector. Collective.
 std::vector<uint64_t> sum_over(Communicator& world, const std::vector<uint64_t>& mine);

@@ -1,7 +1,7 @@
 // write_imported_checkpoint (train/checkpoint_import.h): the Checkpointer's format, written by
 // one rank from whole tensors.
 
-#include "meshtrain/train/checkpoint_import.h"
+#include "meshtrain/checkpoint/checkpoint_import.h"
 
 #include <algorithm>
 #include <cstring>
@@ -10,7 +10,7 @@
 
 #include "meshtrain/config/config_dump.h"
 #include "meshtrain/io/checkpoint_file.h"
-#include "meshtrain/train/checkpointer.h"
+#include "meshtrain/checkpoint/checkpointer.h"
 #include "checkpoint_directory.h"
 #include "checkpoint_entries.h"
 #include "model_signature.h"

@@ -79,12 +79,12 @@ std::vector<Entry> plan_entries(ModelState& state, Communicator& world) {
   return out;
 }
 
-HostElements primary_on_host(const Entry& e, int kind, DType dt) {
+HostElements primary_on_host(const Entry& e, int kind, DType dt, bool always_copy) {
   HostElements h;
   std::vector<const Piece*> primary;
   for (const Piece& p : e.pieces)
     if (p.owned.primary) primary.push_back(&p);
-  if (primary.size() == 1 && piece_tensor(primary[0]->owned, kind).device() == Device::Cpu) {
+  if (!always_copy && primary.size() == 1 && piece_tensor(primary[0]->owned, kind).device() == Device::Cpu) {
     h.data = static_cast<const char*>(piece_tensor(primary[0]->owned, kind).raw());
     return h;
   }
@@ -96,6 +96,13 @@ HostElements primary_on_host(const Entry& e, int kind, DType dt) {
   }
   h.data = h.copy.data();
   return h;
+}
+
+size_t primary_state_bytes(ModelState& state) {
+  size_t bytes = 0;
+  for (const OwnedPiece& p : state.owned_pieces())
+    if (p.primary) bytes += static_cast<size_t>(p.count) * kKinds * dtype_size(state.state_dtype());
+  return bytes;
 }
 
 std::vector<uint64_t> sum_over(Communicator& world, const std::vector<uint64_t>& mine) {

@@ -1,4 +1,4 @@
-#include "meshtrain/train/fault_injection.h"
+#include "meshtrain/config/fault_injection.h"
 
 #include <unistd.h>
 

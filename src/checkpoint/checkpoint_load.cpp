@@ -1,4 +1,4 @@
-// Checkpointer::load (train/checkpointer.h): structure and model checks first, then every
+// Checkpointer::load (checkpoint/checkpointer.h): structure and model checks first, then every
 // rank's pieces read and hashed, verified, and applied.
 
 #include <algorithm>
@@ -10,8 +10,7 @@
 
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/io/checkpoint_file.h"
-#include "meshtrain/train/checkpointer.h"
-#include "meshtrain/train/trainer.h"
+#include "meshtrain/checkpoint/checkpointer.h"
 #include "background_worker.h"
 #include "checkpoint_entries.h"
 #include "checkpoint_transfer.h"
@@ -110,12 +109,13 @@ std::vector<uint64_t> read_owned(CheckpointFile& file, Communicator& world,
 
 }  // namespace
 
-CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
+CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   const auto t0 = std::chrono::steady_clock::now();
+  wait_for_save();
   Communicator& world = grid_.world();
-  const DType dt = trainer.state().state_dtype();
+  const DType dt = state.state_dtype();
   const GptConfig& m = cfg_.model;
-  const std::vector<Entry> entries = plan_entries(trainer.state(), world);
+  const std::vector<Entry> entries = plan_entries(state, world);
 
   std::unique_ptr<CheckpointFile> file;
   agree(world, [&] {
@@ -201,9 +201,8 @@ CheckpointStats Checkpointer::load(Trainer& trainer, const std::string& path) {
         p.owned.backend->copy_from_host(t, src);
       }
     }
-  trainer.state().set_steps_taken(info.optimizer_steps);
-  trainer.state().sync_after_load();
-  trainer.set_step(static_cast<int>(info.step));
+  state.set_steps_taken(info.optimizer_steps);
+  state.sync_after_load();
   lineage_ = info.lineage;  // saves from here on continue the loaded run
 
   CheckpointStats stats;

@@ -2,7 +2,7 @@
 // BackgroundWorker: one thread that runs posted jobs in order while the caller's thread goes on
 // (the checkpointer hashes one dataset while MPI-IO moves the next). Waiting blocks on a
 // condition variable instead of spinning, so the worker never competes for a core it does not
-// use. Private to src/train.
+// use. Private to src/checkpoint.
 
 #include <condition_variable>
 #include <deque>

@@ -16,7 +16,7 @@
 #include "meshtrain/comm/node.h"
 #include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/tensor/philox.h"
-#include "meshtrain/train/checkpointer.h"
+#include "meshtrain/checkpoint/checkpointer.h"
 
 namespace meshtrain {
 

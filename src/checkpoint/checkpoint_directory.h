@@ -4,7 +4,7 @@
 // resumes from one of its checkpoints. A run writes, overwrites and prunes only checkpoints of
 // its own lineage, and refuses to start where another lineage's checkpoints are (they would be
 // overwritten, or outlive the new run's and be resumed by the next "auto"). Also the start-up
-// check that every rank can write there. Private to src/train (the Checkpointer's).
+// check that every rank can write there. Private to src/checkpoint (the Checkpointer's).
 
 #include <cstdint>
 #include <string>

@@ -11,7 +11,7 @@
 //           (MPICH's Hydra kills within milliseconds; under it diagnose_test failed now and then).
 //   checkpoint_kill:<phase>[@<step>]
 //           world rank 0 raises SIGKILL in that phase of writing a checkpoint (of <step>, or
-//           any); the phases are described in train/checkpointer.h.
+//           any); the phases are described in checkpoint/checkpointer.h.
 // This file is the one parser of the variable; the trainer injects the first two kinds, the
 // checkpointer the third. Unset in production; parsing errors are reported, not ignored.
 

@@ -1,7 +1,10 @@
 #pragma once
-// Checkpoint policy for a Trainer: where checkpoints go, how one is written without ever
-// losing the previous good one (DESIGN invariant 3), which one a run resumes from, and how a
-// Trainer's state — on any layout — maps onto the layout-free file of io/checkpoint_file.h.
+// Checkpoints of a training run: where they go, how one is written without ever losing the
+// previous good one (DESIGN invariant 3), which one a run resumes from, and how a model state —
+// on any layout — maps onto the layout-free file of io/checkpoint_file.h. The checkpointer sees
+// the model state and the step (the data position follows from the step), not the Trainer,
+// which owns the cadence. Files: checkpoint_policy.cpp (names, resume, pruning),
+// save_protocol.h (the phases below), checkpoint_load.cpp, checkpoint_directory.h (lineage).
 //
 // Writing step s (collective over the world):
 //   1. <checkpoint.dir>/step_<s, 8 digits>.h5.tmp is created collectively; each rank writes
@@ -17,7 +20,15 @@
 //   4. Prune: keep the newest checkpoint.keep complete checkpoints of this run's lineage (never
 //      the one just written), oldest deleted first, and stale .tmp files of other steps.
 //
-// Lineage (train/checkpoint_directory.h): every checkpoint records the id of its run, made when
+// Asynchronous saves (checkpoint.async): start_save copies every rank's elements to host memory
+// (the snapshot, counted as MemoryCategory::CheckpointSnapshot) and returns; a thread of its own
+// then runs steps 1-4 on a duplicate of the world communicator while training goes on. The
+// trainer calls poll() after every step, which collects a finished save on every rank at the
+// same step (an agreed verdict, so a failure is thrown everywhere alike); the next save, load,
+// resume and the destructor wait for it first. A kill at any moment leaves what a synchronous
+// save would: the .tmp is incomplete or unrenamed, the previous checkpoint intact.
+//
+// Lineage (checkpoint/checkpoint_directory.h): every checkpoint records the id of its run, made when
 // a run starts afresh and carried across resumes. A run never overwrites or prunes a checkpoint
 // of another lineage, and begin_run() refuses to start where one is in its way.
 // A failure on any rank at any step (disk full, permission denied) is agreed (agree()), so all
@@ -26,7 +37,7 @@
 //
 // Loading (any layout, ZeRO stage, tp, pp): first the file's structure is checked — format
 // version, the model's settings (@model: heads, tied embeddings, ... the deck's and this build's;
-// train/model_signature.h), every dataset of the deck's model present with its global shape and a
+// checkpoint/model_signature.h), every dataset of the deck's model present with its global shape and a
 // checksum, no other — and a refusal there leaves the trainer as it was. Then each rank reads every piece it
 // holds (replicas and the last stage's tied embedding included) straight from the global
 // datasets, its byte ranges prefetched, into the model's memory where it can (else staged:
@@ -35,7 +46,7 @@
 // next dataset is read. A mismatch refuses the checkpoint naming the dataset; the trainer's
 // state is then undefined and the run must stop (every command does).
 //
-// Test hook: MESHTRAIN_FAULT=checkpoint_kill:<phase>[@<step>] (parsed by train/fault_injection.h,
+// Test hook: MESHTRAIN_FAULT=checkpoint_kill:<phase>[@<step>] (parsed by config/fault_injection.h,
 // alone or in a list with other faults) makes world rank 0 raise SIGKILL
 // while writing (the checkpoint of <step>, or any): phase "data" after half of the datasets
 // are written (the .tmp is incomplete), "rename" after the verified .tmp is closed but before
@@ -46,17 +57,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "meshtrain/config/config.h"
+#include "meshtrain/parallel/model_state.h"
 #include "meshtrain/parallel/process_grid.h"
-#include "meshtrain/train/fault_injection.h"
 
 namespace meshtrain {
-
-class Trainer;
 
 struct CheckpointStats {
   std::string path;
@@ -67,16 +77,25 @@ struct CheckpointStats {
   // flushing it to the device while reading it back to verify; load: reading and hashing.
   double data_seconds = 0;
   double verify_seconds = 0;  // save only
-  bool independent = false;   // transfers were independent (checkpoint.io), else collective
+  // What training waited for (the slowest rank): a synchronous save's whole time; an
+  // asynchronous one's planning and snapshot (and waiting for the previous save, if any).
+  double stall_seconds = 0;
+  bool asynchronous = false;
+  bool independent = false;  // transfers were independent (checkpoint.io), else collective
 };
 
 class BackgroundWorker;
+class KillHook;
+class MpiCommunicator;
+struct SaveJob;
 
 class Checkpointer {
  public:
-  // Reads the MESHTRAIN_FAULT test hook; throws DeckError if it is malformed.
+  // Reads the MESHTRAIN_FAULT test hook; throws DeckError if it is malformed. Collective (with
+  // checkpoint.async it duplicates the world communicator for the background writes).
   Checkpointer(const Config& config, ProcessGrid& grid);
-  // Waits for old checkpoints still being deleted; a failure there is only warned about now.
+  // Waits for a save still in the background and for old checkpoints still being deleted; a
+  // failure there is only warned about now.
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -91,39 +110,56 @@ class Checkpointer {
   std::string begin_run();
   // The run's lineage: set by begin_run() or load(), else made by the first save().
   const std::string& lineage() const { return lineage_; }
-  // Collective: writes the trainer's current state as step_<trainer.step()>.h5. Returns once
-  // it is complete and durable; the checkpoints that checkpoint.keep drops are deleted in the
-  // background after that (see finish_pruning).
-  CheckpointStats save(Trainer& trainer);
+  // Collective: writes `state` as step_<step>.h5. Returns once it is complete and durable; the
+  // checkpoints that checkpoint.keep drops are deleted in the background after that (see
+  // finish_pruning). Waits for an asynchronous save still running first.
+  CheckpointStats save(ModelState& state, int64_t step);
+  // Collective: takes a snapshot of `state` and writes it as step_<step>.h5 in the background
+  // (see above); returns what training waited for. Throws AgreedOutOfMemory when a rank has no
+  // host memory for the snapshot (the save is then not started).
+  // `memory` is where the snapshot is counted (the tracker the memory report reads).
+  CheckpointStats start_save(ModelState& state, int64_t step, MemoryTracker& memory);
+  // Collective: the stats of the background save if it has finished on every rank (it is then
+  // collected: its snapshot freed), else nothing. Throws AgreedError if it failed.
+  std::optional<CheckpointStats> poll();
+  // Collective: waits for the background save, if any, and collects it as poll() does.
+  std::optional<CheckpointStats> wait_for_save();
+  bool save_in_progress() const { return pending_ != nullptr; }
   // Collective: waits until the deletions of earlier saves are done; throws AgreedError if one
   // failed. save, load and resume_path do this first themselves.
   void finish_pruning();
-  // Collective: loads `path` into the trainer (parameters, moments, optimizer and trainer
-  // step) and continues its lineage. Throws AgreedError naming the file and the dataset or the
-  // model setting (key, the file's value, the deck's) if it is refused.
-  CheckpointStats load(Trainer& trainer, const std::string& path);
+  // Collective: loads `path` into `state` (parameters, moments, optimizer steps; the stats'
+  // step is the checkpoint's) and continues its lineage. Throws AgreedError naming the file and
+  // the dataset or the model setting (key, the file's value, the deck's) if it is refused.
+  CheckpointStats load(ModelState& state, const std::string& path);
 
   // "step_00000042.h5"
   static std::string file_name(int64_t step);
   // The complete checkpoints (step_<digits>.h5) in `dir`, oldest step first; none if `dir`
   // does not exist. Not collective.
   static std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::string& dir);
+  // Host bytes of one rank's snapshot of `state` (checkpoint.async): the planner's figure.
+  static size_t snapshot_bytes(ModelState& state);
 
  private:
-  // Kills world rank 0 here if MESHTRAIN_FAULT asks for it (the test hook above).
-  void fault(CheckpointPhase phase, int64_t step) const;
+  struct Pending;
   // World rank 0: the path checkpoint.resume names (throws if it names no file).
   std::string choose_resume() const;
-  // Deletes what checkpoint.keep drops among `own` (this lineage's complete checkpoints, oldest
-  // first, the one of `step` included).
-  void prune(int64_t step, const std::vector<std::pair<int64_t, std::string>>& own);
+  // The lineage saves record, made (collectively) if none is set yet.
+  void settle_lineage();
+  // Collects the finished background save: joins its thread, frees the snapshot, and rethrows
+  // its error. Every rank calls it at the same point.
+  CheckpointStats collect();
+  CheckpointStats summarize(const SaveJob& job, double seconds, double data, double verify, Communicator& comm) const;
 
   const Config& cfg_;
   ProcessGrid& grid_;
   MPI_Comm comm_;
-  std::vector<Fault> kills_;  // MESHTRAIN_FAULT's checkpoint_kill faults
+  std::unique_ptr<KillHook> kill_;
   std::string lineage_;
   std::unique_ptr<BackgroundWorker> pruner_;  // world rank 0 deletes old checkpoints here
+  std::unique_ptr<MpiCommunicator> writer_comm_;  // the background saves' (checkpoint.async)
+  std::unique_ptr<Pending> pending_;              // the save running in the background
 };
 
 // "dp=2 tp=2 pp=2 zero=1 schedule=1f1b virtual_stages=1 micro_batch=2": the @layout attribute.

@@ -1,7 +1,7 @@
 #pragma once
 // How the Checkpointer moves and verifies a checkpoint's datasets, shared by save and load: the
 // choice between collective and independent MPI-IO transfers, running one transfer under the
-// agreement it needs, and comparing checksums with the file's. Private to src/train.
+// agreement it needs, and comparing checksums with the file's. Private to src/checkpoint.
 
 #include <chrono>
 #include <cstdint>

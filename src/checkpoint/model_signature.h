@@ -3,7 +3,7 @@
 // keys, shape-changing or not (model.heads changes no tensor's shape, yet a checkpoint loaded
 // with other heads is another model), and what this build fixes (LayerNorm eps, learned
 // positions, GELU) and the tokenizer (data.tokenizer) — as the checkpoint's @model attribute records them,
-// and the check that a deck's model is the checkpoint's. Private to src/train.
+// and the check that a deck's model is the checkpoint's. Private to src/checkpoint.
 
 #include <string>
 #include <vector>

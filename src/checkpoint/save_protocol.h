@@ -1,0 +1,86 @@
+#pragma once
+// The save protocol of checkpoint/checkpointer.h as named phases. A SaveJob carries everything
+// the phases after plan_save need, so that with a snapshot they no longer touch the live model
+// state and can run on another thread (checkpoint.async) while training changes it:
+//
+//   plan_save         the file's name, this lineage's checkpoints, the datasets and attributes
+//   take_snapshot     (asynchronous saves) every dataset's elements copied to host memory
+//   write_data        .tmp created, datasets written while a worker hashes them, checksums set
+//   flush_and_verify  fsync while reading the data back against the checksums
+//   publish           rename .tmp -> .h5, fsync the directory
+// (pruning, the last phase, runs on the Checkpointer's own worker: checkpoint_policy.h.)
+//
+// Every phase is collective over the group it is given, and a failure anywhere is agreed. A
+// synchronous save runs them on the world's communicator; an asynchronous one runs write_data
+// onwards on a communicator of its own (MPI_THREAD_MULTIPLE), so that its collectives never
+// interleave with training's. Private to src/checkpoint.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/config/config.h"
+#include "meshtrain/config/fault_injection.h"
+#include "meshtrain/io/checkpoint_file.h"
+#include "meshtrain/parallel/model_state.h"
+#include "checkpoint_entries.h"
+
+namespace meshtrain {
+
+class BackgroundWorker;
+
+// MESHTRAIN_FAULT's checkpoint_kill items (the test hook in checkpointer.h): world rank 0
+// raises SIGKILL when one matches.
+class KillHook {
+ public:
+  KillHook(std::vector<Fault> kills, int world_rank) : kills_(std::move(kills)), world_rank_(world_rank) {}
+  void at(CheckpointPhase phase, int64_t step) const;
+
+ private:
+  std::vector<Fault> kills_;
+  int world_rank_;
+};
+
+struct SaveJob {
+  std::string dir, path, tmp;
+  int64_t step = 0;
+  DType dt = DType::F32;
+  std::vector<Entry> entries;
+  CheckpointFile::Transfer how = CheckpointFile::Transfer::Collective;
+  CheckpointInfo info;
+  // World rank 0: this lineage's complete checkpoints, the one being written included.
+  std::vector<std::pair<int64_t, std::string>> own;
+  // Asynchronous saves: every dataset's elements on the host, (entry, kind) order. Empty for a
+  // synchronous save, which reads the live state while writing.
+  std::vector<HostElements> snapshot;
+};
+
+struct SaveTimes {
+  double data_seconds = 0;
+  double verify_seconds = 0;
+};
+
+// Collective over `world`: refuses (AgreedError) another lineage's checkpoint at this step.
+// World rank 0 waits for `pruner` first. `lineage` must be set.
+SaveJob plan_save(const Config& config, ModelState& state, int64_t step, const std::string& lineage,
+                  BackgroundWorker& pruner, Communicator& world);
+
+// Not collective. Throws std::bad_alloc when host memory runs out.
+void take_snapshot(SaveJob& job);
+
+// write_data, flush_and_verify and publish, with the clean-up a failure needs: the .tmp is
+// removed and the error (with a note on free space when the disk filled) agreed. Collective
+// over `comm`, whose MPI communicator is `mpi_comm`.
+SaveTimes write_and_publish(const SaveJob& job, Communicator& comm, MPI_Comm mpi_comm, const KillHook& kill);
+
+// The last phase, on the Checkpointer's pruning worker (checkpoint_policy.cpp): deletes what
+// checkpoint.keep drops among `own` (SaveJob::own; never the checkpoint of `step`, just
+// written), then stale .tmp files of other steps. Not collective (world rank 0).
+void prune_checkpoints(const Config& config, int64_t step, const std::vector<std::pair<int64_t, std::string>>& own,
+                       const KillHook& kill);
+
+}  // namespace meshtrain
