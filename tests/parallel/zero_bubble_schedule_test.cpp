@@ -144,6 +144,9 @@ TEST(ChunkPlacement, OwnersOfLoopedAndV) {
     EXPECT_NE(std::string(e.what()).find("below 2 * stages = 8"), std::string::npos) << e.what();
   }
   EXPECT_THROW(insert_communication(make_zb_v(2, 2), 2, 3, ChunkPlacement::V), std::invalid_argument);
+  EXPECT_THROW(simulate(make_zb_v(2, 2), 2, 1, 2, {}, CommModel::Mpi, Passes::ForwardAndBackward,
+                        ChunkPlacement::V),
+               std::invalid_argument);
 }
 
 // Chunks p - 1 and p share the last rank under V: their hand-over is local, in both directions,

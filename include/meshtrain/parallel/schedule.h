@@ -123,12 +123,15 @@ Schedule make_zb_h1(int stages, int microbatches);
 // Makespan, with F = I = W: each rank has 6m units of work, and the last rank can start none of
 // it before its first input has passed pp - 1 ranks, so no schedule beats 6m + pp - 1; nor
 // m + 4pp (the last microbatch enters at m - 1, then runs 2pp forwards and 2pp input gradients
-// in a chain, then a W). make_zb_v reaches max(6m + pp - 1, m + 4pp) for pp <= 8 where m = pp
-// or m >= pp + 4, and stays within pp / 2 of it for m in between (schedule test). So its bubble
-// is (pp - 1) / (6m + pp - 1) there: 1/49 = 0.020 at pp = 2, m = 8; 3/51 = 0.059 at pp = 4,
-// m = 8 (the bound: no ZB-V schedule gets below it); 3/99 = 0.030 at pp = 4, m = 16. That is
-// ZB-H1's (pp - 1) / (3m + pp - 1) with the start-up cost halved: the first input reaches the
-// last rank after pp - 1 half-stage forwards instead of full ones.
+// in a chain, then a W), which is the larger only for m < pp. For pp <= 8 (schedule test)
+// make_zb_v's makespan is 6m + pp - 1, the bound, where m = pp or m >= pp + 4, so its bubble is
+//   (pp - 1) / (6m + pp - 1):  1/49 = 0.020 at pp = 2, m = 8; 3/51 = 0.059 at pp = 4, m = 8
+//                              (no ZB-V schedule does better there); 3/99 = 0.030 at pp = 4,
+//                              m = 16; 7/103 = 0.068 at pp = 8, m = 16.
+// For pp < m < pp + 4 it is within pp / 2 units of the bound: there the memory cap costs time
+// (allowed a few more chunk-microbatches, the same scheduler reaches the bound). That is ZB-H1's
+// (pp - 1) / (3m + pp - 1) with the start-up cost halved: the first input reaches the last rank
+// after pp - 1 half-stage forwards instead of full ones.
 Schedule make_zb_v(int stages, int microbatches);
 // Dispatch. OneFOneB refuses virtual_stages > 1 (pointing to interleaved); GPipe accepts it.
 Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virtual_stages);
