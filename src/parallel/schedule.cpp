@@ -348,7 +348,7 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
   // The compute whose output `a` consumes from a neighbouring chunk, on any rank: a forward takes
   // the previous chunk's output, an input gradient the next chunk's input gradient; a weight
   // gradient only what its own rank's input gradient left. A same-rank producer still orders
-  // the placement clock; only one on another rank needs a transfer (`remote`).
+  // the placement clock; only one on another rank needs a transfer (`crosses`).
   auto producer = [&](const Action& a) -> std::optional<Action> {
     if (a.op == Op::Forward)
       return a.chunk == 0 ? std::nullopt : std::optional<Action>({a.chunk - 1, Op::Forward, a.microbatch});
@@ -357,10 +357,10 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
     const Op op = it == input_gradient.end() ? Op::Backward : it->second;
     return Action{a.chunk + 1, op, a.microbatch};
   };
-  auto remote = [&](const Action& a, const Action& other) { return owner(a.chunk) != owner(other.chunk); };
+  auto crosses = [&](int chunk, int other) { return owner(chunk) != owner(other); };
   auto sends_output = [&](const Action& a) {
-    if (a.op == Op::Forward) return a.chunk < chunks - 1 && owner(a.chunk) != owner(a.chunk + 1);
-    return is_input_gradient(a.op) && a.chunk > 0 && owner(a.chunk) != owner(a.chunk - 1);
+    if (a.op == Op::Forward) return a.chunk < chunks - 1 && crosses(a.chunk, a.chunk + 1);
+    return is_input_gradient(a.op) && a.chunk > 0 && crosses(a.chunk, a.chunk - 1);
   };
   std::map<ActionKey, int> end_of;
   const std::vector<std::vector<int>> ends = play(compute, producer, end_of);
@@ -376,7 +376,7 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
       if (sends_output(a))
         placed.push_back(
             {end, kStep, 1, {a.chunk, forward ? Op::SendForward : Op::SendBackward, a.microbatch}});
-      if (const std::optional<Action> input = producer(a); input && remote(a, *input)) {
+      if (const std::optional<Action> input = producer(a); input && crosses(a.chunk, input->chunk)) {
         const Action recv{a.chunk, forward ? Op::RecvForward : Op::RecvBackward, a.microbatch};
         const int start = end - placement_cost(a.op);
         const auto it = end_of.find(key_of(*input));

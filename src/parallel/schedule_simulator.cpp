@@ -35,8 +35,8 @@ class Model {
  public:
   Model(const Schedule& s, int stages, int virtual_stages, int microbatches, Passes passes,
         ChunkPlacement placement)
-      : s_(s), p_(stages), chunks_(stages * virtual_stages), m_(microbatches), placement_(placement),
-        backward_(passes == Passes::ForwardAndBackward),
+      : s_(s), p_(stages), chunks_(stages * virtual_stages), m_(microbatches),
+        placement_(placement), backward_(passes == Passes::ForwardAndBackward),
         where_(static_cast<size_t>(kOps) * chunks_ * microbatches) {}
 
   const Schedule& schedule() const { return s_; }

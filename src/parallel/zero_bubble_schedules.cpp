@@ -1,12 +1,13 @@
 // ZB-V (Qi et al., arXiv 2401.10241, section 6): the schedule generator for two chunks per rank
 // in the V placement. ZB-H1, one chunk per rank and closed-form, stays in schedule.cpp.
 //
-// Why a list scheduler rather than the paper's drawn pattern: the paper gives ZB-V as a figure
-// (warm-up forwards on the lower chunk, then alternating with the upper chunk's, a steady F/I/W
-// pattern, weight gradients in the cool-down) and its bubble only for large m. A list scheduler
-// on the unit clock reproduces that shape for any size, runs each action exactly once by
-// construction, and makes the memory cap a rule rather than a property of a drawing. A few priority orders are tried and the shortest schedule kept: no one order
-// reaches the lower bound (schedule.h, make_zb_v) everywhere the minimum over them does.
+// Why a list scheduler rather than a transcription of the paper's figure (warm-up forwards on
+// the lower chunk, then alternating with the upper chunk's, a steady F/I/W pattern, weight
+// gradients in the cool-down): a figure is one size, while a list scheduler on the unit clock
+// works for any, runs each action exactly once by construction, and makes the memory cap a rule
+// rather than a property of a drawing. A few priority orders and caps are tried and the shortest
+// schedule kept: no one of them reaches the lower bound (schedule.h, make_zb_v) everywhere their
+// minimum does.
 
 #include <algorithm>
 #include <array>
@@ -94,7 +95,8 @@ std::optional<ListSchedule> play_v(int p, int m, const Priority& priority, int c
           if (forward_ready(want)) c = want;
         }
         if (c < 0) continue;
-        std::vector<int>& next = op == Op::Forward ? next_f : op == Op::BackwardInput ? next_i : next_w;
+        std::vector<int>& next =
+            op == Op::Forward ? next_f : op == Op::BackwardInput ? next_i : next_w;
         picked[r] = {c, op, next[c]++};
         break;
       }
