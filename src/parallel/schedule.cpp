@@ -95,6 +95,24 @@ std::string_view schedule_name(ScheduleKind kind) {
   return "?";
 }
 
+std::string_view placement_name(ChunkPlacement placement) {
+  return placement == ChunkPlacement::V ? "v" : "looped";
+}
+
+int chunk_owner(int chunk, int stages, ChunkPlacement placement) {
+  const int chunks = placement == ChunkPlacement::V ? 2 * stages : -1;
+  if (stages < 1 || chunk < 0 || (chunks > 0 && chunk >= chunks))
+    throw std::invalid_argument(
+        "chunk_owner: chunk = " + std::to_string(chunk) + " with stages = " +
+        std::to_string(stages) + " under the " + std::string(placement_name(placement)) +
+        " placement (stages must be at least 1, the chunk at least 0" +
+        (chunks > 0 ? ", and below 2 * stages = " + std::to_string(chunks) +
+                          ": the V placement has exactly two chunks per rank)"
+                    : ")"));
+  if (placement == ChunkPlacement::Looped) return chunk % stages;
+  return chunk < stages ? chunk : chunks - 1 - chunk;
+}
+
 // Backwards run in ascending microbatch order, like every other schedule here. The makespan is
 // the same either way ((m + p - 1)(F + B)), but then each rank accumulates parameter gradients
 // over microbatches in the same order whatever the schedule, so switching schedules leaves the
@@ -252,7 +270,7 @@ int placement_cost(Op op) {
 }
 
 // Plays a compute-only schedule on the placement clock: a compute starts when its rank's previous
-// compute and the compute producing its input (on another rank here: stages > 1) have ended.
+// compute and the compute producing its input (on any rank) have ended.
 // Returns each action's end time, per rank and by action. Where no rank can go on (the schedule
 // deadlocks), the first stuck rank's action is placed without its input so that every action
 // still gets a time.
@@ -293,13 +311,18 @@ std::vector<std::vector<int>> play(const Schedule& compute,
 
 }  // namespace
 
-Schedule insert_communication(const Schedule& compute, int stages, int virtual_stages) {
+Schedule insert_communication(const Schedule& compute, int stages, int virtual_stages,
+                              ChunkPlacement placement) {
   const int chunks = stages * virtual_stages;
   if (stages < 1 || virtual_stages < 1 || static_cast<int>(compute.size()) != stages)
     throw std::invalid_argument("insert_communication: schedule has " +
                                 std::to_string(compute.size()) + " rank lists, expected stages = " +
                                 std::to_string(stages) + " (virtual_stages = " +
                                 std::to_string(virtual_stages) + ")");
+  if (placement == ChunkPlacement::V && virtual_stages != 2)
+    throw std::invalid_argument("insert_communication: virtual_stages = " +
+                                std::to_string(virtual_stages) +
+                                " under the v placement, which has exactly 2 chunks per rank");
   for (int r = 0; r < stages; ++r) {
     for (const Action& a : compute[r]) {
       if (!is_compute(a.op))
@@ -315,15 +338,17 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
   }
   // With one stage every chunk hands over to a chunk on the same rank: nothing to transfer.
   if (stages == 1) return compute;
+  auto owner = [&](int chunk) { return chunk_owner(chunk, stages, placement); };
 
   // The input gradient of each (chunk, microbatch): a Backward, or a BackwardInput.
   std::map<std::pair<int, int>, Op> input_gradient;
   for (const std::vector<Action>& list : compute)
     for (const Action& a : list)
       if (is_input_gradient(a.op)) input_gradient[{a.chunk, a.microbatch}] = a.op;
-  // The compute whose output `a` consumes from another rank (stages > 1 here): a forward takes
+  // The compute whose output `a` consumes from a neighbouring chunk, on any rank: a forward takes
   // the previous chunk's output, an input gradient the next chunk's input gradient; a weight
-  // gradient only what its own rank's input gradient left.
+  // gradient only what its own rank's input gradient left. A same-rank producer still orders
+  // the placement clock; only one on another rank needs a transfer (`crosses`).
   auto producer = [&](const Action& a) -> std::optional<Action> {
     if (a.op == Op::Forward)
       return a.chunk == 0 ? std::nullopt : std::optional<Action>({a.chunk - 1, Op::Forward, a.microbatch});
@@ -332,9 +357,10 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
     const Op op = it == input_gradient.end() ? Op::Backward : it->second;
     return Action{a.chunk + 1, op, a.microbatch};
   };
+  auto crosses = [&](int chunk, int other) { return owner(chunk) != owner(other); };
   auto sends_output = [&](const Action& a) {
-    if (a.op == Op::Forward) return a.chunk < chunks - 1;
-    return is_input_gradient(a.op) && a.chunk > 0;
+    if (a.op == Op::Forward) return a.chunk < chunks - 1 && crosses(a.chunk, a.chunk + 1);
+    return is_input_gradient(a.op) && a.chunk > 0 && crosses(a.chunk, a.chunk - 1);
   };
   std::map<ActionKey, int> end_of;
   const std::vector<std::vector<int>> ends = play(compute, producer, end_of);
@@ -350,7 +376,7 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
       if (sends_output(a))
         placed.push_back(
             {end, kStep, 1, {a.chunk, forward ? Op::SendForward : Op::SendBackward, a.microbatch}});
-      if (const std::optional<Action> input = producer(a)) {
+      if (const std::optional<Action> input = producer(a); input && crosses(a.chunk, input->chunk)) {
         const Action recv{a.chunk, forward ? Op::RecvForward : Op::RecvBackward, a.microbatch};
         const int start = end - placement_cost(a.op);
         const auto it = end_of.find(key_of(*input));

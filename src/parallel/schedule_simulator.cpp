@@ -33,16 +33,19 @@ std::string at(ActionPosition p) {
 // where each (op, chunk, microbatch) occurs.
 class Model {
  public:
-  Model(const Schedule& s, int stages, int virtual_stages, int microbatches, Passes passes)
+  Model(const Schedule& s, int stages, int virtual_stages, int microbatches, Passes passes,
+        ChunkPlacement placement)
       : s_(s), p_(stages), chunks_(stages * virtual_stages), m_(microbatches),
-        backward_(passes == Passes::ForwardAndBackward),
+        placement_(placement), backward_(passes == Passes::ForwardAndBackward),
         where_(static_cast<size_t>(kOps) * chunks_ * microbatches) {}
 
   const Schedule& schedule() const { return s_; }
   int chunks() const { return chunks_; }
   int microbatches() const { return m_; }
   bool backward() const { return backward_; }
-  int owner(int chunk) const { return chunk % p_; }
+  int owner(int chunk) const { return chunk_owner(chunk, p_, placement_); }
+  // Whether neighbouring chunks `a` and `b` hand over on one rank (no transfer).
+  bool local(int a, int b) const { return owner(a) == owner(b); }
   size_t key(Action a) const {
     return (static_cast<size_t>(a.op) * chunks_ + a.chunk) * m_ + a.microbatch;
   }
@@ -60,23 +63,23 @@ class Model {
   Action input_gradient(int chunk, int microbatch) const {
     return {chunk, split(chunk, microbatch) ? Op::BackwardInput : Op::Backward, microbatch};
   }
-  // The send that delivers a compute action's input from another rank, if any. Only with more
-  // than one stage do neighbouring chunks live on different ranks.
+  // The send that delivers a compute action's input from another rank, if any: where the
+  // neighbouring chunk lives elsewhere under the placement.
   std::optional<Action> input_send(Action a) const {
-    if (p_ == 1) return std::nullopt;
-    if (a.op == Op::Forward && a.chunk > 0)
+    if (a.op == Op::Forward && a.chunk > 0 && !local(a.chunk - 1, a.chunk))
       return Action{a.chunk - 1, Op::SendForward, a.microbatch};
-    if (is_input_gradient(a.op) && a.chunk < chunks_ - 1)
+    if (is_input_gradient(a.op) && a.chunk < chunks_ - 1 && !local(a.chunk + 1, a.chunk))
       return Action{a.chunk + 1, Op::SendBackward, a.microbatch};
     return std::nullopt;
   }
   // The same-rank compute whose output a compute action consumes, if any: a neighbouring
-  // chunk's on one stage, and for a weight gradient always its own input gradient's.
+  // chunk's where both share a rank (every chunk on one stage; chunks pp - 1 and pp under V),
+  // and for a weight gradient always its own input gradient's.
   std::optional<Action> local_input(Action a) const {
     if (a.op == Op::BackwardWeight) return Action{a.chunk, Op::BackwardInput, a.microbatch};
-    if (p_ != 1) return std::nullopt;
-    if (a.op == Op::Forward && a.chunk > 0) return Action{a.chunk - 1, Op::Forward, a.microbatch};
-    if (is_input_gradient(a.op) && a.chunk < chunks_ - 1)
+    if (a.op == Op::Forward && a.chunk > 0 && local(a.chunk - 1, a.chunk))
+      return Action{a.chunk - 1, Op::Forward, a.microbatch};
+    if (is_input_gradient(a.op) && a.chunk < chunks_ - 1 && local(a.chunk + 1, a.chunk))
       return input_gradient(a.chunk + 1, a.microbatch);
     return std::nullopt;
   }
@@ -97,15 +100,16 @@ class Model {
   }
   // Whether a communication action belongs in a complete schedule: its data crosses ranks.
   bool required(Action a) const {
-    if (p_ == 1) return false;
     if (!backward_ && (a.op == Op::SendBackward || a.op == Op::RecvBackward)) return false;
     const bool to_next = a.op == Op::SendForward || a.op == Op::RecvBackward;
-    return to_next ? a.chunk < chunks_ - 1 : a.chunk > 0;
+    const int other = to_next ? a.chunk + 1 : a.chunk - 1;
+    return other >= 0 && other < chunks_ && !local(a.chunk, other);
   }
 
  private:
   const Schedule& s_;
   int p_, chunks_, m_;
+  ChunkPlacement placement_;
   bool backward_;
   std::vector<std::vector<ActionPosition>> where_;
 };
@@ -530,19 +534,22 @@ double SimulationCosts::of(Action a) const {
 
 SimulationResult simulate(const Schedule& with_communication, int stages, int virtual_stages,
                           int microbatches, SimulationCosts costs, CommModel comm,
-                          Passes passes) {
+                          Passes passes, ChunkPlacement placement) {
   if (stages < 1 || virtual_stages < 1 || microbatches < 1)
     throw std::invalid_argument("simulate: stages = " + std::to_string(stages) +
                                 ", virtual_stages = " + std::to_string(virtual_stages) +
                                 ", microbatches = " + std::to_string(microbatches) +
                                 " (each must be at least 1)");
+  if (placement == ChunkPlacement::V && virtual_stages != 2)
+    throw std::invalid_argument("simulate: virtual_stages = " + std::to_string(virtual_stages) +
+                                " under the v placement, which has exactly 2 chunks per rank");
   for (const std::vector<double>* v : {&costs.chunk_forward, &costs.chunk_backward})
     if (!v->empty() && v->size() != static_cast<size_t>(stages) * virtual_stages)
       throw std::invalid_argument("simulate: " + std::to_string(v->size()) + " per-chunk costs for " +
                                   std::to_string(stages * virtual_stages) + " chunks");
   const Schedule& s = with_communication;
   SimulationResult result;
-  Model model(s, stages, virtual_stages, microbatches, passes);
+  Model model(s, stages, virtual_stages, microbatches, passes, placement);
   if (Findings f = check_shape(model, stages); !f.problems.empty()) {
     result.error = report("schedule malformed", f, s);
     return result;

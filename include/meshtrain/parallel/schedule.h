@@ -5,8 +5,9 @@
 // anything: the executor walks these lists, and schedule_simulator.h dry-runs them to prove
 // them deadlock-free and to measure the bubble.
 //
-// Layout (same as model/partition.h): with pp ranks and v virtual stages there are pp * v model
-// chunks; global chunk k lives on pipeline rank k % pp as its virtual chunk k / pp.
+// Layout: with pp ranks and v virtual stages there are pp * v model chunks, placed on ranks by a
+// ChunkPlacement (below). The looped placement is model/partition.h's and every ScheduleKind's;
+// the V placement is ZB-V's (make_zb_v), which only the schedule layer knows so far.
 //
 // Execution semantics. Sends and receives are issued in *transfer steps*: a run of consecutive
 // communication actions in a rank's list is one step, issued together (one MPI post of every
@@ -70,6 +71,23 @@ bool is_communication(Op op);  // a send or a receive (not EndStep)
 // One ordered action list per pipeline rank (index = pp rank).
 using Schedule = std::vector<std::vector<Action>>;
 
+// Which pipeline rank runs each global chunk.
+//   Looped: chunk k on rank k % pp, as its virtual chunk k / pp (Megatron's interleaving). The
+//           data goes round the ranks v times: chunk pp - 1 -> pp crosses from the last rank
+//           back to the first.
+//   V:      exactly two chunks per rank, chunk k on rank k for k < pp and on rank 2 pp - 1 - k
+//           after (ZB-V, Qi et al., arXiv 2401.10241, section 6). The data goes down the ranks
+//           and back up, so rank 0 holds both the first and the last chunk, and chunks pp - 1 and
+//           pp share the last rank: that hand-over is local (no send, no receive). Rank r runs
+//           chunks r and 2 pp - 1 - r, whose activations sum to one full stage's, so counting
+//           in flight per chunk a rank holding 2 pp holds what 1F1B's rank 0 holds with pp.
+// For 8 chunks on pp = 4:  looped  0 1 2 3 0 1 2 3   V  0 1 2 3 3 2 1 0  (rank of chunk 0..7).
+enum class ChunkPlacement { Looped, V };
+std::string_view placement_name(ChunkPlacement placement);  // "looped", "v"
+// The rank of `chunk`. Throws std::invalid_argument for stages below 1, a negative chunk, or
+// under V a chunk outside [0, 2 * stages).
+int chunk_owner(int chunk, int stages, ChunkPlacement placement);
+
 
 // Compute-only schedules. All throw std::invalid_argument for stages, microbatches or
 // virtual_stages below 1.
@@ -93,14 +111,36 @@ Schedule make_interleaved(int stages, int microbatches, int virtual_stages);
 // of equal cost the makespan is 3m + p - 1 for m >= p (the paper's bubble (p - 1)(F + I - W))
 // against 1F1B's 3(m + p - 1). W runs in ascending microbatch order, as every backward here.
 Schedule make_zb_h1(int stages, int microbatches);
+// ZB-V (Qi et al., arXiv 2401.10241, section 6): two chunks per rank in the V placement (pass
+// ChunkPlacement::V and virtual_stages = 2 to insert_communication and simulate), every backward
+// split into I and W. Built by a list scheduler on a unit clock (F = I = W = 1 per chunk): at
+// each tick every rank runs its most urgent ready action, and a forward only while the rank holds
+// fewer than min(2m, 2pp) chunk-microbatches from forward to weight gradient: 1F1B's activation
+// memory (see ChunkPlacement). A few priority orders and caps are tried and the shortest schedule
+// kept (zero_bubble_schedules.cpp). Per chunk, F, I and W each run in ascending microbatch order,
+// so parameter gradients accumulate in the same order as under every other schedule.
+//
+// Makespan, with F = I = W: each rank has 6m units of work, and the last rank can start none of
+// it before its first input has passed pp - 1 ranks, so no schedule beats 6m + pp - 1; nor
+// m + 4pp (the last microbatch enters at m - 1, then runs 2pp forwards and 2pp input gradients
+// in a chain, then a W), which is the larger only for m < pp. For pp <= 8 (schedule test)
+// make_zb_v's makespan is 6m + pp - 1, the bound, where m = pp or m >= pp + 4, so its bubble is
+//   (pp - 1) / (6m + pp - 1):  1/49 = 0.020 at pp = 2, m = 8; 3/51 = 0.059 at pp = 4, m = 8
+//                              (no ZB-V schedule does better there); 3/99 = 0.030 at pp = 4,
+//                              m = 16; 7/103 = 0.068 at pp = 8, m = 16.
+// For pp < m < pp + 4 it is within pp / 2 units of the bound: there the memory cap costs time
+// (allowed a few more chunk-microbatches, the same scheduler reaches the bound). That is ZB-H1's
+// (pp - 1) / (3m + pp - 1) with the start-up cost halved: the first input reaches the last rank
+// after pp - 1 half-stage forwards instead of full ones.
+Schedule make_zb_v(int stages, int microbatches);
 // Dispatch. OneFOneB refuses virtual_stages > 1 (pointing to interleaved); GPipe accepts it.
 Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virtual_stages);
 
 // Adds the sends and receives a compute-only schedule needs, grouped into transfer steps that
 // are correct by construction under both communicator models. A chunk's output goes to the next
 // chunk (forward) and its input-gradient to the previous one (backward); when both chunks are on
-// the same rank (only possible with stages == 1) the executor hands the tensor over locally and
-// nothing is inserted.
+// the same rank under `placement` (every chunk with stages == 1; chunks pp - 1 and pp under V)
+// the executor hands the tensor over locally and nothing is inserted.
 //
 // Placement, on a clock: the compute-only schedule is played with a forward taking 1 and a
 // backward 2 time units, each compute starting when its rank's previous compute and the compute
@@ -122,8 +162,10 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virt
 // then reports the deadlock.
 //
 // Throws std::invalid_argument when `compute` has a communication action, a chunk outside
-// [0, stages * virtual_stages), or not exactly `stages` rank lists.
-Schedule insert_communication(const Schedule& compute, int stages, int virtual_stages);
+// [0, stages * virtual_stages), or not exactly `stages` rank lists, or for the V placement with
+// virtual_stages other than 2.
+Schedule insert_communication(const Schedule& compute, int stages, int virtual_stages,
+                              ChunkPlacement placement = ChunkPlacement::Looped);
 
 // Forward-only actions for evaluation, with their communication: each rank runs its chunks
 // micro-batch by micro-batch (microbatch-major, then its chunks in model order).

@@ -59,7 +59,7 @@ struct SimulationResult {
 
 // Checks, in this order (a failing stage reports all its problems and stops):
 //   1. shape: `stages` rank lists; every action names a chunk in [0, stages * virtual_stages)
-//      owned by its rank (chunk % stages == rank) and a microbatch in [0, microbatches);
+//      owned by its rank (chunk_owner under `placement`) and a microbatch in [0, microbatches);
 //   2. completeness: every (chunk, microbatch) has exactly one Forward and either one Backward
 //      or one BackwardInput and one BackwardWeight (a split backward), every
 //      send has exactly one matching recv and vice versa, and no communication is present
@@ -74,11 +74,13 @@ struct SimulationResult {
 //      max(both heads' start) + send), and the step completes when all of its transfers have;
 //      only then does the stream start its next step.
 // EndStep actions only split transfer steps; the MPI model ignores them.
-// Throws std::invalid_argument for stages, virtual_stages or microbatches below 1.
+// Throws std::invalid_argument for stages, virtual_stages or microbatches below 1, or for the V
+// placement with virtual_stages other than 2.
 SimulationResult simulate(const Schedule& with_communication, int stages, int virtual_stages,
                           int microbatches, SimulationCosts costs = {},
                           CommModel model = CommModel::Mpi,
-                          Passes passes = Passes::ForwardAndBackward);
+                          Passes passes = Passes::ForwardAndBackward,
+                          ChunkPlacement placement = ChunkPlacement::Looped);
 
 // Bubble fraction 1 - (useful time) / (ranks x makespan) of a schedule with uniform costs and
 // free communication, for p = stages, m = microbatches, v = virtual_stages:
