@@ -194,7 +194,12 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
   MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   std::filesystem::remove(raw);
 
-  // Asynchronous saves, with training steps running beside them.
+  // Asynchronous saves, with training steps running beside them. Moments that train (the
+  // copies of the values above would make the second moment negative); still non-zero.
+  for (OwnedPiece& p : trainer.state().owned_pieces()) {
+    backend.fill(p.exp_avg, 1e-6);
+    backend.fill(p.exp_avg_sq, 1e-4);
+  }
   Config async_config = config;
   async_config.checkpoint.async = true;
   Checkpointer background(async_config, grid);

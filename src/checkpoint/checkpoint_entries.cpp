@@ -88,14 +88,19 @@ HostElements primary_on_host(const Entry& e, int kind, DType dt, bool always_cop
     h.data = static_cast<const char*>(piece_tensor(primary[0]->owned, kind).raw());
     return h;
   }
-  h.copy.resize(static_cast<size_t>(e.count(true)) * dtype_size(dt));
-  size_t off = 0;
-  for (const Piece* p : primary) {
-    p->owned.backend->copy_to_host(h.copy.data() + off, piece_tensor(p->owned, kind));
-    off += static_cast<size_t>(p->owned.count) * dtype_size(dt);
-  }
+  copy_primary(e, kind, dt, h.copy);
   h.data = h.copy.data();
   return h;
+}
+
+void copy_primary(const Entry& e, int kind, DType dt, std::vector<char>& into) {
+  into.resize(static_cast<size_t>(e.count(true)) * dtype_size(dt));
+  size_t off = 0;
+  for (const Piece& p : e.pieces) {
+    if (!p.owned.primary) continue;
+    p.owned.backend->copy_to_host(into.data() + off, piece_tensor(p.owned, kind));
+    off += static_cast<size_t>(p.owned.count) * dtype_size(dt);
+  }
 }
 
 size_t primary_state_bytes(ModelState& state) {

@@ -46,6 +46,9 @@ struct HostElements {
   const char* data = nullptr;
 };
 HostElements primary_on_host(const Entry& e, int kind, DType dt, bool always_copy = false);
+// Copies this rank's primary elements of `kind` into `into` (resized; reused when its size is
+// right already, so that its pages are not faulted in again).
+void copy_primary(const Entry& e, int kind, DType dt, std::vector<char>& into);
 
 // Bytes of this rank's primary elements of every parameter and both moments: what a checkpoint
 // snapshot of this rank holds. Not collective.

@@ -30,8 +30,6 @@ namespace fs = std::filesystem;
 // A save running in the background: its job (holding the snapshot), and what it ended with.
 struct Checkpointer::Pending {
   SaveJob job;
-  MemoryTracker* memory = nullptr;
-  size_t snapshot_bytes = 0;
   double stall_seconds = 0;
   std::atomic<bool> done{false};
   CheckpointStats stats;
@@ -62,13 +60,13 @@ Checkpointer::~Checkpointer() {
   try {
     if (pending_) {
       pending_->thread.join();
-      if (pending_->memory) pending_->memory->on_release(MemoryCategory::CheckpointSnapshot, pending_->snapshot_bytes);
       if (pending_->error) std::rethrow_exception(pending_->error);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "meshtrain: warning: the checkpoint written in the background failed: %s\n", e.what());
   }
   pending_.reset();
+  if (snapshot_memory_) snapshot_memory_->on_release(MemoryCategory::CheckpointSnapshot, snapshot_bytes_);
   try {
     pruner_->wait();
   } catch (const std::exception& e) {
@@ -191,16 +189,23 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
   Communicator& world = grid_.world();
   auto pending = std::make_unique<Pending>();
   pending->job = plan_save(cfg_, state, step, lineage_, *pruner_, world);
+  // The snapshot's buffers are kept from one save to the next (and counted as held): faulting
+  // fresh pages in costs several times the copy, all of it training's wait.
+  const size_t bytes = snapshot_bytes(state);
+  if (snapshot_memory_ && (snapshot_memory_ != &memory || snapshot_bytes_ != bytes))
+    snapshot_memory_->on_release(MemoryCategory::CheckpointSnapshot, snapshot_bytes_);
+  if (snapshot_memory_ != &memory || snapshot_bytes_ != bytes) {
+    memory.on_allocate(MemoryCategory::CheckpointSnapshot, bytes);
+    snapshot_memory_ = &memory;
+    snapshot_bytes_ = bytes;
+  }
   try {
-    agree(world, [&] { take_snapshot(pending->job); });
+    agree(world, [&] { take_snapshot(pending->job, std::move(snapshot_buffers_)); });
   } catch (const AgreedOutOfMemory& e) {
     throw AgreedOutOfMemory(std::string(e.what()) + " while copying the state for an asynchronous checkpoint "
                             "(checkpoint.async needs host memory for one copy of each rank's parameters "
                             "and moments: set checkpoint.async = false, or use more ranks)");
   }
-  pending->memory = &memory;
-  pending->snapshot_bytes = snapshot_bytes(state);
-  memory.on_allocate(MemoryCategory::CheckpointSnapshot, pending->snapshot_bytes);
   pending->stall_seconds = world.all_reduce_scalar(seconds_since(t0), ReduceOp::Max);
 
   Pending* p = pending.get();
@@ -222,13 +227,13 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
   started.step = step;
   started.asynchronous = true;
   started.stall_seconds = pending_->stall_seconds;
-  started.bytes = static_cast<int64_t>(world.all_reduce_scalar(static_cast<double>(pending_->snapshot_bytes), ReduceOp::Sum));
+  started.bytes = static_cast<int64_t>(world.all_reduce_scalar(static_cast<double>(bytes), ReduceOp::Sum));
   return started;
 }
 
 CheckpointStats Checkpointer::collect() {
   pending_->thread.join();
-  pending_->memory->on_release(MemoryCategory::CheckpointSnapshot, pending_->snapshot_bytes);
+  snapshot_buffers_ = std::move(pending_->job.snapshot);
   CheckpointStats stats = pending_->stats;
   stats.asynchronous = true;
   stats.stall_seconds = pending_->stall_seconds;

@@ -283,11 +283,15 @@ SaveJob plan_save(const Config& cfg, ModelState& state, int64_t step, const std:
   return job;
 }
 
-void take_snapshot(SaveJob& job) {
-  job.snapshot.clear();
-  job.snapshot.reserve(job.entries.size() * kKinds);
-  for (const Entry& e : job.entries)
-    for (int kind = 0; kind < kKinds; ++kind) job.snapshot.push_back(primary_on_host(e, kind, job.dt, true));
+void take_snapshot(SaveJob& job, std::vector<HostElements> buffers) {
+  buffers.resize(job.entries.size() * kKinds);
+  for (size_t i = 0; i < job.entries.size(); ++i)
+    for (int kind = 0; kind < kKinds; ++kind) {
+      HostElements& h = buffers[i * kKinds + static_cast<size_t>(kind)];
+      copy_primary(job.entries[i], kind, job.dt, h.copy);
+      h.data = h.copy.data();
+    }
+  job.snapshot = std::move(buffers);
 }
 
 SaveTimes write_and_publish(const SaveJob& job, Communicator& comm, MPI_Comm mpi_comm, const KillHook& kill) {

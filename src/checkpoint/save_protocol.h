@@ -69,8 +69,10 @@ struct SaveTimes {
 SaveJob plan_save(const Config& config, ModelState& state, int64_t step, const std::string& lineage,
                   BackgroundWorker& pruner, Communicator& world);
 
+// Copies every dataset's elements into job.snapshot, reusing `buffers` (the previous
+// snapshot's) where they fit: a fresh allocation's page faults cost several times the copy.
 // Not collective. Throws std::bad_alloc when host memory runs out.
-void take_snapshot(SaveJob& job);
+void take_snapshot(SaveJob& job, std::vector<HostElements> buffers);
 
 // write_data, flush_and_verify and publish, with the clean-up a failure needs: the .tmp is
 // removed and the error (with a note on free space when the disk filled) agreed. Collective

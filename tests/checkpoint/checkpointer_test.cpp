@@ -358,7 +358,8 @@ TEST_F(Refusal, BackgroundSaveWritesTheStateOfItsStep) {
   t.train_step(0);
   t.set_step(1);
   const std::vector<float> at_save = owned_values(t, be_);
-  Checkpointer ck(c, grid);
+  auto owner = std::make_unique<Checkpointer>(c, grid);
+  Checkpointer& ck = *owner;
   const size_t snapshot = Checkpointer::snapshot_bytes(t.state());
   EXPECT_GT(snapshot, 0u);
   const size_t before = be_.memory().current(MemoryCategory::CheckpointSnapshot);
@@ -376,12 +377,26 @@ TEST_F(Refusal, BackgroundSaveWritesTheStateOfItsStep) {
   EXPECT_GT(done->bytes, 0);
   EXPECT_FALSE(ck.save_in_progress());
   EXPECT_FALSE(ck.poll().has_value());  // nothing left to collect
-  EXPECT_EQ(be_.memory().current(MemoryCategory::CheckpointSnapshot), before);
+  // The buffers stay for the next snapshot, counted, until the checkpointer goes.
+  EXPECT_EQ(be_.memory().current(MemoryCategory::CheckpointSnapshot), before + snapshot);
 
   Trainer fresh(c, grid, be_);
   EXPECT_EQ(ck.load(fresh.state(), done->path).step, 1);
   EXPECT_EQ(owned_values(fresh, be_), at_save) << "the background save wrote a later state";
   EXPECT_EQ(fresh.state().steps_taken(), 1);
+
+  // A second background save reuses the buffers: still one snapshot counted.
+  const std::vector<float> later = owned_values(t, be_);
+  t.set_step(3);
+  ck.start_save(t.state(), t.step(), be_.memory());
+  EXPECT_EQ(be_.memory().current(MemoryCategory::CheckpointSnapshot), before + snapshot);
+  t.train_step(3);
+  const std::string second = ck.wait_for_save().value().path;
+  Trainer again(c, grid, be_);
+  EXPECT_EQ(ck.load(again.state(), second).step, 3);
+  EXPECT_EQ(owned_values(again, be_), later);
+  owner.reset();
+  EXPECT_EQ(be_.memory().current(MemoryCategory::CheckpointSnapshot), before);
 }
 
 TEST_F(Refusal, FailedBackgroundSaveIsAgreedAtCollection) {
@@ -404,7 +419,6 @@ TEST_F(Refusal, FailedBackgroundSaveIsAgreedAtCollection) {
     EXPECT_CONTAINS(e.what(), Checkpointer::file_name(1));
   }
   EXPECT_FALSE(ck.save_in_progress());
-  EXPECT_EQ(be_.memory().current(MemoryCategory::CheckpointSnapshot), 0u);
   EXPECT_FALSE(fs::exists(c.checkpoint.dir + "/" + Checkpointer::file_name(1)));
 }
 

@@ -21,7 +21,8 @@
 //      the one just written), oldest deleted first, and stale .tmp files of other steps.
 //
 // Asynchronous saves (checkpoint.async): start_save copies every rank's elements to host memory
-// (the snapshot, counted as MemoryCategory::CheckpointSnapshot) and returns; a thread of its own
+// (the snapshot, counted as MemoryCategory::CheckpointSnapshot from the first background save
+// on: its buffers are kept for the next, whose copy then faults no page in) and returns; a thread of its own
 // then runs steps 1-4 on a duplicate of the world communicator while training goes on. The
 // trainer calls poll() after every step, which collects a finished save on every rank at the
 // same step (an agreed verdict, so a failure is thrown everywhere alike); the next save, load,
@@ -85,6 +86,7 @@ struct CheckpointStats {
 };
 
 class BackgroundWorker;
+struct HostElements;
 class KillHook;
 class MpiCommunicator;
 struct SaveJob;
@@ -160,6 +162,11 @@ class Checkpointer {
   std::unique_ptr<BackgroundWorker> pruner_;  // world rank 0 deletes old checkpoints here
   std::unique_ptr<MpiCommunicator> writer_comm_;  // the background saves' (checkpoint.async)
   std::unique_ptr<Pending> pending_;              // the save running in the background
+  // The last snapshot's buffers, reused by the next; counted in *snapshot_memory_ until the
+  // Checkpointer goes.
+  std::vector<HostElements> snapshot_buffers_;
+  MemoryTracker* snapshot_memory_ = nullptr;
+  size_t snapshot_bytes_ = 0;
 };
 
 // "dp=2 tp=2 pp=2 zero=1 schedule=1f1b virtual_stages=1 micro_batch=2": the @layout attribute.
