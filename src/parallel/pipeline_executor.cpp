@@ -22,16 +22,14 @@ struct PipelineExecutor::Slot {
 };
 
 PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pipeline, int virtual_stages,
-                                   Recompute recompute, TraceWriter& trace, bool early_weights,
-                                   ChunkPlacement placement)
+                                   Recompute recompute, TraceWriter& trace, bool early_weights)
     : model_(&model),
       pp_(&pipeline),
       stages_(pipeline.size()),
       virtual_stages_(virtual_stages),
       recompute_(recompute),
       trace_(&trace),
-      early_weights_(early_weights),
-      placement_(placement) {}
+      early_weights_(early_weights) {}
 
 int PipelineExecutor::tag(int dest_chunk, int microbatch, int direction) const {
   return (dest_chunk * microbatches_ + microbatch) * 2 + direction;
@@ -56,7 +54,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
   };
   auto chunk = [&](int k) -> ModelChunk& {
     if (owner(k) != me) throw std::logic_error("pipeline: action on chunk " + std::to_string(k) + " not owned by this rank");
-    return model_->chunk(local_chunk(k, stages_, placement_));
+    return model_->chunk(k / stages_);
   };
 
   // The transfers of the step being gathered, and where each one's Work goes (null: a send's).
