@@ -129,13 +129,18 @@ def main():
         moves = re.findall(r"^rebalance at step (\d+): data-parallel shares [\d ]+ -> ([\d ]+) micro",
                            rb.stdout, re.M)
         final = [int(x) for x in moves[-1][1].split()] if moves else None
-        settled = bool(moves) and int(moves[-1][0]) <= 12  # no change in the windows ending 16, 20
+        # The slowed replica's share is settled by step 12: no later window changes it. The three
+        # equal replicas may still trade a micro-batch among themselves when a window's noise
+        # beats the 10% hysteresis (4 ranks on 2 cores, MPICH's waiting ranks spin).
+        settled = bool(moves) and any(int(step) <= 12 for step, _ in moves) and all(
+            int(share.split()[3]) == final[3] for step, share in moves if int(step) >= 12) and [
+            int(share.split()[3]) for step, share in moves if int(step) <= 12][-1] == final[3]
         ok = rb.returncode == 0 and final and final[3] == min(final) and final[3] < 4 and settled
         print("rebalance attempt %d: %s" % (attempt, moves))
         if ok:
             break
     expect(ok, "rebalance, rank 3 slowed: moves %s; expected replica 3 with the smallest share, "
-               "settled by step 12" % (moves,), rb)
+               "its share settled by step 12" % (moves,), rb)
 
     for name, sets, message in [
         ("zero2", ["parallel.zero=2", "parallel.rebalance=true"],
