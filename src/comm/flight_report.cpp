@@ -161,10 +161,15 @@ class Analysis {
 
   // Ranks whose process died: a finding each, whatever they were doing.
   void deaths(FlightReport& report) {
+    std::vector<std::pair<double, size_t>> dead;
     for (size_t r = 0; r < records_.size(); ++r)
-      if (died(r))
+      if (died(r)) {
+        dead.emplace_back(last_sign(r), r);
         report.findings.push_back(
             {last_sign(r), who(r) + " " + death_text(r) + "; " + operation_text(r), true, {who(r)}});
+      }
+    std::stable_sort(dead.begin(), dead.end());
+    for (const auto& [when, r] : dead) report.deaths.push_back(who(r));
   }
   const FlightEntry* find(size_t r, int group, bool p2p, FlightOp op, int peer, uint64_t seq) const {
     for (const FlightEntry& e : records_[r].entries)
@@ -346,15 +351,15 @@ FlightReport analyse_run_dir(const std::string& run_dir) {
 }
 
 std::string FlightReport::likely_cause() const {
-  std::vector<std::string> quiet;
+  std::vector<std::string> quiet = deaths;
   for (const FlightFinding& f : findings)
     for (const std::string& w : f.quiet_ranks)
       if (std::find(quiet.begin(), quiet.end(), w) == quiet.end()) quiet.push_back(w);
   if (quiet.empty()) return "";
   std::string out = "likely cause: ";
   for (size_t i = 0; i < quiet.size(); ++i) out += (i ? ", " : "") + quiet[i];
-  return out + " stopped communicating while the others waited for it (stalled, killed, or on "
-               "another code path)";
+  return out + " stopped communicating while the others waited for " +
+         (quiet.size() == 1 ? "it" : "them") + " (stalled, killed, or on another code path)";
 }
 
 std::string FlightReport::text() const {

@@ -253,6 +253,34 @@ TEST(FlightReport, NamesARankThatDiedInsideAnOperation) {
   }
 }
 
+TEST(FlightReport, NamesTheFirstDeathFirstWhenOneBroughtDownAnother) {
+  // As MPICH over UCX did in CI: rank 1 is killed after a pp send; rank 3, its dp partner, is
+  // aborted by its transport 9 ms later, inside the dp all_reduce. Rank 2 has long waited for a
+  // pp message from rank 3, so the finding that names rank 3 is the earliest; the cause is still
+  // rank 1, and rank 3 comes after it.
+  FlightRecord r0 = rank_record(0, 4, "n1", 1.0), r1 = rank_record(1, 4, "n2", 1.0),
+               r2 = rank_record(2, 4, "n1", 1.0), r3 = rank_record(3, 4, "n2", 1.0);
+  const int p0 = add_group(r0, "pp", 0, 2, 0), p1 = add_group(r1, "pp", 0, 2, 1);
+  const int p2 = add_group(r2, "pp", 1, 2, 0);
+  add_group(r3, "pp", 1, 2, 1);
+  const int d1 = add_group(r1, "dp", 2, 2, 0), d3 = add_group(r3, "dp", 2, 2, 1);
+  add_entry(r1, d1, FlightOp::AllReduce, -1, 1, 2.0, true);
+  add_entry(r3, d3, FlightOp::AllReduce, -1, 1, 2.0, true);
+  add_entry(r2, p2, FlightOp::Recv, 1, 1, 4.790, false);
+  add_entry(r1, p1, FlightOp::Send, 0, 1, 4.800, true);
+  add_entry(r0, p0, FlightOp::Recv, 1, 1, 4.800, true);
+  add_entry(r3, d3, FlightOp::AllReduce, -1, 2, 4.809, false);
+  r0.header.alive = r2.header.alive = 12.7;
+  r1.header.alive = 4.5;
+  r3.header.alive = 4.5;
+  const FlightReport report = analyse_flight({r0, r1, r2, r3});
+  ASSERT_EQ(report.deaths.size(), 2u) << report.text();
+  EXPECT_EQ(report.deaths[0], "rank 1 (node n2)");
+  EXPECT_EQ(report.deaths[1], "rank 3 (node n2)");
+  EXPECT_EQ(report.likely_cause().rfind("likely cause: rank 1 (node n2), rank 3 (node n2) stopped", 0), 0u)
+      << report.text();
+}
+
 TEST(FlightReport, NamesARankThatDiedRightAfterACollectiveTheOthersStillWaitedIn) {
   // dp group {0, 1}: both entered all_reduce #2; rank 1 completed it and exited, and the
   // launcher killed rank 0 before it saw #2 complete (Hydra does so within milliseconds).

@@ -26,9 +26,13 @@ struct FlightReport {
   std::vector<std::string> notes;       // records skipped, ranks without a record
   std::vector<FlightFinding> findings;  // quiet ones first, then earliest first
   std::vector<std::string> pending;     // operations still pending, when nothing diverged
+  // Ranks whose process died, earliest death first: when one death brings down others (a
+  // transport that aborts its process when a peer vanishes), the first is the cause.
+  std::vector<std::string> deaths;
   int records = 0;                      // records read
   std::string text() const;
-  // "likely cause: rank 1 (node a) stopped communicating ..." or "" when no rank went quiet.
+  // "likely cause: rank 1 (node a) stopped communicating ..." or "" when no rank went quiet; the
+  // ranks that died come first, in the order they died.
   std::string likely_cause() const;
 };
 
