@@ -1,7 +1,8 @@
 // The `pipeline` suite (mpiexec -n P, one rank per pipeline stage): the measured bubble —
-// each rank's idle fraction of the pipeline phase, averaged over ranks — of GPipe, 1F1B and
-// ZB-H1 for several micro-batch counts, next to the theory: (p - 1) / (m + p - 1) (GPipe paper,
-// arXiv 1811.06965) and ZB-H1's (p - 1) / (3m + p - 1) (arXiv 2401.10241). Stages get equal
+// each rank's idle fraction of the pipeline phase, averaged over ranks — of GPipe, 1F1B, ZB-H1
+// and ZB-V for several micro-batch counts, next to the theory: (p - 1) / (m + p - 1) (GPipe
+// paper, arXiv 1811.06965), ZB-H1's (p - 1) / (3m + p - 1) and ZB-V's bound (p - 1) / (6m + p - 1)
+// (arXiv 2401.10241; schedule_simulator.h theoretical_bubble). Stages get equal
 // work (a balanced partition of identical blocks, a small vocabulary), so the theory applies.
 // With more ranks than cores, oversubscribed cores would turn idle time of one rank into compute
 // time of another and distort the bubble: every rank then emulates a slower device (its compute
@@ -36,13 +37,16 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
                                           std::to_string(devices.cores) + " cores: compute emulated " +
                                           std::to_string(static_cast<int>(devices.factor)) + "x slower"
                                     : std::string()));
-  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1}) {
-    for (int m : {2, 4, 8}) {
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1,
+                            ScheduleKind::ZeroBubbleV}) {
+    const int v = kind == ScheduleKind::ZeroBubbleV ? 2 : 1;  // zb-v: two chunks per rank
+    for (int m : {2, 4, 8, 16}) {
       Config c = bench_deck("pipeline", GptConfig{8 * ranks / 2, 256, 8, 128, 256, true});
       c.train.micro_batch = 2;
       c.train.global_batch = 2 * m;
       c.parallel.pp = ranks;
       c.parallel.schedule = kind;
+      c.parallel.virtual_stages = v;
       check_layout(c, ranks);
       ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 600.0);
       Trainer trainer(c, grid, backend);
@@ -57,7 +61,7 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
       }
       std::sort(bubble.begin(), bubble.end());
       std::sort(ms.begin(), ms.end());
-      const double theory = theoretical_bubble(kind, ranks, m, 1);
+      const double theory = theoretical_bubble(kind, ranks, m, v);
       const double measured = bubble[bubble.size() / 2];
       report.row(std::string(schedule_name(kind)) + " m=" + std::to_string(m),
                  {static_cast<double>(ranks), static_cast<double>(m), ms[ms.size() / 2], measured,

@@ -103,6 +103,10 @@ void check_cross_fields(const std::string& path, const Config& c) {
          " needs parallel.schedule = \"interleaved\" or \"gpipe\" (" +
          std::string(schedule_name(c.parallel.schedule)) +
          " runs one chunk per rank; or set virtual_stages = 1)");
+  if (c.parallel.schedule == ScheduleKind::ZeroBubbleV && c.parallel.virtual_stages != 2)
+    fail("parallel.schedule = \"zb-v\" needs parallel.virtual_stages = 2, not " +
+         std::to_string(c.parallel.virtual_stages) +
+         " (zb-v runs exactly two chunks per rank, placed in a V; set virtual_stages = 2)");
   if (c.parallel.schedule == ScheduleKind::Interleaved && c.parallel.pp < 2)
     fail("parallel.schedule = \"interleaved\" needs parallel.pp >= 2 (with one stage use \"1f1b\")");
   if (!c.parallel.partition.empty()) {
@@ -253,6 +257,7 @@ GridShape Config::grid_shape() const {
   g.tp = parallel.tp;
   g.pp = parallel.pp;
   g.order = GridShape::parse_order(parallel.order);
+  g.head_stage = parallel.schedule == ScheduleKind::ZeroBubbleV ? HeadStage::First : HeadStage::Last;
   return g;
 }
 

@@ -335,19 +335,21 @@ const std::vector<KeySpec>& schema() {
                                   c.parallel.pp = static_cast<int>(v.value_or(1));
                                 }));
     k.push_back(choice_key("parallel", "schedule", "1f1b",
-                           {"gpipe", "1f1b", "interleaved", "zb-h1", "auto"},
+                           {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "auto"},
                            "Pipeline schedule; \"zb-h1\": 1F1B with each backward split in two "
-                           "and the weight-gradient halves filling the bubble; \"auto\": the "
-                           "strategy advisor's choice (with virtual_stages).",
+                           "and the weight-gradient halves filling the bubble; \"zb-v\": the same "
+                           "split over two chunks per rank placed in a V (needs virtual_stages = "
+                           "2); \"auto\": the strategy advisor's choice (with virtual_stages).",
                            [](Config& c, const std::string& v) {
                              c.parallel.automatic.schedule = v == "auto";
                              c.parallel.schedule = v == "gpipe"          ? ScheduleKind::GPipe
                                                    : v == "interleaved" ? ScheduleKind::Interleaved
                                                    : v == "zb-h1"       ? ScheduleKind::ZeroBubbleH1
+                                                   : v == "zb-v"        ? ScheduleKind::ZeroBubbleV
                                                                          : ScheduleKind::OneFOneB;
                            }));
     k.push_back(int_key("parallel", "virtual_stages", 1, 1, 1024,
-                        "Model chunks per pipeline rank (interleaved schedule).",
+                        "Model chunks per pipeline rank (interleaved and gpipe; zb-v: 2).",
                         [](Config& c, int64_t v) { c.parallel.virtual_stages = static_cast<int>(v); }));
     k.push_back(int_or_auto_key("parallel", "zero", "0", 0, 3,
                                 "ZeRO stage over the data-parallel group: 1 shards optimizer "

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "meshtrain/tensor/philox.h"
 
@@ -40,10 +41,16 @@ int32_t choose_token(const std::vector<double>& logits, const SamplingOptions& o
   return order[k - 1];  // u rounded up to the sum
 }
 
-Generator::Generator(GptModel& model, Communicator* pipeline) : model_(&model), pipeline_(pipeline) {
+Generator::Generator(GptModel& model, Communicator* pipeline, std::vector<int> chunk_owners)
+    : model_(&model), pipeline_(pipeline), owners_(std::move(chunk_owners)) {
   const GptConfig& cfg = model.config();
   const int stages = pipeline ? pipeline->size() : 1;
   chunks_ = stages * model.chunks();
+  if (owners_.empty())
+    for (int k = 0; k < chunks_; ++k) owners_.push_back(k % stages);
+  if (static_cast<int>(owners_.size()) != chunks_)
+    throw std::invalid_argument("generation: " + std::to_string(owners_.size()) +
+                                " chunk owners for " + std::to_string(chunks_) + " chunks");
   int layers = 0;
   for (int v = 0; v < model.chunks(); ++v) layers += model.chunk(v).block_count();
   const bool whole = model.chunks() == 1 && model.chunk(0).embedding() && model.chunk(0).head() &&
@@ -102,39 +109,39 @@ std::vector<double> Generator::gather_logits(const Tensor& local) {
   return out;
 }
 
-// Model chunk k (of stages x virtual chunks, in model order) lives on stage k % stages as its
-// local chunk k / stages (model/partition.h). The token's activation (1, C) goes from chunk to
+// Model chunk k (of stages x virtual chunks, in model order) lives on stage owners_[k] as its
+// local chunk: its index among that stage's chunks in model order. The token's activation (1, C) goes from chunk to
 // chunk, point to point where the next chunk is on another stage; the last chunk's stage
 // broadcasts the logits over the pipeline group, so every rank chooses the same token.
 std::vector<double> Generator::run_position(int32_t token) {
   Backend& be = model_->backend();
   const int stages = pipeline_ ? pipeline_->size() : 1;
   const int stage = pipeline_ ? pipeline_->rank() : 0;
-  const auto mine = [&](int k) { return k % stages == stage; };
+  const auto mine = [&](int k) { return owners_[static_cast<size_t>(k)] == stage; };
   const int64_t C = model_->config().d_model, V = model_->config().vocab_size;
   Tensor x;
   std::vector<double> logits;
-  for (int k = 0; k < chunks_; ++k) {
+  for (int k = 0, local = 0; k < chunks_; ++k) {
     if (!mine(k)) continue;
-    ModelChunk& chunk = model_->chunk(k / stages);
+    ModelChunk& chunk = model_->chunk(local++);
     if (chunk.embedding()) {
       Tensor tok = be.empty({1}, DType::I32, MemoryCategory::Workspace);
       be.copy_from_host(tok, &token);
       x = chunk.embedding()->forward_at(tok, length_);
     } else if (!mine(k - 1)) {
       x = be.empty({1, C}, model_->dtype(), MemoryCategory::Workspace);
-      pipeline_->recv(x, (k - 1) % stages, kTagBase + k).wait();
+      pipeline_->recv(x, owners_[static_cast<size_t>(k - 1)], kTagBase + k).wait();
     }
     for (int i = 0; i < chunk.block_count(); ++i) {
       const size_t l = static_cast<size_t>(chunk.range().first_layer + i);
       x = chunk.block(i).decode(x, k_cache_[l], v_cache_[l], length_);
     }
     if (chunk.head()) logits = gather_logits(chunk.head()->logits(x));
-    else if (!mine(k + 1)) pipeline_->send(x, (k + 1) % stages, kTagBase + k + 1).wait();
+    else if (!mine(k + 1)) pipeline_->send(x, owners_[static_cast<size_t>(k + 1)], kTagBase + k + 1).wait();
   }
   if (stages > 1) {
     Tensor all = be.empty({V}, DType::F64, MemoryCategory::Workspace);
-    const int root = (chunks_ - 1) % stages;
+    const int root = owners_.back();
     if (stage == root) be.copy_from_host(all, logits.data());
     pipeline_->broadcast(all, root).wait();
     logits.resize(static_cast<size_t>(V));

@@ -22,14 +22,16 @@ struct PipelineExecutor::Slot {
 };
 
 PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pipeline, int virtual_stages,
-                                   Recompute recompute, TraceWriter& trace, bool early_weights)
+                                   Recompute recompute, TraceWriter& trace, bool early_weights,
+                                   ChunkPlacement placement)
     : model_(&model),
       pp_(&pipeline),
       stages_(pipeline.size()),
       virtual_stages_(virtual_stages),
       recompute_(recompute),
       trace_(&trace),
-      early_weights_(early_weights) {}
+      early_weights_(early_weights),
+      placement_(placement) {}
 
 int PipelineExecutor::tag(int dest_chunk, int microbatch, int direction) const {
   return (dest_chunk * microbatches_ + microbatch) * 2 + direction;
@@ -54,7 +56,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
   };
   auto chunk = [&](int k) -> ModelChunk& {
     if (owner(k) != me) throw std::logic_error("pipeline: action on chunk " + std::to_string(k) + " not owned by this rank");
-    return model_->chunk(k / stages_);
+    return model_->chunk(local_chunk(k, stages_, placement_));
   };
 
   // The transfers of the step being gathered, and where each one's Work goes (null: a send's).

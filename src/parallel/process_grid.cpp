@@ -51,7 +51,9 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
   }
 
   // Tied-embedding group: first and last stage of the same (dp, tp); others get a lone group.
-  const bool on_end = shape_.pp > 1 && (is_first_stage() || is_last_stage());
+  // Under zb-v the head shares the first stage with the embedding: every group is a lone one.
+  const bool on_end = shape_.pp > 1 && shape_.head_stage == HeadStage::Last &&
+                      (is_first_stage() || is_last_stage());
   std::array<int, 3> c = coords_;
   c[axis_index(Axis::Pipeline)] = 0;
   MPI_Comm emb;
@@ -126,7 +128,8 @@ ProcessGrid ProcessGrid::planned(const GridShape& shape, int world_rank) {
   for (Axis a : {Axis::Data, Axis::Tensor, Axis::Pipeline})
     g.axis_comms_[axis_index(a)] =
         std::make_unique<MetaCommunicator>(std::string(axis_name(a)), g.rank(a), shape.size(a));
-  const bool on_end = shape.pp > 1 && (g.is_first_stage() || g.is_last_stage());
+  const bool on_end = shape.pp > 1 && shape.head_stage == HeadStage::Last &&
+                      (g.is_first_stage() || g.is_last_stage());
   g.embedding_ = std::make_unique<MetaCommunicator>("embedding", g.is_first_stage() ? 0 : 1,
                                                     on_end ? 2 : 1);
   return g;

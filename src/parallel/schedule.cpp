@@ -91,6 +91,7 @@ std::string_view schedule_name(ScheduleKind kind) {
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::Interleaved: return "interleaved";
     case ScheduleKind::ZeroBubbleH1: return "zb-h1";
+    case ScheduleKind::ZeroBubbleV: return "zb-v";
   }
   return "?";
 }
@@ -111,6 +112,22 @@ int chunk_owner(int chunk, int stages, ChunkPlacement placement) {
                     : ")"));
   if (placement == ChunkPlacement::Looped) return chunk % stages;
   return chunk < stages ? chunk : chunks - 1 - chunk;
+}
+
+ChunkPlacement schedule_placement(ScheduleKind kind) {
+  return kind == ScheduleKind::ZeroBubbleV ? ChunkPlacement::V : ChunkPlacement::Looped;
+}
+
+std::vector<int> rank_chunks(int rank, int stages, int virtual_stages, ChunkPlacement placement) {
+  std::vector<int> mine;
+  for (int k = 0; k < stages * virtual_stages; ++k)
+    if (chunk_owner(k, stages, placement) == rank) mine.push_back(k);
+  return mine;
+}
+
+int local_chunk(int chunk, int stages, ChunkPlacement placement) {
+  if (placement == ChunkPlacement::V) return chunk < stages ? 0 : 1;
+  return chunk / stages;
 }
 
 // Backwards run in ascending microbatch order, like every other schedule here. The makespan is
@@ -237,6 +254,12 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virt
                                     std::to_string(virtual_stages) +
                                     " is not supported (zb-h1 runs one chunk per rank)");
       return make_zb_h1(stages, microbatches);
+    case ScheduleKind::ZeroBubbleV:
+      if (virtual_stages != 2)
+        throw std::invalid_argument("zb-v schedule: virtual_stages = " +
+                                    std::to_string(virtual_stages) +
+                                    " is not supported (zb-v runs exactly two chunks per rank)");
+      return make_zb_v(stages, microbatches);
   }
   throw std::invalid_argument("unknown schedule kind");
 }
@@ -398,13 +421,16 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
   return out;
 }
 
-Schedule make_forward_only(int stages, int microbatches, int virtual_stages) {
+Schedule make_forward_only(int stages, int microbatches, int virtual_stages,
+                           ChunkPlacement placement) {
   check_sizes("forward-only", stages, microbatches, virtual_stages);
   Schedule compute(stages);
-  for (int r = 0; r < stages; ++r)
+  for (int r = 0; r < stages; ++r) {
+    const std::vector<int> chunks = rank_chunks(r, stages, virtual_stages, placement);
     for (int m = 0; m < microbatches; ++m)
-      for (int v = 0; v < virtual_stages; ++v) compute[r].push_back({v * stages + r, Op::Forward, m});
-  return insert_communication(compute, stages, virtual_stages);
+      for (int k : chunks) compute[r].push_back({k, Op::Forward, m});
+  }
+  return insert_communication(compute, stages, virtual_stages, placement);
 }
 
 std::string format_schedule(const Schedule& schedule, const std::vector<ActionPosition>& marked) {

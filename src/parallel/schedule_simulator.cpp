@@ -583,6 +583,7 @@ double theoretical_bubble(ScheduleKind kind, int stages, int microbatches, int v
   if (kind == ScheduleKind::GPipe && virtual_stages > 1)
     return 1.0 - v * m / ((v - 1) * std::max(m, p) + m + p - 1);
   if (kind == ScheduleKind::ZeroBubbleH1) return 1.0 - 3 * m / std::max(3 * m + p - 1, 2 * (m + p - 1) + 1);
+  if (kind == ScheduleKind::ZeroBubbleV) return 1.0 - 6 * m / std::max(6 * m + p - 1, m + 4 * p);
   return (p - 1) / (v * m + p - 1);
 }
 

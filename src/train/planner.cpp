@@ -99,7 +99,7 @@ std::vector<Config> enumerate_layouts(const Config& base, int world_size) {
       const int dp = world_size / (tp * pp);
       for (int mb = 1; mb <= base.train.global_batch; mb *= 2) {
         for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
-                                  ScheduleKind::ZeroBubbleH1}) {
+                                  ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleV}) {
           if (pp == 1 && kind != ScheduleKind::OneFOneB) continue;  // one stage: no schedule to choose
           for (int zero = 0; zero <= 3; ++zero)
             for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
@@ -108,7 +108,8 @@ std::vector<Config> enumerate_layouts(const Config& base, int world_size) {
               c.parallel.tp = tp;
               c.parallel.pp = pp;
               c.parallel.schedule = kind;
-              c.parallel.virtual_stages = kind == ScheduleKind::Interleaved ? 2 : 1;
+              c.parallel.virtual_stages =
+                  kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZeroBubbleV ? 2 : 1;
               c.parallel.zero = zero;
               c.parallel.recompute = rc;
               c.parallel.sequence_parallel = tp > 1;

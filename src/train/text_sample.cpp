@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "meshtrain/config/deck_error.h"
+#include "meshtrain/parallel/schedule.h"
 
 namespace meshtrain {
 
@@ -58,11 +59,14 @@ PeriodicSample::PeriodicSample(const Config& config, bool leader)
     return;
   }
   tokenizer_ = open_tokenizer(config.data.tokenizer);
+  const ParallelOptions& p = config.parallel;
+  for (int k = 0; k < p.pp * p.virtual_stages; ++k)
+    owners_.push_back(chunk_owner(k, p.pp, schedule_placement(p.schedule)));
 }
 
 void PeriodicSample::after_step(int step, GptModel& model, Communicator& pipeline) {
   if (every_ <= 0 || step % every_ != 0) return;
-  Generator generator(model, &pipeline);
+  Generator generator(model, &pipeline, owners_);
   const std::vector<int32_t> start = {start_token(*tokenizer_, model.config().vocab_size)};
   const std::vector<int32_t> out = generator.generate(start, kSampleTokens, SamplingOptions{});
   if (!leader_) return;

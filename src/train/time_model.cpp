@@ -204,8 +204,10 @@ SimulationResult simulate_cached(ScheduleKind kind, int pp, int v, int m, const 
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
-  const Schedule schedule = insert_communication(make_schedule(kind, pp, m, v), pp, v);
-  SimulationResult result = simulate(schedule, pp, v, m, costs, comm);
+  const ChunkPlacement placement = schedule_placement(kind);
+  const Schedule schedule = insert_communication(make_schedule(kind, pp, m, v), pp, v, placement);
+  SimulationResult result =
+      simulate(schedule, pp, v, m, costs, comm, Passes::ForwardAndBackward, placement);
   std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() > 4096) cache.clear();
   cache.emplace(std::move(key), result);
@@ -319,7 +321,7 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
     StageTime st;
     st.pp_rank = stage;
     double stage_params = 0, forward_mb = 0, backward_mb = 0;
-    for (int k = stage; k < chunks; k += par.pp) {
+    for (int k : rank_chunks(stage, par.pp, par.virtual_stages, schedule_placement(par.schedule))) {
       stage_params += parameters[static_cast<size_t>(k)];
       forward_mb += forward[static_cast<size_t>(k)].total();
       backward_mb += backward[static_cast<size_t>(k)].total();

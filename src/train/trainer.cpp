@@ -29,9 +29,12 @@ namespace meshtrain {
 
 namespace {
 
-std::vector<ChunkRange> my_chunks(const std::vector<ChunkRange>& all, int stages, int rank) {
+// This rank's chunks in model order, where the schedule places them (schedule.h rank_chunks).
+std::vector<ChunkRange> my_chunks(const std::vector<ChunkRange>& all, const ParallelOptions& p,
+                                  int rank) {
   std::vector<ChunkRange> mine;
-  for (size_t k = rank; k < all.size(); k += stages) mine.push_back(all[k]);
+  for (int k : rank_chunks(rank, p.pp, p.virtual_stages, schedule_placement(p.schedule)))
+    mine.push_back(all[static_cast<size_t>(k)]);
   return mine;
 }
 
@@ -56,7 +59,7 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   const TensorParallel tp{&grid.comm(Axis::Tensor),
                           p.sequence_parallel ? SequenceParallel::On : SequenceParallel::Off};
   model_ = std::make_unique<GptModel>(backend, tp, config.model,
-                                      my_chunks(partition_, p.pp, grid.rank(Axis::Pipeline)),
+                                      my_chunks(partition_, p, grid.rank(Axis::Pipeline)),
                                       config.train.precision);
 
   ModelStateOptions so;
@@ -96,7 +99,7 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   const bool early_weights = p.zero < 2 || grid.size(Axis::Data) == 1;
   executor_ = std::make_unique<PipelineExecutor>(*model_, grid.comm(Axis::Pipeline),
                                                  p.virtual_stages, p.recompute, trace_,
-                                                 early_weights);
+                                                 early_weights, schedule_placement(p.schedule));
   // The loss stays on the device until the step (or evaluation) has queued all its work and is
   // read once then: the executor's own per-micro-batch sum is not used.
   model_->loss().set_readout(LossReadout::PerStep);
@@ -121,8 +124,10 @@ void Trainer::set_shares(const std::vector<int>& shares) {
   const int M = data_->microbatches();
   state_->set_microbatches(M);
   const Schedule compute = make_schedule(p.schedule, p.pp, M, p.virtual_stages);
-  train_actions_ = insert_communication(compute, p.pp, p.virtual_stages)[grid_.rank(Axis::Pipeline)];
-  eval_actions_ = make_forward_only(p.pp, M, p.virtual_stages)[grid_.rank(Axis::Pipeline)];
+  const ChunkPlacement placement = schedule_placement(p.schedule);
+  train_actions_ =
+      insert_communication(compute, p.pp, p.virtual_stages, placement)[grid_.rank(Axis::Pipeline)];
+  eval_actions_ = make_forward_only(p.pp, M, p.virtual_stages, placement)[grid_.rank(Axis::Pipeline)];
 }
 
 double Trainer::world_sum(double local) { return grid_.world().all_reduce_scalar(local); }

@@ -9,6 +9,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "meshtrain/parallel/schedule.h"
 #include "meshtrain/parallel/slowdown.h"
 
 namespace meshtrain {
@@ -149,8 +150,14 @@ WorkPlan plan_work(const Config& c, ProcessGrid& grid, Backend& backend) {
     plan.partition = explicit_partition(p.partition);
   else if (plan.rank_speeds.empty() || p.pp == 1)
     plan.partition = balanced_partition(c.model, chunks);
-  else
-    plan.partition = balanced_partition(c.model, chunks, axis_speeds(shape, speeds, Axis::Pipeline));
+  else {
+    // One speed per chunk: its stage's, where the schedule places it (zb-v: a V).
+    const std::vector<double> stage_speed = axis_speeds(shape, speeds, Axis::Pipeline);
+    std::vector<double> chunk_speed;
+    for (int k = 0; k < chunks; ++k)
+      chunk_speed.push_back(stage_speed[static_cast<size_t>(chunk_owner(k, p.pp, schedule_placement(p.schedule)))]);
+    plan.partition = balanced_partition(c.model, chunks, chunk_speed);
+  }
   return plan;
 }
 

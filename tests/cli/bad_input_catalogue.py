@@ -150,6 +150,14 @@ CATALOGUE = [
         train("parallel.pp=2", "parallel.schedule=\"zb-h1\"", "parallel.virtual_stages=2"), 1,
         ["parallel.virtual_stages = 2 needs parallel.schedule = \"interleaved\" or \"gpipe\"",
          "zb-h1 runs one chunk per rank"]),
+    row("deck", "zb-v virtual stages", 2,
+        train("parallel.pp=2", "parallel.schedule=\"zb-v\""), 1,
+        ["parallel.schedule = \"zb-v\" needs parallel.virtual_stages = 2, not 1",
+         "zb-v runs exactly two chunks per rank"]),
+    row("deck", "zb-v layers", 2,
+        train("parallel.pp=2", "parallel.schedule=\"zb-v\"", "parallel.virtual_stages=2",
+              "model.layers=3"), 1,
+        ["model.layers = 3 is fewer than parallel.pp x virtual_stages = 2 x 2"]),
     row("deck", "unknown key", 2, train("train.lr_max=1"), 1,
         ["--set train.lr_max=1: unknown key train.lr_max (did you mean train.lr?)"]),
     row("deck", "unknown section", 1, train("trian.steps=3"), 1,
@@ -198,7 +206,7 @@ CATALOGUE = [
          'RANK:FACTOR[,RANK:FACTOR...]'], env={"MESHTRAIN_SLOWDOWN": "1:fast"}, absent=["| loss "]),
     row("deck", "bad choice", 1, train("parallel.schedule=\"zigzag\""), 1,
         ["parallel.schedule = \"zigzag\" is not a known value (expected one of \"gpipe\", "
-         "\"1f1b\", \"interleaved\", \"zb-h1\", \"auto\")"]),
+         "\"1f1b\", \"interleaved\", \"zb-h1\", \"zb-v\", \"auto\")"]),
     row("deck", "run.name dot-dot", 2, train("run.name=\"..\""), 1,
         ["run.name = \"..\" is not valid (expected letters, digits, '.', '_', '-'; not \".\" and "
          "without \"..\")"]),

@@ -12,7 +12,7 @@
 //    with temperature and top-k, as the whole model on one rank; logits within 1e-12 (fp64).
 //  - SequenceParallelMatchesOneRank (2 ranks): the same with sequence parallelism on.
 //  - PipelineMatchesOneRank (2 ranks): two stages pass each token along; the same logits and
-//    tokens as one rank.
+//    tokens as one rank. VPlacedPipelineMatchesOneRank: the same over four chunks in zb-v's V.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -44,20 +44,24 @@ struct Model {
   std::unique_ptr<GptModel> model;
 
   // stages > 1: this rank's stage (its rank in MPI_COMM_WORLD) of a pipeline over the world.
+  // Placement::V: 2 x stages chunks in zb-v's V, rank r holding chunks r and 2 stages - 1 - r.
+  enum class Placement { Looped, V };
   Model(MPI_Comm comm, DType dtype, SequenceParallel sequence = SequenceParallel::Off,
-        int stages = 1)
+        int stages = 1, int layers = 2, Placement placement = Placement::Looped)
       : tp_comm(comm, "tp") {
-    cfg.layers = 2;
+    cfg.layers = layers;
     cfg.d_model = 32;
     cfg.heads = 4;
     cfg.seq_len = 16;
     cfg.vocab_size = 64;
     const TensorParallel tp{&tp_comm, sequence};
-    std::vector<ChunkRange> ranges = balanced_partition(cfg, stages);
+    const bool v = placement == Placement::V;
+    std::vector<ChunkRange> ranges = balanced_partition(cfg, v ? 2 * stages : stages);
     if (stages > 1) {
       int rank = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-      ranges = {ranges[static_cast<size_t>(rank)]};
+      const size_t r = static_cast<size_t>(rank), last = static_cast<size_t>(2 * stages - 1);
+      ranges = v ? std::vector<ChunkRange>{ranges[r], ranges[last - r]} : std::vector<ChunkRange>{ranges[r]};
     }
     model = std::make_unique<GptModel>(be, tp, cfg, ranges, dtype);
     model->params().materialize(be, dtype);
@@ -225,6 +229,25 @@ TEST(Generator, PipelineMatchesOneRank) {
   const std::vector<int32_t> tokens = text_tokens(20, static_cast<int>(whole.cfg.vocab_size));
   double worst = 0;
   for (int32_t t : tokens) {  // past seq_len = 16: the window slides on both
+    const std::vector<double> a = one.step(t), b = two.step(t);
+    worst = std::max(worst, max_relative(b.data(), a.data(), static_cast<int64_t>(a.size())));
+  }
+  EXPECT_LT(worst, 1e-12);
+  const SamplingOptions opt{0.8, 10, 7};
+  EXPECT_EQ(one.generate({1, 2, 3}, 30, opt), two.generate({1, 2, 3}, 30, opt));
+}
+
+// The V placement of zb-v: chunks 0 1 2 3 on stages 0 1 1 0, so stage 1 hands chunk 1's output
+// to chunk 2 itself and stage 0 holds both the embedding and the head.
+TEST(Generator, VPlacedPipelineMatchesOneRank) {
+  if (world_size() != 2) GTEST_SKIP() << "needs 2 ranks (pp = 2), have " << world_size();
+  Model whole(MPI_COMM_SELF, DType::F64, SequenceParallel::Off, 1, 4);
+  Model stage(MPI_COMM_SELF, DType::F64, SequenceParallel::Off, 2, 4, Model::Placement::V);
+  MpiCommunicator pipeline(MPI_COMM_WORLD, "pp");
+  Generator one(*whole.model), two(*stage.model, &pipeline, {0, 1, 1, 0});
+  const std::vector<int32_t> tokens = text_tokens(20, static_cast<int>(whole.cfg.vocab_size));
+  double worst = 0;
+  for (int32_t t : tokens) {
     const std::vector<double> a = one.step(t), b = two.step(t);
     worst = std::max(worst, max_relative(b.data(), a.data(), static_cast<int64_t>(a.size())));
   }

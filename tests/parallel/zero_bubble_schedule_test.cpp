@@ -31,6 +31,7 @@ TEST(ZeroBubbleActions, PrintAndParse) {
   EXPECT_FALSE(is_input_gradient(Op::BackwardWeight));
   EXPECT_FALSE(is_communication(Op::BackwardWeight));
   EXPECT_EQ(schedule_name(ScheduleKind::ZeroBubbleH1), "zb-h1");
+  EXPECT_EQ(schedule_name(ScheduleKind::ZeroBubbleV), "zb-v");
 }
 
 // A split backward must have both halves, W after I, and no whole B beside them.
@@ -125,6 +126,59 @@ TEST(ZeroBubbleSchedules, RefusesVirtualStages) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("zb-h1 schedule: virtual_stages = 2"), std::string::npos);
   }
+}
+
+// zb-v as the runtime takes it (make_schedule, schedule_placement): exactly two chunks per rank,
+// in the V placement; anything else is refused by name.
+TEST(ZeroBubbleSchedules, ZbVThroughMakeSchedule) {
+  EXPECT_EQ(schedule_placement(ScheduleKind::ZeroBubbleV), ChunkPlacement::V);
+  EXPECT_EQ(schedule_placement(ScheduleKind::ZeroBubbleH1), ChunkPlacement::Looped);
+  EXPECT_EQ(make_schedule(ScheduleKind::ZeroBubbleV, 4, 8, 2), make_zb_v(4, 8));
+  for (int v : {1, 3}) {
+    try {
+      make_schedule(ScheduleKind::ZeroBubbleV, 4, 8, v);
+      FAIL() << "accepted virtual_stages = " << v;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("zb-v schedule: virtual_stages = " + std::to_string(v)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // The bound of schedule.h, which make_zb_v meets at m = p and m >= p + 4.
+  EXPECT_NEAR(theoretical_bubble(ScheduleKind::ZeroBubbleV, 2, 8, 2), 1.0 / 49, 1e-12);
+  EXPECT_NEAR(theoretical_bubble(ScheduleKind::ZeroBubbleV, 4, 16, 2), 3.0 / 99, 1e-12);
+  const SimulationResult r = simulate(insert_communication(make_zb_v(4, 16), 4, 2, ChunkPlacement::V),
+                                      4, 2, 16, {}, CommModel::Mpi, Passes::ForwardAndBackward,
+                                      ChunkPlacement::V);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_NEAR(r.bubble_fraction, theoretical_bubble(ScheduleKind::ZeroBubbleV, 4, 16, 2), 1e-9);
+}
+
+// Each rank's chunks in model order, and a chunk's index among them (the model's chunk list).
+TEST(ChunkPlacement, RankChunksAndLocalIndex) {
+  EXPECT_EQ(rank_chunks(0, 4, 2, ChunkPlacement::V), (std::vector<int>{0, 7}));
+  EXPECT_EQ(rank_chunks(3, 4, 2, ChunkPlacement::V), (std::vector<int>{3, 4}));
+  EXPECT_EQ(rank_chunks(1, 4, 2, ChunkPlacement::Looped), (std::vector<int>{1, 5}));
+  for (ChunkPlacement placement : {ChunkPlacement::Looped, ChunkPlacement::V})
+    for (int p = 1; p <= 4; ++p)
+      for (int r = 0; r < p; ++r) {
+        const std::vector<int> mine = rank_chunks(r, p, 2, placement);
+        for (size_t i = 0; i < mine.size(); ++i) {
+          EXPECT_EQ(chunk_owner(mine[i], p, placement), r);
+          EXPECT_EQ(local_chunk(mine[i], p, placement), static_cast<int>(i));
+        }
+      }
+}
+
+// Evaluation under V: every chunk's forward, complete and deadlock-free.
+TEST(ChunkPlacement, ForwardOnlyUnderV) {
+  for (int p = 1; p <= 4; ++p)
+    for (int m : {1, 3, 8}) {
+      const Schedule s = make_forward_only(p, m, 2, ChunkPlacement::V);
+      const SimulationResult r = simulate(s, p, 2, m, {}, CommModel::Nccl, Passes::ForwardOnly,
+                                          ChunkPlacement::V);
+      EXPECT_TRUE(r.ok) << "p=" << p << " m=" << m << ": " << r.error;
+    }
 }
 
 // The V placement: rank r holds chunks r and 2p - 1 - r.

@@ -87,6 +87,7 @@ std::vector<Config> grid_for(const Config& base) {
     c.parallel.tp = tp;
     c.parallel.pp = pp;
     c.parallel.schedule = s;
+    c.parallel.virtual_stages = s == ScheduleKind::ZeroBubbleV ? 2 : 1;  // zb-v: two chunks per rank
     c.parallel.zero = zero;
     c.parallel.recompute = rc;
     c.parallel.sequence_parallel = sp;
@@ -106,6 +107,10 @@ std::vector<Config> grid_for(const Config& base) {
       add(1, 2, 1, S::OneFOneB, 0, R::Selective, true, 2);
       add(1, 1, 2, S::GPipe, 0, R::None, false, 1);
       add(1, 1, 2, S::OneFOneB, 1, R::Full, false, 2);
+      // zb-v's V: both chunks of rank 0 hold the embedding and the head. (Not yet at dp 2 x
+      // pp 2, ZeRO-1: there a weight gradient run early while a transfer is awaited can lift
+      // the workspace peak above the dry run's by more than the send slack, depending on timing.)
+      add(1, 1, 2, S::ZeroBubbleV, 0, R::None, false, 1);
       break;
     case 4:
       add(2, 2, 1, S::OneFOneB, 3, R::None, true, 2);

@@ -46,7 +46,10 @@ class Generator {
  public:
   // Throws std::invalid_argument naming what is unsupported (see the layouts above).
   // pipeline: the pipeline group, when the model is split over stages (null: it is not).
-  explicit Generator(GptModel& model, Communicator* pipeline = nullptr);
+  // chunk_owners: the stage of each model chunk over all stages, in model order (the schedule's
+  // placement, parallel/schedule.h rank_chunks); empty: looped, chunk k on stage k % stages.
+  explicit Generator(GptModel& model, Communicator* pipeline = nullptr,
+                     std::vector<int> chunk_owners = {});
 
   // Forgets the context.
   void reset();
@@ -76,6 +79,7 @@ class Generator {
   GptModel* model_;
   Communicator* pipeline_;
   int chunks_ = 1;                         // model chunks over all stages
+  std::vector<int> owners_;                // stage of each chunk, in model order
   std::vector<Tensor> k_cache_, v_cache_;  // per global layer, this rank's: (NH / tp, seq_len, HS)
   std::vector<int32_t> context_;           // the tokens in the cache, in order
   int64_t length_ = 0;

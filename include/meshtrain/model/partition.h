@@ -1,7 +1,8 @@
 #pragma once
 // Which layers each model chunk owns. With pp stages and v virtual stages there are pp * v
-// chunks, in model order; chunk k lives on pipeline stage k % pp as its virtual chunk k / pp
-// (Megatron's interleaved layout). The first chunk also holds the embeddings, the last the
+// chunks, in model order; which stage holds which chunk is the schedule's placement
+// (parallel/schedule.h chunk_owner: k % pp, Megatron's interleaved layout, or zb-v's V), not this
+// file's concern. The first chunk also holds the embeddings, the last the
 // final LayerNorm, LM head and loss. By default the split balances an estimate of each
 // chunk's training cost; a deck can give the layer counts instead.
 
@@ -26,8 +27,9 @@ double head_cost(const GptConfig& cfg);
 double embedding_cost(const GptConfig& cfg);
 
 // Contiguous ranges of at least one layer each, minimising the most expensive chunk. With
-// `stage_speeds` (one per pipeline stage; chunk k runs on stage k % stages), a chunk's cost is
-// divided by its stage's speed: a slower stage gets fewer layers.
+// `stage_speeds` (one per chunk, or one per pipeline stage with chunk k on stage k % stages: the
+// looped placement), a chunk's cost is divided by its stage's speed: a slower stage gets fewer
+// layers.
 std::vector<ChunkRange> balanced_partition(const GptConfig& cfg, int chunks,
                                            const std::vector<double>& stage_speeds = {});
 // Ranges from explicit layer counts (validated by the caller: positive, summing to layers).

@@ -19,9 +19,15 @@ inline int axis_index(Axis a) {
   return i;
 }
 
+// The pipeline stage of the LM head: the last (the looped chunk placement of every schedule but
+// zb-v), or the first, beside the embedding (zb-v's V placement: parallel/schedule.h). Only with
+// the head on the last stage does a tied embedding need an "embedding" group (process_grid.h).
+enum class HeadStage { Last, First };
+
 struct GridShape {
   int dp = 1, tp = 1, pp = 1;
   std::array<Axis, 3> order = {Axis::Tensor, Axis::Data, Axis::Pipeline};  // fastest first
+  HeadStage head_stage = HeadStage::Last;
 
   int size(Axis a) const;
   int world_size() const { return dp * tp * pp; }

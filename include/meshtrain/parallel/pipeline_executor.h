@@ -30,8 +30,11 @@ class PipelineExecutor {
   // early_weights: whether a weight gradient may run before its place in the list while a
   // transfer is awaited. Only where its hooks start no collective whose order must match other
   // ranks' (the caller knows: ZeRO 2 and 3 reduce over the data-parallel group in them).
+  // placement: where the chunks live (schedule.h; the schedule's schedule_placement); the
+  // model's chunks are this rank's rank_chunks in model order.
   PipelineExecutor(GptModel& model, Communicator& pipeline, int virtual_stages, Recompute recompute,
-                   TraceWriter& trace, bool early_weights = false);
+                   TraceWriter& trace, bool early_weights = false,
+                   ChunkPlacement placement = ChunkPlacement::Looped);
 
   // Runs `actions` over `microbatches` (indexed by micro-batch). Returns the loss summed over the
   // micro-batches whose head ran on this rank (0 on other stages) when the model reads its loss
@@ -43,7 +46,7 @@ class PipelineExecutor {
 
  private:
   struct Slot;
-  int owner(int chunk) const { return chunk % stages_; }
+  int owner(int chunk) const { return chunk_owner(chunk, stages_, placement_); }
   int tag(int dest_chunk, int microbatch, int direction) const;
 
   GptModel* model_;
@@ -52,6 +55,7 @@ class PipelineExecutor {
   Recompute recompute_;
   TraceWriter* trace_;
   bool early_weights_;
+  ChunkPlacement placement_;
   PipelineStats stats_;
   int microbatches_ = 0;
 };

@@ -11,7 +11,8 @@
 //   pp:    0 0 0 0 1 1 1 1     pipeline groups {0,4} {1,5} {2,6} {3,7}
 // Each group is an MPI_Comm_split of the world: same coordinates on the other two axes.
 // The "embedding" group joins the first and last pipeline stage of each (dp, tp) pair, so the
-// two copies of tied token embeddings can sum their gradients.
+// two copies of tied token embeddings can sum their gradients; under zb-v (GridShape::head_stage
+// First) the head sits beside the embedding on the first stage and every such group is a lone one.
 
 #include <mpi.h>
 

@@ -6,8 +6,8 @@
 // them deadlock-free and to measure the bubble.
 //
 // Layout: with pp ranks and v virtual stages there are pp * v model chunks, placed on ranks by a
-// ChunkPlacement (below). The looped placement is model/partition.h's and every ScheduleKind's;
-// the V placement is ZB-V's (make_zb_v), which only the schedule layer knows so far.
+// ChunkPlacement (below). The looped placement is every ScheduleKind's but zb-v's; the V
+// placement is zb-v's (make_zb_v). schedule_placement names a kind's.
 //
 // Execution semantics. Sends and receives are issued in *transfer steps*: a run of consecutive
 // communication actions in a rank's list is one step, issued together (one MPI post of every
@@ -87,6 +87,12 @@ std::string_view placement_name(ChunkPlacement placement);  // "looped", "v"
 // The rank of `chunk`. Throws std::invalid_argument for stages below 1, a negative chunk, or
 // under V a chunk outside [0, 2 * stages).
 int chunk_owner(int chunk, int stages, ChunkPlacement placement);
+// The placement a schedule runs its chunks in: V for zb-v, looped for every other kind.
+ChunkPlacement schedule_placement(ScheduleKind kind);
+// The chunks `rank` holds, in model order (its model's chunk list: model/gpt.h), and a chunk's
+// index in that list on its owner. Looped: r, r + pp, ...; V: r and 2 pp - 1 - r.
+std::vector<int> rank_chunks(int rank, int stages, int virtual_stages, ChunkPlacement placement);
+int local_chunk(int chunk, int stages, ChunkPlacement placement);
 
 
 // Compute-only schedules. All throw std::invalid_argument for stages, microbatches or
@@ -133,7 +139,8 @@ Schedule make_zb_h1(int stages, int microbatches);
 // (pp - 1) / (3m + pp - 1) with the start-up cost halved: the first input reaches the last rank
 // after pp - 1 half-stage forwards instead of full ones.
 Schedule make_zb_v(int stages, int microbatches);
-// Dispatch. OneFOneB refuses virtual_stages > 1 (pointing to interleaved); GPipe accepts it.
+// Dispatch. OneFOneB and ZeroBubbleH1 refuse virtual_stages > 1 (pointing to interleaved);
+// ZeroBubbleV needs virtual_stages = 2 and the V placement; GPipe accepts any.
 Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virtual_stages);
 
 // Adds the sends and receives a compute-only schedule needs, grouped into transfer steps that
@@ -168,8 +175,9 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
                               ChunkPlacement placement = ChunkPlacement::Looped);
 
 // Forward-only actions for evaluation, with their communication: each rank runs its chunks
-// micro-batch by micro-batch (microbatch-major, then its chunks in model order).
-Schedule make_forward_only(int stages, int microbatches, int virtual_stages);
+// micro-batch by micro-batch (microbatch-major, then its chunks in model order), in `placement`.
+Schedule make_forward_only(int stages, int microbatches, int virtual_stages,
+                           ChunkPlacement placement = ChunkPlacement::Looped);
 
 // Where an action sits in a schedule.
 struct ActionPosition {

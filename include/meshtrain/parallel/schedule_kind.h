@@ -7,7 +7,8 @@
 
 namespace meshtrain {
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZeroBubbleH1 };
-std::string_view schedule_name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved", "zb-h1"
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV };
+// "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"
+std::string_view schedule_name(ScheduleKind kind);
 
 }  // namespace meshtrain

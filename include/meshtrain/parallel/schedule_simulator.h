@@ -93,6 +93,9 @@ SimulationResult simulate(const Schedule& with_communication, int stages, int vi
 //                                                     3.1, with F = I = W (the simulator's
 //                                                     default costs), bubble (p - 1)(F + I - W);
 //                         1 - 3m / (2(m + p - 1) + 1) for m < p, make_zb_h1's own makespan
+//   zb-v (v = 2):         1 - 6m / max(6m + p - 1, m + 4p): the makespan bound of schedule.h
+//                         (make_zb_v), which make_zb_v meets for m = p or m >= p + 4 (p <= 8);
+//                         a lower bound elsewhere
 // The gpipe v > 1 line is this file's derivation for the breadth-first looped GPipe of make_gpipe: each
 // pass through one chunk per rank takes max(m, p) forward slots (the first microbatch needs p
 // slots to come back round to rank 0), and the final pass m + p - 1; backward mirrors forward.

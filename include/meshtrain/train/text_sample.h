@@ -51,6 +51,7 @@ class PeriodicSample {
   int every_ = 0;
   bool leader_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<int> owners_;  // the pipeline stage of each model chunk (Generator)
 };
 
 }  // namespace meshtrain
