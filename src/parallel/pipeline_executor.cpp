@@ -82,10 +82,23 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
   // its input gradient is done. That fills waits the schedule's clock did not foresee (slow links, an input
   // gradient dearer than a weight gradient) and cannot hurt a peer: a weight gradient sends and
   // receives nothing, and pulling it earlier only frees memory sooner. Its order, and so every
-  // gradient sum, stays the list's.
+  // gradient sum, stays the list's: it is never pulled past another action that adds to weight
+  // gradients, a full Backward or the head's forward in training (the head's backward runs
+  // inside it). Under the V placement the head and the embedding share a rank, and with tied
+  // embeddings both add to wte's gradient: pulled past the head, the embedding's weight gradient
+  // would change that sum's order with the timing of the transfers.
   std::vector<size_t> weight_actions;
   for (size_t i = 0; i < actions.size(); ++i)
     if (actions[i].op == Op::BackwardWeight) weight_actions.push_back(i);
+  // next_writer[i]: the first action at or after i that adds to weight gradients outside a
+  // BackwardWeight (actions.size() if none).
+  std::vector<size_t> next_writer(actions.size() + 1, actions.size());
+  for (size_t i = actions.size(); i-- > 0;) {
+    const Action& a = actions[i];
+    const bool writes = a.op == Op::Backward ||
+                        (a.op == Op::Forward && pass == Pass::Train && a.chunk == last_chunk);
+    next_writer[i] = writes ? i : next_writer[i + 1];
+  }
   size_t weights_run = 0;
   auto run_weights = [&](const Action& a) {
     const auto t0 = clock::now();
@@ -96,10 +109,11 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
     stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
     ++weights_run;
   };
-  auto wait_filling = [&](Work& transfer, const std::string& what) {
+  auto wait_filling = [&](Work& transfer, const std::string& what, size_t index) {
     while (early_weights_ && weights_run < weight_actions.size() && !transfer.test()) {
-      const Action& w = actions[weight_actions[weights_run]];
-      if (!slots[{w.chunk, w.microbatch}].input_gradient_done) break;
+      const size_t at = weight_actions[weights_run];
+      const Action& w = actions[at];
+      if (!slots[{w.chunk, w.microbatch}].input_gradient_done || next_writer[index] < at) break;
       run_weights(w);
     }
     TraceWriter::Scope wait(*trace_, what, "p2p", TraceWriter::PipelineComm);
@@ -138,7 +152,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
             input = prev.output;
             prev.output = Tensor{};
           } else {
-            wait_filling(s.recv_forward, "wait F" + std::to_string(m));
+            wait_filling(s.recv_forward, "wait F" + std::to_string(m), index);
             input = s.input;
           }
         }
@@ -166,7 +180,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
             dout = next.dinput;
             next.dinput = Tensor{};
           } else {
-            wait_filling(s.recv_backward, "wait B" + std::to_string(m));
+            wait_filling(s.recv_backward, "wait B" + std::to_string(m), index);
             dout = s.doutput;
           }
         }
