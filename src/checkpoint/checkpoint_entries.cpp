@@ -93,14 +93,31 @@ HostElements primary_on_host(const Entry& e, int kind, DType dt, bool always_cop
   return h;
 }
 
-void copy_primary(const Entry& e, int kind, DType dt, std::vector<char>& into) {
+void size_for_primary(const Entry& e, int, DType dt, std::vector<char>& into) {
   into.resize(static_cast<size_t>(e.count(true)) * dtype_size(dt));
+}
+
+void copy_primary(const Entry& e, int kind, DType dt, std::vector<char>& into, bool from_any_thread) {
+  size_for_primary(e, kind, dt, into);
   size_t off = 0;
   for (const Piece& p : e.pieces) {
     if (!p.owned.primary) continue;
-    p.owned.backend->copy_to_host(into.data() + off, piece_tensor(p.owned, kind));
+    const Tensor& t = piece_tensor(p.owned, kind);
+    if (from_any_thread) std::memcpy(into.data() + off, t.raw(), t.nbytes());
+    else p.owned.backend->copy_to_host(into.data() + off, t);
     off += static_cast<size_t>(p.owned.count) * dtype_size(dt);
   }
+}
+
+bool primary_in_host_memory(const std::vector<Entry>& entries) {
+  for (const Entry& e : entries)
+    for (const Piece& p : e.pieces) {
+      if (!p.owned.primary) continue;
+      if (p.owned.backend->planning()) return false;
+      for (int kind = 0; kind < kKinds; ++kind)
+        if (piece_tensor(p.owned, kind).device() != Device::Cpu) return false;
+    }
+  return true;
 }
 
 size_t primary_state_bytes(ModelState& state) {

@@ -46,9 +46,17 @@ struct HostElements {
   const char* data = nullptr;
 };
 HostElements primary_on_host(const Entry& e, int kind, DType dt, bool always_copy = false);
-// Copies this rank's primary elements of `kind` into `into` (resized; reused when its size is
-// right already, so that its pages are not faulted in again).
-void copy_primary(const Entry& e, int kind, DType dt, std::vector<char>& into);
+// Sizes `into` for this rank's primary elements of `kind` (kept when its size is right already,
+// so that its pages are not faulted in again). Throws std::bad_alloc.
+void size_for_primary(const Entry& e, int kind, DType dt, std::vector<char>& into);
+// Copies this rank's primary elements of `kind` into `into` (sized as size_for_primary does).
+// With from_any_thread the bytes are read with memcpy, not through the backend (whose calls
+// belong to the training thread): every primary piece must be in host memory
+// (primary_in_host_memory).
+void copy_primary(const Entry& e, int kind, DType dt, std::vector<char>& into, bool from_any_thread = false);
+// Whether every primary piece of `entries` lives in host memory another thread can read: a
+// CPU tensor with memory behind it (not a planner's).
+bool primary_in_host_memory(const std::vector<Entry>& entries);
 
 // Bytes of this rank's primary elements of every parameter and both moments: what a checkpoint
 // snapshot of this rank holds. Not collective.

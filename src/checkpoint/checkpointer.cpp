@@ -7,10 +7,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <new>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -34,7 +35,34 @@ struct Checkpointer::Pending {
   std::atomic<bool> done{false};
   CheckpointStats stats;
   std::exception_ptr error;
+  // A snapshot copied on the thread, beside the next step's forward and backward: the state
+  // whose update waits for it (through its fence), whether the copy has ended, and how long
+  // the update waited.
+  ModelState* state = nullptr;
+  std::mutex copy_mutex;
+  std::condition_variable copy_ended;
+  bool copied = false;
+  double update_wait_seconds = 0;
   std::thread thread;  // last: joined before the rest is destroyed
+
+  void end_copy() {
+    {
+      const std::lock_guard<std::mutex> lock(copy_mutex);
+      copied = true;
+    }
+    copy_ended.notify_all();
+  }
+  void wait_for_copy() {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(copy_mutex);
+    copy_ended.wait(lock, [this] { return copied; });
+    update_wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // Joins the thread and takes the fence off the state (it would outlive this).
+  void join() {
+    thread.join();
+    if (state) state->set_update_fence(nullptr);
+  }
 };
 
 Checkpointer::Checkpointer(const Config& config, ProcessGrid& grid)
@@ -59,7 +87,7 @@ Checkpointer::Checkpointer(const Config& config, ProcessGrid& grid)
 Checkpointer::~Checkpointer() {
   try {
     if (pending_) {
-      pending_->thread.join();
+      pending_->join();
       if (pending_->error) std::rethrow_exception(pending_->error);
     }
   } catch (const std::exception& e) {
@@ -72,6 +100,14 @@ Checkpointer::~Checkpointer() {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "meshtrain: warning: %s\n", e.what());
   }
+}
+
+void Checkpointer::count_snapshot(MemoryTracker& memory, size_t bytes) {
+  if (snapshot_memory_ == &memory && snapshot_bytes_ == bytes) return;
+  if (snapshot_memory_) snapshot_memory_->on_release(MemoryCategory::CheckpointSnapshot, snapshot_bytes_);
+  memory.on_allocate(MemoryCategory::CheckpointSnapshot, bytes);
+  snapshot_memory_ = &memory;
+  snapshot_bytes_ = bytes;
 }
 
 void Checkpointer::finish_pruning() {
@@ -189,18 +225,17 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
   Communicator& world = grid_.world();
   auto pending = std::make_unique<Pending>();
   pending->job = plan_save(cfg_, state, step, lineage_, *pruner_, world);
-  // The snapshot's buffers are kept from one save to the next (and counted as held): faulting
-  // fresh pages in costs several times the copy, all of it training's wait.
   const size_t bytes = snapshot_bytes(state);
-  if (snapshot_memory_ && (snapshot_memory_ != &memory || snapshot_bytes_ != bytes))
-    snapshot_memory_->on_release(MemoryCategory::CheckpointSnapshot, snapshot_bytes_);
-  if (snapshot_memory_ != &memory || snapshot_bytes_ != bytes) {
-    memory.on_allocate(MemoryCategory::CheckpointSnapshot, bytes);
-    snapshot_memory_ = &memory;
-    snapshot_bytes_ = bytes;
-  }
+  count_snapshot(memory, bytes);
+  // Where the state lives in host memory, the copy runs on the save's thread while the next
+  // step's forward and backward (which read the state, never write it) go on; the optimizer
+  // step waits for it. Elsewhere (a GPU) training waits for the copy here.
+  const bool copy_behind = primary_in_host_memory(pending->job.entries);
   try {
-    agree(world, [&] { take_snapshot(pending->job, std::move(snapshot_buffers_)); });
+    agree(world, [&] {
+      reserve_snapshot(pending->job, std::move(snapshot_buffers_));
+      if (!copy_behind) fill_snapshot(pending->job, false);
+    });
   } catch (const AgreedOutOfMemory& e) {
     throw AgreedOutOfMemory(std::string(e.what()) + " while copying the state for an asynchronous checkpoint "
                             "(checkpoint.async needs host memory for one copy of each rank's parameters "
@@ -209,9 +244,22 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
   pending->stall_seconds = world.all_reduce_scalar(seconds_since(t0), ReduceOp::Max);
 
   Pending* p = pending.get();
+  if (copy_behind) {
+    p->state = &state;
+    state.set_update_fence([p] { p->wait_for_copy(); });
+  } else {
+    p->end_copy();
+  }
   const bool rank0 = world.rank() == 0;
-  p->thread = std::thread([this, p, rank0, t0] {
+  p->thread = std::thread([this, p, rank0, t0, copy_behind] {
     try {
+      if (copy_behind) {
+        struct EndCopy {
+          Pending* p;
+          ~EndCopy() { p->end_copy(); }  // whatever happens: the update must not wait forever
+        } end{p};
+        fill_snapshot(p->job, true);
+      }
       const SaveTimes times = write_and_publish(p->job, *writer_comm_, writer_comm_->comm(), *kill_);
       if (rank0) pruner_->post([this, step = p->job.step, own = p->job.own] { prune_checkpoints(cfg_, step, own, *kill_); });
       p->stats = summarize(p->job, seconds_since(t0), times.data_seconds, times.verify_seconds, *writer_comm_);
@@ -232,11 +280,14 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
 }
 
 CheckpointStats Checkpointer::collect() {
-  pending_->thread.join();
+  pending_->join();
   snapshot_buffers_ = std::move(pending_->job.snapshot);
   CheckpointStats stats = pending_->stats;
   stats.asynchronous = true;
-  stats.stall_seconds = pending_->stall_seconds;
+  // Training's whole wait: the start, and the update that waited for the copy (the slowest
+  // rank's, as every rank then waits for it in the step's collectives).
+  stats.stall_seconds = pending_->stall_seconds +
+                        grid_.world().all_reduce_scalar(pending_->update_wait_seconds, ReduceOp::Max);
   const std::exception_ptr error = pending_->error;
   pending_.reset();
   // The writes agreed on their verdict among themselves; agreeing again here also covers an

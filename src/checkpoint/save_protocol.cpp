@@ -283,15 +283,22 @@ SaveJob plan_save(const Config& cfg, ModelState& state, int64_t step, const std:
   return job;
 }
 
-void take_snapshot(SaveJob& job, std::vector<HostElements> buffers) {
+void reserve_snapshot(SaveJob& job, std::vector<HostElements> buffers) {
   buffers.resize(job.entries.size() * kKinds);
   for (size_t i = 0; i < job.entries.size(); ++i)
     for (int kind = 0; kind < kKinds; ++kind) {
       HostElements& h = buffers[i * kKinds + static_cast<size_t>(kind)];
-      copy_primary(job.entries[i], kind, job.dt, h.copy);
+      size_for_primary(job.entries[i], kind, job.dt, h.copy);
       h.data = h.copy.data();
     }
   job.snapshot = std::move(buffers);
+}
+
+void fill_snapshot(SaveJob& job, bool from_any_thread) {
+  for (size_t i = 0; i < job.entries.size(); ++i)
+    for (int kind = 0; kind < kKinds; ++kind)
+      copy_primary(job.entries[i], kind, job.dt, job.snapshot[i * kKinds + static_cast<size_t>(kind)].copy,
+                   from_any_thread);
 }
 
 SaveTimes write_and_publish(const SaveJob& job, Communicator& comm, MPI_Comm mpi_comm, const KillHook& kill) {

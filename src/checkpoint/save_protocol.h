@@ -4,7 +4,8 @@
 // state and can run on another thread (checkpoint.async) while training changes it:
 //
 //   plan_save         the file's name, this lineage's checkpoints, the datasets and attributes
-//   take_snapshot     (asynchronous saves) every dataset's elements copied to host memory
+//   reserve_snapshot, fill_snapshot (asynchronous saves) every dataset's elements copied to
+//                     host memory
 //   write_data        .tmp created, datasets written while a worker hashes them, checksums set
 //   flush_and_verify  fsync while reading the data back against the checksums
 //   publish           rename .tmp -> .h5, fsync the directory
@@ -69,10 +70,14 @@ struct SaveTimes {
 SaveJob plan_save(const Config& config, ModelState& state, int64_t step, const std::string& lineage,
                   BackgroundWorker& pruner, Communicator& world);
 
-// Copies every dataset's elements into job.snapshot, reusing `buffers` (the previous
-// snapshot's) where they fit: a fresh allocation's page faults cost several times the copy.
-// Not collective. Throws std::bad_alloc when host memory runs out.
-void take_snapshot(SaveJob& job, std::vector<HostElements> buffers);
+// Sizes job.snapshot for every dataset's elements, reusing `buffers` (the previous snapshot's)
+// where they fit: a fresh allocation's page faults cost several times the copy. Not
+// collective. Throws std::bad_alloc when host memory runs out.
+void reserve_snapshot(SaveJob& job, std::vector<HostElements> buffers);
+// Copies every dataset's elements into the snapshot reserve_snapshot sized. from_any_thread:
+// see copy_primary (the copy then runs beside training, which must not update the state
+// before it ends: ModelState::set_update_fence).
+void fill_snapshot(SaveJob& job, bool from_any_thread);
 
 // write_data, flush_and_verify and publish, with the clean-up a failure needs: the .tmp is
 // removed and the error (with a note on free space when the disk filled) agreed. Collective

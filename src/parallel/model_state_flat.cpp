@@ -52,6 +52,7 @@ void ModelState::read_flat(FlatField field, void* host) {
 }
 
 void ModelState::write_flat(FlatField field, const void* host) {
+  pass_update_fence();
   if (options_.zero != 0 || state_be_ != be_)
     throw std::logic_error("ModelState::write_flat needs ZeRO 0 without offload");
   const auto* in = static_cast<const char*>(host);

@@ -33,7 +33,15 @@ void ModelState::upload_master(int b) {
   be_->copy_from_host(dst, host.raw());
 }
 
+void ModelState::pass_update_fence() {
+  if (!update_fence_) return;
+  const std::function<void()> fence = std::move(update_fence_);
+  update_fence_ = nullptr;
+  fence();
+}
+
 void ModelState::initialize(uint64_t seed) {
+  pass_update_fence();
   const DType dt = model_->dtype();
   for (size_t b = 0; b < plan_.buckets.size(); ++b) {
     const Bucket& bk = plan_.buckets[b];
@@ -89,6 +97,7 @@ double ModelState::grad_norm() {
 }
 
 void ModelState::optimizer_step(double lr, double grad_scale) {
+  pass_update_fence();
   const int n = static_cast<int>(buckets_.size());
   if (state_be_ == be_) {
     for (int b = 0; b < n; ++b) {
@@ -119,6 +128,7 @@ void ModelState::optimizer_step(double lr, double grad_scale) {
 }
 
 void ModelState::sync_after_load() {
+  pass_update_fence();
   if (has_master())
     for (size_t b = 0; b < buckets_.size(); ++b) upload_master(static_cast<int>(b));
   gather_parameters();

@@ -331,11 +331,13 @@ void Trainer::rebalance(const StragglerWindow& w) {
 namespace {
 
 void print_saved(const CheckpointStats& s) {
-  std::printf("checkpoint %s (%.1f MB, %.2f s: write %.2f (%s), flush + verify %.2f; %.1f MB/s)%s\n",
+  char waited[64] = "";
+  if (s.asynchronous) std::snprintf(waited, sizeof waited, "; training waited %.3f s in all", s.stall_seconds);
+  std::printf("checkpoint %s (%.1f MB, %.2f s: write %.2f (%s), flush + verify %.2f; %.1f MB/s)%s%s\n",
               s.path.c_str(), s.bytes / 1e6, s.seconds, s.data_seconds,
               s.independent ? "independent" : "collective", s.verify_seconds,
               s.bytes / 1e6 / std::max(s.seconds, 1e-9),
-              s.asynchronous ? " written in the background" : "");
+              s.asynchronous ? " written in the background" : "", waited);
   std::fflush(stdout);
 }
 
@@ -351,7 +353,8 @@ void Trainer::save_checkpoint(bool in_background) {
   }
   const CheckpointStats s = checkpointer_->start_save(*state_, step_, be_.memory());
   if (leader_) {
-    std::printf("checkpoint %s: snapshot of %.1f MB taken, training waited %.3f s; writing in the background\n",
+    std::printf("checkpoint %s: snapshot of %.1f MB started, training waited %.3f s; copying and writing in the "
+                "background\n",
                 s.path.c_str(), s.bytes / 1e6, s.stall_seconds);
     std::fflush(stdout);
   }

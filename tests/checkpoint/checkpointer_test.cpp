@@ -367,8 +367,11 @@ TEST_F(Refusal, BackgroundSaveWritesTheStateOfItsStep) {
   EXPECT_TRUE(started.asynchronous);
   EXPECT_TRUE(ck.save_in_progress());
   EXPECT_EQ(be_.memory().current(MemoryCategory::CheckpointSnapshot), before + snapshot);
+  // In host memory the copy runs beside the next step, whose update waits for it.
+  EXPECT_TRUE(t.state().update_fenced());
   // Training changes the state while the write goes on.
   t.train_step(1);
+  EXPECT_FALSE(t.state().update_fenced());
   t.train_step(2);
   ASSERT_NE(owned_values(t, be_), at_save);
   std::optional<CheckpointStats> done = ck.wait_for_save();

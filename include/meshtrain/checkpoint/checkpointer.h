@@ -20,10 +20,13 @@
 //   4. Prune: keep the newest checkpoint.keep complete checkpoints of this run's lineage (never
 //      the one just written), oldest deleted first, and stale .tmp files of other steps.
 //
-// Asynchronous saves (checkpoint.async): start_save copies every rank's elements to host memory
+// Asynchronous saves (checkpoint.async): start_save sizes host buffers for every rank's elements
 // (the snapshot, counted as MemoryCategory::CheckpointSnapshot from the first background save
-// on: its buffers are kept for the next, whose copy then faults no page in) and returns; a thread of its own
-// then runs steps 1-4 on a duplicate of the world communicator while training goes on. The
+// on: its buffers are kept for the next, whose copy then faults no page in) and returns; a
+// thread of its own copies the elements there and runs steps 1-4 on a duplicate of the world
+// communicator while training goes on. Training reads the state until its next update, which
+// waits for the copy (ModelState::set_update_fence); where the state is not in host memory (a
+// GPU) start_save copies it before it returns. The
 // trainer calls poll() after every step, which collects a finished save on every rank at the
 // same step (an agreed verdict, so a failure is thrown everywhere alike); the next save, load,
 // resume and the destructor wait for it first. A kill at any moment leaves what a synchronous
@@ -79,7 +82,10 @@ struct CheckpointStats {
   double data_seconds = 0;
   double verify_seconds = 0;  // save only
   // What training waited for (the slowest rank): a synchronous save's whole time; an
-  // asynchronous one's planning and snapshot (and waiting for the previous save, if any).
+  // asynchronous one's planning (and waiting for the previous save, if any) and the snapshot:
+  // start_save's stats count what it waited for, the collected stats add the wait of the
+  // update that the snapshot's copy held back (where the state is in host memory the copy
+  // runs beside the next step's forward and backward).
   double stall_seconds = 0;
   bool asynchronous = false;
   bool independent = false;  // transfers were independent (checkpoint.io), else collective
@@ -152,6 +158,8 @@ class Checkpointer {
   // Collects the finished background save: joins its thread, frees the snapshot, and rethrows
   // its error. Every rank calls it at the same point.
   CheckpointStats collect();
+  // Counts `bytes` of snapshot buffers in `memory` (moving the count there, or resizing it).
+  void count_snapshot(MemoryTracker& memory, size_t bytes);
   CheckpointStats summarize(const SaveJob& job, double seconds, double data, double verify, Communicator& comm) const;
 
   const Config& cfg_;

@@ -24,6 +24,7 @@
 // gradients). A bucket is ready when all units writing it have completed the same number of
 // backward passes, which also handles the tied embedding's two users.
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -122,6 +123,12 @@ class ModelState final : public UnitHooks {
   std::vector<OwnedPiece> owned_pieces();
   // After values of owned pieces were overwritten (a checkpoint load): refresh replicas.
   void sync_after_load();
+  // A reader of the owned pieces on another thread (an asynchronous checkpoint copying them
+  // while the next step's forward and backward run) sets a fence: the first call that writes
+  // them (optimizer_step, initialize, sync_after_load, write_flat) runs it, once, before
+  // writing. Null clears it.
+  void set_update_fence(std::function<void()> fence) { update_fence_ = std::move(fence); }
+  bool update_fenced() const { return static_cast<bool>(update_fence_); }
 
   // The flat view (ZeRO 0, optimizer not offloaded): its length, its AdamW segments (where
   // weight decay applies) and its norm segments (each element of the grid counted once), and
@@ -134,6 +141,8 @@ class ModelState final : public UnitHooks {
   void write_flat(FlatField field, const void* host);
 
  private:
+  void pass_update_fence();
+  std::function<void()> update_fence_;
   struct BucketState;
   struct Pending;
 
