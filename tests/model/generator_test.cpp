@@ -220,21 +220,25 @@ TEST(Generator, SequenceParallelMatchesOneRank) {
   EXPECT_EQ(one.generate({1, 2, 3}, 30, opt), two.generate({1, 2, 3}, 30, opt));
 }
 
-TEST(Generator, PipelineMatchesOneRank) {
-  if (world_size() != 2) GTEST_SKIP() << "needs 2 ranks (pp = 2), have " << world_size();
-  Model whole(MPI_COMM_SELF, DType::F64);
-  Model stage(MPI_COMM_SELF, DType::F64, SequenceParallel::Off, 2);
-  MpiCommunicator pipeline(MPI_COMM_WORLD, "pp");
-  Generator one(*whole.model), two(*stage.model, &pipeline);
-  const std::vector<int32_t> tokens = text_tokens(20, static_cast<int>(whole.cfg.vocab_size));
+// 20 tokens (past seq_len = 16: the window slides on both) step by step, then sampling.
+void expect_pipeline_generates_as_one_rank(Generator& one, Generator& two, int vocab) {
   double worst = 0;
-  for (int32_t t : tokens) {  // past seq_len = 16: the window slides on both
+  for (int32_t t : text_tokens(20, vocab)) {
     const std::vector<double> a = one.step(t), b = two.step(t);
     worst = std::max(worst, max_relative(b.data(), a.data(), static_cast<int64_t>(a.size())));
   }
   EXPECT_LT(worst, 1e-12);
   const SamplingOptions opt{0.8, 10, 7};
   EXPECT_EQ(one.generate({1, 2, 3}, 30, opt), two.generate({1, 2, 3}, 30, opt));
+}
+
+TEST(Generator, PipelineMatchesOneRank) {
+  if (world_size() != 2) GTEST_SKIP() << "needs 2 ranks (pp = 2), have " << world_size();
+  Model whole(MPI_COMM_SELF, DType::F64);
+  Model stage(MPI_COMM_SELF, DType::F64, SequenceParallel::Off, 2);
+  MpiCommunicator pipeline(MPI_COMM_WORLD, "pp");
+  Generator one(*whole.model), two(*stage.model, &pipeline);
+  expect_pipeline_generates_as_one_rank(one, two, static_cast<int>(whole.cfg.vocab_size));
 }
 
 // The V placement of zb-v: chunks 0 1 2 3 on stages 0 1 1 0, so stage 1 hands chunk 1's output
@@ -245,15 +249,7 @@ TEST(Generator, VPlacedPipelineMatchesOneRank) {
   Model stage(MPI_COMM_SELF, DType::F64, SequenceParallel::Off, 2, 4, Model::Placement::V);
   MpiCommunicator pipeline(MPI_COMM_WORLD, "pp");
   Generator one(*whole.model), two(*stage.model, &pipeline, {0, 1, 1, 0});
-  const std::vector<int32_t> tokens = text_tokens(20, static_cast<int>(whole.cfg.vocab_size));
-  double worst = 0;
-  for (int32_t t : tokens) {
-    const std::vector<double> a = one.step(t), b = two.step(t);
-    worst = std::max(worst, max_relative(b.data(), a.data(), static_cast<int64_t>(a.size())));
-  }
-  EXPECT_LT(worst, 1e-12);
-  const SamplingOptions opt{0.8, 10, 7};
-  EXPECT_EQ(one.generate({1, 2, 3}, 30, opt), two.generate({1, 2, 3}, 30, opt));
+  expect_pipeline_generates_as_one_rank(one, two, static_cast<int>(whole.cfg.vocab_size));
 }
 
 }  // namespace
