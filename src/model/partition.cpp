@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 namespace meshtrain {
 
@@ -64,6 +66,46 @@ std::vector<ChunkRange> balanced_partition(const GptConfig& cfg, int chunks,
   for (int k = chunks, l = L; k >= 1; --k) {
     counts[k - 1] = l - cut[k][l];
     l = cut[k][l];
+  }
+  return explicit_partition(counts);
+}
+
+std::vector<ChunkRange> v_balanced_partition(const GptConfig& cfg, int stages,
+                                             const std::vector<double>& chunk_speeds) {
+  const int L = cfg.layers;
+  if (stages < 1 || L < 2 * stages)
+    throw std::invalid_argument("v_balanced_partition: " + std::to_string(L) + " layers cannot fill " +
+                                std::to_string(2 * stages) + " chunks of at least one layer (" +
+                                std::to_string(stages) + " stages, two chunks each)");
+  const double block = block_cost(cfg);
+  const auto speed = [&](int stage) {
+    return chunk_speeds.empty() ? 1.0 : chunk_speeds[static_cast<size_t>(stage) % chunk_speeds.size()];
+  };
+  const auto extra = [&](int stage) { return stage == 0 ? embedding_cost(cfg) + head_cost(cfg) : 0.0; };
+  const auto stage_cost = [&](int stage, int layers) { return (layers * block + extra(stage)) / speed(stage); };
+  // Two layers each, then every further layer to the stage it leaves cheapest: for costs that
+  // grow with each layer this minimises the dearest stage.
+  std::vector<int> layers(static_cast<size_t>(stages), 2);
+  for (int left = L - 2 * stages; left > 0; --left) {
+    int to = 0;
+    for (int r = 1; r < stages; ++r)
+      if (stage_cost(r, layers[r] + 1) < stage_cost(to, layers[to] + 1)) to = r;
+    ++layers[to];
+  }
+  std::vector<int> counts(static_cast<size_t>(2 * stages));
+  for (int r = 0; r < stages; ++r) {
+    // Chunk r (the embedding's on stage 0) and chunk 2 x stages - 1 - r (the head's): the split
+    // with the cheaper dearer chunk, the earlier chunk taking more layers on a tie.
+    const double first_extra = r == 0 ? embedding_cost(cfg) : 0.0, second_extra = r == 0 ? head_cost(cfg) : 0.0;
+    int best = layers[r] - 1;
+    for (int x = layers[r] - 1; x >= 1; --x) {
+      const auto dearer = [&](int first) {
+        return std::max(first * block + first_extra, (layers[r] - first) * block + second_extra);
+      };
+      if (dearer(x) < dearer(best)) best = x;
+    }
+    counts[r] = best;
+    counts[2 * stages - 1 - r] = layers[r] - best;
   }
   return explicit_partition(counts);
 }

@@ -14,6 +14,7 @@
 #include "meshtrain/parallel/schedule.h"
 #include "meshtrain/parallel/schedule_simulator.h"
 #include "meshtrain/train/planner.h"
+#include "meshtrain/train/work_balance.h"
 
 namespace meshtrain {
 
@@ -244,7 +245,7 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
   ChunkPricer pricer(c, profile, tp_link);
   const int chunks = par.pp * par.virtual_stages;
   const std::vector<ChunkRange> ranges =
-      par.partition.empty() ? balanced_partition(c.model, chunks) : explicit_partition(par.partition);
+      par.partition.empty() ? default_partition(c) : explicit_partition(par.partition);
 
   std::vector<PassTime> forward(static_cast<size_t>(chunks)), backward(static_cast<size_t>(chunks));
   std::vector<double> parameters(static_cast<size_t>(chunks), 0.0);

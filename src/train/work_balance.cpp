@@ -149,16 +149,23 @@ WorkPlan plan_work(const Config& c, ProcessGrid& grid, Backend& backend) {
   if (!p.partition.empty())
     plan.partition = explicit_partition(p.partition);
   else if (plan.rank_speeds.empty() || p.pp == 1)
-    plan.partition = balanced_partition(c.model, chunks);
+    plan.partition = default_partition(c);
   else {
     // One speed per chunk: its stage's, where the schedule places it (zb-v: a V).
     const std::vector<double> stage_speed = axis_speeds(shape, speeds, Axis::Pipeline);
     std::vector<double> chunk_speed;
     for (int k = 0; k < chunks; ++k)
       chunk_speed.push_back(stage_speed[static_cast<size_t>(chunk_owner(k, p.pp, schedule_placement(p.schedule)))]);
-    plan.partition = balanced_partition(c.model, chunks, chunk_speed);
+    plan.partition = default_partition(c, chunk_speed);
   }
   return plan;
+}
+
+std::vector<ChunkRange> default_partition(const Config& c, const std::vector<double>& chunk_speeds) {
+  const ParallelOptions& p = c.parallel;
+  if (schedule_placement(p.schedule) == ChunkPlacement::V && p.pp > 1)
+    return v_balanced_partition(c.model, p.pp, chunk_speeds);
+  return balanced_partition(c.model, p.pp * p.virtual_stages, chunk_speeds);
 }
 
 std::vector<double> replica_pace(const std::vector<int>& shares, const std::vector<double>& rank_compute,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <limits>
 #include <numeric>
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
@@ -70,6 +71,78 @@ TEST(Partition, ASlowerStageGetsFewerLayers) {
   // Interleaved: chunk k runs on stage k % 2, so chunks 1 and 3 are the slow stage's.
   const std::vector<ChunkRange> v = balanced_partition(cfg, 4, {1.0, 0.5});
   EXPECT_GT(v[0].layers() + v[2].layers(), v[1].layers() + v[3].layers());
+}
+
+// Under zb-v's V stage r holds chunks r and 2p-1-r: stage 0 both the embedding and the head
+// (with a 50257-token vocabulary some 4-6 blocks' worth). Balancing chunks alone leaves stage 0
+// the dearest; the default partition gives each stage the layers that make the dearest stage as
+// cheap as any split can (checked against every split), its two chunks as even as they can be.
+TEST(Partition, TheVBalancesStagesNotChunks) {
+  struct Case {
+    GptConfig model;
+    int stages;
+  };
+  const Case cases[] = {{{12, 768, 12, 1024, 50257, true}, 2}, {{8, 512, 8, 512, 32000, true}, 2},
+                        {{16, 768, 12, 1024, 50257, true}, 4}, {{24, 1024, 16, 2048, 50257, true}, 4},
+                        {{18, 512, 8, 512, 50257, true}, 3}, {{8, 256, 8, 128, 256, true}, 2}};
+  int worse_by_chunks = 0;
+  for (const Case& k : cases) {
+    Config c;
+    c.model = k.model;
+    c.parallel.pp = k.stages;
+    c.parallel.virtual_stages = 2;
+    c.parallel.schedule = ScheduleKind::ZeroBubbleV;
+    const int chunks = 2 * k.stages;
+    const auto dearest_stage = [&](const std::vector<ChunkRange>& r) {
+      double worst = 0;
+      for (int s = 0; s < k.stages; ++s)
+        worst = std::max(worst, chunk_cost(c.model, r[s]) + chunk_cost(c.model, r[chunks - 1 - s]));
+      return worst;
+    };
+    const std::vector<ChunkRange> v = default_partition(c);
+    SCOPED_TRACE(std::to_string(k.model.layers) + " layers on " + std::to_string(k.stages) + " stages: " +
+                 describe_partition(v));
+    ASSERT_EQ(v.size(), static_cast<size_t>(chunks));
+    // Every split into `chunks` non-empty ranges: its cuts are a (chunks-1)-subset of 1..L-1.
+    double best = std::numeric_limits<double>::infinity();
+    std::vector<int> cut(static_cast<size_t>(chunks - 1));
+    std::iota(cut.begin(), cut.end(), 1);
+    const int L = k.model.layers;
+    while (true) {
+      std::vector<int> counts;
+      int previous = 0;
+      for (int x : cut) counts.push_back(x - previous), previous = x;
+      counts.push_back(L - previous);
+      best = std::min(best, dearest_stage(explicit_partition(counts)));
+      int i = chunks - 2;
+      while (i >= 0 && cut[i] == L - (chunks - 1 - i)) --i;
+      if (i < 0) break;
+      ++cut[i];
+      for (int j = i + 1; j < chunks - 1; ++j) cut[j] = cut[j - 1] + 1;
+    }
+    EXPECT_LE(dearest_stage(v), best * (1 + 1e-12));
+    if (dearest_stage(balanced_partition(c.model, chunks)) > best * 1.05) ++worse_by_chunks;
+    // The two chunks of a stage: moving a layer between them makes the dearer one no cheaper.
+    for (int s = 0; s < k.stages; ++s) {
+      const ChunkRange a = v[s], b = v[chunks - 1 - s];
+      const double dearer = std::max(chunk_cost(c.model, a), chunk_cost(c.model, b));
+      for (int move : {-1, 1}) {
+        const int x = a.layers() + move, y = b.layers() - move;
+        if (x < 1 || y < 1) continue;
+        const double other = std::max(chunk_cost(c.model, {0, x, a.has_embedding, a.has_head}),
+                                      chunk_cost(c.model, {0, y, b.has_embedding, b.has_head}));
+        EXPECT_GE(other, dearer * (1 - 1e-12)) << "stage " << s;
+      }
+    }
+  }
+  EXPECT_GE(worse_by_chunks, 2);  // the cases show what balancing chunks alone costs
+  // Looped schedules keep the chunk-balanced split.
+  Config c;
+  c.model = cases[0].model;
+  c.parallel.pp = 2;
+  c.parallel.virtual_stages = 2;
+  c.parallel.schedule = ScheduleKind::Interleaved;
+  EXPECT_EQ(describe_partition(default_partition(c)), describe_partition(balanced_partition(c.model, 4)));
 }
 
 TEST(DeclaredSpeeds, ByRankOrByNodePattern) {

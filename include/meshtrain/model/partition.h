@@ -32,6 +32,14 @@ double embedding_cost(const GptConfig& cfg);
 // layers.
 std::vector<ChunkRange> balanced_partition(const GptConfig& cfg, int chunks,
                                            const std::vector<double>& stage_speeds = {});
+// zb-v's V placement: stage r holds chunks r and 2 x stages - 1 - r, so stage 0 holds both the
+// embedding's chunk and the head's (the head is several blocks' worth with a large vocabulary),
+// and balancing chunks alone can leave stage 0 the slowest by far. Here each stage gets the
+// layers that minimise the dearest stage, its two chunks' costs summed over its speed
+// (chunk_speeds: one per chunk, chunk r's being its stage's; none: equal), and splits them
+// between its two chunks as evenly as their costs allow. Needs layers >= 2 x stages.
+std::vector<ChunkRange> v_balanced_partition(const GptConfig& cfg, int stages,
+                                             const std::vector<double>& chunk_speeds = {});
 // Ranges from explicit layer counts (validated by the caller: positive, summing to layers).
 std::vector<ChunkRange> explicit_partition(const std::vector<int>& layer_counts);
 double chunk_cost(const GptConfig& cfg, const ChunkRange& r);

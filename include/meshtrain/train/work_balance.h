@@ -63,6 +63,12 @@ struct WorkPlan {
 // (the memory planner's dry run) cannot measure and plans even shares instead.
 WorkPlan plan_work(const Config& c, ProcessGrid& grid, Backend& backend);
 
+// The partition of a deck that sets no parallel.partition (one speed per chunk, none: equal):
+// the chunks' costs balanced and, under zb-v's V (two chunks per stage, the embedding's and the
+// head's on stage 0), the stages' sums too (model/partition.h). The runs, the planner and the
+// time model all split this way.
+std::vector<ChunkRange> default_partition(const Config& c, const std::vector<double>& chunk_speeds = {});
+
 // Rebalancing from measured compute. Each replica's seconds per micro-batch: its slowest rank's
 // compute per step (world-rank indexed, over a window under `shares`) divided by its share.
 std::vector<double> replica_pace(const std::vector<int>& shares, const std::vector<double>& rank_compute,
