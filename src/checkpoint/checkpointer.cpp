@@ -244,12 +244,7 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
   pending->stall_seconds = world.all_reduce_scalar(seconds_since(t0), ReduceOp::Max);
 
   Pending* p = pending.get();
-  if (copy_behind) {
-    p->state = &state;
-    state.set_update_fence([p] { p->wait_for_copy(); });
-  } else {
-    p->end_copy();
-  }
+  if (!copy_behind) p->end_copy();
   const bool rank0 = world.rank() == 0;
   p->thread = std::thread([this, p, rank0, t0, copy_behind] {
     try {
@@ -269,6 +264,10 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
     p->done.store(true, std::memory_order_release);
   });
   pending_ = std::move(pending);
+  if (copy_behind) {  // once the save is pending_, which takes the fence off when it goes
+    p->state = &state;
+    state.set_update_fence([p] { p->wait_for_copy(); });
+  }
 
   CheckpointStats started;
   started.path = pending_->job.path;

@@ -520,6 +520,10 @@ TEST_F(Refusal, BeginRunSettlesTheLineage) {
   EXPECT_EQ(a.size(), 32u);
   t.set_step(2);
   first.save(t.state(), t.step());
+  // Its pruning runs in the background and deletes stale .tmp files of other steps: one run
+  // writes a directory at a time, so the checkpointers below must not start before it ends
+  // (a busy machine let it delete other's step 4 .tmp).
+  first.finish_pruning();
   Checkpointer again(c, *grid_);
   EXPECT_EQ(again.begin_run(), c.checkpoint.dir + "/step_00000002.h5");
   EXPECT_EQ(again.lineage(), a);
