@@ -9,7 +9,8 @@
 //   raw read         every rank reads its file back
 //   checkpoint load  Checkpointer::load: read, verify checksums, apply
 //   async save       checkpoint.async: the stall (planning, and the next update's wait for the
-//                    snapshot's copy: what training waits for) against the synchronous save's time, the background write's
+//                    snapshot's copy: what training waits for) against the synchronous save's
+//                    time, the background write's
 //                    own time, and the median training step while a background write goes on
 //                    against the median step with none (the steps and the writer share the
 //                    machine's cores: on a 2-core machine the ratio says how much a write slows
@@ -221,7 +222,7 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
     do {
       overlapped.push_back(timed_step());
     } while (!(done = background.poll()));
-    // The whole stall: the start (s.stall_seconds) and the first update's wait for the copy.
+    // The whole stall, as collected: the start and the first update's wait for the copy.
     stall.push_back(done->stall_seconds);
     written.push_back(done->seconds);
     background.finish_pruning();

@@ -93,12 +93,12 @@ HostElements primary_on_host(const Entry& e, int kind, DType dt, bool always_cop
   return h;
 }
 
-void size_for_primary(const Entry& e, int, DType dt, std::vector<char>& into) {
+void size_for_primary(const Entry& e, DType dt, std::vector<char>& into) {
   into.resize(static_cast<size_t>(e.count(true)) * dtype_size(dt));
 }
 
 void copy_primary(const Entry& e, int kind, DType dt, std::vector<char>& into, bool from_any_thread) {
-  size_for_primary(e, kind, dt, into);
+  size_for_primary(e, dt, into);
   size_t off = 0;
   for (const Piece& p : e.pieces) {
     if (!p.owned.primary) continue;

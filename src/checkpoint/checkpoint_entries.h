@@ -46,9 +46,9 @@ struct HostElements {
   const char* data = nullptr;
 };
 HostElements primary_on_host(const Entry& e, int kind, DType dt, bool always_copy = false);
-// Sizes `into` for this rank's primary elements of `kind` (kept when its size is right already,
+// Sizes `into` for this rank's primary elements of one kind (kept when its size is right already,
 // so that its pages are not faulted in again). Throws std::bad_alloc.
-void size_for_primary(const Entry& e, int kind, DType dt, std::vector<char>& into);
+void size_for_primary(const Entry& e, DType dt, std::vector<char>& into);
 // Copies this rank's primary elements of `kind` into `into` (sized as size_for_primary does).
 // With from_any_thread the bytes are read with memcpy, not through the backend (whose calls
 // belong to the training thread): every primary piece must be in host memory

@@ -288,7 +288,7 @@ void reserve_snapshot(SaveJob& job, std::vector<HostElements> buffers) {
   for (size_t i = 0; i < job.entries.size(); ++i)
     for (int kind = 0; kind < kKinds; ++kind) {
       HostElements& h = buffers[i * kKinds + static_cast<size_t>(kind)];
-      size_for_primary(job.entries[i], kind, job.dt, h.copy);
+      size_for_primary(job.entries[i], job.dt, h.copy);
       h.data = h.copy.data();
     }
   job.snapshot = std::move(buffers);

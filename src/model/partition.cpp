@@ -97,13 +97,12 @@ std::vector<ChunkRange> v_balanced_partition(const GptConfig& cfg, int stages,
     // Chunk r (the embedding's on stage 0) and chunk 2 x stages - 1 - r (the head's): the split
     // with the cheaper dearer chunk, the earlier chunk taking more layers on a tie.
     const double first_extra = r == 0 ? embedding_cost(cfg) : 0.0, second_extra = r == 0 ? head_cost(cfg) : 0.0;
+    const auto dearer = [&](int first) {
+      return std::max(first * block + first_extra, (layers[r] - first) * block + second_extra);
+    };
     int best = layers[r] - 1;
-    for (int x = layers[r] - 1; x >= 1; --x) {
-      const auto dearer = [&](int first) {
-        return std::max(first * block + first_extra, (layers[r] - first) * block + second_extra);
-      };
+    for (int x = layers[r] - 2; x >= 1; --x)
       if (dearer(x) < dearer(best)) best = x;
-    }
     counts[r] = best;
     counts[2 * stages - 1 - r] = layers[r] - best;
   }

@@ -118,6 +118,12 @@ ChunkPlacement schedule_placement(ScheduleKind kind) {
   return kind == ScheduleKind::ZeroBubbleV ? ChunkPlacement::V : ChunkPlacement::Looped;
 }
 
+std::vector<int> chunk_owners(int stages, int virtual_stages, ChunkPlacement placement) {
+  std::vector<int> owners;
+  for (int k = 0; k < stages * virtual_stages; ++k) owners.push_back(chunk_owner(k, stages, placement));
+  return owners;
+}
+
 std::vector<int> rank_chunks(int rank, int stages, int virtual_stages, ChunkPlacement placement) {
   std::vector<int> mine;
   for (int k = 0; k < stages * virtual_stages; ++k)
@@ -236,29 +242,32 @@ Schedule make_zb_h1(int stages, int microbatches) {
   return s;
 }
 
+namespace {
+
+// The schedules that run a fixed number of chunks per rank refuse any other.
+void require_virtual_stages(ScheduleKind kind, int virtual_stages, int required, const char* why) {
+  if (virtual_stages != required)
+    throw std::invalid_argument(std::string(schedule_name(kind)) + " schedule: virtual_stages = " +
+                                std::to_string(virtual_stages) + " is not supported (" + why + ")");
+}
+
+}  // namespace
+
 Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int virtual_stages) {
   switch (kind) {
     case ScheduleKind::GPipe: return make_gpipe(stages, microbatches, virtual_stages);
     case ScheduleKind::OneFOneB:
-      if (virtual_stages != 1)
-        throw std::invalid_argument("1f1b schedule: virtual_stages = " +
-                                    std::to_string(virtual_stages) +
-                                    " is not supported (1f1b runs one chunk per rank; use the "
-                                    "interleaved schedule for virtual_stages > 1)");
+      require_virtual_stages(kind, virtual_stages, 1,
+                             "1f1b runs one chunk per rank; use the interleaved schedule for "
+                             "virtual_stages > 1");
       return make_1f1b(stages, microbatches);
     case ScheduleKind::Interleaved:
       return make_interleaved(stages, microbatches, virtual_stages);
     case ScheduleKind::ZeroBubbleH1:
-      if (virtual_stages != 1)
-        throw std::invalid_argument("zb-h1 schedule: virtual_stages = " +
-                                    std::to_string(virtual_stages) +
-                                    " is not supported (zb-h1 runs one chunk per rank)");
+      require_virtual_stages(kind, virtual_stages, 1, "zb-h1 runs one chunk per rank");
       return make_zb_h1(stages, microbatches);
     case ScheduleKind::ZeroBubbleV:
-      if (virtual_stages != 2)
-        throw std::invalid_argument("zb-v schedule: virtual_stages = " +
-                                    std::to_string(virtual_stages) +
-                                    " is not supported (zb-v runs exactly two chunks per rank)");
+      require_virtual_stages(kind, virtual_stages, 2, "zb-v runs exactly two chunks per rank");
       return make_zb_v(stages, microbatches);
   }
   throw std::invalid_argument("unknown schedule kind");

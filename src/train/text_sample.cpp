@@ -60,8 +60,7 @@ PeriodicSample::PeriodicSample(const Config& config, bool leader)
   }
   tokenizer_ = open_tokenizer(config.data.tokenizer);
   const ParallelOptions& p = config.parallel;
-  for (int k = 0; k < p.pp * p.virtual_stages; ++k)
-    owners_.push_back(chunk_owner(k, p.pp, schedule_placement(p.schedule)));
+  owners_ = chunk_owners(p.pp, p.virtual_stages, schedule_placement(p.schedule));
 }
 
 void PeriodicSample::after_step(int step, GptModel& model, Communicator& pipeline) {

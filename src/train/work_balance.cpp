@@ -145,7 +145,6 @@ WorkPlan plan_work(const Config& c, ProcessGrid& grid, Backend& backend) {
   const std::vector<double>& speeds = plan.rank_speeds.empty() ? even : plan.rank_speeds;
   plan.shares = proportional_shares(c.total_microbatches(), axis_speeds(shape, speeds, Axis::Data),
                                     plan.granule);
-  const int chunks = p.pp * p.virtual_stages;
   if (!p.partition.empty())
     plan.partition = explicit_partition(p.partition);
   else if (plan.rank_speeds.empty() || p.pp == 1)
@@ -154,8 +153,8 @@ WorkPlan plan_work(const Config& c, ProcessGrid& grid, Backend& backend) {
     // One speed per chunk: its stage's, where the schedule places it (zb-v: a V).
     const std::vector<double> stage_speed = axis_speeds(shape, speeds, Axis::Pipeline);
     std::vector<double> chunk_speed;
-    for (int k = 0; k < chunks; ++k)
-      chunk_speed.push_back(stage_speed[static_cast<size_t>(chunk_owner(k, p.pp, schedule_placement(p.schedule)))]);
+    for (int stage : chunk_owners(p.pp, p.virtual_stages, schedule_placement(p.schedule)))
+      chunk_speed.push_back(stage_speed[static_cast<size_t>(stage)]);
     plan.partition = default_partition(c, chunk_speed);
   }
   return plan;
