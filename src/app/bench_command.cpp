@@ -46,6 +46,7 @@ int bench_command(const BenchArgs& args) {
     if (args.suite == "gpu") bench_gpu(args, report);
     if (args.suite == "calibrate") bench_calibrate(args, report);
     if (args.suite == "hetero") bench_hetero(args, report);
+    if (args.suite == "context") bench_context(args, report);
     if (args.suite == "async") bench_async(args, report);
     if (!args.json.empty() && mpi.rank() == 0) report.write_json(args.json);
     if (report.wrong() > 0) {

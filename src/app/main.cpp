@@ -109,9 +109,10 @@ int main(int argc, char** argv) {
                         "step, comm, pipeline, zero, checkpoint, gpu, all, calibrate (measure "
                         "this machine for the time model; with --out, write a machine profile), "
                         "hetero (4 ranks: one slow rank or stage, even against balanced work), async (5 "
-                        "ranks: one slow replica, synchronous against parameter servers)")
+                        "ranks: one slow replica, synchronous against parameter servers), context "
+                        "(2+ ranks: ring attention on long sequences, memory per rank by cp)")
       ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all", "async",
-                             "calibrate", "hetero"}));
+                             "calibrate", "hetero", "context"}));
   bench_cmd->add_option("--threads", bench.threads,
                         "Threads per rank (step suite on one rank: rows at 1 and at this many)")->check(at_least_one("a thread count"));
   bench_cmd->add_option("--steps", bench.steps,

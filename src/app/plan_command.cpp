@@ -95,6 +95,7 @@ nlohmann::json layout_json(const RankedLayout& r) {
   nlohmann::json j = {{"dp", p.dp},
                       {"tp", p.tp},
                       {"pp", p.pp},
+                      {"cp", p.cp},
                       {"micro_batch", c.train.micro_batch},
                       {"schedule", std::string(schedule_name(p.schedule))},
                       {"virtual_stages", p.virtual_stages},

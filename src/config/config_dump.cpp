@@ -110,6 +110,7 @@ std::string dump_config(const Config& c) {
      << "dp = " << (p.dp == 0 ? quoted("auto") : std::to_string(p.dp)) << "\n"
      << "tp = " << number_or_auto(a.tp, p.tp) << "\n"
      << "pp = " << number_or_auto(a.pp, p.pp) << "\n"
+     << "cp = " << p.cp << "\n"
      << "schedule = " << quoted(a.schedule ? std::string_view("auto") : schedule_name(p.schedule)) << "\n"
      << "virtual_stages = " << p.virtual_stages << "\n"
      << "zero = " << number_or_auto(a.zero, p.zero) << "\n"

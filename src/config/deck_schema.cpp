@@ -309,7 +309,7 @@ const std::vector<KeySpec>& schema() {
                           [](Config& c, double v) { c.train.eps = v; }));
     // [parallel]
     k.push_back({"parallel", "dp", "integer or \"auto\"", "\"auto\"", "integer >= 1, or \"auto\"",
-                 "Data-parallel ranks; \"auto\": world size / (tp x pp).",
+                 "Data-parallel ranks; \"auto\": world size / (tp x pp x cp).",
                  [](const toml::node& n, Config& c) -> std::string {
                    if (auto s = n.as_string()) {
                      if (s->get() != "auto") return "is not a known value";
@@ -334,6 +334,12 @@ const std::vector<KeySpec>& schema() {
                                   c.parallel.automatic.pp = !v;
                                   c.parallel.pp = static_cast<int>(v.value_or(1));
                                 }));
+    k.push_back(int_key("parallel", "cp", 1, 1, 1 << 16,
+                        "Context-parallel ranks: each splits every sequence into 2 x cp chunks "
+                        "and holds two of them (i and 2 cp - 1 - i) through the whole model, "
+                        "attention included (ring attention); divides model.seq_len / 2. CPU "
+                        "backend only.",
+                        [](Config& c, int64_t v) { c.parallel.cp = static_cast<int>(v); }));
     k.push_back(choice_key("parallel", "schedule", "1f1b",
                            {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "auto"},
                            "Pipeline schedule; \"zb-h1\": 1F1B with each backward split in two "
@@ -380,7 +386,8 @@ const std::vector<KeySpec>& schema() {
                            [](const std::string&) { return true; },
                            [](Config& c, const std::string& v) { c.parallel.profile = v; }));
     k.push_back(string_key("parallel", "order", "\"tp-dp-pp\"",
-                           "the axes dp, tp, pp joined by '-', fastest-varying first",
+                           "the axes dp, tp, pp and optionally cp joined by '-', fastest-varying "
+                           "first (without cp, cp follows tp)",
                            "Rank order of the process grid.",
                            [](const std::string& s) {
                              try {

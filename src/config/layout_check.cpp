@@ -43,17 +43,21 @@ void check_layout(Config& c, int job_size) {
            "element (use at most that many servers)");
   }
 
+  // The grid without dp: the ranks one replica of the data takes.
+  const int model_ranks = p.tp * p.pp * p.cp;
+  const std::string model_axes = p.cp > 1 ? "tp x pp x cp" : "tp x pp";
+  const std::string model_sizes = tp + " x " + pp + (p.cp > 1 ? " x " + std::to_string(p.cp) : std::string());
   if (p.dp == 0) {
-    if (world_size % (p.tp * p.pp) != 0)
+    if (world_size % model_ranks != 0)
       fail("parallel.dp = \"auto\" cannot fill " + std::to_string(world_size) +
-           " ranks with tp x pp = " + tp + " x " + pp + " = " + std::to_string(p.tp * p.pp) +
-           " (launch a multiple of " + std::to_string(p.tp * p.pp) + " ranks)");
-    p.dp = world_size / (p.tp * p.pp);
-  } else if (p.dp * p.tp * p.pp != world_size) {
-    fail("parallel.dp x tp x pp = " + std::to_string(p.dp) + " x " + tp + " x " + pp + " = " +
-         std::to_string(p.dp * p.tp * p.pp) + " does not match the " +
+           " ranks with " + model_axes + " = " + model_sizes + " = " + std::to_string(model_ranks) +
+           " (launch a multiple of " + std::to_string(model_ranks) + " ranks)");
+    p.dp = world_size / model_ranks;
+  } else if (p.dp * model_ranks != world_size) {
+    fail("parallel.dp x " + model_axes + " = " + std::to_string(p.dp) + " x " + model_sizes + " = " +
+         std::to_string(p.dp * model_ranks) + " does not match the " +
          std::to_string(world_size) + " ranks of this job" + (p.async() ? " besides the " + std::to_string(p.servers) + " server(s)" : std::string()) +
-         " (launch " + std::to_string(p.dp * p.tp * p.pp + (p.async() ? p.servers : 0)) +
+         " (launch " + std::to_string(p.dp * model_ranks + (p.async() ? p.servers : 0)) +
          " ranks, or set parallel.dp = \"auto\")");
   }
   const std::string dp = std::to_string(p.dp);
@@ -104,9 +108,21 @@ void check_layout(Config& c, int job_size) {
     fail("parallel.speeds has " + std::to_string(p.rank_speeds.size()) +
          " numbers for the " + std::to_string(world_size) +
          " ranks of this job (give one speed per rank, or \"NODE-PATTERN=SPEED\" strings)");
-  if (p.sequence_parallel && (c.train.micro_batch * c.model.seq_len) % p.tp != 0)
-    fail("parallel.sequence_parallel needs micro_batch x seq_len = " +
-         std::to_string(c.train.micro_batch * c.model.seq_len) + " tokens to divide by tp = " + tp);
+  if (p.cp > 1) {
+    const std::string cp = std::to_string(p.cp);
+    if (c.model.seq_len % (2 * p.cp) != 0)
+      fail("parallel.cp = " + cp + " does not divide model.seq_len = " +
+           std::to_string(c.model.seq_len) + " into 2 x cp = " + std::to_string(2 * p.cp) +
+           " equal chunks (seq_len must be a multiple of " + std::to_string(2 * p.cp) + ")");
+    if (p.async())
+      fail("parallel.cp = " + cp + " does not combine with parallel.data_sync = \"async\" (the "
+           "parameter servers take whole replicas' gradients; use cp = 1, or data_sync = \"sync\")");
+  }
+  const int64_t local_tokens = c.train.micro_batch * c.model.seq_len / p.cp;
+  if (p.sequence_parallel && local_tokens % p.tp != 0)
+    fail("parallel.sequence_parallel needs micro_batch x seq_len" +
+         std::string(p.cp > 1 ? " / cp" : "") + " = " + std::to_string(local_tokens) +
+         " tokens to divide by tp = " + tp);
 }
 
 }  // namespace meshtrain

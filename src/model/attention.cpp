@@ -16,6 +16,12 @@ Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& sa
   const int64_t local_c = local_heads_ * head_size_;
   saved.qkv = qkv_.forward(x, saved.qkv_in, category);
   Tensor att = be.empty({shape.N(), local_c}, x.dtype(), category);
+  if (ctx_.cp.on()) {
+    saved.lse = be.empty({shape.B, local_heads_, shape.T}, stats_dtype(x.dtype()), category);
+    ring_attention_forward(be, ctx_.cp, att, saved.lse, saved.qkv, shape.B, shape.T, local_heads_,
+                           head_size_);
+    return proj_.forward(att, saved.proj_in, category);
+  }
   const MemoryCategory probs_category =
       recompute == Recompute::Selective ? MemoryCategory::Workspace : category;
   Tensor probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, x.dtype(), probs_category);
@@ -48,14 +54,24 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const S
                                      DeferredWeightGradients* deferred) {
   Backend& be = *ctx_.backend;
   Tensor datt = proj_.backward(dy, saved.proj_in, deferred);
+  Tensor dqkv = be.empty(saved.qkv.shape(), dy.dtype(), MemoryCategory::Workspace);
+  if (ctx_.cp.on()) {
+    ring_attention_backward(be, ctx_.cp, dqkv, datt, saved.qkv, saved.proj_in.inp, saved.lse,
+                            shape.B, shape.T, local_heads_, head_size_);
+    return finish_backward(dqkv, saved, deferred);
+  }
   Tensor probs = saved.probs;
   if (!probs.defined()) {  // selective recomputation: rebuild the softmax from the saved qkv
     probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, dy.dtype(), MemoryCategory::Workspace);
     Tensor att = be.empty(saved.proj_in.inp.shape(), dy.dtype(), MemoryCategory::Workspace);
     be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_, head_size_);
   }
-  Tensor dqkv = be.empty(saved.qkv.shape(), dy.dtype(), MemoryCategory::Workspace);
   be.attention_backward(dqkv, datt, saved.qkv, probs, shape.B, shape.T, local_heads_, head_size_);
+  return finish_backward(dqkv, saved, deferred);
+}
+
+Tensor CausalSelfAttention::finish_backward(const Tensor& dqkv, const Saved& saved,
+                                            DeferredWeightGradients* deferred) {
   Tensor dx = qkv_.backward(dqkv, saved.qkv_in, deferred);
   // The key bias adds q_i . b_k to every score of row i, which softmax ignores: its gradient is
   // exactly zero, and what the GEMMs leave there is rounding noise that Adam would amplify into

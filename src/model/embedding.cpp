@@ -1,5 +1,7 @@
 #include "meshtrain/model/embedding.h"
 
+#include <algorithm>
+
 namespace meshtrain {
 
 namespace {
@@ -17,6 +19,23 @@ ParamSpec wpe_spec(int64_t T, int64_t C, const TensorParallel& tp) {
   s.tp_grad = tp.sequence_parallel() ? TpGrad::Partial : TpGrad::Full;
   return s;
 }
+// Calls add(first row, rows, position) for the runs of consecutive positions among the `rows`
+// rows from flat token `begin` of the micro-batch: one run without context parallelism
+// (position_forward wraps at T itself), else one per chunk of a sequence.
+template <class Add>
+void for_position_runs(const ContextParallel& cp, TokenShape shape, int64_t begin, int64_t rows,
+                       Add add) {
+  if (!cp.on()) {
+    add(0, rows, begin);
+    return;
+  }
+  const int64_t chunk = shape.T / 2;
+  for (int64_t f = begin; f < begin + rows;) {
+    const int64_t t = f % shape.T, run = std::min(begin + rows - f, chunk - t % chunk);
+    add(f - begin, run, cp.position(t, shape.T));
+    f += run;
+  }
+}
 }  // namespace
 
 Embedding::Embedding(const LayerContext& ctx, int64_t vocab_size, int64_t seq_len, int64_t C)
@@ -32,7 +51,12 @@ Tensor Embedding::forward(const Tensor& tokens, TokenShape shape) {
                             scatter ? MemoryCategory::Workspace : MemoryCategory::Activations);
   be.embedding_forward(partial, tokens, wte_.value, wte_.split_begin);
   Tensor x = exit_tp_region_forward(be, ctx_.tp, partial, MemoryCategory::Activations);
-  be.position_forward(x, wpe_.value, ctx_.tp.token_begin(shape.N()));
+  const int64_t rows = x.dim(0);
+  for_position_runs(ctx_.cp, shape, ctx_.tp.token_begin(shape.N()), rows,
+                    [&](int64_t row, int64_t n, int64_t position) {
+                      Tensor part = n == rows ? x : x.view(row * C, {n, C});
+                      be.position_forward(part, wpe_.value, position);
+                    });
   return x;
 }
 
@@ -49,8 +73,11 @@ void Embedding::backward(const Tensor& dx, const Tensor& tokens, TokenShape shap
                          DeferredWeightGradients* deferred) {
   Backend& be = *ctx_.backend;
   Tensor dfull = exit_tp_region_backward(be, ctx_.tp, dx, MemoryCategory::Workspace);
-  run_or_defer(deferred, [this, dx, dfull, tokens, token_begin = ctx_.tp.token_begin(shape.N())] {
-    ctx_.backend->position_backward(wpe_.grad, dx, token_begin);
+  run_or_defer(deferred, [this, dx, dfull, tokens, shape, token_begin = ctx_.tp.token_begin(shape.N())] {
+    const int64_t rows = dx.dim(0), C = dx.dim(1);
+    for_position_runs(ctx_.cp, shape, token_begin, rows, [&](int64_t row, int64_t n, int64_t position) {
+      ctx_.backend->position_backward(wpe_.grad, n == rows ? dx : dx.view(row * C, {n, C}), position);
+    });
     ctx_.backend->embedding_backward(wte_.grad, dfull, tokens, wte_.split_begin);
   });
 }

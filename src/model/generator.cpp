@@ -164,6 +164,9 @@ std::vector<double> Generator::step(int32_t token) {
 
 std::vector<double> Generator::full_logits(const std::vector<int32_t>& tokens) {
   if (chunks_ != 1) throw std::invalid_argument("full_logits: the whole model on one stage only");
+  if (model_->cp().on())
+    throw std::invalid_argument("full_logits: not under context parallelism (each rank would "
+                                "hold part of the sequence)");
   ModelChunk& chunk = model_->chunk(0);
   Backend& be = model_->backend();
   const int64_t T = static_cast<int64_t>(tokens.size());

@@ -108,9 +108,9 @@ void ModelChunk::backward_weights(DeferredWeightGradients& deferred, UnitHooks& 
 }
 
 GptModel::GptModel(Backend& backend, const TensorParallel& tp, const GptConfig& cfg,
-                   const std::vector<ChunkRange>& ranges, DType dtype)
-    : backend_(&backend), tp_(tp), cfg_(cfg), dtype_(dtype), loss_(backend) {
-  const LayerContext ctx{&backend, &store_, tp};
+                   const std::vector<ChunkRange>& ranges, DType dtype, ContextParallel cp)
+    : backend_(&backend), tp_(tp), cp_(cp), cfg_(cfg), dtype_(dtype), loss_(backend) {
+  const LayerContext ctx{&backend, &store_, tp, cp};
   Parameter* wte = nullptr;
   for (const ChunkRange& r : ranges) {
     chunks_.push_back(std::make_unique<ModelChunk>(ctx, cfg, r, wte, loss_));

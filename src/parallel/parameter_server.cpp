@@ -89,11 +89,11 @@ struct ParameterServer::Impl {
     return "parameter server " + std::to_string(o.server) + " (rank " + std::to_string(world_rank()) + ")";
   }
   int position_of(int worker) const {
-    const std::array<int, 3> c = o.grid.coordinates(worker);
+    const GridCoords c = o.grid.coordinates(worker);
     return c[axis_index(Axis::Tensor)] + o.grid.tp * c[axis_index(Axis::Pipeline)];
   }
   int leader_of(int replica) const {
-    std::array<int, 3> c{};
+    GridCoords c{};
     c[axis_index(Axis::Data)] = replica;
     return o.grid.world_rank(c);
   }

@@ -28,7 +28,7 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
   MPI_Comm_rank(world, &world_rank_);
   MPI_Comm_size(world, &world_size);
   if (world_size != shape_.world_size())
-    throw std::invalid_argument("process grid dp*tp*pp = " + std::to_string(shape_.world_size()) +
+    throw std::invalid_argument("process grid dp*tp*pp*cp = " + std::to_string(shape_.world_size()) +
                                 " does not match " + std::to_string(world_size) + " ranks");
   coords_ = shape_.coordinates(world_rank_);
   world_ = wrap(std::make_unique<MpiCommunicator>(world, "world", timeout), 0);
@@ -39,9 +39,9 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
   node_count_ = node.count;
   node_name_ = node.name;
 
-  for (Axis a : {Axis::Data, Axis::Tensor, Axis::Pipeline}) {
-    // Colour: the rank's coordinates on the two other axes; key: its coordinate on this one.
-    std::array<int, 3> c = coords_;
+  for (Axis a : kEveryAxis) {
+    // Colour: the rank's coordinates on the other axes; key: its coordinate on this one.
+    GridCoords c = coords_;
     c[axis_index(a)] = 0;
     MPI_Comm sub;
     // The colour is the world rank of the group's rank 0, which also names the group.
@@ -49,12 +49,19 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
     if (a == Axis::Tensor) place_tensor_groups(world, sub, node.id);
     axis_comms_[axis_index(a)] = group(sub, std::string(axis_name(a)), shape_.world_rank(c));
   }
+  if (shape_.cp > 1) {  // with cp == 1 the replicas are the data group itself
+    GridCoords c = coords_;
+    c[axis_index(Axis::Data)] = c[axis_index(Axis::Context)] = 0;
+    MPI_Comm sub;
+    MPI_Comm_split(world, shape_.world_rank(c), shape_.replica_rank(coords_), &sub);
+    replicas_ = group(sub, "dp+cp", shape_.world_rank(c));
+  }
 
   // Tied-embedding group: first and last stage of the same (dp, tp); others get a lone group.
   // Under zb-v the head shares the first stage with the embedding: every group is a lone one.
   const bool on_end = shape_.pp > 1 && shape_.head_stage == HeadStage::Last &&
                       (is_first_stage() || is_last_stage());
-  std::array<int, 3> c = coords_;
+  GridCoords c = coords_;
   c[axis_index(Axis::Pipeline)] = 0;
   MPI_Comm emb;
   MPI_Comm_split(world, on_end ? shape_.world_rank(c) : shape_.world_size() + world_rank_,
@@ -88,7 +95,7 @@ void ProcessGrid::place_tensor_groups(MPI_Comm world, MPI_Comm tensor, int node_
     const std::vector<std::string> names = all_gather_strings(tensor, node_name_);
     std::vector<int> members;
     std::map<int, std::vector<int>> by_node;  // node id -> world ranks, nodes in rank order
-    std::array<int, 3> c = coords_;
+    GridCoords c = coords_;
     for (int i = 0; i < tp; ++i) {
       c[axis_index(Axis::Tensor)] = i;
       members.push_back(shape_.world_rank(c));
@@ -125,9 +132,12 @@ ProcessGrid ProcessGrid::planned(const GridShape& shape, int world_rank) {
   g.world_rank_ = world_rank;
   g.coords_ = shape.coordinates(world_rank);
   g.world_ = std::make_unique<MetaCommunicator>("world", world_rank, shape.world_size());
-  for (Axis a : {Axis::Data, Axis::Tensor, Axis::Pipeline})
+  for (Axis a : kEveryAxis)
     g.axis_comms_[axis_index(a)] =
         std::make_unique<MetaCommunicator>(std::string(axis_name(a)), g.rank(a), shape.size(a));
+  if (shape.cp > 1)
+    g.replicas_ = std::make_unique<MetaCommunicator>("dp+cp", shape.replica_rank(g.coords_),
+                                                     shape.dp * shape.cp);
   const bool on_end = shape.pp > 1 && shape.head_stage == HeadStage::Last &&
                       (g.is_first_stage() || g.is_last_stage());
   g.embedding_ = std::make_unique<MetaCommunicator>("embedding", g.is_first_stage() ? 0 : 1,
@@ -139,7 +149,11 @@ std::string ProcessGrid::describe() const {
   return "rank " + std::to_string(world_rank_) + " (dp " + std::to_string(rank(Axis::Data)) + "/" +
          std::to_string(size(Axis::Data)) + ", tp " + std::to_string(rank(Axis::Tensor)) + "/" +
          std::to_string(size(Axis::Tensor)) + ", pp " + std::to_string(rank(Axis::Pipeline)) + "/" +
-         std::to_string(size(Axis::Pipeline)) + ")";
+         std::to_string(size(Axis::Pipeline)) +
+         (size(Axis::Context) > 1 ? ", cp " + std::to_string(rank(Axis::Context)) + "/" +
+                                        std::to_string(size(Axis::Context))
+                                  : std::string()) +
+         ")";
 }
 
 }  // namespace meshtrain

@@ -92,7 +92,8 @@ void DataFeed::verify(int worker, int workers) const {
 // tokens are queued behind it.
 std::vector<MicroBatchData> DataFeed::assemble(
     const TokenDataset* data, const std::function<int64_t(int64_t)>& index_at) const {
-  const int64_t b = cfg_->train.micro_batch, T = cfg_->model.seq_len, N = b * T;
+  const int cp = cfg_->parallel.cp;
+  const int64_t b = cfg_->train.micro_batch, T = cfg_->model.seq_len / cp, N = b * T;
   const int64_t M = share_, per_rank = M * b;
   // (2, M, N): tokens of micro-batch j at [0, j], its targets at [1, j].
   Tensor device = be_->empty({2, M, N}, DType::I32, MemoryCategory::Activations);
@@ -100,8 +101,21 @@ std::vector<MicroBatchData> DataFeed::assemble(
     Tensor host = be_->empty_host({2, M, N}, DType::I32, MemoryCategory::Activations);
     int32_t* tokens = host.data<int32_t>();
     int32_t* targets = tokens + M * N;
-    for (int64_t i = 0; i < per_rank; ++i)
-      data->sample(index_at(first_ + i), tokens + i * T, targets + i * T);
+    if (cp == 1) {
+      for (int64_t i = 0; i < per_rank; ++i)
+        data->sample(index_at(first_ + i), tokens + i * T, targets + i * T);
+    } else {
+      const int64_t L = T / 2;
+      const int64_t chunks[2] = {cp_rank_ * L, (2 * cp - 1 - cp_rank_) * L};
+      std::vector<int32_t> whole(static_cast<size_t>(2 * cp * L)), whole_targets(whole.size());
+      for (int64_t i = 0; i < per_rank; ++i) {
+        data->sample(index_at(first_ + i), whole.data(), whole_targets.data());
+        for (int c = 0; c < 2; ++c) {
+          std::copy_n(whole.data() + chunks[c], L, tokens + i * T + c * L);
+          std::copy_n(whole_targets.data() + chunks[c], L, targets + i * T + c * L);
+        }
+      }
+    }
     be_->copy_from_host_async(device, std::move(host));
   }
   std::vector<MicroBatchData> out;

@@ -78,7 +78,7 @@ ParameterClient::ParameterClient(const Config& config, ProcessGrid& grid, ModelS
   std::vector<int64_t> sizes(static_cast<size_t>(g.tp * g.pp));
   for (int pp = 0; pp < g.pp; ++pp)
     for (int tp = 0; tp < g.tp; ++tp) {
-      std::array<int, 3> c{};
+      GridCoords c{};
       c[axis_index(Axis::Tensor)] = tp;
       c[axis_index(Axis::Pipeline)] = pp;
       std::memcpy(&sizes[static_cast<size_t>(tp + g.tp * pp)], all[static_cast<size_t>(g.world_rank(c))].data(),

@@ -32,7 +32,8 @@ std::string layout_name(const Config& config) {
   const ParallelOptions& p = config.parallel;
   const char* rc[] = {"none", "selective", "full"};
   std::string s = "dp " + std::to_string(p.dp) + " tp " + std::to_string(p.tp) + " pp " +
-                  std::to_string(p.pp) + " " + std::string(schedule_name(p.schedule));
+                  std::to_string(p.pp) + (p.cp > 1 ? " cp " + std::to_string(p.cp) : std::string()) +
+                  " " + std::string(schedule_name(p.schedule));
   if (p.virtual_stages > 1) s += " v" + std::to_string(p.virtual_stages);
   s += " m" + std::to_string(config.microbatches()) + "x" + std::to_string(config.train.micro_batch) +
        " zero " + std::to_string(p.zero) + " rc " + rc[static_cast<int>(p.recompute)];
@@ -47,7 +48,7 @@ LayoutPlan plan_layout(Config config, int world_size, int threads) {
   plan.config = config;
   const GridShape shape = config.grid_shape();
   for (int stage = 0; stage < config.parallel.pp; ++stage) {
-    std::array<int, 3> coords{};
+    GridCoords coords{};
     coords[axis_index(Axis::Pipeline)] = stage;
     ProcessGrid grid = ProcessGrid::planned(shape, shape.world_rank(coords));
     CpuBackend backend(threads, Execution::Plan);
@@ -92,11 +93,12 @@ LayoutPlan plan_layout(Config config, int world_size, int threads) {
 
 std::vector<Config> enumerate_layouts(const Config& base, int world_size) {
   std::vector<Config> out;
+  const int cp = base.parallel.cp;  // the deck's: the advisor chooses tp and pp around it
   for (int tp = 1; tp <= world_size; ++tp) {
     if (world_size % tp) continue;
     for (int pp = 1; pp <= world_size / tp; ++pp) {
-      if ((world_size / tp) % pp) continue;
-      const int dp = world_size / (tp * pp);
+      if ((world_size / tp) % pp || (world_size / (tp * pp)) % cp) continue;
+      const int dp = world_size / (tp * pp * cp);
       for (int mb = 1; mb <= base.train.global_batch; mb *= 2) {
         for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
                                   ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleV}) {

@@ -54,7 +54,8 @@ class ChunkPricer {
       : c_(c), gemm_(profile.gemm(c.train.precision)), bandwidth_(profile.memory_bytes_per_s),
         tp_(c.parallel.tp), act_bytes_(static_cast<double>(dtype_size(c.train.precision))) {
     const double C = static_cast<double>(c.model.d_model);
-    tokens_ = static_cast<double>(c.train.micro_batch) * static_cast<double>(c.model.seq_len);
+    // Context parallelism: each rank holds seq_len / cp tokens of every sequence.
+    tokens_ = static_cast<double>(c.train.micro_batch) * static_cast<double>(c.model.seq_len) / c.parallel.cp;
     // Sequence parallelism splits the token dimension of the regions outside the GEMMs.
     region_tokens_ = c.parallel.sequence_parallel && tp_ > 1 ? tokens_ / tp_ : tokens_;
     if (tp_ > 1) {
@@ -71,8 +72,11 @@ class ChunkPricer {
     const double S = static_cast<double>(c.model.seq_len);
     const double heads = static_cast<double>(c.model.heads) / tp_, d = static_cast<double>(c.model.head_size());
     block_.attention_sets = static_cast<double>(c.train.micro_batch) * heads;
-    block_.attention_gemm_s = gemm_.seconds(S, S, d) + gemm_.seconds(S, d, S);
-    block_.scores = block_.attention_sets * S * S;
+    // Under cp a rank's S / cp queries meet all S keys (ring attention; the causal halves are
+    // balanced over the ranks).
+    const double queries = S / c.parallel.cp;
+    block_.attention_gemm_s = gemm_.seconds(queries, S, d) + gemm_.seconds(queries, d, S);
+    block_.scores = block_.attention_sets * queries * S;
     block_.linears = {{{3 * C / tp_, C}, {C, C / tp_}, {4 * C / tp_, C}, {C, 4 * C / tp_}}};
     block_.elementwise_bytes = region_tokens_ * C * act_bytes_ * (2 * 2 + 2 * 3) +
                                tokens_ * 4 * C / tp_ * act_bytes_ * 2 + tokens_ * 3 * C / tp_ * act_bytes_ * 2;
@@ -238,6 +242,10 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
     out.caveats.push_back("the profile was measured with " + std::to_string(profile.threads_per_rank) +
                           " thread(s) per rank, the run uses " + std::to_string(std::max(1, c.run.threads)));
   if (par.offload != Offload::None) out.caveats.push_back("optimizer offload is priced as if on the device");
+  if (par.cp > 1)
+    out.caveats.push_back("context parallelism: ring attention's transfers are priced as hidden "
+                          "behind attention (bench --suite context: the ring at 0.985 of compute "
+                          "alone on one node), and its gradient reduction over dp x cp on dp's links");
   if (par.uneven_shares())
     out.caveats.push_back("ranks are priced as identical: parallel.balance and rebalance (uneven "
                           "shares for ranks of different speeds) are not modelled");
@@ -283,7 +291,7 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
   const double act_bytes = static_cast<double>(dtype_size(c.train.precision));
   const double sent = static_cast<double>(c.train.micro_batch) * static_cast<double>(c.model.seq_len) *
                       static_cast<double>(c.model.d_model) * act_bytes /
-                      (par.sequence_parallel && par.tp > 1 ? par.tp : 1);
+                      (par.sequence_parallel && par.tp > 1 ? par.tp : 1) / par.cp;
   if (par.pp > 1)
     costs.send = profile.link(pp_link, CollectiveKind::PointToPoint).seconds(CollectiveKind::PointToPoint, sent, 2) +
                  profile.sync_seconds;
@@ -316,7 +324,7 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
   // Data-parallel communication and the optimizer, per stage.
   const double grad_bytes = c.train.precision == DType::F64 ? 8 : 4;
   const double param_bytes = act_bytes;
-  const int dp = par.dp;
+  const int dp = par.dp * par.cp;  // the replicas: gradients are reduced and ZeRO shards over them
   const double bucket_bytes = std::max(1.0, par.bucket_mb * 1024 * 1024);
   for (int stage = 0; stage < par.pp; ++stage) {
     StageTime st;

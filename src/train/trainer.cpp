@@ -58,9 +58,10 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   partition_ = work_.partition;
   const TensorParallel tp{&grid.comm(Axis::Tensor),
                           p.sequence_parallel ? SequenceParallel::On : SequenceParallel::Off};
+  const ContextParallel cp{p.cp > 1 ? &grid.comm(Axis::Context) : nullptr};
   model_ = std::make_unique<GptModel>(backend, tp, config.model,
                                       my_chunks(partition_, p, grid.rank(Axis::Pipeline)),
-                                      config.train.precision);
+                                      config.train.precision, cp);
 
   ModelStateOptions so;
   so.zero = p.zero;
@@ -76,7 +77,10 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   }
   state_ = std::make_unique<ModelState>(
       *model_,
-      StateGroups{&grid.comm(Axis::Data), &grid.comm(Axis::Tensor), &grid.comm(Axis::Pipeline),
+      // The parameters' replicas are dp x cp ranks: a cp rank's gradient covers its part of
+      // every sequence, and the loss is scaled by the global batch's tokens, so summing over
+      // them gives the gradient of the whole batch.
+      StateGroups{&grid.replicas(), &grid.comm(Axis::Tensor), &grid.comm(Axis::Pipeline),
                   &grid.embedding()},
       so);
   if (data == DataMode::Load) {
@@ -86,6 +90,7 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
 
   agree(grid.world(), [&] {
     data_ = std::make_unique<DataFeed>(config, backend, grid.rank(Axis::Data), p.dp, data);
+    data_->set_context_rank(grid.rank(Axis::Context));
     data_->set_shares(work_.shares);
     data_->verify(grid.world_rank(), grid.world_size());
   });
@@ -93,10 +98,10 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   if (data == DataMode::Load) check_stop_during_startup(grid.world(), "opening the data");
 
   set_shares(work_.shares);
-  // Under ZeRO 2 and 3 a weight gradient launches a reduction over the data-parallel group (and
-  // ZeRO-3 prefetches parameters over it in other actions): pulled forward by one replica's
-  // timing, it would reorder that group's collectives against another replica's.
-  const bool early_weights = p.zero < 2 || grid.size(Axis::Data) == 1;
+  // Under ZeRO 2 and 3 a weight gradient launches a reduction over the replicas (and ZeRO-3
+  // prefetches parameters over them in other actions): pulled forward by one replica's timing,
+  // it would reorder that group's collectives against another replica's.
+  const bool early_weights = p.zero < 2 || grid.replicas().size() == 1;
   executor_ = std::make_unique<PipelineExecutor>(*model_, grid.comm(Axis::Pipeline),
                                                  p.virtual_stages, p.recompute, trace_,
                                                  early_weights, schedule_placement(p.schedule));
@@ -193,6 +198,7 @@ std::vector<MemoryPeaks> Trainer::memory_peaks() {
   mine.dp = grid_.rank(Axis::Data);
   mine.tp = grid_.rank(Axis::Tensor);
   mine.pp = grid_.rank(Axis::Pipeline);
+  mine.cp = grid_.rank(Axis::Context);
   for (size_t c = 0; c < kMemoryCategories; ++c) mine.peak[c] = m.peak(static_cast<MemoryCategory>(c));
   mine.peak_total = m.peak_total();
   const std::string bytes(reinterpret_cast<const char*>(&mine), sizeof mine);
@@ -214,8 +220,9 @@ void Trainer::log_memory(const char* when, int step) {
     for (size_t c = 0; c < kMemoryCategories; ++c)
       line += std::string(c ? ", " : "") + std::string(category_name(static_cast<MemoryCategory>(c))) +
               " " + format_bytes(static_cast<double>(p.peak[c]));
-    std::printf("  rank %d (dp %d tp %d pp %d): %s; total %s\n", p.world_rank, p.dp, p.tp, p.pp,
-                line.c_str(), format_bytes(static_cast<double>(p.peak_total)).c_str());
+    const std::string cp = cfg_.parallel.cp > 1 ? " cp " + std::to_string(p.cp) : std::string();
+    std::printf("  rank %d (dp %d tp %d pp %d%s): %s; total %s\n", p.world_rank, p.dp, p.tp, p.pp,
+                cp.c_str(), line.c_str(), format_bytes(static_cast<double>(p.peak_total)).c_str());
     metrics_->write({{"step", int64_t{step}},
                      {"memory_rank", int64_t{p.world_rank}},
                      {"parameters", static_cast<int64_t>(p.peak[0])},
@@ -234,9 +241,10 @@ void Trainer::log_start() {
   if (!leader_) return;
   const ParallelOptions& p = cfg_.parallel;
   const GptConfig& m = cfg_.model;
-  std::printf("meshtrain %s | run %s | %d ranks on %d node(s): dp %d x tp %d x pp %d (order %s)\n",
+  const std::string cp = p.cp > 1 ? " x cp " + std::to_string(p.cp) : std::string();
+  std::printf("meshtrain %s | run %s | %d ranks on %d node(s): dp %d x tp %d x pp %d%s (order %s)\n",
               MESHTRAIN_VERSION, cfg_.run.name.c_str(), grid_.world_size(), grid_.node_count(),
-              p.dp, p.tp, p.pp, p.order.c_str());
+              p.dp, p.tp, p.pp, cp.c_str(), grid_.shape().order_string().c_str());
   std::printf("model: %d layers, d_model %ld, %ld heads, seq_len %ld, vocab %ld, %.2fM parameters%s\n",
               m.layers, static_cast<long>(m.d_model), static_cast<long>(m.heads),
               static_cast<long>(m.seq_len), static_cast<long>(m.vocab_size),

@@ -224,6 +224,8 @@ RULES = [
     (r"^sbatch ", "check_sbatch", "deck and overrides planned on the job's world size"),
     (r"^bench/cpu/run\.sh|bench --suite step$|^scripts/run-local-bench\.sh", "covered",
      "GPT-2 124M benchmarks: `make bench`; their rows on a tiny model: bench_step_test"),
+    (r"bench --suite context", "covered",
+     "ring attention at T 4096-8192 (minutes on 2 cores): bench_context_test runs its rows small"),
     (r"bench --suite (comm|pipeline|zero|checkpoint|calibrate|hetero|async)", "run_as_written",
      "the suite, short as it is"),
     (r"^build/meshtrain plan ", "run_as_written", "planning needs no data"),

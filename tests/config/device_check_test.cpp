@@ -115,6 +115,20 @@ TEST(ResolveDevice, CpuRunsUseMpiWhateverTheGpus) {
   EXPECT_EQ(c.parallel.communicator, CommChoice::Mpi);
 }
 
+// The CUDA backend has no ring-attention kernels: context parallelism is refused there by name,
+// and runs on CPUs.
+TEST(ResolveDevice, ContextParallelismIsRefusedOnGpus) {
+  const DeviceFacts f = facts(1, {kGpu[0], kGpu[1]});
+  Config c = cuda_config(CommChoice::Auto);
+  c.parallel.cp = 2;
+  EXPECT_NE(refusal(c, f).find("input/gpu.toml: parallel.cp = 2 runs on the CPU backend only"),
+            std::string::npos)
+      << refusal(c, f);
+  c.run.device = DeviceChoice::Cpu;
+  c.train.precision = DType::F32;
+  EXPECT_EQ(refusal(c, f), "");
+}
+
 // train.precision = "auto" on a CPU: bf16 where oneDNN has bf16 instructions to run it on,
 // fp32 elsewhere; the device line says which and why. A named precision is kept either way.
 TEST(ResolveDevice, AutoPrecisionOnCpusFollowsTheirBf16Instructions) {

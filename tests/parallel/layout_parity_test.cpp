@@ -1,5 +1,5 @@
-// Layout invariance (DESIGN invariant 1): the same deck trained on any dp x tp x pp layout, with
-// any schedule, micro-batch count, sequence parallelism, ZeRO stage or recomputation, follows
+// Layout invariance (DESIGN invariant 1): the same deck trained on any dp x tp x pp x cp layout,
+// with any schedule, micro-batch count, sequence parallelism, ZeRO stage or recomputation, follows
 // the single-rank trajectory (one micro-batch, no ZeRO) over 5 AdamW steps: in fp64 to
 // round-off, element by element; in fp32 within 1e-5 for the loss and the parameters; in bf16
 // mixed precision the single-rank bf16 run, within fp32's tolerances without tensor parallelism
@@ -39,6 +39,7 @@ struct Layout {
   // Declared rank speeds (parallel.balance = "declared"): uneven data-parallel shares and a
   // speed-weighted pipeline partition (train/work_balance.h).
   std::vector<double> speeds = {};
+  int cp = 1;  // context-parallel ranks: each holds 2 of the 2 cp chunks of every sequence
 
   std::string name() const {
     const char* rc[] = {"none", "selective", "full"};
@@ -46,12 +47,13 @@ struct Layout {
            "_" + std::string(schedule_name(schedule)) + "_v" + std::to_string(virtual_stages) +
            "_m" + std::to_string(16 / (dp * micro_batch)) + (sequence_parallel ? "_sp" : "") +
            "_zero" + std::to_string(zero) + "_rc-" + rc[static_cast<int>(recompute)] +
-           (speeds.empty() ? "" : "_uneven");
+           (speeds.empty() ? "" : "_uneven") + (cp > 1 ? "_cp" + std::to_string(cp) : "");
   }
   Config apply(Config c) const {
     c.parallel.dp = dp;
     c.parallel.tp = tp;
     c.parallel.pp = pp;
+    c.parallel.cp = cp;
     c.parallel.schedule = schedule;
     c.parallel.virtual_stages = virtual_stages;
     c.parallel.sequence_parallel = sequence_parallel;
@@ -69,6 +71,12 @@ struct Layout {
 
 using S = ScheduleKind;
 using R = Recompute;
+
+// `l` with its sequences split over `cp` ranks besides its dp x tp x pp.
+Layout context_parallel(Layout l, int cp) {
+  l.cp = cp;
+  return l;
+}
 
 // Every axis alone and combined; 1 to 8 micro-batches; all schedules; SP on and off; each ZeRO
 // stage and recompute mode, alone and with tp and pp.
@@ -109,6 +117,9 @@ std::vector<Layout> layouts_for(int world) {
         {1, 1, 2, S::ZeroBubbleH1, 1, 4, false, 0, R::Selective},
         {1, 1, 2, S::ZeroBubbleV, 2, 2, false},         // embedding and head on rank 0
         {1, 1, 2, S::ZeroBubbleV, 2, 4, false, 0, R::Selective},
+        context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2),
+        context_parallel({1, 1, 1, S::GPipe, 1, 16, false, 1, R::Full}, 2),
+        context_parallel({1, 1, 1, S::OneFOneB, 1, 2, false, 3, R::Selective}, 2),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
@@ -137,6 +148,11 @@ std::vector<Layout> layouts_for(int world) {
         {1, 1, 4, S::ZeroBubbleV, 2, 2, false},
         {2, 1, 2, S::ZeroBubbleV, 2, 2, false, 1},
         {1, 2, 2, S::ZeroBubbleV, 2, 4, true, 0, R::Full},
+        context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 4),
+        context_parallel({1, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, 4),  // ZeRO-3 over cp
+        context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true}, 2),
+        context_parallel({1, 1, 2, S::ZeroBubbleH1, 1, 2, false, 1}, 2),
+        context_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 2}, 2),
     };
     case 8: return {
         {2, 2, 2, S::GPipe, 1, 2, false},
@@ -152,6 +168,10 @@ std::vector<Layout> layouts_for(int world) {
         {2, 2, 2, S::OneFOneB, 1, 1, true, 1, R::Selective, {1, 1, 1, 1, 1, 1, 0.5, 0.5}},
         {2, 2, 2, S::ZeroBubbleH1, 1, 2, true, 3, R::Selective},
         {1, 2, 4, S::ZeroBubbleH1, 1, 2, true, 1},
+        context_parallel({1, 2, 2, S::OneFOneB, 1, 2, true}, 2),
+        context_parallel({1, 2, 2, S::ZeroBubbleV, 2, 4, true, 1, R::Selective}, 2),
+        context_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 3, R::Full}, 4),
+        context_parallel({1, 1, 2, S::Interleaved, 2, 4, false, 2}, 4),
     };
     default: return {};
   }
@@ -183,7 +203,7 @@ void check_matrix(DType precision, const Tolerances& tol, const Tolerances* tp_t
   for (const Layout& l : layouts) {
     if (only && l.name().find(only) == std::string::npos) continue;
     SCOPED_TRACE(l.name());
-    const Tolerances& t = l.tp > 1 && tp_tol ? *tp_tol : tol;
+    const Tolerances& t = (l.tp > 1 || l.cp > 1) && tp_tol ? *tp_tol : tol;
     const testing::ParityResult r = testing::run_parallel(l.apply(base), kSteps, ref);
     if (world_rank() == 0)
       std::printf("  %-52s %10.2e %10.2e %10.2e %10.2e  %s\n", l.name().c_str(), r.max_loss_error,
@@ -235,7 +255,11 @@ TEST(LayoutParity, Fp32EveryLayoutFollowsTheSingleRankTrajectory) {
 //    after 5 steps) gets a full-size update of either sign, so it may differ by its tensor's
 //    whole scale, as it does between the bf16 and fp32 single-rank runs (tensor 0.14, element
 //    0.69; TP layouts: 0.14, 0.63). Held to 0.5 and 2: they catch a tensor gone wrong as a whole
-//    and blow-ups, no more; the loss and the parameters as a whole carry the check.
+//    and blow-ups, no more; the loss and the parameters as a whole carry the check;
+//  - context parallelism (ring attention) merges each query row's attention over 2 to 2 cp
+//    blocks, rounding the bf16 output at every merge where the single rank rounds once: the
+//    same kind of difference as tensor parallelism's, held to the same tolerances (measured
+//    loss <= 3.8e-5, params <= 6.5e-4).
 TEST(LayoutParity, Bf16EveryLayoutFollowsTheSingleRankBf16Trajectory) {
   const Tolerances tp{1e-4, 3e-3, 0.5, 2.0};
   check_matrix(DType::BF16, {1e-5, 3e-5, 5e-3, 2e-2}, &tp);

@@ -43,18 +43,20 @@ struct Layout {
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   bool sequence_parallel = false;
+  int cp = 1;
 
-  int ranks() const { return dp * tp * pp; }
+  int ranks() const { return dp * tp * pp * cp; }
   std::string name() const {
     return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_pp" + std::to_string(pp) +
            "_zero" + std::to_string(zero) + "_mb" + std::to_string(micro_batch) + "_" +
            std::string(schedule_name(schedule)) + "_v" + std::to_string(virtual_stages) +
-           (sequence_parallel ? "_sp" : "");
+           (sequence_parallel ? "_sp" : "") + (cp > 1 ? "_cp" + std::to_string(cp) : "");
   }
   Config apply(Config c) const {
     c.parallel.dp = dp;
     c.parallel.tp = tp;
     c.parallel.pp = pp;
+    c.parallel.cp = cp;
     c.parallel.zero = zero;
     c.parallel.schedule = schedule;
     c.parallel.virtual_stages = virtual_stages;
@@ -123,7 +125,7 @@ std::vector<Layout> same_layouts(int world) {
   switch (world) {
     case 1: return {{1, 1, 1, 0, 4}, {1, 1, 1, 3, 8, S::GPipe}};
     case 2: return {{2, 1, 1, 1, 4}, {2, 1, 1, 2, 2}, {1, 2, 1, 0, 8, S::OneFOneB, 1, true},
-                    {1, 1, 2, 0, 4}};
+                    {1, 1, 2, 0, 4}, {1, 1, 1, 3, 4, S::GPipe, 1, false, 2}};
     case 4: return {{2, 2, 1, 3, 4}, {1, 2, 2, 0, 4}, {2, 1, 2, 1, 2, S::Interleaved, 2}};
     default: return {};
   }
@@ -196,10 +198,14 @@ std::vector<std::vector<Segment>> chains(int world) {
     case 2: return {
         {{{2, 1, 1, 0, 8}, 3}, {{1, 2, 1, 0, 8}, 6}, {{1, 1, 2, 3, 4}, 10}},
         {{{1, 1, 2, 0, 4, S::Interleaved, 2}, 5}, {{2, 1, 1, 2, 2}, 10}},
+        // Context parallelism saves the same layout-free file: ZeRO-3 over the cp pair, then dp.
+        {{{1, 1, 1, 3, 4, S::OneFOneB, 1, false, 2}, 5}, {{2, 1, 1, 1, 4}, 10}},
     };
     case 4: return {
         {{{2, 2, 1, 1, 4, S::OneFOneB, 1, true}, 3}, {{1, 2, 2, 0, 4}, 6},
          {{4, 1, 1, 3, 2}, 8}, {{2, 1, 2, 2, 2}, 10}},
+        {{{1, 2, 1, 0, 4, S::OneFOneB, 1, true, 2}, 3}, {{1, 1, 1, 2, 4, S::GPipe, 1, false, 4}, 6},
+         {{2, 1, 1, 1, 2, S::OneFOneB, 1, false, 2}, 8}, {{1, 1, 2, 0, 4, S::ZeroBubbleV, 2, false, 2}, 10}},
     };
     default: return {};
   }

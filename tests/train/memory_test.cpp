@@ -6,6 +6,9 @@
 //  - `plan`'s predicted peak of every rank equals the measured peak of a real run within 5%,
 //    for a grid of decks and layouts; so does each category.
 //  - Each recompute mode lowers the measured activation peak as the plan says it will.
+//  - Context parallelism over cp ranks divides the measured activation peak by cp (ring
+//    attention keeps no softmax; compared with one rank under selective recomputation, which
+//    keeps none either), and the plan says so too.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -43,10 +46,12 @@ struct Measured {
   int64_t local_elements = 0;      // this rank's parameter elements
 };
 
-Measured measure(Config c) {
-  check_layout(c, world_size());
+Measured measure(Config c, MPI_Comm world = MPI_COMM_WORLD) {
+  int ranks = 1;
+  MPI_Comm_size(world, &ranks);
+  check_layout(c, ranks);
   CpuBackend backend(1);
-  ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 120.0);
+  ProcessGrid grid(world, c.grid_shape(), 120.0);
   Trainer trainer(c, grid, backend);
   trainer.reset_memory_peaks();
   for (int s = 0; s < 3; ++s) trainer.train_step(s);
@@ -81,8 +86,10 @@ TEST(Memory, ZeroStagesShardModelStateAsTheFormulasSay) {
 // A grid of layouts for this world size (every axis, schedules, ZeRO stages, recompute).
 std::vector<Config> grid_for(const Config& base) {
   std::vector<Config> out;
-  auto add = [&](int dp, int tp, int pp, ScheduleKind s, int zero, Recompute rc, bool sp, int mb) {
+  auto add = [&](int dp, int tp, int pp, ScheduleKind s, int zero, Recompute rc, bool sp, int mb,
+                 int cp = 1) {
     Config c = base;
+    c.parallel.cp = cp;
     c.parallel.dp = dp;
     c.parallel.tp = tp;
     c.parallel.pp = pp;
@@ -111,12 +118,15 @@ std::vector<Config> grid_for(const Config& base) {
       // pp 2, ZeRO-1: there a weight gradient run early while a transfer is awaited can lift
       // the workspace peak above the dry run's by more than the send slack, depending on timing.)
       add(1, 1, 2, S::ZeroBubbleV, 0, R::None, false, 1);
+      add(1, 1, 1, S::OneFOneB, 0, R::None, false, 2, 2);
       break;
     case 4:
       add(2, 2, 1, S::OneFOneB, 3, R::None, true, 2);
       add(2, 1, 2, S::OneFOneB, 1, R::Selective, false, 1);
       add(1, 2, 2, S::GPipe, 2, R::Full, true, 2);
       add(1, 1, 4, S::OneFOneB, 0, R::None, false, 1);
+      add(1, 1, 1, S::GPipe, 3, R::Full, false, 2, 4);
+      add(1, 2, 1, S::OneFOneB, 1, R::None, true, 2, 2);
       break;
   }
   return out;
@@ -172,6 +182,31 @@ TEST(Memory, RecomputeLowersActivationsAsPlanned) {
     EXPECT_LT(measured, previous);
     EXPECT_EQ(measured, planned);  // one rank, no transfers: the dry run is exact
     previous = measured;
+  }
+}
+
+TEST(Memory, ContextParallelismDividesActivations) {
+  const int cp = world_size();
+  if (cp == 1) GTEST_SKIP() << "needs 2 or more ranks";
+  testing::TempDir dir;
+  Config one = memory_config(dir.path());
+  one.parallel.recompute = Recompute::Selective;
+  Config split = one;
+  split.parallel.cp = cp;
+  const auto activations = [](const Measured& m, int rank) {
+    return static_cast<double>(m.peaks[static_cast<size_t>(rank)].peak[static_cast<size_t>(MemoryCategory::Activations)]);
+  };
+  // Every rank runs the single-rank deck alone, then all run it split over them.
+  const double whole = activations(measure(one, MPI_COMM_SELF), 0);
+  const Measured m = measure(split);
+  const LayoutPlan plan = plan_layout(split, cp, 1);
+  const double planned = static_cast<double>(plan.stages[0].peak[static_cast<size_t>(MemoryCategory::Activations)]);
+  for (int r = 0; r < cp; ++r) {
+    if (world_rank() == 0)
+      std::printf("  cp %d rank %d: activations %.0f, one rank %.0f (x %.3f), planned %.0f\n", cp, r,
+                  activations(m, r), whole, activations(m, r) / whole, planned);
+    EXPECT_NEAR(activations(m, r) * cp / whole, 1.0, 0.05) << "rank " << r;
+    EXPECT_EQ(activations(m, r), planned) << "rank " << r;
   }
 }
 

@@ -47,6 +47,9 @@ void report_breakdown(BenchReport& report, const KernelProfile& profile, int ste
 void bench_comm(const BenchArgs& args, BenchReport& report);
 // Measured pipeline bubble of GPipe and 1F1B against (p-1)/(m+p-1) (2+ ranks).
 void bench_pipeline(const BenchArgs& args, BenchReport& report);
+// Context parallelism (2+ ranks, all in one cp group): ring attention's hidden transfer share
+// at T 4096 and 8192, and the planned memory per rank and longest sequence for cp 1, 2, 4.
+void bench_context(const BenchArgs& args, BenchReport& report);
 // One slow rank (dp 4) or stage (dp 2 x pp 2) on 4 ranks: even work against work divided by
 // declared, probed and rebalanced speeds (train/work_balance.h).
 void bench_hetero(const BenchArgs& args, BenchReport& report);

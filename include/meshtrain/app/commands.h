@@ -41,7 +41,7 @@ struct PrepareArgs {
 int prepare_command(const PrepareArgs& args);
 
 struct BenchArgs {
-  std::string suite = "step";  // step, comm, pipeline, zero, checkpoint, gpu, calibrate, hetero, all
+  std::string suite = "step";  // step, comm, pipeline, zero, checkpoint, gpu, calibrate, hetero, context, all
   int threads = 2;
   int steps = 4;
   std::string model = "gpt2";  // the step suite's model: gpt2 (GPT-2 124M) or tiny (tests)

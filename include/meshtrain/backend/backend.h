@@ -138,6 +138,36 @@ class Backend {
   virtual void attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
                                 const Tensor& v_cache, int64_t length);
 
+  // ---- ring attention blocks (context parallelism, model/ring_attention.h) ----------------
+  // One block of a sequence's attention: the queries in rows [q_begin, q_begin + rows) of each
+  // of the B sequences of qkv (B * Tq, 3 * NH * HS; the Q part, columns [0, C)), against the
+  // keys and values in rows [k_begin, k_begin + keys) of each sequence of kv (B * Tk, 2 * C:
+  // K in columns [0, C), V in [C, 2 C)), C = NH * HS. causal: query row i of the block sees
+  // key rows 0..i of the block only (rows == keys then), else every key of the block.
+  struct AttentionBlock {
+    int64_t q_begin = 0, rows = 0, k_begin = 0, keys = 0;
+    bool causal = false;
+  };
+  // Merges the block into the running result of those query rows: out (B * Tq, C) holds each
+  // row's attention over the keys merged so far, lse (B, NH, Tq) in stats_dtype the log of its
+  // softmax denominator (scores scaled by 1/sqrt(HS)), -inf before the first block; merging is
+  // exact up to rounding, whatever the order of the blocks.
+  // The default refuses by name: only backends with these kernels run context parallelism.
+  virtual void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,
+                                       const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
+                                       const AttentionBlock& block);
+  // Adds the block's gradients, given the final out, lse and dout (B * Tq, C): dQ into the Q
+  // columns of dqkv (B * Tq, 3 C), dK and dV into dkv (B * Tk, 2 C). Accumulates (+=): each
+  // query row and each key row collects the gradients of every block it takes part in.
+  virtual void attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
+                                        const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                                        const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
+                                        const AttentionBlock& block);
+  // dst[:, dst_col + j] = src[:, src_col + j] for j < cols, both 2-D with the same rows and
+  // dtype (packing K and V out of qkv, and their gradients back). The default copies row views.
+  virtual void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
+                            int64_t cols);
+
   // ---- vocabulary-parallel softmax cross-entropy -----------------------------------------
   // For logits (N, V) over this rank's vocabulary slice [vocab_begin, vocab_begin + V):
   // row_max (N) and row_sumexp (N) = sum_j exp(logit_j - row_max); both fp32/fp64 as logits.

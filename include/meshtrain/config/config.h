@@ -78,8 +78,9 @@ struct AutoLayout {
 };
 
 struct ParallelOptions {
-  int dp = 0;  // 0: "auto", world / (tp * pp)
+  int dp = 0;  // 0: "auto", world / (tp * pp * cp)
   int tp = 1, pp = 1;
+  int cp = 1;  // context parallelism: each sequence split over cp ranks (model/ring_attention.h)
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   int zero = 0;

@@ -1,7 +1,8 @@
 #pragma once
 // Causal multi-head self-attention with biases, tensor-parallel over heads: the QKV projection
 // is column-parallel over (3, C, C) so each rank owns whole heads, the core runs on the local
-// heads, and the output projection is row-parallel.
+// heads, and the output projection is row-parallel. Under context parallelism the core is ring
+// attention (model/ring_attention.h), which keeps no softmax: only its rows' log-sum-exp.
 
 #include <string>
 
@@ -15,7 +16,8 @@ class CausalSelfAttention {
   struct Saved {
     ColumnParallelLinear::Saved qkv_in;
     Tensor qkv;    // (N, 3 * C / tp)  as (B, T, 3, NH / tp, HS)
-    Tensor probs;  // (B, NH / tp, T, T); empty under selective recomputation
+    Tensor probs;  // (B, NH / tp, T, T); empty under selective recomputation and under cp
+    Tensor lse;    // under context parallelism: (B, NH / tp, T), the rows' log-sum-exp
     RowParallelLinear::Saved proj_in;  // attention output (N, C / tp)
   };
 
@@ -36,6 +38,9 @@ class CausalSelfAttention {
   int64_t head_size() const { return head_size_; }
 
  private:
+  // The QKV projection's backward from the core's dqkv.
+  Tensor finish_backward(const Tensor& dqkv, const Saved& saved, DeferredWeightGradients* deferred);
+
   LayerContext ctx_;
   int64_t local_heads_, head_size_;
   ColumnParallelLinear qkv_;

@@ -2,7 +2,8 @@
 // Token embedding wte (V, C), vocabulary-parallel: rank r of the tensor group holds rows
 // [r V/tp, (r+1) V/tp) and contributes zeros for other tokens; the partial embeddings are
 // summed across the group (reduce-scattered along tokens under sequence parallelism). Learned
-// position embedding wpe (T, C), replicated, is then added to this rank's tokens.
+// position embedding wpe (T, C), replicated, is then added to this rank's tokens (under context
+// parallelism at their places in the whole sequence: model/ring_attention.h).
 
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/weight_gradients.h"

@@ -95,9 +95,10 @@ class ModelChunk {
 // its ZeRO stage, or ParameterStore::materialize in tests) lays them out.
 class GptModel {
  public:
-  // ranges: this rank's chunks, in its virtual-stage order.
+  // ranges: this rank's chunks, in its virtual-stage order. cp: the context-parallel group,
+  // whose ranks each hold part of every sequence.
   GptModel(Backend& backend, const TensorParallel& tp, const GptConfig& cfg,
-           const std::vector<ChunkRange>& ranges, DType dtype);
+           const std::vector<ChunkRange>& ranges, DType dtype, ContextParallel cp = {});
 
   ParameterStore& params() { return store_; }
   ModelChunk& chunk(int v) { return *chunks_[v]; }
@@ -106,12 +107,14 @@ class GptModel {
   DType dtype() const { return dtype_; }
   Backend& backend() { return *backend_; }
   const TensorParallel& tp() const { return tp_; }
+  const ContextParallel& cp() const { return cp_; }
   // The loss sums of head forwards not yet read (see ModelChunk::forward).
   LossAccumulator& loss() { return loss_; }
 
  private:
   Backend* backend_;
   TensorParallel tp_;
+  ContextParallel cp_;
   GptConfig cfg_;
   DType dtype_;
   ParameterStore store_;

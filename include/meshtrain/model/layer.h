@@ -6,6 +6,7 @@
 #include "meshtrain/backend/backend.h"
 #include "meshtrain/model/parameter_store.h"
 #include "meshtrain/model/recompute.h"
+#include "meshtrain/model/ring_attention.h"
 #include "meshtrain/model/tp_regions.h"
 
 namespace meshtrain {
@@ -14,10 +15,12 @@ struct LayerContext {
   Backend* backend = nullptr;
   ParameterStore* store = nullptr;
   TensorParallel tp;
+  ContextParallel cp;  // off unless parallel.cp > 1
 };
 
 // A micro-batch of B sequences of T tokens: N = B * T tokens in all; a sequence-parallel region
-// of a rank holds tp.local_tokens(N) of them.
+// of a rank holds tp.local_tokens(N) of them. Under context parallelism T is this rank's part
+// of each sequence (ContextParallel: two chunks of it).
 struct TokenShape {
   int64_t B = 0, T = 0;
   int64_t N() const { return B * T; }

@@ -1,5 +1,6 @@
 #pragma once
-// ProcessGrid: splits the world into data- (dp), tensor- (tp) and pipeline-parallel (pp) groups.
+// ProcessGrid: splits the world into data- (dp), tensor- (tp), pipeline- (pp) and
+// context-parallel (cp) groups.
 //
 // Rank order comes from one string, fastest-varying axis first (deck parallel.order):
 //   "tp-dp-pp":  world_rank = tp + TP * (dp + DP * pp)
@@ -9,7 +10,9 @@
 //   tp:    0 1 0 1 0 1 0 1     tensor groups   {0,1} {2,3} {4,5} {6,7}
 //   dp:    0 0 1 1 0 0 1 1     data groups     {0,2} {1,3} {4,6} {5,7}
 //   pp:    0 0 0 0 1 1 1 1     pipeline groups {0,4} {1,5} {2,6} {3,7}
-// Each group is an MPI_Comm_split of the world: same coordinates on the other two axes.
+// Each group is an MPI_Comm_split of the world: same coordinates on the other axes. cp ranks
+// split every sequence (model/ring_attention.h) and vary right after tp by default
+// ("tp-cp-dp-pp"): their ring carries keys and values every layer.
 // The "embedding" group joins the first and last pipeline stage of each (dp, tp) pair, so the
 // two copies of tied token embeddings can sum their gradients; under zb-v (GridShape::head_stage
 // First) the head sits beside the embedding on the first stage and every such group is a lone one.
@@ -52,6 +55,10 @@ class ProcessGrid {
   int size(Axis a) const { return shape_.size(a); }
   Communicator& comm(Axis a) { return *axis_comms_[axis_index(a)]; }
   Communicator& world() { return *world_; }
+  // The replicas of this rank's parameters, dp x cp ranks (GridShape::replica_groups): gradients
+  // are summed and ZeRO shards over it. The data group itself when cp == 1.
+  Communicator& replicas() { return replicas_ ? *replicas_ : comm(Axis::Data); }
+  int replica_rank() const { return shape_.replica_rank(coords_); }
   // The MPI communicator the grid was built over (for MPI-IO); MPI_COMM_NULL when planned.
   MPI_Comm mpi_world() const { return mpi_world_; }
   // First and last stage of this rank's pipeline (size 1 when pp == 1 or not on such a stage).
@@ -81,11 +88,12 @@ class ProcessGrid {
  private:
   ProcessGrid() = default;
   GridShape shape_;
-  std::array<int, 3> coords_{};
+  GridCoords coords_{};
   int world_rank_ = 0;
   std::unique_ptr<Communicator> world_;
   MPI_Comm mpi_world_ = MPI_COMM_NULL;
-  std::array<std::unique_ptr<Communicator>, 3> axis_comms_;
+  std::array<std::unique_ptr<Communicator>, kAxes> axis_comms_;
+  std::unique_ptr<Communicator> replicas_;  // cp > 1 only
   std::unique_ptr<Communicator> embedding_;
   // The tensor group's nodes, from its MPI communicator (collective over it): sets
   // tp_spanning_groups_ and tp_spanning_example_ (collective over `world`).

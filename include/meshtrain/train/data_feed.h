@@ -39,6 +39,9 @@ class DataFeed {
   // global_batch / micro_batch; even shares until set.
   void set_shares(const std::vector<int>& shares);
   int microbatches() const { return share_; }
+  // Context parallelism (parallel.cp > 1): this rank takes chunks r and 2 cp - 1 - r of every
+  // sequence (model/ring_attention.h), micro-batches of seq_len / cp tokens per sequence.
+  void set_context_rank(int rank) { cp_rank_ = rank; }
   // Asynchronous data parallelism (even shares): from now on this replica takes the samples of
   // replica `replica`, whichever share of a step the parameter servers handed it.
   void set_replica(int replica);
@@ -59,6 +62,7 @@ class DataFeed {
   int dp_rank_, dp_size_;
   int64_t first_ = 0;  // this replica's first position in the global batch
   int share_ = 0;      // its micro-batches
+  int cp_rank_ = 0;
   DataMode mode_;
   std::unique_ptr<TokenDataset> train_, val_;
   std::unique_ptr<Sampler> sampler_;

@@ -31,7 +31,7 @@ struct LayoutPlan {
   std::vector<StagePlan> stages;
   size_t peak() const;      // the largest stage's peak: what every rank must fit
   int peak_stage() const;
-  std::string layout() const;  // "dp 2 tp 2 pp 2 1f1b m4x2 zero 1 rc none sp"
+  std::string layout() const;  // "dp 2 tp 2 pp 2 1f1b m4x2 zero 1 rc none sp" ("pp 2 cp 2 1f1b")
 };
 
 // "dp 2 tp 2 pp 2 1f1b m4x2 zero 1 rc none sp": a configuration's layout in one line.

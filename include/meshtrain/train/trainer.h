@@ -46,7 +46,7 @@ struct StepResult {
 
 // Per-category peaks of one rank's memory, as reported in the log and metrics.jsonl.
 struct MemoryPeaks {
-  int world_rank = 0, dp = 0, tp = 0, pp = 0;
+  int world_rank = 0, dp = 0, tp = 0, pp = 0, cp = 0;
   std::array<size_t, kMemoryCategories> peak{};  // per category
   size_t peak_total = 0;                          // of the sum, at its highest moment
 };

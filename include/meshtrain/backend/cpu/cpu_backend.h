@@ -84,6 +84,15 @@ class CpuBackend final : public Backend {
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                           const Tensor& probs, int64_t B, int64_t T, int64_t NH,
                           int64_t HS) override;
+  // Ring-attention blocks (ring_attention_blocks.cpp): fp32, fp64 and bf16, lse in wide(A).
+  void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
+                               int64_t B, int64_t NH, int64_t HS,
+                               const AttentionBlock& block) override;
+  void attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& out,
+                                const Tensor& lse, const Tensor& qkv, const Tensor& kv, int64_t B,
+                                int64_t NH, int64_t HS, const AttentionBlock& block) override;
+  void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
+                    int64_t cols) override;
 
   void crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
   void crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,

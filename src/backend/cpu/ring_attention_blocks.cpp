@@ -1,0 +1,378 @@
+// CpuBackend: the ring-attention block operations of backend.h (context parallelism) — one
+// block of queries against one block of keys, merged into a running (out, lse) by log-sum-exp,
+// and its backward from the final out and lse (FlashAttention-2, arXiv 2307.08691, alg. 1-2):
+//
+//   S = scale Q K^T (masked j > i when causal),  m = rowmax S,  P = exp(S - m),  l = rowsum P
+//   O_blk = P V / l,  lse_blk = m + log l;  merged: lse = logaddexp(lse, lse_blk),
+//   out = out exp(lse_old - lse) + O_blk exp(lse_blk - lse)                 scale = 1/sqrt(HS)
+//
+//   P = exp(S - lse_final),  D_i = <dO_i, O_i> (over the head's HS columns),  dP = dO V^T,
+//   dS = P * (dP - D),  dV += P^T dO,  dQ += scale dS K,  dK += scale dS^T Q         (+=)
+//
+// One (batch, head) pair per OpenMP task (its columns are its own: no races), in row tiles of
+// kTile queries so that scratch is kTile x keys per thread, never rows x keys x B x NH. Products
+// are single-threaded OpenBLAS calls (blas.h) in Acc<A>: bf16 tiles are widened to fp32 scratch
+// first, and bf16 results round once per block. Also the fast copy_columns (a row loop).
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "attention_rows.h"
+#include "blas.h"
+#include "cpu_checks.h"
+#include "element.h"
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/backend/kernel_profile.h"
+#include "vector_math.h"
+
+namespace meshtrain {
+
+namespace cpu {
+namespace {
+
+constexpr int64_t kTile = kAttentionBlock;  // query rows per product
+
+// The sizes of one call (C = NH * HS; Tq and Tk rows per sequence of qkv and kv) and its block.
+struct BlockGeometry {
+  int64_t B, NH, HS, C, Tq, Tk;
+  Backend::AttentionBlock block;
+  int64_t tile() const { return std::min(kTile, block.rows); }
+};
+
+// Keys row i of the block (0-based) sees: 0..i when causal, every key otherwise.
+inline int64_t visible(const BlockGeometry& g, int64_t i) {
+  return g.block.causal ? i + 1 : g.block.keys;
+}
+
+// A (rows, cols) tile of a strided A matrix as Acc<A>: the matrix itself when A computes as it
+// stores (fp32, fp64), else widened into `scratch` (bf16).
+template <class A> struct TileView {
+  const Acc<A>* p;
+  int64_t ld;
+};
+template <class A>
+TileView<A> load(const A* src, int64_t ld, int64_t rows, int64_t cols, Acc<A>* scratch) {
+  if constexpr (std::is_same_v<A, Acc<A>>) {
+    return {src, ld};
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) scratch[r * cols + c] = widen(src[r * ld + c]);
+    return {scratch, cols};
+  }
+}
+
+// Head h's keys and values of the block in sequence b, each (keys, HS) (widened into wk and wv
+// for bf16).
+template <class A> struct KeysValues {
+  TileView<A> K, V;
+};
+template <class A>
+KeysValues<A> load_keys_values(const A* kv, const BlockGeometry& g, int64_t b, int64_t h,
+                               Acc<A>* wk, Acc<A>* wv) {
+  const A* k = kv + (b * g.Tk + g.block.k_begin) * 2 * g.C + h * g.HS;
+  return {load(k, 2 * g.C, g.block.keys, g.HS, wk), load(k + g.C, 2 * g.C, g.block.keys, g.HS, wv)};
+}
+
+// Elements of Acc<A> per thread: forward S (tile x keys) and O (tile x HS); backward P and dS
+// (tile x keys), dQ (tile x HS), dK and dV (keys x HS), D (tile); bf16 adds the widened Q, dO
+// (tile x HS), K and V (keys x HS).
+template <class A> int64_t forward_scratch(const BlockGeometry& g) {
+  const int64_t t = g.tile(), k = g.block.keys;
+  const int64_t wide = std::is_same_v<A, bf16> ? t * g.HS + 2 * k * g.HS : 0;
+  return t * k + t * g.HS + wide;
+}
+template <class A> int64_t backward_scratch(const BlockGeometry& g) {
+  const int64_t t = g.tile(), k = g.block.keys;
+  const int64_t wide = std::is_same_v<A, bf16> ? 2 * t * g.HS + 2 * k * g.HS : 0;
+  return 2 * t * k + t * g.HS + 2 * k * g.HS + t + wide;
+}
+
+template <class A>
+void block_forward(A* out, Acc<A>* lse, const A* qkv, const A* kv, const BlockGeometry& g,
+                   Acc<A>* scratch, int team) {
+  using E = Acc<A>;
+  constexpr bool widened = !std::is_same_v<A, E>;
+  const auto& blk = g.block;
+  const int64_t C = g.C, HS = g.HS, keys = blk.keys, tile = g.tile();
+  const E scale = static_cast<E>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const int64_t per_thread = forward_scratch<A>(g);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+  for (int64_t bh = 0; bh < g.B * g.NH; ++bh) {
+    const int64_t b = bh / g.NH, h = bh % g.NH;
+    E* S = scratch + omp_get_thread_num() * per_thread;  // (tile, keys)
+    E* O = S + tile * keys;                                // (tile, HS)
+    E* wq = widened ? O + tile * HS : nullptr;             // bf16 only: Q tile, K, V
+    E* wk = widened ? wq + tile * HS : nullptr;
+    E* wv = widened ? wk + keys * HS : nullptr;
+    const A* q = qkv + (b * g.Tq + blk.q_begin) * 3 * C + h * HS;
+    const auto [K, V] = load_keys_values(kv, g, b, h, wk, wv);
+    A* o = out + (b * g.Tq + blk.q_begin) * C + h * HS;
+    E* l = lse + bh * g.Tq + blk.q_begin;
+
+    for (int64_t r0 = 0; r0 < blk.rows; r0 += tile) {
+      const int64_t rt = std::min(tile, blk.rows - r0);
+      const int64_t ku = blk.causal ? r0 + rt : keys;  // keys any row of the tile sees
+      const TileView<A> Q = load(q + r0 * 3 * C, 3 * C, rt, HS, wq);
+      gemm(CblasNoTrans, CblasTrans, rt, ku, HS, scale, Q.p, Q.ld, K.p, K.ld, E(0), S, keys);
+      E lse_blk[kTile];
+      for (int64_t t = 0; t < rt; ++t) {
+        E* s = S + t * keys;
+        const int64_t n = visible(g, r0 + t);
+        E m = s[0];
+#pragma omp simd reduction(max : m)
+        for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
+        E sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < n; ++j) {
+          s[j] = vexp<E>(s[j] - m);
+          sum += s[j];
+        }
+        if (ku > n) std::memset(s + n, 0, static_cast<size_t>(ku - n) * sizeof(E));
+        lse_blk[t] = m + std::log(sum);
+        const E inv = E(1) / sum;
+        for (int64_t j = 0; j < n; ++j) s[j] *= inv;  // P / l: O comes out normalised
+      }
+      gemm(CblasNoTrans, CblasNoTrans, rt, HS, ku, E(1), S, keys, V.p, V.ld, E(0), O, HS);
+      for (int64_t t = 0; t < rt; ++t) {  // merge (out, lse) with (O, lse_blk)
+        A* orow = o + (r0 + t) * C;
+        const E* brow = O + t * HS;
+        const E old = l[r0 + t];
+        if (old == -std::numeric_limits<E>::infinity()) {
+          for (int64_t c = 0; c < HS; ++c) orow[c] = narrow<A>(brow[c]);
+          l[r0 + t] = lse_blk[t];
+          continue;
+        }
+        const E mx = std::max(old, lse_blk[t]);
+        const E merged = mx + std::log(std::exp(old - mx) + std::exp(lse_blk[t] - mx));
+        const E a = std::exp(old - merged), w = std::exp(lse_blk[t] - merged);
+        for (int64_t c = 0; c < HS; ++c) orow[c] = narrow<A>(widen(orow[c]) * a + brow[c] * w);
+        l[r0 + t] = merged;
+      }
+    }
+  }
+}
+
+// dst (rows, HS) of A, strided ld, += src (rows, HS) of Acc<A>, dense.
+template <class A> void add_into(A* dst, int64_t ld, const Acc<A>* src, int64_t rows, int64_t HS) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < HS; ++c)
+      dst[r * ld + c] = narrow<A>(widen(dst[r * ld + c]) + src[r * HS + c]);
+}
+
+template <class A>
+void block_backward(A* dqkv, A* dkv, const A* dout, const A* out, const Acc<A>* lse,
+                    const A* qkv, const A* kv, const BlockGeometry& g, Acc<A>* scratch, int team) {
+  using E = Acc<A>;
+  constexpr bool widened = !std::is_same_v<A, E>;
+  const auto& blk = g.block;
+  const int64_t C = g.C, HS = g.HS, keys = blk.keys, tile = g.tile();
+  const E scale = static_cast<E>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const int64_t per_thread = backward_scratch<A>(g);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+  for (int64_t bh = 0; bh < g.B * g.NH; ++bh) {
+    const int64_t b = bh / g.NH, h = bh % g.NH;
+    E* P = scratch + omp_get_thread_num() * per_thread;  // (tile, keys)
+    E* dS = P + tile * keys;                               // (tile, keys)
+    E* dQ = dS + tile * keys;                              // (tile, HS)
+    E* dK = dQ + tile * HS;                                // (keys, HS)
+    E* dV = dK + keys * HS;                                // (keys, HS)
+    E* D = dV + keys * HS;                                 // (tile)
+    E* wq = widened ? D + tile : nullptr;                  // bf16 only: Q, dO tiles, K, V
+    E* wdo = widened ? wq + tile * HS : nullptr;
+    E* wk = widened ? wdo + tile * HS : nullptr;
+    E* wv = widened ? wk + keys * HS : nullptr;
+    const int64_t qrow = b * g.Tq + blk.q_begin, krow = b * g.Tk + blk.k_begin;
+    const A* q = qkv + qrow * 3 * C + h * HS;
+    const A* o = out + qrow * C + h * HS;
+    const A* dO_ = dout + qrow * C + h * HS;
+    const E* l = lse + bh * g.Tq + blk.q_begin;
+    const auto [K, V] = load_keys_values(kv, g, b, h, wk, wv);
+    std::fill(dK, dK + 2 * keys * HS, E(0));  // dK and dV
+
+    for (int64_t r0 = 0; r0 < blk.rows; r0 += tile) {
+      const int64_t rt = std::min(tile, blk.rows - r0);
+      const int64_t ku = blk.causal ? r0 + rt : keys;
+      const TileView<A> Q = load(q + r0 * 3 * C, 3 * C, rt, HS, wq);
+      const TileView<A> dO = load(dO_ + r0 * C, C, rt, HS, wdo);
+      for (int64_t t = 0; t < rt; ++t) {
+        E dot = 0;
+        for (int64_t c = 0; c < HS; ++c)
+          dot += widen(dO_[(r0 + t) * C + c]) * widen(o[(r0 + t) * C + c]);
+        D[t] = dot;
+      }
+      gemm(CblasNoTrans, CblasTrans, rt, ku, HS, scale, Q.p, Q.ld, K.p, K.ld, E(0), P, keys);
+      gemm(CblasNoTrans, CblasTrans, rt, ku, HS, E(1), dO.p, dO.ld, V.p, V.ld, E(0), dS, keys);
+      for (int64_t t = 0; t < rt; ++t) {
+        E* p = P + t * keys;
+        E* ds = dS + t * keys;
+        const int64_t n = visible(g, r0 + t);
+        const E li = l[r0 + t], Dt = D[t];
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) {
+          p[j] = vexp<E>(p[j] - li);
+          ds[j] = p[j] * (ds[j] - Dt);
+        }
+        if (ku > n) {  // the products below read the masked entries
+          std::memset(p + n, 0, static_cast<size_t>(ku - n) * sizeof(E));
+          std::memset(ds + n, 0, static_cast<size_t>(ku - n) * sizeof(E));
+        }
+      }
+      gemm(CblasTrans, CblasNoTrans, ku, HS, rt, E(1), P, keys, dO.p, dO.ld, E(1), dV, HS);
+      gemm(CblasTrans, CblasNoTrans, ku, HS, rt, scale, dS, keys, Q.p, Q.ld, E(1), dK, HS);
+      gemm(CblasNoTrans, CblasNoTrans, rt, HS, ku, scale, dS, keys, K.p, K.ld, E(0), dQ, HS);
+      add_into<A>(dqkv + (qrow + r0) * 3 * C + h * HS, 3 * C, dQ, rt, HS);
+    }
+    add_into<A>(dkv + krow * 2 * C + h * HS, 2 * C, dK, keys, HS);
+    add_into<A>(dkv + krow * 2 * C + C + h * HS, 2 * C, dV, keys, HS);
+  }
+}
+
+// The checks both passes share; returns the geometry. Messages name the op, the value and the
+// expectation.
+BlockGeometry check_block(const char* op, const Tensor& qkv, const Tensor& kv, int64_t B,
+                          int64_t NH, int64_t HS, const Backend::AttentionBlock& blk) {
+  require(B > 0 && NH > 0 && HS > 0, op,
+          "B, NH, HS must be positive, got " + std::to_string(B) + ", " + std::to_string(NH) +
+              ", " + std::to_string(HS));
+  const int64_t C = NH * HS;
+  require(qkv.shape().rank() == 2 && qkv.dim(1) == 3 * C && qkv.dim(0) % B == 0, op,
+          "qkv is " + qkv.shape().to_string() + ", expected (B * Tq, 3 * NH * HS) with B = " +
+              std::to_string(B) + ", 3 * NH * HS = " + std::to_string(3 * C));
+  require(kv.shape().rank() == 2 && kv.dim(1) == 2 * C && kv.dim(0) % B == 0, op,
+          "kv is " + kv.shape().to_string() + ", expected (B * Tk, 2 * NH * HS) with B = " +
+              std::to_string(B) + ", 2 * NH * HS = " + std::to_string(2 * C));
+  const int64_t Tq = qkv.dim(0) / B, Tk = kv.dim(0) / B;
+  auto range = [&](const char* what, int64_t begin, int64_t count, int64_t T) {
+    require(begin >= 0 && count >= 0 && begin + count <= T, op,
+            std::string(what) + " rows [" + std::to_string(begin) + ", " +
+                std::to_string(begin + count) + ") are outside the sequence of " +
+                std::to_string(T) + " rows");
+  };
+  range("query", blk.q_begin, blk.rows, Tq);
+  range("key", blk.k_begin, blk.keys, Tk);
+  require(!blk.causal || blk.rows == blk.keys, op,
+          "a causal block is square: rows = " + std::to_string(blk.rows) +
+              ", keys = " + std::to_string(blk.keys));
+  require(blk.rows == 0 || blk.keys > 0, op,
+          std::to_string(blk.rows) + " query rows against no keys have no softmax");
+  return {B, NH, HS, C, Tq, Tk, blk};
+}
+
+}  // namespace
+}  // namespace cpu
+
+using cpu::Acc;
+using cpu::dispatch;
+using cpu::ptr;
+using cpu::require;
+using cpu::same_dtype;
+using cpu::wide_stat;
+
+// Scratch (Workspace, counted by the planner): per thread, a tile of scores and its partners
+// (cpu::forward_scratch / backward_scratch).
+namespace {
+// The running log-sum-exp of every query row: (B, NH, Tq).
+void require_lse_shape(const char* op, const Tensor& lse, int64_t B, int64_t NH, int64_t Tq) {
+  require(lse.shape() == Shape{B, NH, Tq}, op,
+          "lse is " + lse.shape().to_string() + ", expected (B, NH, Tq) = " +
+              Shape{B, NH, Tq}.to_string());
+}
+}  // namespace
+
+void CpuBackend::attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,
+                                         const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
+                                         const AttentionBlock& block) {
+  const char* op = "attention_block_forward";
+  const cpu::BlockGeometry g = cpu::check_block(op, qkv, kv, B, NH, HS, block);
+  KernelProfile::Scope timed(profile_, op,
+                             (block.causal ? 2.0 : 4.0) * B * NH * block.rows * block.keys * HS);
+  require(out.shape() == Shape{B * g.Tq, g.C}, op,
+          "out is " + out.shape().to_string() + ", expected (B * Tq, NH * HS) = " +
+              Shape{B * g.Tq, g.C}.to_string());
+  require_lse_shape(op, lse, B, NH, g.Tq);
+  const DType a = qkv.dtype();
+  same_dtype(op, a, "kv", kv);
+  same_dtype(op, a, "out", out);
+  wide_stat(op, a, "lse", lse);
+  dispatch(false, op, a, [&](auto tag) {
+    using E = decltype(tag);
+    if (block.rows == 0) return;
+    const int team = static_cast<int>(std::min<int64_t>(threads(), B * NH));
+    Tensor scratch = empty({team * cpu::forward_scratch<E>(g)}, cpu::wide(a),
+                           MemoryCategory::Workspace);
+    if (planning_) return;
+    cpu::block_forward<E>(ptr<E>(out), ptr<Acc<E>>(lse), ptr<E>(qkv), ptr<E>(kv), g,
+                          ptr<Acc<E>>(scratch), team);
+  });
+}
+
+void CpuBackend::attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
+                                          const Tensor& out, const Tensor& lse,
+                                          const Tensor& qkv, const Tensor& kv, int64_t B,
+                                          int64_t NH, int64_t HS, const AttentionBlock& block) {
+  const char* op = "attention_block_backward";
+  const cpu::BlockGeometry g = cpu::check_block(op, qkv, kv, B, NH, HS, block);
+  KernelProfile::Scope timed(profile_, op,
+                             (block.causal ? 5.0 : 10.0) * B * NH * block.rows * block.keys * HS);
+  const Shape rows_c{B * g.Tq, g.C};
+  require(dqkv.shape() == qkv.shape(), op,
+          "dqkv is " + dqkv.shape().to_string() + ", expected qkv's " + qkv.shape().to_string());
+  require(dkv.shape() == kv.shape(), op,
+          "dkv is " + dkv.shape().to_string() + ", expected kv's " + kv.shape().to_string());
+  require(dout.shape() == rows_c && out.shape() == rows_c, op,
+          "dout is " + dout.shape().to_string() + " and out " + out.shape().to_string() +
+              ", expected (B * Tq, NH * HS) = " + rows_c.to_string());
+  require_lse_shape(op, lse, B, NH, g.Tq);
+  const DType a = qkv.dtype();
+  same_dtype(op, a, "kv", kv);
+  same_dtype(op, a, "dqkv", dqkv);
+  same_dtype(op, a, "dkv", dkv);
+  same_dtype(op, a, "dout", dout);
+  same_dtype(op, a, "out", out);
+  wide_stat(op, a, "lse", lse);
+  dispatch(false, op, a, [&](auto tag) {
+    using E = decltype(tag);
+    if (block.rows == 0) return;
+    const int team = static_cast<int>(std::min<int64_t>(threads(), B * NH));
+    Tensor scratch = empty({team * cpu::backward_scratch<E>(g)}, cpu::wide(a),
+                           MemoryCategory::Workspace);
+    if (planning_) return;
+    cpu::block_backward<E>(ptr<E>(dqkv), ptr<E>(dkv), ptr<E>(dout), ptr<E>(out),
+                           ptr<Acc<E>>(lse), ptr<E>(qkv), ptr<E>(kv), g, ptr<Acc<E>>(scratch),
+                           team);
+  });
+}
+
+void CpuBackend::copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
+                              int64_t cols) {
+  const char* op = "copy_columns";
+  KernelProfile::Scope timed(profile_, op);
+  const bool matrices = dst.shape().rank() == 2 && src.shape().rank() == 2;
+  const int64_t rows = matrices ? dst.dim(0) : 0;
+  const int64_t dst_ld = matrices ? dst.dim(1) : 0, src_ld = matrices ? src.dim(1) : 0;
+  require(matrices && src.dim(0) == rows && dst_col >= 0 && src_col >= 0 && cols >= 0 &&
+              dst_col + cols <= dst_ld && src_col + cols <= src_ld,
+          op,
+          std::to_string(cols) + " columns from " + std::to_string(src_col) + " of " +
+              src.shape().to_string() + " to " + std::to_string(dst_col) + " of " +
+              dst.shape().to_string() + " do not fit (both 2-D with the same rows)");
+  require(dst.dtype() == src.dtype(), op,
+          "dtypes differ: dst " + std::string(dtype_name(dst.dtype())) + ", src " +
+              std::string(dtype_name(src.dtype())));
+  if (planning_ || cols == 0) return;
+  const size_t size = dtype_size(dst.dtype()), bytes = static_cast<size_t>(cols) * size;
+  char* d = static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_col) * size;
+  const char* s = static_cast<const char*>(src.raw()) + static_cast<size_t>(src_col) * size;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(d + static_cast<size_t>(r * dst_ld) * size,
+                s + static_cast<size_t>(r * src_ld) * size, bytes);
+}
+
+}  // namespace meshtrain
