@@ -2,7 +2,8 @@
 // vocabulary 50257 padded to 50304, tied embeddings) trained in bf16 mixed precision at the
 // largest micro-batch that fits, against the machine's ceiling measured in the same run: a large
 // bf16 cuBLASLt GEMM. Prints tokens/s and MFU (PaLM FLOPs, GptConfig::flops_per_token, over that
-// peak). bench/gpu/run.sh runs it next to the same model in PyTorch and prints the ratio. A
+// peak). Its steps alternate between GELU in cuBLASLt's epilogues and the unfused kernels, one
+// row each. bench/gpu/run.sh runs it next to the same model in PyTorch and prints the ratio. A
 // header line says which attention ran, and why not cuDNN's when it did not; where cuDNN must
 // work (backend/attention_support.h) a fallback counts as a wrong result.
 
@@ -60,18 +61,33 @@ void bench_gpu(const BenchArgs& args, BenchReport& report) {
         report.header("attention: own kernels: " + r.message);
         if (r.is_error) wrong = 1;
       }
-      std::vector<double> seconds;
+      // Steps alternate between GELU in cuBLASLt's epilogues and the unfused kernels, so that
+      // the two are measured side by side on the same card, state and data.
+      std::vector<double> seconds[2];  // [0]: fused, [1]: unfused
       double first_loss = 0;
-      for (int s = 0; s <= std::max(args.steps, 5); ++s) {
+      const int measured = 2 * std::max(args.steps, 5);
+      for (int s = 0; s <= measured; ++s) {
+        backend.set_fused_epilogues(s % 2 == 0);
+        const CudaBackend::EpilogueCounts before = backend.gelu_epilogues();
         const StepResult r = trainer.train_step(s);
         if (s == 0) first_loss = r.loss;
-        else seconds.push_back(r.seconds);
+        else seconds[s % 2].push_back(r.seconds);
+        if (s == 0 && backend.gelu_epilogues().fused == before.fused)
+          report.header("GELU epilogue: cuBLASLt offered none for these shapes; both rows run "
+                        "the unfused kernels");
       }
+      backend.set_fused_epilogues(true);
       if (std::abs(first_loss - std::log(50304.0)) > 0.5) wrong = 1;  // logits start near zero
-      std::sort(seconds.begin(), seconds.end());
-      const double t = seconds[seconds.size() / 2], tokens = static_cast<double>(b) * 1024.0;
-      const double tflops = c.model.flops_per_token() * tokens / t / 1e12;
-      report.row("gpt2-124M bf16 T1024", {static_cast<double>(b), tokens, t * 1e3, tokens / t, tflops, tflops / peak}, wrong);
+      const double tokens = static_cast<double>(b) * 1024.0;
+      for (int fused = 0; fused < 2; ++fused) {
+        std::vector<double>& v = seconds[fused];
+        std::sort(v.begin(), v.end());
+        const double t = v[v.size() / 2];
+        const double tflops = c.model.flops_per_token() * tokens / t / 1e12;
+        report.row(fused == 0 ? "gpt2-124M bf16 T1024" : "gpt2-124M bf16 T1024, GELU unfused",
+                   {static_cast<double>(b), tokens, t * 1e3, tokens / t, tflops, tflops / peak},
+                   wrong);
+      }
       // Where the time goes: a few more steps with every operation timed on its own (the
       // stream drained around each, so these steps run slower than the measured ones).
       KernelProfile profile;
@@ -79,7 +95,7 @@ void bench_gpu(const BenchArgs& args, BenchReport& report) {
       const int profiled = 3;
       double profiled_seconds = 0;
       for (int s = 0; s < profiled; ++s)
-        profiled_seconds += trainer.train_step(std::max(args.steps, 5) + 1 + s).seconds;
+        profiled_seconds += trainer.train_step(measured + 1 + s).seconds;
       backend.set_profile(nullptr);
       report_breakdown(report, profile, profiled, profiled_seconds / profiled);
       return;

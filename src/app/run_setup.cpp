@@ -167,6 +167,7 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
       CudaBackendOptions options;
       options.device = facts.device_index;
       options.attention = parse_attention_impl(c.run.attention);
+      options.fused_epilogues = c.run.fused_epilogues;
       s.backend = std::make_unique<CudaBackend>(options);
     });
 #else

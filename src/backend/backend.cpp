@@ -31,6 +31,19 @@ void Backend::copy_from_host_async(Tensor& dst, Tensor src) {
   copy_from_host(dst, src.raw());
 }
 
+void Backend::matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
+                                  const Tensor& weight, const Tensor& bias) {
+  matmul_forward(pre, inp, weight, &bias);
+  gelu_forward(out, pre);
+}
+
+void Backend::matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                                   const Tensor& pre) {
+  Tensor product = empty(pre.shape(), pre.dtype(), MemoryCategory::Workspace);
+  matmul_backward(&product, nullptr, nullptr, dout, pre, weight);  // `pre`: only its shape
+  gelu_backward(dpre, pre, product);
+}
+
 Tensor Backend::zeros(Shape shape, DType dtype, MemoryCategory category) {
   Tensor t = empty(shape, dtype, category);
   fill(t, 0.0);

@@ -60,6 +60,7 @@ std::string dump_config(const Config& c) {
                               : r.device == DeviceChoice::Cuda ? "cuda"
                                                                : "auto") << "\n"
      << "attention = " << quoted(r.attention) << "\n"
+     << "epilogues = " << quoted(r.fused_epilogues ? "fused" : "unfused") << "\n"
      << "name = " << quoted(r.name) << "\n"
      << "dir = " << quoted(r.dir) << "\n"
      << "seed = " << r.seed << "\n"

@@ -145,6 +145,12 @@ const std::vector<KeySpec>& schema() {
                            "CUDA attention: cuDNN's fused scaled-dot-product attention (bf16), "
                            "meshtrain's own kernels, or the best available.",
                            [](Config& c, const std::string& v) { c.run.attention = v; }));
+    k.push_back(choice_key("run", "epilogues", "fused", {"fused", "unfused"},
+                           "CUDA: the MLP's GELU inside cuBLASLt's matrix products where cuBLASLt "
+                           "offers it, or as kernels of its own (for comparing numerics).",
+                           [](Config& c, const std::string& v) {
+                             c.run.fused_epilogues = v == "fused";
+                           }));
     k.push_back(string_key("run", "name", "\"meshtrain\"",
                            "letters, digits, '.', '_', '-'; not \".\" and without \"..\"",
                            "Run name; names the run directory and the logs.",

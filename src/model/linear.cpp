@@ -38,14 +38,30 @@ ColumnParallelLinear::ColumnParallelLinear(const LayerContext& ctx, const std::s
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory category,
                                      const TensorParallel* tp) {
+  return forward_through(x, saved, nullptr, category, tp);
+}
+
+Tensor ColumnParallelLinear::forward_gelu(const Tensor& x, Saved& saved, Tensor& pre,
+                                          MemoryCategory category, const TensorParallel* tp) {
+  return forward_through(x, saved, &pre, category, tp);
+}
+
+Tensor ColumnParallelLinear::forward_through(const Tensor& x, Saved& saved, Tensor* gelu_pre,
+                                             MemoryCategory category, const TensorParallel* tp) {
   Backend& be = *ctx_.backend;
   saved.inp = enter_tp_region_forward(be, tp ? *tp : ctx_.tp, x, category);
   const int64_t N = saved.inp.dim(0);
   Tensor out = be.empty(Shape{N, local_out()}, x.dtype(), category);
   const Tensor w = weight_.value.reshape({local_out(), in_});
   const Tensor b = bias_.value.reshape({local_out()});
-  be.matmul_forward(out, saved.inp, w, &b);
-  return out;
+  if (!gelu_pre) {
+    be.matmul_forward(out, saved.inp, w, &b);
+    return out;
+  }
+  *gelu_pre = out;
+  Tensor activated = be.empty(out.shape(), x.dtype(), category);
+  be.matmul_gelu_forward(activated, *gelu_pre, saved.inp, w, b);
+  return activated;
 }
 
 Tensor ColumnParallelLinear::backward(const Tensor& dy, const Saved& saved,
@@ -83,18 +99,35 @@ Tensor RowParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory 
   const MemoryCategory partial_category =
       group.sequence_parallel() && group.size() > 1 ? MemoryCategory::Workspace : category;
   Tensor partial = be.empty(Shape{x.dim(0), out_}, x.dtype(), partial_category);
-  be.matmul_forward(partial, x, weight_.value, nullptr);
+  // Alone in its group the product is the output, and the GEMM's epilogue adds the bias
+  // (a pass over the output saved); otherwise it is added once, after the reduction.
+  const bool alone = group.size() == 1;
+  be.matmul_forward(partial, x, weight_.value, alone ? &bias_.value : nullptr);
   Tensor out = exit_tp_region_forward(be, group, partial, category);
-  be.bias_forward(out, bias_.value);
+  if (!alone) be.bias_forward(out, bias_.value);
   return out;
 }
 
 Tensor RowParallelLinear::backward(const Tensor& dy, const Saved& saved,
                                    DeferredWeightGradients* deferred) {
+  return backward_through(dy, saved, nullptr, deferred);
+}
+
+Tensor RowParallelLinear::backward_gelu(const Tensor& dy, const Saved& saved, const Tensor& pre,
+                                        DeferredWeightGradients* deferred) {
+  return backward_through(dy, saved, &pre, deferred);
+}
+
+Tensor RowParallelLinear::backward_through(const Tensor& dy, const Saved& saved,
+                                           const Tensor* gelu_pre,
+                                           DeferredWeightGradients* deferred) {
   Backend& be = *ctx_.backend;
   Tensor dfull = exit_tp_region_backward(be, ctx_.tp, dy, MemoryCategory::Workspace);
   Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
-  be.matmul_backward(&dinp, nullptr, nullptr, dfull, saved.inp, weight_.value);
+  if (gelu_pre)
+    be.matmul_gelu_backward(dinp, dfull, weight_.value, *gelu_pre);
+  else
+    be.matmul_backward(&dinp, nullptr, nullptr, dfull, saved.inp, weight_.value);
   run_or_defer(deferred, [this, dy, dfull, inp = saved.inp] {
     ctx_.backend->bias_backward(bias_.grad, dy);
     ctx_.backend->matmul_backward(nullptr, &weight_.grad, nullptr, dfull, inp, Tensor{});

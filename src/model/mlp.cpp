@@ -9,18 +9,12 @@ Mlp::Mlp(const LayerContext& ctx, const std::string& name, int64_t C, double res
 
 Tensor Mlp::forward(const Tensor& x, Saved& saved, MemoryCategory category,
                     MemoryCategory out_category, const TensorParallel* tp) {
-  Backend& be = *ctx_.backend;
-  saved.fc_out = fc_.forward(x, saved.fc_in, category, tp);
-  Tensor g = be.empty(saved.fc_out.shape(), x.dtype(), category);
-  be.gelu_forward(g, saved.fc_out);
+  const Tensor g = fc_.forward_gelu(x, saved.fc_in, saved.fc_out, category, tp);
   return proj_.forward(g, saved.proj_in, out_category, tp);
 }
 
 Tensor Mlp::backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred) {
-  Backend& be = *ctx_.backend;
-  Tensor dg = proj_.backward(dy, saved.proj_in, deferred);
-  Tensor dh = be.empty(dg.shape(), dg.dtype(), MemoryCategory::Workspace);
-  be.gelu_backward(dh, saved.fc_out, dg);
+  const Tensor dh = proj_.backward_gelu(dy, saved.proj_in, saved.fc_out, deferred);
   return fc_.backward(dh, saved.fc_in, deferred);
 }
 

@@ -20,7 +20,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -364,6 +366,136 @@ INSTANTIATE_TEST_SUITE_P(
                       MatmulCase{Mode::Fp32, 256, 768, 2304, true},
                       MatmulCase{Mode::Bf16, 256, 768, 2304, true}),
     matmul_name);
+
+// The MLP's GELU inside cuBLASLt's epilogues (GELU_AUX_BIAS forward, DGELU backward), against
+// the CPU backend and against the same GPU's unfused path. Where the epilogue must be offered
+// (bf16, 16-byte rows) the fused path has to have run, else the benchmark would measure the
+// fallback while claiming the fusion.
+struct GeluEpilogueCase {
+  Mode mode;
+  int64_t N, C, OC;
+  bool must_fuse;
+};
+std::string gelu_epilogue_name(const ::testing::TestParamInfo<GeluEpilogueCase>& i) {
+  const auto& p = i.param;
+  return mode_name(p.mode) + "_N" + std::to_string(p.N) + "_C" + std::to_string(p.C) + "_OC" +
+         std::to_string(p.OC);
+}
+
+class MatmulGelu : public ::testing::TestWithParam<GeluEpilogueCase> {};
+
+TEST_P(MatmulGelu, MatchesCpuFusedAndUnfused) {
+  SKIP_WITHOUT_GPU();
+  const auto [mode, N, C, OC, must_fuse] = GetParam();
+  Env e(mode);
+  Vec x = e.round(random_normal(N * C, 61)), w = e.round(random_normal(OC * C, 62, 0.1));
+  const Vec b = e.round(random_normal(OC, 63)), dy = e.round(random_normal(N * OC, 64));
+  Tensor gx = e.gpu_act(x, {N, C}), gw = e.gpu_act(w, {OC, C}), gb = e.gpu_act(b, {OC});
+  Tensor cx = e.cpu_t(x, {N, C}), cw = e.cpu_t(w, {OC, C}), cb = e.cpu_t(b, {OC});
+  Tensor cpre = e.cpu.empty({N, OC}, DType::F32, MemoryCategory::Workspace);
+  Tensor cout = e.cpu.empty({N, OC}, DType::F32, MemoryCategory::Workspace);
+  e.cpu.matmul_gelu_forward(cout, cpre, cx, cw, cb);
+  // The backward multiplies by the second weight (OC -> C) as the MLP's projection does.
+  Tensor cdpre = e.cpu.empty({N, OC}, DType::F32, MemoryCategory::Workspace);
+  const Vec w2 = e.round(random_normal(C * OC, 65, 0.1));
+  Tensor cw2 = e.cpu_t(w2, {C, OC}), gw2 = e.gpu_act(w2, {C, OC});
+  const Vec dz = e.round(random_normal(N * C, 66));
+  e.cpu.matmul_gelu_backward(cdpre, e.cpu_t(dz, {N, C}), cw2, cpre);
+
+  Vec fused[3], unfused[3];
+  for (bool fuse : {true, false}) {
+    e.gpu.set_fused_epilogues(fuse);
+    const int64_t before = e.gpu.gelu_epilogues().fused;
+    Tensor gpre = e.gpu.empty({N, OC}, e.act(), MemoryCategory::Workspace);
+    Tensor gout = e.gpu.empty({N, OC}, e.act(), MemoryCategory::Workspace);
+    e.gpu.fill(gpre, std::nan(""));  // every element must be written
+    e.gpu.fill(gout, std::nan(""));
+    e.gpu.matmul_gelu_forward(gout, gpre, gx, gw, gb);
+    Tensor gdpre = e.gpu.empty({N, OC}, e.act(), MemoryCategory::Workspace);
+    e.gpu.fill(gdpre, std::nan(""));
+    e.gpu.matmul_gelu_backward(gdpre, e.gpu_act(dz, {N, C}), gw2, gpre);
+    const int64_t fused_calls = e.gpu.gelu_epilogues().fused - before;
+    if (fuse && must_fuse) {
+      EXPECT_EQ(fused_calls, 2) << "cuBLASLt refused a GELU epilogue";
+    } else if (!fuse) {
+      EXPECT_EQ(fused_calls, 0);
+    }
+    SCOPED_TRACE(fuse ? "fused" : "unfused");
+    e.expect_close(gpre, cpre, kGemm, "pre-activation");
+    e.expect_close(gout, cout, kGemm, "gelu(pre-activation)");
+    e.expect_close(gdpre, cdpre, kGemm, "gradient of the pre-activation");
+    Vec* keep = fuse ? fused : unfused;
+    keep[0] = e.host(gpre);
+    keep[1] = e.host(gout);
+    keep[2] = e.host(gdpre);
+    for (int i = 0; i < 3; ++i)  // max_relative_error does not see NaN: count the unwritten
+      EXPECT_EQ(std::count_if(keep[i].begin(), keep[i].end(), [](double v) { return std::isnan(v); }), 0)
+          << "output " << i;
+  }
+  e.gpu.set_fused_epilogues(true);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LT(max_relative_error(fused[i], unfused[i]), kGemm(mode)) << "output " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cuda, MatmulGelu,
+    ::testing::Values(GeluEpilogueCase{Mode::Bf16, 256, 768, 3072, true},
+                      GeluEpilogueCase{Mode::Bf16, 33, 48, 72, true},
+                      GeluEpilogueCase{Mode::Bf16, 33, 50, 70, false},  // rows not 16-byte packs
+                      GeluEpilogueCase{Mode::Fp32, 256, 768, 3072, false},
+                      GeluEpilogueCase{Mode::Fp32, 33, 50, 70, false}),
+    gelu_epilogue_name);
+
+// Which GELU cuBLASLt's epilogues compute: each output against the tanh approximation (the
+// model's) and the exact erf form, applied to the pre-activation the epilogue wrote; printed,
+// and in fp32 (where the difference between the two forms is far above rounding) checked.
+TEST(MatmulGeluEpilogue, ComputesTheTanhApproximation) {
+  SKIP_WITHOUT_GPU();
+  const int64_t N = 256, C = 768, OC = 3072;
+  for (Mode mode : {Mode::Fp32, Mode::Bf16}) {
+    Env e(mode);
+    const Vec x = e.round(random_normal(N * C, 71)), w = e.round(random_normal(OC * C, 72, 0.05));
+    const Vec b = e.round(random_normal(OC, 73)), w2 = e.round(random_normal(C * OC, 74, 0.1));
+    const Vec dz = e.round(random_normal(N * C, 75));
+    e.gpu.set_fused_epilogues(true);
+    const int64_t before = e.gpu.gelu_epilogues().fused;
+    Tensor gpre = e.gpu.empty({N, OC}, e.act(), MemoryCategory::Workspace);
+    Tensor gout = e.gpu.empty({N, OC}, e.act(), MemoryCategory::Workspace);
+    Tensor gdpre = e.gpu.empty({N, OC}, e.act(), MemoryCategory::Workspace);
+    Tensor gx = e.gpu_act(x, {N, C}), gw = e.gpu_act(w, {OC, C}), gb = e.gpu_act(b, {OC});
+    Tensor gw2 = e.gpu_act(w2, {C, OC}), gdz = e.gpu_act(dz, {N, C});
+    e.gpu.matmul_gelu_forward(gout, gpre, gx, gw, gb);
+    e.gpu.matmul_gelu_backward(gdpre, gdz, gw2, gpre);
+    const int64_t fused = e.gpu.gelu_epilogues().fused - before;
+    // The product the backward multiplies by gelu'(pre), in fp32 on the CPU.
+    Tensor cprod = e.cpu.empty({N, OC}, DType::F32, MemoryCategory::Workspace);
+    Tensor cpre_shape = e.cpu.empty({N, OC}, DType::F32, MemoryCategory::Workspace);
+    e.cpu.matmul_backward(&cprod, nullptr, nullptr, e.cpu_t(dz, {N, C}), cpre_shape,
+                          e.cpu_t(w2, {C, OC}));
+    const Vec pre = e.host(gpre), out = e.host(gout), dpre = e.host(gdpre), prod = e.host(cprod);
+    const double k = std::sqrt(2.0 / M_PI);
+    auto tanh_gelu = [&](double v) { return 0.5 * v * (1 + std::tanh(k * (v + 0.044715 * v * v * v))); };
+    auto erf_gelu = [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); };
+    auto slope = [](auto f, double v) { return (f(v + 1e-4) - f(v - 1e-4)) / 2e-4; };
+    double ft = 0, fe = 0, bt = 0, be = 0, mean_t = 0, mean_e = 0;
+    for (size_t i = 0; i < pre.size(); ++i) {
+      ft = std::max(ft, std::abs(out[i] - tanh_gelu(pre[i])));
+      fe = std::max(fe, std::abs(out[i] - erf_gelu(pre[i])));
+      mean_t += (out[i] - tanh_gelu(pre[i])) / pre.size();
+      mean_e += (out[i] - erf_gelu(pre[i])) / pre.size();
+      bt = std::max(bt, std::abs(dpre[i] - prod[i] * slope(tanh_gelu, pre[i])) / (1 + std::abs(prod[i])));
+      be = std::max(be, std::abs(dpre[i] - prod[i] * slope(erf_gelu, pre[i])) / (1 + std::abs(prod[i])));
+    }
+    std::printf("GELU epilogue, %s: %s; forward max |out - gelu| tanh %.2e erf %.2e (mean %.2e, "
+                "%.2e); backward max |dpre - prod gelu'| / (1 + |prod|) tanh %.2e erf %.2e\n",
+                mode_name(mode).c_str(), fused == 2 ? "fused" : "unfused (fallback)", ft, fe,
+                mean_t, mean_e, bt, be);
+    if (mode == Mode::Fp32) {
+      EXPECT_LT(ft, 1e-5) << "the forward is not the tanh approximation";
+      EXPECT_LT(bt, 1e-4) << "the backward is not the tanh approximation's slope";
+    }
+  }
+}
 
 class Bias : public ::testing::TestWithParam<RowCase> {};
 

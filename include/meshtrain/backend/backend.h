@@ -119,6 +119,17 @@ class Backend {
   virtual void gelu_forward(Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
 
+  // The MLP's linear layers with GELU between them, as one call each, so that a backend can
+  // apply GELU in the matrix product's epilogue instead of a pass of its own over (N, OC):
+  //   matmul_gelu_forward:   pre (N, OC) = inp @ weight^T + bias; out = gelu(pre)
+  //   matmul_gelu_backward:  dpre (N, C) = (dout (N, OC) @ weight (OC, C)) * gelu'(pre (N, C))
+  // The defaults are matmul_forward then gelu_forward, and matmul_backward's input gradient
+  // then gelu_backward (with a workspace for the product).
+  virtual void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
+                                   const Tensor& weight, const Tensor& bias);
+  virtual void matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                                    const Tensor& pre);
+
   // Causal self-attention over qkv (B, T, 3, NH, HS): out (B, T, NH, HS). `probs` is
   // backend-private scratch that the caller sizes (B, NH, T, T) in the activation dtype and
   // keeps from forward to backward: the CPU backend (and the CUDA backend's own kernels) store

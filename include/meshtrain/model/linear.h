@@ -31,6 +31,10 @@ class ColumnParallelLinear {
   // group (generation runs one token, without sequence parallelism: tp_without_sequence()).
   Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category,
                  const TensorParallel* tp = nullptr);
+  // As forward, then GELU: returns gelu(out); `pre` receives out, which the GELU's gradient
+  // reads (RowParallelLinear::backward_gelu). One backend call (Backend::matmul_gelu_forward).
+  Tensor forward_gelu(const Tensor& x, Saved& saved, Tensor& pre, MemoryCategory category,
+                      const TensorParallel* tp = nullptr);
   // dy (N, OC / tp) -> dx (N_local, C); the weight and bias gradients now, or kept in
   // `deferred` (model/weight_gradients.h).
   Tensor backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred = nullptr);
@@ -38,6 +42,10 @@ class ColumnParallelLinear {
   Parameter& bias() { return bias_; }
 
  private:
+  // forward's product, through the GELU into `out` when `gelu_pre` is given.
+  Tensor forward_through(const Tensor& x, Saved& saved, Tensor* gelu_pre,
+                         MemoryCategory category, const TensorParallel* tp);
+
   LayerContext ctx_;
   int64_t in_;
   Parameter& weight_;
@@ -57,8 +65,16 @@ class RowParallelLinear {
                  const TensorParallel* tp = nullptr);
   // dy (N_local, OC) -> dx (N, C / tp); the weight and bias gradients as for the column layer.
   Tensor backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred = nullptr);
+  // As backward, for an input that was gelu(pre): returns the gradient of `pre`
+  // (Backend::matmul_gelu_backward).
+  Tensor backward_gelu(const Tensor& dy, const Saved& saved, const Tensor& pre,
+                       DeferredWeightGradients* deferred = nullptr);
 
  private:
+  // The input gradient, through the GELU when `gelu_pre` is given.
+  Tensor backward_through(const Tensor& dy, const Saved& saved, const Tensor* gelu_pre,
+                          DeferredWeightGradients* deferred);
+
   LayerContext ctx_;
   int64_t out_;
   Parameter& weight_;

@@ -42,14 +42,10 @@ void check_matmul_dtypes(const char* op, DType a, std::initializer_list<std::pai
       cuda::wrong_dtype(op, a, name, t->dtype(), DType::F32, "parameter gradients are fp32");
 }
 
-}  // namespace
-
-void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                                 const Tensor* bias) {
-  const char* op = "matmul_forward";
+// The forward product's call, checked: out^T (OC x N) = W^T-as-stored * inp^T [+ bias].
+cuda::GemmCall forward_call(const char* op, Tensor& out, const Tensor& inp, const Tensor& weight,
+                            const Tensor* bias) {
   const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
-  cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name("matmul_forward", N, C, OC) : "",
-                      2.0 * double(N) * double(C) * double(OC));
   require(cols_of(weight) == C && out.numel() == N * OC && (!bias || bias->numel() == OC), op,
           "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() + " out " +
               out.shape().to_string());
@@ -68,7 +64,70 @@ void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& w
   g.ldd = OC;
   g.input = g.output = inp.dtype();
   g.bias = bias ? bias->raw() : nullptr;
-  lib_->gemm->run(g, stream_);
+  return g;
+}
+
+// The input gradient's call, checked: dinp^T (C x N) = W (C x OC, as stored) * dout^T.
+cuda::GemmCall input_gradient_call(const char* op, Tensor& dinp, const Tensor& dout,
+                                   const Tensor& weight) {
+  const int64_t N = rows_of(dout), OC = cols_of(dout), C = cols_of(dinp);
+  require(rows_of(dinp) == N && weight.numel() == OC * C, op,
+          "dinp " + dinp.shape().to_string() + " weight " + weight.shape().to_string() +
+              " dout " + dout.shape().to_string());
+  check_matmul_dtypes(op, dout.dtype(), {{"weight", &weight}, {"dinp", &dinp}}, {});
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&dinp, &dout, &weight})
+    cuda::require_device(op, *t);
+  cuda::GemmCall g;
+  g.op = op;
+  g.m = C;
+  g.n = N;
+  g.k = OC;
+  g.a = {weight.raw(), C, 0, false};
+  g.b = {dout.raw(), OC, 0, false};
+  g.d = dinp.raw();
+  g.ldd = C;
+  g.input = g.output = dout.dtype();
+  return g;
+}
+
+// cuBLASLt's GELU epilogues want their auxiliary matrix 16-byte aligned with a leading
+// dimension of whole 16-byte packs; other views take the unfused path.
+bool gelu_epilogue_fits(const Tensor& pre) {
+  const int64_t width = cols_of(pre) * static_cast<int64_t>(dtype_size(pre.dtype()));
+  return reinterpret_cast<uintptr_t>(pre.raw()) % 16 == 0 && width % 16 == 0;
+}
+
+}  // namespace
+
+void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                 const Tensor* bias) {
+  const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+  cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name("matmul_forward", N, C, OC) : "",
+                      2.0 * double(N) * double(C) * double(OC));
+  lib_->gemm->run(forward_call("matmul_forward", out, inp, weight, bias), stream_);
+}
+
+void CudaBackend::matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
+                                      const Tensor& weight, const Tensor& bias) {
+  const char* op = "matmul_gelu_forward";
+  if (options_.fused_epilogues && gelu_epilogue_fits(pre)) {
+    const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+    cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name(op, N, C, OC) : "",
+                        2.0 * double(N) * double(C) * double(OC));
+    require(pre.shape() == out.shape() && pre.dtype() == out.dtype(), op,
+            "pre " + pre.shape().to_string() + " out " + out.shape().to_string());
+    cuda::require_device(op, pre);
+    cuda::GemmCall g = forward_call(op, out, inp, weight, &bias);
+    g.epilogue = cuda::GemmCall::Epilogue::GeluAux;
+    g.aux = pre.raw();
+    g.ldaux = OC;
+    if (lib_->gemm->run_if_supported(g, stream_)) {
+      ++gelu_epilogues_.fused;
+      return;
+    }
+  }
+  ++gelu_epilogues_.unfused;
+  Backend::matmul_gelu_forward(out, pre, inp, weight, bias);
 }
 
 void CudaBackend::matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias,
@@ -90,21 +149,7 @@ void CudaBackend::matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias,
                       {{"dweight", dweight}, {"dbias", dbias}});
   for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &inp})
     cuda::require_device(op, *t);
-  if (dinp) {
-    cuda::require_device(op, weight);
-    cuda::require_device(op, *dinp);
-    cuda::GemmCall g;
-    g.op = op;
-    g.m = C;
-    g.n = N;
-    g.k = OC;
-    g.a = {weight.raw(), C, 0, false};
-    g.b = {dout.raw(), OC, 0, false};
-    g.d = dinp->raw();
-    g.ldd = C;
-    g.input = g.output = inp.dtype();
-    lib_->gemm->run(g, stream_);
-  }
+  if (dinp) lib_->gemm->run(input_gradient_call(op, *dinp, dout, weight), stream_);
   if (dweight) {
     cuda::require_device(op, *dweight);
     cuda::GemmCall g;
@@ -122,6 +167,29 @@ void CudaBackend::matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias,
     lib_->gemm->run(g, stream_);
   }
   if (dbias) bias_backward(*dbias, dout);
+}
+
+void CudaBackend::matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                                       const Tensor& pre) {
+  const char* op = "matmul_gelu_backward";
+  if (options_.fused_epilogues && gelu_epilogue_fits(pre)) {
+    const int64_t N = rows_of(dout), OC = cols_of(dout), C = cols_of(pre);
+    cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name(op, N, C, OC) : "",
+                        2.0 * double(N) * double(C) * double(OC));
+    require(pre.shape() == dpre.shape() && pre.dtype() == dpre.dtype(), op,
+            "pre " + pre.shape().to_string() + " dpre " + dpre.shape().to_string());
+    cuda::require_device(op, pre);
+    cuda::GemmCall g = input_gradient_call(op, dpre, dout, weight);
+    g.epilogue = cuda::GemmCall::Epilogue::DGelu;
+    g.aux = pre.raw();
+    g.ldaux = C;
+    if (lib_->gemm->run_if_supported(g, stream_)) {
+      ++gelu_epilogues_.fused;
+      return;
+    }
+  }
+  ++gelu_epilogues_.unfused;
+  Backend::matmul_gelu_backward(dpre, dout, weight, pre);
 }
 
 double CudaBackend::measure_bf16_gemm_peak_tflops(int64_t m, int64_t n, int64_t k,

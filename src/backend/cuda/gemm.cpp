@@ -61,7 +61,8 @@ struct LtGemm::Plan {
   cublasLtMatmulDesc_t op_desc = nullptr;
   std::unique_ptr<Layout> a, b, d;
   cublasLtMatmulAlgo_t algo{};
-  bool has_bias = false;
+  bool found = false;  // cuBLASLt had an algorithm (and it ran, where it has run)
+  bool has_bias = false, has_aux = false;
   ~Plan() {
     if (op_desc) cublasLtMatmulDescDestroy(op_desc);
   }
@@ -87,7 +88,9 @@ LtGemm::Plan& LtGemm::plan_for(const GemmCall& c) {
                    alignment(c.a.ptr, c.a.batch_stride * in_size),
                    alignment(c.b.ptr, c.b.batch_stride * in_size),
                    alignment(c.d, c.stride_d * out_size),
-                   c.bias ? alignment(c.bias, 0) : 0};
+                   c.bias ? alignment(c.bias, 0) : 0,
+                   static_cast<int64_t>(c.epilogue), c.ldaux,
+                   c.aux ? alignment(c.aux, 0) : 0};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
 
@@ -103,10 +106,22 @@ LtGemm::Plan& LtGemm::plan_for(const GemmCall& c) {
                                                 sizeof ta));
   LT_CHECK(c.op, cublasLtMatmulDescSetAttribute(plan->op_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
                                                 sizeof tb));
+  cublasLtEpilogue_t epilogue = c.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (c.epilogue == GemmCall::Epilogue::GeluAux)
+    epilogue = c.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (c.epilogue == GemmCall::Epilogue::DGelu) {
+    if (c.bias) fail(c.op, "a GELU-gradient epilogue takes no bias");
+    epilogue = CUBLASLT_EPILOGUE_DGELU;
+  }
+  LT_CHECK(c.op, cublasLtMatmulDescSetAttribute(plan->op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                &epilogue, sizeof epilogue));
+  if (c.epilogue != GemmCall::Epilogue::Plain) {
+    LT_CHECK(c.op, cublasLtMatmulDescSetAttribute(
+                       plan->op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &c.ldaux,
+                       sizeof c.ldaux));
+    plan->has_aux = true;
+  }
   if (c.bias) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    LT_CHECK(c.op, cublasLtMatmulDescSetAttribute(plan->op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                  &epilogue, sizeof epilogue));
     const cudaDataType_t bias_type = out_type;
     LT_CHECK(c.op, cublasLtMatmulDescSetAttribute(
                        plan->op_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
@@ -146,29 +161,53 @@ LtGemm::Plan& LtGemm::plan_for(const GemmCall& c) {
     st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->op_desc, plan->a->desc, plan->b->desc,
                                         plan->d->desc, plan->d->desc, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  check_lt(st, c.op, "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0)
-    fail(c.op, "cuBLASLt has no algorithm for m=" + std::to_string(c.m) + " n=" +
-                   std::to_string(c.n) + " k=" + std::to_string(c.k) + " batch=" +
-                   std::to_string(c.batch) + " (" + std::string(dtype_name(c.input)) + " -> " +
-                   std::string(dtype_name(c.output)) +
-                   "); hint: odd leading dimensions or misaligned views rule out tensor-core "
-                   "kernels, and some type pairs have none");
+  // An epilogue cuBLASLt does not offer for these types is answered as "no algorithm" by some
+  // versions and as an error status by others: both mean the same to a caller with a fallback.
+  if (c.epilogue == GemmCall::Epilogue::Plain) check_lt(st, c.op, "cublasLtMatmulAlgoGetHeuristic");
+  plan->found = st == CUBLAS_STATUS_SUCCESS && found > 0;
   plan->algo = result.algo;
   Plan& ref = *plan;
   plans_.emplace(key, std::move(plan));
   return ref;
 }
 
-void LtGemm::run(const GemmCall& c, cudaStream_t stream) {
-  if (c.m == 0 || c.n == 0 || c.batch == 0) return;
-  Plan& plan = plan_for(c);
+cublasStatus_t LtGemm::launch(Plan& plan, const GemmCall& c, cudaStream_t stream) {
   if (plan.has_bias)
     LT_CHECK(c.op, cublasLtMatmulDescSetAttribute(plan.op_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                   &c.bias, sizeof c.bias));
-  LT_CHECK(c.op, cublasLtMatmul(handle_, plan.op_desc, &c.alpha, c.a.ptr, plan.a->desc, c.b.ptr,
-                                plan.b->desc, &c.beta, c.d, plan.d->desc, c.d, plan.d->desc,
-                                &plan.algo, workspace_, workspace_bytes_, stream));
+  if (plan.has_aux)
+    LT_CHECK(c.op, cublasLtMatmulDescSetAttribute(
+                       plan.op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux,
+                       sizeof c.aux));
+  return cublasLtMatmul(handle_, plan.op_desc, &c.alpha, c.a.ptr, plan.a->desc, c.b.ptr,
+                        plan.b->desc, &c.beta, c.d, plan.d->desc, c.d, plan.d->desc, &plan.algo,
+                        workspace_, workspace_bytes_, stream);
+}
+
+void LtGemm::run(const GemmCall& c, cudaStream_t stream) {
+  if (c.m == 0 || c.n == 0 || c.batch == 0) return;
+  Plan& plan = plan_for(c);
+  if (!plan.found)
+    fail(c.op, "cuBLASLt has no algorithm for m=" + std::to_string(c.m) + " n=" +
+                   std::to_string(c.n) + " k=" + std::to_string(c.k) + " batch=" +
+                   std::to_string(c.batch) + " (" + std::string(dtype_name(c.input)) + " -> " +
+                   std::string(dtype_name(c.output)) +
+                   "); hint: odd leading dimensions or misaligned views rule out tensor-core "
+                   "kernels, and some type pairs have none");
+  check_lt(launch(plan, c, stream), c.op, "cublasLtMatmul");
+}
+
+bool LtGemm::run_if_supported(const GemmCall& c, cudaStream_t stream) {
+  if (c.m == 0 || c.n == 0 || c.batch == 0) return true;
+  Plan& plan = plan_for(c);
+  if (!plan.found) return false;
+  const cublasStatus_t st = launch(plan, c, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    plan.found = false;
+    return false;
+  }
+  check_lt(st, c.op, "cublasLtMatmul");
+  return true;
 }
 
 }  // namespace meshtrain::cuda

@@ -37,6 +37,13 @@ struct GemmCall {
   DType output = DType::F32;  // type of D (and C == D)
   float alpha = 1.f, beta = 0.f;
   const void* bias = nullptr;  // epilogue bias of length m, in the output type
+  // GELU in the epilogue (tanh approximation), with its input in `aux` (m x n, leading dimension
+  // ldaux, the output type): GeluAux writes D = gelu(product [+ bias]) and aux = product [+ bias];
+  // DGelu writes D = product * gelu'(aux), reading aux.
+  enum class Epilogue { Plain, GeluAux, DGelu };
+  Epilogue epilogue = Epilogue::Plain;
+  void* aux = nullptr;
+  int64_t ldaux = 0;
 };
 
 class LtGemm {
@@ -46,12 +53,17 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
+  // Fails, naming the operation, where cuBLASLt has no algorithm for the call.
   void run(const GemmCall& call, cudaStream_t stream);
+  // Runs the call where cuBLASLt has an algorithm for it, else returns false having done
+  // nothing (remembered per call shape): for fused epilogues that have an unfused fallback.
+  bool run_if_supported(const GemmCall& call, cudaStream_t stream);
 
  private:
   struct Plan;
-  using Key = std::array<int64_t, 20>;
+  using Key = std::array<int64_t, 23>;
   Plan& plan_for(const GemmCall& call);
+  cublasStatus_t launch(Plan& plan, const GemmCall& call, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_;

@@ -46,6 +46,9 @@ struct CudaBackendOptions {
   AttentionImpl attention = AttentionImpl::Auto;
   Tf32 tf32 = Tf32::Off;
   size_t gemm_workspace_bytes = size_t{32} << 20;  // cuBLASLt workspace (32 MiB suits Hopper)
+  // GELU in cuBLASLt's epilogues (matmul_gelu_forward/backward) where cuBLASLt offers it for the
+  // call; off: the unfused GEMM and GELU kernels (the benchmark's side-by-side comparison).
+  bool fused_epilogues = true;
 };
 
 // Visible CUDA devices; 0 (and `why`, if given, says why) when there is no driver, no device or
@@ -70,6 +73,13 @@ class CudaBackend final : public Backend {
   // Times every operation into `profile` (null: off). Each timed operation drains the stream
   // before and after, so a profiled step runs slower than a plain one: for breakdowns only.
   void set_profile(KernelProfile* profile) { profile_ = profile; }
+  void set_fused_epilogues(bool on) { options_.fused_epilogues = on; }
+  // How many matmul_gelu_forward/backward calls ran with GELU in cuBLASLt's epilogue, and how
+  // many through the unfused kernels (fusion off, a view cuBLASLt cannot take, or no algorithm).
+  struct EpilogueCounts {
+    int64_t fused = 0, unfused = 0;
+  };
+  const EpilogueCounts& gelu_epilogues() const { return gelu_epilogues_; }
   const CudaBackendOptions& options() const { return options_; }
   // The attention implementation that attention_forward would use for this shape and dtype
   // (resolves Auto; builds and caches the cuDNN plans to find out). When that is not cuDNN and
@@ -112,6 +122,10 @@ class CudaBackend final : public Backend {
                       const Tensor* bias) override;
   void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& weight) override;
+  void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight,
+                           const Tensor& bias) override;
+  void matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                            const Tensor& pre) override;
   void bias_forward(Tensor& out, const Tensor& bias) override;
   void bias_backward(Tensor& dbias, const Tensor& dout) override;
   void gelu_forward(Tensor& out, const Tensor& inp) override;
@@ -159,6 +173,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Libraries> lib_;
   KernelProfile* profile_ = nullptr;
+  EpilogueCounts gelu_epilogues_;
 };
 
 }  // namespace meshtrain
