@@ -39,9 +39,10 @@ import time
 DECK = """# GPU checklist deck
 [run]
 device = "{device}"
+epilogues = "{epilogues}"
 name = "{name}"
 dir = "{run_dir}"
-seed = 2024
+seed = {seed}
 log_every = 1
 
 [model]
@@ -84,12 +85,18 @@ STEPS = 30
 # slightly different gradients; their learning curves must agree: the mean loss of every 10-step
 # window within BF16_WINDOW and each step's loss within BF16_STEP (one to a few times the bf16
 # unit roundoff 2^-8 = 3.9e-3; measured: 3.2e-4 and 1.2e-3 on an H100, 1.1e-3 and 2.4e-3 on the
-# CPU backend), except on outlier batches, where the fp32 run's gradient norm is over 10x its
+# CPU backend), except on outlier batches, where either run's gradient norm is over 10x its
 # median: there the model is confidently wrong (this deck's step 10: loss 5.85 against 3.4 around
-# it, gradient norm 380 against ~1) and a loss moves by far more than the parameters did. A bf16
-# bug (a wrong cast, a lost scale, statistics accumulated in bf16) moves every step by far more
-# than these bounds within a few steps.
-BF16_FIRST, BF16_WINDOW, BF16_STEP = 1e-3, 5e-3, 1e-2
+# it, gradient norm 380 against ~1) and a loss moves by far more than the parameters did. The two
+# runs need not meet such a batch together: with GELU in cuBLASLt's epilogues (rounded once, not
+# twice) the bf16 run's step 30 has gradient norm 17 against the fp32 run's 0.45 (loss 3.33
+# against 3.15; 2026-11-26, H100). Such steps are few (BF16_OUTLIERS). The per-step bound holds
+# for this seed only: the epilogues item trains six more seeds, where bf16 against fp32 reaches
+# 2e-2 to 1.5 at its worst step whichever GELU path runs (the trajectories part after an outlier
+# batch), with the mean per-step difference 6e-3 for both. A bf16 bug (a wrong cast, a lost
+# scale, statistics accumulated in bf16) moves every step by far more than these bounds within a
+# few steps.
+BF16_FIRST, BF16_WINDOW, BF16_STEP, BF16_OUTLIERS = 1e-3, 5e-3, 1e-2, 3
 
 
 class Checklist:
@@ -131,14 +138,16 @@ class Checklist:
 
     # --- training runs -------------------------------------------------------------------------
 
-    def train(self, name, device, precision, layout=(1, 1, 1), steps=STEPS, resume="none"):
+    def train(self, name, device, precision, layout=(1, 1, 1), steps=STEPS, resume="none",
+              epilogues="fused", seed=2024):
         """Trains the checklist deck; returns {step: loss} from metrics.jsonl (None on failure)."""
         run_dir = os.path.join(self.out, "runs", name)
         shutil.rmtree(run_dir, ignore_errors=True)
         os.makedirs(run_dir)
         deck = os.path.join(self.out, "runs", name + ".toml")
         with open(deck, "w") as f:
-            f.write(DECK.format(device=device, name=name, run_dir=run_dir, steps=steps,
+            f.write(DECK.format(device=device, epilogues=epilogues, seed=seed, name=name,
+                                run_dir=run_dir, steps=steps,
                                 precision=precision, dp=layout[0], tp=layout[1], pp=layout[2],
                                 resume=resume))
         ranks = layout[0] * layout[1] * layout[2]
@@ -186,15 +195,64 @@ class Checklist:
         gpu = self.train("gpu-fp32", self.device, "fp32")
         self.compare("train: GPU fp32 follows CPU fp32", cpu, gpu, 1e-4)
         bf16 = self.train("gpu-bf16", self.device, "bf16")
-        self.compare_bf16("GPU bf16 against GPU fp32", gpu, bf16)
+        self.compare_bf16("GPU bf16 against GPU fp32", gpu, bf16, ("gpu-fp32", "gpu-bf16"))
         # Both backends round to bf16 at the same places (the same design), but not in the same
         # order within a kernel: held to the same bounds as bf16 against fp32.
         cpu_bf16 = self.train("cpu-bf16", "cpu", "bf16")
-        self.compare_bf16("GPU bf16 against CPU bf16", cpu_bf16, bf16)
+        self.compare_bf16("GPU bf16 against CPU bf16", cpu_bf16, bf16, ("cpu-bf16", "gpu-bf16"))
+        # The MLP's GELU in separate kernels rather than cuBLASLt's epilogues (run.epilogues):
+        # the same bounds, and how far the two GPU bf16 runs drift apart.
+        unfused = self.train("gpu-bf16-unfused", self.device, "bf16", epilogues="unfused")
+        self.compare_bf16("GPU bf16, GELU unfused, against GPU fp32", gpu, unfused,
+                          ("gpu-fp32", "gpu-bf16-unfused"))
+        self.compare_bf16("GPU bf16, GELU unfused, against CPU bf16", cpu_bf16, unfused,
+                          ("cpu-bf16", "gpu-bf16-unfused"))
         self.cpu, self.gpu = cpu, gpu
 
-    def compare_bf16(self, what, fp32, bf16):
-        """bf16 against a reference run (fp32, or bf16 on another backend): the three bounds."""
+    def item_epilogues(self):
+        """bf16 with GELU in cuBLASLt's epilogues and in separate kernels, each against fp32,
+        over several seeds: whether one follows fp32 more closely than the other (one seed's
+        trajectory after an outlier batch says little). Informative: passes unless a run fails."""
+        rows = {"fused": [], "unfused": []}
+        for seed in range(1, 1 + self.args.seeds):
+            ref = self.train("gpu-fp32-s%d" % seed, self.device, "fp32", seed=seed)
+            norms = self.grad_norms["gpu-fp32-s%d" % seed]
+            median = sorted(norms.values())[len(norms) // 2]
+            for kind in rows:
+                got = self.train("gpu-bf16-%s-s%d" % (kind, seed), self.device, "bf16",
+                                 epilogues=kind, seed=seed)
+                if ref is None or got is None or sorted(ref) != sorted(got):
+                    self.verdict("epilogues: seed %d %s" % (seed, kind), False, "a run failed")
+                    continue
+                usual = [s for s in sorted(ref) if norms.get(s, 0) <= 10 * median]
+                worst = max(abs(got[s] - ref[s]) / ref[s] for s in usual)
+                mean = sum(abs(got[s] - ref[s]) / ref[s] for s in usual) / len(usual)
+                rows[kind].append((worst, mean))
+                self.say("  seed %d, %-7s: worst step %.1e, mean %.1e over %d usual steps"
+                         % (seed, kind, worst, mean, len(usual)))
+        for kind, r in rows.items():
+            if r:
+                w = sorted(x[0] for x in r)
+                m = sorted(x[1] for x in r)
+                self.verdict("epilogues: bf16 %s against fp32 over %d seeds" % (kind, len(r)),
+                             True, "median worst step %.1e (max %.1e), median mean %.1e"
+                             % (w[len(w) // 2], w[-1], m[len(m) // 2]))
+
+    def outlier_steps(self, names):
+        """Steps where any of the named runs, or the GPU fp32 run, had a gradient norm over 10x
+        that run's median: outlier batches, where a loss moves by far more than the parameters
+        did (see BF16_STEP)."""
+        steps = set()
+        for name in set(names) | {"gpu-fp32"}:
+            norms = self.grad_norms.get(name, {})
+            if norms:
+                median = sorted(norms.values())[len(norms) // 2]
+                steps |= {s for s, n in norms.items() if n > 10 * median}
+        return sorted(steps)
+
+    def compare_bf16(self, what, fp32, bf16, names):
+        """bf16 against a reference run (fp32, or bf16 on another backend): the three bounds.
+        `names`: the two runs, whose gradient norms name the outlier batches."""
         if fp32 is None or bf16 is None or sorted(fp32) != sorted(bf16):
             self.verdict("train: " + what, False, "a run failed or stopped early")
             return
@@ -203,10 +261,13 @@ class Checklist:
         self.verdict("train: %s, first step" % what, rel[1] <= BF16_FIRST,
                      "loss %.6f vs %.6f: %.1e (bound %.0e)" % (bf16[1], fp32[1], rel[1],
                                                                BF16_FIRST))
-        norms = self.grad_norms["gpu-fp32"]
-        median = sorted(norms.values())[len(norms) // 2]
-        outliers = [s for s in steps if norms.get(s, 0) > 10 * median]
+        outliers = self.outlier_steps(names)
         usual = [s for s in steps if s not in outliers]
+        self.verdict("train: %s, outlier batches" % what, len(outliers) <= BF16_OUTLIERS,
+                     "%d of %d steps (at most %d): %s" % (len(outliers), len(steps), BF16_OUTLIERS,
+                     ", ".join("step %d: %.1e, norms %s" % (s, rel[s], " ".join(
+                         "%.1f" % self.grad_norms[n].get(s, 0) for n in names)) for s in outliers)
+                     or "none"))
         windows = []
         for w in range(0, len(steps), 10):
             ws = [s for s in steps[w:w + 10] if s in usual]
@@ -217,10 +278,8 @@ class Checklist:
                      % (" ".join("%.1e" % w for w in windows), BF16_WINDOW))
         worst = max(usual, key=lambda s: rel[s])
         self.verdict("train: %s, every step" % what, rel[worst] <= BF16_STEP,
-                     "worst %.1e at step %d (bound %.0e); outlier batches (fp32 gradient norm over "
-                     "10x its median %.2f): %s" % (rel[worst], worst, BF16_STEP, median,
-                     ", ".join("step %d: %.1e, norm %.0f" % (s, rel[s], norms[s])
-                               for s in outliers) or "none"))
+                     "worst %.1e at step %d (bound %.0e; outlier batches left out)"
+                     % (rel[worst], worst, BF16_STEP))
         self.verdict("train: %s, loss falls" % what, bf16[steps[-1]] < bf16[1] - 0.5,
                      "step 1 %.4f, step %d %.4f" % (bf16[1], steps[-1], bf16[steps[-1]]))
 
@@ -324,9 +383,11 @@ def main():
     p.add_argument("--mpiexec", default="mpiexec")
     p.add_argument("--build", help="the CUDA build directory, for ctest and the kernel tests")
     p.add_argument("--out", default="runs/gpu-checklist")
-    p.add_argument("--only", default="kernels,train,layouts,checkpoint,bench,sanitizer")
+    p.add_argument("--only",
+                   default="kernels,train,layouts,checkpoint,bench,sanitizer,epilogues")
     p.add_argument("--threads", type=int, default=4, help="OMP_NUM_THREADS of the CPU runs")
     p.add_argument("--bench-steps", type=int, default=20)
+    p.add_argument("--seeds", type=int, default=6, help="seeds of the epilogues item")
     p.add_argument("--fake-gpu", action="store_true")
     args = p.parse_args()
     args.meshtrain = os.path.abspath(args.meshtrain)
