@@ -75,6 +75,39 @@ pp = {pp}
 every = 10
 keep = 10
 resume = "{resume}"
+async = {async_save}
+"""
+
+# GPT-2 124M for the asynchronous-checkpoint stall: a save every 80 steps (more than a background
+# write of its 1.5 GB of fp32 state, values and two moments, takes), synchronous or in the
+# background.
+GPT2_DECK = """[run]
+device = "cuda"
+name = "{name}"
+dir = "{run_dir}"
+log_every = 1
+
+[model]
+layers = 12
+d_model = 768
+heads = 12
+seq_len = 1024
+vocab_size = 50304
+
+[data]
+synthetic_bytes = 8388608
+
+[train]
+steps = 250
+global_batch = 16
+micro_batch = 16
+precision = "bf16"
+eval_every = 0
+
+[checkpoint]
+every = 80
+keep = 1
+async = {async_save}
 """
 
 STEPS = 30
@@ -139,7 +172,7 @@ class Checklist:
     # --- training runs -------------------------------------------------------------------------
 
     def train(self, name, device, precision, layout=(1, 1, 1), steps=STEPS, resume="none",
-              epilogues="fused", seed=2024):
+              epilogues="fused", seed=2024, async_save=False):
         """Trains the checklist deck; returns {step: loss} from metrics.jsonl (None on failure)."""
         run_dir = os.path.join(self.out, "runs", name)
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -148,6 +181,7 @@ class Checklist:
         with open(deck, "w") as f:
             f.write(DECK.format(device=device, epilogues=epilogues, seed=seed, name=name,
                                 run_dir=run_dir, steps=steps,
+                                async_save="true" if async_save else "false",
                                 precision=precision, dp=layout[0], tp=layout[1], pp=layout[2],
                                 resume=resume))
         ranks = layout[0] * layout[1] * layout[2]
@@ -302,6 +336,63 @@ class Checklist:
             self.compare("checkpoint: %s step 10 resumed on the %s" % (src.upper(), dst.upper()),
                          ref, got, 1e-4, steps=later)
 
+    def item_async(self):
+        """Asynchronous checkpoints on the GPU: the snapshot goes to pinned host memory on the
+        copy engine beside the next step, whose optimizer update the device holds back until the
+        copy is done. A snapshot that caught a later state would resume off the trajectory: the
+        second background save (step 20, into reused buffers) is resumed on the GPU and must
+        follow the run that never stopped, as a synchronous checkpoint does. Then GPT-2 124M's
+        stall: what training waits for a background save against a synchronous one."""
+        gpu = getattr(self, "gpu", None) or self.train("gpu-fp32", self.device, "fp32")
+        self.train("gpu-fp32-async", self.device, "fp32", async_save=True)
+        ckpt = os.path.join(self.out, "runs", "gpu-fp32-async", "checkpoints", "step_00000020.h5")
+        got = self.train("resume-async-on-gpu", self.device, "fp32", resume=ckpt)
+        self.compare("async: GPU background save at step 20 resumed on the GPU", gpu, got, 1e-6,
+                     steps=list(range(21, STEPS + 1)))
+        if self.device != "cuda":
+            return
+        waits = {}
+        for kind in ("sync", "async"):
+            run_dir = os.path.join(self.out, "runs", "gpt2-%s" % kind)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            os.makedirs(run_dir)
+            deck = run_dir + ".toml"
+            with open(deck, "w") as f:
+                f.write(GPT2_DECK.format(name="gpt2-%s" % kind, run_dir=run_dir,
+                                         async_save="true" if kind == "async" else "false"))
+            status, output = self.run([self.args.meshtrain, "train", deck],
+                                      "train-gpt2-%s.log" % kind, timeout=300)
+            lines = [l for l in output.splitlines() if l.startswith("checkpoint ")]
+            for l in lines:
+                self.say("  %s: %s" % (kind, l[:200]))
+            # The device holds the update back until the snapshot's copy ends, which the host
+            # does not see: the step after each save, over the median step, counts as stall.
+            step_ms = {int(m.group(1)): float(m.group(2)) for l in output.splitlines()
+                       for m in [re.match(r"step +(\d+)/\d+ \|.*\| +([0-9.]+) ms \|", l)] if m}
+            usual = sorted(step_ms.values())[len(step_ms) // 2] if step_ms else 0.0
+            extra = [max(0.0, step_ms.get(s + 1, usual) - usual) / 1e3 for s in (80, 160, 240)]
+            if kind == "sync":
+                waits[kind] = [float(m.group(1)) for l in lines
+                               for m in [re.search(r"MB, ([0-9.]+) s:", l)] if m]
+            else:
+                host = [float(m.group(1)) for l in lines
+                        for m in [re.search(r"training waited ([0-9.]+) s in all", l)] if m]
+                waits[kind] = [h + e for h, e in zip(host, extra)]
+                self.say("  async: host waits %s s, the next step's extra time %s s (median step "
+                         "%.1f ms)" % (" ".join("%.3f" % h for h in host),
+                                       " ".join("%.3f" % e for e in extra), usual))
+            if status != 0 or not waits[kind]:
+                self.verdict("async: GPT-2 124M, %s saves" % kind, False, "exit %d" % status)
+                return
+        sync, stall = sorted(waits["sync"]), sorted(waits["async"])
+        ratio = stall[len(stall) // 2] / sync[len(sync) // 2]
+        self.verdict("async: GPT-2 124M, training's wait for a background save against a "
+                     "synchronous save", ratio <= 0.10,
+                     "median %.3f s against %.3f s: %.3f (target <= 0.10); all: %s / %s"
+                     % (stall[len(stall) // 2], sync[len(sync) // 2], ratio,
+                        " ".join("%.3f" % x for x in waits["async"]),
+                        " ".join("%.3f" % x for x in waits["sync"])))
+
     # --- kernels, sanitizers, benchmark --------------------------------------------------------
 
     def binary_env(self):
@@ -388,7 +479,7 @@ def main():
     p.add_argument("--build", help="the CUDA build directory, for ctest and the kernel tests")
     p.add_argument("--out", default="runs/gpu-checklist")
     p.add_argument("--only",
-                   default="kernels,train,layouts,checkpoint,bench,sanitizer,epilogues")
+                   default="kernels,train,layouts,checkpoint,async,bench,sanitizer,epilogues")
     p.add_argument("--threads", type=int, default=4, help="OMP_NUM_THREADS of the CPU runs")
     p.add_argument("--bench-steps", type=int, default=20)
     p.add_argument("--seeds", type=int, default=6, help="seeds of the epilogues item")

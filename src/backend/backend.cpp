@@ -44,6 +44,14 @@ void Backend::matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tenso
   gelu_backward(dpre, pre, product);
 }
 
+void Backend::snapshot_to_host(Tensor& dst, const Tensor& src) {
+  if (dst.nbytes() != src.nbytes() || dst.device() != Device::Cpu)
+    throw std::invalid_argument("backend '" + name() + "': snapshot_to_host: destination " +
+                                dst.shape().to_string() + " must be a host tensor of the source's size " +
+                                src.shape().to_string());
+  copy_to_host(dst.raw(), src);
+}
+
 Tensor Backend::zeros(Shape shape, DType dtype, MemoryCategory category) {
   Tensor t = empty(shape, dtype, category);
   fill(t, 0.0);

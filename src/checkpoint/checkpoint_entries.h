@@ -43,6 +43,7 @@ std::vector<Entry> plan_entries(ModelState& state, Communicator& world);
 // when it is one piece in host memory (no copy) unless `always_copy`, else a copy.
 struct HostElements {
   std::vector<char> copy;
+  Tensor pinned;  // a device's snapshot: a view of pinned host memory (empty_host), else empty
   const char* data = nullptr;
 };
 HostElements primary_on_host(const Entry& e, int kind, DType dt, bool always_copy = false);

@@ -227,14 +227,16 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
   pending->job = plan_save(cfg_, state, step, lineage_, *pruner_, world);
   const size_t bytes = snapshot_bytes(state);
   count_snapshot(memory, bytes);
-  // Where the state lives in host memory, the copy runs on the save's thread while the next
-  // step's forward and backward (which read the state, never write it) go on; the optimizer
-  // step waits for it. Elsewhere (a GPU) training waits for the copy here.
+  // The copy goes on while the next step's forward and backward (which read the state, never
+  // write it) run, and the optimizer step waits for it: where the state lives in host memory
+  // the copy runs on the save's thread and the update waits on the host; on a device its copy
+  // engine copies into pinned host memory and the update waits on the device.
   const bool copy_behind = primary_in_host_memory(pending->job.entries);
+  Backend* const device = copy_behind ? nullptr : primary_backend(pending->job.entries);
   try {
     agree(world, [&] {
-      reserve_snapshot(pending->job, std::move(snapshot_buffers_));
-      if (!copy_behind) fill_snapshot(pending->job, false);
+      if (device) snapshot_device_state(pending->job, std::move(snapshot_buffers_), *device);
+      else reserve_snapshot(pending->job, std::move(snapshot_buffers_));
     });
   } catch (const AgreedOutOfMemory& e) {
     throw AgreedOutOfMemory(std::string(e.what()) + " while copying the state for an asynchronous checkpoint "
@@ -246,8 +248,9 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
   Pending* p = pending.get();
   if (!copy_behind) p->end_copy();
   const bool rank0 = world.rank() == 0;
-  p->thread = std::thread([this, p, rank0, t0, copy_behind] {
+  p->thread = std::thread([this, p, rank0, t0, copy_behind, device] {
     try {
+      if (device) device->wait_for_snapshot();  // first: nothing may free the buffers before
       if (copy_behind) {
         struct EndCopy {
           Pending* p;
@@ -267,6 +270,9 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
   if (copy_behind) {  // once the save is pending_, which takes the fence off when it goes
     p->state = &state;
     state.set_update_fence([p] { p->wait_for_copy(); });
+  } else if (device) {
+    p->state = &state;
+    state.set_update_fence([device] { device->order_after_snapshot(); });
   }
 
   CheckpointStats started;

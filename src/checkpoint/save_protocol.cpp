@@ -4,6 +4,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -299,6 +300,49 @@ void fill_snapshot(SaveJob& job, bool from_any_thread) {
     for (int kind = 0; kind < kKinds; ++kind)
       copy_primary(job.entries[i], kind, job.dt, job.snapshot[i * kKinds + static_cast<size_t>(kind)].copy,
                    from_any_thread);
+}
+
+void snapshot_device_state(SaveJob& job, std::vector<HostElements> buffers, Backend& device) {
+  const size_t n = job.entries.size() * kKinds;
+  buffers.resize(n);
+  bool reuse = true;
+  int64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t count = job.entries[i / kKinds].count(true);
+    reuse = reuse && buffers[i].pinned.numel() == count && buffers[i].pinned.dtype() == job.dt;
+    total += count;
+  }
+  if (!reuse) {
+    // One block: pinned allocations are slow and few are better; its views keep it alive.
+    const Tensor block = device.empty_host({std::max<int64_t>(total, 1)}, job.dt,
+                                           MemoryCategory::CheckpointSnapshot);
+    int64_t at = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t count = job.entries[i / kKinds].count(true);
+      buffers[i].copy.clear();
+      buffers[i].pinned = block.view(at, {count});
+      at += count;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    HostElements& h = buffers[i];
+    h.data = static_cast<const char*>(h.pinned.raw());
+    int64_t at = 0;
+    for (const Piece& p : job.entries[i / kKinds].pieces) {
+      if (!p.owned.primary) continue;
+      Tensor into = h.pinned.view(at, {p.owned.count});
+      device.snapshot_to_host(into, piece_tensor(p.owned, static_cast<int>(i % kKinds)));
+      at += p.owned.count;
+    }
+  }
+  job.snapshot = std::move(buffers);
+}
+
+Backend* primary_backend(const std::vector<Entry>& entries) {
+  for (const Entry& e : entries)
+    for (const Piece& p : e.pieces)
+      if (p.owned.primary) return p.owned.backend;
+  return nullptr;
 }
 
 SaveTimes write_and_publish(const SaveJob& job, Communicator& comm, MPI_Comm mpi_comm, const KillHook& kill) {

@@ -78,6 +78,13 @@ void reserve_snapshot(SaveJob& job, std::vector<HostElements> buffers);
 // see copy_primary (the copy then runs beside training, which must not update the state
 // before it ends: ModelState::set_update_fence).
 void fill_snapshot(SaveJob& job, bool from_any_thread);
+// A device's state: sizes job.snapshot as views of one block of `device`'s pinned host memory
+// (reusing `buffers`' when the sizes match), then queues every dataset's copy there
+// (Backend::snapshot_to_host); the elements are in place once device.wait_for_snapshot()
+// returns, and the state must not be written before device.order_after_snapshot().
+void snapshot_device_state(SaveJob& job, std::vector<HostElements> buffers, Backend& device);
+// The backend of this rank's primary pieces, or null when it holds none.
+Backend* primary_backend(const std::vector<Entry>& entries);
 
 // write_data, flush_and_verify and publish, with the clean-up a failure needs: the .tmp is
 // removed and the error (with a note on free space when the disk filled) agreed. Collective

@@ -69,6 +69,15 @@ class Backend {
   // copy has completed, and the caller must not write it after the call (cudaMemcpyAsync
   // semantics). The default copies at once.
   virtual void copy_from_host_async(Tensor& dst, Tensor src);
+  // Snapshots for asynchronous checkpoints. snapshot_to_host copies `src` into `dst` (a host
+  // tensor of its size from empty_host()) without holding up the work queued after it: on a GPU
+  // the copy engine reads `src` while the next step computes. order_after_snapshot makes the
+  // work queued from then on (the optimizer update, which writes `src`) wait for those copies on
+  // the device, without the host waiting; wait_for_snapshot blocks the calling thread, whichever
+  // it is, until they have landed in `dst`. The defaults copy at once and need no waiting.
+  virtual void snapshot_to_host(Tensor& dst, const Tensor& src);
+  virtual void order_after_snapshot() {}
+  virtual void wait_for_snapshot() {}
   virtual void add_inplace(Tensor& dst, const Tensor& src) = 0;      // dst += src
   virtual void scale_inplace(Tensor& t, double factor) = 0;          // t *= factor
   virtual void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) = 0;  // a + b

@@ -25,8 +25,9 @@
 // on: its buffers are kept for the next, whose copy then faults no page in) and returns; a
 // thread of its own copies the elements there and runs steps 1-4 on a duplicate of the world
 // communicator while training goes on. Training reads the state until its next update, which
-// waits for the copy (ModelState::set_update_fence); where the state is not in host memory (a
-// GPU) start_save copies it before it returns. The
+// waits for the copy (ModelState::set_update_fence); where the state is on a device (a GPU)
+// the device's copy engine copies it into pinned host memory beside the next step, whose
+// update the device holds back until the copy is done (Backend::snapshot_to_host). The
 // trainer calls poll() after every step, which collects a finished save on every rank at the
 // same step (an agreed verdict, so a failure is thrown everywhere alike); the next save, load,
 // resume and the destructor wait for it first. A kill at any moment leaves what a synchronous

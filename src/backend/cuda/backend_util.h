@@ -30,6 +30,11 @@ struct CudaBackend::Libraries {
   // Host sources of copy_from_host_async still being read by the device, each with the event
   // recorded after its copy, oldest first: the tensor is dropped once its event has completed.
   std::vector<std::pair<cudaEvent_t, Tensor>> host_copies;
+  // Snapshot copies (snapshot_to_host) run on a stream of their own, after `snapshot_start`
+  // (recorded on the compute stream: the state as of the call); `snapshot_done` follows the
+  // last of them. Created on first use.
+  cudaStream_t snapshot_stream = nullptr;
+  cudaEvent_t snapshot_start = nullptr, snapshot_done = nullptr;
 };
 
 namespace cuda {

@@ -159,8 +159,15 @@ CudaBackend::CudaBackend(CudaBackendOptions options)
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
-  if (lib_)
+  if (lib_) {
     for (auto& [event, host] : lib_->host_copies) cudaEventDestroy(event);
+    if (lib_->snapshot_stream) {
+      cudaStreamSynchronize(lib_->snapshot_stream);
+      cudaStreamDestroy(lib_->snapshot_stream);
+      cudaEventDestroy(lib_->snapshot_start);
+      cudaEventDestroy(lib_->snapshot_done);
+    }
+  }
   lib_.reset();
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -269,6 +276,40 @@ void CudaBackend::copy_to_host(void* dst, const Tensor& src) {
                                                        cudaMemcpyDeviceToHost, stream_));
   MESHTRAIN_CUDA_CHECK("copy_to_host", cudaStreamSynchronize(stream_));
   retire_host_copies();
+}
+
+void CudaBackend::snapshot_to_host(Tensor& dst, const Tensor& src) {
+  const char* op = "snapshot_to_host";
+  cuda::require_device(op, src);
+  require(dst.device() == Device::Cpu && dst.nbytes() == src.nbytes(), op,
+          "destination " + dst.shape().to_string() + " must be a host tensor of the source's size " +
+              src.shape().to_string());
+  if (src.nbytes() == 0) return;
+  Libraries& l = *lib_;
+  if (!l.snapshot_stream) {
+    MESHTRAIN_CUDA_CHECK(op, cudaStreamCreateWithFlags(&l.snapshot_stream, cudaStreamNonBlocking));
+    MESHTRAIN_CUDA_CHECK(op, cudaEventCreateWithFlags(&l.snapshot_start, cudaEventDisableTiming));
+    MESHTRAIN_CUDA_CHECK(op, cudaEventCreateWithFlags(&l.snapshot_done, cudaEventDisableTiming));
+  }
+  // Every kernel queued so far (the step that produced this state) comes before the copy.
+  MESHTRAIN_CUDA_CHECK(op, cudaEventRecord(l.snapshot_start, stream_));
+  MESHTRAIN_CUDA_CHECK(op, cudaStreamWaitEvent(l.snapshot_stream, l.snapshot_start, 0));
+  MESHTRAIN_CUDA_CHECK(op, cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(),
+                                           cudaMemcpyDeviceToHost, l.snapshot_stream));
+  MESHTRAIN_CUDA_CHECK(op, cudaEventRecord(l.snapshot_done, l.snapshot_stream));
+}
+
+void CudaBackend::order_after_snapshot() {
+  if (lib_->snapshot_done)
+    MESHTRAIN_CUDA_CHECK("order_after_snapshot", cudaStreamWaitEvent(stream_, lib_->snapshot_done, 0));
+}
+
+// Called from the checkpoint's own thread: the device is made current there first (a
+// thread's current device is its own).
+void CudaBackend::wait_for_snapshot() {
+  if (!lib_->snapshot_done) return;
+  MESHTRAIN_CUDA_CHECK("wait_for_snapshot", cudaSetDevice(device_));
+  MESHTRAIN_CUDA_CHECK("wait_for_snapshot", cudaEventSynchronize(lib_->snapshot_done));
 }
 
 void CudaBackend::add_inplace(Tensor& dst, const Tensor& src) {

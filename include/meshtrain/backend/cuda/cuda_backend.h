@@ -98,6 +98,9 @@ class CudaBackend final : public Backend {
   void copy_from_host(Tensor& dst, const void* src) override;
   void copy_to_host(void* dst, const Tensor& src) override;
   void copy_from_host_async(Tensor& dst, Tensor src) override;
+  void snapshot_to_host(Tensor& dst, const Tensor& src) override;
+  void order_after_snapshot() override;
+  void wait_for_snapshot() override;
   void add_inplace(Tensor& dst, const Tensor& src) override;
   void scale_inplace(Tensor& t, double factor) override;
   void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) override;
