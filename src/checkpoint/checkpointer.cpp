@@ -81,6 +81,7 @@ Checkpointer::Checkpointer(const Config& config, ProcessGrid& grid)
     MPI_Comm_dup(comm_, &dup);
     writer_comm_ = std::make_unique<MpiCommunicator>(dup, "checkpoint writer",
                                                      std::chrono::duration<double>(cfg_.run.comm_timeout));
+    writer_comm_->set_patient(true);
   }
 }
 

@@ -2,8 +2,10 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "meshtrain/comm/job_abort.h"
 
@@ -50,9 +52,14 @@ void Work::wait() {
   // Poll rather than block: the wait can then give up after the timeout with a diagnosis, and
   // yields the core to other ranks when the node is oversubscribed.
   const auto start = std::chrono::steady_clock::now();
+  const bool patient = impl_->patient();
   for (uint64_t spin = 0;; ++spin) {
     if (impl_->test()) break;
-    if (spin > 64) sched_yield();
+    // A patient waiter sleeps from 20 us up to 1 ms a poll: a millisecond's latency is nothing
+    // to a background write, and a spinning thread takes a core from training.
+    if (patient && spin > 64)
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min<uint64_t>(20 << std::min<uint64_t>((spin - 64) / 16, 6), 1000)));
+    else if (spin > 64) sched_yield();
     if ((spin & 1023) == 1023 && timeout_.count() > 0 &&
         std::chrono::steady_clock::now() - start > timeout_) {
       const std::string what = impl_->describe();

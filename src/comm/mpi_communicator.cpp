@@ -61,8 +61,8 @@ int count_of(const Tensor& t) {
 
 class MpiWork final : public Work::Impl {
  public:
-  MpiWork(MPI_Request r, std::string what, std::function<void()> finish)
-      : request_(r), what_(std::move(what)), finish_(std::move(finish)) {}
+  MpiWork(MPI_Request r, std::string what, std::function<void()> finish, bool patient)
+      : request_(r), what_(std::move(what)), finish_(std::move(finish)), patient_(patient) {}
   bool test() override {
     int done = 0;
     MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
@@ -73,11 +73,13 @@ class MpiWork final : public Work::Impl {
     return done != 0;
   }
   std::string describe() const override { return what_; }
+  bool patient() const override { return patient_; }
 
  private:
   MPI_Request request_;
   std::string what_;
   std::function<void()> finish_;
+  bool patient_;
 };
 
 // A host fp32 copy of a bf16 tensor, for reductions in fp32.
@@ -131,7 +133,8 @@ std::string MpiCommunicator::describe(const char* op, const Tensor& t) const {
 
 Work MpiCommunicator::make_work(MPI_Request request, std::string what,
                                 std::function<void()> finish) {
-  return Work(std::make_unique<MpiWork>(request, std::move(what), std::move(finish)), timeout_);
+  return Work(std::make_unique<MpiWork>(request, std::move(what), std::move(finish), patient_),
+              timeout_);
 }
 
 void MpiCommunicator::check_supported(const std::string& op, const Tensor& t, Use use) const {

@@ -39,6 +39,9 @@ class Work {
     // stream) see the result, without the host's help. Nothing to do for host operations.
     virtual void order_consumers() {}
     virtual std::string describe() const = 0;
+    // True where the waiting thread works in the background (a checkpoint's writer): wait()
+    // then sleeps between polls, leaving the cores to the threads that train.
+    virtual bool patient() const { return false; }
   };
 
   Work() = default;

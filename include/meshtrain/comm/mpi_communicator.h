@@ -31,6 +31,9 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override { return "mpi"; }
   MPI_Comm comm() const { return comm_; }
   void set_timeout(std::chrono::duration<double> t) { timeout_ = t; }
+  // Waits on this communicator sleep between polls (Work::Impl::patient): for a background
+  // thread's own communicator.
+  void set_patient(bool on) { patient_ = on; }
 
   void check_supported(const std::string& op, const Tensor& t, Use use) const override;
 
@@ -54,6 +57,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   std::string name_;
   std::chrono::duration<double> timeout_;
+  bool patient_ = false;
   int rank_ = 0, size_ = 1;
   bool owned_ = false;
 };
