@@ -250,15 +250,14 @@ class Checklist:
         rows = {"fused": [], "unfused": []}
         for seed in range(1, 1 + self.args.seeds):
             ref = self.train("gpu-fp32-s%d" % seed, self.device, "fp32", seed=seed)
-            norms = self.grad_norms["gpu-fp32-s%d" % seed]
-            median = sorted(norms.values())[len(norms) // 2]
+            outliers = self.outlier_steps(["gpu-fp32-s%d" % seed])  # the fp32 run's
             for kind in rows:
                 got = self.train("gpu-bf16-%s-s%d" % (kind, seed), self.device, "bf16",
                                  epilogues=kind, seed=seed)
                 if ref is None or got is None or sorted(ref) != sorted(got):
                     self.verdict("epilogues: seed %d %s" % (seed, kind), False, "a run failed")
                     continue
-                usual = [s for s in sorted(ref) if norms.get(s, 0) <= 10 * median]
+                usual = [s for s in sorted(ref) if s not in outliers]
                 worst = max(abs(got[s] - ref[s]) / ref[s] for s in usual)
                 mean = sum(abs(got[s] - ref[s]) / ref[s] for s in usual) / len(usual)
                 rows[kind].append((worst, mean))
@@ -273,11 +272,10 @@ class Checklist:
                              % (w[len(w) // 2], w[-1], m[len(m) // 2]))
 
     def outlier_steps(self, names):
-        """Steps where any of the named runs, or the GPU fp32 run, had a gradient norm over 10x
-        that run's median: outlier batches, where a loss moves by far more than the parameters
-        did (see BF16_STEP)."""
+        """Steps where any of the named runs had a gradient norm over 10x that run's median:
+        outlier batches, where a loss moves by far more than the parameters did (BF16_STEP)."""
         steps = set()
-        for name in set(names) | {"gpu-fp32"}:
+        for name in names:
             norms = self.grad_norms.get(name, {})
             if norms:
                 median = sorted(norms.values())[len(norms) // 2]
@@ -286,7 +284,8 @@ class Checklist:
 
     def compare_bf16(self, what, fp32, bf16, names):
         """bf16 against a reference run (fp32, or bf16 on another backend): the three bounds.
-        `names`: the two runs, whose gradient norms name the outlier batches."""
+        `names`: the two runs, whose gradient norms (and the GPU fp32 run's) name the outlier
+        batches."""
         if fp32 is None or bf16 is None or sorted(fp32) != sorted(bf16):
             self.verdict("train: " + what, False, "a run failed or stopped early")
             return
@@ -295,7 +294,7 @@ class Checklist:
         self.verdict("train: %s, first step" % what, rel[1] <= BF16_FIRST,
                      "loss %.6f vs %.6f: %.1e (bound %.0e)" % (bf16[1], fp32[1], rel[1],
                                                                BF16_FIRST))
-        outliers = self.outlier_steps(names)
+        outliers = self.outlier_steps(set(names) | {"gpu-fp32"})
         usual = [s for s in steps if s not in outliers]
         self.verdict("train: %s, outlier batches" % what, len(outliers) <= BF16_OUTLIERS,
                      "%d of %d steps (at most %d): %s" % (len(outliers), len(steps), BF16_OUTLIERS,
