@@ -55,11 +55,14 @@ void Work::wait() {
   const bool patient = impl_->patient();
   for (uint64_t spin = 0;; ++spin) {
     if (impl_->test()) break;
-    // A patient waiter sleeps from 20 us up to 1 ms a poll: a millisecond's latency is nothing
-    // to a background write, and a spinning thread takes a core from training.
-    if (patient && spin > 64)
-      std::this_thread::sleep_for(std::chrono::microseconds(std::min<uint64_t>(20 << std::min<uint64_t>((spin - 64) / 16, 6), 1000)));
-    else if (spin > 64) sched_yield();
+    // A patient waiter sleeps 20 us a poll, doubling every 16 polls up to 1 ms: a millisecond's
+    // latency is nothing to a background write, and a spinning thread takes a core from training.
+    if (spin > 64 && patient) {
+      const uint64_t doublings = std::min<uint64_t>((spin - 64) / 16, 6);
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min<uint64_t>(20u << doublings, 1000)));
+    } else if (spin > 64) {
+      sched_yield();
+    }
     if ((spin & 1023) == 1023 && timeout_.count() > 0 &&
         std::chrono::steady_clock::now() - start > timeout_) {
       const std::string what = impl_->describe();

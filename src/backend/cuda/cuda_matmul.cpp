@@ -97,6 +97,23 @@ bool gelu_epilogue_fits(const Tensor& pre) {
   return reinterpret_cast<uintptr_t>(pre.raw()) % 16 == 0 && width % 16 == 0;
 }
 
+// The GELU epilogues' pre-activation: on the device, shaped and typed as `twin` (the output).
+void check_gelu_pre(const char* op, const Tensor& pre, const Tensor& twin, const char* twin_name) {
+  require(pre.shape() == twin.shape() && pre.dtype() == twin.dtype(), op,
+          "pre " + pre.shape().to_string() + " " + twin_name + " " + twin.shape().to_string());
+  cuda::require_device(op, pre);
+}
+
+// Runs `g` with `epilogue` (GELU, or its gradient) reading or writing `pre`; false, having done
+// nothing, where cuBLASLt offers no algorithm for it.
+bool run_with_gelu(cuda::LtGemm& gemm, cudaStream_t stream, cuda::GemmCall g,
+                   cuda::GemmCall::Epilogue epilogue, const Tensor& pre) {
+  g.epilogue = epilogue;
+  g.aux = pre.raw();
+  g.ldaux = cols_of(pre);
+  return gemm.run_if_supported(g, stream);
+}
+
 }  // namespace
 
 void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
@@ -114,14 +131,9 @@ void CudaBackend::matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& in
     const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
     cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name(op, N, C, OC) : "",
                         2.0 * double(N) * double(C) * double(OC));
-    require(pre.shape() == out.shape() && pre.dtype() == out.dtype(), op,
-            "pre " + pre.shape().to_string() + " out " + out.shape().to_string());
-    cuda::require_device(op, pre);
-    cuda::GemmCall g = forward_call(op, out, inp, weight, &bias);
-    g.epilogue = cuda::GemmCall::Epilogue::GeluAux;
-    g.aux = pre.raw();
-    g.ldaux = OC;
-    if (lib_->gemm->run_if_supported(g, stream_)) {
+    check_gelu_pre(op, pre, out, "out");
+    if (run_with_gelu(*lib_->gemm, stream_, forward_call(op, out, inp, weight, &bias),
+                      cuda::GemmCall::Epilogue::GeluAux, pre)) {
       ++gelu_epilogues_.fused;
       return;
     }
@@ -176,14 +188,9 @@ void CudaBackend::matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const T
     const int64_t N = rows_of(dout), OC = cols_of(dout), C = cols_of(pre);
     cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name(op, N, C, OC) : "",
                         2.0 * double(N) * double(C) * double(OC));
-    require(pre.shape() == dpre.shape() && pre.dtype() == dpre.dtype(), op,
-            "pre " + pre.shape().to_string() + " dpre " + dpre.shape().to_string());
-    cuda::require_device(op, pre);
-    cuda::GemmCall g = input_gradient_call(op, dpre, dout, weight);
-    g.epilogue = cuda::GemmCall::Epilogue::DGelu;
-    g.aux = pre.raw();
-    g.ldaux = C;
-    if (lib_->gemm->run_if_supported(g, stream_)) {
+    check_gelu_pre(op, pre, dpre, "dpre");
+    if (run_with_gelu(*lib_->gemm, stream_, input_gradient_call(op, dpre, dout, weight),
+                      cuda::GemmCall::Epilogue::DGelu, pre)) {
       ++gelu_epilogues_.fused;
       return;
     }
