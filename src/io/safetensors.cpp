@@ -270,7 +270,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   json h;
   try {
     h = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // syntax, and numbers beyond a double (out_of_range)
     fail(path, std::string("the header is not valid JSON (") + e.what() + ")");
   }
   if (!h.is_object())
