@@ -234,19 +234,20 @@ class Checklist:
         # order within a kernel: held to the same bounds as bf16 against fp32.
         cpu_bf16 = self.train("cpu-bf16", "cpu", "bf16")
         self.compare_bf16("GPU bf16 against CPU bf16", cpu_bf16, bf16, ("cpu-bf16", "gpu-bf16"))
-        # The MLP's GELU in separate kernels rather than cuBLASLt's epilogues (run.epilogues):
-        # the same bounds, and how far the two GPU bf16 runs drift apart.
+        # GELU and the residual adds in separate kernels rather than cuBLASLt's epilogues
+        # (run.epilogues): the same bounds, and how far the two GPU bf16 runs drift apart.
         unfused = self.train("gpu-bf16-unfused", self.device, "bf16", epilogues="unfused")
-        self.compare_bf16("GPU bf16, GELU unfused, against GPU fp32", gpu, unfused,
+        self.compare_bf16("GPU bf16, epilogues unfused, against GPU fp32", gpu, unfused,
                           ("gpu-fp32", "gpu-bf16-unfused"))
-        self.compare_bf16("GPU bf16, GELU unfused, against CPU bf16", cpu_bf16, unfused,
+        self.compare_bf16("GPU bf16, epilogues unfused, against CPU bf16", cpu_bf16, unfused,
                           ("cpu-bf16", "gpu-bf16-unfused"))
         self.cpu, self.gpu = cpu, gpu
 
     def item_epilogues(self):
-        """bf16 with GELU in cuBLASLt's epilogues and in separate kernels, each against fp32,
-        over several seeds: whether one follows fp32 more closely than the other (one seed's
-        trajectory after an outlier batch says little). Informative: passes unless a run fails."""
+        """bf16 with GELU and the residual adds in cuBLASLt's epilogues and in separate kernels,
+        each against fp32, over several seeds: whether one follows fp32 more closely than the
+        other (one seed's trajectory after an outlier batch says little). Informative: passes
+        unless a run fails."""
         rows = {"fused": [], "unfused": []}
         for seed in range(1, 1 + self.args.seeds):
             ref = self.train("gpu-fp32-s%d" % seed, self.device, "fp32", seed=seed)

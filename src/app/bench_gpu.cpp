@@ -61,20 +61,25 @@ void bench_gpu(const BenchArgs& args, BenchReport& report) {
         report.header("attention: own kernels: " + r.message);
         if (r.is_error) wrong = 1;
       }
-      // Steps alternate between GELU in cuBLASLt's epilogues and the unfused kernels, so that
-      // the two are measured side by side on the same card, state and data.
+      // Steps alternate between GELU and the residual adds in cuBLASLt's epilogues and the
+      // unfused kernels, so that the two are measured side by side on the same card, state and
+      // data.
       std::vector<double> seconds[2];  // [0]: fused, [1]: unfused
       double first_loss = 0;
       const int measured = 2 * std::max(args.steps, 5);
       for (int s = 0; s <= measured; ++s) {
         backend.set_fused_epilogues(s % 2 == 0);
-        const CudaBackend::EpilogueCounts before = backend.gelu_epilogues();
+        const CudaBackend::EpilogueCounts gelu = backend.gelu_epilogues(),
+                                          residual = backend.residual_epilogues();
         const StepResult r = trainer.train_step(s);
         if (s == 0) first_loss = r.loss;
         else seconds[s % 2].push_back(r.seconds);
-        if (s == 0 && backend.gelu_epilogues().fused == before.fused)
+        if (s == 0 && backend.gelu_epilogues().fused == gelu.fused)
           report.header("GELU epilogue: cuBLASLt offered none for these shapes; both rows run "
                         "the unfused kernels");
+        if (s == 0 && backend.residual_epilogues().fused == residual.fused)
+          report.header("residual epilogue: cuBLASLt offered none for these shapes; both rows "
+                        "add the residual separately");
       }
       backend.set_fused_epilogues(true);
       if (std::abs(first_loss - std::log(50304.0)) > 0.5) wrong = 1;  // logits start near zero
@@ -84,7 +89,7 @@ void bench_gpu(const BenchArgs& args, BenchReport& report) {
         std::sort(v.begin(), v.end());
         const double t = v[v.size() / 2];
         const double tflops = c.model.flops_per_token() * tokens / t / 1e12;
-        report.row(fused == 0 ? "gpt2-124M bf16 T1024" : "gpt2-124M bf16 T1024, GELU unfused",
+        report.row(fused == 0 ? "gpt2-124M bf16 T1024" : "gpt2-124M bf16 T1024, epilogues unfused",
                    {static_cast<double>(b), tokens, t * 1e3, tokens / t, tflops, tflops / peak},
                    wrong);
       }

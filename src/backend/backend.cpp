@@ -31,6 +31,12 @@ void Backend::copy_from_host_async(Tensor& dst, Tensor src) {
   copy_from_host(dst, src.raw());
 }
 
+void Backend::matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                 const Tensor* bias, const Tensor& residual) {
+  matmul_forward(out, inp, weight, bias);
+  add_inplace(out, residual);
+}
+
 void Backend::matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
                                   const Tensor& weight, const Tensor& bias) {
   matmul_forward(pre, inp, weight, &bias);
@@ -50,6 +56,40 @@ void Backend::snapshot_to_host(Tensor& dst, const Tensor& src) {
                                 dst.shape().to_string() + " must be a host tensor of the source's size " +
                                 src.shape().to_string());
   copy_to_host(dst.raw(), src);
+}
+
+void Backend::layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                     const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                     const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& residual) {
+  layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+  add_inplace(dinp, residual);
+}
+
+void Backend::reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
+                                 const std::vector<FlatPiece>& pieces, Reduction what) {
+  for (size_t k = 0; k < pieces.size(); ++k)
+    reduce_into(out, first_slot + static_cast<int64_t>(k), t.view(pieces[k].offset, {pieces[k].count}),
+                what);
+}
+
+void Backend::adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                                  Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
+                                  const std::vector<double>& decays, const AdamWStep& s) {
+  if (decays.size() != pieces.size())
+    throw std::invalid_argument("backend '" + name() + "': adamw_update_pieces: " +
+                                std::to_string(pieces.size()) + " pieces but " +
+                                std::to_string(decays.size()) + " weight decays");
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const FlatPiece& piece = pieces[k];
+    if (piece.count == 0) continue;
+    Tensor p = param.view(piece.offset, {piece.count});
+    Tensor m = exp_avg.view(piece.offset, {piece.count});
+    Tensor v = exp_avg_sq.view(piece.offset, {piece.count});
+    AdamWStep step = s;
+    step.weight_decay = decays[k];
+    adamw_update(p, grad.view(piece.offset, {piece.count}), m, v, step);
+  }
 }
 
 Tensor Backend::zeros(Shape shape, DType dtype, MemoryCategory category) {

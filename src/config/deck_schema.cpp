@@ -146,8 +146,9 @@ const std::vector<KeySpec>& schema() {
                            "meshtrain's own kernels, or the best available.",
                            [](Config& c, const std::string& v) { c.run.attention = v; }));
     k.push_back(choice_key("run", "epilogues", "fused", {"fused", "unfused"},
-                           "CUDA: the MLP's GELU inside cuBLASLt's matrix products where cuBLASLt "
-                           "offers it, or as kernels of its own (for comparing numerics).",
+                           "CUDA: the MLP's GELU and the residual adds inside cuBLASLt's matrix "
+                           "products where cuBLASLt offers them, or as kernels of their own (for "
+                           "comparing numerics).",
                            [](Config& c, const std::string& v) {
                              c.run.fused_epilogues = v == "fused";
                            }));

@@ -11,7 +11,8 @@ CausalSelfAttention::CausalSelfAttention(const LayerContext& ctx, const std::str
       proj_(ctx, name + ".proj", C, C, 0.02 * residual_scale) {}
 
 Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& saved,
-                                    MemoryCategory category, Recompute recompute) {
+                                    MemoryCategory category, Recompute recompute,
+                                    const Tensor* residual) {
   Backend& be = *ctx_.backend;
   const int64_t local_c = local_heads_ * head_size_;
   saved.qkv = qkv_.forward(x, saved.qkv_in, category);
@@ -20,14 +21,14 @@ Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& sa
     saved.lse = be.empty({shape.B, local_heads_, shape.T}, stats_dtype(x.dtype()), category);
     ring_attention_forward(be, ctx_.cp, att, saved.lse, saved.qkv, shape.B, shape.T, local_heads_,
                            head_size_);
-    return proj_.forward(att, saved.proj_in, category);
+    return proj_.forward(att, saved.proj_in, category, nullptr, residual);
   }
   const MemoryCategory probs_category =
       recompute == Recompute::Selective ? MemoryCategory::Workspace : category;
   Tensor probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, x.dtype(), probs_category);
   be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_, head_size_);
   if (recompute != Recompute::Selective) saved.probs = probs;
-  return proj_.forward(att, saved.proj_in, category);
+  return proj_.forward(att, saved.proj_in, category, nullptr, residual);
 }
 
 Tensor CausalSelfAttention::decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache,

@@ -13,16 +13,13 @@ Block::Block(const LayerContext& ctx, int index, int64_t C, int64_t heads, int l
 
 Tensor Block::forward_all(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory inner,
                           Recompute recompute) {
-  Backend& be = *ctx_.backend;
   saved.x = x;
   Tensor a = ln_1_.forward(x, saved.ln_1, inner);
-  Tensor x2 = attn_.forward(a, shape, saved.attn, inner, recompute);
-  be.add_inplace(x2, x);
+  // Each branch's output projection adds the residual stream (in its GEMM where it can).
+  Tensor x2 = attn_.forward(a, shape, saved.attn, inner, recompute, &x);
   Tensor b = ln_2_.forward(x2, saved.ln_2, inner);
   // The block output outlives the block (it is the next block's saved input): Activations.
-  Tensor out = mlp_.forward(b, saved.mlp, inner, MemoryCategory::Activations);
-  be.add_inplace(out, x2);
-  return out;
+  return mlp_.forward(b, saved.mlp, inner, MemoryCategory::Activations, nullptr, &x2);
 }
 
 Tensor Block::forward(const Tensor& x, TokenShape shape, Saved& saved, Recompute recompute) {
@@ -50,16 +47,14 @@ Tensor Block::decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t 
 
 Tensor Block::backward(const Tensor& dout, TokenShape shape, Saved& saved, Recompute recompute,
                        DeferredWeightGradients* deferred) {
-  Backend& be = *ctx_.backend;
   if (recompute == Recompute::Full) {
     const Tensor x = saved.x;
     forward_all(x, shape, saved, MemoryCategory::Workspace, Recompute::None);
   }
-  // dout flows into both the MLP branch and the residual path to x2.
-  Tensor dx2 = ln_2_.backward(mlp_.backward(dout, saved.mlp, deferred), saved.ln_2);
-  be.add_inplace(dx2, dout);
-  Tensor dx = ln_1_.backward(attn_.backward(dx2, shape, saved.attn, deferred), saved.ln_1);
-  be.add_inplace(dx, dx2);
+  // dout flows into both the MLP branch and the residual path to x2, dx2 into both the
+  // attention branch and the residual path to x.
+  Tensor dx2 = ln_2_.backward_add(mlp_.backward(dout, saved.mlp, deferred), saved.ln_2, dout);
+  Tensor dx = ln_1_.backward_add(attn_.backward(dx2, shape, saved.attn, deferred), saved.ln_1, dx2);
   saved = Saved{};  // frees this micro-batch's activations (but what deferred work holds)
   return dx;
 }

@@ -40,4 +40,12 @@ Tensor LayerNorm::backward(const Tensor& dout, const Saved& saved) {
   return dinp;
 }
 
+Tensor LayerNorm::backward_add(const Tensor& dout, const Saved& saved, const Tensor& residual) {
+  Backend& be = *ctx_.backend;
+  Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
+  be.layernorm_backward_add(dinp, weight_.grad, bias_.grad, dout, saved.inp, weight_.value,
+                            saved.mean, saved.rstd, residual);
+  return dinp;
+}
+
 }  // namespace meshtrain

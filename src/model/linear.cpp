@@ -90,7 +90,7 @@ RowParallelLinear::RowParallelLinear(const LayerContext& ctx, const std::string&
           ctx.tp.rank(), ctx.tp.size())) {}
 
 Tensor RowParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory category,
-                                  const TensorParallel* tp) {
+                                  const TensorParallel* tp, const Tensor* residual) {
   Backend& be = *ctx_.backend;
   const TensorParallel& group = tp ? *tp : ctx_.tp;
   saved.inp = x;
@@ -99,12 +99,18 @@ Tensor RowParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory 
   const MemoryCategory partial_category =
       group.sequence_parallel() && group.size() > 1 ? MemoryCategory::Workspace : category;
   Tensor partial = be.empty(Shape{x.dim(0), out_}, x.dtype(), partial_category);
-  // Alone in its group the product is the output, and the GEMM's epilogue adds the bias
-  // (a pass over the output saved); otherwise it is added once, after the reduction.
+  // Alone in its group the product is the output, and the GEMM's epilogue adds the bias and
+  // the residual (passes over the output saved); otherwise they are added once, after the
+  // reduction.
   const bool alone = group.size() == 1;
+  if (alone && residual) {
+    be.matmul_forward_add(partial, x, weight_.value, &bias_.value, *residual);
+    return exit_tp_region_forward(be, group, partial, category);
+  }
   be.matmul_forward(partial, x, weight_.value, alone ? &bias_.value : nullptr);
   Tensor out = exit_tp_region_forward(be, group, partial, category);
   if (!alone) be.bias_forward(out, bias_.value);
+  if (residual) be.add_inplace(out, *residual);
   return out;
 }
 

@@ -8,9 +8,10 @@ Mlp::Mlp(const LayerContext& ctx, const std::string& name, int64_t C, double res
       proj_(ctx, name + ".proj", 4 * C, C, 0.02 * residual_scale) {}
 
 Tensor Mlp::forward(const Tensor& x, Saved& saved, MemoryCategory category,
-                    MemoryCategory out_category, const TensorParallel* tp) {
+                    MemoryCategory out_category, const TensorParallel* tp,
+                    const Tensor* residual) {
   const Tensor g = fc_.forward_gelu(x, saved.fc_in, saved.fc_out, category, tp);
-  return proj_.forward(g, saved.proj_in, out_category, tp);
+  return proj_.forward(g, saved.proj_in, out_category, tp, residual);
 }
 
 Tensor Mlp::backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred) {

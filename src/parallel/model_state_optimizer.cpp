@@ -72,7 +72,7 @@ void ModelState::initialize(uint64_t seed) {
 
 // Every segment's sum of squares goes into one slot of a device buffer, read with one copy:
 // reading each segment's value as it is computed would drain the device once per segment
-// (hundreds per step for a real model). The host then adds the slots in segment order, as the
+// (hundreds per step for a real model), and a bucket's segments go to the device together. The host then adds the slots in segment order, as the
 // per-segment reads did, so the norm keeps its bits.
 double ModelState::grad_norm() {
   int64_t segments = 0;
@@ -82,9 +82,12 @@ double ModelState::grad_norm() {
     Tensor slots = be_->empty({segments}, DType::F64, MemoryCategory::Workspace);
     int64_t slot = 0;
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      Tensor g = owned_grads(static_cast<int>(b));
-      for (const OptimizerSegment& seg : bucket(static_cast<int>(b)).norm_segments)
-        be_->reduce_into(slots, slot++, g.view(seg.offset, {seg.count}), Reduction::SumSquares);
+      const std::vector<OptimizerSegment>& segs = bucket(static_cast<int>(b)).norm_segments;
+      std::vector<FlatPiece> pieces;
+      for (const OptimizerSegment& seg : segs) pieces.push_back({seg.offset, seg.count});
+      be_->reduce_pieces_into(slots, slot, owned_grads(static_cast<int>(b)), pieces,
+                              Reduction::SumSquares);
+      slot += static_cast<int64_t>(pieces.size());
     }
     be_->copy_to_host(squares.data(), slots);
   }

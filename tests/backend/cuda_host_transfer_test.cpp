@@ -14,16 +14,11 @@
 
 #include "meshtrain/backend/cuda/cuda_backend.h"
 #include "support/random.h"
+#include "support/skip_without_gpu.h"
 #include "support/tensors.h"
 
 namespace meshtrain {
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                      \
-  do {                                                                          \
-    std::string why;                                                            \
-    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 CudaBackend& gpu() {
   static CudaBackend be;

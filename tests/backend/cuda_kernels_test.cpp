@@ -31,6 +31,7 @@
 #include "meshtrain/backend/cuda/cuda_backend.h"
 #include "meshtrain/tensor/bf16.h"
 #include "support/random.h"
+#include "support/skip_without_gpu.h"
 #include "support/tensors.h"
 
 namespace meshtrain {
@@ -72,12 +73,6 @@ CpuBackend& cpu_backend() {
   static CpuBackend be(2);
   return be;
 }
-
-#define SKIP_WITHOUT_GPU()                                                      \
-  do {                                                                          \
-    std::string why;                                                            \
-    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 // What each test needs: both backends, the mode's dtypes, and rounding of inputs.
 struct Env {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "meshtrain/tensor/allocator.h"
 #include "meshtrain/tensor/tensor.h"
@@ -26,6 +27,10 @@
 namespace meshtrain {
 
 enum class Reduction { Sum, SumSquares };
+// Elements [offset, offset + count) of a flat tensor.
+struct FlatPiece {
+  int64_t offset = 0, count = 0;
+};
 
 class Backend {
  public:
@@ -88,6 +93,11 @@ class Backend {
   // (same bits); out is F64 on this device. Queued like any kernel, no host round trip: reduce
   // many tensors into one buffer, then read it with a single copy_to_host.
   virtual void reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) = 0;
+  // reduce_into for many pieces of one flat tensor: out[first_slot + k] = the reduction of
+  // t[pieces[k]], each with reduce_into's bits. A device batches the pieces into a few launches
+  // (a model's gradient norm is hundreds of pieces a step); the default reduces one by one.
+  virtual void reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
+                                  const std::vector<FlatPiece>& pieces, Reduction what);
   // Waits for queued device work (no-op on the CPU).
   virtual void synchronize() {}
 
@@ -109,10 +119,20 @@ class Backend {
   virtual void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                   const Tensor& dout, const Tensor& inp, const Tensor& weight,
                                   const Tensor& mean, const Tensor& rstd) = 0;
+  // layernorm_backward, then dinp += residual (the gradient that reaches the LayerNorm's input
+  // by the residual path), with the bits of the two calls; a device fuses them into one pass.
+  virtual void layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                      const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                      const Tensor& mean, const Tensor& rstd,
+                                      const Tensor& residual);
 
   // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
   virtual void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                               const Tensor* bias) = 0;
+  // matmul_forward, then out += residual (N, OC): a residual connection. The default makes the
+  // two calls; a device adds the residual in the GEMM's epilogue (one rounding, not two).
+  virtual void matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                  const Tensor* bias, const Tensor& residual);
   // dweight (OC, C) += dout^T @ inp, dbias (OC) += column sums of dout, dinp (N, C) = dout @
   // weight. Each output may be null: not wanted. Zero-bubble schedules ask for dinp alone, then
   // later for dweight and dbias alone, when `weight` may be released (ZeRO-3) and is not read.
@@ -215,6 +235,12 @@ class Backend {
   // Decoupled weight decay (Loshchilov & Hutter, arXiv 1711.05101); all four tensors alike.
   virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
                             Tensor& exp_avg_sq, const AdamWStep& s) = 0;
+  // adamw_update on each piece of four flat tensors laid out alike, piece k with weight decay
+  // decays[k] in place of s.weight_decay; elements outside every piece are left as they are.
+  // Same bits as one adamw_update per piece, which the default does; a device batches them.
+  virtual void adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                                   Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
+                                   const std::vector<double>& decays, const AdamWStep& s);
 
  private:
   std::unique_ptr<Allocator> allocator_;

@@ -30,7 +30,7 @@ enum class DataSync { Sync, Async };
 struct RunOptions {
   DeviceChoice device = DeviceChoice::Auto;  // resolved by resolve_device() before training
   std::string attention = "auto";            // CUDA attention: auto, cudnn, own
-  bool fused_epilogues = true;               // CUDA: GELU in cuBLASLt's GEMM epilogues
+  bool fused_epilogues = true;               // CUDA: GELU, residuals in cuBLASLt's epilogues
   std::string name = "meshtrain";
   std::string dir;  // default runs/<name>
   uint64_t seed = 1234;

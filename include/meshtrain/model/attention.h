@@ -25,9 +25,9 @@ class CausalSelfAttention {
   CausalSelfAttention(const LayerContext& ctx, const std::string& name, int64_t C, int64_t heads,
                       double residual_scale);
 
-  // x (N_local, C) -> (N_local, C)
+  // x (N_local, C) -> (N_local, C), plus `residual` where given (RowParallelLinear::forward).
   Tensor forward(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory category,
-                 Recompute recompute);
+                 Recompute recompute, const Tensor* residual = nullptr);
   Tensor backward(const Tensor& dy, TokenShape shape, const Saved& saved,
                   DeferredWeightGradients* deferred = nullptr);
   // Generation (model/generator.h): x (1, C), the token at `position`, -> (1, C). Writes its key

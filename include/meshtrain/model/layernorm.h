@@ -23,6 +23,9 @@ class LayerNorm {
   Tensor forward(const Tensor& inp, Saved& saved, MemoryCategory category);
   // Returns dinp (N_local, C); accumulates weight and bias gradients.
   Tensor backward(const Tensor& dout, const Saved& saved);
+  // backward(dout, saved) + residual: the input's gradient with the residual path's added, in
+  // one pass where the device fuses them.
+  Tensor backward_add(const Tensor& dout, const Saved& saved, const Tensor& residual);
 
  private:
   LayerContext ctx_;

@@ -60,9 +60,11 @@ class RowParallelLinear {
   RowParallelLinear(const LayerContext& ctx, const std::string& name, int64_t in, int64_t out,
                     double init_std);
 
-  // x (N, C / tp) -> (N_local, OC); `tp` as for ColumnParallelLinear::forward.
+  // x (N, C / tp) -> (N_local, OC); `tp` as for ColumnParallelLinear::forward. With a
+  // `residual` (N_local, OC) the output is the layer's plus the residual, added in the GEMM's
+  // epilogue where the layer is alone in its tensor-parallel group.
   Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category,
-                 const TensorParallel* tp = nullptr);
+                 const TensorParallel* tp = nullptr, const Tensor* residual = nullptr);
   // dy (N_local, OC) -> dx (N, C / tp); the weight and bias gradients as for the column layer.
   Tensor backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred = nullptr);
   // As backward, for an input that was gelu(pre): returns the gradient of `pre`

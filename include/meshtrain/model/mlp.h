@@ -19,9 +19,11 @@ class Mlp {
   Mlp(const LayerContext& ctx, const std::string& name, int64_t C, double residual_scale);
 
   // x (N_local, C) -> (N_local, C); intermediates in `category`, the output in `out_category`.
-  // `tp` as for ColumnParallelLinear::forward.
+  // `tp` as for ColumnParallelLinear::forward; `residual`, where given, is added to the output
+  // (RowParallelLinear::forward).
   Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category,
-                 MemoryCategory out_category, const TensorParallel* tp = nullptr);
+                 MemoryCategory out_category, const TensorParallel* tp = nullptr,
+                 const Tensor* residual = nullptr);
   Tensor backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred = nullptr);
 
  private:

@@ -39,6 +39,9 @@ class AdamW {
  private:
   Backend* be_;
   std::vector<OptimizerSegment> segments_;
+  // The segments as the backend takes them, with each one's weight decay; empty ones left out.
+  std::vector<FlatPiece> pieces_;
+  std::vector<double> decays_;
   AdamWHyper hyper_;
   Tensor exp_avg_, exp_avg_sq_;
   int64_t steps_ = 0;

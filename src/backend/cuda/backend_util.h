@@ -80,6 +80,8 @@ template <> constexpr DType dtype_for<double>() { return DType::F64; }
                               DType want, const char* rule);
 void require(bool ok, const char* op, const std::string& what);
 void require_device(const char* op, const Tensor& t);
+// Each piece inside [0, t.numel()): a piece outside would read or write past the tensor.
+void require_pieces_inside(const char* op, const Tensor& t, const std::vector<FlatPiece>& pieces);
 
 // Typed device pointer of a tensor, after checking its dtype and device.
 template <class T> T* ptr(const char* op, const Tensor& t) {

@@ -1,6 +1,6 @@
 // CudaBackend: set-up, data movement, elementwise ops, reductions and the layer kernels'
 // dispatch (dtype and shape checks, then the launchers of kernels.h). GEMMs live in
-// cuda_matmul.cpp, attention in cuda_attention.cpp.
+// cuda_matmul.cpp, attention in cuda_attention.cpp, the optimizer in cuda_optimizer.cpp.
 
 #include <cuda_runtime_api.h>
 
@@ -39,6 +39,13 @@ void wrong_dtype(const char* op, DType act, const char* tensor, DType got, DType
 
 void require(bool ok, const char* op, const std::string& what) {
   if (!ok) throw std::invalid_argument(std::string("backend 'cuda': ") + op + ": " + what);
+}
+
+void require_pieces_inside(const char* op, const Tensor& t, const std::vector<FlatPiece>& pieces) {
+  for (const FlatPiece& piece : pieces)
+    require(piece.offset >= 0 && piece.count >= 0 && piece.offset + piece.count <= t.numel(), op,
+            "piece [" + std::to_string(piece.offset) + ", " +
+                std::to_string(piece.offset + piece.count) + ") outside " + t.shape().to_string());
 }
 
 void require_device(const char* op, const Tensor& t) {
@@ -362,6 +369,31 @@ void CudaBackend::reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduct
   });
 }
 
+void CudaBackend::reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
+                                     const std::vector<FlatPiece>& pieces, Reduction what) {
+  cuda::TimedOp timed(profile_, stream_, "reduce_into");
+  const bool squares = what == Reduction::SumSquares;
+  const char* op = squares ? "sum_squares" : "sum";
+  const auto count = static_cast<int64_t>(pieces.size());
+  require(first_slot >= 0 && first_slot + count <= out.numel(), op,
+          "slots [" + std::to_string(first_slot) + ", " + std::to_string(first_slot + count) +
+              ") outside out " + out.shape().to_string());
+  cuda::require_pieces_inside(op, t, pieces);
+  if (count == 0) return;
+  std::vector<int64_t> offsets, counts;
+  for (const FlatPiece& piece : pieces) {
+    offsets.push_back(piece.offset);
+    counts.push_back(piece.count);
+  }
+  Tensor scratch = empty({cuda::sum_pieces_scratch(counts.data(), count)}, DType::F64,
+                         MemoryCategory::Workspace);
+  cuda::dispatch(op, t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cuda::sum_pieces(ptr<double>(op, out) + first_slot, ptr<T>(op, t), offsets.data(),
+                     counts.data(), count, squares, ptr<double>(op, scratch), stream_);
+  });
+}
+
 namespace {
 double reduce(CudaBackend& be, const Tensor& t, Reduction what) {
   Tensor result = be.empty({1}, DType::F64, MemoryCategory::Workspace);
@@ -457,13 +489,29 @@ void CudaBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, con
 void CudaBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                      const Tensor& dout, const Tensor& inp, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd) {
+  layernorm_backward_with(dinp, dweight, dbias, dout, inp, weight, mean, rstd, nullptr);
+}
+
+void CudaBackend::layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                         const Tensor& dout, const Tensor& inp,
+                                         const Tensor& weight, const Tensor& mean,
+                                         const Tensor& rstd, const Tensor& residual) {
+  layernorm_backward_with(dinp, dweight, dbias, dout, inp, weight, mean, rstd, &residual);
+}
+
+void CudaBackend::layernorm_backward_with(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                          const Tensor& dout, const Tensor& inp,
+                                          const Tensor& weight, const Tensor& mean,
+                                          const Tensor& rstd, const Tensor* residual) {
   cuda::TimedOp timed(profile_, stream_, "layernorm_backward");
   const char* op = "layernorm_backward";
   const int64_t N = rows_of(inp), C = cols_of(inp);
   require(dinp.numel() == N * C && dout.numel() == N * C && dweight.numel() == C &&
-              dbias.numel() == C && mean.numel() == N && rstd.numel() == N,
+              dbias.numel() == C && mean.numel() == N && rstd.numel() == N &&
+              (residual == nullptr || residual->numel() == N * C),
           op, "shape mismatch for inp " + inp.shape().to_string());
   const DType a = inp.dtype();
+  if (residual != nullptr) same_dtype(op, a, "residual", *residual);
   same_dtype(op, a, "dinp", dinp);
   same_dtype(op, a, "dout", dout);
   same_dtype(op, a, "weight", weight);
@@ -476,6 +524,7 @@ void CudaBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbia
     using T = decltype(tag);
     cuda::layernorm_backward(ptr<T>(op, dinp), ptr<float>(op, dweight), ptr<float>(op, dbias),
                              ptr<T>(op, dout), ptr<T>(op, inp), ptr<T>(op, weight),
+                             residual == nullptr ? nullptr : ptr<T>(op, *residual),
                              ptr<float>(op, mean), ptr<float>(op, rstd), N, C,
                              ptr<float>(op, scratch), stream_);
   });
@@ -600,35 +649,6 @@ void CudaBackend::crossentropy_backward(Tensor& dlogits, const Tensor& logits,
                                 ptr<float>(op, row_sumexp), ptr<int32_t>(op, targets),
                                 vocab_begin, static_cast<float>(dloss), N, V, stream_);
   });
-}
-
-// ---- optimizer ----------------------------------------------------------------------------
-
-void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                               Tensor& exp_avg_sq, const AdamWStep& s) {
-  cuda::TimedOp timed(profile_, stream_, "adamw_update");
-  const char* op = "adamw_update";
-  require(param.numel() == grad.numel() && param.numel() == exp_avg.numel() &&
-              param.numel() == exp_avg_sq.numel(),
-          op, "size mismatch");
-  for (const Tensor* t : {static_cast<const Tensor*>(&param), &grad, static_cast<const Tensor*>(&exp_avg),
-                          static_cast<const Tensor*>(&exp_avg_sq)})
-    if (t->dtype() != DType::F32)
-      cuda::wrong_dtype(op, param.dtype(), "a tensor", t->dtype(), DType::F32,
-                        "master parameters, gradients and moments are fp32");
-  cuda::AdamWParams p{};
-  p.lr = static_cast<float>(s.lr);
-  p.beta1 = static_cast<float>(s.beta1);
-  p.beta2 = static_cast<float>(s.beta2);
-  p.eps = static_cast<float>(s.eps);
-  p.weight_decay = static_cast<float>(s.weight_decay);
-  p.bias_correction1 =
-      static_cast<float>(1.0 / (1.0 - std::pow(s.beta1, static_cast<double>(s.step))));
-  p.bias_correction2 =
-      static_cast<float>(1.0 / (1.0 - std::pow(s.beta2, static_cast<double>(s.step))));
-  p.grad_scale = static_cast<float>(s.grad_scale);
-  cuda::adamw_update(ptr<float>(op, param), ptr<float>(op, grad), ptr<float>(op, exp_avg),
-                     ptr<float>(op, exp_avg_sq), param.numel(), p, stream_);
 }
 
 std::unique_ptr<Allocator> CudaBackend::make_host_allocator() const {

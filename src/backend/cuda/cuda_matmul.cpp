@@ -124,6 +124,28 @@ void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& w
   lib_->gemm->run(forward_call("matmul_forward", out, inp, weight, bias), stream_);
 }
 
+void CudaBackend::matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                     const Tensor* bias, const Tensor& residual) {
+  const char* op = "matmul_forward_add";
+  if (options_.fused_epilogues) {
+    const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+    cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name(op, N, C, OC) : "",
+                        2.0 * double(N) * double(C) * double(OC));
+    require(residual.shape() == out.shape() && residual.dtype() == out.dtype(), op,
+            "residual " + residual.shape().to_string() + " out " + out.shape().to_string());
+    cuda::require_device(op, residual);
+    cuda::GemmCall g = forward_call(op, out, inp, weight, bias);
+    g.c = residual.raw();
+    g.beta = 1.f;
+    if (lib_->gemm->run_if_supported(g, stream_)) {
+      ++residual_epilogues_.fused;
+      return;
+    }
+  }
+  ++residual_epilogues_.unfused;
+  Backend::matmul_forward_add(out, inp, weight, bias, residual);
+}
+
 void CudaBackend::matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
                                       const Tensor& weight, const Tensor& bias) {
   const char* op = "matmul_gelu_forward";

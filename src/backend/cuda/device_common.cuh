@@ -46,6 +46,29 @@ template <class V> __device__ V block_sum(V v, V* shared) {
 
 constexpr int kThreads = 256;
 
+// Column sums of chunk partials (bias and LayerNorm parameter gradients), by blocks of
+// (kSliceColumns, kSlices) threads: thread (x, y) sums rows y, y + kSlices, ... of its column in
+// order, then thread (x, 0) sums the slices in order. A fixed order, so the bits repeat; and
+// every column's rows are read by many threads at once, where one thread a column reading a
+// thousand rows one after another waited on each load in turn.
+constexpr int kSliceColumns = 32, kSlices = 32;
+// The sum over k in [0, rows) of column[k * stride], valid in the threads with threadIdx.y == 0.
+// Every thread of the block calls it (it synchronizes); `active`: this thread has a column.
+__device__ __forceinline__ float sliced_column_sum(const float* column, int64_t stride,
+                                                   int64_t rows, bool active,
+                                                   float (*shared)[kSliceColumns + 1]) {
+  float acc = 0.f;
+  if (active)
+    for (int64_t k = threadIdx.y; k < rows; k += kSlices) acc += column[k * stride];
+  shared[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  float total = 0.f;
+  if (threadIdx.y == 0)
+    for (int y = 0; y < kSlices; ++y) total += shared[y][threadIdx.x];
+  __syncthreads();  // `shared` may be reused by the next call
+  return total;
+}
+
 // Memory-bound kernels reach the device's bandwidth only with wide accesses: kPack consecutive
 // elements move as one 16-byte access (bf16) or two (float). A kernel takes the packed path
 // where its pointers are pack-aligned (pack_count) and finishes any tail element by element.

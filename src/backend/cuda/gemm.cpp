@@ -90,7 +90,8 @@ LtGemm::Plan& LtGemm::plan_for(const GemmCall& c) {
                    alignment(c.d, c.stride_d * out_size),
                    c.bias ? alignment(c.bias, 0) : 0,
                    static_cast<int64_t>(c.epilogue), c.ldaux,
-                   c.aux ? alignment(c.aux, 0) : 0};
+                   c.aux ? alignment(c.aux, 0) : 0,
+                   alignment(c.c ? c.c : c.d, c.stride_d * out_size)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
 
@@ -140,7 +141,7 @@ LtGemm::Plan& LtGemm::plan_for(const GemmCall& c) {
   LT_CHECK(c.op, cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = workspace_bytes_;
   const uint32_t align_a = static_cast<uint32_t>(key[16]), align_b = static_cast<uint32_t>(key[17]),
-                 align_d = static_cast<uint32_t>(key[18]);
+                 align_d = static_cast<uint32_t>(key[18]), align_c = static_cast<uint32_t>(key[23]);
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   if (st == CUBLAS_STATUS_SUCCESS)
@@ -151,7 +152,7 @@ LtGemm::Plan& LtGemm::plan_for(const GemmCall& c) {
                                               &align_b, sizeof align_b);
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                              &align_d, sizeof align_d);
+                                              &align_c, sizeof align_c);
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                               &align_d, sizeof align_d);
@@ -180,7 +181,8 @@ cublasStatus_t LtGemm::launch(Plan& plan, const GemmCall& c, cudaStream_t stream
                        plan.op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux,
                        sizeof c.aux));
   return cublasLtMatmul(handle_, plan.op_desc, &c.alpha, c.a.ptr, plan.a->desc, c.b.ptr,
-                        plan.b->desc, &c.beta, c.d, plan.d->desc, c.d, plan.d->desc, &plan.algo,
+                        plan.b->desc, &c.beta, c.c ? c.c : c.d, plan.d->desc, c.d, plan.d->desc,
+                        &plan.algo,
                         workspace_, workspace_bytes_, stream);
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // cuBLASLt matrix products for the CUDA backend. One call describes a (possibly strided-batched)
 // column-major product
-//   D (m x n) = alpha * op(A) (m x k) * op(B) (k x n) + beta * D   [+ bias (m) on every column]
+//   D (m x n) = alpha * op(A) (m x k) * op(B) (k x n) + beta * C   [+ bias (m) on every column]
+// with C = D unless the call names another C of D's layout.
 // where row-major tensors enter as their column-major transposes (see matmul.cpp for the
 // mapping). bf16 inputs accumulate in fp32 (CUBLAS_COMPUTE_32F) and may write fp32 or bf16;
 // fp32 inputs use strict fp32 unless TF32 was allowed. The algorithm for each distinct
@@ -32,9 +33,11 @@ struct GemmCall {
   GemmOperand a, b;
   void* d = nullptr;
   int64_t ldd = 0, stride_d = 0;
+  // C, read where beta != 0, laid out as D: D itself unless given (D = product + C, C kept).
+  const void* c = nullptr;
   int64_t batch = 1;
   DType input = DType::F32;   // type of A and B
-  DType output = DType::F32;  // type of D (and C == D)
+  DType output = DType::F32;  // type of D and C
   float alpha = 1.f, beta = 0.f;
   const void* bias = nullptr;  // epilogue bias of length m, in the output type
   // GELU in the epilogue (tanh approximation), with its input in `aux` (m x n, leading dimension
@@ -61,7 +64,7 @@ class LtGemm {
 
  private:
   struct Plan;
-  using Key = std::array<int64_t, 23>;
+  using Key = std::array<int64_t, 24>;
   Plan& plan_for(const GemmCall& call);
   cublasStatus_t launch(Plan& plan, const GemmCall& call, cudaStream_t stream);
 

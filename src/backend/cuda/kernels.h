@@ -35,6 +35,13 @@ int64_t sum_scratch(int64_t n);
 // *result (device) = sum of x (or of x^2), accumulated in double in a fixed tree order.
 template <class T>
 void sum(double* result, const T* x, int64_t n, bool squares, double* scratch, cudaStream_t s);
+// Doubles of scratch that sum_pieces() needs for pieces of these sizes.
+int64_t sum_pieces_scratch(const int64_t* counts, int64_t pieces);
+// results[k] (device) = sum (or sum of squares) of x[offsets[k], offsets[k] + counts[k]), each
+// with the bits sum() gives that piece, in two launches per 96 pieces.
+template <class T>
+void sum_pieces(double* results, const T* x, const int64_t* offsets, const int64_t* counts,
+                int64_t pieces, bool squares, double* scratch, cudaStream_t s);
 // Floats of scratch that column_sums() needs.
 int64_t column_sums_scratch(int64_t N, int64_t C);
 // out (C) += column sums of in (N, C), fixed order (bias gradients).
@@ -67,10 +74,11 @@ template <class T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
                        const T* bias, int64_t N, int64_t C, cudaStream_t s);
 int64_t layernorm_backward_scratch(int64_t N, int64_t C);  // floats
+// residual, where not null (N, C): added to dinp as add_inplace would after it is stored.
 template <class T>
 void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
-                        const T* weight, const float* mean, const float* rstd, int64_t N,
-                        int64_t C, float* scratch, cudaStream_t s);
+                        const T* weight, const T* residual, const float* mean, const float* rstd,
+                        int64_t N, int64_t C, float* scratch, cudaStream_t s);
 
 // ---- gelu.cu ------------------------------------------------------------------------------
 template <class T> void gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t s);
@@ -112,5 +120,10 @@ struct AdamWParams {
 };
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWParams& p, cudaStream_t s);
+// adamw_update on pieces [offsets[k], offsets[k] + counts[k]) of the four flat buffers, piece k
+// with weight decay decays[k] (p.weight_decay unused), in one launch per 96 pieces.
+void adamw_update_pieces(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                         const int64_t* offsets, const int64_t* counts, const float* decays,
+                         int64_t pieces, const AdamWParams& p, cudaStream_t s);
 
 }  // namespace meshtrain::cuda

@@ -2,11 +2,13 @@
 //   mean = sum_c x_c / C,  rstd = 1 / sqrt(sum_c (x_c - mean)^2 / C + eps)
 //   y_c  = (x_c - mean) * rstd * w_c + b_c
 // Backward, with n_c = (x_c - mean) * rstd and g_c = dy_c * w_c:
-//   dx_c = rstd * (g_c - mean(g) - n_c * mean(g * n))   (assigned)
+//   dx_c = rstd * (g_c - mean(g) - n_c * mean(g * n))   (assigned; plus the residual path's
+//                                                         gradient where one is passed)
 //   dw_c += sum_rows dy_c n_c,  db_c += sum_rows dy_c     (accumulated)
 // Forward and dx: one warp per row. dw/db: one thread per channel over fixed row chunks, then
-// the chunks in order — no atomics, so the gradients are bitwise repeatable. Rows of at most
-// 1024 channels take one fused pass (a warp per row chunk) instead of the dx and dw/db passes.
+// the chunks in a fixed order (sliced_column_sum) — no atomics, so the gradients are bitwise
+// repeatable. Rows of at most 1024 channels take one fused pass (a warp per row chunk) instead
+// of the dx and dw/db passes.
 
 #include "cuda_check.h"
 #include "device_common.cuh"
@@ -18,7 +20,9 @@ namespace {
 
 constexpr float kEps = 1e-5f;
 constexpr int kRowsPerBlock = kThreads / 32;
-constexpr int64_t kMaxRowChunks = 1024;
+// Row chunks for the parameter gradients: enough that the one-pass kernel (a warp a chunk) has
+// about 16 warps on each multiprocessor of a large GPU for 64k rows.
+constexpr int64_t kMaxRowChunks = 4096;
 
 // f(c, x_c) for lane `lane`'s share of a row's channels, read as whole packs (packed: C a
 // multiple of kPack, every pointer pack-aligned) or one by one.
@@ -70,10 +74,23 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
+// dx as stored: the layer's own gradient, then (where the caller passes one) the residual
+// path's gradient added as a separate rounding step, so the bits are those of storing dx and
+// adding the residual afterwards (add_inplace), with no contraction into one fma.
+template <class T>
+__device__ __forceinline__ T dx_plus(float dx, float residual) {
+  return from_float<T>(__fadd_rn(to_float(from_float<T>(dx)), residual));
+}
+
+template <class T>
+__device__ __forceinline__ T dx_value(float dx, const T* residual, int64_t i) {
+  return residual == nullptr ? from_float<T>(dx) : dx_plus<T>(dx, to_float(residual[i]));
+}
+
 template <class T>
 __global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
-                                      const float* mean, const float* rstd, int64_t N, int64_t C,
-                                      bool packed) {
+                                      const T* residual, const float* mean, const float* rstd,
+                                      int64_t N, int64_t C, bool packed) {
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   if (row >= N) return;
@@ -108,14 +125,16 @@ __global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, cons
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
         const float n = (to_float(xp.v[k]) - m) * r;
-        dxp.v[k] = from_float<T>(r * (to_float(dyp.v[k]) * to_float(w.v[k]) - g_mean - n * gn_mean));
+        dxp.v[k] = dx_value(r * (to_float(dyp.v[k]) * to_float(w.v[k]) - g_mean - n * gn_mean),
+                            residual, row * C + p * kPack + k);
       }
       store_pack(dx, p, dxp);
     }
   } else {
     for (int64_t c = lane; c < C; c += 32) {
       const float n = (to_float(x[c]) - m) * r;
-      dx[c] = from_float<T>(r * (to_float(dy[c]) * to_float(weight[c]) - g_mean - n * gn_mean));
+      dx[c] = dx_value(r * (to_float(dy[c]) * to_float(weight[c]) - g_mean - n * gn_mean),
+                       residual, row * C + c);
     }
   }
 }
@@ -147,59 +166,103 @@ __global__ void layernorm_dparams_partials_kernel(float* partials, const T* dout
 // kMaxLanePacks packs per lane (C <= 1024): warp k takes row chunk k (the partials kernel's
 // chunks), keeps each row's packs in registers for dx, and sums dw, db per channel over its rows
 // in row order, as the partials kernel does; the chunks then combine in order (final kernel).
+// A warp has few rows and the two warp sums stall each one, so the next row's packs are loaded
+// before this row computes: its loads are in flight meanwhile. P, the packs a lane
+// holds, is a template argument so that the registers fit the row (C = 768: 3 of 4), and blocks
+// are small, so that several fit on a multiprocessor at this kernel's register count.
 constexpr int kMaxLanePacks = 4;
+constexpr int kFusedThreads = 128;
 
-template <class T>
-__global__ void layernorm_backward_fused_kernel(T* dinp, float* partials, const T* dout,
-                                                const T* inp, const T* weight, const float* mean,
-                                                const float* rstd, int64_t N, int64_t C,
-                                                int64_t rows, int64_t chunks) {
+template <class T, int P>
+struct LaneRow {
+  Pack<T> x[P], dy[P];
+  float mean, rstd;
+};
+
+template <class T, int P>
+__device__ __forceinline__ void load_lane_row(LaneRow<T, P>& row, const T* inp, const T* dout,
+                                              const T* residual, const float* mean,
+                                              const float* rstd, int64_t r, int64_t C, int lane,
+                                              int64_t packs) {
+  row.mean = mean[r];
+  row.rstd = rstd[r];
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    if (lane + 32 * i >= packs) continue;
+    row.x[i] = load_pack(inp + r * C, lane + 32 * i);
+    row.dy[i] = load_pack(dout + r * C, lane + 32 * i);
+  }
+}
+
+template <class T, int P>
+__global__ void __launch_bounds__(kFusedThreads)
+    layernorm_backward_fused_kernel(T* dinp, float* partials, const T* dout, const T* inp,
+                                    const T* weight, const T* residual, const float* mean,
+                                    const float* rstd, int64_t N, int64_t C, int64_t rows,
+                                    int64_t chunks) {
   const int lane = threadIdx.x % 32;
-  const int64_t chunk = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
+  const int64_t chunk = blockIdx.x * int64_t{kFusedThreads / 32} + threadIdx.x / 32;
   if (chunk >= chunks) return;
   const int64_t packs = C / kPack;
-  float dw[kMaxLanePacks][kPack] = {}, db[kMaxLanePacks][kPack] = {};
-  Pack<T> w[kMaxLanePacks];
+  float dw[P][kPack] = {}, db[P][kPack] = {};
+  Pack<T> w[P];
 #pragma unroll
-  for (int i = 0; i < kMaxLanePacks; ++i)
+  for (int i = 0; i < P; ++i)
     if (lane + 32 * i < packs) w[i] = load_pack(weight, lane + 32 * i);
+  const int64_t r0 = chunk * rows;
   const int64_t r1 = (chunk + 1) * rows < N ? (chunk + 1) * rows : N;
-  for (int64_t row = chunk * rows; row < r1; ++row) {
-    const T* x = inp + row * C;
-    const T* dy = dout + row * C;
-    const float m = mean[row], r = rstd[row];
-    Pack<T> xp[kMaxLanePacks], dyp[kMaxLanePacks];
+  // One row from its registers: dx stored, dw and db accumulated.
+  const auto process = [&](const LaneRow<T, P>& cur, int64_t row) {
+    // The residual's packs are read here, not a row ahead (registers): the warp sums below
+    // give their loads time.
+    Pack<T> res[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (residual != nullptr && lane + 32 * i < packs) res[i] = load_pack(residual + row * C, lane + 32 * i);
+    const float m = cur.mean, r = cur.rstd;
     float g_sum = 0.f, gn_sum = 0.f;
 #pragma unroll
-    for (int i = 0; i < kMaxLanePacks; ++i) {
+    for (int i = 0; i < P; ++i) {
       if (lane + 32 * i >= packs) continue;
-      xp[i] = load_pack(x, lane + 32 * i);
-      dyp[i] = load_pack(dy, lane + 32 * i);
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
-        const float g = to_float(dyp[i].v[k]) * to_float(w[i].v[k]);
+        const float g = to_float(cur.dy[i].v[k]) * to_float(w[i].v[k]);
         g_sum += g;
-        gn_sum += g * (to_float(xp[i].v[k]) - m) * r;
+        gn_sum += g * (to_float(cur.x[i].v[k]) - m) * r;
       }
     }
     const float g_mean = warp_sum(g_sum) / static_cast<float>(C);
     const float gn_mean = warp_sum(gn_sum) / static_cast<float>(C);
 #pragma unroll
-    for (int i = 0; i < kMaxLanePacks; ++i) {
+    for (int i = 0; i < P; ++i) {
       if (lane + 32 * i >= packs) continue;
       Pack<T> dxp;
 #pragma unroll
       for (int k = 0; k < kPack; ++k) {
-        const float n = (to_float(xp[i].v[k]) - m) * r, d = to_float(dyp[i].v[k]);
-        dxp.v[k] = from_float<T>(r * (d * to_float(w[i].v[k]) - g_mean - n * gn_mean));
+        const float n = (to_float(cur.x[i].v[k]) - m) * r, d = to_float(cur.dy[i].v[k]);
+        const float dx = r * (d * to_float(w[i].v[k]) - g_mean - n * gn_mean);
+        dxp.v[k] = residual == nullptr ? from_float<T>(dx) : dx_plus<T>(dx, to_float(res[i].v[k]));
         dw[i][k] += d * n;
         db[i][k] += d;
       }
       store_pack(dinp + row * C, lane + 32 * i, dxp);
     }
+  };
+  // Two row buffers taking turns, with no copies between them (a copy would wait for the loads
+  // it copies): while one row computes, the other's loads are in flight.
+  const auto load = [&](LaneRow<T, P>& into, int64_t row) {
+    load_lane_row(into, inp, dout, residual, mean, rstd, row, C, lane, packs);
+  };
+  LaneRow<T, P> even, odd;
+  if (r0 < r1) load(even, r0);
+  for (int64_t row = r0; row < r1; row += 2) {
+    if (row + 1 < r1) load(odd, row + 1);
+    process(even, row);
+    if (row + 2 < r1) load(even, row + 2);
+    if (row + 1 < r1) process(odd, row + 1);
   }
 #pragma unroll
-  for (int i = 0; i < kMaxLanePacks; ++i) {
+  for (int i = 0; i < P; ++i) {
     if (lane + 32 * i >= packs) continue;
 #pragma unroll
     for (int k = 0; k < kPack; ++k) {
@@ -210,17 +273,28 @@ __global__ void layernorm_backward_fused_kernel(T* dinp, float* partials, const 
   }
 }
 
+template <class T, int P>
+void launch_fused_backward(T* dinp, float* partials, const T* dout, const T* inp, const T* weight,
+                           const T* residual, const float* mean, const float* rstd, int64_t N,
+                           int64_t C, int64_t rows, int64_t chunks, cudaStream_t s) {
+  constexpr int64_t warps = kFusedThreads / 32;
+  layernorm_backward_fused_kernel<T, P><<<static_cast<unsigned>((chunks + warps - 1) / warps),
+                                          kFusedThreads, 0, s>>>(
+      dinp, partials, dout, inp, weight, residual, mean, rstd, N, C, rows, chunks);
+}
+
 __global__ void layernorm_dparams_final_kernel(float* dweight, float* dbias, const float* partials,
                                                int64_t chunks, int64_t C) {
-  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (c >= C) return;
-  float dw = 0.f, db = 0.f;
-  for (int64_t k = 0; k < chunks; ++k) {
-    dw += partials[(k * 2) * C + c];
-    db += partials[(k * 2 + 1) * C + c];
+  __shared__ float shared[kSlices][kSliceColumns + 1];
+  const int64_t c = blockIdx.x * int64_t{kSliceColumns} + threadIdx.x;
+  const bool active = c < C;
+  const float* column = partials + (active ? c : 0);
+  const float dw = sliced_column_sum(column, 2 * C, chunks, active, shared);
+  const float db = sliced_column_sum(column + C, 2 * C, chunks, active, shared);
+  if (active && threadIdx.y == 0) {
+    dweight[c] += dw;
+    dbias[c] += db;
   }
-  dweight[c] += dw;
-  dbias[c] += db;
 }
 
 unsigned row_blocks(int64_t N) {
@@ -246,26 +320,33 @@ int64_t layernorm_backward_scratch(int64_t N, int64_t C) {
 
 template <class T>
 void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
-                        const T* weight, const float* mean, const float* rstd, int64_t N,
-                        int64_t C, float* scratch, cudaStream_t s) {
+                        const T* weight, const T* residual, const float* mean, const float* rstd,
+                        int64_t N, int64_t C, float* scratch, cudaStream_t s) {
   if (N == 0 || C == 0) return;
-  const bool packed = C % kPack == 0 && pack_count(C, dinp, dout, inp, weight) > 0;
+  const bool packed = C % kPack == 0 && pack_count(C, dinp, dout, inp, weight) > 0 &&
+                      (residual == nullptr || pack_count(C, residual) > 0);
   const int64_t rows = rows_per_chunk(N);
   const int64_t chunks = (N + rows - 1) / rows;
   const unsigned col_blocks = static_cast<unsigned>((C + kThreads - 1) / kThreads);
   if (packed && C / kPack <= 32 * kMaxLanePacks) {
-    layernorm_backward_fused_kernel<<<row_blocks(chunks), kThreads, 0, s>>>(
-        dinp, scratch, dout, inp, weight, mean, rstd, N, C, rows, chunks);
+    const int64_t lane_packs = (C / kPack + 31) / 32;
+    const auto launch = lane_packs <= 1 ? launch_fused_backward<T, 1>
+                        : lane_packs == 2 ? launch_fused_backward<T, 2>
+                        : lane_packs == 3 ? launch_fused_backward<T, 3>
+                                          : launch_fused_backward<T, 4>;
+    launch(dinp, scratch, dout, inp, weight, residual, mean, rstd, N, C, rows, chunks, s);
     check_launch("layernorm_backward");
   } else {
-    layernorm_dinp_kernel<<<row_blocks(N), kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd,
-                                                             N, C, packed);
+    layernorm_dinp_kernel<<<row_blocks(N), kThreads, 0, s>>>(dinp, dout, inp, weight, residual,
+                                                             mean, rstd, N, C, packed);
     check_launch("layernorm_backward");
     layernorm_dparams_partials_kernel<<<dim3(col_blocks, static_cast<unsigned>(chunks)), kThreads,
                                         0, s>>>(scratch, dout, inp, mean, rstd, N, C, rows);
     check_launch("layernorm_backward");
   }
-  layernorm_dparams_final_kernel<<<col_blocks, kThreads, 0, s>>>(dweight, dbias, scratch, chunks, C);
+  layernorm_dparams_final_kernel<<<static_cast<unsigned>((C + kSliceColumns - 1) / kSliceColumns),
+                                  dim3(kSliceColumns, kSlices), 0, s>>>(dweight, dbias, scratch,
+                                                                        chunks, C);
   check_launch("layernorm_backward");
 }
 
@@ -273,8 +354,8 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
   template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, \
                                      int64_t, cudaStream_t);                                   \
   template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*,        \
-                                      const float*, const float*, int64_t, int64_t, float*,    \
-                                      cudaStream_t);
+                                      const T*, const float*, const float*, int64_t, int64_t,  \
+                                      float*, cudaStream_t);
 INSTANTIATE(float)
 INSTANTIATE(bf16)
 #undef INSTANTIATE

@@ -46,8 +46,9 @@ struct CudaBackendOptions {
   AttentionImpl attention = AttentionImpl::Auto;
   Tf32 tf32 = Tf32::Off;
   size_t gemm_workspace_bytes = size_t{32} << 20;  // cuBLASLt workspace (32 MiB suits Hopper)
-  // GELU in cuBLASLt's epilogues (matmul_gelu_forward/backward) where cuBLASLt offers it for the
-  // call; off: the unfused GEMM and GELU kernels (the benchmark's side-by-side comparison).
+  // GELU and the residual add in cuBLASLt's epilogues (matmul_gelu_forward/backward,
+  // matmul_forward_add) where cuBLASLt offers them for the call; off: the unfused GEMM, GELU and
+  // add kernels (the benchmark's side-by-side comparison).
   bool fused_epilogues = true;
 };
 
@@ -80,6 +81,9 @@ class CudaBackend final : public Backend {
     int64_t fused = 0, unfused = 0;
   };
   const EpilogueCounts& gelu_epilogues() const { return gelu_epilogues_; }
+  // The same for matmul_forward_add: the residual added in the epilogue (C of the GEMM), or by
+  // a separate add.
+  const EpilogueCounts& residual_epilogues() const { return residual_epilogues_; }
   const CudaBackendOptions& options() const { return options_; }
   // The attention implementation that attention_forward would use for this shape and dtype
   // (resolves Auto; builds and caches the cuDNN plans to find out). When that is not cuDNN and
@@ -107,6 +111,8 @@ class CudaBackend final : public Backend {
   double sum_squares(const Tensor& t) override;
   double sum(const Tensor& t) override;
   void reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) override;
+  void reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
+                          const std::vector<FlatPiece>& pieces, Reduction what) override;
   void synchronize() override;
 
   void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
@@ -121,8 +127,13 @@ class CudaBackend final : public Backend {
   void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                           const Tensor& inp, const Tensor& weight, const Tensor& mean,
                           const Tensor& rstd) override;
+  void layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                              const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& residual) override;
   void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                       const Tensor* bias) override;
+  void matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias,
+                          const Tensor& residual) override;
   void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& weight) override;
   void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight,
@@ -152,6 +163,9 @@ class CudaBackend final : public Backend {
 
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                     const AdamWStep& s) override;
+  void adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                           const std::vector<FlatPiece>& pieces, const std::vector<double>& decays,
+                           const AdamWStep& s) override;
 
   // Dense bf16 GEMM throughput (TFLOP/s) of cuBLASLt on this device: the best of `iterations`
   // timed runs of an m x n x k product (fp32 accumulate), after warm-up. A ceiling for
@@ -160,6 +174,9 @@ class CudaBackend final : public Backend {
                                        int iterations = 20);
 
  private:
+  void layernorm_backward_with(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                               const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                               const Tensor& rstd, const Tensor* residual);
   struct Libraries;  // cuBLASLt and cuDNN state (src/backend/cuda/cuda_backend.cpp)
 
   void own_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
@@ -177,6 +194,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Libraries> lib_;
   KernelProfile* profile_ = nullptr;
   EpilogueCounts gelu_epilogues_;
+  EpilogueCounts residual_epilogues_;
 };
 
 }  // namespace meshtrain
