@@ -261,7 +261,7 @@ void TokenShard::read(int64_t begin, int64_t count, int32_t* out) const {
       std::memcpy(&v, p + 2 * i, 2);
       out[i] = v;
     }
-  } else {
+  } else if (count > 0) {  // no copy for none: `out` may be an empty vector's null data()
     // Tokens are < vocab_size <= 2^32; int32 holds every vocabulary a model can embed.
     std::memcpy(out, tokens_ + 4 * begin, static_cast<size_t>(count) * 4);
   }
