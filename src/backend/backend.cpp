@@ -66,6 +66,19 @@ void Backend::layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbia
   add_inplace(dinp, residual);
 }
 
+void Backend::crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses,
+                                             const Tensor& logits, const Tensor& targets,
+                                             double dloss) {
+  const Shape rows{losses.numel()};
+  Tensor row_max = empty(rows, losses.dtype(), MemoryCategory::Workspace);
+  Tensor row_sumexp = empty(rows, losses.dtype(), MemoryCategory::Workspace);
+  Tensor target_logit = empty(rows, losses.dtype(), MemoryCategory::Workspace);
+  crossentropy_stats(row_max, row_sumexp, logits);
+  crossentropy_target_logit(target_logit, logits, targets, 0);
+  crossentropy_losses(losses, row_max, row_sumexp, target_logit);
+  crossentropy_backward(dlogits, logits, row_max, row_sumexp, targets, 0, dloss);
+}
+
 void Backend::reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
                                  const std::vector<FlatPiece>& pieces, Reduction what) {
   for (size_t k = 0; k < pieces.size(); ++k)

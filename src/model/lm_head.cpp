@@ -20,6 +20,13 @@ void LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenSha
   be.matmul_forward(logits, hin, weight_.value, nullptr);
 
   const DType st = stats_dtype(dt);
+  if (saved && tp.size() == 1) {  // the whole vocabulary here: loss and gradient in one pass
+    Tensor losses = be.empty({N}, st, ws);
+    be.crossentropy_loss_and_backward(logits, losses, logits, targets, dloss);
+    loss.add(losses);
+    backward_from_logits(logits, hin, ln, saved);
+    return;
+  }
   Tensor row_max = be.empty({N}, st, ws), row_sumexp = be.empty({N}, st, ws);
   be.crossentropy_stats(row_max, row_sumexp, logits);
   if (tp.size() > 1) {
@@ -40,13 +47,20 @@ void LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenSha
 
   be.crossentropy_backward(logits, logits, row_max, row_sumexp, targets, weight_.split_begin,
                            dloss);
-  Tensor dh = be.empty(hin.shape(), dt, ws);
-  be.matmul_backward(&dh, &weight_.grad, nullptr, logits, hin, weight_.value);
-  logits = Tensor{};
+  backward_from_logits(logits, hin, ln, saved);
+}
+
+void LanguageModelHead::backward_from_logits(Tensor& dlogits, const Tensor& hin,
+                                             const LayerNorm::Saved& ln, Saved* saved) {
+  Backend& be = *ctx_.backend;
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  Tensor dh = be.empty(hin.shape(), hin.dtype(), ws);
+  be.matmul_backward(&dh, &weight_.grad, nullptr, dlogits, hin, weight_.value);
+  dlogits = Tensor{};
   Tensor dh_local = enter_tp_region_backward(be, ctx_.tp, dh, ws);
   Tensor dx = ln_f_.backward(dh_local, ln);
   // Held until the pipeline's backward reaches this micro-batch: account it as an activation.
-  saved->dx = be.empty(dx.shape(), dt, MemoryCategory::Activations);
+  saved->dx = be.empty(dx.shape(), dx.dtype(), MemoryCategory::Activations);
   be.copy(saved->dx, dx);
 }
 

@@ -4,6 +4,7 @@
 //     give the bits of one reduce_into or adamw_update per piece;
 //   - layernorm_backward_add gives the bits of layernorm_backward then add_inplace;
 //   - bias_backward's wide-access path gives the bits of its element-by-element path;
+//   - crossentropy_loss_and_backward gives the bits of the four cross-entropy calls;
 //   - matmul_forward_add (the residual as the GEMM's C) follows matmul_forward then add_inplace
 //     within one output rounding, and the CPU within the GEMM tolerance.
 // Without a GPU every test skips with the reason.
@@ -216,6 +217,39 @@ TEST_P(FusedPaths, MatmulForwardAddFollowsTheTwoCalls) {
   cpu.matmul_forward(want, held(inp, {N, C}), held(weight, {OC, C}), &cb);
   cpu.add_inplace(want, held(residual, {N, OC}));
   EXPECT_LT(max_relative_error(f, to_host(cpu, want)), dtype == DType::BF16 ? 1e-2 : 1e-4);
+}
+
+TEST_P(FusedPaths, CrossEntropyInOnePassMatchesTheFourCalls) {
+  SKIP_WITHOUT_GPU();
+  const DType dtype = GetParam();
+  const int64_t N = 37;
+  for (int64_t V : {1000, 1001}) {  // whole packs, and element by element
+    const Vec values = random_normal(N * V, 80);
+    std::vector<int32_t> targets;
+    for (int64_t i = 0; i < N; ++i) targets.push_back(static_cast<int32_t>((i * 7919) % V));
+    targets[0] = 0;
+    targets[1] = static_cast<int32_t>(V - 1);
+    const Tensor t = testing::make_tokens(gpu(), targets);
+    // The four calls, out of place.
+    const Tensor logits = make_tensor(gpu(), values, {N, V}, dtype);
+    Tensor row_max = gpu().empty({N}, DType::F32, MemoryCategory::Workspace);
+    Tensor row_sumexp = gpu().empty({N}, DType::F32, MemoryCategory::Workspace);
+    Tensor target_logit = gpu().empty({N}, DType::F32, MemoryCategory::Workspace);
+    Tensor want_losses = gpu().empty({N}, DType::F32, MemoryCategory::Workspace);
+    Tensor want = gpu().empty({N, V}, dtype, MemoryCategory::Workspace);
+    gpu().crossentropy_stats(row_max, row_sumexp, logits);
+    gpu().crossentropy_target_logit(target_logit, logits, t, 0);
+    gpu().crossentropy_losses(want_losses, row_max, row_sumexp, target_logit);
+    gpu().crossentropy_backward(want, logits, row_max, row_sumexp, t, 0, 1.0 / 3000);
+    // One pass, in place as the language-model head runs it.
+    Tensor in_place = make_tensor(gpu(), values, {N, V}, dtype);
+    Tensor losses = gpu().empty({N}, DType::F32, MemoryCategory::Workspace);
+    gpu().fill(losses, std::nan(""));
+    gpu().crossentropy_loss_and_backward(in_place, losses, in_place, t, 1.0 / 3000);
+    const std::string at = " (V " + std::to_string(V) + ")";
+    expect_same_bits(to_host(gpu(), losses), to_host(gpu(), want_losses), "losses" + at);
+    expect_same_bits(to_host(gpu(), in_place), to_host(gpu(), want), "dlogits" + at);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, FusedPaths, ::testing::Values(DType::F32, DType::BF16),

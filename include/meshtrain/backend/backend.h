@@ -225,6 +225,13 @@ class Backend {
   virtual void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
                                      const Tensor& row_sumexp, const Tensor& targets,
                                      int64_t vocab_begin, double dloss) = 0;
+  // All of it where this rank holds the whole vocabulary (no tensor parallelism): losses (N)
+  // and dlogits with the bits of stats, target_logit, losses and backward (vocab_begin 0,
+  // statistics in losses' dtype); dlogits may alias logits. The default makes those calls; a
+  // device reads the logits once.
+  virtual void crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses,
+                                              const Tensor& logits, const Tensor& targets,
+                                              double dloss);
 
   // ---- optimizer -------------------------------------------------------------------------
   struct AdamWStep {

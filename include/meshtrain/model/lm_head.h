@@ -34,6 +34,10 @@ class LanguageModelHead {
   int64_t vocab_begin() const { return weight_.split_begin; }
 
  private:
+  // From d(loss)/d(logits) (freed on return) to the block stack's input gradient in `saved`.
+  void backward_from_logits(Tensor& dlogits, const Tensor& hin, const LayerNorm::Saved& ln,
+                            Saved* saved);
+
   LayerContext ctx_;
   LayerNorm ln_f_;
   Parameter& weight_;

@@ -79,6 +79,11 @@ template <> constexpr DType dtype_for<double>() { return DType::F64; }
 [[noreturn]] void wrong_dtype(const char* op, DType act, const char* tensor, DType got,
                               DType want, const char* rule);
 void require(bool ok, const char* op, const std::string& what);
+// Activation dtype `act` of an op; `t` must be `act` too.
+void same_dtype(const char* op, DType act, const char* name, const Tensor& t);
+// Parameter gradients and statistics (mean, rstd, softmax sums) are fp32 in both modes.
+void fp32_grad(const char* op, DType act, const char* name, const Tensor& t);
+void fp32_stat(const char* op, DType act, const char* name, const Tensor& t);
 void require_device(const char* op, const Tensor& t);
 // Each piece inside [0, t.numel()): a piece outside would read or write past the tensor.
 void require_pieces_inside(const char* op, const Tensor& t, const std::vector<FlatPiece>& pieces);

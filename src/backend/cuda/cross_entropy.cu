@@ -41,12 +41,11 @@ template <class T> __device__ __forceinline__ MaxSum fold(MaxSum acc, const Pack
   return {m, s};
 }
 
-// packed: V is a multiple of kPack and the logits pack-aligned, so every row is whole packs.
+// A row's (max, sum of exp) over the block, in a fixed order: each thread folds its elements,
+// then lanes combine by butterfly and warps in index order. Every thread gets the result.
+// packed: V is a multiple of kPack and the row pack-aligned, so the row is whole packs.
 template <class T>
-__global__ void crossentropy_stats_kernel(float* row_max, float* row_sumexp, const T* logits,
-                                          int64_t V, bool packed) {
-  __shared__ MaxSum shared[32];
-  const T* l = logits + blockIdx.x * V;
+__device__ MaxSum row_stats(const T* l, int64_t V, bool packed, MaxSum* shared) {
   MaxSum acc{-FLT_MAX, 0.f};
   if (packed) {
     for (int64_t p = threadIdx.x; p < V / kPack; p += blockDim.x) acc = fold(acc, load_pack(l, p));
@@ -61,7 +60,6 @@ __global__ void crossentropy_stats_kernel(float* row_max, float* row_sumexp, con
       }
     }
   }
-  // Fixed-order combine: lanes by butterfly, then warps in index order.
   for (int offset = 16; offset > 0; offset >>= 1) {
     MaxSum other{__shfl_xor_sync(0xffffffffu, acc.m, offset),
                  __shfl_xor_sync(0xffffffffu, acc.s, offset)};
@@ -73,9 +71,66 @@ __global__ void crossentropy_stats_kernel(float* row_max, float* row_sumexp, con
   if (threadIdx.x == 0) {
     MaxSum total = shared[0];
     for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) total = combine(total, shared[w]);
+    shared[32] = total;
+  }
+  __syncthreads();
+  return shared[32];
+}
+
+// d (a row of dlogits, may be l) = (exp(l - m) * scale - [j == t] * dloss).
+template <class T>
+__device__ void row_gradient(T* d, const T* l, float m, float scale, int64_t t, float dloss,
+                             int64_t V, bool packed) {
+  if (packed) {
+    for (int64_t p = threadIdx.x; p < V / kPack; p += blockDim.x) {
+      const Pack<T> x = load_pack(l, p);
+      Pack<T> g;
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) {
+        float v = expf(to_float(x.v[k]) - m) * scale;
+        if (p * kPack + k == t) v -= dloss;
+        g.v[k] = from_float<T>(v);
+      }
+      store_pack(d, p, g);
+    }
+    return;
+  }
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    float g = expf(to_float(l[j]) - m) * scale;
+    if (j == t) g -= dloss;
+    d[j] = from_float<T>(g);
+  }
+}
+
+template <class T>
+__global__ void crossentropy_stats_kernel(float* row_max, float* row_sumexp, const T* logits,
+                                          int64_t V, bool packed) {
+  __shared__ MaxSum shared[33];
+  const MaxSum total = row_stats(logits + blockIdx.x * V, V, packed, shared);
+  if (threadIdx.x == 0) {
     row_max[blockIdx.x] = total.m;
     row_sumexp[blockIdx.x] = total.s;
   }
+}
+
+// One row a block: its statistics, its loss (the target logit read before any thread overwrites
+// the row, when dlogits is the logits), then its gradient. The second read of the row mostly
+// hits the cache: the rows in flight on the device fit in L2.
+template <class T>
+__global__ void crossentropy_fused_kernel(T* dlogits, float* losses, const T* logits,
+                                          const int32_t* targets, float dloss, int64_t V,
+                                          bool stats_packed, bool gradient_packed) {
+  __shared__ MaxSum shared[33];
+  const int64_t row = blockIdx.x;
+  const T* l = logits + row * V;
+  const MaxSum total = row_stats(l, V, stats_packed, shared);
+  const int64_t t = targets[row];
+  if (threadIdx.x == 0) {
+    const float target_logit = (t >= 0 && t < V) ? to_float(l[t]) : 0.f;
+    losses[row] = logf(total.s) + total.m - target_logit;
+  }
+  __syncthreads();
+  row_gradient(dlogits + row * V, l, total.m, dloss / total.s, t, dloss, V, gradient_packed);
 }
 
 __global__ void crossentropy_rebase_kernel(float* sumexp, const float* local_max,
@@ -107,29 +162,8 @@ __global__ void crossentropy_backward_kernel(T* dlogits, const T* logits, const 
                                              int64_t vocab_begin, float dloss, int64_t V,
                                              bool packed) {
   const int64_t row = blockIdx.x;
-  const T* l = logits + row * V;
-  T* d = dlogits + row * V;
-  const float m = row_max[row], scale = dloss / row_sumexp[row];
-  const int64_t t = static_cast<int64_t>(targets[row]) - vocab_begin;
-  if (packed) {
-    for (int64_t p = threadIdx.x; p < V / kPack; p += blockDim.x) {
-      const Pack<T> x = load_pack(l, p);
-      Pack<T> g;
-#pragma unroll
-      for (int k = 0; k < kPack; ++k) {
-        float v = expf(to_float(x.v[k]) - m) * scale;
-        if (p * kPack + k == t) v -= dloss;
-        g.v[k] = from_float<T>(v);
-      }
-      store_pack(d, p, g);
-    }
-    return;
-  }
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    float g = expf(to_float(l[j]) - m) * scale;
-    if (j == t) g -= dloss;
-    d[j] = from_float<T>(g);
-  }
+  row_gradient(dlogits + row * V, logits + row * V, row_max[row], dloss / row_sumexp[row],
+               static_cast<int64_t>(targets[row]) - vocab_begin, dloss, V, packed);
 }
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
@@ -181,7 +215,22 @@ void crossentropy_backward(T* dlogits, const T* logits, const float* row_max,
   check_launch("crossentropy_backward");
 }
 
+template <class T>
+void crossentropy_loss_and_backward(T* dlogits, float* losses, const T* logits,
+                                    const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                    cudaStream_t s) {
+  if (N == 0) return;
+  // Each half packed exactly where its own launcher would pack it: the same bits.
+  const bool stats_packed = V % kPack == 0 && pack_aligned(logits);
+  const bool gradient_packed = stats_packed && pack_aligned(dlogits);
+  crossentropy_fused_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, s>>>(
+      dlogits, losses, logits, targets, dloss, V, stats_packed, gradient_packed);
+  check_launch("crossentropy_loss_and_backward");
+}
+
 #define INSTANTIATE(T)                                                                         \
+  template void crossentropy_loss_and_backward<T>(T*, float*, const T*, const int32_t*, float,  \
+                                                  int64_t, int64_t, cudaStream_t);             \
   template void crossentropy_stats<T>(float*, float*, const T*, int64_t, int64_t, cudaStream_t); \
   template void crossentropy_target_logit<T>(float*, const T*, const int32_t*, int64_t, int64_t, \
                                              int64_t, cudaStream_t);                            \

@@ -1,6 +1,7 @@
 // CudaBackend: set-up, data movement, elementwise ops, reductions and the layer kernels'
 // dispatch (dtype and shape checks, then the launchers of kernels.h). GEMMs live in
-// cuda_matmul.cpp, attention in cuda_attention.cpp, the optimizer in cuda_optimizer.cpp.
+// cuda_matmul.cpp, attention in cuda_attention.cpp, the optimizer in cuda_optimizer.cpp,
+// cross-entropy in cuda_cross_entropy.cpp.
 
 #include <cuda_runtime_api.h>
 
@@ -18,9 +19,12 @@ namespace meshtrain {
 
 using cuda::bf16;
 using cuda::cols_of;
+using cuda::fp32_grad;
+using cuda::fp32_stat;
 using cuda::ptr;
 using cuda::require;
 using cuda::rows_of;
+using cuda::same_dtype;
 
 namespace cuda {
 
@@ -54,22 +58,21 @@ void require_device(const char* op, const Tensor& t) {
                                 ": a tensor lives on the cpu (move it with copy_from_host)");
 }
 
-}  // namespace cuda
-
-namespace {
-
-// Activation dtype A of an op; `t` must be A too.
 void same_dtype(const char* op, DType act, const char* name, const Tensor& t) {
-  if (t.dtype() != act) cuda::wrong_dtype(op, act, name, t.dtype(), act, "same as the activations");
+  if (t.dtype() != act) wrong_dtype(op, act, name, t.dtype(), act, "same as the activations");
 }
 void fp32_grad(const char* op, DType act, const char* name, const Tensor& t) {
   if (t.dtype() != DType::F32)
-    cuda::wrong_dtype(op, act, name, t.dtype(), DType::F32, "parameter gradients are fp32");
+    wrong_dtype(op, act, name, t.dtype(), DType::F32, "parameter gradients are fp32");
 }
 void fp32_stat(const char* op, DType act, const char* name, const Tensor& t) {
   if (t.dtype() != DType::F32)
-    cuda::wrong_dtype(op, act, name, t.dtype(), DType::F32, "statistics are fp32");
+    wrong_dtype(op, act, name, t.dtype(), DType::F32, "statistics are fp32");
 }
+
+}  // namespace cuda
+
+namespace {
 
 int launcher_local_rank() {
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
@@ -577,77 +580,6 @@ void CudaBackend::gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& d
   cuda::dispatch(op, inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cuda::gelu_backward(ptr<T>(op, dinp), ptr<T>(op, inp), ptr<T>(op, dout), inp.numel(), stream_);
-  });
-}
-
-// ---- cross-entropy ------------------------------------------------------------------------
-
-void CudaBackend::crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) {
-  cuda::TimedOp timed(profile_, stream_, "crossentropy_stats");
-  const char* op = "crossentropy_stats";
-  const int64_t N = rows_of(logits), V = cols_of(logits);
-  require(row_max.numel() == N && row_sumexp.numel() == N, op, "shape mismatch");
-  fp32_stat(op, logits.dtype(), "row_max", row_max);
-  fp32_stat(op, logits.dtype(), "row_sumexp", row_sumexp);
-  cuda::dispatch(op, logits.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    cuda::crossentropy_stats(ptr<float>(op, row_max), ptr<float>(op, row_sumexp),
-                             ptr<T>(op, logits), N, V, stream_);
-  });
-}
-
-void CudaBackend::crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
-                                      const Tensor& global_max) {
-  cuda::TimedOp timed(profile_, stream_, "crossentropy_rebase");
-  const char* op = "crossentropy_rebase";
-  require(local_max.numel() == row_sumexp.numel() && global_max.numel() == row_sumexp.numel(), op,
-          "size mismatch");
-  cuda::crossentropy_rebase(ptr<float>(op, row_sumexp), ptr<float>(op, local_max),
-                            ptr<float>(op, global_max), row_sumexp.numel(), stream_);
-}
-
-void CudaBackend::crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
-                                            const Tensor& targets, int64_t vocab_begin) {
-  cuda::TimedOp timed(profile_, stream_, "crossentropy_target_logit");
-  const char* op = "crossentropy_target_logit";
-  const int64_t N = rows_of(logits), V = cols_of(logits);
-  require(target_logit.numel() == N && targets.numel() == N, op, "shape mismatch");
-  fp32_stat(op, logits.dtype(), "target_logit", target_logit);
-  cuda::dispatch(op, logits.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    cuda::crossentropy_target_logit(ptr<float>(op, target_logit), ptr<T>(op, logits),
-                                    ptr<int32_t>(op, targets), vocab_begin, N, V, stream_);
-  });
-}
-
-void CudaBackend::crossentropy_losses(Tensor& losses, const Tensor& row_max,
-                                      const Tensor& row_sumexp, const Tensor& target_logit) {
-  cuda::TimedOp timed(profile_, stream_, "crossentropy_losses");
-  const char* op = "crossentropy_losses";
-  const int64_t N = losses.numel();
-  require(row_max.numel() == N && row_sumexp.numel() == N && target_logit.numel() == N, op,
-          "size mismatch");
-  cuda::crossentropy_losses(ptr<float>(op, losses), ptr<float>(op, row_max),
-                            ptr<float>(op, row_sumexp), ptr<float>(op, target_logit), N, stream_);
-}
-
-void CudaBackend::crossentropy_backward(Tensor& dlogits, const Tensor& logits,
-                                        const Tensor& row_max, const Tensor& row_sumexp,
-                                        const Tensor& targets, int64_t vocab_begin, double dloss) {
-  cuda::TimedOp timed(profile_, stream_, "crossentropy_backward");
-  const char* op = "crossentropy_backward";
-  const int64_t N = rows_of(logits), V = cols_of(logits);
-  require(dlogits.numel() == logits.numel() && row_max.numel() == N && row_sumexp.numel() == N &&
-              targets.numel() == N,
-          op, "shape mismatch");
-  same_dtype(op, logits.dtype(), "dlogits", dlogits);
-  fp32_stat(op, logits.dtype(), "row_max", row_max);
-  fp32_stat(op, logits.dtype(), "row_sumexp", row_sumexp);
-  cuda::dispatch(op, logits.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    cuda::crossentropy_backward(ptr<T>(op, dlogits), ptr<T>(op, logits), ptr<float>(op, row_max),
-                                ptr<float>(op, row_sumexp), ptr<int32_t>(op, targets),
-                                vocab_begin, static_cast<float>(dloss), N, V, stream_);
   });
 }
 

@@ -112,6 +112,13 @@ void crossentropy_backward(T* dlogits, const T* logits, const float* row_max,
                            const float* row_sumexp, const int32_t* targets, int64_t vocab_begin,
                            float dloss, int64_t N, int64_t V, cudaStream_t s);
 
+// losses and dlogits of the whole vocabulary (vocab_begin 0) in one kernel, each row read once
+// from memory (again from cache for the gradient), with the bits of the four launchers above.
+template <class T>
+void crossentropy_loss_and_backward(T* dlogits, float* losses, const T* logits,
+                                    const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                    cudaStream_t s);
+
 // ---- adamw.cu -----------------------------------------------------------------------------
 struct AdamWParams {
   float lr, beta1, beta2, eps, weight_decay;

@@ -157,6 +157,8 @@ class CudaBackend final : public Backend {
                                  const Tensor& targets, int64_t vocab_begin) override;
   void crossentropy_losses(Tensor& losses, const Tensor& row_max, const Tensor& row_sumexp,
                            const Tensor& target_logit) override;
+  void crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits,
+                                      const Tensor& targets, double dloss) override;
   void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
                              const Tensor& row_sumexp, const Tensor& targets, int64_t vocab_begin,
                              double dloss) override;
