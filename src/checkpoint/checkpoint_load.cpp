@@ -140,6 +140,13 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
       throw CheckpointFileError(path + ": step = " + std::to_string(info.step) + ", optimizer_steps = " +
                                 std::to_string(info.optimizer_steps) + " (expected >= 0)");
   });
+  // The data's read-ahead starts now, so that the device reads while the checks below run (a
+  // hint: a dataset the checks will refuse is skipped here).
+  for (const Entry& e : entries)
+    for (int kind = 0; kind < kKinds; ++kind)
+      if (const std::string name = dataset_name(e.name, kind);
+          file->has_dataset(name) && file->shape(name) == e.global)
+        file->prefetch(name, e.boxes(false));
   // The file must hold exactly the deck's model: every dataset, each with the global shape and
   // a checksum. These refusals come before any data is read: the trainer is left as it was.
   agree(world, [&] {
@@ -168,8 +175,6 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   });
 
   const auto data_start = std::chrono::steady_clock::now();
-  for (const Entry& e : entries)
-    for (int kind = 0; kind < kKinds; ++kind) file->prefetch(dataset_name(e.name, kind), e.boxes(false));
   std::vector<Landing> landings;
   const CheckpointFile::Transfer how = transfer_mode(cfg_.checkpoint.io, entries, false, dt, world);
   const std::vector<uint64_t> sums = read_owned(*file, world, entries, dt, how, landings);

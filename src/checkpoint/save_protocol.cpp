@@ -74,7 +74,7 @@ class EarlyWriteback {
 std::string space_note(const std::string& dir, const std::vector<Entry>& entries, DType dt) {
   struct statvfs st{};
   if (::statvfs(dir.c_str(), &st) != 0) return "";
-  double need = 0;
+  double need = static_cast<double>(CheckpointFile::kMetadataBlockBytes);
   for (const Entry& e : entries) need += static_cast<double>(e.global.numel()) * kKinds * dtype_size(dt);
   const double avail = static_cast<double>(st.f_bavail) * static_cast<double>(st.f_frsize);
   if (avail >= need) return "";

@@ -150,6 +150,7 @@ CheckpointFile::CheckpointFile(const std::string& path, MPI_Comm comm, Access ac
   // The 1.8 format at least: attributes over 64 KiB (a long deck) go to dense storage.
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
   if (access == Access::Create) {
+    H5Pset_meta_block_size(fapl, kMetadataBlockBytes);
     file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (file_ < 0) throw CheckpointFileError(path + ": cannot create the checkpoint file" + hdf5_reason());
   } else {
