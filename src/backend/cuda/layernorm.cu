@@ -20,8 +20,9 @@ namespace {
 
 constexpr float kEps = 1e-5f;
 constexpr int kRowsPerBlock = kThreads / 32;
-// Row chunks for the parameter gradients: enough that the one-pass kernel (a warp a chunk) has
-// about 16 warps on each multiprocessor of a large GPU for 64k rows.
+// Row chunks for the parameter gradients: enough work for the one-pass kernel (a warp a chunk):
+// 2048 chunks for 64k rows, about 15 warps for each multiprocessor of an H100, run in two
+// waves at that kernel's register count.
 constexpr int64_t kMaxRowChunks = 4096;
 
 // f(c, x_c) for lane `lane`'s share of a row's channels, read as whole packs (packed: C a
@@ -180,21 +181,6 @@ struct LaneRow {
 };
 
 template <class T, int P>
-__device__ __forceinline__ void load_lane_row(LaneRow<T, P>& row, const T* inp, const T* dout,
-                                              const T* residual, const float* mean,
-                                              const float* rstd, int64_t r, int64_t C, int lane,
-                                              int64_t packs) {
-  row.mean = mean[r];
-  row.rstd = rstd[r];
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    if (lane + 32 * i >= packs) continue;
-    row.x[i] = load_pack(inp + r * C, lane + 32 * i);
-    row.dy[i] = load_pack(dout + r * C, lane + 32 * i);
-  }
-}
-
-template <class T, int P>
 __global__ void __launch_bounds__(kFusedThreads)
     layernorm_backward_fused_kernel(T* dinp, float* partials, const T* dout, const T* inp,
                                     const T* weight, const T* residual, const float* mean,
@@ -251,7 +237,14 @@ __global__ void __launch_bounds__(kFusedThreads)
   // Two row buffers taking turns, with no copies between them (a copy would wait for the loads
   // it copies): while one row computes, the other's loads are in flight.
   const auto load = [&](LaneRow<T, P>& into, int64_t row) {
-    load_lane_row(into, inp, dout, residual, mean, rstd, row, C, lane, packs);
+    into.mean = mean[row];
+    into.rstd = rstd[row];
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      if (lane + 32 * i >= packs) continue;
+      into.x[i] = load_pack(inp + row * C, lane + 32 * i);
+      into.dy[i] = load_pack(dout + row * C, lane + 32 * i);
+    }
   };
   LaneRow<T, P> even, odd;
   if (r0 < r1) load(even, r0);
