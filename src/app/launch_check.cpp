@@ -1,6 +1,9 @@
 #include "meshtrain/app/launch_check.h"
 
+#include <cstdlib>
+
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/mpi_runtime.h"
 
 namespace meshtrain {
 namespace {
@@ -62,6 +65,50 @@ void check_same_launch(Communicator& world, const std::string& deck,
                       "same --set overrides (check the launch line for an MPMD ':' part, or a "
                       "stale binary or job script on some nodes)");
   }
+}
+
+std::string foreign_launcher_problem(int world_size, Launcher launcher, const EnvLookup& env,
+                                     const std::string& mpi_library) {
+  if (world_size != 1) return "";
+  // Only the variable of the launcher that started this process: mpirun inside an allocation
+  // starts its daemons with srun, so its ranks also carry a SLURM_STEP_NUM_TASKS (the nodes').
+  const char* variable = launcher == Launcher::OpenMpi ? "OMPI_COMM_WORLD_SIZE"
+                         : launcher == Launcher::Hydra ? "PMI_SIZE"
+                         : launcher == Launcher::Slurm ? "SLURM_STEP_NUM_TASKS"
+                                                       : nullptr;
+  const char* value = variable ? env(variable) : nullptr;
+  if (!value || !*value) return "";
+  char* end = nullptr;
+  const long started = std::strtol(value, &end, 10);
+  if (*end != '\0' || started <= 1) return "";
+  const bool mpich = mpi_library.find("MPICH") != std::string::npos;
+  std::string how;
+  switch (launcher) {
+    case Launcher::OpenMpi:
+      how = mpich ? "start it with MPICH's mpiexec.mpich (or use the Open MPI build, build/meshtrain)"
+                  : "start it with the mpirun of the Open MPI it was built against";
+      break;
+    case Launcher::Hydra:
+      how = mpich ? "start it with the mpiexec of the MPICH it was built against"
+                  : "start it with Open MPI's mpirun (or use the MPICH build, build-mpich/meshtrain)";
+      break;
+    default:
+      how = std::string("give srun the PMI this MPI speaks: srun --mpi=") +
+            (mpich ? "pmi2" : "pmix") + " (MESHTRAIN_SRUN_MPI for the scripts in jobs/; "
+            "`srun --mpi=list` shows what the cluster offers)";
+      break;
+  }
+  return std::string(launcher_name(launcher)) + " started " + std::to_string(started) +
+         " processes (" + variable + "=" + value + ") but each is alone in its MPI job: this " +
+         "binary links " + (mpi_library.empty() ? std::string("another MPI") : mpi_library) +
+         ", which did not join the launcher's job; " + how;
+}
+
+void check_launcher_world(int world_size) {
+  const std::string problem = foreign_launcher_problem(
+      world_size, detect_launcher(), [](const char* name) { return std::getenv(name); },
+      mpi_library_version());
+  if (!problem.empty()) throw AgreedError(problem);
 }
 
 }  // namespace meshtrain

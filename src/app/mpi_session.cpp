@@ -7,6 +7,7 @@
 #include <new>
 
 #include "meshtrain/app/commands.h"
+#include "meshtrain/app/launch_check.h"
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/comm/job_abort.h"
@@ -44,12 +45,14 @@ MpiSession::~MpiSession() {
 }
 
 int run_reporting_errors(const std::function<int()>& body) {
-  int rank = 0;
+  int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
   // A stalled or dead rank ends the job from inside the wait that notices it, within seconds,
   // instead of unwinding through destructors that wait on the same peers.
   arm_job_abort(kExitTimeout);
   try {
+    check_launcher_world(size);
     return body();
   } catch (const DeckError& e) {  // same deck text on every rank: same verdict
     if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/app/cpu_binding.h"
 #include "meshtrain/comm/communicator.h"
 
 namespace meshtrain {
@@ -17,5 +18,19 @@ namespace meshtrain {
 // the first differing --set override).
 void check_same_launch(Communicator& world, const std::string& deck,
                        const std::vector<std::string>& overrides);
+
+// A launcher of another MPI than the one this binary links starts every process as a singleton:
+// N copies of a one-rank job, each refusing the deck's layout with "does not match the 1 ranks"
+// (or, with dp = "auto", N independent runs writing the same files). Where this process is alone
+// in MPI_COMM_WORLD but its launcher says it started more (Open MPI's OMPI_COMM_WORLD_SIZE,
+// Hydra's PMI_SIZE, srun's SLURM_STEP_NUM_TASKS), returns the message that says so and how to
+// launch instead; otherwise "". `mpi_library` is mpi_library_version()'s line.
+std::string foreign_launcher_problem(int world_size, Launcher launcher, const EnvLookup& env,
+                                     const std::string& mpi_library);
+
+// This process, in a world of `world_size` ranks: throws AgreedError with
+// foreign_launcher_problem's message. Needs no collective (a singleton is its whole job), so every
+// process of the launch stops with the same message.
+void check_launcher_world(int world_size);
 
 }  // namespace meshtrain
