@@ -50,7 +50,9 @@ if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
   apt-get update -qq
   # Another MPI (MPICH) may share the machine; keep OpenMPI the default 'mpi' alternative.
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  if update-alternatives --list mpi 2>/dev/null | grep -q openmpi; then
+  # The list is read whole before it is matched: `| grep -q` under pipefail fails when grep
+  # stops reading first.
+  if [[ $(update-alternatives --list mpi 2>/dev/null || true) == *openmpi* ]]; then
     update-alternatives --set mpi /usr/bin/mpicc.openmpi >/dev/null
     update-alternatives --set mpirun /usr/bin/mpirun.openmpi >/dev/null
   fi
