@@ -78,11 +78,24 @@ def main():
         if os.path.exists(os.path.join(tmp, "runs")):
             failures.append("a singleton went on to write the run directory")
 
-        # The right launcher, picked by the script, while every core is busy.
+        # The right launcher, picked by the script, while every core is busy: the pick alone many
+        # times (the failure was a race), then whole runs.
+        expected = {"openmpi": "mpiexec", "mpich": "mpiexec.mpich"}[FLAVOUR]
+        pick = ("set -euo pipefail; unset MESHTRAIN_MPIEXEC; bin=$1; "
+                "for i in $(seq 200); do source \"$2\"; echo \"$mpiexec\"; done")
         burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                    for _ in range(os.cpu_count() or 2)]
         try:
-            for attempt in range(3):
+            p = subprocess.run(["bash", "-c", pick, "pick", BIN,
+                                os.path.join(REPO, "scripts", "mpi-launcher.sh")],
+                               env=env, capture_output=True, text=True, timeout=300)
+            picks = p.stdout.split()
+            wrong = [x for x in picks if x != expected]
+            print(f"scripts/mpi-launcher.sh: {len(picks)} picks, {len(wrong)} not {expected}")
+            if p.returncode != 0 or len(picks) != 200 or wrong:
+                failures.append(f"the launcher pick: exit {p.returncode}, {len(picks)} picks, "
+                                f"{len(wrong)} not {expected}: {sorted(set(wrong))}\n{p.stderr}")
+            for attempt in range(2):
                 p = subprocess.run([os.path.join(REPO, "scripts", "run-local.sh"), str(RANKS), deck,
                                     "--set", f"run.name=attempt{attempt}"],
                                    env=dict(env, MESHTRAIN_BIN=BIN), capture_output=True,
