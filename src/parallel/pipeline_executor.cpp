@@ -100,13 +100,18 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
     next_writer[i] = writes ? i : next_writer[i + 1];
   }
   size_t weights_run = 0;
+  auto account = [&](int k, PipelineStats::ActionKind kind, clock::time_point t0) {
+    const double seconds = pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
+    stats_.compute_seconds += seconds;
+    stats_.chunk_seconds[k][kind].push_back(seconds);
+  };
   auto run_weights = [&](const Action& a) {
     const auto t0 = clock::now();
     {
       TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
       chunk(a.chunk).backward_weights(slots[{a.chunk, a.microbatch}].weights, hooks);
     }
-    stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
+    account(a.chunk, PipelineStats::kWeight, t0);
     ++weights_run;
   };
   auto wait_filling = [&](Work& transfer, const std::string& what, size_t index) {
@@ -164,7 +169,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
                                         &loss, hooks);
           if (k < last_chunk) s.output = out;
         }
-        stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
+        account(k, PipelineStats::kForward, t0);
         break;
       }
       case Op::BackwardWeight:
@@ -193,7 +198,11 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
           if (k > 0) s.dinput = din;
           s.input_gradient_done = true;
         }
-        stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
+        if (a.op == Op::BackwardInput) {
+          account(k, PipelineStats::kInput, t0);
+        } else {
+          stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
+        }
         break;
       }
     }

@@ -523,6 +523,9 @@ std::string_view comm_model_name(CommModel model) {
 }
 
 double SimulationCosts::of(Action a) const {
+  const auto chunk = static_cast<size_t>(a.chunk);
+  if (a.op == Op::BackwardInput && !chunk_input.empty()) return chunk_input.at(chunk);
+  if (a.op == Op::BackwardWeight && !chunk_weight.empty()) return chunk_weight.at(chunk);
   const std::vector<double>& per_chunk = a.op == Op::Forward ? chunk_forward : chunk_backward;
   const double whole = !per_chunk.empty() ? per_chunk.at(static_cast<size_t>(a.chunk))
                        : a.op == Op::Forward ? forward

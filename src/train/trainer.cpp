@@ -128,7 +128,9 @@ void Trainer::set_shares(const std::vector<int>& shares) {
   data_->set_shares(shares);
   const int M = data_->microbatches();
   state_->set_microbatches(M);
-  const Schedule compute = make_schedule(p.schedule, p.pp, M, p.virtual_stages);
+  // Measured costs (trainer_replan.cpp) plan the new micro-batch count too.
+  const Schedule compute = costs_ ? make_zb_v_for_costs(p.pp, M, *costs_).compute
+                                  : make_schedule(p.schedule, p.pp, M, p.virtual_stages);
   const ChunkPlacement placement = schedule_placement(p.schedule);
   train_actions_ =
       insert_communication(compute, p.pp, p.virtual_stages, placement)[grid_.rank(Axis::Pipeline)];
@@ -169,6 +171,7 @@ StepResult Trainer::train_step(int step) {
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
 
   r.bubble = world_sum(executor_->stats().bubble()) / grid_.world_size();
+  if (!replanned_ && replans_for_costs()) replan_for_measured_costs();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Rank 0's clock is the job's: every step ends in collectives that all ranks take part in.
   r.seconds = grid_.world().all_reduce_scalar(r.seconds, ReduceOp::Max);
@@ -411,6 +414,10 @@ RunEnd Trainer::run() {
     times.push_back(r.seconds);
     if (stragglers_) stragglers_->add_step(r.compute_seconds, r.seconds);
     if (times.size() == 1) log_memory("after the first step", r.step);
+    if (const std::string note = take_schedule_note(); leader_ && !note.empty()) {
+      std::printf("%s\n", note.c_str());
+      std::fflush(stdout);
+    }
     const bool last = r.step == t.steps;
     if (r.step % cfg_.run.log_every == 0 || r.step == 1 || last) {
       std::vector<double> sorted = times;

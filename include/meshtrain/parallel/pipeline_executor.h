@@ -8,7 +8,9 @@
 // from BackwardInput to BackwardWeight; a rank about to wait for a transfer runs its next
 // weight gradient first when it can (see run()).
 
+#include <array>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "meshtrain/comm/communicator.h"
@@ -22,6 +24,11 @@ struct PipelineStats {
   double compute_seconds = 0;  // inside forward/backward actions (with an emulated slowdown's
                                // padding, parallel/slowdown.h)
   double total_seconds = 0;    // the whole run
+  // Per model chunk of this rank: how long each forward, input gradient and weight gradient
+  // took in this run, in run order (split backwards only; with a slowdown's padding). Read by
+  // the trainer to re-plan ZB-V for measured costs (zero_bubble_costs.h).
+  enum ActionKind { kForward, kInput, kWeight };
+  std::map<int, std::array<std::vector<double>, 3>> chunk_seconds;
   double bubble() const { return total_seconds > 0 ? 1.0 - compute_seconds / total_seconds : 0.0; }
 };
 

@@ -30,6 +30,9 @@ struct SimulationCosts {
   // input gradient (BackwardInput) takes the rest. Half: the two GEMMs of every linear layer are
   // the same size.
   double weight_share = 0.5;
+  // Per chunk, where the halves of a split backward were measured apart (zero_bubble_costs.h):
+  // BackwardInput and BackwardWeight take these instead of shares of the backward.
+  std::vector<double> chunk_input, chunk_weight;
   double of(Action a) const;  // the cost of a compute action
 };
 

@@ -8,6 +8,9 @@
 
 #include <array>
 #include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "meshtrain/backend/backend.h"
@@ -18,6 +21,7 @@
 #include "meshtrain/parallel/model_state.h"
 #include "meshtrain/parallel/pipeline_executor.h"
 #include "meshtrain/parallel/process_grid.h"
+#include "meshtrain/parallel/zero_bubble_costs.h"
 #include "meshtrain/train/data_feed.h"
 #include "meshtrain/train/work_balance.h"
 
@@ -105,6 +109,9 @@ class Trainer {
   // Async: the largest staleness of any share so far, as the servers recorded it (world rank 0;
   // 0 elsewhere).
   int staleness_seen() const { return stale_max_run_; }
+  // ZB-V after the first step (trainer_replan.cpp): what the re-planning did, for the log, once
+  // ("" before it and after it is taken).
+  std::string take_schedule_note() { return std::exchange(schedule_note_, std::string()); }
 
  private:
   // Asynchronous data parallelism (trainer_async.cpp): shares until the last fence.
@@ -114,6 +121,11 @@ class Trainer {
   // the run ends here, with `end`.
   bool at_fence(int f, RunEnd& end);
   void log_async(const std::vector<LoggedStep>& steps);
+
+  // ZB-V re-planned for measured costs (trainer_replan.cpp): whether this run does it, and the
+  // collective that does (every rank, after the first step).
+  bool replans_for_costs() const;
+  void replan_for_measured_costs();
 
   double world_sum(double local);
   void log_memory(const char* when, int step);
@@ -133,6 +145,9 @@ class Trainer {
   std::unique_ptr<ModelState> state_;
   std::unique_ptr<DataFeed> data_;
   std::vector<Action> train_actions_, eval_actions_;
+  bool replanned_ = false;                    // the first step's costs were read
+  std::optional<ChunkActionCosts> costs_;     // set where they gave a better schedule
+  std::string schedule_note_;
   TraceWriter trace_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<MetricsWriter> metrics_;
