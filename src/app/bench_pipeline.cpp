@@ -2,7 +2,9 @@
 // each rank's idle fraction of the pipeline phase, averaged over ranks — of GPipe, 1F1B, ZB-H1
 // and ZB-V for several micro-batch counts, next to the theory: (p - 1) / (m + p - 1) (GPipe
 // paper, arXiv 1811.06965), ZB-H1's (p - 1) / (3m + p - 1) and ZB-V's bound (p - 1) / (6m + p - 1)
-// (arXiv 2401.10241; schedule_simulator.h theoretical_bubble). Stages get equal
+// (arXiv 2401.10241; schedule_simulator.h theoretical_bubble); zb-v both as planned for equal
+// costs ("zb-v unit") and re-planned for the second step's measured costs (zero_bubble_costs.h),
+// side by side. The first step is not counted. Stages get equal
 // work (a balanced partition of identical blocks, a small vocabulary), so the theory applies.
 // With more ranks than cores, oversubscribed cores would turn idle time of one rank into compute
 // time of another and distort the bubble: every rank then emulates a slower device (its compute
@@ -37,8 +39,17 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
                                           std::to_string(devices.cores) + " cores: compute emulated " +
                                           std::to_string(static_cast<int>(devices.factor)) + "x slower"
                                     : std::string()));
-  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1,
-                            ScheduleKind::ZeroBubbleV}) {
+  // zb-v twice: planned for equal costs ("zb-v unit"), and re-planned after the second step for
+  // the measured ones (the default; parallel.schedule_costs).
+  struct Variant {
+    ScheduleKind kind;
+    bool measured_costs;
+  };
+  for (const Variant variant : {Variant{ScheduleKind::GPipe, true}, Variant{ScheduleKind::OneFOneB, true},
+                                Variant{ScheduleKind::ZeroBubbleH1, true},
+                                Variant{ScheduleKind::ZeroBubbleV, false},
+                                Variant{ScheduleKind::ZeroBubbleV, true}}) {
+    const ScheduleKind kind = variant.kind;
     const int v = kind == ScheduleKind::ZeroBubbleV ? 2 : 1;  // zb-v: two chunks per rank
     for (int m : {2, 4, 8, 16}) {
       Config c = bench_deck("pipeline", GptConfig{8 * ranks / 2, 256, 8, 128, 256, true});
@@ -47,6 +58,7 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
       c.parallel.pp = ranks;
       c.parallel.schedule = kind;
       c.parallel.virtual_stages = v;
+      c.parallel.measured_schedule_costs = variant.measured_costs;
       check_layout(c, ranks);
       ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 600.0);
       Trainer trainer(c, grid, backend);
@@ -63,7 +75,8 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
       std::sort(ms.begin(), ms.end());
       const double theory = theoretical_bubble(kind, ranks, m, v);
       const double measured = bubble[bubble.size() / 2];
-      report.row(std::string(schedule_name(kind)) + " m=" + std::to_string(m),
+      report.row(std::string(schedule_name(kind)) + (variant.measured_costs ? "" : " unit") +
+                     " m=" + std::to_string(m),
                  {static_cast<double>(ranks), static_cast<double>(m), ms[ms.size() / 2], measured,
                   theory, measured / theory},
                  wrong);

@@ -114,6 +114,7 @@ std::string dump_config(const Config& c) {
      << "cp = " << p.cp << "\n"
      << "schedule = " << quoted(a.schedule ? std::string_view("auto") : schedule_name(p.schedule)) << "\n"
      << "virtual_stages = " << p.virtual_stages << "\n"
+     << "schedule_costs = " << quoted(p.measured_schedule_costs ? "measured" : "unit") << "\n"
      << "zero = " << number_or_auto(a.zero, p.zero) << "\n"
      << "sequence_parallel = " << boolean(p.sequence_parallel) << "\n"
      << "recompute = " << quoted(a.recompute                      ? "auto"

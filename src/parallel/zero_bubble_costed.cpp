@@ -95,10 +95,11 @@ struct Candidate {
 // in `priority` (of two chunks, the older micro-batch; on a tie the upper chunk), a forward only
 // while the rank holds fewer than `cap` chunk-micro-batches from F to W (a lower chunk's forward
 // fewer than cap - reserve), and a tied action only
-// when it is the next of `tied`. Returns nothing when no rank can start anything while work
+// when it is the next of `tied` (if any). Returns nothing when no rank can start anything while work
 // remains (the cap or the tied order blocked every rank).
-std::optional<Candidate> play(int p, int m, const ChunkActionCosts& costs, const Priority& priority,
-                              int cap, int reserve, double slack, const std::vector<Action>& tied) {
+std::optional<Candidate> play(int p, int m, const ChunkActionCosts& costs, double send,
+                              const Priority& priority, int cap, int reserve, double slack,
+                              const std::vector<Action>& tied) {
   const int chunks = 2 * p;
   constexpr double kNotYet = std::numeric_limits<double>::infinity();
   auto at = [m](int chunk, int mb) { return static_cast<size_t>(chunk) * m + mb; };
@@ -117,10 +118,14 @@ std::optional<Candidate> play(int p, int m, const ChunkActionCosts& costs, const
     return v[static_cast<size_t>(chunk)];
   };
   // When (chunk, op)'s next micro-batch could start on its rank; infinity if an input is missing.
+  // A producer on another rank hands its output on `send` after it ends.
+  auto hop = [&](int from, int to) {
+    return chunk_owner(from, p, ChunkPlacement::V) == chunk_owner(to, p, ChunkPlacement::V) ? 0.0 : send;
+  };
   auto ready_at = [&](int chunk, Op op, int mb) {
-    if (op == Op::Forward) return chunk == 0 ? 0.0 : forward_end[at(chunk - 1, mb)];
+    if (op == Op::Forward) return chunk == 0 ? 0.0 : forward_end[at(chunk - 1, mb)] + hop(chunk - 1, chunk);
     if (op == Op::BackwardWeight) return input_end[at(chunk, mb)];
-    const double below = chunk == chunks - 1 ? 0.0 : input_end[at(chunk + 1, mb)];
+    const double below = chunk == chunks - 1 ? 0.0 : input_end[at(chunk + 1, mb)] + hop(chunk + 1, chunk);
     return std::max(forward_end[at(chunk, mb)], below);
   };
   struct Option {
@@ -139,7 +144,7 @@ std::optional<Candidate> play(int p, int m, const ChunkActionCosts& costs, const
         const int mb = next_of(op)[chunk];
         if (mb >= m) return;
         const Action a{chunk, op, mb};
-        if (adds_to_tied(a, chunks) && (tied_next >= tied.size() || !(tied[tied_next] == a))) return;
+        if (!tied.empty() && adds_to_tied(a, chunks) && !(tied[tied_next] == a)) return;
         const double ready = ready_at(chunk, op, mb);
         if (ready == kNotYet) return;
         options[count++] = {std::max(ready, free_at[r]), rank_in_priority, mb, a};
@@ -173,7 +178,7 @@ std::optional<Candidate> play(int p, int m, const ChunkActionCosts& costs, const
     out.makespan = std::max(out.makespan, end);
     out.compute[r].push_back(a);
     ++next_of(a.op)[a.chunk];
-    if (adds_to_tied(a, chunks)) ++tied_next;
+    if (!tied.empty() && adds_to_tied(a, chunks)) ++tied_next;
     if (a.op == Op::Forward) forward_end[at(a.chunk, a.microbatch)] = end, ++held[r];
     if (a.op == Op::BackwardInput) input_end[at(a.chunk, a.microbatch)] = end;
     if (a.op == Op::BackwardWeight) --held[r];
@@ -186,6 +191,7 @@ SimulationCosts simulation_costs(const ChunkActionCosts& c) {
   s.chunk_forward = c.forward;
   s.chunk_input = c.input;
   s.chunk_weight = c.weight;
+  s.send = c.send;
   s.chunk_backward.resize(c.input.size());
   for (size_t k = 0; k < c.input.size(); ++k) s.chunk_backward[k] = c.input[k] + c.weight[k];
   return s;
@@ -204,11 +210,15 @@ void check_costs(int stages, const ChunkActionCosts& costs) {
         throw std::invalid_argument(std::string("zb-v costs: a ") + name + " cost of " + std::to_string(x) +
                                     " (each must be positive and finite)");
   }
+  if (!(costs.send >= 0) || !std::isfinite(costs.send))
+    throw std::invalid_argument("zb-v costs: a send time of " + std::to_string(costs.send) +
+                                " (must be zero or positive, and finite)");
 }
 
 }  // namespace
 
-CostedSchedule make_zb_v_for_costs(int stages, int microbatches, const ChunkActionCosts& costs) {
+CostedSchedule make_zb_v_for_costs(int stages, int microbatches, const ChunkActionCosts& costs,
+                                   bool tied_embeddings) {
   const int p = stages, m = microbatches;
   const Schedule unit = make_zb_v(p, m);  // refuses what it refuses, first
   check_costs(p, costs);
@@ -222,9 +232,9 @@ CostedSchedule make_zb_v_for_costs(int stages, int microbatches, const ChunkActi
   if (!base.ok) throw std::logic_error("zb-v costs: make_zb_v's schedule fails to simulate: " + base.error);
   CostedSchedule out{unit, false, base.makespan, base.bubble_fraction, base.makespan, base.bubble_fraction};
 
-  std::vector<Action> tied;
+  std::vector<Action> tied;  // empty: no order to keep
   for (const Action& a : unit[0])
-    if (adds_to_tied(a, chunks)) tied.push_back(a);
+    if (tied_embeddings && adds_to_tied(a, chunks)) tied.push_back(a);
   const Held limit = held_peaks(insert_communication(unit, p, 2, ChunkPlacement::V));
   double mean = 0;
   for (int k = 0; k < chunks; ++k) mean += costs.forward[k] + costs.input[k] + costs.weight[k];
@@ -242,18 +252,29 @@ CostedSchedule make_zb_v_for_costs(int stages, int microbatches, const ChunkActi
   if (per_play * plays() > 1e8)
     priorities.resize(std::max<size_t>(1, static_cast<size_t>(1e8 / (per_play * 2 * reserves.size()))));
 
+  // Planned with the transfer time, and without it (a schedule for free transfers sometimes
+  // copes better); either way judged by the simulator under the transfer time.
+  std::vector<double> sends = {costs.send};
+  if (costs.send > 0) sends.push_back(0.0);
   std::optional<Candidate> best;
-  for (int cap : {2 * std::min(p, m), 2 * std::min(p, m) - 1}) {
-    if (cap < 1) continue;
-    for (const Priority& priority : priorities)
-      for (int reserve : reserves)
-        for (double slack : slacks) {
-          std::optional<Candidate> c = play(p, m, costs, priority, cap, reserve, slack, tied);
-          if (!c || (best && c->makespan >= best->makespan)) continue;
-          if (!within(held_peaks(insert_communication(c->compute, p, 2, ChunkPlacement::V)), limit)) continue;
-          best = std::move(c);
-        }
-  }
+  for (double send : sends)
+    for (int cap : {2 * std::min(p, m), 2 * std::min(p, m) - 1}) {
+      if (cap < 1) continue;
+      for (const Priority& priority : priorities)
+        for (int reserve : reserves)
+          for (double slack : slacks) {
+            std::optional<Candidate> c = play(p, m, costs, send, priority, cap, reserve, slack, tied);
+            if (!c) continue;
+            if (send != costs.send) {  // its own clock is not the simulator's: ask the simulator
+              const SimulationResult r = simulated(c->compute);
+              if (!r.ok) continue;
+              c->makespan = r.makespan;
+            }
+            if (best && c->makespan >= best->makespan) continue;
+            if (!within(held_peaks(insert_communication(c->compute, p, 2, ChunkPlacement::V)), limit)) continue;
+            best = std::move(c);
+          }
+    }
   if (!best) return out;
   // The play's clock is the simulator's under the MPI model with free transfers; check anyway,
   // under both communicator models, before running it.
@@ -269,6 +290,31 @@ CostedSchedule make_zb_v_for_costs(int stages, int microbatches, const ChunkActi
   return out;
 }
 
+double fit_send_time(int stages, int microbatches, const ChunkActionCosts& costs,
+                     double measured_makespan) {
+  const int p = stages, m = microbatches;
+  check_costs(p, costs);
+  const Schedule unit = insert_communication(make_zb_v(p, m), p, 2, ChunkPlacement::V);
+  auto makespan = [&](double send) {
+    ChunkActionCosts c = costs;
+    c.send = send;
+    return simulate(unit, p, 2, m, simulation_costs(c), CommModel::Mpi, Passes::ForwardAndBackward,
+                    ChunkPlacement::V)
+        .makespan;
+  };
+  double mean = 0;
+  for (size_t k = 0; k < costs.forward.size(); ++k) mean += costs.forward[k] + costs.input[k] + costs.weight[k];
+  mean /= 3.0 * static_cast<double>(costs.forward.size());
+  double low = 0, high = 4 * mean;
+  if (makespan(low) >= measured_makespan) return 0;
+  if (makespan(high) <= measured_makespan) return high;
+  for (int i = 0; i < 30; ++i) {
+    const double mid = 0.5 * (low + high);
+    (makespan(mid) < measured_makespan ? low : high) = mid;
+  }
+  return std::round(low);
+}
+
 std::string format_chunk_costs(const ChunkActionCosts& costs) {
   std::string s;
   for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>*>{"F", &costs.forward},
@@ -281,7 +327,9 @@ std::string format_chunk_costs(const ChunkActionCosts& costs) {
       s += buf;
     }
   }
-  return s + " ms per chunk";
+  char send[48];
+  std::snprintf(send, sizeof send, " ms per chunk, send %.2f ms", costs.send / 1000.0);
+  return s + send;
 }
 
 }  // namespace meshtrain

@@ -129,7 +129,7 @@ void Trainer::set_shares(const std::vector<int>& shares) {
   const int M = data_->microbatches();
   state_->set_microbatches(M);
   // Measured costs (trainer_replan.cpp) plan the new micro-batch count too.
-  const Schedule compute = costs_ ? make_zb_v_for_costs(p.pp, M, *costs_).compute
+  const Schedule compute = costs_ ? make_zb_v_for_costs(p.pp, M, *costs_, cfg_.model.tie_embeddings).compute
                                   : make_schedule(p.schedule, p.pp, M, p.virtual_stages);
   const ChunkPlacement placement = schedule_placement(p.schedule);
   train_actions_ =
@@ -171,7 +171,7 @@ StepResult Trainer::train_step(int step) {
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
 
   r.bubble = world_sum(executor_->stats().bubble()) / grid_.world_size();
-  if (!replanned_ && replans_for_costs()) replan_for_measured_costs();
+  if (!replanned_ && replans_for_costs() && ++steps_timed_ == 2) replan_for_measured_costs();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Rank 0's clock is the job's: every step ends in collectives that all ranks take part in.
   r.seconds = grid_.world().all_reduce_scalar(r.seconds, ReduceOp::Max);

@@ -1,6 +1,8 @@
-// Trainer: ZB-V re-planned for the costs measured in the first step (zero_bubble_costs.h).
-// make_zb_v plans on a unit clock; after one step every rank knows how long each of its chunks'
-// forwards, input gradients and weight gradients really took, the job agrees on one table (each
+// Trainer: ZB-V re-planned for the costs measured in the second step (zero_bubble_costs.h; the
+// first is slower, with allocations and first touches). make_zb_v plans on a unit clock; after
+// that step every rank knows how long each of its chunks' forwards, input gradients and weight
+// gradients really took and how long the step's pipeline took (which fits the transfer time:
+// fit_send_time), the job agrees on one table (each
 // chunk's slowest report, over tensor and data-parallel copies: every pipeline group must run
 // the same schedule, since under ZeRO 2 and 3 weight gradients start collectives over the
 // replicas), and every rank plans the same schedule from it. What a step computes does not
@@ -30,7 +32,8 @@ bool Trainer::replans_for_costs() const {
   const ParallelOptions& p = cfg_.parallel;
   // A host clock around an action measures its compute only where kernels run synchronously
   // (the CPU backend); CUDA kernels are queued and would be timed at their launch.
-  return p.schedule == ScheduleKind::ZeroBubbleV && p.pp > 1 && be_.device() == Device::Cpu &&
+  return p.schedule == ScheduleKind::ZeroBubbleV && p.measured_schedule_costs && p.pp > 1 &&
+         be_.device() == Device::Cpu &&
          !be_.planning();
 }
 
@@ -39,6 +42,8 @@ void Trainer::replan_for_measured_costs() {
   const ParallelOptions& p = cfg_.parallel;
   const int chunks = 2 * p.pp;
   std::ostringstream mine;
+  // The step's pipeline time, to fit the transfer time to (the slowest rank's: the makespan).
+  mine << "-1 0 " << std::round(executor_->stats().total_seconds * 1e6) << '\n';
   for (const auto& [chunk, kinds] : executor_->stats().chunk_seconds)
     for (int kind = 0; kind < 3; ++kind)
       if (!kinds[static_cast<size_t>(kind)].empty())
@@ -46,11 +51,13 @@ void Trainer::replan_for_measured_costs() {
   ChunkActionCosts costs;
   std::vector<double>* tables[3] = {&costs.forward, &costs.input, &costs.weight};
   for (std::vector<double>* t : tables) t->assign(static_cast<size_t>(chunks), 0.0);
+  double makespan = 0;
   for (const std::string& report : grid_.world().all_gather_bytes(mine.str())) {
     std::istringstream in(report);
     int chunk = 0, kind = 0;
     double micros = 0;
     while (in >> chunk >> kind >> micros) {
+      if (chunk == -1) makespan = std::max(makespan, micros);
       if (chunk < 0 || chunk >= chunks || kind < 0 || kind > 2) continue;
       double& slot = (*tables[kind])[static_cast<size_t>(chunk)];
       slot = std::max(slot, micros);
@@ -58,18 +65,19 @@ void Trainer::replan_for_measured_costs() {
   }
   for (std::vector<double>* t : tables)
     if (std::count(t->begin(), t->end(), 0.0) > 0) return;  // a chunk ran no action: nothing to plan
-  const CostedSchedule s = make_zb_v_for_costs(p.pp, data_->microbatches(), costs);
+  costs.send = fit_send_time(p.pp, data_->microbatches(), costs, makespan);
+  const CostedSchedule s = make_zb_v_for_costs(p.pp, data_->microbatches(), costs, cfg_.model.tie_embeddings);
   char line[160];
   std::snprintf(line, sizeof line, "simulated bubble %.3f -> %.3f", s.unit_bubble, s.bubble);
   if (!s.replanned) {
-    schedule_note_ = "zb-v: the unit-clock schedule kept for the first step's costs (" +
+    schedule_note_ = "zb-v: the unit-clock schedule kept for the measured costs (" +
                      format_chunk_costs(costs) + "): no candidate beats it";
     return;
   }
   costs_ = costs;
   train_actions_ = insert_communication(s.compute, p.pp, p.virtual_stages, ChunkPlacement::V)
       [static_cast<size_t>(grid_.rank(Axis::Pipeline))];
-  schedule_note_ = "zb-v: re-planned for the first step's costs (" + format_chunk_costs(costs) +
+  schedule_note_ = "zb-v: re-planned for the measured costs (" + format_chunk_costs(costs) +
                    "): " + line;
 }
 

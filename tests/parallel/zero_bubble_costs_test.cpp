@@ -1,8 +1,8 @@
 // ZB-V re-planned for measured costs (zero_bubble_costs.h): over 1-8 stages and 1-16
 // micro-batches and several cost profiles, the schedule is complete and deadlock-free under both
 // communicator models, never slower than make_zb_v's under the same costs, keeps every
-// per-chunk order and the head/embedding order of make_zb_v, and holds no more than make_zb_v's
-// peak on any rank. On the costs measured on the 2-core CPU it beats the unit clock by a margin.
+// per-chunk order and (tied embeddings) the head/embedding order of make_zb_v, and holds no more
+// than make_zb_v's peak on any rank. On the costs measured on the 2-core CPU it beats the unit clock by a margin.
 
 #include "meshtrain/parallel/zero_bubble_costs.h"
 
@@ -99,7 +99,8 @@ TEST(ZeroBubbleCosts, EveryCostedScheduleIsValidNeverSlowerAndKeepsTheOrders) {
       for (int m = 1; m <= 16; ++m) {
         SCOPED_TRACE(std::string(profile.name) + " pp=" + std::to_string(p) + " m=" + std::to_string(m));
         const ChunkActionCosts costs = profile.costs(p);
-        const CostedSchedule c = make_zb_v_for_costs(p, m, costs);
+        const bool tie = profile.name != std::string("uneven");  // one profile untied
+        const CostedSchedule c = make_zb_v_for_costs(p, m, costs, tie);
         const Schedule unit = make_zb_v(p, m);
         // Per chunk, each op in micro-batch order, every action on its own rank, 2m of each.
         for (int rank = 0; rank < p; ++rank) {
@@ -112,7 +113,9 @@ TEST(ZeroBubbleCosts, EveryCostedScheduleIsValidNeverSlowerAndKeepsTheOrders) {
           for (int k : rank_chunks(rank, p, 2, ChunkPlacement::V))
             for (int op = 0; op < 3; ++op) ASSERT_EQ(next[static_cast<size_t>(op * 2 * p + k)], m);
         }
-        EXPECT_EQ(tied_order(c.compute, p), tied_order(unit, p));
+        if (tie) {
+          EXPECT_EQ(tied_order(c.compute, p), tied_order(unit, p));
+        }
         const auto [w, i] = held(c.compute);
         const auto [unit_w, unit_i] = held(unit);
         for (int rank = 0; rank < p; ++rank) {
@@ -159,6 +162,15 @@ TEST(ZeroBubbleCosts, MeasuredCpuCostsOnTwoStages) {
     EXPECT_GT(c.unit_bubble, 0.035);
     EXPECT_LT(c.bubble, 0.035);
     EXPECT_LT(c.bubble, 0.8 * c.unit_bubble);
+  }
+  // Untied embeddings: the head's forwards and the embedding's weight gradients may move past
+  // each other, and the schedule can only get shorter for it.
+  for (int m : {8, 16}) {
+    const CostedSchedule tied = make_zb_v_for_costs(2, m, costs);
+    const CostedSchedule untied = make_zb_v_for_costs(2, m, costs, false);
+    EXPECT_LE(untied.makespan, tied.makespan) << "m=" << m;
+    std::printf("measured CPU costs, m=%d: unit %.4f, re-planned %.4f tied, %.4f untied\n", m,
+                tied.unit_bubble, tied.bubble, untied.bubble);
   }
   // Uniform costs: the unit clock's schedule is already at the bound; nothing to re-plan.
   ChunkActionCosts uniform;

@@ -10,9 +10,9 @@
 // What does not change, whatever the costs (so a run re-planned from timings trains bit for bit
 // like one that is not):
 //   - per chunk, F, I and W each run in ascending micro-batch order (every gradient sum's order);
-//   - on the rank holding both the head (chunk 2p - 1) and the embedding (chunk 0), the order of
-//     the head's forwards (whose backward runs inside them) and chunk 0's weight gradients is
-//     make_zb_v's: with tied embeddings both add to one gradient, in that order;
+//   - with tied embeddings, on the rank holding both the head (chunk 2p - 1) and the embedding
+//     (chunk 0), the order of the head's forwards (whose backward runs inside them) and chunk 0's
+//     weight gradients is make_zb_v's: both add to the one gradient, in that order;
 //   - memory: on every rank, neither the chunk-micro-batches held from F to W nor those held
 //     from F to I ever outnumber make_zb_v's peak on that rank (what `plan` counted).
 
@@ -27,6 +27,9 @@ namespace meshtrain {
 // entries each), in any unit (the trainer passes whole microseconds).
 struct ChunkActionCosts {
   std::vector<double> forward, input, weight;
+  // From the end of an action to the start of its consumer on another rank: the transfer and
+  // whatever the MPI progress of the two ranks adds (fit_send_time).
+  double send = 0;
 };
 
 struct CostedSchedule {
@@ -40,7 +43,17 @@ struct CostedSchedule {
 
 // Throws std::invalid_argument when a cost vector's size is not 2 x stages or a cost is not
 // positive and finite, and where make_zb_v refuses the sizes.
-CostedSchedule make_zb_v_for_costs(int stages, int microbatches, const ChunkActionCosts& costs);
+CostedSchedule make_zb_v_for_costs(int stages, int microbatches, const ChunkActionCosts& costs,
+                                   bool tied_embeddings = true);
+
+// The transfer time that makes make_zb_v's schedule, simulated under `costs`, take
+// `measured_makespan` (what a step took): with large messages a transfer completes only when
+// both ranks make MPI progress, so a schedule that hands an input gradient on just in time
+// waits for more than the copy. 0 where even free transfers do not explain the measured time
+// away (the executor's early weight gradients beat the plan); at most four times the mean
+// action. A bisection: the simulated makespan grows with the transfer time.
+double fit_send_time(int stages, int microbatches, const ChunkActionCosts& costs,
+                     double measured_makespan);
 
 // "F 2.75/2.73/2.71/3.05 I ... W ... ms" for logs (costs in microseconds).
 std::string format_chunk_costs(const ChunkActionCosts& costs);

@@ -109,7 +109,7 @@ class Trainer {
   // Async: the largest staleness of any share so far, as the servers recorded it (world rank 0;
   // 0 elsewhere).
   int staleness_seen() const { return stale_max_run_; }
-  // ZB-V after the first step (trainer_replan.cpp): what the re-planning did, for the log, once
+  // ZB-V after the second step (trainer_replan.cpp): what the re-planning did, for the log, once
   // ("" before it and after it is taken).
   std::string take_schedule_note() { return std::exchange(schedule_note_, std::string()); }
 
@@ -123,7 +123,7 @@ class Trainer {
   void log_async(const std::vector<LoggedStep>& steps);
 
   // ZB-V re-planned for measured costs (trainer_replan.cpp): whether this run does it, and the
-  // collective that does (every rank, after the first step).
+  // collective that does (every rank, after the second step).
   bool replans_for_costs() const;
   void replan_for_measured_costs();
 
@@ -145,7 +145,8 @@ class Trainer {
   std::unique_ptr<ModelState> state_;
   std::unique_ptr<DataFeed> data_;
   std::vector<Action> train_actions_, eval_actions_;
-  bool replanned_ = false;                    // the first step's costs were read
+  bool replanned_ = false;                    // the measured costs were read
+  int steps_timed_ = 0;                       // steps run before that
   std::optional<ChunkActionCosts> costs_;     // set where they gave a better schedule
   std::string schedule_note_;
   TraceWriter trace_;
