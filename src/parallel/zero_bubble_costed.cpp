@@ -186,17 +186,6 @@ std::optional<Candidate> play(int p, int m, const ChunkActionCosts& costs, doubl
   return out;
 }
 
-SimulationCosts simulation_costs(const ChunkActionCosts& c) {
-  SimulationCosts s;
-  s.chunk_forward = c.forward;
-  s.chunk_input = c.input;
-  s.chunk_weight = c.weight;
-  s.send = c.send;
-  s.chunk_backward.resize(c.input.size());
-  for (size_t k = 0; k < c.input.size(); ++k) s.chunk_backward[k] = c.input[k] + c.weight[k];
-  return s;
-}
-
 void check_costs(int stages, const ChunkActionCosts& costs) {
   const size_t chunks = 2 * static_cast<size_t>(std::max(stages, 0));
   for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>*>{"forward", &costs.forward},
@@ -216,6 +205,17 @@ void check_costs(int stages, const ChunkActionCosts& costs) {
 }
 
 }  // namespace
+
+SimulationCosts simulation_costs(const ChunkActionCosts& c) {
+  SimulationCosts s;
+  s.chunk_forward = c.forward;
+  s.chunk_input = c.input;
+  s.chunk_weight = c.weight;
+  s.send = c.send;
+  s.chunk_backward.resize(c.input.size());
+  for (size_t k = 0; k < c.input.size(); ++k) s.chunk_backward[k] = c.input[k] + c.weight[k];
+  return s;
+}
 
 CostedSchedule make_zb_v_for_costs(int stages, int microbatches, const ChunkActionCosts& costs,
                                    bool tied_embeddings) {

@@ -60,15 +60,6 @@ const std::vector<Profile>& profiles() {
   return all;
 }
 
-SimulationCosts simulation_costs(const ChunkActionCosts& c) {
-  SimulationCosts s;
-  s.chunk_forward = c.forward;
-  s.chunk_input = c.input;
-  s.chunk_weight = c.weight;
-  for (size_t k = 0; k < c.input.size(); ++k) s.chunk_backward.push_back(c.input[k] + c.weight[k]);
-  return s;
-}
-
 // The head's forwards and the embedding chunk's weight gradients on rank 0, in list order.
 std::vector<Action> tied_order(const Schedule& s, int p) {
   std::vector<Action> out;

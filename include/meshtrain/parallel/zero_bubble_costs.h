@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "meshtrain/parallel/schedule.h"
+#include "meshtrain/parallel/schedule_simulator.h"
 
 namespace meshtrain {
 
@@ -54,6 +55,9 @@ CostedSchedule make_zb_v_for_costs(int stages, int microbatches, const ChunkActi
 // action. A bisection: the simulated makespan grows with the transfer time.
 double fit_send_time(int stages, int microbatches, const ChunkActionCosts& costs,
                      double measured_makespan);
+
+// The same costs as the simulator takes them (schedule_simulator.h).
+SimulationCosts simulation_costs(const ChunkActionCosts& costs);
 
 // "F 2.75/2.73/2.71/3.05 I ... W ... ms" for logs (costs in microseconds).
 std::string format_chunk_costs(const ChunkActionCosts& costs);
