@@ -2,10 +2,10 @@
 // first is slower, with allocations and first touches). make_zb_v plans on a unit clock; after
 // that step every rank knows how long each of its chunks' forwards, input gradients and weight
 // gradients really took and how long the step's pipeline took (which fits the transfer time:
-// fit_send_time), the job agrees on one table (each
-// chunk's slowest report, over tensor and data-parallel copies: every pipeline group must run
-// the same schedule, since under ZeRO 2 and 3 weight gradients start collectives over the
-// replicas), and every rank plans the same schedule from it. What a step computes does not
+// fit_send_time), the job agrees on one table (each chunk's slowest report, over tensor and
+// data-parallel copies: every pipeline group must run the same schedule, since under ZeRO 2 and
+// 3 weight gradients start collectives over the replicas), and every rank plans the same
+// schedule from it. What a step computes does not
 // change (the schedule keeps every gradient sum's order), only when each part runs.
 
 #include <algorithm>
@@ -33,8 +33,7 @@ bool Trainer::replans_for_costs() const {
   // A host clock around an action measures its compute only where kernels run synchronously
   // (the CPU backend); CUDA kernels are queued and would be timed at their launch.
   return p.schedule == ScheduleKind::ZeroBubbleV && p.measured_schedule_costs && p.pp > 1 &&
-         be_.device() == Device::Cpu &&
-         !be_.planning();
+         be_.device() == Device::Cpu && !be_.planning();
 }
 
 void Trainer::replan_for_measured_costs() {
@@ -42,8 +41,10 @@ void Trainer::replan_for_measured_costs() {
   const ParallelOptions& p = cfg_.parallel;
   const int chunks = 2 * p.pp;
   std::ostringstream mine;
-  // The step's pipeline time, to fit the transfer time to (the slowest rank's: the makespan).
-  mine << "-1 0 " << std::round(executor_->stats().total_seconds * 1e6) << '\n';
+  // The step's pipeline time, to fit the transfer time to: the slowest rank's (the makespan)
+  // among those with this rank's micro-batch count (replicas may take uneven shares).
+  const int M = data_->microbatches();
+  mine << "-1 " << M << ' ' << std::round(executor_->stats().total_seconds * 1e6) << '\n';
   for (const auto& [chunk, kinds] : executor_->stats().chunk_seconds)
     for (int kind = 0; kind < 3; ++kind)
       if (!kinds[static_cast<size_t>(kind)].empty())
@@ -57,7 +58,7 @@ void Trainer::replan_for_measured_costs() {
     int chunk = 0, kind = 0;
     double micros = 0;
     while (in >> chunk >> kind >> micros) {
-      if (chunk == -1) makespan = std::max(makespan, micros);
+      if (chunk == -1 && kind == M) makespan = std::max(makespan, micros);
       if (chunk < 0 || chunk >= chunks || kind < 0 || kind > 2) continue;
       double& slot = (*tables[kind])[static_cast<size_t>(chunk)];
       slot = std::max(slot, micros);
@@ -65,8 +66,8 @@ void Trainer::replan_for_measured_costs() {
   }
   for (std::vector<double>* t : tables)
     if (std::count(t->begin(), t->end(), 0.0) > 0) return;  // a chunk ran no action: nothing to plan
-  costs.send = fit_send_time(p.pp, data_->microbatches(), costs, makespan);
-  const CostedSchedule s = make_zb_v_for_costs(p.pp, data_->microbatches(), costs, cfg_.model.tie_embeddings);
+  costs.send = fit_send_time(p.pp, M, costs, makespan);
+  const CostedSchedule s = make_zb_v_for_costs(p.pp, M, costs, cfg_.model.tie_embeddings);
   char line[160];
   std::snprintf(line, sizeof line, "simulated bubble %.3f -> %.3f", s.unit_bubble, s.bubble);
   if (!s.replanned) {
