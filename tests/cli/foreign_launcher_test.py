@@ -83,8 +83,9 @@ def main():
         expected = {"openmpi": "mpiexec", "mpich": "mpiexec.mpich"}[FLAVOUR]
         pick = ("set -euo pipefail; unset MESHTRAIN_MPIEXEC; bin=$1; "
                 "for i in $(seq 200); do source \"$2\"; echo \"$mpiexec\"; done")
-        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                   for _ in range(os.cpu_count() or 2)]
+        # Each burner stops by itself after 120 s, should this test be killed before its cleanup.
+        burner = "import time\nend = time.time() + 120\nwhile time.time() < end: pass"
+        burners = [subprocess.Popen([sys.executable, "-c", burner]) for _ in range(os.cpu_count() or 2)]
         try:
             p = subprocess.run(["bash", "-c", pick, "pick", BIN,
                                 os.path.join(REPO, "scripts", "mpi-launcher.sh")],
