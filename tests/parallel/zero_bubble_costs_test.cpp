@@ -1,5 +1,5 @@
 // ZB-V re-planned for measured costs (zero_bubble_costs.h): over 1-8 stages and 1-16
-// micro-batches and several cost profiles, the schedule is complete and deadlock-free under both
+// micro-batches (above 4 stages, six micro-batch counts) and several cost profiles, the schedule is complete and deadlock-free under both
 // communicator models, never slower than make_zb_v's under the same costs, keeps every
 // per-chunk order and (tied embeddings) the head/embedding order of make_zb_v, and holds no more
 // than make_zb_v's peak on any rank. On the costs measured on the 2-core CPU it beats the unit clock by a margin.
@@ -88,6 +88,9 @@ TEST(ZeroBubbleCosts, EveryCostedScheduleIsValidNeverSlowerAndKeepsTheOrders) {
   for (const Profile& profile : profiles()) {
     for (int p = 1; p <= 8; ++p) {
       for (int m = 1; m <= 16; ++m) {
+        // Above 4 stages (seconds each under the sanitizers), the regimes only: m below, at, just
+        // above and well above the stage count.
+        if (p > 4 && m != 1 && m != p / 2 && m != p && m != p + 1 && m != p + 4 && m != 16) continue;
         SCOPED_TRACE(std::string(profile.name) + " pp=" + std::to_string(p) + " m=" + std::to_string(m));
         const ChunkActionCosts costs = profile.costs(p);
         const bool tie = profile.name != std::string("uneven");  // one profile untied
@@ -131,7 +134,7 @@ TEST(ZeroBubbleCosts, EveryCostedScheduleIsValidNeverSlowerAndKeepsTheOrders) {
       }
     }
   }
-  EXPECT_EQ(checked, 4 * 8 * 16);
+  EXPECT_EQ(checked, 4 * (4 * 16 + 4 * 6));
   std::printf("re-planned %d of %d (profile, pp, m)\n", replanned, checked);
   EXPECT_GT(replanned, checked / 8);
 }
