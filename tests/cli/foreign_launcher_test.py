@@ -37,6 +37,7 @@ train = "synthetic"
 val = "synthetic"
 synthetic_bytes = 20000
 [train]
+precision = "fp32"
 steps = 1
 global_batch = 4
 micro_batch = 2
