@@ -364,12 +364,11 @@ const std::vector<KeySpec>& schema() {
     k.push_back(int_key("parallel", "virtual_stages", 1, 1, 1024,
                         "Model chunks per pipeline rank (interleaved and gpipe; zb-v: 2).",
                         [](Config& c, int64_t v) { c.parallel.virtual_stages = static_cast<int>(v); }));
-    k.push_back(choice_key("parallel", "schedule_costs", "measured", {"measured", "unit"},
+    k.push_back(choice_key("parallel", "schedule_costs", "unit", {"unit", "measured"},
                            "zb-v: \"measured\" re-plans the schedule after the second step for "
                            "the time each chunk's forward, input gradient and weight gradient "
                            "took and for the transfers' delay (same arithmetic; CPU backend); "
-                           "\"unit\" keeps the schedule "
-                           "planned for equal costs.",
+                           "\"unit\" keeps the schedule planned for equal costs.",
                            [](Config& c, const std::string& v) {
                              c.parallel.measured_schedule_costs = v == "measured";
                            }));
