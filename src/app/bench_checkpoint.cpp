@@ -160,7 +160,7 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
   std::vector<double> raw_w, raw_r, ck_w, ck_r, ck_w_data, ck_w_verify, ck_r_data;
   int64_t bytes = 0;
   int wrong = 0;
-  bool independent = false;
+  bool independent = false, load_independent = false;
   std::string path;
   for (int rep = 0; rep < kRepeats; ++rep) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -184,6 +184,7 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
     const CheckpointStats l = checkpointer.load(trainer.state(), path);
     ck_r.push_back(l.seconds);
     ck_r_data.push_back(l.data_seconds);
+    load_independent = l.independent;
     if (owned_bytes(trainer, backend) != saved) ++wrong;
 
     MPI_Barrier(MPI_COMM_WORLD);
@@ -240,8 +241,9 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
   report.header(line);
   report.header("ceiling: raw write(2) of the same bytes in 4 MiB blocks + fsync, each rank its "
                 "share to its own file; reads after POSIX_FADV_DONTNEED; best of 5");
-  report.header(std::string("transfers: ") + (independent ? "independent" : "collective") +
-                " (checkpoint.io = auto)");
+  report.header(std::string("transfers (checkpoint.io = auto): save ") +
+                (independent ? "independent" : "collective") + ", load " +
+                (load_independent ? "independent" : "collective"));
   report.columns({"MB", "time_ms", "MB/s", "ratio"});
   const double mb = static_cast<double>(bytes) / 1e6;
   const double rw = best(raw_w), rr = best(raw_r), cw = best(ck_w), cr = best(ck_r);

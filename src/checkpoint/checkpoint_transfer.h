@@ -24,9 +24,14 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 // checkpoint.io = "auto": independent transfers when every rank's pieces are long runs (ZeRO
 // shards, whole tensors), where MPI-IO's aggregation only adds copies and a synchronisation per
 // tensor; collective when some rank holds short strided runs (tensor-parallel column slices),
-// which aggregation turns into large requests. Collective.
+// which aggregation turns into large requests. A load is also collective where the ranks' runs
+// take turns along the file in stretches shorter than kSequentialStretchBytes (ZeRO shards of a
+// model in many buckets): read independently, every rank's stream skips ahead at each of the
+// others' runs, so the OS's read-ahead restarts and each rank waits for one request at a time,
+// while aggregators read the file in a few sequential sweeps. Collective.
+enum class TransferDirection { Save, Load };
 CheckpointFile::Transfer transfer_mode(CheckpointIo io, const std::vector<Entry>& entries,
-                                       bool primary_only, DType dt, Communicator& world);
+                                       TransferDirection direction, DType dt, Communicator& world);
 
 // Runs `transfer` on this rank: a collective transfer under one agreement each (a rank whose
 // transfer failed must not leave the others inside the next collective); an independent one

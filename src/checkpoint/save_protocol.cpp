@@ -266,7 +266,7 @@ SaveJob plan_save(const Config& cfg, ModelState& state, int64_t step, const std:
     std::sort(job.own.begin(), job.own.end());
   });
   job.entries = plan_entries(state, world);
-  job.how = transfer_mode(cfg.checkpoint.io, job.entries, true, job.dt, world);
+  job.how = transfer_mode(cfg.checkpoint.io, job.entries, TransferDirection::Save, job.dt, world);
   CheckpointInfo& info = job.info;
   info.step = step;
   info.optimizer_steps = state.steps_taken();

@@ -173,10 +173,6 @@ void CheckpointFile::close() {
     ::munmap(const_cast<char*>(map_), map_size_);
     map_ = nullptr;
   }
-  if (prefetch_fd_ >= 0) {
-    ::close(prefetch_fd_);
-    prefetch_fd_ = -1;
-  }
   if (file_ < 0) return;
   for (auto& [name, id] : datasets_) H5Dclose(id);
   datasets_.clear();
@@ -536,22 +532,6 @@ uint64_t CheckpointFile::stored_checksum(const std::string& name, const std::vec
   const char* data = map_ + offset;
   return type == DType::F32 ? checksum_typed<uint32_t>(data, Layout::InPlace, global, boxes)
                             : checksum_typed<uint64_t>(data, Layout::InPlace, global, boxes);
-}
-
-void CheckpointFile::prefetch(const std::string& name, const std::vector<Box>& boxes) {
-  if (boxes.empty()) return;
-  const haddr_t offset = H5Dget_offset(dataset(name));
-  if (offset == HADDR_UNDEF) {
-    H5Eclear2(H5E_DEFAULT);
-    return;
-  }
-  const Shape global = shape(name);
-  const auto [lo, hi] = element_span(global, boxes);
-  if (prefetch_fd_ < 0) prefetch_fd_ = ::open(path_.c_str(), O_RDONLY);
-  if (prefetch_fd_ < 0 || hi <= lo) return;  // only a hint: reading will say what is wrong
-  const int64_t size = static_cast<int64_t>(dtype_size(dtype(name)));
-  ::posix_fadvise(prefetch_fd_, static_cast<off_t>(offset + lo * size), static_cast<off_t>((hi - lo) * size),
-                  POSIX_FADV_WILLNEED);
 }
 
 void CheckpointFile::set_checksum(const std::string& name, uint64_t sum) {

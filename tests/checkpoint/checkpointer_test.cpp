@@ -349,6 +349,33 @@ TEST_F(Refusal, AutoTransfersAreIndependentOnlyForLongRuns) {
   EXPECT_TRUE(loaded.independent);
 }
 
+TEST_F(Refusal, AutoLoadsAreCollectiveWhereShardsTakeTurnsAlongTheFile) {
+  // ZeRO 1 on the data-parallel ranks: each rank owns every other stretch of a few MB of the
+  // file. Saved independently (long runs), loaded collectively (read independently, each rank's
+  // stream would skip the others' stretches); one rank reads the file in one sweep.
+  Config c = testing::tiny_config(dir_.path());
+  c.model.layers = 2;
+  c.model.d_model = 640;
+  c.model.heads = 8;
+  c.parallel.dp = world_size();
+  c.parallel.zero = 1;
+  c.train.global_batch = 2 * world_size();
+  c.train.micro_batch = 2;
+  c.checkpoint.dir = dir_.file("zero1_turns");
+  check_layout(c, world_size());
+  ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 60.0);
+  Trainer t(c, grid, be_);
+  t.train_step(0);
+  const std::vector<float> at_save = owned_values(t, be_);
+  Checkpointer ck(c, grid);
+  const CheckpointStats saved = ck.save(t.state(), t.step());
+  EXPECT_TRUE(saved.independent);
+  t.train_step(1);
+  const CheckpointStats loaded = ck.load(t.state(), saved.path);
+  EXPECT_EQ(loaded.independent, world_size() == 1);
+  EXPECT_EQ(owned_values(t, be_), at_save);
+}
+
 TEST_F(Refusal, BackgroundSaveWritesTheStateOfItsStep) {
   Config c = config_;
   c.checkpoint.dir = dir_.file("background");

@@ -45,7 +45,8 @@
 // checkpoint/model_signature.h), every dataset of the deck's model present with its global shape and a
 // checksum, no other — and a refusal there leaves the trainer as it was. Then each rank reads every piece it
 // holds (replicas and the last stage's tied embedding included) straight from the global
-// datasets, its byte ranges prefetched, into the model's memory where it can (else staged:
+// datasets (collectively where the ranks' pieces take turns along the file in short stretches,
+// checkpoint_transfer.h), into the model's memory where it can (else staged:
 // another precision is converted, device memory copied, after the check); checksums are
 // recomputed over the primary pieces of THIS layout (each element once) by a worker while the
 // next dataset is read. A mismatch refuses the checkpoint naming the dataset; the trainer's

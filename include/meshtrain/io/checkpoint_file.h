@@ -170,11 +170,6 @@ class CheckpointFile {
   // (contiguous little-endian storage; anything else is read and converted). Not collective.
   uint64_t stored_checksum(const std::string& name, const std::vector<Box>& boxes);
 
-  // Asks the OS to start reading this rank's elements `boxes` of `name` (the byte span they
-  // touch) in the background, so the device streams while earlier datasets are checked and
-  // applied. Only a hint; not collective.
-  void prefetch(const std::string& name, const std::vector<Box>& boxes);
-
   // Collective: the dataset's @checksum attribute.
   void set_checksum(const std::string& name, uint64_t sum);
   // Its @checksum, or nothing if absent.
@@ -193,7 +188,6 @@ class CheckpointFile {
   mutable std::map<std::string, int64_t> datasets_;
   const char* map_ = nullptr;  // stored_checksum's mapping of the file
   size_t map_size_ = 0;
-  int prefetch_fd_ = -1;
 };
 
 }  // namespace meshtrain
