@@ -15,6 +15,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/fault_injection.h"
@@ -27,6 +30,17 @@
 namespace meshtrain {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Linux keeps a nice value per thread (setpriority on a thread id), and threads this one starts
+// (the hashing worker, the write-back) inherit it. Raising one's own nice value needs no
+// privilege; were it refused, the write would only run at the training's priority.
+void lower_this_thread(int nice) {
+  if (nice > 0) (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice);
+}
+
+}  // namespace
 
 // A save running in the background: its job (holding the snapshot), and what it ended with.
 struct Checkpointer::Pending {
@@ -259,6 +273,7 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
         } end{p};
         fill_snapshot(p->job, true);
       }
+      lower_this_thread(cfg_.checkpoint.async_nice);
       const SaveTimes times = write_and_publish(p->job, *writer_comm_, writer_comm_->comm(), *kill_);
       if (rank0) pruner_->post([this, step = p->job.step, own = p->job.own] { prune_checkpoints(cfg_, step, own, *kill_); });
       p->stats = summarize(p->job, seconds_since(t0), times.data_seconds, times.verify_seconds, *writer_comm_);

@@ -157,7 +157,8 @@ std::string dump_config(const Config& c) {
      << "io = " << quoted(k.io == CheckpointIo::Collective    ? "collective"
                           : k.io == CheckpointIo::Independent ? "independent"
                                                               : "auto") << "\n"
-     << "async = " << boolean(k.async) << "\n";
+     << "async = " << boolean(k.async) << "\n"
+     << "async_nice = " << k.async_nice << "\n";
   return os.str();
 }
 

@@ -529,7 +529,8 @@ const std::vector<KeySpec>& schema() {
                            "How ranks move their parts of each tensor: \"collective\" MPI-IO "
                            "(aggregated by MPI, for many small strided pieces), \"independent\" "
                            "(each rank its own runs, no synchronisation per tensor); \"auto\": "
-                           "independent when every rank's pieces average 256 KiB or more.",
+                           "independent when every rank's pieces average 256 KiB or more, and "
+                           "for loads also lie in sequential stretches of 32 MiB or more.",
                            [](Config& c, const std::string& v) {
                              c.checkpoint.io = v == "collective"    ? CheckpointIo::Collective
                                                : v == "independent" ? CheckpointIo::Independent
@@ -541,6 +542,11 @@ const std::vector<KeySpec>& schema() {
                          "on; the next save, a stop and the end of the run wait for it. Costs "
                          "host memory for one copy of this rank's parameters and moments.",
                          [](Config& c, bool v) { c.checkpoint.async = v; }));
+    k.push_back(int_key("checkpoint", "async_nice", 10, 0, 19,
+                        "The nice value of the background write's threads once the state is "
+                        "copied: training threads get most of a core they share with the write, "
+                        "which takes longer (0: the write competes as an equal).",
+                        [](Config& c, int64_t v) { c.checkpoint.async_nice = static_cast<int>(v); }));
     return k;
   }();
   return keys;

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -374,6 +375,40 @@ TEST_F(Refusal, AutoLoadsAreCollectiveWhereShardsTakeTurnsAlongTheFile) {
   const CheckpointStats loaded = ck.load(t.state(), saved.path);
   EXPECT_EQ(loaded.independent, world_size() == 1);
   EXPECT_EQ(owned_values(t, be_), at_save);
+}
+
+// The nice values of this process's threads now (Linux: /proc/self/task/<tid>/stat, field 19).
+std::vector<int> thread_nice_values() {
+  std::vector<int> out;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    std::ifstream in(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;  // the thread ended while being read
+    std::istringstream fields(stat.substr(close + 1));
+    std::string field;
+    for (int k = 3; k <= 19 && fields >> field; ++k)
+      if (k == 19) out.push_back(std::stoi(field));
+  }
+  return out;
+}
+
+TEST_F(Refusal, BackgroundWriteRunsAtItsNiceValue) {
+  Config c = config_;
+  c.checkpoint.dir = dir_.file("nice");
+  c.checkpoint.async = true;
+  c.checkpoint.async_nice = 7;
+  ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 60.0);
+  Trainer t(c, grid, be_);
+  t.set_step(1);
+  Checkpointer ck(c, grid);
+  ck.start_save(t.state(), t.step(), be_.memory());
+  bool seen = false;
+  do {
+    for (int nice : thread_nice_values()) seen = seen || nice == 7;
+  } while (!ck.poll());
+  EXPECT_TRUE(seen) << "no thread of this rank ran at checkpoint.async_nice = 7 during the write";
+  for (int nice : thread_nice_values()) EXPECT_EQ(nice, 0) << "the nice value outlived the write";
 }
 
 TEST_F(Refusal, BackgroundSaveWritesTheStateOfItsStep) {

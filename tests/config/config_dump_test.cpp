@@ -22,7 +22,7 @@ const std::vector<std::string> kOverrides = {
     "train.precision=\"fp64\"", "train.lr=3e-4",        "train.eps=1e-10",
     "parallel.dp=2",            "parallel.pp=2",        "parallel.schedule=\"gpipe\"",
     "parallel.partition=[2, 4]", "parallel.recompute=\"full\"",
-    "checkpoint.resume=\"none\"", "checkpoint.io=\"independent\""};
+    "checkpoint.resume=\"none\"", "checkpoint.io=\"independent\"", "checkpoint.async_nice=3"};
 
 TEST(ConfigDump, ReadsBackAsItself) {
   for (const auto& overrides : {std::vector<std::string>{}, kOverrides}) {

@@ -127,6 +127,10 @@ struct CheckpointOptions {
   // Copy the state to host memory at the step boundary and write it in the background while
   // training goes on (the next save, a stop and the end of the run wait for it).
   bool async = false;
+  // The nice value of the background write's threads once the copy is taken (the copy itself,
+  // which the next update waits for, runs at the training's priority): training threads then
+  // get most of a core they share with the write, and the write takes longer.
+  int async_nice = 10;
 };
 
 struct Config {
