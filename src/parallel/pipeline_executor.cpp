@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -100,10 +101,11 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
     next_writer[i] = writes ? i : next_writer[i + 1];
   }
   size_t weights_run = 0;
-  auto account = [&](int k, PipelineStats::ActionKind kind, clock::time_point t0) {
+  // A whole backward (no split into input and weight gradients) has no kind of its own.
+  auto account = [&](int k, std::optional<PipelineStats::ActionKind> kind, clock::time_point t0) {
     const double seconds = pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
     stats_.compute_seconds += seconds;
-    stats_.chunk_seconds[k][kind].push_back(seconds);
+    if (kind) stats_.chunk_seconds[k][*kind].push_back(seconds);
   };
   auto run_weights = [&](const Action& a) {
     const auto t0 = clock::now();
@@ -198,11 +200,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
           if (k > 0) s.dinput = din;
           s.input_gradient_done = true;
         }
-        if (a.op == Op::BackwardInput) {
-          account(k, PipelineStats::kInput, t0);
-        } else {
-          stats_.compute_seconds += pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
-        }
+        account(k, a.op == Op::BackwardInput ? std::optional(PipelineStats::kInput) : std::nullopt, t0);
         break;
       }
     }

@@ -308,9 +308,11 @@ CostedSchedule make_zb_v_for_costs(int stages, int microbatches, const ChunkActi
   check_costs(p, costs);
   const int chunks = 2 * p;
   const SimulationCosts sim = simulation_costs(costs);
+  auto simulated_with = [&](const Schedule& with_communication, CommModel model) {
+    return simulate(with_communication, p, 2, m, sim, model, Passes::ForwardAndBackward, ChunkPlacement::V);
+  };
   auto simulated = [&](const Schedule& compute) {
-    return simulate(insert_communication(compute, p, 2, ChunkPlacement::V), p, 2, m, sim, CommModel::Mpi,
-                    Passes::ForwardAndBackward, ChunkPlacement::V);
+    return simulated_with(insert_communication(compute, p, 2, ChunkPlacement::V), CommModel::Mpi);
   };
   const SimulationResult base = simulated(unit);
   if (!base.ok) throw std::logic_error("zb-v costs: make_zb_v's schedule fails to simulate: " + base.error);
@@ -367,9 +369,8 @@ CostedSchedule make_zb_v_for_costs(int stages, int microbatches, const ChunkActi
   if (best) tries.push_back(std::move(best->compute));
   for (Schedule& t : tries) {
     const Schedule with = insert_communication(t, p, 2, ChunkPlacement::V);
-    const SimulationResult r = simulated(t);
-    const SimulationResult nccl = simulate(with, p, 2, m, sim, CommModel::Nccl,
-                                           Passes::ForwardAndBackward, ChunkPlacement::V);
+    const SimulationResult r = simulated_with(with, CommModel::Mpi);
+    const SimulationResult nccl = simulated_with(with, CommModel::Nccl);
     if (!r.ok || !nccl.ok || r.makespan >= base.makespan || !within(held_peaks(with), limit)) continue;
     out.compute = std::move(t);
     out.replanned = true;

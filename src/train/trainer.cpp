@@ -171,7 +171,8 @@ StepResult Trainer::train_step(int step) {
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
 
   r.bubble = world_sum(executor_->stats().bubble()) / grid_.world_size();
-  if (!replanned_ && replans_for_costs() && ++steps_timed_ == 2) replan_for_measured_costs();
+  // Re-planned once, after the second step (the first is slowed by allocations).
+  if (steps_timed_ < 2 && replans_for_costs() && ++steps_timed_ == 2) replan_for_measured_costs();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Rank 0's clock is the job's: every step ends in collectives that all ranks take part in.
   r.seconds = grid_.world().all_reduce_scalar(r.seconds, ReduceOp::Max);

@@ -37,7 +37,6 @@ bool Trainer::replans_for_costs() const {
 }
 
 void Trainer::replan_for_measured_costs() {
-  replanned_ = true;
   const ParallelOptions& p = cfg_.parallel;
   const int chunks = 2 * p.pp;
   std::ostringstream mine;

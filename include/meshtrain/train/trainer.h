@@ -145,8 +145,7 @@ class Trainer {
   std::unique_ptr<ModelState> state_;
   std::unique_ptr<DataFeed> data_;
   std::vector<Action> train_actions_, eval_actions_;
-  bool replanned_ = false;                    // the measured costs were read
-  int steps_timed_ = 0;                       // steps run before that
+  int steps_timed_ = 0;                       // steps run, up to 2: then re-planned (zb-v)
   std::optional<ChunkActionCosts> costs_;     // set where they gave a better schedule
   std::string schedule_note_;
   TraceWriter trace_;
