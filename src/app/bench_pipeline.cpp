@@ -9,6 +9,13 @@
 // With more ranks than cores, oversubscribed cores would turn idle time of one rank into compute
 // time of another and distort the bubble: every rank then emulates a slower device (its compute
 // padded with sleep, parallel/slowdown.h) so that the ranks fit on the cores.
+//
+// Identical blocks do not make equal stages: the rank holding the embedding and the head (the
+// first and the last stage; under ZB-V's V both are on rank 0) computes more, and the other ranks
+// wait for it every step — idle time that counts in the mean bubble though no schedule could
+// remove it. Two more columns tell them apart: `critical`, the idle fraction of the rank with the
+// most compute (what the schedule makes the slowest rank wait: the step cannot be shorter than
+// that rank's compute), and `imbalance`, 1 - mean compute / most compute (the partition's part).
 
 #include <mpi.h>
 
@@ -32,7 +39,7 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
   CpuBackend backend(1);
   const DeviceEmulation devices = device_emulation();
   set_compute_slowdown(devices.factor);
-  report.columns({"stages", "microbatches", "step_ms", "bubble", "theory", "ratio"});
+  report.columns({"stages", "microbatches", "step_ms", "bubble", "theory", "ratio", "critical", "imbalance"});
   report.header("pipeline: " + std::to_string(ranks) + " stages, 8 blocks of d_model 256, micro-batch 2 x 128 tokens; "
                 "ratio = measured / theory (1 is ideal, above 1 means communication or imbalance)" +
                 (devices.factor > 1 ? "; " + std::to_string(devices.ranks_per_node) + " ranks on " +
@@ -62,7 +69,7 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
       check_layout(c, ranks);
       ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 600.0);
       Trainer trainer(c, grid, backend);
-      std::vector<double> bubble, ms;
+      std::vector<double> bubble, ms, critical, imbalance;
       int wrong = 0;
       for (int s = 0; s <= args.steps; ++s) {
         const StepResult r = trainer.train_step(s);
@@ -70,16 +77,25 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
         if (s == 0) continue;
         bubble.push_back(r.bubble);
         ms.push_back(r.seconds * 1e3);
+        double most = r.pipeline_compute_seconds, sum = r.pipeline_compute_seconds;
+        MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        // Ties: any of the busiest ranks' idle fractions (the largest).
+        double idle = r.pipeline_compute_seconds == most && r.pipeline_seconds > 0
+                          ? 1.0 - r.pipeline_compute_seconds / r.pipeline_seconds
+                          : -1.0;
+        MPI_Allreduce(MPI_IN_PLACE, &idle, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        critical.push_back(idle);
+        imbalance.push_back(most > 0 ? 1.0 - sum / ranks / most : 0.0);
       }
-      std::sort(bubble.begin(), bubble.end());
-      std::sort(ms.begin(), ms.end());
+      for (std::vector<double>* v : {&bubble, &ms, &critical, &imbalance}) std::sort(v->begin(), v->end());
       const double theory = theoretical_bubble(kind, ranks, m, v);
       const double measured = bubble[bubble.size() / 2];
       report.row(std::string(schedule_name(kind)) +
                      (kind == ScheduleKind::ZeroBubbleV && variant.measured_costs ? " measured" : "") +
                      " m=" + std::to_string(m),
                  {static_cast<double>(ranks), static_cast<double>(m), ms[ms.size() / 2], measured,
-                  theory, measured / theory},
+                  theory, measured / theory, critical[critical.size() / 2], imbalance[imbalance.size() / 2]},
                  wrong);
     }
   }

@@ -41,6 +41,9 @@ struct StepResult {
   double loss = 0, lr = 0, grad_norm = 0;
   double seconds = 0, tokens_per_second = 0;
   double bubble = 0;  // measured, mean over ranks
+  // This rank's pipeline phase (the executor's forward and backward): its compute and its
+  // length; bubble is 1 - their ratio, averaged over the ranks.
+  double pipeline_compute_seconds = 0, pipeline_seconds = 0;
   // This rank's compute: forward and backward (the executor's), and the optimizer step (with
   // ZeRO's parameter all-gather, which the ranks reach together: the loss and gradient-norm
   // reductions before it synchronise them). Host wall-clock time: with asynchronous kernels
