@@ -38,7 +38,8 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
   if (ranks < 2) throw std::runtime_error("bench --suite pipeline needs 2 or more ranks (mpiexec -n 2)");
   CpuBackend backend(1);
   const DeviceEmulation devices = device_emulation();
-  set_compute_slowdown(devices.factor);
+  // Padded to factor x CPU time: the ranks share the cores (slowdown.h, PaddedCompute).
+  set_compute_slowdown(devices.factor, PaddingBasis::CpuTime);
   report.columns({"stages", "microbatches", "step_ms", "bubble", "theory", "ratio", "critical", "imbalance"});
   report.header("pipeline: " + std::to_string(ranks) + " stages, 8 blocks of d_model 256, micro-batch 2 x 128 tokens; "
                 "ratio = measured / theory (1 is ideal, above 1 means communication or imbalance)" +

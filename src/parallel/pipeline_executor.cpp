@@ -102,18 +102,18 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
   }
   size_t weights_run = 0;
   // A whole backward (no split into input and weight gradients) has no kind of its own.
-  auto account = [&](int k, std::optional<PipelineStats::ActionKind> kind, clock::time_point t0) {
-    const double seconds = pad_compute(std::chrono::duration<double>(clock::now() - t0).count());
+  auto account = [&](int k, std::optional<PipelineStats::ActionKind> kind, PaddedCompute& timer) {
+    const double seconds = timer.finish();
     stats_.compute_seconds += seconds;
     if (kind) stats_.chunk_seconds[k][*kind].push_back(seconds);
   };
   auto run_weights = [&](const Action& a) {
-    const auto t0 = clock::now();
+    PaddedCompute timer;
     {
       TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
       chunk(a.chunk).backward_weights(slots[{a.chunk, a.microbatch}].weights, hooks);
     }
-    account(a.chunk, PipelineStats::kWeight, t0);
+    account(a.chunk, PipelineStats::kWeight, timer);
     ++weights_run;
   };
   auto wait_filling = [&](Work& transfer, const std::string& what, size_t index) {
@@ -164,14 +164,14 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
           }
         }
         s.input = Tensor{};
-        const auto t0 = clock::now();
+        PaddedCompute timer;
         {
           TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
           Tensor out = chunk(k).forward(microbatches[m], input, s.saved, pass, recompute_, dloss,
                                         &loss, hooks);
           if (k < last_chunk) s.output = out;
         }
-        account(k, PipelineStats::kForward, t0);
+        account(k, PipelineStats::kForward, timer);
         break;
       }
       case Op::BackwardWeight:
@@ -192,7 +192,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
           }
         }
         s.doutput = Tensor{};
-        const auto t0 = clock::now();
+        PaddedCompute timer;
         {
           TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
           Tensor din = chunk(k).backward(microbatches[m], dout, s.saved, recompute_, hooks,
@@ -200,7 +200,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
           if (k > 0) s.dinput = din;
           s.input_gradient_done = true;
         }
-        account(k, a.op == Op::BackwardInput ? std::optional(PipelineStats::kInput) : std::nullopt, t0);
+        account(k, a.op == Op::BackwardInput ? std::optional(PipelineStats::kInput) : std::nullopt, timer);
         break;
       }
     }

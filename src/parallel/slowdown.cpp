@@ -1,5 +1,7 @@
 #include "meshtrain/parallel/slowdown.h"
 
+#include <time.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -16,6 +18,7 @@ namespace {
 // Process-wide by design (slowdown.h): emulated hardware, like the device itself, belongs to
 // the process, not to one object. Atomic: the executor may read it from any thread.
 std::atomic<double> g_factor{1.0};
+std::atomic<bool> g_cpu_basis{false};
 
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw std::invalid_argument(
@@ -32,11 +35,12 @@ std::string trim(const std::string& s) {
 
 }  // namespace
 
-void set_compute_slowdown(double factor) {
+void set_compute_slowdown(double factor, PaddingBasis basis) {
   if (!(factor >= 1.0) || !std::isfinite(factor))
     throw std::invalid_argument("compute slowdown factor " + std::to_string(factor) +
                                 " (expected a finite number >= 1)");
   g_factor.store(factor);
+  g_cpu_basis.store(basis == PaddingBasis::CpuTime);
 }
 
 double compute_slowdown() { return g_factor.load(); }
@@ -91,6 +95,34 @@ double pad_compute(double seconds) {
   const auto t0 = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1.0) * seconds));
   return seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+namespace {
+
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double thread_cpu_now() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+}  // namespace
+
+PaddedCompute::PaddedCompute()
+    : factor_(compute_slowdown()),
+      cpu_basis_(g_cpu_basis.load()),
+      wall_start_(wall_now()),
+      cpu_start_(factor_ > 1.0 && cpu_basis_ ? thread_cpu_now() : 0.0) {}
+
+double PaddedCompute::finish() {
+  const double wall = wall_now() - wall_start_;
+  if (factor_ <= 1.0) return wall;
+  const double missing = factor_ * (cpu_basis_ ? thread_cpu_now() - cpu_start_ : wall) - wall;
+  if (missing > 0) std::this_thread::sleep_for(std::chrono::duration<double>(missing));
+  return wall_now() - wall_start_;  // a sleep may overrun: the rank really spent it
 }
 
 }  // namespace meshtrain

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <time.h>
+
 #include <chrono>
+#include <thread>
 #include <stdexcept>
 #include <string>
 
@@ -51,6 +54,46 @@ TEST(Slowdown, PadsComputeBySleeping) {
   EXPECT_GE(slept, 0.04);          // (3 - 1) x 20 ms
   EXPECT_GE(padded, 0.06);         // 20 ms computed + at least 40 ms slept
   EXPECT_LT(padded, 0.02 + slept + 1e-3);
+}
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Burns `seconds` of this thread's CPU time (longer elapsed, if the thread is descheduled).
+void spin_cpu(double seconds) {
+  const double until = thread_cpu_seconds() + seconds;
+  volatile uint64_t x = 0;
+  while (thread_cpu_seconds() < until) x = x + 1;
+}
+
+TEST(Slowdown, PadsToElapsedOrCpuTime) {
+  {
+    PaddedCompute none;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const double t = none.finish();
+    EXPECT_GE(t, 0.005);
+    EXPECT_LT(t, 0.05);  // nothing slept on top
+  }
+  // Elapsed: a 20 ms action that waited (no CPU) is padded three-fold all the same.
+  set_compute_slowdown(3.0);
+  PaddedCompute waited;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GE(waited.finish(), 0.06);
+  // CPU time: the waiting counts for nothing, the computing three-fold.
+  set_compute_slowdown(3.0, PaddingBasis::CpuTime);
+  PaddedCompute idle;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double idle_padded = idle.finish();
+  PaddedCompute busy;
+  spin_cpu(0.02);
+  const double busy_padded = busy.finish();
+  set_compute_slowdown(1.0);
+  EXPECT_GE(idle_padded, 0.02);
+  EXPECT_LT(idle_padded, 0.05);  // the sleep, its overrun, a little CPU tripled: not 60 ms
+  EXPECT_GE(busy_padded, 0.06);  // 3 x 20 ms of CPU
 }
 
 }  // namespace

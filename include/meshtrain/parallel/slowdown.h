@@ -19,8 +19,14 @@
 
 namespace meshtrain {
 
-// This process's factor (>= 1; 1: no slowdown).
-void set_compute_slowdown(double factor);
+// What PaddedCompute pads a slowed action to: factor x its elapsed time (MESHTRAIN_SLOWDOWN's
+// stragglers, slower than ranks that share the same cores under the same contention), or factor
+// x the CPU time the action took (emulated devices: every rank slowed alike so that ranks
+// outnumbering the cores fit on them, each as if it had a device of its own; see PaddedCompute).
+enum class PaddingBasis { Elapsed, CpuTime };
+
+// This process's factor (>= 1; 1: no slowdown), and the basis of its padding.
+void set_compute_slowdown(double factor, PaddingBasis basis = PaddingBasis::Elapsed);
 double compute_slowdown();
 
 // The factor `spec` (the MESHTRAIN_SLOWDOWN syntax above) gives `world_rank`; 1 for an empty
@@ -32,5 +38,25 @@ double slowdown_for_rank(const std::string& spec, int world_rank);
 // returns the padded duration: `seconds` plus the time slept (about factor x seconds; `seconds`
 // itself where there is no slowdown).
 double pad_compute(double seconds);
+
+// Times one compute action, made before it; finish() after it pads the action on a slowed
+// process (sleeping what is missing) and returns the action's duration, padded; without a
+// slowdown, the elapsed time, nothing slept. Under PaddingBasis::CpuTime the padding is to
+// factor x the CPU time the calling thread spent in the action: where ranks share cores, an
+// action that waited for a core would otherwise be stretched factor-fold for the wait too, and an
+// emulated device's speed would depend on what the other ranks did (bench --suite pipeline, 4
+// ranks on 2 cores: the ranks' compute differed by 4-16% padded on elapsed time, 1-4% on CPU
+// time). On a multi-threaded backend the calling thread's CPU time stands for the team's: it
+// takes part in every parallel region.
+class PaddedCompute {
+ public:
+  PaddedCompute();
+  double finish();
+
+ private:
+  double factor_;
+  bool cpu_basis_;
+  double wall_start_, cpu_start_;
+};
 
 }  // namespace meshtrain
