@@ -45,7 +45,7 @@ double pad_compute(double seconds);
 // factor x the CPU time the calling thread spent in the action: where ranks share cores, an
 // action that waited for a core would otherwise be stretched factor-fold for the wait too, and an
 // emulated device's speed would depend on what the other ranks did (bench --suite pipeline, 4
-// ranks on 2 cores: the ranks' compute differed by 4-16% padded on elapsed time, 1-4% on CPU
+// ranks on 2 cores: the ranks' compute differed by 2-16% padded on elapsed time, 1-5% on CPU
 // time). On a multi-threaded backend the calling thread's CPU time stands for the team's: it
 // takes part in every parallel region.
 class PaddedCompute {
