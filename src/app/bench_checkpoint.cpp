@@ -31,7 +31,6 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "meshtrain/app/bench_suites.h"
@@ -128,12 +127,9 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   // The training steps beside a write fill at most the node's cores: oversubscribed, a
   // step's time says more about the spinning OpenMP teams of other ranks than about the write.
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  int node_ranks = 1;
-  MPI_Comm_size(node, &node_ranks);
-  MPI_Comm_free(&node);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // The node's ranks and usable cores as the suites that emulate devices count them.
+  const DeviceEmulation node = device_emulation();
+  const int node_ranks = node.ranks_per_node, cores = node.cores;
   const int threads = std::max(1, std::min(args.threads, cores / node_ranks));
   CpuBackend backend(threads);
 

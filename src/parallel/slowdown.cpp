@@ -119,8 +119,8 @@ PaddedCompute::PaddedCompute()
 
 double PaddedCompute::finish() {
   const double wall = wall_now() - wall_start_;
-  if (factor_ <= 1.0) return wall;
-  const double missing = factor_ * (cpu_basis_ ? thread_cpu_now() - cpu_start_ : wall) - wall;
+  if (factor_ <= 1.0 || !cpu_basis_) return pad_compute(wall);
+  const double missing = factor_ * (thread_cpu_now() - cpu_start_) - wall;
   if (missing > 0) std::this_thread::sleep_for(std::chrono::duration<double>(missing));
   return wall_now() - wall_start_;  // a sleep may overrun: the rank really spent it
 }
