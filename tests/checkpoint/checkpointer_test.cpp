@@ -20,6 +20,9 @@
 // Damage is done by rank 0 with the HDF5 C API (or plain file I/O) between collective steps.
 // Launched by CTest under mpiexec with 1 and 2 ranks (2: tp = 2, so loads select tp slices).
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>
@@ -378,13 +381,21 @@ TEST_F(Refusal, AutoLoadsAreCollectiveWhereShardsTakeTurnsAlongTheFile) {
 }
 
 // The nice values of this process's threads now (Linux: /proc/self/task/<tid>/stat, field 19).
+// A thread may end between listing and reading: its stat then fails to open or to read (ESRCH;
+// a stream would throw), and it is skipped.
 std::vector<int> thread_nice_values() {
   std::vector<int> out;
-  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
-    std::ifstream in(task.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator("/proc/self/task", ec)) {
+    const int fd = ::open((task.path() / "stat").c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    char buf[1024];
+    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n <= 0) continue;
+    const std::string stat(buf, static_cast<size_t>(n));
     const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;  // the thread ended while being read
+    if (close == std::string::npos) continue;
     std::istringstream fields(stat.substr(close + 1));
     std::string field;
     for (int k = 3; k <= 19 && fields >> field; ++k)
