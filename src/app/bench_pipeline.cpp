@@ -40,7 +40,7 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
   const DeviceEmulation devices = device_emulation();
   // Padded to factor x CPU time: the ranks share the cores (slowdown.h, PaddedCompute).
   set_compute_slowdown(devices.factor, PaddingBasis::CpuTime);
-  report.columns({"stages", "microbatches", "step_ms", "bubble", "theory", "ratio", "critical", "imbalance"});
+  report.columns({"stages", "microbatches", "step_ms", "bubble", "theory", "ratio", "critical", "imbalance", "overruns"});
   report.header("pipeline: " + std::to_string(ranks) + " stages, 8 blocks of d_model 256, micro-batch 2 x 128 tokens; "
                 "ratio = measured / theory (1 is ideal, above 1 means communication or imbalance)" +
                 (devices.factor > 1 ? "; " + std::to_string(devices.ranks_per_node) + " ranks on " +
@@ -49,14 +49,24 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
                                     : std::string()));
   // zb-v twice: planned for equal costs (the default), and re-planned after the second step for
   // the measured ones ("zb-v measured"; parallel.schedule_costs).
+  // The zero-bubble schedules once more on a uniform clock ("uniform"): after the first step,
+  // every action is padded to one fixed time, 1.5 x the longest action any rank ran in it
+  // (slowdown.h, set_fixed_compute_time). Their plans assume F = I = W; the emulated actions'
+  // costs spread by 10-25% (the head's chunk, the ranks' shared cores), and with no slack in
+  // the plan every late link of its F and I chains delays the ranks after it. On the uniform
+  // clock what remains above theory is the executor's and the transfers' own. `overruns`:
+  // actions that took longer than the fixed time (the clock did not hold; 0 expected).
   struct Variant {
     ScheduleKind kind;
     bool measured_costs;
+    bool uniform = false;
   };
   for (const Variant variant : {Variant{ScheduleKind::GPipe, false}, Variant{ScheduleKind::OneFOneB, false},
                                 Variant{ScheduleKind::ZeroBubbleH1, false},
                                 Variant{ScheduleKind::ZeroBubbleV, false},
-                                Variant{ScheduleKind::ZeroBubbleV, true}}) {
+                                Variant{ScheduleKind::ZeroBubbleV, true},
+                                Variant{ScheduleKind::ZeroBubbleH1, false, true},
+                                Variant{ScheduleKind::ZeroBubbleV, false, true}}) {
     const ScheduleKind kind = variant.kind;
     const int v = kind == ScheduleKind::ZeroBubbleV ? 2 : 1;  // zb-v: two chunks per rank
     for (int m : {2, 4, 8, 16}) {
@@ -72,9 +82,15 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
       Trainer trainer(c, grid, backend);
       std::vector<double> bubble, ms, critical, imbalance;
       int wrong = 0;
+      const long overruns_before = fixed_compute_overruns();
       for (int s = 0; s <= args.steps; ++s) {
         const StepResult r = trainer.train_step(s);
         if (!std::isfinite(r.loss)) wrong = 1;
+        if (s == 0 && variant.uniform) {
+          double longest = r.pipeline_longest_action_seconds;
+          MPI_Allreduce(MPI_IN_PLACE, &longest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+          set_fixed_compute_time(1.5 * longest);
+        }
         if (s == 0) continue;
         bubble.push_back(r.bubble);
         ms.push_back(r.seconds * 1e3);
@@ -89,14 +105,19 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
         critical.push_back(idle);
         imbalance.push_back(most > 0 ? 1.0 - sum / ranks / most : 0.0);
       }
+      set_fixed_compute_time(0);
+      double overruns = static_cast<double>(fixed_compute_overruns() - overruns_before);
+      MPI_Allreduce(MPI_IN_PLACE, &overruns, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
       for (std::vector<double>* v : {&bubble, &ms, &critical, &imbalance}) std::sort(v->begin(), v->end());
       const double theory = theoretical_bubble(kind, ranks, m, v);
       const double measured = bubble[bubble.size() / 2];
       report.row(std::string(schedule_name(kind)) +
                      (kind == ScheduleKind::ZeroBubbleV && variant.measured_costs ? " measured" : "") +
+                     (variant.uniform ? " uniform" : "") +
                      " m=" + std::to_string(m),
                  {static_cast<double>(ranks), static_cast<double>(m), ms[ms.size() / 2], measured,
-                  theory, measured / theory, critical[critical.size() / 2], imbalance[imbalance.size() / 2]},
+                  theory, measured / theory, critical[critical.size() / 2], imbalance[imbalance.size() / 2],
+                  overruns},
                  wrong);
     }
   }

@@ -19,6 +19,8 @@ namespace {
 // the process, not to one object. Atomic: the executor may read it from any thread.
 std::atomic<double> g_factor{1.0};
 std::atomic<bool> g_cpu_basis{false};
+std::atomic<double> g_fixed_seconds{0.0};
+std::atomic<long> g_fixed_overruns{0};
 
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw std::invalid_argument(
@@ -42,6 +44,17 @@ void set_compute_slowdown(double factor, PaddingBasis basis) {
   g_factor.store(factor);
   g_cpu_basis.store(basis == PaddingBasis::CpuTime);
 }
+
+void set_fixed_compute_time(double seconds) {
+  if (!(seconds >= 0.0) || !std::isfinite(seconds))
+    throw std::invalid_argument("fixed compute time " + std::to_string(seconds) +
+                                " s (expected a finite number >= 0; 0 turns it off)");
+  g_fixed_seconds.store(seconds);
+}
+
+double fixed_compute_time() { return g_fixed_seconds.load(); }
+
+long fixed_compute_overruns() { return g_fixed_overruns.load(); }
 
 double compute_slowdown() { return g_factor.load(); }
 
@@ -113,12 +126,18 @@ double thread_cpu_now() {
 
 PaddedCompute::PaddedCompute()
     : factor_(compute_slowdown()),
+      fixed_(g_fixed_seconds.load()),
       cpu_basis_(g_cpu_basis.load()),
       wall_start_(wall_now()),
       cpu_start_(factor_ > 1.0 && cpu_basis_ ? thread_cpu_now() : 0.0) {}
 
 double PaddedCompute::finish() {
   const double wall = wall_now() - wall_start_;
+  if (fixed_ > 0) {
+    if (wall > fixed_) ++g_fixed_overruns;
+    else std::this_thread::sleep_for(std::chrono::duration<double>(fixed_ - wall));
+    return wall_now() - wall_start_;
+  }
   if (factor_ <= 1.0 || !cpu_basis_) return pad_compute(wall);
   const double missing = factor_ * (thread_cpu_now() - cpu_start_) - wall;
   if (missing > 0) std::this_thread::sleep_for(std::chrono::duration<double>(missing));

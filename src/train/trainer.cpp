@@ -173,6 +173,7 @@ StepResult Trainer::train_step(int step) {
   r.bubble = world_sum(executor_->stats().bubble()) / grid_.world_size();
   r.pipeline_compute_seconds = executor_->stats().compute_seconds;
   r.pipeline_seconds = executor_->stats().total_seconds;
+  r.pipeline_longest_action_seconds = executor_->stats().longest_action_seconds;
   // Re-planned once, after the second step (the first is slowed by allocations).
   if (steps_timed_ < 2 && replans_for_costs() && ++steps_timed_ == 2) replan_for_measured_costs();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

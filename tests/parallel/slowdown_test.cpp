@@ -96,5 +96,33 @@ TEST(Slowdown, PadsToElapsedOrCpuTime) {
   EXPECT_GE(busy_padded, 0.06);  // 3 x 20 ms of CPU
 }
 
+// A fixed compute time pads every action to it whatever the factor, and counts those that
+// overran it rather than cutting them short.
+TEST(Slowdown, PadsToAFixedTimeAndCountsOverruns) {
+  EXPECT_THROW(set_fixed_compute_time(-1.0), std::invalid_argument);
+  set_compute_slowdown(3.0, PaddingBasis::CpuTime);
+  set_fixed_compute_time(0.03);
+  const long before = fixed_compute_overruns();
+  PaddedCompute quick;
+  spin_cpu(0.002);
+  const double quick_padded = quick.finish();
+  PaddedCompute slow;
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  const double slow_padded = slow.finish();
+  const long overruns = fixed_compute_overruns() - before;
+  set_fixed_compute_time(0);
+  PaddedCompute after;
+  spin_cpu(0.002);
+  const double after_padded = after.finish();
+  set_compute_slowdown(1.0);
+  EXPECT_GE(quick_padded, 0.03);
+  EXPECT_LT(quick_padded, 0.045);  // to 30 ms, not to 3 x its CPU time plus 30 ms
+  EXPECT_GE(slow_padded, 0.04);    // not cut short
+  EXPECT_LT(slow_padded, 0.06);    // nor padded on top
+  EXPECT_EQ(overruns, 1);
+  EXPECT_EQ(fixed_compute_time(), 0.0);
+  EXPECT_LT(after_padded, 0.02);  // off again: 3 x 2 ms of CPU
+}
+
 }  // namespace
 }  // namespace meshtrain

@@ -24,6 +24,7 @@ struct PipelineStats {
   double compute_seconds = 0;  // inside forward/backward actions (with an emulated slowdown's
                                // padding, parallel/slowdown.h)
   double total_seconds = 0;    // the whole run
+  double longest_action_seconds = 0;  // the longest forward or backward action (padded)
   // Per model chunk of this rank: how long each forward, input gradient and weight gradient
   // took in this run, in run order (split backwards only; with a slowdown's padding). Read by
   // the trainer to re-plan ZB-V for measured costs (zero_bubble_costs.h).
@@ -65,6 +66,10 @@ class PipelineExecutor {
   ChunkPlacement placement_;
   PipelineStats stats_;
   int microbatches_ = 0;
+  // The last weight gradient's time (any step's): a late transfer's grace before one is pulled
+  // in is kPullGrace of it (see run()).
+  static constexpr double kPullGrace = 0.25;
+  double last_weight_seconds_ = 0;
 };
 
 }  // namespace meshtrain

@@ -29,6 +29,16 @@ enum class PaddingBasis { Elapsed, CpuTime };
 void set_compute_slowdown(double factor, PaddingBasis basis = PaddingBasis::Elapsed);
 double compute_slowdown();
 
+// Emulated devices whose every action takes the same time: while `seconds` > 0, PaddedCompute
+// pads each compute action to `seconds` of elapsed time, whatever the factor (0 turns it off).
+// The zero-bubble schedules are planned on such a clock (F = I = W); benchmarks use it to
+// measure how near the executor comes to a schedule's own bubble, apart from the spread of the
+// emulated actions' costs. An action that takes longer than `seconds` is not cut short; it is
+// counted (fixed_compute_overruns), so that a benchmark can say its clock did not hold.
+void set_fixed_compute_time(double seconds);
+double fixed_compute_time();
+long fixed_compute_overruns();  // since the process started
+
 // The factor `spec` (the MESHTRAIN_SLOWDOWN syntax above) gives `world_rank`; 1 for an empty
 // spec or a rank it does not name. Throws std::invalid_argument naming MESHTRAIN_SLOWDOWN, the
 // value and what is accepted.
@@ -54,7 +64,7 @@ class PaddedCompute {
   double finish();
 
  private:
-  double factor_;
+  double factor_, fixed_;
   bool cpu_basis_;
   double wall_start_, cpu_start_;
 };

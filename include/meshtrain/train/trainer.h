@@ -44,6 +44,7 @@ struct StepResult {
   // This rank's pipeline phase (the executor's forward and backward): its compute and its
   // length; bubble is 1 - their ratio, averaged over the ranks.
   double pipeline_compute_seconds = 0, pipeline_seconds = 0;
+  double pipeline_longest_action_seconds = 0;  // this rank's longest compute action (padded)
   // This rank's compute: forward and backward (the executor's), and the optimizer step (with
   // ZeRO's parameter all-gather, which the ranks reach together: the loss and gradient-norm
   // reductions before it synchronise them). Host wall-clock time: with asynchronous kernels
