@@ -4,7 +4,8 @@
 // paper, arXiv 1811.06965), ZB-H1's (p - 1) / (3m + p - 1) and ZB-V's bound (p - 1) / (6m + p - 1)
 // (arXiv 2401.10241; schedule_simulator.h theoretical_bubble); zb-v both as planned for equal
 // costs and re-planned for the second step's measured costs ("zb-v measured",
-// zero_bubble_costs.h), side by side. The first step is not counted. Stages get equal
+// zero_bubble_costs.h), side by side, and zb-h1 and zb-v once more on a uniform clock (every
+// action padded to one fixed time, "uniform": see below). The first step is not counted. Stages get equal
 // work (a balanced partition of identical blocks, a small vocabulary), so the theory applies.
 // With more ranks than cores, oversubscribed cores would turn idle time of one rank into compute
 // time of another and distort the bubble: every rank then emulates a slower device (its compute

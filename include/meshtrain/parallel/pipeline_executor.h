@@ -6,7 +6,7 @@
 // background and are all finished before run() returns. Time spent computing versus waiting is measured for the bubble report.
 // A split backward (zero-bubble schedules) keeps its weight gradients in the micro-batch's slot
 // from BackwardInput to BackwardWeight; a rank about to wait for a transfer runs its next
-// weight gradient first when it can (see run()).
+// weight gradient first when it can, once the transfer has had a short grace (see run()).
 
 #include <array>
 #include <functional>
