@@ -133,14 +133,16 @@ PaddedCompute::PaddedCompute()
 
 double PaddedCompute::finish() {
   const double wall = wall_now() - wall_start_;
+  double target = 0;  // the elapsed time the action is padded to
   if (fixed_ > 0) {
+    target = fixed_;
     if (wall > fixed_) ++g_fixed_overruns;
-    else std::this_thread::sleep_for(std::chrono::duration<double>(fixed_ - wall));
-    return wall_now() - wall_start_;
+  } else if (factor_ > 1.0 && cpu_basis_) {
+    target = factor_ * (thread_cpu_now() - cpu_start_);
+  } else {
+    return pad_compute(wall);
   }
-  if (factor_ <= 1.0 || !cpu_basis_) return pad_compute(wall);
-  const double missing = factor_ * (thread_cpu_now() - cpu_start_) - wall;
-  if (missing > 0) std::this_thread::sleep_for(std::chrono::duration<double>(missing));
+  if (target > wall) std::this_thread::sleep_for(std::chrono::duration<double>(target - wall));
   return wall_now() - wall_start_;  // a sleep may overrun: the rank really spent it
 }
 
