@@ -141,7 +141,12 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
       // gradient's time first: the pulls then fill waits the schedule did not foresee, not the
       // transfer's own latency. (2 stages, every action padded to 20 ms, zb-v at 8
       // micro-batches: each rank idled two actions' time per step where the plan idles one.)
-      if (arrives_within(transfer, kPullGrace * last_weight_seconds_)) break;
+      bool arrived = false;
+      {  // traced as a wait, so that a trace shows what the rank did in that time
+        TraceWriter::Scope grace(*trace_, what + " (grace)", "p2p", TraceWriter::PipelineComm);
+        arrived = arrives_within(transfer, kPullGrace * last_weight_seconds_);
+      }
+      if (arrived) break;
       run_weights(w);
     }
     TraceWriter::Scope wait(*trace_, what, "p2p", TraceWriter::PipelineComm);

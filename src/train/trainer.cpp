@@ -101,7 +101,13 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   // Under ZeRO 2 and 3 a weight gradient launches a reduction over the replicas (and ZeRO-3
   // prefetches parameters over them in other actions): pulled forward by one replica's timing,
   // it would reorder that group's collectives against another replica's.
-  const bool early_weights = p.zero < 2 || grid.replicas().size() == 1;
+  // ZB-V places its weight gradients where they fill and has no slack: a pulled one delays the
+  // chain of forwards or input gradients behind the awaited transfer by up to a whole action.
+  // 4 stages on 4 ranks over 2 cores (bench --suite pipeline's emulation): zb-v's bubble at 8
+  // micro-batches was 0.16-0.19 pulling and 0.12-0.14 not, at 16 0.13-0.16 and 0.10-0.11 (two
+  // runs of three steps each, and the bench); zb-h1's was the same either way.
+  const bool early_weights =
+      (p.zero < 2 || grid.replicas().size() == 1) && p.schedule != ScheduleKind::ZeroBubbleV;
   executor_ = std::make_unique<PipelineExecutor>(*model_, grid.comm(Axis::Pipeline),
                                                  p.virtual_stages, p.recompute, trace_,
                                                  early_weights, schedule_placement(p.schedule));
