@@ -83,13 +83,15 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
   // Weight gradients (BackwardWeight) run in list order, but may run before their place in the
   // list (with early_weights): a rank about to wait for a transfer runs the next one instead, if
   // its input gradient is done. That fills waits the schedule's clock did not foresee (slow links, an input
-  // gradient dearer than a weight gradient) and cannot hurt a peer: a weight gradient sends and
-  // receives nothing, and pulling it earlier only frees memory sooner. Its order, and so every
+  // gradient dearer than a weight gradient); a weight gradient sends and receives nothing, and
+  // pulled earlier frees memory sooner. But it cannot be cut short: a transfer that lands during
+  // it waits for it (hence the grace below, and no pulls under ZB-V). Its order, and so every
   // gradient sum, stays the list's: it is never pulled past another action that adds to weight
   // gradients, a full Backward or the head's forward in training (the head's backward runs
   // inside it). Under the V placement the head and the embedding share a rank, and with tied
   // embeddings both add to wte's gradient: pulled past the head, the embedding's weight gradient
-  // would change that sum's order with the timing of the transfers.
+  // would change that sum's order with the timing of the transfers. (The trainer asks for no
+  // pulls under ZB-V, the one V schedule, whose plan has no slack for them: trainer.cpp.)
   std::vector<size_t> weight_actions;
   for (size_t i = 0; i < actions.size(); ++i)
     if (actions[i].op == Op::BackwardWeight) weight_actions.push_back(i);

@@ -311,12 +311,11 @@ TEST(LayoutParity, ZeroBubbleIsBitwiseOneFOneB) {
   }
 }
 
-// The executor pulls a weight gradient forward while it waits for a transfer, so which actions
-// a weight gradient runs between depends on timing. The sums must not: a rank slowed four-fold
-// (its peers then wait, and pull) gives the bits of an unslowed run. Under ZB-V the head and the
-// embedding share rank 0 and, tied, one gradient: the pull must not cross the head. Under ZB-V
-// re-planned for measured costs (parallel.schedule_costs), each timing gives its own schedule,
-// and the bits of the unit schedule.
+// Under ZB-H1 the executor pulls a weight gradient forward while it waits for a transfer, so
+// which actions a weight gradient runs between depends on timing. The sums must not: a rank
+// slowed four-fold (its peers then wait, and pull) gives the bits of an unslowed run. ZB-V pulls
+// none; re-planned for measured costs (parallel.schedule_costs), each timing gives it its own
+// schedule, and the bits of the unit schedule.
 TEST(LayoutParity, ZeroBubbleIsBitwiseWhateverTheTiming) {
   std::vector<Layout> zero_bubble;
   for (const Layout& l : layouts_for(world_size()))
