@@ -1,12 +1,15 @@
 #include "meshtrain/app/cpu_binding.h"
 
+#include "meshtrain/backend/thread_limit.h"
 #include "meshtrain/comm/node.h"
+#include "meshtrain/config/deck_error.h"
 
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -335,11 +338,28 @@ std::string idle_cores_warning(const NodeCpuShare& share, Launcher launcher) {
   return s;
 }
 
+int omp_num_threads_value(const char* omp_num_threads) {
+  if (!omp_num_threads || !*omp_num_threads) return 0;
+  // OpenMP reads a list ("8,4": 8 at the outer level); the first entry is this rank's count.
+  const std::string text(omp_num_threads);
+  const std::string first = text.substr(0, text.find(','));
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(first.c_str(), &end, 10);
+  if (end == first.c_str() || *end != '\0' || v <= 0) return 0;  // not a count: OpenMP ignores it too
+  if (errno == ERANGE || v > kMaxThreads)
+    throw DeckError("OMP_NUM_THREADS=" + text + ": more threads than meshtrain runs in one process "
+                    "(expected an integer from 1 to " + std::to_string(kMaxThreads) +
+                    "; leave it unset to use the rank's share of its cores, or set run.threads)");
+  return static_cast<int>(v);
+}
+
 ThreadChoice choose_threads(int configured, const char* omp_num_threads, const NodeCpuShare& share,
                             int node_rank) {
+  // Checked even when run.threads wins: the OpenMP runtime and OpenBLAS read it themselves.
+  const int from_environment = omp_num_threads_value(omp_num_threads);
   if (configured > 0) return {configured, "run.threads"};
-  if (omp_num_threads && std::atoi(omp_num_threads) > 0)
-    return {std::atoi(omp_num_threads), "OMP_NUM_THREADS"};
+  if (from_environment > 0) return {from_environment, "OMP_NUM_THREADS"};
   if (node_rank >= 0 && node_rank < static_cast<int>(share.threads.size()))
     return {share.threads[static_cast<size_t>(node_rank)], "cores"};
   return {1, "cores"};

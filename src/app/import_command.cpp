@@ -21,6 +21,7 @@
 #include "meshtrain/app/hf_gpt2.h"
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/config/deck.h"
+#include "meshtrain/io/regular_file.h"
 #include "meshtrain/io/safetensors.h"
 #include "meshtrain/checkpoint/checkpoint_import.h"
 
@@ -38,6 +39,7 @@ json value_or(const json& j, const char* key, json fallback) {
 
 // Refuses a config.json that describes another model than the deck's.
 void check_config(const std::string& path, const Config& cfg) {
+  require_regular_file(path, "config.json", "the JSON file Hugging Face writes beside model.safetensors");
   std::ifstream in(path);
   if (!in)
     throw std::runtime_error(path +

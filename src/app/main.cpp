@@ -6,6 +6,7 @@
 #include <string>
 
 #include "meshtrain/app/commands.h"
+#include "meshtrain/backend/thread_limit.h"
 #include "meshtrain/config/nearest_name.h"
 
 namespace {
@@ -23,6 +24,22 @@ CLI::Validator at_least_one(const std::string& what) {
         return v + " is not " + what + " (expected an integer >= 1)";
       },
       "INT>=1");
+}
+
+// Threads of one process: from 1 to kMaxThreads (backend/thread_limit.h says why there is a cap).
+CLI::Validator thread_count() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          const long long n = std::stoll(v, &used);
+          if (used == v.size() && n >= 1 && n <= meshtrain::kMaxThreads) return "";
+        } catch (const std::exception&) {
+        }
+        return v + " is not a thread count (expected an integer from 1 to " +
+               std::to_string(meshtrain::kMaxThreads) + ")";
+      },
+      "INT in [1," + std::to_string(meshtrain::kMaxThreads) + "]");
 }
 
 // 0 writes no validation shard; 1 would leave nothing to train on.
@@ -101,7 +118,7 @@ int main(int argc, char** argv) {
                           "(N pieces), written as <prefix>_tokenizer.model")
       ->excludes("--tokenizer");
   prepare_cmd->add_option("--threads", prepare.threads, "Tokenizing threads (default: every core this process may use)")
-      ->check(at_least_one("a thread count"));
+      ->check(thread_count());
 
   BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks, each against this machine's own ceiling");
@@ -114,7 +131,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all", "async",
                              "calibrate", "hetero", "context"}));
   bench_cmd->add_option("--threads", bench.threads,
-                        "Threads per rank (step suite on one rank: rows at 1 and at this many)")->check(at_least_one("a thread count"));
+                        "Threads per rank (step suite on one rank: rows at 1 and at this many)")->check(thread_count());
   bench_cmd->add_option("--steps", bench.steps,
                         "Timed steps (median reported); calibrate: runs per measurement (3 or more)")
       ->check(at_least_one("a step count"));
@@ -158,7 +175,8 @@ int main(int argc, char** argv) {
   plan_cmd->add_flag("--all", plan.all, "Plan every valid layout for --world ranks, lowest peak first");
   plan_cmd->add_option("--memory", plan.memory,
                        "Memory per rank (e.g. 16GiB, 80G): refuse layouts that do not fit");
-  plan_cmd->add_option("--threads", plan.threads, "Threads per rank of the planned run");
+  plan_cmd->add_option("--threads", plan.threads, "Threads per rank of the planned run")
+      ->check(thread_count());
   plan_cmd->add_option("--device", plan.device, "Device of the planned run: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   plan_cmd->add_flag("--time", plan.time,

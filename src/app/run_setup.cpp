@@ -72,7 +72,10 @@ CpuThreads cpu_threads(const Config& c, Communicator& world, int node_rank) {
     ranks.push_back(decode_rank_cpus(text));
   const NodeCpuShare share = share_node_cpus(ranks);
   CpuThreads t;
-  t.choice = choose_threads(c.run.threads, std::getenv("OMP_NUM_THREADS"), share, node_rank);
+  // One rank's environment may differ (an MPMD launch): every rank refuses together.
+  agree(world, [&] {
+    t.choice = choose_threads(c.run.threads, std::getenv("OMP_NUM_THREADS"), share, node_rank);
+  });
   const Launcher launcher = detect_launcher();
   const double worst = world.all_reduce_scalar(share.unused, ReduceOp::Max);
   if (world.rank() != 0) return t;

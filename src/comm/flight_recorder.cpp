@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,6 +65,11 @@ std::vector<std::string> flight_record_paths(const std::string& run_dir) {
 }
 
 FlightRecord read_flight_record(const std::string& path) {
+  // Before the open, which would block `diagnose` on a FIFO with no writer. (io/regular_file.h
+  // says the same for io's readers; comm sits below io.)
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fail(path, "is not a regular file (expected a meshtrain flight record, rank_N.rec)");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
   FlightRecord r;

@@ -23,6 +23,7 @@
 #include <sstream>
 
 #include "meshtrain/config/nearest_name.h"
+#include "meshtrain/io/regular_file.h"
 
 namespace meshtrain {
 
@@ -40,13 +41,27 @@ std::string location(const std::string& path, const toml::node& n, const Overrid
   return path + ":" + std::to_string(line);
 }
 
-// Digits with an optional sign (and TOML's '_' separators): what a user means as an integer.
+// Digits with an optional sign (and TOML's '_' separators, or a 0x, 0o, 0b prefix): what a
+// user means as an integer.
 bool looks_like_integer(const std::string& v) {
-  return std::regex_match(v, std::regex("[+-]?[0-9][0-9_]*"));
+  return std::regex_match(
+      v, std::regex("[+-]?([0-9][0-9_]*|0x[0-9A-Fa-f_]+|0o[0-7_]+|0b[01_]+)"));
+}
+
+// A decimal number with a fraction or an exponent: what a user means as a float.
+bool looks_like_float(const std::string& v) {
+  return std::regex_match(
+      v, std::regex("[+-]?[0-9][0-9_]*(\\.[0-9_]+)?([eE][+-]?[0-9_]+)?"));
 }
 
 // Applies one `section.key=value` override to the parsed table, recording where it came from.
 void apply_override(toml::table& root, const std::string& text, OverrideOrigins& origins) {
+  // A line break would make the value several TOML lines: the keys after it were parsed and
+  // dropped while the override was recorded (and stored in checkpoints) as applied.
+  if (text.find_first_of("\n\r") != std::string::npos)
+    throw DeckError("--set " + escape_control(text) +
+                    ": holds a line break (expected one section.key=value on one line; repeat "
+                    "--set for each key)");
   const size_t eq = text.find('=');
   const size_t dot = text.find('.');
   if (eq == std::string::npos || dot == std::string::npos || dot > eq)
@@ -57,13 +72,16 @@ void apply_override(toml::table& root, const std::string& text, OverrideOrigins&
   try {
     parsed = toml::parse(std::string_view("v = " + value), std::string_view("--set"));
   } catch (const toml::parse_error& e) {
-    // Digits that are no TOML integer are one too large for 64 bits, not a string.
-    if (looks_like_integer(value)) {
+    // Digits that are no TOML integer are one too large for 64 bits, and a float TOML cannot
+    // read is beyond a double's range (1e400): numbers, not strings.
+    const bool integer = looks_like_integer(value);
+    if (integer || looks_like_float(value)) {
       const auto spec = std::find_if(schema().begin(), schema().end(), [&](const KeySpec& k) {
         return k.section == section && k.key == key;
       });
       throw DeckError("--set " + text + ": " + section + "." + key + " = " + value +
-                      " is outside the 64-bit integer range (" +
+                      (integer ? " is outside the 64-bit integer range ("
+                               : " is outside the range of a 64-bit float (") +
                       (spec == schema().end() ? std::string(e.description())
                                               : "expected " + spec->accepted) +
                       ")");
@@ -71,6 +89,9 @@ void apply_override(toml::table& root, const std::string& text, OverrideOrigins&
     // Not a TOML value: take it as a bare string (--set data.train=data/x.bin).
     parsed.insert_or_assign("v", value);
   }
+  if (parsed.size() != 1 || !parsed.contains("v"))
+    throw DeckError("--set " + text + ": the value is more than one TOML value (expected "
+                    "section.key=value; repeat --set for each key)");
   toml::table* sec = root[section].as_table();
   if (!sec) {
     if (!root.contains(section)) origins.emplace(section, text);
@@ -174,11 +195,11 @@ void check_cross_fields(const std::string& path, const Config& c) {
 }  // namespace
 
 std::string read_deck_file(const std::string& path) {
-  // A directory opens and reads as empty text on Linux, which would train the default model.
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw DeckError(path + ": is a directory, not an input deck (expected a TOML file, e.g. "
-                    "input/default.toml)");
+  // A directory opens and reads as empty text on Linux, which would train the default model;
+  // a FIFO's open would block every rank forever.
+  const std::string not_regular =
+      non_regular_file_problem(path, "an input deck", "a TOML file, e.g. input/default.toml");
+  if (!not_regular.empty()) throw DeckError(not_regular);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DeckError(path + ": cannot read the input deck (does the file exist?)");
   std::ostringstream os;
@@ -191,6 +212,14 @@ Config parse_deck(const std::string& path, const std::string& text,
   toml::table root = parse_toml(text, path);
   OverrideOrigins origins;
   for (const std::string& o : overrides) apply_override(root, o, origins);
+  // The file's strings were checked as it was read; an override's ("a\u0000b") are checked here.
+  refuse_nul_characters(root, [&](const toml::source_region& at, const std::string& name) {
+    const size_t dot = name.find('.');
+    const std::string key = name.substr(0, name.find_first_of(".[", dot == std::string::npos ? 0 : dot + 1));
+    if (const auto it = origins.find(key); it != origins.end()) return "--set " + it->second;
+    if (const auto it = origins.find(name.substr(0, dot)); it != origins.end()) return "--set " + it->second;
+    return at.begin.line ? path + ":" + std::to_string(at.begin.line) : path;
+  });
 
   const std::vector<std::string> sections = section_names();
   Config c;

@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
 #include "toml_value.h"
 
@@ -17,7 +20,7 @@ namespace meshtrain {
 std::string repr(const toml::node& n) {
   std::ostringstream os;
   if (auto s = n.as_string()) {
-    os << '"' << s->get() << '"';
+    os << '"' << escape_control(s->get()) << '"';
   } else if (auto a = n.as_array()) {
     os << *a;
   } else if (n.is_table()) {
@@ -32,17 +35,34 @@ namespace {
 
 // ---- key builders --------------------------------------------------------------------------
 
-template <class Set>
+// The largest value a field of type T holds, as an int64_t (uint64_t's beyond INT64_MAX is out
+// of TOML's reach anyway).
+template <class T>
+constexpr int64_t largest_of() {
+  if constexpr (std::numeric_limits<T>::max() > static_cast<uint64_t>(INT64_MAX)) return INT64_MAX;
+  else return static_cast<int64_t>(std::numeric_limits<T>::max());
+}
+
+// "integer >= lo" when only TOML's own 64 bits bound the key, else "integer from lo to hi".
+std::string integer_range(int64_t lo, int64_t hi) {
+  if (hi == INT64_MAX) return "integer >= " + std::to_string(lo);
+  return "integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+}
+
+// An integer key stored in the field `field(config)` returns. The key's range is capped by the
+// field's type, so a value is refused rather than narrowed (train.steps = 2^32 + 1 once trained
+// one step): no key can accept what its field cannot hold.
+template <class Field>
 KeySpec int_key(std::string sec, std::string key, int64_t def, int64_t lo, int64_t hi,
-                std::string doc, Set set) {
-  std::string accepted = "integer >= " + std::to_string(lo);
-  if (hi < INT32_MAX) accepted = "integer from " + std::to_string(lo) + " to " + std::to_string(hi);
-  return {sec, key, "integer", std::to_string(def), accepted, std::move(doc),
+                std::string doc, Field field) {
+  using T = std::remove_reference_t<decltype(field(std::declval<Config&>()))>;
+  hi = std::min(hi, largest_of<T>());
+  return {sec, key, "integer", std::to_string(def), integer_range(lo, hi), std::move(doc),
           [=](const toml::node& n, Config& c) -> std::string {
             if (!n.is_integer()) return "is " + toml_type_of(n);
             const int64_t v = n.as_integer()->get();
             if (v < lo || v > hi) return "is out of range";
-            set(c, v);
+            field(c) = static_cast<T>(v);
             return "";
           }};
 }
@@ -51,14 +71,16 @@ template <class Set>
 KeySpec float_key(std::string sec, std::string key, std::string def, double lo, bool lo_open,
                   std::string doc, Set set) {
   std::ostringstream acc;
-  acc << "number " << (lo_open ? "> " : ">= ") << lo;
+  acc << "finite number " << (lo_open ? "> " : ">= ") << lo;
   return {sec, key, "float", def, acc.str(), std::move(doc),
           [=](const toml::node& n, Config& c) -> std::string {
             double v;
             if (n.is_floating_point()) v = n.as_floating_point()->get();
             else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
             else return "is " + toml_type_of(n);
-            if (!(v == v) || (lo_open ? v <= lo : v < lo)) return "is out of range";
+            // inf passes "> 0" (train.eps = inf made every update zero); NaN passes nothing.
+            if (!std::isfinite(v)) return "is not a finite number";
+            if (lo_open ? v <= lo : v < lo) return "is out of range";
             set(c, v);
             return "";
           }};
@@ -90,23 +112,28 @@ KeySpec choice_key(std::string sec, std::string key, std::string def,
           }};
 }
 
-// An integer key that also takes "auto" (left to the strategy advisor): `set` gets the value,
-// or nullopt for "auto".
+// An integer key that also takes "auto" (left to the strategy advisor): `is_auto(config)` is
+// the flag, `field(config)` the value, `placeholder` until the advisor settles it. The range is
+// capped by the field's type, as int_key's.
+template <class Field, class AutoFlag>
 KeySpec int_or_auto_key(std::string sec, std::string key, std::string def, int64_t lo, int64_t hi,
-                        std::string doc, std::function<void(Config&, std::optional<int64_t>)> set) {
-  std::string accepted = "integer >= " + std::to_string(lo);
-  if (hi < INT32_MAX) accepted = "integer from " + std::to_string(lo) + " to " + std::to_string(hi);
-  return {sec, key, "integer or \"auto\"", def, accepted + ", or \"auto\"", std::move(doc),
+                        std::string doc, Field field, AutoFlag is_auto, int64_t placeholder) {
+  using T = std::remove_reference_t<decltype(field(std::declval<Config&>()))>;
+  hi = std::min(hi, largest_of<T>());
+  return {sec, key, "integer or \"auto\"", def, integer_range(lo, hi) + ", or \"auto\"",
+          std::move(doc),
           [=](const toml::node& n, Config& c) -> std::string {
             if (auto s = n.as_string()) {
               if (s->get() != "auto") return "is not a known value";
-              set(c, std::nullopt);
+              is_auto(c) = true;
+              field(c) = static_cast<T>(placeholder);
               return "";
             }
             if (!n.is_integer()) return "is " + toml_type_of(n);
             const int64_t v = n.as_integer()->get();
             if (v < lo || v > hi) return "is out of range";
-            set(c, v);
+            is_auto(c) = false;
+            field(c) = static_cast<T>(v);
             return "";
           }};
 }
@@ -166,14 +193,14 @@ const std::vector<KeySpec>& schema() {
                            nonempty, [](Config& c, const std::string& v) { c.run.dir = v; }));
     k.push_back(int_key("run", "seed", 1234, 0, big,
                         "Seed of parameter initialisation and data order (with the step).",
-                        [](Config& c, int64_t v) { c.run.seed = static_cast<uint64_t>(v); }));
+                        [](Config& c) -> auto& { return c.run.seed; }));
     k.push_back(int_key("run", "log_every", 10, 1, big, "Log a progress line every N steps.",
-                        [](Config& c, int64_t v) { c.run.log_every = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.run.log_every; }));
     k.push_back(int_key("run", "threads", 0, 0, 1024,
                         "Threads per rank for kernels and BLAS; 0: OMP_NUM_THREADS if set, else "
                         "the rank's share of the cores it is bound to (split with the node's "
                         "ranks bound to the same cores).",
-                        [](Config& c, int64_t v) { c.run.threads = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.run.threads; }));
     k.push_back(bool_key("run", "trace", false,
                          "Write a Chrome-trace timeline per rank (trace_rank<N>.json).",
                          [](Config& c, bool v) { c.run.trace = v; }));
@@ -184,7 +211,7 @@ const std::vector<KeySpec>& schema() {
     k.push_back(int_key("run", "flight_records", 4096, 0, 1 << 24,
                         "Communication operations each rank's flight recorder keeps in "
                         "<run.dir>/flight/ for `meshtrain diagnose` (64 bytes each); 0: off.",
-                        [](Config& c, int64_t v) { c.run.flight_records = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.run.flight_records; }));
     k.push_back({"run", "straggler_threshold", "float", "1.25", "0 (off) or a number > 1",
                  "Straggler report: at each log step, a rank whose compute time per step exceeds "
                  "this times the median of the ranks' is named (in the log after "
@@ -195,23 +222,24 @@ const std::vector<KeySpec>& schema() {
                    else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
                    else return "is " + toml_type_of(n);
                    // Not 1 or below (every rank, or none, would be slower than the median).
+                   if (!std::isfinite(v)) return "is not a finite number";
                    if (!(v == 0.0 || (v > 1.0 && v < 1e9))) return "is out of range";
                    c.run.straggler_threshold = v;
                    return "";
                  }});
     // [model]
     k.push_back(int_key("model", "layers", 4, 1, 100000, "Transformer blocks.",
-                        [](Config& c, int64_t v) { c.model.layers = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.model.layers; }));
     k.push_back(int_key("model", "d_model", 128, 1, 1 << 20, "Channels (embedding width).",
-                        [](Config& c, int64_t v) { c.model.d_model = v; }));
+                        [](Config& c) -> auto& { return c.model.d_model; }));
     k.push_back(int_key("model", "heads", 4, 1, 1 << 16, "Attention heads; divides d_model.",
-                        [](Config& c, int64_t v) { c.model.heads = v; }));
+                        [](Config& c) -> auto& { return c.model.heads; }));
     k.push_back(int_key("model", "seq_len", 128, 1, 1 << 20,
                         "Sequence length T (also the number of learned positions).",
-                        [](Config& c, int64_t v) { c.model.seq_len = v; }));
+                        [](Config& c) -> auto& { return c.model.seq_len; }));
     k.push_back(int_key("model", "vocab_size", 256, 2, 1 << 30,
                         "Vocabulary; every token of the data must be below it.",
-                        [](Config& c, int64_t v) { c.model.vocab_size = v; }));
+                        [](Config& c) -> auto& { return c.model.vocab_size; }));
     k.push_back(bool_key("model", "tie_embeddings", true,
                          "LM head shares the token embedding (GPT-2).",
                          [](Config& c, bool v) { c.model.tie_embeddings = v; }));
@@ -256,7 +284,7 @@ const std::vector<KeySpec>& schema() {
     k.push_back(int_key("data", "synthetic_bytes", 4000000, 4096, int64_t{1} << 34,
                         "Size of the generated training corpus (bytes = tokens); validation "
                         "gets a tenth, generated from another seed.",
-                        [](Config& c, int64_t v) { c.data.synthetic_bytes = v; }));
+                        [](Config& c) -> auto& { return c.data.synthetic_bytes; }));
     // [train]
     k.push_back(choice_key("train", "precision", "auto", {"auto", "fp32", "fp64", "bf16"},
                            "Arithmetic: bf16 mixed precision (bf16 parameters and activations; "
@@ -272,24 +300,22 @@ const std::vector<KeySpec>& schema() {
                                                                : DType::F32;
                            }));
     k.push_back(int_key("train", "steps", 200, 1, big, "Optimizer steps.",
-                        [](Config& c, int64_t v) { c.train.steps = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.train.steps; }));
     k.push_back(int_key("train", "global_batch", 16, 1, big,
                         "Sequences per optimizer step, over all data-parallel ranks.",
-                        [](Config& c, int64_t v) { c.train.global_batch = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.train.global_batch; }));
     k.push_back(int_or_auto_key("train", "micro_batch", "4", 1, big,
                                 "Sequences per micro-batch on each data-parallel rank; \"auto\": "
                                 "the strategy advisor's choice (see parallel.profile).",
-                                [](Config& c, std::optional<int64_t> v) {
-                                  c.parallel.automatic.micro_batch = !v;
-                                  c.train.micro_batch = static_cast<int>(v.value_or(1));
-                                }));
+                                [](Config& c) -> auto& { return c.train.micro_batch; },
+                                [](Config& c) -> bool& { return c.parallel.automatic.micro_batch; }, 1));
     k.push_back(float_key("train", "lr", "1e-3", 0.0, true, "Peak learning rate.",
                           [](Config& c, double v) { c.train.lr = v; }));
     k.push_back(float_key("train", "min_lr", "1e-4", 0.0, false,
                           "Learning rate at the end of the cosine decay.",
                           [](Config& c, double v) { c.train.min_lr = v; }));
     k.push_back(int_key("train", "warmup_steps", 20, 0, big, "Linear warm-up steps.",
-                        [](Config& c, int64_t v) { c.train.warmup_steps = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.train.warmup_steps; }));
     k.push_back(float_key("train", "weight_decay", "0.1", 0.0, false,
                           "AdamW decoupled weight decay (not on biases and LayerNorm).",
                           [](Config& c, double v) { c.train.weight_decay = v; }));
@@ -298,16 +324,16 @@ const std::vector<KeySpec>& schema() {
                           [](Config& c, double v) { c.train.grad_clip = v; }));
     k.push_back(int_key("train", "eval_every", 50, 0, big,
                         "Validate every N steps (and after the last); 0: only after the last.",
-                        [](Config& c, int64_t v) { c.train.eval_every = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.train.eval_every; }));
     k.push_back(int_key("train", "eval_batches", 4, 1, big,
                         "Global batches of validation data per evaluation.",
-                        [](Config& c, int64_t v) { c.train.eval_batches = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.train.eval_batches; }));
     k.push_back(int_key("train", "sample_every", 0, 0, big,
                         "Every N steps, print a short text the model writes (32 greedy tokens "
                         "from an empty prompt, decoded with data.tokenizer; every rank generates, "
                         "outside the timed step; pipeline stages pass each token along); 0: "
                         "never. Not under ZeRO-3 (skipped, with a note).",
-                        [](Config& c, int64_t v) { c.train.sample_every = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.train.sample_every; }));
     k.push_back(float_key("train", "beta1", "0.9", 0.0, false, "AdamW beta1, below 1.",
                           [](Config& c, double v) { c.train.beta1 = v; }));
     k.push_back(float_key("train", "beta2", "0.95", 0.0, false, "AdamW beta2, below 1.",
@@ -315,7 +341,7 @@ const std::vector<KeySpec>& schema() {
     k.push_back(float_key("train", "eps", "1e-8", 0.0, true, "AdamW epsilon.",
                           [](Config& c, double v) { c.train.eps = v; }));
     // [parallel]
-    k.push_back({"parallel", "dp", "integer or \"auto\"", "\"auto\"", "integer >= 1, or \"auto\"",
+    k.push_back({"parallel", "dp", "integer or \"auto\"", "\"auto\"", "integer from 1 to 2147483647, or \"auto\"",
                  "Data-parallel ranks; \"auto\": world size / (tp x pp x cp).",
                  [](const toml::node& n, Config& c) -> std::string {
                    if (auto s = n.as_string()) {
@@ -331,22 +357,18 @@ const std::vector<KeySpec>& schema() {
     k.push_back(int_or_auto_key("parallel", "tp", "1", 1, 1 << 16,
                                 "Tensor-parallel ranks; divides model.heads and model.vocab_size; "
                                 "\"auto\": the strategy advisor's choice.",
-                                [](Config& c, std::optional<int64_t> v) {
-                                  c.parallel.automatic.tp = !v;
-                                  c.parallel.tp = static_cast<int>(v.value_or(1));
-                                }));
+                                [](Config& c) -> auto& { return c.parallel.tp; },
+                                [](Config& c) -> bool& { return c.parallel.automatic.tp; }, 1));
     k.push_back(int_or_auto_key("parallel", "pp", "1", 1, 1 << 16,
                                 "Pipeline stages; \"auto\": the strategy advisor's choice.",
-                                [](Config& c, std::optional<int64_t> v) {
-                                  c.parallel.automatic.pp = !v;
-                                  c.parallel.pp = static_cast<int>(v.value_or(1));
-                                }));
+                                [](Config& c) -> auto& { return c.parallel.pp; },
+                                [](Config& c) -> bool& { return c.parallel.automatic.pp; }, 1));
     k.push_back(int_key("parallel", "cp", 1, 1, 1 << 16,
                         "Context-parallel ranks: each splits every sequence into 2 x cp chunks "
                         "and holds two of them (i and 2 cp - 1 - i) through the whole model, "
                         "attention included (ring attention); divides model.seq_len / 2. CPU "
                         "backend only.",
-                        [](Config& c, int64_t v) { c.parallel.cp = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.parallel.cp; }));
     k.push_back(choice_key("parallel", "schedule", "1f1b",
                            {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "auto"},
                            "Pipeline schedule; \"zb-h1\": 1F1B with each backward split in two "
@@ -363,7 +385,7 @@ const std::vector<KeySpec>& schema() {
                            }));
     k.push_back(int_key("parallel", "virtual_stages", 1, 1, 1024,
                         "Model chunks per pipeline rank (interleaved and gpipe; zb-v: 2).",
-                        [](Config& c, int64_t v) { c.parallel.virtual_stages = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.parallel.virtual_stages; }));
     k.push_back(choice_key("parallel", "schedule_costs", "unit", {"unit", "measured"},
                            "zb-v: \"measured\" re-plans the schedule after the second step for "
                            "the time each chunk's forward, input gradient and weight gradient "
@@ -376,10 +398,8 @@ const std::vector<KeySpec>& schema() {
                                 "ZeRO stage over the data-parallel group: 1 shards optimizer "
                                 "state, 2 also gradients, 3 also parameters; \"auto\": the "
                                 "strategy advisor's choice.",
-                                [](Config& c, std::optional<int64_t> v) {
-                                  c.parallel.automatic.zero = !v;
-                                  c.parallel.zero = static_cast<int>(v.value_or(0));
-                                }));
+                                [](Config& c) -> auto& { return c.parallel.zero; },
+                                [](Config& c) -> bool& { return c.parallel.automatic.zero; }, 0));
     k.push_back(bool_key("parallel", "sequence_parallel", false,
                          "Shard LayerNorm and residual regions along the sequence over the "
                          "tensor group (Megatron sequence parallelism).",
@@ -425,7 +445,8 @@ const std::vector<KeySpec>& schema() {
                    std::vector<int> out;
                    for (const toml::node& e : *a) {
                      if (!e.is_integer()) return "holds " + toml_type_of(e);
-                     if (e.as_integer()->get() < 1 || e.as_integer()->get() > INT32_MAX) return "holds a count below 1";
+                     if (e.as_integer()->get() < 1) return "holds a count below 1";
+                     if (e.as_integer()->get() > INT32_MAX) return "holds a count above 2147483647";
                      out.push_back(static_cast<int>(e.as_integer()->get()));
                    }
                    if (out.empty()) return "is empty";
@@ -471,7 +492,8 @@ const std::vector<KeySpec>& schema() {
                      if (e.is_integer() || e.is_floating_point()) {
                        const double v = e.is_integer() ? static_cast<double>(e.as_integer()->get())
                                                        : e.as_floating_point()->get();
-                       if (!(v > 0) || !std::isfinite(v)) return "holds a speed that is not > 0";
+                       if (!std::isfinite(v)) return "holds a speed that is not a finite number";
+                       if (!(v > 0)) return "holds a speed that is not > 0";
                        c.parallel.rank_speeds.push_back(v);
                      } else if (e.is_string()) {
                        const std::string t = e.as_string()->get();
@@ -507,20 +529,20 @@ const std::vector<KeySpec>& schema() {
     k.push_back(int_key("parallel", "servers", 0, 0, 1 << 20,
                         "Parameter-server ranks for parallel.data_sync = \"async\", launched "
                         "beyond dp x tp x pp (the job has servers + dp x tp x pp ranks).",
-                        [](Config& c, int64_t v) { c.parallel.servers = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.parallel.servers; }));
     k.push_back(int_key("parallel", "staleness", 0, 0, 1000,
                         "Asynchronous data parallelism: the most server versions a gradient's "
                         "parameters may lag the newest (0 reproduces synchronous training).",
-                        [](Config& c, int64_t v) { c.parallel.staleness = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.parallel.staleness; }));
     // [checkpoint]
     k.push_back(string_key("checkpoint", "dir", "\"<run.dir>/checkpoints\"", "a directory path",
                            "Where checkpoints are written and looked for.", nonempty,
                            [](Config& c, const std::string& v) { c.checkpoint.dir = v; }));
     k.push_back(int_key("checkpoint", "every", 0, 0, big,
                         "Write a checkpoint every N steps (and after the last); 0: never.",
-                        [](Config& c, int64_t v) { c.checkpoint.every = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.checkpoint.every; }));
     k.push_back(int_key("checkpoint", "keep", 3, 1, big, "Complete checkpoints to keep.",
-                        [](Config& c, int64_t v) { c.checkpoint.keep = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.checkpoint.keep; }));
     k.push_back(string_key("checkpoint", "resume", "\"auto\"",
                            "\"auto\" (newest complete checkpoint, if any), \"none\", or a path",
                            "Where to resume from.", nonempty,
@@ -546,7 +568,7 @@ const std::vector<KeySpec>& schema() {
                         "The nice value of the background write's threads once the state is "
                         "copied: training threads get most of a core they share with the write, "
                         "which takes longer (0: the write competes as an equal).",
-                        [](Config& c, int64_t v) { c.checkpoint.async_nice = static_cast<int>(v); }));
+                        [](Config& c) -> auto& { return c.checkpoint.async_nice; }));
     return k;
   }();
   return keys;

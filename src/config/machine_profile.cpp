@@ -8,6 +8,7 @@
 // for (MachineProfile::link, ::gemm), with what to run to measure it.
 
 #include "meshtrain/config/machine_profile.h"
+#include "meshtrain/io/regular_file.h"
 
 #include "toml_value.h"
 
@@ -121,7 +122,9 @@ class ProfileReader {
 
   int integer(const toml::table& t, const std::string& name, const std::string& key,
               int lo) const {
-    const std::string expected = "an integer >= " + std::to_string(lo);
+    // The field is an int: the range says so rather than narrowing what lies beyond it.
+    const std::string expected =
+        "an integer from " + std::to_string(lo) + " to " + std::to_string(INT32_MAX);
     const toml::node* n = value(t, name, key, expected, true);
     if (!n->is_integer()) bad_value(*n, name + "." + key, "is " + toml_type_of(*n), expected);
     const int64_t v = n->as_integer()->get();
@@ -359,10 +362,10 @@ MachineProfile parse_machine_profile(const std::string& path, const std::string&
 }
 
 MachineProfile read_machine_profile(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw DeckError(path + ": is a directory, not a machine profile (expected a TOML file, e.g. "
-                    "input/machines/dgx-h100.toml)");
+  // A directory reads as empty text; a FIFO's open would block `plan --profile` forever.
+  const std::string not_regular = non_regular_file_problem(
+      path, "a machine profile", "a TOML file, e.g. input/machines/dgx-h100.toml");
+  if (!not_regular.empty()) throw DeckError(not_regular);
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw DeckError(path + ": cannot read the machine profile (does the file exist? "

@@ -14,6 +14,7 @@
 #include <ctime>
 #include <type_traits>
 
+#include "meshtrain/io/regular_file.h"
 #include "meshtrain/tensor/philox.h"
 
 namespace meshtrain {
@@ -154,6 +155,7 @@ CheckpointFile::CheckpointFile(const std::string& path, MPI_Comm comm, Access ac
     file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (file_ < 0) throw CheckpointFileError(path + ": cannot create the checkpoint file" + hdf5_reason());
   } else {
+    if (const std::string why = non_regular_file_problem(path, "a checkpoint file", "a step_*.h5 file"); !why.empty()) throw CheckpointFileError(why);
     file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
     if (file_ < 0)
       throw CheckpointFileError(path + ": cannot open as an HDF5 checkpoint (missing, truncated or "

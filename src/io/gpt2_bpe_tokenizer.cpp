@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/regular_file.h"
 
 namespace meshtrain {
 
@@ -67,7 +68,8 @@ uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t{a} << 32) | b; }
 class Gpt2BpeTokenizer final : public Tokenizer {
  public:
   Gpt2BpeTokenizer(const Gpt2BpeFiles& files, const std::string& where)
-      : files_(files), pattern_(files.pattern.empty() ? kGpt2Pattern : files.pattern, where) {
+      : files_(files), where_(where),
+        pattern_(files.pattern.empty() ? kGpt2Pattern : files.pattern, where) {
     const std::vector<uint32_t> cps = gpt2_byte_to_codepoint();
     std::unordered_map<std::string, uint32_t> ids;
     uint32_t largest = 0;
@@ -140,11 +142,20 @@ class Gpt2BpeTokenizer final : public Tokenizer {
         if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21)
           throw std::invalid_argument("gpt2-bpe: the text is not UTF-8 (at byte " +
                                       std::to_string(bad) + ")");
+        // The pattern is the tokenizer file's: a match that gives up (PCRE2's match or depth
+        // limit, on a regex that backtracks catastrophically on this text) is a fault of that
+        // file, so the message names it.
         PCRE2_UCHAR message[256];
         pcre2_get_error_message(rc, message, sizeof message);
-        throw std::runtime_error("gpt2-bpe: pre-tokenizer match failed at byte " +
-                                 std::to_string(at) + ": " +
-                                 reinterpret_cast<const char*>(message));
+        const bool limit = rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+                           rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_JIT_STACKLIMIT;
+        throw DataError(where_, "the pre-tokenizer regex failed at byte " + std::to_string(at) +
+                                    " of the text being encoded: " +
+                                    reinterpret_cast<const char*>(message) +
+                                    (limit ? " (the regex backtracks without end on this text; "
+                                             "expected a pre-tokenizer pattern that matches in "
+                                             "linear time, such as GPT-2's)"
+                                           : ""));
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       // Text between matches is a piece of its own (Hugging Face's Split, "Isolated"); GPT-2's
@@ -274,6 +285,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   }
 
   Gpt2BpeFiles files_;  // kept for save()
+  std::string where_;   // the tokenizer file, named by errors of encode()
   Pattern pattern_;
   std::unordered_map<std::string, uint32_t> whole_;  // token -> id, for ignore_merges
   std::vector<std::string> pieces_;  // id -> token as stored (byte-mapped)
@@ -285,6 +297,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
 };
 
 std::string read_all(const std::string& path, const std::string& what) {
+  require_regular_file(path, what, "a file, as Hugging Face writes it");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path, "cannot open " + what);
   std::ostringstream s;

@@ -19,10 +19,13 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
+#include "meshtrain/backend/thread_limit.h"
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/regular_file.h"
 #include "meshtrain/io/synthetic_corpus.h"
 #include "meshtrain/io/text_cut.h"
 #include "meshtrain/io/token_shard.h"
@@ -70,9 +73,10 @@ uint64_t check_text_file(const std::string& path) {
   if (S_ISDIR(st.st_mode))
     throw DataError(path, "is a directory, not a text file (give the files in it, e.g. " +
                               (std::filesystem::path(path) / "*.txt").string() + ")");
+  // Before the probe's open, which would block on a FIFO with no writer.
+  require_regular_file(path, "a text file", "a text file to tokenize");
   std::ifstream probe(path, std::ios::binary);
   if (!probe) throw DataError(path, std::string("cannot open text file: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw DataError(path, "is not a regular file (expected a text file)");
   if (st.st_size == 0) throw DataError(path, "text file is empty; nothing to tokenize");
   return static_cast<uint64_t>(st.st_size);
 }
@@ -119,15 +123,25 @@ struct Chunk {
 class Workers {
  public:
   Workers(int threads, const Tokenizer& tok) : tok_(tok) {
-    for (int t = 0; t < threads; ++t) pool_.emplace_back([this] { run(); });
+    // A thread the system refuses ends the started ones before the error goes on: a joinable
+    // std::thread destroyed unjoined would abort, leaving the shards' .tmp files behind.
+    try {
+      for (int t = 0; t < threads; ++t) pool_.emplace_back([this] { run(); });
+    } catch (const std::system_error& e) {
+      stop();
+      throw std::invalid_argument("prepare: cannot start " + std::to_string(threads) +
+                                " tokenizing threads (" + e.what() + "; give fewer with --threads)");
+    }
   }
-  ~Workers() {
+  ~Workers() { stop(); }
+  void stop() {
     {
       std::lock_guard<std::mutex> l(m_);
       stop_ = true;
     }
     work_cv_.notify_all();
     for (std::thread& t : pool_) t.join();
+    pool_.clear();
   }
   void submit(Chunk* c) {
     {
@@ -174,7 +188,12 @@ class Workers {
                                      "files, UTF-16 text: convert or leave them out; "
                                      "--tokenizer bytes takes any bytes)");
     }
-    c.tokens = tok_.encode(c.text);
+    try {
+      c.tokens = tok_.encode(c.text);
+    } catch (const DataError& e) {  // names the tokenizer's file; say which text, too
+      throw DataError(*c.path, "tokenizing the text from byte offset " + std::to_string(c.offset) +
+                                   ": " + e.what());
+    }
     std::string().swap(c.text);
   }
 
@@ -246,6 +265,10 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
                                  const PrepareOptions& opt) {
   check_fraction(opt.val_fraction);
   check_out_prefix(out_prefix);
+  // Before anything is written: a thread that cannot be started would abort with .tmp shards.
+  if (opt.threads > kMaxThreads)
+    throw std::invalid_argument("prepare: " + std::to_string(opt.threads) + " threads (expected "
+                                "from 1 to " + std::to_string(kMaxThreads) + ")");
   if (inputs.empty()) throw std::invalid_argument("prepare: no input text files given");
   std::vector<uint64_t> sizes;
   uint64_t total = 0;

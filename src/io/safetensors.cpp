@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "meshtrain/io/regular_file.h"
 #include "meshtrain/tensor/bf16.h"
 
 namespace meshtrain {
@@ -246,6 +247,10 @@ void SafetensorsWriter::write(const std::string& path) const {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory, not a safetensors file");
+  // Before the open, which would block on a FIFO with no writer.
+  const std::string not_regular = non_regular_file_problem(
+      path, "a safetensors file", "model.safetensors as Hugging Face writes it");
+  if (!not_regular.empty()) throw SafetensorsError(not_regular);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
   in.seekg(0, std::ios::end);

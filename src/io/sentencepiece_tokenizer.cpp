@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/regular_file.h"
 #include "meshtrain/io/utf8_text.h"
 
 // Not in the installed headers, exported by libsentencepiece: its INFO lines (hundreds per
@@ -148,6 +149,7 @@ std::unique_ptr<Tokenizer> sentencepiece_from_bytes(const std::string& bytes) {
 }
 
 std::unique_ptr<Tokenizer> open_sentencepiece(const std::string& path) {
+  require_regular_file(path, "a SentencePiece model", "a serialized ModelProto, *.model");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path, "cannot open SentencePiece model");
   std::ostringstream s;

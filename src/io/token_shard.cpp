@@ -1,5 +1,6 @@
 #include "meshtrain/io/token_shard.h"
 
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 #include <stdexcept>
 
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/regular_file.h"
 
 namespace meshtrain {
 
@@ -74,7 +76,7 @@ uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h) {
 }
 
 TokenShard TokenShard::open(const std::string& path) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  Fd f{open_regular_file(path, "a token shard", "a shard written by `meshtrain prepare`")};
   if (f.fd < 0) throw DataError(path, "cannot open token shard: " + errno_text());
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) throw DataError(path, "cannot stat token shard: " + errno_text());

@@ -9,6 +9,7 @@
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/gpt2_bpe_tokenizer.h"
+#include "meshtrain/io/regular_file.h"
 #include "meshtrain/io/sentencepiece_tokenizer.h"
 
 namespace meshtrain {
@@ -61,6 +62,8 @@ bool is_tokenizer_json(const std::string& path) {
 
 std::unique_ptr<Tokenizer> open_file(const std::string& path) {
   namespace fs = std::filesystem;
+  // Before the first open, which would block on a FIFO with no writer.
+  require_regular_file(path, "a tokenizer file", "a regular file: a SentencePiece .model, a vocab.json or a tokenizer.json");
   const std::string head = read_prefix(path, 4096);
   if (head.empty()) throw DataError(path, std::string("is empty or unreadable; ") + kAccepted);
   if (starts_like_json(head)) {

@@ -18,6 +18,7 @@ skipped, visibly.
 
 usage: bad_input_catalogue.py MESHTRAIN_BINARY MPIEXEC [NAME_REGEX]
 """
+import atexit
 import hashlib
 import os
 import re
@@ -176,9 +177,9 @@ CATALOGUE = [
          "1 to 100000)"]),
     row("deck", "beyond int64", 2, train("train.steps=99999999999999999999"), 1,
         ["--set train.steps=99999999999999999999: train.steps = 99999999999999999999 is outside "
-         "the 64-bit integer range (expected integer >= 1)"]),
+         "the 64-bit integer range (expected integer from 1 to 2147483647)"]),
     row("deck", "out of range", 2, train("train.steps=0"), 1,
-        ["train.steps = 0 is out of range (expected integer >= 1)"]),
+        ["train.steps = 0 is out of range (expected integer from 1 to 2147483647)"]),
     row("deck", "straggler threshold", 2, train("run.straggler_threshold=1.0"), 1,
         ["run.straggler_threshold = 1.0 is out of range (expected 0 (off) or a number > 1)"]),
     row("deck", "balance choice", 1, train("parallel.balance=\"fast\""), 1,
@@ -408,6 +409,81 @@ CATALOGUE = [
         "non-zero", ["rank 1: injected fault 'exit' at step 2"], errors=None,
         env={"MESHTRAIN_FAULT": "exit:rank=1:step=2"}, within=20, absent=NO_CRASH)
     for group in ("dp", "tp", "pp")
+] + [
+    # --- trust round two: deck and input validation ---
+    # An integer beyond the field that holds it is refused, not narrowed to 32 bits (2^32 + 1
+    # steps trained 1 step; keep = 2^32 kept 0 and deleted every checkpoint).
+    row("deck", "steps beyond 32 bits", 1, train("train.steps=4294967297"), 1,
+        ["--set train.steps=4294967297: train.steps = 4294967297 is out of range (expected integer "
+         "from 1 to 2147483647)"], absent=NOT_TRAINED),
+    row("deck", "global_batch beyond 32 bits", 1, train("train.global_batch=4294967300"), 1,
+        ["train.global_batch = 4294967300 is out of range (expected integer from 1 to 2147483647)"],
+        absent=NOT_TRAINED),
+    row("deck", "checkpoint.keep beyond 32 bits", 1, train("checkpoint.keep=4294967296"), 1,
+        ["checkpoint.keep = 4294967296 is out of range (expected integer from 1 to 2147483647)"],
+        absent=NOT_TRAINED),
+    row("deck", "micro_batch beyond 32 bits", 1, train("train.micro_batch=4294967298"), 1,
+        ["train.micro_batch = 4294967298 is out of range (expected integer from 1 to 2147483647, "
+         "or \"auto\")"], absent=NOT_TRAINED),
+    # Non-finite numbers: inf passed "> 0" (eps = inf: every update zero, exit 0).
+    row("deck", "infinite eps", 1, train("train.eps=inf"), 1,
+        ["train.eps = inf is not a finite number (expected finite number > 0)"], absent=NOT_TRAINED),
+    row("deck", "NaN timeout", 1, train("run.comm_timeout=nan"), 1,
+        ["run.comm_timeout = nan is not a finite number"], absent=NOT_TRAINED),
+    row("deck", "lr beyond a double", 1, train("train.lr=1e400"), 1,
+        ["--set train.lr=1e400: train.lr = 1e400 is outside the range of a 64-bit float (expected "
+         "finite number > 0)"], absent=NOT_TRAINED),
+    # A NUL cut the string short for open(2) and for the message (a.bin was trained on).
+    row("deck", "NUL in data.train", 1, train('data.train="{dir}/a.bin\\u0000.evil"'), 1,
+        ['data.train = "{dir}/a.bin\\u0000.evil" holds a NUL character (\\u0000), which would '
+         'cut it short at "{dir}/a.bin"'], absent=NOT_TRAINED),
+    row("deck", "NUL in run.dir", 1, train('run.dir="{dir}/run\\u0000/x"'), 1,
+        ['run.dir = "{dir}/run\\u0000/x" holds a NUL character'], absent=NOT_TRAINED),
+    # A line break made one --set several TOML lines: the later keys were dropped unapplied.
+    row("deck", "line break in --set", 1, train("train.steps=3\ncheckpoint.keep=1"), 1,
+        ["--set train.steps=3\\u000acheckpoint.keep=1: holds a line break (expected one "
+         "section.key=value on one line"], absent=NOT_TRAINED),
+    # Thread counts beyond the cap (backend/thread_limit.h): 100000 segfaulted in the OpenMP
+    # runtime; prepare aborted with its .tmp shards left.
+    row("deck", "OMP_NUM_THREADS beyond the cap", 2, train(), 1,
+        ["OMP_NUM_THREADS=100000: more threads than meshtrain runs in one process (expected an "
+         "integer from 1 to 1024"], env={"OMP_NUM_THREADS": "100000"},
+        absent=NOT_TRAINED + NO_CRASH),
+    row("command", "prepare --threads beyond the cap", 1,
+        ["prepare", "{fifo}/text.txt", "--out", "{dir}/run/t", "--threads", "100000"], 2,
+        ["--threads: 100000 is not a thread count (expected an integer from 1 to 1024)"],
+        needs=["fifos"], absent=NO_CRASH),
+    row("command", "plan --threads 0", 1, ["plan", "{deck}", "--world", "1", "--threads", "0"], 2,
+        ["--threads: 0 is not a thread count (expected an integer from 1 to 1024)"]),
+    # FIFOs (named pipes) with no writer: every reader refuses at once, where its open blocked
+    # forever (and a blocked rank ignored SIGTERM).
+    row("deck", "a FIFO as the deck", 2, ["train", "{fifo}/deck.toml"], 1,
+        ["{fifo}/deck.toml: is a FIFO (named pipe), not an input deck (expected a TOML file"],
+        needs=["fifos"], within=10),
+    row("data", "a FIFO as a token shard", 2, train('data.train="{fifo}/shard.bin"'), 1,
+        ["{fifo}/shard.bin: is a FIFO (named pipe), not a token shard"], needs=["fifos"],
+        within=10, absent=NOT_TRAINED),
+    row("data", "a FIFO as the tokenizer", 1,
+        ["prepare", "{fifo}/text.txt", "--tokenizer", "{fifo}/tokenizer.json", "--out",
+         "{dir}/run/t"], 1,
+        ["{fifo}/tokenizer.json: is a FIFO (named pipe), not a tokenizer file"], needs=["fifos"],
+        within=10),
+    row("command", "prepare a FIFO", 1, ["prepare", "{fifo}/input.txt", "--out", "{dir}/run/t"], 1,
+        ["{fifo}/input.txt: is a FIFO (named pipe), not a text file"], needs=["fifos"], within=10),
+    row("checkpoint", "a FIFO as checkpoint.resume", 2,
+        train('checkpoint.resume="{fifo}/step_00000002.h5"', 'checkpoint.dir="{dir}/run/c"'), 1,
+        ["{fifo}/step_00000002.h5: is a FIFO (named pipe), not a checkpoint file"],
+        needs=["fifos"], within=10, absent=NOT_TRAINED),
+    row("checkpoint", "inspect a FIFO", 1, ["inspect", "{fifo}/step_00000002.h5"], 1,
+        ["{fifo}/step_00000002.h5: is a FIFO (named pipe), not a checkpoint file"],
+        needs=["fifos"], within=10),
+    row("command", "plan --profile a FIFO", 1,
+        ["plan", "{deck}", "--world", "1", "--time", "--profile", "{fifo}/machine.toml"], 1,
+        ["{fifo}/machine.toml: is a FIFO (named pipe), not a machine profile"], needs=["fifos"],
+        within=10),
+    row("command", "import a FIFO config.json", 1,
+        ["import", "--format", "hf", "{fifo}/hf", "--deck", "{deck}", "{dir}/run/imported.h5"], 1,
+        ["{fifo}/hf/", "is a FIFO (named pipe)"], needs=["fifos"], within=10),
 ]
 
 
@@ -501,7 +577,22 @@ def fixture_full(p):
     return mount_tmpfs(p["full"], (size * 3 // 2 + 4095) // 4096 * 4096)
 
 
-FIXTURES = {"shards": fixture_shards, "broken": fixture_broken, "run_a": fixture_run_a,
+def fixture_fifos(p):
+    """FIFOs with no writer where every reader looks for a file, and a text file beside them,
+    in a directory of their own: the driver's snapshot reads every file of the test directory,
+    and would block on them."""
+    fifo = tempfile.mkdtemp(prefix="meshtrain_fifo_")
+    atexit.register(shutil.rmtree, fifo, True)
+    p["fifo"] = fifo
+    os.makedirs(os.path.join(fifo, "hf"))
+    for name in ("deck.toml", "shard.bin", "tokenizer.json", "input.txt", "step_00000002.h5",
+                 "machine.toml", "hf/config.json", "hf/model.safetensors"):
+        os.mkfifo(os.path.join(fifo, name))
+    with open(os.path.join(fifo, "text.txt"), "w") as f:
+        f.write("the quick brown fox jumps over the lazy dog. " * 40)
+
+
+FIXTURES = {"fifos": fixture_fifos, "shards": fixture_shards, "broken": fixture_broken, "run_a": fixture_run_a,
             "run_b": fixture_run_b, "damaged": fixture_damaged, "read_only": fixture_read_only,
             "full": fixture_full}
 MOUNTS = []

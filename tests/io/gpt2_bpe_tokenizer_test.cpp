@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <thread>
 
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/prepare.h"
 #include "support/temp_dir.h"
 #include "support/tiny_gpt2.h"
 
@@ -104,6 +106,40 @@ TEST(Gpt2Bpe, RefusesIncompleteVocabularies) {
   Gpt2BpeFiles huge_id = tiny_gpt2_files();
   huge_id.vocab.back().second = 0xFFFFFFFFu;
   EXPECT_THROW(make_gpt2_bpe_tokenizer(huge_id, "v.json"), DataError);
+}
+
+// A pre-tokenizer regex that backtracks without end (a nested quantifier on a text that almost
+// matches) makes PCRE2 give up; the error names the tokenizer's file, and prepare adds the text
+// it was tokenizing: a user can find the file, where this was "internal error ... match limit
+// exceeded" from nowhere.
+TEST(Gpt2Bpe, RegexThatGivesUpNamesTheTokenizer) {
+  Gpt2BpeFiles files = tiny_gpt2_files();
+  files.pattern = "(a+)+$";
+  const auto tok = make_gpt2_bpe_tokenizer(files, "evil/tokenizer.json");
+  const std::string text = std::string(40, 'a') + "!";
+  try {
+    tok->encode(text);
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("evil/tokenizer.json: the pre-tokenizer regex failed at byte 0", 0), 0u) << what;
+    EXPECT_NE(what.find("limit"), std::string::npos) << what;
+    EXPECT_NE(what.find("backtracks"), std::string::npos) << what;
+  }
+  TempDir dir;
+  const std::string input = dir.path() + "/text.txt";
+  std::FILE* f = std::fopen(input.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+  try {
+    prepare_text_files({input}, dir.path() + "/out", *tok, PrepareOptions{});
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind(input + ": tokenizing the text from byte offset 0: evil/tokenizer.json: ", 0), 0u)
+        << what;
+  }
 }
 
 }  // namespace

@@ -83,8 +83,14 @@ std::string binding_fix(Launcher launcher, int ranks, int cores);
 // threads cannot leave their rank's cores; rerun with `mpirun --bind-to none` ...".
 std::string idle_cores_warning(const NodeCpuShare& share, Launcher launcher);
 
+// OMP_NUM_THREADS's count (its list's first entry), 0 when unset or not a positive number (the
+// OpenMP runtime ignores it then too); throws DeckError naming the value and the accepted range
+// when it exceeds kMaxThreads (backend/thread_limit.h).
+int omp_num_threads_value(const char* omp_num_threads);
+
 // Threads for one rank, in order of precedence: run.threads (> 0), OMP_NUM_THREADS (a positive
-// number), else the rank's share of its node's cores. `source` says which.
+// number), else the rank's share of its node's cores. `source` says which. Throws DeckError for
+// an OMP_NUM_THREADS beyond kMaxThreads, whichever source wins.
 struct ThreadChoice {
   int threads = 1;
   std::string source;  // "run.threads", "OMP_NUM_THREADS" or "cores"

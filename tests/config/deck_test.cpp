@@ -1,0 +1,179 @@
+// parse_deck (config/deck.h) against values that used to pass: integers beyond the field that
+// stores them (narrowed: train.steps = 2^32 + 1 trained one step), non-finite numbers (train.eps =
+// inf trained without updates), strings holding a NUL (cut short by every C API), and --set
+// values holding a line break (their later keys dropped while the override was recorded). Every
+// key of the schema is tried, read from the deck reference, so a key added later is covered too.
+// device-independent: only parses decks; nothing runs on a device.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "meshtrain/config/config_dump.h"
+#include "meshtrain/config/deck.h"
+#include "meshtrain/config/machine_profile.h"
+
+namespace meshtrain {
+namespace {
+
+struct KeyRow {
+  std::string section, key, type;
+};
+
+// Every key of the reference (deck_reference_markdown: one table per section).
+std::vector<KeyRow> reference_keys() {
+  std::vector<KeyRow> out;
+  const std::regex section(R"(#### \[(\w+)\])"), row(R"(^\| `(\w+)` \| ([^|]+) \|)");
+  std::istringstream lines(deck_reference_markdown());
+  std::string current;
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, section)) current = m[1];
+    else if (std::regex_search(line, m, row)) out.push_back({current, m[1], m[2]});
+  }
+  return out;
+}
+
+// The message parse_deck refuses with, or "" when it accepts.
+std::string refusal(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_deck("deck.toml", text, overrides);
+  } catch (const DeckError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The value the effective configuration holds for section.key ("" when absent).
+std::string dumped(const Config& c, const std::string& section, const std::string& key) {
+  const std::string dump = dump_config(c);
+  const size_t at = dump.find("[" + section + "]\n");
+  if (at == std::string::npos) return "";
+  const size_t end = dump.find("\n[", at + 1);
+  const std::string table = dump.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  const size_t line = table.find("\n" + key + " = ");
+  if (line == std::string::npos) return "";
+  const size_t from = line + key.size() + 4;
+  return table.substr(from, table.find('\n', from) - from);
+}
+
+TEST(Deck, IntegerKeysRefuseWhatTheirFieldCannotHold) {
+  int tried = 0;
+  for (const KeyRow& k : reference_keys()) {
+    if (k.type != "integer" && k.type != "integer or \"auto\"") continue;
+    ++tried;
+    // 2^32 + 4 narrows to 4 in 32 bits (a valid value of most keys: nothing else refuses it);
+    // INT64_MAX is the largest TOML integer.
+    for (const std::string v : {"4294967300", "9223372036854775807"}) {
+      const std::string set = k.section + "." + k.key + "=" + v;
+      Config c;
+      try {
+        c = parse_deck("deck.toml", "", {set});
+      } catch (const DeckError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(k.section + "." + k.key + " = " + v + " is out of range (expected"),
+                  std::string::npos)
+            << set << " is refused for another reason than its range: " << what;
+        continue;
+      }
+      EXPECT_EQ(dumped(c, k.section, k.key), v) << set << " was accepted but not stored as given";
+    }
+  }
+  EXPECT_GE(tried, 20);
+}
+
+TEST(Deck, IntegerRangesNameTheirTrueBound) {
+  EXPECT_NE(refusal("", {"train.steps=4294967297"}).find(
+                "train.steps = 4294967297 is out of range (expected integer from 1 to 2147483647)"),
+            std::string::npos);
+  EXPECT_NE(refusal("[checkpoint]\nkeep = 4294967296\n").find("deck.toml:2: checkpoint.keep"),
+            std::string::npos);
+  EXPECT_NE(refusal("", {"parallel.partition=[4294967300]"}).find("holds a count above 2147483647"),
+            std::string::npos);
+  // Too large for 64 bits, in any TOML integer notation: a number, not a string.
+  for (const std::string v : {"99999999999999999999", "0xFFFFFFFFFFFFFFFFFF"})
+    EXPECT_NE(refusal("", {"train.steps=" + v}).find("is outside the 64-bit integer range"),
+              std::string::npos)
+        << v;
+}
+
+TEST(Deck, FloatKeysRefuseNonFiniteNumbers) {
+  int tried = 0;
+  for (const KeyRow& k : reference_keys()) {
+    if (k.type != "float") continue;
+    ++tried;
+    for (const std::string v : {"inf", "+inf", "-inf", "nan"}) {
+      const std::string set = k.section + "." + k.key + "=" + v;
+      const std::string what = refusal("", {set});
+      EXPECT_NE(what.find(k.section + "." + k.key + " = " + v.substr(v[0] == '+') +
+                          " is not a finite number (expected "),
+                std::string::npos)
+          << set << ": " << (what.empty() ? "accepted" : what);
+      const std::string in_file = refusal("[" + k.section + "]\n" + k.key + " = " + v + "\n");
+      EXPECT_NE(in_file.find("deck.toml:2: " + k.section + "." + k.key), std::string::npos)
+          << in_file;
+    }
+  }
+  EXPECT_GE(tried, 8);
+  for (const std::string v : {"1e400", "-1e400", "1.5e999"}) {
+    const std::string what = refusal("", {"train.lr=" + v});
+    EXPECT_NE(what.find("train.lr = " + v + " is outside the range of a 64-bit float (expected "
+                        "finite number > 0)"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_NE(refusal("", {"parallel.speeds=[1, inf]"}).find("not a finite number"), std::string::npos);
+}
+
+TEST(Deck, StringsWithANulCharacterAreRefused) {
+  int tried = 0;
+  for (const KeyRow& k : reference_keys()) {
+    if (k.type.find("string") == std::string::npos) continue;
+    ++tried;
+    const std::string value = "\"a.bin\\u0000.evil\"";
+    for (const std::string& what :
+         {refusal("", {k.section + "." + k.key + "=" + value}),
+          refusal("[" + k.section + "]\n" + k.key + " = " + value + "\n")}) {
+      // The whole value shows, past the NUL: nothing cuts the message short.
+      EXPECT_NE(what.find(k.section + "." + k.key + " = \"a.bin\\u0000.evil\" holds a NUL"),
+                std::string::npos)
+          << k.section << "." << k.key << ": " << (what.empty() ? "accepted" : what);
+    }
+  }
+  EXPECT_GE(tried, 8);
+  EXPECT_NE(refusal("[data]\ntrain = [\"x.bin\", \"a\\u0000b\"]\n").find("deck.toml:2: data.train[1]"),
+            std::string::npos);
+  EXPECT_NE(refusal("[run]\n\"na\\u0000me\" = \"x\"\n").find("the key \"run.na\\u0000me\" holds a NUL"),
+            std::string::npos);
+  EXPECT_NE(refusal("", {"data.train=[\"a\\u0000b\"]"}).find("--set data.train=[\"a\\u0000b\"]: "),
+            std::string::npos);
+  // Machine profiles are TOML read the same way.
+  try {
+    parse_machine_profile("m.toml", "[machine]\nname = \"a\\u0000b\"\n");
+    ADD_FAILURE() << "a machine profile with a NUL in a string was read";
+  } catch (const DeckError& e) {
+    EXPECT_NE(std::string(e.what()).find("m.toml:2: machine.name = \"a\\u0000b\" holds a NUL"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Deck, OverridesWithALineBreakAreRefused) {
+  for (const std::string set : {"train.steps=3\nrun.name=\"x\"", "train.steps=3\r\nmodel.layers=2",
+                                "run.name=\"a\nb\"", "model.layers\n=2"}) {
+    const std::string what = refusal("", {set});
+    EXPECT_NE(what.find("holds a line break (expected one section.key=value on one line"),
+              std::string::npos)
+        << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "the message itself breaks: " << what;
+  }
+  // One value per --set, whatever TOML would make of the rest.
+  EXPECT_EQ(parse_deck("deck.toml", "", {"train.steps=3 # a comment"}).train.steps, 3);
+}
+
+}  // namespace
+}  // namespace meshtrain
