@@ -9,6 +9,7 @@
 
 #include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/config/deck_error.h"
+#include "meshtrain/io/regular_file.h"
 #include "meshtrain/parallel/schedule.h"
 #include "save_protocol.h"
 
@@ -51,6 +52,11 @@ std::string Checkpointer::choose_resume() const {
     const auto all = complete_checkpoints(cfg_.checkpoint.dir);
     return all.empty() ? "" : all.back().second;
   }
+  // A FIFO or a directory is there, but is no checkpoint: say what it is.
+  const std::string not_regular = non_regular_file_problem(
+      r, "a checkpoint file", "the path of a step_*.h5, \"auto\" or \"none\"");
+  if (!not_regular.empty())
+    throw DeckError(cfg_.deck_path + ": checkpoint.resume = \"" + r + "\": " + not_regular);
   std::error_code ec;
   if (!fs::is_regular_file(r, ec))
     throw DeckError(cfg_.deck_path + ": checkpoint.resume = \"" + r + "\": no such checkpoint "

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "meshtrain/backend/thread_limit.h"
 #include "toml_value.h"
 
 namespace meshtrain {
@@ -196,7 +197,7 @@ const std::vector<KeySpec>& schema() {
                         [](Config& c) -> auto& { return c.run.seed; }));
     k.push_back(int_key("run", "log_every", 10, 1, big, "Log a progress line every N steps.",
                         [](Config& c) -> auto& { return c.run.log_every; }));
-    k.push_back(int_key("run", "threads", 0, 0, 1024,
+    k.push_back(int_key("run", "threads", 0, 0, kMaxThreads,
                         "Threads per rank for kernels and BLAS; 0: OMP_NUM_THREADS if set, else "
                         "the rank's share of the cores it is bound to (split with the node's "
                         "ranks bound to the same cores).",

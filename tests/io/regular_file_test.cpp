@@ -43,7 +43,8 @@ class RegularFile : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // The message `read` ends with, or "" when it returns. A reader still blocked after 10 s fails
-  // the test; the FIFO's write end is then opened, which ends the blocked open(2).
+  // the test; the FIFO's write end is then opened (and closed) until the reader returns: each
+  // such open ends a blocked open(2) of the read end, and the read then sees end of file.
   std::string refusal_of(const std::function<void()>& read) {
     auto done = std::async(std::launch::async, [&]() -> std::string {
       try {
@@ -54,9 +55,11 @@ class RegularFile : public ::testing::Test {
       return "";
     });
     if (done.wait_for(std::chrono::seconds(10)) == std::future_status::timeout) {
-      const int writer = ::open(fifo_.c_str(), O_WRONLY | O_NONBLOCK);
-      done.wait();
-      if (writer >= 0) ::close(writer);
+      // A reader may open the FIFO again after its first open returns: release each open.
+      while (done.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout) {
+        const int writer = ::open(fifo_.c_str(), O_WRONLY | O_NONBLOCK);
+        if (writer >= 0) ::close(writer);
+      }
       return "blocked for 10 s in the open of a FIFO";
     }
     return done.get();
