@@ -2,6 +2,7 @@
 // Kubernetes produce, and the warning when a binding leaves cores of the node idle.
 
 #include "meshtrain/app/cpu_binding.h"
+#include "meshtrain/config/deck_error.h"
 
 #include <gtest/gtest.h>
 
@@ -166,6 +167,28 @@ TEST(ChooseThreads, DeckThenEnvironmentThenCores) {
   for (const char* env : {static_cast<const char*>(nullptr), "", "0", "abc"}) {
     EXPECT_EQ(choose_threads(0, env, s, 1).threads, 4);
     EXPECT_EQ(choose_threads(0, env, s, 1).source, "cores");
+  }
+}
+
+// OMP_NUM_THREADS=100000 segfaulted in the OpenMP runtime: beyond kMaxThreads it is refused with
+// the accepted range, whichever source wins (the runtime and OpenBLAS read it themselves).
+TEST(ChooseThreads, RefusesOmpNumThreadsBeyondTheCap) {
+  const NodeCpuShare s = share_node_cpus({rank("0-7", "0-7")});
+  EXPECT_EQ(choose_threads(0, "1024", s, 0).threads, 1024);
+  EXPECT_EQ(choose_threads(0, "8,4", s, 0).threads, 8);  // OpenMP's list: the outer level
+  for (const char* env : {"1025", "100000", "99999999999999999999", "100000,2"}) {
+    for (int configured : {0, 3}) {
+      try {
+        choose_threads(configured, env, s, 0);
+        ADD_FAILURE() << "OMP_NUM_THREADS=" << env << " was taken";
+      } catch (const DeckError& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string("OMP_NUM_THREADS=") + env +
+                                             ": more threads than meshtrain runs in one process "
+                                             "(expected an integer from 1 to 1024"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
   }
 }
 

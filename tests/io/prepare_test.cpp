@@ -207,3 +207,28 @@ TEST(Prepare, BadInputsAreRefusedBeforeAnythingIsWritten) {
 
 }  // namespace
 }  // namespace meshtrain
+
+namespace meshtrain {
+namespace {
+
+// 100000 threads aborted part-way (a std::thread the system refused, destroyed joinable) and
+// left the shards' .tmp files: a count beyond kMaxThreads is refused before anything is written.
+TEST(Prepare, RefusesThreadsBeyondTheCapBeforeWriting) {
+  TempDir dir;
+  const std::string text = dir.file("text.txt");
+  std::ofstream(text) << "the quick brown fox jumps over the lazy dog. ";
+  PrepareOptions opt;
+  opt.threads = 100000;
+  const auto bytes = make_byte_tokenizer();
+  try {
+    prepare_text_files({text}, dir.file("out/x"), *bytes, opt);
+    ADD_FAILURE() << "100000 threads were taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("100000 threads (expected from 1 to 1024)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out"))) << "prepare wrote before refusing";
+}
+
+}  // namespace
+}  // namespace meshtrain
