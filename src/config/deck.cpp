@@ -41,6 +41,19 @@ std::string location(const std::string& path, const toml::node& n, const Overrid
   return path + ":" + std::to_string(line);
 }
 
+// Where the value named `name` ("section.key", "section.key[1]", "section.key.sub") came from:
+// the override that set its key or its section, else the deck file's line.
+std::string origin_of(const std::string& path, const toml::source_region& at,
+                      const std::string& name, const OverrideOrigins& origins) {
+  const size_t dot = name.find('.');
+  const std::string section = name.substr(0, dot);
+  const std::string key =
+      dot == std::string::npos ? section : name.substr(0, name.find_first_of(".[", dot + 1));
+  for (const std::string& origin : {key, section})
+    if (const auto it = origins.find(origin); it != origins.end()) return "--set " + it->second;
+  return at.begin.line ? path + ":" + std::to_string(at.begin.line) : path;
+}
+
 // Digits with an optional sign (and TOML's '_' separators, or a 0x, 0o, 0b prefix): what a
 // user means as an integer.
 bool looks_like_integer(const std::string& v) {
@@ -214,11 +227,7 @@ Config parse_deck(const std::string& path, const std::string& text,
   for (const std::string& o : overrides) apply_override(root, o, origins);
   // The file's strings were checked as it was read; an override's ("a\u0000b") are checked here.
   refuse_nul_characters(root, [&](const toml::source_region& at, const std::string& name) {
-    const size_t dot = name.find('.');
-    const std::string key = name.substr(0, name.find_first_of(".[", dot == std::string::npos ? 0 : dot + 1));
-    if (const auto it = origins.find(key); it != origins.end()) return "--set " + it->second;
-    if (const auto it = origins.find(name.substr(0, dot)); it != origins.end()) return "--set " + it->second;
-    return at.begin.line ? path + ":" + std::to_string(at.begin.line) : path;
+    return origin_of(path, at, name, origins);
   });
 
   const std::vector<std::string> sections = section_names();

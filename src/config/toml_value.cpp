@@ -40,7 +40,7 @@ std::string escape_control(const std::string& text) {
 namespace {
 
 void refuse_nul_in(const toml::node& n, const std::string& name,
-                   const std::function<std::string(const toml::source_region&, const std::string&)>& where) {
+                   const ValueOrigin& where) {
   const std::string accepted = " (expected text without NUL characters)";
   if (const auto* s = n.as_string()) {
     const std::string& v = s->get();
@@ -66,7 +66,7 @@ void refuse_nul_in(const toml::node& n, const std::string& name,
 }  // namespace
 
 void refuse_nul_characters(const toml::table& root,
-                           const std::function<std::string(const toml::source_region&, const std::string&)>& where) {
+                           const ValueOrigin& where) {
   refuse_nul_in(root, "", where);
 }
 

@@ -22,12 +22,15 @@ std::string toml_repr(const toml::node& n);
 // The text with control characters (NUL, newline, ...) written as \uXXXX, so that a message
 // shows them instead of being cut at a NUL or broken across lines.
 std::string escape_control(const std::string& text);
+// The location prefix of a message about the value at `source`, named `dotted_name`.
+using ValueOrigin =
+    std::function<std::string(const toml::source_region& source, const std::string& dotted_name)>;
 // Refuses (DeckError) a string value or key anywhere in `root` that holds a NUL character:
 // open(2) and every C string would see it cut there (data.train = "a.bin\u0000.evil" named
 // a.bin). `where(source, dotted name)` is the message's location prefix ("deck.toml:3",
 // "--set ...").
 void refuse_nul_characters(const toml::table& root,
-                           const std::function<std::string(const toml::source_region&, const std::string&)>& where);
+                           const ValueOrigin& where);
 // Shortest text that reads back as the same double (std::to_chars' guarantee); TOML accepts
 // both forms it writes ("64", "3.35e+12").
 std::string exact_number(double v);
