@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "meshtrain/io/regular_file.h"
 #include "meshtrain/tensor/bf16.h"
 
 namespace meshtrain {
@@ -244,8 +245,9 @@ void SafetensorsWriter::write(const std::string& path) const {
 // ---- reader --------------------------------------------------------------------------------
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory, not a safetensors file");
+  if (const std::string problem = regular_file_problem(path); !problem.empty())
+    fail(path, problem + "; expected a safetensors file (an 8-byte header length, a JSON header, the tensors' "
+                         "bytes)");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
   in.seekg(0, std::ios::end);

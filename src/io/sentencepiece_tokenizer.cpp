@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/regular_file.h"
 #include "meshtrain/io/utf8_text.h"
 
 // Not in the installed headers, exported by libsentencepiece: its INFO lines (hundreds per
@@ -148,11 +149,10 @@ std::unique_ptr<Tokenizer> sentencepiece_from_bytes(const std::string& bytes) {
 }
 
 std::unique_ptr<Tokenizer> open_sentencepiece(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(path, "cannot open SentencePiece model");
-  std::ostringstream s;
-  s << in.rdbuf();
-  auto t = sentencepiece_from_bytes(s.str());
+  std::string bytes;
+  if (const std::string problem = read_regular_file(path, bytes); !problem.empty())
+    throw DataError(path, problem + "; expected a SentencePiece model (a serialized ModelProto, *.model)");
+  auto t = sentencepiece_from_bytes(bytes);
   if (!t) throw DataError(path, "is not a SentencePiece model (a serialized ModelProto, *.model)");
   return t;
 }

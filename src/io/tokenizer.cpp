@@ -8,6 +8,7 @@
 
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/regular_file.h"
 #include "meshtrain/io/gpt2_bpe_tokenizer.h"
 #include "meshtrain/io/sentencepiece_tokenizer.h"
 
@@ -61,6 +62,8 @@ bool is_tokenizer_json(const std::string& path) {
 
 std::unique_ptr<Tokenizer> open_file(const std::string& path) {
   namespace fs = std::filesystem;
+  if (const std::string problem = regular_file_problem(path); !problem.empty())
+    throw DataError(path, problem + "; " + kAccepted);
   const std::string head = read_prefix(path, 4096);
   if (head.empty()) throw DataError(path, std::string("is empty or unreadable; ") + kAccepted);
   if (starts_like_json(head)) {
