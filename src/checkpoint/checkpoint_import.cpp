@@ -86,8 +86,8 @@ void check_import_destination(const std::string& path, bool replace) {
     throw std::runtime_error(path + ": exists and is not a regular file; --force replaces only a file");
   const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   std::string others;
+  // `path` itself among them too: --force replaces a file, never a run's checkpoint.
   for (const StoredCheckpoint& s : scan_checkpoints(dir.string())) {
-    if (fs::equivalent(s.path, path, ec)) continue;  // the file --force replaces
     others += (others.empty() ? "" : ", ") + fs::path(s.path).filename().string() + " (" +
               (s.lineage.empty() ? "lineage unknown: " + s.problem : "lineage " + s.lineage) + ")";
   }
@@ -95,7 +95,8 @@ void check_import_destination(const std::string& path, bool replace) {
     throw std::runtime_error(dir.string() + " holds checkpoints of another run (" + others + "); an import "
                              "starts a run of its own, and a checkpoint of it there would stop that run "
                              "from resuming (a checkpoint.dir holds one run's checkpoints): write "
-                             + fs::path(path).filename().string() + " into a directory of its own");
+                             + fs::path(path).filename().string() + " into a directory of its own (or delete "
+                             "those checkpoints yourself if they are no longer wanted)");
 }
 
 void write_imported_checkpoint(const std::string& path, const Config& config,
