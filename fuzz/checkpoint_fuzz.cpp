@@ -1,7 +1,9 @@
 // Fuzzes what meshtrain reads from a checkpoint: the root attributes (read_info), the model
 // signature check of a load (check_model_signature), the effective configuration inspect parses
 // (@config through parse_deck), the datasets' names, shapes and types, and the checksum
-// verification — through a real HDF5 file that the input describes.
+// verification — through a real HDF5 file that the input describes. (Files that point outside
+// themselves — external storage, links, virtual datasets — are not in the recipe: the
+// untrusted-file tests craft them, tests/checkpoint/untrusted_file_test.py.)
 //
 // The input is not the file's bytes: HDF5's own format parser is upstream's to fuzz (and has
 // its own record of crafted-file bugs). It is a recipe — attribute values, datasets (name,
@@ -9,7 +11,7 @@
 // flip afterwards — for a file written through CheckpointFile and read back the ways `inspect`,
 // `train` and `eval` read it. Each step either succeeds or throws one of our errors, and:
 //   - every attribute reads back as written (strings up to their first NUL: fixed-length,
-//     null-padded storage),
+//     null-padded storage), or read_info refuses it exactly when a value is out of its range,
 //   - the checksum of a dataset read through HDF5 equals the one hashed in place from the
 //     file's mapping (stored_checksum), and equals the recorded one exactly when it was written
 //     correctly and no byte of its data was flipped — a flipped byte is always detected.
@@ -190,23 +192,37 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Read it back as inspect, train and eval do.
   try {
     CheckpointFile back(path, MPI_COMM_SELF, CheckpointFile::Access::Read);
-    const CheckpointInfo got = back.read_info();
-    trap_unless(got.format_version == info.format_version && got.step == info.step &&
-                got.optimizer_steps == info.optimizer_steps && got.seed == info.seed &&
-                got.world_size == info.world_size);
-    for (auto [a, b] : {std::pair{&got.deck, &info.deck}, {&got.overrides, &info.overrides},
-                        {&got.config, &info.config}, {&got.model, &info.model},
-                        {&got.lineage, &info.lineage}, {&got.layout, &info.layout},
-                        {&got.meshtrain_version, &info.meshtrain_version},
-                        {&got.created, &info.created}})
-      trap_unless(*a == before_nul(*b));
+    // read_info refuses exactly the values outside their ranges (CheckpointFile::read_info).
+    const std::string lineage = before_nul(info.lineage);
+    const bool in_range = info.format_version >= 1 && info.step >= 0 && info.step <= kMaxCheckpointStep &&
+                          info.optimizer_steps >= 0 && info.world_size >= 1 &&
+                          (lineage.empty() || is_lineage_id(lineage));
+    CheckpointInfo got;
+    bool refused = false;
     try {
-      check_model_signature(path, got.model, GptConfig{}, "deck.toml", got.meshtrain_version);
+      got = back.read_info();
     } catch (const CheckpointFileError&) {
+      refused = true;
     }
-    try {
-      (void)parse_deck("<checkpoint config>", got.config);
-    } catch (const DeckError&) {
+    trap_unless(refused == !in_range);
+    if (!refused) {
+      trap_unless(got.format_version == info.format_version && got.step == info.step &&
+                  got.optimizer_steps == info.optimizer_steps && got.seed == info.seed &&
+                  got.world_size == info.world_size);
+      for (auto [a, b] : {std::pair{&got.deck, &info.deck}, {&got.overrides, &info.overrides},
+                          {&got.config, &info.config}, {&got.model, &info.model},
+                          {&got.lineage, &info.lineage}, {&got.layout, &info.layout},
+                          {&got.meshtrain_version, &info.meshtrain_version},
+                          {&got.created, &info.created}})
+        trap_unless(*a == before_nul(*b));
+      try {
+        check_model_signature(path, got.model, GptConfig{}, "deck.toml", got.meshtrain_version);
+      } catch (const CheckpointFileError&) {
+      }
+      try {
+        (void)parse_deck("<checkpoint config>", got.config);
+      } catch (const DeckError&) {
+      }
     }
 
     const std::vector<std::string> names = back.dataset_names();

@@ -39,15 +39,16 @@ json value_or(const json& j, const char* key, json fallback) {
 
 // Refuses a config.json that describes another model than the deck's.
 void check_config(const std::string& path, const Config& cfg) {
-  require_regular_file(path, "config.json", "the JSON file Hugging Face writes beside model.safetensors");
-  std::ifstream in(path);
-  if (!in)
-    throw std::runtime_error(path +
-                             ": cannot read (a Hugging Face GPT-2 directory holds config.json beside "
-                             "model.safetensors; it says what the tensors alone do not, e.g. n_head)");
+  const std::string what =
+      " (a Hugging Face GPT-2 directory holds config.json beside model.safetensors; it says what the "
+      "tensors alone do not, e.g. n_head)";
+  std::string text;
+  if (const std::string problem = read_regular_file(path, text); !problem.empty())
+    throw std::runtime_error(path + ": " + (problem == "does not exist" ? "cannot read" : problem +
+                             "; expected a JSON file") + what);
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::exception& e) {
     throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
   }
@@ -133,6 +134,8 @@ void import_hf(const ImportArgs& args) {
     throw std::runtime_error(args.dir +
                              ": not a directory (give the directory holding model.safetensors and "
                              "config.json, as `meshtrain export --format hf` or save_pretrained writes it)");
+  // Before any tensor is read: a refused destination costs nothing.
+  check_import_destination(args.out, args.force);
   check_config((fs::path(args.dir) / "config.json").string(), cfg);
   const SafetensorsFile st = SafetensorsFile::open(st_path);
 
@@ -187,7 +190,7 @@ void import_hf(const ImportArgs& args) {
   // Often <checkpoint.dir>/step_00000000.h5 of a run not started yet (README): make its directory.
   if (const fs::path parent = fs::path(args.out).parent_path(); !parent.empty())
     fs::create_directories(parent, ec);
-  write_imported_checkpoint(args.out, cfg, values);
+  write_imported_checkpoint(args.out, cfg, values, args.force);
   std::printf(
       "imported %s (%zu tensors) for %s into %s at step 0\n"
       "fine-tune it: meshtrain train %s --set checkpoint.resume='\"%s\"'\n",

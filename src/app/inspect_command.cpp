@@ -4,6 +4,7 @@
 // One rank reads the whole file; exit status 1 on any problem (a directory or unreadable file,
 // unsupported version, a missing moment, a missing or mismatching checksum).
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/io/checkpoint_file.h"
+#include "meshtrain/io/terminal_text.h"
 #include "meshtrain/checkpoint/checkpointer.h"
 
 namespace meshtrain {
@@ -34,13 +36,13 @@ std::string config_summary(const std::string& text) {
     char buf[256];
     std::snprintf(buf, sizeof buf, "run %s; model %d layers, d_model %ld, %ld heads, seq_len %ld, "
                   "vocab %ld%s, %.2fM parameters; precision %s",
-                  c.run.name.c_str(), m.layers, static_cast<long>(m.d_model), static_cast<long>(m.heads),
+                  terminal_safe(c.run.name).c_str(), m.layers, static_cast<long>(m.d_model), static_cast<long>(m.heads),
                   static_cast<long>(m.seq_len), static_cast<long>(m.vocab_size),
                   m.tie_embeddings ? " (tied)" : "", static_cast<double>(m.parameter_count()) / 1e6,
                   std::string(dtype_name(c.train.precision)).c_str());
     return buf;
   } catch (const std::exception& e) {
-    return "does not parse: " + std::string(e.what()) + size;
+    return "does not parse: " + terminal_safe(e.what()) + size;
   }
 }
 
@@ -53,6 +55,44 @@ std::string directory_error(const std::string& path) {
          "the newest: " + all.back().second + ")";
 }
 
+// Row-major slices of `shape` of at most `budget` elements each (one element at least): whole
+// trailing dimensions where they fit, the dimension before them cut into runs.
+std::vector<Box> slices(const Shape& shape, int64_t budget) {
+  int k = shape.rank() - 1;  // the dimension that is cut
+  int64_t inner = 1;         // elements of one index of dimension k
+  while (k > 0 && inner * shape[k] <= budget) inner *= shape[k--];
+  const int64_t run = std::max<int64_t>(1, budget / inner);
+  std::vector<Box> out;
+  if (shape.numel() == 0) return out;
+  Box b;
+  for (int j = 0; j < shape.rank(); ++j) b.count[j] = j < k ? 1 : shape[j];
+  while (true) {
+    for (int64_t at = 0; at < shape[k]; at += run) {
+      b.start[k] = at;
+      b.count[k] = std::min(run, shape[k] - at);
+      out.push_back(b);
+    }
+    int j = k - 1;  // the next index of the dimensions before k, odometer-wise
+    while (j >= 0 && ++b.start[j] == shape[j]) b.start[j--] = 0;
+    if (j < 0) return out;
+  }
+}
+
+// The checksum of `name` as stored, read a slice at a time: the memory inspect takes is bounded
+// whatever the dataset declares (the file's own size bounds it too: CheckpointFile refuses a
+// dataset that declares more than it stores).
+uint64_t stored_sum(CheckpointFile& file, const std::string& name, const Shape& shape, DType type) {
+  constexpr int64_t kSliceBytes = int64_t{64} << 20;
+  uint64_t sum = 0;
+  std::vector<char> data;
+  for (const Box& b : slices(shape, kSliceBytes / static_cast<int64_t>(dtype_size(type)))) {
+    data.resize(static_cast<size_t>(b.numel(shape.rank())) * dtype_size(type));
+    file.read(name, {b}, data.data(), type);
+    sum += checksum_part(data.data(), type, shape, {b});
+  }
+  return sum;
+}
+
 // Returns the number of problems found.
 int inspect_file(const std::string& path) {
   std::error_code ec;
@@ -62,11 +102,11 @@ int inspect_file(const std::string& path) {
   const auto bytes = std::filesystem::file_size(path, ec);
   std::printf("checkpoint %s (%.1f MB)\n", path.c_str(), static_cast<double>(bytes) / 1e6);
   std::printf("format_version %d, written by meshtrain %s at %s\n", info.format_version,
-              info.meshtrain_version.c_str(), info.created.c_str());
+              terminal_safe(info.meshtrain_version).c_str(), terminal_safe(info.created).c_str());
   std::printf("step %lld (optimizer steps %lld), seed %llu\n", static_cast<long long>(info.step),
               static_cast<long long>(info.optimizer_steps), static_cast<unsigned long long>(info.seed));
   std::printf("lineage %s\n", info.lineage.empty() ? "(none recorded)" : info.lineage.c_str());
-  std::printf("layout %s (%d ranks)\n", info.layout.c_str(), info.world_size);
+  std::printf("layout %s (%d ranks)\n", terminal_safe(info.layout).c_str(), info.world_size);
   // The effective configuration is what the run trained; version 1 files only have the deck.
   if (!info.config.empty()) {
     std::printf("config: %s\n", config_summary(info.config).c_str());
@@ -79,7 +119,7 @@ int inspect_file(const std::string& path) {
   std::string overrides;
   for (size_t at = 0; at < info.overrides.size();) {
     const size_t end = std::min(info.overrides.find('\n', at), info.overrides.size());
-    overrides += " --set " + info.overrides.substr(at, end - at);
+    overrides += " --set " + terminal_safe(info.overrides.substr(at, end - at));
     at = end + 1;
   }
   std::printf("overrides:%s\n", overrides.empty() ? " none" : overrides.c_str());
@@ -87,7 +127,7 @@ int inspect_file(const std::string& path) {
     std::printf("model settings (checked on load):");
     for (size_t at = 0; at < info.model.size();) {
       const size_t end = std::min(info.model.find('\n', at), info.model.size());
-      std::printf("%s %s", at ? "," : "", info.model.substr(at, end - at).c_str());
+      std::printf("%s %s", at ? "," : "", terminal_safe(info.model.substr(at, end - at)).c_str());
       at = end + 1;
     }
     std::printf("\n");
@@ -96,7 +136,7 @@ int inspect_file(const std::string& path) {
     std::printf("effective configuration (the deck, its overrides and defaults, as the run used them):\n");
     for (size_t at = 0; at < info.config.size();) {
       const size_t end = std::min(info.config.find('\n', at), info.config.size());
-      if (end > at) std::printf("  %s\n", info.config.substr(at, end - at).c_str());
+      if (end > at) std::printf("  %s\n", terminal_safe(info.config.substr(at, end - at)).c_str());
       at = end + 1;
     }
   }
@@ -114,23 +154,21 @@ int inspect_file(const std::string& path) {
     const Shape shape = file.shape(name);
     const DType type = file.dtype(name);
     if (name.rfind("/model/", 0) == 0) parameters += shape.numel();
-    Box all;
-    for (int k = 0; k < shape.rank(); ++k) all.count[k] = shape[k];
-    std::vector<char> data(static_cast<size_t>(shape.numel()) * dtype_size(type));
-    file.read(name, {all}, data.data(), type);
-    const uint64_t sum = checksum_part(data.data(), type, shape, {all});
+    const uint64_t sum = stored_sum(file, name, shape, type);
     const std::optional<uint64_t> stored = file.checksum(name);
     const char* verdict = !stored ? "MISSING" : *stored == sum ? "checksum OK" : "MISMATCH";
     if (!stored || *stored != sum) ++problems;
-    std::printf("  %-44s %-16s %-8s %12zu  %s\n", name.c_str(), shape.to_string().c_str(),
-                type == DType::F32 ? "float32" : "float64", data.size(), verdict);
+    const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(type);
+    std::printf("  %-44s %-16s %-8s %12zu  %s\n", terminal_safe(name).c_str(), shape.to_string().c_str(),
+                type == DType::F32 ? "float32" : "float64", bytes, verdict);
     // Every parameter carries both AdamW moments of its shape.
     const std::string prefix = "/model/";
     if (name.rfind(prefix, 0) == 0) {
       for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
         const std::string m = "/optim/" + name.substr(prefix.size()) + "/" + moment;
         if (!file.has_dataset(m) || file.shape(m) != shape) {
-          std::printf("problem: %s is missing or not of shape %s\n", m.c_str(), shape.to_string().c_str());
+          std::printf("problem: %s is missing or not of shape %s\n", terminal_safe(m).c_str(),
+                      shape.to_string().c_str());
           ++problems;
         }
       }
@@ -150,7 +188,7 @@ int inspect_command(const InspectArgs& args) {
     try {
       status = inspect_file(args.path) == 0 ? kExitOk : kExitInput;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "meshtrain inspect: error: %s\n", e.what());
+      std::fprintf(stderr, "meshtrain inspect: error: %s\n", terminal_safe(e.what()).c_str());
       status = kExitInput;
     }
     std::fflush(stdout);

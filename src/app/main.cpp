@@ -221,6 +221,8 @@ int main(int argc, char** argv) {
       ->required()->check(CLI::IsMember({"hf"}));
   import_cmd->add_option("--deck", imp.deck, "Input deck whose [model] the weights must match")->required();
   import_cmd->add_option("--set", imp.overrides, "Override a deck key: --set section.key=value");
+  import_cmd->add_flag("--force", imp.force,
+                       "Replace OUT if it exists (never a directory holding another run's checkpoints)");
 
   app.add_subcommand("keys", "Print the input-deck reference (every key, its default and range)");
 

@@ -3,7 +3,12 @@
 
 #include "meshtrain/checkpoint/checkpoint_import.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -68,8 +73,35 @@ Box whole(const Shape& s) {
 
 }  // namespace
 
+void check_import_destination(const std::string& path, bool replace) {
+  std::error_code ec;
+  const fs::file_status status = fs::symlink_status(path, ec);
+  if (fs::is_directory(status))
+    throw std::runtime_error(path + ": is a directory; meshtrain import writes a checkpoint file (e.g. " +
+                             (fs::path(path) / "step_00000000.h5").string() + ")");
+  if (fs::exists(status) && !replace)
+    throw std::runtime_error(path + ": already exists; meshtrain import writes a new file and never over "
+                             "another (give a path that does not exist, or --force to replace it)");
+  if (fs::exists(status) && !fs::is_regular_file(status))
+    throw std::runtime_error(path + ": exists and is not a regular file; --force replaces only a file");
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  std::string others;
+  // `path` itself among them too: --force replaces a file, never a run's checkpoint.
+  for (const StoredCheckpoint& s : scan_checkpoints(dir.string())) {
+    others += (others.empty() ? "" : ", ") + fs::path(s.path).filename().string() + " (" +
+              (s.lineage.empty() ? "lineage unknown: " + s.problem : "lineage " + s.lineage) + ")";
+  }
+  if (!others.empty())
+    throw std::runtime_error(dir.string() + " holds checkpoints of another run (" + others + "); an import "
+                             "starts a run of its own, and a checkpoint of it there would stop that run "
+                             "from resuming (a checkpoint.dir holds one run's checkpoints): write "
+                             + fs::path(path).filename().string() + " into a directory of its own (or delete "
+                             "those checkpoints yourself if they are no longer wanted)");
+}
+
 void write_imported_checkpoint(const std::string& path, const Config& config,
-                               const std::map<std::string, std::vector<float>>& values) {
+                               const std::map<std::string, std::vector<float>>& values, bool replace) {
+  check_import_destination(path, replace);
   const auto params = checkpoint_parameters(config.model);
   for (const auto& [name, shape] : params) {
     const auto it = values.find(name);
@@ -134,7 +166,23 @@ void write_imported_checkpoint(const std::string& path, const Config& config,
     throw std::runtime_error(e.what());
   }
   std::error_code ec;
-  fs::rename(tmp, path, ec);
+  if (replace) {
+    fs::rename(tmp, path, ec);
+  } else {
+    int error = ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0 ? 0 : errno;
+    if (error == EINVAL || error == ENOSYS) {
+      // A file system without RENAME_NOREPLACE: a hard link fails where a file exists, as a
+      // rename would not.
+      error = ::link(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
+      if (error == 0) fs::remove(tmp, ec);
+    }
+    if (error == EEXIST) {
+      fs::remove(tmp, ec);
+      throw std::runtime_error(path + ": already exists (it appeared while the import was written); "
+                               "meshtrain import never writes over another file (--force replaces it)");
+    }
+    if (error != 0) ec = std::error_code(error, std::generic_category());
+  }
   if (ec) {
     fs::remove(tmp, ec);
     throw std::runtime_error(tmp + ": cannot rename to " + path + ": " + ec.message());

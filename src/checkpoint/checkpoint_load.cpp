@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -10,6 +12,7 @@
 
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/io/checkpoint_file.h"
+#include "meshtrain/io/terminal_text.h"
 #include "meshtrain/checkpoint/checkpointer.h"
 #include "background_worker.h"
 #include "checkpoint_entries.h"
@@ -107,6 +110,58 @@ std::vector<uint64_t> read_owned(CheckpointFile& file, Communicator& world,
   return sum_over(world, sums);
 }
 
+// The first element of `n` at `v` that is not finite (or, with `non_negative`, below zero), or -1.
+template <class T>
+int64_t first_bad(const T* v, int64_t n, bool non_negative) {
+  for (int64_t j = 0; j < n; ++j)
+    if (!std::isfinite(v[j]) || (non_negative && v[j] < 0)) return j;
+  return -1;
+}
+
+// Refuses values a healthy run never saves: a parameter or AdamW moment that is not finite, a
+// second moment (a running mean of squares) below zero. Checksums only say that the values are
+// the ones written; a file written so (or crafted) would otherwise load, and the first step would
+// report it as divergence and advise a lower learning rate. Each rank checks what it read.
+void check_values(const std::string& path, const std::vector<Entry>& entries, const std::vector<Landing>& landings) {
+  for (size_t i = 0; i < entries.size(); ++i)
+    for (int kind = 0; kind < kKinds; ++kind) {
+      const Entry& e = entries[i];
+      const Landing& l = landings[i * kKinds + static_cast<size_t>(kind)];
+      const bool non_negative = kind == 2;
+      const size_t size = dtype_size(l.type);
+      size_t off = 0;
+      int64_t bad_index = -1;
+      double bad_value = 0;
+      for (const Piece& p : e.pieces) {
+        int64_t packed = 0;
+        for_each_run(e.global, p.boxes, [&](int64_t first, int64_t n) {
+          const char* run = l.data + off + static_cast<size_t>(packed) * size;
+          packed += n;
+          if (bad_index >= 0) return;
+          const int64_t j = l.type == DType::F64 ? first_bad(reinterpret_cast<const double*>(run), n, non_negative)
+                                                 : first_bad(reinterpret_cast<const float*>(run), n, non_negative);
+          if (j < 0) return;
+          bad_index = first + j;
+          bad_value = l.type == DType::F64 ? reinterpret_cast<const double*>(run)[j]
+                                           : reinterpret_cast<const float*>(run)[j];
+        });
+        off += static_cast<size_t>(p.owned.count) * size;
+        if (bad_index >= 0) break;
+      }
+      if (bad_index < 0) continue;
+      char value[32];
+      std::snprintf(value, sizeof value, "%g", bad_value);
+      const char* rule = kind == 0   ? "a parameter is finite"
+                         : kind == 1 ? "AdamW's first moment is finite"
+                                     : "AdamW's second moment, a running mean of squared gradients, is finite and >= 0";
+      throw CheckpointFileError(path + ": dataset " + dataset_name(e.name, kind) + " holds " + value +
+                                " at element " + std::to_string(bad_index) + " (row-major, of " +
+                                e.global.to_string() + "), but " + rule +
+                                ": the file was not written by a healthy run (its checksums match what was "
+                                "stored); resume from another checkpoint");
+    }
+}
+
 }  // namespace
 
 CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
@@ -136,9 +191,6 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
                                 "' (not a complete meshtrain checkpoint)");
     check_model_signature(path, info.model, m, cfg_.deck_path, info.meshtrain_version,
                           tokenizer_signature(cfg_.data.tokenizer));
-    if (info.step < 0 || info.optimizer_steps < 0)
-      throw CheckpointFileError(path + ": step = " + std::to_string(info.step) + ", optimizer_steps = " +
-                                std::to_string(info.optimizer_steps) + " (expected >= 0)");
   });
   // The file must hold exactly the deck's model: every dataset, each with the global shape and
   // a checksum. These refusals come before any data is read: the trainer is left as it was.
@@ -166,7 +218,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
       }
     for (const std::string& name : names)
       if (!expected.count(name))
-        throw CheckpointFileError(path + ": dataset " + name + " is not part of the deck's model (check " +
+        throw CheckpointFileError(path + ": dataset " + terminal_safe(name) + " is not part of the deck's model (check " +
                                   existence_keys(name) + " against the file's 'config' attribute: meshtrain inspect)");
   });
 
@@ -186,6 +238,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
     check_sums(*file, entries, sums, nullptr);
     file->close();
   });
+  agree(world, [&] { check_values(path, entries, landings); });
 
   // Verified: apply what was staged, converting where the file's precision is not the run's.
   std::vector<char> converted;

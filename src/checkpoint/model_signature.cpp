@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "meshtrain/io/checkpoint_file.h"
+#include "meshtrain/io/terminal_text.h"
 #include "meshtrain/io/tokenizer.h"
 
 namespace meshtrain {
@@ -74,13 +75,15 @@ void check_model_signature(const std::string& file, const std::string& recorded,
                            const std::string& deck, const std::string& writer,
                            const std::string& tokenizer) {
   std::map<std::string, std::string> stored = parse(recorded);
+  // What the file recorded is printed escaped: the file may come from anyone.
+  const std::string safe_writer = terminal_safe(writer);
   for (const ModelSetting& s : model_settings(m, tokenizer)) {
     const auto it = stored.find(s.key);
     if (it == stored.end())
       throw CheckpointFileError(file + ": the 'model' attribute does not record model." + s.key +
                                 " (damaged, or not written by meshtrain)");
-    const std::string& value = it->second;
-    if (value != s.value) {
+    const std::string value = terminal_safe(it->second);
+    if (it->second != s.value) {
       if (s.key == "tokenizer")
         throw CheckpointFileError(
             file + ": model.tokenizer = " + value + " in the checkpoint, but " + deck +
@@ -97,15 +100,16 @@ void check_model_signature(const std::string& file, const std::string& recorded,
           file + ": model." + s.key + " = " + value + " in the checkpoint, but this meshtrain " +
           MESHTRAIN_VERSION " computes with model." + s.key + " = " + s.value +
           " (fixed in the build, not a deck key): the checkpoint holds another model (load it "
-          "with the meshtrain that wrote it, " + writer + ")");
+          "with the meshtrain that wrote it, " + safe_writer + ")");
     }
     stored.erase(it);
   }
   if (!stored.empty())
-    throw CheckpointFileError(file + ": model." + stored.begin()->first + " = " + stored.begin()->second +
+    throw CheckpointFileError(file + ": model." + terminal_safe(stored.begin()->first) + " = " +
+                              terminal_safe(stored.begin()->second) +
                               " in the checkpoint is a model setting this meshtrain " MESHTRAIN_VERSION
                               " does not know: the checkpoint holds another model (load it with the "
-                              "meshtrain that wrote it, " + writer + ")");
+                              "meshtrain that wrote it, " + safe_writer + ")");
 }
 
 }  // namespace meshtrain

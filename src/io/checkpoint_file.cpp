@@ -12,12 +12,36 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <type_traits>
 
 #include "meshtrain/io/regular_file.h"
+#include "meshtrain/io/terminal_text.h"
 #include "meshtrain/tensor/philox.h"
+#include "checkpoint_file_trust.h"
+#include "hdf5_handle.h"
 
 namespace meshtrain {
+
+namespace hdf5 {
+
+namespace {
+
+herr_t innermost(unsigned n, const H5E_error2_t* e, void* out) {
+  if (n == 0 && e->desc) *static_cast<std::string*>(out) = e->desc;
+  return 0;
+}
+
+}  // namespace
+
+std::string reason() {
+  std::string reason;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, &reason);
+  H5Eclear2(H5E_DEFAULT);
+  return reason.empty() ? "" : " (HDF5: " + reason + ")";
+}
+
+}  // namespace hdf5
 
 static_assert(std::is_same_v<hid_t, int64_t>, "CheckpointFile stores hid_t as int64_t (HDF5 >= 1.10)");
 
@@ -29,35 +53,9 @@ constexpr uint64_t kIndexMultiplier = 0x9E3779B97F4A7C15ull;
 // take the innermost HDF5 reason from the stack.
 void silence_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
-herr_t innermost(unsigned n, const H5E_error2_t* e, void* out) {
-  if (n == 0 && e->desc) *static_cast<std::string*>(out) = e->desc;
-  return 0;
-}
+using hdf5::Handle;
 
-// " (HDF5: <reason>)" for the latest failure, or "".
-std::string hdf5_reason() {
-  std::string reason;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, &reason);
-  H5Eclear2(H5E_DEFAULT);
-  return reason.empty() ? "" : " (HDF5: " + reason + ")";
-}
-
-// Closes an HDF5 identifier at scope exit.
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  operator hid_t() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
+std::string hdf5_reason() { return hdf5::reason(); }
 
 hid_t file_type(DType t) {
   switch (t) {
@@ -140,6 +138,7 @@ std::string utc_timestamp() {
 CheckpointFile::CheckpointFile(const std::string& path, MPI_Comm comm, Access access)
     : path_(path), comm_(comm) {
   silence_hdf5();
+  disable_hdf5_plugins();
   // MPI-IO opens a directory, and then every HDF5 read fails with an MPI error printed per
   // rank and attempt: refuse it first, with one message.
   struct stat st{};
@@ -154,12 +153,34 @@ CheckpointFile::CheckpointFile(const std::string& path, MPI_Comm comm, Access ac
     H5Pset_meta_block_size(fapl, kMetadataBlockBytes);
     file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (file_ < 0) throw CheckpointFileError(path + ": cannot create the checkpoint file" + hdf5_reason());
+    dapl_ = confined_dataset_access();
   } else {
     if (const std::string why = non_regular_file_problem(path, "a checkpoint file", "a step_*.h5 file"); !why.empty()) throw CheckpointFileError(why);
     file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
     if (file_ < 0)
       throw CheckpointFileError(path + ": cannot open as an HDF5 checkpoint (missing, truncated or "
                                 "not an HDF5 file)" + hdf5_reason());
+    dapl_ = confined_dataset_access();
+    // Before anything else is read: the file holds everything it declares inside itself. Every
+    // rank checks the same file, and all agree before any of them goes on (or closes: H5Fclose
+    // is collective).
+    std::string problem;
+    try {
+      problem = check_self_contained(file_, path, dapl_, datasets_);
+    } catch (const std::exception& e) {  // no rank may skip the agreement below
+      problem = path + ": checking the file failed: " + e.what();
+    }
+    int ok = problem.empty() ? 1 : 0, all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+    if (!all_ok) {
+      try {
+        close();
+      } catch (const CheckpointFileError&) {  // the refusal below is the error to report
+      }
+      throw CheckpointFileError(!problem.empty() ? problem
+                                                 : path + ": another rank found the file does not hold its "
+                                                          "data inside itself (its message says where)");
+    }
   }
 }
 
@@ -174,6 +195,10 @@ void CheckpointFile::close() {
   if (map_) {
     ::munmap(const_cast<char*>(map_), map_size_);
     map_ = nullptr;
+  }
+  if (dapl_ >= 0) {
+    H5Pclose(dapl_);
+    dapl_ = -1;
   }
   if (file_ < 0) return;
   for (auto& [name, id] : datasets_) H5Dclose(id);
@@ -275,15 +300,51 @@ std::string open_attribute(hid_t obj, const char* name, H5T_class_t want, hid_t&
   return "";
 }
 
+// An integer attribute as stored: int64 when its type is signed, else uint64.
+struct StoredInteger {
+  bool is_signed = true;
+  int64_t s = 0;
+  uint64_t u = 0;
+  bool within(int64_t lo, uint64_t hi) const {
+    if (is_signed) return s >= lo && (s < 0 || static_cast<uint64_t>(s) <= hi);
+    return (lo <= 0 || u >= static_cast<uint64_t>(lo)) && u <= hi;
+  }
+  std::string to_string() const { return is_signed ? std::to_string(s) : std::to_string(u); }
+  // Callers check within() first: a range of [lo, hi <= INT64_MAX] leaves no value int64 cannot
+  // hold, and one of [0, hi] no negative one.
+  int64_t value() const { return is_signed ? s : static_cast<int64_t>(u); }
+  uint64_t unsigned_value() const { return is_signed ? static_cast<uint64_t>(s) : u; }
+};
+
 }  // namespace
 
+bool is_lineage_id(const std::string& s) {
+  return s.size() == 32 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+         });
+}
+
 CheckpointInfo CheckpointFile::read_info() const {
-  auto integer = [&](const char* name, hid_t memory, void* out) {
+  // An integer attribute's exact value, read in its own signedness (a conversion to another
+  // type would clamp or wrap it: 2^32+2 into int32 reads as 2), checked against [lo, hi].
+  auto integer = [&](const char* name, int64_t lo, uint64_t hi, const char* why) -> StoredInteger {
     hid_t id = -1;
     const std::string problem = open_attribute(file_, name, H5T_INTEGER, id);
     Handle attr(id, H5Aclose);
     if (!problem.empty()) fail(problem + " (not a meshtrain checkpoint, or written by another tool)");
-    if (H5Aread(attr, memory, out) < 0) fail("cannot read attribute '" + std::string(name) + "'");
+    Handle type(H5Aget_type(attr), H5Tclose);
+    const std::string key = "attribute '" + std::string(name) + "'";
+    if (H5Tget_size(type) > 8) fail(key + " is an integer of " + std::to_string(H5Tget_size(type)) +
+                                    " bytes (expected at most 64 bits)");
+    StoredInteger v;
+    v.is_signed = H5Tget_sign(type) == H5T_SGN_2;
+    if (H5Aread(attr, v.is_signed ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64, v.is_signed ? static_cast<void*>(&v.s)
+                                                                                       : static_cast<void*>(&v.u)) < 0)
+      fail("cannot read " + key);
+    if (!v.within(lo, hi))
+      fail(key + " = " + v.to_string() + " is out of range (expected " + std::to_string(lo) + " to " +
+           std::to_string(hi) + ": " + why + ")");
+    return v;
   };
   auto string = [&](const char* name) {
     hid_t id = -1;
@@ -307,22 +368,25 @@ CheckpointInfo CheckpointFile::read_info() const {
     }
     return out;
   };
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   CheckpointInfo info;
-  int32_t version = 0, world = 0;
-  integer("format_version", H5T_NATIVE_INT32, &version);
-  info.format_version = version;
-  integer("step", H5T_NATIVE_INT64, &info.step);
-  integer("optimizer_steps", H5T_NATIVE_INT64, &info.optimizer_steps);
-  integer("seed", H5T_NATIVE_UINT64, &info.seed);
+  info.format_version = static_cast<int>(
+      integer("format_version", 1, kIntMax, "a format version; this meshtrain reads version 2").value());
+  info.step = integer("step", 0, kMaxCheckpointStep, "the optimizer steps a run can reach, train.steps").value();
+  info.optimizer_steps = integer("optimizer_steps", 0, std::numeric_limits<int64_t>::max(),
+                                 "AdamW's step count").value();
+  info.seed = integer("seed", 0, std::numeric_limits<uint64_t>::max(), "run.seed").unsigned_value();
   info.deck = string("deck");
   auto optional = [&](const char* name) { return H5Aexists(file_, name) > 0 ? string(name) : std::string(); };
   info.overrides = optional("overrides");
   info.config = optional("config");
   info.model = optional("model");
   info.lineage = optional("lineage");
+  if (!info.lineage.empty() && !is_lineage_id(info.lineage))
+    fail("attribute 'lineage' = \"" + terminal_safe(info.lineage) +
+         "\" is not a lineage (expected 32 hexadecimal digits, as a run records)");
   info.layout = string("layout");
-  integer("world_size", H5T_NATIVE_INT32, &world);
-  info.world_size = world;
+  info.world_size = static_cast<int>(integer("world_size", 1, kIntMax, "the ranks that wrote the file").value());
   info.meshtrain_version = string("meshtrain_version");
   info.created = string("created");
   return info;
@@ -394,7 +458,7 @@ bool CheckpointFile::has_dataset(const std::string& name) const {
 int64_t CheckpointFile::dataset(const std::string& name) const {
   auto it = datasets_.find(name);
   if (it != datasets_.end()) return it->second;
-  const hid_t id = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
+  const hid_t id = H5Dopen2(file_, name.c_str(), dapl_);
   if (id < 0) fail("has no dataset " + name);
   datasets_[name] = id;
   return id;

@@ -297,12 +297,10 @@ class Gpt2BpeTokenizer final : public Tokenizer {
 };
 
 std::string read_all(const std::string& path, const std::string& what) {
-  require_regular_file(path, what, "a file, as Hugging Face writes it");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(path, "cannot open " + what);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string text;
+  if (const std::string problem = read_regular_file(path, text); !problem.empty())
+    throw DataError(path, problem + "; expected " + what);
+  return text;
 }
 
 nlohmann::json parse_json(const std::string& path, const std::string& what) {
@@ -354,7 +352,7 @@ std::unique_ptr<Tokenizer> open_gpt2_bpe_files(const std::string& vocab_json,
                                                const std::string& merges_txt) {
   Gpt2BpeFiles f;
   read_vocab(parse_json(vocab_json, "a GPT-2 vocab.json (token -> id)"), vocab_json, f);
-  std::istringstream lines(read_all(merges_txt, "GPT-2 merges.txt"));
+  std::istringstream lines(read_all(merges_txt, "a GPT-2 merges.txt"));
   size_t n = 0;
   for (std::string line; std::getline(lines, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();

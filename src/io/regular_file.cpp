@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "meshtrain/io/data_error.h"
 
@@ -32,6 +33,46 @@ std::string problem(const std::string& path, mode_t mode, const std::string& wha
   return path + ": is " + kind + ", not " + what + " (expected " + expected + ")";
 }
 
+// open(2) without blocking on a FIFO, then the type judged on the descriptor itself (fstat), so
+// that nothing can be swapped in between: fd >= 0, or -1 with errno set (mode_out: the type).
+int open_nonblocking(const std::string& path, mode_t& mode_out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int saved = errno;
+    ::close(fd);
+    errno = saved;
+    return -1;
+  }
+  mode_out = st.st_mode;
+  return fd;
+}
+
+// regular_file_problem's wording, for an open descriptor's type.
+std::string short_problem(mode_t mode) {
+  const std::string kind = kind_of(mode);
+  if (kind.empty()) return "";
+  if (S_ISDIR(mode)) return "is a directory";
+  return "is " + kind + ", not a regular file";
+}
+
+// Opens `path` as a regular file: fd >= 0, or -1 and `why` said as regular_file_problem says it.
+int open_regular(const std::string& path, std::string& why) {
+  mode_t mode = 0;
+  const int fd = open_nonblocking(path, mode);
+  if (fd < 0) {
+    why = errno == ENOENT ? "does not exist" : std::string("cannot be opened: ") + std::strerror(errno);
+    return -1;
+  }
+  why = short_problem(mode);
+  if (!why.empty()) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
 std::string non_regular_file_problem(const std::string& path, const std::string& what,
@@ -51,16 +92,10 @@ void require_regular_file(const std::string& path, const std::string& what,
 
 int open_regular_file(const std::string& path, const std::string& what,
                       const std::string& expected) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  mode_t mode = 0;
+  const int fd = open_nonblocking(path, mode);
   if (fd < 0) return -1;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int saved = errno;
-    ::close(fd);
-    errno = saved;
-    return -1;
-  }
-  const std::string why = problem(path, st.st_mode, what, expected);
+  const std::string why = problem(path, mode, what, expected);
   if (!why.empty()) {
     ::close(fd);
     throw DataError(path, why.substr(path.size() + 2));
@@ -68,6 +103,33 @@ int open_regular_file(const std::string& path, const std::string& what,
   // Reads of a regular file never block; blocking mode is restored for the reader's sake.
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;
+}
+
+std::string regular_file_problem(const std::string& path) {
+  std::string why;
+  const int fd = open_regular(path, why);
+  if (fd >= 0) ::close(fd);
+  return why;
+}
+
+std::string read_regular_file(const std::string& path, std::string& out) {
+  std::string why;
+  const int fd = open_regular(path, why);
+  if (fd < 0) return why;
+  out.clear();
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      why = std::string("cannot be read: ") + std::strerror(errno);
+      break;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return why;
 }
 
 }  // namespace meshtrain

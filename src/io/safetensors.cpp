@@ -245,12 +245,9 @@ void SafetensorsWriter::write(const std::string& path) const {
 // ---- reader --------------------------------------------------------------------------------
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory, not a safetensors file");
-  // Before the open, which would block on a FIFO with no writer.
-  const std::string not_regular = non_regular_file_problem(
-      path, "a safetensors file", "model.safetensors as Hugging Face writes it");
-  if (!not_regular.empty()) throw SafetensorsError(not_regular);
+  if (const std::string problem = regular_file_problem(path); !problem.empty())
+    fail(path, problem + "; expected a safetensors file (an 8-byte header length, a JSON header, the tensors' "
+                         "bytes)");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
   in.seekg(0, std::ios::end);

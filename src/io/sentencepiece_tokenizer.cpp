@@ -149,12 +149,10 @@ std::unique_ptr<Tokenizer> sentencepiece_from_bytes(const std::string& bytes) {
 }
 
 std::unique_ptr<Tokenizer> open_sentencepiece(const std::string& path) {
-  require_regular_file(path, "a SentencePiece model", "a serialized ModelProto, *.model");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(path, "cannot open SentencePiece model");
-  std::ostringstream s;
-  s << in.rdbuf();
-  auto t = sentencepiece_from_bytes(s.str());
+  std::string bytes;
+  if (const std::string problem = read_regular_file(path, bytes); !problem.empty())
+    throw DataError(path, problem + "; expected a SentencePiece model (a serialized ModelProto, *.model)");
+  auto t = sentencepiece_from_bytes(bytes);
   if (!t) throw DataError(path, "is not a SentencePiece model (a serialized ModelProto, *.model)");
   return t;
 }

@@ -8,8 +8,8 @@
 
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/data_error.h"
-#include "meshtrain/io/gpt2_bpe_tokenizer.h"
 #include "meshtrain/io/regular_file.h"
+#include "meshtrain/io/gpt2_bpe_tokenizer.h"
 #include "meshtrain/io/sentencepiece_tokenizer.h"
 
 namespace meshtrain {

@@ -484,6 +484,57 @@ CATALOGUE = [
     row("command", "import a FIFO config.json", 1,
         ["import", "--format", "hf", "{fifo}/hf", "--deck", "{deck}", "{dir}/run/imported.h5"], 1,
         ["{fifo}/hf/", "is a FIFO (named pipe)"], needs=["fifos"], within=10),
+    # --- trust round two: untrusted files ---
+    # Checkpoints and HF directories from someone else, crafted from run A's step 2
+    # (fixture_untrusted): each passes every other check, and would load without its refusal.
+    row("checkpoint", "external raw storage", 1, ["inspect", "{dir}/untrusted/external.h5"], 1,
+        ["{dir}/untrusted/external.h5: dataset /model/h.0.ln_1.weight stores its data outside the "
+         "file (external storage '{dir}/untrusted/outside.bin'); a checkpoint must hold its data "
+         "inside itself"], needs=["untrusted"], absent=["checksum OK"]),
+    row("checkpoint", "external raw storage (export)", 1,
+        ["export", "{dir}/untrusted/external.h5", "--format", "hf", "{dir}/run/hf"], 1,
+        ["{dir}/untrusted/external.h5: dataset /model/h.0.ln_1.weight stores its data outside"],
+        needs=["untrusted"]),
+    row("checkpoint", "external link", 2, evaluate("{dir}/untrusted/external_link.h5"), 1,
+        ["{dir}/untrusted/external_link.h5: /model/h.0.ln_1.weight is an external link to "
+         "'/model/h.0.ln_1.weight' in file '{a}/step_00000002.h5'"], needs=["untrusted"]),
+    row("checkpoint", "soft link", 2,
+        train("checkpoint.resume=\"{dir}/untrusted/soft_link.h5\"", "checkpoint.dir=\"{dir}/run/c\""), 1,
+        ["{dir}/untrusted/soft_link.h5: /model/h.0.ln_1.weight is a soft link to '/model/h.0.ln_1.bias'"],
+        needs=["untrusted"], absent=NOT_TRAINED),
+    row("checkpoint", "virtual dataset", 2, evaluate("{dir}/untrusted/virtual.h5"), 1,
+        ["{dir}/untrusted/virtual.h5: dataset /model/h.0.ln_1.weight is a virtual dataset"],
+        needs=["untrusted"]),
+    row("checkpoint", "compressed dataset", 2, evaluate("{dir}/untrusted/gzip.h5"), 1,
+        ["{dir}/untrusted/gzip.h5: dataset /model/h.0.ln_1.weight is stored through filter "
+         "'deflate'"], needs=["untrusted"]),
+    row("checkpoint", "dataset declaring 1 GiB", 1, ["inspect", "{dir}/untrusted/declares.h5"], 1,
+        ["{dir}/untrusted/declares.h5: dataset /model/huge declares 1073741824 bytes (268435456 "
+         "elements of 4 bytes) but stores 0"], needs=["untrusted"]),
+    row("checkpoint", "step beyond int", 2, evaluate("{dir}/untrusted/step.h5"), 1,
+        ["{dir}/untrusted/step.h5: attribute 'step' = 4294967298 is out of range (expected 0 to "
+         "2147483647"], needs=["untrusted"]),
+    row("checkpoint", "world_size beyond int", 1, ["inspect", "{dir}/untrusted/world_size.h5"], 1,
+        ["{dir}/untrusted/world_size.h5: attribute 'world_size' = 4294967297 is out of range"],
+        needs=["untrusted"]),
+    row("checkpoint", "negative second moment", 2,
+        train("checkpoint.resume=\"{dir}/untrusted/moment.h5\"", "checkpoint.dir=\"{dir}/run/c\"",
+              "train.steps=4"), 1,
+        ["{dir}/untrusted/moment.h5: dataset /optim/h.0.ln_1.weight/exp_avg_sq holds -1 at element 3",
+         "finite and >= 0"], needs=["untrusted"], absent=NOT_TRAINED + ["lower train.lr"]),
+    row("command", "import over an existing file", 1,
+        ["import", "--format", "hf", "{dir}/untrusted/hf", "--deck", "{deck}",
+         "{dir}/untrusted/existing.h5"], 1,
+        ["{dir}/untrusted/existing.h5: already exists", "--force"], needs=["untrusted"]),
+    row("command", "import beside another run", 1,
+        ["import", "--format", "hf", "{dir}/untrusted/hf", "--deck", "{deck}",
+         "{a}/step_00000000.h5", "--force"], 1,
+        ["{a} holds checkpoints of another run", "step_00000002.h5"], needs=["untrusted"]),
+    row("command", "import config.json a directory", 1,
+        ["import", "--format", "hf", "{dir}/untrusted/hf_config_dir", "--deck", "{deck}",
+         "{dir}/run/imported.h5"], 1,
+        ["{dir}/untrusted/hf_config_dir/config.json: is a directory; expected a JSON file"],
+        needs=["untrusted"]),
 ]
 
 
@@ -597,6 +648,95 @@ FIXTURES = {"fifos": fixture_fifos, "shards": fixture_shards, "broken": fixture_
             "full": fixture_full}
 MOUNTS = []
 BUILT = {}
+
+
+# --- trust round two: untrusted files (fixture) ---
+def fixture_untrusted(p):
+    """Hostile copies of run A's step 2 in {dir}/untrusted, each with checksums that match what
+    a reader would read, an HF export of it, and a file an import must not write over."""
+    fixture_run_a_once(p)
+    try:
+        import h5py
+        import numpy as np
+    except ImportError:
+        return "h5py is not installed (Debian: python3-h5py)"
+    d = os.path.join(p["dir"], "untrusted")
+    os.makedirs(d)
+    good = os.path.join(p["a"], "step_00000002.h5")
+    target = "/model/h.0.ln_1.weight"
+    k = np.uint64(0x9E3779B97F4A7C15)
+
+    def checksum(values):
+        flat = np.ascontiguousarray(values, dtype=np.float32).ravel()
+        with np.errstate(over="ignore"):
+            x = np.arange(flat.size, dtype=np.uint64) * k + flat.view(np.uint32).astype(np.uint64)
+            x = x + k
+            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            return np.uint64((x ^ (x >> np.uint64(31))).sum(dtype=np.uint64))
+
+    def craft(name, edit):
+        path = os.path.join(d, name)
+        shutil.copy(good, path)
+        with h5py.File(path, "r+") as f:
+            edit(f)
+
+    def replace(f, make, values):
+        del f[target]
+        make(f)
+        f[target].attrs.create("checksum", checksum(values), dtype=np.uint64)
+
+    with h5py.File(good, "r") as f:
+        values = f[target][...]
+    outside = os.path.join(d, "outside.bin")
+    np.arange(values.size, dtype=np.float32).tofile(outside)
+    craft("external.h5", lambda f: replace(f, lambda g: g.create_dataset(
+        target, shape=values.shape, dtype=np.float32, external=[(outside, 0, values.size * 4)]),
+        np.fromfile(outside, dtype=np.float32)))
+
+    def link(f, to):
+        del f[target]
+        f[target] = to
+    craft("external_link.h5", lambda f: link(f, h5py.ExternalLink(good, target)))
+    craft("soft_link.h5", lambda f: link(f, h5py.SoftLink("/model/h.0.ln_1.bias")))
+
+    def virtual(g):
+        layout = h5py.VirtualLayout(shape=values.shape, dtype=np.float32)
+        layout[...] = h5py.VirtualSource(good, target, shape=values.shape)
+        g.create_virtual_dataset(target, layout)
+    craft("virtual.h5", lambda f: replace(f, virtual, values))
+    craft("gzip.h5", lambda f: replace(f, lambda g: g.create_dataset(target, data=values, compression="gzip"),
+                                       values))
+
+    def huge(f):
+        f.create_dataset("/model/huge", shape=(1 << 28,), dtype=np.float32)
+    craft("declares.h5", huge)
+
+    def attribute(key, value):
+        def edit(f):
+            del f.attrs[key]
+            f.attrs.create(key, value, dtype=value.dtype)
+        return edit
+    craft("step.h5", attribute("step", np.int64(2**32 + 2)))
+    craft("world_size.h5", attribute("world_size", np.int64(2**32 + 1)))
+
+    def moment(f):
+        name = "/optim/h.0.ln_1.weight/exp_avg_sq"
+        v = f[name][...]
+        v.ravel()[3] = -1.0
+        f[name][...] = v
+        f[name].attrs.modify("checksum", checksum(v))
+    craft("moment.h5", moment)
+    shutil.copy(good, os.path.join(d, "existing.h5"))
+    hf = os.path.join(d, "hf")
+    subprocess.run([BIN, "export", good, "--format", "hf", hf], check=True, capture_output=True, env=ENV)
+    shutil.copytree(hf, os.path.join(d, "hf_config_dir"))
+    os.remove(os.path.join(d, "hf_config_dir", "config.json"))
+    os.makedirs(os.path.join(d, "hf_config_dir", "config.json"))
+    return None
+
+
+FIXTURES["untrusted"] = fixture_untrusted
 
 
 def need(p, name):

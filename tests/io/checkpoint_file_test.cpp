@@ -21,8 +21,8 @@ namespace {
 TEST(CheckpointFile, RootAttributesRoundTrip) {
   testing::TempDir dir;
   CheckpointInfo info;
-  info.step = 1234567890123;
-  info.optimizer_steps = 77;
+  info.step = kMaxCheckpointStep;  // the largest a file may record (the trainer counts in int)
+  info.optimizer_steps = 1234567890123;
   info.seed = 0xFEDCBA9876543210ull;
   info.deck = std::string(100000, 'x') + "\n[model]\nlayers = 2\n";
   info.overrides = "model.layers=2\ntrain.steps=3\n";

@@ -125,6 +125,7 @@ struct ImportArgs {
   std::string deck;
   std::string out;
   std::vector<std::string> overrides;
+  bool force = false;  // replace an existing `out` (never another run's checkpoints beside it)
 };
 int import_command(const ImportArgs& args);
 

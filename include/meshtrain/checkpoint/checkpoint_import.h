@@ -18,11 +18,21 @@ namespace meshtrain {
 // holds (checked when a checkpoint is loaded).
 std::map<std::string, std::vector<int64_t>> checkpoint_parameters(const GptConfig& m);
 
+// Throws unless an import may write `path`, naming it and what to do instead: it must not exist
+// (unless `replace`: then it may be a file, which is replaced), and its directory must hold no
+// complete checkpoint (step_<digits>.h5), `path` included. An import starts a lineage of
+// its own, and a run refuses to resume in a directory holding another lineage's checkpoints (it
+// would overwrite or prune them): an import written beside a run's checkpoints would stop that
+// run from resuming.
+void check_import_destination(const std::string& path, bool replace);
+
 // Writes `path` from `values` (every parameter of checkpoint_parameters(config.model), each its
 // elements row-major, fp32; stored in the run's precision: float64 for fp64 runs, else float32)
 // on this rank alone (MPI_COMM_SELF): under <path>.tmp, then renamed, so a failure leaves no
-// file at `path`. Throws std::runtime_error naming the file.
+// file at `path`; checks the destination first (check_import_destination), and without `replace`
+// the rename refuses a file that appeared at `path` meanwhile. Throws std::runtime_error naming
+// the file.
 void write_imported_checkpoint(const std::string& path, const Config& config,
-                               const std::map<std::string, std::vector<float>>& values);
+                               const std::map<std::string, std::vector<float>>& values, bool replace = false);
 
 }  // namespace meshtrain

@@ -52,6 +52,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -65,6 +66,13 @@
 namespace meshtrain {
 
 inline constexpr int kCheckpointFormatVersion = 2;
+
+// The largest @step a checkpoint may record: the trainer counts steps in int, and train.steps
+// is one.
+inline constexpr int64_t kMaxCheckpointStep = std::numeric_limits<int32_t>::max();
+
+// Whether `s` is a lineage as a run records it (@lineage): 32 hexadecimal digits.
+bool is_lineage_id(const std::string& s);
 
 // The root group's attributes.
 struct CheckpointInfo {
@@ -112,7 +120,10 @@ class CheckpointFile {
   // (a device round trip each). A file is up to this much larger than its data.
   static constexpr uint64_t kMetadataBlockBytes = uint64_t{256} << 10;
 
-  // Collective. Create truncates an existing file. Throws CheckpointFileError.
+  // Collective. Create truncates an existing file. Read first checks that the file holds
+  // everything it declares inside itself (no external storage, external or soft links, virtual
+  // datasets or filters; every dataset's elements stored within the file's size) and refuses it
+  // otherwise, on every rank, naming the first offending object. Throws CheckpointFileError.
   CheckpointFile(const std::string& path, MPI_Comm comm, Access access);
   // Closes collectively if still open; errors there are lost (call close() to see them).
   ~CheckpointFile();
@@ -131,7 +142,10 @@ class CheckpointFile {
 
   // Collective; `info` must be identical on every rank.
   void write_info(const CheckpointInfo& info);
-  // Reads the root attributes; throws naming the missing or malformed one. Does not judge
+  // Reads the root attributes; throws naming the missing or malformed one, or an integer out of
+  // its range (read exactly, whatever integer type stores it: @format_version >= 1, 0 <= @step
+  // <= kMaxCheckpointStep, @optimizer_steps >= 0, @world_size >= 1, @seed >= 0), or a @lineage
+  // that is not 32 hexadecimal digits. Does not judge
   // format_version (the caller says which versions it reads); the attributes version 2 added
   // are left empty where absent (version 1 files), and the caller requires them.
   CheckpointInfo read_info() const;
@@ -185,6 +199,7 @@ class CheckpointFile {
   std::string path_;
   MPI_Comm comm_;
   int64_t file_ = -1;  // hid_t
+  int64_t dapl_ = -1;  // hid_t: the dataset access properties of an untrusted file
   mutable std::map<std::string, int64_t> datasets_;
   const char* map_ = nullptr;  // stored_checksum's mapping of the file
   size_t map_size_ = 0;

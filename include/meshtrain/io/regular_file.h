@@ -2,20 +2,20 @@
 // Every file meshtrain reads comes from someone else (a deck, a token shard, a tokenizer, a
 // checkpoint, config.json, model.safetensors, a text to prepare, a machine profile), and any of
 // them may be a FIFO, a device or a directory: open(2) of a FIFO with no writer blocks forever
-// (and a rank blocked in it ignores SIGTERM), a character device reads without end. So a reader
-// checks the type before it opens, and where it opens the file itself it opens without blocking
-// and checks the open descriptor (no window between the check and the open).
-//
-// A path that does not exist (or cannot be stat'ed) passes the check: the reader's own open then
-// fails with the message it words for a missing file.
+// (and a rank blocked in it ignores SIGTERM), a character device reads without end, and a
+// directory reads as an error deep in the C++ library ("basic_filebuf::underflow error reading
+// the file") that names no file. So a reader checks the type before it opens, and where it opens
+// the file itself it opens without blocking and checks the open descriptor (no window between the
+// check and the open).
 
 #include <string>
 
 namespace meshtrain {
 
 // "" when `path` is a regular file or cannot be stat'ed, else the message
-// "<path>: is a FIFO, not <what> (expected <expected>)" ("a directory", "a character device",
-// "a block device", "a socket"). `what`: "an input deck"; `expected`: "a TOML file".
+// "<path>: is a FIFO (named pipe), not <what> (expected <expected>)" ("a directory", "a character
+// device", "a block device", "a socket"). `what`: "an input deck"; `expected`: "a TOML file".
+// A path that does not exist passes: the reader's own open then words the missing file.
 std::string non_regular_file_problem(const std::string& path, const std::string& what,
                                      const std::string& expected);
 
@@ -29,5 +29,15 @@ void require_regular_file(const std::string& path, const std::string& what,
 // regular file.
 int open_regular_file(const std::string& path, const std::string& what,
                       const std::string& expected);
+
+// For readers that word their own message ("<path>: <problem>; expected a JSON file"): "" when
+// `path` opens as a regular file (symbolic links followed), else "does not exist", "cannot be
+// opened: <reason>", "is a directory" or "is a FIFO (named pipe), not a regular file" (likewise
+// a device or a socket). Opens without blocking, as open_regular_file does.
+std::string regular_file_problem(const std::string& path);
+
+// The whole content of the regular file `path` into `out`; "" on success, else the problem as
+// regular_file_problem words it, or "cannot be read: <reason>".
+std::string read_regular_file(const std::string& path, std::string& out);
 
 }  // namespace meshtrain
