@@ -433,6 +433,14 @@ CATALOGUE = [
     row("deck", "lr beyond a double", 1, train("train.lr=1e400"), 1,
         ["--set train.lr=1e400: train.lr = 1e400 is outside the range of a 64-bit float (expected "
          "finite number > 0)"], absent=NOT_TRAINED),
+    row("command", "plan --memory inf", 1, ["plan", "{deck}", "--world", "1", "--memory", "inf"], 1,
+        ["--memory inf: not a size a rank can have (expected a finite positive size below 8 EiB"]),
+    row("command", "plan --memory 1e400GiB", 1,
+        ["plan", "{deck}", "--world", "1", "--memory", "1e400GiB"], 1,
+        ["--memory 1e400GiB: not a size a rank can have"]),
+    row("command", "sample --temperature nan", 1,
+        ["sample", "{deck}", "--checkpoint", "{dir}/nope.h5", "--temperature", "nan"], 2,
+        ["--temperature: nan is not a temperature (expected a finite number from 0 to 1e6"]),
     # A NUL cut the string short for open(2) and for the message (a.bin was trained on).
     row("deck", "NUL in data.train", 1, train('data.train="{dir}/a.bin\\u0000.evil"'), 1,
         ['data.train = "{dir}/a.bin\\u0000.evil" holds a NUL character (\\u0000), which would '
