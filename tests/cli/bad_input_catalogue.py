@@ -457,6 +457,12 @@ CATALOGUE = [
         ["OMP_NUM_THREADS=100000: more threads than meshtrain runs in one process (expected an "
          "integer from 1 to 1024"], env={"OMP_NUM_THREADS": "100000"},
         absent=NOT_TRAINED + NO_CRASH),
+    row("command", "OMP_NUM_THREADS beyond the cap in plan", 1,
+        ["plan", "{deck}", "--world", "8", "--all", "--time", "--profile",
+         os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "input", "machines",
+                      "dgx-h100.toml")], 1,
+        ["OMP_NUM_THREADS=100000: more threads than meshtrain runs in one process"],
+        env={"OMP_NUM_THREADS": "100000"}, absent=NO_CRASH),
     row("command", "prepare --threads beyond the cap", 1,
         ["prepare", "{fifo}/text.txt", "--out", "{dir}/run/t", "--threads", "100000"], 2,
         ["--threads: 100000 is not a thread count (expected an integer from 1 to 1024)"],
