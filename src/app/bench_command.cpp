@@ -1,12 +1,9 @@
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 
 #include "meshtrain/app/bench_suites.h"
 #include "meshtrain/app/cpu_binding.h"
 #include "meshtrain/app/mpi_session.h"
-#include "meshtrain/comm/agreement.h"
-#include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/comm/node.h"
 
 namespace meshtrain {
@@ -37,10 +34,6 @@ Config bench_deck(const std::string& suite, const GptConfig& model) {
 int bench_command(const BenchArgs& args) {
   MpiSession mpi;
   return run_reporting_errors([&] {
-    // The suites set their own thread counts, but the OpenMP runtime and OpenBLAS read
-    // OMP_NUM_THREADS themselves: refuse one beyond the cap as train does, on every rank at once.
-    MpiCommunicator world(MPI_COMM_WORLD, "world");
-    agree(world, [] { omp_num_threads_value(std::getenv("OMP_NUM_THREADS")); });
     BenchReport report;
     int ranks = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);

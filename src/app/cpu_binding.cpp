@@ -350,7 +350,7 @@ int omp_num_threads_value(const char* omp_num_threads) {
   if (errno == ERANGE || v > kMaxThreads)
     throw DeckError("OMP_NUM_THREADS=" + text + ": more threads than meshtrain runs in one process "
                     "(expected an integer from 1 to " + std::to_string(kMaxThreads) +
-                    "; leave it unset to use the rank's share of its cores, or set run.threads)");
+                    "; unset, each rank uses its share of its cores, or run.threads)");
   return static_cast<int>(v);
 }
 

@@ -3,10 +3,13 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "meshtrain/app/commands.h"
+#include "meshtrain/app/cpu_binding.h"
 #include "meshtrain/backend/thread_limit.h"
+#include "meshtrain/config/deck_error.h"
 #include "meshtrain/config/nearest_name.h"
 
 namespace {
@@ -79,6 +82,27 @@ bool refuse_unknown_subcommand(CLI::App& app, int argc, char** argv) {
                word.c_str(), hint.empty() ? "" : (" (did you mean '" + hint + "'?)").c_str(),
                all.c_str());
   return true;
+}
+
+// The rank the launcher gave this process (before MPI_Init), or -1 when it was started alone.
+int launched_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(name); v && *v) return std::atoi(v);
+  return -1;
+}
+
+// OMP_NUM_THREADS beyond the cap segfaulted the OpenMP runtime in the first parallel region of
+// whichever command reached one (train, plan --all --time, ...): refused before any command
+// starts. This is before MPI_Init, so each rank refuses on its own; the launcher's rank 0 (or a
+// process started alone) prints it. Returns true when refused.
+bool refuse_thread_environment() {
+  try {
+    meshtrain::omp_num_threads_value(std::getenv("OMP_NUM_THREADS"));
+    return false;
+  } catch (const meshtrain::DeckError& e) {
+    if (launched_rank() <= 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    return true;
+  }
 }
 
 }  // namespace
@@ -227,6 +251,7 @@ int main(int argc, char** argv) {
   app.add_subcommand("keys", "Print the input-deck reference (every key, its default and range)");
 
   if (refuse_unknown_subcommand(app, argc, argv)) return kExitUsage;
+  if (refuse_thread_environment()) return kExitInput;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

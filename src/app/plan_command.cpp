@@ -44,7 +44,12 @@ size_t parse_size(const std::string& text) {
     scale = std::pow(base, static_cast<double>(pos + 1));
   }
   if (!(v > 0)) throw DeckError("--memory " + text + ": expected a positive size");
-  return static_cast<size_t>(v * scale);
+  // inf (or 1e400) would convert to size_t undefined; 2^63 bytes (8 EiB) is beyond any rank.
+  const double bytes = v * scale;
+  if (!std::isfinite(bytes) || bytes >= 0x1p63)
+    throw DeckError("--memory " + text + ": not a size a rank can have (expected a finite "
+                    "positive size below 8 EiB, e.g. 16GiB)");
+  return static_cast<size_t>(bytes);
 }
 
 std::string pct(size_t part, size_t whole) {

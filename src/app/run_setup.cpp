@@ -72,7 +72,8 @@ CpuThreads cpu_threads(const Config& c, Communicator& world, int node_rank) {
     ranks.push_back(decode_rank_cpus(text));
   const NodeCpuShare share = share_node_cpus(ranks);
   CpuThreads t;
-  // One rank's environment may differ (an MPMD launch): every rank refuses together.
+  // main() refuses a bad OMP_NUM_THREADS before MPI starts; a caller that did not pass there
+  // (an in-process test) still gets one verdict on every rank.
   agree(world, [&] {
     t.choice = choose_threads(c.run.threads, std::getenv("OMP_NUM_THREADS"), share, node_rank);
   });

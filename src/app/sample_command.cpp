@@ -8,6 +8,7 @@
 // generates the same tokens; world rank 0 prints). So any deck runs on any number of ranks.
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,24 @@
 
 namespace meshtrain {
 
+namespace {
+// CLI11's Range lets NaN through (no comparison with it is true) and words its bounds as
+// doubles; this one refuses every non-finite number.
+CLI::Validator temperature_range() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          const double t = std::stod(v, &used);
+          if (used == v.size() && std::isfinite(t) && t >= 0.0 && t <= 1e6) return "";
+        } catch (const std::exception&) {
+        }
+        return v + " is not a temperature (expected a finite number from 0 to 1e6; 0: greedy)";
+      },
+      "FLOAT in [0,1e6]");
+}
+}  // namespace
+
 CLI::App* add_sample_subcommand(CLI::App& app, SampleArgs& args) {
   CLI::App* cmd = app.add_subcommand(
       "sample", "Generate text from a checkpoint (key/value cache; greedy or temperature/top-k)");
@@ -37,7 +56,7 @@ CLI::App* add_sample_subcommand(CLI::App& app, SampleArgs& args) {
                   "Text to continue (default empty: start from the tokenizer's line break)");
   cmd->add_option("--tokens", args.tokens, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--temperature", args.temperature, "0: greedy (argmax); else softmax(logits/T)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(temperature_range());
   cmd->add_option("--top-k", args.top_k, "Sample among the K most likely tokens; 0: all")
       ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--seed", args.seed, "Sampling seed (the tokens are a function of it)");

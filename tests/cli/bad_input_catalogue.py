@@ -433,6 +433,14 @@ CATALOGUE = [
     row("deck", "lr beyond a double", 1, train("train.lr=1e400"), 1,
         ["--set train.lr=1e400: train.lr = 1e400 is outside the range of a 64-bit float (expected "
          "finite number > 0)"], absent=NOT_TRAINED),
+    row("command", "plan --memory inf", 1, ["plan", "{deck}", "--world", "1", "--memory", "inf"], 1,
+        ["--memory inf: not a size a rank can have (expected a finite positive size below 8 EiB"]),
+    row("command", "plan --memory 1e400GiB", 1,
+        ["plan", "{deck}", "--world", "1", "--memory", "1e400GiB"], 1,
+        ["--memory 1e400GiB: not a size a rank can have"]),
+    row("command", "sample --temperature nan", 1,
+        ["sample", "{deck}", "--checkpoint", "{dir}/nope.h5", "--temperature", "nan"], 2,
+        ["--temperature: nan is not a temperature (expected a finite number from 0 to 1e6"]),
     # A NUL cut the string short for open(2) and for the message (a.bin was trained on).
     row("deck", "NUL in data.train", 1, train('data.train="{dir}/a.bin\\u0000.evil"'), 1,
         ['data.train = "{dir}/a.bin\\u0000.evil" holds a NUL character (\\u0000), which would '
@@ -449,6 +457,12 @@ CATALOGUE = [
         ["OMP_NUM_THREADS=100000: more threads than meshtrain runs in one process (expected an "
          "integer from 1 to 1024"], env={"OMP_NUM_THREADS": "100000"},
         absent=NOT_TRAINED + NO_CRASH),
+    row("command", "OMP_NUM_THREADS beyond the cap in plan", 1,
+        ["plan", "{deck}", "--world", "8", "--all", "--time", "--profile",
+         os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "input", "machines",
+                      "dgx-h100.toml")], 1,
+        ["OMP_NUM_THREADS=100000: more threads than meshtrain runs in one process"],
+        env={"OMP_NUM_THREADS": "100000"}, absent=NO_CRASH),
     row("command", "prepare --threads beyond the cap", 1,
         ["prepare", "{fifo}/text.txt", "--out", "{dir}/run/t", "--threads", "100000"], 2,
         ["--threads: 100000 is not a thread count (expected an integer from 1 to 1024)"],
