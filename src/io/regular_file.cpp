@@ -26,7 +26,7 @@ std::string kind_problem(mode_t mode) {
 int open_regular(const std::string& path, std::string& problem) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    problem = errno == ENOENT ? "does not exist" : std::string("cannot be opened: ") + std::strerror(errno);
+    problem = std::string("cannot open: ") + std::strerror(errno);
     return -1;
   }
   struct stat st{};

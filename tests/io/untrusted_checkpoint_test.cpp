@@ -181,7 +181,7 @@ TEST(RegularFile, OnlyARegularFileIsRead) {
   EXPECT_EQ(read_regular_file(dir.file("a.json"), out), "");
   EXPECT_EQ(out, "{}");
   EXPECT_EQ(read_regular_file(dir.path(), out), "is a directory");
-  EXPECT_EQ(read_regular_file(dir.file("none"), out), "does not exist");
+  EXPECT_EQ(read_regular_file(dir.file("none"), out), "cannot open: No such file or directory");
   ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
   EXPECT_EQ(read_regular_file(dir.file("fifo"), out), "is a FIFO (named pipe), not a regular file");  // no wait
   EXPECT_EQ(regular_file_problem("/dev/null"), "is a device, not a regular file");

@@ -9,8 +9,9 @@
 namespace meshtrain {
 
 // "" when `path` is a regular file (symbolic links followed), else what it is instead, for a
-// message "<path>: <problem>; expected ...": "is a directory", "is a FIFO (named pipe)", "does not
-// exist", "cannot be opened: Permission denied". Opens without blocking (a FIFO with no writer).
+// message "<path>: <problem>; expected ...": "is a directory", "is a FIFO (named pipe), not a
+// regular file", "cannot open: No such file or directory". Opens without blocking (a FIFO with
+// no writer).
 std::string regular_file_problem(const std::string& path);
 
 // The whole content of the regular file `path` into `out`; "" on success, else the problem as
