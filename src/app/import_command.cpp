@@ -44,7 +44,7 @@ void check_config(const std::string& path, const Config& cfg) {
       "tensors alone do not, e.g. n_head)";
   std::string text;
   if (const std::string problem = read_regular_file(path, text); !problem.empty())
-    throw std::runtime_error(path + ": " + (problem == "does not exist" ? "cannot read" : problem +
+    throw std::runtime_error(path + ": " + (problem.rfind("cannot open", 0) == 0 ? "cannot read" : problem +
                              "; expected a JSON file") + what);
   json j;
   try {

@@ -84,6 +84,12 @@ void check_import_destination(const std::string& path, bool replace) {
                              "another (give a path that does not exist, or --force to replace it)");
   if (fs::exists(status) && !fs::is_regular_file(status))
     throw std::runtime_error(path + ": exists and is not a regular file; --force replaces only a file");
+  // The file is written under <path>.tmp first (a failure leaves nothing at `path`); one there
+  // already is someone's: an interrupted import's, or a run's checkpoint being written now.
+  if (fs::exists(fs::symlink_status(path + ".tmp", ec)))
+    throw std::runtime_error(path + ".tmp: already exists, and meshtrain import writes " + path +
+                             " under that name first (left by an interrupted import, or a run is writing "
+                             "it now): delete it if nothing is writing it");
   const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   std::string others;
   // `path` itself among them too: --force replaces a file, never a run's checkpoint.

@@ -134,7 +134,7 @@ herr_t visit_link(hid_t, const char* name, const H5L_info_t* info, void* data) {
       w.problem = link_problem(w, name, terminal_safe(full), *info);
     } else {
       H5O_info_t object;
-      if (H5Oget_info_by_name(w.file, name, &object, H5P_DEFAULT) < 0)
+      if (H5Oget_info_by_name2(w.file, name, &object, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
         w.problem = "object " + terminal_safe(full) + " cannot be read" + hdf5::reason();
       else if (object.type == H5O_TYPE_DATASET)
         w.problem = dataset_problem(w, name, "dataset " + terminal_safe(full));

@@ -62,7 +62,7 @@ int open_regular(const std::string& path, std::string& why) {
   mode_t mode = 0;
   const int fd = open_nonblocking(path, mode);
   if (fd < 0) {
-    why = errno == ENOENT ? "does not exist" : std::string("cannot be opened: ") + std::strerror(errno);
+    why = std::string("cannot open: ") + std::strerror(errno);
     return -1;
   }
   why = short_problem(mode);

@@ -245,9 +245,7 @@ void SafetensorsWriter::write(const std::string& path) const {
 // ---- reader --------------------------------------------------------------------------------
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  // A missing file is left to the open below, which words it as "cannot open: <reason>".
-  if (const std::string problem = regular_file_problem(path);
-      !problem.empty() && problem != "does not exist")
+  if (const std::string problem = regular_file_problem(path); !problem.empty())
     fail(path, problem + "; expected a safetensors file (an 8-byte header length, a JSON header, the tensors' "
                          "bytes)");
   std::ifstream in(path, std::ios::binary);

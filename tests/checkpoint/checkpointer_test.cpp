@@ -253,7 +253,12 @@ void replace_dataset(hid_t f, const std::string& name, std::vector<hsize_t> dims
     ASSERT_GE(H5Ldelete(f, name.c_str(), H5P_DEFAULT), 0);
   }
   const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-  const hid_t d = H5Dcreate2(f, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  // Its storage allocated (fill values): a dataset that stores less than it declares is refused
+  // on open, before its shape is looked at.
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+  const hid_t d = H5Dcreate2(f, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  H5Pclose(dcpl);
   ASSERT_GE(d, 0) << name;
   const hid_t scalar = H5Screate(H5S_SCALAR);
   const hid_t a = H5Acreate2(d, "checksum", H5T_STD_U64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);

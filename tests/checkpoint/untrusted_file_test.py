@@ -292,6 +292,16 @@ class UntrustedHfDirectories(harness.Case):
         self.assertEqual(read(out), before)
         self.import_(self.hf, out, 0, "--force")
         self.assertNotEqual(read(out), before)  # a new lineage, a new @created
+        # Nor over the name it writes under first: someone's file (a run's checkpoint being
+        # written, an interrupted import's).
+        other = os.path.join(self.dir, "imported", "other.h5")
+        with open(other + ".tmp", "w") as f:
+            f.write("someone's")
+        for force in ([], ["--force"]):
+            _, _, stderr = self.import_(self.hf, other, 1, *force)
+            self.assertIn(other + ".tmp: already exists", stderr)
+            self.assertEqual(read(other + ".tmp"), b"someone's")
+            self.assertFalse(os.path.exists(other))
 
     def test_import_never_writes_beside_another_runs_checkpoints(self):
         # Into the run's own checkpoint.dir: it would block that run's resume.

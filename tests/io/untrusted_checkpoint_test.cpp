@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "meshtrain/io/regular_file.h"
 #include "meshtrain/io/terminal_text.h"
 #include "support/temp_dir.h"
+#include "../../src/io/checkpoint_file_trust.h"
 
 namespace meshtrain {
 namespace {
@@ -63,6 +65,32 @@ TEST(UntrustedCheckpoint, ExternalRawStorageIsRefusedNamingTheDatasetAndTheFile)
   EXPECT_EQ(refusal(dir.file("ext.h5")),
             dir.file("ext.h5") + ": dataset /model/w stores its data outside the file (external storage '" +
                 outside + "'); a checkpoint must hold its data inside itself");
+}
+
+// Defence in depth behind the check on open: the dataset access properties CheckpointFile uses
+// resolve a relative external file name under /dev/null/, where nothing can be opened.
+TEST(UntrustedCheckpoint, ConfinedAccessResolvesNoRelativeExternalFile) {
+  testing::TempDir dir;
+  std::ofstream(dir.file("secret.bin"), std::ios::binary) << std::string(64, '\x41');
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_external(dcpl, "secret.bin", 0, 64);
+  write_plain_hdf5(dir.file("rel.h5"), dcpl, 16, /*write=*/false);
+  H5Pclose(dcpl);
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());  // where HDF5 resolves it by default
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t file = H5Fopen(dir.file("rel.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  std::vector<float> v(16);
+  const hid_t plain = H5Dopen2(file, "/model/w", H5P_DEFAULT);
+  EXPECT_GE(H5Dread(plain, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);  // reachable
+  H5Dclose(plain);
+  const hid_t dapl = confined_dataset_access();
+  const hid_t confined = H5Dopen2(file, "/model/w", dapl);
+  EXPECT_TRUE(confined < 0 || H5Dread(confined, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0);
+  if (confined >= 0) H5Dclose(confined);
+  H5Pclose(dapl);
+  H5Fclose(file);
+  std::filesystem::current_path(cwd);
 }
 
 TEST(UntrustedCheckpoint, CompactAndChunkedStorageInsideTheFileIsRead) {
@@ -181,7 +209,7 @@ TEST(RegularFile, OnlyARegularFileIsRead) {
   EXPECT_EQ(read_regular_file(dir.file("a.json"), out), "");
   EXPECT_EQ(out, "{}");
   EXPECT_EQ(read_regular_file(dir.path(), out), "is a directory");
-  EXPECT_EQ(read_regular_file(dir.file("none"), out), "does not exist");
+  EXPECT_EQ(read_regular_file(dir.file("none"), out), "cannot open: No such file or directory");
   ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
   EXPECT_EQ(read_regular_file(dir.file("fifo"), out), "is a FIFO (named pipe), not a regular file");  // no wait
   EXPECT_EQ(regular_file_problem("/dev/null"), "is a character device, not a regular file");

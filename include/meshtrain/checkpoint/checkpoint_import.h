@@ -19,7 +19,8 @@ namespace meshtrain {
 std::map<std::string, std::vector<int64_t>> checkpoint_parameters(const GptConfig& m);
 
 // Throws unless an import may write `path`, naming it and what to do instead: it must not exist
-// (unless `replace`: then it may be a file, which is replaced), and its directory must hold no
+// (unless `replace`: then it may be a file, which is replaced), nor may <path>.tmp (the name it is
+// written under first), and its directory must hold no
 // complete checkpoint (step_<digits>.h5), `path` included. An import starts a lineage of
 // its own, and a run refuses to resume in a directory holding another lineage's checkpoints (it
 // would overwrite or prune them): an import written beside a run's checkpoints would stop that

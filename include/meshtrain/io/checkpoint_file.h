@@ -32,6 +32,12 @@
 // fixed-length UTF-8, null-padded. Datasets are contiguous (no chunking, no filters), so other
 // tools read them directly: h5py `f["/model/wte"][...]`.
 //
+// Reading a file someone else made: every object is reached by hard links only, and every
+// dataset keeps its elements inside the file — contiguous, chunked or compact storage, no
+// filters (compression), no external raw storage, not virtual — and stores at least the bytes
+// its shape declares, within the file's size. A file that does not is refused on open, naming
+// the object (CheckpointFile's constructor; src/io/checkpoint_file_trust.h).
+//
 // Data state: the sampler is stateless — the samples of step s are a function of
 // (run.seed, s) (io/sampler.h) — so @seed and @step are the whole state of the data pipeline;
 // nothing else is stored for it. The learning rate is a function of @step as well.

@@ -31,9 +31,9 @@ int open_regular_file(const std::string& path, const std::string& what,
                       const std::string& expected);
 
 // For readers that word their own message ("<path>: <problem>; expected a JSON file"): "" when
-// `path` opens as a regular file (symbolic links followed), else "does not exist", "cannot be
-// opened: <reason>", "is a directory" or "is a FIFO (named pipe), not a regular file" (likewise
-// a device or a socket). Opens without blocking, as open_regular_file does.
+// `path` opens as a regular file (symbolic links followed), else "cannot open: <reason>" ("No
+// such file or directory"), "is a directory" or "is a FIFO (named pipe), not a regular file"
+// (likewise a device or a socket). Opens without blocking, as open_regular_file does.
 std::string regular_file_problem(const std::string& path);
 
 // The whole content of the regular file `path` into `out`; "" on success, else the problem as
