@@ -1,43 +1,112 @@
 #include "meshtrain/app/hf_gpt2.h"
 
 #include <algorithm>
+#include <iterator>
+#include <map>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
+#include "meshtrain/model/parameter_table.h"
+
 namespace meshtrain {
 
-std::vector<HfTensor> hf_gpt2_tensors(const GptConfig& m) {
-  const int64_t C = m.d_model, V = m.vocab_size, T = m.seq_len;
-  std::vector<HfTensor> out;
-  auto same = [&](const std::string& mt, const std::string& hf, std::vector<int64_t> shape) {
-    out.push_back({mt, shape, hf, shape, false});
-  };
-  // A linear weight (out, in) in meshtrain, (in, out) in HF; `mt_shape` may be blocked (qkv).
-  auto linear = [&](const std::string& mt, const std::string& hf, std::vector<int64_t> mt_shape, int64_t in,
-                    int64_t out_features) {
-    out.push_back({mt, std::move(mt_shape), hf, {in, out_features}, true});
-  };
-  same("wte", "transformer.wte.weight", {V, C});
-  same("wpe", "transformer.wpe.weight", {T, C});
-  for (int i = 0; i < m.layers; ++i) {
-    const std::string mt = "h." + std::to_string(i) + ".", hf = "transformer.h." + std::to_string(i) + ".";
-    same(mt + "ln_1.weight", hf + "ln_1.weight", {C});
-    same(mt + "ln_1.bias", hf + "ln_1.bias", {C});
-    linear(mt + "attn.qkv.weight", hf + "attn.c_attn.weight", {3, C, C}, C, 3 * C);
-    out.push_back({mt + "attn.qkv.bias", {3, C}, hf + "attn.c_attn.bias", {3 * C}, false});
-    linear(mt + "attn.proj.weight", hf + "attn.c_proj.weight", {C, C}, C, C);
-    same(mt + "attn.proj.bias", hf + "attn.c_proj.bias", {C});
-    same(mt + "ln_2.weight", hf + "ln_2.weight", {C});
-    same(mt + "ln_2.bias", hf + "ln_2.bias", {C});
-    linear(mt + "mlp.fc.weight", hf + "mlp.c_fc.weight", {4 * C, C}, C, 4 * C);
-    same(mt + "mlp.fc.bias", hf + "mlp.c_fc.bias", {4 * C});
-    linear(mt + "mlp.proj.weight", hf + "mlp.c_proj.weight", {C, 4 * C}, 4 * C, C);
-    same(mt + "mlp.proj.bias", hf + "mlp.c_proj.bias", {C});
+namespace {
+
+// How a meshtrain parameter becomes its HF tensor.
+enum class HfTransform {
+  Same,              // as is
+  TransposedLinear,  // meshtrain (out, in) read as (numel / in, in), HF Conv1D's (in, out)
+  Flattened,         // the same values as one dimension (the blocked qkv bias (3, C) -> (3C))
+};
+
+struct HfNameRule {
+  const char* meshtrain;  // "{}" stands for the block index
+  const char* hf;
+  HfTransform how;
+};
+
+// GPT2LMHeadModel's tensors, in the order HF writes them: the rules with "{}" are applied block
+// by block. A tied model has no lm_head.weight parameter, and HF then omits the tensor too.
+constexpr HfNameRule kGpt2Names[] = {
+    {"wte", "transformer.wte.weight", HfTransform::Same},
+    {"wpe", "transformer.wpe.weight", HfTransform::Same},
+    {"h.{}.ln_1.weight", "transformer.h.{}.ln_1.weight", HfTransform::Same},
+    {"h.{}.ln_1.bias", "transformer.h.{}.ln_1.bias", HfTransform::Same},
+    {"h.{}.attn.qkv.weight", "transformer.h.{}.attn.c_attn.weight", HfTransform::TransposedLinear},
+    {"h.{}.attn.qkv.bias", "transformer.h.{}.attn.c_attn.bias", HfTransform::Flattened},
+    {"h.{}.attn.proj.weight", "transformer.h.{}.attn.c_proj.weight", HfTransform::TransposedLinear},
+    {"h.{}.attn.proj.bias", "transformer.h.{}.attn.c_proj.bias", HfTransform::Same},
+    {"h.{}.ln_2.weight", "transformer.h.{}.ln_2.weight", HfTransform::Same},
+    {"h.{}.ln_2.bias", "transformer.h.{}.ln_2.bias", HfTransform::Same},
+    {"h.{}.mlp.fc.weight", "transformer.h.{}.mlp.c_fc.weight", HfTransform::TransposedLinear},
+    {"h.{}.mlp.fc.bias", "transformer.h.{}.mlp.c_fc.bias", HfTransform::Same},
+    {"h.{}.mlp.proj.weight", "transformer.h.{}.mlp.c_proj.weight", HfTransform::TransposedLinear},
+    {"h.{}.mlp.proj.bias", "transformer.h.{}.mlp.c_proj.bias", HfTransform::Same},
+    {"ln_f.weight", "transformer.ln_f.weight", HfTransform::Same},
+    {"ln_f.bias", "transformer.ln_f.bias", HfTransform::Same},
+    {"lm_head.weight", "lm_head.weight", HfTransform::Same},
+};
+
+bool per_block(const HfNameRule& r) { return std::string(r.meshtrain).find("{}") != std::string::npos; }
+
+std::string fill(const char* pattern, const std::string& index) {
+  std::string s = pattern;
+  const size_t at = s.find("{}");
+  if (at != std::string::npos) s.replace(at, 2, index);
+  return s;
+}
+
+HfTensor apply(const HfNameRule& rule, const ParamEntry& e, const std::string& index) {
+  HfTensor t;
+  t.meshtrain = e.name;
+  for (int k = 0; k < e.shape.rank(); ++k) t.meshtrain_shape.push_back(e.shape[k]);
+  t.hf = fill(rule.hf, index);
+  const int64_t n = e.numel(), last = t.meshtrain_shape.back();
+  switch (rule.how) {
+    case HfTransform::Same: t.hf_shape = t.meshtrain_shape; break;
+    case HfTransform::TransposedLinear:
+      t.hf_shape = {last, n / last};
+      t.transpose = true;
+      break;
+    case HfTransform::Flattened: t.hf_shape = {n}; break;
   }
-  same("ln_f.weight", "transformer.ln_f.weight", {C});
-  same("ln_f.bias", "transformer.ln_f.bias", {C});
-  // Tied: HF omits lm_head.weight and ties it to wte itself (tie_word_embeddings).
-  if (!m.tie_embeddings) same("lm_head.weight", "lm_head.weight", {V, C});
+  return t;
+}
+
+}  // namespace
+
+std::vector<HfTensor> hf_gpt2_tensors(const GptConfig& m) {
+  std::map<std::string, ParamEntry> unmapped;
+  for (ParamEntry& e : parameter_table(m)) unmapped.emplace(e.name, std::move(e));
+  std::vector<HfTensor> out;
+  // Adds the tensor of `rule` for block `index` if the model has that parameter.
+  auto add = [&](const HfNameRule& rule, const std::string& index) {
+    const auto it = unmapped.find(fill(rule.meshtrain, index));
+    if (it == unmapped.end()) return false;
+    out.push_back(apply(rule, it->second, index));
+    unmapped.erase(it);
+    return true;
+  };
+  const size_t rules = std::size(kGpt2Names);
+  for (size_t i = 0; i < rules;) {
+    if (!per_block(kGpt2Names[i])) {
+      add(kGpt2Names[i++], "");
+      continue;
+    }
+    size_t end = i;
+    while (end < rules && per_block(kGpt2Names[end])) ++end;
+    for (int block = 0;; ++block) {
+      bool any = false;
+      for (size_t r = i; r < end; ++r) any = add(kGpt2Names[r], std::to_string(block)) || any;
+      if (!any) break;
+    }
+    i = end;
+  }
+  // A parameter the table has no rule for would silently be left out of every export.
+  if (!unmapped.empty())
+    throw std::logic_error("Hugging Face GPT-2 has no tensor for meshtrain's parameter " +
+                           unmapped.begin()->first + " (app/hf_gpt2.cpp's name table lacks a rule)");
   return out;
 }
 

@@ -2,11 +2,13 @@
 // effective configuration it was trained with (the deck with its --set overrides), every dataset
 // with its shape, type and size — and whether each dataset's data still matches its checksum.
 // One rank reads the whole file; exit status 1 on any problem (a directory or unreadable file,
-// unsupported version, a missing moment, a missing or mismatching checksum).
+// unsupported version, a missing moment, a missing or mismatching checksum, a parameter the
+// recorded model has missing or of another shape, or one it does not have).
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <vector>
 
 #include "meshtrain/app/commands.h"
@@ -15,6 +17,7 @@
 #include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/io/terminal_text.h"
 #include "meshtrain/checkpoint/checkpointer.h"
+#include "meshtrain/model/parameter_table.h"
 
 namespace meshtrain {
 
@@ -91,6 +94,40 @@ uint64_t stored_sum(CheckpointFile& file, const std::string& name, const Shape& 
     sum += checksum_part(data.data(), type, shape, {b});
   }
   return sum;
+}
+
+// The /model datasets against the parameter table of the model the checkpoint records (its
+// effective configuration, else its deck): a parameter missing, of another shape, or one that
+// model does not have is damage that every checksum can miss. Returns the problems found.
+int compare_with_model(CheckpointFile& file, const CheckpointInfo& info) {
+  std::vector<ParamEntry> table;
+  try {
+    const std::string& recorded = info.config.empty() ? info.deck : info.config;
+    table = parameter_table(parse_deck("<checkpoint config>", recorded).model);
+  } catch (const std::exception&) {
+    return 0;  // the config line already says that it does not parse
+  }
+  int problems = 0;
+  std::set<std::string> parameters;
+  for (const ParamEntry& e : table) {
+    const std::string name = "/model/" + e.name;
+    parameters.insert(name);
+    if (!file.has_dataset(name)) {
+      std::printf("problem: %s is missing, but the recorded model has the parameter %s %s\n", name.c_str(),
+                  e.name.c_str(), e.shape.to_string().c_str());
+      ++problems;
+    } else if (file.shape(name) != e.shape) {
+      std::printf("problem: %s has shape %s, but the recorded model's %s is %s\n", name.c_str(),
+                  file.shape(name).to_string().c_str(), e.name.c_str(), e.shape.to_string().c_str());
+      ++problems;
+    }
+  }
+  for (const std::string& name : file.dataset_names())
+    if (name.rfind("/model/", 0) == 0 && !parameters.count(name)) {
+      std::printf("problem: %s is not a parameter of the recorded model\n", terminal_safe(name).c_str());
+      ++problems;
+    }
+  return problems;
 }
 
 // Returns the number of problems found.
@@ -174,6 +211,7 @@ int inspect_file(const std::string& path) {
       }
     }
   }
+  problems += compare_with_model(file, info);
   std::printf("%zu datasets, %.3fM parameters: %s\n", names.size(), static_cast<double>(parameters) / 1e6,
               problems == 0 ? "all checksums OK" : (std::to_string(problems) + " problem(s)").c_str());
   return problems;

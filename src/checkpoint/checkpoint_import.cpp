@@ -16,6 +16,7 @@
 #include "meshtrain/config/config_dump.h"
 #include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/checkpoint/checkpointer.h"
+#include "meshtrain/model/parameter_table.h"
 #include "checkpoint_directory.h"
 #include "checkpoint_entries.h"
 #include "model_signature.h"
@@ -25,28 +26,11 @@ namespace meshtrain {
 namespace fs = std::filesystem;
 
 std::map<std::string, std::vector<int64_t>> checkpoint_parameters(const GptConfig& m) {
-  const int64_t C = m.d_model;
   std::map<std::string, std::vector<int64_t>> out;
-  out["wte"] = {m.vocab_size, C};
-  out["wpe"] = {m.seq_len, C};
-  for (int i = 0; i < m.layers; ++i) {
-    const std::string h = "h." + std::to_string(i) + ".";
-    for (const char* ln : {"ln_1", "ln_2"}) {
-      out[h + ln + ".weight"] = {C};
-      out[h + ln + ".bias"] = {C};
-    }
-    out[h + "attn.qkv.weight"] = {3, C, C};  // (which, out, in): model/attention.cpp
-    out[h + "attn.qkv.bias"] = {3, C};
-    out[h + "attn.proj.weight"] = {C, C};
-    out[h + "attn.proj.bias"] = {C};
-    out[h + "mlp.fc.weight"] = {4 * C, C};
-    out[h + "mlp.fc.bias"] = {4 * C};
-    out[h + "mlp.proj.weight"] = {C, 4 * C};
-    out[h + "mlp.proj.bias"] = {C};
+  for (const ParamEntry& e : parameter_table(m)) {
+    std::vector<int64_t>& dims = out[e.name];
+    for (int k = 0; k < e.shape.rank(); ++k) dims.push_back(e.shape[k]);
   }
-  out["ln_f.weight"] = {C};
-  out["ln_f.bias"] = {C};
-  if (!m.tie_embeddings) out["lm_head.weight"] = {m.vocab_size, C};
   return out;
 }
 

@@ -10,6 +10,8 @@ ParamSpec wte_spec(int64_t V, int64_t C) {
   s.name = "wte";
   s.global_shape = Shape{V, C};
   s.tp_split_dim = 0;
+  s.tp_split = TpSplit::Vocab;
+  s.role = ParamRole::TokenEmbedding;
   return s;
 }
 ParamSpec wpe_spec(int64_t T, int64_t C, const TensorParallel& tp) {

@@ -10,6 +10,8 @@ ParamSpec lm_head_spec(const GptConfig& cfg, bool tied) {
   s.name = tied ? "wte" : "lm_head.weight";
   s.global_shape = Shape{cfg.vocab_size, cfg.d_model};
   s.tp_split_dim = 0;
+  s.tp_split = TpSplit::Vocab;
+  if (tied) s.role = ParamRole::TokenEmbedding;
   return s;
 }
 }  // namespace

@@ -1,18 +1,10 @@
 #include "meshtrain/model/gpt_config.h"
 
+#include "meshtrain/model/parameter_table.h"
+
 namespace meshtrain {
 
-int64_t GptConfig::parameter_count() const {
-  const int64_t C = d_model;
-  const int64_t block = 2 * 2 * C            // ln_1, ln_2
-                        + 3 * C * C + 3 * C  // qkv
-                        + C * C + C          // attn proj
-                        + 4 * C * C + 4 * C  // fc
-                        + 4 * C * C + C;     // mlp proj
-  int64_t n = vocab_size * C + seq_len * C + layers * block + 2 * C;
-  if (!tie_embeddings) n += vocab_size * C;
-  return n;
-}
+int64_t GptConfig::parameter_count() const { return total_numel(parameter_table(*this)); }
 
 double GptConfig::flops_per_token() const {
   // The position embedding is a lookup, not a multiply: it is left out of N.

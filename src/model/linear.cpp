@@ -3,11 +3,13 @@
 namespace meshtrain {
 
 namespace {
-ParamSpec weight_spec(const std::string& name, Shape shape, int split_dim, double std_dev) {
+ParamSpec weight_spec(const std::string& name, Shape shape, int split_dim, TpSplit split,
+                      double std_dev) {
   ParamSpec s;
   s.name = name + ".weight";
   s.global_shape = shape;
   s.tp_split_dim = split_dim;
+  s.tp_split = split;
   s.init = Init::Normal;
   s.init_std = std_dev;
   return s;
@@ -18,6 +20,7 @@ ParamSpec bias_spec(const std::string& name, Shape shape, int split_dim, TpGrad 
   s.name = name + ".bias";
   s.global_shape = shape;
   s.tp_split_dim = split_dim;
+  s.tp_split = split_dim < 0 ? TpSplit::None : TpSplit::OutputFeatures;
   s.init = Init::Zeros;
   s.decay = WeightDecay::Skip;
   s.tp_grad = tp_grad;
@@ -31,8 +34,9 @@ ColumnParallelLinear::ColumnParallelLinear(const LayerContext& ctx, const std::s
                                            double init_std)
     : ctx_(ctx),
       in_(weight_shape[weight_shape.rank() - 1]),
-      weight_(ctx.store->add(weight_spec(name, weight_shape, split_dim, init_std), ctx.tp.rank(),
-                             ctx.tp.size())),
+      weight_(ctx.store->add(
+          weight_spec(name, weight_shape, split_dim, TpSplit::OutputFeatures, init_std),
+          ctx.tp.rank(), ctx.tp.size())),
       bias_(ctx.store->add(bias_spec(name, bias_shape, bias_shape.rank() - 1, TpGrad::Full),
                            ctx.tp.rank(), ctx.tp.size())) {}
 
@@ -82,8 +86,8 @@ RowParallelLinear::RowParallelLinear(const LayerContext& ctx, const std::string&
                                      int64_t out, double init_std)
     : ctx_(ctx),
       out_(out),
-      weight_(ctx.store->add(weight_spec(name, Shape{out, in}, 1, init_std), ctx.tp.rank(),
-                             ctx.tp.size())),
+      weight_(ctx.store->add(weight_spec(name, Shape{out, in}, 1, TpSplit::InputFeatures, init_std),
+                             ctx.tp.rank(), ctx.tp.size())),
       bias_(ctx.store->add(
           bias_spec(name, Shape{out}, -1,
                     ctx.tp.sequence_parallel() ? TpGrad::Partial : TpGrad::Full),

@@ -28,6 +28,9 @@ std::vector<Parameter*> ParameterStore::unit_params(int u) const {
 }
 
 Parameter& ParameterStore::add(ParamSpec spec, int tp_rank, int tp_size) {
+  if ((spec.tp_split == TpSplit::None) != (spec.tp_split_dim < 0))
+    throw std::logic_error("ParameterStore: " + spec.name + " has tp_split_dim " +
+                           std::to_string(spec.tp_split_dim) + " but a TpSplit that disagrees");
   if (unit_names_.empty()) begin_unit("model");
   auto p = std::make_unique<Parameter>();
   p->shape = split_shape(spec.global_shape, spec.tp_split_dim, spec.tp_split_dim < 0 ? 1 : tp_size);

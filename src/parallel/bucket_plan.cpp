@@ -39,7 +39,7 @@ BucketPlan make_bucket_plan(ParameterStore& store, int shards, double bucket_mb,
   };
   for (size_t i = 0; i < params.size(); ++i) {
     Parameter* p = params[i];
-    const bool alone = p->spec.name == "wte";
+    const bool alone = p->spec.role == ParamRole::TokenEmbedding;
     const bool new_unit = !open.params.empty() && open.params.back()->unit != p->unit;
     if (alone || (by == BucketBy::Unit && new_unit) || (by == BucketBy::Size && open.size >= limit))
       close();

@@ -358,7 +358,7 @@ void ModelState::finish_backward() {
   // part of the gradient; both get the sum.
   if (model_->config().tie_embeddings && groups_.embedding->size() > 1) {
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      if (plan_.buckets[b].params.front()->spec.name != "wte") continue;
+      if (plan_.buckets[b].params.front()->spec.role != ParamRole::TokenEmbedding) continue;
       Tensor g = owned_grads(static_cast<int>(b));
       groups_.embedding->all_reduce(g).wait();
     }

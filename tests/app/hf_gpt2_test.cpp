@@ -1,19 +1,27 @@
-// The Hugging Face GPT-2 mapping: the same parameters as a meshtrain checkpoint holds (tied and
-// untied), the QKV weight's columns in c_attn's order ([q | k | v], heads contiguous), and the
-// config.json keys transformers reads.
+// The Hugging Face GPT-2 mapping: every parameter of the model's table, once, under
+// transformers' names, shapes and order (tied and untied), the QKV weight's columns in c_attn's
+// order ([q | k | v], heads contiguous), and the config.json keys transformers reads.
 
 #include "meshtrain/app/hf_gpt2.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
-#include "meshtrain/checkpoint/checkpoint_import.h"
+#include "meshtrain/model/parameter_table.h"
 
 namespace meshtrain {
 namespace {
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
 
 GptConfig small(bool tied) {
   GptConfig m;
@@ -26,27 +34,52 @@ GptConfig small(bool tied) {
   return m;
 }
 
-TEST(HfGpt2, MapsExactlyTheCheckpointsParameters) {
+TEST(HfGpt2, MapsEveryParameterOfTheTableOnceInHfOrder) {
   for (bool tied : {true, false}) {
     const GptConfig m = small(tied);
-    const auto want = checkpoint_parameters(m);
+    const std::vector<ParamEntry> table = parameter_table(m);
     const auto tensors = hf_gpt2_tensors(m);
-    ASSERT_EQ(tensors.size(), want.size()) << "tied " << tied;
-    int64_t mt = 0, hf = 0;
+    ASSERT_EQ(tensors.size(), table.size()) << "tied " << tied;
+    std::set<std::string> names;
+    int64_t total = 0;
     for (const HfTensor& t : tensors) {
-      ASSERT_TRUE(want.count(t.meshtrain)) << t.meshtrain;
-      EXPECT_EQ(want.at(t.meshtrain), t.meshtrain_shape) << t.meshtrain;
-      int64_t a = 1, b = 1;
-      for (int64_t d : t.meshtrain_shape) a *= d;
-      for (int64_t d : t.hf_shape) b *= d;
-      EXPECT_EQ(a, b) << t.meshtrain;
-      mt += a;
-      hf += b;
+      const auto e = std::find_if(table.begin(), table.end(),
+                                  [&](const ParamEntry& p) { return p.name == t.meshtrain; });
+      ASSERT_NE(e, table.end()) << t.meshtrain;
+      EXPECT_TRUE(names.insert(t.meshtrain).second) << t.meshtrain << " twice";
+      EXPECT_EQ(numel(t.meshtrain_shape), e->numel()) << t.meshtrain;
+      EXPECT_EQ(numel(t.hf_shape), e->numel()) << t.meshtrain;
+      total += numel(t.hf_shape);
     }
-    EXPECT_EQ(mt, m.parameter_count());
-    EXPECT_EQ(tied, std::none_of(tensors.begin(), tensors.end(),
-                                 [](const HfTensor& t) { return t.hf == "lm_head.weight"; }));
+    EXPECT_EQ(total, m.parameter_count());
   }
+  // transformers' GPT2LMHeadModel order, names and shapes for one block (C = 8, V = 11, T = 5).
+  GptConfig one = small(false);
+  one.layers = 1;
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> want = {
+      {"transformer.wte.weight", {11, 8}},        {"transformer.wpe.weight", {5, 8}},
+      {"transformer.h.0.ln_1.weight", {8}},       {"transformer.h.0.ln_1.bias", {8}},
+      {"transformer.h.0.attn.c_attn.weight", {8, 24}}, {"transformer.h.0.attn.c_attn.bias", {24}},
+      {"transformer.h.0.attn.c_proj.weight", {8, 8}},  {"transformer.h.0.attn.c_proj.bias", {8}},
+      {"transformer.h.0.ln_2.weight", {8}},       {"transformer.h.0.ln_2.bias", {8}},
+      {"transformer.h.0.mlp.c_fc.weight", {8, 32}},    {"transformer.h.0.mlp.c_fc.bias", {32}},
+      {"transformer.h.0.mlp.c_proj.weight", {32, 8}},  {"transformer.h.0.mlp.c_proj.bias", {8}},
+      {"transformer.ln_f.weight", {8}},           {"transformer.ln_f.bias", {8}},
+      {"lm_head.weight", {11, 8}},
+  };
+  const auto got = hf_gpt2_tensors(one);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].hf, want[i].first) << i;
+    EXPECT_EQ(got[i].hf_shape, want[i].second) << want[i].first;
+    EXPECT_EQ(got[i].transpose, got[i].hf.find("_proj.weight") != std::string::npos ||
+                                    got[i].hf.find("c_attn.weight") != std::string::npos ||
+                                    got[i].hf.find("c_fc.weight") != std::string::npos)
+        << want[i].first;
+  }
+  EXPECT_EQ(got[2].meshtrain, "h.0.ln_1.weight");
+  EXPECT_EQ(got[4].meshtrain, "h.0.attn.qkv.weight");
+  EXPECT_EQ(got[4].meshtrain_shape, (std::vector<int64_t>{3, 8, 8}));
 }
 
 TEST(HfGpt2, QkvColumnsAreQueryKeyValueWithHeadsContiguous) {

@@ -1,7 +1,9 @@
 """`meshtrain inspect` and `meshtrain eval` on checkpoints, as a user runs them.
 
 inspect: exit 0 and "checksum OK" for every dataset of a good checkpoint; exit 1 with
-"MISMATCH" on the damaged dataset of a copy with a flipped byte; exit 1 for a missing file.
+"MISMATCH" on the damaged dataset of a copy with a flipped byte; exit 1 for a missing file;
+exit 1 for a copy whose every checksum holds but whose parameters are not the recorded model's
+(one renamed, with its moments: missing under its name, unknown under the other).
 eval: on a layout other than the writer's (and on one rank) prints "val_loss <value>" equal to
 the validation loss the training run printed after its last step; refuses the damaged copy,
 naming the file and the dataset.
@@ -64,6 +66,18 @@ class InspectAndEval(harness.Case):
         _, _, err = self.meshtrain(["eval", self.deck, "--checkpoint", bad], ranks=2, expect=1)
         self.assertIn(bad, err)
         self.assertIn("dataset /model/h.2.attn.qkv.weight: checksum MISMATCH", err)
+
+        renamed = self.dir + "/renamed.h5"
+        shutil.copy(good, renamed)
+        with h5py.File(renamed, "r+") as f:
+            f.move("model/h.1.ln_2.bias", "model/h.1.ln_3.bias")
+            f.move("optim/h.1.ln_2.bias", "optim/h.1.ln_3.bias")
+        _, out, _ = self.inspect(renamed, expect=1)
+        self.assertNotIn("MISMATCH", out)
+        self.assertIn("problem: /model/h.1.ln_2.bias is missing, but the recorded model has the "
+                      "parameter h.1.ln_2.bias (32)", out)
+        self.assertIn("problem: /model/h.1.ln_3.bias is not a parameter of the recorded model", out)
+        self.assertIn("2 problem(s)", out)
 
         _, _, err = self.inspect(self.dir + "/nowhere.h5", expect=1)
         self.assertIn("nowhere.h5: cannot open", err)

@@ -4,7 +4,11 @@
 // Shared by `meshtrain export --format hf` and `meshtrain import --format hf`; the file format
 // itself is io/safetensors.h.
 //
-// The two layouts (C = d_model, V = vocab_size, T = seq_len):
+// The map is a table of name templates (hf_gpt2.cpp: "h.{}.ln_1.weight" <->
+// "transformer.h.{}.ln_1.weight", as is / transposed / flattened) applied to the model's
+// parameter table (model/parameter_table.h): no parameter is listed here by hand, and one the
+// templates do not cover is an error, not a tensor silently left out. The two layouts
+// (C = d_model, V = vocab_size, T = seq_len):
 //
 //   | meshtrain (checkpoint /model/...)    | Hugging Face                          | how             |
 //   |--------------------------------------|---------------------------------------|-----------------|
@@ -40,7 +44,8 @@ struct HfTensor {
   bool transpose = false;
 };
 
-// Every parameter of `m`, in Hugging Face's order (embeddings, blocks, final norm, head).
+// Every parameter of `m`'s parameter table, in Hugging Face's order (embeddings, blocks, final
+// norm, head). Throws std::logic_error for a parameter the name templates do not cover.
 std::vector<HfTensor> hf_gpt2_tensors(const GptConfig& m);
 
 // meshtrain's (rows, cols) row-major -> HF's (cols, rows), or back (the same operation with the

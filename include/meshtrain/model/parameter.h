@@ -19,11 +19,28 @@ enum class Init { Normal, Zeros, Ones };
 // rank computed the full gradient) or partial (sequence parallelism: each rank saw N/tp tokens,
 // so the group must sum them).
 enum class TpGrad { Full, Partial };
+// How the tp group splits a parameter (tp_split_dim says along which dimension): not at all,
+// along a linear layer's output features (column parallel) or input features (row parallel),
+// or along the vocabulary (the token embedding and the head).
+enum class TpSplit { None, OutputFeatures, InputFeatures, Vocab };
+// The group a parameter is replicated over: its ranks sum its gradients and, under ZeRO, shard
+// it. Every parameter of a dense model is replicated over the data group; a mixture of experts'
+// expert weights will be replicated over an expert-data group, and bucketing must follow this
+// tag, never a name.
+enum class ReplicaGroup { Data };
+// What code beyond the layer that registers a parameter must know of it: a tag, so that no code
+// recognises a parameter by its name. TokenEmbedding: the embedding table the head reads when
+// embeddings are tied; the last pipeline stage then holds a copy of it, and each gets a bucket
+// of its own so that the two are summed over the embedding group shard for shard.
+enum class ParamRole { Plain, TokenEmbedding };
 
 struct ParamSpec {
   std::string name;        // "h.3.attn.qkv.weight"
   Shape global_shape;      // as stored in checkpoints
   int tp_split_dim = -1;   // dimension split evenly over the tp group; -1: replicated
+  TpSplit tp_split = TpSplit::None;  // what that dimension is (None exactly when it is -1)
+  ReplicaGroup group = ReplicaGroup::Data;
+  ParamRole role = ParamRole::Plain;
   Init init = Init::Normal;
   double init_std = 0.02;
   WeightDecay decay = WeightDecay::Apply;

@@ -6,9 +6,10 @@
 // of the data group owns shard r of every bucket. Buckets are formed in reverse forward order —
 // the order in which backward finishes gradients — closing when one reaches bucket_mb (PyTorch
 // DDP's scheme, Li et al., arXiv 2006.15704). Under ZeRO-3 each unit (embedding, block, head)
-// is one bucket, the granularity at which parameters are gathered. The token embedding "wte"
-// is always a bucket of its own: the first and last pipeline stage both hold it (tied
-// embeddings), and equal buckets there give equal shards to sum over the embedding group.
+// is one bucket, the granularity at which parameters are gathered. The token embedding (tagged
+// ParamRole::TokenEmbedding, as is the head's tied copy of it) is always a bucket of its own:
+// the first and last pipeline stage both hold it (tied embeddings), and equal buckets there give
+// equal shards to sum over the embedding group.
 
 #include <cstdint>
 #include <vector>

@@ -1,0 +1,148 @@
+// The parameter table (model/parameter_table.h): the parameters a model of any layout
+// registers, once each; GPT-2's count as its closed form gave it; the tags that code outside
+// the layers reads (split, group, role); and gradient buckets that follow the role tag.
+
+#include "meshtrain/model/parameter_table.h"
+
+#include <gtest/gtest.h>
+
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/comm/meta_communicator.h"
+#include "meshtrain/model/gpt.h"
+#include "meshtrain/parallel/bucket_plan.h"
+
+namespace meshtrain {
+namespace {
+
+GptConfig small(bool tied) {
+  return {.layers = 3, .d_model = 8, .heads = 2, .seq_len = 5, .vocab_size = 12, .tie_embeddings = tied};
+}
+
+// GPT-2's parameters in closed form, as gpt_config.cpp computed them before the table: the
+// table must give the same number for every shape.
+int64_t gpt2_closed_form(const GptConfig& m) {
+  const int64_t C = m.d_model;
+  const int64_t block = 2 * 2 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C;
+  return m.vocab_size * C * (m.tie_embeddings ? 1 : 2) + m.seq_len * C + m.layers * block + 2 * C;
+}
+
+bool same(const ParamEntry& a, const ParamEntry& b) {
+  return a.name == b.name && a.shape == b.shape && a.tp_split_dim == b.tp_split_dim &&
+         a.tp_split == b.tp_split && a.group == b.group && a.role == b.role;
+}
+
+TEST(ParameterTable, IsWhatEveryChunkOfAnyLayoutRegisters) {
+  for (bool tied : {true, false})
+    for (int tp : {1, 2})
+      for (int chunks : {1, 2, 3}) {
+        const GptConfig cfg = small(tied);
+        const std::vector<ParamEntry> table = parameter_table(cfg);
+        CpuBackend planning(0, Execution::Plan);
+        MetaCommunicator tp_comm("tp", tp - 1, tp);
+        // Every chunk on one rank: together they register the whole model, and the head's
+        // chunk a tied copy of the embedding when it is not the embedding's.
+        GptModel model(planning, TensorParallel{&tp_comm, SequenceParallel::Off}, cfg,
+                       balanced_partition(cfg, chunks), DType::F32);
+        std::vector<ParamEntry> registered;
+        int tied_copies = 0;
+        for (const Parameter* p : model.params().params()) {
+          if (p->tied_copy) {
+            ++tied_copies;
+            EXPECT_EQ(p->spec.role, ParamRole::TokenEmbedding);
+            EXPECT_EQ(p->spec.global_shape, table.front().shape);
+            continue;
+          }
+          registered.push_back(entry_of(p->spec));
+          EXPECT_EQ(p->shape, split_shape(p->spec.global_shape, p->spec.tp_split_dim,
+                                          p->spec.tp_split_dim < 0 ? 1 : tp));
+        }
+        EXPECT_EQ(tied_copies, 0) << "one rank holding every chunk shares its wte";
+        ASSERT_EQ(registered.size(), table.size()) << tied << tp << chunks;
+        for (size_t i = 0; i < table.size(); ++i)
+          EXPECT_TRUE(same(registered[i], table[i])) << registered[i].name << " vs " << table[i].name;
+      }
+}
+
+TEST(ParameterTable, CountsGpt2AsItsClosedForm) {
+  for (bool tied : {true, false})
+    for (int layers : {1, 2, 12})
+      for (int64_t C : {8, 96, 768}) {
+        GptConfig m = small(tied);
+        m.layers = layers;
+        m.d_model = C;
+        m.heads = C / 8;
+        m.seq_len = 1024;
+        m.vocab_size = 50257;
+        EXPECT_EQ(m.parameter_count(), gpt2_closed_form(m)) << tied << " " << layers << " " << C;
+      }
+  // GPT-2 small, as published: 124,439,808 parameters.
+  const GptConfig gpt2{.layers = 12, .d_model = 768, .heads = 12, .seq_len = 1024, .vocab_size = 50257};
+  EXPECT_EQ(gpt2.parameter_count(), 124439808);
+}
+
+TEST(ParameterTable, TagsSplitGroupAndRole) {
+  for (bool tied : {true, false}) {
+    const std::vector<ParamEntry> table = parameter_table(small(tied));
+    auto find = [&](const std::string& name) -> const ParamEntry* {
+      for (const ParamEntry& e : table)
+        if (e.name == name) return &e;
+      return nullptr;
+    };
+    ASSERT_TRUE(find("wte"));
+    EXPECT_EQ(find("wte")->role, ParamRole::TokenEmbedding);
+    EXPECT_EQ(find("wte")->tp_split, TpSplit::Vocab);
+    EXPECT_EQ(find("h.1.attn.qkv.weight")->shape, (Shape{3, 8, 8}));
+    EXPECT_EQ(find("h.1.attn.qkv.weight")->tp_split, TpSplit::OutputFeatures);
+    EXPECT_EQ(find("h.1.attn.qkv.weight")->tp_split_dim, 1);
+    EXPECT_EQ(find("h.1.attn.qkv.bias")->tp_split, TpSplit::OutputFeatures);
+    EXPECT_EQ(find("h.2.mlp.proj.weight")->tp_split, TpSplit::InputFeatures);
+    EXPECT_EQ(find("h.2.mlp.proj.bias")->tp_split, TpSplit::None);
+    EXPECT_EQ(find("h.0.ln_1.weight")->tp_split, TpSplit::None);
+    EXPECT_EQ(find("ln_f.bias")->tp_split_dim, -1);
+    EXPECT_EQ(tied, find("lm_head.weight") == nullptr);
+    if (!tied) {
+      EXPECT_EQ(find("lm_head.weight")->role, ParamRole::Plain);
+      EXPECT_EQ(find("lm_head.weight")->tp_split, TpSplit::Vocab);
+    }
+    int embeddings = 0;
+    for (const ParamEntry& e : table) {
+      EXPECT_EQ(e.group, ReplicaGroup::Data) << e.name;
+      EXPECT_EQ(e.tp_split == TpSplit::None, e.tp_split_dim < 0) << e.name;
+      embeddings += e.role == ParamRole::TokenEmbedding;
+    }
+    EXPECT_EQ(embeddings, 1);
+  }
+}
+
+TEST(BucketPlan, TheTokenEmbeddingRoleNotTheNameGetsABucketAlone) {
+  ParameterStore store;
+  auto add = [&](const std::string& name, ParamRole role) {
+    ParamSpec s;
+    s.name = name;
+    s.global_shape = Shape{4, 4};
+    s.role = role;
+    store.add(s, 0, 1);
+  };
+  add("a", ParamRole::Plain);
+  add("embedding_of_another_family", ParamRole::TokenEmbedding);
+  add("wte", ParamRole::Plain);  // a name alone means nothing
+  add("b", ParamRole::Plain);
+  const BucketPlan plan = make_bucket_plan(store, 1, 64.0, BucketBy::Size, DType::F32);
+  // Reverse order: {b, wte}, {embedding}, {a}.
+  ASSERT_EQ(plan.buckets.size(), 3u);
+  EXPECT_EQ(plan.buckets[0].params.size(), 2u);
+  ASSERT_EQ(plan.buckets[1].params.size(), 1u);
+  EXPECT_EQ(plan.buckets[1].params[0]->spec.name, "embedding_of_another_family");
+}
+
+TEST(ParameterStore, RefusesASplitKindThatDisagreesWithTheSplitDimension) {
+  ParameterStore store;
+  ParamSpec s;
+  s.name = "w";
+  s.global_shape = Shape{4, 4};
+  s.tp_split_dim = 0;  // split, but tagged TpSplit::None
+  EXPECT_THROW(store.add(s, 0, 2), std::logic_error);
+}
+
+}  // namespace
+}  // namespace meshtrain
