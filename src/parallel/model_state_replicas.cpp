@@ -106,14 +106,21 @@ bool ModelState::flip_parameter_bit(const std::string& name, int64_t index, int 
 }
 
 void ModelState::flip_gradient_bit(int64_t index, int bit) {
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    Tensor g = owned_grads(static_cast<int>(b));
-    if (index < g.numel()) {
-      flip_bit(*be_, g, index, bit);
-      return;
+  // Among the elements this rank's share of the norm counts (tp copies of an unsplit parameter
+  // count on tp rank 0 only): a flip there always reaches the norm, on any rank.
+  int64_t counted = 0;
+  for (const auto& s : buckets_)
+    for (const OptimizerSegment& seg : s->norm_segments) counted += seg.count;
+  if (counted == 0) return;
+  index %= counted;
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (const OptimizerSegment& seg : bucket(static_cast<int>(b)).norm_segments) {
+      if (index < seg.count) {
+        flip_bit(*be_, owned_grads(static_cast<int>(b)), seg.offset + index, bit);
+        return;
+      }
+      index -= seg.count;
     }
-    index -= g.numel();
-  }
 }
 
 }  // namespace meshtrain

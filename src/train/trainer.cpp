@@ -341,6 +341,22 @@ void Trainer::log_start() {
                 p.servers, grid_.world_size(), grid_.world_size() + p.servers - 1, p.staleness);
   std::printf("partition %s; backend %s\n", describe_partition(partition_).c_str(),
               be_.describe().c_str());
+  if (cfg_.run.replica_check_every > 0 && !p.async()) {  // what train/replica_check.h compares
+    std::string what;
+    const int replicas = grid_.replicas().size();
+    if (p.zero < 3 && replicas > 1)
+      what += "parameters" + std::string(p.zero == 0 ? " and optimizer state" : "") + " over " +
+              std::to_string(replicas) + " data-parallel replicas";
+    if (p.tp > 1)
+      what += (what.empty() ? "" : ", ") + std::string("unsplit parameters over ") + std::to_string(p.tp) +
+              " tensor ranks";
+    if (p.pp > 1 && cfg_.model.tie_embeddings)
+      what += (what.empty() ? "" : ", ") + std::string("the tied embedding on the first and last stage");
+    if (what.empty())
+      what = "nothing to compare: no state has copies in this layout (ZeRO 3 shards it over the "
+             "data-parallel ranks; tp 1; no embedding tied across stages)";
+    std::printf("replica check every %d steps: %s\n", cfg_.run.replica_check_every, what.c_str());
+  }
   std::printf("data: train %s; val %s\n", data_->train().describe().c_str(),
               data_->has_val() ? data_->val()->describe().c_str() : "none");
   std::fflush(stdout);

@@ -15,7 +15,8 @@
    before each checkpoint: the corruption is not saved.
 3. One bit flipped in one rank's gradient in the first attempt of a step (flip_grad) makes a
    gradient-norm spike; the re-run gives other bits on that rank only: exit status 6, naming the
-   rank, its node and "gradient", and no other rank.
+   rank, its node and "gradient", and no other rank (dp replicas under ZeRO 0 and 2, a pipeline's
+   last stage, a second tensor rank, a tied embedding's last stage under ZeRO 1).
 
 usage: sdc_test.py MESHTRAIN_BINARY MPIEXEC
 """
@@ -177,6 +178,8 @@ CORRUPT_STEP = [  # (name, ranks, sets, fault, rank, step)
     ("dp2 zero0: a replica's gradient", 2, ["parallel.dp=2"], "flip_grad:rank=1:step=8", 1, 8),
     ("dp2 zero2: a gradient shard", 2, ["parallel.dp=2", "parallel.zero=2"], "flip_grad:rank=0:step=7", 0, 7),
     ("pp2 dp2: the last stage's gradient", 4, ["parallel.pp=2", "parallel.dp=2"], "flip_grad:rank=3:step=6", 3, 6),
+    ("tp2: the second tensor rank's gradient", 2, ["parallel.tp=2"], "flip_grad:rank=1:step=7:index=40", 1, 7),
+    ("pp2 tied zero1: the last stage", 2, ["parallel.pp=2", "parallel.zero=1"], "flip_grad:rank=1:step=9", 1, 9),
 ]
 
 

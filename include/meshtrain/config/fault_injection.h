@@ -22,7 +22,7 @@
 //           silent data corruption of a computation: on the first attempt of step s only, after
 //           its backward and reductions, the rank flips bit b (default 30, the top exponent bit
 //           of an fp32 value: a small gradient becomes ~1e38 times larger) of element i (default
-//           0) of its gradient. The step's re-run (train/step_rerun.h) must tell it from a
+//           0) of the gradient elements its share of the gradient norm counts. The step's re-run (train/step_rerun.h) must tell it from a
 //           divergence and name the rank.
 // This file is the one parser of the variable; the trainer injects the stall, exit and flip
 // kinds, the checkpointer checkpoint_kill. Unset in production; parsing errors are reported,

@@ -159,7 +159,8 @@ class ModelState final : public UnitHooks {
   // rank's slice of parameter `name` ("" the first) in every copy this rank holds: the layers'
   // values and, where separate, the optimizer's. False when this rank holds no such element.
   bool flip_parameter_bit(const std::string& name, int64_t index, int bit);
-  // Flips bit `bit` of element `index` (modulo the size) of this rank's owned gradients.
+  // Flips bit `bit` of element `index` (modulo their count) of this rank's owned gradients
+  // among those its share of the gradient norm counts.
   void flip_gradient_bit(int64_t index, int bit);
 
   // The flat view (ZeRO 0, optimizer not offloaded): its length, its AdamW segments (where
