@@ -43,7 +43,8 @@ Fault parse_rank_fault(const std::string& item) {
   }
   if ((kind != "stall" && kind != "exit") || f.rank < 0 || f.step < 1)
     throw DeckError("MESHTRAIN_FAULT: cannot parse \"" + item +
-                    "\" (expected stall|exit:rank=<r>:step=<s>)");
+                    "\" (expected stall|exit:rank=<r>:step=<s>, flip_param:rank=<r>:step=<s>[:...], "
+                    "flip_grad:rank=<r>:step=<s>[:...] or checkpoint_kill:<phase>[@<step>])");
   f.kind = kind == "exit" ? Fault::Kind::Exit : Fault::Kind::Stall;
   return f;
 }
