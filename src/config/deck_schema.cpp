@@ -200,11 +200,12 @@ const std::vector<KeySpec>& schema() {
                    return "";
                  }});
     k.push_back(int_key("run", "replica_check_every", 100, 0, big,
-                        "Every N steps the copies of the same parameters (data-parallel replicas; "
-                        "tensor-parallel copies of unsplit parameters; tied embeddings) compare a "
-                        "hash of their bits, and the job stops naming the ranks and nodes that "
-                        "differ (silent data corruption); 0: off. Not under asynchronous data "
-                        "parallelism, whose replicas differ by design.",
+                        "Every N steps, and before each checkpoint, the copies of the same "
+                        "parameters (data-parallel replicas; tensor-parallel copies of unsplit "
+                        "parameters; tied embeddings) compare a hash of their bits, and the job "
+                        "stops (exit status 6) naming the ranks and nodes that differ (silent "
+                        "data corruption); 0: off. Not under asynchronous data parallelism, whose "
+                        "replicas differ by design.",
                         [](Config& c, int64_t v) { c.run.replica_check_every = static_cast<int>(v); }));
     k.push_back({"run", "rerun_spike_factor", "float", "10.0", "0 (off) or a number > 1",
                  "A step whose gradient norm exceeds this times the median of the last 20 steps' "

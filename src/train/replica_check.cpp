@@ -117,7 +117,7 @@ std::string describe_group(const std::vector<Member>& members, const std::string
       all.push_back(&m);
       nodes.insert(m.node);
     }
-    os << "the " << group << " " << rank_list(all, true) << " all disagree in " << what
+    os << "the " << group << " " << rank_list(all, true) << (all.size() > 2 ? " all" : "") << " disagree in " << what
        << " (no majority tells which copy is corrupt)";
   }
   return os.str();

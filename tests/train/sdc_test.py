@@ -153,7 +153,7 @@ CORRUPT_REPLICA = [  # (name, ranks, sets, fault, expected texts, absent texts)
     ("dp2 zero1 bf16: two copies, no majority", 2,
      ["parallel.dp=2", "parallel.zero=1", 'train.precision="bf16"', "run.replica_check_every=2"],
      "flip_param:rank=0:step=4:param=wpe",
-     ["replica check at step 4", "data-parallel replicas ranks 0 (node {node}) and 1 (node {node}) all "
+     ["replica check at step 4", "data-parallel replicas ranks 0 (node {node}) and 1 (node {node}) "
       "disagree in wpe[0] values", "the copies agreed at step 2: resume from a checkpoint of step 2"], []),
     ("dp2 zero2: a layer norm's element 5", 2, ["parallel.dp=2", "parallel.zero=2", "run.replica_check_every=2"],
      "flip_param:rank=1:step=2:param=ln_f.weight:index=5:bit=3",
@@ -161,12 +161,12 @@ CORRUPT_REPLICA = [  # (name, ranks, sets, fault, expected texts, absent texts)
     ("tp2 dp2 zero3: an unsplit parameter's shard", 4,
      ["parallel.dp=2", "parallel.tp=2", "parallel.zero=3", "run.replica_check_every=3"],
      "flip_param:rank=2:step=3:param=h.1.ln_2.bias",
-     ["replica check at step 3", "tensor-parallel group ranks 2 (node {node}) and 3 (node {node}) all "
+     ["replica check at step 3", "tensor-parallel group ranks 2 (node {node}) and 3 (node {node}) "
       "disagree in h.1.ln_2.bias[0] optimizer state"], []),
     ("pp2 tied embeddings zero1: the last stage's copy", 2,
      ["parallel.pp=2", "parallel.zero=1", "run.replica_check_every=3"],
      "flip_param:rank=1:step=3:param=wte",
-     ["tied-embedding copies (first and last stage) ranks 0 (node {node}) and 1 (node {node}) all "
+     ["tied-embedding copies (first and last stage) ranks 0 (node {node}) and 1 (node {node}) "
       "disagree in wte[0] values"], []),
     # The default cadence (100) is far off, but a checkpoint is due at step 3: checked first.
     ("dp3: checked before a checkpoint stores it", 3, ["parallel.dp=3", "checkpoint.every=3"],
