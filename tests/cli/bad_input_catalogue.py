@@ -549,6 +549,28 @@ CATALOGUE = [
          "{dir}/run/imported.h5"], 1,
         ["{dir}/untrusted/hf_config_dir/config.json: is a directory; expected a JSON file"],
         needs=["untrusted"]),
+    # --- trust round two: silent hardware faults and a chaos run ---
+    row("deck", "replica check cadence", 1, train("run.replica_check_every=-1"), 1,
+        ["run.replica_check_every = -1 is out of range (expected integer >= 0)"], absent=NOT_TRAINED),
+    row("deck", "spike re-run factor", 1, train("run.rerun_spike_factor=0.5"), 1,
+        ["run.rerun_spike_factor = 0.5 is out of range (expected 0 (off) or a number > 1)"],
+        absent=NOT_TRAINED),
+    row("deck", "bad MESHTRAIN_FAULT flip", 2, train(), 1,
+        ['MESHTRAIN_FAULT: cannot parse "flip_param:rank=1"',
+         "expected flip_param:rank=<r>:step=<s>[:param=<name>][:index=<i>][:bit=<b>]"],
+        env={"MESHTRAIN_FAULT": "flip_param:rank=1"}, absent=["| loss "]),
+    # One bit of one replica's parameter flipped after step 1: the replica check stops the job
+    # (exit 6, kExitHardwareFault) naming both copies' ranks and node, before any checkpoint.
+    row("fault", "corrupt replica (flip_param)", 2, train("parallel.dp=2", "run.replica_check_every=1"), 6,
+        ["replica check at step 1", "ranks 0 (node {node}) and 1 (node {node}) disagree",
+         "sbatch --exclude={node}"], env={"MESHTRAIN_FAULT": "flip_param:rank=1:step=1"},
+        absent=NO_CRASH + ["MB/s)"]),
+    # One bit of one rank's gradient flipped in step 7's first attempt: a spike, re-run, the
+    # rank's gradient differs: a hardware fault on that rank alone, the step not applied.
+    row("fault", "step differs on re-run (flip_grad)", 2, train("parallel.dp=2", "train.steps=8"), 6,
+        ["step 7 was re-run on the same data and parameters", "different results on rank 1 (node {node}: "
+         "gradient)", "the step was not applied"], env={"MESHTRAIN_FAULT": "flip_grad:rank=1:step=7"},
+        absent=NO_CRASH + ["rank 0 (node"]),
 ]
 
 

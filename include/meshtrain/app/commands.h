@@ -21,6 +21,7 @@ namespace meshtrain {
 
 inline constexpr int kExitOk = 0, kExitInput = 1, kExitUsage = 2, kExitTimeout = 3, kExitInternal = 4;
 inline constexpr int kExitDiverged = 5;
+inline constexpr int kExitHardwareFault = 6;  // train/hardware_fault.h
 inline constexpr int kExitRequeue = 75;
 
 struct TrainArgs {
