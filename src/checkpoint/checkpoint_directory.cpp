@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <regex>
+#include <algorithm>
 #include <random>
 #include <stdexcept>
 
@@ -77,6 +79,45 @@ void refuse_other_lineages(const Config& config, const std::vector<StoredCheckpo
                            "\" holds checkpoints of another run (" + listed + "), but this run " +
                            this_run + ". A run never overwrites or deletes checkpoints it did not "
                            "write: " + hint);
+}
+
+namespace {
+// Whether `name` is one the checkpoints of some run are written under: step_<digits>.h5 and its
+// .tmp.
+bool checkpoint_name(const std::string& name) {
+  static const std::regex pattern("step_[0-9]+\\.h5(\\.tmp)?");
+  return std::regex_match(name, pattern);
+}
+
+std::string kind_of(const fs::file_status& st) {
+  if (fs::is_directory(st)) return "a directory";
+  if (fs::is_fifo(st)) return "a fifo";
+  if (fs::is_socket(st)) return "a socket";
+  if (fs::is_block_file(st) || fs::is_character_file(st)) return "a device";
+  return "not a regular file";
+}
+}  // namespace
+
+void refuse_occupied_name(const std::string& path, const std::string& context) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  // A link is left to the readers' own check (they open files, never follow them elsewhere);
+  // a rename replaces a link, so it cannot be in the way of a write.
+  if (!fs::exists(st) || fs::is_regular_file(st) || fs::is_symlink(st)) return;
+  throw std::runtime_error(context + path + " is " + kind_of(st) + " named like a checkpoint: a checkpoint "
+                           "of that step could not be written there (the rename would fail and leave "
+                           "its .tmp); remove or rename it, or set checkpoint.dir to another directory");
+}
+
+void refuse_occupied_names(const Config& config) {
+  const std::string& dir = config.checkpoint.dir;
+  std::error_code ec;
+  std::vector<std::string> found;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (checkpoint_name(it->path().filename().string())) found.push_back(it->path().string());
+  std::sort(found.begin(), found.end());
+  for (const std::string& path : found)
+    refuse_occupied_name(path, config.deck_path + ": checkpoint.dir = \"" + dir + "\": ");
 }
 
 void check_directory_writable(const Config& config, Communicator& world) {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/blocking_watchdog.h"
 #include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/checkpoint/checkpointer.h"
 #include "background_worker.h"
@@ -87,6 +88,8 @@ std::vector<uint64_t> read_owned(CheckpointFile& file, Communicator& world,
             l.staging.resize(static_cast<size_t>(e.count(false)) * dtype_size(l.type));
             l.data = l.staging.data();
           }
+          if (how != CheckpointFile::Transfer::Collective) return file.read(name, e.boxes(false), l.data, l.type, how);
+          const CollectiveRegion region(world, "collective read of dataset " + name + " from " + file.path());
           file.read(name, e.boxes(false), l.data, l.type, how);
         });
         if (!read) continue;
@@ -120,6 +123,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   std::unique_ptr<CheckpointFile> file;
   agree(world, [&] {
     if (world.rank() == 0) pruner_->wait();
+    const CollectiveRegion region(world, "opening " + path);
     file = std::make_unique<CheckpointFile>(path, comm_, CheckpointFile::Access::Read);
   });
   CheckpointInfo info;
@@ -184,6 +188,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   // refusal then leaves the trainer's state undefined, and the run must stop.
   agree(world, [&] {
     check_sums(*file, entries, sums, nullptr);
+    const CollectiveRegion region(world, "closing " + path);
     file->close();
   });
 

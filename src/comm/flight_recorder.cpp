@@ -40,6 +40,7 @@ std::string_view flight_op_name(FlightOp op) {
     case FlightOp::ScalarAllReduce: return "scalar all_reduce";
     case FlightOp::BytesBroadcast: return "byte broadcast";
     case FlightOp::BytesAllGather: return "byte all_gather";
+    case FlightOp::BlockingCall: return "collective file call";
   }
   return "?";
 }

@@ -105,7 +105,8 @@ class Analysis {
   std::string entry_text(size_t r, const FlightEntry& e) const {
     const auto it = instance_of_.find({r, e.group});
     const std::string group = it == instance_of_.end() ? "?" : instances_[it->second].name;
-    std::string text = std::string(flight_op_name(e.op)) + " of " + size_text(e.bytes) +
+    std::string text = std::string(flight_op_name(e.op)) +
+                       (e.op == FlightOp::BlockingCall ? "" : " of " + size_text(e.bytes)) +
                        " on group '" + group + "'";
     if (is_point_to_point(e.op))
       text += (e.op == FlightOp::Send ? " to" : " from") + std::string(" its rank ") +

@@ -35,6 +35,7 @@ namespace meshtrain {
 enum class FlightOp : uint8_t {
   AllReduce, ReduceScatter, AllGather, Broadcast, Send, Recv, Barrier, ScalarAllReduce,
   BytesBroadcast, BytesAllGather,
+  BlockingCall,  // a collective call outside the communicator: HDF5 over its MPI communicator
 };
 std::string_view flight_op_name(FlightOp op);  // "all_reduce", "send", ...
 bool is_point_to_point(FlightOp op);            // Send or Recv

@@ -12,8 +12,13 @@
 //   checkpoint_kill:<phase>[@<step>]
 //           world rank 0 raises SIGKILL in that phase of writing a checkpoint (of <step>, or
 //           any); the phases are described in checkpoint/checkpointer.h.
+//   checkpoint_stall:<phase>[@<step>]:rank=<world rank>
+//           that rank stops making progress (sleeps, until killed) in that phase of writing a
+//           checkpoint: in 'data', halfway through the datasets, before one is written, while
+//           the others go on into the write (collective I/O: into MPI-IO, where no
+//           communicator's timeout reaches; comm/blocking_watchdog.h is what ends the job).
 // This file is the one parser of the variable; the trainer injects the first two kinds, the
-// checkpointer the third. Unset in production; parsing errors are reported, not ignored.
+// checkpointer the others. Unset in production; parsing errors are reported, not ignored.
 
 #include <cstdint>
 #include <string>
@@ -27,11 +32,11 @@ enum class CheckpointPhase { Data, Rename, Prune };
 std::string_view checkpoint_phase_name(CheckpointPhase phase);  // "data", "rename", "prune"
 
 struct Fault {
-  enum class Kind { Stall, Exit, CheckpointKill };
+  enum class Kind { Stall, Exit, CheckpointKill, CheckpointStall };
   Kind kind = Kind::Stall;
-  int rank = -1;       // stall, exit: the world rank that fails
+  int rank = -1;       // stall, exit, checkpoint_stall: the world rank that fails
   int64_t step = -1;   // stall, exit: the 1-based step; checkpoint_kill: the checkpoint's, -1 any
-  CheckpointPhase phase = CheckpointPhase::Data;  // checkpoint_kill only
+  CheckpointPhase phase = CheckpointPhase::Data;  // checkpoint_kill and checkpoint_stall
 };
 
 // Parses a MESHTRAIN_FAULT value. Throws DeckError naming the item that does not parse and the
