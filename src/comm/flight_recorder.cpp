@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -26,7 +28,19 @@ double wall_seconds() {
   throw std::runtime_error("flight record " + path + ": " + what);
 }
 
+// The header a signal is noted in: the process's one recorder while it lives.
+std::atomic<FlightHeader*> signal_header{nullptr};
+
 }  // namespace
+
+void note_signal_in_flight_record(int sig) {
+  FlightHeader* h = signal_header.load(std::memory_order_acquire);
+  if (!h || h->signalled != 0) return;
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);  // async-signal-safe, unlike the C++ clocks
+  h->signal = sig;
+  h->signalled = static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
 
 std::string_view flight_op_name(FlightOp op) {
   switch (op) {
@@ -133,6 +147,7 @@ FlightRecorder::FlightRecorder(const std::string& path, int world_rank, int worl
   std::snprintf(header_->node, sizeof header_->node, "%s", node_name().c_str());
   header_->alive = header_->opened;
   flush_at_abort_ = ScopedAbortHook([this] { flush(); });
+  signal_header.store(header_, std::memory_order_release);
   alive_thread_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(alive_mutex_);
     const auto period = std::chrono::duration<double>(kAliveSeconds);
@@ -148,6 +163,8 @@ FlightRecorder::~FlightRecorder() {
   }
   alive_wake_.notify_all();
   alive_thread_.join();
+  FlightHeader* mine = header_;
+  signal_header.compare_exchange_strong(mine, nullptr);
   flush_at_abort_ = ScopedAbortHook();
   if (map_) {
     header_->closed = wall_seconds();

@@ -10,12 +10,18 @@
 #include <string>
 
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/flight_recorder.h"
 
 namespace meshtrain {
 
 namespace {
 volatile std::sig_atomic_t received = 0;
-extern "C" void on_stop_signal(int sig) { received = sig; }
+extern "C" void on_stop_signal(int sig) {
+  received = sig;
+  // A launcher ending the job after one rank died sends this to the others: the flight record
+  // then tells them from the one that died (comm/flight_report.cpp).
+  note_signal_in_flight_record(sig);
+}
 
 std::string watched_file;  // empty: no file watched on this rank
 bool file_seen = false;

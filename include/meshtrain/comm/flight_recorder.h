@@ -83,7 +83,13 @@ struct FlightHeader {
   char node[64] = {};     // comm/node.h: the Slurm node name, else the hostname
   double alive = 0;       // wall clock of the last stamp of the process's liveness (0: none)
   double closed = 0;      // wall clock when the recorder was destroyed (0: not cleanly)
-  uint8_t reserved2[120] = {};
+  // Wall clock and number of the first termination signal the process received (0: none):
+  // the launcher's SIGTERM to the ranks still alive when it ends a job because one died. The
+  // rank without one, whose record stopped before the others' signal, is the one that died.
+  double signalled = 0;
+  int32_t signal = 0;
+  int32_t reserved3 = 0;
+  uint8_t reserved2[104] = {};
   FlightGroup groups[kMaxGroups];
 };
 static_assert(sizeof(FlightHeader) == 256 + FlightHeader::kMaxGroups * sizeof(FlightGroup));
@@ -101,6 +107,10 @@ FlightRecord read_flight_record(const std::string& path);
 // The record files of a run directory (RUNDIR/flight/rank_*.rec), sorted.
 std::vector<std::string> flight_record_paths(const std::string& run_dir);
 std::string flight_record_path(const std::string& run_dir, int world_rank);
+
+// Notes `sig` in the header of this process's recorder, if there is one and no signal was noted
+// yet (FlightHeader::signalled). Async-signal-safe: for a signal handler (train/stop_request).
+void note_signal_in_flight_record(int sig);
 
 class FlightRecorder {
  public:
