@@ -33,13 +33,24 @@ std::atomic<FlightHeader*> signal_header{nullptr};
 
 }  // namespace
 
+namespace {
+double signal_safe_wall_seconds() {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);  // async-signal-safe, unlike the C++ clocks
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+}  // namespace
+
 void note_signal_in_flight_record(int sig) {
   FlightHeader* h = signal_header.load(std::memory_order_acquire);
   if (!h || h->signalled != 0) return;
-  timespec now{};
-  ::clock_gettime(CLOCK_REALTIME, &now);  // async-signal-safe, unlike the C++ clocks
   h->signal = sig;
-  h->signalled = static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+  h->signalled = signal_safe_wall_seconds();
+}
+
+void note_abort_in_flight_record() {
+  FlightHeader* h = signal_header.load(std::memory_order_acquire);
+  if (h && h->aborted == 0) h->aborted = signal_safe_wall_seconds();
 }
 
 std::string_view flight_op_name(FlightOp op) {

@@ -269,8 +269,8 @@ TEST(FlightReport, NamesARankKilledInsideAnOperationWhenTheLauncherEndedTheRestA
   const std::string text = analyse_flight({r0, r1}).text();
   EXPECT_NE(text.find("likely cause: rank 1 (node n2) stopped communicating"), std::string::npos) << text;
   EXPECT_NE(text.find("rank 1 (node n2) died at about "), std::string::npos) << text;
-  EXPECT_NE(text.find("when the others were sent a termination signal by the launcher"), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("the others recorded the launcher's termination signal or their own abort, it "
+                      "recorded neither"), std::string::npos) << text;
   EXPECT_EQ(text.find("rank 0 (node n1) died"), std::string::npos) << text;
 
   // Every rank signalled (scancel, a stop of the whole job), or the unsignalled one alive after
@@ -285,6 +285,26 @@ TEST(FlightReport, NamesARankKilledInsideAnOperationWhenTheLauncherEndedTheRestA
     const std::string t = analyse_flight({r0, other}).text();
     EXPECT_EQ(t.find("died"), std::string::npos) << t;
   }
+
+  // A stall: rank 0 timed out and aborted the job at 6.0 (no signal: its handler was gone),
+  // then the launcher signalled the stalled rank 1. Neither died; rank 1 is named as before,
+  // as the rank that never entered the collective.
+  FlightRecord aborter = rank_record(0, 2, "n1", 1.0), stalled = rank_record(1, 2, "n2", 1.0);
+  const int a0 = add_group(aborter, "dp", 0, 2, 0), s1 = add_group(stalled, "dp", 0, 2, 1);
+  add_entry(aborter, a0, FlightOp::AllReduce, -1, 1, 2.0, false);
+  (void)s1;
+  aborter.header.alive = 5.9;
+  aborter.header.aborted = 6.0;
+  stalled.header.alive = 6.2;
+  stalled.header.signalled = 6.1;
+  const std::string t = analyse_flight({aborter, stalled}).text();
+  EXPECT_EQ(t.find("died"), std::string::npos) << t;
+  EXPECT_NE(t.find("likely cause: rank 1 (node n2) stopped communicating"), std::string::npos) << t;
+  // And a rank killed before the survivor's own abort (its timeout came first): named dead.
+  FlightRecord killed = stalled;
+  killed.header.signalled = 0;
+  killed.header.alive = 5.0;
+  EXPECT_NE(analyse_flight({aborter, killed}).text().find("rank 1 (node n2) died"), std::string::npos);
 }
 
 TEST(FlightReport, NamesTheFirstDeathFirstWhenOneBroughtDownAnother) {
