@@ -151,7 +151,11 @@ StepResult Trainer::train_step(int step) {
   const auto t0 = std::chrono::steady_clock::now();
   const TrainOptions& t = cfg_.train;
   const double tokens = static_cast<double>(t.global_batch) * static_cast<double>(cfg_.model.seq_len);
-  const std::vector<MicroBatchData> batch = data_->train_batch(step);
+  // Agreed: a shard that fails under the run (truncated since start-up) stops every rank with
+  // one message naming it, not the first rank to read there with an abort. One scalar
+  // all-reduce per step, beside the step's own.
+  std::vector<MicroBatchData> batch;
+  agree(grid_.world(), [&] { batch = data_->train_batch(step); });
 
   state_->begin_step();
   executor_->run(train_actions_, batch, Pass::Train, 1.0 / tokens, *state_);
@@ -194,7 +198,8 @@ double Trainer::evaluate() {
   TraceWriter::Scope span(trace_, "eval", "step", TraceWriter::Step);
   if (!data_->has_val()) return std::nan("");
   for (int e = 0; e < cfg_.train.eval_batches; ++e) {
-    const std::vector<MicroBatchData> batch = data_->val_batch(e);
+    std::vector<MicroBatchData> batch;
+    agree(grid_.world(), [&] { batch = data_->val_batch(e); });  // as train_step's
     executor_->run(eval_actions_, batch, Pass::Eval, 0.0, *state_);
   }
   const double local = model_->loss().take();  // one host read for the whole evaluation
