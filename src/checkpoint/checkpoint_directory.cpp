@@ -101,9 +101,14 @@ std::string kind_of(const fs::file_status& st) {
 void refuse_occupied_name(const std::string& path, const std::string& context) {
   std::error_code ec;
   const fs::file_status st = fs::symlink_status(path, ec);
-  // A link is left to the readers' own check (they open files, never follow them elsewhere);
-  // a rename replaces a link, so it cannot be in the way of a write.
-  if (!fs::exists(st) || fs::is_regular_file(st) || fs::is_symlink(st)) return;
+  const bool tmp = path.size() > 4 && path.compare(path.size() - 4, 4, ".tmp") == 0;
+  // A link at a checkpoint's name is left to the readers' own check (they never follow one
+  // elsewhere), and the rename replaces it; at a .tmp's name the write would go where it points.
+  if (!fs::exists(st) || fs::is_regular_file(st) || (fs::is_symlink(st) && !tmp)) return;
+  if (fs::is_symlink(st))
+    throw std::runtime_error(context + path + " is a symbolic link named like a checkpoint's .tmp: "
+                             "writing that checkpoint would write where it points; remove it, or set "
+                             "checkpoint.dir to another directory");
   throw std::runtime_error(context + path + " is " + kind_of(st) + " named like a checkpoint: a checkpoint "
                            "of that step could not be written there (the rename would fail and leave "
                            "its .tmp); remove or rename it, or set checkpoint.dir to another directory");

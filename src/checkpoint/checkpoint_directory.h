@@ -42,7 +42,8 @@ void refuse_other_lineages(const Config& config, const std::vector<StoredCheckpo
                            const std::string& hint);
 
 // Throws, naming the path and what it is, where something other than a file or a link is at
-// `path` (a directory named step_00000006.h5): a save there would fail only at its rename.
+// `path` (a directory named step_00000006.h5): a save there would fail only at its rename; or
+// a link at a .tmp's name, which the save would write through.
 // `context` starts the message.
 void refuse_occupied_name(const std::string& path, const std::string& context = "");
 // refuse_occupied_name for every entry of checkpoint.dir named like a checkpoint or its .tmp
