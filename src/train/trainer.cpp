@@ -147,15 +147,16 @@ double Trainer::world_sum(double local) { return grid_.world().all_reduce_scalar
 
 StepResult Trainer::train_step(int step) {
   TraceWriter::Scope span(trace_, "step " + std::to_string(step + 1), "step", TraceWriter::Step);
+  // Agreed: a shard that fails under the run (truncated since start-up) stops every rank with
+  // one message naming it, not the first rank to read there with an abort. One scalar
+  // all-reduce per step, beside the step's own; before the injected faults, which emulate a
+  // rank failing inside the step's own work.
+  std::vector<MicroBatchData> batch;
+  agree(grid_.world(), [&] { batch = data_->train_batch(step); });
   inject_faults(grid_.world_rank(), step + 1);
   const auto t0 = std::chrono::steady_clock::now();
   const TrainOptions& t = cfg_.train;
   const double tokens = static_cast<double>(t.global_batch) * static_cast<double>(cfg_.model.seq_len);
-  // Agreed: a shard that fails under the run (truncated since start-up) stops every rank with
-  // one message naming it, not the first rank to read there with an abort. One scalar
-  // all-reduce per step, beside the step's own.
-  std::vector<MicroBatchData> batch;
-  agree(grid_.world(), [&] { batch = data_->train_batch(step); });
 
   state_->begin_step();
   executor_->run(train_actions_, batch, Pass::Train, 1.0 / tokens, *state_);
