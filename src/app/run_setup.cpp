@@ -54,10 +54,9 @@ Config load_config(const std::string& deck, const std::vector<std::string>& over
 }
 
 namespace {
-// Distinct names: checkpoint.dir may be run.dir itself, and a second lock of this process on the
-// same file would be refused by the first.
-constexpr const char* kRunLockName = ".meshtrain-run.lock";
-constexpr const char* kCheckpointLockName = ".meshtrain-checkpoints.lock";
+// One name for both: a directory is one job's, whichever role it has in it (another job's
+// run.dir given as this one's checkpoint.dir is refused too).
+constexpr const char* kLockName = ".meshtrain.lock";
 
 // One number per rank for "did every rank settle on the same device choices".
 double choice_code(const Config& c) {
@@ -111,7 +110,7 @@ void lock_run_directories(RunSetup& s, Communicator& world) {
   agree(world, [&] {
     if (world.rank() != 0) return;
     create_run_directory(c.deck_path, c.run.dir);
-    s.locks.push_back(DirectoryLock::take(c.run.dir, kRunLockName, c.deck_path + ": run.dir = \"" +
+    s.locks.push_back(DirectoryLock::take(c.run.dir, kLockName, c.deck_path + ": run.dir = \"" +
                                           c.run.dir + "\": ", warning));
     // checkpoint.dir too, wherever it is: two runs of one lineage, or runs sharing checkpoint.dir
     // from different run directories, would otherwise overwrite and prune each other's files.
@@ -120,7 +119,10 @@ void lock_run_directories(RunSetup& s, Communicator& world) {
     if (!std::filesystem::create_directories(c.checkpoint.dir, ec) && ec)
       throw std::runtime_error(key + "cannot create the directory: " + ec.message() +
                                " (set checkpoint.dir to a directory every rank can write)");
-    s.locks.push_back(DirectoryLock::take(c.checkpoint.dir, kCheckpointLockName, key, warning));
+    // The same directory twice: this process's second lock on the file would be refused by its
+    // first (open-file-description locks conflict within a process too).
+    if (!std::filesystem::equivalent(c.run.dir, c.checkpoint.dir, ec))
+      s.locks.push_back(DirectoryLock::take(c.checkpoint.dir, kLockName, key, warning));
   });
   if (!warning.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", warning.c_str());
 }

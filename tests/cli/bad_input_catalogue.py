@@ -413,13 +413,18 @@ CATALOGUE = [
     # Another job holds run.dir (or checkpoint.dir): refused with the holder's node and pid
     # before anything is written there: its flight record and metrics stay as they were.
     row("run", "run.dir in use by another run", 2, train("run.dir=\"{locked}\""), 1,
-        ["deck.toml: run.dir = \"{locked}\": is in use by another run ({locked}/.meshtrain-run.lock "
+        ["deck.toml: run.dir = \"{locked}\": is in use by another run ({locked}/.meshtrain.lock "
          "is locked by node {node}, pid {pid}, since ", "give this run a directory of its own"],
         needs=["locked"], absent=NOT_TRAINED),
+    # Another job's run.dir as this one's checkpoint.dir: the directory is that job's either way.
+    row("run", "checkpoint.dir is another run's run.dir", 2,
+        train("checkpoint.dir=\"{locked}\""), 1,
+        ["deck.toml: checkpoint.dir = \"{locked}\": is in use by another run ({locked}/.meshtrain.lock "
+         "is locked by node {node}, pid {pid}, "], needs=["locked"], absent=NOT_TRAINED),
     row("run", "checkpoint.dir in use by another run", 2,
         train("checkpoint.dir=\"{locked_checkpoints}\""), 1,
         ["deck.toml: checkpoint.dir = \"{locked_checkpoints}\": is in use by another run "
-         "({locked_checkpoints}/.meshtrain-checkpoints.lock is locked by node {node}, pid {pid}, "],
+         "({locked_checkpoints}/.meshtrain.lock is locked by node {node}, pid {pid}, "],
         needs=["locked"], absent=NOT_TRAINED),
     # Not a file where a checkpoint (or its .tmp) of this run would go: refused at start-up,
     # not at that step's rename.
@@ -587,8 +592,8 @@ def fixture_locked(p):
         f.write('{"step": 1}\n')
     with open(os.path.join(p["locked_checkpoints"], "keep"), "w") as f:
         f.write("the other job's\n")
-    hold_lock(os.path.join(p["locked"], ".meshtrain-run.lock"))
-    hold_lock(os.path.join(p["locked_checkpoints"], ".meshtrain-checkpoints.lock"))
+    hold_lock(os.path.join(p["locked"], ".meshtrain.lock"))
+    hold_lock(os.path.join(p["locked_checkpoints"], ".meshtrain.lock"))
 
 
 def fixture_named(p):
