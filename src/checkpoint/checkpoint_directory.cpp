@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -10,7 +11,6 @@
 #include <filesystem>
 #include <map>
 #include <regex>
-#include <algorithm>
 #include <random>
 #include <stdexcept>
 
