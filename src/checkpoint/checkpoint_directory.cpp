@@ -10,8 +10,8 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <regex>
 #include <random>
+#include <regex>
 #include <stdexcept>
 
 #include "meshtrain/comm/agreement.h"
