@@ -31,6 +31,20 @@ Fault parse_checkpoint_kill(const std::string& item, const std::string& text) {
   return f;
 }
 
+// "checkpoint_stall:<phase>[@<step>]:rank=<r>"
+Fault parse_checkpoint_stall(const std::string& item, const std::string& text) {
+  const size_t rank_at = item.rfind(":rank=");
+  if (rank_at == std::string::npos || rank_at <= std::string("checkpoint_stall").size())
+    throw DeckError("MESHTRAIN_FAULT=" + text + ": cannot parse \"" + item +
+                    "\" (expected checkpoint_stall:<phase>[@<step>]:rank=<r>)");
+  Fault f = parse_checkpoint_kill(item.substr(0, rank_at), text);
+  f.kind = Fault::Kind::CheckpointStall;
+  f.rank = std::atoi(item.c_str() + rank_at + 6);
+  if (f.rank < 0)
+    throw DeckError("MESHTRAIN_FAULT=" + text + ": \"" + item + "\" names no rank (expected rank=<r> >= 0)");
+  return f;
+}
+
 // "stall|exit:rank=<r>:step=<s>"
 Fault parse_rank_fault(const std::string& item) {
   Fault f;
@@ -94,6 +108,7 @@ std::vector<Fault> parse_faults(const std::string& text) {
   while (std::getline(list, item, ',')) {
     if (item.rfind("checkpoint_kill:", 0) == 0) out.push_back(parse_checkpoint_kill(item, text));
     else if (item.rfind("flip_param:", 0) == 0 || item.rfind("flip_grad:", 0) == 0) out.push_back(parse_flip(item));
+    else if (item.rfind("checkpoint_stall:", 0) == 0) out.push_back(parse_checkpoint_stall(item, text));
     else out.push_back(parse_rank_fault(item));
   }
   return out;

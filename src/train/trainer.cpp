@@ -185,11 +185,16 @@ StepAttempt Trainer::compute_gradients(int step, const std::vector<MicroBatchDat
 
 StepResult Trainer::train_step(int step) {
   TraceWriter::Scope span(trace_, "step " + std::to_string(step + 1), "step", TraceWriter::Step);
+  // Agreed: a shard that fails under the run (truncated since start-up) stops every rank with
+  // one message naming it, not the first rank to read there with an abort. One scalar
+  // all-reduce per step, beside the step's own; before the injected faults, which emulate a
+  // rank failing inside the step's own work.
+  std::vector<MicroBatchData> batch;
+  agree(grid_.world(), [&] { batch = data_->train_batch(step); });
   inject_faults(grid_.world_rank(), step + 1);
   const auto t0 = std::chrono::steady_clock::now();
   const TrainOptions& t = cfg_.train;
   const double tokens = static_cast<double>(t.global_batch) * static_cast<double>(cfg_.model.seq_len);
-  const std::vector<MicroBatchData> batch = data_->train_batch(step);
 
   StepResult r;
   r.step = step + 1;
@@ -249,7 +254,8 @@ double Trainer::evaluate() {
   TraceWriter::Scope span(trace_, "eval", "step", TraceWriter::Step);
   if (!data_->has_val()) return std::nan("");
   for (int e = 0; e < cfg_.train.eval_batches; ++e) {
-    const std::vector<MicroBatchData> batch = data_->val_batch(e);
+    std::vector<MicroBatchData> batch;
+    agree(grid_.world(), [&] { batch = data_->val_batch(e); });  // as train_step's
     executor_->run(eval_actions_, batch, Pass::Eval, 0.0, *state_);
   }
   const double local = model_->loss().take();  // one host read for the whole evaluation

@@ -14,6 +14,7 @@
 #include "meshtrain/comm/job_abort.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/config.h"
+#include "meshtrain/io/directory_lock.h"
 #include "meshtrain/parallel/process_grid.h"
 
 namespace meshtrain {
@@ -33,6 +34,9 @@ int local_rank();
 std::vector<std::string> gather_over_node(const std::string& mine);
 
 struct RunSetup {
+  // train's exclusive hold on run.dir and checkpoint.dir (world rank 0; io/directory_lock.h).
+  // First: released after everything else that writes there is gone.
+  std::vector<std::unique_ptr<DirectoryLock>> locks;
   Config config;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<FlightRecorder> recorder;  // outlives the grid's communicators that record
@@ -46,7 +50,8 @@ struct RunSetup {
 };
 
 // Whether a run keeps a flight recorder of its communication (train does; short commands not,
-// so that they leave a failed training run's records alone).
+// so that they leave a failed training run's records alone). A run that records owns its run
+// directory: it locks run.dir and checkpoint.dir first, before it writes anything there.
 enum class Flight { Off, Record };
 
 // Collective over MPI_COMM_WORLD: the process grid of `config`'s layout with the communicators
@@ -58,7 +63,8 @@ std::unique_ptr<ProcessGrid> make_grid(const Config& config, Backend& backend,
                                        FlightRecorder* recorder = nullptr,
                                        MPI_Comm world = MPI_COMM_WORLD);
 
-// Collective: load_config, then device resolution (agreed over the world: nodes may differ),
+// Collective: load_config, then (Flight::Record) the locks on run.dir and checkpoint.dir, which
+// refuse a second job there before it writes anything, then device resolution (agreed over the world: nodes may differ),
 // the backend of this rank, the flight recorder (<run.dir>/flight/rank_N.rec) when asked for
 // and run.flight_records > 0, and the grid with communicators for that device. On the CPU, threads
 // per rank from run.threads, OMP_NUM_THREADS or the rank's share of its node's cores. Prints the

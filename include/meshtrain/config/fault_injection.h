@@ -22,11 +22,16 @@
 //           silent data corruption of a computation: on the first attempt of step s only, after
 //           its backward and reductions, the rank flips bit b (default 30, the top exponent bit
 //           of an fp32 value: a small gradient becomes ~1e38 times larger) of element i (default
-//           0) of the gradient elements its share of the gradient norm counts. The step's re-run (train/step_rerun.h) must tell it from a
-//           divergence and name the rank.
+//           0) of the gradient elements its share of the gradient norm counts. The step's
+//           re-run (train/step_rerun.h) must tell it from a divergence and name the rank.
+//   checkpoint_stall:<phase>[@<step>]:rank=<world rank>
+//           that rank stops making progress (sleeps, until killed) in that phase of writing a
+//           checkpoint: in 'data', halfway through the datasets, before one is written, while
+//           the others go on into the write (collective I/O: into MPI-IO, where no
+//           communicator's timeout reaches; comm/blocking_watchdog.h is what ends the job).
 // This file is the one parser of the variable; the trainer injects the stall, exit and flip
-// kinds, the checkpointer checkpoint_kill. Unset in production; parsing errors are reported,
-// not ignored.
+// kinds, the checkpointer checkpoint_kill and checkpoint_stall. Unset in production; parsing
+// errors are reported, not ignored.
 
 #include <cstdint>
 #include <string>
@@ -40,11 +45,11 @@ enum class CheckpointPhase { Data, Rename, Prune };
 std::string_view checkpoint_phase_name(CheckpointPhase phase);  // "data", "rename", "prune"
 
 struct Fault {
-  enum class Kind { Stall, Exit, CheckpointKill, FlipParam, FlipGrad };
+  enum class Kind { Stall, Exit, CheckpointKill, CheckpointStall, FlipParam, FlipGrad };
   Kind kind = Kind::Stall;
-  int rank = -1;       // stall, exit, flips: the world rank that fails
+  int rank = -1;       // stall, exit, checkpoint_stall, flips: the world rank that fails
   int64_t step = -1;   // stall, exit, flips: the 1-based step; checkpoint_kill: the checkpoint's, -1 any
-  CheckpointPhase phase = CheckpointPhase::Data;  // checkpoint_kill only
+  CheckpointPhase phase = CheckpointPhase::Data;  // checkpoint_kill and checkpoint_stall
   std::string param;   // flip_param: the parameter's name; "" its first
   int64_t index = 0;   // flips: the element of the slice (or of the gradient)
   int bit = 0;         // flips: the bit of that element, 0 the lowest
