@@ -17,7 +17,8 @@ wrapper that records its task's rank, restart and pid, then execs meshtrain.
 
 Reported: each strike (signal, rank, node, the step it hit) and the time it lost: from the strike
 to the moment a later run logs the first step past the one struck (detection, requeue, start,
-loading the checkpoint, retraining the lost steps); and the whole test's duration.
+loading the checkpoint, retraining the lost steps), or to the next strike where that comes first
+(so the losses add up); the chaos job's time against the uninterrupted one's; the test's duration.
 Needs root and the Debian packages slurm-wlm and munge; otherwise it reports itself skipped (77).
 
 usage: chaos_test.py --meshtrain BIN --repo REPO_ROOT [--srun-mpi pmix|pmi2]
@@ -247,10 +248,15 @@ def main():
         lost = []
         for n, s in enumerate(strikes, 1):
             back = log.first_step_after(s["restart"], s["step"])
-            lost.append(back - s["time"] if back else None)
+            # A strike that lands before training got back past the previous one takes over:
+            # the time from then on is its own, so the losses add up to the time lost in all.
+            following = strikes[n]["time"] if n < len(strikes) else None
+            cut = back is not None and following is not None and following < back
+            lost.append((following if cut else back) - s["time"] if back else None)
             print("strike %2d: %-7s rank %d (node %s) at step %3d: %s" % (
                 n, s["kind"], s["rank"], s["node"], s["step"],
-                "%.1f s lost" % lost[-1] if back else "training never got past it"))
+                ("%.1f s lost%s" % (lost[-1], " (until the next strike, which came first)" if cut else ""))
+                if back else "training never got past it"))
         measured = [x for x in lost if x is not None]
         if measured:
             print("time lost per fault: mean %.1f s, min %.1f, max %.1f; chaos job %.1f s against %.1f s "
