@@ -23,9 +23,9 @@
 #include "meshtrain/train/divergence.h"
 #include "meshtrain/train/lr_schedule.h"
 #include "meshtrain/train/parameter_client.h"
-#include "meshtrain/train/stop_request.h"
 #include "meshtrain/train/replica_check.h"
 #include "meshtrain/train/step_rerun.h"
+#include "meshtrain/train/stop_request.h"
 #include "meshtrain/train/straggler_report.h"
 #include "meshtrain/train/text_sample.h"
 
