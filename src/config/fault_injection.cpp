@@ -58,7 +58,8 @@ Fault parse_rank_fault(const std::string& item) {
   if ((kind != "stall" && kind != "exit") || f.rank < 0 || f.step < 1)
     throw DeckError("MESHTRAIN_FAULT: cannot parse \"" + item +
                     "\" (expected stall|exit:rank=<r>:step=<s>, flip_param:rank=<r>:step=<s>[:...], "
-                    "flip_grad:rank=<r>:step=<s>[:...] or checkpoint_kill:<phase>[@<step>])");
+                    "flip_grad:rank=<r>:step=<s>[:...], checkpoint_kill:<phase>[@<step>] or "
+                    "checkpoint_stall:<phase>[@<step>]:rank=<r>)");
   f.kind = kind == "exit" ? Fault::Kind::Exit : Fault::Kind::Stall;
   return f;
 }
@@ -107,8 +108,9 @@ std::vector<Fault> parse_faults(const std::string& text) {
   std::string item;
   while (std::getline(list, item, ',')) {
     if (item.rfind("checkpoint_kill:", 0) == 0) out.push_back(parse_checkpoint_kill(item, text));
-    else if (item.rfind("flip_param:", 0) == 0 || item.rfind("flip_grad:", 0) == 0) out.push_back(parse_flip(item));
     else if (item.rfind("checkpoint_stall:", 0) == 0) out.push_back(parse_checkpoint_stall(item, text));
+    else if (item.rfind("flip_param:", 0) == 0 || item.rfind("flip_grad:", 0) == 0)
+      out.push_back(parse_flip(item));
     else out.push_back(parse_rank_fault(item));
   }
   return out;
