@@ -551,7 +551,7 @@ CATALOGUE = [
         needs=["untrusted"]),
     # --- trust round two: silent hardware faults and a chaos run ---
     row("deck", "replica check cadence", 1, train("run.replica_check_every=-1"), 1,
-        ["run.replica_check_every = -1 is out of range (expected integer >= 0)"], absent=NOT_TRAINED),
+        ["run.replica_check_every = -1 is out of range (expected integer from 0 to 2147483647)"], absent=NOT_TRAINED),
     row("deck", "spike re-run factor", 1, train("run.rerun_spike_factor=0.5"), 1,
         ["run.rerun_spike_factor = 0.5 is out of range (expected 0 (off) or a number > 1)"],
         absent=NOT_TRAINED),
