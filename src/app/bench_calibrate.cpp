@@ -41,6 +41,7 @@
 #include "meshtrain/app/bench_suites.h"
 #include "meshtrain/app/calibrate.h"
 #include "meshtrain/app/cpu_binding.h"
+#include "meshtrain/app/run_setup.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/backend/cpu/gemm.h"
 #include "meshtrain/comm/agreement.h"
@@ -551,7 +552,10 @@ void bench_calibrate(const BenchArgs& args, BenchReport& report) {
   int writes = args.out.empty() ? 0 : 1;
   MPI_Bcast(&writes, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (writes) agree_on_rank_zero([&] { check_writable(args.out); });
-  const MachineProfile p = measure_machine_profile(args.threads, std::max(3, args.steps), args.passes, report);
+  // The rates the time model prices training with must be those of training's threads: a rank
+  // of 8 on 2 cores runs 1 thread in `train`, and at 2 its GEMMs fight their own peers.
+  const int threads = args.threads_given ? args.threads : training_threads(0).choice.threads;
+  const MachineProfile p = measure_machine_profile(threads, std::max(3, args.steps), args.passes, report);
   if (!writes) {
     report.header("profile not written (--out PROFILE.toml writes it)");
     return;
