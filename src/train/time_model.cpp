@@ -12,6 +12,7 @@
 #include "meshtrain/model/partition.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/parallel/schedule.h"
+#include "meshtrain/parallel/schedule_cache.h"
 #include "meshtrain/parallel/schedule_simulator.h"
 #include "meshtrain/train/planner.h"
 #include "meshtrain/train/work_balance.h"
@@ -209,10 +210,8 @@ SimulationResult simulate_cached(ScheduleKind kind, int pp, int v, int m, const 
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
-  const ChunkPlacement placement = schedule_placement(kind);
-  const Schedule schedule = insert_communication(make_schedule(kind, pp, m, v), pp, v, placement);
-  SimulationResult result =
-      simulate(schedule, pp, v, m, costs, comm, Passes::ForwardAndBackward, placement);
+  SimulationResult result = simulate(pipeline_schedules(kind, pp, m, v)->train, pp, v, m, costs, comm,
+                                     Passes::ForwardAndBackward, schedule_placement(kind));
   std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() > 4096) cache.clear();
   cache.emplace(std::move(key), result);
@@ -227,7 +226,12 @@ std::string percent(double part, double whole) {
 
 }  // namespace
 
-StepTimePrediction predict_step_time(const Config& c, const MachineProfile& profile) {
+namespace {
+
+// The prediction, or (bound_only) its lower bound without simulating the pipeline: a stage's last
+// compute ends no earlier than its own work takes, which cores lent by idle ranks (below) speed
+// up by at most `sharing`; the rest of the step (dp, optimizer) is priced alike.
+StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool bound_only) {
   const ParallelOptions& par = c.parallel;
   const GridShape shape = c.grid_shape();
   const int R = std::max(1, profile.ranks_per_node);
@@ -297,8 +301,16 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
                  profile.sync_seconds;
   const int m = c.microbatches();
   const CommModel comm = c.run.device == DeviceChoice::Cuda ? CommModel::Nccl : CommModel::Mpi;
-  const SimulationResult sim = simulate_cached(par.schedule, par.pp, par.virtual_stages, m, costs, comm);
-  if (!sim.ok) throw DeckError("the time model could not run the schedule: " + sim.error);
+  const double sharing = profile.device == "cpu"
+                             ? std::max(1.0, static_cast<double>(profile.ranks_per_node) *
+                                                 std::max(1, profile.threads_per_rank) /
+                                                 std::max(1, profile.cores_per_node))
+                             : 1.0;
+  SimulationResult sim;
+  if (!bound_only) {
+    sim = simulate_cached(par.schedule, par.pp, par.virtual_stages, m, costs, comm);
+    if (!sim.ok) throw DeckError("the time model could not run the schedule: " + sim.error);
+  }
 
   // CPU ranks sharing cores (more ranks x threads than a node has cores): the profile's rates
   // are each rank's share while all of them compute, but a rank idle in a pipeline bubble
@@ -306,8 +318,6 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
   // an unshared core's speed and the node's whole work at the shared rates.
   std::vector<double> pipeline_end = sim.finish;
   if (profile.device == "cpu") {
-    const double sharing = static_cast<double>(profile.ranks_per_node) * std::max(1, profile.threads_per_rank) /
-                           std::max(1, profile.cores_per_node);
     if (sharing > 1 && sim.makespan > 0) {
       double mean_busy = 0;
       for (double b : sim.busy) mean_busy += b / static_cast<double>(sim.busy.size());
@@ -337,7 +347,7 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
       st.compute_s += m * (forward[static_cast<size_t>(k)].compute + backward[static_cast<size_t>(k)].compute);
       st.tp_comm_s += m * (forward[static_cast<size_t>(k)].tp_comm + backward[static_cast<size_t>(k)].tp_comm);
     }
-    st.pipeline_end_s = pipeline_end[static_cast<size_t>(stage)];
+    st.pipeline_end_s = bound_only ? (st.compute_s + st.tp_comm_s) / sharing : pipeline_end[static_cast<size_t>(stage)];
     if (dp > 1) {
       const AlphaBeta& allreduce = profile.link(dp_link, CollectiveKind::AllReduce);
       const AlphaBeta& scatter = profile.link(dp_link, CollectiveKind::ReduceScatter);
@@ -388,6 +398,16 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
   const double peak = profile.gemm(c.train.precision).peak;
   out.mfu = out.step_s > 0 ? out.model_flops / (shape.world_size() * peak * out.step_s) : 0;
   return out;
+}
+
+}  // namespace
+
+StepTimePrediction predict_step_time(const Config& c, const MachineProfile& profile) {
+  return predict(c, profile, false);
+}
+
+double step_time_lower_bound(const Config& c, const MachineProfile& profile) {
+  return predict(c, profile, true).step_s;
 }
 
 std::string describe_prediction(const StepTimePrediction& p) {
