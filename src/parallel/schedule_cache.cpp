@@ -21,10 +21,21 @@ std::shared_ptr<const PipelineSchedules> pipeline_schedules(ScheduleKind kind, i
   built->train = insert_communication(make_schedule(kind, stages, microbatches, virtual_stages), stages,
                                       virtual_stages, placement);
   built->eval = make_forward_only(stages, microbatches, virtual_stages, placement);
+  size_t actions = 0;
+  for (const Schedule* s : {&built->train, &built->eval})
+    for (const std::vector<Action>& rank : *s) actions += rank.size();
   std::lock_guard<std::mutex> lock(mutex);
-  // A few shapes' worth: a 1T layout's schedules hold tens of MB.
-  if (cache.size() >= 16) cache.clear();
-  return cache.emplace(key, std::move(built)).first->second;
+  // Bounded by actions (12 bytes each), not shapes: the advisor meets a thousand shapes of a 1T
+  // model, the largest with over a million actions; 8 million keep the shapes it is working
+  // through in about 100 MB.
+  static size_t held = 0;
+  if (held + actions > (size_t{8} << 20)) {
+    cache.clear();
+    held = 0;
+  }
+  const auto [it, added] = cache.emplace(key, std::move(built));
+  if (added) held += actions;
+  return it->second;
 }
 
 }  // namespace meshtrain

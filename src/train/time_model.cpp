@@ -229,8 +229,9 @@ std::string percent(double part, double whole) {
 namespace {
 
 // The prediction, or (bound_only) its lower bound without simulating the pipeline: a stage's last
-// compute ends no earlier than its own work takes, which cores lent by idle ranks (below) speed
-// up by at most `sharing`; the rest of the step (dp, optimizer) is priced alike.
+// compute ends no earlier than its first input can arrive plus its own work, which cores lent by
+// idle ranks (below) speed up by at most `sharing`; the rest of the step (dp, optimizer) is
+// priced alike.
 StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool bound_only) {
   const ParallelOptions& par = c.parallel;
   const GridShape shape = c.grid_shape();
@@ -347,7 +348,16 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
       st.compute_s += m * (forward[static_cast<size_t>(k)].compute + backward[static_cast<size_t>(k)].compute);
       st.tp_comm_s += m * (forward[static_cast<size_t>(k)].tp_comm + backward[static_cast<size_t>(k)].tp_comm);
     }
-    st.pipeline_end_s = bound_only ? (st.compute_s + st.tp_comm_s) / sharing : pipeline_end[static_cast<size_t>(stage)];
+    if (bound_only) {
+      // Stage s computes nothing before the first micro-batch's forward has passed chunks 0 to
+      // s - 1 (on ranks 0 to s - 1 under either placement) and reached it, and then at most its
+      // own work back to back.
+      double first_input = 0;
+      for (int k = 0; k < stage; ++k) first_input += forward[static_cast<size_t>(k)].total() + costs.send;
+      st.pipeline_end_s = (first_input + st.compute_s + st.tp_comm_s) / sharing;
+    } else {
+      st.pipeline_end_s = pipeline_end[static_cast<size_t>(stage)];
+    }
     if (dp > 1) {
       const AlphaBeta& allreduce = profile.link(dp_link, CollectiveKind::AllReduce);
       const AlphaBeta& scatter = profile.link(dp_link, CollectiveKind::ReduceScatter);

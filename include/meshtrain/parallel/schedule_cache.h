@@ -4,8 +4,8 @@
 // stage of a planned layout (planner.h dry-runs one Trainer per stage) and every layout the time
 // model prices with that shape would rebuild all ranks' actions: for Megatron's 1T layout (64
 // stages, 512 micro-batches, 2 chunks a rank) that was 64 rebuilds of ~130,000 actions, most of
-// a `plan`'s time. Thread-safe (the advisor prices layouts on several threads); bounded, as the
-// processes that build many shapes (plan --all) are short-lived.
+// a `plan`'s time. Thread-safe (the advisor prices layouts on several threads); bounded by the
+// actions held.
 
 #include <memory>
 
