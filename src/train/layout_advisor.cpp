@@ -108,6 +108,12 @@ AdvisorResult advise_layouts(const Config& base, int world, const MachineProfile
     while (final_count < predicted && out.ranked[final_count].time.step_s < frontier &&
            (top == 0 || out.fitting < top)) {
       RankedLayout& r = out.ranked[final_count++];
+      // What a stage allocates before its first step already exceeding the budget spares the
+      // dry run of its steps (seconds per layout at scale).
+      if (budget > 0 && state_exceeds(r.config, world, threads, budget)) {
+        ++out.state_over_budget;
+        continue;
+      }
       r.peak_bytes = plan_layout(r.config, world, threads).peak();
       r.planned = true;
       r.fits = budget == 0 || r.peak_bytes <= budget;

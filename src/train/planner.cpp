@@ -91,6 +91,25 @@ LayoutPlan plan_layout(Config config, int world_size, int threads) {
   return plan;
 }
 
+bool state_exceeds(Config config, int world_size, int threads, size_t budget) {
+  check_layout(config, world_size);
+  config.run.trace = false;
+  const GridShape shape = config.grid_shape();
+  // The first and last stages first: they also hold the embedding and the head.
+  std::vector<int> stages = {0};
+  if (config.parallel.pp > 1) stages.push_back(config.parallel.pp - 1);
+  for (int s = 1; s + 1 < config.parallel.pp; ++s) stages.push_back(s);
+  for (int stage : stages) {
+    GridCoords coords{};
+    coords[axis_index(Axis::Pipeline)] = stage;
+    ProcessGrid grid = ProcessGrid::planned(shape, shape.world_rank(coords));
+    CpuBackend backend(threads, Execution::Plan);
+    Trainer trainer(config, grid, backend, DataMode::ShapesOnly);
+    if (backend.memory().current_total() > budget) return true;
+  }
+  return false;
+}
+
 std::vector<Config> enumerate_layouts(const Config& base, int world_size) {
   std::vector<Config> out;
   const int cp = base.parallel.cp;  // the deck's: the advisor chooses tp and pp around it

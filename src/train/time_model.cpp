@@ -302,11 +302,15 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
                  profile.sync_seconds;
   const int m = c.microbatches();
   const CommModel comm = c.run.device == DeviceChoice::Cuda ? CommModel::Nccl : CommModel::Mpi;
-  const double sharing = profile.device == "cpu"
-                             ? std::max(1.0, static_cast<double>(profile.ranks_per_node) *
-                                                 std::max(1, profile.threads_per_rank) /
-                                                 std::max(1, profile.cores_per_node))
-                             : 1.0;
+  // How much faster a rank runs while others of its node idle: at most the node's oversubscription,
+  // and only as far as ranks waiting in MPI leave their cores (they spin under the MPI libraries'
+  // default polling: the profile measured it under the calibrating launch).
+  const double oversubscribed = profile.device == "cpu"
+                                    ? std::max(1.0, static_cast<double>(profile.ranks_per_node) *
+                                                        std::max(1, profile.threads_per_rank) /
+                                                        std::max(1, profile.cores_per_node))
+                                    : 1.0;
+  const double sharing = 1 + std::clamp(profile.waiting_ranks_lend, 0.0, 1.0) * (oversubscribed - 1);
   SimulationResult sim;
   if (!bound_only) {
     sim = simulate_cached(par.schedule, par.pp, par.virtual_stages, m, costs, comm);
@@ -319,15 +323,22 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
   // an unshared core's speed and the node's whole work at the shared rates.
   std::vector<double> pipeline_end = sim.finish;
   if (profile.device == "cpu") {
+    if (oversubscribed > 1 && sharing <= 1)
+      out.caveats.push_back("ranks share cores, but ranks waiting in MPI kept theirs under the calibrating "
+                            "launch (they spin): pipeline bubbles are priced as lending none; a launch "
+                            "whose waiting ranks sleep (Open MPI: OMPI_MCA_mpi_yield_when_idle=1) runs "
+                            "bubbly layouts faster, and wants a profile calibrated under it");
     if (sharing > 1 && sim.makespan > 0) {
       double mean_busy = 0;
       for (double b : sim.busy) mean_busy += b / static_cast<double>(sim.busy.size());
       const double pipeline = std::max(sim.makespan / sharing, mean_busy);
       for (double& t : pipeline_end) t *= pipeline / sim.makespan;
-      char buf[160];
+      char buf[320];
       std::snprintf(buf, sizeof buf, "%d ranks x %d thread(s) share %d cores per node: pipeline bubbles "
-                    "lend their cores to busy ranks", profile.ranks_per_node, profile.threads_per_rank,
-                    profile.cores_per_node);
+                    "lend %.0f%% of their cores to busy ranks (as measured under the calibrating launch: "
+                    "a launch whose waiting ranks spin or sleep otherwise predicts otherwise)",
+                    profile.ranks_per_node, profile.threads_per_rank, profile.cores_per_node,
+                    100 * std::clamp(profile.waiting_ranks_lend, 0.0, 1.0));
       out.caveats.push_back(buf);
     }
   }

@@ -146,6 +146,33 @@ TEST(TimeModel, SharedCpuCoresLendBubblesToBusyRanks) {
   ASSERT_FALSE(shared.caveats.empty());
 }
 
+// Bubbles lend cores only where waiting ranks leave them: under the MPI libraries' default
+// polling (calibrate measures waiting_ranks_lend = 0) 8 ranks on 2 cores run as if every rank kept
+// its share, and half-lending ranks land in between (8 ranks on 6 cores: a bubble's lent cores
+// shorten the pipeline without reaching the node's whole work).
+TEST(TimeModel, WaitingRanksThatSpinLendNoCores) {
+  MachineProfile cpu = machine();
+  cpu.device = "cpu";
+  cpu.cores_per_node = 6;
+  Config c = deck(2, 1, 4, 1, 8);
+  c.run.device = DeviceChoice::Cpu;
+  const double lending = predict_step_time(c, cpu).step_s;
+  cpu.waiting_ranks_lend = 0;
+  const StepTimePrediction spinning = predict_step_time(c, cpu);
+  cpu.waiting_ranks_lend = 0.5;
+  const double half = predict_step_time(c, cpu).step_s;
+  MachineProfile own_cores = machine();
+  own_cores.device = "cpu";
+  own_cores.cores_per_node = 64;
+  EXPECT_DOUBLE_EQ(spinning.step_s, predict_step_time(c, own_cores).step_s);
+  EXPECT_LT(lending, half);
+  EXPECT_LT(half, spinning.step_s);
+  bool said = false;
+  for (const std::string& note : spinning.caveats) said = said || note.find("spin") != std::string::npos;
+  EXPECT_TRUE(said) << "the prediction says that waiting ranks keep their cores";
+  EXPECT_LE(step_time_lower_bound(c, cpu), half);
+}
+
 TEST(TimeModel, MissingRatesAreNamed) {
   Config c = deck(1, 1, 1);
   c.train.precision = DType::BF16;

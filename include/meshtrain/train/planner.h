@@ -41,6 +41,12 @@ std::string layout_name(const Config& config);
 // the layout is invalid for that world size.
 LayoutPlan plan_layout(Config config, int world_size, int threads);
 
+// Whether some pipeline stage of `config` holds more than `budget` bytes per rank before its first
+// step (what its Trainer allocates: parameters, gradients, optimizer state, buffers), which the
+// peak of plan_layout includes: such a layout cannot fit, and needs no dry run of its steps (the
+// planner's costly part). The strategy advisor skips those by it.
+bool state_exceeds(Config config, int world_size, int threads, size_t budget);
+
 // Every valid layout of `base`'s model and global batch on `world_size` ranks: dp x tp x pp,
 // micro-batch sizes (powers of two dividing the per-rank batch), schedules (interleaved with 2
 // virtual stages), ZeRO 0-3, recompute modes; sequence parallelism on where tp > 1.
