@@ -147,9 +147,8 @@ int print_ranking(const PlanArgs& args, const Config& config, const MachineProfi
                 share(t.optimizer_s).c_str());
   }
   std::printf("# %zu layouts, %zu of them simulated (the rest bounded: slower than those listed); memory "
-              "planned for %zu in time order (%zu more hold more than the budget before their first "
-              "step), %zu fit", result.layouts, result.predicted, result.planned, result.state_over_budget,
-              result.fitting);
+              "planned for %zu in time order (and %zu more stopped once past the budget), %zu fit",
+              result.layouts, result.predicted, result.planned, result.stopped_over_budget, result.fitting);
   if (!result.ranked.empty())
     for (const std::string& c : result.ranked.front().time.caveats) std::printf("\n# note: %s", c.c_str());
   std::printf("\n");

@@ -108,13 +108,14 @@ AdvisorResult advise_layouts(const Config& base, int world, const MachineProfile
     while (final_count < predicted && out.ranked[final_count].time.step_s < frontier &&
            (top == 0 || out.fitting < top)) {
       RankedLayout& r = out.ranked[final_count++];
-      // What a stage allocates before its first step already exceeding the budget spares the
-      // dry run of its steps (seconds per layout at scale).
-      if (budget > 0 && state_exceeds(r.config, world, threads, budget)) {
-        ++out.state_over_budget;
+      // A dry run stops once a stage holds more than the budget: the fastest layouts of a large
+      // model often do not fit, and the rest of their steps would cost seconds each.
+      const LayoutPlan plan = plan_layout(r.config, world, threads, budget);
+      if (plan.stopped_over) {
+        ++out.stopped_over_budget;
         continue;
       }
-      r.peak_bytes = plan_layout(r.config, world, threads).peak();
+      r.peak_bytes = plan.peak();
       r.planned = true;
       r.fits = budget == 0 || r.peak_bytes <= budget;
       ++out.planned;

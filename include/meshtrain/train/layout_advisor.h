@@ -46,7 +46,7 @@ struct AdvisorResult {
   size_t layouts = 0;                // valid layouts considered
   size_t predicted = 0;              // of which simulated (the rest bounded, and slower)
   size_t planned = 0;                // of which memory was planned
-  size_t state_over_budget = 0;      // not planned: their state alone exceeds the budget
+  size_t stopped_over_budget = 0;    // not planned to the end: a stage went past the budget
   size_t fitting = 0;                // of those, fitting the budget
 };
 
