@@ -73,23 +73,21 @@ struct CpuThreads {
   std::string note, warning;
 };
 CpuThreads cpu_threads(const Config& c, Communicator& world, int node_rank) {
-  std::vector<RankCpus> ranks;
-  for (const std::string& text : gather_over_node(encode_rank_cpus(probe_rank_cpus())))
-    ranks.push_back(decode_rank_cpus(text));
-  const NodeCpuShare share = share_node_cpus(ranks);
-  CpuThreads t;
   // main() refuses a bad OMP_NUM_THREADS before MPI starts; a caller that did not pass there
-  // (an in-process test) still gets one verdict on every rank.
-  agree(world, [&] {
-    t.choice = choose_threads(c.run.threads, std::getenv("OMP_NUM_THREADS"), share, node_rank);
-  });
+  // (an in-process test) still gets one verdict on every rank. The node's gather comes before
+  // the choice that may refuse, so every rank reaches it.
+  TrainingThreads node;
+  agree(world, [&] { node = training_threads(c.run.threads); });
+  const NodeCpuShare& share = node.share;
+  CpuThreads t;
+  t.choice = node.choice;
   const Launcher launcher = detect_launcher();
   const double worst = world.all_reduce_scalar(share.unused, ReduceOp::Max);
   if (world.rank() != 0) return t;
   const size_t mine = static_cast<size_t>(node_rank);
   t.note = t.choice.source != "cores"
                ? "threads from " + t.choice.source
-               : "threads from the node's cores: " + std::to_string(ranks.size()) +
+               : "threads from the node's cores: " + std::to_string(node.node_ranks) +
                      " rank(s) bound to " + format_cpu_list(share.bound) + " of " +
                      format_cpu_list(share.available) +
                      (share.sharing[mine] > 1
@@ -102,7 +100,7 @@ CpuThreads cpu_threads(const Config& c, Communicator& world, int node_rank) {
     t.warning = "the CPU binding leaves up to " + std::to_string(static_cast<int>(worst)) +
                 " core(s) idle on some node (not rank 0's): a rank's threads run only on its "
                 "cores; started by " + std::string(launcher_name(launcher)) + ", rerun with " +
-                binding_fix(launcher, static_cast<int>(ranks.size()), share.usable);
+                binding_fix(launcher, node.node_ranks, share.usable);
   }
   return t;
 }
@@ -136,6 +134,17 @@ void lock_run_directories(RunSetup& s, Communicator& world) {
 int local_ranks() { return node_membership(MPI_COMM_WORLD).local_size; }
 
 int local_rank() { return node_membership(MPI_COMM_WORLD).local_rank; }
+
+TrainingThreads training_threads(int configured) {
+  std::vector<RankCpus> ranks;
+  for (const std::string& text : gather_over_node(encode_rank_cpus(probe_rank_cpus())))
+    ranks.push_back(decode_rank_cpus(text));
+  TrainingThreads t;
+  t.share = share_node_cpus(ranks);
+  t.node_ranks = static_cast<int>(ranks.size());
+  t.choice = choose_threads(configured, std::getenv("OMP_NUM_THREADS"), t.share, local_rank());
+  return t;
+}
 
 std::vector<std::string> gather_over_node(const std::string& mine) {
   MPI_Comm node = split_by_node(MPI_COMM_WORLD);
@@ -197,6 +206,14 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
   const bool server = c.parallel.async() && world.rank() >= c.parallel.dp * c.parallel.tp * c.parallel.pp;
   CpuThreads cpu;
   if (c.run.device == DeviceChoice::Cpu) {
+    // Refused before the first step rather than failing inside it: oneDNN has no bf16 GEMM below
+    // AVX512_CORE (a CPU with AVX2 only, or ONEDNN_MAX_CPU_ISA=AVX2).
+    agree(world, [&] {
+      if (c.train.precision == DType::BF16 && !cpu_runs_bf16())
+        throw DeckError(deck + ": train.precision = \"bf16\" on a CPU where oneDNN has no bf16 GEMM (" +
+                        cpu::Gemm::onednn_version() + "; it needs AVX512_CORE or later, not capped below "
+                        "by ONEDNN_MAX_CPU_ISA): use \"fp32\", or \"auto\" (fp32 on this CPU)");
+    });
     cpu = cpu_threads(c, world, node_rank);
     s.backend = std::make_unique<CpuBackend>(cpu.choice.threads);
   } else {

@@ -19,6 +19,7 @@
 #include "meshtrain/config/fault_injection.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/run_directory.h"
+#include "meshtrain/parallel/schedule_cache.h"
 #include "meshtrain/parallel/schedule_simulator.h"
 #include "meshtrain/train/divergence.h"
 #include "meshtrain/train/lr_schedule.h"
@@ -139,12 +140,15 @@ void Trainer::set_shares(const std::vector<int>& shares) {
   const int M = data_->microbatches();
   state_->set_microbatches(M);
   // Measured costs (trainer_replan.cpp) plan the new micro-batch count too.
-  const Schedule compute = costs_ ? make_zb_v_for_costs(p.pp, M, *costs_, cfg_.model.tie_embeddings).compute
-                                  : make_schedule(p.schedule, p.pp, M, p.virtual_stages);
-  const ChunkPlacement placement = schedule_placement(p.schedule);
-  train_actions_ =
-      insert_communication(compute, p.pp, p.virtual_stages, placement)[grid_.rank(Axis::Pipeline)];
-  eval_actions_ = make_forward_only(p.pp, M, p.virtual_stages, placement)[grid_.rank(Axis::Pipeline)];
+  const int rank = grid_.rank(Axis::Pipeline);
+  const auto shape = pipeline_schedules(p.schedule, p.pp, M, p.virtual_stages);
+  eval_actions_ = shape->eval[static_cast<size_t>(rank)];
+  if (!costs_) {
+    train_actions_ = shape->train[static_cast<size_t>(rank)];
+    return;
+  }
+  const Schedule compute = make_zb_v_for_costs(p.pp, M, *costs_, cfg_.model.tie_embeddings).compute;
+  train_actions_ = insert_communication(compute, p.pp, p.virtual_stages, schedule_placement(p.schedule))[rank];
 }
 
 double Trainer::world_sum(double local) { return grid_.world().all_reduce_scalar(local); }

@@ -624,6 +624,17 @@ CATALOGUE = [
         ("independent", ["checkpoint.io=\"independent\""], ["likely cause: rank 1 (node {node})"]),
         ("collective, async", ["checkpoint.io=\"collective\"", "checkpoint.async=true"],
          ["collective write of dataset"]))
+] + [
+    # --- trust round two: tests that hold on every CPU, and predictions a user can trust ---
+    # bf16 where oneDNN has no bf16 GEMM at all (AVX2; capped here by ONEDNN_MAX_CPU_ISA on any
+    # CPU): refused before the first step, on every rank alike, instead of failing inside it;
+    # "auto" trains fp32 there.
+    row("deck", "bf16 where oneDNN has no bf16 GEMM", 2, train("train.precision=\"bf16\""), 1,
+        ["{deck}: train.precision = \"bf16\" on a CPU where oneDNN has no bf16 GEMM", "avx2",
+         "AVX512_CORE", "use \"fp32\""], env={"ONEDNN_MAX_CPU_ISA": "avx2"}, absent=["| loss "]),
+    row("deck", "auto where oneDNN has no bf16 GEMM", 1, train(), 0,
+        ["precision fp32 (auto: the CPU has no bf16 instructions)"], errors=0,
+        env={"ONEDNN_MAX_CPU_ISA": "avx2"}),
 ]
 
 

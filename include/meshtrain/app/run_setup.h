@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/app/cpu_binding.h"
 #include "meshtrain/backend/backend.h"
 #include "meshtrain/comm/flight_recorder.h"
 #include "meshtrain/comm/job_abort.h"
@@ -32,6 +33,18 @@ int local_rank();
 // UUIDs of the GPUs the ranks will use (they, not device counts, say whether ranks share a GPU)
 // and the cores each rank is bound to (cpu_binding.h).
 std::vector<std::string> gather_over_node(const std::string& mine);
+
+// Collective over the node: the kernel threads of this rank exactly as `train` chooses them
+// (cpu_binding.h choose_threads: `configured` when > 0, else OMP_NUM_THREADS, else this rank's
+// share of the cores its node's ranks are bound to), with that division of the node's cores.
+// Whatever measures the machine for the time model (bench --suite calibrate, a profile measured
+// at start-up) takes these, so that its rates are the rates training will get.
+struct TrainingThreads {
+  ThreadChoice choice;
+  NodeCpuShare share;
+  int node_ranks = 1;
+};
+TrainingThreads training_threads(int configured);
 
 struct RunSetup {
   // train's exclusive hold on run.dir and checkpoint.dir (world rank 0; io/directory_lock.h).
