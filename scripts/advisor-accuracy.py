@@ -2,6 +2,7 @@
 """How well the strategy advisor's time model predicts this machine (`make bench`).
 
     scripts/advisor-accuracy.py [--ranks 8] [--runs 3] [--steps 6] [--passes 3] [--quick] [--bin build/meshtrain]
+                                [--launch both|typed|tuned]
 
 Measures a machine profile with `meshtrain bench --suite calibrate --passes N` on the same launch, then for
 a dozen layouts of one deck that exercise every axis and schedule (dp; tp with and without
@@ -11,6 +12,12 @@ recomputation; micro-batch size) predicts the step time (`meshtrain plan --time`
 runs). Then the layout `plan --all --time` ranks first ("auto") is run too. Prints the table,
 Spearman's rank correlation of predicted and measured, the median absolute error and auto's
 pick against the fastest measured, each beside the issue's target.
+
+Under each launch (--launch, default both): "typed" is `mpirun -np N` as a user types it (the
+MPI library's default binding and polling: ranks waiting in MPI spin on their cores), "tuned" adds
+`--bind-to none` and mpi_yield_when_idle (waiting ranks sleep and lend their cores). The profile is
+calibrated under the same launch as the runs it predicts, which is what makes the model hold for
+either (calibrate measures how much waiting ranks lend: waiting_ranks_lend).
 
 Exit status: 1 when a command fails or a result is missing (the figures themselves are
 measurements of a shared, noisy machine and never fail the run); --quick is the tests' version:
@@ -77,12 +84,22 @@ resume = "none"
 """
 
 
-def mpi_env():
-    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_MCA_mpi_yield_when_idle="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
+def mpi_env(launch):
+    """The environment of `launch`: "tuned" makes waiting ranks sleep; "typed" leaves the MPI
+    library's defaults (only what running as root and more ranks than cores require)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_MCA_mpi_yield")}
+    env.update(OMP_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    if launch == "tuned":
+        env["OMPI_MCA_mpi_yield_when_idle"] = "1"
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     return env
+
+
+def launcher(args, launch):
+    if "mpich" in args.mpirun:
+        return [args.mpirun, "-n", str(args.ranks)]
+    return [args.mpirun, "-np", str(args.ranks)] + (["--bind-to", "none"] if launch == "tuned" else [])
 
 
 def run(cmd, env=None):
@@ -130,19 +147,29 @@ def main():
     ap.add_argument("--bin", default=os.path.join("build", "meshtrain"))
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--out", default=os.path.join("runs", "advisor"))
+    ap.add_argument("--launch", choices=["both", "typed", "tuned"], default=None,
+                    help="typed: mpirun -np N as users type it; tuned: --bind-to none and "
+                         "mpi_yield_when_idle; both (the default; --quick: tuned)")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.steps, args.passes = 1, 3, 1
-    os.makedirs(os.path.join(REPO, args.out), exist_ok=True)
-    deck = os.path.join(args.out, "advisor.toml")
+    launches = ["typed", "tuned"] if (args.launch or ("tuned" if args.quick else "both")) == "both" \
+        else [args.launch or "tuned"]
+    for launch in launches:
+        measure_launch(args, launch)
+
+
+def measure_launch(args, launch_name):
+    out = os.path.join(args.out, launch_name)
+    os.makedirs(os.path.join(REPO, out), exist_ok=True)
+    deck = os.path.join(out, "advisor.toml")
     with open(os.path.join(REPO, deck), "w") as f:
-        f.write(DECK.format(dir=os.path.join(args.out, "run"), layers=4 if args.quick else 8,
+        f.write(DECK.format(dir=os.path.join(out, "run"), layers=4 if args.quick else 8,
                             d_model=128 if args.quick else 256, seq_len=64 if args.quick else 128,
                             steps=args.steps, global_batch=4 * args.ranks))
-    env = mpi_env()
-    launch = [args.mpirun, "-np", str(args.ranks), "--bind-to", "none"] if "mpich" not in args.mpirun else \
-             [args.mpirun, "-n", str(args.ranks)]
-    profile = os.path.join(args.out, "machine.toml")
+    env = mpi_env(launch_name)
+    launch = launcher(args, launch_name)
+    profile = os.path.join(out, "machine.toml")
     run(launch + [args.bin, "bench", "--suite", "calibrate", "--threads", "1", "--passes", str(args.passes),
                   "--out", profile], env)
 
@@ -190,7 +217,8 @@ def main():
     rho = spearman(predicted, measured) if len(rows) > 1 else 0.0
     error = statistics.median(abs(p / m - 1) for p, m in zip(predicted, measured))
     fastest = min(measured + [auto_ms])
-    print(f"# advisor accuracy: {args.ranks} ranks, {len(rows)} layouts, profile {profile} measured in this run; "
+    print(f"# advisor accuracy, launch {launch_name} (`{' '.join(launch)}`): {args.ranks} ranks, {len(rows)} "
+          f"layouts, profile {profile} measured in this run under the same launch; "
           f"measured = median of {args.runs} runs' median step")
     print(f"# {'layout':<18} {'predicted_ms':>12} {'measured_ms':>12} {'ratio':>7}")
     for name, p, m in rows:

@@ -41,6 +41,7 @@
 #include "meshtrain/app/bench_suites.h"
 #include "meshtrain/app/calibrate.h"
 #include "meshtrain/app/cpu_binding.h"
+#include "meshtrain/app/run_setup.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/backend/cpu/gemm.h"
 #include "meshtrain/comm/agreement.h"
@@ -248,6 +249,43 @@ double sync_penalty(MPI_Comm node) {
 // ---- memory ---------------------------------------------------------------------------------
 
 // This rank's best bytes/s of a = 3 b over two arrays of `bytes` each, on its OpenMP threads.
+// How much of their cores the ranks of a node that wait in MPI leave to a busy one: node rank 0
+// times GEMMs while the others compute too, then while they wait in a barrier for it. A rank
+// alone could run up to `oversubscribed` (ranks x threads / cores) times faster; MPI libraries
+// poll by default, so a waiting rank keeps its core unless the launch makes it sleep (Open MPI's
+// mpi_yield_when_idle) or binds ranks apart. 0 to 1: (speed-up - 1) / (oversubscribed - 1),
+// rank 0's (the profile is its node's view), the median of alternating samples.
+double waiting_ranks_lend(MPI_Comm node, double oversubscribed) {
+  if (oversubscribed <= 1) return 1;  // nothing to lend: every rank has its cores
+  int node_rank = 0;
+  MPI_Comm_rank(node, &node_rank);
+  cpu::Gemm gemm;
+  const int64_t m = 512, n = 256, k = 128;
+  std::vector<float> a(static_cast<size_t>(m * k), 0.25f), b(static_cast<size_t>(k * n), 0.5f),
+      c(static_cast<size_t>(m * n));
+  const cpu::GemmShape shape = cpu::GemmShape::dense(cpu::Trans::No, cpu::Trans::No, m, n, k);
+  const auto timed = [&](bool others_wait) {
+    MPI_Barrier(node);
+    double elapsed = 0;
+    if (node_rank == 0 || !others_wait) {
+      const double t0 = now();
+      for (int g = 0; g < 32; ++g) gemm.run(shape, a.data(), b.data(), nullptr, c.data());
+      elapsed = now() - t0;
+    }
+    MPI_Barrier(node);  // the others wait here, in MPI, while rank 0 computes alone
+    MPI_Bcast(&elapsed, 1, MPI_DOUBLE, 0, node);
+    return elapsed;
+  };
+  timed(false);  // warm-up
+  std::vector<double> speedups;
+  for (int i = 0; i < 3; ++i) {
+    const double busy = timed(false), alone = timed(true);
+    speedups.push_back(alone > 0 ? busy / alone : 1);
+  }
+  std::sort(speedups.begin(), speedups.end());
+  return std::clamp((speedups[1] - 1) / (oversubscribed - 1), 0.0, 1.0);
+}
+
 double rank_memory_rate(size_t bytes, int repeats, int& wrong) {
   const size_t n = bytes / sizeof(double);
   // Uninitialised, then touched by the threads that will use each page.
@@ -506,11 +544,20 @@ MachineProfile measure_machine_profile(int threads, int repeats, int passes, Ben
                               memory.slowest / 1e9}, memory_wrong);
 
   if (node.local_size > 1) {
+    const double oversubscribed =
+        static_cast<double>(p.ranks_per_node) * p.threads_per_rank / std::max(1, p.cores_per_node);
+    p.waiting_ranks_lend = waiting_ranks_lend(node_comm, oversubscribed);
+    if (oversubscribed > 1)
+      report.header("ranks waiting in MPI lend " + std::to_string(static_cast<int>(std::lround(100 * p.waiting_ranks_lend))) +
+                    "% of their cores to busy ones (" + std::to_string(p.ranks_per_node) + " ranks x " +
+                    std::to_string(p.threads_per_rank) + " thread(s) on " + std::to_string(p.cores_per_node) +
+                    " cores; 0% when they spin, as MPI libraries do by default)");
     p.sync_seconds = sync_penalty(node_comm);
     report.header("synchronization under load: an 8-byte all-reduce over the node between GEMMs "
                   "costs busy ranks " + std::to_string(p.sync_seconds * 1e6) + " us more than the GEMMs alone");
   }
 
+  MPI_Bcast(&p.waiting_ranks_lend, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);  // world rank 0's node's
   std::string links = "links: not measured (1 rank; run calibrate on 2 or more ranks)";
   if (ranks > 1) {
     std::vector<MeasuredLink> measured;
@@ -551,7 +598,10 @@ void bench_calibrate(const BenchArgs& args, BenchReport& report) {
   int writes = args.out.empty() ? 0 : 1;
   MPI_Bcast(&writes, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (writes) agree_on_rank_zero([&] { check_writable(args.out); });
-  const MachineProfile p = measure_machine_profile(args.threads, std::max(3, args.steps), args.passes, report);
+  // The rates the time model prices training with must be those of training's threads: a rank
+  // of 8 on 2 cores runs 1 thread in `train`, and at 2 its GEMMs fight their own peers.
+  const int threads = args.threads_given ? args.threads : training_threads(0).choice.threads;
+  const MachineProfile p = measure_machine_profile(threads, std::max(3, args.steps), args.passes, report);
   if (!writes) {
     report.header("profile not written (--out PROFILE.toml writes it)");
     return;

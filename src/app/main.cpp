@@ -154,8 +154,9 @@ int main(int argc, char** argv) {
                         "(2+ ranks: ring attention on long sequences, memory per rank by cp)")
       ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all", "async",
                              "calibrate", "hetero", "context"}));
-  bench_cmd->add_option("--threads", bench.threads,
-                        "Threads per rank (step suite on one rank: rows at 1 and at this many)")->check(thread_count());
+  CLI::Option* bench_threads = bench_cmd->add_option("--threads", bench.threads,
+                        "Threads per rank (step suite on one rank: rows at 1 and at this many; "
+                        "calibrate: default as many as `train` runs on this launch)")->check(thread_count());
   bench_cmd->add_option("--steps", bench.steps,
                         "Timed steps (median reported); calibrate: runs per measurement (3 or more)")
       ->check(at_least_one("a step count"));
@@ -266,7 +267,10 @@ int main(int argc, char** argv) {
     }
     return prepare_command(prepare);
   }
-  if (*bench_cmd) return bench_command(bench);
+  if (*bench_cmd) {
+    bench.threads_given = bench_threads->count() > 0;
+    return bench_command(bench);
+  }
   if (*plan_cmd) return plan_command(plan);
   if (*inspect_cmd) return inspect_command(inspect);
   if (*eval_cmd) return eval_command(eval);

@@ -15,6 +15,7 @@
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/train/divergence.h"
+#include "meshtrain/train/hardware_fault.h"
 #include "meshtrain/train/stop_request.h"
 
 namespace meshtrain {
@@ -76,6 +77,9 @@ int run_reporting_errors(const std::function<int()>& body) {
   } catch (const RunDiverged& e) {  // every rank diverges in the same step
     if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
     return kExitDiverged;
+  } catch (const HardwareFault& e) {  // every rank built the same verdict from gathered facts
+    if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    return kExitHardwareFault;
   } catch (const DataError& e) {  // raised outside an agreement: only this rank knows
     std::fprintf(stderr, "meshtrain: rank %d: error: %s; aborting the job\n", rank, e.what());
     std::fflush(stderr);

@@ -151,8 +151,9 @@ int print_ranking(const PlanArgs& args, const Config& config, const MachineProfi
                 share(t.tp_comm_s).c_str(), share(t.bubble_s).c_str(), share(t.dp_exposed_s).c_str(),
                 share(t.optimizer_s).c_str());
   }
-  std::printf("# %zu layouts predicted; memory planned for %zu in time order, %zu fit", result.layouts,
-              result.planned, result.fitting);
+  std::printf("# %zu layouts, %zu of them simulated (the rest bounded: slower than those listed); memory "
+              "planned for %zu in time order (and %zu more stopped once past the budget), %zu fit",
+              result.layouts, result.predicted, result.planned, result.stopped_over_budget, result.fitting);
   if (!result.ranked.empty())
     for (const std::string& c : result.ranked.front().time.caveats) std::printf("\n# note: %s", c.c_str());
   std::printf("\n");

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "meshtrain/app/launch_check.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/blocking_watchdog.h"
 #include "meshtrain/comm/flight_report.h"
 #include "meshtrain/comm/mpi_runtime.h"
 #include "meshtrain/comm/node.h"
@@ -52,6 +54,10 @@ Config load_config(const std::string& deck, const std::vector<std::string>& over
 }
 
 namespace {
+// One name for both: a directory is one job's, whichever role it has in it (another job's
+// run.dir given as this one's checkpoint.dir is refused too).
+constexpr const char* kLockName = ".meshtrain.lock";
+
 // One number per rank for "did every rank settle on the same device choices".
 double choice_code(const Config& c) {
   return static_cast<double>(static_cast<int>(c.run.device) * 100 +
@@ -67,23 +73,21 @@ struct CpuThreads {
   std::string note, warning;
 };
 CpuThreads cpu_threads(const Config& c, Communicator& world, int node_rank) {
-  std::vector<RankCpus> ranks;
-  for (const std::string& text : gather_over_node(encode_rank_cpus(probe_rank_cpus())))
-    ranks.push_back(decode_rank_cpus(text));
-  const NodeCpuShare share = share_node_cpus(ranks);
-  CpuThreads t;
   // main() refuses a bad OMP_NUM_THREADS before MPI starts; a caller that did not pass there
-  // (an in-process test) still gets one verdict on every rank.
-  agree(world, [&] {
-    t.choice = choose_threads(c.run.threads, std::getenv("OMP_NUM_THREADS"), share, node_rank);
-  });
+  // (an in-process test) still gets one verdict on every rank. The node's gather comes before
+  // the choice that may refuse, so every rank reaches it.
+  TrainingThreads node;
+  agree(world, [&] { node = training_threads(c.run.threads); });
+  const NodeCpuShare& share = node.share;
+  CpuThreads t;
+  t.choice = node.choice;
   const Launcher launcher = detect_launcher();
   const double worst = world.all_reduce_scalar(share.unused, ReduceOp::Max);
   if (world.rank() != 0) return t;
   const size_t mine = static_cast<size_t>(node_rank);
   t.note = t.choice.source != "cores"
                ? "threads from " + t.choice.source
-               : "threads from the node's cores: " + std::to_string(ranks.size()) +
+               : "threads from the node's cores: " + std::to_string(node.node_ranks) +
                      " rank(s) bound to " + format_cpu_list(share.bound) + " of " +
                      format_cpu_list(share.available) +
                      (share.sharing[mine] > 1
@@ -96,15 +100,51 @@ CpuThreads cpu_threads(const Config& c, Communicator& world, int node_rank) {
     t.warning = "the CPU binding leaves up to " + std::to_string(static_cast<int>(worst)) +
                 " core(s) idle on some node (not rank 0's): a rank's threads run only on its "
                 "cores; started by " + std::string(launcher_name(launcher)) + ", rerun with " +
-                binding_fix(launcher, static_cast<int>(ranks.size()), share.usable);
+                binding_fix(launcher, node.node_ranks, share.usable);
   }
   return t;
 }
+// Before anything is written into run.dir or checkpoint.dir (flight records, metrics, probes):
+// a job started there while another runs is refused and leaves the other's files alone.
+void lock_run_directories(RunSetup& s, Communicator& world) {
+  const Config& c = s.config;
+  std::string warning;
+  agree(world, [&] {
+    if (world.rank() != 0) return;
+    create_run_directory(c.deck_path, c.run.dir);
+    s.locks.push_back(DirectoryLock::take(c.run.dir, kLockName, c.deck_path + ": run.dir = \"" +
+                                          c.run.dir + "\": ", warning));
+    // checkpoint.dir too, wherever it is: two runs of one lineage, or runs sharing checkpoint.dir
+    // from different run directories, would otherwise overwrite and prune each other's files.
+    const std::string key = c.deck_path + ": checkpoint.dir = \"" + c.checkpoint.dir + "\": ";
+    std::error_code ec;
+    if (!std::filesystem::create_directories(c.checkpoint.dir, ec) && ec)
+      throw std::runtime_error(key + "cannot create the directory: " + ec.message() +
+                               " (set checkpoint.dir to a directory every rank can write)");
+    // The same directory twice: this process's second lock on the file would be refused by its
+    // first (open-file-description locks conflict within a process too).
+    if (!std::filesystem::equivalent(c.run.dir, c.checkpoint.dir, ec))
+      s.locks.push_back(DirectoryLock::take(c.checkpoint.dir, kLockName, key, warning));
+  });
+  if (!warning.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", warning.c_str());
+}
+
 }  // namespace
 
 int local_ranks() { return node_membership(MPI_COMM_WORLD).local_size; }
 
 int local_rank() { return node_membership(MPI_COMM_WORLD).local_rank; }
+
+TrainingThreads training_threads(int configured) {
+  std::vector<RankCpus> ranks;
+  for (const std::string& text : gather_over_node(encode_rank_cpus(probe_rank_cpus())))
+    ranks.push_back(decode_rank_cpus(text));
+  TrainingThreads t;
+  t.share = share_node_cpus(ranks);
+  t.node_ranks = static_cast<int>(ranks.size());
+  t.choice = choose_threads(configured, std::getenv("OMP_NUM_THREADS"), t.share, local_rank());
+  return t;
+}
 
 std::vector<std::string> gather_over_node(const std::string& mine) {
   MPI_Comm node = split_by_node(MPI_COMM_WORLD);
@@ -143,7 +183,14 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                    MpiCommunicator& world, Flight flight) {
   RunSetup s;
   s.config = load_config(deck, overrides, world);
-  const NodeMembership node = node_membership(MPI_COMM_WORLD);
+  // From here on a blocking MPI or MPI-IO call that a stalled peer never lets return ends the
+  // job after run.comm_timeout, as a communicator's operation does (blocking_watchdog.h).
+  set_blocking_timeout(s.config.run.comm_timeout);
+  if (flight == Flight::Record) lock_run_directories(s, world);
+  const NodeMembership node = [] {
+    const BlockingRegion region("finding the ranks of each node (MPI_Comm_split over the world)");
+    return node_membership(MPI_COMM_WORLD);
+  }();
   const int node_size = node.local_size, node_rank = node.local_rank;
   DeviceFacts facts = probe_device_facts(node_size, node_rank);
   facts.node_gpus = gather_over_node(facts.node_gpus.front());
@@ -159,6 +206,14 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
   const bool server = c.parallel.async() && world.rank() >= c.parallel.dp * c.parallel.tp * c.parallel.pp;
   CpuThreads cpu;
   if (c.run.device == DeviceChoice::Cpu) {
+    // Refused before the first step rather than failing inside it: oneDNN has no bf16 GEMM below
+    // AVX512_CORE (a CPU with AVX2 only, or ONEDNN_MAX_CPU_ISA=AVX2).
+    agree(world, [&] {
+      if (c.train.precision == DType::BF16 && !cpu_runs_bf16())
+        throw DeckError(deck + ": train.precision = \"bf16\" on a CPU where oneDNN has no bf16 GEMM (" +
+                        cpu::Gemm::onednn_version() + "; it needs AVX512_CORE or later, not capped below "
+                        "by ONEDNN_MAX_CPU_ISA): use \"fp32\", or \"auto\" (fp32 on this CPU)");
+    });
     cpu = cpu_threads(c, world, node_rank);
     s.backend = std::make_unique<CpuBackend>(cpu.choice.threads);
   } else {
@@ -208,13 +263,17 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
   const std::string layout_choice = settle_auto_layout(
       s.config, world, c.run.device == DeviceChoice::Cpu ? cpu.choice.threads : 1);
   MPI_Comm workers = MPI_COMM_WORLD;
-  if (c.parallel.async()) {
-    MPI_Comm_dup(MPI_COMM_WORLD, &s.server_channel);
-    MPI_Comm part;
-    MPI_Comm_split(MPI_COMM_WORLD, server ? 1 : 0, world.rank(), &part);
-    (server ? s.servers : workers) = part;
+  {
+    const BlockingRegion region("making the process grid's communicators (MPI_Comm_split and "
+                                "MPI_Comm_dup over the world)");
+    if (c.parallel.async()) {
+      MPI_Comm_dup(MPI_COMM_WORLD, &s.server_channel);
+      MPI_Comm part;
+      MPI_Comm_split(MPI_COMM_WORLD, server ? 1 : 0, world.rank(), &part);
+      (server ? s.servers : workers) = part;
+    }
+    if (!server) s.grid = make_grid(c, *s.backend, s.recorder.get(), workers);
   }
-  if (!server) s.grid = make_grid(c, *s.backend, s.recorder.get(), workers);
   if (world.rank() == 0) {
     const std::string cpus = cpu.note.empty() ? "" : " (" + cpu.note + ")";
     const std::string why = auto_precision_reason(c, facts);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <regex>
 #include <stdexcept>
 
 #include "meshtrain/comm/agreement.h"
@@ -77,6 +79,50 @@ void refuse_other_lineages(const Config& config, const std::vector<StoredCheckpo
                            "\" holds checkpoints of another run (" + listed + "), but this run " +
                            this_run + ". A run never overwrites or deletes checkpoints it did not "
                            "write: " + hint);
+}
+
+namespace {
+// Whether `name` is one the checkpoints of some run are written under: step_<digits>.h5 and its
+// .tmp.
+bool checkpoint_name(const std::string& name) {
+  static const std::regex pattern("step_[0-9]+\\.h5(\\.tmp)?");
+  return std::regex_match(name, pattern);
+}
+
+std::string kind_of(const fs::file_status& st) {
+  if (fs::is_directory(st)) return "a directory";
+  if (fs::is_fifo(st)) return "a fifo";
+  if (fs::is_socket(st)) return "a socket";
+  if (fs::is_block_file(st) || fs::is_character_file(st)) return "a device";
+  return "not a regular file";
+}
+}  // namespace
+
+void refuse_occupied_name(const std::string& path, const std::string& context) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  const bool tmp = path.size() > 4 && path.compare(path.size() - 4, 4, ".tmp") == 0;
+  // A link at a checkpoint's name is left to the readers' own check (they never follow one
+  // elsewhere), and the rename replaces it; at a .tmp's name the write would go where it points.
+  if (!fs::exists(st) || fs::is_regular_file(st) || (fs::is_symlink(st) && !tmp)) return;
+  if (fs::is_symlink(st))
+    throw std::runtime_error(context + path + " is a symbolic link named like a checkpoint's .tmp: "
+                             "writing that checkpoint would write where it points; remove it, or set "
+                             "checkpoint.dir to another directory");
+  throw std::runtime_error(context + path + " is " + kind_of(st) + " named like a checkpoint: a checkpoint "
+                           "of that step could not be written there (the rename would fail and leave "
+                           "its .tmp); remove or rename it, or set checkpoint.dir to another directory");
+}
+
+void refuse_occupied_names(const Config& config) {
+  const std::string& dir = config.checkpoint.dir;
+  std::error_code ec;
+  std::vector<std::string> found;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (checkpoint_name(it->path().filename().string())) found.push_back(it->path().string());
+  std::sort(found.begin(), found.end());
+  for (const std::string& path : found)
+    refuse_occupied_name(path, config.deck_path + ": checkpoint.dir = \"" + dir + "\": ");
 }
 
 void check_directory_writable(const Config& config, Communicator& world) {

@@ -41,6 +41,15 @@ void refuse_other_lineages(const Config& config, const std::vector<StoredCheckpo
                            const std::string& lineage, const std::string& this_run,
                            const std::string& hint);
 
+// Throws, naming the path and what it is, where something other than a file or a link is at
+// `path` (a directory named step_00000006.h5): a save there would fail only at its rename; or
+// a link at a .tmp's name, which the save would write through.
+// `context` starts the message.
+void refuse_occupied_name(const std::string& path, const std::string& context = "");
+// refuse_occupied_name for every entry of checkpoint.dir named like a checkpoint or its .tmp
+// (step_<digits>.h5[.tmp]): at start-up, before the first step, not at that step's save.
+void refuse_occupied_names(const Config& config);
+
 // Collective: world rank 0 creates checkpoint.dir, then every rank creates and deletes a file
 // in it. Throws AgreedError naming checkpoint.dir, the path and the reason, so that a run learns
 // at start-up, not at its first checkpoint, that it could not keep one.

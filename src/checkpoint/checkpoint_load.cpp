@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/blocking_watchdog.h"
 #include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/io/terminal_text.h"
 #include "meshtrain/checkpoint/checkpointer.h"
@@ -90,6 +91,8 @@ std::vector<uint64_t> read_owned(CheckpointFile& file, Communicator& world,
             l.staging.resize(static_cast<size_t>(e.count(false)) * dtype_size(l.type));
             l.data = l.staging.data();
           }
+          if (how != CheckpointFile::Transfer::Collective) return file.read(name, e.boxes(false), l.data, l.type, how);
+          const CollectiveRegion region(world, "collective read of dataset " + name + " from " + file.path());
           file.read(name, e.boxes(false), l.data, l.type, how);
         });
         if (!read) continue;
@@ -175,6 +178,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   std::unique_ptr<CheckpointFile> file;
   agree(world, [&] {
     if (world.rank() == 0) pruner_->wait();
+    const CollectiveRegion region(world, "opening " + path);
     file = std::make_unique<CheckpointFile>(path, comm_, CheckpointFile::Access::Read);
   });
   CheckpointInfo info;
@@ -236,6 +240,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   // refusal then leaves the trainer's state undefined, and the run must stop.
   agree(world, [&] {
     check_sums(*file, entries, sums, nullptr);
+    const CollectiveRegion region(world, "closing " + path);
     file->close();
   });
   agree(world, [&] { check_values(path, entries, landings); });

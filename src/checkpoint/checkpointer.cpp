@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/blocking_watchdog.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/fault_injection.h"
 #include "meshtrain/tensor/memory.h"
@@ -86,13 +87,16 @@ Checkpointer::Checkpointer(const Config& config, ProcessGrid& grid)
     throw std::logic_error("Checkpointer: a planned grid has no MPI world (MPI-IO writes the file)");
   std::vector<Fault> kills;  // the test hook, see the header
   for (const Fault& f : requested_faults())
-    if (f.kind == Fault::Kind::CheckpointKill) kills.push_back(f);
+    if (f.kind == Fault::Kind::CheckpointKill || f.kind == Fault::Kind::CheckpointStall) kills.push_back(f);
   kill_ = std::make_unique<KillHook>(std::move(kills), grid.world_rank());
   if (cfg_.checkpoint.async) {
     // The background writes' own communicator: their collectives (MPI-IO's among them) never
     // match training's, whatever the two threads do at the same time.
     MPI_Comm dup = MPI_COMM_NULL;
-    MPI_Comm_dup(comm_, &dup);
+    {
+      const BlockingRegion region("duplicating the world for the background checkpoint writes (MPI_Comm_dup)");
+      MPI_Comm_dup(comm_, &dup);
+    }
     writer_comm_ = std::make_unique<MpiCommunicator>(dup, "checkpoint writer",
                                                      std::chrono::duration<double>(cfg_.run.comm_timeout));
     writer_comm_->set_patient(true);
@@ -156,6 +160,7 @@ std::string Checkpointer::begin_run() {
   agree(world, [&] {
     if (world.rank() != 0) return;
     pruner_->wait();
+    refuse_occupied_names(cfg_);
     path = choose_resume();
     const std::vector<StoredCheckpoint> stored = scan_checkpoints(cfg_.checkpoint.dir);
     const std::string& r = cfg_.checkpoint.resume;

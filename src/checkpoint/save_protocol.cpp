@@ -17,6 +17,7 @@
 
 #include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/blocking_watchdog.h"
 #include "meshtrain/config/config_dump.h"
 #include "background_worker.h"
 #include "checkpoint_directory.h"
@@ -114,10 +115,14 @@ std::vector<uint64_t> write_data(const SaveJob& job, Communicator& comm, MPI_Com
   const std::vector<Entry>& entries = job.entries;
   std::vector<uint64_t> sums(entries.size() * kKinds, 0);
   std::unique_ptr<CheckpointFile> file;
-  agree(comm, [&] { file = std::make_unique<CheckpointFile>(job.tmp, mpi_comm, CheckpointFile::Access::Create); });
+  agree(comm, [&] {
+    const CollectiveRegion region(comm, "creating " + job.tmp);
+    file = std::make_unique<CheckpointFile>(job.tmp, mpi_comm, CheckpointFile::Access::Create);
+  });
   // A failed write (disk full) leaves HDF5 unable to close the file the ordinary way.
   try {
     agree(comm, [&] {
+      const CollectiveRegion region(comm, "creating the datasets of " + job.tmp);
       file->write_info(job.info);
       for (const Entry& e : entries)
         for (int kind = 0; kind < kKinds; ++kind) file->create_dataset(dataset_name(e.name, kind), e.global, job.dt);
@@ -140,8 +145,13 @@ std::vector<uint64_t> write_data(const SaveJob& job, Communicator& comm, MPI_Com
         hasher.post([&e, &sum = sums[i * kKinds + static_cast<size_t>(kind)], data, boxes, dt] {
           sum = checksum_part(data, dt, e.global, boxes);
         });
-        run_transfer(job.how, comm, write_error,
-                     [&] { file->write(dataset_name(e.name, kind), boxes, data, dt, job.how); });
+        run_transfer(job.how, comm, write_error, [&] {
+          const std::string name = dataset_name(e.name, kind);
+          if (job.how != CheckpointFile::Transfer::Collective)
+            return file->write(name, boxes, data, dt, job.how);
+          const CollectiveRegion region(comm, "collective write of dataset " + name + " into " + job.tmp);
+          file->write(name, boxes, data, dt, job.how);
+        });
         writeback.wrote(static_cast<size_t>(e.count(true)) * dtype_size(dt));
         if (source.over_budget()) {
           // Not agreed here: ranks hold different amounts, so they wait at different points.
@@ -161,6 +171,7 @@ std::vector<uint64_t> write_data(const SaveJob& job, Communicator& comm, MPI_Com
     });
     sums = sum_over(comm, sums);
     agree(comm, [&] {
+      const CollectiveRegion region(comm, "writing the checksums into and closing " + job.tmp);
       for (size_t i = 0; i < entries.size(); ++i)
         for (int kind = 0; kind < kKinds; ++kind)
           file->set_checksum(dataset_name(entries[i].name, kind), sums[i * kKinds + static_cast<size_t>(kind)]);
@@ -189,7 +200,10 @@ void flush_and_verify(const SaveJob& job, const std::vector<uint64_t>& sums, Com
       }
     });
     std::unique_ptr<CheckpointFile> file;
-    agree(comm, [&] { file = std::make_unique<CheckpointFile>(job.tmp, mpi_comm, CheckpointFile::Access::Read); });
+    agree(comm, [&] {
+      const CollectiveRegion region(comm, "opening " + job.tmp + " to verify it");
+      file = std::make_unique<CheckpointFile>(job.tmp, mpi_comm, CheckpointFile::Access::Read);
+    });
     std::vector<uint64_t> read_sums(entries.size() * kKinds, 0);
     agree(comm, [&] {
       for (size_t i = 0; i < entries.size(); ++i)
@@ -200,6 +214,7 @@ void flush_and_verify(const SaveJob& job, const std::vector<uint64_t>& sums, Com
     read_sums = sum_over(comm, read_sums);
     agree(comm, [&] {
       check_sums(*file, entries, read_sums, &sums);
+      const CollectiveRegion region(comm, "closing " + job.tmp + " after verifying it");
       file->close();
     });
   }
@@ -223,9 +238,16 @@ void publish(const SaveJob& job, Communicator& comm, const KillHook& kill) {
 }  // namespace
 
 void KillHook::at(CheckpointPhase phase, int64_t step) const {
-  if (world_rank_ != 0) return;
   for (const Fault& kill : kills_) {
     if (kill.phase != phase || (kill.step >= 0 && kill.step != step)) continue;
+    if (kill.kind == Fault::Kind::CheckpointStall) {
+      if (kill.rank != world_rank_) continue;
+      std::fprintf(stderr, "meshtrain: MESHTRAIN_FAULT: rank %d stalls in checkpoint phase '%s' at step %lld\n",
+                   world_rank_, std::string(checkpoint_phase_name(phase)).c_str(), static_cast<long long>(step));
+      std::fflush(stderr);
+      for (;;) ::pause();  // no progress, no communication, until the job is ended
+    }
+    if (world_rank_ != 0) continue;
     std::fprintf(stderr, "meshtrain: MESHTRAIN_FAULT: rank 0 kills itself in checkpoint phase '%s' at step %lld\n",
                  std::string(checkpoint_phase_name(phase)).c_str(), static_cast<long long>(step));
     std::fflush(stdout);
@@ -262,6 +284,9 @@ SaveJob plan_save(const Config& cfg, ModelState& state, int64_t step, const std:
                                  std::to_string(step) + "; a run never overwrites checkpoints it did "
                                  "not write (set checkpoint.dir to another directory, or move it away)");
     }
+    // Made since start-up: refused before anything is written, not at the rename.
+    refuse_occupied_name(job.path);
+    refuse_occupied_name(job.tmp);
     job.own.emplace_back(step, job.path);
     std::sort(job.own.begin(), job.own.end());
   });

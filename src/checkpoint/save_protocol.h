@@ -34,8 +34,9 @@ namespace meshtrain {
 
 class BackgroundWorker;
 
-// MESHTRAIN_FAULT's checkpoint_kill items (the test hook in checkpointer.h): world rank 0
-// raises SIGKILL when one matches.
+// MESHTRAIN_FAULT's checkpoint_kill and checkpoint_stall items (the test hook in
+// checkpointer.h): world rank 0 raises SIGKILL when a kill matches, the named rank stalls when a
+// stall does.
 class KillHook {
  public:
   KillHook(std::vector<Fault> kills, int world_rank) : kills_(std::move(kills)), world_rank_(world_rank) {}

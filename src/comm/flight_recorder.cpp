@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -27,7 +29,30 @@ double wall_seconds() {
   throw std::runtime_error("flight record " + path + ": " + what);
 }
 
+// The header a signal is noted in: the process's one recorder while it lives.
+std::atomic<FlightHeader*> signal_header{nullptr};
+
 }  // namespace
+
+namespace {
+double signal_safe_wall_seconds() {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);  // async-signal-safe, unlike the C++ clocks
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+}  // namespace
+
+void note_signal_in_flight_record(int sig) {
+  FlightHeader* h = signal_header.load(std::memory_order_acquire);
+  if (!h || h->signalled != 0) return;
+  h->signal = sig;
+  h->signalled = signal_safe_wall_seconds();
+}
+
+void note_abort_in_flight_record() {
+  FlightHeader* h = signal_header.load(std::memory_order_acquire);
+  if (h && h->aborted == 0) h->aborted = signal_safe_wall_seconds();
+}
 
 std::string_view flight_op_name(FlightOp op) {
   switch (op) {
@@ -41,6 +66,7 @@ std::string_view flight_op_name(FlightOp op) {
     case FlightOp::ScalarAllReduce: return "scalar all_reduce";
     case FlightOp::BytesBroadcast: return "byte broadcast";
     case FlightOp::BytesAllGather: return "byte all_gather";
+    case FlightOp::BlockingCall: return "collective file call";
   }
   return "?";
 }
@@ -138,6 +164,7 @@ FlightRecorder::FlightRecorder(const std::string& path, int world_rank, int worl
   std::snprintf(header_->node, sizeof header_->node, "%s", node_name().c_str());
   header_->alive = header_->opened;
   flush_at_abort_ = ScopedAbortHook([this] { flush(); });
+  signal_header.store(header_, std::memory_order_release);
   alive_thread_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(alive_mutex_);
     const auto period = std::chrono::duration<double>(kAliveSeconds);
@@ -153,6 +180,8 @@ FlightRecorder::~FlightRecorder() {
   }
   alive_wake_.notify_all();
   alive_thread_.join();
+  FlightHeader* mine = header_;
+  signal_header.compare_exchange_strong(mine, nullptr);
   flush_at_abort_ = ScopedAbortHook();
   if (map_) {
     header_->closed = wall_seconds();

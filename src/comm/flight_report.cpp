@@ -68,6 +68,11 @@ class Analysis {
         instance_of_[{r, g}] = it->second;
       }
       newest_sign_ = std::max(newest_sign_, last_sign(r));
+      // Only records of processes that did not end cleanly: a run stopped on SIGTERM closes its
+      // record.
+      if (h.closed == 0)
+        for (const double end : {h.signalled, h.aborted})
+          if (end > 0 && (first_signal_ == 0 || end < first_signal_)) first_signal_ = end;
     }
   }
 
@@ -105,7 +110,8 @@ class Analysis {
   std::string entry_text(size_t r, const FlightEntry& e) const {
     const auto it = instance_of_.find({r, e.group});
     const std::string group = it == instance_of_.end() ? "?" : instances_[it->second].name;
-    std::string text = std::string(flight_op_name(e.op)) + " of " + size_text(e.bytes) +
+    std::string text = std::string(flight_op_name(e.op)) +
+                       (e.op == FlightOp::BlockingCall ? "" : " of " + size_text(e.bytes)) +
                        " on group '" + group + "'";
     if (is_point_to_point(e.op))
       text += (e.op == FlightOp::Send ? " to" : " from") + std::string(" its rank ") +
@@ -129,7 +135,17 @@ class Analysis {
   // others' went on. Records without stamps (alive = 0, older writers) never count as dead.
   bool died(size_t r) const {
     const FlightHeader& h = header(r);
-    return h.closed == 0 && h.alive > 0 && newest_sign_ - last_sign(r) > kDeadAfterSeconds;
+    return h.closed == 0 && h.alive > 0 &&
+           (newest_sign_ - last_sign(r) > kDeadAfterSeconds || died_before_the_launcher(r));
+  }
+  // A launcher (mpiexec, srun) ends the job within a second of a rank's death, too soon for
+  // the liveness stamps to tell: it signals (SIGTERM) the ranks still alive, whose handlers note
+  // it in their records (FlightHeader::signalled), or one of them ends the job itself first
+  // (FlightHeader::aborted). A record with neither, whose last sign of life came before the
+  // first of the others', is the one whose process was already gone.
+  bool died_before_the_launcher(size_t r) const {
+    const FlightHeader& h = header(r);
+    return first_signal_ > 0 && h.signalled == 0 && h.aborted == 0 && last_sign(r) < first_signal_;
   }
   // Whether rank r stopped communicating: none of its operations is pending (its last one
   // completed, and no earlier one, such as a data-parallel reduction overlapping the backward
@@ -155,6 +171,10 @@ class Analysis {
   std::string death_text(size_t r) const {
     char gap[32];
     std::snprintf(gap, sizeof gap, "%.1f", newest_sign_ - last_sign(r));
+    if (newest_sign_ - last_sign(r) <= kDeadAfterSeconds && died_before_the_launcher(r))
+      return "died at about " + clock_time(last_sign(r)) + " (its record stopped before " +
+             clock_time(first_signal_) + ", when the job was being ended: the others recorded "
+             "the launcher's termination signal or their own abort, it recorded neither)";
     return "died at about " + clock_time(last_sign(r)) + " (its record was last kept alive " + gap +
            " s before the others')";
   }
@@ -286,6 +306,8 @@ class Analysis {
 
   const std::vector<FlightRecord>& records_;
   double newest_sign_ = 0;  // the newest sign of life among the records
+  // The earliest end noted in an unclosed record: a termination signal, or an abort.
+  double first_signal_ = 0;
   std::vector<Instance> instances_;
   std::map<std::pair<std::string, int>, size_t> index_;
   std::map<std::pair<size_t, int>, size_t> instance_of_;

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "meshtrain/comm/flight_recorder.h"
+
 namespace meshtrain {
 
 const char* mpi_flavour() {
@@ -94,6 +96,9 @@ void drain_output() {
 }  // namespace
 
 void abort_job(int exit_status) {
+  // Before the launcher's signals: diagnose must not take this rank, which ended the job, for one
+  // that died (flight_report.cpp).
+  note_abort_in_flight_record();
   // The job is being torn down: the SIGTERM a launcher sends next (srun --mpi=pmi2 signals
   // every task of the step at an abort) must end this rank now, not ask it for a graceful stop
   // and leave it to the SIGKILL after Slurm's KillWait (measured: 30 s instead of 1).

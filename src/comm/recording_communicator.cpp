@@ -108,4 +108,13 @@ double RecordingCommunicator::do_all_reduce_scalar(double value, ReduceOp op) {
   return out;
 }
 
+uint64_t RecordingCommunicator::enter_blocking_collective() {
+  if (group_ < 0) return 0;
+  return begin(FlightOp::BlockingCall, -1, 0).serial;
+}
+
+void RecordingCommunicator::leave_blocking_collective(uint64_t token) {
+  if (token != 0) recorder_.end({token, group_, true});
+}
+
 }  // namespace meshtrain

@@ -69,7 +69,9 @@ std::string dump_config(const Config& c) {
      << "trace = " << boolean(r.trace) << "\n"
      << "comm_timeout = " << real(r.comm_timeout) << "\n"
      << "flight_records = " << r.flight_records << "\n"
-     << "straggler_threshold = " << real(r.straggler_threshold) << "\n";
+     << "straggler_threshold = " << real(r.straggler_threshold) << "\n"
+     << "replica_check_every = " << r.replica_check_every << "\n"
+     << "rerun_spike_factor = " << real(r.rerun_spike_factor) << "\n";
   const GptConfig& m = c.model;
   os << "\n[model]\n"
      << "layers = " << m.layers << "\n"

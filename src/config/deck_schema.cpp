@@ -228,6 +228,31 @@ const std::vector<KeySpec>& schema() {
                    c.run.straggler_threshold = v;
                    return "";
                  }});
+    k.push_back(int_key("run", "replica_check_every", 100, 0, big,
+                        "Every N steps, and before each checkpoint, the copies of the same "
+                        "parameters (data-parallel replicas; tensor-parallel copies of unsplit "
+                        "parameters; tied embeddings) compare a hash of their bits, and the job "
+                        "stops (exit status 6) naming the ranks and nodes that differ (silent "
+                        "data corruption); 0: off. Not under asynchronous data parallelism, whose "
+                        "replicas differ by design.",
+                        [](Config& c) -> auto& { return c.run.replica_check_every; }));
+    k.push_back({"run", "rerun_spike_factor", "float", "10.0", "0 (off) or a number > 1",
+                 "A step whose gradient norm exceeds this times the median of the last 20 steps' "
+                 "is re-run on the same data before it is applied (as a step with a NaN or "
+                 "infinite loss always is): results that differ on the re-run stop the job as a "
+                 "hardware fault naming the ranks; the same results continue training; 0: "
+                 "re-run only non-finite steps.",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   double v;
+                   if (n.is_floating_point()) v = n.as_floating_point()->get();
+                   else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
+                   else return "is " + toml_type_of(n);
+                   if (!std::isfinite(v)) return "is not a finite number";
+                   // 1 or below would re-run about every other step (the median's own level).
+                   if (!(v == 0.0 || (v > 1.0 && v < 1e300))) return "is out of range";
+                   c.run.rerun_spike_factor = v;
+                   return "";
+                 }});
     // [model]
     k.push_back(int_key("model", "layers", 4, 1, 100000, "Transformer blocks.",
                         [](Config& c) -> auto& { return c.model.layers; }));

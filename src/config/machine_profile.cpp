@@ -177,7 +177,7 @@ class ProfileReader {
 void read_machine(const ProfileReader& r, const toml::table& t, MachineProfile& p) {
   r.refuse_unknown(t, "machine",
                    {"name", "source", "notes", "device", "ranks_per_node", "cores_per_node",
-                    "threads_per_rank", "memory_per_rank", "sync_seconds"});
+                    "threads_per_rank", "memory_per_rank", "sync_seconds", "waiting_ranks_lend"});
   p.name = r.string(t, "machine", "name", {}, true);
   p.source = r.string(t, "machine", "source", {"measured", "datasheet"}, true);
   p.notes = r.string(t, "machine", "notes", {}, false);
@@ -187,6 +187,10 @@ void read_machine(const ProfileReader& r, const toml::table& t, MachineProfile& 
   p.threads_per_rank = r.integer(t, "machine", "threads_per_rank", 1);
   p.memory_per_rank = r.number(t, "machine", "memory_per_rank", 0, true, false, 0);
   p.sync_seconds = r.number(t, "machine", "sync_seconds", 0, true, false, 0);
+  p.waiting_ranks_lend = r.number(t, "machine", "waiting_ranks_lend", 0, true, false, 1);
+  if (p.waiting_ranks_lend > 1)
+    r.bad_value(*t.get("waiting_ranks_lend"), "machine.waiting_ranks_lend", "is out of range",
+                "a number from 0 (waiting ranks keep their cores) to 1 (they lend them whole)");
 }
 
 GemmRates read_gemm(const ProfileReader& r, const toml::table& t, const std::string& name) {
@@ -387,7 +391,8 @@ std::string format_machine_profile(const MachineProfile& p) {
      << "cores_per_node = " << p.cores_per_node << "\n"
      << "threads_per_rank = " << p.threads_per_rank << "\n"
      << "memory_per_rank = " << exact_number(p.memory_per_rank) << "\n"
-     << "sync_seconds = " << exact_number(p.sync_seconds) << "\n";
+     << "sync_seconds = " << exact_number(p.sync_seconds) << "\n"
+     << "waiting_ranks_lend = " << exact_number(p.waiting_ranks_lend) << "\n";
   for (const auto& [name, d] : kGemmDTypes) {
     const auto& g = gemm_slot(p, d);
     if (!g) continue;

@@ -15,6 +15,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "meshtrain/comm/blocking_watchdog.h"
 #include "meshtrain/io/regular_file.h"
 #include "meshtrain/io/terminal_text.h"
 #include "meshtrain/tensor/philox.h"
@@ -149,6 +150,10 @@ CheckpointFile::CheckpointFile(const std::string& path, MPI_Comm comm, Access ac
   H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
   // The 1.8 format at least: attributes over 64 KiB (a long deck) go to dense storage.
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+  // Collective over `comm` (MPI-IO): a peer that never comes, or a file system that stopped
+  // answering, blocks here beyond any communicator's timeout (comm/blocking_watchdog.h).
+  const BlockingRegion region((access == Access::Create ? "creating " : "opening ") + path +
+                              " (an HDF5 call over MPI-IO)");
   if (access == Access::Create) {
     H5Pset_meta_block_size(fapl, kMetadataBlockBytes);
     file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
@@ -201,6 +206,7 @@ void CheckpointFile::close() {
     dapl_ = -1;
   }
   if (file_ < 0) return;
+  const BlockingRegion region("closing " + path_ + " (an HDF5 call over MPI-IO that writes its metadata)");
   for (auto& [name, id] : datasets_) H5Dclose(id);
   datasets_.clear();
   const herr_t status = H5Fclose(file_);
@@ -213,6 +219,7 @@ void CheckpointFile::discard() {
   int rank = 0;
   MPI_Comm_rank(comm_, &rank);
   if (rank == 0) (void)::truncate(path_.c_str(), 0);
+  const BlockingRegion region("giving up " + path_ + " (a barrier before closing it)");
   MPI_Barrier(comm_);  // nobody closes (and writes metadata) before the space is free
   try {
     close();
@@ -536,6 +543,10 @@ void CheckpointFile::transfer(const std::string& name, const std::vector<Box>& b
   H5Pset_dxpl_mpio(dxpl, collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT);
   char dummy = 0;  // HDF5 refuses a null buffer even for an empty selection
   void* buf = n ? data : &dummy;
+  const BlockingRegion region(std::string(collective ? "collective " : "independent ") +
+                              (direction == Direction::Write ? "write of dataset " : "read of dataset ") +
+                              name + (direction == Direction::Write ? " into " : " from ") + path_ +
+                              " (HDF5 over MPI-IO)");
   if (direction == Direction::Write) {
     if (H5Dwrite(ds, memory_type(dtype), mspace, fspace, dxpl, buf) < 0)
       fail("writing dataset " + name + " failed");

@@ -2,7 +2,6 @@
 
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,14 +12,15 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/regular_file.h"
 
 namespace meshtrain {
 
-// Tokens are read straight out of the mapping; the format is little-endian and so is every
-// host meshtrain targets (x86-64, aarch64). A big-endian port would byte-swap in read().
+// Tokens are read as stored; the format is little-endian and so is every host meshtrain
+// targets (x86-64, aarch64). A big-endian port would byte-swap in read().
 static_assert(std::endian::native == std::endian::little,
               "token shards are little-endian; this reader assumes a little-endian host");
 
@@ -143,7 +143,7 @@ TokenShard TokenShard::open(const std::string& path) {
     throw DataError(path, "token count " + std::to_string(count) + " exceeds int64");
   }
 
-  TokenShard s = mapped(path, f.fd, file_bytes, ShardFormat::Meshtrain, kTokenShardHeaderBytes,
+  TokenShard s = opened(path, f.fd, file_bytes, ShardFormat::Meshtrain, kTokenShardHeaderBytes,
                         static_cast<int64_t>(count), bytes_per_token);
   s.vocab_size_ = vocab_size;
   s.checksum_ = load_u64(h + 32);
@@ -171,22 +171,21 @@ TokenShard TokenShard::open_llmc(const std::string& path, int fd, uint64_t file_
                               " tokens (" + std::to_string(expected) + " bytes), file holds " +
                               std::to_string(file_bytes) + " bytes");
   // No vocabulary and no checksum in the header: vocab_size_ and checksum_ stay 0.
-  return mapped(path, fd, file_bytes, ShardFormat::Llmc, kLlmcHeaderBytes, count, bytes_per_token);
+  return opened(path, fd, file_bytes, ShardFormat::Llmc, kLlmcHeaderBytes, count, bytes_per_token);
 }
 
-TokenShard TokenShard::mapped(const std::string& path, int fd, uint64_t file_bytes,
+TokenShard TokenShard::opened(const std::string& path, int fd, uint64_t file_bytes,
                               ShardFormat format, uint64_t header_bytes, int64_t count,
                               uint32_t bytes_per_token) {
-  void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (map == MAP_FAILED) throw DataError(path, "cannot mmap token shard: " + errno_text());
-  // Advice only: a failure changes speed, not results.
-  (void)::madvise(map, file_bytes, MADV_RANDOM);
   TokenShard s;
+  s.fd_ = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);  // the caller closes its own
+  if (s.fd_ < 0) throw DataError(path, "cannot keep the token shard open: " + errno_text());
+  // Advice only: a failure changes speed, not results.
+  (void)::posix_fadvise(s.fd_, 0, 0, POSIX_FADV_RANDOM);
   s.format_ = format;
   s.path_ = path;
-  s.map_ = map;
-  s.map_bytes_ = file_bytes;
-  s.tokens_ = static_cast<const unsigned char*>(map) + header_bytes;
+  s.file_bytes_ = file_bytes;
+  s.header_bytes_ = header_bytes;
   s.count_ = count;
   s.bytes_per_token_ = bytes_per_token;
   return s;
@@ -194,17 +193,15 @@ TokenShard TokenShard::mapped(const std::string& path, int fd, uint64_t file_byt
 
 TokenShard::TokenShard(TokenShard&& o) noexcept
     : path_(std::move(o.path_)),
-      map_(o.map_),
-      map_bytes_(o.map_bytes_),
-      tokens_(o.tokens_),
+      fd_(o.fd_),
+      file_bytes_(o.file_bytes_),
+      header_bytes_(o.header_bytes_),
       format_(o.format_),
       count_(o.count_),
       bytes_per_token_(o.bytes_per_token_),
       vocab_size_(o.vocab_size_),
       checksum_(o.checksum_) {
-  o.map_ = nullptr;
-  o.map_bytes_ = 0;
-  o.tokens_ = nullptr;
+  o.fd_ = -1;
   o.count_ = 0;
 }
 
@@ -212,17 +209,15 @@ TokenShard& TokenShard::operator=(TokenShard&& o) noexcept {
   if (this != &o) {
     release();
     path_ = std::move(o.path_);
-    map_ = o.map_;
-    map_bytes_ = o.map_bytes_;
-    tokens_ = o.tokens_;
+    fd_ = o.fd_;
+    file_bytes_ = o.file_bytes_;
+    header_bytes_ = o.header_bytes_;
     format_ = o.format_;
     count_ = o.count_;
     bytes_per_token_ = o.bytes_per_token_;
     vocab_size_ = o.vocab_size_;
     checksum_ = o.checksum_;
-    o.map_ = nullptr;
-    o.map_bytes_ = 0;
-    o.tokens_ = nullptr;
+    o.fd_ = -1;
     o.count_ = 0;
   }
   return *this;
@@ -231,10 +226,33 @@ TokenShard& TokenShard::operator=(TokenShard&& o) noexcept {
 TokenShard::~TokenShard() { release(); }
 
 void TokenShard::release() noexcept {
-  if (map_ != nullptr) ::munmap(map_, map_bytes_);
-  map_ = nullptr;
-  map_bytes_ = 0;
-  tokens_ = nullptr;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void TokenShard::read_tokens(int64_t first, int64_t count, void* out) const {
+  const uint64_t offset = header_bytes_ + static_cast<uint64_t>(first) * bytes_per_token_;
+  const size_t bytes = static_cast<size_t>(count) * bytes_per_token_;
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd_, static_cast<char*>(out) + done, bytes - done,
+                              static_cast<off_t>(offset + done));
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    struct stat st {};
+    const std::string now = ::fstat(fd_, &st) == 0 ? std::to_string(st.st_size) + " bytes" : "unknown";
+    throw DataError(path_, n < 0 ? "cannot read tokens at byte offset " + std::to_string(offset + done) +
+                                       ": " + errno_text()
+                                 : "the token shard was truncated while this run used it: it held " +
+                                       std::to_string(file_bytes_) + " bytes when opened, " + now +
+                                       " now (byte offset " + std::to_string(offset + done) +
+                                       " is past its end); a shard must not change while a run reads "
+                                       "it: write new shards under new names and rename them into "
+                                       "place (the run keeps reading the file it opened)");
+  }
 }
 
 uint32_t TokenShard::token(int64_t i) const {
@@ -242,12 +260,14 @@ uint32_t TokenShard::token(int64_t i) const {
     throw std::out_of_range(path_ + ": token " + std::to_string(i) + " out of range [0, " +
                             std::to_string(count_) + ")");
   }
+  unsigned char b[4] = {};
+  read_tokens(i, 1, b);
   if (bytes_per_token_ == 2) {
     uint16_t v;
-    std::memcpy(&v, tokens_ + 2 * i, 2);
+    std::memcpy(&v, b, 2);
     return v;
   }
-  return load_u32(tokens_ + 4 * i);
+  return load_u32(b);
 }
 
 void TokenShard::read(int64_t begin, int64_t count, int32_t* out) const {
@@ -256,25 +276,36 @@ void TokenShard::read(int64_t begin, int64_t count, int32_t* out) const {
                             std::to_string(begin + count) + ") out of range [0, " +
                             std::to_string(count_) + ")");
   }
+  if (count == 0) return;  // `out` may be an empty vector's null data()
   if (bytes_per_token_ == 2) {
-    const unsigned char* p = tokens_ + 2 * begin;
+    // Read into the upper half of `out`, then widen from the front: each int32 written lies at
+    // or below the uint16 it comes from (4i <= 2(count + i)), so nothing is overwritten unread.
+    auto* bytes = reinterpret_cast<unsigned char*>(out);
+    unsigned char* half = bytes + 2 * static_cast<size_t>(count);
+    read_tokens(begin, count, half);
     for (int64_t i = 0; i < count; ++i) {
       uint16_t v;
-      std::memcpy(&v, p + 2 * i, 2);
+      std::memcpy(&v, half + 2 * i, 2);
       out[i] = v;
     }
-  } else if (count > 0) {  // no copy for none: `out` may be an empty vector's null data()
+  } else {
     // Tokens are < vocab_size <= 2^32; int32 holds every vocabulary a model can embed.
-    std::memcpy(out, tokens_ + 4 * begin, static_cast<size_t>(count) * 4);
+    read_tokens(begin, count, out);
   }
 }
 
 bool TokenShard::verify_checksum() const {
-  const size_t bytes = static_cast<size_t>(count_) * bytes_per_token_;
   // One sequential pass: let the kernel read ahead, then go back to random-access advice.
-  (void)::madvise(map_, map_bytes_, MADV_SEQUENTIAL);
-  const uint64_t h = fnv1a64(tokens_, bytes);
-  (void)::madvise(map_, map_bytes_, MADV_RANDOM);
+  (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+  constexpr int64_t kChunkTokens = 1 << 18;
+  std::vector<unsigned char> chunk(static_cast<size_t>(std::min<int64_t>(count_, kChunkTokens)) * bytes_per_token_);
+  uint64_t h = fnv1a64(nullptr, 0);
+  for (int64_t start = 0; start < count_; start += kChunkTokens) {
+    const int64_t len = std::min(kChunkTokens, count_ - start);
+    read_tokens(start, len, chunk.data());
+    h = fnv1a64(chunk.data(), static_cast<size_t>(len) * bytes_per_token_, h);
+  }
+  (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
   return h == checksum_;
 }
 
@@ -315,16 +346,18 @@ void TokenShard::verify(uint32_t model_vocab) const {
   // the file is read from memory (or disk) once.
   constexpr size_t kChunkTokens = 1 << 15;
   const size_t n = static_cast<size_t>(count_);
-  (void)::madvise(map_, map_bytes_, MADV_SEQUENTIAL);
+  (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+  std::vector<unsigned char> chunk(std::min(kChunkTokens, n) * bytes_per_token_);
   uint64_t h = fnv1a64(nullptr, 0);
   for (size_t start = 0; start < n; start += kChunkTokens) {
     const size_t len = std::min(kChunkTokens, n - start);
-    const unsigned char* p = tokens_ + start * bytes_per_token_;
+    read_tokens(static_cast<int64_t>(start), static_cast<int64_t>(len), chunk.data());
+    const unsigned char* p = chunk.data();
     const size_t bad = bound == 0 ? len
                        : bytes_per_token_ == 2 ? first_out_of_vocabulary<uint16_t>(p, len, bound)
                                                : first_out_of_vocabulary<uint32_t>(p, len, bound);
     if (bad < len) {
-      (void)::madvise(map_, map_bytes_, MADV_RANDOM);
+      (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
       const int64_t index = static_cast<int64_t>(start + bad);
       const std::string where = "token " + std::to_string(token(index)) + " at byte offset " +
                                 std::to_string(header + index * bytes_per_token_) + " (token " +
@@ -340,10 +373,10 @@ void TokenShard::verify(uint32_t model_vocab) const {
     }
     if (!llmc) h = fnv1a64(p, len * bytes_per_token_, h);
   }
-  (void)::madvise(map_, map_bytes_, MADV_RANDOM);
+  (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
   if (!llmc && h != checksum_) {
     throw DataError(path_, "checksum mismatch: the token bytes at offsets 64 to " +
-                               std::to_string(map_bytes_) + " hash to " + hex64(h) +
+                               std::to_string(file_bytes_) + " hash to " + hex64(h) +
                                ", the header (offset 32) says " + hex64(checksum_) +
                                ": the shard is corrupt (write it again with `meshtrain prepare`)");
   }

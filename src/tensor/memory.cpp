@@ -13,6 +13,9 @@ void MemoryTracker::on_allocate(MemoryCategory c, size_t bytes) {
     peak_total_ = current_total_;
     at_peak_ = current_;
   }
+  if (limit_ > 0 && current_total_ > limit_)
+    throw MemoryLimitExceeded(format_bytes(static_cast<double>(current_total_)) + " held, past the limit of " +
+                              format_bytes(static_cast<double>(limit_)));
 }
 
 void MemoryTracker::on_release(MemoryCategory c, size_t bytes) {

@@ -1,6 +1,8 @@
 #include "meshtrain/train/layout_advisor.h"
 
 #include <algorithm>
+#include <functional>
+#include <limits>
 
 #include "meshtrain/config/deck_error.h"
 
@@ -54,35 +56,73 @@ AdvisorResult advise_layouts(const Config& base, int world, const MachineProfile
     out.ranked.push_back(std::move(r));
   }
   out.layouts = out.ranked.size();
-  // Predictions are independent: a login node's cores share them. A DeckError (a profile
-  // without what a layout needs) is the same for every layout; the first one is rethrown.
-  std::string error;
-#pragma omp parallel for schedule(dynamic)
-  for (size_t i = 0; i < out.ranked.size(); ++i) {
-    try {
-      out.ranked[i].time = predict_step_time(out.ranked[i].config, profile);
-    } catch (const DeckError& e) {
-#pragma omp critical
-      if (error.empty()) error = e.what();
-    }
-  }
-  if (!error.empty()) throw DeckError(error);
-  // Fastest first; ties (layouts the model cannot tell apart) go to the one holding less per
-  // rank, then the simpler one (fewer ZeRO stages, less recomputation).
-  std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const RankedLayout& a, const RankedLayout& b) {
+  const auto faster = [](const RankedLayout& a, const RankedLayout& b) {
+    // Fastest first; ties (layouts the model cannot tell apart) go to the one holding less per
+    // rank, then the simpler one (fewer ZeRO stages, less recomputation).
     if (a.time.step_s != b.time.step_s) return a.time.step_s < b.time.step_s;
     const ParallelOptions &p = a.config.parallel, &q = b.config.parallel;
     if (p.zero != q.zero) return p.zero < q.zero;
     return static_cast<int>(p.recompute) < static_cast<int>(q.recompute);
-  });
-  for (RankedLayout& r : out.ranked) {
-    if (top > 0 && out.fitting >= top) break;
-    r.peak_bytes = plan_layout(r.config, world, threads).peak();
-    r.planned = true;
-    r.fits = budget == 0 || r.peak_bytes <= budget;
-    ++out.planned;
-    out.fitting += r.fits ? 1 : 0;
+  };
+  // Predictions and bounds are independent: a login node's cores share them. A DeckError (a
+  // profile without what a layout needs) is the same for every layout; the first one is rethrown.
+  std::string error;
+  const auto each = [&](size_t begin, size_t end, const std::function<void(RankedLayout&)>& f) {
+#pragma omp parallel for schedule(dynamic)
+    for (size_t i = begin; i < end; ++i) {
+      try {
+        f(out.ranked[i]);
+      } catch (const DeckError& e) {
+#pragma omp critical
+        if (error.empty()) error = e.what();
+      }
+    }
+    if (!error.empty()) throw DeckError(error);
+  };
+  // Simulating a pipeline costs up to seconds at scale (Megatron's 1T layout: 64 stages, 512
+  // micro-batches), and so does planning its memory; thousands of layouts cannot all have both.
+  // So every layout gets a lower bound first (no simulation), and layouts are simulated in order
+  // of their bounds, a batch at a time: a simulated layout faster than every bound not yet
+  // simulated is in its final place, and its memory is planned in that order until `top` fit.
+  // top = 0 asks for every one: all are simulated and planned.
+  each(0, out.ranked.size(), [&](RankedLayout& r) { r.lower_bound_s = step_time_lower_bound(r.config, profile); });
+  std::stable_sort(out.ranked.begin(), out.ranked.end(),
+                   [](const RankedLayout& a, const RankedLayout& b) { return a.lower_bound_s < b.lower_bound_s; });
+  size_t predicted = 0, final_count = 0;
+  const size_t batch = 32;
+  while (predicted < out.ranked.size() && (top == 0 || out.fitting < top)) {
+    const size_t next = top == 0 ? out.ranked.size() : std::min(out.ranked.size(), predicted + batch);
+    each(predicted, next, [&](RankedLayout& r) {
+      r.time = predict_step_time(r.config, profile);
+      r.predicted = true;
+    });
+    // The simulated ones in time order (those already final keep their places: every newly
+    // simulated time is at least its bound, which is at least the frontier they beat).
+    std::stable_sort(out.ranked.begin() + static_cast<std::ptrdiff_t>(final_count),
+                     out.ranked.begin() + static_cast<std::ptrdiff_t>(next), faster);
+    predicted = next;
+    const double frontier = predicted < out.ranked.size() ? out.ranked[predicted].lower_bound_s
+                                                          : std::numeric_limits<double>::infinity();
+    // The rest, beyond `predicted`, are still in bound order: a simulated layout is final once
+    // faster than the first of them.
+    while (final_count < predicted && out.ranked[final_count].time.step_s < frontier &&
+           (top == 0 || out.fitting < top)) {
+      RankedLayout& r = out.ranked[final_count++];
+      // A dry run stops once a stage holds more than the budget: the fastest layouts of a large
+      // model often do not fit, and the rest of their steps would cost seconds each.
+      const LayoutPlan plan = plan_layout(r.config, world, threads, budget);
+      if (plan.stopped_over) {
+        ++out.stopped_over_budget;
+        continue;
+      }
+      r.peak_bytes = plan.peak();
+      r.planned = true;
+      r.fits = budget == 0 || r.peak_bytes <= budget;
+      ++out.planned;
+      out.fitting += r.fits ? 1 : 0;
+    }
   }
+  out.predicted = predicted;
   // The fitting ones first (in time order), then the planned ones that do not fit, then the
   // unplanned rest.
   std::stable_partition(out.ranked.begin(), out.ranked.end(), [](const RankedLayout& r) { return r.fits; });

@@ -41,17 +41,11 @@ std::string layout_name(const Config& config) {
   return s;
 }
 
-LayoutPlan plan_layout(Config config, int world_size, int threads) {
-  check_layout(config, world_size);
-  config.run.trace = false;
-  LayoutPlan plan;
-  plan.config = config;
-  const GridShape shape = config.grid_shape();
-  for (int stage = 0; stage < config.parallel.pp; ++stage) {
-    GridCoords coords{};
-    coords[axis_index(Axis::Pipeline)] = stage;
-    ProcessGrid grid = ProcessGrid::planned(shape, shape.world_rank(coords));
-    CpuBackend backend(threads, Execution::Plan);
+namespace {
+
+// One stage's dry run: the peaks of two steps of its Trainer.
+StagePlan plan_stage(const Config& config, ProcessGrid& grid, CpuBackend& backend, int stage) {
+  {
     Trainer trainer(config, grid, backend, DataMode::ShapesOnly);
     if (config.parallel.uneven_shares()) {
       // The replica with the most micro-batches bounds the memory (GPipe keeps all of them): the
@@ -86,8 +80,38 @@ LayoutPlan plan_layout(Config config, int world_size, int threads) {
     }
     s.peak_total = m.peak_total();
     backend.memory().on_release(MemoryCategory::CheckpointSnapshot, snapshot);
-    plan.stages.push_back(s);
+    return s;
   }
+}
+
+}  // namespace
+
+LayoutPlan plan_layout(Config config, int world_size, int threads, size_t stop_above) {
+  check_layout(config, world_size);
+  config.run.trace = false;
+  LayoutPlan plan;
+  plan.config = config;
+  const GridShape shape = config.grid_shape();
+  // The first and last stages first (they also hold the embedding and the head): a plan that
+  // stops over the limit stops soonest.
+  std::vector<int> order = {0};
+  for (int s = config.parallel.pp - 1; s > 0; --s) order.push_back(s);
+  for (int stage : order) {
+    GridCoords coords{};
+    coords[axis_index(Axis::Pipeline)] = stage;
+    ProcessGrid grid = ProcessGrid::planned(shape, shape.world_rank(coords));
+    CpuBackend backend(threads, Execution::Plan);
+    backend.memory().set_limit(stop_above);
+    try {
+      plan.stages.push_back(plan_stage(config, grid, backend, stage));
+    } catch (const MemoryLimitExceeded&) {
+      plan.stopped_over = stop_above;
+      plan.stages.clear();
+      return plan;
+    }
+  }
+  std::sort(plan.stages.begin(), plan.stages.end(),
+            [](const StagePlan& a, const StagePlan& b) { return a.pp_rank < b.pp_rank; });
   return plan;
 }
 

@@ -1,20 +1,45 @@
 #include "meshtrain/train/stop_request.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
 #include "meshtrain/comm/agreement.h"
+#include "meshtrain/comm/flight_recorder.h"
 
 namespace meshtrain {
 
 namespace {
 volatile std::sig_atomic_t received = 0;
-extern "C" void on_stop_signal(int sig) { received = sig; }
+extern "C" void on_stop_signal(int sig) {
+  received = sig;
+  // A launcher ending the job after one rank died sends this to the others: the flight record
+  // then tells them from the one that died (comm/flight_report.cpp).
+  note_signal_in_flight_record(sig);
+}
 
 std::string watched_file;  // empty: no file watched on this rank
 bool file_seen = false;
+
+// What a run can take as a stop request and remove afterwards: a file, or a link (removing the
+// link, not what it names). A directory (or a fifo, a socket, a device) is not a request.
+bool removable_stop_file(const std::filesystem::file_status& st) {
+  return std::filesystem::is_regular_file(st) || std::filesystem::is_symlink(st);
+}
+
+std::string kind_of(const std::filesystem::file_status& st) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(st)) return "a directory";
+  if (fs::is_fifo(st)) return "a fifo";
+  if (fs::is_socket(st)) return "a socket";
+  if (fs::is_block_file(st) || fs::is_character_file(st)) return "a device";
+  return "not a regular file";
+}
 }  // namespace
 
 void install_stop_handlers() {
@@ -39,6 +64,21 @@ void watch_stop_file(Communicator& world) {
                         " does not exist on this rank's node, so the stop file could never appear; "
                         "name a file in an existing directory on a file system every node mounts, "
                         "or unset the variable");
+    // Something there that the run cannot remove once it stopped on it (a directory, most
+    // often the run directory itself) would stop every restart at once: a chain job requeues
+    // on exit 75 forever. Refused here, with status 1, which ends the chain.
+    const std::filesystem::file_status st = std::filesystem::symlink_status(path, ec);
+    if (std::filesystem::exists(st) && !removable_stop_file(st))
+      throw AgreedError(std::string(kStopFileVariable) + "=" + path + ": is " + kind_of(st) +
+                        ", not a stop file: a run stops when a file appears there and removes it; "
+                        "name a path where nothing is (e.g. " + (dir / "STOP").string() +
+                        "), or unset the variable");
+    // The run removes the file it stopped on; where it cannot, every restart would stop again.
+    if (::access(dir.c_str(), W_OK) != 0)
+      throw AgreedError(std::string(kStopFileVariable) + "=" + path + ": the directory " + dir.string() +
+                        " is not writable here (" + std::strerror(errno) + "), so a run could not "
+                        "remove the stop file it stopped on and every restart would stop again; "
+                        "name a file in a directory the job can write, or unset the variable");
   });
   if (world.rank() == 0) watched_file = path;
 }
@@ -47,7 +87,9 @@ int stop_request() {
   if (received != 0) return received;
   if (watched_file.empty()) return 0;
   std::error_code ec;
-  if (!file_seen) file_seen = std::filesystem::exists(watched_file, ec);
+  // Only what consume_stop_file can remove: a directory created there later must not stop
+  // this run and every restart after it.
+  if (!file_seen) file_seen = removable_stop_file(std::filesystem::symlink_status(watched_file, ec));
   return file_seen ? kStopFileRequest : 0;
 }
 

@@ -12,6 +12,7 @@
 #include "meshtrain/model/partition.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/parallel/schedule.h"
+#include "meshtrain/parallel/schedule_cache.h"
 #include "meshtrain/parallel/schedule_simulator.h"
 #include "meshtrain/train/planner.h"
 #include "meshtrain/train/work_balance.h"
@@ -209,10 +210,8 @@ SimulationResult simulate_cached(ScheduleKind kind, int pp, int v, int m, const 
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
-  const ChunkPlacement placement = schedule_placement(kind);
-  const Schedule schedule = insert_communication(make_schedule(kind, pp, m, v), pp, v, placement);
-  SimulationResult result =
-      simulate(schedule, pp, v, m, costs, comm, Passes::ForwardAndBackward, placement);
+  SimulationResult result = simulate(pipeline_schedules(kind, pp, m, v)->train, pp, v, m, costs, comm,
+                                     Passes::ForwardAndBackward, schedule_placement(kind));
   std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() > 4096) cache.clear();
   cache.emplace(std::move(key), result);
@@ -227,7 +226,13 @@ std::string percent(double part, double whole) {
 
 }  // namespace
 
-StepTimePrediction predict_step_time(const Config& c, const MachineProfile& profile) {
+namespace {
+
+// The prediction, or (bound_only) its lower bound without simulating the pipeline: a stage's last
+// compute ends no earlier than its first input can arrive plus its own work, which cores lent by
+// idle ranks (below) speed up by at most `sharing`; the rest of the step (dp, optimizer) is
+// priced alike.
+StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool bound_only) {
   const ParallelOptions& par = c.parallel;
   const GridShape shape = c.grid_shape();
   const int R = std::max(1, profile.ranks_per_node);
@@ -297,8 +302,20 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
                  profile.sync_seconds;
   const int m = c.microbatches();
   const CommModel comm = c.run.device == DeviceChoice::Cuda ? CommModel::Nccl : CommModel::Mpi;
-  const SimulationResult sim = simulate_cached(par.schedule, par.pp, par.virtual_stages, m, costs, comm);
-  if (!sim.ok) throw DeckError("the time model could not run the schedule: " + sim.error);
+  // How much faster a rank runs while others of its node idle: at most the node's oversubscription,
+  // and only as far as ranks waiting in MPI leave their cores (they spin under the MPI libraries'
+  // default polling: the profile measured it under the calibrating launch).
+  const double oversubscribed = profile.device == "cpu"
+                                    ? std::max(1.0, static_cast<double>(profile.ranks_per_node) *
+                                                        std::max(1, profile.threads_per_rank) /
+                                                        std::max(1, profile.cores_per_node))
+                                    : 1.0;
+  const double sharing = 1 + std::clamp(profile.waiting_ranks_lend, 0.0, 1.0) * (oversubscribed - 1);
+  SimulationResult sim;
+  if (!bound_only) {
+    sim = simulate_cached(par.schedule, par.pp, par.virtual_stages, m, costs, comm);
+    if (!sim.ok) throw DeckError("the time model could not run the schedule: " + sim.error);
+  }
 
   // CPU ranks sharing cores (more ranks x threads than a node has cores): the profile's rates
   // are each rank's share while all of them compute, but a rank idle in a pipeline bubble
@@ -306,17 +323,22 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
   // an unshared core's speed and the node's whole work at the shared rates.
   std::vector<double> pipeline_end = sim.finish;
   if (profile.device == "cpu") {
-    const double sharing = static_cast<double>(profile.ranks_per_node) * std::max(1, profile.threads_per_rank) /
-                           std::max(1, profile.cores_per_node);
+    if (oversubscribed > 1 && sharing <= 1)
+      out.caveats.push_back("ranks share cores, but ranks waiting in MPI kept theirs under the calibrating "
+                            "launch (they spin): pipeline bubbles are priced as lending none; a launch "
+                            "whose waiting ranks sleep (Open MPI: OMPI_MCA_mpi_yield_when_idle=1) runs "
+                            "bubbly layouts faster, and wants a profile calibrated under it");
     if (sharing > 1 && sim.makespan > 0) {
       double mean_busy = 0;
       for (double b : sim.busy) mean_busy += b / static_cast<double>(sim.busy.size());
       const double pipeline = std::max(sim.makespan / sharing, mean_busy);
       for (double& t : pipeline_end) t *= pipeline / sim.makespan;
-      char buf[160];
+      char buf[320];
       std::snprintf(buf, sizeof buf, "%d ranks x %d thread(s) share %d cores per node: pipeline bubbles "
-                    "lend their cores to busy ranks", profile.ranks_per_node, profile.threads_per_rank,
-                    profile.cores_per_node);
+                    "lend %.0f%% of their cores to busy ranks (as measured under the calibrating launch: "
+                    "a launch whose waiting ranks spin or sleep otherwise predicts otherwise)",
+                    profile.ranks_per_node, profile.threads_per_rank, profile.cores_per_node,
+                    100 * std::clamp(profile.waiting_ranks_lend, 0.0, 1.0));
       out.caveats.push_back(buf);
     }
   }
@@ -337,7 +359,16 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
       st.compute_s += m * (forward[static_cast<size_t>(k)].compute + backward[static_cast<size_t>(k)].compute);
       st.tp_comm_s += m * (forward[static_cast<size_t>(k)].tp_comm + backward[static_cast<size_t>(k)].tp_comm);
     }
-    st.pipeline_end_s = pipeline_end[static_cast<size_t>(stage)];
+    if (bound_only) {
+      // Stage s computes nothing before the first micro-batch's forward has passed chunks 0 to
+      // s - 1 (on ranks 0 to s - 1 under either placement) and reached it, and then at most its
+      // own work back to back.
+      double first_input = 0;
+      for (int k = 0; k < stage; ++k) first_input += forward[static_cast<size_t>(k)].total() + costs.send;
+      st.pipeline_end_s = (first_input + st.compute_s + st.tp_comm_s) / sharing;
+    } else {
+      st.pipeline_end_s = pipeline_end[static_cast<size_t>(stage)];
+    }
     if (dp > 1) {
       const AlphaBeta& allreduce = profile.link(dp_link, CollectiveKind::AllReduce);
       const AlphaBeta& scatter = profile.link(dp_link, CollectiveKind::ReduceScatter);
@@ -388,6 +419,16 @@ StepTimePrediction predict_step_time(const Config& c, const MachineProfile& prof
   const double peak = profile.gemm(c.train.precision).peak;
   out.mfu = out.step_s > 0 ? out.model_flops / (shape.world_size() * peak * out.step_s) : 0;
   return out;
+}
+
+}  // namespace
+
+StepTimePrediction predict_step_time(const Config& c, const MachineProfile& profile) {
+  return predict(c, profile, false);
+}
+
+double step_time_lower_bound(const Config& c, const MachineProfile& profile) {
+  return predict(c, profile, true).step_s;
 }
 
 std::string describe_prediction(const StepTimePrediction& p) {

@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
@@ -17,10 +19,13 @@
 #include "meshtrain/config/fault_injection.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/run_directory.h"
+#include "meshtrain/parallel/schedule_cache.h"
 #include "meshtrain/parallel/schedule_simulator.h"
 #include "meshtrain/train/divergence.h"
 #include "meshtrain/train/lr_schedule.h"
 #include "meshtrain/train/parameter_client.h"
+#include "meshtrain/train/replica_check.h"
+#include "meshtrain/train/step_rerun.h"
 #include "meshtrain/train/stop_request.h"
 #include "meshtrain/train/straggler_report.h"
 #include "meshtrain/train/text_sample.h"
@@ -135,44 +140,103 @@ void Trainer::set_shares(const std::vector<int>& shares) {
   const int M = data_->microbatches();
   state_->set_microbatches(M);
   // Measured costs (trainer_replan.cpp) plan the new micro-batch count too.
-  const Schedule compute = costs_ ? make_zb_v_for_costs(p.pp, M, *costs_, cfg_.model.tie_embeddings).compute
-                                  : make_schedule(p.schedule, p.pp, M, p.virtual_stages);
-  const ChunkPlacement placement = schedule_placement(p.schedule);
-  train_actions_ =
-      insert_communication(compute, p.pp, p.virtual_stages, placement)[grid_.rank(Axis::Pipeline)];
-  eval_actions_ = make_forward_only(p.pp, M, p.virtual_stages, placement)[grid_.rank(Axis::Pipeline)];
+  const int rank = grid_.rank(Axis::Pipeline);
+  const auto shape = pipeline_schedules(p.schedule, p.pp, M, p.virtual_stages);
+  eval_actions_ = shape->eval[static_cast<size_t>(rank)];
+  if (!costs_) {
+    train_actions_ = shape->train[static_cast<size_t>(rank)];
+    return;
+  }
+  const Schedule compute = make_zb_v_for_costs(p.pp, M, *costs_, cfg_.model.tie_embeddings).compute;
+  train_actions_ = insert_communication(compute, p.pp, p.virtual_stages, schedule_placement(p.schedule))[rank];
 }
 
 double Trainer::world_sum(double local) { return grid_.world().all_reduce_scalar(local); }
 
+StepAttempt Trainer::compute_gradients(int step, const std::vector<MicroBatchData>& batch, bool first,
+                                       StepResult& r) {
+  const double tokens = static_cast<double>(cfg_.train.global_batch) * static_cast<double>(cfg_.model.seq_len);
+  state_->begin_step();
+  executor_->run(train_actions_, batch, Pass::Train, 1.0 / tokens, *state_);
+  state_->finish_backward();
+  if (first)
+    for (const Fault& f : flips_at(Fault::Kind::FlipGrad, grid_.world_rank(), step + 1)) {
+      state_->flip_gradient_bit(f.index, f.bit);
+      std::fprintf(stderr, "meshtrain: rank %d: injected fault: flipped bit %d of gradient element %lld in "
+                   "the first attempt of step %d\n", grid_.world_rank(), f.bit,
+                   static_cast<long long>(f.index), step + 1);
+      std::fflush(stderr);
+    }
+
+  // Two host reads per step, whatever the micro-batches and parameters: the gradient norm's
+  // segment sums (one copy) and the loss sums (one copy).
+  StepAttempt attempt;
+  r.grad_norm = state_->grad_norm();
+  attempt.local_loss = model_->loss().take();
+  // The head runs on every tensor rank of the last stage: count its loss once.
+  // A non-finite gradient norm on any rank turns the world's loss into NaN: every rank then
+  // decides alike, in the same step.
+  const double poison = std::isfinite(r.grad_norm) ? 0.0 : std::nan("");
+  r.loss = world_sum((grid_.rank(Axis::Tensor) == 0 ? attempt.local_loss : 0.0) + poison) / tokens;
+  // The largest norm of any rank: the ranks' norms are equal on healthy hardware (reduced, or
+  // computed from replicated gradients), and a corrupted replica's must re-run every rank.
+  if (std::isfinite(r.grad_norm))
+    r.grad_norm = grid_.world().all_reduce_scalar(r.grad_norm, ReduceOp::Max);
+  else
+    grid_.world().all_reduce_scalar(std::numeric_limits<double>::infinity(), ReduceOp::Max);
+  return attempt;
+}
+
 StepResult Trainer::train_step(int step) {
   TraceWriter::Scope span(trace_, "step " + std::to_string(step + 1), "step", TraceWriter::Step);
+  // Agreed: a shard that fails under the run (truncated since start-up) stops every rank with
+  // one message naming it, not the first rank to read there with an abort. One scalar
+  // all-reduce per step, beside the step's own; before the injected faults, which emulate a
+  // rank failing inside the step's own work.
+  std::vector<MicroBatchData> batch;
+  agree(grid_.world(), [&] { batch = data_->train_batch(step); });
   inject_faults(grid_.world_rank(), step + 1);
   const auto t0 = std::chrono::steady_clock::now();
   const TrainOptions& t = cfg_.train;
   const double tokens = static_cast<double>(t.global_batch) * static_cast<double>(cfg_.model.seq_len);
-  const std::vector<MicroBatchData> batch = data_->train_batch(step);
 
-  state_->begin_step();
-  executor_->run(train_actions_, batch, Pass::Train, 1.0 / tokens, *state_);
-  state_->finish_backward();
-
-  // Two host reads per step, whatever the micro-batches and parameters: the gradient norm's
-  // segment sums (one copy) and the loss sums (one copy).
   StepResult r;
   r.step = step + 1;
-  r.grad_norm = state_->grad_norm();
-  const double local_loss = model_->loss().take();
-  // The head runs on every tensor rank of the last stage: count its loss once.
-  // A non-finite gradient norm on any rank turns the world's loss into NaN: every rank then
-  // throws in the same step, without a collective of its own.
-  const double poison = std::isfinite(r.grad_norm) ? 0.0 : std::nan("");
-  r.loss = world_sum((grid_.rank(Axis::Tensor) == 0 ? local_loss : 0.0) + poison) / tokens;
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) throw diverged(cfg_, r.step, r.loss, r.grad_norm);
+  StepAttempt attempt = compute_gradients(step, batch, true, r);
+  // Decided before the optimizer update (nothing of the parameters has changed yet): a step
+  // that looks like divergence is run again on the same data (train/step_rerun.h).
+  const bool finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
+  if (!finite || grad_norms_.spike(r.grad_norm, cfg_.run.rerun_spike_factor)) {
+    std::ostringstream why;
+    if (!finite)
+      why << "its loss or gradient norm was not finite (loss " << r.loss << ", gradient norm " << r.grad_norm << ")";
+    else
+      why << "its gradient norm " << r.grad_norm << " was over " << cfg_.run.rerun_spike_factor
+          << " times the median of the last steps' (" << grad_norms_.median() << "; run.rerun_spike_factor)";
+    attempt.gradient_hash = state_->gradient_hash();
+    StepAttempt again = compute_gradients(step, batch, false, r);
+    again.gradient_hash = state_->gradient_hash();
+    compare_attempts(cfg_, grid_, r.step, why.str(), attempt, again);
+    if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) throw diverged(cfg_, r.step, r.loss, r.grad_norm);
+    if (leader_) {
+      std::printf("step %d: %s; its re-run gave the same bits on every rank: a real spike, not a "
+                  "hardware fault; training takes it%s\n",
+                  r.step, why.str().c_str(), t.grad_clip > 0 ? " (clipped to train.grad_clip)" : "");
+      std::fflush(stdout);
+    }
+  }
+  grad_norms_.add(r.grad_norm);
   const double scale = t.grad_clip > 0 && r.grad_norm > t.grad_clip ? t.grad_clip / (r.grad_norm + 1e-6) : 1.0;
   r.lr = learning_rate(t, step);
   const auto optimizer_start = std::chrono::steady_clock::now();
   state_->optimizer_step(r.lr, scale);
+  for (const Fault& f : flips_at(Fault::Kind::FlipParam, grid_.world_rank(), r.step))
+    if (state_->flip_parameter_bit(f.param, f.index, f.bit)) {
+      std::fprintf(stderr, "meshtrain: rank %d: injected fault: flipped bit %d of element %lld of %s after step %d\n",
+                   grid_.world_rank(), f.bit, static_cast<long long>(f.index),
+                   f.param.empty() ? "its first parameter" : f.param.c_str(), r.step);
+      std::fflush(stderr);
+    }
   r.compute_seconds = executor_->stats().compute_seconds +
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
 
@@ -194,7 +258,8 @@ double Trainer::evaluate() {
   TraceWriter::Scope span(trace_, "eval", "step", TraceWriter::Step);
   if (!data_->has_val()) return std::nan("");
   for (int e = 0; e < cfg_.train.eval_batches; ++e) {
-    const std::vector<MicroBatchData> batch = data_->val_batch(e);
+    std::vector<MicroBatchData> batch;
+    agree(grid_.world(), [&] { batch = data_->val_batch(e); });  // as train_step's
     executor_->run(eval_actions_, batch, Pass::Eval, 0.0, *state_);
   }
   const double local = model_->loss().take();  // one host read for the whole evaluation
@@ -286,6 +351,22 @@ void Trainer::log_start() {
                 p.servers, grid_.world_size(), grid_.world_size() + p.servers - 1, p.staleness);
   std::printf("partition %s; backend %s\n", describe_partition(partition_).c_str(),
               be_.describe().c_str());
+  if (cfg_.run.replica_check_every > 0 && !p.async()) {  // what train/replica_check.h compares
+    std::string what;
+    const int replicas = grid_.replicas().size();
+    if (p.zero < 3 && replicas > 1)
+      what += "parameters" + std::string(p.zero == 0 ? " and optimizer state" : "") + " over " +
+              std::to_string(replicas) + " data-parallel replicas";
+    if (p.tp > 1)
+      what += (what.empty() ? "" : ", ") + std::string("unsplit parameters over ") + std::to_string(p.tp) +
+              " tensor ranks";
+    if (p.pp > 1 && cfg_.model.tie_embeddings)
+      what += (what.empty() ? "" : ", ") + std::string("the tied embedding on the first and last stage");
+    if (what.empty())
+      what = "nothing to compare: no state has copies in this layout (ZeRO 3 shards it over the "
+             "data-parallel ranks; tp 1; no embedding tied across stages)";
+    std::printf("replica check every %d steps: %s\n", cfg_.run.replica_check_every, what.c_str());
+  }
   std::printf("data: train %s; val %s\n", data_->train().describe().c_str(),
               data_->has_val() ? data_->val()->describe().c_str() : "none");
   std::fflush(stdout);
@@ -387,6 +468,12 @@ void Trainer::report_background_save(bool wait) {
   if (s && leader_) print_saved(*s);
 }
 
+void Trainer::check_replicas_at(int step) {
+  if (replicas_agreed_ == step) return;
+  check_replicas(cfg_, grid_, *state_, step, replicas_agreed_);
+  replicas_agreed_ = step;
+}
+
 RunEnd Trainer::run() {
   log_start();
   const TrainOptions& t = cfg_.train;
@@ -419,8 +506,11 @@ RunEnd Trainer::run() {
   if (report || (cfg_.parallel.rebalance && cfg_.parallel.dp > 1))  // collective: nodes, coordinates
     stragglers_ = std::make_unique<StragglerMonitor>(grid_, report ? cfg_.run.straggler_threshold : 1.25);
   reset_memory_peaks();  // peaks of the training steps, not of set-up
+  replicas_agreed_ = step_;  // initialised or loaded alike on every copy
+  const int check_every = cfg_.run.replica_check_every;
   while (step_ < t.steps) {
     const StepResult r = train_step(step_);
+    if (check_every > 0 && r.step % check_every == 0) check_replicas_at(r.step);
     times.push_back(r.seconds);
     if (stragglers_) stragglers_->add_step(r.compute_seconds, r.seconds);
     if (times.size() == 1) log_memory("after the first step", r.step);
@@ -455,6 +545,8 @@ RunEnd Trainer::run() {
     // A stop request may reach the ranks in different steps: agree on it after every step.
     const int request = static_cast<int>(grid_.world().all_reduce_scalar(stop_request(), ReduceOp::Max));
     report_background_save(false);
+    // No checkpoint stores copies that disagree: checked before each save (with the check on).
+    if (check_every > 0 && (scheduled || (request != 0 && !last))) check_replicas_at(r.step);
     // A stop and the end of the run save in the foreground: the job ends right after.
     if (scheduled || (request != 0 && !last)) save_checkpoint(cfg_.checkpoint.async && request == 0 && !last);
     if (request != 0) consume_stop_file();  // served, by this stop or by the end of training

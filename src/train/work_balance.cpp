@@ -7,7 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <tuple>
 
 #include "meshtrain/parallel/schedule.h"
 #include "meshtrain/parallel/slowdown.h"
@@ -162,9 +165,31 @@ WorkPlan plan_work(const Config& c, ProcessGrid& grid, Backend& backend) {
 
 std::vector<ChunkRange> default_partition(const Config& c, const std::vector<double>& chunk_speeds) {
   const ParallelOptions& p = c.parallel;
-  if (schedule_placement(p.schedule) == ChunkPlacement::V && p.pp > 1)
-    return v_balanced_partition(c.model, p.pp, chunk_speeds);
-  return balanced_partition(c.model, p.pp * p.virtual_stages, chunk_speeds);
+  const bool v_shape = schedule_placement(p.schedule) == ChunkPlacement::V && p.pp > 1;
+  const auto search = [&] {
+    return v_shape ? v_balanced_partition(c.model, p.pp, chunk_speeds)
+                   : balanced_partition(c.model, p.pp * p.virtual_stages, chunk_speeds);
+  };
+  if (!chunk_speeds.empty()) return search();
+  // Even speeds: the partition depends on the model and the chunks alone, yet the advisor asks
+  // for it for each of thousands of layouts and the planner for each stage, and the search costs
+  // chunks x layers^2 chunk costs (Megatron's 1T model in 128 chunks: two million). Remembered;
+  // guarded for the advisor's threads.
+  const GptConfig& m = c.model;
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, bool, int, int>;
+  static std::mutex mutex;
+  static std::map<Key, std::vector<ChunkRange>> remembered;
+  const Key key{m.layers, m.d_model, m.heads, m.seq_len, m.vocab_size, m.tie_embeddings, v_shape, p.pp,
+                p.virtual_stages};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = remembered.find(key); it != remembered.end()) return it->second;
+  }
+  std::vector<ChunkRange> partition = search();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (remembered.size() >= 256) remembered.clear();
+  remembered.emplace(key, partition);
+  return partition;
 }
 
 std::vector<double> replica_pace(const std::vector<int>& shares, const std::vector<double>& rank_compute,

@@ -482,12 +482,11 @@ TEST_F(Refusal, BackgroundSaveWritesTheStateOfItsStep) {
 
 TEST_F(Refusal, FailedBackgroundSaveIsAgreedAtCollection) {
   Config c = config_;
-  c.checkpoint.dir = dir_.file("background_blocked");
   c.checkpoint.async = true;
-  // A directory where the .tmp goes: planning succeeds, the background thread's create fails.
-  const std::string tmp = c.checkpoint.dir + "/" + Checkpointer::file_name(1) + ".tmp";
-  if (world_rank() == 0) fs::create_directories(tmp);
-  MPI_Barrier(MPI_COMM_WORLD);
+  // A directory that exists and can be listed but where no file can be created, not even by
+  // root: planning (which scans it) succeeds, the background thread's create fails. (A
+  // directory at the .tmp's name no longer serves: planning refuses it.)
+  c.checkpoint.dir = "/proc/self";
   ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 60.0);
   Trainer t(c, grid, be_);
   Checkpointer ck(c, grid);
@@ -501,6 +500,49 @@ TEST_F(Refusal, FailedBackgroundSaveIsAgreedAtCollection) {
   }
   EXPECT_FALSE(ck.save_in_progress());
   EXPECT_FALSE(fs::exists(c.checkpoint.dir + "/" + Checkpointer::file_name(1)));
+}
+
+// Not a file where a checkpoint or its .tmp goes (made after start-up): refused when the save
+// is planned, naming it, before anything is written; nothing is left in progress.
+TEST_F(Refusal, ADirectoryNamedLikeTheCheckpointIsRefusedWhenPlanning) {
+  for (const std::string suffix : {"", ".tmp"}) {
+    Config c = config_;
+    c.checkpoint.dir = dir_.file("blocked" + suffix);
+    c.checkpoint.async = !suffix.empty();
+    const std::string obstacle = c.checkpoint.dir + "/" + Checkpointer::file_name(1) + suffix;
+    if (world_rank() == 0) fs::create_directories(obstacle);
+    MPI_Barrier(MPI_COMM_WORLD);
+    ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 60.0);
+    Trainer t(c, grid, be_);
+    Checkpointer ck(c, grid);
+    try {
+      if (c.checkpoint.async) ck.start_save(t.state(), 1, be_.memory());
+      else ck.save(t.state(), 1);
+      FAIL() << "a save onto " << obstacle << " was started";
+    } catch (const AgreedError& e) {
+      EXPECT_CONTAINS(e.what(), obstacle + " is a directory named like a checkpoint");
+    }
+    EXPECT_FALSE(ck.save_in_progress());
+    EXPECT_TRUE(fs::is_directory(obstacle));
+  }
+  // A link at the .tmp's name: the save would write (truncate) where it points.
+  Config c = config_;
+  c.checkpoint.dir = dir_.file("linked");
+  const std::string target = dir_.file("elsewhere.txt"), link = c.checkpoint.dir + "/" + Checkpointer::file_name(1) + ".tmp";
+  if (world_rank() == 0) {
+    fs::create_directories(c.checkpoint.dir);
+    std::ofstream(target) << "keep me\n";
+    fs::create_symlink(target, link);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  Trainer t(c, *grid_, be_);
+  try {
+    Checkpointer(c, *grid_).save(t.state(), 1);
+    FAIL() << "a save through " << link << " was written";
+  } catch (const AgreedError& e) {
+    EXPECT_CONTAINS(e.what(), link + " is a symbolic link named like a checkpoint's .tmp");
+  }
+  if (world_rank() == 0) EXPECT_EQ(fs::file_size(target), 8u);
 }
 
 TEST_F(Refusal, ResumeAutoTakesTheNewestCompleteCheckpoint) {

@@ -64,6 +64,33 @@ def run(cmd, timeout=300):
     return p.returncode, p.stdout + p.stderr
 
 
+def threads_per_rank(profile):
+    m = re.search(r"^threads_per_rank = (\d+)", open(profile).read(), re.M) if os.path.exists(profile) else None
+    return int(m.group(1)) if m else None
+
+
+def check_calibrate_threads_as_train(tmp, deck):
+    """calibrate without --threads measures at the threads `train` runs on the same launch (its
+    device line), so that the time model prices training with training's rates: from the node's
+    cores (2 ranks), and from OMP_NUM_THREADS (1 rank)."""
+    no_omp = {k: v for k, v in ENV.items() if k != "OMP_NUM_THREADS"}
+    for ranks, env in ((2, no_omp), (1, dict(no_omp, OMP_NUM_THREADS="1"))):
+        profile = os.path.join(tmp, f"threads-{ranks}.toml")
+        p = subprocess.run([MPIEXEC, "-n", str(ranks), BIN, "bench", "--suite", "calibrate", "--passes", "1",
+                            "--steps", "3", "--out", profile], capture_output=True, text=True, env=env,
+                           timeout=300, cwd=REPO)
+        out = p.stdout + p.stderr
+        p = subprocess.run([MPIEXEC, "-n", str(ranks), BIN, "train", deck, "--set", "run.threads=0",
+                            "--set", "train.steps=1", "--set", "parallel.profile=\"\"",
+                            "--set", f'run.dir="{os.path.join(tmp, f"threads-run-{ranks}")}"'],
+                           capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+        out += p.stdout + p.stderr
+        m = re.search(r"^device: .*?(\d+) thread\(s\) per rank", out, re.M)
+        check(m is not None and threads_per_rank(profile) == int(m.group(1)),
+              f"calibrate on {ranks} rank(s) without --threads measures at train's threads "
+              f"(profile {threads_per_rank(profile)}, train {m.group(1) if m else None})", out)
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         profile = os.path.join(tmp, "machine.toml")
@@ -77,6 +104,8 @@ def main():
         deck = os.path.join(tmp, "auto.toml")
         with open(deck, "w") as f:
             f.write(DECK.format(dir=os.path.join(tmp, "run"), profile=profile))
+
+        check_calibrate_threads_as_train(tmp, deck)
 
         # The ranking, as JSON: every field, fastest first among those planned.
         code, out = run([BIN, "plan", deck, "--world", "2", "--all", "--time", "--profile", profile,

@@ -549,6 +549,92 @@ CATALOGUE = [
          "{dir}/run/imported.h5"], 1,
         ["{dir}/untrusted/hf_config_dir/config.json: is a directory; expected a JSON file"],
         needs=["untrusted"]),
+    # --- trust round two: silent hardware faults and a chaos run ---
+    row("deck", "replica check cadence", 1, train("run.replica_check_every=-1"), 1,
+        ["run.replica_check_every = -1 is out of range (expected integer from 0 to 2147483647)"], absent=NOT_TRAINED),
+    row("deck", "spike re-run factor", 1, train("run.rerun_spike_factor=0.5"), 1,
+        ["run.rerun_spike_factor = 0.5 is out of range (expected 0 (off) or a number > 1)"],
+        absent=NOT_TRAINED),
+    row("deck", "bad MESHTRAIN_FAULT flip", 2, train(), 1,
+        ['MESHTRAIN_FAULT: cannot parse "flip_param:rank=1"',
+         "expected flip_param:rank=<r>:step=<s>[:param=<name>][:index=<i>][:bit=<b>]"],
+        env={"MESHTRAIN_FAULT": "flip_param:rank=1"}, absent=["| loss "]),
+    # One bit of one replica's parameter flipped after step 1: the replica check stops the job
+    # (exit 6, kExitHardwareFault) naming both copies' ranks and node, before any checkpoint.
+    row("fault", "corrupt replica (flip_param)", 2, train("parallel.dp=2", "run.replica_check_every=1"), 6,
+        ["replica check at step 1", "ranks 0 (node {node}) and 1 (node {node}) disagree",
+         "sbatch --exclude={node}"], env={"MESHTRAIN_FAULT": "flip_param:rank=1:step=1"},
+        absent=NO_CRASH + ["MB/s)"]),
+    # One bit of one rank's gradient flipped in step 7's first attempt: a spike, re-run, the
+    # rank's gradient differs: a hardware fault on that rank alone, the step not applied.
+    row("fault", "step differs on re-run (flip_grad)", 2, train("parallel.dp=2", "train.steps=8"), 6,
+        ["step 7 was re-run on the same data and parameters", "different results on rank 1 (node {node}: "
+         "gradient)", "the step was not applied"], env={"MESHTRAIN_FAULT": "flip_grad:rank=1:step=7"},
+        absent=NO_CRASH + ["rank 0 (node"]),
+    # --- trust round two: run directory, hangs and crashes ---
+    # Another job holds run.dir (or checkpoint.dir): refused with the holder's node and pid
+    # before anything is written there: its flight record and metrics stay as they were.
+    row("run", "run.dir in use by another run", 2, train("run.dir=\"{locked}\""), 1,
+        ["deck.toml: run.dir = \"{locked}\": is in use by another run ({locked}/.meshtrain.lock "
+         "is locked by node {node}, pid {pid}, since ", "give this run a directory of its own"],
+        needs=["locked"], absent=NOT_TRAINED),
+    # Another job's run.dir as this one's checkpoint.dir: the directory is that job's either way.
+    row("run", "checkpoint.dir is another run's run.dir", 2,
+        train("checkpoint.dir=\"{locked}\""), 1,
+        ["deck.toml: checkpoint.dir = \"{locked}\": is in use by another run ({locked}/.meshtrain.lock "
+         "is locked by node {node}, pid {pid}, "], needs=["locked"], absent=NOT_TRAINED),
+    row("run", "checkpoint.dir in use by another run", 2,
+        train("checkpoint.dir=\"{locked_checkpoints}\""), 1,
+        ["deck.toml: checkpoint.dir = \"{locked_checkpoints}\": is in use by another run "
+         "({locked_checkpoints}/.meshtrain.lock is locked by node {node}, pid {pid}, "],
+        needs=["locked"], absent=NOT_TRAINED),
+    # Not a file where a checkpoint (or its .tmp) of this run would go: refused at start-up,
+    # not at that step's rename.
+    row("checkpoint", "directory named like a checkpoint", 2,
+        train("checkpoint.dir=\"{named}\"", "train.steps=6"), 1,
+        ["checkpoint.dir = \"{named}\": {named}/step_00000006.h5 is a directory named like a "
+         "checkpoint", "remove or rename it"], needs=["named"], absent=NOT_TRAINED),
+    row("checkpoint", "directory named like a checkpoint's .tmp", 2,
+        train("checkpoint.dir=\"{named_tmp}\"", "train.steps=4"), 1,
+        ["{named_tmp}/step_00000004.h5.tmp is a directory named like a checkpoint"],
+        needs=["named"], absent=NOT_TRAINED),
+    # A stop file that a run cannot remove once it stopped on it would stop every restart, and
+    # the chain job requeues on exit 75 forever: refused with status 1.
+    row("signal", "stop file is a directory", 2, train(), 1,
+        ["MESHTRAIN_STOP_FILE=/tmp: is a directory, not a stop file", "name a path where nothing is"],
+        env={"MESHTRAIN_STOP_FILE": "/tmp"}, absent=NOT_TRAINED),
+    # A FIFO of the test's own rather than a device: a binary that still removed the stop file
+    # it stopped on would delete /dev/null for the whole machine.
+    row("signal", "stop file is a fifo", 2, train(), 1,
+        ["MESHTRAIN_STOP_FILE={fifo}/input.txt: is a fifo, not a stop file"],
+        env={"MESHTRAIN_STOP_FILE": "{fifo}/input.txt"}, needs=["fifos"], absent=NOT_TRAINED),
+] + [
+    # A rank stalls in the middle of writing step 2's checkpoint, before a dataset's write that
+    # the others have entered: inside MPI-IO (collective) no communicator's timeout reaches them,
+    # so the watchdog of blocking regions ends the job within seconds of run.comm_timeout, naming
+    # the region; the flight records name the rank that never entered it.
+    row("fault", "stalled rank in a checkpoint write (%s)" % name, 2,
+        train("run.comm_timeout=4", "train.steps=4", *sets), None,
+        ["did not complete within 4 s (run.comm_timeout)"] + expect,
+        job=3, errors=None, env={"MESHTRAIN_FAULT": "checkpoint_stall:data@2:rank=1"},
+        within=4 + 20, absent=NO_CRASH)
+    for name, sets, expect in (
+        ("collective", ["checkpoint.io=\"collective\""],
+         ["collective write of dataset", "likely cause: rank 1 (node {node})"]),
+        ("independent", ["checkpoint.io=\"independent\""], ["likely cause: rank 1 (node {node})"]),
+        ("collective, async", ["checkpoint.io=\"collective\"", "checkpoint.async=true"],
+         ["collective write of dataset"]))
+] + [
+    # --- trust round two: tests that hold on every CPU, and predictions a user can trust ---
+    # bf16 where oneDNN has no bf16 GEMM at all (AVX2; capped here by ONEDNN_MAX_CPU_ISA on any
+    # CPU): refused before the first step, on every rank alike, instead of failing inside it;
+    # "auto" trains fp32 there.
+    row("deck", "bf16 where oneDNN has no bf16 GEMM", 2, train("train.precision=\"bf16\""), 1,
+        ["{deck}: train.precision = \"bf16\" on a CPU where oneDNN has no bf16 GEMM", "avx2",
+         "AVX512_CORE", "use \"fp32\""], env={"ONEDNN_MAX_CPU_ISA": "avx2"}, absent=["| loss "]),
+    row("deck", "auto where oneDNN has no bf16 GEMM", 1, train(), 0,
+        ["precision fp32 (auto: the CPU has no bf16 instructions)"], errors=0,
+        env={"ONEDNN_MAX_CPU_ISA": "avx2"}),
 ]
 
 
@@ -661,6 +747,58 @@ FIXTURES = {"fifos": fixture_fifos, "shards": fixture_shards, "broken": fixture_
             "run_b": fixture_run_b, "damaged": fixture_damaged, "read_only": fixture_read_only,
             "full": fixture_full}
 MOUNTS = []
+
+
+# --- trust round two: run directory, hangs and crashes (fixtures) ---
+
+HELD = []  # lock files this process holds for as long as it runs
+
+
+def hold_lock(path):
+    """Locks path as another job's rank 0 would, naming this process as the holder. An
+    open-file-description lock, as meshtrain's: a classic POSIX lock (fcntl.lockf) would be
+    dropped the moment the driver's snapshot() opens and closes the file."""
+    import fcntl
+    import struct
+    f = open(path, "w")
+    f.write("node %s, pid %d, since 2026-01-01T00:00:00Z\n" % (NODE, os.getpid()))
+    f.flush()
+    # struct flock: l_type, l_whence, l_start, l_len, l_pid (x86-64 and aarch64 layout)
+    fcntl.fcntl(f, fcntl.F_OFD_SETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+    HELD.append(f)
+
+
+def fixture_locked(p):
+    """A run directory (with another job's flight record and metrics) and a checkpoint
+    directory that this process holds locked."""
+    p["pid"] = os.getpid()
+    p["locked"] = os.path.join(p["dir"], "locked")
+    p["locked_checkpoints"] = os.path.join(p["dir"], "locked_checkpoints")
+    os.makedirs(os.path.join(p["locked"], "flight"))
+    os.makedirs(p["locked_checkpoints"])
+    with open(os.path.join(p["locked"], "flight", "rank_000000.rec"), "wb") as f:
+        f.write(b"the other job's flight record" * 100)
+    with open(os.path.join(p["locked"], "metrics.jsonl"), "w") as f:
+        f.write('{"step": 1}\n')
+    with open(os.path.join(p["locked_checkpoints"], "keep"), "w") as f:
+        f.write("the other job's\n")
+    hold_lock(os.path.join(p["locked"], ".meshtrain.lock"))
+    hold_lock(os.path.join(p["locked_checkpoints"], ".meshtrain.lock"))
+
+
+def fixture_named(p):
+    """Checkpoint directories holding a directory named like a checkpoint (step 6) and like a
+    .tmp (step 4), each with a file in it."""
+    p["named"] = os.path.join(p["dir"], "named")
+    p["named_tmp"] = os.path.join(p["dir"], "named_tmp")
+    for d in (os.path.join(p["named"], "step_00000006.h5"),
+              os.path.join(p["named_tmp"], "step_00000004.h5.tmp")):
+        os.makedirs(d)
+        with open(os.path.join(d, "keep"), "w") as f:
+            f.write("not a checkpoint\n")
+
+
+FIXTURES.update({"locked": fixture_locked, "named": fixture_named})
 BUILT = {}
 
 
@@ -815,7 +953,7 @@ def run(case, p):
             cmd += ([":"] if i else []) + ["-n", "1", "sh", "-c", wrapper, BIN] + fill(part)
     else:
         cmd = [MPIEXEC, "-n", str(case["ranks"]), "sh", "-c", wrapper, BIN] + fill(case["args"])
-    env = dict(ENV, **case.get("env", {}))
+    env = dict(ENV, **{k: v.format(**p) for k, v in case.get("env", {}).items()})
     stop_file = os.path.join(p["scratch"], "STOP")
     if case.get("stop_file"):
         os.makedirs(p["scratch"], exist_ok=True)

@@ -2,17 +2,20 @@
 """`meshtrain diagnose` names the rank that stalled or died, in dp, tp and pp groups.
 
 Each case trains the tiny deck on 2 ranks laid out along one axis, with rank 1 stalled or killed
-at step 2 by fault injection (MESHTRAIN_FAULT); the job ends (timeout abort, or mpiexec's kill),
-then `meshtrain diagnose RUNDIR` reads the ranks' flight records. It must name rank 1 and its
-node as the likely cause and the group where the ranks parted.
+at step 2 by fault injection (MESHTRAIN_FAULT), or killed with SIGKILL from outside at some point
+of a later step; the job ends (timeout abort, or mpiexec's kill), then `meshtrain diagnose RUNDIR`
+reads the ranks' flight records. It must name rank 1 and its node as the likely cause (and the
+group where the ranks parted; a rank killed from outside, as dead).
 
 usage: diagnose_test.py MESHTRAIN_BINARY MPIEXEC
 """
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 BIN, MPIEXEC = sys.argv[1], sys.argv[2]
 ENV = dict(os.environ)  # CTest sets the MPI launch environment
@@ -37,6 +40,70 @@ steps = 6
 global_batch = 8
 micro_batch = 2
 """
+
+
+def rank_pid(launcher, rank):
+    """The pid of the given world rank below the launcher, or None."""
+    todo = [launcher]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+                children = [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+        for c in children:
+            try:
+                with open("/proc/%d/environ" % c, "rb") as f:
+                    env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            except OSError:
+                continue
+            if os.path.realpath("/proc/%d/exe" % c) == os.path.realpath(BIN) and \
+                    int(env.get(b"OMPI_COMM_WORLD_RANK", env.get(b"PMI_RANK", b"-1"))) == rank:
+                return c
+        todo += children
+    return None
+
+
+def killed_rank_named(tmp, group, node):
+    """Trains until a few steps are logged, kills rank 1 with SIGKILL, and returns the problems
+    with what `meshtrain diagnose` says."""
+    run_dir = os.path.join(tmp, group + "_kill")
+    deck = os.path.join(tmp, "deck_%s_kill.toml" % group)
+    with open(deck, "w") as f:
+        f.write(DECK.format(dir=run_dir))
+    launcher = subprocess.Popen([MPIEXEC, "-n", "2", BIN, "train", deck, "--set", "parallel.%s=2" % group,
+                                 "--set", "train.steps=1000000", "--set", "checkpoint.every=0"],
+                                env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    deadline = time.time() + 120
+    while time.time() < deadline and launcher.poll() is None:
+        if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3:
+            break
+        time.sleep(0.05)
+    victim = rank_pid(launcher.pid, 1)
+    if victim is None:
+        launcher.kill()
+        return ["rank 1's process not found (the job ended?):\n" + launcher.communicate()[0][-2000:]]
+    os.kill(victim, signal.SIGKILL)
+    try:
+        launcher.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        launcher.communicate()
+        return ["the job did not end within 60 s of the kill"]
+    diag = subprocess.run([BIN, "diagnose", run_dir], capture_output=True, text=True, timeout=60)
+    out = diag.stdout + diag.stderr
+    problems = []
+    if "likely cause: rank 1 (node %s) stopped communicating" % node not in out:
+        problems.append("rank 1 is not named as the likely cause")
+    if "rank 1 (node %s) died at about" % node not in out:
+        problems.append("rank 1 is not said to have died")
+    if "rank 0 (node %s) died" % node in out:
+        problems.append("rank 0, which the launcher ended, is said to have died")
+    if problems:
+        problems.append("diagnose output:\n      " + out.replace("\n", "\n      "))
+    return problems
 
 
 def main():
@@ -74,6 +141,18 @@ def main():
                           "\n      ".join((train.stdout + train.stderr).splitlines()[-15:]))
                 else:
                     passed += 1
+        # kill -9 of rank 1 from outside, at whatever point of a step it is: inside an operation
+        # as often as not, where the others wait in the same one. The launcher ends the rest
+        # within a second, so only the termination signal the survivors noted in their
+        # records tells which rank died (before: "no divergence").
+        for group in ("dp", "tp", "pp"):
+            problems = killed_rank_named(tmp, group, node)
+            print("%-4s %-6s %s" % (group, "kill", "ok" if not problems else "FAILED"))
+            if problems:
+                failures += 1
+                print("    " + "\n    ".join(problems))
+            else:
+                passed += 1
         # A directory without records is refused clearly.
         diag = subprocess.run([BIN, "diagnose", tmp], capture_output=True, text=True, timeout=60)
         if diag.returncode != 1 or "holds no readable flight records" not in diag.stderr:

@@ -253,6 +253,60 @@ TEST(FlightReport, NamesARankThatDiedInsideAnOperation) {
   }
 }
 
+TEST(FlightReport, NamesARankKilledInsideAnOperationWhenTheLauncherEndedTheRestAtOnce) {
+  // dp group {0, 1}: rank 1 was killed (kill -9) inside all_reduce #7, where rank 0 waits too.
+  // The launcher sent rank 0 SIGTERM a second later and killed it: the liveness stamps are a
+  // second apart, under the threshold, and only the signal rank 0 noted, and rank 1 did not,
+  // tells them apart. Before signals were noted the report said "no divergence".
+  FlightRecord r0 = rank_record(0, 2, "n1", 1.0), r1 = rank_record(1, 2, "n2", 1.0);
+  const int g0 = add_group(r0, "dp", 0, 2, 0), g1 = add_group(r1, "dp", 0, 2, 1);
+  add_entry(r0, g0, FlightOp::AllReduce, -1, 7, 5.0, false);
+  add_entry(r1, g1, FlightOp::AllReduce, -1, 7, 5.0, false);
+  r0.header.alive = 6.1;
+  r1.header.alive = 5.1;
+  r0.header.signalled = 6.0;
+  r0.header.signal = 15;
+  const std::string text = analyse_flight({r0, r1}).text();
+  EXPECT_NE(text.find("likely cause: rank 1 (node n2) stopped communicating"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 1 (node n2) died at about "), std::string::npos) << text;
+  EXPECT_NE(text.find("the others recorded the launcher's termination signal or their own abort, it "
+                      "recorded neither"), std::string::npos) << text;
+  EXPECT_EQ(text.find("rank 0 (node n1) died"), std::string::npos) << text;
+
+  // Every rank signalled (scancel, a stop of the whole job), or the unsignalled one alive after
+  // the first signal, or closed cleanly: nobody died.
+  FlightRecord both = r1;
+  both.header.signalled = 6.0;
+  FlightRecord later = r1;
+  later.header.alive = 6.05;
+  FlightRecord closed = r1;
+  closed.header.closed = 5.2;
+  for (const FlightRecord& other : {both, later, closed}) {
+    const std::string t = analyse_flight({r0, other}).text();
+    EXPECT_EQ(t.find("died"), std::string::npos) << t;
+  }
+
+  // A stall: rank 0 timed out and aborted the job at 6.0 (no signal: its handler was gone),
+  // then the launcher signalled the stalled rank 1. Neither died; rank 1 is named as before,
+  // as the rank that never entered the collective.
+  FlightRecord aborter = rank_record(0, 2, "n1", 1.0), stalled = rank_record(1, 2, "n2", 1.0);
+  const int a0 = add_group(aborter, "dp", 0, 2, 0), s1 = add_group(stalled, "dp", 0, 2, 1);
+  add_entry(aborter, a0, FlightOp::AllReduce, -1, 1, 2.0, false);
+  (void)s1;
+  aborter.header.alive = 5.9;
+  aborter.header.aborted = 6.0;
+  stalled.header.alive = 6.2;
+  stalled.header.signalled = 6.1;
+  const std::string t = analyse_flight({aborter, stalled}).text();
+  EXPECT_EQ(t.find("died"), std::string::npos) << t;
+  EXPECT_NE(t.find("likely cause: rank 1 (node n2) stopped communicating"), std::string::npos) << t;
+  // And a rank killed before the survivor's own abort (its timeout came first): named dead.
+  FlightRecord killed = stalled;
+  killed.header.signalled = 0;
+  killed.header.alive = 5.0;
+  EXPECT_NE(analyse_flight({aborter, killed}).text().find("rank 1 (node n2) died"), std::string::npos);
+}
+
 TEST(FlightReport, NamesTheFirstDeathFirstWhenOneBroughtDownAnother) {
   // As MPICH over UCX did in CI: rank 1 is killed after a pp send; rank 3, its dp partner, is
   // aborted by its transport 9 ms later, inside the dp all_reduce. Rank 2 has long waited for a

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
 #include "meshtrain/io/data_error.h"
@@ -78,6 +79,53 @@ TEST(TokenShard, RoundTripFourByteTokens) {
   tokens[0] = 128255;
   tokens[1] = 65536;  // would wrap to 0 in a uint16
   expect_round_trip(dir.file("a.bin"), tokens, 128256, 4);
+}
+
+// A shard truncated (rewritten in place) while a run reads it: each way of reading what is no
+// longer there is an error naming the file and what happened, never a SIGBUS (which killed
+// every rank of a run reading a mapped shard, exit 135, without a word).
+TEST(TokenShard, TruncatedWhileOpenIsAnErrorNamingTheFile) {
+  TempDir dir;
+  for (const uint32_t vocab : {50257u, 128256u}) {
+    const std::string path = dir.file("shrinks_" + std::to_string(vocab) + ".bin");
+    write_token_shard(path, some_tokens(100000, vocab), vocab);
+    const TokenShard s = TokenShard::open(path);
+    std::filesystem::resize_file(path, 64 + 100);
+    const auto expect_named = [&](const std::function<void()>& read, const char* what) {
+      try {
+        read();
+        ADD_FAILURE() << what << ": no error after the truncation";
+      } catch (const DataError& e) {
+        const std::string m = e.what();
+        EXPECT_EQ(m.rfind(path + ": the token shard was truncated while this run used it", 0), 0u)
+            << what << ": " << m;
+        EXPECT_NE(m.find("bytes when opened"), std::string::npos) << what << ": " << m;
+      }
+    };
+    std::vector<int32_t> out(1025);
+    expect_named([&] { s.read(90000, 1025, out.data()); }, "read");
+    expect_named([&] { (void)s.token(99999); }, "token");
+    expect_named([&] { (void)s.verify_checksum(); }, "verify_checksum");
+    expect_named([&] { s.verify(); }, "verify");
+    // What is still there reads as before.
+    EXPECT_NO_THROW(s.read(0, 10, out.data()));
+  }
+}
+
+// Replaced by a rename (how shards should be rewritten): the run goes on reading the file it
+// opened, whole and unchanged.
+TEST(TokenShard, ReplacedByARenameKeepsReadingTheOpenedFile) {
+  TempDir dir;
+  const std::string path = dir.file("a.bin"), other = dir.file("b.bin");
+  const auto tokens = some_tokens(5000, 50257);
+  write_token_shard(path, tokens, 50257);
+  write_token_shard(other, some_tokens(10, 50257), 50257);
+  const TokenShard s = TokenShard::open(path);
+  std::filesystem::rename(other, path);
+  std::vector<int32_t> out(tokens.size());
+  s.read(0, static_cast<int64_t>(out.size()), out.data());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], static_cast<int32_t>(tokens[i]));
+  EXPECT_TRUE(s.verify_checksum());
 }
 
 TEST(TokenShard, WidthBoundaryIs65536) {

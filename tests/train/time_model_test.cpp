@@ -11,6 +11,7 @@
 #include "meshtrain/config/layout_check.h"
 #include "meshtrain/parallel/schedule_simulator.h"
 #include "meshtrain/train/layout_advisor.h"
+#include "meshtrain/train/planner.h"
 #include "meshtrain/train/time_model.h"
 
 namespace meshtrain {
@@ -145,6 +146,33 @@ TEST(TimeModel, SharedCpuCoresLendBubblesToBusyRanks) {
   ASSERT_FALSE(shared.caveats.empty());
 }
 
+// Bubbles lend cores only where waiting ranks leave them: under the MPI libraries' default
+// polling (calibrate measures waiting_ranks_lend = 0) 8 ranks on 2 cores run as if every rank kept
+// its share, and half-lending ranks land in between (8 ranks on 6 cores: a bubble's lent cores
+// shorten the pipeline without reaching the node's whole work).
+TEST(TimeModel, WaitingRanksThatSpinLendNoCores) {
+  MachineProfile cpu = machine();
+  cpu.device = "cpu";
+  cpu.cores_per_node = 6;
+  Config c = deck(2, 1, 4, 1, 8);
+  c.run.device = DeviceChoice::Cpu;
+  const double lending = predict_step_time(c, cpu).step_s;
+  cpu.waiting_ranks_lend = 0;
+  const StepTimePrediction spinning = predict_step_time(c, cpu);
+  cpu.waiting_ranks_lend = 0.5;
+  const double half = predict_step_time(c, cpu).step_s;
+  MachineProfile own_cores = machine();
+  own_cores.device = "cpu";
+  own_cores.cores_per_node = 64;
+  EXPECT_DOUBLE_EQ(spinning.step_s, predict_step_time(c, own_cores).step_s);
+  EXPECT_LT(lending, half);
+  EXPECT_LT(half, spinning.step_s);
+  bool said = false;
+  for (const std::string& note : spinning.caveats) said = said || note.find("spin") != std::string::npos;
+  EXPECT_TRUE(said) << "the prediction says that waiting ranks keep their cores";
+  EXPECT_LE(step_time_lower_bound(c, cpu), half);
+}
+
 TEST(TimeModel, MissingRatesAreNamed) {
   Config c = deck(1, 1, 1);
   c.train.precision = DType::BF16;
@@ -167,7 +195,7 @@ TEST(LayoutAdvisor, RanksByTimeAndKeepsToTheBudgetAndTheDeck) {
   const AdvisorResult fitted = advise_layouts(base, 8, machine(), LayoutFreedom{}, tight, 1, 1);
   ASSERT_EQ(fitted.fitting, 1u);
   EXPECT_LE(fitted.ranked[0].peak_bytes, tight);
-  EXPECT_GT(fitted.planned, 1u);
+  EXPECT_GT(fitted.planned + fitted.stopped_over_budget, 1u);  // the faster ones stopped past it
   // Nothing fits one byte.
   EXPECT_EQ(advise_layouts(base, 8, machine(), LayoutFreedom{}, 1, 1, 1).fitting, 0u);
   // Only what the deck leaves "auto" moves.
@@ -180,6 +208,48 @@ TEST(LayoutAdvisor, RanksByTimeAndKeepsToTheBudgetAndTheDeck) {
     EXPECT_EQ(r.config.parallel.dp, 8);
     EXPECT_EQ(r.config.train.micro_batch, 1);
   }
+}
+
+// The advisor skips simulating layouts by this bound, so it must never exceed the prediction:
+// every layout of a deck, on a GPU-like node and on CPU ranks sharing cores (whose bubbles lend
+// cores, the case where the bound divides by the sharing).
+TEST(TimeModel, LowerBoundNeverExceedsThePrediction) {
+  MachineProfile cpu = machine();
+  cpu.device = "cpu";
+  cpu.cores_per_node = 2;
+  for (const MachineProfile& profile : {machine(), cpu}) {
+    Config base = deck(16, 1, 1, 1, 32);
+    if (profile.device == "cpu") base.run.device = DeviceChoice::Cpu;
+    int below = 0, layouts = 0;
+    for (const Config& c : enumerate_layouts(base, 16)) {
+      const double bound = step_time_lower_bound(c, profile), time = predict_step_time(c, profile).step_s;
+      EXPECT_LE(bound, time * (1 + 1e-12)) << layout_name(c) << " on " << profile.device;
+      below += bound < time * (1 - 1e-9) ? 1 : 0;
+      ++layouts;
+    }
+    EXPECT_GT(below, layouts / 4) << "the bound is the prediction itself almost everywhere: no bound";
+  }
+}
+
+// Bounded work, the same answer: the listed layouts and their order are those of simulating and
+// planning every layout, while most layouts are never simulated.
+TEST(LayoutAdvisor, SimulatesOnlyLayoutsThatCouldBeatTheListed) {
+  const Config base = deck(8, 1, 1, 1, 16);
+  const AdvisorResult every = advise_layouts(base, 8, machine(), LayoutFreedom{}, 0, 1, 0);
+  const AdvisorResult top = advise_layouts(base, 8, machine(), LayoutFreedom{}, 0, 1, 5);
+  ASSERT_EQ(top.fitting, 5u);
+  EXPECT_EQ(every.predicted, every.layouts);
+  EXPECT_LT(top.predicted, top.layouts / 2) << "simulated " << top.predicted << " of " << top.layouts;
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(layout_name(top.ranked[i].config), layout_name(every.ranked[i].config)) << i;
+    EXPECT_EQ(top.ranked[i].time.step_s, every.ranked[i].time.step_s) << i;
+  }
+  // Under a budget that only slower layouts meet, the planned ones are still the fastest that fit.
+  const size_t tight = every.ranked[0].peak_bytes - 1;
+  const AdvisorResult fitted = advise_layouts(base, 8, machine(), LayoutFreedom{}, tight, 1, 3);
+  const AdvisorResult fitted_every = advise_layouts(base, 8, machine(), LayoutFreedom{}, tight, 1, 0);
+  for (size_t i = 0; i < fitted.fitting; ++i)
+    EXPECT_EQ(layout_name(fitted.ranked[i].config), layout_name(fitted_every.ranked[i].config)) << i;
 }
 
 TEST(LayoutAdvisor, DeckAutoKeysLeaveChoicesOpen) {

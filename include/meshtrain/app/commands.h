@@ -21,6 +21,7 @@ namespace meshtrain {
 
 inline constexpr int kExitOk = 0, kExitInput = 1, kExitUsage = 2, kExitTimeout = 3, kExitInternal = 4;
 inline constexpr int kExitDiverged = 5;
+inline constexpr int kExitHardwareFault = 6;  // train/hardware_fault.h
 inline constexpr int kExitRequeue = 75;
 
 struct TrainArgs {
@@ -43,6 +44,9 @@ int prepare_command(const PrepareArgs& args);
 struct BenchArgs {
   std::string suite = "step";  // step, comm, pipeline, zero, checkpoint, gpu, calibrate, hetero, context, all
   int threads = 2;
+  // --threads given: calibrate measures at args.threads; else at the threads `train` would run
+  // on this launch (run_setup.h training_threads), which the time model prices training with.
+  bool threads_given = false;
   int steps = 4;
   std::string model = "gpt2";  // the step suite's model: gpt2 (GPT-2 124M) or tiny (tests)
   std::string json;            // also write results as JSON here

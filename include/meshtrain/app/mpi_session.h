@@ -24,7 +24,8 @@ class MpiSession {
 
 // Runs a command body, turning exceptions into exit statuses (commands.h): errors every rank
 // agrees on are printed once (by rank 0) and exit with kExitInput, a diverged run with
-// kExitDiverged; a communication timeout, memory exhausted, or an unexpected error on one rank
+// kExitDiverged, a hardware fault the trainer found (train/hardware_fault.h) with
+// kExitHardwareFault; a communication timeout, memory exhausted, or an unexpected error on one rank
 // is printed with that rank's name and aborts the whole job.
 int run_reporting_errors(const std::function<int()>& body);
 

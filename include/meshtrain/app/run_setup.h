@@ -9,11 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/app/cpu_binding.h"
 #include "meshtrain/backend/backend.h"
 #include "meshtrain/comm/flight_recorder.h"
 #include "meshtrain/comm/job_abort.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/config.h"
+#include "meshtrain/io/directory_lock.h"
 #include "meshtrain/parallel/process_grid.h"
 
 namespace meshtrain {
@@ -32,7 +34,22 @@ int local_rank();
 // and the cores each rank is bound to (cpu_binding.h).
 std::vector<std::string> gather_over_node(const std::string& mine);
 
+// Collective over the node: the kernel threads of this rank exactly as `train` chooses them
+// (cpu_binding.h choose_threads: `configured` when > 0, else OMP_NUM_THREADS, else this rank's
+// share of the cores its node's ranks are bound to), with that division of the node's cores.
+// Whatever measures the machine for the time model (bench --suite calibrate, a profile measured
+// at start-up) takes these, so that its rates are the rates training will get.
+struct TrainingThreads {
+  ThreadChoice choice;
+  NodeCpuShare share;
+  int node_ranks = 1;
+};
+TrainingThreads training_threads(int configured);
+
 struct RunSetup {
+  // train's exclusive hold on run.dir and checkpoint.dir (world rank 0; io/directory_lock.h).
+  // First: released after everything else that writes there is gone.
+  std::vector<std::unique_ptr<DirectoryLock>> locks;
   Config config;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<FlightRecorder> recorder;  // outlives the grid's communicators that record
@@ -46,7 +63,8 @@ struct RunSetup {
 };
 
 // Whether a run keeps a flight recorder of its communication (train does; short commands not,
-// so that they leave a failed training run's records alone).
+// so that they leave a failed training run's records alone). A run that records owns its run
+// directory: it locks run.dir and checkpoint.dir first, before it writes anything there.
 enum class Flight { Off, Record };
 
 // Collective over MPI_COMM_WORLD: the process grid of `config`'s layout with the communicators
@@ -58,7 +76,8 @@ std::unique_ptr<ProcessGrid> make_grid(const Config& config, Backend& backend,
                                        FlightRecorder* recorder = nullptr,
                                        MPI_Comm world = MPI_COMM_WORLD);
 
-// Collective: load_config, then device resolution (agreed over the world: nodes may differ),
+// Collective: load_config, then (Flight::Record) the locks on run.dir and checkpoint.dir, which
+// refuse a second job there before it writes anything, then device resolution (agreed over the world: nodes may differ),
 // the backend of this rank, the flight recorder (<run.dir>/flight/rank_N.rec) when asked for
 // and run.flight_records > 0, and the grid with communicators for that device. On the CPU, threads
 // per rank from run.threads, OMP_NUM_THREADS or the rank's share of its node's cores. Prints the

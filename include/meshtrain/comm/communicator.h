@@ -101,6 +101,14 @@ class Communicator {
   // it first, for every tensor of an operation, whatever the group's size.
   virtual void check_supported(const std::string& op, const Tensor& t, Use use) const;
 
+  // A blocking call outside this communicator that every member makes, in the same order, over
+  // its MPI communicator (a collective HDF5 call): entered and left where this group records its
+  // operations (RecordingCommunicator), so that a member that never entered it shows. Returns a
+  // token for leave_blocking_collective; nothing to record by default. CollectiveRegion
+  // (blocking_watchdog.h) calls these.
+  virtual uint64_t enter_blocking_collective() { return 0; }
+  virtual void leave_blocking_collective(uint64_t) {}
+
   // In place: every rank ends with the reduction of all ranks' `t`.
   Work all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum);
   // `in` is size() equal chunks; this rank's chunk of the reduction lands in `out`.

@@ -35,6 +35,7 @@ namespace meshtrain {
 enum class FlightOp : uint8_t {
   AllReduce, ReduceScatter, AllGather, Broadcast, Send, Recv, Barrier, ScalarAllReduce,
   BytesBroadcast, BytesAllGather,
+  BlockingCall,  // a collective call outside the communicator: HDF5 over its MPI communicator
 };
 std::string_view flight_op_name(FlightOp op);  // "all_reduce", "send", ...
 bool is_point_to_point(FlightOp op);            // Send or Recv
@@ -82,7 +83,16 @@ struct FlightHeader {
   char node[64] = {};     // comm/node.h: the Slurm node name, else the hostname
   double alive = 0;       // wall clock of the last stamp of the process's liveness (0: none)
   double closed = 0;      // wall clock when the recorder was destroyed (0: not cleanly)
-  uint8_t reserved2[120] = {};
+  // Wall clock and number of the first termination signal the process received (0: none):
+  // the launcher's SIGTERM to the ranks still alive when it ends a job because one died; and
+  // of the process ending the job itself (MPI_Abort, after a timeout or an error of its own).
+  // A rank with neither, whose record stopped before the first of the others', is the one that
+  // died.
+  double signalled = 0;
+  double aborted = 0;
+  int32_t signal = 0;
+  int32_t reserved3 = 0;
+  uint8_t reserved2[96] = {};
   FlightGroup groups[kMaxGroups];
 };
 static_assert(sizeof(FlightHeader) == 256 + FlightHeader::kMaxGroups * sizeof(FlightGroup));
@@ -100,6 +110,13 @@ FlightRecord read_flight_record(const std::string& path);
 // The record files of a run directory (RUNDIR/flight/rank_*.rec), sorted.
 std::vector<std::string> flight_record_paths(const std::string& run_dir);
 std::string flight_record_path(const std::string& run_dir, int world_rank);
+
+// Notes `sig` in the header of this process's recorder, if there is one and no signal was noted
+// yet (FlightHeader::signalled). Async-signal-safe: for a signal handler (train/stop_request).
+void note_signal_in_flight_record(int sig);
+// Notes in the same header that this process is ending the job itself (comm/mpi_runtime.h's
+// abort_job), once.
+void note_abort_in_flight_record();
 
 class FlightRecorder {
  public:

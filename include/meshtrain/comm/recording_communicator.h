@@ -25,6 +25,10 @@ class RecordingCommunicator final : public Communicator {
   void check_supported(const std::string& op, const Tensor& t, Use use) const override {
     inner_->check_supported(op, t, use);
   }
+  // Recorded as a collective (FlightOp::BlockingCall) of this group, on the recording thread
+  // only (the recorder is not thread-safe): a background writer's group does not record.
+  uint64_t enter_blocking_collective() override;
+  void leave_blocking_collective(uint64_t token) override;
 
  protected:
   // A group of one is handled by the front before these are reached, as the wrapped

@@ -40,6 +40,8 @@ struct RunOptions {
   double comm_timeout = 600.0;  // seconds
   int flight_records = 4096;    // communication operations each rank's flight recorder keeps
   double straggler_threshold = 1.25;  // compute x the median that flags a rank; 0: no report
+  int replica_check_every = 100;      // steps between replica hash checks; 0: off
+  double rerun_spike_factor = 10.0;   // gradient norm x the recent median that re-runs a step; 0: off
 };
 
 struct DataOptions {

@@ -20,6 +20,10 @@
 //   sync_seconds = 0              # optional: what each blocking collective or transfer costs
 //                                 # beyond its alpha-beta time when the ranks are busy (CPU
 //                                 # ranks sharing cores wait for the scheduler to run them)
+//   waiting_ranks_lend = 1        # optional: how much of its core a rank waiting in MPI leaves
+//                                 # to the busy ranks of its node, 0 (it spins: Open MPI's and
+//                                 # MPICH's default polling) to 1 (it sleeps, e.g. Open MPI's
+//                                 # mpi_yield_when_idle); measured by calibrate for its launch
 //   [gemm.bf16]                   # GEMM rate by the smallest of m, n, k (shape class)
 //   peak = 989e12                 # the ceiling MFU is measured against, FLOP/s
 //   sizes = [64, 256, 1024, 4096] # smallest dimension
@@ -82,6 +86,9 @@ struct MachineProfile {
   int threads_per_rank = 1;
   double memory_per_rank = 0;  // bytes; 0: unknown
   double sync_seconds = 0;     // per blocking synchronization among busy ranks
+  // 0 to 1: the share of its cores a rank idle in MPI (a pipeline bubble) leaves to busy ranks
+  // of its node, as measured under the calibrating launch (1 where not measured).
+  double waiting_ranks_lend = 1;
   // Indexed by DType: F32, F64, BF16 (absent: sizes empty).
   std::optional<GemmRates> gemm_fp32, gemm_fp64, gemm_bf16;
   double memory_bytes_per_s = 0;

@@ -1,7 +1,7 @@
 #pragma once
-// TokenDataset: a corpus of token sources (memory-mapped shards, or one in-memory token list
-// for generated corpora) seen as a numbered list of training samples. It is not the order in
-// which samples are drawn (io/sampler.h) and knows nothing of ranks.
+// TokenDataset: a corpus of token sources (token shards read from their files, or one in-memory
+// token list for generated corpora) seen as a numbered list of training samples. It is not the
+// order in which samples are drawn (io/sampler.h) and knows nothing of ranks.
 //
 // A sample is a window of seq_len + 1 consecutive tokens: inputs are its first seq_len tokens,
 // targets its last seq_len (the same tokens shifted by one). Windows are laid end to end,

@@ -1,6 +1,6 @@
 #pragma once
-// Token shards: the on-disk form of a tokenized corpus, and a read-only memory-mapped view of
-// one. This file is the format and its reader/writer; it is not a dataset (how tokens become
+// Token shards: the on-disk form of a tokenized corpus, and a read-only view of one (read with
+// pread). This file is the format and its reader/writer; it is not a dataset (how tokens become
 // training windows is io/token_dataset.h) and not a tokenizer.
 //
 // Format, version 1. Every integer is little-endian.
@@ -54,8 +54,8 @@ uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h = 0xCBF29CE484222325
 
 class TokenShard {
  public:
-  // Maps `path` read-only (MAP_PRIVATE, PROT_READ, madvise(MADV_RANDOM): training reads
-  // windows at random positions). Throws DataError, starting with the path, when the file is
+  // Opens `path` read-only (posix_fadvise(RANDOM): training reads windows at random
+  // positions). Throws DataError, starting with the path, when the file is
   // missing or unreadable, smaller than a header, has a bad magic, an unsupported version,
   // bytes per token other than 2 or 4, a header size other than 64, or a size that does not
   // match the token count the header promises.
@@ -94,15 +94,24 @@ class TokenShard {
   void release() noexcept;
   static TokenShard open_llmc(const std::string& path, int fd, uint64_t file_bytes,
                               const unsigned char* header);
-  // Maps the file read-only and fills what every format has; the caller sets the rest.
-  static TokenShard mapped(const std::string& path, int fd, uint64_t file_bytes,
+  // Keeps a descriptor of the file and fills what every format has; the caller sets the rest.
+  static TokenShard opened(const std::string& path, int fd, uint64_t file_bytes,
                            ShardFormat format, uint64_t header_bytes, int64_t count,
                            uint32_t bytes_per_token);
+  // Reads tokens [first, first + count) as stored into `out` (pread: thread-safe). Throws
+  // DataError naming the file where it has been truncated since it was opened.
+  void read_tokens(int64_t first, int64_t count, void* out) const;
 
   std::string path_;
-  void* map_ = nullptr;  // the whole file, header included
-  size_t map_bytes_ = 0;
-  const unsigned char* tokens_ = nullptr;  // map_ + header bytes
+  // Read with pread, not mapped: a mapped file truncated under a run (a shard rewritten in
+  // place) kills every rank reading it with SIGBUS, without a word; a read past the new end is
+  // an error that names the file. A SIGBUS handler could only jump out of the fault (a process-
+  // wide handler, per-thread jump buffers, and code between that must not hold locks); a
+  // system call per sample window costs a microsecond or two more than copying from a warm
+  // mapping, nothing beside a step, and the sequential verification pass is as fast either way.
+  int fd_ = -1;
+  uint64_t file_bytes_ = 0;    // when opened
+  uint64_t header_bytes_ = 0;  // where the tokens start
   ShardFormat format_ = ShardFormat::Meshtrain;
   int64_t count_ = 0;
   uint32_t bytes_per_token_ = 0;

@@ -24,8 +24,10 @@
 // gradients). A bucket is ready when all units writing it have completed the same number of
 // backward passes, which also handles the tied embedding's two users.
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "meshtrain/comm/communicator.h"
@@ -73,6 +75,24 @@ struct OwnedPiece {
   // replicas (ZeRO 0) defer to dp rank 0, tensor-parallel replicas to tp rank 0, and the tied
   // embedding's copy on the last stage to the first stage's.
   bool primary = false;
+};
+
+// Which copies of this rank's state exist elsewhere in the grid, i.e. which other ranks must
+// hold the same bits (the replica check, train/replica_check.h):
+//   Replicas   the data-parallel (x context-parallel) group: every parameter's values under
+//              ZeRO 0-2 (after the update's all-gather), and under ZeRO 0 the optimizer's
+//              master weights and moments too. ZeRO 3 leaves nothing replicated here.
+//   Tensor     the tensor group: parameters not split over it (layer norms, row-parallel
+//              biases): their values and the optimizer's pieces of them, under every stage.
+//   Embedding  the first and last pipeline stage with tied embeddings: wte's values (ZeRO 0-2)
+//              and, under ZeRO 0, its optimizer state (other stages shard it differently).
+enum class ReplicaScope { Replicas, Tensor, Embedding };
+
+// One replicated piece of state and a hash of its bits; `what` names it the same way on every
+// rank that holds a copy ("h.0.ln1.weight[0] values", "... state @0+64").
+struct ReplicaRecord {
+  std::string what;
+  uint64_t hash = 0;
 };
 
 class ModelState final : public UnitHooks {
@@ -129,6 +149,19 @@ class ModelState final : public UnitHooks {
   // writing. Null clears it.
   void set_update_fence(std::function<void()> fence) { update_fence_ = std::move(fence); }
   bool update_fenced() const { return static_cast<bool>(update_fence_); }
+
+  // This rank's copies of state replicated over `scope`, in an order every holder shares
+  // (parameter order, then owned pieces). Copies to the host: a check every so many steps.
+  std::vector<ReplicaRecord> replica_records(ReplicaScope scope);
+  // A hash of this rank's owned gradients after finish_backward (a step's re-run compares it).
+  uint64_t gradient_hash();
+  // Fault injection (config/fault_injection.h): flips bit `bit` of element `index` of this
+  // rank's slice of parameter `name` ("" the first) in every copy this rank holds: the layers'
+  // values and, where separate, the optimizer's. False when this rank holds no such element.
+  bool flip_parameter_bit(const std::string& name, int64_t index, int bit);
+  // Flips bit `bit` of element `index` (modulo their count) of this rank's owned gradients
+  // among those its share of the gradient norm counts.
+  void flip_gradient_bit(int64_t index, int bit);
 
   // The flat view (ZeRO 0, optimizer not offloaded): its length, its AdamW segments (where
   // weight decay applies) and its norm segments (each element of the grid counted once), and

@@ -4,6 +4,7 @@
 // its memory goes. Counts are of bytes in use by tensors, not of bytes the allocator keeps cached.
 
 #include <array>
+#include <stdexcept>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -37,10 +38,19 @@ constexpr std::string_view category_name(MemoryCategory c) {
   return "?";
 }
 
+// Thrown by MemoryTracker::on_allocate past its limit (set_limit): a planner's dry run stops
+// there, the plan no longer able to fit.
+class MemoryLimitExceeded : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Current and peak bytes per category, plus the peak of the total (which is not the sum of the
 // per-category peaks: those happen at different moments).
 class MemoryTracker {
  public:
+  // 0: none. Past it, on_allocate counts the bytes and throws MemoryLimitExceeded.
+  void set_limit(size_t bytes) { limit_ = bytes; }
   void on_allocate(MemoryCategory c, size_t bytes);
   void on_release(MemoryCategory c, size_t bytes);
 
@@ -67,6 +77,7 @@ class MemoryTracker {
   std::array<size_t, kMemoryCategories> at_peak_{};
   size_t current_total_ = 0;
   size_t peak_total_ = 0;
+  size_t limit_ = 0;
 };
 
 std::string format_bytes(double bytes);

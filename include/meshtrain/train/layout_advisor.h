@@ -3,9 +3,11 @@
 // time (time_model.h) among those whose exact memory plan (planner.h) fits a budget. Behind
 // `meshtrain plan --all --time` and the "auto" values of parallel.* and train.micro_batch.
 //
-// Predicting time is cheap (one pipeline's schedule per layout); the exact memory plan is a
-// dry run per stage, so it is run on layouts in order of predicted time only until `top` of
-// them fit: planning thousands of layouts of a 175B model on 16,384 ranks stays in seconds.
+// The work is bounded so that any deck answers in seconds: a lower bound of each layout's time
+// needs no simulation (time_model.h step_time_lower_bound); layouts are simulated in order of
+// their bounds only until the fastest ones are known for certain (a simulated time below every
+// remaining bound), and the exact memory plan (a dry run per stage) is run on those, in order
+// of predicted time, only until `top` of them fit.
 
 #include <cstddef>
 #include <optional>
@@ -31,7 +33,9 @@ LayoutFreedom freedom_of(const Config& deck);
 
 struct RankedLayout {
   Config config;
-  StepTimePrediction time;
+  StepTimePrediction time;      // when predicted
+  double lower_bound_s = 0;     // step_time_lower_bound
+  bool predicted = false;       // simulated (else only bounded: it cannot beat those planned)
   size_t peak_bytes = 0;  // exact plan; 0 when not planned (ranked below `top` fitting ones)
   bool planned = false;
   bool fits = false;
@@ -40,7 +44,9 @@ struct RankedLayout {
 struct AdvisorResult {
   std::vector<RankedLayout> ranked;  // by predicted step time, fitting ones first
   size_t layouts = 0;                // valid layouts considered
+  size_t predicted = 0;              // of which simulated (the rest bounded, and slower)
   size_t planned = 0;                // of which memory was planned
+  size_t stopped_over_budget = 0;    // not planned to the end: a stage went past the budget
   size_t fitting = 0;                // of those, fitting the budget
 };
 

@@ -29,6 +29,7 @@ struct StagePlan {
 struct LayoutPlan {
   Config config;  // with dp resolved
   std::vector<StagePlan> stages;
+  size_t stopped_over = 0;  // plan_layout's stop_above, when a stage went past it (no stages then)
   size_t peak() const;      // the largest stage's peak: what every rank must fit
   int peak_stage() const;
   std::string layout() const;  // "dp 2 tp 2 pp 2 1f1b m4x2 zero 1 rc none sp" ("pp 2 cp 2 1f1b")
@@ -39,7 +40,11 @@ std::string layout_name(const Config& config);
 
 // Plans `config` on `world_size` ranks with `threads` threads per rank. Throws DeckError if
 // the layout is invalid for that world size.
-LayoutPlan plan_layout(Config config, int world_size, int threads);
+// stop_above > 0: the dry run stops once a stage holds more than that many bytes (it cannot fit
+// a budget of that size; the rest of its steps would cost seconds per layout at scale): the plan
+// then has no stages and stopped_over = stop_above.
+LayoutPlan plan_layout(Config config, int world_size, int threads, size_t stop_above = 0);
+
 
 // Every valid layout of `base`'s model and global batch on `world_size` ranks: dp x tp x pp,
 // micro-batch sizes (powers of two dividing the per-rank batch), schedules (interleaved with 2

@@ -33,7 +33,9 @@ inline constexpr int kStopFileRequest = 1000;
 // Installs handlers for SIGUSR1 and SIGTERM (idempotent).
 void install_stop_handlers();
 // Reads kStopFileVariable on every rank of `world` and agrees on it: throws AgreedError where it
-// is set but its directory does not exist (the file could never appear). World rank 0 then
+// is set but its directory does not exist (the file could never appear), is not writable (the
+// run could not remove the file it stopped on), or where the path names something that is not
+// a file (a directory: it would stop every start, and a requeued job forever). World rank 0 then
 // watches the file; the other ranks learn of it through the agreement on the request.
 void watch_stop_file(Communicator& world);
 // The request so far: a signal number, kStopFileRequest, or 0 for none. Each call on world

@@ -53,6 +53,12 @@ struct StepTimePrediction {
 // needs (the precision's GEMM rates; link measurements for a layout with communication).
 StepTimePrediction predict_step_time(const Config& config, const MachineProfile& profile);
 
+// A lower bound of predict_step_time(config, profile).step_s, in a fraction of its time: each
+// stage's own work (sped up at most by the cores ranks idle in a bubble lend) and what follows
+// it, without simulating the pipeline's schedule. The strategy advisor simulates only the layouts
+// whose bound could still beat those it lists (layout_advisor.h).
+double step_time_lower_bound(const Config& config, const MachineProfile& profile);
+
 // "dp 2 tp 1 pp 4 ...: 123.4 ms (compute 80%, tp 5%, bubble 10%, dp 3%, optimizer 2%), MFU 41%"
 std::string describe_prediction(const StepTimePrediction& p);
 

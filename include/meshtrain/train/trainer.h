@@ -23,6 +23,7 @@
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/parallel/zero_bubble_costs.h"
 #include "meshtrain/train/data_feed.h"
+#include "meshtrain/train/step_rerun.h"
 #include "meshtrain/train/work_balance.h"
 
 namespace meshtrain {
@@ -132,6 +133,13 @@ class Trainer {
   void replan_for_measured_costs();
 
   double world_sum(double local);
+  // One attempt of step `step` (0-based): forward, backward and reductions into the gradients,
+  // then the world's loss and the largest gradient norm of any rank into r (the flip_grad fault
+  // strikes the first attempt only). No update.
+  StepAttempt compute_gradients(int step, const std::vector<MicroBatchData>& batch, bool first,
+                                StepResult& r);
+  // The replica check (train/replica_check.h) after step `step`, unless it ran there already.
+  void check_replicas_at(int step);
   void log_memory(const char* when, int step);
   void log_start();
   void log_step(const StepResult& r, double eta_seconds);
@@ -159,6 +167,8 @@ class Trainer {
   std::unique_ptr<PeriodicSample> sample_;  // train.sample_every
   std::unique_ptr<StragglerMonitor> stragglers_;  // run.straggler_threshold; made by run()
   int step_ = 0;
+  GradNormHistory grad_norms_;  // the steps taken, for run.rerun_spike_factor
+  int replicas_agreed_ = 0;     // the last step at which the replica check passed (or the start)
   std::unique_ptr<ParameterClient> servers_;
   // Staleness over the current log interval (async), and the steps' median time for the ETA.
   double stale_sum_ = 0;

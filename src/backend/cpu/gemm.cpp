@@ -268,6 +268,24 @@ std::string Gemm::onednn_version() {
 
 namespace meshtrain {
 
+bool cpu_runs_bf16() {
+  // Asked of oneDNN itself: whether it has a bf16 matmul under the ISA it dispatches to (it
+  // emulates bf16 from AVX512_CORE up and has none below, e.g. on AVX2, whatever its version).
+  static const bool runs = [] {
+    try {
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      using tag = dnnl::memory::format_tag;
+      const dnnl::memory::desc a({16, 16}, dnnl::memory::data_type::bf16, tag::ab);
+      const dnnl::memory::desc c({16, 16}, dnnl::memory::data_type::f32, tag::ab);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return runs;
+}
+
 std::string cpu_bf16_instructions() {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::avx512_core_amx: return "AMX";

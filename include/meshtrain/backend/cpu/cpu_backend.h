@@ -26,6 +26,9 @@ class KernelProfile;
 // The bf16 instructions oneDNN dispatches to on this CPU: "AMX", "AVX512-BF16", or "" (none,
 // or ONEDNN_MAX_CPU_ISA keeps oneDNN below them).
 std::string cpu_bf16_instructions();
+// Whether oneDNN can run bf16 GEMMs here at all (natively or emulated from AVX512_CORE up; not
+// on AVX2, or under ONEDNN_MAX_CPU_ISA=AVX2): bf16 training is refused where it cannot.
+bool cpu_runs_bf16();
 
 // Compute runs the kernels; Plan makes every allocation a step would make (scratch included,
 // for `threads` threads) on a MetaAllocator and skips the arithmetic — the planner's dry run.
