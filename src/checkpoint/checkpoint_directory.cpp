@@ -19,6 +19,7 @@
 #include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/tensor/philox.h"
 #include "meshtrain/checkpoint/checkpointer.h"
+#include "meshtrain/io/regular_file.h"
 
 namespace meshtrain {
 
@@ -89,13 +90,6 @@ bool checkpoint_name(const std::string& name) {
   return std::regex_match(name, pattern);
 }
 
-std::string kind_of(const fs::file_status& st) {
-  if (fs::is_directory(st)) return "a directory";
-  if (fs::is_fifo(st)) return "a fifo";
-  if (fs::is_socket(st)) return "a socket";
-  if (fs::is_block_file(st) || fs::is_character_file(st)) return "a device";
-  return "not a regular file";
-}
 }  // namespace
 
 void refuse_occupied_name(const std::string& path, const std::string& context) {
@@ -109,7 +103,7 @@ void refuse_occupied_name(const std::string& path, const std::string& context) {
     throw std::runtime_error(context + path + " is a symbolic link named like a checkpoint's .tmp: "
                              "writing that checkpoint would write where it points; remove it, or set "
                              "checkpoint.dir to another directory");
-  throw std::runtime_error(context + path + " is " + kind_of(st) + " named like a checkpoint: a checkpoint "
+  throw std::runtime_error(context + path + " is " + file_kind_name(st) + " named like a checkpoint: a checkpoint "
                            "of that step could not be written there (the rename would fail and leave "
                            "its .tmp); remove or rename it, or set checkpoint.dir to another directory");
 }

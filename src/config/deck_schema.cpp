@@ -68,6 +68,24 @@ KeySpec int_key(std::string sec, std::string key, int64_t def, int64_t lo, int64
           }};
 }
 
+// A ratio against a median that is either off (0) or above 1 (at or below 1 it would fire on
+// about half of what it watches), below `hi`.
+template <class Set>
+KeySpec ratio_key(std::string sec, std::string key, std::string def, double hi, std::string doc,
+                  Set set) {
+  return {sec, key, "float", def, "0 (off) or a number > 1", std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            double v;
+            if (n.is_floating_point()) v = n.as_floating_point()->get();
+            else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
+            else return "is " + toml_type_of(n);
+            if (!std::isfinite(v)) return "is not a finite number";
+            if (!(v == 0.0 || (v > 1.0 && v < hi))) return "is out of range";
+            set(c, v);
+            return "";
+          }};
+}
+
 template <class Set>
 KeySpec float_key(std::string sec, std::string key, std::string def, double lo, bool lo_open,
                   std::string doc, Set set) {
@@ -213,21 +231,12 @@ const std::vector<KeySpec>& schema() {
                         "Communication operations each rank's flight recorder keeps in "
                         "<run.dir>/flight/ for `meshtrain diagnose` (64 bytes each); 0: off.",
                         [](Config& c) -> auto& { return c.run.flight_records; }));
-    k.push_back({"run", "straggler_threshold", "float", "1.25", "0 (off) or a number > 1",
-                 "Straggler report: at each log step, a rank whose compute time per step exceeds "
-                 "this times the median of the ranks' is named (in the log after "
-                 "2 consecutive windows, and in metrics.jsonl); 0: no report.",
-                 [](const toml::node& n, Config& c) -> std::string {
-                   double v;
-                   if (n.is_floating_point()) v = n.as_floating_point()->get();
-                   else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
-                   else return "is " + toml_type_of(n);
-                   // Not 1 or below (every rank, or none, would be slower than the median).
-                   if (!std::isfinite(v)) return "is not a finite number";
-                   if (!(v == 0.0 || (v > 1.0 && v < 1e9))) return "is out of range";
-                   c.run.straggler_threshold = v;
-                   return "";
-                 }});
+    // Not 1 or below: every rank, or none, would be slower than the median.
+    k.push_back(ratio_key("run", "straggler_threshold", "1.25", 1e9,
+                          "Straggler report: at each log step, a rank whose compute time per step "
+                          "exceeds this times the median of the ranks' is named (in the log after "
+                          "2 consecutive windows, and in metrics.jsonl); 0: no report.",
+                          [](Config& c, double v) { c.run.straggler_threshold = v; }));
     k.push_back(int_key("run", "replica_check_every", 100, 0, big,
                         "Every N steps, and before each checkpoint, the copies of the same "
                         "parameters (data-parallel replicas; tensor-parallel copies of unsplit "
@@ -236,23 +245,14 @@ const std::vector<KeySpec>& schema() {
                         "data corruption); 0: off. Not under asynchronous data parallelism, whose "
                         "replicas differ by design.",
                         [](Config& c) -> auto& { return c.run.replica_check_every; }));
-    k.push_back({"run", "rerun_spike_factor", "float", "10.0", "0 (off) or a number > 1",
-                 "A step whose gradient norm exceeds this times the median of the last 20 steps' "
-                 "is re-run on the same data before it is applied (as a step with a NaN or "
-                 "infinite loss always is): results that differ on the re-run stop the job as a "
-                 "hardware fault naming the ranks; the same results continue training; 0: "
-                 "re-run only non-finite steps.",
-                 [](const toml::node& n, Config& c) -> std::string {
-                   double v;
-                   if (n.is_floating_point()) v = n.as_floating_point()->get();
-                   else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
-                   else return "is " + toml_type_of(n);
-                   if (!std::isfinite(v)) return "is not a finite number";
-                   // 1 or below would re-run about every other step (the median's own level).
-                   if (!(v == 0.0 || (v > 1.0 && v < 1e300))) return "is out of range";
-                   c.run.rerun_spike_factor = v;
-                   return "";
-                 }});
+    // Not 1 or below: that would re-run about every other step (the median's own level).
+    k.push_back(ratio_key("run", "rerun_spike_factor", "10.0", 1e300,
+                          "A step whose gradient norm exceeds this times the median of the last "
+                          "20 steps' is re-run on the same data before it is applied (as a step "
+                          "with a NaN or infinite loss always is): results that differ on the "
+                          "re-run stop the job as a hardware fault naming the ranks; the same "
+                          "results continue training; 0: re-run only non-finite steps.",
+                          [](Config& c, double v) { c.run.rerun_spike_factor = v; }));
     // [model]
     k.push_back(int_key("model", "layers", 4, 1, 100000, "Transformer blocks.",
                         [](Config& c) -> auto& { return c.model.layers; }));

@@ -75,6 +75,19 @@ int open_regular(const std::string& path, std::string& why) {
 
 }  // namespace
 
+std::string file_kind_name(const std::filesystem::file_status& status) {
+  namespace fs = std::filesystem;
+  switch (status.type()) {
+    case fs::file_type::regular: return "";
+    case fs::file_type::directory: return "a directory";
+    case fs::file_type::fifo: return "a FIFO (named pipe)";
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::socket: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
 std::string non_regular_file_problem(const std::string& path, const std::string& what,
                                      const std::string& expected) {
   // stat(2) follows a symbolic link to what it names and, unlike open(2), never blocks.

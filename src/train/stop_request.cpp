@@ -11,6 +11,7 @@
 
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/flight_recorder.h"
+#include "meshtrain/io/regular_file.h"
 
 namespace meshtrain {
 
@@ -32,14 +33,6 @@ bool removable_stop_file(const std::filesystem::file_status& st) {
   return std::filesystem::is_regular_file(st) || std::filesystem::is_symlink(st);
 }
 
-std::string kind_of(const std::filesystem::file_status& st) {
-  namespace fs = std::filesystem;
-  if (fs::is_directory(st)) return "a directory";
-  if (fs::is_fifo(st)) return "a fifo";
-  if (fs::is_socket(st)) return "a socket";
-  if (fs::is_block_file(st) || fs::is_character_file(st)) return "a device";
-  return "not a regular file";
-}
 }  // namespace
 
 void install_stop_handlers() {
@@ -69,7 +62,7 @@ void watch_stop_file(Communicator& world) {
     // on exit 75 forever. Refused here, with status 1, which ends the chain.
     const std::filesystem::file_status st = std::filesystem::symlink_status(path, ec);
     if (std::filesystem::exists(st) && !removable_stop_file(st))
-      throw AgreedError(std::string(kStopFileVariable) + "=" + path + ": is " + kind_of(st) +
+      throw AgreedError(std::string(kStopFileVariable) + "=" + path + ": is " + file_kind_name(st) +
                         ", not a stop file: a run stops when a file appears there and removes it; "
                         "name a path where nothing is (e.g. " + (dir / "STOP").string() +
                         "), or unset the variable");

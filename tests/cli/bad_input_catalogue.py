@@ -606,7 +606,7 @@ CATALOGUE = [
     # A FIFO of the test's own rather than a device: a binary that still removed the stop file
     # it stopped on would delete /dev/null for the whole machine.
     row("signal", "stop file is a fifo", 2, train(), 1,
-        ["MESHTRAIN_STOP_FILE={fifo}/input.txt: is a fifo, not a stop file"],
+        ["MESHTRAIN_STOP_FILE={fifo}/input.txt: is a FIFO (named pipe), not a stop file"],
         env={"MESHTRAIN_STOP_FILE": "{fifo}/input.txt"}, needs=["fifos"], absent=NOT_TRAINED),
 ] + [
     # A rank stalls in the middle of writing step 2's checkpoint, before a dataset's write that

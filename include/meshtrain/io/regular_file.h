@@ -8,6 +8,7 @@
 // the file itself it opens without blocking and checks the open descriptor (no window between the
 // check and the open).
 
+#include <filesystem>
 #include <string>
 
 namespace meshtrain {
@@ -29,6 +30,11 @@ void require_regular_file(const std::string& path, const std::string& what,
 // regular file.
 int open_regular_file(const std::string& path, const std::string& what,
                       const std::string& expected);
+
+// What a file that is not a regular one is, as a message names it: "a directory", "a FIFO (named
+// pipe)", "a character device", "a block device", "a socket"; "" for a regular file. For
+// messages about a path meshtrain would write or remove (a stop file, a checkpoint's name).
+std::string file_kind_name(const std::filesystem::file_status& status);
 
 // For readers that word their own message ("<path>: <problem>; expected a JSON file"): "" when
 // `path` opens as a regular file (symbolic links followed), else "cannot open: <reason>" ("No
