@@ -34,6 +34,7 @@ vocab_size = 256
 train = "{dir}/corpus_train.bin"
 val = "none"
 [train]
+precision = "fp32"
 steps = 1000000
 global_batch = 8
 micro_batch = 2
