@@ -494,6 +494,7 @@ MachineProfile measure_machine_profile(int threads, int repeats, int passes, Ben
                 " node(s), " + std::to_string(p.ranks_per_node) + " per node on " +
                 std::to_string(p.cores_per_node) + " core(s), " + std::to_string(p.threads_per_rank) +
                 " thread(s) per rank; " + mpi_library_version() + ", " + cpu::Gemm::onednn_version());
+  report.header("launch: " + describe_launch(launch) + " (recorded in the profile: `train` warns when its launch differs)");
   report.header("every rank measures at once; a rate is per rank: the median over ranks of each "
                 "rank's best of " + std::to_string(repeats) + " (slowest: the lowest rank's); " +
                 std::to_string(passes) + " pass(es) over every point, each point's median over them");
