@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "meshtrain/app/calibrate.h"
+#include "meshtrain/app/launch_probe.h"
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/deck_error.h"
@@ -69,6 +70,19 @@ std::string settle_auto_layout(Config& config, Communicator& world, int threads)
   config = *choice.config;
   check_layout(config, world.size());
   return world.rank() == 0 ? report : "";
+}
+
+std::string launch_warning(const Config& config, Communicator& world, int threads) {
+  // A profile measured at start-up is of this launch; none is read where nothing is "auto".
+  if (!config.parallel.automatic.any() || config.parallel.profile.empty()) return "";
+  const LaunchShape now = current_launch(threads);
+  if (world.rank() != 0) return "";
+  try {
+    const MachineProfile profile = read_machine_profile(config.parallel.profile);
+    return launch_difference(profile.path, profile.launch(), now);
+  } catch (const DeckError&) {
+    return "";  // settle_auto_layout refuses it, on every rank
+  }
 }
 
 }  // namespace meshtrain

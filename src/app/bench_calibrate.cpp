@@ -41,6 +41,7 @@
 #include "meshtrain/app/bench_suites.h"
 #include "meshtrain/app/calibrate.h"
 #include "meshtrain/app/cpu_binding.h"
+#include "meshtrain/app/launch_probe.h"
 #include "meshtrain/app/run_setup.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/backend/cpu/gemm.h"
@@ -484,11 +485,16 @@ MachineProfile measure_machine_profile(int threads, int repeats, int passes, Ben
   p.ranks_per_node = node.local_size;
   p.cores_per_node = node_usable_cores(node_comm);
   p.threads_per_rank = omp_get_max_threads();
+  // The launch the rates hold for (config/launch_shape.h): world rank 0's view, as the rest.
+  const LaunchShape launch = current_launch(p.threads_per_rank);
+  p.cores_per_rank = launch.cores_per_rank;
+  p.idle_ranks = launch.idle_ranks;
   p.memory_per_rank = std::floor(node_memory_bytes() / node.local_size);
   report.header("calibrate: " + std::to_string(ranks) + " rank(s) on " + std::to_string(node.count) +
                 " node(s), " + std::to_string(p.ranks_per_node) + " per node on " +
                 std::to_string(p.cores_per_node) + " core(s), " + std::to_string(p.threads_per_rank) +
                 " thread(s) per rank; " + mpi_library_version() + ", " + cpu::Gemm::onednn_version());
+  report.header("launch: " + describe_launch(launch) + " (recorded in the profile: `train` warns when its launch differs)");
   report.header("every rank measures at once; a rate is per rank: the median over ranks of each "
                 "rank's best of " + std::to_string(repeats) + " (slowest: the lowest rank's); " +
                 std::to_string(passes) + " pass(es) over every point, each point's median over them");

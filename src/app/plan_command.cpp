@@ -81,6 +81,16 @@ std::string ms(double seconds) {
   return buf;
 }
 
+// A measured profile's rates hold for the launch it was measured under; plan runs outside that
+// launch, so it says which one its times assume (train compares its own launch with it).
+void print_launch(const MachineProfile& profile) {
+  const LaunchShape launch = profile.launch();
+  if (launch.ranks_per_node == 0) return;
+  std::printf("# launch: times assume the launch %s was calibrated under (%s); `train` warns when "
+              "its launch differs\n", profile.path.empty() ? profile.name.c_str() : profile.path.c_str(),
+              describe_launch(launch).c_str());
+}
+
 void print_time(const StepTimePrediction& t, const MachineProfile& profile) {
   std::printf("# time on %s (%s, %s): %s\n", profile.name.c_str(), profile.source.c_str(),
               profile.path.c_str(), describe_prediction(t).c_str());
@@ -91,6 +101,7 @@ void print_time(const StepTimePrediction& t, const MachineProfile& profile) {
                 ms(s.tp_comm_s).c_str(), ms(s.pipeline_end_s).c_str(), ms(s.dp_exposed_s).c_str(),
                 ms(s.optimizer_s).c_str(), ms(s.end_s).c_str());
   for (const std::string& c : t.caveats) std::printf("# note: %s\n", c.c_str());
+  print_launch(profile);
 }
 
 nlohmann::json layout_json(const RankedLayout& r) {
@@ -134,6 +145,7 @@ int print_ranking(const PlanArgs& args, const Config& config, const MachineProfi
   std::printf("# plan: layouts of %s on %d ranks by predicted step time on %s (%s), memory %s per rank\n",
               args.deck.c_str(), args.world, profile.name.c_str(), profile.source.c_str(),
               budget ? format_bytes(static_cast<double>(budget)).c_str() : "unlimited");
+  print_launch(profile);
   std::printf("# %-4s %-52s %10s %7s %11s %8s %6s %7s %6s %6s\n", "rank", "layout", "step_ms", "MFU", "peak",
               "compute", "tp", "bubble", "dp", "optim");
   int shown = 0;

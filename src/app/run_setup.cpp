@@ -260,6 +260,8 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
           std::remove(path.c_str());
   }
   // Rank 0's line, printed with the device line below.
+  const std::string launch_differs =
+      launch_warning(s.config, world, c.run.device == DeviceChoice::Cpu ? cpu.choice.threads : 1);
   const std::string layout_choice = settle_auto_layout(
       s.config, world, c.run.device == DeviceChoice::Cpu ? cpu.choice.threads : 1);
   MPI_Comm workers = MPI_COMM_WORLD;
@@ -288,6 +290,7 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                       "parallel.communicator = \"mpi\")",
                 mpi_library_version().c_str());
     if (!layout_choice.empty()) std::printf("%s\n", layout_choice.c_str());
+    if (!launch_differs.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", launch_differs.c_str());
     if (!cpu.warning.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", cpu.warning.c_str());
     if (c.run.device == DeviceChoice::Cpu && c.train.precision == DType::BF16 && facts.cpu_bf16.empty())
       std::fprintf(stderr, "meshtrain: warning: train.precision = \"bf16\" on a CPU without bf16 "

@@ -177,7 +177,8 @@ class ProfileReader {
 void read_machine(const ProfileReader& r, const toml::table& t, MachineProfile& p) {
   r.refuse_unknown(t, "machine",
                    {"name", "source", "notes", "device", "ranks_per_node", "cores_per_node",
-                    "threads_per_rank", "memory_per_rank", "sync_seconds", "waiting_ranks_lend"});
+                    "threads_per_rank", "memory_per_rank", "sync_seconds", "waiting_ranks_lend",
+                    "cores_per_rank", "idle_ranks"});
   p.name = r.string(t, "machine", "name", {}, true);
   p.source = r.string(t, "machine", "source", {"measured", "datasheet"}, true);
   p.notes = r.string(t, "machine", "notes", {}, false);
@@ -191,6 +192,8 @@ void read_machine(const ProfileReader& r, const toml::table& t, MachineProfile& 
   if (p.waiting_ranks_lend > 1)
     r.bad_value(*t.get("waiting_ranks_lend"), "machine.waiting_ranks_lend", "is out of range",
                 "a number from 0 (waiting ranks keep their cores) to 1 (they lend them whole)");
+  if (t.contains("cores_per_rank")) p.cores_per_rank = r.integer(t, "machine", "cores_per_rank", 1);
+  p.idle_ranks = r.string(t, "machine", "idle_ranks", {"yield", "spin"}, false);
 }
 
 GemmRates read_gemm(const ProfileReader& r, const toml::table& t, const std::string& name) {
@@ -320,6 +323,18 @@ const AlphaBeta& MachineProfile::link(LinkClass link, CollectiveKind kind) const
                   "them");
 }
 
+LaunchShape MachineProfile::launch() const {
+  LaunchShape l;
+  // A datasheet describes the hardware, not a launch: nothing to compare a run's launch with.
+  if (source != "measured") return l;
+  l.ranks_per_node = ranks_per_node;
+  l.threads_per_rank = threads_per_rank;
+  l.cores_per_node = cores_per_node;
+  l.cores_per_rank = cores_per_rank;
+  l.idle_ranks = idle_ranks;
+  return l;
+}
+
 bool MachineProfile::has_inter_node() const {
   return std::any_of(inter_node.begin(), inter_node.end(), [](const auto& l) { return l.has_value(); });
 }
@@ -393,6 +408,8 @@ std::string format_machine_profile(const MachineProfile& p) {
      << "memory_per_rank = " << exact_number(p.memory_per_rank) << "\n"
      << "sync_seconds = " << exact_number(p.sync_seconds) << "\n"
      << "waiting_ranks_lend = " << exact_number(p.waiting_ranks_lend) << "\n";
+  if (p.cores_per_rank > 0) os << "cores_per_rank = " << p.cores_per_rank << "\n";
+  if (!p.idle_ranks.empty()) os << "idle_ranks = " << quoted(p.idle_ranks) << "\n";
   for (const auto& [name, d] : kGemmDTypes) {
     const auto& g = gemm_slot(p, d);
     if (!g) continue;

@@ -25,11 +25,12 @@ std::shared_ptr<const PipelineSchedules> pipeline_schedules(ScheduleKind kind, i
   for (const Schedule* s : {&built->train, &built->eval})
     for (const std::vector<Action>& rank : *s) actions += rank.size();
   std::lock_guard<std::mutex> lock(mutex);
-  // Bounded by actions (12 bytes each), not shapes: the advisor meets a thousand shapes of a 1T
-  // model, the largest with over a million actions; 8 million keep the shapes it is working
-  // through in about 100 MB.
+  // Bounded by actions (12 bytes each), not shapes: the advisor meets hundreds of shapes of a 1T
+  // model, the largest with over a million actions, in the order of their layouts' bounds, not
+  // shape by shape. 24 million (about 300 MB) hold every shape of Megatron's 1T deck on 3072
+  // ranks (271 shapes, each built once; at 8 million they were built 710 times).
   static size_t held = 0;
-  if (held + actions > (size_t{8} << 20)) {
+  if (held + actions > (size_t{24} << 20)) {
     cache.clear();
     held = 0;
   }

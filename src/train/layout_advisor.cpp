@@ -4,6 +4,8 @@
 #include <functional>
 #include <limits>
 
+#include <omp.h>
+
 #include "meshtrain/config/deck_error.h"
 
 namespace meshtrain {
@@ -107,19 +109,34 @@ AdvisorResult advise_layouts(const Config& base, int world, const MachineProfile
     // faster than the first of them.
     while (final_count < predicted && out.ranked[final_count].time.step_s < frontier &&
            (top == 0 || out.fitting < top)) {
-      RankedLayout& r = out.ranked[final_count++];
+      // The next final layouts' dry runs side by side, one per core (the dry runs are most of
+      // the advisor's time at scale), then taken in time order exactly as one at a time: those
+      // past the `top`-th that fits are dropped, so at most cores - 1 dry runs are spent beyond
+      // what the ranking needs.
+      size_t end = final_count;
+      while (end < predicted && out.ranked[end].time.step_s < frontier &&
+             (top == 0 || end - final_count < static_cast<size_t>(std::max(1, omp_get_max_threads()))))
+        ++end;
+      std::vector<LayoutPlan> plans(end - final_count);
       // A dry run stops once a stage holds more than the budget: the fastest layouts of a large
       // model often do not fit, and the rest of their steps would cost seconds each.
-      const LayoutPlan plan = plan_layout(r.config, world, threads, budget);
-      if (plan.stopped_over) {
-        ++out.stopped_over_budget;
-        continue;
+      const size_t first = final_count;
+      each(first, end, [&](RankedLayout& r) {
+        plans[static_cast<size_t>(&r - &out.ranked[first])] = plan_layout(r.config, world, threads, budget);
+      });
+      for (const LayoutPlan& plan : plans) {
+        if (top != 0 && out.fitting >= top) break;
+        RankedLayout& r = out.ranked[final_count++];
+        if (plan.stopped_over) {
+          ++out.stopped_over_budget;
+          continue;
+        }
+        r.peak_bytes = plan.peak();
+        r.planned = true;
+        r.fits = budget == 0 || r.peak_bytes <= budget;
+        ++out.planned;
+        out.fitting += r.fits ? 1 : 0;
       }
-      r.peak_bytes = plan.peak();
-      r.planned = true;
-      r.fits = budget == 0 || r.peak_bytes <= budget;
-      ++out.planned;
-      out.fitting += r.fits ? 1 : 0;
     }
   }
   out.predicted = predicted;

@@ -91,6 +91,36 @@ def check_calibrate_threads_as_train(tmp, deck):
               f"(profile {threads_per_rank(profile)}, train {m.group(1) if m else None})", out)
 
 
+def check_launch_recorded(tmp, deck, profile):
+    """The profile records the launch calibrate measured under (each rank's bound cores, whether
+    waiting ranks yield or spin); plan --time says which launch its times assume, and train under
+    another launch warns in one line naming what differs."""
+    text = open(profile).read() if os.path.exists(profile) else ""
+    cores = re.search(r"^cores_per_rank = (\d+)$", text, re.M)
+    idle = re.search(r'^idle_ranks = "(yield|spin)"$', text, re.M)
+    check(cores is not None and idle is not None, "calibrate records the launch in the profile", text)
+    if not (cores and idle):
+        return
+    code, out = run([BIN, "plan", deck, "--world", "2", "--time", "--profile", profile, "--threads", "1"])
+    check(code == 0 and re.search(r"^# launch: times assume the launch .*each rank bound to \d+ core", out, re.M),
+          "plan --time names the launch its times assume", out)
+    # The same profile as if calibrated under another launch: one more core per rank, the other
+    # idle mode.
+    other_cores, other_idle = int(cores.group(1)) + 1, "spin" if idle.group(1) == "yield" else "yield"
+    other = os.path.join(tmp, "other-launch.toml")
+    with open(other, "w") as f:
+        f.write(text.replace(cores.group(0), f"cores_per_rank = {other_cores}")
+                    .replace(idle.group(0), f'idle_ranks = "{other_idle}"'))
+    code, out = run([MPIEXEC, "-n", "2", BIN, "train", deck, "--set", f'parallel.profile="{other}"',
+                     "--set", f'run.dir="{os.path.join(tmp, "other-launch")}"'])
+    lines = [l for l in out.splitlines() if "differs from the one machine profile" in l]
+    check(code == 0 and len(lines) == 1 and other in lines[0] and
+          f"each rank bound to {cores.group(1)} core" in lines[0] and f"(calibrated: {other_cores})" in lines[0] and
+          f"waiting ranks {idle.group(1)} (calibrated: {other_idle})" in lines[0] and
+          "predicted times assume the calibrated launch" in lines[0],
+          "train under another launch than the profile's warns once, naming what differs", out)
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         profile = os.path.join(tmp, "machine.toml")
@@ -135,6 +165,10 @@ def main():
                   (best["dp"], best["tp"], best["pp"], best["schedule"]),
                   "train takes the layout plan ranks first", out)
         check(re.search(r"^step +3/3", out, re.M) is not None, "the chosen layout trains", out)
+        check("differs from the one machine profile" not in out,
+              "train under the launch the profile was calibrated under does not warn", out)
+
+        check_launch_recorded(tmp, deck, profile)
 
         # A profile measured at start-up (parallel.profile = "").
         code, out = run([MPIEXEC, "-n", "2", BIN, "train", deck, "--set", 'parallel.profile=""',

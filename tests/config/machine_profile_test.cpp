@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/config/machine_profile.h"
@@ -185,6 +186,10 @@ TEST(MachineProfile, BadInputNamesFileKeyAndValue) {
       {"bus_bytes_per_s = ", "bus_bytes_per_s = 0", {"link.intra_node.all_reduce.bus_bytes_per_s = 0", "> 0"}},
       {"[gemm.fp32]", "[other]", {"unknown key other"}},
       {"notes = ", "notes = \"unterminated", {"not valid TOML"}},
+      {"threads_per_rank = ", "threads_per_rank = 1\nidle_ranks = \"sleep\"",
+       {"machine.idle_ranks = \"sleep\"", "\"yield\", \"spin\""}},
+      {"threads_per_rank = ", "threads_per_rank = 1\ncores_per_rank = 0",
+       {"machine.cores_per_rank = 0", "an integer from 1"}},
   };
   for (const BadInput& c : cases) {
     const std::string what = refusal(profile_text(c.find, c.replacement));
@@ -247,6 +252,65 @@ TEST(MachineProfile, DatasheetProfilesRead) {
   // NVLink is an order of magnitude faster than one GPU's InfiniBand port.
   EXPECT_GT(h100.link(LinkClass::IntraNode, CollectiveKind::AllReduce).bus_bytes_per_s,
             5 * h100.link(LinkClass::InterNode, CollectiveKind::AllReduce).bus_bytes_per_s);
+}
+
+// The launch a profile was calibrated under (config/launch_shape.h): optional keys, so that older
+// profiles stay valid; recorded, read back, and compared with a run's launch.
+TEST(MachineProfile, LaunchIsOptionalAndRoundTrips) {
+  const MachineProfile old = parse_machine_profile(kPath, profile_text());
+  EXPECT_EQ(old.cores_per_rank, 0);
+  EXPECT_EQ(old.idle_ranks, "");
+  const MachineProfile p = parse_machine_profile(
+      kPath, profile_text("threads_per_rank = ", "threads_per_rank = 1\ncores_per_rank = 1\nidle_ranks = \"spin\""));
+  EXPECT_EQ(p.cores_per_rank, 1);
+  EXPECT_EQ(p.idle_ranks, "spin");
+  const MachineProfile q = parse_machine_profile(kPath, format_machine_profile(p));
+  EXPECT_EQ(q.cores_per_rank, 1);
+  EXPECT_EQ(q.idle_ranks, "spin");
+  const LaunchShape l = q.launch();
+  EXPECT_EQ(l.ranks_per_node, 2);
+  EXPECT_EQ(l.cores_per_node, 2);
+  EXPECT_EQ(l.threads_per_rank, 1);
+  EXPECT_EQ(l.cores_per_rank, 1);
+  // A datasheet describes hardware, not a launch: nothing to compare.
+  const MachineProfile sheet = parse_machine_profile(kPath, profile_text("source = ", "source = \"datasheet\""));
+  EXPECT_EQ(sheet.launch().ranks_per_node, 0);
+}
+
+TEST(LaunchShape, SameLaunchSaysNothing) {
+  const LaunchShape a{4, 1, 2, 1, "spin"};
+  EXPECT_EQ(launch_difference("p.toml", a, a), "");
+  // What either side does not know is not a difference (a profile from before launches were
+  // recorded; a library that does not say how it waits).
+  EXPECT_EQ(launch_difference("p.toml", LaunchShape{4, 1, 2, 0, ""}, a), "");
+  EXPECT_EQ(launch_difference("p.toml", a, LaunchShape{4, 1, 2, 1, ""}), "");
+  EXPECT_EQ(launch_difference("p.toml", LaunchShape{}, a), "");
+}
+
+TEST(LaunchShape, EachDifferenceIsNamedBothWaysInOneLine) {
+  const LaunchShape calibrated{4, 1, 2, 1, "spin"};
+  struct Case {
+    LaunchShape now;
+    std::vector<std::string> named;
+  };
+  const Case cases[] = {
+      {{4, 1, 2, 2, "spin"}, {"each rank bound to 2 cores (calibrated: 1)"}},
+      {{4, 1, 2, 1, "yield"}, {"waiting ranks yield (calibrated: spin)"}},
+      {{8, 1, 2, 1, "spin"}, {"8 ranks per node (calibrated: 4)"}},
+      {{4, 2, 2, 1, "spin"}, {"2 threads per rank (calibrated: 1)"}},
+      {{4, 1, 4, 1, "spin"}, {"4 cores per node (calibrated: 2)"}},
+      {{4, 1, 2, 2, "yield"},
+       {"each rank bound to 2 cores (calibrated: 1)", "waiting ranks yield (calibrated: spin)"}},
+  };
+  for (const Case& c : cases) {
+    const std::string line = launch_difference("machines/cpu.toml", calibrated, c.now);
+    EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+    EXPECT_NE(line.find("machines/cpu.toml"), std::string::npos) << line;
+    EXPECT_NE(line.find("predicted times assume the calibrated launch (4 ranks x 1 thread on 2 cores, each "
+                        "rank bound to 1 core, waiting ranks spin)"),
+              std::string::npos) << line;
+    for (const std::string& n : c.named) EXPECT_NE(line.find(n), std::string::npos) << n << " in: " << line;
+  }
 }
 
 TEST(GemmRates, InterpolatesInLog2AndClamps) {

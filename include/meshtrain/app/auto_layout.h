@@ -21,4 +21,11 @@ namespace meshtrain {
 // rank) when no layout fits.
 std::string settle_auto_layout(Config& config, Communicator& world, int threads);
 
+// Collective over the node, on every rank alike: where `config` leaves layout choices to a
+// calibrated profile (parallel.profile names a measured one), rank 0's one line saying how this
+// launch (`threads` per rank) differs from the launch the profile was calibrated under
+// (config/launch_shape.h), "" when it does not, or elsewhere. Cheap: no file is read but on rank
+// 0, nothing is measured but the binding and the MPI library's idle mode.
+std::string launch_warning(const Config& config, Communicator& world, int threads);
+
 }  // namespace meshtrain

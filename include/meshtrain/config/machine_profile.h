@@ -24,6 +24,10 @@
 //                                 # to the busy ranks of its node, 0 (it spins: Open MPI's and
 //                                 # MPICH's default polling) to 1 (it sleeps, e.g. Open MPI's
 //                                 # mpi_yield_when_idle); measured by calibrate for its launch
+//   cores_per_rank = 1            # optional: the cores each rank was bound to when measured
+//   idle_ranks = "spin"           # optional: whether ranks waiting in MPI "yield" or "spin"
+//                                 # when measured (with ranks_per_node, cores_per_node and
+//                                 # threads_per_rank: the launch, config/launch_shape.h)
 //   [gemm.bf16]                   # GEMM rate by the smallest of m, n, k (shape class)
 //   peak = 989e12                 # the ceiling MFU is measured against, FLOP/s
 //   sizes = [64, 256, 1024, 4096] # smallest dimension
@@ -44,6 +48,7 @@
 #include <string_view>
 #include <vector>
 
+#include "meshtrain/config/launch_shape.h"
 #include "meshtrain/tensor/dtype.h"
 
 namespace meshtrain {
@@ -89,6 +94,10 @@ struct MachineProfile {
   // 0 to 1: the share of its cores a rank idle in MPI (a pipeline bubble) leaves to busy ranks
   // of its node, as measured under the calibrating launch (1 where not measured).
   double waiting_ranks_lend = 1;
+  // The launch calibrate measured under (0 / "": not recorded, a datasheet or an older profile).
+  int cores_per_rank = 0;
+  std::string idle_ranks;
+  LaunchShape launch() const;
   // Indexed by DType: F32, F64, BF16 (absent: sizes empty).
   std::optional<GemmRates> gemm_fp32, gemm_fp64, gemm_bf16;
   double memory_bytes_per_s = 0;
