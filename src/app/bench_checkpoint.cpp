@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -144,10 +145,16 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
   check_layout(config, world);
   ProcessGrid grid(MPI_COMM_WORLD, config.grid_shape(), 3600.0);
   Trainer trainer(config, grid, backend);
-  // Moments as non-zero as the values, so that no layer of the storage stack sees zero pages.
+  // Moments as non-zero as the values, so that no layer of the storage stack sees zero pages;
+  // the second moment their magnitudes, as a load refuses a negative one.
   for (OwnedPiece& p : trainer.state().owned_pieces()) {
     backend.copy(p.exp_avg, p.value);
     backend.copy(p.exp_avg_sq, p.value);
+    auto magnitudes = [](auto* x, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) x[i] = std::fabs(x[i]);
+    };
+    if (p.exp_avg_sq.dtype() == DType::F64) magnitudes(p.exp_avg_sq.data<double>(), p.exp_avg_sq.numel());
+    else magnitudes(p.exp_avg_sq.data<float>(), p.exp_avg_sq.numel());
   }
   const std::vector<char> saved = owned_bytes(trainer, backend);
   // The litter of a bench killed earlier is another run's checkpoints, which saves refuse to
