@@ -32,9 +32,6 @@ double wall_seconds() {
 // The header a signal is noted in: the process's one recorder while it lives.
 std::atomic<FlightHeader*> signal_header{nullptr};
 
-}  // namespace
-
-namespace {
 double signal_safe_wall_seconds() {
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);  // async-signal-safe, unlike the C++ clocks

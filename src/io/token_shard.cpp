@@ -1,6 +1,5 @@
 #include "meshtrain/io/token_shard.h"
 
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
