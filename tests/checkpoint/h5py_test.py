@@ -15,24 +15,8 @@ try:
 except ImportError:  # the Debian package python3-h5py
     h5py = None
 
-K = np.uint64(0x9E3779B97F4A7C15)
 
 
-def mix64(x):
-    """splitmix64's finaliser, as tensor/philox.h defines mix64, on uint64 arrays."""
-    with np.errstate(over="ignore"):
-        x = x + np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
-def checksum(values):
-    """sum over elements of mix64(global flat index * K + stored bits), mod 2^64."""
-    flat = np.ascontiguousarray(values).ravel()
-    bits = flat.view(np.uint32 if flat.dtype == np.float32 else np.uint64).astype(np.uint64)
-    with np.errstate(over="ignore"):
-        return int(mix64(np.arange(flat.size, dtype=np.uint64) * K + bits).sum(dtype=np.uint64))
 
 
 def expected_shapes(layers, C, T, V):
@@ -95,7 +79,7 @@ class ReadWithH5py(harness.Case):
                     self.assertEqual(ds.dtype, np.float32, path)
                     values = ds[...]
                     self.assertTrue(np.all(np.isfinite(values)), path)
-                    self.assertEqual(checksum(values), int(ds.attrs["checksum"]), path)
+                    self.assertEqual(int(harness.checksum(values)), int(ds.attrs["checksum"]), path)
                 self.assertTrue(np.all(f["optim/%s/exp_avg_sq" % name][...] >= 0), name)
                 # Layout invariance through the file: tp 2 x pp 2 against one rank.
                 mine, ref = f["model/" + name][...].astype(np.float64), g["model/" + name][...]

@@ -15,6 +15,8 @@ import sys
 import tempfile
 import unittest
 
+import numpy as np
+
 # A model that trains a step in milliseconds; every layout the tests use divides it. On the CPU
 # in fp32 whatever the host ("auto" would pick a GPU, or bf16 on CPUs with bf16 instructions):
 # the tests hold restarts to bitwise equality and layouts to fp32 tolerances.
@@ -52,6 +54,28 @@ keep = 3
 
 MESHTRAIN = None
 MPIEXEC = None
+
+
+# io/checkpoint_file.h's checksum, as an independent oracle for the tests that read or craft files.
+K = np.uint64(0x9E3779B97F4A7C15)
+
+
+def mix64(x):
+    """splitmix64's finaliser, as tensor/philox.h defines mix64, on uint64 arrays."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def checksum(values):
+    """sum over elements of mix64(global flat index * K + stored bits), mod 2^64, of a float32
+    or float64 array, as an np.uint64 (h5py stores it as the file's uint64 attribute)."""
+    flat = np.ascontiguousarray(values).ravel()
+    bits = flat.view(np.uint32 if flat.dtype == np.float32 else np.uint64).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        return np.uint64(mix64(np.arange(flat.size, dtype=np.uint64) * K + bits).sum(dtype=np.uint64))
 
 
 def main():

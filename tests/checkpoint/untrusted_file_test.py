@@ -19,25 +19,10 @@ try:
 except ImportError:  # the Debian package python3-h5py
     h5py = None
 
-K = np.uint64(0x9E3779B97F4A7C15)
 TARGET = "/model/h.0.ln_1.weight"
 OUTSIDE = "outside.bin"  # the bytes a hostile file points at: another user's file, say
 
 
-def mix64(x):
-    with np.errstate(over="ignore"):
-        x = x + np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
-def checksum(values):
-    """io/checkpoint_file.h's checksum of a float32 or float64 array."""
-    flat = np.ascontiguousarray(values).ravel()
-    bits = flat.view(np.uint32 if flat.dtype == np.float32 else np.uint64).astype(np.uint64)
-    with np.errstate(over="ignore"):
-        return np.uint64(mix64(np.arange(flat.size, dtype=np.uint64) * K + bits).sum(dtype=np.uint64))
 
 
 class UntrustedFiles(harness.Case):
@@ -69,7 +54,7 @@ class UntrustedFiles(harness.Case):
         del f[TARGET]
         make(f, TARGET)
         obj = f[TARGET]
-        obj.attrs.create("checksum", checksum(obj[...] if values is None else values), dtype=np.uint64)
+        obj.attrs.create("checksum", harness.checksum(obj[...] if values is None else values), dtype=np.uint64)
 
     def refused_by_every_reader(self, path, needles):
         """inspect, eval, sample, export and train's resume each exit 1 naming path and
@@ -187,7 +172,7 @@ class UntrustedFiles(harness.Case):
             f.attrs["created"] = np.bytes_(b"2025\xff\x1b[31m")
             f.attrs["config"] = np.bytes_(("[run]\nname = \"a\\u001b[2Jb\"\n# " + evil + "\n").encode())
             ds = f.create_dataset("/model/x\x1b[31mred", data=np.zeros(2, np.float32))
-            ds.attrs.create("checksum", checksum(np.zeros(2, np.float32)), dtype=np.uint64)
+            ds.attrs.create("checksum", harness.checksum(np.zeros(2, np.float32)), dtype=np.uint64)
         path = self.craft("escapes.h5", edit)
         status, stdout, stderr = self.meshtrain(["inspect", path], expect=None)
         for text in (stdout, stderr):
@@ -252,7 +237,7 @@ class UntrustedFiles(harness.Case):
                 v = f[name][...]
                 v.ravel()[3] = bad
                 f[name][...] = v
-                f[name].attrs.modify("checksum", checksum(v))
+                f[name].attrs.modify("checksum", harness.checksum(v))
             path = self.craft("values_%d.h5" % i, edit)
             with self.subTest(dataset=name, value=bad):
                 _, stdout, stderr = self.meshtrain(
