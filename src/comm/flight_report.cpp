@@ -77,6 +77,7 @@ class Analysis {
   }
 
   void run(FlightReport& report) {
+    killed_together(report);
     deaths(report);
     for (const Instance& in : instances_) collectives(in, report);
     for (size_t r = 0; r < records_.size(); ++r) messages(r, report);
@@ -177,6 +178,37 @@ class Analysis {
              "the launcher's termination signal or their own abort, it recorded neither)";
     return "died at about " + clock_time(last_sign(r)) + " (its record was last kept alive " + gap +
            " s before the others')";
+  }
+
+  // Every record unclosed, stamped, without a termination signal or an abort, and all stopping
+  // within the same moment: the whole job was killed with SIGKILL at once (MPICH's mpiexec does
+  // so to every rank once one dies; an out-of-memory killer or `scancel --signal=KILL` too). The
+  // records cannot tell which rank went first, so say so, with what can: the ranks' pids, which
+  // the launcher's message names.
+  void killed_together(FlightReport& report) const {
+    if (records_.size() < 2 || first_signal_ > 0) return;
+    double earliest = newest_sign_;
+    for (size_t r = 0; r < records_.size(); ++r) {
+      if (header(r).closed != 0 || header(r).alive == 0) return;
+      earliest = std::min(earliest, last_sign(r));
+    }
+    if (newest_sign_ - earliest > kDeadAfterSeconds) return;
+    constexpr size_t kPidsShown = 16;
+    std::string pids;
+    for (size_t r = 0; r < records_.size() && r < kPidsShown; ++r)
+      pids += (r ? ", " : "") + who(r) + " pid " + std::to_string(header(r).pid);
+    if (records_.size() > kPidsShown) pids += ", ...";
+    char gap[32];
+    std::snprintf(gap, sizeof gap, "%.3f", newest_sign_ - earliest);
+    report.notes.push_back(
+        "every rank's record stopped within " + std::string(gap) +
+        " s of the others', none closed and none noted a termination signal or its own abort: the "
+        "whole job was killed at once with SIGKILL (as MPICH's mpiexec does to every rank once one "
+        "dies, or an out-of-memory killer), so these records cannot tell which rank died first. "
+        "The launcher's output names the process it saw end first (MPICH: 'BAD TERMINATION ... "
+        "PID n'); the ranks were " + pids +
+        ". With `mpiexec -disable-auto-cleanup` the survivors outlive a dead rank and record it "
+        "(run.comm_timeout then ends them).");
   }
 
   // Ranks whose process died: a finding each, whatever they were doing.

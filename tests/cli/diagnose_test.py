@@ -65,14 +65,21 @@ def rank_pid(launcher, rank):
     return None
 
 
-def killed_rank_named(tmp, group, node):
+def hydra():
+    """Whether MPIEXEC is MPICH's Hydra, which ends every other rank with SIGKILL once one dies
+    (unless -disable-auto-cleanup): no survivor can note anything in its record."""
+    out = subprocess.run([MPIEXEC, "--version"], capture_output=True, text=True)
+    return "HYDRA" in out.stdout + out.stderr
+
+
+def killed_rank_named(tmp, group, node, launcher_args=(), name="kill"):
     """Trains until a few steps are logged, kills rank 1 with SIGKILL, and returns the problems
-    with what `meshtrain diagnose` says."""
-    run_dir = os.path.join(tmp, group + "_kill")
-    deck = os.path.join(tmp, "deck_%s_kill.toml" % group)
+    with what `meshtrain diagnose` says, and its output."""
+    run_dir = os.path.join(tmp, group + "_" + name)
+    deck = os.path.join(tmp, "deck_%s_%s.toml" % (group, name))
     with open(deck, "w") as f:
         f.write(DECK.format(dir=run_dir))
-    launcher = subprocess.Popen([MPIEXEC, "-n", "2", BIN, "train", deck, "--set", "parallel.%s=2" % group,
+    launcher = subprocess.Popen([MPIEXEC] + list(launcher_args) + ["-n", "2", BIN, "train", deck, "--set", "parallel.%s=2" % group,
                                  "--set", "train.steps=1000000", "--set", "checkpoint.every=0"],
                                 env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = os.path.join(run_dir, "metrics.jsonl")
@@ -84,16 +91,20 @@ def killed_rank_named(tmp, group, node):
     victim = rank_pid(launcher.pid, 1)
     if victim is None:
         launcher.kill()
-        return ["rank 1's process not found (the job ended?):\n" + launcher.communicate()[0][-2000:]]
+        return ["rank 1's process not found (the job ended?):\n" + launcher.communicate()[0][-2000:]], ""
     os.kill(victim, signal.SIGKILL)
     try:
         launcher.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         launcher.kill()
         launcher.communicate()
-        return ["the job did not end within 60 s of the kill"]
+        return ["the job did not end within 60 s of the kill"], ""
     diag = subprocess.run([BIN, "diagnose", run_dir], capture_output=True, text=True, timeout=60)
     out = diag.stdout + diag.stderr
+    return [], out
+
+
+def dead_rank_problems(out, node):
     problems = []
     if "likely cause: rank 1 (node %s) stopped communicating" % node not in out:
         problems.append("rank 1 is not named as the likely cause")
@@ -101,8 +112,6 @@ def killed_rank_named(tmp, group, node):
         problems.append("rank 1 is not said to have died")
     if "rank 0 (node %s) died" % node in out:
         problems.append("rank 0, which the launcher ended, is said to have died")
-    if problems:
-        problems.append("diagnose output:\n      " + out.replace("\n", "\n      "))
     return problems
 
 
@@ -145,9 +154,27 @@ def main():
         # as often as not, where the others wait in the same one. The launcher ends the rest
         # within a second, so only the termination signal the survivors noted in their
         # records tells which rank died (before: "no divergence").
-        for group in ("dp", "tp", "pp"):
-            problems = killed_rank_named(tmp, group, node)
-            print("%-4s %-6s %s" % (group, "kill", "ok" if not problems else "FAILED"))
+        # Hydra SIGKILLs the survivors at once: with -disable-auto-cleanup they outlive the dead
+        # rank (and end on its error or run.comm_timeout), as under srun or Open MPI's mpiexec.
+        cases = [(group, "kill", ["-disable-auto-cleanup"] if hydra() else []) for group in ("dp", "tp", "pp")]
+        if hydra():
+            cases.append(("dp", "killall", []))
+        for group, name, launcher_args in cases:
+            problems, out = killed_rank_named(tmp, group, node, launcher_args, name)
+            if not problems and name == "kill":
+                problems = dead_rank_problems(out, node)
+            elif not problems:
+                # Every rank SIGKILLed at once: the records cannot tell who went first, and
+                # diagnose must say so rather than name a rank, with the pids the launcher names.
+                for want in ("the whole job was killed at once with SIGKILL",
+                             "rank 1 (node %s) pid " % node, "-disable-auto-cleanup"):
+                    if want not in out:
+                        problems.append("diagnose does not say %r" % want)
+                if " died at about" in out:
+                    problems.append("a rank is said to have died, which these records cannot tell")
+            if problems and out:
+                problems.append("diagnose output:\n      " + out.replace("\n", "\n      "))
+            print("%-4s %-8s %s" % (group, name, "ok" if not problems else "FAILED"))
             if problems:
                 failures += 1
                 print("    " + "\n    ".join(problems))
