@@ -1,44 +1,127 @@
-// The Backend defaults of the ring-attention block operations (backend.h): devices without
-// these kernels refuse context parallelism by name, and copy_columns copies row by row.
+// Ring-attention blocks (backend.h): the front's checks of a block's geometry and of
+// copy_columns, and the Backend defaults — devices without these kernels refuse context
+// parallelism by name, and copy_columns copies row by row.
 
 #include <stdexcept>
 #include <string>
 
 #include "meshtrain/backend/backend.h"
+#include "op_contract.h"
 
 namespace meshtrain {
 
+using contract::OpContract;
+using contract::str;
+
 namespace {
+
+// The checks both passes share: qkv (B * Tq, 3 C), kv (B * Tk, 2 C), the block's rows inside
+// them, out-like tensors (B * Tq, C) and lse (B, NH, Tq). Messages name the op, the value and
+// the expectation.
+void check_block(const OpContract& c, const Tensor& qkv, const Tensor& kv, const Tensor& out,
+                 const char* out_name, const Tensor& lse, int64_t B, int64_t NH, int64_t HS,
+                 const Backend::AttentionBlock& blk) {
+  if (B <= 0 || NH <= 0 || HS <= 0)
+    c.fail("B, NH, HS must be positive, got " + str(B) + ", " + str(NH) + ", " + str(HS));
+  const int64_t C = NH * HS;
+  if (qkv.shape().rank() != 2 || qkv.dim(1) != 3 * C || qkv.dim(0) % B != 0)
+    c.fail("qkv is " + qkv.shape().to_string() +
+           ", expected (B * Tq, 3 * NH * HS) with B = " + str(B) + ", 3 * NH * HS = " + str(3 * C));
+  if (kv.shape().rank() != 2 || kv.dim(1) != 2 * C || kv.dim(0) % B != 0)
+    c.fail("kv is " + kv.shape().to_string() +
+           ", expected (B * Tk, 2 * NH * HS) with B = " + str(B) + ", 2 * NH * HS = " + str(2 * C));
+  const int64_t Tq = qkv.dim(0) / B, Tk = kv.dim(0) / B;
+  auto range = [&](const char* what, int64_t begin, int64_t count, int64_t T) {
+    if (begin < 0 || count < 0 || begin + count > T)
+      c.fail(std::string(what) + " rows [" + str(begin) + ", " + str(begin + count) +
+             ") are outside the sequence of " + str(T) + " rows");
+  };
+  range("query", blk.q_begin, blk.rows, Tq);
+  range("key", blk.k_begin, blk.keys, Tk);
+  if (blk.causal && blk.rows != blk.keys)
+    c.fail("a causal block is square: rows = " + str(blk.rows) + ", keys = " + str(blk.keys));
+  if (blk.rows > 0 && blk.keys <= 0)
+    c.fail(str(blk.rows) + " query rows against no keys have no softmax");
+  const Shape rows_c{B * Tq, C};
+  if (out.shape() != rows_c)
+    c.fail(std::string(out_name) + " is " + out.shape().to_string() +
+           ", expected (B * Tq, NH * HS) = " + rows_c.to_string());
+  if (lse.shape() != Shape{B, NH, Tq})
+    c.fail("lse is " + lse.shape().to_string() +
+           ", expected (B, NH, Tq) = " + Shape{B, NH, Tq}.to_string());
+  const DType a = qkv.dtype();
+  c.same_dtype(a, "kv", kv);
+  c.same_dtype(a, out_name, out);
+  c.wide_stat(a, "lse", lse);
+  c.on_device({&qkv, &kv, &out, &lse});
+  c.computes_in(a);
+}
+
 [[noreturn]] void refuse(const std::string& backend, const char* op) {
   throw std::invalid_argument("backend '" + backend + "' does not support " + op +
                               " (ring attention: context parallelism, parallel.cp > 1)");
 }
+
 }  // namespace
 
-void Backend::attention_block_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, int64_t,
-                                      int64_t, int64_t, const AttentionBlock&) {
-  refuse(name(), "attention_block_forward");
+void Backend::attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
+                                      int64_t B, int64_t NH, int64_t HS,
+                                      const AttentionBlock& block) {
+  check_block(OpContract(*this, "attention_block_forward"), qkv, kv, out, "out", lse, B, NH, HS,
+              block);
+  do_attention_block_forward(out, lse, qkv, kv, B, NH, HS, block);
 }
 
-void Backend::attention_block_backward(Tensor&, Tensor&, const Tensor&, const Tensor&,
-                                       const Tensor&, const Tensor&, const Tensor&, int64_t,
-                                       int64_t, int64_t, const AttentionBlock&) {
-  refuse(name(), "attention_block_backward");
+void Backend::attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
+                                       const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                                       const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
+                                       const AttentionBlock& block) {
+  const OpContract c(*this, "attention_block_backward");
+  check_block(c, qkv, kv, out, "out", lse, B, NH, HS, block);
+  if (dout.shape() != out.shape())
+    c.fail("dout is " + dout.shape().to_string() + ", expected out's " + out.shape().to_string());
+  if (dqkv.shape() != qkv.shape())
+    c.fail("dqkv is " + dqkv.shape().to_string() + ", expected qkv's " + qkv.shape().to_string());
+  if (dkv.shape() != kv.shape())
+    c.fail("dkv is " + dkv.shape().to_string() + ", expected kv's " + kv.shape().to_string());
+  const DType a = qkv.dtype();
+  c.same_dtype(a, "dqkv", dqkv);
+  c.same_dtype(a, "dkv", dkv);
+  c.same_dtype(a, "dout", dout);
+  c.on_device({&dqkv, &dkv, &dout});
+  do_attention_block_backward(dqkv, dkv, dout, out, lse, qkv, kv, B, NH, HS, block);
 }
 
 void Backend::copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                            int64_t cols) {
+  const OpContract c(*this, "copy_columns");
   const bool matrices = dst.shape().rank() == 2 && src.shape().rank() == 2;
-  const int64_t rows = dst.dim(0), dst_ld = matrices ? dst.dim(1) : 0, src_ld = matrices ? src.dim(1) : 0;
-  if (!matrices || src.dim(0) != rows ||
-      dst.dtype() != src.dtype() || dst_col < 0 || src_col < 0 || cols < 0 ||
-      dst_col + cols > dst_ld || src_col + cols > src_ld)
-    throw std::invalid_argument("backend '" + name() + "': copy_columns: " + std::to_string(cols) +
-                                " columns from " + std::to_string(src_col) + " of " +
-                                src.shape().to_string() + " to " + std::to_string(dst_col) +
-                                " of " + dst.shape().to_string() + " do not fit");
+  if (!matrices || src.dim(0) != dst.dim(0) || dst_col < 0 || src_col < 0 || cols < 0 ||
+      dst_col + cols > dst.dim(1) || src_col + cols > src.dim(1))
+    c.fail(str(cols) + " columns from " + str(src_col) + " of " + src.shape().to_string() + " to " +
+           str(dst_col) + " of " + dst.shape().to_string() + " do not fit");
+  c.same_dtype(src.dtype(), "dst", dst);
+  c.on_device("dst", dst);
+  c.on_device("src", src);
+  do_copy_columns(dst, dst_col, src, src_col, cols);
+}
+
+void Backend::do_attention_block_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, int64_t,
+                                         int64_t, int64_t, const AttentionBlock&) {
+  refuse(name(), "attention_block_forward");
+}
+
+void Backend::do_attention_block_backward(Tensor&, Tensor&, const Tensor&, const Tensor&,
+                                          const Tensor&, const Tensor&, const Tensor&, int64_t,
+                                          int64_t, int64_t, const AttentionBlock&) {
+  refuse(name(), "attention_block_backward");
+}
+
+void Backend::do_copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
+                              int64_t cols) {
   if (planning()) return;
-  for (int64_t r = 0; r < rows; ++r) {
+  const int64_t dst_ld = dst.dim(1), src_ld = src.dim(1);
+  for (int64_t r = 0; r < dst.dim(0); ++r) {
     Tensor to = dst.view(r * dst_ld + dst_col, {cols});
     copy(to, src.view(r * src_ld + src_col, {cols}));
   }

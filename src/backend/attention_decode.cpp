@@ -63,14 +63,9 @@ void from_host_doubles(Backend& be, Tensor& t, const std::vector<double>& v) {
 }
 }  // namespace
 
-void Backend::attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
-                               const Tensor& v_cache, int64_t length) {
+void Backend::do_attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                  const Tensor& v_cache, int64_t length) {
   const int64_t NH = k_cache.dim(0), T_max = k_cache.dim(1), HS = k_cache.dim(2);
-  if (length < 1 || length > T_max || q.numel() != NH * HS || out.numel() != NH * HS ||
-      v_cache.shape() != k_cache.shape())
-    throw std::invalid_argument("backend '" + name() + "': attention_decode: length " +
-                                std::to_string(length) + " must be in [1, " +
-                                std::to_string(T_max) + "], q and out (NH, HS), caches alike");
   const std::vector<double> qh = to_host_doubles(*this, q);
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   std::vector<double> result(static_cast<size_t>(NH * HS), 0.0);

@@ -1,8 +1,5 @@
 #include "meshtrain/backend/backend.h"
 
-#include <stdexcept>
-#include <string>
-
 namespace meshtrain {
 
 Backend::~Backend() = default;
@@ -22,53 +19,40 @@ Tensor Backend::empty_host(Shape shape, DType dtype, MemoryCategory category) {
   return Tensor(host_allocator_->allocate(bytes, category), 0, shape, dtype);
 }
 
-void Backend::copy_from_host_async(Tensor& dst, Tensor src) {
-  if (src.nbytes() != dst.nbytes() || src.device() != Device::Cpu)
-    throw std::invalid_argument("backend '" + name() + "': copy_from_host_async: source " +
-                                src.shape().to_string() + " " + std::string(dtype_name(src.dtype())) +
-                                " must be a host tensor of the destination's size " +
-                                dst.shape().to_string() + " " + std::string(dtype_name(dst.dtype())));
-  copy_from_host(dst, src.raw());
-}
+void Backend::do_copy_from_host_async(Tensor& dst, Tensor src) { copy_from_host(dst, src.raw()); }
 
-void Backend::matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
-                                 const Tensor* bias, const Tensor& residual) {
+void Backend::do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                    const Tensor* bias, const Tensor& residual) {
   matmul_forward(out, inp, weight, bias);
   add_inplace(out, residual);
 }
 
-void Backend::matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
-                                  const Tensor& weight, const Tensor& bias) {
+void Backend::do_matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
+                                     const Tensor& weight, const Tensor& bias) {
   matmul_forward(pre, inp, weight, &bias);
   gelu_forward(out, pre);
 }
 
-void Backend::matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
-                                   const Tensor& pre) {
+void Backend::do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                                      const Tensor& pre) {
   Tensor product = empty(pre.shape(), pre.dtype(), MemoryCategory::Workspace);
   matmul_backward(&product, nullptr, nullptr, dout, pre, weight);  // `pre`: only its shape
   gelu_backward(dpre, pre, product);
 }
 
-void Backend::snapshot_to_host(Tensor& dst, const Tensor& src) {
-  if (dst.nbytes() != src.nbytes() || dst.device() != Device::Cpu)
-    throw std::invalid_argument("backend '" + name() + "': snapshot_to_host: destination " +
-                                dst.shape().to_string() + " must be a host tensor of the source's size " +
-                                src.shape().to_string());
-  copy_to_host(dst.raw(), src);
-}
+void Backend::do_snapshot_to_host(Tensor& dst, const Tensor& src) { copy_to_host(dst.raw(), src); }
 
-void Backend::layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                     const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                                     const Tensor& mean, const Tensor& rstd,
-                                     const Tensor& residual) {
+void Backend::do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                        const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                        const Tensor& mean, const Tensor& rstd,
+                                        const Tensor& residual) {
   layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
   add_inplace(dinp, residual);
 }
 
-void Backend::crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses,
-                                             const Tensor& logits, const Tensor& targets,
-                                             double dloss) {
+void Backend::do_crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses,
+                                                const Tensor& logits, const Tensor& targets,
+                                                double dloss) {
   const Shape rows{losses.numel()};
   Tensor row_max = empty(rows, losses.dtype(), MemoryCategory::Workspace);
   Tensor row_sumexp = empty(rows, losses.dtype(), MemoryCategory::Workspace);
@@ -79,20 +63,16 @@ void Backend::crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses,
   crossentropy_backward(dlogits, logits, row_max, row_sumexp, targets, 0, dloss);
 }
 
-void Backend::reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
-                                 const std::vector<FlatPiece>& pieces, Reduction what) {
+void Backend::do_reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
+                                    const std::vector<FlatPiece>& pieces, Reduction what) {
   for (size_t k = 0; k < pieces.size(); ++k)
     reduce_into(out, first_slot + static_cast<int64_t>(k), t.view(pieces[k].offset, {pieces[k].count}),
                 what);
 }
 
-void Backend::adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                                  Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
-                                  const std::vector<double>& decays, const AdamWStep& s) {
-  if (decays.size() != pieces.size())
-    throw std::invalid_argument("backend '" + name() + "': adamw_update_pieces: " +
-                                std::to_string(pieces.size()) + " pieces but " +
-                                std::to_string(decays.size()) + " weight decays");
+void Backend::do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                                     Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
+                                     const std::vector<double>& decays, const AdamWStep& s) {
   for (size_t k = 0; k < pieces.size(); ++k) {
     const FlatPiece& piece = pieces[k];
     if (piece.count == 0) continue;

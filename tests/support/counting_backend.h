@@ -25,109 +25,113 @@ class CountingBackend final : public Backend {
   void reset_counts() { counts_ = {}; }
 
   std::string name() const override { return "counting-cpu"; }
+  bool computes_in(DType activation) const override { return cpu_.computes_in(activation); }
+  void synchronize() override { ++counts_.round_trips; }
 
-  void copy_from_host(Tensor& dst, const void* src) override {
+ protected:
+  void do_copy_from_host(Tensor& dst, const void* src) override {
     ++counts_.round_trips;
     cpu_.copy_from_host(dst, src);
   }
-  void copy_to_host(void* dst, const Tensor& src) override {
+  void do_copy_to_host(void* dst, const Tensor& src) override {
     ++counts_.round_trips;
     cpu_.copy_to_host(dst, src);
   }
-  void copy_from_host_async(Tensor& dst, Tensor src) override {
+  void do_copy_from_host_async(Tensor& dst, Tensor src) override {
     ++counts_.async_uploads;
     cpu_.copy_from_host(dst, src.raw());
   }
-  double sum_squares(const Tensor& t) override {
+  double do_sum_squares(const Tensor& t) override {
     ++counts_.round_trips;
     return cpu_.sum_squares(t);
   }
-  double sum(const Tensor& t) override {
+  double do_sum(const Tensor& t) override {
     ++counts_.round_trips;
     return cpu_.sum(t);
   }
-  void synchronize() override { ++counts_.round_trips; }
-  void reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) override {
+  void do_reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) override {
     cpu_.reduce_into(out, slot, t, what);
   }
 
   // ---- everything else is queued work: forwarded uncounted ----
-  void fill(Tensor& t, double value) override { cpu_.fill(t, value); }
-  void copy(Tensor& dst, const Tensor& src) override { cpu_.copy(dst, src); }
-  void cast(Tensor& dst, const Tensor& src) override { cpu_.cast(dst, src); }
-  void add_inplace(Tensor& dst, const Tensor& src) override { cpu_.add_inplace(dst, src); }
-  void scale_inplace(Tensor& t, double factor) override { cpu_.scale_inplace(t, factor); }
-  void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) override {
+  void do_fill(Tensor& t, double value) override { cpu_.fill(t, value); }
+  void do_copy(Tensor& dst, const Tensor& src) override { cpu_.copy(dst, src); }
+  void do_cast(Tensor& dst, const Tensor& src) override { cpu_.cast(dst, src); }
+  void do_add_inplace(Tensor& dst, const Tensor& src) override { cpu_.add_inplace(dst, src); }
+  void do_scale_inplace(Tensor& t, double factor) override { cpu_.scale_inplace(t, factor); }
+  void do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) override {
     cpu_.residual_forward(out, a, b);
   }
-  void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
-                         int64_t vocab_begin) override {
+  void do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                            int64_t vocab_begin) override {
     cpu_.embedding_forward(out, tokens, wte, vocab_begin);
   }
-  void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
-                          int64_t vocab_begin) override {
+  void do_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+                             int64_t vocab_begin) override {
     cpu_.embedding_backward(dwte, dout, tokens, vocab_begin);
   }
-  void position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) override {
+  void do_position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) override {
     cpu_.position_forward(out, wpe, token_begin);
   }
-  void position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) override {
+  void do_position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) override {
     cpu_.position_backward(dwpe, dout, token_begin);
   }
-  void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
-                         const Tensor& weight, const Tensor& bias) override {
+  void do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                            const Tensor& weight, const Tensor& bias) override {
     cpu_.layernorm_forward(out, mean, rstd, inp, weight, bias);
   }
-  void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
-                          const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                          const Tensor& rstd) override {
+  void do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                             const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                             const Tensor& rstd) override {
     cpu_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
   }
-  void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                      const Tensor* bias) override {
+  void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                         const Tensor* bias) override {
     cpu_.matmul_forward(out, inp, weight, bias);
   }
-  void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
-                       const Tensor& inp, const Tensor& weight) override {
+  void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight) override {
     cpu_.matmul_backward(dinp, dweight, dbias, dout, inp, weight);
   }
-  void bias_forward(Tensor& out, const Tensor& bias) override { cpu_.bias_forward(out, bias); }
-  void bias_backward(Tensor& dbias, const Tensor& dout) override { cpu_.bias_backward(dbias, dout); }
-  void gelu_forward(Tensor& out, const Tensor& inp) override { cpu_.gelu_forward(out, inp); }
-  void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override {
+  void do_bias_forward(Tensor& out, const Tensor& bias) override { cpu_.bias_forward(out, bias); }
+  void do_bias_backward(Tensor& dbias, const Tensor& dout) override {
+    cpu_.bias_backward(dbias, dout);
+  }
+  void do_gelu_forward(Tensor& out, const Tensor& inp) override { cpu_.gelu_forward(out, inp); }
+  void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override {
     cpu_.gelu_backward(dinp, inp, dout);
   }
-  void attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                         int64_t NH, int64_t HS) override {
+  void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
+                            int64_t NH, int64_t HS) override {
     cpu_.attention_forward(out, probs, qkv, B, T, NH, HS);
   }
-  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                          const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                          int64_t HS) override {
+  void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                             const Tensor& probs, int64_t B, int64_t T, int64_t NH,
+                             int64_t HS) override {
     cpu_.attention_backward(dqkv, dout, qkv, probs, B, T, NH, HS);
   }
-  void crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override {
+  void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override {
     cpu_.crossentropy_stats(row_max, row_sumexp, logits);
   }
-  void crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
-                           const Tensor& global_max) override {
+  void do_crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
+                              const Tensor& global_max) override {
     cpu_.crossentropy_rebase(row_sumexp, local_max, global_max);
   }
-  void crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
-                                 const Tensor& targets, int64_t vocab_begin) override {
+  void do_crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
+                                    const Tensor& targets, int64_t vocab_begin) override {
     cpu_.crossentropy_target_logit(target_logit, logits, targets, vocab_begin);
   }
-  void crossentropy_losses(Tensor& losses, const Tensor& row_max, const Tensor& row_sumexp,
-                           const Tensor& target_logit) override {
+  void do_crossentropy_losses(Tensor& losses, const Tensor& row_max, const Tensor& row_sumexp,
+                              const Tensor& target_logit) override {
     cpu_.crossentropy_losses(losses, row_max, row_sumexp, target_logit);
   }
-  void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
-                             const Tensor& row_sumexp, const Tensor& targets, int64_t vocab_begin,
-                             double dloss) override {
+  void do_crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                                const Tensor& row_sumexp, const Tensor& targets,
+                                int64_t vocab_begin, double dloss) override {
     cpu_.crossentropy_backward(dlogits, logits, row_max, row_sumexp, targets, vocab_begin, dloss);
   }
-  void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                    const AdamWStep& s) override {
+  void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                       const AdamWStep& s) override {
     cpu_.adamw_update(param, grad, exp_avg, exp_avg_sq, s);
   }
 

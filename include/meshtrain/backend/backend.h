@@ -32,6 +32,12 @@ struct FlatPiece {
   int64_t offset = 0, count = 0;
 };
 
+// The public operations are a non-virtual front, the same for every device (as Communicator's):
+// it checks each call's contract once (shapes that agree, tensors on this device, the dtype
+// rules above, an activation dtype the device computes in, slots and pieces inside their
+// tensors), and only then calls the device's protected do_* hook. A refusal names the backend,
+// the operation and the shapes, and never reaches the hook, so a device's kernels carry no
+// argument checks of their own, and every device refuses a bad call with the same words.
 class Backend {
  public:
   explicit Backend(std::unique_ptr<Allocator> allocator) : allocator_(std::move(allocator)) {}
@@ -45,6 +51,10 @@ class Backend {
   virtual std::unique_ptr<Allocator> make_host_allocator() const;
   // True for the planner's dry-run backends (allocations only, no arithmetic).
   virtual bool planning() const { return false; }
+  // Whether this device computes in `activation` (the dtype that decides an operation's
+  // kernel, see above): F32 and F64 by default; devices with low-precision kernels add BF16,
+  // devices without double-precision kernels drop F64.
+  virtual bool computes_in(DType activation) const;
   Device device() const { return allocator_->device(); }
   Allocator& allocator() { return *allocator_; }
   MemoryTracker& memory() { return allocator_->tracker(); }
@@ -57,96 +67,93 @@ class Backend {
   Tensor empty_host(Shape shape, DType dtype, MemoryCategory category);
 
   // ---- data movement and elementwise ----------------------------------------------------
-  virtual void fill(Tensor& t, double value) = 0;
-  virtual void copy(Tensor& dst, const Tensor& src) = 0;             // same device, same dtype
+  void fill(Tensor& t, double value);
+  void copy(Tensor& dst, const Tensor& src);  // same device, same dtype
   // dst = src converted elementwise to dst's dtype (equal element counts): F32 <-> BF16 (master
   // weights to compute weights and back), F32 <-> F64 (verification); narrowing rounds to
   // nearest, ties to even. Equal dtypes copy.
-  virtual void cast(Tensor& dst, const Tensor& src) = 0;
+  void cast(Tensor& dst, const Tensor& src);
   // Host round trips: copy_from_host returns when `src` may be reused, copy_to_host when `dst`
   // holds the data, sum and sum_squares with the value; on a GPU each waits for all queued work
   // (drains the device). A step should make a fixed few of them, whatever the number of
   // micro-batches and parameters: batch with copy_from_host_async and reduce_into.
-  virtual void copy_from_host(Tensor& dst, const void* src) = 0;     // src holds dst.dtype()
-  virtual void copy_to_host(void* dst, const Tensor& src) = 0;
+  void copy_from_host(Tensor& dst, const void* src);  // src holds dst.dtype()
+  void copy_to_host(void* dst, const Tensor& src);
   // dst = the bytes of `src`, a host tensor of the same size from empty_host(), without waiting:
   // returns once the copy is queued. `src` is handed over: the backend keeps it alive until the
   // copy has completed, and the caller must not write it after the call (cudaMemcpyAsync
   // semantics). The default copies at once.
-  virtual void copy_from_host_async(Tensor& dst, Tensor src);
+  void copy_from_host_async(Tensor& dst, Tensor src);
   // Snapshots for asynchronous checkpoints. snapshot_to_host copies `src` into `dst` (a host
   // tensor of its size from empty_host()) without holding up the work queued after it: on a GPU
   // the copy engine reads `src` while the next step computes. order_after_snapshot makes the
   // work queued from then on (the optimizer update, which writes `src`) wait for those copies on
   // the device, without the host waiting; wait_for_snapshot blocks the calling thread, whichever
   // it is, until they have landed in `dst`. The defaults copy at once and need no waiting.
-  virtual void snapshot_to_host(Tensor& dst, const Tensor& src);
+  void snapshot_to_host(Tensor& dst, const Tensor& src);
   virtual void order_after_snapshot() {}
   virtual void wait_for_snapshot() {}
-  virtual void add_inplace(Tensor& dst, const Tensor& src) = 0;      // dst += src
-  virtual void scale_inplace(Tensor& t, double factor) = 0;          // t *= factor
-  virtual void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) = 0;  // a + b
+  void add_inplace(Tensor& dst, const Tensor& src);                      // dst += src
+  void scale_inplace(Tensor& t, double factor);                          // t *= factor
+  void residual_forward(Tensor& out, const Tensor& a, const Tensor& b);  // a + b
   // Sum of squares accumulated in double, deterministically (same inputs, same threads: same bits).
-  virtual double sum_squares(const Tensor& t) = 0;
-  virtual double sum(const Tensor& t) = 0;
+  double sum_squares(const Tensor& t);
+  double sum(const Tensor& t);
   // out[slot] = sum (or sum of squares) of t, accumulated exactly as sum() and sum_squares() do
   // (same bits); out is F64 on this device. Queued like any kernel, no host round trip: reduce
   // many tensors into one buffer, then read it with a single copy_to_host.
-  virtual void reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) = 0;
+  void reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what);
   // reduce_into for many pieces of one flat tensor: out[first_slot + k] = the reduction of
   // t[pieces[k]], each with reduce_into's bits. A device batches the pieces into a few launches
   // (a model's gradient norm is hundreds of pieces a step); the default reduces one by one.
-  virtual void reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
-                                  const std::vector<FlatPiece>& pieces, Reduction what);
+  void reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
+                          const std::vector<FlatPiece>& pieces, Reduction what);
   // Waits for queued device work (no-op on the CPU).
   virtual void synchronize() {}
 
   // ---- embeddings ------------------------------------------------------------------------
   // out (N, C) = wte[tokens - vocab_begin] for tokens in this slice of the vocabulary, else 0.
-  virtual void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
-                                 int64_t vocab_begin) = 0;
-  virtual void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
-                                  int64_t vocab_begin) = 0;
+  void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, int64_t vocab_begin);
+  void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+                          int64_t vocab_begin);
   // out (N, C) += wpe[(token_begin + i) % T] with wpe (T, C): row i of `out` is the token at
   // flat index token_begin + i of the (B, T) micro-batch.
-  virtual void position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) = 0;
-  virtual void position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) = 0;
+  void position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin);
+  void position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin);
 
   // ---- layers ----------------------------------------------------------------------------
   // out (N, C), mean (N), rstd (N) from inp (N, C), weight (C), bias (C); eps = 1e-5.
-  virtual void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
-                                 const Tensor& weight, const Tensor& bias) = 0;
-  virtual void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                  const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                                  const Tensor& mean, const Tensor& rstd) = 0;
+  void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias);
+  void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                          const Tensor& rstd);
   // layernorm_backward, then dinp += residual (the gradient that reaches the LayerNorm's input
   // by the residual path), with the bits of the two calls; a device fuses them into one pass.
-  virtual void layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                      const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                                      const Tensor& mean, const Tensor& rstd,
-                                      const Tensor& residual);
+  void layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                              const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& residual);
 
   // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
-  virtual void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                              const Tensor* bias) = 0;
+  void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias);
   // matmul_forward, then out += residual (N, OC): a residual connection. The default makes the
   // two calls; a device adds the residual in the GEMM's epilogue (one rounding, not two).
-  virtual void matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
-                                  const Tensor* bias, const Tensor& residual);
+  void matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias,
+                          const Tensor& residual);
   // dweight (OC, C) += dout^T @ inp, dbias (OC) += column sums of dout, dinp (N, C) = dout @
   // weight. Each output may be null: not wanted. Zero-bubble schedules ask for dinp alone, then
   // later for dweight and dbias alone, when `weight` may be released (ZeRO-3) and is not read.
-  virtual void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
-                               const Tensor& inp, const Tensor& weight) = 0;
+  void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
+                       const Tensor& inp, const Tensor& weight);
 
   // out (N, C) += bias (C) on every row; dbias (C) += column sums of dout (N, C). For biases
   // applied after a tensor-parallel reduction, where the GEMM cannot add them.
-  virtual void bias_forward(Tensor& out, const Tensor& bias) = 0;
-  virtual void bias_backward(Tensor& dbias, const Tensor& dout) = 0;
+  void bias_forward(Tensor& out, const Tensor& bias);
+  void bias_backward(Tensor& dbias, const Tensor& dout);
 
   // GELU, tanh approximation.
-  virtual void gelu_forward(Tensor& out, const Tensor& inp) = 0;
-  virtual void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
+  void gelu_forward(Tensor& out, const Tensor& inp);
+  void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);
 
   // The MLP's linear layers with GELU between them, as one call each, so that a backend can
   // apply GELU in the matrix product's epilogue instead of a pass of its own over (N, OC):
@@ -154,29 +161,28 @@ class Backend {
   //   matmul_gelu_backward:  dpre (N, C) = (dout (N, OC) @ weight (OC, C)) * gelu'(pre (N, C))
   // The defaults are matmul_forward then gelu_forward, and matmul_backward's input gradient
   // then gelu_backward (with a workspace for the product).
-  virtual void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
-                                   const Tensor& weight, const Tensor& bias);
-  virtual void matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
-                                    const Tensor& pre);
+  void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight,
+                           const Tensor& bias);
+  void matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                            const Tensor& pre);
 
   // Causal self-attention over qkv (B, T, 3, NH, HS): out (B, T, NH, HS). `probs` is
   // backend-private scratch that the caller sizes (B, NH, T, T) in the activation dtype and
   // keeps from forward to backward: the CPU backend (and the CUDA backend's own kernels) store
   // the softmax there (entries above the diagonal are zero); the CUDA backend's fused cuDNN path
   // stores only what its backward needs (row log-sum-exp and a copy of `out`).
-  virtual void attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
-                                 int64_t T, int64_t NH, int64_t HS) = 0;
-  virtual void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                  const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                  int64_t HS) = 0;
+  void attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
+                         int64_t NH, int64_t HS);
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                          int64_t B, int64_t T, int64_t NH, int64_t HS);
   // One query row against a key/value cache (text generation, model/generator.h): for each of
   // the NH heads, out[h] (HS) = softmax(q[h] . k_cache[h, :length]^T / sqrt(HS))
   //                             v_cache[h, :length]
   // with q (NH, HS), k_cache and v_cache (NH, T_max, HS), out (NH, HS); length <= T_max.
   // The default copies the `length` cached rows to the host and computes there in double (any
   // device, F32/F64/BF16); a device may override it with a kernel. Not on the training path.
-  virtual void attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
-                                const Tensor& v_cache, int64_t length);
+  void attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                        int64_t length);
 
   // ---- ring attention blocks (context parallelism, model/ring_attention.h) ----------------
   // One block of a sequence's attention: the queries in rows [q_begin, q_begin + rows) of each
@@ -193,45 +199,40 @@ class Backend {
   // softmax denominator (scores scaled by 1/sqrt(HS)), -inf before the first block; merging is
   // exact up to rounding, whatever the order of the blocks.
   // The default refuses by name: only backends with these kernels run context parallelism.
-  virtual void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,
-                                       const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
-                                       const AttentionBlock& block);
+  void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
+                               int64_t B, int64_t NH, int64_t HS, const AttentionBlock& block);
   // Adds the block's gradients, given the final out, lse and dout (B * Tq, C): dQ into the Q
   // columns of dqkv (B * Tq, 3 C), dK and dV into dkv (B * Tk, 2 C). Accumulates (+=): each
   // query row and each key row collects the gradients of every block it takes part in.
-  virtual void attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
-                                        const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                                        const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
-                                        const AttentionBlock& block);
+  void attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& out,
+                                const Tensor& lse, const Tensor& qkv, const Tensor& kv, int64_t B,
+                                int64_t NH, int64_t HS, const AttentionBlock& block);
   // dst[:, dst_col + j] = src[:, src_col + j] for j < cols, both 2-D with the same rows and
   // dtype (packing K and V out of qkv, and their gradients back). The default copies row views.
-  virtual void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
-                            int64_t cols);
+  void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t cols);
 
   // ---- vocabulary-parallel softmax cross-entropy -----------------------------------------
   // For logits (N, V) over this rank's vocabulary slice [vocab_begin, vocab_begin + V):
   // row_max (N) and row_sumexp (N) = sum_j exp(logit_j - row_max); both fp32/fp64 as logits.
-  virtual void crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) = 0;
+  void crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits);
   // Re-bases local sums onto the global max: sumexp *= exp(local_max - global_max).
-  virtual void crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
-                                   const Tensor& global_max) = 0;
+  void crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max, const Tensor& global_max);
   // target_logit (N) = logits[i, targets[i] - vocab_begin] if in this slice, else 0.
-  virtual void crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
-                                         const Tensor& targets, int64_t vocab_begin) = 0;
+  void crossentropy_target_logit(Tensor& target_logit, const Tensor& logits, const Tensor& targets,
+                                 int64_t vocab_begin);
   // losses (N) = log(sumexp) + max - target_logit.
-  virtual void crossentropy_losses(Tensor& losses, const Tensor& row_max,
-                                   const Tensor& row_sumexp, const Tensor& target_logit) = 0;
+  void crossentropy_losses(Tensor& losses, const Tensor& row_max, const Tensor& row_sumexp,
+                           const Tensor& target_logit);
   // dlogits (N, V) = (softmax - onehot(target)) * dloss; may alias logits (in place).
-  virtual void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
-                                     const Tensor& row_sumexp, const Tensor& targets,
-                                     int64_t vocab_begin, double dloss) = 0;
+  void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                             const Tensor& row_sumexp, const Tensor& targets, int64_t vocab_begin,
+                             double dloss);
   // All of it where this rank holds the whole vocabulary (no tensor parallelism): losses (N)
   // and dlogits with the bits of stats, target_logit, losses and backward (vocab_begin 0,
   // statistics in losses' dtype); dlogits may alias logits. The default makes those calls; a
   // device reads the logits once.
-  virtual void crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses,
-                                              const Tensor& logits, const Tensor& targets,
-                                              double dloss);
+  void crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits,
+                                      const Tensor& targets, double dloss);
 
   // ---- optimizer -------------------------------------------------------------------------
   struct AdamWStep {
@@ -240,14 +241,101 @@ class Backend {
     double grad_scale = 1.0;  // applied to grad first (gradient clipping)
   };
   // Decoupled weight decay (Loshchilov & Hutter, arXiv 1711.05101); all four tensors alike.
-  virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                            Tensor& exp_avg_sq, const AdamWStep& s) = 0;
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                    const AdamWStep& s);
   // adamw_update on each piece of four flat tensors laid out alike, piece k with weight decay
   // decays[k] in place of s.weight_decay; elements outside every piece are left as they are.
   // Same bits as one adamw_update per piece, which the default does; a device batches them.
-  virtual void adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                                   Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
-                                   const std::vector<double>& decays, const AdamWStep& s);
+  void adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                           const std::vector<FlatPiece>& pieces, const std::vector<double>& decays,
+                           const AdamWStep& s);
+
+ protected:
+  // The operations themselves, called by the public front once it has checked the call's
+  // contract (backend_front.cpp): a hook sees only tensors of agreeing shapes, on this device,
+  // in dtypes related as the operation says, with an activation dtype this backend computes
+  // in. It still refuses what only it cannot do (a cast between two dtypes it has no kernel
+  // for, a misaligned view its library rejects). The hooks with a body are the defaults the
+  // public operations describe.
+  virtual void do_fill(Tensor& t, double value) = 0;
+  virtual void do_copy(Tensor& dst, const Tensor& src) = 0;
+  virtual void do_cast(Tensor& dst, const Tensor& src) = 0;
+  virtual void do_copy_from_host(Tensor& dst, const void* src) = 0;
+  virtual void do_copy_to_host(void* dst, const Tensor& src) = 0;
+  virtual void do_copy_from_host_async(Tensor& dst, Tensor src);
+  virtual void do_snapshot_to_host(Tensor& dst, const Tensor& src);
+  virtual void do_add_inplace(Tensor& dst, const Tensor& src) = 0;
+  virtual void do_scale_inplace(Tensor& t, double factor) = 0;
+  virtual void do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  virtual double do_sum_squares(const Tensor& t) = 0;
+  virtual double do_sum(const Tensor& t) = 0;
+  virtual void do_reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) = 0;
+  virtual void do_reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
+                                     const std::vector<FlatPiece>& pieces, Reduction what);
+  virtual void do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                    int64_t vocab_begin) = 0;
+  virtual void do_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+                                     int64_t vocab_begin) = 0;
+  virtual void do_position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) = 0;
+  virtual void do_position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) = 0;
+  virtual void do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                                    const Tensor& weight, const Tensor& bias) = 0;
+  virtual void do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                     const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                     const Tensor& mean, const Tensor& rstd) = 0;
+  virtual void do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                         const Tensor& dout, const Tensor& inp,
+                                         const Tensor& weight, const Tensor& mean,
+                                         const Tensor& rstd, const Tensor& residual);
+  virtual void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                 const Tensor* bias) = 0;
+  virtual void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                     const Tensor* bias, const Tensor& residual);
+  virtual void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
+                                  const Tensor& inp, const Tensor& weight) = 0;
+  virtual void do_bias_forward(Tensor& out, const Tensor& bias) = 0;
+  virtual void do_bias_backward(Tensor& dbias, const Tensor& dout) = 0;
+  virtual void do_gelu_forward(Tensor& out, const Tensor& inp) = 0;
+  virtual void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
+  virtual void do_matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
+                                      const Tensor& weight, const Tensor& bias);
+  virtual void do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                                       const Tensor& pre);
+  virtual void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
+                                    int64_t T, int64_t NH, int64_t HS) = 0;
+  virtual void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                     const Tensor& probs, int64_t B, int64_t T, int64_t NH,
+                                     int64_t HS) = 0;
+  virtual void do_attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                   const Tensor& v_cache, int64_t length);
+  virtual void do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,
+                                          const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
+                                          const AttentionBlock& block);
+  virtual void do_attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
+                                           const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                                           const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
+                                           const AttentionBlock& block);
+  virtual void do_copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
+                               int64_t cols);
+  virtual void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) = 0;
+  virtual void do_crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
+                                      const Tensor& global_max) = 0;
+  virtual void do_crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
+                                            const Tensor& targets, int64_t vocab_begin) = 0;
+  virtual void do_crossentropy_losses(Tensor& losses, const Tensor& row_max,
+                                      const Tensor& row_sumexp, const Tensor& target_logit) = 0;
+  virtual void do_crossentropy_backward(Tensor& dlogits, const Tensor& logits,
+                                        const Tensor& row_max, const Tensor& row_sumexp,
+                                        const Tensor& targets, int64_t vocab_begin,
+                                        double dloss) = 0;
+  virtual void do_crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses,
+                                                 const Tensor& logits, const Tensor& targets,
+                                                 double dloss);
+  virtual void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                               Tensor& exp_avg_sq, const AdamWStep& s) = 0;
+  virtual void do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                                      Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
+                                      const std::vector<double>& decays, const AdamWStep& s);
 
  private:
   std::unique_ptr<Allocator> allocator_;

@@ -1,6 +1,6 @@
-// CpuBackend: set-up, data movement, elementwise ops, reductions and embeddings — dtype and
-// shape checks (cpu_checks.h), then the kernels of kernels.h. The layers, attention,
-// cross-entropy and the optimizer are in cpu_layers.cpp.
+// CpuBackend: set-up, data movement, elementwise ops, reductions and embeddings — the dtype
+// dispatch (cpu_checks.h) onto the kernels of kernels.h, on calls the Backend front has checked.
+// The layers, attention, cross-entropy and the optimizer are in cpu_layers.cpp.
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
 
@@ -19,7 +19,6 @@ namespace meshtrain {
 using cpu::cols_of;
 using cpu::dispatch;
 using cpu::ptr;
-using cpu::require;
 using cpu::rows_of;
 
 namespace {
@@ -45,6 +44,10 @@ CpuBackend::CpuBackend(int threads, std::unique_ptr<Allocator> allocator)
   if (threads > 0) omp_set_num_threads(threads);
 }
 
+bool CpuBackend::computes_in(DType activation) const {
+  return activation == DType::F32 || activation == DType::F64 || activation == DType::BF16;
+}
+
 int CpuBackend::threads() const { return planning_ ? threads_ : omp_get_max_threads(); }
 
 std::string CpuBackend::describe() const {
@@ -52,7 +55,7 @@ std::string CpuBackend::describe() const {
          std::to_string(threads()) + " thread(s) per rank";
 }
 
-void CpuBackend::fill(Tensor& t, double value) {
+void CpuBackend::do_fill(Tensor& t, double value) {
   KernelProfile::Scope timed(profile_, "fill");
   if (planning_) return;
   if (t.dtype() == DType::I32) {
@@ -66,18 +69,13 @@ void CpuBackend::fill(Tensor& t, double value) {
   });
 }
 
-void CpuBackend::copy(Tensor& dst, const Tensor& src) {
+void CpuBackend::do_copy(Tensor& dst, const Tensor& src) {
   KernelProfile::Scope timed(profile_, "copy");
-  require(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "copy",
-          "tensors differ: " + dst.shape().to_string() + " " + std::string(dtype_name(dst.dtype())) +
-              " vs " + src.shape().to_string() + " " + std::string(dtype_name(src.dtype())));
   if (!planning_) std::memcpy(dst.raw(), src.raw(), src.nbytes());
 }
 
-void CpuBackend::cast(Tensor& dst, const Tensor& src) {
+void CpuBackend::do_cast(Tensor& dst, const Tensor& src) {
   KernelProfile::Scope timed(profile_, "cast");
-  require(dst.numel() == src.numel(), "cast",
-          "element counts differ: " + dst.shape().to_string() + " vs " + src.shape().to_string());
   const DType to = dst.dtype(), from = src.dtype();
   const int64_t n = src.numel();
   const bool supported = to == from || (to == DType::F64 && from == DType::F32) ||
@@ -102,34 +100,31 @@ void CpuBackend::cast(Tensor& dst, const Tensor& src) {
   }
 }
 
-void CpuBackend::copy_from_host(Tensor& dst, const void* src) {
+void CpuBackend::do_copy_from_host(Tensor& dst, const void* src) {
   KernelProfile::Scope timed(profile_, "copy_from_host");
   if (!planning_) std::memcpy(dst.raw(), src, dst.nbytes());
 }
 
 // In planning mode `dst` may itself be planned (a fake address): nothing is written.
-void CpuBackend::copy_to_host(void* dst, const Tensor& src) {
+void CpuBackend::do_copy_to_host(void* dst, const Tensor& src) {
   KernelProfile::Scope timed(profile_, "copy_to_host");
   if (!planning_) std::memcpy(dst, src.raw(), src.nbytes());
 }
 
-void CpuBackend::add_inplace(Tensor& dst, const Tensor& src) {
+void CpuBackend::do_add_inplace(Tensor& dst, const Tensor& src) {
   const char* op = "add_inplace";
   KernelProfile::Scope timed(profile_, op);
-  require(dst.numel() == src.numel(), op, "size mismatch");
-  if (dst.dtype() == DType::F32 && src.dtype() == DType::BF16) {  // bf16 into an fp32 accumulator
+  if (dst.dtype() != src.dtype()) {  // bf16 into an fp32 accumulator, the one mixed case
     if (!planning_) cpu::add_inplace(ptr<float>(dst), ptr<cpu::bf16>(src), dst.numel());
     return;
   }
-  cpu::expect_dtype(op, dst.dtype(), "src", src, dst.dtype(),
-                    "src matches dst, or is bf16 into an fp32 dst");
   dispatch(planning_, op, dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::add_inplace<T, T>(ptr<T>(dst), ptr<T>(src), dst.numel());
   });
 }
 
-void CpuBackend::scale_inplace(Tensor& t, double factor) {
+void CpuBackend::do_scale_inplace(Tensor& t, double factor) {
   KernelProfile::Scope timed(profile_, "scale_inplace");
   dispatch(planning_, "scale_inplace", t.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -137,19 +132,16 @@ void CpuBackend::scale_inplace(Tensor& t, double factor) {
   });
 }
 
-void CpuBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b) {
+void CpuBackend::do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) {
   const char* op = "residual_forward";
   KernelProfile::Scope timed(profile_, op);
-  require(out.numel() == a.numel() && a.numel() == b.numel(), op, "size mismatch");
-  cpu::same_dtype(op, out.dtype(), "a", a);
-  cpu::same_dtype(op, out.dtype(), "b", b);
   dispatch(planning_, op, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::residual_forward<T>(ptr<T>(out), ptr<T>(a), ptr<T>(b), out.numel());
   });
 }
 
-double CpuBackend::sum_squares(const Tensor& t) {
+double CpuBackend::do_sum_squares(const Tensor& t) {
   KernelProfile::Scope timed(profile_, "sum_squares");
   double r = 0;
   dispatch(planning_, "sum_squares", t.dtype(), [&](auto tag) {
@@ -159,7 +151,7 @@ double CpuBackend::sum_squares(const Tensor& t) {
   return r;
 }
 
-double CpuBackend::sum(const Tensor& t) {
+double CpuBackend::do_sum(const Tensor& t) {
   KernelProfile::Scope timed(profile_, "sum");
   double r = 0;
   dispatch(planning_, "sum", t.dtype(), [&](auto tag) {
@@ -169,22 +161,17 @@ double CpuBackend::sum(const Tensor& t) {
   return r;
 }
 
-void CpuBackend::reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) {
+void CpuBackend::do_reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) {
   KernelProfile::Scope timed(profile_, "reduce_into");
-  require(out.dtype() == DType::F64 && slot >= 0 && slot < out.numel(), "reduce_into",
-          "out must be fp64 with slot " + std::to_string(slot) + " in range, got " +
-              out.shape().to_string() + " " + std::string(dtype_name(out.dtype())));
   const double r = what == Reduction::Sum ? sum(t) : sum_squares(t);
   if (!planning_) out.data<double>()[slot] = r;
 }
 
-void CpuBackend::embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
-                                   int64_t vocab_begin) {
+void CpuBackend::do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                      int64_t vocab_begin) {
   const char* op = "embedding_forward";
   KernelProfile::Scope timed(profile_, op);
   const int64_t N = tokens.numel(), C = cols_of(wte);
-  require(rows_of(out) == N && cols_of(out) == C, op, "out must be (N, C)");
-  cpu::same_dtype(op, out.dtype(), "wte", wte);
   dispatch(planning_, op, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::embedding_forward<T>(ptr<T>(out), ptr<int32_t>(tokens), ptr<T>(wte), vocab_begin,
@@ -192,13 +179,11 @@ void CpuBackend::embedding_forward(Tensor& out, const Tensor& tokens, const Tens
   });
 }
 
-void CpuBackend::embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
-                                    int64_t vocab_begin) {
+void CpuBackend::do_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+                                       int64_t vocab_begin) {
   const char* op = "embedding_backward";
   KernelProfile::Scope timed(profile_, op);
   const int64_t N = tokens.numel(), C = cols_of(dwte);
-  require(rows_of(dout) == N && cols_of(dout) == C, op, "dout must be (N, C)");
-  cpu::wide_grad(op, dout.dtype(), "dwte", dwte);
   dispatch(planning_, op, dout.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::embedding_backward<T>(ptr<cpu::Acc<T>>(dwte), ptr<T>(dout), ptr<int32_t>(tokens),
@@ -206,11 +191,9 @@ void CpuBackend::embedding_backward(Tensor& dwte, const Tensor& dout, const Tens
   });
 }
 
-void CpuBackend::position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) {
+void CpuBackend::do_position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) {
   const char* op = "position_forward";
   KernelProfile::Scope timed(profile_, op);
-  require(cols_of(out) == cols_of(wpe), op, "channel mismatch");
-  cpu::same_dtype(op, out.dtype(), "wpe", wpe);
   dispatch(planning_, op, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::position_forward<T>(ptr<T>(out), ptr<T>(wpe), token_begin, rows_of(wpe), rows_of(out),
@@ -218,11 +201,9 @@ void CpuBackend::position_forward(Tensor& out, const Tensor& wpe, int64_t token_
   });
 }
 
-void CpuBackend::position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) {
+void CpuBackend::do_position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) {
   const char* op = "position_backward";
   KernelProfile::Scope timed(profile_, op);
-  require(cols_of(dout) == cols_of(dwpe), op, "channel mismatch");
-  cpu::wide_grad(op, dout.dtype(), "dwpe", dwpe);
   dispatch(planning_, op, dout.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::position_backward<T>(ptr<cpu::Acc<T>>(dwpe), ptr<T>(dout), token_begin, rows_of(dwpe),

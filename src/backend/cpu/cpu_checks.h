@@ -1,9 +1,10 @@
 #pragma once
-// The CpuBackend's argument checks and dtype dispatch, shared by cpu_backend.cpp (data movement,
-// elementwise, embeddings) and cpu_layers.cpp (layers, attention, cross-entropy, optimizer).
-// The dtype rules are backend.h's, the CUDA backend's too: an op's activation dtype A (fp32,
-// fp64 or bf16) decides it; parameter gradients and row statistics are wide(A), fp32 under bf16.
-// Anything else is refused by name: "backend 'cpu' does not support <op> for dtype <x>".
+// The CpuBackend's dtype dispatch, shared by cpu_backend.cpp (data movement, elementwise,
+// embeddings), cpu_layers.cpp (layers, attention, cross-entropy, optimizer) and the ring-attention
+// blocks. The Backend front (backend_front.cpp) has checked each call by backend.h's dtype rules:
+// an op's activation dtype A (fp32, fp64 or bf16) decides it; parameter gradients and row
+// statistics are wide(A), fp32 under bf16. The refusal below is only reached by a dtype the
+// front let through that a kernel has no instance for.
 
 #include <stdexcept>
 #include <string>
@@ -18,35 +19,8 @@ namespace meshtrain::cpu {
                               " for dtype " + std::string(dtype_name(t)));
 }
 
-inline void require(bool ok, const char* op, const std::string& what) {
-  if (!ok) throw std::invalid_argument(std::string("backend 'cpu': ") + op + ": " + what);
-}
-
 // The dtype of gradients and statistics for activations of dtype `act`.
 inline DType wide(DType act) { return act == DType::BF16 ? DType::F32 : act; }
-
-// `tensor` of an op on activations of dtype `act` must be `want`; the refusal names the rule,
-// e.g. "backend 'cpu' does not support matmul_backward for dtype bf16: dweight is bf16,
-// expected fp32 (parameter gradients are fp32)".
-inline void expect_dtype(const char* op, DType act, const char* tensor, const Tensor& t,
-                         DType want, const std::string& rule) {
-  if (t.dtype() == want) return;
-  throw std::invalid_argument(std::string("backend 'cpu' does not support ") + op +
-                              " for dtype " + std::string(dtype_name(act)) + ": " + tensor +
-                              " is " + std::string(dtype_name(t.dtype())) + ", expected " +
-                              std::string(dtype_name(want)) + " (" + rule + ")");
-}
-inline void same_dtype(const char* op, DType act, const char* tensor, const Tensor& t) {
-  expect_dtype(op, act, tensor, t, act, "same as the activations");
-}
-inline void wide_grad(const char* op, DType act, const char* tensor, const Tensor& t) {
-  expect_dtype(op, act, tensor, t, wide(act),
-               "parameter gradients are " + std::string(dtype_name(wide(act))));
-}
-inline void wide_stat(const char* op, DType act, const char* tensor, const Tensor& t) {
-  expect_dtype(op, act, tensor, t, wide(act),
-               "statistics are " + std::string(dtype_name(wide(act))));
-}
 
 // Calls f(float{}), f(double{}) or f(bf16{}) for the activation dtype; in planning mode only
 // checks it (plans of GPU runs are made with this backend too).

@@ -233,34 +233,11 @@ void block_backward(A* dqkv, A* dkv, const A* dout, const A* out, const Acc<A>* 
   }
 }
 
-// The checks both passes share; returns the geometry. Messages name the op, the value and the
-// expectation.
-BlockGeometry check_block(const char* op, const Tensor& qkv, const Tensor& kv, int64_t B,
-                          int64_t NH, int64_t HS, const Backend::AttentionBlock& blk) {
-  require(B > 0 && NH > 0 && HS > 0, op,
-          "B, NH, HS must be positive, got " + std::to_string(B) + ", " + std::to_string(NH) +
-              ", " + std::to_string(HS));
+// The geometry of a block the Backend front has checked (attention_blocks.cpp).
+BlockGeometry block_geometry(const Tensor& qkv, const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
+                             const Backend::AttentionBlock& blk) {
   const int64_t C = NH * HS;
-  require(qkv.shape().rank() == 2 && qkv.dim(1) == 3 * C && qkv.dim(0) % B == 0, op,
-          "qkv is " + qkv.shape().to_string() + ", expected (B * Tq, 3 * NH * HS) with B = " +
-              std::to_string(B) + ", 3 * NH * HS = " + std::to_string(3 * C));
-  require(kv.shape().rank() == 2 && kv.dim(1) == 2 * C && kv.dim(0) % B == 0, op,
-          "kv is " + kv.shape().to_string() + ", expected (B * Tk, 2 * NH * HS) with B = " +
-              std::to_string(B) + ", 2 * NH * HS = " + std::to_string(2 * C));
   const int64_t Tq = qkv.dim(0) / B, Tk = kv.dim(0) / B;
-  auto range = [&](const char* what, int64_t begin, int64_t count, int64_t T) {
-    require(begin >= 0 && count >= 0 && begin + count <= T, op,
-            std::string(what) + " rows [" + std::to_string(begin) + ", " +
-                std::to_string(begin + count) + ") are outside the sequence of " +
-                std::to_string(T) + " rows");
-  };
-  range("query", blk.q_begin, blk.rows, Tq);
-  range("key", blk.k_begin, blk.keys, Tk);
-  require(!blk.causal || blk.rows == blk.keys, op,
-          "a causal block is square: rows = " + std::to_string(blk.rows) +
-              ", keys = " + std::to_string(blk.keys));
-  require(blk.rows == 0 || blk.keys > 0, op,
-          std::to_string(blk.rows) + " query rows against no keys have no softmax");
   return {B, NH, HS, C, Tq, Tk, blk};
 }
 
@@ -270,36 +247,17 @@ BlockGeometry check_block(const char* op, const Tensor& qkv, const Tensor& kv, i
 using cpu::Acc;
 using cpu::dispatch;
 using cpu::ptr;
-using cpu::require;
-using cpu::same_dtype;
-using cpu::wide_stat;
 
 // Scratch (Workspace, counted by the planner): per thread, a tile of scores and its partners
 // (cpu::forward_scratch / backward_scratch).
-namespace {
-// The running log-sum-exp of every query row: (B, NH, Tq).
-void require_lse_shape(const char* op, const Tensor& lse, int64_t B, int64_t NH, int64_t Tq) {
-  require(lse.shape() == Shape{B, NH, Tq}, op,
-          "lse is " + lse.shape().to_string() + ", expected (B, NH, Tq) = " +
-              Shape{B, NH, Tq}.to_string());
-}
-}  // namespace
-
-void CpuBackend::attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,
-                                         const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
-                                         const AttentionBlock& block) {
+void CpuBackend::do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,
+                                            const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
+                                            const AttentionBlock& block) {
   const char* op = "attention_block_forward";
-  const cpu::BlockGeometry g = cpu::check_block(op, qkv, kv, B, NH, HS, block);
+  const cpu::BlockGeometry g = cpu::block_geometry(qkv, kv, B, NH, HS, block);
   KernelProfile::Scope timed(profile_, op,
                              (block.causal ? 2.0 : 4.0) * B * NH * block.rows * block.keys * HS);
-  require(out.shape() == Shape{B * g.Tq, g.C}, op,
-          "out is " + out.shape().to_string() + ", expected (B * Tq, NH * HS) = " +
-              Shape{B * g.Tq, g.C}.to_string());
-  require_lse_shape(op, lse, B, NH, g.Tq);
   const DType a = qkv.dtype();
-  same_dtype(op, a, "kv", kv);
-  same_dtype(op, a, "out", out);
-  wide_stat(op, a, "lse", lse);
   dispatch(false, op, a, [&](auto tag) {
     using E = decltype(tag);
     if (block.rows == 0) return;
@@ -312,30 +270,15 @@ void CpuBackend::attention_block_forward(Tensor& out, Tensor& lse, const Tensor&
   });
 }
 
-void CpuBackend::attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
-                                          const Tensor& out, const Tensor& lse,
-                                          const Tensor& qkv, const Tensor& kv, int64_t B,
-                                          int64_t NH, int64_t HS, const AttentionBlock& block) {
+void CpuBackend::do_attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
+                                             const Tensor& out, const Tensor& lse,
+                                             const Tensor& qkv, const Tensor& kv, int64_t B,
+                                             int64_t NH, int64_t HS, const AttentionBlock& block) {
   const char* op = "attention_block_backward";
-  const cpu::BlockGeometry g = cpu::check_block(op, qkv, kv, B, NH, HS, block);
+  const cpu::BlockGeometry g = cpu::block_geometry(qkv, kv, B, NH, HS, block);
   KernelProfile::Scope timed(profile_, op,
                              (block.causal ? 5.0 : 10.0) * B * NH * block.rows * block.keys * HS);
-  const Shape rows_c{B * g.Tq, g.C};
-  require(dqkv.shape() == qkv.shape(), op,
-          "dqkv is " + dqkv.shape().to_string() + ", expected qkv's " + qkv.shape().to_string());
-  require(dkv.shape() == kv.shape(), op,
-          "dkv is " + dkv.shape().to_string() + ", expected kv's " + kv.shape().to_string());
-  require(dout.shape() == rows_c && out.shape() == rows_c, op,
-          "dout is " + dout.shape().to_string() + " and out " + out.shape().to_string() +
-              ", expected (B * Tq, NH * HS) = " + rows_c.to_string());
-  require_lse_shape(op, lse, B, NH, g.Tq);
   const DType a = qkv.dtype();
-  same_dtype(op, a, "kv", kv);
-  same_dtype(op, a, "dqkv", dqkv);
-  same_dtype(op, a, "dkv", dkv);
-  same_dtype(op, a, "dout", dout);
-  same_dtype(op, a, "out", out);
-  wide_stat(op, a, "lse", lse);
   dispatch(false, op, a, [&](auto tag) {
     using E = decltype(tag);
     if (block.rows == 0) return;
@@ -349,22 +292,11 @@ void CpuBackend::attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tenso
   });
 }
 
-void CpuBackend::copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
-                              int64_t cols) {
+void CpuBackend::do_copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
+                                 int64_t cols) {
   const char* op = "copy_columns";
   KernelProfile::Scope timed(profile_, op);
-  const bool matrices = dst.shape().rank() == 2 && src.shape().rank() == 2;
-  const int64_t rows = matrices ? dst.dim(0) : 0;
-  const int64_t dst_ld = matrices ? dst.dim(1) : 0, src_ld = matrices ? src.dim(1) : 0;
-  require(matrices && src.dim(0) == rows && dst_col >= 0 && src_col >= 0 && cols >= 0 &&
-              dst_col + cols <= dst_ld && src_col + cols <= src_ld,
-          op,
-          std::to_string(cols) + " columns from " + std::to_string(src_col) + " of " +
-              src.shape().to_string() + " to " + std::to_string(dst_col) + " of " +
-              dst.shape().to_string() + " do not fit (both 2-D with the same rows)");
-  require(dst.dtype() == src.dtype(), op,
-          "dtypes differ: dst " + std::string(dtype_name(dst.dtype())) + ", src " +
-              std::string(dtype_name(src.dtype())));
+  const int64_t rows = dst.dim(0), dst_ld = dst.dim(1), src_ld = src.dim(1);
   if (planning_ || cols == 0) return;
   const size_t size = dtype_size(dst.dtype()), bytes = static_cast<size_t>(cols) * size;
   char* d = static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_col) * size;

@@ -1,6 +1,6 @@
 #pragma once
 // Host-side helpers shared by the CUDA backend's .cpp files: the private library state, typed
-// device pointers with dtype and device checks, and the error texts for refused dtypes.
+// device pointers, and the error texts of the few refusals that are the device's own.
 
 #include <cuda_bf16.h>
 
@@ -71,27 +71,13 @@ template <> constexpr DType dtype_for<bf16>() { return DType::BF16; }
 template <> constexpr DType dtype_for<int32_t>() { return DType::I32; }
 template <> constexpr DType dtype_for<double>() { return DType::F64; }
 
-// "backend 'cuda' does not support <op> for dtype <x>"
+// "backend 'cuda' does not support <op> for dtype <x>": a dtype the Backend front let through
+// (backend_front.cpp checks every call's contract) that a kernel has no instance for.
 [[noreturn]] void unsupported(const char* op, DType t);
-// The same, naming the tensor and the rule it breaks, e.g.
-// "backend 'cuda' does not support matmul_backward for dtype bf16: dweight is bf16, expected fp32
-//  (parameter gradients are fp32)"
-[[noreturn]] void wrong_dtype(const char* op, DType act, const char* tensor, DType got,
-                              DType want, const char* rule);
-void require(bool ok, const char* op, const std::string& what);
-// Activation dtype `act` of an op; `t` must be `act` too.
-void same_dtype(const char* op, DType act, const char* name, const Tensor& t);
-// Parameter gradients and statistics (mean, rstd, softmax sums) are fp32 in both modes.
-void fp32_grad(const char* op, DType act, const char* name, const Tensor& t);
-void fp32_stat(const char* op, DType act, const char* name, const Tensor& t);
-void require_device(const char* op, const Tensor& t);
-// Each piece inside [0, t.numel()): a piece outside would read or write past the tensor.
-void require_pieces_inside(const char* op, const Tensor& t, const std::vector<FlatPiece>& pieces);
-
-// Typed device pointer of a tensor, after checking its dtype and device.
+// Typed device pointer of a tensor. The front has checked the call's dtypes and devices; the
+// dtype test guards the kernel choice against a pointer of the wrong type.
 template <class T> T* ptr(const char* op, const Tensor& t) {
   if (t.dtype() != dtype_for<T>()) unsupported(op, t.dtype());
-  require_device(op, t);
   return static_cast<T*>(t.raw());
 }
 

@@ -28,7 +28,6 @@
 namespace meshtrain {
 
 using cuda::bf16;
-using cuda::require;
 
 namespace {
 
@@ -38,22 +37,6 @@ size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 size_t cudnn_scratch_bytes(int64_t B, int64_t T, int64_t NH, int64_t HS) {
   return align_up(static_cast<size_t>(B * NH * T) * sizeof(float)) +
          static_cast<size_t>(B * T * NH * HS) * sizeof(bf16);
-}
-
-void check_attention(const char* op, const Tensor& qkv, const Tensor& o, const Tensor& probs,
-                     int64_t B, int64_t T, int64_t NH, int64_t HS) {
-  require(qkv.numel() == B * T * 3 * NH * HS && o.numel() == B * T * NH * HS &&
-              probs.numel() == B * NH * T * T,
-          op, "shape mismatch: qkv " + qkv.shape().to_string() + ", out " + o.shape().to_string() +
-                  ", probs " + probs.shape().to_string() + " for B=" + std::to_string(B) +
-                  " T=" + std::to_string(T) + " NH=" + std::to_string(NH) + " HS=" +
-                  std::to_string(HS));
-  const DType a = qkv.dtype();
-  if (a != DType::F32 && a != DType::BF16) cuda::unsupported(op, a);
-  if (o.dtype() != a) cuda::wrong_dtype(op, a, "out", o.dtype(), a, "same as the activations");
-  if (probs.dtype() != a)
-    cuda::wrong_dtype(op, a, "probs", probs.dtype(), a, "same as the activations");
-  for (const Tensor* t : {&qkv, &o, &probs}) cuda::require_device(op, *t);
 }
 
 // cuDNN's tensors are declared 16-byte aligned. Views from the caching allocator are, unless a
@@ -115,13 +98,12 @@ AttentionImpl CudaBackend::attention_impl_for(DType dtype, int64_t B, int64_t T,
   return refusal.empty() ? AttentionImpl::Cudnn : AttentionImpl::Own;
 }
 
-void CudaBackend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
-                                    int64_t T, int64_t NH, int64_t HS) {
+void CudaBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
+                                       int64_t T, int64_t NH, int64_t HS) {
   // Causal work counted full, as PaLM does: QK^T and PV, 2 T^2 HS each per head.
   cuda::TimedOp timed(profile_, stream_, "attention_forward",
                       4.0 * double(B) * double(NH) * double(T) * double(T) * double(HS));
   const char* op = "attention_forward";
-  check_attention(op, qkv, out, probs, B, T, NH, HS);
   if (!cudnn_attention_usable(qkv, probs, B, T, NH, HS))
     return own_attention_forward(out, probs, qkv, B, T, NH, HS);
   const cuda::AttentionShape shape{B, T, NH, HS};
@@ -136,17 +118,12 @@ void CudaBackend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qk
                                            cudaMemcpyDeviceToDevice, stream_));
 }
 
-void CudaBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                     const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                     int64_t HS) {
+void CudaBackend::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                        const Tensor& probs, int64_t B, int64_t T, int64_t NH,
+                                        int64_t HS) {
   cuda::TimedOp timed(profile_, stream_, "attention_backward",
                       8.0 * double(B) * double(NH) * double(T) * double(T) * double(HS));
   const char* op = "attention_backward";
-  check_attention(op, qkv, dout, probs, B, T, NH, HS);
-  require(dqkv.numel() == qkv.numel() && dqkv.dtype() == qkv.dtype(), op,
-          "dqkv must match qkv, got " + dqkv.shape().to_string() + " " +
-              std::string(dtype_name(dqkv.dtype())));
-  cuda::require_device(op, dqkv);
   if (!cudnn_attention_usable(qkv, probs, B, T, NH, HS))
     return own_attention_backward(dqkv, dout, qkv, probs, B, T, NH, HS);
   const cuda::AttentionShape shape{B, T, NH, HS};

@@ -1,6 +1,6 @@
 // CudaBackend: set-up, data movement, elementwise ops, reductions and the layer kernels'
-// dispatch (dtype and shape checks, then the launchers of kernels.h). GEMMs live in
-// cuda_matmul.cpp, attention in cuda_attention.cpp, the optimizer in cuda_optimizer.cpp,
+// dispatch onto the launchers of kernels.h, for calls the Backend front has checked. GEMMs live
+// in cuda_matmul.cpp, attention in cuda_attention.cpp, the optimizer in cuda_optimizer.cpp,
 // cross-entropy in cuda_cross_entropy.cpp.
 
 #include <cuda_runtime_api.h>
@@ -19,55 +19,18 @@ namespace meshtrain {
 
 using cuda::bf16;
 using cuda::cols_of;
-using cuda::fp32_grad;
-using cuda::fp32_stat;
 using cuda::ptr;
-using cuda::require;
 using cuda::rows_of;
-using cuda::same_dtype;
+
+bool CudaBackend::computes_in(DType activation) const {
+  return activation == DType::F32 || activation == DType::BF16;
+}
 
 namespace cuda {
 
 void unsupported(const char* op, DType t) {
   throw std::invalid_argument(std::string("backend 'cuda' does not support ") + op +
                               " for dtype " + std::string(dtype_name(t)));
-}
-
-void wrong_dtype(const char* op, DType act, const char* tensor, DType got, DType want,
-                 const char* rule) {
-  throw std::invalid_argument(std::string("backend 'cuda' does not support ") + op +
-                              " for dtype " + std::string(dtype_name(act)) + ": " + tensor +
-                              " is " + std::string(dtype_name(got)) + ", expected " +
-                              std::string(dtype_name(want)) + " (" + rule + ")");
-}
-
-void require(bool ok, const char* op, const std::string& what) {
-  if (!ok) throw std::invalid_argument(std::string("backend 'cuda': ") + op + ": " + what);
-}
-
-void require_pieces_inside(const char* op, const Tensor& t, const std::vector<FlatPiece>& pieces) {
-  for (const FlatPiece& piece : pieces)
-    require(piece.offset >= 0 && piece.count >= 0 && piece.offset + piece.count <= t.numel(), op,
-            "piece [" + std::to_string(piece.offset) + ", " +
-                std::to_string(piece.offset + piece.count) + ") outside " + t.shape().to_string());
-}
-
-void require_device(const char* op, const Tensor& t) {
-  if (t.device() != Device::Cuda)
-    throw std::invalid_argument(std::string("backend 'cuda': ") + op +
-                                ": a tensor lives on the cpu (move it with copy_from_host)");
-}
-
-void same_dtype(const char* op, DType act, const char* name, const Tensor& t) {
-  if (t.dtype() != act) wrong_dtype(op, act, name, t.dtype(), act, "same as the activations");
-}
-void fp32_grad(const char* op, DType act, const char* name, const Tensor& t) {
-  if (t.dtype() != DType::F32)
-    wrong_dtype(op, act, name, t.dtype(), DType::F32, "parameter gradients are fp32");
-}
-void fp32_stat(const char* op, DType act, const char* name, const Tensor& t) {
-  if (t.dtype() != DType::F32)
-    wrong_dtype(op, act, name, t.dtype(), DType::F32, "statistics are fp32");
 }
 
 }  // namespace cuda
@@ -204,9 +167,8 @@ void CudaBackend::retire_host_copies() {
 
 // ---- data movement and elementwise -------------------------------------------------------
 
-void CudaBackend::fill(Tensor& t, double value) {
+void CudaBackend::do_fill(Tensor& t, double value) {
   cuda::TimedOp timed(profile_, stream_, "fill");
-  cuda::require_device("fill", t);
   switch (t.dtype()) {
     // F64: the device-side slots of loss and gradient-norm sums (reduce_into).
     case DType::F64: cuda::fill(ptr<double>("fill", t), value, t.numel(), stream_); return;
@@ -217,22 +179,15 @@ void CudaBackend::fill(Tensor& t, double value) {
   }
 }
 
-void CudaBackend::copy(Tensor& dst, const Tensor& src) {
+void CudaBackend::do_copy(Tensor& dst, const Tensor& src) {
   cuda::TimedOp timed(profile_, stream_, "copy");
-  require(dst.numel() == src.numel() && dst.dtype() == src.dtype(), "copy",
-          "tensors differ: " + dst.shape().to_string() + " " + std::string(dtype_name(dst.dtype())) +
-              " vs " + src.shape().to_string() + " " + std::string(dtype_name(src.dtype())));
-  cuda::require_device("copy", dst);
-  cuda::require_device("copy", src);
   if (dst.raw() == src.raw() || src.nbytes() == 0) return;
   MESHTRAIN_CUDA_CHECK("copy", cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(),
                                                cudaMemcpyDeviceToDevice, stream_));
 }
 
-void CudaBackend::cast(Tensor& dst, const Tensor& src) {
+void CudaBackend::do_cast(Tensor& dst, const Tensor& src) {
   cuda::TimedOp timed(profile_, stream_, "cast");
-  require(dst.numel() == src.numel(), "cast",
-          "element counts differ: " + dst.shape().to_string() + " vs " + src.shape().to_string());
   const DType to = dst.dtype(), from = src.dtype();
   if (to == from) return copy(dst, src);
   if (to == DType::BF16 && from == DType::F32)
@@ -244,8 +199,7 @@ void CudaBackend::cast(Tensor& dst, const Tensor& src) {
                               std::string(dtype_name(to)) + " (supported: fp32 <-> bf16)");
 }
 
-void CudaBackend::copy_from_host(Tensor& dst, const void* src) {
-  cuda::require_device("copy_from_host", dst);
+void CudaBackend::do_copy_from_host(Tensor& dst, const void* src) {
   if (dst.nbytes() == 0) return;
   MESHTRAIN_CUDA_CHECK("copy_from_host", cudaMemcpyAsync(dst.raw(), src, dst.nbytes(),
                                                          cudaMemcpyHostToDevice, stream_));
@@ -259,12 +213,8 @@ void CudaBackend::copy_from_host(Tensor& dst, const void* src) {
 // its pinned block, which the allocator would otherwise hand out again) until the event recorded
 // after the copy completes. No stream synchronisation: the kernels that read `dst` are queued
 // behind the copy on the same stream.
-void CudaBackend::copy_from_host_async(Tensor& dst, Tensor src) {
+void CudaBackend::do_copy_from_host_async(Tensor& dst, Tensor src) {
   const char* op = "copy_from_host_async";
-  cuda::require_device(op, dst);
-  require(src.device() == Device::Cpu && src.nbytes() == dst.nbytes(), op,
-          "source " + src.shape().to_string() + " must be a host tensor of the destination's size " +
-              dst.shape().to_string());
   if (dst.nbytes() == 0) return;
   retire_host_copies();
   MESHTRAIN_CUDA_CHECK(op, cudaMemcpyAsync(dst.raw(), src.raw(), dst.nbytes(),
@@ -279,8 +229,7 @@ void CudaBackend::copy_from_host_async(Tensor& dst, Tensor src) {
   lib_->host_copies.emplace_back(done, std::move(src));
 }
 
-void CudaBackend::copy_to_host(void* dst, const Tensor& src) {
-  cuda::require_device("copy_to_host", src);
+void CudaBackend::do_copy_to_host(void* dst, const Tensor& src) {
   if (src.nbytes() == 0) return;
   MESHTRAIN_CUDA_CHECK("copy_to_host", cudaMemcpyAsync(dst, src.raw(), src.nbytes(),
                                                        cudaMemcpyDeviceToHost, stream_));
@@ -288,12 +237,8 @@ void CudaBackend::copy_to_host(void* dst, const Tensor& src) {
   retire_host_copies();
 }
 
-void CudaBackend::snapshot_to_host(Tensor& dst, const Tensor& src) {
+void CudaBackend::do_snapshot_to_host(Tensor& dst, const Tensor& src) {
   const char* op = "snapshot_to_host";
-  cuda::require_device(op, src);
-  require(dst.device() == Device::Cpu && dst.nbytes() == src.nbytes(), op,
-          "destination " + dst.shape().to_string() + " must be a host tensor of the source's size " +
-              src.shape().to_string());
   if (src.nbytes() == 0) return;
   Libraries& l = *lib_;
   if (!l.snapshot_stream) {
@@ -322,21 +267,18 @@ void CudaBackend::wait_for_snapshot() {
   MESHTRAIN_CUDA_CHECK("wait_for_snapshot", cudaEventSynchronize(lib_->snapshot_done));
 }
 
-void CudaBackend::add_inplace(Tensor& dst, const Tensor& src) {
+void CudaBackend::do_add_inplace(Tensor& dst, const Tensor& src) {
   cuda::TimedOp timed(profile_, stream_, "add_inplace");
-  require(dst.numel() == src.numel(), "add_inplace", "size mismatch");
   const char* op = "add_inplace";
   if (dst.dtype() == DType::F32 && src.dtype() == DType::F32)
     return cuda::add_inplace(ptr<float>(op, dst), ptr<float>(op, src), dst.numel(), stream_);
   if (dst.dtype() == DType::BF16 && src.dtype() == DType::BF16)
     return cuda::add_inplace(ptr<bf16>(op, dst), ptr<bf16>(op, src), dst.numel(), stream_);
-  if (dst.dtype() == DType::F32 && src.dtype() == DType::BF16)  // bf16 into an fp32 accumulator
-    return cuda::add_inplace(ptr<float>(op, dst), ptr<bf16>(op, src), dst.numel(), stream_);
-  cuda::wrong_dtype(op, dst.dtype(), "src", src.dtype(), dst.dtype(),
-                    "src matches dst, or is bf16 into an fp32 dst");
+  // bf16 into an fp32 accumulator, the one mixed case the front lets through.
+  cuda::add_inplace(ptr<float>(op, dst), ptr<bf16>(op, src), dst.numel(), stream_);
 }
 
-void CudaBackend::scale_inplace(Tensor& t, double factor) {
+void CudaBackend::do_scale_inplace(Tensor& t, double factor) {
   cuda::TimedOp timed(profile_, stream_, "scale_inplace");
   cuda::dispatch("scale_inplace", t.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -344,24 +286,19 @@ void CudaBackend::scale_inplace(Tensor& t, double factor) {
   });
 }
 
-void CudaBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b) {
+void CudaBackend::do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) {
   cuda::TimedOp timed(profile_, stream_, "residual_forward");
   const char* op = "residual_forward";
-  require(out.numel() == a.numel() && a.numel() == b.numel(), op, "size mismatch");
-  same_dtype(op, out.dtype(), "a", a);
-  same_dtype(op, out.dtype(), "b", b);
   cuda::dispatch(op, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cuda::residual_forward(ptr<T>(op, out), ptr<T>(op, a), ptr<T>(op, b), out.numel(), stream_);
   });
 }
 
-void CudaBackend::reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) {
+void CudaBackend::do_reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) {
   cuda::TimedOp timed(profile_, stream_, "reduce_into");
   const bool squares = what == Reduction::SumSquares;
   const char* op = squares ? "sum_squares" : "sum";
-  require(slot >= 0 && slot < out.numel(), op,
-          "slot " + std::to_string(slot) + " outside out " + out.shape().to_string());
   double* result = ptr<double>(op, out) + slot;
   // Freed on return while the kernels may still run: the next user of the block is queued
   // behind them on the same stream (see cuda_allocator.h).
@@ -372,16 +309,12 @@ void CudaBackend::reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduct
   });
 }
 
-void CudaBackend::reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
-                                     const std::vector<FlatPiece>& pieces, Reduction what) {
+void CudaBackend::do_reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
+                                        const std::vector<FlatPiece>& pieces, Reduction what) {
   cuda::TimedOp timed(profile_, stream_, "reduce_into");
   const bool squares = what == Reduction::SumSquares;
   const char* op = squares ? "sum_squares" : "sum";
   const auto count = static_cast<int64_t>(pieces.size());
-  require(first_slot >= 0 && first_slot + count <= out.numel(), op,
-          "slots [" + std::to_string(first_slot) + ", " + std::to_string(first_slot + count) +
-              ") outside out " + out.shape().to_string());
-  cuda::require_pieces_inside(op, t, pieces);
   if (count == 0) return;
   std::vector<int64_t> offsets, counts;
   for (const FlatPiece& piece : pieces) {
@@ -407,18 +340,18 @@ double reduce(CudaBackend& be, const Tensor& t, Reduction what) {
 }
 }  // namespace
 
-double CudaBackend::sum_squares(const Tensor& t) { return reduce(*this, t, Reduction::SumSquares); }
-double CudaBackend::sum(const Tensor& t) { return reduce(*this, t, Reduction::Sum); }
+double CudaBackend::do_sum_squares(const Tensor& t) {
+  return reduce(*this, t, Reduction::SumSquares);
+}
+double CudaBackend::do_sum(const Tensor& t) { return reduce(*this, t, Reduction::Sum); }
 
 // ---- embeddings ---------------------------------------------------------------------------
 
-void CudaBackend::embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
-                                    int64_t vocab_begin) {
+void CudaBackend::do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                       int64_t vocab_begin) {
   cuda::TimedOp timed(profile_, stream_, "embedding_forward");
   const char* op = "embedding_forward";
   const int64_t N = tokens.numel(), C = cols_of(wte);
-  require(rows_of(out) == N && cols_of(out) == C, op, "out must be (N, C)");
-  same_dtype(op, out.dtype(), "wte", wte);
   cuda::dispatch(op, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cuda::embedding_forward(ptr<T>(op, out), ptr<int32_t>(op, tokens), ptr<T>(op, wte),
@@ -426,13 +359,11 @@ void CudaBackend::embedding_forward(Tensor& out, const Tensor& tokens, const Ten
   });
 }
 
-void CudaBackend::embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
-                                     int64_t vocab_begin) {
+void CudaBackend::do_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+                                        int64_t vocab_begin) {
   cuda::TimedOp timed(profile_, stream_, "embedding_backward");
   const char* op = "embedding_backward";
   const int64_t N = tokens.numel(), C = cols_of(dwte);
-  require(rows_of(dout) == N && cols_of(dout) == C, op, "dout must be (N, C)");
-  fp32_grad(op, dout.dtype(), "dwte", dwte);
   const size_t bytes = cuda::embedding_backward_workspace(N, C);
   Tensor ws = empty({static_cast<int64_t>((bytes + 3) / 4)}, DType::F32, MemoryCategory::Workspace);
   cuda::dispatch(op, dout.dtype(), [&](auto tag) {
@@ -442,11 +373,9 @@ void CudaBackend::embedding_backward(Tensor& dwte, const Tensor& dout, const Ten
   });
 }
 
-void CudaBackend::position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) {
+void CudaBackend::do_position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) {
   cuda::TimedOp timed(profile_, stream_, "position_forward");
   const char* op = "position_forward";
-  require(cols_of(out) == cols_of(wpe), op, "channel mismatch");
-  same_dtype(op, out.dtype(), "wpe", wpe);
   cuda::dispatch(op, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cuda::position_forward(ptr<T>(op, out), ptr<T>(op, wpe), token_begin, rows_of(wpe),
@@ -454,11 +383,9 @@ void CudaBackend::position_forward(Tensor& out, const Tensor& wpe, int64_t token
   });
 }
 
-void CudaBackend::position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) {
+void CudaBackend::do_position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) {
   cuda::TimedOp timed(profile_, stream_, "position_backward");
   const char* op = "position_backward";
-  require(cols_of(dout) == cols_of(dwpe), op, "channel mismatch");
-  fp32_grad(op, dout.dtype(), "dwpe", dwpe);
   cuda::dispatch(op, dout.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cuda::position_backward(ptr<float>(op, dwpe), ptr<T>(op, dout), token_begin, rows_of(dwpe),
@@ -468,20 +395,12 @@ void CudaBackend::position_backward(Tensor& dwpe, const Tensor& dout, int64_t to
 
 // ---- layers -------------------------------------------------------------------------------
 
-void CudaBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
-                                    const Tensor& weight, const Tensor& bias) {
+void CudaBackend::do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                                       const Tensor& weight, const Tensor& bias) {
   cuda::TimedOp timed(profile_, stream_, "layernorm_forward");
   const char* op = "layernorm_forward";
   const int64_t N = rows_of(inp), C = cols_of(inp);
-  require(out.numel() == N * C && mean.numel() == N && rstd.numel() == N && weight.numel() == C &&
-              bias.numel() == C,
-          op, "shape mismatch for inp " + inp.shape().to_string());
   const DType a = inp.dtype();
-  same_dtype(op, a, "out", out);
-  same_dtype(op, a, "weight", weight);
-  same_dtype(op, a, "bias", bias);
-  fp32_stat(op, a, "mean", mean);
-  fp32_stat(op, a, "rstd", rstd);
   cuda::dispatch(op, a, [&](auto tag) {
     using T = decltype(tag);
     cuda::layernorm_forward(ptr<T>(op, out), ptr<float>(op, mean), ptr<float>(op, rstd),
@@ -489,16 +408,16 @@ void CudaBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, con
   });
 }
 
-void CudaBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                     const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                                     const Tensor& mean, const Tensor& rstd) {
+void CudaBackend::do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                        const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                        const Tensor& mean, const Tensor& rstd) {
   layernorm_backward_with(dinp, dweight, dbias, dout, inp, weight, mean, rstd, nullptr);
 }
 
-void CudaBackend::layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                         const Tensor& dout, const Tensor& inp,
-                                         const Tensor& weight, const Tensor& mean,
-                                         const Tensor& rstd, const Tensor& residual) {
+void CudaBackend::do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                            const Tensor& dout, const Tensor& inp,
+                                            const Tensor& weight, const Tensor& mean,
+                                            const Tensor& rstd, const Tensor& residual) {
   layernorm_backward_with(dinp, dweight, dbias, dout, inp, weight, mean, rstd, &residual);
 }
 
@@ -509,19 +428,7 @@ void CudaBackend::layernorm_backward_with(Tensor& dinp, Tensor& dweight, Tensor&
   cuda::TimedOp timed(profile_, stream_, "layernorm_backward");
   const char* op = "layernorm_backward";
   const int64_t N = rows_of(inp), C = cols_of(inp);
-  require(dinp.numel() == N * C && dout.numel() == N * C && dweight.numel() == C &&
-              dbias.numel() == C && mean.numel() == N && rstd.numel() == N &&
-              (residual == nullptr || residual->numel() == N * C),
-          op, "shape mismatch for inp " + inp.shape().to_string());
   const DType a = inp.dtype();
-  if (residual != nullptr) same_dtype(op, a, "residual", *residual);
-  same_dtype(op, a, "dinp", dinp);
-  same_dtype(op, a, "dout", dout);
-  same_dtype(op, a, "weight", weight);
-  fp32_grad(op, a, "dweight", dweight);
-  fp32_grad(op, a, "dbias", dbias);
-  fp32_stat(op, a, "mean", mean);
-  fp32_stat(op, a, "rstd", rstd);
   Tensor scratch = empty({cuda::layernorm_backward_scratch(N, C)}, DType::F32, MemoryCategory::Workspace);
   cuda::dispatch(op, a, [&](auto tag) {
     using T = decltype(tag);
@@ -533,24 +440,18 @@ void CudaBackend::layernorm_backward_with(Tensor& dinp, Tensor& dweight, Tensor&
   });
 }
 
-void CudaBackend::bias_forward(Tensor& out, const Tensor& bias) {
+void CudaBackend::do_bias_forward(Tensor& out, const Tensor& bias) {
   cuda::TimedOp timed(profile_, stream_, "bias_forward");
   const char* op = "bias_forward";
-  require(cols_of(out) == bias.numel(), op,
-          "bias of " + bias.shape().to_string() + " for out " + out.shape().to_string());
-  same_dtype(op, out.dtype(), "bias", bias);
   cuda::dispatch(op, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cuda::bias_forward(ptr<T>(op, out), ptr<T>(op, bias), rows_of(out), cols_of(out), stream_);
   });
 }
 
-void CudaBackend::bias_backward(Tensor& dbias, const Tensor& dout) {
+void CudaBackend::do_bias_backward(Tensor& dbias, const Tensor& dout) {
   cuda::TimedOp timed(profile_, stream_, "bias_backward");
   const char* op = "bias_backward";
-  require(cols_of(dout) == dbias.numel(), op,
-          "dbias of " + dbias.shape().to_string() + " for dout " + dout.shape().to_string());
-  fp32_grad(op, dout.dtype(), "dbias", dbias);
   const int64_t N = rows_of(dout), C = cols_of(dout);
   Tensor scratch = empty({cuda::column_sums_scratch(N, C)}, DType::F32, MemoryCategory::Workspace);
   cuda::dispatch(op, dout.dtype(), [&](auto tag) {
@@ -560,23 +461,18 @@ void CudaBackend::bias_backward(Tensor& dbias, const Tensor& dout) {
   });
 }
 
-void CudaBackend::gelu_forward(Tensor& out, const Tensor& inp) {
+void CudaBackend::do_gelu_forward(Tensor& out, const Tensor& inp) {
   cuda::TimedOp timed(profile_, stream_, "gelu_forward");
   const char* op = "gelu_forward";
-  require(out.numel() == inp.numel(), op, "size mismatch");
-  same_dtype(op, inp.dtype(), "out", out);
   cuda::dispatch(op, inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cuda::gelu_forward(ptr<T>(op, out), ptr<T>(op, inp), inp.numel(), stream_);
   });
 }
 
-void CudaBackend::gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+void CudaBackend::do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   cuda::TimedOp timed(profile_, stream_, "gelu_backward");
   const char* op = "gelu_backward";
-  require(dinp.numel() == inp.numel() && dout.numel() == inp.numel(), op, "size mismatch");
-  same_dtype(op, inp.dtype(), "dinp", dinp);
-  same_dtype(op, inp.dtype(), "dout", dout);
   cuda::dispatch(op, inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cuda::gelu_backward(ptr<T>(op, dinp), ptr<T>(op, inp), ptr<T>(op, dout), inp.numel(), stream_);

@@ -21,7 +21,6 @@
 namespace meshtrain {
 
 using cuda::cols_of;
-using cuda::require;
 using cuda::rows_of;
 
 namespace {
@@ -32,27 +31,10 @@ std::string gemm_name(const char* op, int64_t N, int64_t C, int64_t OC) {
          std::to_string(OC);
 }
 
-void check_matmul_dtypes(const char* op, DType a, std::initializer_list<std::pair<const char*, const Tensor*>> same,
-                         std::initializer_list<std::pair<const char*, const Tensor*>> grads) {
-  if (a != DType::F32 && a != DType::BF16) cuda::unsupported(op, a);
-  for (auto [name, t] : same)
-    if (t && t->dtype() != a) cuda::wrong_dtype(op, a, name, t->dtype(), a, "same as the activations");
-  for (auto [name, t] : grads)
-    if (t && t->dtype() != DType::F32)
-      cuda::wrong_dtype(op, a, name, t->dtype(), DType::F32, "parameter gradients are fp32");
-}
-
-// The forward product's call, checked: out^T (OC x N) = W^T-as-stored * inp^T [+ bias].
+// The forward product's call: out^T (OC x N) = W^T-as-stored * inp^T [+ bias].
 cuda::GemmCall forward_call(const char* op, Tensor& out, const Tensor& inp, const Tensor& weight,
                             const Tensor* bias) {
   const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
-  require(cols_of(weight) == C && out.numel() == N * OC && (!bias || bias->numel() == OC), op,
-          "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() + " out " +
-              out.shape().to_string());
-  check_matmul_dtypes(op, inp.dtype(), {{"weight", &weight}, {"out", &out}, {"bias", bias}}, {});
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &inp, &weight})
-    cuda::require_device(op, *t);
-  if (bias) cuda::require_device(op, *bias);
   cuda::GemmCall g;
   g.op = op;
   g.m = OC;
@@ -67,16 +49,10 @@ cuda::GemmCall forward_call(const char* op, Tensor& out, const Tensor& inp, cons
   return g;
 }
 
-// The input gradient's call, checked: dinp^T (C x N) = W (C x OC, as stored) * dout^T.
+// The input gradient's call: dinp^T (C x N) = W (C x OC, as stored) * dout^T.
 cuda::GemmCall input_gradient_call(const char* op, Tensor& dinp, const Tensor& dout,
                                    const Tensor& weight) {
   const int64_t N = rows_of(dout), OC = cols_of(dout), C = cols_of(dinp);
-  require(rows_of(dinp) == N && weight.numel() == OC * C, op,
-          "dinp " + dinp.shape().to_string() + " weight " + weight.shape().to_string() +
-              " dout " + dout.shape().to_string());
-  check_matmul_dtypes(op, dout.dtype(), {{"weight", &weight}, {"dinp", &dinp}}, {});
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&dinp, &dout, &weight})
-    cuda::require_device(op, *t);
   cuda::GemmCall g;
   g.op = op;
   g.m = C;
@@ -97,13 +73,6 @@ bool gelu_epilogue_fits(const Tensor& pre) {
   return reinterpret_cast<uintptr_t>(pre.raw()) % 16 == 0 && width % 16 == 0;
 }
 
-// The GELU epilogues' pre-activation: on the device, shaped and typed as `twin` (the output).
-void check_gelu_pre(const char* op, const Tensor& pre, const Tensor& twin, const char* twin_name) {
-  require(pre.shape() == twin.shape() && pre.dtype() == twin.dtype(), op,
-          "pre " + pre.shape().to_string() + " " + twin_name + " " + twin.shape().to_string());
-  cuda::require_device(op, pre);
-}
-
 // Runs `g` with `epilogue` (GELU, or its gradient) reading or writing `pre`; false, having done
 // nothing, where cuBLASLt offers no algorithm for it.
 bool run_with_gelu(cuda::LtGemm& gemm, cudaStream_t stream, cuda::GemmCall g,
@@ -116,24 +85,21 @@ bool run_with_gelu(cuda::LtGemm& gemm, cudaStream_t stream, cuda::GemmCall g,
 
 }  // namespace
 
-void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                                 const Tensor* bias) {
+void CudaBackend::do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                    const Tensor* bias) {
   const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
   cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name("matmul_forward", N, C, OC) : "",
                       2.0 * double(N) * double(C) * double(OC));
   lib_->gemm->run(forward_call("matmul_forward", out, inp, weight, bias), stream_);
 }
 
-void CudaBackend::matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
-                                     const Tensor* bias, const Tensor& residual) {
+void CudaBackend::do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                        const Tensor* bias, const Tensor& residual) {
   const char* op = "matmul_forward_add";
   if (options_.fused_epilogues) {
     const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
     cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name(op, N, C, OC) : "",
                         2.0 * double(N) * double(C) * double(OC));
-    require(residual.shape() == out.shape() && residual.dtype() == out.dtype(), op,
-            "residual " + residual.shape().to_string() + " out " + out.shape().to_string());
-    cuda::require_device(op, residual);
     cuda::GemmCall g = forward_call(op, out, inp, weight, bias);
     g.c = residual.raw();
     g.beta = 1.f;
@@ -143,17 +109,16 @@ void CudaBackend::matmul_forward_add(Tensor& out, const Tensor& inp, const Tenso
     }
   }
   ++residual_epilogues_.unfused;
-  Backend::matmul_forward_add(out, inp, weight, bias, residual);
+  Backend::do_matmul_forward_add(out, inp, weight, bias, residual);
 }
 
-void CudaBackend::matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
-                                      const Tensor& weight, const Tensor& bias) {
+void CudaBackend::do_matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
+                                         const Tensor& weight, const Tensor& bias) {
   const char* op = "matmul_gelu_forward";
   if (options_.fused_epilogues && gelu_epilogue_fits(pre)) {
     const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
     cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name(op, N, C, OC) : "",
                         2.0 * double(N) * double(C) * double(OC));
-    check_gelu_pre(op, pre, out, "out");
     if (run_with_gelu(*lib_->gemm, stream_, forward_call(op, out, inp, weight, &bias),
                       cuda::GemmCall::Epilogue::GeluAux, pre)) {
       ++gelu_epilogues_.fused;
@@ -161,31 +126,20 @@ void CudaBackend::matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& in
     }
   }
   ++gelu_epilogues_.unfused;
-  Backend::matmul_gelu_forward(out, pre, inp, weight, bias);
+  Backend::do_matmul_gelu_forward(out, pre, inp, weight, bias);
 }
 
-void CudaBackend::matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias,
-                                  const Tensor& dout, const Tensor& inp, const Tensor& weight) {
+void CudaBackend::do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias,
+                                     const Tensor& dout, const Tensor& inp, const Tensor& weight) {
   const char* op = "matmul_backward";
   // OC from dout: a weight-gradient-only call (zero-bubble schedules) may run after ZeRO-3 has
   // released the weight, which only the input gradient reads.
   const int64_t N = rows_of(inp), C = cols_of(inp), OC = cols_of(dout);
-  cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name("matmul_backward", N, C, OC) : "",
-                      ((dinp ? 2.0 : 0.0) + (dweight ? 2.0 : 0.0)) * double(N) * double(C) *
-                          double(OC));
-  require(rows_of(dout) == N && (!dweight || dweight->numel() == OC * C) &&
-              (!dinp || (dinp->numel() == N * C && weight.numel() == OC * C)) &&
-              (!dbias || dbias->numel() == OC),
-          op, "inp " + inp.shape().to_string() + " weight " + weight.shape().to_string() +
-                  " dout " + dout.shape().to_string());
-  check_matmul_dtypes(op, inp.dtype(),
-                      {{"weight", dinp ? &weight : nullptr}, {"dout", &dout}, {"dinp", dinp}},
-                      {{"dweight", dweight}, {"dbias", dbias}});
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &inp})
-    cuda::require_device(op, *t);
+  cuda::TimedOp timed(
+      profile_, stream_, profile_ ? gemm_name("matmul_backward", N, C, OC) : "",
+      ((dinp ? 2.0 : 0.0) + (dweight ? 2.0 : 0.0)) * double(N) * double(C) * double(OC));
   if (dinp) lib_->gemm->run(input_gradient_call(op, *dinp, dout, weight), stream_);
   if (dweight) {
-    cuda::require_device(op, *dweight);
     cuda::GemmCall g;
     g.op = op;
     g.m = C;
@@ -203,14 +157,13 @@ void CudaBackend::matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias,
   if (dbias) bias_backward(*dbias, dout);
 }
 
-void CudaBackend::matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
-                                       const Tensor& pre) {
+void CudaBackend::do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                                          const Tensor& pre) {
   const char* op = "matmul_gelu_backward";
   if (options_.fused_epilogues && gelu_epilogue_fits(pre)) {
     const int64_t N = rows_of(dout), OC = cols_of(dout), C = cols_of(pre);
     cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name(op, N, C, OC) : "",
                         2.0 * double(N) * double(C) * double(OC));
-    check_gelu_pre(op, pre, dpre, "dpre");
     if (run_with_gelu(*lib_->gemm, stream_, input_gradient_call(op, dpre, dout, weight),
                       cuda::GemmCall::Epilogue::DGelu, pre)) {
       ++gelu_epilogues_.fused;
@@ -218,7 +171,7 @@ void CudaBackend::matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const T
     }
   }
   ++gelu_epilogues_.unfused;
-  Backend::matmul_gelu_backward(dpre, dout, weight, pre);
+  Backend::do_matmul_gelu_backward(dpre, dout, weight, pre);
 }
 
 double CudaBackend::measure_bf16_gemm_peak_tflops(int64_t m, int64_t n, int64_t k,

@@ -11,7 +11,6 @@
 namespace meshtrain {
 
 using cuda::ptr;
-using cuda::require;
 
 namespace {
 cuda::AdamWParams adamw_params(const Backend::AdamWStep& s) {
@@ -28,38 +27,21 @@ cuda::AdamWParams adamw_params(const Backend::AdamWStep& s) {
   p.grad_scale = static_cast<float>(s.grad_scale);
   return p;
 }
-
-void check_adamw_tensors(const char* op, const Tensor& param, const Tensor& grad,
-                         const Tensor& exp_avg, const Tensor& exp_avg_sq) {
-  require(param.numel() == grad.numel() && param.numel() == exp_avg.numel() &&
-              param.numel() == exp_avg_sq.numel(),
-          op, "size mismatch");
-  for (const Tensor* t : {&param, &grad, &exp_avg, &exp_avg_sq})
-    if (t->dtype() != DType::F32)
-      cuda::wrong_dtype(op, param.dtype(), "a tensor", t->dtype(), DType::F32,
-                        "master parameters, gradients and moments are fp32");
-}
 }  // namespace
 
-void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                               Tensor& exp_avg_sq, const AdamWStep& s) {
+void CudaBackend::do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                                  Tensor& exp_avg_sq, const AdamWStep& s) {
   cuda::TimedOp timed(profile_, stream_, "adamw_update");
   const char* op = "adamw_update";
-  check_adamw_tensors(op, param, grad, exp_avg, exp_avg_sq);
   cuda::adamw_update(ptr<float>(op, param), ptr<float>(op, grad), ptr<float>(op, exp_avg),
                      ptr<float>(op, exp_avg_sq), param.numel(), adamw_params(s), stream_);
 }
 
-void CudaBackend::adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                                      Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
-                                      const std::vector<double>& decays, const AdamWStep& s) {
+void CudaBackend::do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                                         Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
+                                         const std::vector<double>& decays, const AdamWStep& s) {
   cuda::TimedOp timed(profile_, stream_, "adamw_update");
   const char* op = "adamw_update";
-  check_adamw_tensors(op, param, grad, exp_avg, exp_avg_sq);
-  require(decays.size() == pieces.size(), op,
-          std::to_string(pieces.size()) + " pieces but " + std::to_string(decays.size()) +
-              " weight decays");
-  cuda::require_pieces_inside(op, param, pieces);
   std::vector<int64_t> offsets, counts;
   std::vector<float> decay;
   for (size_t k = 0; k < pieces.size(); ++k) {

@@ -49,67 +49,71 @@ class CpuBackend final : public Backend {
   cpu::Gemm& gemm() { return *gemm_; }
   // Times every operation into `profile` until set back to null (bench --suite step).
   void set_profile(KernelProfile* profile) { profile_ = profile; }
+  // fp32, fp64 (verification) and bf16 mixed precision.
+  bool computes_in(DType activation) const override;
 
-  void fill(Tensor& t, double value) override;
-  void copy(Tensor& dst, const Tensor& src) override;
-  void cast(Tensor& dst, const Tensor& src) override;
-  void copy_from_host(Tensor& dst, const void* src) override;
-  void copy_to_host(void* dst, const Tensor& src) override;
-  void add_inplace(Tensor& dst, const Tensor& src) override;
-  void scale_inplace(Tensor& t, double factor) override;
-  void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) override;
-  double sum_squares(const Tensor& t) override;
-  double sum(const Tensor& t) override;
-  void reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) override;
+ protected:
+  void do_fill(Tensor& t, double value) override;
+  void do_copy(Tensor& dst, const Tensor& src) override;
+  void do_cast(Tensor& dst, const Tensor& src) override;
+  void do_copy_from_host(Tensor& dst, const void* src) override;
+  void do_copy_to_host(void* dst, const Tensor& src) override;
+  void do_add_inplace(Tensor& dst, const Tensor& src) override;
+  void do_scale_inplace(Tensor& t, double factor) override;
+  void do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) override;
+  double do_sum_squares(const Tensor& t) override;
+  double do_sum(const Tensor& t) override;
+  void do_reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) override;
 
-  void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
-                         int64_t vocab_begin) override;
-  void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
-                          int64_t vocab_begin) override;
-  void position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) override;
-  void position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) override;
+  void do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                            int64_t vocab_begin) override;
+  void do_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+                             int64_t vocab_begin) override;
+  void do_position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) override;
+  void do_position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) override;
 
-  void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
-                         const Tensor& weight, const Tensor& bias) override;
-  void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
-                          const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                          const Tensor& rstd) override;
-  void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                      const Tensor* bias) override;
-  void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
-                       const Tensor& inp, const Tensor& weight) override;
-  void bias_forward(Tensor& out, const Tensor& bias) override;
-  void bias_backward(Tensor& dbias, const Tensor& dout) override;
-  void gelu_forward(Tensor& out, const Tensor& inp) override;
-  void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
-  void attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                         int64_t NH, int64_t HS) override;
-  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                          const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                          int64_t HS) override;
+  void do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                            const Tensor& weight, const Tensor& bias) override;
+  void do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                             const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                             const Tensor& rstd) override;
+  void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                         const Tensor* bias) override;
+  void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight) override;
+  void do_bias_forward(Tensor& out, const Tensor& bias) override;
+  void do_bias_backward(Tensor& dbias, const Tensor& dout) override;
+  void do_gelu_forward(Tensor& out, const Tensor& inp) override;
+  void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
+  void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
+                            int64_t NH, int64_t HS) override;
+  void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                             const Tensor& probs, int64_t B, int64_t T, int64_t NH,
+                             int64_t HS) override;
   // Ring-attention blocks (ring_attention_blocks.cpp): fp32, fp64 and bf16, lse in wide(A).
-  void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
-                               int64_t B, int64_t NH, int64_t HS,
-                               const AttentionBlock& block) override;
-  void attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& out,
-                                const Tensor& lse, const Tensor& qkv, const Tensor& kv, int64_t B,
-                                int64_t NH, int64_t HS, const AttentionBlock& block) override;
-  void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
-                    int64_t cols) override;
+  void do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
+                                  int64_t B, int64_t NH, int64_t HS,
+                                  const AttentionBlock& block) override;
+  void do_attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& out,
+                                   const Tensor& lse, const Tensor& qkv, const Tensor& kv,
+                                   int64_t B, int64_t NH, int64_t HS,
+                                   const AttentionBlock& block) override;
+  void do_copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
+                       int64_t cols) override;
 
-  void crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
-  void crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
-                           const Tensor& global_max) override;
-  void crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
-                                 const Tensor& targets, int64_t vocab_begin) override;
-  void crossentropy_losses(Tensor& losses, const Tensor& row_max, const Tensor& row_sumexp,
-                           const Tensor& target_logit) override;
-  void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
-                             const Tensor& row_sumexp, const Tensor& targets, int64_t vocab_begin,
-                             double dloss) override;
+  void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
+  void do_crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
+                              const Tensor& global_max) override;
+  void do_crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
+                                    const Tensor& targets, int64_t vocab_begin) override;
+  void do_crossentropy_losses(Tensor& losses, const Tensor& row_max, const Tensor& row_sumexp,
+                              const Tensor& target_logit) override;
+  void do_crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                                const Tensor& row_sumexp, const Tensor& targets,
+                                int64_t vocab_begin, double dloss) override;
 
-  void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                    const AdamWStep& s) override;
+  void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                       const AdamWStep& s) override;
 
  private:
   bool planning_;

@@ -96,84 +96,88 @@ class CudaBackend final : public Backend {
   // message: it says whether cuDNN was required to work there), or "" if none happened.
   const std::string& attention_fallback() const;
 
-  void fill(Tensor& t, double value) override;
-  void copy(Tensor& dst, const Tensor& src) override;
-  void cast(Tensor& dst, const Tensor& src) override;
-  void copy_from_host(Tensor& dst, const void* src) override;
-  void copy_to_host(void* dst, const Tensor& src) override;
-  void copy_from_host_async(Tensor& dst, Tensor src) override;
-  void snapshot_to_host(Tensor& dst, const Tensor& src) override;
+  // fp32 and bf16 mixed precision: no double-precision kernels.
+  bool computes_in(DType activation) const override;
   void order_after_snapshot() override;
   void wait_for_snapshot() override;
-  void add_inplace(Tensor& dst, const Tensor& src) override;
-  void scale_inplace(Tensor& t, double factor) override;
-  void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) override;
-  double sum_squares(const Tensor& t) override;
-  double sum(const Tensor& t) override;
-  void reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) override;
-  void reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
-                          const std::vector<FlatPiece>& pieces, Reduction what) override;
   void synchronize() override;
-
-  void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
-                         int64_t vocab_begin) override;
-  void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
-                          int64_t vocab_begin) override;
-  void position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) override;
-  void position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) override;
-
-  void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
-                         const Tensor& weight, const Tensor& bias) override;
-  void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
-                          const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                          const Tensor& rstd) override;
-  void layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
-                              const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                              const Tensor& rstd, const Tensor& residual) override;
-  void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                      const Tensor* bias) override;
-  void matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias,
-                          const Tensor& residual) override;
-  void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
-                       const Tensor& inp, const Tensor& weight) override;
-  void matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight,
-                           const Tensor& bias) override;
-  void matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
-                            const Tensor& pre) override;
-  void bias_forward(Tensor& out, const Tensor& bias) override;
-  void bias_backward(Tensor& dbias, const Tensor& dout) override;
-  void gelu_forward(Tensor& out, const Tensor& inp) override;
-  void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
-  void attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                         int64_t NH, int64_t HS) override;
-  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                          const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                          int64_t HS) override;
-
-  void crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
-  void crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
-                           const Tensor& global_max) override;
-  void crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
-                                 const Tensor& targets, int64_t vocab_begin) override;
-  void crossentropy_losses(Tensor& losses, const Tensor& row_max, const Tensor& row_sumexp,
-                           const Tensor& target_logit) override;
-  void crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits,
-                                      const Tensor& targets, double dloss) override;
-  void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
-                             const Tensor& row_sumexp, const Tensor& targets, int64_t vocab_begin,
-                             double dloss) override;
-
-  void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                    const AdamWStep& s) override;
-  void adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                           const std::vector<FlatPiece>& pieces, const std::vector<double>& decays,
-                           const AdamWStep& s) override;
 
   // Dense bf16 GEMM throughput (TFLOP/s) of cuBLASLt on this device: the best of `iterations`
   // timed runs of an m x n x k product (fp32 accumulate), after warm-up. A ceiling for
   // `meshtrain bench --suite gpu`.
   double measure_bf16_gemm_peak_tflops(int64_t m = 8192, int64_t n = 8192, int64_t k = 8192,
                                        int iterations = 20);
+
+ protected:
+  void do_fill(Tensor& t, double value) override;
+  void do_copy(Tensor& dst, const Tensor& src) override;
+  void do_cast(Tensor& dst, const Tensor& src) override;
+  void do_copy_from_host(Tensor& dst, const void* src) override;
+  void do_copy_to_host(void* dst, const Tensor& src) override;
+  void do_copy_from_host_async(Tensor& dst, Tensor src) override;
+  void do_snapshot_to_host(Tensor& dst, const Tensor& src) override;
+  void do_add_inplace(Tensor& dst, const Tensor& src) override;
+  void do_scale_inplace(Tensor& t, double factor) override;
+  void do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) override;
+  double do_sum_squares(const Tensor& t) override;
+  double do_sum(const Tensor& t) override;
+  void do_reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) override;
+  void do_reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
+                             const std::vector<FlatPiece>& pieces, Reduction what) override;
+
+  void do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                            int64_t vocab_begin) override;
+  void do_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+                             int64_t vocab_begin) override;
+  void do_position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) override;
+  void do_position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) override;
+
+  void do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                            const Tensor& weight, const Tensor& bias) override;
+  void do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                             const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                             const Tensor& rstd) override;
+  void do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                 const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& residual) override;
+  void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                         const Tensor* bias) override;
+  void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
+                             const Tensor* bias, const Tensor& residual) override;
+  void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight) override;
+  void do_matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight,
+                              const Tensor& bias) override;
+  void do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                               const Tensor& pre) override;
+  void do_bias_forward(Tensor& out, const Tensor& bias) override;
+  void do_bias_backward(Tensor& dbias, const Tensor& dout) override;
+  void do_gelu_forward(Tensor& out, const Tensor& inp) override;
+  void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
+  void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
+                            int64_t NH, int64_t HS) override;
+  void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                             const Tensor& probs, int64_t B, int64_t T, int64_t NH,
+                             int64_t HS) override;
+
+  void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
+  void do_crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
+                              const Tensor& global_max) override;
+  void do_crossentropy_target_logit(Tensor& target_logit, const Tensor& logits,
+                                    const Tensor& targets, int64_t vocab_begin) override;
+  void do_crossentropy_losses(Tensor& losses, const Tensor& row_max, const Tensor& row_sumexp,
+                              const Tensor& target_logit) override;
+  void do_crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits,
+                                         const Tensor& targets, double dloss) override;
+  void do_crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                                const Tensor& row_sumexp, const Tensor& targets,
+                                int64_t vocab_begin, double dloss) override;
+
+  void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                       const AdamWStep& s) override;
+  void do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                              Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
+                              const std::vector<double>& decays, const AdamWStep& s) override;
 
  private:
   void layernorm_backward_with(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,

@@ -1,0 +1,392 @@
+// The Backend's non-virtual front checks every operation's contract before any device sees the
+// call: a backend whose hooks only record that they ran proves it. A call that breaks a contract
+// throws a message naming the backend, the operation and what is wrong, and reaches no hook; the
+// same call made right reaches its hook once. One test per family of operations.
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "meshtrain/backend/backend.h"
+
+namespace meshtrain {
+namespace {
+
+// Computes in fp32 and bf16 (as a GPU does): fp64 is refused by the front. Its memory is a
+// MetaAllocator's, on `device`: no hook touches an element.
+class RecordingBackend final : public Backend {
+ public:
+  explicit RecordingBackend(Device device = Device::Cpu)
+      : Backend(std::make_unique<MetaAllocator>(device)) {}
+  std::string name() const override { return "recording"; }
+  bool computes_in(DType a) const override { return a == DType::F32 || a == DType::BF16; }
+
+  std::vector<std::string> calls;
+
+ protected:
+  void record(const char* hook) { calls.emplace_back(hook); }
+  void do_fill(Tensor&, double) override { record("fill"); }
+  void do_copy(Tensor&, const Tensor&) override { record("copy"); }
+  void do_cast(Tensor&, const Tensor&) override { record("cast"); }
+  void do_copy_from_host(Tensor&, const void*) override { record("copy_from_host"); }
+  void do_copy_to_host(void*, const Tensor&) override { record("copy_to_host"); }
+  void do_add_inplace(Tensor&, const Tensor&) override { record("add_inplace"); }
+  void do_scale_inplace(Tensor&, double) override { record("scale_inplace"); }
+  void do_residual_forward(Tensor&, const Tensor&, const Tensor&) override {
+    record("residual_forward");
+  }
+  double do_sum_squares(const Tensor&) override { return record("sum_squares"), 0.0; }
+  double do_sum(const Tensor&) override { return record("sum"), 0.0; }
+  void do_reduce_into(Tensor&, int64_t, const Tensor&, Reduction) override {
+    record("reduce_into");
+  }
+  void do_embedding_forward(Tensor&, const Tensor&, const Tensor&, int64_t) override {
+    record("embedding_forward");
+  }
+  void do_embedding_backward(Tensor&, const Tensor&, const Tensor&, int64_t) override {
+    record("embedding_backward");
+  }
+  void do_position_forward(Tensor&, const Tensor&, int64_t) override { record("position_forward"); }
+  void do_position_backward(Tensor&, const Tensor&, int64_t) override {
+    record("position_backward");
+  }
+  void do_layernorm_forward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&) override {
+    record("layernorm_forward");
+  }
+  void do_layernorm_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             const Tensor&, const Tensor&) override {
+    record("layernorm_backward");
+  }
+  void do_matmul_forward(Tensor&, const Tensor&, const Tensor&, const Tensor*) override {
+    record("matmul_forward");
+  }
+  void do_matmul_backward(Tensor*, Tensor*, Tensor*, const Tensor&, const Tensor&,
+                          const Tensor&) override {
+    record("matmul_backward");
+  }
+  void do_bias_forward(Tensor&, const Tensor&) override { record("bias_forward"); }
+  void do_bias_backward(Tensor&, const Tensor&) override { record("bias_backward"); }
+  void do_gelu_forward(Tensor&, const Tensor&) override { record("gelu_forward"); }
+  void do_gelu_backward(Tensor&, const Tensor&, const Tensor&) override { record("gelu_backward"); }
+  void do_attention_forward(Tensor&, Tensor&, const Tensor&, int64_t, int64_t, int64_t,
+                            int64_t) override {
+    record("attention_forward");
+  }
+  void do_attention_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
+                             int64_t, int64_t) override {
+    record("attention_backward");
+  }
+  void do_attention_block_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
+                                  int64_t, const AttentionBlock&) override {
+    record("attention_block_forward");
+  }
+  void do_copy_columns(Tensor&, int64_t, const Tensor&, int64_t, int64_t) override {
+    record("copy_columns");
+  }
+  void do_crossentropy_stats(Tensor&, Tensor&, const Tensor&) override {
+    record("crossentropy_stats");
+  }
+  void do_crossentropy_rebase(Tensor&, const Tensor&, const Tensor&) override {
+    record("crossentropy_rebase");
+  }
+  void do_crossentropy_target_logit(Tensor&, const Tensor&, const Tensor&, int64_t) override {
+    record("crossentropy_target_logit");
+  }
+  void do_crossentropy_losses(Tensor&, const Tensor&, const Tensor&, const Tensor&) override {
+    record("crossentropy_losses");
+  }
+  void do_crossentropy_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                int64_t, double) override {
+    record("crossentropy_backward");
+  }
+  void do_adamw_update(Tensor&, const Tensor&, Tensor&, Tensor&, const AdamWStep&) override {
+    record("adamw_update");
+  }
+  void do_adamw_update_pieces(Tensor&, const Tensor&, Tensor&, Tensor&,
+                              const std::vector<FlatPiece>&, const std::vector<double>&,
+                              const AdamWStep&) override {
+    record("adamw_update_pieces");
+  }
+};
+
+class BackendFrontTest : public ::testing::Test {
+ protected:
+  // A tensor that lives as long as the test, so that a call may take it by reference.
+  Tensor& make(Shape shape, DType dtype = DType::F32) {
+    return kept_.emplace_back(be.empty(shape, dtype, MemoryCategory::Workspace));
+  }
+
+  // `call` is refused with a message holding every one of `words`, and no hook ran.
+  void expect_refused(const std::function<void()>& call, std::initializer_list<const char*> words) {
+    be.calls.clear();
+    try {
+      call();
+      ADD_FAILURE() << "not refused; expected: " << *words.begin();
+    } catch (const std::invalid_argument& e) {
+      for (const char* w : words)
+        EXPECT_NE(std::string(e.what()).find(w), std::string::npos)
+            << "'" << w << "' not in: " << e.what();
+    }
+    EXPECT_TRUE(be.calls.empty()) << "a refused call reached the hook " << be.calls.front();
+  }
+  // `call` keeps its contract: it reaches the hook `hook`, once, and no other.
+  void expect_reaches(const std::function<void()>& call, const char* hook) {
+    be.calls.clear();
+    call();
+    EXPECT_EQ(be.calls, std::vector<std::string>{hook});
+  }
+
+  RecordingBackend be;
+  std::deque<Tensor> kept_;  // after `be`: released before its allocator
+};
+
+TEST_F(BackendFrontTest, DataMovementChecksSizesDtypesAndHostSides) {
+  Tensor a = make({4, 8}), b = make({32}), c = make({4, 4});
+  Tensor wide = make({4, 8}, DType::F64), narrow = make({4, 8}, DType::BF16);
+  expect_reaches([&] { be.copy(a, b); }, "copy");
+  expect_refused([&] { be.copy(a, c); }, {"backend 'recording': copy", "(4, 8)", "(4, 4)"});
+  expect_refused([&] { be.copy(a, narrow); }, {"copy: tensors differ", "bf16"});
+  expect_reaches([&] { be.cast(narrow, a); }, "cast");
+  expect_refused([&] { be.cast(narrow, c); }, {"cast: element counts differ"});
+  expect_reaches([&] { be.add_inplace(a, narrow); }, "add_inplace");  // bf16 into fp32
+  expect_refused([&] { be.add_inplace(narrow, a); },
+                 {"does not support add_inplace for dtype bf16: src is fp32, expected bf16"});
+  expect_refused([&] { be.residual_forward(a, a, c); }, {"residual_forward: size mismatch"});
+  // The activation dtype: this backend has no fp64 kernels.
+  expect_refused([&] { be.scale_inplace(wide, 2.0); },
+                 {"backend 'recording' does not support scale_inplace for dtype fp64"});
+  expect_reaches([&] { be.fill(wide, 0.0); }, "fill");  // fp64 slots are filled anyway
+  expect_refused(
+      [&] {
+        be.copy_from_host_async(a, make({4, 4}));
+      },
+      {"copy_from_host_async: source (4, 4) fp32 must be a host tensor"});
+  expect_refused([&] { be.snapshot_to_host(c, a); }, {"snapshot_to_host: destination (4, 4)"});
+}
+
+TEST_F(BackendFrontTest, EveryTensorMustLiveOnTheBackendsDevice) {
+  RecordingBackend gpu(Device::Cuda);
+  Tensor on_gpu = gpu.empty({4, 8}, DType::F32, MemoryCategory::Workspace);
+  Tensor here = make({4, 8});
+  expect_refused([&] { be.copy(here, on_gpu); },
+                 {"copy: src (4, 8) lives on the cuda, not where this backend computes"});
+  expect_refused([&] { be.gelu_forward(on_gpu, here); }, {"gelu_forward", "lives on the cuda"});
+  EXPECT_TRUE(gpu.calls.empty());
+}
+
+TEST_F(BackendFrontTest, ReductionsCheckSlotsAndPieces) {
+  Tensor out = make({3}, DType::F64), t = make({10}), f32_out = make({3});
+  expect_reaches([&] { be.reduce_into(out, 2, t, Reduction::Sum); }, "reduce_into");
+  expect_refused([&] { be.reduce_into(out, 3, t, Reduction::Sum); }, {"reduce_into", "[3, 4)"});
+  expect_refused([&] { be.reduce_into(f32_out, 0, t, Reduction::Sum); }, {"must be fp64"});
+  expect_refused(
+      [&] {
+        be.reduce_pieces_into(out, 0, t, {{0, 4}, {6, 5}}, Reduction::Sum);
+      },
+      {"reduce_pieces_into: piece [6, 11) outside (10)"});
+  expect_refused([&] { be.sum(make({2}, DType::F64)); }, {"does not support sum for dtype fp64"});
+}
+
+TEST_F(BackendFrontTest, EmbeddingsCheckRowsChannelsAndTokenIds) {
+  Tensor tokens = make({6}, DType::I32), wte = make({50, 8}), out = make({6, 8});
+  Tensor dwte = make({50, 8}), wpe = make({16, 8});
+  expect_reaches([&] { be.embedding_forward(out, tokens, wte, 0); }, "embedding_forward");
+  expect_refused([&] { be.embedding_forward(out, make({5}, DType::I32), wte, 0); },
+                 {"embedding_forward: out must be (N, C) = (5, 8)", "out (6, 8)"});
+  expect_refused([&] { be.embedding_forward(out, make({6}), wte, 0); },
+                 {"tokens is fp32, expected int32 (token ids are int32)"});
+  expect_reaches([&] { be.embedding_backward(dwte, out, tokens, 0); }, "embedding_backward");
+  Tensor out16 = make({6, 8}, DType::BF16), dwte16 = make({50, 8}, DType::BF16);
+  expect_refused([&] { be.embedding_backward(dwte16, out16, tokens, 0); },
+                 {"does not support embedding_backward for dtype bf16: dwte is bf16, expected "
+                  "fp32 (parameter gradients are fp32)"});
+  expect_reaches([&] { be.position_forward(out, wpe, 3); }, "position_forward");
+  expect_refused(
+      [&] {
+        be.position_forward(out, make({16, 4}), 3);
+      },
+      {"position_forward: channel mismatch: out (6, 8) wpe (16, 4)"});
+  expect_refused(
+      [&] {
+        be.position_backward(make({16, 4}), out, 3);
+      },
+      {"position_backward: channel mismatch"});
+}
+
+TEST_F(BackendFrontTest, LayerNormChecksShapesAndWideStatistics) {
+  const DType h = DType::BF16;
+  Tensor inp = make({6, 8}, h), out = make({6, 8}, h), w = make({8}, h), b = make({8}, h);
+  Tensor mean = make({6}), rstd = make({6}), dw = make({8}), db = make({8});
+  expect_reaches([&] { be.layernorm_forward(out, mean, rstd, inp, w, b); }, "layernorm_forward");
+  expect_refused([&] { be.layernorm_forward(out, mean, rstd, inp, make({7}, h), b); },
+                 {"layernorm_forward: shape mismatch for inp (6, 8)", "weight (7)"});
+  Tensor mean16 = make({6}, h);
+  expect_refused([&] { be.layernorm_forward(out, mean16, rstd, inp, w, b); },
+                 {"does not support layernorm_forward for dtype bf16: mean is bf16, expected fp32 "
+                  "(statistics are fp32)"});
+  expect_reaches([&] { be.layernorm_backward(out, dw, db, inp, inp, w, mean, rstd); },
+                 "layernorm_backward");
+  expect_refused([&] { be.layernorm_backward(out, dw, db, inp, inp, w, mean, make({5})); },
+                 {"layernorm_backward: shape mismatch", "rstd (5)"});
+  expect_refused(
+      [&] {
+        be.layernorm_backward_add(out, dw, db, inp, inp, w, mean, rstd, make({6, 8}));
+      },
+      {"layernorm_backward_add for dtype bf16: residual is fp32, expected bf16"});
+}
+
+TEST_F(BackendFrontTest, MatmulChecksTheProductsShapesAndGradientDtypes) {
+  Tensor inp = make({6, 8}), w = make({16, 8}), bias = make({16}), out = make({6, 16});
+  Tensor dinp = make({6, 8}), dw = make({16, 8}), db = make({16});
+  expect_reaches([&] { be.matmul_forward(out, inp, w, &bias); }, "matmul_forward");
+  expect_reaches([&] { be.matmul_forward(out, inp, w, nullptr); }, "matmul_forward");
+  expect_refused(
+      [&] {
+        be.matmul_forward(out, inp, make({16, 7}), &bias);
+      },
+      {"matmul_forward: inp (6, 8) weight (16, 7) out (6, 16) bias (16)"});
+  expect_refused([&] { be.matmul_forward(out, inp, w, &dinp); }, {"matmul_forward", "bias (6, 8)"});
+  expect_reaches([&] { be.matmul_backward(&dinp, &dw, &db, out, inp, w); }, "matmul_backward");
+  // A weight-gradient-only call never reads the (released) weight: its shape is not checked.
+  expect_reaches([&] { be.matmul_backward(nullptr, &dw, nullptr, out, inp, make({0})); },
+                 "matmul_backward");
+  expect_refused(
+      [&] {
+        be.matmul_backward(&dinp, &dw, &db, make({5, 16}), inp, w);
+      },
+      {"matmul_backward", "dout (5, 16)"});
+  const DType h = DType::BF16;
+  Tensor inp16 = make({6, 8}, h), out16 = make({6, 16}, h), dw16 = make({16, 8}, h);
+  expect_refused([&] { be.matmul_backward(nullptr, &dw16, nullptr, out16, inp16, w); },
+                 {"does not support matmul_backward for dtype bf16: dweight is bf16, expected fp32 "
+                  "(parameter gradients are fp32)"});
+  expect_refused(
+      [&] {
+        be.matmul_forward_add(out, inp, w, &bias, make({6, 15}));
+      },
+      {"matmul_forward_add: residual (6, 15) for out (6, 16)"});
+  Tensor pre = make({6, 16});
+  expect_refused([&] { be.matmul_gelu_forward(out, dinp, inp, w, bias); },
+                 {"matmul_gelu_forward: pre (6, 8) for out (6, 16)"});
+  expect_refused([&] { be.matmul_gelu_backward(dinp, out, w, pre); },
+                 {"matmul_gelu_backward", "dpre (6, 8)"});
+}
+
+TEST_F(BackendFrontTest, BiasAndGeluCheckShapes) {
+  Tensor out = make({6, 16}), bias = make({16}), inp = make({6, 16});
+  expect_reaches([&] { be.bias_forward(out, bias); }, "bias_forward");
+  expect_refused([&] { be.bias_forward(out, make({15})); }, {"bias_forward: bias of (15)"});
+  expect_refused([&] { be.bias_backward(make({16}, DType::BF16), out); },
+                 {"bias_backward for dtype fp32: dbias is bf16, expected fp32"});
+  expect_reaches([&] { be.gelu_forward(out, inp); }, "gelu_forward");
+  expect_refused(
+      [&] {
+        be.gelu_forward(out, make({16, 6}));
+      },
+      {"gelu_forward: out (6, 16) for inp (16, 6)"});
+  expect_refused(
+      [&] {
+        be.gelu_backward(out, inp, make({6, 16}, DType::BF16));
+      },
+      {"gelu_backward for dtype fp32: dout is bf16"});
+}
+
+TEST_F(BackendFrontTest, AttentionChecksItsPackedShapes) {
+  const int64_t B = 2, T = 4, NH = 2, HS = 3;
+  Tensor qkv = make({B, T, 3 * NH * HS}), out = make({B, T, NH * HS}), probs = make({B, NH, T, T});
+  expect_reaches([&] { be.attention_forward(out, probs, qkv, B, T, NH, HS); }, "attention_forward");
+  expect_refused(
+      [&] {
+        be.attention_forward(out, make({B, NH, T, T - 1}), qkv, B, T, NH, HS);
+      },
+      {"attention_forward: shape mismatch", "probs (2, 2, 4, 3)", "T=4"});
+  expect_refused(
+      [&] {
+        be.attention_backward(make({B, T, NH * HS}), out, qkv, probs, B, T, NH, HS);
+      },
+      {"attention_backward: dqkv (2, 4, 6) must match qkv (2, 4, 18)"});
+  Tensor q = make({NH, HS}), cache = make({NH, 8, HS});
+  expect_refused([&] { be.attention_decode(q, q, cache, cache, 9); },
+                 {"attention_decode: length 9 must be in [1, 8]"});
+}
+
+TEST_F(BackendFrontTest, RingAttentionBlocksCheckTheirGeometry) {
+  const int64_t B = 2, NH = 2, HS = 3, C = NH * HS, Tq = 4, Tk = 4;
+  Tensor qkv = make({B * Tq, 3 * C}), kv = make({B * Tk, 2 * C}), out = make({B * Tq, C});
+  Tensor lse = make({B, NH, Tq});
+  const Backend::AttentionBlock square{0, 4, 0, 4, true}, oblong{0, 4, 0, 3, true};
+  expect_reaches([&] { be.attention_block_forward(out, lse, qkv, kv, B, NH, HS, square); },
+                 "attention_block_forward");
+  expect_refused([&] { be.attention_block_forward(out, lse, qkv, kv, B, NH, HS, oblong); },
+                 {"attention_block_forward: a causal block is square: rows = 4, keys = 3"});
+  expect_refused(
+      [&] {
+        be.attention_block_forward(out, make({B, NH, Tq + 1}), qkv, kv, B, NH, HS, square);
+      },
+      {"lse is (2, 2, 5), expected (B, NH, Tq) = (2, 2, 4)"});
+  // The default hook refuses by name, once the geometry holds.
+  expect_refused(
+      [&] { be.attention_block_backward(qkv, kv, out, out, lse, qkv, kv, B, NH, HS, square); },
+      {"does not support attention_block_backward (ring attention"});
+  expect_reaches([&] { be.copy_columns(out, 0, kv, C, C); }, "copy_columns");
+  expect_refused([&] { be.copy_columns(out, 1, kv, C, C); },
+                 {"copy_columns: 6 columns", "do not fit"});
+}
+
+TEST_F(BackendFrontTest, CrossEntropyChecksRowsAndStatistics) {
+  const DType h = DType::BF16;
+  Tensor logits = make({6, 50}, h), targets = make({6}, DType::I32), stat = make({6});
+  expect_reaches([&] { be.crossentropy_stats(stat, stat, logits); }, "crossentropy_stats");
+  expect_refused([&] { be.crossentropy_stats(stat, make({5}), logits); },
+                 {"crossentropy_stats: shape mismatch", "row_sumexp (5)"});
+  expect_refused([&] { be.crossentropy_rebase(make({6}, h), make({6}, h), make({6}, h)); },
+                 {"does not support crossentropy_rebase for dtype bf16"});
+  expect_refused([&] { be.crossentropy_target_logit(stat, logits, make({6}), 0); },
+                 {"targets is fp32, expected int32"});
+  expect_refused([&] { be.crossentropy_losses(stat, stat, stat, make({7})); },
+                 {"crossentropy_losses: size mismatch", "target_logit (7)"});
+  expect_refused(
+      [&] {
+        be.crossentropy_backward(make({6, 49}, h), logits, stat, stat, targets, 0, 1.0);
+      },
+      {"crossentropy_backward: shape mismatch", "dlogits (6, 49)"});
+  expect_refused(
+      [&] { be.crossentropy_loss_and_backward(logits, make({6}, h), logits, targets, 1.0); },
+      {"crossentropy_loss_and_backward for dtype bf16: losses is bf16, expected fp32"});
+}
+
+TEST_F(BackendFrontTest, OptimizerChecksMasterDtypesAndPieces) {
+  Tensor p = make({10}), g = make({10}), m = make({10}), v = make({10});
+  const Backend::AdamWStep s{1e-3, 0.9, 0.95, 1e-8, 0.1, 1};
+  expect_reaches([&] { be.adamw_update(p, g, m, v, s); }, "adamw_update");
+  Tensor p16 = make({10}, DType::BF16);
+  expect_refused([&] { be.adamw_update(p16, g, m, v, s); },
+                 {"adamw_update for dtype bf16: param is bf16, expected fp32 (master parameters"});
+  expect_refused([&] { be.adamw_update(p, g, m, make({9}), s); },
+                 {"adamw_update: size mismatch", "exp_avg_sq (9)"});
+  expect_reaches(
+      [&] {
+        be.adamw_update_pieces(p, g, m, v, {{0, 4}, {4, 6}}, {0.1, 0.0}, s);
+      },
+      "adamw_update_pieces");
+  expect_refused(
+      [&] {
+        be.adamw_update_pieces(p, g, m, v, {{0, 4}, {4, 6}}, {0.1}, s);
+      },
+      {"adamw_update_pieces: 2 pieces but 1 weight decays"});
+  expect_refused(
+      [&] {
+        be.adamw_update_pieces(p, g, m, v, {{8, 4}}, {0.1}, s);
+      },
+      {"adamw_update_pieces: piece [8, 12) outside (10)"});
+}
+
+}  // namespace
+}  // namespace meshtrain
