@@ -1,6 +1,7 @@
 // The `step` suite: how close a full training step gets to the machine's GEMM ceilings, how it
 // scales on one node, and where the rest of its time goes. FLOPs per step follow the PaLM
-// convention (6 x multiplying parameters + 12 L C T per token, see GptConfig::flops_per_token).
+// convention (6 x multiplying parameters + attention per token, from the layers' cost sheets:
+// GptConfig::flops_per_token).
 // The ceilings are square GEMMs through the backend's own Gemm on the same threads as the step
 // they judge: OpenBLAS sgemm, oneDNN fp32 matmul and oneDNN bf16 matmul (bf16 inputs, fp32
 // accumulation). The fp32 step is judged against the oneDNN fp32 ceiling (the faster fp32

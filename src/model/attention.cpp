@@ -86,4 +86,25 @@ Tensor CausalSelfAttention::finish_backward(const Tensor& dqkv, const Saved& sav
   return dx;
 }
 
+
+void CausalSelfAttention::add_costs(CostSheet& sheet) const {
+  qkv_.add_costs(sheet);
+  // The projection's output read and written once more to lay out q, k and v by head.
+  ElementwiseCost split;
+  split.width = sheet.linears.back().out;
+  split.width_split = true;
+  split.tokens = ElementwiseCost::Tokens::All;
+  split.forward_accesses = 2;
+  split.backward_accesses = 4;
+  sheet.elementwise.push_back(split);
+  AttentionCost core;
+  core.heads = local_heads_ * ctx_.tp.size();
+  core.head_size = head_size_;
+  // The fp32 scores: softmax reads and writes them; backward reads them and the gradient and
+  // writes the gradient of the logits.
+  core.forward_score_accesses = 2;
+  core.backward_score_accesses = 3;
+  sheet.attention.push_back(core);
+  proj_.add_costs(sheet);
+}
 }  // namespace meshtrain

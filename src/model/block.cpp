@@ -9,7 +9,7 @@ Block::Block(const LayerContext& ctx, int index, int64_t C, int64_t heads, int l
       ln_1_(ctx, "h." + std::to_string(index) + ".ln_1", C),
       attn_(ctx, "h." + std::to_string(index) + ".attn", C, heads, 1.0 / std::sqrt(2.0 * layers)),
       ln_2_(ctx, "h." + std::to_string(index) + ".ln_2", C),
-      mlp_(ctx, "h." + std::to_string(index) + ".mlp", C, 1.0 / std::sqrt(2.0 * layers)) {}
+      mlp_(ctx, "h." + std::to_string(index) + ".mlp", C, 4 * C, 1.0 / std::sqrt(2.0 * layers)) {}
 
 Tensor Block::forward_all(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory inner,
                           Recompute recompute) {
@@ -59,4 +59,21 @@ Tensor Block::backward(const Tensor& dout, TokenShape shape, Saved& saved, Recom
   return dx;
 }
 
+
+CostSheet Block::cost_sheet() const {
+  CostSheet sheet;
+  ln_1_.add_costs(sheet);
+  attn_.add_costs(sheet);
+  ln_2_.add_costs(sheet);
+  mlp_.add_costs(sheet);
+  // Each residual add reads two streams and writes one, twice over in backward.
+  ElementwiseCost residual;
+  residual.width = sheet.linears.back().out;
+  residual.tokens = ElementwiseCost::Tokens::Region;
+  residual.forward_accesses = 3;
+  residual.backward_accesses = 6;
+  sheet.elementwise.push_back(residual);
+  sheet.elementwise.push_back(residual);
+  return sheet;
+}
 }  // namespace meshtrain

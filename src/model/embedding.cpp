@@ -84,4 +84,22 @@ void Embedding::backward(const Tensor& dx, const Tensor& tokens, TokenShape shap
   });
 }
 
+
+CostSheet Embedding::cost_sheet() const {
+  CostSheet sheet;
+  sheet.parameters.push_back(parameter_cost(wte_.spec));
+  ParameterCost positions = parameter_cost(wpe_.spec);
+  positions.lookup_only = true;  // added to the stream, never multiplied (the head reads wte)
+  sheet.parameters.push_back(positions);
+  // Forward reads a token row and a position row and writes their sum, for every token of the
+  // rank (before sequence parallelism splits them); backward scatter-adds into fp32 gradients.
+  ElementwiseCost lookup;
+  lookup.width = wte_.spec.global_shape[1];
+  lookup.tokens = ElementwiseCost::Tokens::All;
+  lookup.backward_bytes = ElementwiseCost::Bytes::Fp32;
+  lookup.forward_accesses = 3;
+  lookup.backward_accesses = 3;
+  sheet.elementwise.push_back(lookup);
+  return sheet;
+}
 }  // namespace meshtrain

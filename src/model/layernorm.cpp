@@ -48,4 +48,17 @@ Tensor LayerNorm::backward_add(const Tensor& dout, const Saved& saved, const Ten
   return dinp;
 }
 
+
+void LayerNorm::add_costs(CostSheet& sheet) const {
+  sheet.parameters.push_back(parameter_cost(weight_.spec));
+  sheet.parameters.push_back(parameter_cost(bias_.spec));
+  // Reads the input, writes the output; backward reads both again and writes the input gradient
+  // (counted as twice forward's traffic).
+  ElementwiseCost pass;
+  pass.width = weight_.spec.global_shape.numel();
+  pass.tokens = ElementwiseCost::Tokens::Region;
+  pass.forward_accesses = 2;
+  pass.backward_accesses = 4;
+  sheet.elementwise.push_back(pass);
+}
 }  // namespace meshtrain

@@ -145,4 +145,16 @@ Tensor RowParallelLinear::backward_through(const Tensor& dy, const Saved& saved,
   return dinp;
 }
 
+void ColumnParallelLinear::add_costs(CostSheet& sheet) const {
+  sheet.linears.push_back({in_, weight_.spec.global_shape.numel() / in_, TpSplitOf::Outputs});
+  sheet.parameters.push_back(parameter_cost(weight_.spec));
+  sheet.parameters.push_back(parameter_cost(bias_.spec));
+}
+
+void RowParallelLinear::add_costs(CostSheet& sheet) const {
+  sheet.linears.push_back({weight_.spec.global_shape.numel() / out_, out_, TpSplitOf::Inputs});
+  sheet.parameters.push_back(parameter_cost(weight_.spec));
+  sheet.parameters.push_back(parameter_cost(bias_.spec));
+}
+
 }  // namespace meshtrain

@@ -80,4 +80,26 @@ Tensor LanguageModelHead::backward(Saved& saved) {
   return dx;
 }
 
+
+CostSheet LanguageModelHead::cost_sheet() const {
+  CostSheet sheet;
+  ln_f_.add_costs(sheet);
+  const Shape& w = weight_.spec.global_shape;  // (V, C): vocabulary-parallel like the embedding
+  sheet.linears.push_back({w[1], w[0], TpSplitOf::Outputs});
+  ParameterCost weight = parameter_cost(weight_.spec);
+  // Tied, the weight is the token embedding (or the last stage's copy of it).
+  weight.shared = weight_.spec.role == ParamRole::TokenEmbedding;
+  sheet.parameters.push_back(weight);
+  // The fp32 logits: three passes in forward (cross-entropy's maximum and sum, then the loss and
+  // the gradient written in place), two in backward.
+  ElementwiseCost logits;
+  logits.width = w[0];
+  logits.width_split = true;
+  logits.tokens = ElementwiseCost::Tokens::All;
+  logits.forward_bytes = logits.backward_bytes = ElementwiseCost::Bytes::Fp32;
+  logits.forward_accesses = 3;
+  logits.backward_accesses = 2;
+  sheet.elementwise.push_back(logits);
+  return sheet;
+}
 }  // namespace meshtrain

@@ -2,10 +2,11 @@
 
 namespace meshtrain {
 
-Mlp::Mlp(const LayerContext& ctx, const std::string& name, int64_t C, double residual_scale)
+Mlp::Mlp(const LayerContext& ctx, const std::string& name, int64_t C, int64_t hidden,
+         double residual_scale)
     : ctx_(ctx),
-      fc_(ctx, name + ".fc", Shape{4 * C, C}, 0, Shape{4 * C}, 0.02),
-      proj_(ctx, name + ".proj", 4 * C, C, 0.02 * residual_scale) {}
+      fc_(ctx, name + ".fc", Shape{hidden, C}, 0, Shape{hidden}, 0.02),
+      proj_(ctx, name + ".proj", hidden, C, 0.02 * residual_scale) {}
 
 Tensor Mlp::forward(const Tensor& x, Saved& saved, MemoryCategory category,
                     MemoryCategory out_category, const TensorParallel* tp,
@@ -19,4 +20,16 @@ Tensor Mlp::backward(const Tensor& dy, const Saved& saved, DeferredWeightGradien
   return fc_.backward(dh, saved.fc_in, deferred);
 }
 
+
+void Mlp::add_costs(CostSheet& sheet) const {
+  fc_.add_costs(sheet);
+  ElementwiseCost gelu;  // over the hidden activations, split like fc's outputs
+  gelu.width = sheet.linears.back().out;
+  gelu.width_split = true;
+  gelu.tokens = ElementwiseCost::Tokens::All;
+  gelu.forward_accesses = 2;
+  gelu.backward_accesses = 4;
+  sheet.elementwise.push_back(gelu);
+  proj_.add_costs(sheet);
+}
 }  // namespace meshtrain

@@ -5,18 +5,29 @@
 #include <stdexcept>
 #include <string>
 
+#include "meshtrain/model/model_costs.h"
+
 namespace meshtrain {
 
 double block_cost(const GptConfig& cfg) {
-  const double C = static_cast<double>(cfg.d_model), T = static_cast<double>(cfg.seq_len);
-  return 6.0 * 12.0 * C * C + 12.0 * T * C;
+  // Every block of the model is alike: the first one's sheet prices them all.
+  const ModelCostSheet& sheets = model_cost_sheet(cfg);
+  return sheets.blocks.empty() ? 0.0 : sheets.blocks.front().training_flops_per_token(static_cast<double>(cfg.seq_len));
 }
 
 double head_cost(const GptConfig& cfg) {
-  return 6.0 * static_cast<double>(cfg.d_model) * static_cast<double>(cfg.vocab_size);
+  return model_cost_sheet(cfg).head.training_flops_per_token(static_cast<double>(cfg.seq_len));
 }
 
-double embedding_cost(const GptConfig& cfg) { return 4.0 * static_cast<double>(cfg.d_model); }
+double embedding_cost(const GptConfig& cfg) {
+  // The embedding multiplies nothing: its lookup's element accesses stand in, small beside a
+  // block but not zero, so that of two splits with the same dearest chunk of blocks the one
+  // that gives the embedding's chunk fewer layers wins.
+  double accesses = 0;
+  for (const ElementwiseCost& e : model_cost_sheet(cfg).embedding.elementwise)
+    accesses += e.forward_accesses * static_cast<double>(e.width);
+  return accesses;
+}
 
 double chunk_cost(const GptConfig& cfg, const ChunkRange& r) {
   return r.layers() * block_cost(cfg) + (r.has_embedding ? embedding_cost(cfg) : 0.0) +

@@ -1,7 +1,6 @@
 #include "meshtrain/train/time_model.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -9,6 +8,7 @@
 #include <utility>
 
 #include "meshtrain/config/deck_error.h"
+#include "meshtrain/model/model_costs.h"
 #include "meshtrain/model/partition.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/parallel/schedule.h"
@@ -33,26 +33,11 @@ struct PassTime {
   }
 };
 
-// What one transformer block's forward and backward share on one rank: the shapes of its
-// GEMMs and the bytes its memory-bound kernels move (each pass prices them its own way).
-struct BlockShapes {
-  // Attention core per (sequence, head) pair of this rank: scores (S, S) = q (S, d) k^T (S, d),
-  // out (S, d) = p (S, S) v (S, d).
-  double attention_sets = 0;    // micro_batch x heads / tp
-  double attention_gemm_s = 0;  // one pair's two GEMMs, forward
-  double scores = 0;            // score elements: attention_sets x S x S
-  // (n, k) of y[T, n] = x[T, k] w[k, n]: qkv, attention projection, MLP up, MLP down.
-  std::array<std::pair<double, double>, 4> linears{};
-  // Two LayerNorms and two residual adds over the (sequence-split) stream, GELU over the
-  // hidden activations, the q/k/v split: read and written once in forward.
-  double elementwise_bytes = 0;
-};
-
-// Prices the layers of one model chunk on one rank.
+// Prices the units of one model chunk on one rank from their cost sheets (model/cost_sheet.h).
 class ChunkPricer {
  public:
   ChunkPricer(const Config& c, const MachineProfile& profile, LinkClass tp_link)
-      : c_(c), gemm_(profile.gemm(c.train.precision)), bandwidth_(profile.memory_bytes_per_s),
+      : gemm_(profile.gemm(c.train.precision)), bandwidth_(profile.memory_bytes_per_s),
         tp_(c.parallel.tp), act_bytes_(static_cast<double>(dtype_size(c.train.precision))) {
     const double C = static_cast<double>(c.model.d_model);
     // Context parallelism: each rank holds seq_len / cp tokens of every sequence.
@@ -70,116 +55,117 @@ class ChunkPricer {
       tp_allreduce_ += profile.sync_seconds;
       small_allreduce_ += profile.sync_seconds;
     }
-    const double S = static_cast<double>(c.model.seq_len);
-    const double heads = static_cast<double>(c.model.heads) / tp_, d = static_cast<double>(c.model.head_size());
-    block_.attention_sets = static_cast<double>(c.train.micro_batch) * heads;
+    sequences_ = static_cast<double>(c.train.micro_batch);
+    keys_ = static_cast<double>(c.model.seq_len);
     // Under cp a rank's S / cp queries meet all S keys (ring attention; the causal halves are
     // balanced over the ranks).
-    const double queries = S / c.parallel.cp;
-    block_.attention_gemm_s = gemm_.seconds(queries, S, d) + gemm_.seconds(queries, d, S);
-    block_.scores = block_.attention_sets * queries * S;
-    block_.linears = {{{3 * C / tp_, C}, {C, C / tp_}, {4 * C / tp_, C}, {C, 4 * C / tp_}}};
-    block_.elementwise_bytes = region_tokens_ * C * act_bytes_ * (2 * 2 + 2 * 3) +
-                               tokens_ * 4 * C / tp_ * act_bytes_ * 2 + tokens_ * 3 * C / tp_ * act_bytes_ * 2;
+    queries_ = keys_ / c.parallel.cp;
   }
 
   // Forward of one transformer block; with `core_only`, only the attention core (scores,
   // softmax, weighted sum): what selective recomputation repeats.
-  PassTime block_forward(bool core_only = false) const {
-    const BlockShapes& b = block_;
+  PassTime block_forward(const CostSheet& b, bool core_only = false) const {
     PassTime t;
-    t.compute += b.attention_sets * b.attention_gemm_s;
-    t.compute += memory(b.scores * 2 * 4);  // softmax in fp32: read and write the scores
+    for (const AttentionCost& a : b.attention) t.compute += attention_sets(a) * attention_gemm_seconds(a);
+    for (const AttentionCost& a : b.attention) t.compute += memory(scores(a) * a.forward_score_accesses * 4);
     if (core_only) return t;
-    double linears = 0;
-    for (const auto& [n, k] : b.linears) linears += linear_forward(n, k);
-    t.compute += linears;
-    t.compute += memory(b.elementwise_bytes);
-    t.tp_comm = 2 * tp_allreduce_;
+    t.compute += linears_forward(b);
+    t.compute += memory(elementwise_bytes(b, Direction::Forward));
+    // A row-parallel linear's partial outputs are summed over the group.
+    t.tp_comm = b.row_parallel_linears() * tp_allreduce_;
     return t;
   }
 
-  // Backward of one block: every GEMM twice (input and weight gradients), the memory-bound
-  // kernels twice over, the same collectives as forward.
-  PassTime block_backward() const {
-    const BlockShapes& b = block_;
+  // Backward of one block: every attention GEMM twice (input and weight gradients), the
+  // sheet's backward traffic, the same number of collectives as forward.
+  PassTime block_backward(const CostSheet& b) const {
     PassTime t;
-    t.compute += 2 * b.attention_sets * b.attention_gemm_s;
-    t.compute += memory(b.scores * 3 * 4);
-    double linears = 0;
-    for (const auto& [n, k] : b.linears) linears += linear_backward(n, k);
-    t.compute += linears;
-    t.compute += 2 * memory(b.elementwise_bytes);
-    t.tp_comm = 2 * tp_allreduce_;
+    for (const AttentionCost& a : b.attention) t.compute += 2 * attention_sets(a) * attention_gemm_seconds(a);
+    for (const AttentionCost& a : b.attention) t.compute += memory(scores(a) * a.backward_score_accesses * 4);
+    t.compute += linears_backward(b);
+    t.compute += memory(elementwise_bytes(b, Direction::Backward));
+    // A column-parallel linear's input gradients are summed over the group.
+    t.tp_comm = b.column_parallel_linears() * tp_allreduce_;
     return t;
   }
 
-  PassTime embedding_forward() const {
-    const double C = static_cast<double>(c_.model.d_model);
+  PassTime embedding_forward(const CostSheet& e) const {
     PassTime t;
-    t.compute = memory(tokens_ * C * act_bytes_ * 3);  // token and position rows, their sum
-    t.tp_comm = tp_allreduce_;                         // vocabulary-parallel lookup
+    t.compute = memory(elementwise_bytes(e, Direction::Forward));
+    t.tp_comm = tp_allreduce_;  // vocabulary-parallel lookup
     return t;
   }
-  PassTime embedding_backward() const {
-    const double C = static_cast<double>(c_.model.d_model);
+  PassTime embedding_backward(const CostSheet& e) const {
     PassTime t;
-    t.compute = memory(tokens_ * C * 4 * 3);  // scatter-add into fp32 gradient rows
+    t.compute = memory(elementwise_bytes(e, Direction::Backward));
     return t;
   }
 
-  // Final LayerNorm, LM head GEMM and vocabulary-parallel cross-entropy (logits in fp32).
-  PassTime head_forward() const {
-    const double C = static_cast<double>(c_.model.d_model), V = static_cast<double>(c_.model.vocab_size) / tp_;
+  // Final LayerNorm, LM head GEMM and vocabulary-parallel cross-entropy.
+  PassTime head_forward(const CostSheet& h) const {
     PassTime t;
-    t.compute = linear_forward(V, C) + memory(region_tokens_ * C * act_bytes_ * 2 + tokens_ * V * 4 * 3);
+    t.compute = linears_forward(h) + memory(elementwise_bytes(h, Direction::Forward));
     // Cross-entropy's three small all-reduces (maximum, sum, target logit) and, under sequence
     // parallelism, the all-gather of the head's input (half an all-reduce).
     t.tp_comm = 3 * small_allreduce_ + (region_tokens_ < tokens_ ? tp_allreduce_ / 2 : 0);
     return t;
   }
-  PassTime head_backward() const {
-    const double C = static_cast<double>(c_.model.d_model), V = static_cast<double>(c_.model.vocab_size) / tp_;
+  PassTime head_backward(const CostSheet& h) const {
     PassTime t;
-    t.compute = linear_backward(V, C) + memory(region_tokens_ * C * act_bytes_ * 4 + tokens_ * V * 4 * 2);
-    t.tp_comm = tp_ > 1 ? tp_allreduce_ : 0;  // the head's input gradient is summed over tp
+    t.compute = linears_backward(h) + memory(elementwise_bytes(h, Direction::Backward));
+    t.tp_comm = h.column_parallel_linears() * tp_allreduce_;  // the head's input gradient
     return t;
-  }
-
-  // Parameters this rank holds of one block, the embeddings and the head.
-  double block_parameters() const {
-    const double C = static_cast<double>(c_.model.d_model);
-    return 12 * C * C / tp_ + 13 * C;
-  }
-  double embedding_parameters() const {
-    const double C = static_cast<double>(c_.model.d_model);
-    return static_cast<double>(c_.model.vocab_size) * C / tp_ + static_cast<double>(c_.model.seq_len) * C;
-  }
-  double head_parameters() const {
-    const double C = static_cast<double>(c_.model.d_model);
-    // Tied embeddings: the last stage keeps its own copy of the token embedding (summed over
-    // the embedding group), which is as much state as an untied head.
-    return 2 * C + static_cast<double>(c_.model.vocab_size) * C / tp_;
   }
 
   double memory(double bytes) const { return bandwidth_ > 0 ? bytes / bandwidth_ : 0; }
 
  private:
-  // y[T, n] = x[T, k] w[k, n]
-  double linear_forward(double n, double k) const { return gemm_.seconds(tokens_, n, k); }
-  // dx[T, k] = dy[T, n] w^T, dw[k, n] = x^T dy
-  double linear_backward(double n, double k) const {
-    return gemm_.seconds(tokens_, k, n) + gemm_.seconds(k, n, tokens_);
+  enum class Direction { Forward, Backward };
+
+  double attention_sets(const AttentionCost& a) const {  // (sequence, local head) pairs
+    return sequences_ * (static_cast<double>(a.heads) / tp_);
+  }
+  double attention_gemm_seconds(const AttentionCost& a) const {
+    const GemmShape s = a.scores(queries_, keys_), w = a.weighted_sum(queries_, keys_);
+    return gemm_.seconds(s.m, s.n, s.k) + gemm_.seconds(w.m, w.n, w.k);
+  }
+  double scores(const AttentionCost& a) const { return attention_sets(a) * queries_ * keys_; }
+
+  double linears_forward(const CostSheet& sheet) const {
+    double seconds = 0;
+    for (const LinearCost& l : sheet.linears) {
+      const GemmShape f = l.forward(tokens_, tp_);
+      seconds += gemm_.seconds(f.m, f.n, f.k);
+    }
+    return seconds;
+  }
+  double linears_backward(const CostSheet& sheet) const {
+    double seconds = 0;
+    for (const LinearCost& l : sheet.linears) {
+      const GemmShape d = l.backward_data(tokens_, tp_), w = l.backward_weight(tokens_, tp_);
+      seconds += gemm_.seconds(d.m, d.n, d.k) + gemm_.seconds(w.m, w.n, w.k);
+    }
+    return seconds;
+  }
+  double elementwise_bytes(const CostSheet& sheet, Direction pass) const {
+    double bytes = 0;
+    for (const ElementwiseCost& e : sheet.elementwise) {
+      const double tokens = e.tokens == ElementwiseCost::Tokens::Region ? region_tokens_ : tokens_;
+      const bool forward = pass == Direction::Forward;
+      const ElementwiseCost::Bytes kind = forward ? e.forward_bytes : e.backward_bytes;
+      const double element = kind == ElementwiseCost::Bytes::Fp32 ? 4 : act_bytes_;
+      bytes += tokens * e.local_width(tp_) * element * (forward ? e.forward_accesses : e.backward_accesses);
+    }
+    return bytes;
   }
 
-  const Config& c_;
   const GemmRates& gemm_;
   double bandwidth_;
   double tp_;
   double act_bytes_;
   double tokens_ = 0, region_tokens_ = 0;
+  double sequences_ = 0, queries_ = 0, keys_ = 0;
   double tp_allreduce_ = 0, small_allreduce_ = 0;
-  BlockShapes block_;
 };
 
 // Whether every group along `axis` lies inside one node: consecutive blocks of ranks_per_node
@@ -262,29 +248,49 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
 
   std::vector<PassTime> forward(static_cast<size_t>(chunks)), backward(static_cast<size_t>(chunks));
   std::vector<double> parameters(static_cast<size_t>(chunks), 0.0);
-  const PassTime block_f = pricer.block_forward(), block_b = pricer.block_backward();
-  PassTime recompute;
-  if (par.recompute == Recompute::Full) recompute = block_f;
-  if (par.recompute == Recompute::Selective) recompute = pricer.block_forward(true);
+  const ModelCostSheet& sheets = model_cost_sheet(c.model);
+  const double tp = static_cast<double>(par.tp);
+  // Each layer's passes, priced once per distinct sheet (today's blocks are all alike).
+  struct LayerPrice {
+    PassTime forward, backward, recompute;
+    double parameters = 0;
+  };
+  std::vector<LayerPrice> layer_prices(sheets.blocks.size());
+  for (size_t l = 0; l < sheets.blocks.size(); ++l) {
+    if (l > 0 && sheets.blocks[l] == sheets.blocks[l - 1]) {
+      layer_prices[l] = layer_prices[l - 1];
+      continue;
+    }
+    LayerPrice& p = layer_prices[l];
+    p.forward = pricer.block_forward(sheets.blocks[l]);
+    p.backward = pricer.block_backward(sheets.blocks[l]);
+    if (par.recompute == Recompute::Full) p.recompute = p.forward;
+    if (par.recompute == Recompute::Selective) p.recompute = pricer.block_forward(sheets.blocks[l], true);
+    p.parameters = sheets.blocks[l].local_parameters(tp);
+  }
   for (int k = 0; k < chunks; ++k) {
     const ChunkRange& r = ranges[static_cast<size_t>(k)];
     PassTime& f = forward[static_cast<size_t>(k)];
     PassTime& b = backward[static_cast<size_t>(k)];
-    for (int l = 0; l < r.layers(); ++l) {
-      f += block_f;
-      b += block_b;
-      b += recompute;
+    double& held = parameters[static_cast<size_t>(k)];
+    for (int l = r.first_layer; l < r.end_layer; ++l) {
+      const LayerPrice& p = layer_prices[static_cast<size_t>(l)];
+      f += p.forward;
+      b += p.backward;
+      b += p.recompute;
+      held += p.parameters;
     }
-    parameters[static_cast<size_t>(k)] = r.layers() * pricer.block_parameters();
     if (r.has_embedding) {
-      f += pricer.embedding_forward();
-      b += pricer.embedding_backward();
-      parameters[static_cast<size_t>(k)] += pricer.embedding_parameters();
+      f += pricer.embedding_forward(sheets.embedding);
+      b += pricer.embedding_backward(sheets.embedding);
+      held += sheets.embedding.local_parameters(tp);
     }
     if (r.has_head) {
-      f += pricer.head_forward();
-      b += pricer.head_backward();
-      if (!r.has_embedding || !c.model.tie_embeddings) parameters[static_cast<size_t>(k)] += pricer.head_parameters();
+      f += pricer.head_forward(sheets.head);
+      b += pricer.head_backward(sheets.head);
+      // Tied embeddings: the last stage keeps its own copy of the token embedding (summed over
+      // the embedding group), as much state as an untied head; a chunk with both holds it once.
+      held += sheets.head.local_parameters(tp, /*include_shared=*/!r.has_embedding);
     }
   }
 

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "meshtrain/model/model_costs.h"
 #include "meshtrain/parallel/schedule.h"
 #include "meshtrain/parallel/slowdown.h"
 
@@ -59,25 +60,25 @@ std::vector<double> declared_rank_speeds(const ParallelOptions& p,
 }
 
 double probe_block_seconds(Backend& be, const Config& c) {
-  const int64_t C = c.model.d_model, tp = c.parallel.tp;
+  const double tp = static_cast<double>(c.parallel.tp);
   const int64_t N = static_cast<int64_t>(c.train.micro_batch) * c.model.seq_len;
   const DType dt = c.train.precision;
   const DType grad_dt = dt == DType::BF16 ? DType::F32 : dt;
-  // (output features, input features) of the block's four GEMMs on one tensor-parallel shard:
-  // qkv and fc split their outputs, proj and fc_proj their inputs (Megatron's layout).
-  const int64_t shapes[4][2] = {{3 * C / tp, C}, {C, C / tp}, {4 * C / tp, C}, {C, 4 * C / tp}};
+  // The GEMMs of the model's first block on one tensor-parallel shard, as its cost sheet gives
+  // them: the block's work the ranks of a job differ in speed at.
   struct Gemm {
     Tensor inp, weight, out, dout, dinp, dweight;
   };
   std::vector<Gemm> gemms;
-  for (const auto& s : shapes) {
+  for (const LinearCost& l : model_cost_sheet(c.model).blocks.front().linears) {
+    const int64_t out = static_cast<int64_t>(l.local_out(tp)), in = static_cast<int64_t>(l.local_in(tp));
     Gemm g;
-    g.inp = be.empty({N, s[1]}, dt, MemoryCategory::Workspace);
-    g.weight = be.empty({s[0], s[1]}, dt, MemoryCategory::Workspace);
-    g.out = be.empty({N, s[0]}, dt, MemoryCategory::Workspace);
-    g.dout = be.empty({N, s[0]}, dt, MemoryCategory::Workspace);
-    g.dinp = be.empty({N, s[1]}, dt, MemoryCategory::Workspace);
-    g.dweight = be.zeros({s[0], s[1]}, grad_dt, MemoryCategory::Workspace);
+    g.inp = be.empty({N, in}, dt, MemoryCategory::Workspace);
+    g.weight = be.empty({out, in}, dt, MemoryCategory::Workspace);
+    g.out = be.empty({N, out}, dt, MemoryCategory::Workspace);
+    g.dout = be.empty({N, out}, dt, MemoryCategory::Workspace);
+    g.dinp = be.empty({N, in}, dt, MemoryCategory::Workspace);
+    g.dweight = be.zeros({out, in}, grad_dt, MemoryCategory::Workspace);
     for (Tensor* t : {&g.inp, &g.weight, &g.dout}) be.fill(*t, 0.01);
     gemms.push_back(std::move(g));
   }

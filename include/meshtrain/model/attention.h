@@ -36,6 +36,8 @@ class CausalSelfAttention {
   Tensor decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t position);
   int64_t local_heads() const { return local_heads_; }
   int64_t head_size() const { return head_size_; }
+  // Its projections, the split of q, k and v, and the attention core (model/cost_sheet.h).
+  void add_costs(CostSheet& sheet) const;
 
  private:
   // The QKV projection's backward from the core's dqkv.

@@ -35,6 +35,8 @@ class Block {
   // extending) this layer's key/value cache (CausalSelfAttention::decode). Keeps nothing.
   Tensor decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t position);
   const CausalSelfAttention& attention() const { return attn_; }
+  // Its layers' sheets and the two residual adds (model/cost_sheet.h).
+  CostSheet cost_sheet() const;
 
  private:
   Tensor forward_all(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory inner,

@@ -5,6 +5,7 @@
 // position embedding wpe (T, C), replicated, is then added to this rank's tokens (under context
 // parallelism at their places in the whole sequence: model/ring_attention.h).
 
+#include "meshtrain/model/cost_sheet.h"
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/weight_gradients.h"
 
@@ -26,6 +27,8 @@ class Embedding {
   Tensor forward_at(const Tensor& tokens, int64_t position);
 
   Parameter& wte() { return wte_; }
+  // Its tables and its lookup (model/cost_sheet.h).
+  CostSheet cost_sheet() const;
 
  private:
   LayerContext ctx_;

@@ -16,8 +16,8 @@ struct GptConfig {
   int64_t head_size() const { return d_model / heads; }
   // Parameters of the whole model (global, unsharded).
   int64_t parameter_count() const;
-  // Training FLOPs per token: 6 x (parameters that multiply) + attention, the PaLM convention
-  // (Chowdhery et al., arXiv 2204.02311, appendix B): 6N + 12 L C T.
+  // Training FLOPs per token, summed from the layers' cost sheets (model/model_costs.h): 6 x
+  // (parameters that multiply) + attention, the PaLM convention (arXiv 2204.02311, appendix B).
   double flops_per_token() const;
 };
 

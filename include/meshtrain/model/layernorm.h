@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "meshtrain/model/cost_sheet.h"
 #include "meshtrain/model/layer.h"
 
 namespace meshtrain {
@@ -26,6 +27,8 @@ class LayerNorm {
   // backward(dout, saved) + residual: the input's gradient with the residual path's added, in
   // one pass where the device fuses them.
   Tensor backward_add(const Tensor& dout, const Saved& saved, const Tensor& residual);
+  // Its parameters and its pass over the residual stream (model/cost_sheet.h).
+  void add_costs(CostSheet& sheet) const;
 
  private:
   LayerContext ctx_;

@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "meshtrain/model/cost_sheet.h"
 #include "meshtrain/model/weight_gradients.h"
 #include "meshtrain/model/layer.h"
 
@@ -39,6 +40,8 @@ class ColumnParallelLinear {
   // `deferred` (model/weight_gradients.h).
   Tensor backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred = nullptr);
   int64_t local_out() const { return weight_.numel() / in_; }
+  // Its GEMMs and parameters, from its global shapes (model/cost_sheet.h).
+  void add_costs(CostSheet& sheet) const;
   Parameter& bias() { return bias_; }
 
  private:
@@ -71,6 +74,7 @@ class RowParallelLinear {
   // (Backend::matmul_gelu_backward).
   Tensor backward_gelu(const Tensor& dy, const Saved& saved, const Tensor& pre,
                        DeferredWeightGradients* deferred = nullptr);
+  void add_costs(CostSheet& sheet) const;  // as ColumnParallelLinear's
 
  private:
   // The input gradient, through the GELU when `gelu_pre` is given.

@@ -32,6 +32,8 @@ class LanguageModelHead {
   // vocab_begin(), of x (N, C) whole on every rank (never sequence-parallel).
   Tensor logits(const Tensor& x);
   int64_t vocab_begin() const { return weight_.split_begin; }
+  // The final LayerNorm, the logits' GEMM and the cross-entropy over them (model/cost_sheet.h).
+  CostSheet cost_sheet() const;
 
  private:
   // From d(loss)/d(logits) (freed on return) to the block stack's input gradient in `saved`.

@@ -1,5 +1,6 @@
 #pragma once
-// The block's MLP: fc (C -> 4C, column-parallel), GELU (tanh), proj (4C -> C, row-parallel).
+// The block's MLP: fc (C -> H, column-parallel), GELU (tanh), proj (H -> C, row-parallel); GPT-2
+// has H = 4C.
 
 #include <string>
 
@@ -16,7 +17,7 @@ class Mlp {
     RowParallelLinear::Saved proj_in;  // GELU output (N, 4C / tp)
   };
 
-  Mlp(const LayerContext& ctx, const std::string& name, int64_t C, double residual_scale);
+  Mlp(const LayerContext& ctx, const std::string& name, int64_t C, int64_t hidden, double residual_scale);
 
   // x (N_local, C) -> (N_local, C); intermediates in `category`, the output in `out_category`.
   // `tp` as for ColumnParallelLinear::forward; `residual`, where given, is added to the output
@@ -25,6 +26,8 @@ class Mlp {
                  MemoryCategory out_category, const TensorParallel* tp = nullptr,
                  const Tensor* residual = nullptr);
   Tensor backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred = nullptr);
+  // Its two linears and the GELU between them (model/cost_sheet.h).
+  void add_costs(CostSheet& sheet) const;
 
  private:
   LayerContext ctx_;

@@ -21,7 +21,7 @@ struct ChunkRange {
   int layers() const { return end_layer - first_layer; }
 };
 
-// Estimated training cost (FLOPs per token) of one block, the embedding and the head.
+// Estimated training cost per token of one block, the embedding and the head (their sheets).
 double block_cost(const GptConfig& cfg);
 double head_cost(const GptConfig& cfg);
 double embedding_cost(const GptConfig& cfg);

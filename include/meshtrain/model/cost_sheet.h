@@ -1,0 +1,140 @@
+#pragma once
+// What a layer costs to train, reported by the layer from its own shapes: its GEMMs, the
+// memory-bound passes (normalisation, element-wise, lookups) with the elements they read and
+// write, its attention core and its parameters. The time model, the pipeline partition, the
+// work-balance probe and the FLOP counts (MFU) read these sheets, so that a model family with
+// other shapes (a gated MLP, grouped-query attention) is priced by describing its layers, not by
+// editing each of those (Megatron-Core's and torchtitan's FLOP counts are per-model formulas;
+// here the layers themselves are the formula).
+//
+// Shapes are global (the model as one rank would hold it); each entry says which of its
+// dimensions the tensor-parallel group splits, and the reader divides. Every token dimension is
+// per context-parallel rank: a rank holds seq_len / cp tokens of each sequence.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+struct ParamSpec;
+
+enum class GemmPass { Forward, BackwardData, BackwardWeight };
+
+// Which dimension of a linear layer the tensor-parallel group splits: none, its outputs
+// (column-parallel, and the vocabulary-parallel head) or its inputs (row-parallel, whose
+// partial outputs are summed over the group).
+enum class TpSplitOf { None, Outputs, Inputs };
+
+// C[m, n] = A[m, k] B[k, n], on one rank.
+struct GemmShape {
+  double m = 0, n = 0, k = 0;
+  GemmPass pass = GemmPass::Forward;
+  double flops() const { return 2 * m * n * k; }
+  bool operator==(const GemmShape&) const = default;
+};
+
+// y[tokens, out] = x[tokens, in] w[in, out] (+ bias).
+struct LinearCost {
+  int64_t in = 0, out = 0;
+  TpSplitOf split = TpSplitOf::None;
+
+  double local_in(double tp) const { return split == TpSplitOf::Inputs ? static_cast<double>(in) / tp : static_cast<double>(in); }
+  double local_out(double tp) const { return split == TpSplitOf::Outputs ? static_cast<double>(out) / tp : static_cast<double>(out); }
+  // The forward product and the backward's two (input gradient, weight gradient) on one rank.
+  GemmShape forward(double tokens, double tp) const { return {tokens, local_out(tp), local_in(tp), GemmPass::Forward}; }
+  GemmShape backward_data(double tokens, double tp) const {
+    return {tokens, local_in(tp), local_out(tp), GemmPass::BackwardData};
+  }
+  GemmShape backward_weight(double tokens, double tp) const {
+    return {local_in(tp), local_out(tp), tokens, GemmPass::BackwardWeight};
+  }
+  // Forward and backward multiply-adds per token, counted as two FLOPs each (unsplit).
+  double training_flops_per_token() const { return 6.0 * static_cast<double>(in) * static_cast<double>(out); }
+  bool operator==(const LinearCost&) const = default;
+};
+
+// A memory-bound pass over `width` elements of each token, reading and writing the given number
+// of elements in forward and in backward.
+struct ElementwiseCost {
+  enum class Tokens {
+    Region,  // the residual stream's tokens: split over tp under sequence parallelism
+    All,     // every token of the rank (inside a tensor-parallel region, or before its split)
+  };
+  enum class Bytes { Activation, Fp32 };
+  int64_t width = 0;
+  bool width_split = false;  // the width is split over tp (a column-parallel layer's outputs)
+  Tokens tokens = Tokens::Region;
+  Bytes forward_bytes = Bytes::Activation, backward_bytes = Bytes::Activation;
+  double forward_accesses = 0, backward_accesses = 0;  // elements read + written, per element
+
+  double local_width(double tp) const { return width_split ? static_cast<double>(width) / tp : static_cast<double>(width); }
+  bool operator==(const ElementwiseCost&) const = default;
+};
+
+// Scaled dot-product attention over `heads` heads of `head_size`: per (sequence, head) pair,
+// scores (q, k) = q (q, d) k^T (k, d) and out (q, d) = p (q, k) v (k, d), the scores' softmax
+// kept in fp32. Heads are split over tp.
+struct AttentionCost {
+  int64_t heads = 0, head_size = 0;
+  double forward_score_accesses = 0, backward_score_accesses = 0;  // fp32 elements per score
+
+  // The two forward GEMMs of one (sequence, head) pair: `queries` rows meeting `keys` keys.
+  GemmShape scores(double queries, double keys) const { return {queries, keys, static_cast<double>(head_size)}; }
+  GemmShape weighted_sum(double queries, double keys) const { return {queries, static_cast<double>(head_size), keys}; }
+  // Forward and backward FLOPs per token of a sequence of `seq_len`, the causal mask ignored
+  // (the PaLM convention, Chowdhery et al., arXiv 2204.02311, appendix B: 12 x heads x d x T).
+  double training_flops_per_token(double seq_len) const {
+    return 3.0 * 2.0 * 2.0 * seq_len * static_cast<double>(heads) * static_cast<double>(head_size);
+  }
+  bool operator==(const AttentionCost&) const = default;
+};
+
+struct ParameterCost {
+  int64_t numel = 0;
+  bool tp_split = false;
+  // A lookup table (position embedding) takes part in no multiply: left out of the 6N term.
+  bool lookup_only = false;
+  // Another layer's parameter used here too (the head's tied embedding): state this layer's rank
+  // holds, but not a parameter of the model a second time.
+  bool shared = false;
+
+  double local_numel(double tp) const { return tp_split ? static_cast<double>(numel) / tp : static_cast<double>(numel); }
+  bool operator==(const ParameterCost&) const = default;
+};
+
+// A registered parameter's entry: its global size and whether the tp group splits it.
+ParameterCost parameter_cost(const ParamSpec& spec);
+
+// One unit's sheet (the embedding, a block, the head), in the order its layers run.
+struct CostSheet {
+  std::vector<LinearCost> linears;
+  std::vector<ElementwiseCost> elementwise;
+  std::vector<AttentionCost> attention;
+  std::vector<ParameterCost> parameters;
+
+  void add(const CostSheet& other);
+  // Parameters this rank holds on a tp-way split; shared ones where `include_shared`.
+  double local_parameters(double tp, bool include_shared = true) const;
+  // The model's parameters in the FLOP count's N: neither lookups nor shared copies.
+  double multiplying_parameters() const;
+  // GEMM and attention FLOPs of forward and backward, per token (what balances pipeline chunks).
+  double training_flops_per_token(double seq_len) const;
+  // Linears whose outputs are split (column-parallel: the group sums their input gradients in
+  // backward) and whose inputs are (row-parallel: the group sums their outputs in forward).
+  int column_parallel_linears() const;
+  int row_parallel_linears() const;
+  bool operator==(const CostSheet&) const = default;
+};
+
+// The sheets of a whole model, unit by unit.
+struct ModelCostSheet {
+  CostSheet embedding;
+  std::vector<CostSheet> blocks;  // one per layer
+  CostSheet head;
+
+  // Training FLOPs per token by the PaLM convention: 6 x the multiplying parameters + attention.
+  double flops_per_token(double seq_len) const;
+};
+
+}  // namespace meshtrain

@@ -1,0 +1,64 @@
+#include "meshtrain/model/cost_sheet.h"
+
+#include "meshtrain/model/parameter.h"
+
+namespace meshtrain {
+
+ParameterCost parameter_cost(const ParamSpec& spec) {
+  ParameterCost c;
+  c.numel = spec.global_shape.numel();
+  c.tp_split = spec.tp_split_dim >= 0;
+  return c;
+}
+
+void CostSheet::add(const CostSheet& other) {
+  linears.insert(linears.end(), other.linears.begin(), other.linears.end());
+  elementwise.insert(elementwise.end(), other.elementwise.begin(), other.elementwise.end());
+  attention.insert(attention.end(), other.attention.begin(), other.attention.end());
+  parameters.insert(parameters.end(), other.parameters.begin(), other.parameters.end());
+}
+
+double CostSheet::local_parameters(double tp, bool include_shared) const {
+  double n = 0;
+  for (const ParameterCost& p : parameters)
+    if (include_shared || !p.shared) n += p.local_numel(tp);
+  return n;
+}
+
+double CostSheet::multiplying_parameters() const {
+  double n = 0;
+  for (const ParameterCost& p : parameters)
+    if (!p.lookup_only && !p.shared) n += static_cast<double>(p.numel);
+  return n;
+}
+
+double CostSheet::training_flops_per_token(double seq_len) const {
+  double flops = 0;
+  for (const LinearCost& l : linears) flops += l.training_flops_per_token();
+  for (const AttentionCost& a : attention) flops += a.training_flops_per_token(seq_len);
+  return flops;
+}
+
+int CostSheet::column_parallel_linears() const {
+  int n = 0;
+  for (const LinearCost& l : linears) n += l.split == TpSplitOf::Outputs;
+  return n;
+}
+
+int CostSheet::row_parallel_linears() const {
+  int n = 0;
+  for (const LinearCost& l : linears) n += l.split == TpSplitOf::Inputs;
+  return n;
+}
+
+double ModelCostSheet::flops_per_token(double seq_len) const {
+  double n = embedding.multiplying_parameters(), attention = 0;
+  for (const CostSheet& b : blocks) {
+    n += b.multiplying_parameters();
+    for (const AttentionCost& a : b.attention) attention += a.training_flops_per_token(seq_len);
+  }
+  n += head.multiplying_parameters();
+  return 6.0 * n + attention;
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,48 @@
+#include "meshtrain/model/model_costs.h"
+
+#include <map>
+#include <mutex>
+
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/comm/meta_communicator.h"
+#include "meshtrain/model/gpt.h"
+
+namespace meshtrain {
+
+namespace {
+
+ModelCostSheet read_sheets(const GptConfig& cfg) {
+  CpuBackend planning(0, Execution::Plan);
+  MetaCommunicator one_rank("tp", 0, 1);
+  const ChunkRange whole{0, cfg.layers, true, true};
+  GptModel model(planning, TensorParallel{&one_rank, SequenceParallel::Off}, cfg, {whole},
+                 DType::F32);
+  ModelChunk& chunk = model.chunk(0);
+  ModelCostSheet sheets;
+  sheets.embedding = chunk.embedding()->cost_sheet();
+  for (int i = 0; i < chunk.block_count(); ++i) sheets.blocks.push_back(chunk.block(i).cost_sheet());
+  sheets.head = chunk.head()->cost_sheet();
+  return sheets;
+}
+
+}  // namespace
+
+ArchitectureKey architecture_key(const GptConfig& cfg) {
+  return {cfg.layers, cfg.d_model, cfg.heads, cfg.seq_len, cfg.vocab_size, cfg.tie_embeddings};
+}
+
+const ModelCostSheet& model_cost_sheet(const GptConfig& cfg) {
+  static std::mutex mutex;
+  static std::map<ArchitectureKey, ModelCostSheet> read;
+  const ArchitectureKey key = architecture_key(cfg);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = read.find(key); it != read.end()) return it->second;
+  }
+  ModelCostSheet sheets = read_sheets(cfg);
+  std::lock_guard<std::mutex> lock(mutex);
+  // std::map never moves its values: the reference stays good as other entries are added.
+  return read.emplace(key, std::move(sheets)).first->second;
+}
+
+}  // namespace meshtrain

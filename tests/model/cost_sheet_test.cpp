@@ -1,0 +1,110 @@
+// Cost sheets (model/cost_sheet.h, model/model_costs.h): the totals a model's layers report
+// equal counts made here from first principles, and a layer of another width reports another
+// sheet, so that the time model, the partition and the FLOP counts follow the layers.
+
+#include "meshtrain/model/cost_sheet.h"
+
+#include <gtest/gtest.h>
+
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/comm/meta_communicator.h"
+#include "meshtrain/model/mlp.h"
+#include "meshtrain/model/model_costs.h"
+#include "meshtrain/model/parameter_table.h"
+#include "meshtrain/model/partition.h"
+
+namespace meshtrain {
+namespace {
+
+std::vector<GptConfig> shapes() {
+  return {
+      {.layers = 3, .d_model = 8, .heads = 2, .seq_len = 5, .vocab_size = 12, .tie_embeddings = true},
+      {.layers = 3, .d_model = 8, .heads = 2, .seq_len = 5, .vocab_size = 12, .tie_embeddings = false},
+      {.layers = 12, .d_model = 768, .heads = 12, .seq_len = 1024, .vocab_size = 50257, .tie_embeddings = true},
+      {.layers = 5, .d_model = 96, .heads = 3, .seq_len = 64, .vocab_size = 1000, .tie_embeddings = false},
+  };
+}
+
+double sheet_parameters(const ModelCostSheet& s) {
+  double n = s.embedding.multiplying_parameters() + s.head.multiplying_parameters();
+  for (const CostSheet& b : s.blocks) n += b.multiplying_parameters();
+  return n;
+}
+
+TEST(CostSheet, ParametersAreTheParameterTables) {
+  for (const GptConfig& cfg : shapes()) {
+    const ModelCostSheet& s = model_cost_sheet(cfg);
+    ASSERT_EQ(s.blocks.size(), static_cast<size_t>(cfg.layers));
+    const double position_table = static_cast<double>(cfg.seq_len * cfg.d_model);
+    // Every parameter once: the multiplying ones and the position table.
+    EXPECT_EQ(sheet_parameters(s) + position_table, static_cast<double>(total_numel(parameter_table(cfg))))
+        << cfg.layers << " " << cfg.d_model << " tied " << cfg.tie_embeddings;
+    // The head's weight is the embedding's exactly when tied.
+    double shared = 0;
+    for (const ParameterCost& p : s.head.parameters) shared += p.shared ? static_cast<double>(p.numel) : 0;
+    EXPECT_EQ(shared, cfg.tie_embeddings ? static_cast<double>(cfg.vocab_size * cfg.d_model) : 0.0);
+  }
+}
+
+TEST(CostSheet, FlopsPerTokenAreSixNPlusAttention) {
+  for (const GptConfig& cfg : shapes()) {
+    // PaLM's count, from the table: every parameter but the position embedding multiplies once
+    // forward and twice backward; attention's q k^T and p v, 2 T C FLOPs each per token and
+    // layer forward, three times over for training.
+    const double N = static_cast<double>(total_numel(parameter_table(cfg)) - cfg.seq_len * cfg.d_model);
+    const double attention = 3.0 * 2.0 * (2.0 * cfg.seq_len * cfg.d_model) * cfg.layers;
+    // Exactly: the sums are of whole numbers, as the closed form 6 N + 12 L C T gave them.
+    EXPECT_EQ(cfg.flops_per_token(), 6 * N + attention) << cfg.d_model;
+    // A block's GEMM FLOPs: 6 per weight (the biases add, multiply nothing) plus its attention.
+    const double C = static_cast<double>(cfg.d_model);
+    const double block_weights = 3 * C * C + C * C + 4 * C * C + 4 * C * C;
+    EXPECT_EQ(block_cost(cfg), 6 * block_weights + attention / cfg.layers);
+    EXPECT_EQ(head_cost(cfg), 6 * C * static_cast<double>(cfg.vocab_size));
+  }
+}
+
+TEST(CostSheet, GemmsSplitAsTheirLayersDo) {
+  const GptConfig cfg{.layers = 2, .d_model = 16, .heads = 4, .seq_len = 8, .vocab_size = 32};
+  const CostSheet& block = model_cost_sheet(cfg).blocks.front();
+  ASSERT_EQ(block.linears.size(), 4u);
+  EXPECT_EQ(block.column_parallel_linears(), 2);
+  EXPECT_EQ(block.row_parallel_linears(), 2);
+  // The QKV projection on one of two tensor-parallel ranks, 10 tokens: (10 x 16) (16 x 24).
+  const LinearCost& qkv = block.linears.front();
+  EXPECT_EQ(qkv.forward(10, 2), (GemmShape{10, 24, 16, GemmPass::Forward}));
+  EXPECT_EQ(qkv.backward_data(10, 2), (GemmShape{10, 16, 24, GemmPass::BackwardData}));
+  EXPECT_EQ(qkv.backward_weight(10, 2), (GemmShape{16, 24, 10, GemmPass::BackwardWeight}));
+  // The output projection splits its inputs instead.
+  EXPECT_EQ(block.linears[1].forward(10, 2), (GemmShape{10, 16, 8, GemmPass::Forward}));
+  ASSERT_EQ(block.attention.size(), 1u);
+  EXPECT_EQ(block.attention.front().heads, 4);
+  EXPECT_EQ(block.attention.front().head_size, 4);
+  // On two ranks: the split weights and column biases halve, LayerNorms and row biases do not.
+  const double C = 16;
+  EXPECT_EQ(block.local_parameters(2), 12 * C * C / 2 + 7 * C / 2 + 6 * C);
+}
+
+TEST(CostSheet, AnMlpOfAnotherWidthReportsIt) {
+  CpuBackend planning(0, Execution::Plan);
+  MetaCommunicator one_rank("tp", 0, 1);
+  ParameterStore store;
+  const LayerContext ctx{&planning, &store, TensorParallel{&one_rank, SequenceParallel::Off}, {}};
+  const int64_t C = 8;
+  for (int64_t hidden : {32, 20}) {
+    const Mlp mlp(ctx, "mlp" + std::to_string(hidden), C, hidden, 1.0);
+    CostSheet sheet;
+    mlp.add_costs(sheet);
+    ASSERT_EQ(sheet.linears.size(), 2u);
+    EXPECT_EQ(sheet.linears[0].in, C);
+    EXPECT_EQ(sheet.linears[0].out, hidden);
+    EXPECT_EQ(sheet.linears[1].in, hidden);
+    EXPECT_EQ(sheet.linears[1].out, C);
+    EXPECT_EQ(sheet.multiplying_parameters(), static_cast<double>(2 * C * hidden + hidden + C));
+    EXPECT_DOUBLE_EQ(sheet.training_flops_per_token(1), 6.0 * 2 * C * hidden);
+    ASSERT_EQ(sheet.elementwise.size(), 1u);  // the GELU, over the hidden width
+    EXPECT_EQ(sheet.elementwise.front().width, hidden);
+  }
+}
+
+}  // namespace
+}  // namespace meshtrain
