@@ -9,17 +9,17 @@
 
 namespace meshtrain {
 
-ModelState::ModelState(GptModel& model, const StateGroups& groups,
+ModelState::ModelState(PipelineStage& stage, const StateGroups& groups,
                        const ModelStateOptions& options)
-    : model_(&model),
-      be_(&model.backend()),
-      state_be_(options.offload ? options.offload : &model.backend()),
-      state_dtype_(model.dtype() == DType::F32 || model.dtype() == DType::F64 ? model.dtype()
+    : stage_(&stage),
+      be_(&stage.backend()),
+      state_be_(options.offload ? options.offload : &stage.backend()),
+      state_dtype_(stage.dtype() == DType::F32 || stage.dtype() == DType::F64 ? stage.dtype()
                                                                               : DType::F32),
       groups_(groups),
       options_(options) {
-  ParameterStore& store = model.params();
-  const DType dt = model.dtype();
+  ParameterStore& store = stage.params();
+  const DType dt = stage.dtype();
   const DType gt = state_dtype_;  // gradients are kept in the optimizer's precision
   const int dp = options_.zero >= 1 ? groups_.dp->size() : 1;
   plan_ = make_bucket_plan(store, dp, options_.bucket_mb,
@@ -109,7 +109,7 @@ void ModelState::point_grads(int b, const Tensor& full) {
 void ModelState::start_gather(int b) {
   BucketState& s = bucket(b);
   const Bucket& bk = plan_.buckets[b];
-  Tensor full = be_->empty({bk.size}, model_->dtype(), MemoryCategory::CommBuffers);
+  Tensor full = be_->empty({bk.size}, stage_->dtype(), MemoryCategory::CommBuffers);
   Tensor slot = full.view(owned_begin(b), {bk.shard_size});
   be_->copy(slot, s.value_shard);
   s.gather = groups_.dp->all_gather(full, slot);
@@ -356,7 +356,7 @@ void ModelState::finish_backward() {
   }
   // Tied embeddings over a pipeline: the first stage's wte and the last stage's copy each hold
   // part of the gradient; both get the sum.
-  if (model_->config().tie_embeddings && groups_.embedding->size() > 1) {
+  if (stage_->ties_embeddings() && groups_.embedding->size() > 1) {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       if (plan_.buckets[b].params.front()->spec.role != ParamRole::TokenEmbedding) continue;
       Tensor g = owned_grads(static_cast<int>(b));

@@ -42,7 +42,7 @@ void ModelState::pass_update_fence() {
 
 void ModelState::initialize(uint64_t seed) {
   pass_update_fence();
-  const DType dt = model_->dtype();
+  const DType dt = stage_->dtype();
   for (size_t b = 0; b < plan_.buckets.size(); ++b) {
     const Bucket& bk = plan_.buckets[b];
     BucketState& s = bucket(static_cast<int>(b));

@@ -32,7 +32,7 @@
 
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/comm/progress_thread.h"
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/parallel/bucket_plan.h"
 
@@ -97,7 +97,7 @@ struct ReplicaRecord {
 
 class ModelState final : public UnitHooks {
  public:
-  ModelState(GptModel& model, const StateGroups& groups, const ModelStateOptions& options);
+  ModelState(PipelineStage& stage, const StateGroups& groups, const ModelStateOptions& options);
   ~ModelState() override;
 
   // Initial parameter values from (seed, name, global index).
@@ -191,7 +191,7 @@ class ModelState final : public UnitHooks {
   // Copies (casting) the optimizer's values of bucket b into the parameters' owned range.
   void upload_master(int b);
   void gather_parameters();
-  bool has_master() const { return state_be_ != be_ || state_dtype_ != model_->dtype(); }
+  bool has_master() const { return state_be_ != be_ || state_dtype_ != stage_->dtype(); }
   void point_values(int b, const Tensor& full);
   void point_grads(int b, const Tensor& full);
   void start_gather(int b);
@@ -209,7 +209,7 @@ class ModelState final : public UnitHooks {
   void complete(Pending& p);
   void all_reduce_segments(Communicator& comm, std::vector<Tensor>& pieces);
 
-  GptModel* model_;
+  PipelineStage* stage_;  // what the parameters belong to: any model family
   Backend* be_;
   Backend* state_be_;   // where master weights and moments live (be_, or the offload host)
   DType state_dtype_;   // fp32 under bf16 parameters, else the parameters' dtype
