@@ -9,6 +9,17 @@
 
 namespace meshtrain {
 
+Communicator& StateGroups::replicas_of(ReplicaGroup group) const {
+  Communicator* comm = group == ReplicaGroup::ExpertData ? expert_data : dp;
+  if (!comm)
+    throw std::invalid_argument(
+        std::string("ModelState: a parameter is replicated over the ") +
+        (group == ReplicaGroup::ExpertData ? "expert-data" : "data") +
+        " group, but no communicator for it was given (hint: StateGroups::" +
+        (group == ReplicaGroup::ExpertData ? "expert_data" : "dp") + " must be set)");
+  return *comm;
+}
+
 ModelState::ModelState(PipelineStage& stage, const StateGroups& groups,
                        const ModelStateOptions& options)
     : stage_(&stage),
@@ -21,10 +32,13 @@ ModelState::ModelState(PipelineStage& stage, const StateGroups& groups,
   ParameterStore& store = stage.params();
   const DType dt = stage.dtype();
   const DType gt = state_dtype_;  // gradients are kept in the optimizer's precision
-  const int dp = options_.zero >= 1 ? groups_.dp->size() : 1;
-  plan_ = make_bucket_plan(store, dp, options_.bucket_mb,
+  // Under ZeRO each group's buckets split into one shard per rank of that group.
+  auto shards = [&](ReplicaGroup g) { return options_.zero >= 1 ? groups_.replicas_of(g).size() : 1; };
+  plan_ = make_bucket_plan(store, shards, options_.bucket_mb,
                            shards_params() ? BucketBy::Unit : BucketBy::Size, dt);
   completed_.assign(store.units(), 0);
+  // Every bucket's group has its communicator: refused here, not at the first reduction.
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) replicas(static_cast<int>(b));
 
   if (!shards_params()) flat_values_ = be_->zeros({plan_.total_size()}, dt, MemoryCategory::Parameters);
   if (!shards_grads()) flat_grads_ = be_->zeros({plan_.total_size()}, gt, MemoryCategory::Gradients);
@@ -75,7 +89,7 @@ ModelState::ModelState(PipelineStage& stage, const StateGroups& groups,
 ModelState::~ModelState() { pending_.clear(); }
 
 int64_t ModelState::owned_begin(int b) const {
-  return options_.zero >= 1 ? groups_.dp->rank() * plan_.buckets[b].shard_size : 0;
+  return options_.zero >= 1 ? replicas(b).rank() * plan_.buckets[b].shard_size : 0;
 }
 
 int64_t ModelState::owned_size(int b) const {
@@ -112,7 +126,7 @@ void ModelState::start_gather(int b) {
   Tensor full = be_->empty({bk.size}, stage_->dtype(), MemoryCategory::CommBuffers);
   Tensor slot = full.view(owned_begin(b), {bk.shard_size});
   be_->copy(slot, s.value_shard);
-  s.gather = groups_.dp->all_gather(full, slot);
+  s.gather = replicas(b).all_gather(full, slot);
   s.values = full;
   s.gathering = true;
 }
@@ -242,7 +256,7 @@ void ModelState::maybe_reduce(int b) {
 
 void ModelState::launch_reduction(int b) {
   BucketState& s = bucket(b);
-  Communicator& dp = *groups_.dp;
+  Communicator& dp = replicas(b);
   const DType dt = state_dtype_;
   switch (options_.zero) {
     case 0:

@@ -93,6 +93,11 @@ double ModelState::grad_norm() {
   }
   double local = 0;
   for (double s : squares) local += s;
+  // Under ZeRO each element is owned by one rank of its replica group, and every group's ranks
+  // lie within the data group (an expert-data group is a part of it), so one sum over the data
+  // group counts each element once, whatever its group. (Under ZeRO 0 nothing is summed here:
+  // expert weights, which differ between expert-data groups, will need the expert-parallel sum
+  // the mixture-of-experts model brings.)
   if (options_.zero >= 1) local = groups_.dp->all_reduce_scalar(local);
   local = groups_.tp->all_reduce_scalar(local);
   local = groups_.pp->all_reduce_scalar(local);
@@ -143,7 +148,7 @@ void ModelState::gather_parameters() {
   std::vector<Work> gathers;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     BucketState& s = bucket(static_cast<int>(b));
-    gathers.push_back(groups_.dp->all_gather(s.values, owned_values(static_cast<int>(b))));
+    gathers.push_back(replicas(static_cast<int>(b)).all_gather(s.values, owned_values(static_cast<int>(b))));
   }
   wait_all(gathers);
 }
@@ -175,7 +180,7 @@ std::vector<OwnedPiece> ModelState::owned_pieces() {
       piece.exp_avg_sq = s.optim->exp_avg_sq().view(seg.offset, {seg.count});
       piece.backend = state_be_;
       const Parameter& p = *bk.params[i];
-      piece.primary = (options_.zero >= 1 || groups_.dp->rank() == 0) &&
+      piece.primary = (options_.zero >= 1 || replicas(static_cast<int>(b)).rank() == 0) &&
                       (p.spec.tp_split_dim >= 0 || groups_.tp->rank() == 0) && !p.tied_copy;
       out.push_back(piece);
     }
