@@ -1,6 +1,7 @@
-// ModelState, optimizer side: initial values, the global gradient norm, the AdamW step (with
-// fp32 master weights under bf16, and the host update when the optimizer is offloaded), and
-// the owned pieces a checkpoint reads and writes.
+// ModelState, the sharded optimizer: initial values, the global gradient norm, the AdamW step
+// on this rank's shard of each bucket (ZeRO 1-3; everything under ZeRO 0), with fp32 master
+// weights under bf16 and the host update when the optimizer is offloaded, the all-gather of the
+// updated shards, and the owned pieces a checkpoint reads and writes.
 
 #include <cmath>
 #include <future>
