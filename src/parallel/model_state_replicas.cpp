@@ -45,7 +45,8 @@ std::vector<ReplicaRecord> ModelState::replica_records(ReplicaScope scope) {
     switch (scope) {
       case ReplicaScope::Replicas: return !state || options_.zero == 0;
       case ReplicaScope::Tensor: return p.spec.tp_split_dim < 0;
-      case ReplicaScope::Embedding: return tied && p.spec.name == "wte" && (!state || options_.zero == 0);
+      case ReplicaScope::Embedding:
+        return tied && p.spec.role == ParamRole::TokenEmbedding && (!state || options_.zero == 0);
     }
     return false;
   };
