@@ -120,4 +120,37 @@ GptModel::GptModel(Backend& backend, const TensorParallel& tp, const GptConfig& 
   }
 }
 
+Shape GptModel::boundary_shape(const TokenShape& tokens) const {
+  return {tp_.local_tokens(tokens.N()), cfg_.d_model};
+}
+
+std::unique_ptr<ChunkActivations> GptModel::new_activations(int /*chunk*/) {
+  return std::make_unique<ModelChunk::Saved>();
+}
+
+namespace {
+// The executor hands back only what new_activations made; another kind is a caller's bug.
+ModelChunk::Saved& saved_of(ChunkActivations& saved) {
+  return dynamic_cast<ModelChunk::Saved&>(saved);
+}
+}  // namespace
+
+Tensor GptModel::forward(int chunk, const MicroBatchData& mb, const Tensor& input,
+                         ChunkActivations& saved, Pass pass, Recompute recompute, double dloss,
+                         double* loss_sum, UnitHooks& hooks) {
+  return chunks_[static_cast<size_t>(chunk)]->forward(mb, input, saved_of(saved), pass, recompute,
+                                                      dloss, loss_sum, hooks);
+}
+
+Tensor GptModel::backward(int chunk, const MicroBatchData& mb, const Tensor& dout,
+                          ChunkActivations& saved, Recompute recompute, UnitHooks& hooks,
+                          DeferredWeightGradients* deferred) {
+  return chunks_[static_cast<size_t>(chunk)]->backward(mb, dout, saved_of(saved), recompute, hooks,
+                                                       deferred);
+}
+
+void GptModel::backward_weights(int chunk, DeferredWeightGradients& deferred, UnitHooks& hooks) {
+  chunks_[static_cast<size_t>(chunk)]->backward_weights(deferred, hooks);
+}
+
 }  // namespace meshtrain

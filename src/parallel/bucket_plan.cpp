@@ -18,6 +18,11 @@ int64_t BucketPlan::total_size() const {
 
 BucketPlan make_bucket_plan(ParameterStore& store, int shards, double bucket_mb, BucketBy by,
                             DType dtype) {
+  return make_bucket_plan(store, [shards](ReplicaGroup) { return shards; }, bucket_mb, by, dtype);
+}
+
+BucketPlan make_bucket_plan(ParameterStore& store, const std::function<int(ReplicaGroup)>& shards,
+                            double bucket_mb, BucketBy by, DType dtype) {
   BucketPlan plan;
   const int64_t limit =
       std::max<int64_t>(kAlign, static_cast<int64_t>(bucket_mb * 1024 * 1024) / dtype_size(dtype));
@@ -27,12 +32,14 @@ BucketPlan make_bucket_plan(ParameterStore& store, int shards, double bucket_mb,
   Bucket open;
   auto close = [&] {
     if (open.params.empty()) return;
-    open.size = align_up(std::max<int64_t>(open.size, 1), kAlign * shards);
-    open.shard_size = open.size / shards;
+    const int parts = shards(open.group);
+    open.size = align_up(std::max<int64_t>(open.size, 1), kAlign * parts);
+    open.shard_size = open.size / parts;
     plan.buckets.push_back(std::move(open));
     open = Bucket{};
   };
   auto add = [&](Parameter* p) {
+    open.group = p->spec.group;
     open.offsets.push_back(open.size);
     open.params.push_back(p);
     open.size += align_up(p->numel(), kAlign);
@@ -41,7 +48,10 @@ BucketPlan make_bucket_plan(ParameterStore& store, int shards, double bucket_mb,
     Parameter* p = params[i];
     const bool alone = p->spec.role == ParamRole::TokenEmbedding;
     const bool new_unit = !open.params.empty() && open.params.back()->unit != p->unit;
-    if (alone || (by == BucketBy::Unit && new_unit) || (by == BucketBy::Size && open.size >= limit))
+    // A bucket is reduced over one communicator, so a parameter of another group starts a new one.
+    const bool new_group = !open.params.empty() && open.group != p->spec.group;
+    if (alone || new_group || (by == BucketBy::Unit && new_unit) ||
+        (by == BucketBy::Size && open.size >= limit))
       close();
     add(p);
     if (alone) close();

@@ -1,7 +1,10 @@
 #pragma once
-// ModelState's per-bucket state and pending reductions, shared by model_state.cpp (storage,
-// hooks, reductions) and model_state_optimizer.cpp (initial values, the optimizer step, master
-// weights and offload, checkpoint pieces). Internal to parallel/.
+// ModelState's per-bucket state and pending reductions, shared by the files that implement it,
+// one concern each: model_state.cpp (parameter layout and buckets, ZeRO-3 gathering),
+// model_state_reducer.cpp (the gradient reducer: hooks, per-bucket reductions and their
+// overlap), model_state_optimizer.cpp (the sharded optimizer: initial values, the step, master
+// weights and offload, checkpoint pieces), model_state_replicas.cpp and model_state_flat.cpp.
+// Internal to parallel/.
 
 #include <algorithm>
 #include <memory>

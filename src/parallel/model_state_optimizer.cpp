@@ -1,6 +1,7 @@
-// ModelState, optimizer side: initial values, the global gradient norm, the AdamW step (with
-// fp32 master weights under bf16, and the host update when the optimizer is offloaded), and
-// the owned pieces a checkpoint reads and writes.
+// ModelState, the sharded optimizer: initial values, the global gradient norm, the AdamW step
+// on this rank's shard of each bucket (ZeRO 1-3; everything under ZeRO 0), with fp32 master
+// weights under bf16 and the host update when the optimizer is offloaded, the all-gather of the
+// updated shards, and the owned pieces a checkpoint reads and writes.
 
 #include <cmath>
 #include <future>
@@ -42,7 +43,7 @@ void ModelState::pass_update_fence() {
 
 void ModelState::initialize(uint64_t seed) {
   pass_update_fence();
-  const DType dt = model_->dtype();
+  const DType dt = stage_->dtype();
   for (size_t b = 0; b < plan_.buckets.size(); ++b) {
     const Bucket& bk = plan_.buckets[b];
     BucketState& s = bucket(static_cast<int>(b));
@@ -93,6 +94,11 @@ double ModelState::grad_norm() {
   }
   double local = 0;
   for (double s : squares) local += s;
+  // Under ZeRO each element is owned by one rank of its replica group, and every group's ranks
+  // lie within the data group (an expert-data group is a part of it), so one sum over the data
+  // group counts each element once, whatever its group. (Under ZeRO 0 nothing is summed here:
+  // expert weights, which differ between expert-data groups, will need the expert-parallel sum
+  // the mixture-of-experts model brings.)
   if (options_.zero >= 1) local = groups_.dp->all_reduce_scalar(local);
   local = groups_.tp->all_reduce_scalar(local);
   local = groups_.pp->all_reduce_scalar(local);
@@ -143,7 +149,7 @@ void ModelState::gather_parameters() {
   std::vector<Work> gathers;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     BucketState& s = bucket(static_cast<int>(b));
-    gathers.push_back(groups_.dp->all_gather(s.values, owned_values(static_cast<int>(b))));
+    gathers.push_back(replicas(static_cast<int>(b)).all_gather(s.values, owned_values(static_cast<int>(b))));
   }
   wait_all(gathers);
 }
@@ -175,7 +181,7 @@ std::vector<OwnedPiece> ModelState::owned_pieces() {
       piece.exp_avg_sq = s.optim->exp_avg_sq().view(seg.offset, {seg.count});
       piece.backend = state_be_;
       const Parameter& p = *bk.params[i];
-      piece.primary = (options_.zero >= 1 || groups_.dp->rank() == 0) &&
+      piece.primary = (options_.zero >= 1 || replicas(static_cast<int>(b)).rank() == 0) &&
                       (p.spec.tp_split_dim >= 0 || groups_.tp->rank() == 0) && !p.tied_copy;
       out.push_back(piece);
     }

@@ -40,12 +40,13 @@ std::string slice_name(const Parameter& p) {
 }  // namespace
 
 std::vector<ReplicaRecord> ModelState::replica_records(ReplicaScope scope) {
-  const bool tied = model_->config().tie_embeddings;
+  const bool tied = stage_->ties_embeddings();
   auto in_scope = [&](const Parameter& p, bool state) {
     switch (scope) {
       case ReplicaScope::Replicas: return !state || options_.zero == 0;
       case ReplicaScope::Tensor: return p.spec.tp_split_dim < 0;
-      case ReplicaScope::Embedding: return tied && p.spec.name == "wte" && (!state || options_.zero == 0);
+      case ReplicaScope::Embedding:
+        return tied && p.spec.role == ParamRole::TokenEmbedding && (!state || options_.zero == 0);
     }
     return false;
   };
@@ -53,7 +54,7 @@ std::vector<ReplicaRecord> ModelState::replica_records(ReplicaScope scope) {
   // Under ZeRO 3 the layers' values exist only while gathered: the optimizer's pieces below
   // are the copy that persists.
   if (!shards_params()) {
-    for (const Parameter* p : model_->params().params()) {
+    for (const Parameter* p : stage_->params().params()) {
       if (!in_scope(*p, false) || !p->value.defined()) continue;
       out.push_back({slice_name(*p) + " values", hash_bytes(host_bytes(*be_, p->value))});
     }
@@ -78,7 +79,7 @@ uint64_t ModelState::gradient_hash() {
 
 bool ModelState::flip_parameter_bit(const std::string& name, int64_t index, int bit) {
   Parameter* p = nullptr;
-  for (Parameter* q : model_->params().params())
+  for (Parameter* q : stage_->params().params())
     if (name.empty() ? !q->tied_copy : q->spec.name == name) {
       p = q;
       break;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -14,7 +15,7 @@
 namespace meshtrain {
 
 struct PipelineExecutor::Slot {
-  ModelChunk::Saved saved;
+  std::unique_ptr<ChunkActivations> saved;  // made by the stage at the chunk's forward
   Tensor input;    // received (or local) input of this chunk
   Tensor output;   // forward output, until sent or consumed
   Tensor doutput;  // received gradient of the output
@@ -24,10 +25,10 @@ struct PipelineExecutor::Slot {
   Work recv_forward, recv_backward;
 };
 
-PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pipeline, int virtual_stages,
-                                   Recompute recompute, TraceWriter& trace, bool early_weights,
-                                   ChunkPlacement placement)
-    : model_(&model),
+PipelineExecutor::PipelineExecutor(PipelineStage& stage, Communicator& pipeline,
+                                   int virtual_stages, Recompute recompute, TraceWriter& trace,
+                                   bool early_weights, ChunkPlacement placement)
+    : stage_(&stage),
       pp_(&pipeline),
       stages_(pipeline.size()),
       virtual_stages_(virtual_stages),
@@ -48,18 +49,17 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
   stats_ = {};
   microbatches_ = static_cast<int>(microbatches.size());
   const int me = pp_->rank(), last_chunk = stages_ * virtual_stages_ - 1;
-  const TensorParallel& tp = model_->tp();
   std::map<std::pair<int, int>, Slot> slots;  // (chunk, micro-batch)
   std::vector<std::pair<Work, Tensor>> sends;
   double loss = 0;
 
   auto hidden = [&](int m, MemoryCategory c) {
-    const int64_t n = tp.local_tokens(microbatches[m].shape.N());
-    return model_->backend().empty({n, model_->config().d_model}, model_->dtype(), c);
+    return stage_->backend().empty(stage_->boundary_shape(microbatches[m].shape), stage_->dtype(), c);
   };
-  auto chunk = [&](int k) -> ModelChunk& {
+  // The stage's own index of global chunk k.
+  auto chunk = [&](int k) {
     if (owner(k) != me) throw std::logic_error("pipeline: action on chunk " + std::to_string(k) + " not owned by this rank");
-    return model_->chunk(local_chunk(k, stages_, placement_));
+    return local_chunk(k, stages_, placement_);
   };
 
   // The transfers of the step being gathered, and where each one's Work goes (null: a send's).
@@ -117,7 +117,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
     PaddedCompute timer;
     {
       TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
-      chunk(a.chunk).backward_weights(slots[{a.chunk, a.microbatch}].weights, hooks);
+      stage_->backward_weights(chunk(a.chunk), slots[{a.chunk, a.microbatch}].weights, hooks);
     }
     last_weight_seconds_ = account(a.chunk, PipelineStats::kWeight, timer);
     ++weights_run;
@@ -195,8 +195,10 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
         PaddedCompute timer;
         {
           TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
-          Tensor out = chunk(k).forward(microbatches[m], input, s.saved, pass, recompute_, dloss,
-                                        &loss, hooks);
+          const int local = chunk(k);
+          if (!s.saved) s.saved = stage_->new_activations(local);
+          Tensor out = stage_->forward(local, microbatches[m], input, *s.saved, pass, recompute_,
+                                       dloss, &loss, hooks);
           if (k < last_chunk) s.output = out;
         }
         account(k, PipelineStats::kForward, timer);
@@ -223,8 +225,11 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
         PaddedCompute timer;
         {
           TraceWriter::Scope span(*trace_, a.to_string(), "compute", TraceWriter::Compute);
-          Tensor din = chunk(k).backward(microbatches[m], dout, s.saved, recompute_, hooks,
-                                         a.op == Op::BackwardInput ? &s.weights : nullptr);
+          const int local = chunk(k);
+          if (!s.saved)
+            throw std::logic_error("pipeline: " + a.to_string() + " before the forward of its micro-batch");
+          Tensor din = stage_->backward(local, microbatches[m], dout, *s.saved, recompute_, hooks,
+                                        a.op == Op::BackwardInput ? &s.weights : nullptr);
           if (k > 0) s.dinput = din;
           s.input_gradient_done = true;
         }

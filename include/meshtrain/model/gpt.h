@@ -3,8 +3,8 @@
 // a contiguous range of blocks, the first with the embeddings and the last with the head.
 //
 // Forward and backward go unit by unit (embedding, each block, head), calling UnitHooks
-// around each so that data-parallel gradient reduction and ZeRO parameter gathering can act
-// exactly when a unit's parameters are needed or its gradients are final.
+// (model/unit_hooks.h) around each. GptModel is the pipeline stage (model/pipeline_stage.h) that
+// parallel/ runs and lays out.
 
 #include <memory>
 #include <optional>
@@ -15,38 +15,17 @@
 #include "meshtrain/model/gpt_config.h"
 #include "meshtrain/model/lm_head.h"
 #include "meshtrain/model/loss_accumulator.h"
+#include "meshtrain/model/micro_batch.h"
 #include "meshtrain/model/partition.h"
+#include "meshtrain/model/pipeline_stage.h"
+#include "meshtrain/model/unit_hooks.h"
 
 namespace meshtrain {
 
-// A whole backward of a unit runs between before_backward and after_backward. A split one
-// (zero-bubble schedules) runs its input-gradient part between before_backward and
-// after_input_backward, and later its weight-gradient part between before_weight_backward and
-// after_weight_backward; the unit's gradients for the micro-batch are final only then.
-class UnitHooks {
- public:
-  virtual ~UnitHooks() = default;
-  virtual void before_forward(int /*unit*/) {}
-  virtual void after_forward(int /*unit*/) {}
-  virtual void before_backward(int /*unit*/) {}
-  virtual void after_backward(int /*unit*/) {}
-  virtual void after_input_backward(int /*unit*/) {}
-  virtual void before_weight_backward(int /*unit*/) {}
-  virtual void after_weight_backward(int /*unit*/) {}
-};
-
-// One micro-batch's data as the model sees it; tokens and targets are int32 (N) on the device.
-struct MicroBatchData {
-  Tensor tokens;
-  Tensor targets;
-  TokenShape shape;
-};
-
-enum class Pass { Train, Eval };
 
 class ModelChunk {
  public:
-  struct Saved {
+  struct Saved : ChunkActivations {
     std::vector<Block::Saved> blocks;
     LanguageModelHead::Saved head;
   };
@@ -93,23 +72,34 @@ class ModelChunk {
 
 // Parameters are registered but not allocated: the owner of their storage (ModelState, with
 // its ZeRO stage, or ParameterStore::materialize in tests) lays them out.
-class GptModel {
+class GptModel final : public PipelineStage {
  public:
   // ranges: this rank's chunks, in its virtual-stage order. cp: the context-parallel group,
   // whose ranks each hold part of every sequence.
   GptModel(Backend& backend, const TensorParallel& tp, const GptConfig& cfg,
            const std::vector<ChunkRange>& ranges, DType dtype, ContextParallel cp = {});
 
-  ParameterStore& params() { return store_; }
+  ParameterStore& params() override { return store_; }
   ModelChunk& chunk(int v) { return *chunks_[v]; }
-  int chunks() const { return static_cast<int>(chunks_.size()); }
+  int chunks() const override { return static_cast<int>(chunks_.size()); }
   const GptConfig& config() const { return cfg_; }
-  DType dtype() const { return dtype_; }
-  Backend& backend() { return *backend_; }
+  DType dtype() const override { return dtype_; }
+  Backend& backend() override { return *backend_; }
   const TensorParallel& tp() const { return tp_; }
   const ContextParallel& cp() const { return cp_; }
   // The loss sums of head forwards not yet read (see ModelChunk::forward).
   LossAccumulator& loss() { return loss_; }
+
+  // PipelineStage: chunk by chunk, as ModelChunk does it.
+  bool ties_embeddings() const override { return cfg_.tie_embeddings; }
+  Shape boundary_shape(const TokenShape& tokens) const override;
+  std::unique_ptr<ChunkActivations> new_activations(int chunk) override;
+  Tensor forward(int chunk, const MicroBatchData& mb, const Tensor& input, ChunkActivations& saved,
+                 Pass pass, Recompute recompute, double dloss, double* loss_sum,
+                 UnitHooks& hooks) override;
+  Tensor backward(int chunk, const MicroBatchData& mb, const Tensor& dout, ChunkActivations& saved,
+                  Recompute recompute, UnitHooks& hooks, DeferredWeightGradients* deferred) override;
+  void backward_weights(int chunk, DeferredWeightGradients& deferred, UnitHooks& hooks) override;
 
  private:
   Backend* backend_;

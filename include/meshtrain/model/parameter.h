@@ -24,10 +24,12 @@ enum class TpGrad { Full, Partial };
 // or along the vocabulary (the token embedding and the head).
 enum class TpSplit { None, OutputFeatures, InputFeatures, Vocab };
 // The group a parameter is replicated over: its ranks sum its gradients and, under ZeRO, shard
-// it. Every parameter of a dense model is replicated over the data group; a mixture of experts'
-// expert weights will be replicated over an expert-data group, and bucketing must follow this
-// tag, never a name.
-enum class ReplicaGroup { Data };
+// it; its buckets hold no other group's parameters (parallel/bucket_plan.h). Every parameter of
+// a dense model is replicated over the data group. ExpertData: a mixture of experts' expert
+// weights, replicated only over the data ranks that hold the same experts; no model registers
+// it yet, and training then needs that group's communicator (parallel/model_state.h). Bucketing
+// follows this tag, never a name.
+enum class ReplicaGroup { Data, ExpertData };
 // What code beyond the layer that registers a parameter must know of it: a tag, so that no code
 // recognises a parameter by its name. TokenEmbedding: the embedding table the head reads when
 // embeddings are tied; the last pipeline stage then holds a copy of it, and each gets a bucket

@@ -10,8 +10,13 @@
 // ParamRole::TokenEmbedding, as is the head's tied copy of it) is always a bucket of its own:
 // the first and last pipeline stage both hold it (tied embeddings), and equal buckets there give
 // equal shards to sum over the embedding group.
+//
+// A bucket holds the parameters of one replica group (ParamSpec::group) and is split into as
+// many shards as that group has ranks: its gradients are reduced, and under ZeRO sharded, over
+// that group alone (the dense data group; a mixture of experts' expert-data group).
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "meshtrain/model/parameter_store.h"
@@ -19,10 +24,11 @@
 namespace meshtrain {
 
 struct Bucket {
+  ReplicaGroup group = ReplicaGroup::Data;  // every parameter's in it
   std::vector<Parameter*> params;
   std::vector<int64_t> offsets;  // element offset of each parameter inside the bucket
-  int64_t size = 0;              // elements, padded: a multiple of shards * 16
-  int64_t shard_size = 0;        // size / shards
+  int64_t size = 0;              // elements, padded: a multiple of its group's shards * 16
+  int64_t shard_size = 0;        // size / shards of its group
   std::vector<int> units;        // units that write these parameters' gradients
 };
 
@@ -35,6 +41,10 @@ struct BucketPlan {
 
 enum class BucketBy { Size, Unit };
 
+// shards(g): how many shards a bucket of replica group g splits into (1 without ZeRO).
+BucketPlan make_bucket_plan(ParameterStore& store, const std::function<int(ReplicaGroup)>& shards,
+                            double bucket_mb, BucketBy by, DType dtype);
+// Every group split into `shards` (a single-group model, or no ZeRO).
 BucketPlan make_bucket_plan(ParameterStore& store, int shards, double bucket_mb, BucketBy by,
                             DType dtype);
 

@@ -32,17 +32,22 @@
 
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/comm/progress_thread.h"
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/optim/adamw.h"
 #include "meshtrain/parallel/bucket_plan.h"
 
 namespace meshtrain {
 
 struct StateGroups {
-  Communicator* dp = nullptr;
+  Communicator* dp = nullptr;  // the data group (x context parallel): ReplicaGroup::Data
   Communicator* tp = nullptr;
   Communicator* pp = nullptr;
   Communicator* embedding = nullptr;  // first + last stage (tied embeddings), else size 1
+  // ReplicaGroup::ExpertData's replicas; null where no parameter carries that group.
+  Communicator* expert_data = nullptr;
+
+  // The communicator a parameter of `group` is reduced and sharded over.
+  Communicator& replicas_of(ReplicaGroup group) const;
 };
 
 struct ModelStateOptions {
@@ -97,7 +102,7 @@ struct ReplicaRecord {
 
 class ModelState final : public UnitHooks {
  public:
-  ModelState(GptModel& model, const StateGroups& groups, const ModelStateOptions& options);
+  ModelState(PipelineStage& stage, const StateGroups& groups, const ModelStateOptions& options);
   ~ModelState() override;
 
   // Initial parameter values from (seed, name, global index).
@@ -155,6 +160,9 @@ class ModelState final : public UnitHooks {
   std::vector<ReplicaRecord> replica_records(ReplicaScope scope);
   // A hash of this rank's owned gradients after finish_backward (a step's re-run compares it).
   uint64_t gradient_hash();
+  // This rank's gradient of bucket b after finish_backward, summed over the bucket's replica
+  // group: its shard under ZeRO >= 1 (at owned offset replicas rank x shard_size), else whole.
+  Tensor owned_gradients(int b) { return owned_grads(b); }
   // Fault injection (config/fault_injection.h): flips bit `bit` of element `index` of this
   // rank's slice of parameter `name` ("" the first) in every copy this rank holds: the layers'
   // values and, where separate, the optimizer's. False when this rank holds no such element.
@@ -180,6 +188,8 @@ class ModelState final : public UnitHooks {
   struct Pending;
 
   BucketState& bucket(int b) { return *buckets_[b]; }
+  // The group bucket b is reduced and sharded over (its parameters' ReplicaGroup).
+  Communicator& replicas(int b) const { return groups_.replicas_of(plan_.buckets[b].group); }
   bool shards_params() const { return options_.zero >= 3; }
   bool shards_grads() const { return options_.zero >= 2; }
   int64_t owned_begin(int b) const;
@@ -191,7 +201,7 @@ class ModelState final : public UnitHooks {
   // Copies (casting) the optimizer's values of bucket b into the parameters' owned range.
   void upload_master(int b);
   void gather_parameters();
-  bool has_master() const { return state_be_ != be_ || state_dtype_ != model_->dtype(); }
+  bool has_master() const { return state_be_ != be_ || state_dtype_ != stage_->dtype(); }
   void point_values(int b, const Tensor& full);
   void point_grads(int b, const Tensor& full);
   void start_gather(int b);
@@ -209,7 +219,7 @@ class ModelState final : public UnitHooks {
   void complete(Pending& p);
   void all_reduce_segments(Communicator& comm, std::vector<Tensor>& pieces);
 
-  GptModel* model_;
+  PipelineStage* stage_;  // what the parameters belong to: any model family
   Backend* be_;
   Backend* state_be_;   // where master weights and moments live (be_, or the offload host)
   DType state_dtype_;   // fp32 under bf16 parameters, else the parameters' dtype

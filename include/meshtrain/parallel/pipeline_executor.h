@@ -15,7 +15,7 @@
 
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/io/trace_writer.h"
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/parallel/schedule.h"
 
 namespace meshtrain {
@@ -39,15 +39,15 @@ class PipelineExecutor {
   // transfer is awaited. Only where its hooks start no collective whose order must match other
   // ranks' (the caller knows: ZeRO 2 and 3 reduce over the data-parallel group in them).
   // placement: where the chunks live (schedule.h; the schedule's schedule_placement); the
-  // model's chunks are this rank's rank_chunks in model order.
-  PipelineExecutor(GptModel& model, Communicator& pipeline, int virtual_stages, Recompute recompute,
+  // stage's chunks are this rank's rank_chunks in model order.
+  PipelineExecutor(PipelineStage& stage, Communicator& pipeline, int virtual_stages, Recompute recompute,
                    TraceWriter& trace, bool early_weights = false,
                    ChunkPlacement placement = ChunkPlacement::Looped);
 
   // Runs `actions` over `microbatches` (indexed by micro-batch). Returns the loss summed over the
   // micro-batches whose head ran on this rank (0 on other stages) when the model reads its loss
   // per micro-batch (LossReadout::PerMicroBatch); with LossReadout::PerStep, as the Trainer sets
-  // it, the loss stays on the device (GptModel::loss()) and this returns 0.
+  // it, the loss stays on the device (the model's loss accumulator) and this returns 0.
   double run(const std::vector<Action>& actions, const std::vector<MicroBatchData>& microbatches,
              Pass pass, double dloss, UnitHooks& hooks);
   const PipelineStats& stats() const { return stats_; }
@@ -57,7 +57,7 @@ class PipelineExecutor {
   int owner(int chunk) const { return chunk_owner(chunk, stages_, placement_); }
   int tag(int dest_chunk, int microbatch, int direction) const;
 
-  GptModel* model_;
+  PipelineStage* stage_;
   Communicator* pp_;
   int stages_, virtual_stages_;
   Recompute recompute_;

@@ -91,7 +91,7 @@ int chunk_owner(int chunk, int stages, ChunkPlacement placement);
 ChunkPlacement schedule_placement(ScheduleKind kind);
 // The stage of every chunk, in model order (chunk_owner of each).
 std::vector<int> chunk_owners(int stages, int virtual_stages, ChunkPlacement placement);
-// The chunks `rank` holds, in model order (its model's chunk list: model/gpt.h), and a chunk's
+// The chunks `rank` holds, in model order (its stage's chunk list: model/pipeline_stage.h), and a chunk's
 // index in that list on its owner. Looped: r, r + pp, ...; V: r and 2 pp - 1 - r.
 std::vector<int> rank_chunks(int rank, int stages, int virtual_stages, ChunkPlacement placement);
 int local_chunk(int chunk, int stages, ChunkPlacement placement);
