@@ -113,7 +113,7 @@ class Runner:
     def __init__(self, scratch):
         self.scratch = scratch
         self.problems = []
-        self.log = []
+        self.timings = []  # (seconds, where, command)
         self.checkpoint = None
         for d in ("input", "jobs", "scripts", "bench", "src", "README.md"):
             os.symlink(os.path.join(REPO, d), os.path.join(scratch, d))
@@ -143,8 +143,9 @@ class Runner:
         p = subprocess.run(["bash", "-c", command], cwd=self.scratch, env=self.env,
                            capture_output=True, text=True, timeout=timeout)
         tail = (p.stdout + p.stderr).strip().splitlines()[-3:]
-        self.log.append(f"{where}: exit {p.returncode} in {time.monotonic() - start:.1f} s: "
-                        f"{command}\n    " + "\n    ".join(tail))
+        seconds = time.monotonic() - start
+        self.timings.append((seconds, where, command))
+        self.note(f"{where}: exit {p.returncode} in {seconds:.1f} s: {command}\n    " + "\n    ".join(tail))
         if expect_ok and p.returncode != 0:
             self.problems.append(f"{where}: `{command}` exited {p.returncode}:\n{p.stdout}{p.stderr}")
         return p
@@ -208,7 +209,11 @@ class Runner:
         self.shell(where, f"build/meshtrain plan {deck} --world {world} --device cuda {overrides}")
 
     def covered(self, where, command):
-        self.log.append(f"{where}: covered elsewhere: {command}")
+        self.note(f"{where}: covered elsewhere: {command}")
+
+    def note(self, text):
+        # As it happens: a run cut off by CTest's timeout still shows how far it got.
+        print(text, flush=True)
 
 
 # (pattern, action, why). The first match decides; order matters.
@@ -258,7 +263,7 @@ def main():
 
         def run_mpich(where, command):
             if not os.path.exists(os.path.join(REPO, "build-mpich", "meshtrain")):
-                r.log.append(f"{where}: SKIPPED here (no build-mpich/; CI builds it): {command}")
+                r.note(f"{where}: SKIPPED here (no build-mpich/; CI builds it): {command}")
                 return
             os.makedirs(os.path.join(scratch, "build-mpich"), exist_ok=True)
             link = os.path.join(scratch, "build-mpich", "meshtrain")
@@ -290,7 +295,8 @@ def main():
                 continue
             action = matches[0][1]
             (actions.get(action) or getattr(r, action))(where, command)
-        print("\n".join(r.log))
+        print("\nslowest:\n" + "\n".join(f"  {s:6.1f} s  {w}: {c}" for s, w, c in
+                                          sorted(r.timings, reverse=True)[:10]))
         print(f"{len(examples)} examples")
         if r.problems:
             print("\nFAILED:\n" + "\n\n".join(r.problems))
