@@ -1,6 +1,7 @@
 #include "meshtrain/comm/flight_recorder.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,6 +32,28 @@ double wall_seconds() {
 
 // The header a signal is noted in: the process's one recorder while it lives.
 std::atomic<FlightHeader*> signal_header{nullptr};
+
+// A library that gives up calls abort(): UCX, under MPICH, does so in every rank whose peer's
+// process vanished, milliseconds after the death and before the launcher's signal. Noted like a
+// termination signal, the abort tells diagnose which rank went first; then the abort goes on as
+// it would have (the earlier disposition, the default one's core dump included).
+struct sigaction abort_before{};
+
+void note_abort_signal(int sig) {
+  note_signal_in_flight_record(sig);
+  ::sigaction(SIGABRT, &abort_before, nullptr);
+  ::raise(SIGABRT);
+}
+
+void note_aborts_in_flight_record() {
+  static std::atomic<bool> installed{false};
+  if (installed.exchange(true)) return;
+  struct sigaction action{};
+  action.sa_handler = note_abort_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_NODEFER;
+  ::sigaction(SIGABRT, &action, &abort_before);
+}
 
 double signal_safe_wall_seconds() {
   timespec now{};
@@ -162,6 +185,7 @@ FlightRecorder::FlightRecorder(const std::string& path, int world_rank, int worl
   header_->alive = header_->opened;
   flush_at_abort_ = ScopedAbortHook([this] { flush(); });
   signal_header.store(header_, std::memory_order_release);
+  note_aborts_in_flight_record();
   alive_thread_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(alive_mutex_);
     const auto period = std::chrono::duration<double>(kAliveSeconds);

@@ -1,6 +1,8 @@
 #include "meshtrain/comm/flight_report.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -200,14 +202,15 @@ class Analysis {
     if (records_.size() > kPidsShown) pids += ", ...";
     char gap[32];
     std::snprintf(gap, sizeof gap, "%.3f", newest_sign_ - earliest);
+    report.killed_together_at = newest_sign_;
     report.notes.push_back(
         "every rank's record stopped within " + std::string(gap) +
         " s of the others', none closed and none noted a termination signal or its own abort: the "
-        "whole job was killed at once with SIGKILL (as MPICH's mpiexec does to every rank once one "
-        "dies, or an out-of-memory killer), so these records cannot tell which rank died first. "
-        "The launcher's output names the process it saw end first (MPICH: 'BAD TERMINATION ... "
-        "PID n'); the ranks were " + pids +
-        ". With `mpiexec -disable-auto-cleanup` the survivors outlive a dead rank and record it "
+        "whole job was ended at once with SIGKILL (as MPICH's mpiexec does to every rank once one "
+        "of them ends, or an out-of-memory killer), so these records cannot tell which rank ended "
+        "first. The launcher's output names the process it saw end first (MPICH: 'BAD "
+        "TERMINATION ... PID n'); the ranks were " + pids +
+        ". With `mpiexec -disable-auto-cleanup` the others outlive a rank that ends and record it "
         "(run.comm_timeout then ends them).");
   }
 
@@ -400,6 +403,22 @@ FlightReport analyse_run_dir(const std::string& run_dir) {
   }
   FlightReport report = analyse_flight(records);
   report.records = static_cast<int>(records.size());
+  // Records still being stamped are those of a job that runs (a hang diagnosed while it lasts),
+  // not of one killed whole. Only a fresh stamp can be either: read them again a few stamping
+  // periods later, and drop the note if any moved on.
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (report.killed_together_at > 0 && now - report.killed_together_at < kDeadAfterSeconds) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(3 * FlightRecorder::kAliveSeconds));
+    bool stamped = false;
+    for (const FlightRecord& r : records) {
+      try {
+        stamped = stamped || read_flight_record(r.path).header.alive > r.header.alive;
+      } catch (const std::exception&) {
+      }
+    }
+    if (stamped) report.notes.pop_back();
+  }
   report.notes.insert(report.notes.begin(), unreadable.begin(), unreadable.end());
   return report;
 }

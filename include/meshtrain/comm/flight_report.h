@@ -30,6 +30,9 @@ struct FlightReport {
   // transport that aborts its process when a peer vanishes), the first is the cause.
   std::vector<std::string> deaths;
   int records = 0;                      // records read
+  // The newest sign of life of a job whose records all stopped together, unclosed and without a
+  // signal or abort (whose last note says so); 0 otherwise.
+  double killed_together_at = 0;
   std::string text() const;
   // "likely cause: rank 1 (node a) stopped communicating ..." or "" when no rank went quiet; the
   // ranks that died come first, in the order they died.
