@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <ctime>
 #include <map>
 #include <set>
+#include <thread>
 #include <utility>
 
 namespace meshtrain {
@@ -202,8 +202,8 @@ class Analysis {
     if (records_.size() > kPidsShown) pids += ", ...";
     char gap[32];
     std::snprintf(gap, sizeof gap, "%.3f", newest_sign_ - earliest);
-    report.killed_together_at = newest_sign_;
-    report.notes.push_back(
+    report.killed_whole = FlightReport::KilledWhole{
+        newest_sign_,
         "every rank's record stopped within " + std::string(gap) +
         " s of the others', none closed and none noted a termination signal or its own abort: the "
         "whole job was ended at once with SIGKILL (as MPICH's mpiexec does to every rank once one "
@@ -211,7 +211,7 @@ class Analysis {
         "first. The launcher's output names the process it saw end first (MPICH: 'BAD "
         "TERMINATION ... PID n'); the ranks were " + pids +
         ". With `mpiexec -disable-auto-cleanup` the others outlive a rank that ends and record it "
-        "(run.comm_timeout then ends them).");
+        "(run.comm_timeout then ends them)."};
   }
 
   // Ranks whose process died: a finding each, whatever they were doing.
@@ -408,7 +408,7 @@ FlightReport analyse_run_dir(const std::string& run_dir) {
   // periods later, and drop the note if any moved on.
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  if (report.killed_together_at > 0 && now - report.killed_together_at < kDeadAfterSeconds) {
+  if (report.killed_whole && now - report.killed_whole->newest_sign < kDeadAfterSeconds) {
     std::this_thread::sleep_for(std::chrono::duration<double>(3 * FlightRecorder::kAliveSeconds));
     bool stamped = false;
     for (const FlightRecord& r : records) {
@@ -417,7 +417,7 @@ FlightReport analyse_run_dir(const std::string& run_dir) {
       } catch (const std::exception&) {
       }
     }
-    if (stamped) report.notes.pop_back();
+    if (stamped) report.killed_whole.reset();
   }
   report.notes.insert(report.notes.begin(), unreadable.begin(), unreadable.end());
   return report;
@@ -438,6 +438,7 @@ std::string FlightReport::likely_cause() const {
 std::string FlightReport::text() const {
   std::string out;
   for (const std::string& n : notes) out += "note: " + n + "\n";
+  if (killed_whole) out += "note: " + killed_whole->text + "\n";
   if (findings.empty()) {
     out += "no divergence: the members of every group entered the same collectives, and every "
            "pending message was posted on both sides\n";

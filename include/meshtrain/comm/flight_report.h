@@ -4,6 +4,7 @@
 // did not (naming the missing ranks, their nodes and what they did last), and messages one rank
 // waits for that its peer never sent. Pure: the records in, the findings out.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,9 +31,13 @@ struct FlightReport {
   // transport that aborts its process when a peer vanishes), the first is the cause.
   std::vector<std::string> deaths;
   int records = 0;                      // records read
-  // The newest sign of life of a job whose records all stopped together, unclosed and without a
-  // signal or abort (whose last note says so); 0 otherwise.
-  double killed_together_at = 0;
+  // A job whose records all stopped together, unclosed and without a signal or abort: killed
+  // whole, which no record can order. Printed as the last note.
+  struct KilledWhole {
+    double newest_sign = 0;  // when the newest record last showed life
+    std::string text;
+  };
+  std::optional<KilledWhole> killed_whole;
   std::string text() const;
   // "likely cause: rank 1 (node a) stopped communicating ..." or "" when no rank went quiet; the
   // ranks that died come first, in the order they died.
