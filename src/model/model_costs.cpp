@@ -3,25 +3,21 @@
 #include <map>
 #include <mutex>
 
-#include "meshtrain/backend/cpu/cpu_backend.h"
-#include "meshtrain/comm/meta_communicator.h"
 #include "meshtrain/model/gpt.h"
+#include "meshtrain/model/planned_model.h"
 
 namespace meshtrain {
 
 namespace {
 
 ModelCostSheet read_sheets(const GptConfig& cfg) {
-  CpuBackend planning(0, Execution::Plan);
-  MetaCommunicator one_rank("tp", 0, 1);
-  const ChunkRange whole{0, cfg.layers, true, true};
-  GptModel model(planning, TensorParallel{&one_rank, SequenceParallel::Off}, cfg, {whole},
-                 DType::F32);
-  ModelChunk& chunk = model.chunk(0);
   ModelCostSheet sheets;
-  sheets.embedding = chunk.embedding()->cost_sheet();
-  for (int i = 0; i < chunk.block_count(); ++i) sheets.blocks.push_back(chunk.block(i).cost_sheet());
-  sheets.head = chunk.head()->cost_sheet();
+  read_planned_model(cfg, [&](GptModel& model) {
+    ModelChunk& chunk = model.chunk(0);
+    sheets.embedding = chunk.embedding()->cost_sheet();
+    for (int i = 0; i < chunk.block_count(); ++i) sheets.blocks.push_back(chunk.block(i).cost_sheet());
+    sheets.head = chunk.head()->cost_sheet();
+  });
   return sheets;
 }
 
