@@ -90,13 +90,7 @@ Tensor CausalSelfAttention::finish_backward(const Tensor& dqkv, const Saved& sav
 void CausalSelfAttention::add_costs(CostSheet& sheet) const {
   qkv_.add_costs(sheet);
   // The projection's output read and written once more to lay out q, k and v by head.
-  ElementwiseCost split;
-  split.width = sheet.linears.back().out;
-  split.width_split = true;
-  split.tokens = ElementwiseCost::Tokens::All;
-  split.forward_accesses = 2;
-  split.backward_accesses = 4;
-  sheet.elementwise.push_back(split);
+  sheet.add_pass_over_last_outputs(2, 4);
   AttentionCost core;
   core.heads = local_heads_ * ctx_.tp.size();
   core.head_size = head_size_;

@@ -18,6 +18,16 @@ void CostSheet::add(const CostSheet& other) {
   parameters.insert(parameters.end(), other.parameters.begin(), other.parameters.end());
 }
 
+void CostSheet::add_pass_over_last_outputs(double forward_accesses, double backward_accesses) {
+  ElementwiseCost pass;
+  pass.width = linears.back().out;
+  pass.width_split = linears.back().split == TpSplitOf::Outputs;
+  pass.tokens = ElementwiseCost::Tokens::All;
+  pass.forward_accesses = forward_accesses;
+  pass.backward_accesses = backward_accesses;
+  elementwise.push_back(pass);
+}
+
 double CostSheet::local_parameters(double tp, bool include_shared) const {
   double n = 0;
   for (const ParameterCost& p : parameters)

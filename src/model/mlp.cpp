@@ -23,13 +23,7 @@ Tensor Mlp::backward(const Tensor& dy, const Saved& saved, DeferredWeightGradien
 
 void Mlp::add_costs(CostSheet& sheet) const {
   fc_.add_costs(sheet);
-  ElementwiseCost gelu;  // over the hidden activations, split like fc's outputs
-  gelu.width = sheet.linears.back().out;
-  gelu.width_split = true;
-  gelu.tokens = ElementwiseCost::Tokens::All;
-  gelu.forward_accesses = 2;
-  gelu.backward_accesses = 4;
-  sheet.elementwise.push_back(gelu);
+  sheet.add_pass_over_last_outputs(2, 4);  // GELU over the hidden activations
   proj_.add_costs(sheet);
 }
 }  // namespace meshtrain

@@ -114,6 +114,9 @@ struct CostSheet {
   std::vector<ParameterCost> parameters;
 
   void add(const CostSheet& other);
+  // A memory-bound pass over the outputs of the linear added last (the qkv split, an
+  // activation), split over tp as they are, on every token of the rank.
+  void add_pass_over_last_outputs(double forward_accesses, double backward_accesses);
   // Parameters this rank holds on a tp-way split; shared ones where `include_shared`.
   double local_parameters(double tp, bool include_shared = true) const;
   // The model's parameters in the FLOP count's N: neither lookups nor shared copies.
