@@ -50,6 +50,13 @@ void Backend::do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& d
   add_inplace(dinp, residual);
 }
 
+void Backend::do_rmsnorm_backward_add(Tensor& dinp, Tensor& dweight, const Tensor& dout,
+                                      const Tensor& inp, const Tensor& weight, const Tensor& rstd,
+                                      const Tensor& residual) {
+  rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
+  add_inplace(dinp, residual);
+}
+
 void Backend::do_crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses,
                                                 const Tensor& logits, const Tensor& targets,
                                                 double dloss) {

@@ -75,6 +75,27 @@ class RecordingBackend final : public Backend {
   void do_bias_backward(Tensor&, const Tensor&) override { record("bias_backward"); }
   void do_gelu_forward(Tensor&, const Tensor&) override { record("gelu_forward"); }
   void do_gelu_backward(Tensor&, const Tensor&, const Tensor&) override { record("gelu_backward"); }
+  void do_rmsnorm_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, double) override {
+    record("rmsnorm_forward");
+  }
+  void do_rmsnorm_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                           const Tensor&) override {
+    record("rmsnorm_backward");
+  }
+  void do_rmsnorm_backward_add(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               const Tensor&, const Tensor&) override {
+    record("rmsnorm_backward_add");
+  }
+  void do_swiglu_forward(Tensor&, const Tensor&, const Tensor&) override {
+    record("swiglu_forward");
+  }
+  void do_swiglu_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&) override {
+    record("swiglu_backward");
+  }
+  void do_rotary(Tensor&, const Tensor&, const Tensor&, const Tensor&, const RotaryHeads&,
+                 Rotation rotation) override {
+    record(rotation == Rotation::ByAngle ? "rotary_forward" : "rotary_backward");
+  }
   void do_attention_forward(Tensor&, Tensor&, const Tensor&, int64_t, int64_t, int64_t,
                             int64_t) override {
     record("attention_forward");
@@ -240,6 +261,72 @@ TEST_F(BackendFrontTest, LayerNormChecksShapesAndWideStatistics) {
         be.layernorm_backward_add(out, dw, db, inp, inp, w, mean, rstd, make({6, 8}));
       },
       {"layernorm_backward_add for dtype bf16: residual is fp32, expected bf16"});
+}
+
+TEST_F(BackendFrontTest, RmsNormChecksShapesEpsAndWideStatistics) {
+  const DType h = DType::BF16;
+  Tensor inp = make({6, 8}, h), out = make({6, 8}, h), w = make({8}, h), rstd = make({6});
+  Tensor dinp = make({6, 8}, h), dw = make({8});
+  expect_reaches([&] { be.rmsnorm_forward(out, rstd, inp, w, 1e-5); }, "rmsnorm_forward");
+  expect_refused([&] { be.rmsnorm_forward(out, rstd, inp, make({7}, h), 1e-5); },
+                 {"rmsnorm_forward: shape mismatch for inp (6, 8)", "weight (7)"});
+  expect_refused([&] { be.rmsnorm_forward(out, rstd, inp, w, 0.0); },
+                 {"rmsnorm_forward: eps 0.000000 must be > 0"});
+  expect_refused([&] { be.rmsnorm_forward(out, make({6}, h), inp, w, 1e-5); },
+                 {"rmsnorm_forward for dtype bf16: rstd is bf16, expected fp32 (statistics are "
+                  "fp32)"});
+  expect_reaches([&] { be.rmsnorm_backward(dinp, dw, out, inp, w, rstd); }, "rmsnorm_backward");
+  expect_refused([&] { be.rmsnorm_backward(dinp, make({8}, h), out, inp, w, rstd); },
+                 {"rmsnorm_backward for dtype bf16: dweight is bf16, expected fp32"});
+  expect_reaches([&] { be.rmsnorm_backward_add(dinp, dw, out, inp, w, rstd, out); },
+                 "rmsnorm_backward_add");
+  expect_refused([&] { be.rmsnorm_backward_add(dinp, dw, out, inp, w, rstd, make({6, 7}, h)); },
+                 {"rmsnorm_backward_add: shape mismatch", "residual (6, 7)"});
+  expect_refused([&] { be.rmsnorm_backward(dinp, dw, out, inp, w, make({5})); },
+                 {"rmsnorm_backward: shape mismatch", "rstd (5)"});
+}
+
+TEST_F(BackendFrontTest, SwigluChecksThatGateAndUpAreAlike) {
+  Tensor gate = make({6, 16}), up = make({6, 16}), out = make({6, 16});
+  expect_reaches([&] { be.swiglu_forward(out, gate, up); }, "swiglu_forward");
+  // One (N, 2F) tensor is not gate and up: the halves are separate column-parallel outputs.
+  expect_refused([&] { be.swiglu_forward(out, make({6, 32}), up); },
+                 {"swiglu_forward: gate and up", "gate (6, 32) up (6, 16)"});
+  expect_refused([&] { be.swiglu_forward(out, gate, make({6, 16}, DType::BF16)); },
+                 {"swiglu_forward for dtype fp32: up is bf16"});
+  Tensor dgate = make({6, 16}), dup = make({6, 16});
+  expect_reaches([&] { be.swiglu_backward(dgate, dup, out, gate, up); }, "swiglu_backward");
+  expect_refused([&] { be.swiglu_backward(dgate, make({16, 6}), out, gate, up); },
+                 {"swiglu_backward: every tensor has gate's shape", "dup (16, 6)"});
+}
+
+TEST_F(BackendFrontTest, RotaryChecksHeadsInsideRowsAndItsTable) {
+  // 5 rows of a packed (q: 4 heads, k: 2 heads, v: 2 heads) x head_dim 8 row = 64 wide.
+  Tensor qkv = make({5, 64}), positions = make({5}, DType::I32);
+  Tensor cos = make({32, 4}), sin = make({32, 4});
+  const Backend::RotaryHeads qk{0, 6, 8};
+  expect_reaches([&] { be.rotary_forward(qkv, positions, cos, sin, qk); }, "rotary_forward");
+  expect_reaches([&] { be.rotary_backward(qkv, positions, cos, sin, {32, 2, 8}); },
+                 "rotary_backward");
+  expect_refused([&] { be.rotary_forward(qkv, positions, cos, sin, {40, 6, 8}); },
+                 {"rotary_forward: x must hold one row per position", "column 40, heads 6"});
+  expect_refused([&] { be.rotary_forward(qkv, make({3}, DType::I32), cos, sin, qk); },
+                 {"x must hold one row per position", "positions (3)"});
+  expect_refused([&] { be.rotary_forward(qkv, positions, cos, sin, {0, 8, 7}); },
+                 {"head_dim must be even"});
+  expect_refused([&] { be.rotary_forward(qkv, positions, make({32, 8}), make({32, 8}), qk); },
+                 {"cos and sin must both be (positions, head_dim / 2)"});
+  expect_refused([&] { be.rotary_forward(qkv, make({5}), cos, sin, qk); },
+                 {"positions is fp32, expected int32 (token positions are int32)"});
+  Tensor q16 = make({5, 64}, DType::BF16);
+  expect_reaches([&] { be.rotary_forward(q16, positions, cos, sin, qk); }, "rotary_forward");
+  expect_refused(
+      [&] {
+        be.rotary_forward(q16, positions, make({32, 4}, DType::BF16), sin, qk);
+      },
+      {"rotary_forward for dtype bf16: cos is bf16, expected fp32"});
+  expect_refused([&] { be.rotary_forward(make({5, 64}, DType::F64), positions, cos, sin, qk); },
+                 {"rotary_forward for dtype fp64: cos is fp32, expected fp64"});
 }
 
 TEST_F(BackendFrontTest, MatmulChecksTheProductsShapesAndGradientDtypes) {

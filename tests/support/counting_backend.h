@@ -101,6 +101,28 @@ class CountingBackend final : public Backend {
   void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override {
     cpu_.gelu_backward(dinp, inp, dout);
   }
+  void do_rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                          double eps) override {
+    cpu_.rmsnorm_forward(out, rstd, inp, weight, eps);
+  }
+  void do_rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                           const Tensor& weight, const Tensor& rstd) override {
+    cpu_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
+  }
+  void do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) override {
+    cpu_.swiglu_forward(out, gate, up);
+  }
+  void do_swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate,
+                          const Tensor& up) override {
+    cpu_.swiglu_backward(dgate, dup, dout, gate, up);
+  }
+  void do_rotary(Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin,
+                 const RotaryHeads& where, Rotation rotation) override {
+    if (rotation == Rotation::ByAngle)
+      cpu_.rotary_forward(x, positions, cos, sin, where);
+    else
+      cpu_.rotary_backward(x, positions, cos, sin, where);
+  }
   void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
                             int64_t NH, int64_t HS) override {
     cpu_.attention_forward(out, probs, qkv, B, T, NH, HS);

@@ -184,6 +184,57 @@ class Backend {
   void attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                         int64_t length);
 
+  // ---- Llama-family layers: RMSNorm, SwiGLU, rotary positions -----------------------------
+  // The semantics of Hugging Face's LlamaForCausalLM / Qwen3ForCausalLM, each computed in wide(A)
+  // (fp32 under bf16, fp64 for F64) and rounded once on store.
+  //
+  // RMSNorm (Zhang & Sennrich, arXiv 1910.07467) over rows of any width C (the model's d_model,
+  // or head_dim for Qwen 3's per-head q/k norm, the caller viewing (N * heads, head_dim)):
+  //   rstd (N) = 1 / sqrt(sum_c inp_c^2 / C + eps),  out (N, C) = (inp * rstd) * weight (C).
+  // rstd is a statistic: wide(A). eps comes from the model's configuration (Llama 3: 1e-5,
+  // Qwen 3: 1e-6). Hugging Face rounds inp * rstd to the storage dtype before the weight: under
+  // bf16 that is one rounding more than here; fp32 and fp64 agree.
+  void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                       double eps);
+  // dinp assigned, dweight (C, wide(A)) accumulated.
+  void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                        const Tensor& weight, const Tensor& rstd);
+  // rmsnorm_backward, then dinp += residual, with the bits of the two calls (as
+  // layernorm_backward_add); a device fuses them into one pass.
+  void rmsnorm_backward_add(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                            const Tensor& weight, const Tensor& rstd, const Tensor& residual);
+
+  // SwiGLU (Shazeer, arXiv 2002.05202): out (N, F) = silu(gate) * up, silu(g) = g / (1 + e^-g).
+  // gate and up are separate tensors of one shape (two column-parallel linears: tensor
+  // parallelism splits each by columns, with no interleaving). Backward assigns
+  //   dgate = dout * up * silu'(gate),  dup = dout * silu(gate).
+  void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
+  void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate,
+                       const Tensor& up);
+
+  // Rotary position embedding (Su et al., arXiv 2104.09864) in the rotate-half layout of Hugging
+  // Face's apply_rotary_pos_emb: in each head of D = head_dim channels, channel i < D/2 pairs
+  // with i + D/2, and for the angle a_i(p) = p * inv_freq_i of token position p
+  //   x'_i = x_i cos a - x_{i+D/2} sin a,   x'_{i+D/2} = x_{i+D/2} cos a + x_i sin a.
+  // `x` holds N = positions.numel() rows of W = x.numel() / N elements each; the rotated heads
+  // are `heads` heads of head_dim channels from column `column` of each row, so queries and keys
+  // are rotated where they lie inside a packed qkv row, without a copy. positions (N, int32)
+  // holds each row's true token position (context parallelism gives a rank two chunks that are
+  // not contiguous); cos and sin (P, D/2), wide(A), are the table of rotary_table.h, and every
+  // position must lie in [0, P): the CPU backend refuses one outside, the CUDA backend (which
+  // cannot read positions without waiting) writes NaN into that row's heads, which the trainer's
+  // divergence check then stops on.
+  struct RotaryHeads {
+    int64_t column = 0, heads = 0, head_dim = 0;
+  };
+  // In place: x rotated by each row's angles.
+  void rotary_forward(Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin,
+                      const RotaryHeads& where);
+  // In place: dx rotated by minus the angles (the transpose of the forward rotation), turning the
+  // gradient of the rotated heads into the gradient of the heads before rotation.
+  void rotary_backward(Tensor& dx, const Tensor& positions, const Tensor& cos, const Tensor& sin,
+                       const RotaryHeads& where);
+
   // ---- ring attention blocks (context parallelism, model/ring_attention.h) ----------------
   // One block of a sequence's attention: the queries in rows [q_begin, q_begin + rows) of each
   // of the B sequences of qkv (B * Tq, 3 * NH * HS; the Q part, columns [0, C)), against the
@@ -287,6 +338,20 @@ class Backend {
                                          const Tensor& dout, const Tensor& inp,
                                          const Tensor& weight, const Tensor& mean,
                                          const Tensor& rstd, const Tensor& residual);
+  virtual void do_rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp,
+                                  const Tensor& weight, double eps) = 0;
+  virtual void do_rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout,
+                                   const Tensor& inp, const Tensor& weight, const Tensor& rstd) = 0;
+  virtual void do_rmsnorm_backward_add(Tensor& dinp, Tensor& dweight, const Tensor& dout,
+                                       const Tensor& inp, const Tensor& weight, const Tensor& rstd,
+                                       const Tensor& residual);
+  virtual void do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  virtual void do_swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout,
+                                  const Tensor& gate, const Tensor& up) = 0;
+  // rotary_forward and rotary_backward: one rotation, by the angle or by minus it.
+  enum class Rotation { ByAngle, ByMinusAngle };
+  virtual void do_rotary(Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin,
+                         const RotaryHeads& where, Rotation rotation) = 0;
   virtual void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                                  const Tensor* bias) = 0;
   virtual void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,

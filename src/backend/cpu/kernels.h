@@ -52,6 +52,28 @@ void layernorm_backward(A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout, 
                         const A* weight, const Acc<A>* mean, const Acc<A>* rstd, int64_t N,
                         int64_t C, Acc<A>* scratch);
 
+// RMSNorm (rmsnorm.cpp); scratch: kernel_threads() * C elements for per-thread dweight partials.
+template <class A>
+void rmsnorm_forward(A* out, Acc<A>* rstd, const A* inp, const A* weight, double eps, int64_t N,
+                     int64_t C);
+template <class A>
+void rmsnorm_backward(A* dinp, Acc<A>* dweight, const A* dout, const A* inp, const A* weight,
+                      const Acc<A>* rstd, int64_t N, int64_t C, Acc<A>* scratch);
+
+// SwiGLU (swiglu.cpp): out = silu(gate) * up over n elements, and its two input gradients.
+template <class A> void swiglu_forward(A* out, const A* gate, const A* up, int64_t n);
+template <class A>
+void swiglu_backward(A* dgate, A* dup, const A* dout, const A* gate, const A* up, int64_t n);
+
+// Rotary embedding (rotary.cpp), in place on `heads` heads of head_dim channels from `column` of
+// each of the N rows of W elements, at row n's position positions[n] of the (P, head_dim / 2)
+// cos/sin table; by_minus_angle: the backward rotation. Every position must be in [0, P):
+// rotary_row_outside gives the first row whose position is not (-1: none).
+int64_t rotary_row_outside(const int32_t* positions, int64_t N, int64_t P);
+template <class A>
+void rotary(A* x, const int32_t* positions, const Acc<A>* cos, const Acc<A>* sin, int64_t N,
+            int64_t W, int64_t column, int64_t heads, int64_t head_dim, bool by_minus_angle);
+
 // GEMMs through `gemm` (oneDNN or OpenBLAS, gemm.h); bf16 only through oneDNN.
 // matmul_backward: dinp, dweight and dbias may each be null (not wanted); weight is read only
 // for dinp.

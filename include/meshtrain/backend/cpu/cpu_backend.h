@@ -77,6 +77,16 @@ class CpuBackend final : public Backend {
   void do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight, const Tensor& mean,
                              const Tensor& rstd) override;
+  // RMSNorm, SwiGLU and rotary embeddings (cpu_llama_layers.cpp).
+  void do_rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                          double eps) override;
+  void do_rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                           const Tensor& weight, const Tensor& rstd) override;
+  void do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void do_swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate,
+                          const Tensor& up) override;
+  void do_rotary(Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin,
+                 const RotaryHeads& where, Rotation rotation) override;
   void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                          const Tensor* bias) override;
   void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
