@@ -31,6 +31,7 @@
 #include "meshtrain/backend/cuda/cuda_backend.h"
 #include "meshtrain/tensor/bf16.h"
 #include "support/random.h"
+#include "support/cuda_vs_cpu.h"
 #include "support/skip_without_gpu.h"
 #include "support/tensors.h"
 
@@ -44,63 +45,16 @@ using testing::random_normal;
 using testing::to_host;
 using Vec = std::vector<double>;
 
-enum class Mode { Fp32, Bf16 };
-std::string mode_name(Mode m) { return m == Mode::Fp32 ? "fp32" : "bf16"; }
-
-struct Tolerance {
-  double fp32, bf16;
-  double operator()(Mode m) const { return m == Mode::Fp32 ? fp32 : bf16; }
-};
-constexpr Tolerance kPointwise{2e-5, 1e-2};
-constexpr Tolerance kGemm{1e-4, 1e-2};
-constexpr Tolerance kAttention{1e-4, 3e-2};
-constexpr Tolerance kGrad32{1e-5, 1e-4};
-constexpr Tolerance kReduction{1e-9, 1e-9};
-
-// One backend per attention implementation, created on first use and shared by all tests.
-CudaBackend* gpu_backend(AttentionImpl attention = AttentionImpl::Auto) {
-  static std::unique_ptr<CudaBackend> backends[3];
-  auto& be = backends[static_cast<int>(attention)];
-  if (!be) {
-    CudaBackendOptions options;
-    options.attention = attention;
-    be = std::make_unique<CudaBackend>(options);
-  }
-  return be.get();
-}
-
-CpuBackend& cpu_backend() {
-  static CpuBackend be(2);
-  return be;
-}
-
-// What each test needs: both backends, the mode's dtypes, and rounding of inputs.
-struct Env {
-  Mode mode;
-  CpuBackend& cpu = cpu_backend();
-  CudaBackend& gpu;
-
-  explicit Env(Mode m, AttentionImpl attention = AttentionImpl::Auto)
-      : mode(m), gpu(*gpu_backend(attention)) {}
-
-  DType act() const { return mode == Mode::Fp32 ? DType::F32 : DType::BF16; }
-  // The values the activation dtype can hold (what both backends then compute with).
-  Vec round(Vec v) const {
-    for (double& x : v)
-      x = mode == Mode::Fp32 ? static_cast<double>(static_cast<float>(x))
-                             : static_cast<double>(bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(x))));
-    return v;
-  }
-  Tensor cpu_t(const Vec& v, Shape s) { return make_tensor(cpu, v, s, DType::F32); }
-  Tensor gpu_act(const Vec& v, Shape s) { return make_tensor(gpu, v, s, act()); }
-  Tensor gpu_f32(const Vec& v, Shape s) { return make_tensor(gpu, v, s, DType::F32); }
-  Vec host(const Tensor& t) {
-    return t.device() == Device::Cuda ? to_host(gpu, t) : to_host(cpu, t);
-  }
-  void expect_close(const Tensor& got, const Tensor& want, Tolerance tol, const char* what) {
-    EXPECT_LT(max_relative_error(host(got), host(want)), tol(mode)) << what;
-  }
-};
+using testing::Env;
+using testing::gpu_backend;
+using testing::Mode;
+using testing::mode_name;
+using testing::Tolerance;
+using testing::kPointwise;
+using testing::kGemm;
+using testing::kAttention;
+using testing::kGrad32;
+using testing::kReduction;
 
 // ---- elementwise ----------------------------------------------------------------------------
 

@@ -85,6 +85,36 @@ template <class T> __device__ __forceinline__ void store_pack(T* p, int64_t pack
 template <class T> inline bool pack_aligned(const T* p) {
   return reinterpret_cast<uintptr_t>(p) % sizeof(Pack<T>) == 0;
 }
+// f(c, x_c) for lane `lane`'s share of a row's channels, read as whole packs (packed: C a
+// multiple of kPack, every pointer pack-aligned) or one by one: the norms' kernels of a warp per
+// row (LayerNorm, RMSNorm).
+template <class T, class F>
+__device__ __forceinline__ void for_lane_channels(const T* row, int64_t C, bool packed, int lane,
+                                                  F&& f) {
+  if (packed) {
+    for (int64_t p = lane; p < C / kPack; p += 32) {
+      const Pack<T> x = load_pack(row, p);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) f(p * kPack + k, to_float(x.v[k]));
+    }
+  } else {
+    for (int64_t c = lane; c < C; c += 32) f(c, to_float(row[c]));
+  }
+}
+
+// The norms' input gradient as stored (LayerNorm, RMSNorm): the layer's own gradient, then (where the caller passes one) the residual
+// path's gradient added as a separate rounding step, so the bits are those of storing dx and
+// adding the residual afterwards (add_inplace), with no contraction into one fma.
+template <class T>
+__device__ __forceinline__ T dx_plus(float dx, float residual) {
+  return from_float<T>(__fadd_rn(to_float(from_float<T>(dx)), residual));
+}
+
+template <class T>
+__device__ __forceinline__ T dx_value(float dx, const T* residual, int64_t i) {
+  return residual == nullptr ? from_float<T>(dx) : dx_plus<T>(dx, to_float(residual[i]));
+}
+
 // A grid-stride loop of i over [0, n).
 #define MESHTRAIN_GRID_LOOP(i, n)                                                 \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \

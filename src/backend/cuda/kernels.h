@@ -84,6 +84,29 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
 template <class T> void gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t s);
 template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t s);
 
+// ---- llama_kernels.cu: RMSNorm, SwiGLU, rotary embeddings (backend.h) -----------------------
+// rstd (N) float; eps as the caller's configuration gives it.
+template <class T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, double eps, int64_t N,
+                     int64_t C, cudaStream_t s);
+int64_t rmsnorm_backward_scratch(int64_t N, int64_t C);  // floats
+// residual, where not null (N, C): added to dinp as add_inplace would after it is stored.
+template <class T>
+void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
+                      const T* residual, const float* rstd, int64_t N, int64_t C, float* scratch,
+                      cudaStream_t s);
+template <class T> void swiglu_forward(T* out, const T* gate, const T* up, int64_t n, cudaStream_t s);
+template <class T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
+                     cudaStream_t s);
+// In place on `heads` heads of head_dim channels from `column` of each of the N rows of W
+// elements, by the angles of positions[n] in the (P, head_dim / 2) cos/sin table (by minus them
+// for the backward pass); a row whose position is outside [0, P) gets NaN in those heads.
+template <class T>
+void rotary(T* x, const int32_t* positions, const float* cos, const float* sin, int64_t N,
+            int64_t W, int64_t column, int64_t heads, int64_t head_dim, int64_t P,
+            bool by_minus_angle, cudaStream_t s);
+
 // ---- attention.cu (the backend's own attention; cuDNN's lives in cudnn_attention.cpp) ------
 // rows = (heads) x T rows of T scores, row r holding query i = r % T. probs = softmax over keys
 // j <= i, zero above the diagonal. probs may alias scores when T is float.

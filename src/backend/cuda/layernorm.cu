@@ -25,22 +25,6 @@ constexpr int kRowsPerBlock = kThreads / 32;
 // waves at that kernel's register count.
 constexpr int64_t kMaxRowChunks = 4096;
 
-// f(c, x_c) for lane `lane`'s share of a row's channels, read as whole packs (packed: C a
-// multiple of kPack, every pointer pack-aligned) or one by one.
-template <class T, class F>
-__device__ __forceinline__ void for_lane_channels(const T* row, int64_t C, bool packed, int lane,
-                                                  F&& f) {
-  if (packed) {
-    for (int64_t p = lane; p < C / kPack; p += 32) {
-      const Pack<T> x = load_pack(row, p);
-#pragma unroll
-      for (int k = 0; k < kPack; ++k) f(p * kPack + k, to_float(x.v[k]));
-    }
-  } else {
-    for (int64_t c = lane; c < C; c += 32) f(c, to_float(row[c]));
-  }
-}
-
 template <class T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
                                          const T* weight, const T* bias, int64_t N, int64_t C,
@@ -73,19 +57,6 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
     mean[row] = m;
     rstd[row] = r;
   }
-}
-
-// dx as stored: the layer's own gradient, then (where the caller passes one) the residual
-// path's gradient added as a separate rounding step, so the bits are those of storing dx and
-// adding the residual afterwards (add_inplace), with no contraction into one fma.
-template <class T>
-__device__ __forceinline__ T dx_plus(float dx, float residual) {
-  return from_float<T>(__fadd_rn(to_float(from_float<T>(dx)), residual));
-}
-
-template <class T>
-__device__ __forceinline__ T dx_value(float dx, const T* residual, int64_t i) {
-  return residual == nullptr ? from_float<T>(dx) : dx_plus<T>(dx, to_float(residual[i]));
 }
 
 template <class T>

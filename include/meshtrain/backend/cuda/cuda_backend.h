@@ -140,6 +140,19 @@ class CudaBackend final : public Backend {
   void do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                  const Tensor& inp, const Tensor& weight, const Tensor& mean,
                                  const Tensor& rstd, const Tensor& residual) override;
+  // RMSNorm, SwiGLU and rotary embeddings (cuda_llama_layers.cpp).
+  void do_rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                          double eps) override;
+  void do_rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                           const Tensor& weight, const Tensor& rstd) override;
+  void do_rmsnorm_backward_add(Tensor& dinp, Tensor& dweight, const Tensor& dout,
+                               const Tensor& inp, const Tensor& weight, const Tensor& rstd,
+                               const Tensor& residual) override;
+  void do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void do_swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate,
+                          const Tensor& up) override;
+  void do_rotary(Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin,
+                 const RotaryHeads& where, Rotation rotation) override;
   void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                          const Tensor* bias) override;
   void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
@@ -183,6 +196,8 @@ class CudaBackend final : public Backend {
   void layernorm_backward_with(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& weight, const Tensor& mean,
                                const Tensor& rstd, const Tensor* residual);
+  void rmsnorm_backward_with(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                             const Tensor& weight, const Tensor& rstd, const Tensor* residual);
   struct Libraries;  // cuBLASLt and cuDNN state (src/backend/cuda/cuda_backend.cpp)
 
   void own_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
