@@ -49,6 +49,8 @@ using testing::Env;
 using testing::gpu_backend;
 using testing::Mode;
 using testing::mode_name;
+using testing::row_name;
+using testing::RowCase;
 using testing::Tolerance;
 using testing::kPointwise;
 using testing::kGemm;
@@ -143,15 +145,6 @@ INSTANTIATE_TEST_SUITE_P(Cuda, Reductions,
                          name_of);
 
 // ---- embeddings -------------------------------------------------------------------------------
-
-struct RowCase {
-  Mode mode;
-  int64_t N, C;
-};
-std::string row_name(const ::testing::TestParamInfo<RowCase>& i) {
-  return mode_name(i.param.mode) + "_N" + std::to_string(i.param.N) + "_C" +
-         std::to_string(i.param.C);
-}
 
 class Embedding : public ::testing::TestWithParam<RowCase> {};
 

@@ -23,16 +23,9 @@ using testing::kPointwise;
 using testing::Mode;
 using testing::mode_name;
 using testing::random_normal;
+using testing::row_name;
+using testing::RowCase;
 using Vec = std::vector<double>;
-
-struct RowCase {
-  Mode mode;
-  int64_t N, C;
-};
-std::string row_name(const ::testing::TestParamInfo<RowCase>& i) {
-  return mode_name(i.param.mode) + "_N" + std::to_string(i.param.N) + "_C" +
-         std::to_string(i.param.C);
-}
 
 class RmsNorm : public ::testing::TestWithParam<RowCase> {};
 

@@ -456,5 +456,32 @@ TEST(RotaryTable, HoldsTheAnglesOfEveryPosition) {
   }
 }
 
+// The planner's dry run (Execution::Plan) passes every call through the front's checks and makes
+// the allocations a step would make (rmsnorm_backward's per-thread dweight partials, the rotary
+// table), with no data to compute on.
+TEST(LlamaKernelsPlanning, ChecksAndAllocatesWithoutComputing) {
+  CpuBackend be(2, Execution::Plan);
+  const int64_t N = 64, C = 128, F = 96, D = 16;  // sizes that are whole 512-byte granules
+  const DType d = DType::BF16;
+  const auto make = [&](Shape s, DType t) { return be.empty(s, t, MemoryCategory::Activations); };
+  Tensor x = make({N, C}, d), out = make({N, C}, d), w = make({C}, d), rstd = make({N}, DType::F32);
+  Tensor dw = make({C}, DType::F32);
+  be.rmsnorm_forward(out, rstd, x, w, 1e-5);
+  be.memory().reset_peaks();
+  be.rmsnorm_backward(out, dw, out, x, w, rstd);
+  EXPECT_EQ(be.memory().peak(MemoryCategory::Workspace), size_t{2} * C * sizeof(float));
+  be.rmsnorm_backward_add(out, dw, out, x, w, rstd, x);
+  Tensor gate = make({N, F}, d), up = make({N, F}, d), h = make({N, F}, d);
+  be.swiglu_forward(h, gate, up);
+  be.swiglu_backward(gate, up, h, gate, up);
+  const RotaryTable t = make_rotary_table(be, rope_inverse_frequencies(D, {}), 128, d,
+                                          MemoryCategory::Parameters);
+  EXPECT_EQ(be.memory().current(MemoryCategory::Parameters), size_t{2} * 128 * (D / 2) * 4);
+  Tensor positions = make({N}, DType::I32);  // planned: no values to check against the table
+  be.rotary_forward(x, positions, t.cos, t.sin, {0, 2, D});
+  be.rotary_backward(x, positions, t.cos, t.sin, {0, 2, D});
+  EXPECT_THROW(be.rotary_forward(x, positions, t.cos, t.sin, {C - D / 2, 1, D}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace meshtrain

@@ -76,4 +76,14 @@ struct Env {
   }
 };
 
+// Rows of N x C in one mode: test names read <mode>_N<N>_C<C>.
+struct RowCase {
+  Mode mode;
+  int64_t N, C;
+};
+inline std::string row_name(const ::testing::TestParamInfo<RowCase>& i) {
+  return mode_name(i.param.mode) + "_N" + std::to_string(i.param.N) + "_C" +
+         std::to_string(i.param.C);
+}
+
 }  // namespace meshtrain::testing
