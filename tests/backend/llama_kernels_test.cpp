@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <numbers>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -413,6 +414,21 @@ TEST(RopeFrequencies, Llama3ScalingMatchesHuggingFace) {
     EXPECT_GT(divided, 0) << m.name;
     EXPECT_GT(blended, 0) << m.name;
   }
+}
+
+// Llama 3.1's table at a few channel pairs, as Hugging Face's formula gives them in fp64 (a
+// Python transcription of _compute_llama3_parameters, run once): pair 0 kept, 29 to 34 blended
+// (wavelengths between 2048 and 8192 tokens), 35 and above divided by 8.
+TEST(RopeFrequencies, Llama31SpotValues) {
+  const Vec f = rope_inverse_frequencies(
+      128, RopeFrequencies{500000.0, Llama3RopeScaling{8.0, 1.0, 4.0, 8192}});
+  const std::pair<int, double> want[] = {{0, 1.0},
+                                         {29, 0.002166570763503359},
+                                         {30, 0.0013718935677611381},
+                                         {34, 0.00017850781276799638},
+                                         {35, 9.556212353964683e-05},
+                                         {63, 3.068925988914511e-07}};
+  for (const auto& [i, v] : want) EXPECT_NEAR(f[i], v, 1e-14 * v) << "pair " << i;
 }
 
 TEST(RopeFrequencies, RefusesSettingsWithWhatWouldBeAccepted) {
