@@ -1,8 +1,12 @@
 // SwiGLU (Shazeer, arXiv 2002.05202), the feed-forward activation of Llama and Qwen:
 //   out = silu(g) * u,  silu(g) = g * s,  s = sigmoid(g) = 1 / (1 + e^-g)
 //   dg  = dout * u * s * (1 + g * (1 - s)),  du = dout * silu(g)
-// The float exponential is vector_math.h's: it clamps its argument, so a gate of -100 gives a
-// sigmoid of ~1e-38 rather than an overflow, and silu stays finite everywhere.
+// The sigmoid comes from e = exp(-|g|), which never overflows: s = 1 / (1 + e) for g >= 0 and
+// e / (1 + e) below, each to a few ulp at any gate (1 - 1 / (1 + e^g) would cancel for negative
+// gates). Written as this select, GCC compiles the loop as tightly as GELU's; the direct
+// 1 / (1 + exp(-g)) came out several times slower on AVX-512.
+
+#include <cmath>
 
 #include "kernels.h"
 #include "vector_math.h"
@@ -10,7 +14,11 @@
 namespace meshtrain::cpu {
 
 namespace {
-template <class T> inline T sigmoid(T g) { return T(1) / (T(1) + vexp<T>(-g)); }
+template <class T> inline T sigmoid(T g) {
+  const T e = vexp<T>(-std::abs(g));
+  const T r = T(1) / (T(1) + e);
+  return g >= T(0) ? r : e * r;
+}
 }  // namespace
 
 template <class A> void swiglu_forward(A* out, const A* gate, const A* up, int64_t n) {
