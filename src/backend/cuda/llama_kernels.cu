@@ -3,7 +3,7 @@
 //   RMSNorm: a warp per row for the forward pass and the input gradient (with the residual path's
 //     gradient added as its own rounding step, as LayerNorm's); dweight by row chunks, a thread
 //     per channel, then the chunks in a fixed order: no atomics, bitwise repeatable.
-//   SwiGLU: elementwise, packed where aligned.
+//   SwiGLU: elementwise, packed where aligned (rows and the RMSNorm input gradient too).
 //   Rotary: a thread per channel pair, in place; a position outside the table writes NaN into
 //     its row's heads (backend.h), since the device cannot refuse it without the host waiting.
 
@@ -57,21 +57,46 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const 
 
 template <class T>
 __global__ void rmsnorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
-                                    const T* residual, const float* rstd, int64_t N, int64_t C) {
+                                    const T* residual, const float* rstd, int64_t N, int64_t C,
+                                    bool packed) {
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   if (row >= N) return;
   const T* x = inp + row * C;
   const T* dy = dout + row * C;
+  T* dx = dinp + row * C;
   const float r = rstd[row];
   float gn_sum = 0.f;
-  for (int64_t c = lane; c < C; c += 32)
-    gn_sum += to_float(dy[c]) * to_float(weight[c]) * (to_float(x[c]) * r);
+  if (packed) {
+    for (int64_t p = lane; p < C / kPack; p += 32) {
+      const Pack<T> xp = load_pack(x, p), dyp = load_pack(dy, p), w = load_pack(weight, p);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k)
+        gn_sum += to_float(dyp.v[k]) * to_float(w.v[k]) * (to_float(xp.v[k]) * r);
+    }
+  } else {
+    for (int64_t c = lane; c < C; c += 32)
+      gn_sum += to_float(dy[c]) * to_float(weight[c]) * (to_float(x[c]) * r);
+  }
   const float gn_mean = warp_sum(gn_sum) / static_cast<float>(C);
-  for (int64_t c = lane; c < C; c += 32) {
-    const float n = to_float(x[c]) * r;
-    dinp[row * C + c] =
-        dx_value(r * (to_float(dy[c]) * to_float(weight[c]) - n * gn_mean), residual, row * C + c);
+  if (packed) {
+    for (int64_t p = lane; p < C / kPack; p += 32) {
+      const Pack<T> xp = load_pack(x, p), dyp = load_pack(dy, p), w = load_pack(weight, p);
+      Pack<T> dxp;
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) {
+        const float n = to_float(xp.v[k]) * r;
+        dxp.v[k] = dx_value(r * (to_float(dyp.v[k]) * to_float(w.v[k]) - n * gn_mean), residual,
+                            row * C + p * kPack + k);
+      }
+      store_pack(dx, p, dxp);
+    }
+  } else {
+    for (int64_t c = lane; c < C; c += 32) {
+      const float n = to_float(x[c]) * r;
+      dx[c] = dx_value(r * (to_float(dy[c]) * to_float(weight[c]) - n * gn_mean), residual,
+                       row * C + c);
+    }
   }
 }
 
@@ -120,14 +145,35 @@ __global__ void swiglu_forward_kernel(T* out, const T* gate, const T* up, int64_
   }
 }
 
+// dgate and dup of one element.
+__device__ __forceinline__ void swiglu_grads(float& dgate, float& dup, float dy, float g, float u) {
+  const float s = sigmoid(g);
+  dgate = dy * u * (s * (1.f + g * (1.f - s)));
+  dup = dy * (g * s);
+}
+
 template <class T>
 __global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up,
-                                       int64_t n) {
-  MESHTRAIN_GRID_LOOP(i, n) {
-    const float g = to_float(gate[i]), u = to_float(up[i]), dy = to_float(dout[i]);
-    const float s = sigmoid(g);
-    dgate[i] = from_float<T>(dy * u * (s * (1.f + g * (1.f - s))));
-    dup[i] = from_float<T>(dy * (g * s));
+                                       int64_t n, int64_t packs) {
+  MESHTRAIN_GRID_LOOP(p, packs) {
+    const Pack<T> dy = load_pack(dout, p), g = load_pack(gate, p), u = load_pack(up, p);
+    Pack<T> dg, du;
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) {
+      float a, b;
+      swiglu_grads(a, b, to_float(dy.v[k]), to_float(g.v[k]), to_float(u.v[k]));
+      dg.v[k] = from_float<T>(a);
+      du.v[k] = from_float<T>(b);
+    }
+    store_pack(dgate, p, dg);
+    store_pack(dup, p, du);
+  }
+  MESHTRAIN_GRID_LOOP(i, n - packs * kPack) {
+    const int64_t j = packs * kPack + i;
+    float a, b;
+    swiglu_grads(a, b, to_float(dout[j]), to_float(gate[j]), to_float(up[j]));
+    dgate[j] = from_float<T>(a);
+    dup[j] = from_float<T>(b);
   }
 }
 
@@ -172,8 +218,10 @@ void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, cons
                       const T* residual, const float* rstd, int64_t N, int64_t C, float* scratch,
                       cudaStream_t s) {
   if (N == 0 || C == 0) return;
+  const bool packed = C % kPack == 0 && pack_count(C, dinp, dout, inp, weight) > 0 &&
+                      (residual == nullptr || pack_count(C, residual) > 0);
   rmsnorm_dinp_kernel<<<row_blocks(N), kThreads, 0, s>>>(dinp, dout, inp, weight, residual, rstd,
-                                                         N, C);
+                                                         N, C, packed);
   check_launch("rmsnorm_backward");
   const int64_t rows = rows_per_chunk(N);
   const int64_t chunks = (N + rows - 1) / rows;
@@ -198,7 +246,9 @@ template <class T>
 void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
                      cudaStream_t s) {
   if (n == 0) return;
-  swiglu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dgate, dup, dout, gate, up, n);
+  const int64_t packs = pack_count(n, dgate, dup, dout, gate, up);
+  swiglu_backward_kernel<<<grid_for(packs > 0 ? packs : n), kThreads, 0, s>>>(dgate, dup, dout,
+                                                                               gate, up, n, packs);
   check_launch("swiglu_backward");
 }
 
