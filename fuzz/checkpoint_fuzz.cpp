@@ -216,7 +216,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                           {&got.created, &info.created}})
         trap_unless(*a == before_nul(*b));
       try {
-        check_model_signature(path, got.model, GptConfig{}, "deck.toml", got.meshtrain_version);
+        check_model_signature(path, got.model, ModelSpec{}, "deck.toml", got.meshtrain_version);
       } catch (const CheckpointFileError&) {
       }
       try {

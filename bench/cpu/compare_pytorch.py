@@ -37,7 +37,7 @@ LAYERS, HEADS, CHANNELS, VOCAB, SEQ, MICRO_BATCH = 12, 12, 768, 50257, 256, 4
 
 
 def flops_per_token():
-    """meshtrain's GptConfig::flops_per_token for the model above."""
+    """meshtrain's ModelSpec::flops_per_token for the model above."""
     c = CHANNELS
     block = 2 * 2 * c + 3 * c * c + 3 * c + c * c + c + 4 * c * c + 4 * c + 4 * c * c + c
     multiplying = VOCAB * c + LAYERS * block + 2 * c  # the position table is a lookup

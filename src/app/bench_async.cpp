@@ -114,7 +114,7 @@ void bench_async(const BenchArgs& args, BenchReport& report) {
   // Enough steps that start-up and the final fence are small beside them (--steps to raise).
   const int steps = std::max(args.steps, 40);
 
-  Config c = bench_deck("async", GptConfig{4, 128, 4, 128, 256, true});
+  Config c = bench_deck("async", gpt2_spec(4, 128, 4, 128, 256));
   c.run.log_every = steps;
   c.run.straggler_threshold = 0;
   c.data.val = "synthetic";

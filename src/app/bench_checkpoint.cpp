@@ -134,7 +134,7 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
   const int threads = std::max(1, std::min(args.threads, cores / node_ranks));
   CpuBackend backend(threads);
 
-  Config config = bench_deck("checkpoint", GptConfig{4, 384, 6, 256, 16384, true});
+  Config config = bench_deck("checkpoint", gpt2_spec(4, 384, 6, 256, 16384));
   config.run.dir = args.dir;
   config.train.global_batch = 4 * world;
   config.train.micro_batch = 4;

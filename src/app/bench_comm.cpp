@@ -32,7 +32,7 @@ double median(std::vector<double> v) {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 Config comm_config(int ranks, double bucket_mb) {
-  Config c = bench_deck("comm", GptConfig{8, 512, 8, 128, 256, true});
+  Config c = bench_deck("comm", gpt2_spec(8, 512, 8, 128, 256));
   c.train.micro_batch = 2;
   c.train.global_batch = 2 * ranks * 2;  // two micro-batches per rank
   c.parallel.dp = ranks;

@@ -18,7 +18,7 @@ DeviceEmulation device_emulation() {
   return e;
 }
 
-Config bench_deck(const std::string& suite, const GptConfig& model) {
+Config bench_deck(const std::string& suite, const ModelSpec& model) {
   Config c;
   c.deck_path = "<bench>";
   c.run.name = "bench-" + suite;

@@ -125,7 +125,7 @@ void ring_overlap(const BenchArgs& args, BenchReport& report) {
 }
 
 Config long_sequence_deck(int64_t T, int cp) {
-  Config c = bench_deck("context", GptConfig{12, 768, 12, T, 50304, true});
+  Config c = bench_deck("context", gpt2_spec(12, 768, 12, T, 50304));
   c.train.precision = DType::BF16;
   c.train.micro_batch = 1;
   c.train.global_batch = 1;

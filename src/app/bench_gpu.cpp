@@ -1,7 +1,7 @@
 // The `gpu` suite (one rank, one GPU): GPT-2 124M (12 layers, d_model 768, 12 heads, T 1024,
 // vocabulary 50257 padded to 50304, tied embeddings) trained in bf16 mixed precision at the
 // largest micro-batch that fits, against the machine's ceiling measured in the same run: a large
-// bf16 cuBLASLt GEMM. Prints tokens/s and MFU (PaLM FLOPs, GptConfig::flops_per_token, over that
+// bf16 cuBLASLt GEMM. Prints tokens/s and MFU (PaLM FLOPs, ModelSpec::flops_per_token, over that
 // peak). Its steps alternate between GELU in cuBLASLt's epilogues and the unfused kernels, one
 // row each. bench/gpu/run.sh runs it next to the same model in PyTorch and prints the ratio. A
 // header line says which attention ran, and why not cuDNN's when it did not; where cuDNN must
@@ -38,7 +38,7 @@ void bench_gpu(const BenchArgs& args, BenchReport& report) {
                 std::to_string(peak) + " TFLOP/s");
   int wrong = 0;
   for (int64_t b : {64, 32, 16, 8, 4}) {
-    Config c = bench_deck("gpu", GptConfig{12, 768, 12, 1024, 50304, true});
+    Config c = bench_deck("gpu", gpt2_spec(12, 768, 12, 1024, 50304));
     c.run.device = DeviceChoice::Cuda;
     c.data.synthetic_bytes = 1 << 22;
     c.train.precision = DType::BF16;
@@ -52,7 +52,7 @@ void bench_gpu(const BenchArgs& args, BenchReport& report) {
       // Which attention the numbers below measure. A cuDNN fallback where cuDNN must work
       // (sm_80/sm_90, cuDNN 9) is a wrong result: the row would pass off the own kernels' speed.
       std::string why;
-      const int64_t heads = c.model.heads, hs = c.model.d_model / heads;
+      const int64_t heads = c.model.heads, hs = c.model.head_dim();
       if (backend.attention_impl_for(DType::BF16, b, 1024, heads, hs, &why) == AttentionImpl::Cudnn) {
         report.header("attention: cuDNN fused (" + describe(backend.cudnn_platform()) + ")");
       } else {

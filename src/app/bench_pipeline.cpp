@@ -77,7 +77,7 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
     const ScheduleKind kind = variant.kind;
     const int v = kind == ScheduleKind::ZeroBubbleV ? 2 : 1;  // zb-v: two chunks per rank
     for (int m : {2, 4, 8, 16}) {
-      Config c = bench_deck("pipeline", GptConfig{8 * ranks / 2, 256, 8, 128, 256, true});
+      Config c = bench_deck("pipeline", gpt2_spec(8 * ranks / 2, 256, 8, 128, 256));
       c.train.micro_batch = 2;
       c.train.global_batch = 2 * m;
       c.parallel.pp = ranks;

@@ -1,7 +1,7 @@
 // The `step` suite: how close a full training step gets to the machine's GEMM ceilings, how it
 // scales on one node, and where the rest of its time goes. FLOPs per step follow the PaLM
 // convention (6 x multiplying parameters + attention per token, from the layers' cost sheets:
-// GptConfig::flops_per_token).
+// ModelSpec::flops_per_token).
 // The ceilings are square GEMMs through the backend's own Gemm on the same threads as the step
 // they judge: OpenBLAS sgemm, oneDNN fp32 matmul and oneDNN bf16 matmul (bf16 inputs, fp32
 // accumulation). The fp32 step is judged against the oneDNN fp32 ceiling (the faster fp32
@@ -43,15 +43,15 @@ constexpr GemmCeiling kCeilings[] = {GemmCeiling::OpenBlasF32, GemmCeiling::OneD
 // but which runs every line of the suite in a second (the tests).
 struct StepModel {
   std::string name;
-  GptConfig gpt;
+  ModelSpec gpt;
   int micro_batch = 4;
   int ceiling_size = 2048;  // side of the square ceiling GEMMs
   int ceiling_repeats = 8;
 };
 
 StepModel step_model(const std::string& which) {
-  if (which == "tiny") return {"tiny", GptConfig{2, 64, 2, 32, 256, true}, 4, 256, 2};
-  return {"gpt2-124M", GptConfig{12, 768, 12, 256, 50257, true}, 4, 2048, 8};
+  if (which == "tiny") return {"tiny", gpt2_spec(2, 64, 2, 32, 256), 4, 256, 2};
+  return {"gpt2-124M", gpt2_spec(12, 768, 12, 256, 50257), 4, 2048, 8};
 }
 
 double median(std::vector<double> v) {

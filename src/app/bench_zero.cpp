@@ -26,7 +26,7 @@ void bench_zero(const BenchArgs& args, BenchReport& report) {
   for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
     for (int zero = 0; zero <= 3; ++zero) {
       if (rc != Recompute::None && zero != 0) continue;
-      Config c = bench_deck("zero", GptConfig{6, 384, 6, 128, 256, true});
+      Config c = bench_deck("zero", gpt2_spec(6, 384, 6, 128, 256));
       c.train.micro_batch = 4;
       c.train.global_batch = 8 * ranks;
       c.parallel.dp = ranks;

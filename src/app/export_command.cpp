@@ -27,7 +27,7 @@ namespace {
 
 // The model a checkpoint's @model attribute describes, refusing any setting GPT2LMHeadModel
 // cannot express. `tokenizer` receives the recorded tokenizer (provenance only).
-GptConfig model_of(const std::string& path, const std::string& recorded, std::string& tokenizer) {
+ModelSpec model_of(const std::string& path, const std::string& recorded, std::string& tokenizer) {
   std::map<std::string, std::string> s;
   std::istringstream lines(recorded);
   for (std::string line; std::getline(lines, line);) {
@@ -35,10 +35,13 @@ GptConfig model_of(const std::string& path, const std::string& recorded, std::st
     if (eq != std::string::npos) s[line.substr(0, eq)] = line.substr(eq + 3);
   }
   // What HF GPT-2 computes besides the shapes: these values, and nothing else.
+  // (family, norm, feed_forward: recorded since they were deck keys; head_dim, ffn_hidden below.)
   const std::map<std::string, std::string> fixed = {
-      {"layernorm_eps", "1e-05"}, {"positions", "\"learned\""}, {"activation", "\"gelu_tanh\""}};
+      {"layernorm_eps", "1e-05"}, {"positions", "\"learned\""}, {"activation", "\"gelu_tanh\""},
+      {"family", "\"gpt2\""},   {"norm", "\"layernorm\""},     {"feed_forward", "\"dense\""},
+      {"bias", "true"},           {"norm_eps", "1e-05"}};  // std::to_chars of 1e-5
   const char* shape_keys[] = {"layers", "d_model", "heads", "seq_len", "vocab_size", "tie_embeddings"};
-  GptConfig m;
+  ModelSpec m;
   for (const char* k : shape_keys)
     if (!s.count(k))
       throw std::runtime_error(path + ": the 'model' attribute does not record model." + std::string(k) +
@@ -56,8 +59,21 @@ GptConfig model_of(const std::string& path, const std::string& recorded, std::st
     throw std::runtime_error(path + ": the 'model' attribute has tie_embeddings = " + s["tie_embeddings"] +
                              " (expected true or false)");
   m.tie_embeddings = s["tie_embeddings"] == "true";
+  try {
+    // GPT-2's inner width is n_inner; its heads split n_embd (no head_dim of its own).
+    if (s.count("ffn_hidden")) m.ffn_hidden_set = std::stoll(s["ffn_hidden"]);
+    if (s.count("head_dim") && std::stoll(s["head_dim"]) * m.heads != m.d_model)
+      throw std::runtime_error(
+          path + ": model.head_dim = " + s["head_dim"] + " with " + s["heads"] +
+          " heads is not d_model = " + s["d_model"] + " split over the heads: Hugging Face "
+          "GPT2LMHeadModel cannot express it (export refuses rather than write another model)");
+  } catch (const std::invalid_argument&) {
+    throw std::runtime_error(path + ": the 'model' attribute is malformed:\n" + recorded);
+  } catch (const std::out_of_range&) {
+    throw std::runtime_error(path + ": the 'model' attribute is malformed:\n" + recorded);
+  }
   for (const auto& [key, value] : s) {
-    bool known = key == "tokenizer";
+    bool known = key == "tokenizer" || key == "ffn_hidden" || key == "head_dim";
     for (const char* k : shape_keys) known = known || key == k;
     if (known) continue;
     const auto f = fixed.find(key);
@@ -65,8 +81,9 @@ GptConfig model_of(const std::string& path, const std::string& recorded, std::st
       throw std::runtime_error(
           path + ": model." + key + " = " + value +
           " is a setting Hugging Face GPT2LMHeadModel cannot "
-          "express (it computes layernorm_eps = 1e-05, positions = \"learned\", activation = \"gelu_tanh\" "
-          "as gelu_new, and nothing else): export refuses rather than write a model that computes "
+          "express (it computes family = \"gpt2\", norm = \"layernorm\", layernorm_eps = 1e-05, "
+          "positions = \"learned\", activation = \"gelu_tanh\" as gelu_new, feed_forward = "
+          "\"dense\", bias = true, and nothing else): export refuses rather than write a model that computes "
           "another function");
   }
   tokenizer = s.count("tokenizer") ? s["tokenizer"] : "";
@@ -120,7 +137,7 @@ void export_hf(const ExportArgs& args) {
                              " is not supported (this meshtrain " MESHTRAIN_VERSION " exports version " +
                              std::to_string(kCheckpointFormatVersion) + ")");
   std::string tokenizer;
-  const GptConfig m = model_of(args.checkpoint, info.model, tokenizer);
+  const ModelSpec m = model_of(args.checkpoint, info.model, tokenizer);
   const bool bf16 = args.dtype == "bf16";
   const SafeDType out_type = bf16 ? SafeDType::BF16 : SafeDType::F32;
 

@@ -76,7 +76,7 @@ HfTensor apply(const HfNameRule& rule, const ParamEntry& e, const std::string& i
 
 }  // namespace
 
-std::vector<HfTensor> hf_gpt2_tensors(const GptConfig& m) {
+std::vector<HfTensor> hf_gpt2_tensors(const ModelSpec& m) {
   std::map<std::string, ParamEntry> unmapped;
   for (ParamEntry& e : parameter_table(m)) unmapped.emplace(e.name, std::move(e));
   std::vector<HfTensor> out;
@@ -119,7 +119,7 @@ void transpose_2d(const float* in, float* out, int64_t rows, int64_t cols) {
         for (int64_t c = c0; c < std::min(cols, c0 + kB); ++c) out[c * rows + r] = in[r * cols + c];
 }
 
-std::string hf_gpt2_config_json(const GptConfig& m, const std::string& torch_dtype,
+std::string hf_gpt2_config_json(const ModelSpec& m, const std::string& torch_dtype,
                                 const std::string& tokenizer) {
   nlohmann::ordered_json j;
   j["model_type"] = "gpt2";
@@ -130,7 +130,7 @@ std::string hf_gpt2_config_json(const GptConfig& m, const std::string& torch_dty
   j["n_embd"] = m.d_model;
   j["n_layer"] = m.layers;
   j["n_head"] = m.heads;
-  j["n_inner"] = 4 * m.d_model;
+  j["n_inner"] = m.ffn_hidden();
   // meshtrain's GELU is GPT-2's tanh approximation (backend/*/gelu), which HF calls gelu_new.
   j["activation_function"] = "gelu_new";
   j["layer_norm_epsilon"] = 1e-5;

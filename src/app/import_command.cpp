@@ -53,8 +53,27 @@ void check_config(const std::string& path, const Config& cfg) {
     throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) throw std::runtime_error(path + ": not a JSON object");
-  const GptConfig& m = cfg.model;
+  const ModelSpec& m = cfg.model;
   const std::string deck = cfg.deck_path + " (with its --set overrides)";
+  // The deck's model must be one GPT-2 can be: its variants are GPT-2's.
+  const ModelSpec gpt2 = family_defaults("gpt2", m);
+  const struct {
+    const char* key;
+    std::string deck_value, gpt2_value;
+  } variants[] = {
+      {"family", m.family, gpt2.family},
+      {"norm", norm_name(m.norm.kind), norm_name(gpt2.norm.kind)},
+      {"positions", position_name(m.positions), position_name(gpt2.positions)},
+      {"activation", activation_name(m.activation), activation_name(gpt2.activation)},
+      {"feed_forward", feed_forward_name(m.feed_forward), feed_forward_name(gpt2.feed_forward)},
+      {"bias", m.linear_bias ? "true" : "false", "true"},
+      {"head_dim", std::to_string(m.head_dim()), std::to_string(gpt2.head_dim())},
+  };
+  for (const auto& v : variants)
+    if (v.deck_value != v.gpt2_value)
+      throw std::runtime_error(deck + ": model." + v.key + " = " + v.deck_value +
+                               ", which a Hugging Face GPT-2 model cannot be (it has model." +
+                               v.key + " = " + v.gpt2_value + ")");
   const std::string type =
       value_or(j, "model_type", "").is_string() ? value_or(j, "model_type", "").get<std::string>() : "";
   if (type != "gpt2")
@@ -92,10 +111,15 @@ void check_config(const std::string& path, const Config& cfg) {
   if (!eps.is_number() || std::fabs(eps.get<double>() - 1e-5) > 1e-12)
     throw std::runtime_error(path + ": layer_norm_epsilon = " + eps.dump() +
                              " (meshtrain's LayerNorm uses 1e-05)");
-  const json inner = value_or(j, "n_inner", nullptr);
-  if (!inner.is_null() && inner != json(4 * m.d_model))
-    throw std::runtime_error(path + ": n_inner = " + inner.dump() + " (meshtrain's MLP is 4 x d_model = " +
-                             std::to_string(4 * m.d_model) + " wide: accepted null or that)");
+  // null: GPT-2's 4 x n_embd (n_embd is the deck's d_model: checked above).
+  json inner = value_or(j, "n_inner", nullptr);
+  if (inner.is_null()) inner = 4 * m.d_model;
+  if (inner != json(m.ffn_hidden()))
+    throw std::runtime_error(path + ": n_inner = " + value_or(j, "n_inner", nullptr).dump() +
+                             " (an MLP " + inner.dump() + " wide), but " + deck +
+                             " has model.ffn_hidden = " + std::to_string(m.ffn_hidden()) +
+                             ": another model (set model.ffn_hidden = " + inner.dump() +
+                             " to import it)");
   const struct {
     const char* key;
     bool want;
@@ -127,7 +151,7 @@ bool is_mask_buffer(const std::string& name) {
 
 void import_hf(const ImportArgs& args) {
   const Config cfg = parse_deck(args.deck, read_deck_file(args.deck), args.overrides);
-  const GptConfig& m = cfg.model;
+  const ModelSpec& m = cfg.model;
   const std::string st_path = (fs::path(args.dir) / "model.safetensors").string();
   std::error_code ec;
   if (!fs::is_directory(args.dir, ec))

@@ -35,7 +35,7 @@ std::string config_summary(const std::string& text) {
   std::snprintf(size, sizeof size, " (%zu lines, %zu bytes)", count_lines(text), text.size());
   try {
     const Config c = parse_deck("<checkpoint config>", text);
-    const GptConfig& m = c.model;
+    const ModelSpec& m = c.model;
     char buf[256];
     std::snprintf(buf, sizeof buf, "run %s; model %d layers, d_model %ld, %ld heads, seq_len %ld, "
                   "vocab %ld%s, %.2fM parameters; precision %s",

@@ -25,7 +25,7 @@ namespace meshtrain {
 
 namespace fs = std::filesystem;
 
-std::map<std::string, std::vector<int64_t>> checkpoint_parameters(const GptConfig& m) {
+std::map<std::string, std::vector<int64_t>> checkpoint_parameters(const ModelSpec& m) {
   std::map<std::string, std::vector<int64_t>> out;
   for (const ParamEntry& e : parameter_table(m)) {
     std::vector<int64_t>& dims = out[e.name];

@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Which deck keys decide a dataset's shape or existence, as a hint in refusals.
-std::string shape_keys(const Shape& file, const Shape& want, const GptConfig& m) {
+std::string shape_keys(const Shape& file, const Shape& want, const ModelSpec& m) {
   std::set<std::string> keys;
   for (int k = 0; k < std::min(file.rank(), want.rank()); ++k) {
     if (file[k] == want[k]) continue;
@@ -172,7 +172,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   wait_for_save();
   Communicator& world = grid_.world();
   const DType dt = state.state_dtype();
-  const GptConfig& m = cfg_.model;
+  const ModelSpec& m = cfg_.model;
   const std::vector<Entry> entries = plan_entries(state, world);
 
   std::unique_ptr<CheckpointFile> file;

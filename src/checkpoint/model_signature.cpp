@@ -1,5 +1,6 @@
 #include "model_signature.h"
 
+#include <charconv>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -15,14 +16,20 @@ namespace {
 
 // What this build computes that no deck key selects. A build that changes one of these must
 // change its value here: checkpoints of the old function are then refused, not silently loaded.
-constexpr double kLayerNormEps = 1e-5;           // backend/cpu/layernorm.cpp, backend/cuda/layernorm.cu
-constexpr const char* kPositions = "learned";    // wpe, (T, C), added to wte (model/embedding.cpp)
-constexpr const char* kActivation = "gelu_tanh"; // backend/*/gelu: GPT-2's tanh approximation
+constexpr double kLayerNormEps = 1e-5;  // backend/cpu/layernorm.cpp, backend/cuda/layernorm.cu
 
 std::string number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", v);
   return buf;
+}
+
+// The shortest text that reads back as exactly v: two models whose eps differ in the last bit
+// compute differently.
+std::string exact(double v) {
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  return std::string(buf, end);
 }
 
 std::string quoted(const char* s) { return "\"" + std::string(s) + "\""; }
@@ -50,7 +57,7 @@ std::string tokenizer_signature(const std::string& spec) {
   return it->second;
 }
 
-std::vector<ModelSetting> model_settings(const GptConfig& m, const std::string& tokenizer) {
+std::vector<ModelSetting> model_settings(const ModelSpec& m, const std::string& tokenizer) {
   return {
       {"layers", std::to_string(m.layers), true},
       {"d_model", std::to_string(m.d_model), true},
@@ -59,26 +66,38 @@ std::vector<ModelSetting> model_settings(const GptConfig& m, const std::string& 
       {"vocab_size", std::to_string(m.vocab_size), true},
       {"tie_embeddings", m.tie_embeddings ? "true" : "false", true},
       {"layernorm_eps", number(kLayerNormEps), false},
-      {"positions", quoted(kPositions), false},
-      {"activation", quoted(kActivation), false},
+      // Recorded since they were deck keys; what GPT-2 fixed before (a model of the same
+      // d_model and heads: those were checked above).
+      {"positions", quoted(position_name(m.positions)), true},
+      {"activation", quoted(activation_name(m.activation)), true},
+      {"family", quoted(m.family.c_str()), true, quoted("gpt2")},
+      {"norm", quoted(norm_name(m.norm.kind)), true, quoted(norm_name(NormKind::Layer))},
+      {"norm_eps", exact(m.norm.eps), true, exact(kLayerNormEps)},
+      {"head_dim", std::to_string(m.head_dim()), true, std::to_string(m.d_model / m.heads)},
+      {"ffn_hidden", std::to_string(m.ffn_hidden()), true, std::to_string(4 * m.d_model)},
+      {"feed_forward", quoted(feed_forward_name(m.feed_forward)), true,
+       quoted(feed_forward_name(FeedForwardKind::Dense))},
+      {"bias", m.linear_bias ? "true" : "false", true, "true"},
       {"tokenizer", quoted(tokenizer.c_str()), false},
   };
 }
 
-std::string model_signature(const GptConfig& m, const std::string& tokenizer) {
+std::string model_signature(const ModelSpec& m, const std::string& tokenizer) {
   std::string out;
   for (const ModelSetting& s : model_settings(m, tokenizer)) out += s.key + " = " + s.value + "\n";
   return out;
 }
 
-void check_model_signature(const std::string& file, const std::string& recorded, const GptConfig& m,
+void check_model_signature(const std::string& file, const std::string& recorded, const ModelSpec& m,
                            const std::string& deck, const std::string& writer,
                            const std::string& tokenizer) {
   std::map<std::string, std::string> stored = parse(recorded);
   // What the file recorded is printed escaped: the file may come from anyone.
   const std::string safe_writer = terminal_safe(writer);
   for (const ModelSetting& s : model_settings(m, tokenizer)) {
-    const auto it = stored.find(s.key);
+    auto it = stored.find(s.key);
+    if (it == stored.end() && !s.before_recorded.empty())
+      it = stored.emplace(s.key, s.before_recorded).first;
     if (it == stored.end())
       throw CheckpointFileError(file + ": the 'model' attribute does not record model." + s.key +
                                 " (damaged, or not written by meshtrain)");

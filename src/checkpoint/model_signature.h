@@ -1,14 +1,14 @@
 #pragma once
 // The settings that decide which function a checkpoint's tensors compute — the deck's [model]
 // keys, shape-changing or not (model.heads changes no tensor's shape, yet a checkpoint loaded
-// with other heads is another model), and what this build fixes (LayerNorm eps, learned
-// positions, GELU) and the tokenizer (data.tokenizer) — as the checkpoint's @model attribute records them,
+// with other heads is another model; the family and its variants, model/model_spec.h), what this
+// build fixes (LayerNorm eps) and the tokenizer (data.tokenizer) — as the checkpoint's @model attribute records them,
 // and the check that a deck's model is the checkpoint's. Private to src/checkpoint.
 
 #include <string>
 #include <vector>
 
-#include "meshtrain/model/gpt_config.h"
+#include "meshtrain/model/model_spec.h"
 
 namespace meshtrain {
 
@@ -16,6 +16,9 @@ struct ModelSetting {
   std::string key;    // under "model.": "heads"
   std::string value;  // as recorded: "4", "true", "1e-05", "\"learned\""
   bool deck_key;      // a [model] key of the deck, else fixed by this build
+  // What a checkpoint that does not record the key computed (written before the key existed):
+  // GPT-2's value, given the settings before it; empty: the key must be recorded.
+  std::string before_recorded = {};
 };
 
 // What @model records as model.tokenizer for data.tokenizer = `spec`: "byte" for "bytes" (the
@@ -25,16 +28,16 @@ struct ModelSetting {
 std::string tokenizer_signature(const std::string& spec);
 
 // Every setting of `m`, deck keys first; `tokenizer` as tokenizer_signature() gives it.
-std::vector<ModelSetting> model_settings(const GptConfig& m, const std::string& tokenizer = "byte");
+std::vector<ModelSetting> model_settings(const ModelSpec& m, const std::string& tokenizer = "byte");
 
 // The @model attribute: "key = value" lines, in model_settings() order.
-std::string model_signature(const GptConfig& m, const std::string& tokenizer = "byte");
+std::string model_signature(const ModelSpec& m, const std::string& tokenizer = "byte");
 
 // Throws CheckpointFileError unless `recorded` (a file's @model) holds exactly the settings of
 // `m`: the first difference names the key, the checkpoint's value and the deck's (or this
 // build's), with what to do. `file` and `deck` name the two sides; `writer` is the meshtrain
 // version that wrote the file.
-void check_model_signature(const std::string& file, const std::string& recorded, const GptConfig& m,
+void check_model_signature(const std::string& file, const std::string& recorded, const ModelSpec& m,
                            const std::string& deck, const std::string& writer,
                            const std::string& tokenizer = "byte");
 

@@ -72,14 +72,23 @@ std::string dump_config(const Config& c) {
      << "straggler_threshold = " << real(r.straggler_threshold) << "\n"
      << "replica_check_every = " << r.replica_check_every << "\n"
      << "rerun_spike_factor = " << real(r.rerun_spike_factor) << "\n";
-  const GptConfig& m = c.model;
+  const ModelSpec& m = c.model;
   os << "\n[model]\n"
+     << "family = " << quoted(m.family) << "\n"
      << "layers = " << m.layers << "\n"
      << "d_model = " << m.d_model << "\n"
      << "heads = " << m.heads << "\n"
      << "seq_len = " << m.seq_len << "\n"
      << "vocab_size = " << m.vocab_size << "\n"
-     << "tie_embeddings = " << boolean(m.tie_embeddings) << "\n";
+     << "tie_embeddings = " << boolean(m.tie_embeddings) << "\n"
+     << "norm = " << quoted(norm_name(m.norm.kind)) << "\n"
+     << "norm_eps = " << real(m.norm.eps) << "\n"
+     << "positions = " << quoted(position_name(m.positions)) << "\n"
+     << "activation = " << quoted(activation_name(m.activation)) << "\n"
+     << "feed_forward = " << quoted(feed_forward_name(m.feed_forward)) << "\n"
+     << "bias = " << boolean(m.linear_bias) << "\n"
+     << "head_dim = " << m.head_dim() << "\n"
+     << "ffn_hidden = " << m.ffn_hidden() << "\n";
   const DataOptions& d = c.data;
   os << "\n[data]\ntrain = [";
   for (size_t i = 0; i < d.train.size(); ++i) os << (i ? ", " : "") << quoted(d.train[i]);

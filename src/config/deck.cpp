@@ -117,9 +117,16 @@ void apply_override(toml::table& root, const std::string& text, OverrideOrigins&
 
 void check_cross_fields(const std::string& path, const Config& c) {
   auto fail = [&](const std::string& msg) { throw DeckError(path + ": " + msg); };
-  if (c.model.d_model % c.model.heads != 0)
+  if (c.model.head_dim_set == 0 && c.model.d_model % c.model.heads != 0)
     fail("model.d_model = " + std::to_string(c.model.d_model) + " is not divisible by model.heads = " +
-         std::to_string(c.model.heads) + " (d_model must be a multiple of heads)");
+         std::to_string(c.model.heads) + " (d_model must be a multiple of heads, or set "
+         "model.head_dim)");
+  if (c.model.norm.kind == NormKind::Layer && c.model.norm.eps != 1e-5) {
+    std::ostringstream os;
+    os << "model.norm_eps = " << c.model.norm.eps << " with model.norm = \"layernorm\" (meshtrain's "
+       << "LayerNorm kernels compute with eps 1e-5: set norm_eps = 1e-5, or norm = \"rmsnorm\")";
+    fail(os.str());
+  }
   if (c.train.min_lr > c.train.lr) {
     std::ostringstream os;
     os << "train.min_lr = " << c.train.min_lr << " exceeds train.lr = " << c.train.lr
@@ -251,8 +258,15 @@ Config parse_deck(const std::string& path, const std::string& text,
     std::vector<std::string> known;
     for (const KeySpec& k : schema())
       if (k.section == sec) known.push_back(k.key);
+    // A key that sets its section's defaults (model.family) goes first, wherever it stands,
+    // so that the keys beside it override the defaults and not the reverse.
+    std::vector<std::pair<std::string, const toml::node*>> entries;
     for (auto&& [key_key, node] : *table) {
-      const std::string key(key_key.str());
+      const bool first = sec + "." + std::string(key_key.str()) == "model.family";
+      entries.insert(first ? entries.begin() : entries.end(), {std::string(key_key.str()), &node});
+    }
+    for (const auto& [key, node_ptr] : entries) {
+      const toml::node& node = *node_ptr;
       const auto spec = std::find_if(schema().begin(), schema().end(), [&](const KeySpec& k) {
         return k.section == sec && k.key == key;
       });

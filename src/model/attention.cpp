@@ -3,12 +3,14 @@
 namespace meshtrain {
 
 CausalSelfAttention::CausalSelfAttention(const LayerContext& ctx, const std::string& name,
-                                         int64_t C, int64_t heads, double residual_scale)
+                                         const ModelSpec& spec, double residual_scale)
     : ctx_(ctx),
-      local_heads_(heads / ctx.tp.size()),
-      head_size_(C / heads),
-      qkv_(ctx, name + ".qkv", Shape{3, C, C}, 1, Shape{3, C}, 0.02),
-      proj_(ctx, name + ".proj", C, C, 0.02 * residual_scale) {}
+      local_heads_(spec.heads / ctx.tp.size()),
+      head_size_(spec.head_dim()),
+      qkv_(ctx, name + ".qkv", Shape{3, spec.heads * head_size_, spec.d_model}, 1,
+           Shape{3, spec.heads * head_size_}, 0.02, spec.linear_bias),
+      proj_(ctx, name + ".proj", spec.heads * head_size_, spec.d_model, 0.02 * residual_scale,
+            spec.linear_bias) {}
 
 Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& saved,
                                     MemoryCategory category, Recompute recompute,
@@ -38,7 +40,7 @@ Tensor CausalSelfAttention::decode(const Tensor& x, Tensor& k_cache, Tensor& v_c
   const int64_t local_c = local_heads_ * head_size_, T_max = k_cache.dim(1);
   const TensorParallel tp = ctx_.tp.without_sequence();
   ColumnParallelLinear::Saved qkv_in;
-  Tensor qkv = qkv_.forward(x, qkv_in, ws, &tp);  // (1, 3 * C / tp) as (3, NH / tp, HS)
+  Tensor qkv = qkv_.forward(x, qkv_in, ws, &tp);  // (1, 3 * NH * HS / tp) as (3, NH / tp, HS)
   for (int64_t h = 0; h < local_heads_; ++h) {
     const int64_t row = (h * T_max + position) * head_size_;
     Tensor k_row = k_cache.view(row, {head_size_}), v_row = v_cache.view(row, {head_size_});
@@ -78,9 +80,10 @@ Tensor CausalSelfAttention::finish_backward(const Tensor& dqkv, const Saved& sav
   // exactly zero, and what the GEMMs leave there is rounding noise that Adam would amplify into
   // real updates. Write the exact value instead.
   // After the bias gradient is written, so deferred with it when that is.
+  if (!qkv_.bias()) return dx;
   run_or_defer(deferred, [this] {
     const int64_t local_c = local_heads_ * head_size_;
-    Tensor dkey_bias = qkv_.bias().grad.reshape({3 * local_c}).view(local_c, {local_c});
+    Tensor dkey_bias = qkv_.bias()->grad.reshape({3 * local_c}).view(local_c, {local_c});
     ctx_.backend->fill(dkey_bias, 0.0);
   });
   return dx;

@@ -4,22 +4,35 @@
 
 namespace meshtrain {
 
-Block::Block(const LayerContext& ctx, int index, int64_t C, int64_t heads, int layers)
+namespace {
+
+// GPT-2's init: each branch's output projection scaled by 1/sqrt(2 * layers), so that the
+// residual stream's variance does not grow with depth.
+double residual_scale(const ModelSpec& spec) { return 1.0 / std::sqrt(2.0 * spec.layers); }
+
+std::string sub_layer(int index, const char* name) {
+  return "h." + std::to_string(index) + "." + name;
+}
+
+}  // namespace
+
+Block::Block(const LayerContext& ctx, int index, const ModelSpec& spec)
     : ctx_(ctx),
-      ln_1_(ctx, "h." + std::to_string(index) + ".ln_1", C),
-      attn_(ctx, "h." + std::to_string(index) + ".attn", C, heads, 1.0 / std::sqrt(2.0 * layers)),
-      ln_2_(ctx, "h." + std::to_string(index) + ".ln_2", C),
-      mlp_(ctx, "h." + std::to_string(index) + ".mlp", C, 4 * C, 1.0 / std::sqrt(2.0 * layers)) {}
+      attention_norm_(ctx, sub_layer(index, "ln_1"), spec.d_model, spec.norm),
+      attention_(ctx, sub_layer(index, "attn"), spec, residual_scale(spec)),
+      feed_forward_norm_(ctx, sub_layer(index, "ln_2"), spec.d_model, spec.norm),
+      feed_forward_(ctx, sub_layer(index, "mlp"), spec, residual_scale(spec)) {}
 
 Tensor Block::forward_all(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory inner,
                           Recompute recompute) {
   saved.x = x;
-  Tensor a = ln_1_.forward(x, saved.ln_1, inner);
+  Tensor a = attention_norm_.forward(x, saved.attention_norm, inner);
   // Each branch's output projection adds the residual stream (in its GEMM where it can).
-  Tensor x2 = attn_.forward(a, shape, saved.attn, inner, recompute, &x);
-  Tensor b = ln_2_.forward(x2, saved.ln_2, inner);
+  Tensor x2 = attention_.forward(a, shape, saved.attention, inner, recompute, &x);
+  Tensor b = feed_forward_norm_.forward(x2, saved.feed_forward_norm, inner);
   // The block output outlives the block (it is the next block's saved input): Activations.
-  return mlp_.forward(b, saved.mlp, inner, MemoryCategory::Activations, nullptr, &x2);
+  return feed_forward_.forward(b, saved.feed_forward, inner, MemoryCategory::Activations, nullptr,
+                               &x2);
 }
 
 Tensor Block::forward(const Tensor& x, TokenShape shape, Saved& saved, Recompute recompute) {
@@ -35,12 +48,14 @@ Tensor Block::forward(const Tensor& x, TokenShape shape, Saved& saved, Recompute
 Tensor Block::decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t position) {
   Backend& be = *ctx_.backend;
   const MemoryCategory ws = MemoryCategory::Workspace;
-  LayerNorm::Saved ln_1, ln_2;
-  Mlp::Saved mlp;
-  Tensor x2 = attn_.decode(ln_1_.forward(x, ln_1, ws), k_cache, v_cache, position);
+  Norm::Saved attention_norm, feed_forward_norm;
+  FeedForward::Saved feed_forward;
+  Tensor x2 = attention_.decode(attention_norm_.forward(x, attention_norm, ws), k_cache, v_cache,
+                                position);
   be.add_inplace(x2, x);
   const TensorParallel tp = ctx_.tp.without_sequence();
-  Tensor out = mlp_.forward(ln_2_.forward(x2, ln_2, ws), mlp, ws, ws, &tp);
+  Tensor out = feed_forward_.forward(feed_forward_norm_.forward(x2, feed_forward_norm, ws),
+                                     feed_forward, ws, ws, &tp);
   be.add_inplace(out, x2);
   return out;
 }
@@ -51,10 +66,12 @@ Tensor Block::backward(const Tensor& dout, TokenShape shape, Saved& saved, Recom
     const Tensor x = saved.x;
     forward_all(x, shape, saved, MemoryCategory::Workspace, Recompute::None);
   }
-  // dout flows into both the MLP branch and the residual path to x2, dx2 into both the
+  // dout flows into both the feed-forward branch and the residual path to x2, dx2 into both the
   // attention branch and the residual path to x.
-  Tensor dx2 = ln_2_.backward_add(mlp_.backward(dout, saved.mlp, deferred), saved.ln_2, dout);
-  Tensor dx = ln_1_.backward_add(attn_.backward(dx2, shape, saved.attn, deferred), saved.ln_1, dx2);
+  Tensor dx2 = feed_forward_norm_.backward_add(
+      feed_forward_.backward(dout, saved.feed_forward, deferred), saved.feed_forward_norm, dout);
+  Tensor dx = attention_norm_.backward_add(
+      attention_.backward(dx2, shape, saved.attention, deferred), saved.attention_norm, dx2);
   saved = Saved{};  // frees this micro-batch's activations (but what deferred work holds)
   return dx;
 }
@@ -62,10 +79,10 @@ Tensor Block::backward(const Tensor& dout, TokenShape shape, Saved& saved, Recom
 
 CostSheet Block::cost_sheet() const {
   CostSheet sheet;
-  ln_1_.add_costs(sheet);
-  attn_.add_costs(sheet);
-  ln_2_.add_costs(sheet);
-  mlp_.add_costs(sheet);
+  attention_norm_.add_costs(sheet);
+  attention_.add_costs(sheet);
+  feed_forward_norm_.add_costs(sheet);
+  feed_forward_.add_costs(sheet);
   // Each residual add reads two streams and writes one, twice over in backward.
   ElementwiseCost residual;
   residual.width = sheet.linears.back().out;

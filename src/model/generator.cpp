@@ -43,7 +43,7 @@ int32_t choose_token(const std::vector<double>& logits, const SamplingOptions& o
 
 Generator::Generator(GptModel& model, Communicator* pipeline, std::vector<int> chunk_owners)
     : model_(&model), pipeline_(pipeline), owners_(std::move(chunk_owners)) {
-  const GptConfig& cfg = model.config();
+  const ModelSpec& cfg = model.config();
   const int stages = pipeline ? pipeline->size() : 1;
   chunks_ = stages * model.chunks();
   if (owners_.empty())

@@ -3,7 +3,7 @@
 namespace meshtrain {
 
 namespace {
-ParamSpec lm_head_spec(const GptConfig& cfg, bool tied) {
+ParamSpec lm_head_spec(const ModelSpec& cfg, bool tied) {
   ParamSpec s;
   // A tied copy carries the embedding's name: it starts from the same values and, with the
   // gradients summed over the embedding group, stays equal to it.
@@ -16,7 +16,7 @@ ParamSpec lm_head_spec(const GptConfig& cfg, bool tied) {
 }
 }  // namespace
 
-ModelChunk::ModelChunk(const LayerContext& ctx, const GptConfig& cfg, const ChunkRange& range,
+ModelChunk::ModelChunk(const LayerContext& ctx, const ModelSpec& cfg, const ChunkRange& range,
                        Parameter* tied_wte, LossAccumulator& loss)
     : ctx_(ctx), range_(range), loss_(&loss) {
   ParameterStore& store = *ctx.store;
@@ -26,7 +26,7 @@ ModelChunk::ModelChunk(const LayerContext& ctx, const GptConfig& cfg, const Chun
   }
   for (int l = range.first_layer; l < range.end_layer; ++l) {
     block_units_.push_back(store.begin_unit("h." + std::to_string(l)));
-    blocks_.push_back(std::make_unique<Block>(ctx, l, cfg.d_model, cfg.heads, cfg.layers));
+    blocks_.push_back(std::make_unique<Block>(ctx, l, cfg));
   }
   if (range.has_head) {
     head_unit_ = store.begin_unit("head");
@@ -39,7 +39,7 @@ ModelChunk::ModelChunk(const LayerContext& ctx, const GptConfig& cfg, const Chun
       weight = &store.add(lm_head_spec(cfg, cfg.tie_embeddings), ctx.tp.rank(), ctx.tp.size());
       weight->tied_copy = cfg.tie_embeddings;
     }
-    head_ = std::make_unique<LanguageModelHead>(ctx, cfg.d_model, *weight);
+    head_ = std::make_unique<LanguageModelHead>(ctx, cfg.d_model, cfg.norm, *weight);
   }
 }
 
@@ -109,7 +109,7 @@ void ModelChunk::backward_weights(DeferredWeightGradients& deferred, UnitHooks& 
   }
 }
 
-GptModel::GptModel(Backend& backend, const TensorParallel& tp, const GptConfig& cfg,
+GptModel::GptModel(Backend& backend, const TensorParallel& tp, const ModelSpec& cfg,
                    const std::vector<ChunkRange>& ranges, DType dtype, ContextParallel cp)
     : backend_(&backend), tp_(tp), cp_(cp), cfg_(cfg), dtype_(dtype), loss_(backend) {
   const LayerContext ctx{&backend, &store_, tp, cp};

@@ -1,24 +1,14 @@
 #include "meshtrain/model/layernorm.h"
 
-namespace meshtrain {
+#include "meshtrain/model/norm_parts.h"
 
-namespace {
-ParamSpec norm_spec(const std::string& name, int64_t C, Init init, const TensorParallel& tp) {
-  ParamSpec s;
-  s.name = name;
-  s.global_shape = Shape{C};
-  s.init = init;
-  s.decay = WeightDecay::Skip;
-  s.tp_grad = tp.sequence_parallel() ? TpGrad::Partial : TpGrad::Full;
-  return s;
-}
-}  // namespace
+namespace meshtrain {
 
 LayerNorm::LayerNorm(const LayerContext& ctx, const std::string& name, int64_t C)
     : ctx_(ctx),
-      weight_(ctx.store->add(norm_spec(name + ".weight", C, Init::Ones, ctx.tp), ctx.tp.rank(),
+      weight_(ctx.store->add(norm_parameter_spec(name + ".weight", C, Init::Ones, ctx.tp), ctx.tp.rank(),
                              ctx.tp.size())),
-      bias_(ctx.store->add(norm_spec(name + ".bias", C, Init::Zeros, ctx.tp), ctx.tp.rank(),
+      bias_(ctx.store->add(norm_parameter_spec(name + ".bias", C, Init::Zeros, ctx.tp), ctx.tp.rank(),
                            ctx.tp.size())) {}
 
 Tensor LayerNorm::forward(const Tensor& inp, Saved& saved, MemoryCategory category) {
@@ -52,13 +42,6 @@ Tensor LayerNorm::backward_add(const Tensor& dout, const Saved& saved, const Ten
 void LayerNorm::add_costs(CostSheet& sheet) const {
   sheet.parameters.push_back(parameter_cost(weight_.spec));
   sheet.parameters.push_back(parameter_cost(bias_.spec));
-  // Reads the input, writes the output; backward reads both again and writes the input gradient
-  // (counted as twice forward's traffic).
-  ElementwiseCost pass;
-  pass.width = weight_.spec.global_shape.numel();
-  pass.tokens = ElementwiseCost::Tokens::Region;
-  pass.forward_accesses = 2;
-  pass.backward_accesses = 4;
-  sheet.elementwise.push_back(pass);
+  add_norm_pass(sheet, weight_.spec.global_shape.numel());
 }
 }  // namespace meshtrain

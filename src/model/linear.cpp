@@ -27,18 +27,23 @@ ParamSpec bias_spec(const std::string& name, Shape shape, int split_dim, TpGrad 
   return s;
 }
 
+// The bias parameter, registered only when the layer has one.
+Parameter* maybe_bias(const LayerContext& ctx, bool with_bias, const ParamSpec& spec) {
+  return with_bias ? &ctx.store->add(spec, ctx.tp.rank(), ctx.tp.size()) : nullptr;
+}
+
 }  // namespace
 
 ColumnParallelLinear::ColumnParallelLinear(const LayerContext& ctx, const std::string& name,
                                            Shape weight_shape, int split_dim, Shape bias_shape,
-                                           double init_std)
+                                           double init_std, bool with_bias)
     : ctx_(ctx),
       in_(weight_shape[weight_shape.rank() - 1]),
       weight_(ctx.store->add(
           weight_spec(name, weight_shape, split_dim, TpSplit::OutputFeatures, init_std),
           ctx.tp.rank(), ctx.tp.size())),
-      bias_(ctx.store->add(bias_spec(name, bias_shape, bias_shape.rank() - 1, TpGrad::Full),
-                           ctx.tp.rank(), ctx.tp.size())) {}
+      bias_(maybe_bias(ctx, with_bias,
+                       bias_spec(name, bias_shape, bias_shape.rank() - 1, TpGrad::Full))) {}
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory category,
                                      const TensorParallel* tp) {
@@ -57,41 +62,63 @@ Tensor ColumnParallelLinear::forward_through(const Tensor& x, Saved& saved, Tens
   const int64_t N = saved.inp.dim(0);
   Tensor out = be.empty(Shape{N, local_out()}, x.dtype(), category);
   const Tensor w = weight_.value.reshape({local_out(), in_});
-  const Tensor b = bias_.value.reshape({local_out()});
+  const Tensor b = bias_ ? bias_->value.reshape({local_out()}) : Tensor{};
   if (!gelu_pre) {
-    be.matmul_forward(out, saved.inp, w, &b);
+    be.matmul_forward(out, saved.inp, w, bias_ ? &b : nullptr);
     return out;
   }
   *gelu_pre = out;
   Tensor activated = be.empty(out.shape(), x.dtype(), category);
-  be.matmul_gelu_forward(activated, *gelu_pre, saved.inp, w, b);
+  if (bias_) {
+    be.matmul_gelu_forward(activated, *gelu_pre, saved.inp, w, b);
+  } else {
+    be.matmul_forward(*gelu_pre, saved.inp, w, nullptr);
+    be.gelu_forward(activated, *gelu_pre);
+  }
   return activated;
+}
+
+Tensor ColumnParallelLinear::forward_entered(const Saved& entered, MemoryCategory category) {
+  Backend& be = *ctx_.backend;
+  Tensor out = be.empty(Shape{entered.inp.dim(0), local_out()}, entered.inp.dtype(), category);
+  const Tensor w = weight_.value.reshape({local_out(), in_});
+  const Tensor b = bias_ ? bias_->value.reshape({local_out()}) : Tensor{};
+  be.matmul_forward(out, entered.inp, w, bias_ ? &b : nullptr);
+  return out;
 }
 
 Tensor ColumnParallelLinear::backward(const Tensor& dy, const Saved& saved,
                                       DeferredWeightGradients* deferred) {
+  return leave_region_backward(backward_in_region(dy, saved, deferred));
+}
+
+Tensor ColumnParallelLinear::leave_region_backward(const Tensor& dinp) {
+  return enter_tp_region_backward(*ctx_.backend, ctx_.tp, dinp, MemoryCategory::Workspace);
+}
+
+Tensor ColumnParallelLinear::backward_in_region(const Tensor& dy, const Saved& saved,
+                                                DeferredWeightGradients* deferred) {
   Backend& be = *ctx_.backend;
   Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
   const Tensor w = weight_.value.reshape({local_out(), in_});
   be.matmul_backward(&dinp, nullptr, nullptr, dy, saved.inp, w);
   run_or_defer(deferred, [this, dy, inp = saved.inp] {
     Tensor dw = weight_.grad.reshape({local_out(), in_});
-    Tensor db = bias_.grad.reshape({local_out()});
-    ctx_.backend->matmul_backward(nullptr, &dw, &db, dy, inp, Tensor{});
+    Tensor db = bias_ ? bias_->grad.reshape({local_out()}) : Tensor{};
+    ctx_.backend->matmul_backward(nullptr, &dw, bias_ ? &db : nullptr, dy, inp, Tensor{});
   });
-  return enter_tp_region_backward(be, ctx_.tp, dinp, MemoryCategory::Workspace);
+  return dinp;
 }
 
 RowParallelLinear::RowParallelLinear(const LayerContext& ctx, const std::string& name, int64_t in,
-                                     int64_t out, double init_std)
+                                     int64_t out, double init_std, bool with_bias)
     : ctx_(ctx),
       out_(out),
       weight_(ctx.store->add(weight_spec(name, Shape{out, in}, 1, TpSplit::InputFeatures, init_std),
                              ctx.tp.rank(), ctx.tp.size())),
-      bias_(ctx.store->add(
-          bias_spec(name, Shape{out}, -1,
-                    ctx.tp.sequence_parallel() ? TpGrad::Partial : TpGrad::Full),
-          ctx.tp.rank(), ctx.tp.size())) {}
+      bias_(maybe_bias(ctx, with_bias,
+                       bias_spec(name, Shape{out}, -1,
+                                 ctx.tp.sequence_parallel() ? TpGrad::Partial : TpGrad::Full))) {}
 
 Tensor RowParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory category,
                                   const TensorParallel* tp, const Tensor* residual) {
@@ -107,13 +134,14 @@ Tensor RowParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory 
   // the residual (passes over the output saved); otherwise they are added once, after the
   // reduction.
   const bool alone = group.size() == 1;
+  const Tensor* bias = bias_ ? &bias_->value : nullptr;
   if (alone && residual) {
-    be.matmul_forward_add(partial, x, weight_.value, &bias_.value, *residual);
+    be.matmul_forward_add(partial, x, weight_.value, bias, *residual);
     return exit_tp_region_forward(be, group, partial, category);
   }
-  be.matmul_forward(partial, x, weight_.value, alone ? &bias_.value : nullptr);
+  be.matmul_forward(partial, x, weight_.value, alone ? bias : nullptr);
   Tensor out = exit_tp_region_forward(be, group, partial, category);
-  if (!alone) be.bias_forward(out, bias_.value);
+  if (!alone && bias) be.bias_forward(out, *bias);
   if (residual) be.add_inplace(out, *residual);
   return out;
 }
@@ -139,7 +167,7 @@ Tensor RowParallelLinear::backward_through(const Tensor& dy, const Saved& saved,
   else
     be.matmul_backward(&dinp, nullptr, nullptr, dfull, saved.inp, weight_.value);
   run_or_defer(deferred, [this, dy, dfull, inp = saved.inp] {
-    ctx_.backend->bias_backward(bias_.grad, dy);
+    if (bias_) ctx_.backend->bias_backward(bias_->grad, dy);
     ctx_.backend->matmul_backward(nullptr, &weight_.grad, nullptr, dfull, inp, Tensor{});
   });
   return dinp;
@@ -148,13 +176,13 @@ Tensor RowParallelLinear::backward_through(const Tensor& dy, const Saved& saved,
 void ColumnParallelLinear::add_costs(CostSheet& sheet) const {
   sheet.linears.push_back({in_, weight_.spec.global_shape.numel() / in_, TpSplitOf::Outputs});
   sheet.parameters.push_back(parameter_cost(weight_.spec));
-  sheet.parameters.push_back(parameter_cost(bias_.spec));
+  if (bias_) sheet.parameters.push_back(parameter_cost(bias_->spec));
 }
 
 void RowParallelLinear::add_costs(CostSheet& sheet) const {
   sheet.linears.push_back({weight_.spec.global_shape.numel() / out_, out_, TpSplitOf::Inputs});
   sheet.parameters.push_back(parameter_cost(weight_.spec));
-  sheet.parameters.push_back(parameter_cost(bias_.spec));
+  if (bias_) sheet.parameters.push_back(parameter_cost(bias_->spec));
 }
 
 }  // namespace meshtrain

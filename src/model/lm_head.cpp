@@ -2,8 +2,9 @@
 
 namespace meshtrain {
 
-LanguageModelHead::LanguageModelHead(const LayerContext& ctx, int64_t C, Parameter& weight)
-    : ctx_(ctx), ln_f_(ctx, "ln_f", C), weight_(weight) {}
+LanguageModelHead::LanguageModelHead(const LayerContext& ctx, int64_t C, const NormSpec& norm,
+                                     Parameter& weight)
+    : ctx_(ctx), ln_f_(ctx, "ln_f", C, norm), weight_(weight) {}
 
 void LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenShape shape,
                                 double dloss, Saved* saved, LossAccumulator& loss) {
@@ -13,7 +14,7 @@ void LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenSha
   const DType dt = x.dtype();
   const MemoryCategory ws = MemoryCategory::Workspace;
 
-  LayerNorm::Saved ln;
+  Norm::Saved ln;
   Tensor h = ln_f_.forward(x, ln, ws);
   Tensor hin = enter_tp_region_forward(be, ctx_.tp, h, ws);
   Tensor logits = be.empty({N, V}, dt, ws);
@@ -51,7 +52,7 @@ void LanguageModelHead::forward(const Tensor& x, const Tensor& targets, TokenSha
 }
 
 void LanguageModelHead::backward_from_logits(Tensor& dlogits, const Tensor& hin,
-                                             const LayerNorm::Saved& ln, Saved* saved) {
+                                             const Norm::Saved& ln, Saved* saved) {
   Backend& be = *ctx_.backend;
   const MemoryCategory ws = MemoryCategory::Workspace;
   Tensor dh = be.empty(hin.shape(), hin.dtype(), ws);
@@ -67,7 +68,7 @@ void LanguageModelHead::backward_from_logits(Tensor& dlogits, const Tensor& hin,
 Tensor LanguageModelHead::logits(const Tensor& x) {
   Backend& be = *ctx_.backend;
   const MemoryCategory ws = MemoryCategory::Workspace;
-  LayerNorm::Saved ln;
+  Norm::Saved ln;
   Tensor h = enter_tp_region_forward(be, ctx_.tp.without_sequence(), ln_f_.forward(x, ln, ws), ws);
   Tensor logits = be.empty({h.dim(0), weight_.shape[0]}, x.dtype(), ws);
   be.matmul_forward(logits, h, weight_.value, nullptr);

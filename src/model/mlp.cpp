@@ -3,10 +3,10 @@
 namespace meshtrain {
 
 Mlp::Mlp(const LayerContext& ctx, const std::string& name, int64_t C, int64_t hidden,
-         double residual_scale)
+         double residual_scale, bool with_bias)
     : ctx_(ctx),
-      fc_(ctx, name + ".fc", Shape{hidden, C}, 0, Shape{hidden}, 0.02),
-      proj_(ctx, name + ".proj", hidden, C, 0.02 * residual_scale) {}
+      fc_(ctx, name + ".fc", Shape{hidden, C}, 0, Shape{hidden}, 0.02, with_bias),
+      proj_(ctx, name + ".proj", hidden, C, 0.02 * residual_scale, with_bias) {}
 
 Tensor Mlp::forward(const Tensor& x, Saved& saved, MemoryCategory category,
                     MemoryCategory out_category, const TensorParallel* tp,

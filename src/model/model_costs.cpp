@@ -10,7 +10,7 @@ namespace meshtrain {
 
 namespace {
 
-ModelCostSheet read_sheets(const GptConfig& cfg) {
+ModelCostSheet read_sheets(const ModelSpec& cfg) {
   ModelCostSheet sheets;
   read_planned_model(cfg, [&](GptModel& model) {
     ModelChunk& chunk = model.chunk(0);
@@ -23,14 +23,10 @@ ModelCostSheet read_sheets(const GptConfig& cfg) {
 
 }  // namespace
 
-ArchitectureKey architecture_key(const GptConfig& cfg) {
-  return {cfg.layers, cfg.d_model, cfg.heads, cfg.seq_len, cfg.vocab_size, cfg.tie_embeddings};
-}
-
-const ModelCostSheet& model_cost_sheet(const GptConfig& cfg) {
+const ModelCostSheet& model_cost_sheet(const ModelSpec& cfg) {
   static std::mutex mutex;
-  static std::map<ArchitectureKey, ModelCostSheet> read;
-  const ArchitectureKey key = architecture_key(cfg);
+  static std::map<ModelSpec, ModelCostSheet> read;
+  const ModelSpec& key = cfg;
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (const auto it = read.find(key); it != read.end()) return it->second;

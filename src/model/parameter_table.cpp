@@ -9,7 +9,7 @@ ParamEntry entry_of(const ParamSpec& spec) {
   return {spec.name, spec.global_shape, spec.tp_split_dim, spec.tp_split, spec.group, spec.role};
 }
 
-std::vector<ParamEntry> parameter_table(const GptConfig& cfg) {
+std::vector<ParamEntry> parameter_table(const ModelSpec& cfg) {
   std::vector<ParamEntry> table;
   read_planned_model(cfg, [&](GptModel& model) {
     for (const Parameter* p : model.params().params())

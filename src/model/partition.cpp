@@ -9,17 +9,17 @@
 
 namespace meshtrain {
 
-double block_cost(const GptConfig& cfg) {
+double block_cost(const ModelSpec& cfg) {
   // Every block of the model is alike: the first one's sheet prices them all.
   const ModelCostSheet& sheets = model_cost_sheet(cfg);
   return sheets.blocks.empty() ? 0.0 : sheets.blocks.front().training_flops_per_token(static_cast<double>(cfg.seq_len));
 }
 
-double head_cost(const GptConfig& cfg) {
+double head_cost(const ModelSpec& cfg) {
   return model_cost_sheet(cfg).head.training_flops_per_token(static_cast<double>(cfg.seq_len));
 }
 
-double embedding_cost(const GptConfig& cfg) {
+double embedding_cost(const ModelSpec& cfg) {
   // The embedding multiplies nothing: its lookup's element accesses stand in, small beside a
   // block but not zero, so that of two splits with the same dearest chunk of blocks the one
   // that gives the embedding's chunk fewer layers wins.
@@ -29,7 +29,7 @@ double embedding_cost(const GptConfig& cfg) {
   return accesses;
 }
 
-double chunk_cost(const GptConfig& cfg, const ChunkRange& r) {
+double chunk_cost(const ModelSpec& cfg, const ChunkRange& r) {
   return r.layers() * block_cost(cfg) + (r.has_embedding ? embedding_cost(cfg) : 0.0) +
          (r.has_head ? head_cost(cfg) : 0.0);
 }
@@ -48,7 +48,7 @@ std::vector<ChunkRange> explicit_partition(const std::vector<int>& layer_counts)
   return out;
 }
 
-std::vector<ChunkRange> balanced_partition(const GptConfig& cfg, int chunks,
+std::vector<ChunkRange> balanced_partition(const ModelSpec& cfg, int chunks,
                                            const std::vector<double>& stage_speeds) {
   const int L = cfg.layers;
   const auto speed = [&](int chunk) {
@@ -81,7 +81,7 @@ std::vector<ChunkRange> balanced_partition(const GptConfig& cfg, int chunks,
   return explicit_partition(counts);
 }
 
-std::vector<ChunkRange> v_balanced_partition(const GptConfig& cfg, int stages,
+std::vector<ChunkRange> v_balanced_partition(const ModelSpec& cfg, int stages,
                                              const std::vector<double>& chunk_speeds) {
   const int L = cfg.layers;
   if (stages < 1 || L < 2 * stages)

@@ -6,7 +6,7 @@
 
 namespace meshtrain {
 
-void read_planned_model(const GptConfig& cfg, const std::function<void(GptModel&)>& read) {
+void read_planned_model(const ModelSpec& cfg, const std::function<void(GptModel&)>& read) {
   CpuBackend planning(0, Execution::Plan);
   MetaCommunicator one_rank("tp", 0, 1);
   const ChunkRange whole{0, cfg.layers, true, true};

@@ -14,7 +14,7 @@ int32_t start_token(const Tokenizer& tokenizer, int64_t vocab_size) {
 }
 
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& prompt,
-                                   const GptConfig& model, const std::string& what,
+                                   const ModelSpec& model, const std::string& what,
                                    bool* implicit_start) {
   if (implicit_start) *implicit_start = prompt.empty();
   if (prompt.empty()) return {start_token(tokenizer, model.vocab_size)};

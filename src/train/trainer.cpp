@@ -318,7 +318,7 @@ void Trainer::log_memory(const char* when, int step) {
 void Trainer::log_start() {
   if (!leader_) return;
   const ParallelOptions& p = cfg_.parallel;
-  const GptConfig& m = cfg_.model;
+  const ModelSpec& m = cfg_.model;
   const std::string cp = p.cp > 1 ? " x cp " + std::to_string(p.cp) : std::string();
   std::printf("meshtrain %s | run %s | %d ranks on %d node(s): dp %d x tp %d x pp %d%s (order %s)\n",
               MESHTRAIN_VERSION, cfg_.run.name.c_str(), grid_.world_size(), grid_.node_count(),

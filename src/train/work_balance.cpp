@@ -176,7 +176,7 @@ std::vector<ChunkRange> default_partition(const Config& c, const std::vector<dou
   // for it for each of thousands of layouts and the planner for each stage, and the search costs
   // chunks x layers^2 chunk costs (Megatron's 1T model in 128 chunks: two million). Remembered;
   // guarded for the advisor's threads.
-  const GptConfig& m = c.model;
+  const ModelSpec& m = c.model;
   using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, bool, int, int>;
   static std::mutex mutex;
   static std::map<Key, std::vector<ChunkRange>> remembered;

@@ -23,8 +23,8 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-GptConfig small(bool tied) {
-  GptConfig m;
+ModelSpec small(bool tied) {
+  ModelSpec m;
   m.layers = 3;
   m.d_model = 8;
   m.heads = 2;
@@ -36,7 +36,7 @@ GptConfig small(bool tied) {
 
 TEST(HfGpt2, MapsEveryParameterOfTheTableOnceInHfOrder) {
   for (bool tied : {true, false}) {
-    const GptConfig m = small(tied);
+    const ModelSpec m = small(tied);
     const std::vector<ParamEntry> table = parameter_table(m);
     const auto tensors = hf_gpt2_tensors(m);
     ASSERT_EQ(tensors.size(), table.size()) << "tied " << tied;
@@ -54,7 +54,7 @@ TEST(HfGpt2, MapsEveryParameterOfTheTableOnceInHfOrder) {
     EXPECT_EQ(total, m.parameter_count());
   }
   // transformers' GPT2LMHeadModel order, names and shapes for one block (C = 8, V = 11, T = 5).
-  GptConfig one = small(false);
+  ModelSpec one = small(false);
   one.layers = 1;
   const std::vector<std::pair<std::string, std::vector<int64_t>>> want = {
       {"transformer.wte.weight", {11, 8}},        {"transformer.wpe.weight", {5, 8}},
@@ -83,8 +83,8 @@ TEST(HfGpt2, MapsEveryParameterOfTheTableOnceInHfOrder) {
 }
 
 TEST(HfGpt2, QkvColumnsAreQueryKeyValueWithHeadsContiguous) {
-  const GptConfig m = small(true);
-  const int64_t C = m.d_model, HS = m.head_size();
+  const ModelSpec m = small(true);
+  const int64_t C = m.d_model, HS = m.head_dim();
   const auto tensors = hf_gpt2_tensors(m);
   const HfTensor& qkv = *std::find_if(tensors.begin(), tensors.end(),
                                       [](const HfTensor& t) { return t.meshtrain == "h.1.attn.qkv.weight"; });
@@ -107,7 +107,7 @@ TEST(HfGpt2, QkvColumnsAreQueryKeyValueWithHeadsContiguous) {
 }
 
 TEST(HfGpt2, ConfigJsonDescribesGpt2LMHeadModel) {
-  const GptConfig m = small(false);
+  const ModelSpec m = small(false);
   const nlohmann::json j = nlohmann::json::parse(hf_gpt2_config_json(m, "bfloat16"));
   EXPECT_EQ(j["model_type"], "gpt2");
   EXPECT_EQ(j["architectures"], nlohmann::json::array({"GPT2LMHeadModel"}));
@@ -124,7 +124,7 @@ TEST(HfGpt2, ConfigJsonDescribesGpt2LMHeadModel) {
   for (const char* p : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) EXPECT_EQ(j[p], 0.0) << p;
   EXPECT_TRUE(j["bos_token_id"].is_null());
   EXPECT_TRUE(j["eos_token_id"].is_null());
-  GptConfig gpt2 = small(true);
+  ModelSpec gpt2 = small(true);
   gpt2.vocab_size = 50257;
   const nlohmann::json k = nlohmann::json::parse(hf_gpt2_config_json(gpt2, "float32", "gpt2-bpe"));
   EXPECT_EQ(k["bos_token_id"], 50256);

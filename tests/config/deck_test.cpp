@@ -175,5 +175,52 @@ TEST(Deck, OverridesWithALineBreakAreRefused) {
   EXPECT_EQ(parse_deck("deck.toml", "", {"train.steps=3 # a comment"}).train.steps, 3);
 }
 
+// model.family sets the defaults of the architecture's keys, and the keys beside it override
+// them wherever they stand in the deck (the TOML table is read in key order, and "family" sorts
+// after "activation" and "ffn_hidden").
+TEST(Deck, ModelFamilyGoesFirstAndTheKeysBesideItOverrideIt) {
+  const Config c = parse_deck("deck.toml",
+                              "[model]\nffn_hidden = 96\nfamily = \"gpt2\"\nhead_dim = 8\n"
+                              "d_model = 64\nheads = 4\n");
+  EXPECT_EQ(c.model.family, "gpt2");
+  EXPECT_EQ(c.model.ffn_hidden(), 96);
+  EXPECT_EQ(c.model.head_dim(), 8);
+  EXPECT_EQ(c.model.d_model, 64);
+  // Derived when not given: GPT-2's 4 x d_model and d_model / heads.
+  const Config d = parse_deck("deck.toml", "[model]\nd_model = 64\nheads = 4\n");
+  EXPECT_EQ(d.model.ffn_hidden(), 256);
+  EXPECT_EQ(d.model.head_dim(), 16);
+  // Given as --set, the same.
+  EXPECT_EQ(parse_deck("deck.toml", "", {"model.ffn_hidden=40", "model.family=gpt2"}).model.ffn_hidden(), 40);
+}
+
+TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
+  for (const auto& [set, want] : std::vector<std::pair<std::string, std::string>>{
+           {"model.family=\"llama\"", "model.family = \"llama\" is not a known value (expected one of \"gpt2\")"},
+           {"model.norm=\"batchnorm\"", "model.norm = \"batchnorm\" is not a known value (expected one of \"layernorm\", \"rmsnorm\")"},
+           {"model.activation=\"relu\"", "(expected one of \"gelu_tanh\", \"swiglu\")"},
+           {"model.norm_eps=0", "model.norm_eps = 0 is out of range (expected finite number > 0)"},
+           {"model.bias=1", "model.bias = 1 is an integer (expected true or false)"},
+           {"model.positions=\"rotary\"", "(expected one of \"learned\")"},
+           {"model.feed_forward=\"moe\"", "(expected one of \"dense\")"},
+           {"model.head_dim=0", "model.head_dim = 0 is out of range (expected integer from 1 to 65536)"},
+           {"model.ffn_hidden=-4", "model.ffn_hidden = -4 is out of range"},
+       }) {
+    const std::string what = refusal("", {set});
+    EXPECT_NE(what.find(want), std::string::npos) << set << ": " << what;
+    EXPECT_NE(what.find("--set " + set), std::string::npos) << "the override is not named: " << what;
+  }
+  // LayerNorm's kernels take eps 1e-5 only; RMSNorm's any.
+  EXPECT_NE(refusal("[model]\nnorm_eps = 1e-6\n").find("with model.norm = \"layernorm\" (meshtrain's "
+                                                        "LayerNorm kernels compute with eps 1e-5"),
+            std::string::npos);
+  EXPECT_EQ(refusal("[model]\nnorm_eps = 1e-6\nnorm = \"rmsnorm\"\n"), "");
+  // With head_dim given, d_model need not split over the heads (Qwen 3: head_dim 128 whatever
+  // d_model / heads is); without it, it must.
+  EXPECT_EQ(refusal("[model]\nd_model = 60\nheads = 8\nhead_dim = 16\n"), "");
+  EXPECT_NE(refusal("[model]\nd_model = 60\nheads = 8\n").find("or set model.head_dim"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace meshtrain

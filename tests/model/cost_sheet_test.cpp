@@ -16,7 +16,7 @@
 namespace meshtrain {
 namespace {
 
-std::vector<GptConfig> shapes() {
+std::vector<ModelSpec> shapes() {
   return {
       {.layers = 3, .d_model = 8, .heads = 2, .seq_len = 5, .vocab_size = 12, .tie_embeddings = true},
       {.layers = 3, .d_model = 8, .heads = 2, .seq_len = 5, .vocab_size = 12, .tie_embeddings = false},
@@ -32,7 +32,7 @@ double sheet_parameters(const ModelCostSheet& s) {
 }
 
 TEST(CostSheet, ParametersAreTheParameterTables) {
-  for (const GptConfig& cfg : shapes()) {
+  for (const ModelSpec& cfg : shapes()) {
     const ModelCostSheet& s = model_cost_sheet(cfg);
     ASSERT_EQ(s.blocks.size(), static_cast<size_t>(cfg.layers));
     const double position_table = static_cast<double>(cfg.seq_len * cfg.d_model);
@@ -47,7 +47,7 @@ TEST(CostSheet, ParametersAreTheParameterTables) {
 }
 
 TEST(CostSheet, FlopsPerTokenAreSixNPlusAttention) {
-  for (const GptConfig& cfg : shapes()) {
+  for (const ModelSpec& cfg : shapes()) {
     // PaLM's count, from the table: every parameter but the position embedding multiplies once
     // forward and twice backward; attention's q k^T and p v, 2 T C FLOPs each per token and
     // layer forward, three times over for training.
@@ -64,7 +64,7 @@ TEST(CostSheet, FlopsPerTokenAreSixNPlusAttention) {
 }
 
 TEST(CostSheet, GemmsSplitAsTheirLayersDo) {
-  const GptConfig cfg{.layers = 2, .d_model = 16, .heads = 4, .seq_len = 8, .vocab_size = 32};
+  const ModelSpec cfg{.layers = 2, .d_model = 16, .heads = 4, .seq_len = 8, .vocab_size = 32};
   const CostSheet& block = model_cost_sheet(cfg).blocks.front();
   ASSERT_EQ(block.linears.size(), 4u);
   EXPECT_EQ(block.column_parallel_linears(), 2);

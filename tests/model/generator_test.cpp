@@ -40,7 +40,7 @@ int world_size() {
 struct Model {
   CpuBackend be{1};
   MpiCommunicator tp_comm;
-  GptConfig cfg;
+  ModelSpec cfg;
   std::unique_ptr<GptModel> model;
 
   // stages > 1: this rank's stage (its rank in MPI_COMM_WORLD) of a pipeline over the world.

@@ -28,18 +28,20 @@ namespace {
 struct Harness {
   CpuBackend be{2};
   MpiCommunicator tp_comm{MPI_COMM_SELF, "tp"};
-  GptConfig cfg;
+  ModelSpec cfg;
   std::unique_ptr<GptModel> model;
   MicroBatchData mb;
   UnitHooks hooks;
 
-  Harness(bool tied, uint64_t seed = 11) {
+  // `adjust` changes the spec from the small GPT-2 below (a variant's test).
+  Harness(bool tied, uint64_t seed = 11, void (*adjust)(ModelSpec&) = nullptr) {
     cfg.layers = 2;
     cfg.d_model = 16;
     cfg.heads = 2;
     cfg.seq_len = 8;
     cfg.vocab_size = 32;
     cfg.tie_embeddings = tied;
+    if (adjust) adjust(cfg);
     const TensorParallel tp{&tp_comm, SequenceParallel::Off};
     model = std::make_unique<GptModel>(be, tp, cfg, balanced_partition(cfg, 1), DType::F64);
     model->params().materialize(be, DType::F64);
@@ -131,6 +133,43 @@ TEST(GradientCheck, UntiedEmbeddingsEveryElement) {
   check_all_gradients(h, Recompute::None);
 }
 
+// Attention at heads x head_dim channels other than d_model (Qwen 3's head_dim 128 whatever
+// d_model / heads is), and a feed-forward width other than 4 d_model: the projections change
+// shape, and every gradient still matches.
+TEST(GradientCheck, HeadDimAndFeedForwardWidthOfTheirOwn) {
+  Harness h(false, 11, [](ModelSpec& m) {
+    m.head_dim_set = 12;
+    m.ffn_hidden_set = 24;
+  });
+  for (Parameter* p : h.model->params().params()) {
+    if (p->spec.name == "h.0.attn.qkv.weight") EXPECT_EQ(p->spec.global_shape, (Shape{3, 24, 16}));
+    if (p->spec.name == "h.0.attn.proj.weight") EXPECT_EQ(p->spec.global_shape, (Shape{16, 24}));
+    if (p->spec.name == "h.0.mlp.fc.weight") EXPECT_EQ(p->spec.global_shape, (Shape{24, 16}));
+    if (p->spec.name == "h.0.mlp.proj.weight") EXPECT_EQ(p->spec.global_shape, (Shape{16, 24}));
+  }
+  check_all_gradients(h, Recompute::None);
+}
+
+// The sub-layers Llama and Qwen use: RMSNorm (its own eps) before attention, before the
+// feed-forward and before the head; a SwiGLU feed-forward; no bias on any linear layer.
+TEST(GradientCheck, RmsNormSwiGluWithoutBiasesEveryElement) {
+  Harness h(false, 11, [](ModelSpec& m) {
+    m.norm.kind = NormKind::Rms;
+    m.norm.eps = 1e-6;
+    m.activation = ActivationKind::SwiGlu;
+    m.linear_bias = false;
+    m.ffn_hidden_set = 40;
+  });
+  for (Parameter* p : h.model->params().params()) {
+    EXPECT_EQ(p->spec.name.find(".bias"), std::string::npos) << p->spec.name << " exists";
+    if (p->spec.name == "h.1.mlp.gate.weight") EXPECT_EQ(p->spec.global_shape, (Shape{40, 16}));
+    if (p->spec.name == "h.1.mlp.down.weight") EXPECT_EQ(p->spec.global_shape, (Shape{16, 40}));
+  }
+  EXPECT_EQ(count_named(h.model->params(), "h.0.mlp.up.weight"), 1);
+  EXPECT_EQ(count_named(h.model->params(), "ln_f.weight"), 1);
+  check_all_gradients(h, Recompute::None);
+}
+
 // Recomputation must not change a single bit of the gradients: it re-runs the same kernels on
 // the same inputs.
 TEST(GradientCheck, RecomputeModesGiveIdenticalGradients) {
@@ -165,7 +204,7 @@ struct PrecisionRun {
 };
 
 PrecisionRun run_in(DType dtype, const std::map<std::string, std::vector<double>>& values,
-                    const GptConfig& cfg) {
+                    const ModelSpec& cfg) {
   CpuBackend be(2);
   MpiCommunicator tp_comm(MPI_COMM_SELF, "tp");
   const TensorParallel tp{&tp_comm, SequenceParallel::Off};
@@ -200,7 +239,7 @@ PrecisionRun run_in(DType dtype, const std::map<std::string, std::vector<double>
 TEST(GradientCheck, Bf16GradientsFollowTheFp32Model) {
   for (bool tied : {true, false}) {
     SCOPED_TRACE(tied ? "tied" : "untied");
-    GptConfig cfg;
+    ModelSpec cfg;
     cfg.layers = 2;
     cfg.d_model = 64;
     cfg.heads = 4;

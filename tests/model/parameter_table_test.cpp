@@ -14,13 +14,13 @@
 namespace meshtrain {
 namespace {
 
-GptConfig small(bool tied) {
+ModelSpec small(bool tied) {
   return {.layers = 3, .d_model = 8, .heads = 2, .seq_len = 5, .vocab_size = 12, .tie_embeddings = tied};
 }
 
-// GPT-2's parameters in closed form, as gpt_config.cpp computed them before the table: the
+// GPT-2's parameters in closed form, as model_spec.cpp computed them before the table: the
 // table must give the same number for every shape.
-int64_t gpt2_closed_form(const GptConfig& m) {
+int64_t gpt2_closed_form(const ModelSpec& m) {
   const int64_t C = m.d_model;
   const int64_t block = 2 * 2 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C;
   return m.vocab_size * C * (m.tie_embeddings ? 1 : 2) + m.seq_len * C + m.layers * block + 2 * C;
@@ -35,7 +35,7 @@ TEST(ParameterTable, IsWhatEveryChunkOfAnyLayoutRegisters) {
   for (bool tied : {true, false})
     for (int tp : {1, 2})
       for (int chunks : {1, 2, 3}) {
-        const GptConfig cfg = small(tied);
+        const ModelSpec cfg = small(tied);
         const std::vector<ParamEntry> table = parameter_table(cfg);
         CpuBackend planning(0, Execution::Plan);
         MetaCommunicator tp_comm("tp", tp - 1, tp);
@@ -67,7 +67,7 @@ TEST(ParameterTable, CountsGpt2AsItsClosedForm) {
   for (bool tied : {true, false})
     for (int layers : {1, 2, 12})
       for (int64_t C : {8, 96, 768}) {
-        GptConfig m = small(tied);
+        ModelSpec m = small(tied);
         m.layers = layers;
         m.d_model = C;
         m.heads = C / 8;
@@ -76,7 +76,7 @@ TEST(ParameterTable, CountsGpt2AsItsClosedForm) {
         EXPECT_EQ(m.parameter_count(), gpt2_closed_form(m)) << tied << " " << layers << " " << C;
       }
   // GPT-2 small, as published: 124,439,808 parameters.
-  const GptConfig gpt2{.layers = 12, .d_model = 768, .heads = 12, .seq_len = 1024, .vocab_size = 50257};
+  const ModelSpec gpt2{.layers = 12, .d_model = 768, .heads = 12, .seq_len = 1024, .vocab_size = 50257};
   EXPECT_EQ(gpt2.parameter_count(), 124439808);
 }
 

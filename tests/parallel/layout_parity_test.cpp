@@ -44,6 +44,8 @@ struct Layout {
   // speed-weighted pipeline partition (train/work_balance.h).
   std::vector<double> speeds = {};
   int cp = 1;  // context-parallel ranks: each holds 2 of the 2 cp chunks of every sequence
+  // A model of its own (model_variant below); empty: the tiny GPT-2 of testing::tiny_config.
+  std::string model = {};
 
   std::string name() const {
     const char* rc[] = {"none", "selective", "full"};
@@ -51,7 +53,8 @@ struct Layout {
            "_" + std::string(schedule_name(schedule)) + "_v" + std::to_string(virtual_stages) +
            "_m" + std::to_string(16 / (dp * micro_batch)) + (sequence_parallel ? "_sp" : "") +
            "_zero" + std::to_string(zero) + "_rc-" + rc[static_cast<int>(recompute)] +
-           (speeds.empty() ? "" : "_uneven") + (cp > 1 ? "_cp" + std::to_string(cp) : "");
+           (speeds.empty() ? "" : "_uneven") + (cp > 1 ? "_cp" + std::to_string(cp) : "") +
+           (model.empty() ? "" : "_" + model);
   }
   Config apply(Config c) const {
     c.parallel.dp = dp;
@@ -80,6 +83,34 @@ using R = Recompute;
 Layout context_parallel(Layout l, int cp) {
   l.cp = cp;
   return l;
+}
+
+// `l` on another model than the tiny GPT-2 (model_variant).
+Layout on_model(Layout l, std::string model) {
+  l.model = std::move(model);
+  return l;
+}
+
+// The models the matrix trains besides the tiny GPT-2, each against its own single rank: every
+// axis meets each variant of a sub-layer once, not every product.
+ModelSpec model_variant(const std::string& name, ModelSpec m) {
+  if (name == "hd12_ffn80") {
+    // Attention wider than d_model (4 heads x 12 = 48 channels from 32) and an MLP 2.5 x wide:
+    // tp splits both, cp rotates 12-channel heads.
+    m.head_dim_set = 12;
+    m.ffn_hidden_set = 80;
+  } else if (name == "rms_swiglu") {
+    // Llama's sub-layers: RMSNorm, SwiGLU (gate and up split by columns), no biases, untied.
+    m.norm.kind = NormKind::Rms;
+    m.norm.eps = 1e-6;
+    m.activation = ActivationKind::SwiGlu;
+    m.linear_bias = false;
+    m.tie_embeddings = false;
+    m.ffn_hidden_set = 88;
+  } else if (!name.empty()) {
+    ADD_FAILURE() << "unknown model variant " << name;
+  }
+  return m;
 }
 
 // Every axis alone and combined; 1 to 8 micro-batches; all schedules; SP on and off; each ZeRO
@@ -124,6 +155,11 @@ std::vector<Layout> layouts_for(int world) {
         context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2),
         context_parallel({1, 1, 1, S::GPipe, 1, 16, false, 1, R::Full}, 2),
         context_parallel({1, 1, 1, S::OneFOneB, 1, 2, false, 3, R::Selective}, 2),
+        on_model({1, 2, 1, S::OneFOneB, 1, 4, true}, "hd12_ffn80"),
+        on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "hd12_ffn80"),
+        on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "rms_swiglu"),
+        on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, "rms_swiglu"),
+        on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "rms_swiglu"),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
@@ -157,6 +193,9 @@ std::vector<Layout> layouts_for(int world) {
         context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true}, 2),
         context_parallel({1, 1, 2, S::ZeroBubbleH1, 1, 2, false, 1}, 2),
         context_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 2}, 2),
+        on_model({2, 1, 2, S::ZeroBubbleH1, 1, 2, false, 3}, "hd12_ffn80"),
+        on_model({2, 2, 1, S::OneFOneB, 1, 2, true, 1}, "rms_swiglu"),
+        on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true}, 2), "rms_swiglu"),
     };
     case 8: return {
         {2, 2, 2, S::GPipe, 1, 2, false},
@@ -193,6 +232,7 @@ std::vector<std::string> features_of(const Layout& l) {
   if (l.virtual_stages > 1) f.push_back("virtual");
   if (!l.speeds.empty()) f.push_back("uneven");
   if (l.dp * l.micro_batch == 16) f.push_back("one-micro-batch");
+  if (!l.model.empty()) f.push_back(l.model);
   return f;
 }
 
@@ -253,35 +293,43 @@ void check_matrix(DType precision) {
     GTEST_SKIP() << "oneDNN has no bf16 GEMM under this ISA (" << testing::onednn_isa_cap().effective
                  << "; it needs AVX512_CORE): training refuses bf16 here";
   testing::TempDir dir;
-  Config base = testing::tiny_config(dir.path());
-  base.train.precision = precision;
-  const testing::Reference ref = testing::run_reference(base, kSteps);
-  const Tolerances rounding = reference_rounding(base, ref);
-  const std::string dtype(dtype_name(precision));
-  if (world_rank() == 0)
-    std::printf("# %s: the reference's own rounding moves %10.2e %10.2e %10.2e %10.2e\n"
-                "# %s: %-46s %10s %10s %10s %10s  (tolerance: rounding x 2 x (roundings + 1))\n",
-                dtype.c_str(), rounding.loss, rounding.params, rounding.each_tensor, rounding.each_element,
-                dtype.c_str(), "layout", "loss", "params", "tensor", "element");
   // MESHTRAIN_PARITY_LAYOUTS=zb-v runs only the layouts whose name holds that text (a quick
   // check of one schedule; CTest sets nothing and runs them all).
   const char* only = std::getenv("MESHTRAIN_PARITY_LAYOUTS");
-  for (const Layout& l : layouts) {
-    if (only && l.name().find(only) == std::string::npos) continue;
-    SCOPED_TRACE(l.name());
-    const int k = roundings(precision, l);
-    const Tolerances t = testing::parity_tolerances(
-        rounding, k, accumulation_roundoff(precision),
-        static_cast<double>(base.train.global_batch * base.model.seq_len));
-    const testing::ParityResult r = testing::run_parallel(l.apply(base), kSteps, ref);
+  std::vector<std::string> models;  // in order of first use: each has its own reference
+  for (const Layout& l : layouts)
+    if (std::find(models.begin(), models.end(), l.model) == models.end()) models.push_back(l.model);
+  for (const std::string& model : models) {
+    Config base = testing::tiny_config(dir.path());
+    base.train.precision = precision;
+    base.model = model_variant(model, base.model);
+    const testing::Reference ref = testing::run_reference(base, kSteps);
+    const Tolerances rounding = reference_rounding(base, ref);
+    const std::string dtype(dtype_name(precision));
     if (world_rank() == 0)
-      std::printf("  %-52s %10.2e %10.2e %10.2e %10.2e  %s (k %d: %.1e %.1e %.1e %.1e)\n", l.name().c_str(),
-                  r.max_loss_error, r.params_l2_error, r.max_param_l2_error, r.max_param_error,
-                  r.worst_l2_param.c_str(), k, t.loss, t.params, t.each_tensor, t.each_element);
-    EXPECT_LT(r.max_loss_error, t.loss);
-    EXPECT_LT(r.params_l2_error, t.params);
-    EXPECT_LT(r.max_param_l2_error, t.each_tensor) << "worst tensor: " << r.worst_l2_param;
-    EXPECT_LT(r.max_param_error, t.each_element) << "worst element in: " << r.worst_param;
+      std::printf("# %s%s: the reference's own rounding moves %10.2e %10.2e %10.2e %10.2e\n"
+                  "# %s: %-46s %10s %10s %10s %10s  (tolerance: rounding x 2 x (roundings + 1))\n",
+                  dtype.c_str(), model.empty() ? "" : (" " + model).c_str(), rounding.loss,
+                  rounding.params, rounding.each_tensor, rounding.each_element, dtype.c_str(),
+                  "layout", "loss", "params", "tensor", "element");
+    for (const Layout& l : layouts) {
+      if (l.model != model || (only && l.name().find(only) == std::string::npos)) continue;
+      SCOPED_TRACE(l.name());
+      const int k = roundings(precision, l);
+      const Tolerances t = testing::parity_tolerances(
+          rounding, k, accumulation_roundoff(precision),
+          static_cast<double>(base.train.global_batch * base.model.seq_len));
+      const testing::ParityResult r = testing::run_parallel(l.apply(base), kSteps, ref);
+      if (world_rank() == 0)
+        std::printf("  %-52s %10.2e %10.2e %10.2e %10.2e  %s (k %d: %.1e %.1e %.1e %.1e)\n",
+                    l.name().c_str(), r.max_loss_error, r.params_l2_error, r.max_param_l2_error,
+                    r.max_param_error, r.worst_l2_param.c_str(), k, t.loss, t.params, t.each_tensor,
+                    t.each_element);
+      EXPECT_LT(r.max_loss_error, t.loss);
+      EXPECT_LT(r.params_l2_error, t.params);
+      EXPECT_LT(r.max_param_l2_error, t.each_tensor) << "worst tensor: " << r.worst_l2_param;
+      EXPECT_LT(r.max_param_error, t.each_element) << "worst element in: " << r.worst_param;
+    }
   }
 }
 
@@ -321,8 +369,16 @@ void expect_bitwise_equal(const testing::ParityResult& a, const testing::ParityR
   EXPECT_EQ(all_same, 1) << "parameters differ bitwise on some rank";
 }
 
+// The layouts of the tiny GPT-2 (the bitwise checks below run on it alone).
+std::vector<Layout> gpt2_layouts(int world) {
+  std::vector<Layout> out;
+  for (const Layout& l : layouts_for(world))
+    if (l.model.empty()) out.push_back(l);
+  return out;
+}
+
 TEST(LayoutParity, SameLayoutTwiceIsBitwiseIdentical) {
-  const std::vector<Layout> layouts = layouts_for(world_size());
+  const std::vector<Layout> layouts = gpt2_layouts(world_size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for " << world_size() << " ranks";
   for (DType precision : {DType::F32, DType::BF16}) {
     if (precision == DType::BF16 && !cpu_runs_bf16()) continue;  // refused here (check_matrix)
@@ -344,7 +400,7 @@ TEST(LayoutParity, SameLayoutTwiceIsBitwiseIdentical) {
 // reduced once per step (ZeRO 0 and 1) ZB-H1 and 1F1B of the same layout agree bit for bit.
 TEST(LayoutParity, ZeroBubbleIsBitwiseOneFOneB) {
   std::vector<Layout> pairs;
-  for (const Layout& l : layouts_for(world_size()))
+  for (const Layout& l : gpt2_layouts(world_size()))
     if (l.schedule == S::ZeroBubbleH1 && l.zero <= 1) pairs.push_back(l);
   if (pairs.empty()) GTEST_SKIP() << "no zb-h1 layouts with ZeRO 0 or 1 for " << world_size() << " ranks";
   testing::TempDir dir;
@@ -367,7 +423,7 @@ TEST(LayoutParity, ZeroBubbleIsBitwiseOneFOneB) {
 // schedule, and the bits of the unit schedule.
 TEST(LayoutParity, ZeroBubbleIsBitwiseWhateverTheTiming) {
   std::vector<Layout> zero_bubble;
-  for (const Layout& l : layouts_for(world_size()))
+  for (const Layout& l : gpt2_layouts(world_size()))
     if ((l.schedule == S::ZeroBubbleH1 || l.schedule == S::ZeroBubbleV) && l.pp > 1)
       zero_bubble.push_back(l);
   if (zero_bubble.empty()) GTEST_SKIP() << "no zero-bubble pipelines for " << world_size() << " ranks";

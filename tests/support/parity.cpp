@@ -37,7 +37,7 @@ Config tiny_config(const std::string& run_dir) {
   // let "auto" pick a GPU and bf16 where one exists.
   c.run.device = DeviceChoice::Cpu;
   c.train.precision = DType::F32;
-  c.model = GptConfig{8, 32, 4, 16, 256, true};
+  c.model = gpt2_spec(8, 32, 4, 16, 256);
   c.data.synthetic_bytes = 1 << 16;
   c.data.val = "none";
   c.train.steps = 5;

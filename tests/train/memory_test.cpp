@@ -33,7 +33,7 @@ using testing::world_size;
 
 Config memory_config(const std::string& dir) {
   Config c = testing::tiny_config(dir);
-  c.model = GptConfig{4, 64, 4, 32, 256, true};
+  c.model = gpt2_spec(4, 64, 4, 32, 256);
   c.train.global_batch = 8;
   c.train.micro_batch = 2;
   c.parallel.bucket_mb = 0.05;

@@ -22,7 +22,7 @@ namespace {
 TEST(Overfit, TinyModelMemorisesTinyCorpus) {
   testing::TempDir dir;
   Config c = testing::tiny_config(dir.path());
-  c.model = GptConfig{2, 64, 4, 32, 256, true};
+  c.model = gpt2_spec(2, 64, 4, 32, 256);
   c.data.synthetic_bytes = 512;
   c.train.steps = 150;
   c.train.global_batch = 15;

@@ -11,7 +11,7 @@
 namespace meshtrain {
 namespace {
 
-std::string error_of(const Tokenizer& tok, const std::string& prompt, const GptConfig& cfg) {
+std::string error_of(const Tokenizer& tok, const std::string& prompt, const ModelSpec& cfg) {
   try {
     encode_prompt(tok, prompt, cfg, "--prompt", nullptr);
   } catch (const DeckError& e) {
@@ -22,7 +22,7 @@ std::string error_of(const Tokenizer& tok, const std::string& prompt, const GptC
 
 TEST(TextSample, Prompts) {
   const auto tok = make_byte_tokenizer();
-  GptConfig cfg;
+  ModelSpec cfg;
   cfg.vocab_size = 100;
   cfg.seq_len = 8;
   bool implicit = false;

@@ -42,7 +42,7 @@ MachineProfile machine(double inter = 1e9, int ranks_per_node = 8) {
 
 Config deck(int dp, int tp, int pp, int micro_batch = 1, int global_batch = 16) {
   Config c = parse_deck("t.toml", "");
-  c.model = GptConfig{8, 256, 8, 128, 512, true};
+  c.model = gpt2_spec(8, 256, 8, 128, 512);
   c.run.device = DeviceChoice::Cuda;
   c.train.precision = DType::F32;
   c.train.global_batch = global_batch;

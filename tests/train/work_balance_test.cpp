@@ -60,7 +60,7 @@ TEST(ProportionalShares, KeepsGranulesAndAtLeastOneEach) {
 }
 
 TEST(Partition, ASlowerStageGetsFewerLayers) {
-  GptConfig cfg{12, 64, 4, 32, 64, true};
+  ModelSpec cfg = gpt2_spec(12, 64, 4, 32, 64);
   const std::vector<ChunkRange> even = balanced_partition(cfg, 2);
   EXPECT_EQ(even[0].layers(), 6);
   const std::vector<ChunkRange> slow_second = balanced_partition(cfg, 2, {1.0, 0.5});
@@ -79,12 +79,12 @@ TEST(Partition, ASlowerStageGetsFewerLayers) {
 // cheap as any split can (checked against every split), its two chunks as even as they can be.
 TEST(Partition, TheVBalancesStagesNotChunks) {
   struct Case {
-    GptConfig model;
+    ModelSpec model;
     int stages;
   };
-  const Case cases[] = {{{12, 768, 12, 1024, 50257, true}, 2}, {{8, 512, 8, 512, 32000, true}, 2},
-                        {{16, 768, 12, 1024, 50257, true}, 4}, {{24, 1024, 16, 2048, 50257, true}, 4},
-                        {{18, 512, 8, 512, 50257, true}, 3}, {{8, 256, 8, 128, 256, true}, 2}};
+  const Case cases[] = {{gpt2_spec(12, 768, 12, 1024, 50257), 2}, {gpt2_spec(8, 512, 8, 512, 32000), 2},
+                        {gpt2_spec(16, 768, 12, 1024, 50257), 4}, {gpt2_spec(24, 1024, 16, 2048, 50257), 4},
+                        {gpt2_spec(18, 512, 8, 512, 50257), 3}, {gpt2_spec(8, 256, 8, 128, 256), 2}};
   int worse_by_chunks = 0;
   for (const Case& k : cases) {
     Config c;

@@ -9,14 +9,14 @@
 #include "meshtrain/app/commands.h"
 #include "meshtrain/backend/kernel_profile.h"
 #include "meshtrain/config/config.h"
-#include "meshtrain/model/gpt_config.h"
+#include "meshtrain/model/model_spec.h"
 
 namespace meshtrain {
 
 // The deck every suite starts from: `model` on 1 MiB of generated text, no validation, a
 // schedule long enough that the learning rate never decays during a measurement, run
 // directory runs/bench-<suite>.
-Config bench_deck(const std::string& suite, const GptConfig& model);
+Config bench_deck(const std::string& suite, const ModelSpec& model);
 
 // Emulated devices for the suites with a slow rank (hetero, async), collective over the world:
 // where a node's ranks outnumber its usable cores, ranks computing at once are bounded by the

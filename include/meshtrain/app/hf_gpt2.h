@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/model/gpt_config.h"
+#include "meshtrain/model/model_spec.h"
 
 namespace meshtrain {
 
@@ -46,7 +46,7 @@ struct HfTensor {
 
 // Every parameter of `m`'s parameter table, in Hugging Face's order (embeddings, blocks, final
 // norm, head). Throws std::logic_error for a parameter the name templates do not cover.
-std::vector<HfTensor> hf_gpt2_tensors(const GptConfig& m);
+std::vector<HfTensor> hf_gpt2_tensors(const ModelSpec& m);
 
 // meshtrain's (rows, cols) row-major -> HF's (cols, rows), or back (the same operation with the
 // roles swapped): out[c * rows + r] = in[r * cols + c].
@@ -55,7 +55,7 @@ void transpose_2d(const float* in, float* out, int64_t rows, int64_t cols);
 // config.json of GPT2LMHeadModel for `m` (indented JSON text, a trailing newline). torch_dtype:
 // "float32" or "bfloat16". `tokenizer` as the checkpoint records it ("byte"): GPT-2's BPE has
 // <|endoftext|> = 50256 as bos and eos; the byte tokenizer has neither (null).
-std::string hf_gpt2_config_json(const GptConfig& m, const std::string& torch_dtype,
+std::string hf_gpt2_config_json(const ModelSpec& m, const std::string& torch_dtype,
                                 const std::string& tokenizer = "byte");
 
 }  // namespace meshtrain

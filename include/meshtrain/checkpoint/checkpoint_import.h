@@ -16,7 +16,7 @@ namespace meshtrain {
 // The parameter tensors of `config`'s model as a checkpoint stores them: name ("wte",
 // "h.0.attn.qkv.weight") -> global shape, sorted by name: the model's parameter table
 // (model/parameter_table.h), read off the same layers the trainer builds.
-std::map<std::string, std::vector<int64_t>> checkpoint_parameters(const GptConfig& m);
+std::map<std::string, std::vector<int64_t>> checkpoint_parameters(const ModelSpec& m);
 
 // Throws unless an import may write `path`, naming it and what to do instead: it must not exist
 // (unless `replace`: then it may be a file, which is replaced), nor may <path>.tmp (the name it is

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "meshtrain/model/gpt_config.h"
+#include "meshtrain/model/model_spec.h"
 #include "meshtrain/model/recompute.h"
 #include "meshtrain/parallel/grid_shape.h"
 #include "meshtrain/parallel/schedule_kind.h"
@@ -140,7 +140,7 @@ struct Config {
   std::string deck_text;  // the deck as read (stored in checkpoints)
   std::vector<std::string> overrides;  // the --set overrides applied to it, as given (likewise)
   RunOptions run;
-  GptConfig model;
+  ModelSpec model;
   DataOptions data;
   TrainOptions train;
   ParallelOptions parallel;

@@ -1,6 +1,6 @@
 #pragma once
 // Causal multi-head self-attention with biases, tensor-parallel over heads: the QKV projection
-// is column-parallel over (3, C, C) so each rank owns whole heads, the core runs on the local
+// is column-parallel over (3, heads x head_dim, C) so each rank owns whole heads, the core runs on the local
 // heads, and the output projection is row-parallel. Under context parallelism the core is ring
 // attention (model/ring_attention.h), which keeps no softmax: only its rows' log-sum-exp.
 
@@ -8,6 +8,7 @@
 
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/linear.h"
+#include "meshtrain/model/model_spec.h"
 
 namespace meshtrain {
 
@@ -15,14 +16,15 @@ class CausalSelfAttention {
  public:
   struct Saved {
     ColumnParallelLinear::Saved qkv_in;
-    Tensor qkv;    // (N, 3 * C / tp)  as (B, T, 3, NH / tp, HS)
+    Tensor qkv;    // (N, 3 * NH * HS / tp)  as (B, T, 3, NH / tp, HS)
     Tensor probs;  // (B, NH / tp, T, T); empty under selective recomputation and under cp
     Tensor lse;    // under context parallelism: (B, NH / tp, T), the rows' log-sum-exp
-    RowParallelLinear::Saved proj_in;  // attention output (N, C / tp)
+    RowParallelLinear::Saved proj_in;  // attention output (N, NH * HS / tp)
   };
 
-  // residual_scale multiplies the output projection's init std (GPT-2: 1/sqrt(2 * layers)).
-  CausalSelfAttention(const LayerContext& ctx, const std::string& name, int64_t C, int64_t heads,
+  // spec.heads heads of spec.head_dim() channels, from and back to spec.d_model; residual_scale
+  // multiplies the output projection's init std (GPT-2: 1/sqrt(2 * layers)).
+  CausalSelfAttention(const LayerContext& ctx, const std::string& name, const ModelSpec& spec,
                       double residual_scale);
 
   // x (N_local, C) -> (N_local, C), plus `residual` where given (RowParallelLinear::forward).

@@ -1,15 +1,17 @@
 #pragma once
-// A pre-LN transformer block (GPT-2):
-//   x2  = x  + attn(ln_1(x))
-//   out = x2 + mlp(ln_2(x2))
+// A pre-norm transformer block of four named sub-layers, each the variant the ModelSpec picks
+// (model/norm.h, model/feed_forward.h):
+//   x2  = x  + attention(attention_norm(x))          (GPT-2: attn, ln_1)
+//   out = x2 + feed_forward(feed_forward_norm(x2))   (GPT-2: mlp, ln_2)
 // With Recompute::Full only x is kept; backward re-runs the forward into temporaries first.
 
 #include <string>
 
 #include "meshtrain/model/attention.h"
+#include "meshtrain/model/feed_forward.h"
 #include "meshtrain/model/layer.h"
-#include "meshtrain/model/layernorm.h"
-#include "meshtrain/model/mlp.h"
+#include "meshtrain/model/model_spec.h"
+#include "meshtrain/model/norm.h"
 
 namespace meshtrain {
 
@@ -17,13 +19,14 @@ class Block {
  public:
   struct Saved {
     Tensor x;  // (N_local, C), the block input
-    LayerNorm::Saved ln_1;
-    CausalSelfAttention::Saved attn;
-    LayerNorm::Saved ln_2;  // its input is x2
-    Mlp::Saved mlp;
+    Norm::Saved attention_norm;
+    CausalSelfAttention::Saved attention;
+    Norm::Saved feed_forward_norm;  // its input is x2
+    FeedForward::Saved feed_forward;
   };
 
-  Block(const LayerContext& ctx, int index, int64_t C, int64_t heads, int layers);
+  // Its parameters are named "h.<index>.<sub-layer>..." with GPT-2's sub-layer names.
+  Block(const LayerContext& ctx, int index, const ModelSpec& spec);
 
   // x (N_local, C) -> (N_local, C) in Activations; saved according to `recompute`.
   Tensor forward(const Tensor& x, TokenShape shape, Saved& saved, Recompute recompute);
@@ -34,7 +37,7 @@ class Block {
   // Generation: one token x (1, C) at `position` through the block, attending to (and
   // extending) this layer's key/value cache (CausalSelfAttention::decode). Keeps nothing.
   Tensor decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t position);
-  const CausalSelfAttention& attention() const { return attn_; }
+  const CausalSelfAttention& attention() const { return attention_; }
   // Its layers' sheets and the two residual adds (model/cost_sheet.h).
   CostSheet cost_sheet() const;
 
@@ -43,10 +46,10 @@ class Block {
                      Recompute recompute);
 
   LayerContext ctx_;
-  LayerNorm ln_1_;
-  CausalSelfAttention attn_;
-  LayerNorm ln_2_;
-  Mlp mlp_;
+  Norm attention_norm_;
+  CausalSelfAttention attention_;
+  Norm feed_forward_norm_;
+  FeedForward feed_forward_;
 };
 
 }  // namespace meshtrain

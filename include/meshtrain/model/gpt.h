@@ -12,7 +12,7 @@
 
 #include "meshtrain/model/block.h"
 #include "meshtrain/model/embedding.h"
-#include "meshtrain/model/gpt_config.h"
+#include "meshtrain/model/model_spec.h"
 #include "meshtrain/model/lm_head.h"
 #include "meshtrain/model/loss_accumulator.h"
 #include "meshtrain/model/micro_batch.h"
@@ -32,7 +32,7 @@ class ModelChunk {
 
   // tied_wte: on a chunk with the head and tied embeddings, the wte to use (null: make one).
   // loss: where the head adds its loss sums (the model's).
-  ModelChunk(const LayerContext& ctx, const GptConfig& cfg, const ChunkRange& range,
+  ModelChunk(const LayerContext& ctx, const ModelSpec& cfg, const ChunkRange& range,
              Parameter* tied_wte, LossAccumulator& loss);
 
   // input: the previous chunk's output (N_local, C); ignored when this chunk has the embedding.
@@ -76,13 +76,13 @@ class GptModel final : public PipelineStage {
  public:
   // ranges: this rank's chunks, in its virtual-stage order. cp: the context-parallel group,
   // whose ranks each hold part of every sequence.
-  GptModel(Backend& backend, const TensorParallel& tp, const GptConfig& cfg,
+  GptModel(Backend& backend, const TensorParallel& tp, const ModelSpec& cfg,
            const std::vector<ChunkRange>& ranges, DType dtype, ContextParallel cp = {});
 
   ParameterStore& params() override { return store_; }
   ModelChunk& chunk(int v) { return *chunks_[v]; }
   int chunks() const override { return static_cast<int>(chunks_.size()); }
-  const GptConfig& config() const { return cfg_; }
+  const ModelSpec& config() const { return cfg_; }
   DType dtype() const override { return dtype_; }
   Backend& backend() override { return *backend_; }
   const TensorParallel& tp() const { return tp_; }
@@ -105,7 +105,7 @@ class GptModel final : public PipelineStage {
   Backend* backend_;
   TensorParallel tp_;
   ContextParallel cp_;
-  GptConfig cfg_;
+  ModelSpec cfg_;
   DType dtype_;
   ParameterStore store_;
   LossAccumulator loss_;

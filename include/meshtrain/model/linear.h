@@ -24,9 +24,9 @@ class ColumnParallelLinear {
     Tensor inp;  // (N, C): the input after entering the tensor region (gathered under SP)
   };
   // weight_shape: the global weight, split along split_dim; bias_shape: the global bias, split
-  // along its last dimension.
+  // along its last dimension. with_bias false: no bias (Llama's linears).
   ColumnParallelLinear(const LayerContext& ctx, const std::string& name, Shape weight_shape,
-                       int split_dim, Shape bias_shape, double init_std);
+                       int split_dim, Shape bias_shape, double init_std, bool with_bias = true);
 
   // x (N_local, C) -> (N, OC / tp). `tp`: the layer's own, or another setting of the same
   // group (generation runs one token, without sequence parallelism: tp_without_sequence()).
@@ -39,10 +39,19 @@ class ColumnParallelLinear {
   // dy (N, OC / tp) -> dx (N_local, C); the weight and bias gradients now, or kept in
   // `deferred` (model/weight_gradients.h).
   Tensor backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred = nullptr);
+
+  // Two column-parallel layers that read the same input (SwiGLU's gate and up) enter the tensor
+  // region once: forward_entered reads the input another layer's forward entered (its Saved),
+  // and backward_in_region returns the input gradient inside the region, (N, C), which the
+  // caller sums and leaves once (leave_region_backward).
+  Tensor forward_entered(const Saved& entered, MemoryCategory category);
+  Tensor backward_in_region(const Tensor& dy, const Saved& saved,
+                            DeferredWeightGradients* deferred = nullptr);
+  Tensor leave_region_backward(const Tensor& dinp);
   int64_t local_out() const { return weight_.numel() / in_; }
   // Its GEMMs and parameters, from its global shapes (model/cost_sheet.h).
   void add_costs(CostSheet& sheet) const;
-  Parameter& bias() { return bias_; }
+  Parameter* bias() { return bias_; }  // null without a bias
 
  private:
   // forward's product, through the GELU into `out` when `gelu_pre` is given.
@@ -52,7 +61,7 @@ class ColumnParallelLinear {
   LayerContext ctx_;
   int64_t in_;
   Parameter& weight_;
-  Parameter& bias_;
+  Parameter* bias_;  // null: none
 };
 
 class RowParallelLinear {
@@ -61,7 +70,7 @@ class RowParallelLinear {
     Tensor inp;  // (N, C / tp)
   };
   RowParallelLinear(const LayerContext& ctx, const std::string& name, int64_t in, int64_t out,
-                    double init_std);
+                    double init_std, bool with_bias = true);
 
   // x (N, C / tp) -> (N_local, OC); `tp` as for ColumnParallelLinear::forward. With a
   // `residual` (N_local, OC) the output is the layer's plus the residual, added in the GEMM's
@@ -84,7 +93,7 @@ class RowParallelLinear {
   LayerContext ctx_;
   int64_t out_;
   Parameter& weight_;
-  Parameter& bias_;
+  Parameter* bias_;  // null: none
 };
 
 }  // namespace meshtrain

@@ -1,5 +1,5 @@
 #pragma once
-// The head: final LayerNorm, vocabulary-parallel logits (N, V/tp) and softmax cross-entropy that
+// The head: final norm (the spec's kind), vocabulary-parallel logits (N, V/tp) and softmax cross-entropy that
 // never gathers the full vocabulary (see backend/cpu/cross_entropy.cpp for the math).
 //
 // In training the head runs its own backward immediately after the loss: the (N, V/tp) logits
@@ -8,7 +8,7 @@
 // stage then never holds logits of more than one micro-batch, whatever the schedule.
 
 #include "meshtrain/model/layer.h"
-#include "meshtrain/model/layernorm.h"
+#include "meshtrain/model/norm.h"
 #include "meshtrain/model/loss_accumulator.h"
 
 namespace meshtrain {
@@ -20,7 +20,7 @@ class LanguageModelHead {
   };
 
   // weight: the (V/tp, C) slice of the output embedding (wte itself when tied on this rank).
-  LanguageModelHead(const LayerContext& ctx, int64_t C, Parameter& weight);
+  LanguageModelHead(const LayerContext& ctx, int64_t C, const NormSpec& norm, Parameter& weight);
 
   // Adds the sum over the micro-batch's N tokens of the cross-entropy to `loss` (on the device:
   // nothing waits for it here). With `saved`, also the backward pass for d(loss)/d(logit)
@@ -32,16 +32,16 @@ class LanguageModelHead {
   // vocab_begin(), of x (N, C) whole on every rank (never sequence-parallel).
   Tensor logits(const Tensor& x);
   int64_t vocab_begin() const { return weight_.split_begin; }
-  // The final LayerNorm, the logits' GEMM and the cross-entropy over them (model/cost_sheet.h).
+  // The final norm, the logits' GEMM and the cross-entropy over them (model/cost_sheet.h).
   CostSheet cost_sheet() const;
 
  private:
   // From d(loss)/d(logits) (freed on return) to the block stack's input gradient in `saved`.
-  void backward_from_logits(Tensor& dlogits, const Tensor& hin, const LayerNorm::Saved& ln,
+  void backward_from_logits(Tensor& dlogits, const Tensor& hin, const Norm::Saved& ln,
                             Saved* saved);
 
   LayerContext ctx_;
-  LayerNorm ln_f_;
+  Norm ln_f_;
   Parameter& weight_;
 };
 

@@ -17,7 +17,9 @@ class Mlp {
     RowParallelLinear::Saved proj_in;  // GELU output (N, 4C / tp)
   };
 
-  Mlp(const LayerContext& ctx, const std::string& name, int64_t C, int64_t hidden, double residual_scale);
+  // with_bias false: neither linear has a bias.
+  Mlp(const LayerContext& ctx, const std::string& name, int64_t C, int64_t hidden, double residual_scale,
+      bool with_bias = true);
 
   // x (N_local, C) -> (N_local, C); intermediates in `category`, the output in `out_category`.
   // `tp` as for ColumnParallelLinear::forward; `residual`, where given, is added to the output

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "meshtrain/model/gpt_config.h"
+#include "meshtrain/model/model_spec.h"
 #include "meshtrain/model/parameter.h"
 
 namespace meshtrain {
@@ -27,7 +27,7 @@ struct ParamEntry {
 
 // Every parameter of the model `cfg` describes, once each (a tied head is the embedding, not a
 // second entry), in the order the model registers them: embedding, blocks, head.
-std::vector<ParamEntry> parameter_table(const GptConfig& cfg);
+std::vector<ParamEntry> parameter_table(const ModelSpec& cfg);
 
 // The entry of a parameter as registered (its spec), for comparing a built model with the table.
 ParamEntry entry_of(const ParamSpec& spec);

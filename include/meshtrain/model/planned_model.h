@@ -5,13 +5,13 @@
 
 #include <functional>
 
-#include "meshtrain/model/gpt_config.h"
+#include "meshtrain/model/model_spec.h"
 
 namespace meshtrain {
 
 class GptModel;
 
 // Builds the model of `cfg` and hands it to `read`; it lives for that call.
-void read_planned_model(const GptConfig& cfg, const std::function<void(GptModel&)>& read);
+void read_planned_model(const ModelSpec& cfg, const std::function<void(GptModel&)>& read);
 
 }  // namespace meshtrain

@@ -25,7 +25,7 @@ int32_t start_token(const Tokenizer& tokenizer, int64_t vocab_size);
 // for an id >= model.vocab_size or more tokens than model.seq_len. An empty prompt gives
 // {start_token()} and sets *implicit_start.
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& prompt,
-                                   const GptConfig& model, const std::string& what,
+                                   const ModelSpec& model, const std::string& what,
                                    bool* implicit_start);
 
 std::string decode_tokens(const Tokenizer& tokenizer, const std::vector<int32_t>& ids);

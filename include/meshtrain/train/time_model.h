@@ -42,7 +42,7 @@ struct StepTimePrediction {
   // dp_exposed + optimizer.
   int critical_stage = 0;
   double compute_s = 0, tp_comm_s = 0, bubble_s = 0, dp_exposed_s = 0, optimizer_s = 0;
-  double model_flops = 0;  // per step, GptConfig::flops_per_token convention
+  double model_flops = 0;  // per step, ModelSpec::flops_per_token convention
   double mfu = 0;          // model_flops / (world x peak x step_s)
   std::vector<StageTime> stages;
   std::vector<std::string> caveats;  // assumptions the prediction rests on, for the user

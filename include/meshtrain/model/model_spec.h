@@ -1,0 +1,78 @@
+#pragma once
+// The architecture of a decoder-only transformer, as the model layer builds it: sizes, and which
+// variant each sub-layer of a block is (docs/architecture.md, "Adding a model family"). A family ("gpt2") is a set of defaults
+// for these fields (family_defaults); every field is a deck key of [model]. The layers read it
+// and nothing else: a new family is new defaults here and new sub-layer variants in model/.
+
+#include <compare>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+enum class NormKind { Layer, Rms };
+enum class PositionKind { Learned };
+enum class ActivationKind { GeluTanh, SwiGlu };
+enum class FeedForwardKind { Dense };
+
+struct NormSpec {
+  NormKind kind = NormKind::Layer;
+  double eps = 1e-5;
+  auto operator<=>(const NormSpec&) const = default;
+};
+
+struct ModelSpec {
+  std::string family = "gpt2";
+  int layers = 4;
+  int64_t d_model = 128;
+  int64_t heads = 4;
+  // 0: derived (kv_heads = heads, head_dim = d_model / heads, ffn_hidden = 4 d_model): the
+  // accessors below give the value the layers use.
+  int64_t kv_heads_set = 0;
+  int64_t head_dim_set = 0;
+  int64_t ffn_hidden_set = 0;
+  int64_t seq_len = 128;
+  int64_t vocab_size = 256;
+  NormSpec norm;
+  PositionKind positions = PositionKind::Learned;
+  ActivationKind activation = ActivationKind::GeluTanh;
+  FeedForwardKind feed_forward = FeedForwardKind::Dense;
+  bool linear_bias = true;     // every linear layer adds a bias
+  bool tie_embeddings = true;  // the LM head shares the token embedding
+
+  int64_t kv_heads() const { return kv_heads_set ? kv_heads_set : heads; }
+  int64_t head_dim() const { return head_dim_set ? head_dim_set : d_model / heads; }
+  int64_t ffn_hidden() const { return ffn_hidden_set ? ffn_hidden_set : 4 * d_model; }
+  // Parameters of the whole model (global, unsharded).
+  int64_t parameter_count() const;
+  // Training FLOPs per token, summed from the layers' cost sheets (model/model_costs.h): 6 x
+  // (parameters that multiply) + attention, the PaLM convention (arXiv 2204.02311, appendix B).
+  double flops_per_token() const;
+
+  // Every field: what is computed once per architecture (parameter count, cost sheets) is
+  // remembered under the whole spec.
+  auto operator<=>(const ModelSpec&) const = default;
+};
+
+// The families a deck's model.family names, in the order the reference lists them.
+const std::vector<std::string>& model_families();
+// The family's defaults for every field but the sizes (layers, d_model, heads, seq_len,
+// vocab_size), which a deck gives; `sizes` supplies them. Throws std::invalid_argument for a
+// name not in model_families().
+ModelSpec family_defaults(const std::string& family, const ModelSpec& sizes);
+
+// GPT-2 of the given sizes (benchmarks and tests name models this way).
+ModelSpec gpt2_spec(int layers, int64_t d_model, int64_t heads, int64_t seq_len, int64_t vocab_size);
+
+// The names deck keys and checkpoints use for the variants, and back (false: not a name).
+const char* norm_name(NormKind k);
+const char* position_name(PositionKind k);
+const char* activation_name(ActivationKind k);
+const char* feed_forward_name(FeedForwardKind k);
+bool parse_norm(const std::string& s, NormKind& out);
+bool parse_position(const std::string& s, PositionKind& out);
+bool parse_activation(const std::string& s, ActivationKind& out);
+bool parse_feed_forward(const std::string& s, FeedForwardKind& out);
+
+}  // namespace meshtrain

@@ -1,0 +1,88 @@
+// The [model] keys of the deck's schema (deck_schema.h): the architecture, model/model_spec.h.
+
+#include "deck_keys.h"
+#include "meshtrain/config/config.h"
+#include "meshtrain/model/model_spec.h"
+
+namespace meshtrain {
+
+using namespace deck_keys;
+
+void add_model_keys(std::vector<KeySpec>& k) {
+    // [model]
+    k.push_back(int_key("model", "layers", 4, 1, 100000, "Transformer blocks.",
+                        [](Config& c) -> auto& { return c.model.layers; }));
+    k.push_back(int_key("model", "d_model", 128, 1, 1 << 20, "Channels (embedding width).",
+                        [](Config& c) -> auto& { return c.model.d_model; }));
+    k.push_back(int_key("model", "heads", 4, 1, 1 << 16, "Attention heads; divides d_model.",
+                        [](Config& c) -> auto& { return c.model.heads; }));
+    k.push_back(int_key("model", "seq_len", 128, 1, 1 << 20,
+                        "Sequence length T (also the number of learned positions).",
+                        [](Config& c) -> auto& { return c.model.seq_len; }));
+    k.push_back(int_key("model", "vocab_size", 256, 2, 1 << 30,
+                        "Vocabulary; every token of the data must be below it.",
+                        [](Config& c) -> auto& { return c.model.vocab_size; }));
+    k.push_back(bool_key("model", "tie_embeddings", true,
+                         "LM head shares the token embedding (the family's default; GPT-2: true).",
+                         [](Config& c, bool v) { c.model.tie_embeddings = v; }));
+    // The architecture's variants (model/model_spec.h): model.family sets them all, and each
+    // key below overrides one. Applied first, whatever its place in the deck (deck.cpp).
+    k.push_back(choice_key("model", "family", "gpt2", model_families(),
+                           "The model family, whose defaults the keys below override: \"gpt2\" "
+                           "(LayerNorm, learned positions, GELU MLP, biases, tied embeddings).",
+                           [](Config& c, const std::string& v) {
+                             c.model = family_defaults(v, c.model);
+                           }));
+    k.push_back(choice_key("model", "norm", "layernorm",
+                           {norm_name(NormKind::Layer), norm_name(NormKind::Rms)},
+                           "The normalisation before attention, before the feed-forward and "
+                           "before the head: \"layernorm\" (with a bias) or \"rmsnorm\" (Llama, "
+                           "Qwen; no bias, computed in fp32 whatever the precision).",
+                           [](Config& c, const std::string& v) { parse_norm(v, c.model.norm.kind); }));
+    k.push_back(float_key("model", "norm_eps", "1e-5", 0.0, true,
+                          "The norm's epsilon (HF layer_norm_epsilon / rms_norm_eps); LayerNorm's "
+                          "kernels take 1e-5 only.",
+                          [](Config& c, double v) { c.model.norm.eps = v; }));
+    k.push_back(choice_key("model", "positions", "learned", {position_name(PositionKind::Learned)},
+                           "How token positions enter: \"learned\", a (seq_len, d_model) table "
+                           "added to the token embedding.",
+                           [](Config& c, const std::string& v) { parse_position(v, c.model.positions); }));
+    k.push_back(choice_key("model", "activation", "gelu_tanh",
+                           {activation_name(ActivationKind::GeluTanh),
+                            activation_name(ActivationKind::SwiGlu)},
+                           "The feed-forward's activation: \"gelu_tanh\", GELU's tanh "
+                           "approximation (HF \"gelu_new\") between two linears; \"swiglu\", "
+                           "down(silu(gate(x)) * up(x)) (Llama, Qwen: HF \"silu\").",
+                           [](Config& c, const std::string& v) {
+                             parse_activation(v, c.model.activation);
+                           }));
+    k.push_back(choice_key("model", "feed_forward", "dense", {feed_forward_name(FeedForwardKind::Dense)},
+                           "The feed-forward sub-layer of each block: \"dense\", one MLP.",
+                           [](Config& c, const std::string& v) {
+                             parse_feed_forward(v, c.model.feed_forward);
+                           }));
+    k.push_back(bool_key("model", "bias", true,
+                         "Every linear layer adds a bias (the family's default; GPT-2: true).",
+                         [](Config& c, bool v) { c.model.linear_bias = v; }));
+    k.push_back({"model", "head_dim", "integer", "d_model / heads", "integer from 1 to 65536",
+                 "Channels per attention head (HF head_dim); attention runs at heads x head_dim "
+                 "channels, projected from and back to d_model.",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   if (!n.is_integer()) return "is " + toml_type_of(n);
+                   const int64_t v = n.as_integer()->get();
+                   if (v < 1 || v > 65536) return "is out of range";
+                   c.model.head_dim_set = v;
+                   return "";
+                 }});
+    k.push_back({"model", "ffn_hidden", "integer", "4 x d_model", "integer from 1 to 16777216",
+                 "Width of the feed-forward's hidden layer (HF intermediate_size / n_inner).",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   if (!n.is_integer()) return "is " + toml_type_of(n);
+                   const int64_t v = n.as_integer()->get();
+                   if (v < 1 || v > (1 << 24)) return "is out of range";
+                   c.model.ffn_hidden_set = v;
+                   return "";
+                 }});
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,112 @@
+#include "meshtrain/model/model_spec.h"
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "meshtrain/model/model_costs.h"
+#include "meshtrain/model/parameter_table.h"
+
+namespace meshtrain {
+
+int64_t ModelSpec::parameter_count() const {
+  // The strategy advisor asks once per layout (tens of thousands at scale, from several threads),
+  // and the table names every tensor of every layer: the count is remembered per architecture.
+  static std::mutex mutex;
+  static std::map<ModelSpec, int64_t> counted;
+  const ModelSpec& key = *this;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = counted.find(key); it != counted.end()) return it->second;
+  }
+  const int64_t n = total_numel(parameter_table(*this));
+  std::lock_guard<std::mutex> lock(mutex);
+  counted.emplace(key, n);
+  return n;
+}
+
+double ModelSpec::flops_per_token() const {
+  return model_cost_sheet(*this).flops_per_token(static_cast<double>(seq_len));
+}
+
+}  // namespace meshtrain
+
+namespace meshtrain {
+
+namespace {
+
+template <class Kind>
+struct Named {
+  Kind kind;
+  const char* name;
+};
+
+// One table per variant: the name a deck and a checkpoint use for it (HF's where it has one).
+constexpr Named<NormKind> kNorms[] = {{NormKind::Layer, "layernorm"}, {NormKind::Rms, "rmsnorm"}};
+constexpr Named<PositionKind> kPositions[] = {{PositionKind::Learned, "learned"}};
+constexpr Named<ActivationKind> kActivations[] = {{ActivationKind::GeluTanh, "gelu_tanh"},
+                                                   {ActivationKind::SwiGlu, "swiglu"}};
+constexpr Named<FeedForwardKind> kFeedForwards[] = {{FeedForwardKind::Dense, "dense"}};
+
+template <class Kind, size_t N>
+const char* name_of(const Named<Kind> (&table)[N], Kind k) {
+  for (const auto& e : table)
+    if (e.kind == k) return e.name;
+  return "?";
+}
+
+template <class Kind, size_t N>
+bool parse_name(const Named<Kind> (&table)[N], const std::string& s, Kind& out) {
+  for (const auto& e : table)
+    if (s == e.name) {
+      out = e.kind;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+const std::vector<std::string>& model_families() {
+  static const std::vector<std::string> families = {"gpt2"};
+  return families;
+}
+
+ModelSpec family_defaults(const std::string& family, const ModelSpec& sizes) {
+  ModelSpec spec;
+  if (family == "gpt2") {
+    // GPT-2 (Radford et al. 2019): pre-LN blocks of LayerNorm (eps 1e-5, with bias), learned
+    // positions, a 4x MLP with tanh-approximated GELU, biases on every linear layer, tied
+    // embeddings: the struct's own defaults.
+  } else {
+    throw std::invalid_argument("unknown model family '" + family + "'");
+  }
+  spec.family = family;
+  spec.layers = sizes.layers;
+  spec.d_model = sizes.d_model;
+  spec.heads = sizes.heads;
+  spec.seq_len = sizes.seq_len;
+  spec.vocab_size = sizes.vocab_size;
+  return spec;
+}
+
+ModelSpec gpt2_spec(int layers, int64_t d_model, int64_t heads, int64_t seq_len, int64_t vocab_size) {
+  ModelSpec sizes;
+  sizes.layers = layers;
+  sizes.d_model = d_model;
+  sizes.heads = heads;
+  sizes.seq_len = seq_len;
+  sizes.vocab_size = vocab_size;
+  return family_defaults("gpt2", sizes);
+}
+
+const char* norm_name(NormKind k) { return name_of(kNorms, k); }
+const char* position_name(PositionKind k) { return name_of(kPositions, k); }
+const char* activation_name(ActivationKind k) { return name_of(kActivations, k); }
+const char* feed_forward_name(FeedForwardKind k) { return name_of(kFeedForwards, k); }
+bool parse_norm(const std::string& s, NormKind& out) { return parse_name(kNorms, s, out); }
+bool parse_position(const std::string& s, PositionKind& out) { return parse_name(kPositions, s, out); }
+bool parse_activation(const std::string& s, ActivationKind& out) { return parse_name(kActivations, s, out); }
+bool parse_feed_forward(const std::string& s, FeedForwardKind& out) { return parse_name(kFeedForwards, s, out); }
+
+}  // namespace meshtrain

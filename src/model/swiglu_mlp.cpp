@@ -1,0 +1,42 @@
+#include "meshtrain/model/swiglu_mlp.h"
+
+namespace meshtrain {
+
+SwiGluMlp::SwiGluMlp(const LayerContext& ctx, const std::string& name, int64_t C, int64_t hidden,
+                     double residual_scale, bool with_bias)
+    : ctx_(ctx),
+      gate_(ctx, name + ".gate", Shape{hidden, C}, 0, Shape{hidden}, 0.02, with_bias),
+      up_(ctx, name + ".up", Shape{hidden, C}, 0, Shape{hidden}, 0.02, with_bias),
+      down_(ctx, name + ".down", hidden, C, 0.02 * residual_scale, with_bias) {}
+
+Tensor SwiGluMlp::forward(const Tensor& x, Saved& saved, MemoryCategory category,
+                          MemoryCategory out_category, const TensorParallel* tp,
+                          const Tensor* residual) {
+  Backend& be = *ctx_.backend;
+  saved.gate = gate_.forward(x, saved.in, category, tp);
+  saved.up = up_.forward_entered(saved.in, category);
+  Tensor h = be.empty(saved.gate.shape(), x.dtype(), category);
+  be.swiglu_forward(h, saved.gate, saved.up);
+  return down_.forward(h, saved.down_in, out_category, tp, residual);
+}
+
+Tensor SwiGluMlp::backward(const Tensor& dy, const Saved& saved, DeferredWeightGradients* deferred) {
+  Backend& be = *ctx_.backend;
+  const Tensor dh = down_.backward(dy, saved.down_in, deferred);
+  Tensor dgate = be.empty(saved.gate.shape(), dh.dtype(), MemoryCategory::Workspace);
+  Tensor dup = be.empty(saved.up.shape(), dh.dtype(), MemoryCategory::Workspace);
+  be.swiglu_backward(dgate, dup, dh, saved.gate, saved.up);
+  Tensor dx = gate_.backward_in_region(dgate, saved.in, deferred);
+  be.add_inplace(dx, up_.backward_in_region(dup, saved.in, deferred));
+  return gate_.leave_region_backward(dx);
+}
+
+void SwiGluMlp::add_costs(CostSheet& sheet) const {
+  gate_.add_costs(sheet);
+  up_.add_costs(sheet);
+  // SwiGLU reads gate and up and writes their product; backward reads the three and writes two.
+  sheet.add_pass_over_last_outputs(3, 5);
+  down_.add_costs(sheet);
+}
+
+}  // namespace meshtrain
