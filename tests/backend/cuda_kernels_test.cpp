@@ -529,16 +529,16 @@ TEST_P(Attention, MatchesCpu) {
   Tensor cout = e.cpu.empty({B * T, C}, DType::F32, MemoryCategory::Workspace);
   Tensor gprobs = e.gpu.empty({B, NH, T, T}, e.act(), MemoryCategory::Workspace);
   Tensor cprobs = e.cpu.empty({B, NH, T, T}, DType::F32, MemoryCategory::Workspace);
-  e.gpu.attention_forward(gout, gprobs, gqkv, B, T, NH, HS);
-  e.cpu.attention_forward(cout, cprobs, cqkv, B, T, NH, HS);
+  e.gpu.attention_forward(gout, gprobs, gqkv, B, T, NH, NH, HS);
+  e.cpu.attention_forward(cout, cprobs, cqkv, B, T, NH, NH, HS);
   e.expect_close(gout, cout, kAttention, "out");
   if (e.gpu.attention_impl_for(e.act(), B, T, NH, HS) == AttentionImpl::Own)
     e.expect_close(gprobs, cprobs, kAttention, "probs (own kernels keep the CPU's layout)");
 
   Tensor gd = e.gpu.empty({B * T, 3 * C}, e.act(), MemoryCategory::Workspace);
   Tensor cd = e.cpu.empty({B * T, 3 * C}, DType::F32, MemoryCategory::Workspace);
-  e.gpu.attention_backward(gd, e.gpu_act(dout, {B * T, C}), gqkv, gprobs, B, T, NH, HS);
-  e.cpu.attention_backward(cd, e.cpu_t(dout, {B * T, C}), cqkv, cprobs, B, T, NH, HS);
+  e.gpu.attention_backward(gd, e.gpu_act(dout, {B * T, C}), gqkv, gprobs, B, T, NH, NH, HS);
+  e.cpu.attention_backward(cd, e.cpu_t(dout, {B * T, C}), cqkv, cprobs, B, T, NH, NH, HS);
   e.expect_close(gd, cd, kAttention, "dqkv");
 }
 
