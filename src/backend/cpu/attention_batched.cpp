@@ -1,13 +1,14 @@
 // Causal attention in fp32 and bf16 as batched oneDNN matmuls (the math is in attention.cpp):
-// each of the six products is one matmul over all B x NH (batch, head) pairs, on strided views of
-// qkv (B, T, 3, NH, HS), out and dout (B, T, NH, HS), probs and dS (B, NH, T, T); a transpose is
-// a swap of the last two strides. The products are full T x T ones: the zeros above the diagonal
-// of P and dS make them causal, at twice the causal FLOPs, because oneDNN runs these batches far
-// faster whole than in 64-query tiles. Measured on the development machine (2 threads, GPT-2
-// 124M's B 4, T 256, 12 heads of 64; a quiet moment): the six products 2.3 ms forward and 5.2 ms
-// backward (280-380 GFLOP/s counting the full products), against 12 and 16 ms for the per-head
-// OpenBLAS path with its tiles, softmax included; 64-query tiles as batched matmuls ran at
-// 3-25 GFLOP/s.
+// each of the six products is one matmul over all B x NH (batch, head) pairs (with grouped-query
+// heads, one matmul per member of a group over the B x KVH (batch, key/value head) pairs: Views),
+// on strided views of qkv rows of NH + 2 KVH heads, out and dout (B, T, NH, HS), probs and dS
+// (B, NH, T, T); a transpose is a swap of the last two strides. The products are full T x T
+// ones: the zeros above the diagonal of P and dS make them causal, at twice the causal FLOPs,
+// because oneDNN runs these batches far faster whole than in 64-query tiles. Measured on the
+// development machine (2 threads, GPT-2 124M's B 4, T 256, 12 heads of 64; a quiet moment): the
+// six products 2.3 ms forward and 5.2 ms backward (280-380 GFLOP/s counting the full products),
+// against 12 and 16 ms for the per-head OpenBLAS path with its tiles, softmax included; 64-query
+// tiles as batched matmuls ran at 3-25 GFLOP/s.
 
 #include <cmath>
 #include <cstdint>
