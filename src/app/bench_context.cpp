@@ -95,12 +95,12 @@ void ring_overlap(const BenchArgs& args, BenchReport& report) {
       be.fill(lse, -std::numeric_limits<double>::infinity());
       for (int step = 0; step < n; ++step)
         for (const auto& b : ring_attention_blocks(cp, (comm.rank() - step + n) % n, Tl))
-          be.attention_block_forward(out, lse, qkv, kv, B, NH, HS, b);
+          be.attention_block_forward(out, lse, qkv, kv, B, NH, NH, HS, b);
       be.fill(dqkv, 0.0);
       for (int step = 0; step < n; ++step) {
         be.fill(partial, 0.0);
         for (const auto& b : ring_attention_blocks(cp, (comm.rank() - step + n) % n, Tl))
-          be.attention_block_backward(dqkv, partial, dout, out, lse, qkv, kv, B, NH, HS, b);
+          be.attention_block_backward(dqkv, partial, dout, out, lse, qkv, kv, B, NH, NH, HS, b);
         if (step > 0) be.add_inplace(partial, other);
       }
     });

@@ -15,21 +15,23 @@ using contract::str;
 
 namespace {
 
-// The checks both passes share: qkv (B * Tq, 3 C), kv (B * Tk, 2 C), the block's rows inside
-// them, out-like tensors (B * Tq, C) and lse (B, NH, Tq). Messages name the op, the value and
-// the expectation.
+// The checks both passes share: qkv (B * Tq, (NH + 2 KVH) HS), kv (B * Tk, 2 KVH HS), the
+// block's rows inside them, out-like tensors (B * Tq, NH HS) and lse (B, NH, Tq). Messages name
+// the op, the value and the expectation.
 void check_block(const OpContract& c, const Tensor& qkv, const Tensor& kv, const Tensor& out,
-                 const char* out_name, const Tensor& lse, int64_t B, int64_t NH, int64_t HS,
-                 const Backend::AttentionBlock& blk) {
-  if (B <= 0 || NH <= 0 || HS <= 0)
-    c.fail("B, NH, HS must be positive, got " + str(B) + ", " + str(NH) + ", " + str(HS));
-  const int64_t C = NH * HS;
-  if (qkv.shape().rank() != 2 || qkv.dim(1) != 3 * C || qkv.dim(0) % B != 0)
+                 const char* out_name, const Tensor& lse, int64_t B, int64_t NH, int64_t KVH,
+                 int64_t HS, const Backend::AttentionBlock& blk) {
+  if (B <= 0 || NH <= 0 || KVH <= 0 || HS <= 0 || NH % KVH != 0)
+    c.fail("B, NH, KVH, HS must be positive and KVH must divide NH, got " + str(B) + ", " +
+           str(NH) + ", " + str(KVH) + ", " + str(HS));
+  const int64_t C = NH * HS, row = (NH + 2 * KVH) * HS, KC = KVH * HS;
+  if (qkv.shape().rank() != 2 || qkv.dim(1) != row || qkv.dim(0) % B != 0)
     c.fail("qkv is " + qkv.shape().to_string() +
-           ", expected (B * Tq, 3 * NH * HS) with B = " + str(B) + ", 3 * NH * HS = " + str(3 * C));
-  if (kv.shape().rank() != 2 || kv.dim(1) != 2 * C || kv.dim(0) % B != 0)
-    c.fail("kv is " + kv.shape().to_string() +
-           ", expected (B * Tk, 2 * NH * HS) with B = " + str(B) + ", 2 * NH * HS = " + str(2 * C));
+           ", expected (B * Tq, (NH + 2 * KVH) * HS) with B = " + str(B) +
+           ", (NH + 2 * KVH) * HS = " + str(row));
+  if (kv.shape().rank() != 2 || kv.dim(1) != 2 * KC || kv.dim(0) % B != 0)
+    c.fail("kv is " + kv.shape().to_string() + ", expected (B * Tk, 2 * KVH * HS) with B = " +
+           str(B) + ", 2 * KVH * HS = " + str(2 * KC));
   const int64_t Tq = qkv.dim(0) / B, Tk = kv.dim(0) / B;
   auto range = [&](const char* what, int64_t begin, int64_t count, int64_t T) {
     if (begin < 0 || count < 0 || begin + count > T)
@@ -65,19 +67,19 @@ void check_block(const OpContract& c, const Tensor& qkv, const Tensor& kv, const
 }  // namespace
 
 void Backend::attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
-                                      int64_t B, int64_t NH, int64_t HS,
+                                      int64_t B, int64_t NH, int64_t KVH, int64_t HS,
                                       const AttentionBlock& block) {
-  check_block(OpContract(*this, "attention_block_forward"), qkv, kv, out, "out", lse, B, NH, HS,
-              block);
-  do_attention_block_forward(out, lse, qkv, kv, B, NH, HS, block);
+  check_block(OpContract(*this, "attention_block_forward"), qkv, kv, out, "out", lse, B, NH, KVH,
+              HS, block);
+  do_attention_block_forward(out, lse, qkv, kv, B, NH, KVH, HS, block);
 }
 
 void Backend::attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
                                        const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                                       const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
-                                       const AttentionBlock& block) {
+                                       const Tensor& kv, int64_t B, int64_t NH, int64_t KVH,
+                                       int64_t HS, const AttentionBlock& block) {
   const OpContract c(*this, "attention_block_backward");
-  check_block(c, qkv, kv, out, "out", lse, B, NH, HS, block);
+  check_block(c, qkv, kv, out, "out", lse, B, NH, KVH, HS, block);
   if (dout.shape() != out.shape())
     c.fail("dout is " + dout.shape().to_string() + ", expected out's " + out.shape().to_string());
   if (dqkv.shape() != qkv.shape())
@@ -89,7 +91,7 @@ void Backend::attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& 
   c.same_dtype(a, "dkv", dkv);
   c.same_dtype(a, "dout", dout);
   c.on_device({&dqkv, &dkv, &dout});
-  do_attention_block_backward(dqkv, dkv, dout, out, lse, qkv, kv, B, NH, HS, block);
+  do_attention_block_backward(dqkv, dkv, dout, out, lse, qkv, kv, B, NH, KVH, HS, block);
 }
 
 void Backend::copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
@@ -107,13 +109,13 @@ void Backend::copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int6
 }
 
 void Backend::do_attention_block_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, int64_t,
-                                         int64_t, int64_t, const AttentionBlock&) {
+                                         int64_t, int64_t, int64_t, const AttentionBlock&) {
   refuse(name(), "attention_block_forward");
 }
 
 void Backend::do_attention_block_backward(Tensor&, Tensor&, const Tensor&, const Tensor&,
                                           const Tensor&, const Tensor&, const Tensor&, int64_t,
-                                          int64_t, int64_t, const AttentionBlock&) {
+                                          int64_t, int64_t, int64_t, const AttentionBlock&) {
   refuse(name(), "attention_block_backward");
 }
 

@@ -65,15 +65,21 @@ void from_host_doubles(Backend& be, Tensor& t, const std::vector<double>& v) {
 
 void Backend::do_attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
                                   const Tensor& v_cache, int64_t length) {
-  const int64_t NH = k_cache.dim(0), T_max = k_cache.dim(1), HS = k_cache.dim(2);
+  const int64_t KVH = k_cache.dim(0), T_max = k_cache.dim(1), HS = k_cache.dim(2);
+  const int64_t NH = q.numel() / HS, group = NH / KVH;
   const std::vector<double> qh = to_host_doubles(*this, q);
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   std::vector<double> result(static_cast<size_t>(NH * HS), 0.0);
   std::vector<double> p(static_cast<size_t>(length));
+  std::vector<double> k, v;
   for (int64_t h = 0; h < NH; ++h) {
-    // Only the rows written so far: (length, HS) of this head.
-    const std::vector<double> k = to_host_doubles(*this, k_cache.view(h * T_max * HS, {length, HS}));
-    const std::vector<double> v = to_host_doubles(*this, v_cache.view(h * T_max * HS, {length, HS}));
+    // Only the rows written so far: (length, HS) of this head's key/value head, copied once per
+    // group of query heads.
+    const int64_t g = h / group;
+    if (h % group == 0) {
+      k = to_host_doubles(*this, k_cache.view(g * T_max * HS, {length, HS}));
+      v = to_host_doubles(*this, v_cache.view(g * T_max * HS, {length, HS}));
+    }
     const double* qr = qh.data() + h * HS;
     double max = -INFINITY;
     for (int64_t j = 0; j < length; ++j) {

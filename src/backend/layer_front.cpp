@@ -230,14 +230,26 @@ void Backend::matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tenso
 }
 
 namespace {
-// qkv (B, T, 3, NH, HS), `out` (B, T, NH, HS) (the output, or its gradient), probs (B, NH, T, T).
+// The head counts every attention operation shares: KVH key/value heads, each serving a group of
+// NH / KVH query heads.
+void check_heads(const OpContract& c, int64_t NH, int64_t KVH, int64_t HS) {
+  if (NH < 1 || KVH < 1 || HS < 1 || NH % KVH != 0)
+    c.fail("heads NH=" + str(NH) + ", key/value heads KVH=" + str(KVH) + ", head size HS=" +
+           str(HS) + ": all must be positive and KVH must divide NH (KVH == NH for multi-head "
+           "attention, 1 for multi-query)");
+}
+
+// qkv (B, T, NH + 2 KVH, HS), `out` (B, T, NH, HS) (the output, or its gradient), probs
+// (B, NH, T, T).
 void check_attention(const OpContract& c, const Tensor& qkv, const char* out_name,
                      const Tensor& out, const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                     int64_t HS) {
-  if (B < 0 || T < 0 || NH < 0 || HS < 0 || qkv.numel() != B * T * 3 * NH * HS ||
+                     int64_t KVH, int64_t HS) {
+  check_heads(c, NH, KVH, HS);
+  if (B < 0 || T < 0 || qkv.numel() != B * T * (NH + 2 * KVH) * HS ||
       out.numel() != B * T * NH * HS || probs.numel() != B * NH * T * T)
     c.fail("shape mismatch: " + shapes({{"qkv", &qkv}, {out_name, &out}, {"probs", &probs}}) +
-           " for B=" + str(B) + " T=" + str(T) + " NH=" + str(NH) + " HS=" + str(HS));
+           " for B=" + str(B) + " T=" + str(T) + " NH=" + str(NH) + " KVH=" + str(KVH) +
+           " HS=" + str(HS) + " (qkv holds B * T * (NH + 2 KVH) * HS elements)");
   const DType a = qkv.dtype();
   c.same_dtype(a, out_name, out);
   c.same_dtype(a, "probs", probs);
@@ -247,32 +259,35 @@ void check_attention(const OpContract& c, const Tensor& qkv, const char* out_nam
 }  // namespace
 
 void Backend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                                int64_t NH, int64_t HS) {
-  check_attention(OpContract(*this, "attention_forward"), qkv, "out", out, probs, B, T, NH, HS);
-  do_attention_forward(out, probs, qkv, B, T, NH, HS);
+                                int64_t NH, int64_t KVH, int64_t HS) {
+  check_attention(OpContract(*this, "attention_forward"), qkv, "out", out, probs, B, T, NH, KVH,
+                  HS);
+  do_attention_forward(out, probs, qkv, B, T, NH, KVH, HS);
 }
 
 void Backend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                  const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                 int64_t HS) {
+                                 int64_t KVH, int64_t HS) {
   const OpContract c(*this, "attention_backward");
-  check_attention(c, qkv, "dout", dout, probs, B, T, NH, HS);
+  check_attention(c, qkv, "dout", dout, probs, B, T, NH, KVH, HS);
   if (dqkv.shape() != qkv.shape())
     c.fail("dqkv " + dqkv.shape().to_string() + " must match qkv " + qkv.shape().to_string());
   c.same_dtype(qkv.dtype(), "dqkv", dqkv);
   c.on_device("dqkv", dqkv);
-  do_attention_backward(dqkv, dout, qkv, probs, B, T, NH, HS);
+  do_attention_backward(dqkv, dout, qkv, probs, B, T, NH, KVH, HS);
 }
 
 void Backend::attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
                                const Tensor& v_cache, int64_t length) {
   const OpContract c(*this, "attention_decode");
   const bool caches = k_cache.shape().rank() == 3 && v_cache.shape() == k_cache.shape();
-  const int64_t NH = caches ? k_cache.dim(0) : 0, T_max = caches ? k_cache.dim(1) : 0,
+  const int64_t KVH = caches ? k_cache.dim(0) : 0, T_max = caches ? k_cache.dim(1) : 0,
                 HS = caches ? k_cache.dim(2) : 0;
-  if (!caches || length < 1 || length > T_max || q.numel() != NH * HS || out.numel() != NH * HS)
+  const int64_t NH = HS > 0 ? q.numel() / HS : 0;
+  if (!caches || length < 1 || length > T_max || HS < 1 || q.numel() != NH * HS ||
+      out.numel() != NH * HS || KVH < 1 || NH % KVH != 0)
     c.fail("length " + str(length) + " must be in [1, " + str(T_max) +
-           "], q and out (NH, HS), caches alike (NH, T_max, HS); got " +
+           "], q and out (NH, HS), caches alike (KVH, T_max, HS) with KVH dividing NH; got " +
            shapes({{"out", &out}, {"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}}));
   c.on_device({&out, &q, &k_cache, &v_cache});
   do_attention_decode(out, q, k_cache, v_cache, length);

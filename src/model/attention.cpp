@@ -28,7 +28,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& sa
   const MemoryCategory probs_category =
       recompute == Recompute::Selective ? MemoryCategory::Workspace : category;
   Tensor probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, x.dtype(), probs_category);
-  be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_, head_size_);
+  be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_, local_heads_,
+                       head_size_);
   if (recompute != Recompute::Selective) saved.probs = probs;
   return proj_.forward(att, saved.proj_in, category, nullptr, residual);
 }
@@ -67,9 +68,11 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const S
   if (!probs.defined()) {  // selective recomputation: rebuild the softmax from the saved qkv
     probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, dy.dtype(), MemoryCategory::Workspace);
     Tensor att = be.empty(saved.proj_in.inp.shape(), dy.dtype(), MemoryCategory::Workspace);
-    be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_, head_size_);
+    be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_, local_heads_,
+                         head_size_);
   }
-  be.attention_backward(dqkv, datt, saved.qkv, probs, shape.B, shape.T, local_heads_, head_size_);
+  be.attention_backward(dqkv, datt, saved.qkv, probs, shape.B, shape.T, local_heads_,
+                        local_heads_, head_size_);
   return finish_backward(dqkv, saved, deferred);
 }
 

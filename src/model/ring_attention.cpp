@@ -66,7 +66,7 @@ void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out,
     if (step + 1 < n) transfer = pass_on(*cp.comm, held, arriving, kKeysTag);
     const int source = (cp.rank() - step + n) % n;
     for (const Backend::AttentionBlock& b : ring_attention_blocks(cp, source, T)) {
-      be.attention_block_forward(out, lse, qkv, held, B, NH, HS, b);
+      be.attention_block_forward(out, lse, qkv, held, B, NH, NH, HS, b);
       progress(transfer);
     }
     wait_timed(transfer, waited);
@@ -96,7 +96,7 @@ void ring_attention_backward(Backend& be, const ContextParallel& cp, Tensor& dqk
     const int source = (cp.rank() - step + n) % n;
     be.fill(partial, 0.0);
     for (const Backend::AttentionBlock& b : ring_attention_blocks(cp, source, T)) {
-      be.attention_block_backward(dqkv, partial, dout, out, lse, qkv, held, B, NH, HS, b);
+      be.attention_block_backward(dqkv, partial, dout, out, lse, qkv, held, B, NH, NH, HS, b);
       progress(keys);
       progress(gradient);
     }

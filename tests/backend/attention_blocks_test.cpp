@@ -67,10 +67,10 @@ Result full_attention(CpuBackend& be, DType dt, const Case& c, const Vec& qkv, c
   Tensor tqkv = make_tensor(be, qkv, {N, 3 * C}, dt);
   Tensor tout = be.empty({N, C}, dt, MemoryCategory::Workspace);
   Tensor probs = be.empty({c.B, c.NH, c.T, c.T}, dt, MemoryCategory::Workspace);
-  be.attention_forward(tout, probs, tqkv, c.B, c.T, c.NH, c.HS);
+  be.attention_forward(tout, probs, tqkv, c.B, c.T, c.NH, c.NH, c.HS);
   Tensor tdqkv = be.empty({N, 3 * C}, dt, MemoryCategory::Workspace);
   be.attention_backward(tdqkv, make_tensor(be, dout, {N, C}, dt), tqkv, probs, c.B, c.T, c.NH,
-                        c.HS);
+                        c.NH, c.HS);
   Result r{to_host(be, tout), Vec(c.B * c.NH * c.T), to_host(be, tdqkv)};
   const Vec x = to_host(be, tqkv);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.HS));
@@ -112,14 +112,14 @@ Result ring_blocks(CpuBackend& be, DType dt, const Case& c, const Vec& qkv, cons
   be.fill(lse, -std::numeric_limits<double>::infinity());
   std::shuffle(blocks.begin(), blocks.end(), rng);
   for (const Block& blk : blocks)
-    be.attention_block_forward(out, lse, tqkv, kv, c.B, c.NH, c.HS, blk);
+    be.attention_block_forward(out, lse, tqkv, kv, c.B, c.NH, c.NH, c.HS, blk);
 
   Tensor dqkv = be.zeros({N, 3 * C}, dt, MemoryCategory::Workspace);
   Tensor dkv = be.zeros({N, 2 * C}, dt, MemoryCategory::Workspace);
   Tensor tdout = make_tensor(be, dout, {N, C}, dt);
   std::shuffle(blocks.begin(), blocks.end(), rng);
   for (const Block& blk : blocks)
-    be.attention_block_backward(dqkv, dkv, tdout, out, lse, tqkv, kv, c.B, c.NH, c.HS, blk);
+    be.attention_block_backward(dqkv, dkv, tdout, out, lse, tqkv, kv, c.B, c.NH, c.NH, c.HS, blk);
   be.copy_columns(dqkv, C, dkv, 0, 2 * C);
   return {to_host(be, out), to_host(be, lse), to_host(be, dqkv)};
 }
@@ -180,7 +180,8 @@ TEST(AttentionBlocksSingle, OneRowAgainstAllKeys) {
   Tensor out = be.zeros({N, C}, dt, MemoryCategory::Workspace);
   Tensor lse = be.empty({c.B, c.NH, c.T}, dt, MemoryCategory::Workspace);
   be.fill(lse, -std::numeric_limits<double>::infinity());
-  be.attention_block_forward(out, lse, tqkv, kv, c.B, c.NH, c.HS, {c.T - 1, 1, 0, c.T, false});
+  be.attention_block_forward(out, lse, tqkv, kv, c.B, c.NH, c.NH, c.HS,
+                             {c.T - 1, 1, 0, c.T, false});
   const Vec got = to_host(be, out), got_lse = to_host(be, lse);
   for (int64_t b = 0; b < c.B; ++b) {
     for (int64_t x = 0; x < C; ++x) {
@@ -220,11 +221,11 @@ TEST(AttentionBlocksSingle, RefusesBadArgumentsByName) {
   // forward(lse, kv, B, block) and backward(dqkv, dkv, dout, lse, block) with one argument
   // changed from the accepted baseline.
   auto forward = [&](Tensor& l, const Tensor& k, int64_t b, const Block& blk) {
-    be.attention_block_forward(out, l, qkv, k, b, NH, HS, blk);
+    be.attention_block_forward(out, l, qkv, k, b, NH, NH, HS, blk);
   };
   auto backward = [&](Tensor& dq, Tensor& dk, const Tensor& dy, const Tensor& l,
                       const Block& blk) {
-    be.attention_block_backward(dq, dk, dy, out, l, qkv, kv, B, NH, HS, blk);
+    be.attention_block_backward(dq, dk, dy, out, l, qkv, kv, B, NH, NH, HS, blk);
   };
   forward(lse, kv, B, ok);
   backward(dqkv, dkv, dout, lse, ok);
@@ -263,10 +264,12 @@ TEST(AttentionBlocksSingle, PlanningChecksWithoutComputing) {
   Tensor dqkv = be.empty({B * T, 3 * C}, d, MemoryCategory::Workspace);
   Tensor dkv = be.empty({B * T, 2 * C}, d, MemoryCategory::Workspace);
   be.copy_columns(kv, 0, qkv, C, 2 * C);
-  be.attention_block_forward(out, lse, qkv, kv, B, NH, HS, {0, T, 0, T, true});
-  be.attention_block_backward(dqkv, dkv, out, out, lse, qkv, kv, B, NH, HS, {0, T, 0, T, true});
-  EXPECT_THROW(be.attention_block_forward(out, lse, qkv, kv, B, NH, HS, {0, T, 0, T - 1, true}),
-               std::invalid_argument);
+  be.attention_block_forward(out, lse, qkv, kv, B, NH, NH, HS, {0, T, 0, T, true});
+  be.attention_block_backward(dqkv, dkv, out, out, lse, qkv, kv, B, NH, NH, HS,
+                              {0, T, 0, T, true});
+  EXPECT_THROW(
+      be.attention_block_forward(out, lse, qkv, kv, B, NH, NH, HS, {0, T, 0, T - 1, true}),
+      std::invalid_argument);
 }
 
 TEST(AttentionBlocksSingle, CopyColumnsRoundTrip) {

@@ -96,16 +96,16 @@ class RecordingBackend final : public Backend {
                  Rotation rotation) override {
     record(rotation == Rotation::ByAngle ? "rotary_forward" : "rotary_backward");
   }
-  void do_attention_forward(Tensor&, Tensor&, const Tensor&, int64_t, int64_t, int64_t,
+  void do_attention_forward(Tensor&, Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t,
                             int64_t) override {
     record("attention_forward");
   }
   void do_attention_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
-                             int64_t, int64_t) override {
+                             int64_t, int64_t, int64_t) override {
     record("attention_backward");
   }
   void do_attention_block_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
-                                  int64_t, const AttentionBlock&) override {
+                                  int64_t, int64_t, const AttentionBlock&) override {
     record("attention_block_forward");
   }
   void do_copy_columns(Tensor&, int64_t, const Tensor&, int64_t, int64_t) override {
@@ -388,15 +388,16 @@ TEST_F(BackendFrontTest, BiasAndGeluCheckShapes) {
 TEST_F(BackendFrontTest, AttentionChecksItsPackedShapes) {
   const int64_t B = 2, T = 4, NH = 2, HS = 3;
   Tensor qkv = make({B, T, 3 * NH * HS}), out = make({B, T, NH * HS}), probs = make({B, NH, T, T});
-  expect_reaches([&] { be.attention_forward(out, probs, qkv, B, T, NH, HS); }, "attention_forward");
+  expect_reaches([&] { be.attention_forward(out, probs, qkv, B, T, NH, NH, HS); },
+                 "attention_forward");
   expect_refused(
       [&] {
-        be.attention_forward(out, make({B, NH, T, T - 1}), qkv, B, T, NH, HS);
+        be.attention_forward(out, make({B, NH, T, T - 1}), qkv, B, T, NH, NH, HS);
       },
       {"attention_forward: shape mismatch", "probs (2, 2, 4, 3)", "T=4"});
   expect_refused(
       [&] {
-        be.attention_backward(make({B, T, NH * HS}), out, qkv, probs, B, T, NH, HS);
+        be.attention_backward(make({B, T, NH * HS}), out, qkv, probs, B, T, NH, NH, HS);
       },
       {"attention_backward: dqkv (2, 4, 6) must match qkv (2, 4, 18)"});
   Tensor q = make({NH, HS}), cache = make({NH, 8, HS});
@@ -404,23 +405,53 @@ TEST_F(BackendFrontTest, AttentionChecksItsPackedShapes) {
                  {"attention_decode: length 9 must be in [1, 8]"});
 }
 
+// Grouped-query attention: qkv rows of NH + 2 KVH heads, KVH dividing NH, caches of KVH heads.
+TEST_F(BackendFrontTest, GroupedQueryAttentionChecksItsHeads) {
+  const int64_t B = 2, T = 4, NH = 4, KVH = 2, HS = 3;
+  Tensor qkv = make({B, T, (NH + 2 * KVH) * HS}), out = make({B, T, NH * HS});
+  Tensor probs = make({B, NH, T, T});
+  expect_reaches([&] { be.attention_forward(out, probs, qkv, B, T, NH, KVH, HS); },
+                 "attention_forward");
+  expect_reaches([&] { be.attention_backward(qkv, out, qkv, probs, B, T, NH, KVH, HS); },
+                 "attention_backward");
+  expect_refused([&] { be.attention_forward(out, probs, qkv, B, T, NH, 3, HS); },
+                 {"attention_forward: heads NH=4, key/value heads KVH=3", "KVH must divide NH"});
+  expect_refused([&] { be.attention_forward(out, probs, qkv, B, T, NH, 0, HS); },
+                 {"key/value heads KVH=0"});
+  expect_refused([&] { be.attention_forward(out, probs, qkv, B, T, NH, 1, HS); },
+                 {"attention_forward: shape mismatch", "qkv (2, 4, 24)", "KVH=1",
+                  "(NH + 2 KVH) * HS"});
+  Tensor q = make({NH, HS}), cache = make({KVH, 8, HS}), odd = make({3, 8, HS});
+  expect_refused([&] { be.attention_decode(q, q, odd, odd, 8); },
+                 {"attention_decode:", "(KVH, T_max, HS) with KVH dividing NH"});
+}
+
 TEST_F(BackendFrontTest, RingAttentionBlocksCheckTheirGeometry) {
   const int64_t B = 2, NH = 2, HS = 3, C = NH * HS, Tq = 4, Tk = 4;
   Tensor qkv = make({B * Tq, 3 * C}), kv = make({B * Tk, 2 * C}), out = make({B * Tq, C});
   Tensor lse = make({B, NH, Tq});
   const Backend::AttentionBlock square{0, 4, 0, 4, true}, oblong{0, 4, 0, 3, true};
-  expect_reaches([&] { be.attention_block_forward(out, lse, qkv, kv, B, NH, HS, square); },
+  expect_reaches([&] { be.attention_block_forward(out, lse, qkv, kv, B, NH, NH, HS, square); },
                  "attention_block_forward");
-  expect_refused([&] { be.attention_block_forward(out, lse, qkv, kv, B, NH, HS, oblong); },
+  expect_refused([&] { be.attention_block_forward(out, lse, qkv, kv, B, NH, NH, HS, oblong); },
                  {"attention_block_forward: a causal block is square: rows = 4, keys = 3"});
   expect_refused(
       [&] {
-        be.attention_block_forward(out, make({B, NH, Tq + 1}), qkv, kv, B, NH, HS, square);
+        be.attention_block_forward(out, make({B, NH, Tq + 1}), qkv, kv, B, NH, NH, HS, square);
       },
       {"lse is (2, 2, 5), expected (B, NH, Tq) = (2, 2, 4)"});
+  // Grouped-query blocks: kv rows hold KVH heads of K then of V; KVH must divide NH.
+  expect_refused([&] { be.attention_block_forward(out, lse, qkv, kv, B, NH, 3, HS, square); },
+                 {"KVH must divide NH, got 2, 2, 3, 3"});
+  Tensor gqa_qkv = make({B * Tq, (NH + 2) * HS}), gqa_kv = make({B * Tk, 2 * HS});
+  expect_reaches(
+      [&] { be.attention_block_forward(out, lse, gqa_qkv, gqa_kv, B, NH, 1, HS, square); },
+      "attention_block_forward");
+  expect_refused([&] { be.attention_block_forward(out, lse, gqa_qkv, kv, B, NH, 1, HS, square); },
+                 {"kv is (8, 12), expected (B * Tk, 2 * KVH * HS)", "2 * KVH * HS = 6"});
   // The default hook refuses by name, once the geometry holds.
   expect_refused(
-      [&] { be.attention_block_backward(qkv, kv, out, out, lse, qkv, kv, B, NH, HS, square); },
+      [&] { be.attention_block_backward(qkv, kv, out, out, lse, qkv, kv, B, NH, NH, HS, square); },
       {"does not support attention_block_backward (ring attention"});
   expect_reaches([&] { be.copy_columns(out, 0, kv, C, C); }, "copy_columns");
   expect_refused([&] { be.copy_columns(out, 1, kv, C, C); },

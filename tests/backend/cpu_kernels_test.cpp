@@ -138,12 +138,13 @@ TEST_P(CpuKernels, CausalAttention) {
     Tensor tqkv = T(qkv, {c.B * c.T, 3 * C});
     Tensor tout = be.empty({c.B * c.T, C}, dt, MemoryCategory::Workspace);
     Tensor tprobs = be.empty({c.B, c.NH, c.T, c.T}, dt, MemoryCategory::Workspace);
-    be.attention_forward(tout, tprobs, tqkv, c.B, c.T, c.NH, c.HS);
+    be.attention_forward(tout, tprobs, tqkv, c.B, c.T, c.NH, c.NH, c.HS);
     EXPECT_LT(max_relative_error(H(tout), out), tolerance(dt));
     EXPECT_LT(max_relative_error(H(tprobs), probs), tolerance(dt));  // zeros above the diagonal too
 
     Tensor tdqkv = be.empty({c.B * c.T, 3 * C}, dt, MemoryCategory::Workspace);
-    be.attention_backward(tdqkv, T(dout, {c.B * c.T, C}), tqkv, tprobs, c.B, c.T, c.NH, c.HS);
+    be.attention_backward(tdqkv, T(dout, {c.B * c.T, C}), tqkv, tprobs, c.B, c.T, c.NH, c.NH,
+                          c.HS);
     EXPECT_LT(max_relative_error(H(tdqkv), dqkv), tolerance(dt));
   }
 }
@@ -167,12 +168,12 @@ TEST(CpuAttention, BatchedAndPerHeadPathsMatchTheReference) {
     Tensor tout = be.empty({c.B * c.T, C}, dt, MemoryCategory::Workspace);
     Tensor tprobs = be.empty({c.B, c.NH, c.T, c.T}, dt, MemoryCategory::Workspace);
     be.fill(tprobs, 1e30);  // every entry must be written, the upper triangle with zeros
-    be.attention_forward(tout, tprobs, tqkv, c.B, c.T, c.NH, c.HS);
+    be.attention_forward(tout, tprobs, tqkv, c.B, c.T, c.NH, c.NH, c.HS);
     EXPECT_LT(max_relative_error(to_host(be, tout), out), tolerance(dt));
     EXPECT_LT(max_relative_error(to_host(be, tprobs), probs), tolerance(dt));
     Tensor tdqkv = be.empty({c.B * c.T, 3 * C}, dt, MemoryCategory::Workspace);
     be.attention_backward(tdqkv, make_tensor(be, dout, {c.B * c.T, C}, dt), tqkv, tprobs, c.B, c.T,
-                          c.NH, c.HS);
+                          c.NH, c.NH, c.HS);
     EXPECT_LT(max_relative_error(to_host(be, tdqkv), dqkv), tolerance(dt));
   }
 }

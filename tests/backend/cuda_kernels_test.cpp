@@ -497,62 +497,72 @@ INSTANTIATE_TEST_SUITE_P(Cuda, Gelu,
 struct AttentionCase {
   Mode mode;
   AttentionImpl impl;
-  int64_t B, T, NH, HS;
+  int64_t B, T, NH, KVH, HS;  // KVH < NH: grouped-query attention
 };
 std::string attention_name(const ::testing::TestParamInfo<AttentionCase>& i) {
   const auto& p = i.param;
   return mode_name(p.mode) + "_" + std::string(attention_impl_name(p.impl)) + "_B" +
-         std::to_string(p.B) + "_T" + std::to_string(p.T) + "_NH" + std::to_string(p.NH) + "_HS" +
-         std::to_string(p.HS);
+         std::to_string(p.B) + "_T" + std::to_string(p.T) + "_NH" + std::to_string(p.NH) +
+         "_KVH" + std::to_string(p.KVH) + "_HS" + std::to_string(p.HS);
 }
 
 class Attention : public ::testing::TestWithParam<AttentionCase> {};
 
+// The CPU backend's attention (itself checked against a double reference, grouped-query heads
+// included, in gqa_attention_test.cpp) is the reference for both CUDA paths.
 TEST_P(Attention, MatchesCpu) {
   SKIP_WITHOUT_GPU();
-  const auto [mode, impl, B, T, NH, HS] = GetParam();
+  const auto [mode, impl, B, T, NH, KVH, HS] = GetParam();
   Env e(mode, impl);
   // A rejected cuDNN graph skips only where cuDNN is not promised to work; on sm_80/sm_90 with
   // cuDNN 9 it fails (backend/attention_support.h), forced or under Auto alike.
   std::string why;
   if (impl != AttentionImpl::Own && mode == Mode::Bf16 &&
-      e.gpu.attention_impl_for(e.act(), B, T, NH, HS, &why) != AttentionImpl::Cudnn) {
+      e.gpu.attention_impl_for(e.act(), B, T, NH, HS, &why, KVH) != AttentionImpl::Cudnn) {
     const RejectedAttention r =
         judge_rejected_attention(e.gpu.cudnn_platform(), e.act(), B, T, NH, HS, why);
     if (r.is_error) FAIL() << r.message;
     if (impl == AttentionImpl::Cudnn) GTEST_SKIP() << r.message;
   }
-  const int64_t C = NH * HS;
-  const Vec qkv = e.round(random_normal(B * T * 3 * C, 25)), dout = e.round(random_normal(B * T * C, 26));
-  Tensor gqkv = e.gpu_act(qkv, {B * T, 3 * C}), cqkv = e.cpu_t(qkv, {B * T, 3 * C});
+  const int64_t C = NH * HS, W = (NH + 2 * KVH) * HS;
+  const Vec qkv = e.round(random_normal(B * T * W, 25)), dout = e.round(random_normal(B * T * C, 26));
+  Tensor gqkv = e.gpu_act(qkv, {B * T, W}), cqkv = e.cpu_t(qkv, {B * T, W});
   Tensor gout = e.gpu.empty({B * T, C}, e.act(), MemoryCategory::Workspace);
   Tensor cout = e.cpu.empty({B * T, C}, DType::F32, MemoryCategory::Workspace);
   Tensor gprobs = e.gpu.empty({B, NH, T, T}, e.act(), MemoryCategory::Workspace);
   Tensor cprobs = e.cpu.empty({B, NH, T, T}, DType::F32, MemoryCategory::Workspace);
-  e.gpu.attention_forward(gout, gprobs, gqkv, B, T, NH, HS);
-  e.cpu.attention_forward(cout, cprobs, cqkv, B, T, NH, HS);
+  e.gpu.attention_forward(gout, gprobs, gqkv, B, T, NH, KVH, HS);
+  e.cpu.attention_forward(cout, cprobs, cqkv, B, T, NH, KVH, HS);
   e.expect_close(gout, cout, kAttention, "out");
-  if (e.gpu.attention_impl_for(e.act(), B, T, NH, HS) == AttentionImpl::Own)
+  if (e.gpu.attention_impl_for(e.act(), B, T, NH, HS, nullptr, KVH) == AttentionImpl::Own)
     e.expect_close(gprobs, cprobs, kAttention, "probs (own kernels keep the CPU's layout)");
 
-  Tensor gd = e.gpu.empty({B * T, 3 * C}, e.act(), MemoryCategory::Workspace);
-  Tensor cd = e.cpu.empty({B * T, 3 * C}, DType::F32, MemoryCategory::Workspace);
-  e.gpu.attention_backward(gd, e.gpu_act(dout, {B * T, C}), gqkv, gprobs, B, T, NH, HS);
-  e.cpu.attention_backward(cd, e.cpu_t(dout, {B * T, C}), cqkv, cprobs, B, T, NH, HS);
+  Tensor gd = e.gpu.empty({B * T, W}, e.act(), MemoryCategory::Workspace);
+  Tensor cd = e.cpu.empty({B * T, W}, DType::F32, MemoryCategory::Workspace);
+  e.gpu.attention_backward(gd, e.gpu_act(dout, {B * T, C}), gqkv, gprobs, B, T, NH, KVH, HS);
+  e.cpu.attention_backward(cd, e.cpu_t(dout, {B * T, C}), cqkv, cprobs, B, T, NH, KVH, HS);
   e.expect_close(gd, cd, kAttention, "dqkv");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cuda, Attention,
-    ::testing::Values(AttentionCase{Mode::Fp32, AttentionImpl::Own, 2, 7, 3, 4},
-                      AttentionCase{Mode::Fp32, AttentionImpl::Own, 1, 150, 2, 16},
-                      AttentionCase{Mode::Bf16, AttentionImpl::Own, 2, 7, 3, 4},
-                      AttentionCase{Mode::Bf16, AttentionImpl::Own, 1, 150, 2, 16},
-                      AttentionCase{Mode::Bf16, AttentionImpl::Own, 2, 128, 4, 64},
-                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 2, 128, 4, 64},
-                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 1, 1024, 12, 64},
-                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 2, 150, 2, 32},
-                      AttentionCase{Mode::Bf16, AttentionImpl::Auto, 2, 128, 4, 64}),
+    ::testing::Values(AttentionCase{Mode::Fp32, AttentionImpl::Own, 2, 7, 3, 3, 4},
+                      AttentionCase{Mode::Fp32, AttentionImpl::Own, 1, 150, 2, 2, 16},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Own, 2, 7, 3, 3, 4},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Own, 1, 150, 2, 2, 16},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Own, 2, 128, 4, 4, 64},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 2, 128, 4, 4, 64},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 1, 1024, 12, 12, 64},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 2, 150, 2, 2, 32},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Auto, 2, 128, 4, 4, 64},
+                      // grouped-query heads (KVH < NH), multi-query (KVH 1) included
+                      AttentionCase{Mode::Fp32, AttentionImpl::Own, 2, 7, 4, 2, 4},
+                      AttentionCase{Mode::Fp32, AttentionImpl::Own, 1, 150, 4, 1, 16},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Own, 2, 7, 4, 2, 4},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Own, 2, 128, 8, 2, 64},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 2, 128, 4, 2, 64},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 1, 1024, 12, 4, 64},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 2, 128, 8, 1, 64}),
     attention_name);
 
 // ---- cross-entropy ------------------------------------------------------------------------------

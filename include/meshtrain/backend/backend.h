@@ -166,19 +166,27 @@ class Backend {
   void matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
                             const Tensor& pre);
 
-  // Causal self-attention over qkv (B, T, 3, NH, HS): out (B, T, NH, HS). `probs` is
-  // backend-private scratch that the caller sizes (B, NH, T, T) in the activation dtype and
+  // Causal self-attention with grouped-query heads (GQA; KVH == NH is multi-head attention).
+  // Each token's row of qkv holds NH + 2 KVH heads of HS: query heads [0, NH), key heads
+  // [NH, NH + KVH), value heads [NH + KVH, NH + 2 KVH) (Megatron-Core's and Hugging Face's order
+  // once the projections are concatenated; KVH == NH is the (B, T, 3, NH, HS) layout of GPT-2).
+  // Query head h reads key/value head h / (NH / KVH); repeated keys and values are never
+  // materialised. out (B, T, NH, HS). The front requires KVH >= 1 and NH % KVH == 0. `probs`
+  // is backend-private scratch that the caller sizes (B, NH, T, T) in the activation dtype and
   // keeps from forward to backward: the CPU backend (and the CUDA backend's own kernels) store
   // the softmax there (entries above the diagonal are zero); the CUDA backend's fused cuDNN path
-  // stores only what its backward needs (row log-sum-exp and a copy of `out`).
+  // stores only what its backward needs (row log-sum-exp and a copy of `out`). Backward assigns
+  // every column of dqkv; a key/value head's gradient sums its group's query heads in order
+  // (deterministic).
   void attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                         int64_t NH, int64_t HS);
+                         int64_t NH, int64_t KVH, int64_t HS);
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
-                          int64_t B, int64_t T, int64_t NH, int64_t HS);
+                          int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t HS);
   // One query row against a key/value cache (text generation, model/generator.h): for each of
-  // the NH heads, out[h] (HS) = softmax(q[h] . k_cache[h, :length]^T / sqrt(HS))
-  //                             v_cache[h, :length]
-  // with q (NH, HS), k_cache and v_cache (NH, T_max, HS), out (NH, HS); length <= T_max.
+  // the NH query heads, with g = h / (NH / KVH) its key/value head,
+  //   out[h] (HS) = softmax(q[h] . k_cache[g, :length]^T / sqrt(HS)) v_cache[g, :length]
+  // with q (NH, HS), k_cache and v_cache (KVH, T_max, HS), out (NH, HS); length <= T_max; KVH
+  // is read off the caches and must divide NH.
   // The default copies the `length` cached rows to the host and computes there in double (any
   // device, F32/F64/BF16); a device may override it with a kernel. Not on the training path.
   void attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -237,10 +245,12 @@ class Backend {
 
   // ---- ring attention blocks (context parallelism, model/ring_attention.h) ----------------
   // One block of a sequence's attention: the queries in rows [q_begin, q_begin + rows) of each
-  // of the B sequences of qkv (B * Tq, 3 * NH * HS; the Q part, columns [0, C)), against the
-  // keys and values in rows [k_begin, k_begin + keys) of each sequence of kv (B * Tk, 2 * C:
-  // K in columns [0, C), V in [C, 2 C)), C = NH * HS. causal: query row i of the block sees
-  // key rows 0..i of the block only (rows == keys then), else every key of the block.
+  // of the B sequences of qkv (B * Tq, (NH + 2 KVH) * HS, laid out as attention_forward's; the
+  // Q part, columns [0, C)), against the keys and values in rows [k_begin, k_begin + keys) of
+  // each sequence of kv (B * Tk, 2 * KC: K in columns [0, KC), V in [KC, 2 KC)), C = NH * HS,
+  // KC = KVH * HS (ring attention passes kv_heads-sized blocks); query head h reads key/value
+  // head h / (NH / KVH). causal: query row i of the block sees key rows 0..i of the block only
+  // (rows == keys then), else every key of the block.
   struct AttentionBlock {
     int64_t q_begin = 0, rows = 0, k_begin = 0, keys = 0;
     bool causal = false;
@@ -251,13 +261,15 @@ class Backend {
   // exact up to rounding, whatever the order of the blocks.
   // The default refuses by name: only backends with these kernels run context parallelism.
   void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
-                               int64_t B, int64_t NH, int64_t HS, const AttentionBlock& block);
+                               int64_t B, int64_t NH, int64_t KVH, int64_t HS,
+                               const AttentionBlock& block);
   // Adds the block's gradients, given the final out, lse and dout (B * Tq, C): dQ into the Q
-  // columns of dqkv (B * Tq, 3 C), dK and dV into dkv (B * Tk, 2 C). Accumulates (+=): each
-  // query row and each key row collects the gradients of every block it takes part in.
+  // columns of dqkv (qkv's shape), dK and dV into dkv (B * Tk, 2 KC), a key/value head's summed
+  // over its group's query heads in order. Accumulates (+=): each query row and each key row
+  // collects the gradients of every block it takes part in.
   void attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& out,
                                 const Tensor& lse, const Tensor& qkv, const Tensor& kv, int64_t B,
-                                int64_t NH, int64_t HS, const AttentionBlock& block);
+                                int64_t NH, int64_t KVH, int64_t HS, const AttentionBlock& block);
   // dst[:, dst_col + j] = src[:, src_col + j] for j < cols, both 2-D with the same rows and
   // dtype (packing K and V out of qkv, and their gradients back). The default copies row views.
   void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t cols);
@@ -367,19 +379,19 @@ class Backend {
   virtual void do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
                                        const Tensor& pre);
   virtual void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
-                                    int64_t T, int64_t NH, int64_t HS) = 0;
+                                    int64_t T, int64_t NH, int64_t KVH, int64_t HS) = 0;
   virtual void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                      const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                     int64_t HS) = 0;
+                                     int64_t KVH, int64_t HS) = 0;
   virtual void do_attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
                                    const Tensor& v_cache, int64_t length);
   virtual void do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,
-                                          const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
-                                          const AttentionBlock& block);
+                                          const Tensor& kv, int64_t B, int64_t NH, int64_t KVH,
+                                          int64_t HS, const AttentionBlock& block);
   virtual void do_attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
                                            const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                                           const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
-                                           const AttentionBlock& block);
+                                           const Tensor& kv, int64_t B, int64_t NH, int64_t KVH,
+                                           int64_t HS, const AttentionBlock& block);
   virtual void do_copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                                int64_t cols);
   virtual void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) = 0;

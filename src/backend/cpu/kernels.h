@@ -90,31 +90,36 @@ template <class A> void bias_backward(Acc<A>* dbias, const A* dout, int64_t N, i
 template <class A> void gelu_forward(A* out, const A* inp, int64_t n);
 template <class A> void gelu_backward(A* dinp, const A* inp, const A* dout, int64_t n);
 
-// Causal attention (attention.cpp). fp32 and bf16 run batched oneDNN matmuls over all (batch,
-// head) pairs; fp32 runs one pair per OpenMP task with OpenBLAS when `gemm` forces OpenBLAS, as
-// fp64 always does (bf16 then is refused: OpenBLAS has no bf16 GEMM).
+// Causal attention (attention.cpp) with KVH key/value heads shared by groups of NH / KVH query
+// heads, on qkv rows of (NH + 2 KVH) * HS (backend.h). fp32 and bf16 run batched oneDNN matmuls
+// over all (batch, head) pairs; fp32 runs one (batch, key/value head) group per OpenMP task with
+// OpenBLAS when `gemm` forces OpenBLAS, as fp64 always does (bf16 then is refused: OpenBLAS has
+// no bf16 GEMM).
 enum class AttentionPath { Batched, PerHead };
 AttentionPath attention_path(const Gemm& gemm, bool fp64);
 // Acc<A> elements of scratch: forward, the fp32 scores under bf16 (none otherwise); backward,
-// dS of every pair (batched; for bf16 also an fp32 dP ahead of it), or threads * T * T.
+// dS of every pair (batched; for bf16 also an fp32 dP ahead of it, and with groups (KVH < NH)
+// the fp32 sums of dK and dV after it), or threads * T * T.
 template <class A>
 int64_t attention_forward_scratch(const Gemm& gemm, int64_t B, int64_t T_, int64_t NH);
 template <class A>
 int64_t attention_backward_scratch(const Gemm& gemm, int64_t B, int64_t T_, int64_t NH,
-                                   int threads);
+                                   int64_t KVH, int64_t HS, int threads);
 template <class A>
 void attention_forward(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, int64_t T_,
-                       int64_t NH, int64_t HS, Acc<A>* scratch);
+                       int64_t NH, int64_t KVH, int64_t HS, Acc<A>* scratch);
 template <class A>
 void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* probs,
-                        int64_t B, int64_t T_, int64_t NH, int64_t HS, Acc<A>* scratch);
+                        int64_t B, int64_t T_, int64_t NH, int64_t KVH, int64_t HS,
+                        Acc<A>* scratch);
 // The batched paths (attention_batched.cpp); `scores` (fp32, B * NH * T * T) only for bf16.
 template <class A>
 void attention_forward_batched(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, int64_t T_,
-                               int64_t NH, int64_t HS, float* scores);
+                               int64_t NH, int64_t KVH, int64_t HS, float* scores);
 template <class A>
 void attention_backward_batched(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* probs,
-                                int64_t B, int64_t T_, int64_t NH, int64_t HS, float* scratch);
+                                int64_t B, int64_t T_, int64_t NH, int64_t KVH, int64_t HS,
+                                float* scratch);
 
 template <class A>
 void crossentropy_stats(Acc<A>* row_max, Acc<A>* row_sumexp, const A* logits, int64_t N,

@@ -9,8 +9,11 @@
 //   P = exp(S - lse_final),  D_i = <dO_i, O_i> (over the head's HS columns),  dP = dO V^T,
 //   dS = P * (dP - D),  dV += P^T dO,  dQ += scale dS K,  dK += scale dS^T Q         (+=)
 //
-// One (batch, head) pair per OpenMP task (its columns are its own: no races), in row tiles of
-// kTile queries so that scratch is kTile x keys per thread, never rows x keys x B x NH. Products
+// Query head h reads key/value head h / (NH / KVH) (grouped-query attention; KVH == NH is
+// multi-head). Forward runs one (batch, query head) pair per OpenMP task, backward one (batch,
+// key/value head) group, its query heads in order adding into the group's dK and dV (its columns
+// are its own: no races, and sums in a fixed order), in row tiles of kTile queries so that
+// scratch is kTile x keys per thread, never rows x keys x B x NH. Products
 // are single-threaded OpenBLAS calls (blas.h) in Acc<A>: bf16 tiles are widened to fp32 scratch
 // first, and bf16 results round once per block. Also the fast copy_columns (a row loop).
 
@@ -38,11 +41,13 @@ namespace {
 
 constexpr int64_t kTile = kAttentionBlock;  // query rows per product
 
-// The sizes of one call (C = NH * HS; Tq and Tk rows per sequence of qkv and kv) and its block.
+// The sizes of one call (C = NH * HS the width of out, W = (NH + 2 KVH) * HS of a qkv row,
+// KC = KVH * HS of K or V in a kv row; Tq and Tk rows per sequence of qkv and kv) and its block.
 struct BlockGeometry {
-  int64_t B, NH, HS, C, Tq, Tk;
+  int64_t B, NH, KVH, HS, C, W, KC, Tq, Tk;
   Backend::AttentionBlock block;
   int64_t tile() const { return std::min(kTile, block.rows); }
+  int64_t group() const { return NH / KVH; }
 };
 
 // Keys row i of the block (0-based) sees: 0..i when causal, every key otherwise.
@@ -67,16 +72,17 @@ TileView<A> load(const A* src, int64_t ld, int64_t rows, int64_t cols, Acc<A>* s
   }
 }
 
-// Head h's keys and values of the block in sequence b, each (keys, HS) (widened into wk and wv
-// for bf16).
+// Key/value head g's keys and values of the block in sequence b, each (keys, HS) (widened into
+// wk and wv for bf16).
 template <class A> struct KeysValues {
   TileView<A> K, V;
 };
 template <class A>
-KeysValues<A> load_keys_values(const A* kv, const BlockGeometry& g, int64_t b, int64_t h,
+KeysValues<A> load_keys_values(const A* kv, const BlockGeometry& g, int64_t b, int64_t kv_head,
                                Acc<A>* wk, Acc<A>* wv) {
-  const A* k = kv + (b * g.Tk + g.block.k_begin) * 2 * g.C + h * g.HS;
-  return {load(k, 2 * g.C, g.block.keys, g.HS, wk), load(k + g.C, 2 * g.C, g.block.keys, g.HS, wv)};
+  const A* k = kv + (b * g.Tk + g.block.k_begin) * 2 * g.KC + kv_head * g.HS;
+  return {load(k, 2 * g.KC, g.block.keys, g.HS, wk),
+          load(k + g.KC, 2 * g.KC, g.block.keys, g.HS, wv)};
 }
 
 // Elements of Acc<A> per thread: forward S (tile x keys) and O (tile x HS); backward P and dS
@@ -110,15 +116,15 @@ void block_forward(A* out, Acc<A>* lse, const A* qkv, const A* kv, const BlockGe
     E* wq = widened ? O + tile * HS : nullptr;             // bf16 only: Q tile, K, V
     E* wk = widened ? wq + tile * HS : nullptr;
     E* wv = widened ? wk + keys * HS : nullptr;
-    const A* q = qkv + (b * g.Tq + blk.q_begin) * 3 * C + h * HS;
-    const auto [K, V] = load_keys_values(kv, g, b, h, wk, wv);
+    const A* q = qkv + (b * g.Tq + blk.q_begin) * g.W + h * HS;
+    const auto [K, V] = load_keys_values(kv, g, b, h / g.group(), wk, wv);
     A* o = out + (b * g.Tq + blk.q_begin) * C + h * HS;
     E* l = lse + bh * g.Tq + blk.q_begin;
 
     for (int64_t r0 = 0; r0 < blk.rows; r0 += tile) {
       const int64_t rt = std::min(tile, blk.rows - r0);
       const int64_t ku = blk.causal ? r0 + rt : keys;  // keys any row of the tile sees
-      const TileView<A> Q = load(q + r0 * 3 * C, 3 * C, rt, HS, wq);
+      const TileView<A> Q = load(q + r0 * g.W, g.W, rt, HS, wq);
       gemm(CblasNoTrans, CblasTrans, rt, ku, HS, scale, Q.p, Q.ld, K.p, K.ld, E(0), S, keys);
       E lse_blk[kTile];
       for (int64_t t = 0; t < rt; ++t) {
@@ -175,8 +181,8 @@ void block_backward(A* dqkv, A* dkv, const A* dout, const A* out, const Acc<A>* 
   const E scale = static_cast<E>(1.0 / std::sqrt(static_cast<double>(HS)));
   const int64_t per_thread = backward_scratch<A>(g);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(team)
-  for (int64_t bh = 0; bh < g.B * g.NH; ++bh) {
-    const int64_t b = bh / g.NH, h = bh % g.NH;
+  for (int64_t bg = 0; bg < g.B * g.KVH; ++bg) {
+    const int64_t b = bg / g.KVH, kv_head = bg % g.KVH;
     E* P = scratch + omp_get_thread_num() * per_thread;  // (tile, keys)
     E* dS = P + tile * keys;                               // (tile, keys)
     E* dQ = dS + tile * keys;                              // (tile, HS)
@@ -188,57 +194,58 @@ void block_backward(A* dqkv, A* dkv, const A* dout, const A* out, const Acc<A>* 
     E* wk = widened ? wdo + tile * HS : nullptr;
     E* wv = widened ? wk + keys * HS : nullptr;
     const int64_t qrow = b * g.Tq + blk.q_begin, krow = b * g.Tk + blk.k_begin;
-    const A* q = qkv + qrow * 3 * C + h * HS;
-    const A* o = out + qrow * C + h * HS;
-    const A* dO_ = dout + qrow * C + h * HS;
-    const E* l = lse + bh * g.Tq + blk.q_begin;
-    const auto [K, V] = load_keys_values(kv, g, b, h, wk, wv);
-    std::fill(dK, dK + 2 * keys * HS, E(0));  // dK and dV
+    const auto [K, V] = load_keys_values(kv, g, b, kv_head, wk, wv);
+    std::fill(dK, dK + 2 * keys * HS, E(0));  // dK and dV, summed over the group's query heads
 
-    for (int64_t r0 = 0; r0 < blk.rows; r0 += tile) {
-      const int64_t rt = std::min(tile, blk.rows - r0);
-      const int64_t ku = blk.causal ? r0 + rt : keys;
-      const TileView<A> Q = load(q + r0 * 3 * C, 3 * C, rt, HS, wq);
-      const TileView<A> dO = load(dO_ + r0 * C, C, rt, HS, wdo);
-      for (int64_t t = 0; t < rt; ++t) {
-        E dot = 0;
-        for (int64_t c = 0; c < HS; ++c)
-          dot += widen(dO_[(r0 + t) * C + c]) * widen(o[(r0 + t) * C + c]);
-        D[t] = dot;
-      }
-      gemm(CblasNoTrans, CblasTrans, rt, ku, HS, scale, Q.p, Q.ld, K.p, K.ld, E(0), P, keys);
-      gemm(CblasNoTrans, CblasTrans, rt, ku, HS, E(1), dO.p, dO.ld, V.p, V.ld, E(0), dS, keys);
-      for (int64_t t = 0; t < rt; ++t) {
-        E* p = P + t * keys;
-        E* ds = dS + t * keys;
-        const int64_t n = visible(g, r0 + t);
-        const E li = l[r0 + t], Dt = D[t];
+    for (int64_t h = kv_head * g.group(); h < (kv_head + 1) * g.group(); ++h) {
+      const A* q = qkv + qrow * g.W + h * HS;
+      const A* o = out + qrow * C + h * HS;
+      const A* dO_ = dout + qrow * C + h * HS;
+      const E* l = lse + (b * g.NH + h) * g.Tq + blk.q_begin;
+      for (int64_t r0 = 0; r0 < blk.rows; r0 += tile) {
+        const int64_t rt = std::min(tile, blk.rows - r0);
+        const int64_t ku = blk.causal ? r0 + rt : keys;
+        const TileView<A> Q = load(q + r0 * g.W, g.W, rt, HS, wq);
+        const TileView<A> dO = load(dO_ + r0 * C, C, rt, HS, wdo);
+        for (int64_t t = 0; t < rt; ++t) {
+          E dot = 0;
+          for (int64_t c = 0; c < HS; ++c)
+            dot += widen(dO_[(r0 + t) * C + c]) * widen(o[(r0 + t) * C + c]);
+          D[t] = dot;
+        }
+        gemm(CblasNoTrans, CblasTrans, rt, ku, HS, scale, Q.p, Q.ld, K.p, K.ld, E(0), P, keys);
+        gemm(CblasNoTrans, CblasTrans, rt, ku, HS, E(1), dO.p, dO.ld, V.p, V.ld, E(0), dS, keys);
+        for (int64_t t = 0; t < rt; ++t) {
+          E* p = P + t * keys;
+          E* ds = dS + t * keys;
+          const int64_t n = visible(g, r0 + t);
+          const E li = l[r0 + t], Dt = D[t];
 #pragma omp simd
-        for (int64_t j = 0; j < n; ++j) {
-          p[j] = vexp<E>(p[j] - li);
-          ds[j] = p[j] * (ds[j] - Dt);
+          for (int64_t j = 0; j < n; ++j) {
+            p[j] = vexp<E>(p[j] - li);
+            ds[j] = p[j] * (ds[j] - Dt);
+          }
+          if (ku > n) {  // the products below read the masked entries
+            std::memset(p + n, 0, static_cast<size_t>(ku - n) * sizeof(E));
+            std::memset(ds + n, 0, static_cast<size_t>(ku - n) * sizeof(E));
+          }
         }
-        if (ku > n) {  // the products below read the masked entries
-          std::memset(p + n, 0, static_cast<size_t>(ku - n) * sizeof(E));
-          std::memset(ds + n, 0, static_cast<size_t>(ku - n) * sizeof(E));
-        }
+        gemm(CblasTrans, CblasNoTrans, ku, HS, rt, E(1), P, keys, dO.p, dO.ld, E(1), dV, HS);
+        gemm(CblasTrans, CblasNoTrans, ku, HS, rt, scale, dS, keys, Q.p, Q.ld, E(1), dK, HS);
+        gemm(CblasNoTrans, CblasNoTrans, rt, HS, ku, scale, dS, keys, K.p, K.ld, E(0), dQ, HS);
+        add_into<A>(dqkv + (qrow + r0) * g.W + h * HS, g.W, dQ, rt, HS);
       }
-      gemm(CblasTrans, CblasNoTrans, ku, HS, rt, E(1), P, keys, dO.p, dO.ld, E(1), dV, HS);
-      gemm(CblasTrans, CblasNoTrans, ku, HS, rt, scale, dS, keys, Q.p, Q.ld, E(1), dK, HS);
-      gemm(CblasNoTrans, CblasNoTrans, rt, HS, ku, scale, dS, keys, K.p, K.ld, E(0), dQ, HS);
-      add_into<A>(dqkv + (qrow + r0) * 3 * C + h * HS, 3 * C, dQ, rt, HS);
     }
-    add_into<A>(dkv + krow * 2 * C + h * HS, 2 * C, dK, keys, HS);
-    add_into<A>(dkv + krow * 2 * C + C + h * HS, 2 * C, dV, keys, HS);
+    add_into<A>(dkv + krow * 2 * g.KC + kv_head * HS, 2 * g.KC, dK, keys, HS);
+    add_into<A>(dkv + krow * 2 * g.KC + g.KC + kv_head * HS, 2 * g.KC, dV, keys, HS);
   }
 }
 
 // The geometry of a block the Backend front has checked (attention_blocks.cpp).
-BlockGeometry block_geometry(const Tensor& qkv, const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
-                             const Backend::AttentionBlock& blk) {
-  const int64_t C = NH * HS;
+BlockGeometry block_geometry(const Tensor& qkv, const Tensor& kv, int64_t B, int64_t NH,
+                             int64_t KVH, int64_t HS, const Backend::AttentionBlock& blk) {
   const int64_t Tq = qkv.dim(0) / B, Tk = kv.dim(0) / B;
-  return {B, NH, HS, C, Tq, Tk, blk};
+  return {B, NH, KVH, HS, NH * HS, (NH + 2 * KVH) * HS, KVH * HS, Tq, Tk, blk};
 }
 
 }  // namespace
@@ -251,10 +258,10 @@ using cpu::ptr;
 // Scratch (Workspace, counted by the planner): per thread, a tile of scores and its partners
 // (cpu::forward_scratch / backward_scratch).
 void CpuBackend::do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,
-                                            const Tensor& kv, int64_t B, int64_t NH, int64_t HS,
-                                            const AttentionBlock& block) {
+                                            const Tensor& kv, int64_t B, int64_t NH, int64_t KVH,
+                                            int64_t HS, const AttentionBlock& block) {
   const char* op = "attention_block_forward";
-  const cpu::BlockGeometry g = cpu::block_geometry(qkv, kv, B, NH, HS, block);
+  const cpu::BlockGeometry g = cpu::block_geometry(qkv, kv, B, NH, KVH, HS, block);
   KernelProfile::Scope timed(profile_, op,
                              (block.causal ? 2.0 : 4.0) * B * NH * block.rows * block.keys * HS);
   const DType a = qkv.dtype();
@@ -273,16 +280,17 @@ void CpuBackend::do_attention_block_forward(Tensor& out, Tensor& lse, const Tens
 void CpuBackend::do_attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
                                              const Tensor& out, const Tensor& lse,
                                              const Tensor& qkv, const Tensor& kv, int64_t B,
-                                             int64_t NH, int64_t HS, const AttentionBlock& block) {
+                                             int64_t NH, int64_t KVH, int64_t HS,
+                                             const AttentionBlock& block) {
   const char* op = "attention_block_backward";
-  const cpu::BlockGeometry g = cpu::block_geometry(qkv, kv, B, NH, HS, block);
+  const cpu::BlockGeometry g = cpu::block_geometry(qkv, kv, B, NH, KVH, HS, block);
   KernelProfile::Scope timed(profile_, op,
                              (block.causal ? 5.0 : 10.0) * B * NH * block.rows * block.keys * HS);
   const DType a = qkv.dtype();
   dispatch(false, op, a, [&](auto tag) {
     using E = decltype(tag);
     if (block.rows == 0) return;
-    const int team = static_cast<int>(std::min<int64_t>(threads(), B * NH));
+    const int team = static_cast<int>(std::min<int64_t>(threads(), B * KVH));
     Tensor scratch = empty({team * cpu::backward_scratch<E>(g)}, cpu::wide(a),
                            MemoryCategory::Workspace);
     if (planning_) return;

@@ -54,6 +54,13 @@ __global__ void causal_softmax_backward_kernel(T* dscores, const T* probs, const
     ds[j] = from_float<T>(j <= i ? to_float(p[j]) * (dp[j] - dot) * scale : 0.f);
 }
 
+__global__ void narrow_rows_kernel(bf16* dst, int64_t ld_dst, const float* src, int64_t rows,
+                                   int64_t cols) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= rows * cols) return;
+  dst[(i / cols) * ld_dst + i % cols] = from_float<bf16>(src[i]);
+}
+
 unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
@@ -73,6 +80,15 @@ void causal_softmax_backward(T* dscores, const T* probs, const float* dprobs, in
   if (rows == 0) return;
   causal_softmax_backward_kernel<<<row_blocks(rows), kThreads, 0, s>>>(dscores, probs, dprobs,
                                                                        rows, T_, scale);
+  check_launch("attention_backward");
+}
+
+void narrow_rows(bf16* dst, int64_t ld_dst, const float* src, int64_t rows, int64_t cols,
+                 cudaStream_t s) {
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  narrow_rows_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      dst, ld_dst, src, rows, cols);
   check_launch("attention_backward");
 }
 

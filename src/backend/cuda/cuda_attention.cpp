@@ -2,20 +2,23 @@
 // and the own implementation's GEMMs.
 //
 // Own implementation, per batch entry b (batched over heads: a head's Q, K, V are the columns
-// h*HS..h*HS+HS-1 of qkv's row blocks, so the batch stride is HS), column-major views of
-// row-major matrices as in cuda_matmul.cpp, scale = 1/sqrt(HS):
+// h*HS..h*HS+HS-1 of their part of qkv's rows, so the batch stride is HS; with grouped-query
+// heads one call per member of a group, OwnLayout below), column-major views of row-major
+// matrices as in cuda_matmul.cpp, scale = 1/sqrt(HS):
 //   S^T (T x T) = K Q^T * scale        (into probs in fp32, into an fp32 scratch in bf16)
 //   P = causal softmax of S            (attention.cu; probs keeps it, zeros above the diagonal)
 //   O^T (HS x T) = V^T P^T
 // backward:
 //   dP^T = V dO^T;   dV^T = dO^T P;   dS = P (dP - rowsum(P dP)) scale;
 //   dQ^T = K^T dS^T; dK^T = Q^T dS
+// (dK and dV of a key/value head summed over its group's query heads, in order).
 // The GEMMs run over full T x T tiles (the zeros above the diagonal make that exact); half of
 // that work is wasted, which the cuDNN path avoids.
 //
 // cuDNN path (bf16): probs is only scratch; its bytes hold the row log-sum-exp (B, NH, T) fp32
 // at offset 0 and, 256 bytes aligned after it, a copy of out (B, T, NH, HS) bf16, which the
-// fused backward needs and the Backend interface does not pass back.
+// fused backward needs and the Backend interface does not pass back. cuDNN takes grouped-query
+// heads natively (K and V of KVH heads; cudnn_attention.h).
 
 #include <cmath>
 #include <cstdint>
@@ -34,7 +37,7 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
-size_t cudnn_scratch_bytes(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+size_t cudnn_scratch_bytes(int64_t B, int64_t T, int64_t NH, int64_t HS) {  // stats, out copy
   return align_up(static_cast<size_t>(B * NH * T) * sizeof(float)) +
          static_cast<size_t>(B * T * NH * HS) * sizeof(bf16);
 }
@@ -56,21 +59,21 @@ namespace {
 // Why cuDNN cannot run this shape ("" if it can): the backend's own preconditions, then cuDNN's
 // plans (built and cached on first use).
 std::string cudnn_refusal(cuda::CudnnAttention* cudnn, const std::string& init_error, size_t probs_bytes,
-                          int64_t B, int64_t T, int64_t NH, int64_t HS) {
+                          int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t HS) {
   if (!cudnn) return "cuDNN did not initialise: " + init_error;
   if (HS % 8 != 0) return "the head size is not a multiple of 8";
   if (probs_bytes < cudnn_scratch_bytes(B, T, NH, HS))
     return "the probs scratch is too small for the statistics and a copy of out (T < HS + 2)";
   std::string why;
-  return cudnn->prepare({B, T, NH, HS}, &why) ? "" : why;
+  return cudnn->prepare({B, T, NH, KVH, HS}, &why) ? "" : why;
 }
 }  // namespace
 
 bool CudaBackend::cudnn_attention_usable(const Tensor& qkv, const Tensor& probs, int64_t B,
-                                         int64_t T, int64_t NH, int64_t HS) {
+                                         int64_t T, int64_t NH, int64_t KVH, int64_t HS) {
   if (options_.attention == AttentionImpl::Own || qkv.dtype() != DType::BF16) return false;
   const std::string why =
-      cudnn_refusal(lib_->cudnn.get(), lib_->cudnn_error, probs.nbytes(), B, T, NH, HS);
+      cudnn_refusal(lib_->cudnn.get(), lib_->cudnn_error, probs.nbytes(), B, T, NH, KVH, HS);
   if (why.empty()) return true;
   if (options_.attention == AttentionImpl::Cudnn)
     cuda::fail("attention_forward", "attention = \"cudnn\" but " + why);
@@ -89,24 +92,24 @@ bool CudaBackend::cudnn_attention_usable(const Tensor& qkv, const Tensor& probs,
 }
 
 AttentionImpl CudaBackend::attention_impl_for(DType dtype, int64_t B, int64_t T, int64_t NH,
-                                              int64_t HS, std::string* why) {
+                                              int64_t HS, std::string* why, int64_t KVH) {
   if (options_.attention == AttentionImpl::Own || dtype != DType::BF16) return AttentionImpl::Own;
   const std::string refusal = cudnn_refusal(lib_->cudnn.get(), lib_->cudnn_error,
                                             static_cast<size_t>(B * NH * T * T) * sizeof(bf16),
-                                            B, T, NH, HS);
+                                            B, T, NH, KVH > 0 ? KVH : NH, HS);
   if (why) *why = refusal;
   return refusal.empty() ? AttentionImpl::Cudnn : AttentionImpl::Own;
 }
 
 void CudaBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
-                                       int64_t T, int64_t NH, int64_t HS) {
+                                       int64_t T, int64_t NH, int64_t KVH, int64_t HS) {
   // Causal work counted full, as PaLM does: QK^T and PV, 2 T^2 HS each per head.
   cuda::TimedOp timed(profile_, stream_, "attention_forward",
                       4.0 * double(B) * double(NH) * double(T) * double(T) * double(HS));
   const char* op = "attention_forward";
-  if (!cudnn_attention_usable(qkv, probs, B, T, NH, HS))
-    return own_attention_forward(out, probs, qkv, B, T, NH, HS);
-  const cuda::AttentionShape shape{B, T, NH, HS};
+  if (!cudnn_attention_usable(qkv, probs, B, T, NH, KVH, HS))
+    return own_attention_forward(out, probs, qkv, B, T, NH, KVH, HS);
+  const cuda::AttentionShape shape{B, T, NH, KVH, HS};
   const size_t ws_bytes = lib_->cudnn->forward_workspace(shape);
   Tensor ws = empty({static_cast<int64_t>((ws_bytes + 3) / 4 + 1)}, DType::F32, MemoryCategory::Workspace);
   auto* scratch = static_cast<char*>(probs.raw());
@@ -120,13 +123,13 @@ void CudaBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor&
 
 void CudaBackend::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                         const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                        int64_t HS) {
+                                        int64_t KVH, int64_t HS) {
   cuda::TimedOp timed(profile_, stream_, "attention_backward",
                       8.0 * double(B) * double(NH) * double(T) * double(T) * double(HS));
   const char* op = "attention_backward";
-  if (!cudnn_attention_usable(qkv, probs, B, T, NH, HS))
-    return own_attention_backward(dqkv, dout, qkv, probs, B, T, NH, HS);
-  const cuda::AttentionShape shape{B, T, NH, HS};
+  if (!cudnn_attention_usable(qkv, probs, B, T, NH, KVH, HS))
+    return own_attention_backward(dqkv, dout, qkv, probs, B, T, NH, KVH, HS);
+  const cuda::AttentionShape shape{B, T, NH, KVH, HS};
   const size_t ws_bytes = lib_->cudnn->backward_workspace(shape);
   Tensor ws = empty({static_cast<int64_t>((ws_bytes + 3) / 4 + 1)}, DType::F32, MemoryCategory::Workspace);
   const auto* scratch = static_cast<const char*>(probs.raw());
@@ -137,10 +140,27 @@ void CudaBackend::do_attention_backward(Tensor& dqkv, const Tensor& dout, const 
                         stream_);
 }
 
+namespace {
+// The strides of the own path's GEMMs, in elements. A qkv row holds W = (NH + 2 KVH) HS: query
+// heads, then key heads, then value heads. Each GEMM runs batched over the KVH key/value heads,
+// once per member j of a group of G = NH / KVH query heads: query-side operands (Q, O, dO, P, dS)
+// start j heads in and step G heads per batch entry, key-side ones (K, V) step one head. G == 1
+// is one call batched over the NH heads.
+struct OwnLayout {
+  int64_t T, NH, KVH, HS;
+  int64_t G() const { return NH / KVH; }
+  int64_t C() const { return NH * HS; }
+  int64_t W() const { return (NH + 2 * KVH) * HS; }
+  int64_t head_step() const { return G() * HS; }  // batch stride of Q, O, dO
+  int64_t probs_step() const { return G() * T * T; }  // of P, S, dP, dS
+};
+}  // namespace
+
 void CudaBackend::own_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
-                                        int64_t T, int64_t NH, int64_t HS) {
+                                        int64_t T, int64_t NH, int64_t KVH, int64_t HS) {
   const char* op = "attention_forward";
-  const int64_t C = NH * HS;
+  const OwnLayout L{T, NH, KVH, HS};
+  const int64_t C = L.C(), W = L.W();
   const DType a = qkv.dtype();
   const int64_t es = static_cast<int64_t>(dtype_size(a));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
@@ -151,45 +171,50 @@ void CudaBackend::own_attention_forward(Tensor& out, Tensor& probs, const Tensor
   auto* probs_bytes = static_cast<char*>(probs.raw());
   auto* out_bytes = static_cast<char*>(out.raw());
   for (int64_t b = 0; b < B; ++b) {
-    const char* q = qkv_bytes + b * T * 3 * C * es;
+    const char* q = qkv_bytes + b * T * W * es;
     const char* k = q + C * es;
-    const char* v = q + 2 * C * es;
+    const char* v = k + KVH * HS * es;
     char* p = probs_bytes + b * NH * T * T * es;
     float* s = a == DType::F32 ? reinterpret_cast<float*>(p) : static_cast<float*>(scores.raw());
 
-    cuda::GemmCall g1;  // S^T = K Q^T * scale
-    g1.op = op;
-    g1.m = T; g1.n = T; g1.k = HS;
-    g1.a = {k, 3 * C, HS, true};
-    g1.b = {q, 3 * C, HS, false};
-    g1.d = s; g1.ldd = T; g1.stride_d = T * T;
-    g1.batch = NH;
-    g1.input = a; g1.output = DType::F32;
-    g1.alpha = scale;
-    lib_->gemm->run(g1, stream_);
+    for (int64_t j = 0; j < L.G(); ++j) {
+      cuda::GemmCall g1;  // S^T = K Q^T * scale
+      g1.op = op;
+      g1.m = T; g1.n = T; g1.k = HS;
+      g1.a = {k, W, HS, true};
+      g1.b = {q + j * HS * es, W, L.head_step(), false};
+      g1.d = s + j * T * T; g1.ldd = T; g1.stride_d = L.probs_step();
+      g1.batch = KVH;
+      g1.input = a; g1.output = DType::F32;
+      g1.alpha = scale;
+      lib_->gemm->run(g1, stream_);
+    }
 
     if (a == DType::F32)
       cuda::causal_softmax_forward(reinterpret_cast<float*>(p), s, NH * T, T, stream_);
     else
       cuda::causal_softmax_forward(reinterpret_cast<bf16*>(p), s, NH * T, T, stream_);
 
-    cuda::GemmCall g2;  // O^T = V^T P^T
-    g2.op = op;
-    g2.m = HS; g2.n = T; g2.k = T;
-    g2.a = {v, 3 * C, HS, false};
-    g2.b = {p, T, T * T, false};
-    g2.d = out_bytes + b * T * C * es; g2.ldd = C; g2.stride_d = HS;
-    g2.batch = NH;
-    g2.input = g2.output = a;
-    lib_->gemm->run(g2, stream_);
+    for (int64_t j = 0; j < L.G(); ++j) {
+      cuda::GemmCall g2;  // O^T = V^T P^T
+      g2.op = op;
+      g2.m = HS; g2.n = T; g2.k = T;
+      g2.a = {v, W, HS, false};
+      g2.b = {p + j * T * T * es, T, L.probs_step(), false};
+      g2.d = out_bytes + (b * T * C + j * HS) * es; g2.ldd = C; g2.stride_d = L.head_step();
+      g2.batch = KVH;
+      g2.input = g2.output = a;
+      lib_->gemm->run(g2, stream_);
+    }
   }
 }
 
 void CudaBackend::own_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                          const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                         int64_t HS) {
+                                         int64_t KVH, int64_t HS) {
   const char* op = "attention_backward";
-  const int64_t C = NH * HS;
+  const OwnLayout L{T, NH, KVH, HS};
+  const int64_t C = L.C(), W = L.W(), KC = KVH * HS;
   const DType a = qkv.dtype();
   const int64_t es = static_cast<int64_t>(dtype_size(a));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
@@ -197,40 +222,65 @@ void CudaBackend::own_attention_backward(Tensor& dqkv, const Tensor& dout, const
   // bf16: dS must be bf16 to meet K and Q in a bf16 GEMM; fp32: dS overwrites dP in place.
   Tensor ds_bf16;
   if (a != DType::F32) ds_bf16 = empty({NH, T, T}, DType::BF16, MemoryCategory::Workspace);
-  const void* ds = a == DType::F32 ? dp.raw() : ds_bf16.raw();
+  const char* ds = static_cast<const char*>(a == DType::F32 ? dp.raw() : ds_bf16.raw());
+  // Groups under bf16: dK and dV of a key/value head sum G products in fp32 here, (T, KVH * HS),
+  // rounded once into dqkv (fp32 adds the products straight into dqkv).
+  const bool widen_sums = L.G() > 1 && a != DType::F32;
+  Tensor sums;
+  if (widen_sums) sums = empty({T, KC}, DType::F32, MemoryCategory::Workspace);
   auto* qkv_bytes = static_cast<const char*>(qkv.raw());
   auto* dqkv_bytes = static_cast<char*>(dqkv.raw());
   auto* probs_bytes = static_cast<const char*>(probs.raw());
   auto* dout_bytes = static_cast<const char*>(dout.raw());
+  // dX^T (HS x T per key/value head, X = K or V, inside dqkv) = sum over j of the products that
+  // `member` describes, in order j = 0, 1, ...: deterministic.
+  auto group_sum = [&](char* dx, auto member) {
+    for (int64_t j = 0; j < L.G(); ++j) {
+      cuda::GemmCall g = member(j);
+      g.op = op;
+      g.m = HS; g.n = T; g.k = T;
+      g.batch = KVH;
+      g.input = a;
+      g.beta = j == 0 ? 0.f : 1.f;
+      if (widen_sums) {
+        g.d = sums.raw(); g.ldd = KC; g.stride_d = HS; g.output = DType::F32;
+      } else {
+        g.d = dx; g.ldd = W; g.stride_d = HS; g.output = a;
+      }
+      lib_->gemm->run(g, stream_);
+    }
+    if (widen_sums)
+      cuda::narrow_rows(reinterpret_cast<bf16*>(dx), W, static_cast<const float*>(sums.raw()), T,
+                        KC, stream_);
+  };
   for (int64_t b = 0; b < B; ++b) {
-    const char* q = qkv_bytes + b * T * 3 * C * es;
+    const char* q = qkv_bytes + b * T * W * es;
     const char* k = q + C * es;
-    const char* v = q + 2 * C * es;
-    char* dq = dqkv_bytes + b * T * 3 * C * es;
+    const char* v = k + KC * es;
+    char* dq = dqkv_bytes + b * T * W * es;
     char* dk = dq + C * es;
-    char* dv = dq + 2 * C * es;
+    char* dv = dk + KC * es;
     const char* p = probs_bytes + b * NH * T * T * es;
     const char* d_o = dout_bytes + b * T * C * es;
 
-    cuda::GemmCall g;  // dP^T = V dO^T
-    g.op = op;
-    g.m = T; g.n = T; g.k = HS;
-    g.a = {v, 3 * C, HS, true};
-    g.b = {d_o, C, HS, false};
-    g.d = dp.raw(); g.ldd = T; g.stride_d = T * T;
-    g.batch = NH;
-    g.input = a; g.output = DType::F32;
-    lib_->gemm->run(g, stream_);
+    for (int64_t j = 0; j < L.G(); ++j) {
+      cuda::GemmCall g;  // dP^T = V dO^T
+      g.op = op;
+      g.m = T; g.n = T; g.k = HS;
+      g.a = {v, W, HS, true};
+      g.b = {d_o + j * HS * es, C, L.head_step(), false};
+      g.d = static_cast<float*>(dp.raw()) + j * T * T; g.ldd = T; g.stride_d = L.probs_step();
+      g.batch = KVH;
+      g.input = a; g.output = DType::F32;
+      lib_->gemm->run(g, stream_);
+    }
 
-    g = {};  // dV^T = dO^T P
-    g.op = op;
-    g.m = HS; g.n = T; g.k = T;
-    g.a = {d_o, C, HS, false};
-    g.b = {p, T, T * T, true};
-    g.d = dv; g.ldd = 3 * C; g.stride_d = HS;
-    g.batch = NH;
-    g.input = g.output = a;
-    lib_->gemm->run(g, stream_);
+    group_sum(dv, [&](int64_t j) {  // dV^T = sum_j dO_j^T P_j
+      cuda::GemmCall g;
+      g.a = {d_o + j * HS * es, C, L.head_step(), false};
+      g.b = {p + j * T * T * es, T, L.probs_step(), true};
+      return g;
+    });
 
     if (a == DType::F32)
       cuda::causal_softmax_backward(static_cast<float*>(dp.raw()),
@@ -241,25 +291,24 @@ void CudaBackend::own_attention_backward(Tensor& dqkv, const Tensor& dout, const
                                     reinterpret_cast<const bf16*>(p),
                                     static_cast<const float*>(dp.raw()), NH * T, T, scale, stream_);
 
-    g = {};  // dQ^T = K^T dS^T
-    g.op = op;
-    g.m = HS; g.n = T; g.k = T;
-    g.a = {k, 3 * C, HS, false};
-    g.b = {ds, T, T * T, false};
-    g.d = dq; g.ldd = 3 * C; g.stride_d = HS;
-    g.batch = NH;
-    g.input = g.output = a;
-    lib_->gemm->run(g, stream_);
+    for (int64_t j = 0; j < L.G(); ++j) {
+      cuda::GemmCall g;  // dQ^T = K^T dS^T
+      g.op = op;
+      g.m = HS; g.n = T; g.k = T;
+      g.a = {k, W, HS, false};
+      g.b = {ds + j * T * T * es, T, L.probs_step(), false};
+      g.d = dq + j * HS * es; g.ldd = W; g.stride_d = L.head_step();
+      g.batch = KVH;
+      g.input = g.output = a;
+      lib_->gemm->run(g, stream_);
+    }
 
-    g = {};  // dK^T = Q^T dS
-    g.op = op;
-    g.m = HS; g.n = T; g.k = T;
-    g.a = {q, 3 * C, HS, false};
-    g.b = {ds, T, T * T, true};
-    g.d = dk; g.ldd = 3 * C; g.stride_d = HS;
-    g.batch = NH;
-    g.input = g.output = a;
-    lib_->gemm->run(g, stream_);
+    group_sum(dk, [&](int64_t j) {  // dK^T = sum_j Q_j^T dS_j
+      cuda::GemmCall g;
+      g.a = {q + j * HS * es, W, L.head_step(), false};
+      g.b = {ds + j * T * T * es, T, L.probs_step(), true};
+      return g;
+    });
   }
 }
 

@@ -1,12 +1,18 @@
-// cuDNN 9 backend-API graphs for causal attention. Notation: C = NH * HS; Q, K, V are strided
-// views of qkv (B, T, 3, NH, HS) with dims (B, NH, T, HS) and strides (3CT, HS, 3C, 1); K^T
-// swaps the last two; S-shaped tensors are (B, NH, T, T), row vectors (B, NH, T, 1).
+// cuDNN 9 backend-API graphs for causal attention. Notation: W = (NH + 2 KVH) HS, a qkv row of
+// NH query, KVH key and KVH value heads (backend.h); Q is a strided view of qkv with dims
+// (B, NH, T, HS) and strides (WT, HS, W, 1), K and V the same with KVH heads (grouped-query
+// attention: cuDNN's matmul broadcasts each key/value head over its NH / KVH query heads, as
+// the cuDNN frontend's SDPA graphs do); K^T swaps the last two; S-shaped tensors are
+// (B, NH, T, T), row vectors (B, NH, T, 1).
 //
 // Forward:   S = Q K^T;  S *= scale;  S = select(row >= col, S, -inf);  M = max_j S;
 //            E = exp(S - M);  Z = sum_j E;  stats = M + log Z;  P = E / Z (bf16);  O = P V
 // Backward:  Dsum = sum_d dO * O  (non-virtual, in the workspace);
 //            S = scale Q K^T;  S -= stats;  S = select(row >= col, S, -inf);  P = exp(S);
 //            dV = P^T dO;  dP = dO V^T;  dS = P (dP - Dsum) scale;  dK = dS^T Q;  dQ = dS K
+// With KVH < NH, dK and dV come out per query head into fp32 buffers in the workspace ("full
+// head", (B, NH, T, HS)) and a sum reduction folds each group onto its key/value head, the
+// frontend's construction for grouped-query backward.
 // This is the composite form that cuDNN's fused flash-attention engines match (the same node
 // sequence the public cuDNN frontend emits for cuDNN 9 before 9.21); every intermediate is a
 // virtual fp32 tensor except P and dS^T, which feed the second-stage matmuls as bf16.
@@ -74,7 +80,7 @@ using Dims = std::array<int64_t, 4>;
 
 enum Uid : int64_t {
   kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kSoftmaxSum, kOne, kDQAccum,
-  kFirstVirtual = 100
+  kDKFullHead, kDVFullHead, kFirstVirtual = 100
 };
 
 // Collects the descriptors of one operation graph; they stay alive as long as its plan.
@@ -246,14 +252,15 @@ constexpr size_t kAlign = 256;
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 struct Layouts {
-  Dims qkv_dims, qkv_strides, kt_dims, kt_strides, o_strides, s_dims, s_strides, st_strides,
-      row_dims, row_strides, packed_strides;
+  Dims qkv_dims, qkv_strides, kv_dims, kt_dims, kt_strides, o_strides, s_dims, s_strides,
+      st_strides, row_dims, row_strides, packed_strides;
   explicit Layouts(const AttentionShape& s) {
-    const int64_t C = s.NH * s.HS, T = s.T;
+    const int64_t C = s.NH * s.HS, W = (s.NH + 2 * s.KVH) * s.HS, T = s.T;
     qkv_dims = {s.B, s.NH, T, s.HS};
-    qkv_strides = {3 * C * T, s.HS, 3 * C, 1};
-    kt_dims = {s.B, s.NH, s.HS, T};
-    kt_strides = {3 * C * T, s.HS, 1, 3 * C};
+    qkv_strides = {W * T, s.HS, W, 1};
+    kv_dims = {s.B, s.KVH, T, s.HS};  // K, V, dK, dV: strides qkv_strides
+    kt_dims = {s.B, s.KVH, s.HS, T};
+    kt_strides = {W * T, s.HS, 1, W};
     o_strides = {C * T, s.HS, C, 1};
     s_dims = {s.B, s.NH, T, T};
     s_strides = {s.NH * T * T, T * T, T, 1};
@@ -271,7 +278,9 @@ struct CudnnAttention::Plan {
   std::unique_ptr<Desc> plan;
   int64_t plan_workspace = 0;
   bool dq_accumulator = false;  // backward variant that accumulates dQ in fp32
-  size_t softmax_sum_offset = 0, dq_accum_offset = 0, total_workspace = 0;
+  bool grouped = false;         // KVH < NH: dK, dV summed from full-head fp32 buffers
+  size_t softmax_sum_offset = 0, dq_accum_offset = 0, dk_full_offset = 0, dv_full_offset = 0,
+         total_workspace = 0;
   float scale = 1.f, neg_inf = -std::numeric_limits<float>::infinity(), one = 1.f;
 };
 
@@ -303,7 +312,7 @@ std::unique_ptr<CudnnAttention::Plan> build_forward(cudnnHandle_t handle, const 
   const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f = CUDNN_DATA_FLOAT;
   auto q = g->tensor(kQ, bf, L.qkv_dims, L.qkv_strides);
   auto kt = g->tensor(kK, bf, L.kt_dims, L.kt_strides);
-  auto v = g->tensor(kV, bf, L.qkv_dims, L.qkv_strides);
+  auto v = g->tensor(kV, bf, L.kv_dims, L.qkv_strides);
   auto o = g->tensor(kO, bf, L.qkv_dims, L.o_strides);
   auto stats = g->tensor(kStats, f, L.row_dims, L.row_strides);
 
@@ -348,8 +357,18 @@ std::unique_ptr<CudnnAttention::Plan> build_backward(cudnnHandle_t handle,
   auto d_o = g->tensor(kDO, bf, L.qkv_dims, L.o_strides);
   auto stats = g->tensor(kStats, f, L.row_dims, L.row_strides);
   auto dq = g->tensor(kDQ, bf, L.qkv_dims, L.qkv_strides);
-  auto dk = g->tensor(kDK, bf, L.qkv_dims, L.qkv_strides);
-  auto dv = g->tensor(kDV, bf, L.qkv_dims, L.qkv_strides);
+  auto dk = g->tensor(kDK, bf, L.kv_dims, L.qkv_strides);
+  auto dv = g->tensor(kDV, bf, L.kv_dims, L.qkv_strides);
+  const bool grouped = s.KVH != s.NH;
+  // Grouped: the per-query-head products land in fp32 full-head buffers, then a sum over each
+  // group gives dK, dV; otherwise the products write dK, dV directly.
+  auto per_head = [&](int64_t uid, cudnnBackendDescriptor_t out,
+                      cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b) {
+    if (!grouped) return g->matmul(a, b, out);
+    auto full = g->tensor(uid, f, L.qkv_dims, L.packed_strides);
+    g->matmul(a, b, full);
+    g->reduction(CUDNN_REDUCE_TENSOR_ADD, full, out);
+  };
   auto softmax_sum = g->tensor(kSoftmaxSum, f, L.row_dims, L.row_strides);
   auto scale = g->scalar(kScale);
 
@@ -374,7 +393,7 @@ std::unique_ptr<CudnnAttention::Plan> build_backward(cudnnHandle_t handle,
   // dV = P^T dO
   auto pt = g->virt(bf, L.s_dims, L.st_strides);
   g->reshape(p, pt);
-  g->matmul(pt, d_o, dv);
+  per_head(kDVFullHead, dv, pt, d_o);
 
   // dS = P (dO V^T - Dsum) scale
   auto dp = g->virt(f, L.s_dims, L.s_strides);
@@ -389,10 +408,10 @@ std::unique_ptr<CudnnAttention::Plan> build_backward(cudnnHandle_t handle,
   // dK = dS^T Q
   auto dst = g->virt(bf, L.s_dims, L.st_strides);
   g->reshape(ds, dst);
-  g->matmul(dst, q, dk);
+  per_head(kDKFullHead, dk, dst, q);
 
   // dQ = dS K
-  auto k = g->virt(bf, L.qkv_dims, L.qkv_strides);
+  auto k = g->virt(bf, L.kv_dims, L.qkv_strides);
   g->reshape(kt, k);
   if (dq_accumulator) {
     auto acc = g->tensor(kDQAccum, f, L.qkv_dims, L.packed_strides);
@@ -412,7 +431,12 @@ std::unique_ptr<CudnnAttention::Plan> build_backward(cudnnHandle_t handle,
   plan->softmax_sum_offset = offset;
   offset += align_up(static_cast<size_t>(s.B * s.NH * s.T) * sizeof(float));
   plan->dq_accum_offset = offset;
-  if (dq_accumulator) offset += align_up(static_cast<size_t>(s.B * s.NH * s.T * s.HS) * sizeof(float));
+  const size_t full_head = align_up(static_cast<size_t>(s.B * s.NH * s.T * s.HS) * sizeof(float));
+  if (dq_accumulator) offset += full_head;
+  plan->grouped = grouped;
+  plan->dk_full_offset = offset;
+  plan->dv_full_offset = offset + (grouped ? full_head : 0);
+  if (grouped) offset += 2 * full_head;
   plan->total_workspace = offset;
   return plan;
 }
@@ -478,7 +502,8 @@ CudnnAttention::Plan& CudnnAttention::plan(const AttentionShape& shape, bool bac
   Entry& e = entry(shape);
   if (!e.error.empty())
     fail(op, "cuDNN has no fused attention plan for B=" + std::to_string(shape.B) + " T=" +
-                 std::to_string(shape.T) + " NH=" + std::to_string(shape.NH) + " HS=" +
+                 std::to_string(shape.T) + " NH=" + std::to_string(shape.NH) + " KVH=" +
+                 std::to_string(shape.KVH) + " HS=" +
                  std::to_string(shape.HS) + ": " + e.error +
                  " (hint: attention = \"own\" uses the backend's own kernels)");
   return backward ? *e.backward : *e.forward;
@@ -496,10 +521,11 @@ void CudnnAttention::forward(void* out, float* stats, const void* qkv, const Att
                              void* workspace, cudaStream_t stream) {
   Plan& p = plan(s, false, "attention_forward");
   DNN_CHECK("attention_forward", cudnnSetStream(handle_, stream));
-  const int64_t C = s.NH * s.HS;
+  // Byte offsets of K and V in a qkv row: bf16 elements are 2 bytes.
+  const int64_t k_at = 2 * s.NH * s.HS, v_at = 2 * (s.NH + s.KVH) * s.HS;
   auto* base = static_cast<char*>(const_cast<void*>(qkv));
   const std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
-  const std::vector<void*> ptrs = {base, base + 2 * C, base + 4 * C, out, stats, &p.scale,
+  const std::vector<void*> ptrs = {base, base + k_at, base + v_at, out, stats, &p.scale,
                                    &p.neg_inf};
   execute(handle_, *p.plan, uids, ptrs, workspace, "attention_forward");
 }
@@ -509,16 +535,21 @@ void CudnnAttention::backward(void* dqkv, const void* dout, const void* qkv, con
                               cudaStream_t stream) {
   Plan& p = plan(s, true, "attention_backward");
   DNN_CHECK("attention_backward", cudnnSetStream(handle_, stream));
-  const int64_t C = s.NH * s.HS;  // byte offsets below: bf16 elements are 2 bytes
+  // Byte offsets of K and V in a qkv row: bf16 elements are 2 bytes.
+  const int64_t k_at = 2 * s.NH * s.HS, v_at = 2 * (s.NH + s.KVH) * s.HS;
   auto* base = static_cast<char*>(const_cast<void*>(qkv));
   auto* dbase = static_cast<char*>(dqkv);
   auto* ws = static_cast<char*>(workspace);
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kDO, kStats, kScale, kNegInf, kOne,
                                kDQ, kDK, kDV, kSoftmaxSum};
-  std::vector<void*> ptrs = {base, base + 2 * C, base + 4 * C, const_cast<void*>(out),
+  std::vector<void*> ptrs = {base, base + k_at, base + v_at, const_cast<void*>(out),
                              const_cast<void*>(dout), const_cast<float*>(stats), &p.scale,
-                             &p.neg_inf, &p.one, dbase, dbase + 2 * C, dbase + 4 * C,
+                             &p.neg_inf, &p.one, dbase, dbase + k_at, dbase + v_at,
                              ws + p.softmax_sum_offset};
+  if (p.grouped) {
+    uids.insert(uids.end(), {kDKFullHead, kDVFullHead});
+    ptrs.insert(ptrs.end(), {ws + p.dk_full_offset, ws + p.dv_full_offset});
+  }
   if (p.dq_accumulator) {
     uids.push_back(kDQAccum);
     ptrs.push_back(ws + p.dq_accum_offset);

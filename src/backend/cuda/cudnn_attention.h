@@ -1,7 +1,7 @@
 #pragma once
 // Causal scaled-dot-product attention through cuDNN's fused flash-attention engines, driven by
-// the cuDNN 9 backend (graph) API directly. bf16 Q, K, V read in place from qkv (B, T, 3, NH, HS)
-// by strides; fp32 softmax statistics (row log-sum-exp, (B, NH, T)) saved for the backward pass,
+// the cuDNN 9 backend (graph) API directly. bf16 Q, K, V read in place from qkv rows of NH query,
+// KVH key and KVH value heads (grouped-query attention when KVH < NH; backend.h) by strides; fp32 softmax statistics (row log-sum-exp, (B, NH, T)) saved for the backward pass,
 // which recomputes the probabilities (FlashAttention, Dao et al., arXiv 2205.14135).
 //
 // The operation graphs are the composite form cuDNN's engines recognise: matmul -> scale ->
@@ -23,7 +23,7 @@
 namespace meshtrain::cuda {
 
 struct AttentionShape {
-  int64_t B, T, NH, HS;
+  int64_t B, T, NH, KVH, HS;
   auto operator<=>(const AttentionShape&) const = default;
 };
 
@@ -44,7 +44,7 @@ class CudnnAttention {
   // out (B, T, NH, HS), stats (B, NH, T) from qkv; all but stats bf16.
   void forward(void* out, float* stats, const void* qkv, const AttentionShape& shape,
                void* workspace, cudaStream_t stream);
-  // dqkv (B, T, 3, NH, HS) from dout, qkv, the forward's out and stats.
+  // dqkv (qkv's layout) from dout, qkv, the forward's out and stats.
   void backward(void* dqkv, const void* dout, const void* qkv, const void* out,
                 const float* stats, const AttentionShape& shape, void* workspace,
                 cudaStream_t stream);

@@ -118,6 +118,11 @@ template <class T>
 void causal_softmax_backward(T* dscores, const T* probs, const float* dprobs, int64_t rows,
                              int64_t T_, float scale, cudaStream_t s);
 
+// dst (rows, cols of a row-major matrix with row stride ld_dst) = src (rows, cols, dense), each
+// fp32 value rounded once to bf16: grouped-query attention's fp32 sums of dK and dV into dqkv.
+void narrow_rows(bf16* dst, int64_t ld_dst, const float* src, int64_t rows, int64_t cols,
+                 cudaStream_t s);
+
 // ---- cross_entropy.cu ---------------------------------------------------------------------
 template <class T>
 void crossentropy_stats(float* row_max, float* row_sumexp, const T* logits, int64_t N, int64_t V,

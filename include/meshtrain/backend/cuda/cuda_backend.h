@@ -87,9 +87,10 @@ class CudaBackend final : public Backend {
   const CudaBackendOptions& options() const { return options_; }
   // The attention implementation that attention_forward would use for this shape and dtype
   // (resolves Auto; builds and caches the cuDNN plans to find out). When that is not cuDNN and
-  // cuDNN was asked for (bf16, attention not "own"), `why` gets the reason.
+  // cuDNN was asked for (bf16, attention not "own"), `why` gets the reason. KVH: key/value heads
+  // of grouped-query attention (0: NH, multi-head).
   AttentionImpl attention_impl_for(DType dtype, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                                   std::string* why = nullptr);
+                                   std::string* why = nullptr, int64_t KVH = 0);
   // This device's compute capability and the cuDNN loaded at run time.
   const CudnnPlatform& cudnn_platform() const;
   // The first fallback from cuDNN to the own attention kernels under Auto (judge_rejected_attention's
@@ -168,9 +169,9 @@ class CudaBackend final : public Backend {
   void do_gelu_forward(Tensor& out, const Tensor& inp) override;
   void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
   void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                            int64_t NH, int64_t HS) override;
+                            int64_t NH, int64_t KVH, int64_t HS) override;
   void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                             const Tensor& probs, int64_t B, int64_t T, int64_t NH,
+                             const Tensor& probs, int64_t B, int64_t T, int64_t NH, int64_t KVH,
                              int64_t HS) override;
 
   void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
@@ -201,13 +202,14 @@ class CudaBackend final : public Backend {
   struct Libraries;  // cuBLASLt and cuDNN state (src/backend/cuda/cuda_backend.cpp)
 
   void own_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                             int64_t NH, int64_t HS);
+                             int64_t NH, int64_t KVH, int64_t HS);
   void own_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                              const Tensor& probs, int64_t B, int64_t T, int64_t NH, int64_t HS);
+                              const Tensor& probs, int64_t B, int64_t T, int64_t NH, int64_t KVH,
+                              int64_t HS);
   // Drops the host sources of completed asynchronous copies (all of them after a synchronize).
   void retire_host_copies();
   bool cudnn_attention_usable(const Tensor& qkv, const Tensor& probs, int64_t B, int64_t T,
-                              int64_t NH, int64_t HS);
+                              int64_t NH, int64_t KVH, int64_t HS);
 
   CudaBackendOptions options_;
   int device_ = 0;
