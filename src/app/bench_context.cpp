@@ -83,8 +83,8 @@ void ring_overlap(const BenchArgs& args, BenchReport& report) {
     std::vector<double> waits;
     const double ring = median_seconds(comm, args.steps, [&] {
       double waited = 0;
-      ring_attention_forward(be, cp, out, lse, qkv, B, Tl, NH, HS, &waited);
-      ring_attention_backward(be, cp, dqkv, dout, qkv, out, lse, B, Tl, NH, HS, &waited);
+      ring_attention_forward(be, cp, out, lse, qkv, B, Tl, NH, NH, HS, &waited);
+      ring_attention_backward(be, cp, dqkv, dout, qkv, out, lse, B, Tl, NH, NH, HS, &waited);
       waits.push_back(waited);
     });
     waits.erase(waits.begin());  // the warm-up run's

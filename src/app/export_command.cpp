@@ -35,7 +35,8 @@ ModelSpec model_of(const std::string& path, const std::string& recorded, std::st
     if (eq != std::string::npos) s[line.substr(0, eq)] = line.substr(eq + 3);
   }
   // What HF GPT-2 computes besides the shapes: these values, and nothing else.
-  // (family, norm, feed_forward: recorded since they were deck keys; head_dim, ffn_hidden below.)
+  // (family, norm, feed_forward: recorded since they were deck keys; head_dim, kv_heads,
+  // ffn_hidden below.)
   const std::map<std::string, std::string> fixed = {
       {"layernorm_eps", "1e-05"}, {"positions", "\"learned\""}, {"activation", "\"gelu_tanh\""},
       {"family", "\"gpt2\""},   {"norm", "\"layernorm\""},     {"feed_forward", "\"dense\""},
@@ -62,6 +63,11 @@ ModelSpec model_of(const std::string& path, const std::string& recorded, std::st
   try {
     // GPT-2's inner width is n_inner; its heads split n_embd (no head_dim of its own).
     if (s.count("ffn_hidden")) m.ffn_hidden_set = std::stoll(s["ffn_hidden"]);
+    if (s.count("kv_heads") && s["kv_heads"] != s["heads"])
+      throw std::runtime_error(
+          path + ": model.kv_heads = " + s["kv_heads"] + " with " + s["heads"] + " heads is "
+          "grouped-query attention, which Hugging Face GPT2LMHeadModel cannot express (export "
+          "refuses rather than write another model)");
     if (s.count("head_dim") && std::stoll(s["head_dim"]) * m.heads != m.d_model)
       throw std::runtime_error(
           path + ": model.head_dim = " + s["head_dim"] + " with " + s["heads"] +
@@ -73,7 +79,7 @@ ModelSpec model_of(const std::string& path, const std::string& recorded, std::st
     throw std::runtime_error(path + ": the 'model' attribute is malformed:\n" + recorded);
   }
   for (const auto& [key, value] : s) {
-    bool known = key == "tokenizer" || key == "ffn_hidden" || key == "head_dim";
+    bool known = key == "tokenizer" || key == "ffn_hidden" || key == "head_dim" || key == "kv_heads";
     for (const char* k : shape_keys) known = known || key == k;
     if (known) continue;
     const auto f = fixed.find(key);

@@ -68,6 +68,7 @@ void check_config(const std::string& path, const Config& cfg) {
       {"feed_forward", feed_forward_name(m.feed_forward), feed_forward_name(gpt2.feed_forward)},
       {"bias", m.linear_bias ? "true" : "false", "true"},
       {"head_dim", std::to_string(m.head_dim()), std::to_string(gpt2.head_dim())},
+      {"kv_heads", std::to_string(m.kv_heads()), std::to_string(gpt2.kv_heads())},
   };
   for (const auto& v : variants)
     if (v.deck_value != v.gpt2_value)

@@ -74,6 +74,7 @@ std::vector<ModelSetting> model_settings(const ModelSpec& m, const std::string& 
       {"norm", quoted(norm_name(m.norm.kind)), true, quoted(norm_name(NormKind::Layer))},
       {"norm_eps", exact(m.norm.eps), true, exact(kLayerNormEps)},
       {"head_dim", std::to_string(m.head_dim()), true, std::to_string(m.d_model / m.heads)},
+      {"kv_heads", std::to_string(m.kv_heads()), true, std::to_string(m.heads)},
       {"ffn_hidden", std::to_string(m.ffn_hidden()), true, std::to_string(4 * m.d_model)},
       {"feed_forward", quoted(feed_forward_name(m.feed_forward)), true,
        quoted(feed_forward_name(FeedForwardKind::Dense))},

@@ -87,6 +87,7 @@ std::string dump_config(const Config& c) {
      << "activation = " << quoted(activation_name(m.activation)) << "\n"
      << "feed_forward = " << quoted(feed_forward_name(m.feed_forward)) << "\n"
      << "bias = " << boolean(m.linear_bias) << "\n"
+     << "kv_heads = " << m.kv_heads() << "\n"
      << "head_dim = " << m.head_dim() << "\n"
      << "ffn_hidden = " << m.ffn_hidden() << "\n";
   const DataOptions& d = c.data;

@@ -121,6 +121,10 @@ void check_cross_fields(const std::string& path, const Config& c) {
     fail("model.d_model = " + std::to_string(c.model.d_model) + " is not divisible by model.heads = " +
          std::to_string(c.model.heads) + " (d_model must be a multiple of heads, or set "
          "model.head_dim)");
+  if (c.model.heads % c.model.kv_heads() != 0)
+    fail("model.kv_heads = " + std::to_string(c.model.kv_heads()) + " does not divide model.heads = " +
+         std::to_string(c.model.heads) + " (each key/value head serves heads / kv_heads query "
+         "heads: kv_heads must divide heads)");
   if (c.model.norm.kind == NormKind::Layer && c.model.norm.eps != 1e-5) {
     std::ostringstream os;
     os << "model.norm_eps = " << c.model.norm.eps << " with model.norm = \"layernorm\" (meshtrain's "

@@ -66,6 +66,10 @@ void check_layout(Config& c, int job_size) {
     fail("parallel.tp = " + tp + " does not divide model.heads = " +
          std::to_string(c.model.heads) + " (tp must be one of " + join(divisors(c.model.heads)) +
          ")");
+  if (c.model.kv_heads() % p.tp != 0)
+    fail("parallel.tp = " + tp + " does not divide model.kv_heads = " +
+         std::to_string(c.model.kv_heads()) + " (each tensor rank holds whole key/value heads: tp "
+         "must be one of " + join(divisors(c.model.kv_heads())) + ")");
   if (c.model.vocab_size % p.tp != 0) {
     const int64_t padded = (c.model.vocab_size + 64 * p.tp - 1) / (64 * p.tp) * (64 * p.tp);
     fail("parallel.tp = " + tp + " does not divide model.vocab_size = " +

@@ -64,6 +64,17 @@ void add_model_keys(std::vector<KeySpec>& k) {
     k.push_back(bool_key("model", "bias", true,
                          "Every linear layer adds a bias (the family's default; GPT-2: true).",
                          [](Config& c, bool v) { c.model.linear_bias = v; }));
+    k.push_back({"model", "kv_heads", "integer", "heads", "integer from 1 to 65536",
+                 "Key/value heads (HF num_key_value_heads); divides heads. Below heads: "
+                 "grouped-query attention, each key/value head shared by heads / kv_heads query "
+                 "heads (1: multi-query).",
+                 [](const toml::node& n, Config& c) -> std::string {
+                   if (!n.is_integer()) return "is " + toml_type_of(n);
+                   const int64_t v = n.as_integer()->get();
+                   if (v < 1 || v > 65536) return "is out of range";
+                   c.model.kv_heads_set = v;
+                   return "";
+                 }});
     k.push_back({"model", "head_dim", "integer", "d_model / heads", "integer from 1 to 65536",
                  "Channels per attention head (HF head_dim); attention runs at heads x head_dim "
                  "channels, projected from and back to d_model.",

@@ -7,8 +7,7 @@ CausalSelfAttention::CausalSelfAttention(const LayerContext& ctx, const std::str
     : ctx_(ctx),
       local_heads_(spec.heads / ctx.tp.size()),
       head_size_(spec.head_dim()),
-      qkv_(ctx, name + ".qkv", Shape{3, spec.heads * head_size_, spec.d_model}, 1,
-           Shape{3, spec.heads * head_size_}, 0.02, spec.linear_bias),
+      qkv_(ctx, name, spec),
       proj_(ctx, name + ".proj", spec.heads * head_size_, spec.d_model, 0.02 * residual_scale,
             spec.linear_bias) {}
 
@@ -22,14 +21,14 @@ Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& sa
   if (ctx_.cp.on()) {
     saved.lse = be.empty({shape.B, local_heads_, shape.T}, stats_dtype(x.dtype()), category);
     ring_attention_forward(be, ctx_.cp, att, saved.lse, saved.qkv, shape.B, shape.T, local_heads_,
-                           head_size_);
+                           qkv_.local_kv_heads(), head_size_);
     return proj_.forward(att, saved.proj_in, category, nullptr, residual);
   }
   const MemoryCategory probs_category =
       recompute == Recompute::Selective ? MemoryCategory::Workspace : category;
   Tensor probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, x.dtype(), probs_category);
-  be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_, local_heads_,
-                       head_size_);
+  be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_,
+                       qkv_.local_kv_heads(), head_size_);
   if (recompute != Recompute::Selective) saved.probs = probs;
   return proj_.forward(att, saved.proj_in, category, nullptr, residual);
 }
@@ -40,13 +39,14 @@ Tensor CausalSelfAttention::decode(const Tensor& x, Tensor& k_cache, Tensor& v_c
   const MemoryCategory ws = MemoryCategory::Workspace;
   const int64_t local_c = local_heads_ * head_size_, T_max = k_cache.dim(1);
   const TensorParallel tp = ctx_.tp.without_sequence();
-  ColumnParallelLinear::Saved qkv_in;
-  Tensor qkv = qkv_.forward(x, qkv_in, ws, &tp);  // (1, 3 * NH * HS / tp) as (3, NH / tp, HS)
-  for (int64_t h = 0; h < local_heads_; ++h) {
+  QkvProjection::Saved qkv_in;
+  Tensor qkv = qkv_.forward(x, qkv_in, ws, &tp);  // (1, (NH + 2 KVH) HS / tp)
+  const int64_t kv_heads = qkv_.local_kv_heads(), kv_c = kv_heads * head_size_;
+  for (int64_t h = 0; h < kv_heads; ++h) {
     const int64_t row = (h * T_max + position) * head_size_;
     Tensor k_row = k_cache.view(row, {head_size_}), v_row = v_cache.view(row, {head_size_});
     be.copy(k_row, qkv.view(local_c + h * head_size_, {head_size_}));
-    be.copy(v_row, qkv.view(2 * local_c + h * head_size_, {head_size_}));
+    be.copy(v_row, qkv.view(local_c + kv_c + h * head_size_, {head_size_}));
   }
   Tensor att = be.empty({1, local_c}, x.dtype(), ws);
   be.attention_decode(att, qkv.view(0, {local_heads_, head_size_}), k_cache, v_cache, position + 1);
@@ -61,42 +61,28 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const S
   Tensor dqkv = be.empty(saved.qkv.shape(), dy.dtype(), MemoryCategory::Workspace);
   if (ctx_.cp.on()) {
     ring_attention_backward(be, ctx_.cp, dqkv, datt, saved.qkv, saved.proj_in.inp, saved.lse,
-                            shape.B, shape.T, local_heads_, head_size_);
+                            shape.B, shape.T, local_heads_, qkv_.local_kv_heads(), head_size_);
     return finish_backward(dqkv, saved, deferred);
   }
   Tensor probs = saved.probs;
   if (!probs.defined()) {  // selective recomputation: rebuild the softmax from the saved qkv
     probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, dy.dtype(), MemoryCategory::Workspace);
     Tensor att = be.empty(saved.proj_in.inp.shape(), dy.dtype(), MemoryCategory::Workspace);
-    be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_, local_heads_,
-                         head_size_);
+    be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_,
+                         qkv_.local_kv_heads(), head_size_);
   }
   be.attention_backward(dqkv, datt, saved.qkv, probs, shape.B, shape.T, local_heads_,
-                        local_heads_, head_size_);
+                        qkv_.local_kv_heads(), head_size_);
   return finish_backward(dqkv, saved, deferred);
 }
 
 Tensor CausalSelfAttention::finish_backward(const Tensor& dqkv, const Saved& saved,
                                             DeferredWeightGradients* deferred) {
-  Tensor dx = qkv_.backward(dqkv, saved.qkv_in, deferred);
-  // The key bias adds q_i . b_k to every score of row i, which softmax ignores: its gradient is
-  // exactly zero, and what the GEMMs leave there is rounding noise that Adam would amplify into
-  // real updates. Write the exact value instead.
-  // After the bias gradient is written, so deferred with it when that is.
-  if (!qkv_.bias()) return dx;
-  run_or_defer(deferred, [this] {
-    const int64_t local_c = local_heads_ * head_size_;
-    Tensor dkey_bias = qkv_.bias()->grad.reshape({3 * local_c}).view(local_c, {local_c});
-    ctx_.backend->fill(dkey_bias, 0.0);
-  });
-  return dx;
+  return qkv_.backward(dqkv, saved.qkv_in, deferred);
 }
-
 
 void CausalSelfAttention::add_costs(CostSheet& sheet) const {
   qkv_.add_costs(sheet);
-  // The projection's output read and written once more to lay out q, k and v by head.
-  sheet.add_pass_over_last_outputs(2, 4);
   AttentionCost core;
   core.heads = local_heads_ * ctx_.tp.size();
   core.head_size = head_size_;

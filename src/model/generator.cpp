@@ -66,7 +66,7 @@ Generator::Generator(GptModel& model, Communicator* pipeline, std::vector<int> c
     ModelChunk& chunk = model.chunk(v);
     for (int i = 0; i < chunk.block_count(); ++i) {
       const CausalSelfAttention& attn = chunk.block(i).attention();
-      const Shape cache{attn.local_heads(), cfg.seq_len, attn.head_size()};
+      const Shape cache{attn.local_kv_heads(), cfg.seq_len, attn.head_size()};
       const size_t l = static_cast<size_t>(chunk.range().first_layer + i);
       // Zeros: attention_decode reads only written rows, but a defined value costs nothing here.
       k_cache_[l] = be.zeros(cache, model.dtype(), MemoryCategory::Workspace);

@@ -51,13 +51,14 @@ std::vector<Backend::AttentionBlock> ring_attention_blocks(const ContextParallel
 }
 
 void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out, Tensor& lse,
-                            const Tensor& qkv, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                            double* waited) {
-  const int64_t C = NH * HS;
+                            const Tensor& qkv, int64_t B, int64_t T, int64_t NH, int64_t KVH,
+                            int64_t HS, double* waited) {
+  // Each token's row: NH query heads, then KVH key heads and KVH value heads (what travels).
+  const int64_t C = NH * HS, KV = 2 * KVH * HS;
   const MemoryCategory ws = MemoryCategory::Workspace;
-  Tensor held = be.empty({B * T, 2 * C}, qkv.dtype(), ws);
-  be.copy_columns(held, 0, qkv, C, 2 * C);
-  Tensor arriving = be.empty({B * T, 2 * C}, qkv.dtype(), ws);
+  Tensor held = be.empty({B * T, KV}, qkv.dtype(), ws);
+  be.copy_columns(held, 0, qkv, C, KV);
+  Tensor arriving = be.empty({B * T, KV}, qkv.dtype(), ws);
   be.fill(lse, -std::numeric_limits<double>::infinity());
   const int n = cp.size();
   for (int step = 0; step < n; ++step) {
@@ -66,7 +67,7 @@ void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out,
     if (step + 1 < n) transfer = pass_on(*cp.comm, held, arriving, kKeysTag);
     const int source = (cp.rank() - step + n) % n;
     for (const Backend::AttentionBlock& b : ring_attention_blocks(cp, source, T)) {
-      be.attention_block_forward(out, lse, qkv, held, B, NH, NH, HS, b);
+      be.attention_block_forward(out, lse, qkv, held, B, NH, KVH, HS, b);
       progress(transfer);
     }
     wait_timed(transfer, waited);
@@ -76,17 +77,17 @@ void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out,
 
 void ring_attention_backward(Backend& be, const ContextParallel& cp, Tensor& dqkv,
                              const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                             const Tensor& lse, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                             double* waited) {
-  const int64_t C = NH * HS;
+                             const Tensor& lse, int64_t B, int64_t T, int64_t NH, int64_t KVH,
+                             int64_t HS, double* waited) {
+  const int64_t C = NH * HS, KV = 2 * KVH * HS;
   const MemoryCategory ws = MemoryCategory::Workspace;
   const DType dt = qkv.dtype();
-  Tensor held = be.empty({B * T, 2 * C}, dt, ws), arriving = be.empty({B * T, 2 * C}, dt, ws);
-  be.copy_columns(held, 0, qkv, C, 2 * C);
+  Tensor held = be.empty({B * T, KV}, dt, ws), arriving = be.empty({B * T, KV}, dt, ws);
+  be.copy_columns(held, 0, qkv, C, KV);
   // The gradient of the keys and values held: this rank's part, then the sum so far of the
   // ranks the block visited before, which arrives while this rank computes its part.
-  Tensor partial = be.empty({B * T, 2 * C}, dt, ws);
-  Tensor travelling = be.empty({B * T, 2 * C}, dt, ws), sent = be.empty({B * T, 2 * C}, dt, ws);
+  Tensor partial = be.empty({B * T, KV}, dt, ws);
+  Tensor travelling = be.empty({B * T, KV}, dt, ws), sent = be.empty({B * T, KV}, dt, ws);
   be.fill(dqkv, 0.0);
   const int n = cp.size();
   std::vector<Work> gradient;  // the previous step's travelling sum, out and in
@@ -96,7 +97,7 @@ void ring_attention_backward(Backend& be, const ContextParallel& cp, Tensor& dqk
     const int source = (cp.rank() - step + n) % n;
     be.fill(partial, 0.0);
     for (const Backend::AttentionBlock& b : ring_attention_blocks(cp, source, T)) {
-      be.attention_block_backward(dqkv, partial, dout, out, lse, qkv, held, B, NH, NH, HS, b);
+      be.attention_block_backward(dqkv, partial, dout, out, lse, qkv, held, B, NH, KVH, HS, b);
       progress(keys);
       progress(gradient);
     }
@@ -110,7 +111,7 @@ void ring_attention_backward(Backend& be, const ContextParallel& cp, Tensor& dqk
     std::swap(held, arriving);
   }
   wait_timed(gradient, waited);
-  be.copy_columns(dqkv, C, travelling, 0, 2 * C);
+  be.copy_columns(dqkv, C, travelling, 0, KV);
 }
 
 }  // namespace meshtrain

@@ -210,6 +210,10 @@ TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
     EXPECT_NE(what.find(want), std::string::npos) << set << ": " << what;
     EXPECT_NE(what.find("--set " + set), std::string::npos) << "the override is not named: " << what;
   }
+  // kv_heads divides heads, and tp divides kv_heads (each rank holds whole key/value heads).
+  EXPECT_NE(refusal("[model]\nheads = 4\nkv_heads = 3\n").find("model.kv_heads = 3 does not divide model.heads = 4"),
+            std::string::npos);
+  EXPECT_EQ(refusal("[model]\nheads = 4\nkv_heads = 2\n"), "");
   // LayerNorm's kernels take eps 1e-5 only; RMSNorm's any.
   EXPECT_NE(refusal("[model]\nnorm_eps = 1e-6\n").find("with model.norm = \"layernorm\" (meshtrain's "
                                                         "LayerNorm kernels compute with eps 1e-5"),

@@ -170,6 +170,23 @@ TEST(GradientCheck, RmsNormSwiGluWithoutBiasesEveryElement) {
   check_all_gradients(h, Recompute::None);
 }
 
+// Grouped-query attention: separate q, k, v projections (k and v one head of 8 wide: the two
+// query heads share it), packed into the row the kernels read; with biases, the key bias's
+// gradient is exactly zero.
+TEST(GradientCheck, GroupedQueryAttentionEveryElement) {
+  Harness h(false, 11, [](ModelSpec& m) { m.kv_heads_set = 1; });
+  EXPECT_EQ(count_named(h.model->params(), "h.0.attn.qkv.weight"), 0);
+  for (Parameter* p : h.model->params().params()) {
+    if (p->spec.name == "h.0.attn.q.weight") EXPECT_EQ(p->spec.global_shape, (Shape{16, 16}));
+    if (p->spec.name == "h.0.attn.k.weight") EXPECT_EQ(p->spec.global_shape, (Shape{8, 16}));
+    if (p->spec.name == "h.0.attn.v.weight") EXPECT_EQ(p->spec.global_shape, (Shape{8, 16}));
+  }
+  check_all_gradients(h, Recompute::None);
+  for (Parameter* p : h.model->params().params())
+    if (p->spec.name == "h.1.attn.k.bias")
+      for (double g : testing::to_host(h.be, p->grad)) EXPECT_EQ(g, 0.0);
+}
+
 // Recomputation must not change a single bit of the gradients: it re-runs the same kernels on
 // the same inputs.
 TEST(GradientCheck, RecomputeModesGiveIdenticalGradients) {

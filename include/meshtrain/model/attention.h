@@ -1,7 +1,8 @@
 #pragma once
-// Causal multi-head self-attention with biases, tensor-parallel over heads: the QKV projection
-// is column-parallel over (3, heads x head_dim, C) so each rank owns whole heads, the core runs on the local
-// heads, and the output projection is row-parallel. Under context parallelism the core is ring
+// Causal self-attention, multi-head or grouped-query (kv_heads key/value heads, each shared by
+// heads / kv_heads query heads), tensor-parallel over heads: the QKV projection
+// (model/qkv_projection.h) is column-parallel so each rank owns whole query and key/value heads,
+// the core runs on the local heads, and the output projection is row-parallel. Under context parallelism the core is ring
 // attention (model/ring_attention.h), which keeps no softmax: only its rows' log-sum-exp.
 
 #include <string>
@@ -9,14 +10,15 @@
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/linear.h"
 #include "meshtrain/model/model_spec.h"
+#include "meshtrain/model/qkv_projection.h"
 
 namespace meshtrain {
 
 class CausalSelfAttention {
  public:
   struct Saved {
-    ColumnParallelLinear::Saved qkv_in;
-    Tensor qkv;    // (N, 3 * NH * HS / tp)  as (B, T, 3, NH / tp, HS)
+    QkvProjection::Saved qkv_in;
+    Tensor qkv;    // (N, (NH + 2 KVH) HS / tp): NH / tp query heads, KVH / tp key and value heads
     Tensor probs;  // (B, NH / tp, T, T); empty under selective recomputation and under cp
     Tensor lse;    // under context parallelism: (B, NH / tp, T), the rows' log-sum-exp
     RowParallelLinear::Saved proj_in;  // attention output (N, NH * HS / tp)
@@ -33,10 +35,11 @@ class CausalSelfAttention {
   Tensor backward(const Tensor& dy, TokenShape shape, const Saved& saved,
                   DeferredWeightGradients* deferred = nullptr);
   // Generation (model/generator.h): x (1, C), the token at `position`, -> (1, C). Writes its key
-  // and value into row `position` of k_cache and v_cache (NH / tp, seq_len, HS) and attends to
+  // and value into row `position` of k_cache and v_cache (KVH / tp, seq_len, HS) and attends to
   // rows [0, position]. Never sequence-parallel (TensorParallel::without_sequence).
   Tensor decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t position);
   int64_t local_heads() const { return local_heads_; }
+  int64_t local_kv_heads() const { return qkv_.local_kv_heads(); }
   int64_t head_size() const { return head_size_; }
   // Its projections, the split of q, k and v, and the attention core (model/cost_sheet.h).
   void add_costs(CostSheet& sheet) const;
@@ -47,7 +50,7 @@ class CausalSelfAttention {
 
   LayerContext ctx_;
   int64_t local_heads_, head_size_;
-  ColumnParallelLinear qkv_;
+  QkvProjection qkv_;
   RowParallelLinear proj_;
 };
 

@@ -45,17 +45,17 @@ struct ContextParallel {
 std::vector<Backend::AttentionBlock> ring_attention_blocks(const ContextParallel& cp, int source,
                                                            int64_t T);
 
-// Attention of this rank's queries over the whole sequence. qkv (B * T, 3 C) of this rank's
-// T = 2 L tokens per sequence (this tensor rank's heads); out (B * T, C) assigned; lse
+// Attention of this rank's queries over the whole sequence. qkv (B * T, (NH + 2 KVH) HS) of this rank's
+// T = 2 L tokens per sequence (this tensor rank's heads: NH query, KVH key and value); out (B * T, NH HS) assigned; lse
 // (B, NH, T) in stats_dtype assigned, kept for backward. `waited`, when given, gains the
 // seconds spent waiting for the ring's transfers (what compute did not hide).
 void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out, Tensor& lse,
-                            const Tensor& qkv, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                            double* waited = nullptr);
-// dqkv (B * T, 3 C) assigned from dout and forward's qkv, out and lse.
+                            const Tensor& qkv, int64_t B, int64_t T, int64_t NH, int64_t KVH,
+                            int64_t HS, double* waited = nullptr);
+// dqkv (B * T, (NH + 2 KVH) HS) assigned from dout and forward's qkv, out and lse.
 void ring_attention_backward(Backend& be, const ContextParallel& cp, Tensor& dqkv,
                              const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                             const Tensor& lse, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                             double* waited = nullptr);
+                             const Tensor& lse, int64_t B, int64_t T, int64_t NH, int64_t KVH,
+                             int64_t HS, double* waited = nullptr);
 
 }  // namespace meshtrain

@@ -1,0 +1,44 @@
+#pragma once
+// The projection of a block's input to the row attention reads per token: this tensor rank's
+// NH/tp query heads, then KVH/tp key heads, then KVH/tp value heads, HS channels each
+// (backend.h's attention layout). Multi-head attention (kv_heads == heads: GPT-2) has one
+// weight (3, NH HS, C), split by heads within each of q, k and v. Grouped-query attention has
+// three, q (NH HS, C), k and v (KVH HS, C) (Hugging Face's q_proj, k_proj, v_proj), each
+// column-parallel by heads, reading the input entered into the tensor region once; their
+// outputs are packed into the row.
+
+#include <optional>
+#include <string>
+
+#include "meshtrain/model/cost_sheet.h"
+#include "meshtrain/model/layer.h"
+#include "meshtrain/model/linear.h"
+#include "meshtrain/model/model_spec.h"
+
+namespace meshtrain {
+
+class QkvProjection {
+ public:
+  using Saved = ColumnParallelLinear::Saved;  // the input in the tensor region
+
+  QkvProjection(const LayerContext& ctx, const std::string& name, const ModelSpec& spec);
+
+  // x (N_local, C) -> the packed rows (N, (NH + 2 KVH) HS / tp); `tp` as for
+  // ColumnParallelLinear::forward.
+  Tensor forward(const Tensor& x, Saved& saved, MemoryCategory category,
+                 const TensorParallel* tp = nullptr);
+  // The packed rows' gradient -> dx (N_local, C). The key bias's gradient is written exactly
+  // zero: the bias adds q_i . b_k to every score of row i, which softmax ignores, and what the
+  // GEMMs leave there is rounding noise that Adam would amplify into real updates.
+  Tensor backward(const Tensor& dqkv, const Saved& saved, DeferredWeightGradients* deferred);
+  int64_t local_kv_heads() const { return local_kv_heads_; }
+  void add_costs(CostSheet& sheet) const;
+
+ private:
+  LayerContext ctx_;
+  int64_t local_heads_, local_kv_heads_, head_size_;
+  std::optional<ColumnParallelLinear> fused_;   // multi-head: (3, NH HS, C)
+  std::optional<ColumnParallelLinear> q_, k_, v_;  // grouped-query
+};
+
+}  // namespace meshtrain
