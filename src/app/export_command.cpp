@@ -40,7 +40,11 @@ ModelSpec model_of(const std::string& path, const std::string& recorded, std::st
   const std::map<std::string, std::string> fixed = {
       {"layernorm_eps", "1e-05"}, {"positions", "\"learned\""}, {"activation", "\"gelu_tanh\""},
       {"family", "\"gpt2\""},   {"norm", "\"layernorm\""},     {"feed_forward", "\"dense\""},
-      {"bias", "true"},           {"norm_eps", "1e-05"}};  // std::to_chars of 1e-5
+      {"bias", "true"},           {"norm_eps", "1e-05"},  // std::to_chars of 1e-5
+      // Rotary settings, read only with rotary positions: their defaults.
+      {"rope_theta", "10000"},    {"rope_scaling", "\"none\""}, {"rope_factor", "8"},
+      {"rope_low_freq_factor", "1"}, {"rope_high_freq_factor", "4"},
+      {"rope_original_max_positions", "8192"}};
   const char* shape_keys[] = {"layers", "d_model", "heads", "seq_len", "vocab_size", "tie_embeddings"};
   ModelSpec m;
   for (const char* k : shape_keys)

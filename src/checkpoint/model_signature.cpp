@@ -79,6 +79,15 @@ std::vector<ModelSetting> model_settings(const ModelSpec& m, const std::string& 
       {"feed_forward", quoted(feed_forward_name(m.feed_forward)), true,
        quoted(feed_forward_name(FeedForwardKind::Dense))},
       {"bias", m.linear_bias ? "true" : "false", true, "true"},
+      {"rope_theta", exact(m.rope.theta), true, exact(RopeSpec{}.theta)},
+      {"rope_scaling", quoted(rope_scaling_name(m.rope.scaling)), true,
+       quoted(rope_scaling_name(RopeScalingKind::None))},
+      {"rope_factor", exact(m.rope.factor), true, exact(RopeSpec{}.factor)},
+      {"rope_low_freq_factor", exact(m.rope.low_freq_factor), true, exact(RopeSpec{}.low_freq_factor)},
+      {"rope_high_freq_factor", exact(m.rope.high_freq_factor), true,
+       exact(RopeSpec{}.high_freq_factor)},
+      {"rope_original_max_positions", std::to_string(m.rope.original_max_positions), true,
+       std::to_string(RopeSpec{}.original_max_positions)},
       {"tokenizer", quoted(tokenizer.c_str()), false},
   };
 }

@@ -22,7 +22,9 @@
 #include <set>
 #include <sstream>
 
+#include "meshtrain/backend/rotary_table.h"
 #include "meshtrain/config/nearest_name.h"
+#include "meshtrain/model/rotary_positions.h"
 #include "meshtrain/io/regular_file.h"
 
 namespace meshtrain {
@@ -125,6 +127,19 @@ void check_cross_fields(const std::string& path, const Config& c) {
     fail("model.kv_heads = " + std::to_string(c.model.kv_heads()) + " does not divide model.heads = " +
          std::to_string(c.model.heads) + " (each key/value head serves heads / kv_heads query "
          "heads: kv_heads must divide heads)");
+  if (c.model.positions == PositionKind::Rotary) {
+    if (c.model.head_dim() % 2 != 0)
+      fail("model.positions = \"rotary\" needs an even head_dim, not " +
+           std::to_string(c.model.head_dim()) + " (it rotates channel pairs i, i + head_dim / 2)");
+    try {
+      rope_inverse_frequencies(c.model.head_dim(), rope_frequencies(c.model.rope));
+    } catch (const std::invalid_argument& e) {
+      fail(std::string("model.rope_*: ") + e.what());
+    }
+  } else if (c.model.rope != RopeSpec{}) {
+    fail("model.rope_* keys are given but model.positions is \"learned\", so they would be ignored "
+         "(set model.positions = \"rotary\", or remove them)");
+  }
   if (c.model.norm.kind == NormKind::Layer && c.model.norm.eps != 1e-5) {
     std::ostringstream os;
     os << "model.norm_eps = " << c.model.norm.eps << " with model.norm = \"layernorm\" (meshtrain's "

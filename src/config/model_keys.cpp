@@ -43,10 +43,36 @@ void add_model_keys(std::vector<KeySpec>& k) {
                           "The norm's epsilon (HF layer_norm_epsilon / rms_norm_eps); LayerNorm's "
                           "kernels take 1e-5 only.",
                           [](Config& c, double v) { c.model.norm.eps = v; }));
-    k.push_back(choice_key("model", "positions", "learned", {position_name(PositionKind::Learned)},
+    k.push_back(choice_key("model", "positions", "learned",
+                           {position_name(PositionKind::Learned), position_name(PositionKind::Rotary)},
                            "How token positions enter: \"learned\", a (seq_len, d_model) table "
-                           "added to the token embedding.",
+                           "added to the token embedding; \"rotary\", queries and keys rotated "
+                           "by position (HF's rotate-half layout, rope_* keys; Llama, Qwen).",
                            [](Config& c, const std::string& v) { parse_position(v, c.model.positions); }));
+    k.push_back(float_key("model", "rope_theta", "10000.0", 0.0, true,
+                          "Rotary base (HF rope_theta; Llama 3: 500000).",
+                          [](Config& c, double v) { c.model.rope.theta = v; }));
+    k.push_back(choice_key("model", "rope_scaling", "none",
+                           {rope_scaling_name(RopeScalingKind::None),
+                            rope_scaling_name(RopeScalingKind::Llama3)},
+                           "Rotary frequency scaling (HF rope_scaling.rope_type): \"llama3\" "
+                           "stretches long wavelengths by rope_factor (Llama 3.1, 3.2).",
+                           [](Config& c, const std::string& v) {
+                             parse_rope_scaling(v, c.model.rope.scaling);
+                           }));
+    k.push_back(float_key("model", "rope_factor", "8.0", 0.0, true,
+                          "Llama 3 scaling: how far long wavelengths stretch (3.1: 8, 3.2: 32).",
+                          [](Config& c, double v) { c.model.rope.factor = v; }));
+    k.push_back(float_key("model", "rope_low_freq_factor", "1.0", 0.0, true,
+                          "Llama 3 scaling: wavelengths beyond original / this are stretched.",
+                          [](Config& c, double v) { c.model.rope.low_freq_factor = v; }));
+    k.push_back(float_key("model", "rope_high_freq_factor", "4.0", 0.0, true,
+                          "Llama 3 scaling: wavelengths below original / this are kept.",
+                          [](Config& c, double v) { c.model.rope.high_freq_factor = v; }));
+    k.push_back(int_key("model", "rope_original_max_positions", 8192, 1, 1 << 30,
+                        "Llama 3 scaling: the context it was trained at (HF "
+                        "original_max_position_embeddings).",
+                        [](Config& c) -> auto& { return c.model.rope.original_max_positions; }));
     k.push_back(choice_key("model", "activation", "gelu_tanh",
                            {activation_name(ActivationKind::GeluTanh),
                             activation_name(ActivationKind::SwiGlu)},

@@ -9,7 +9,10 @@ CausalSelfAttention::CausalSelfAttention(const LayerContext& ctx, const std::str
       head_size_(spec.head_dim()),
       qkv_(ctx, name, spec),
       proj_(ctx, name + ".proj", spec.heads * head_size_, spec.d_model, 0.02 * residual_scale,
-            spec.linear_bias) {}
+            spec.linear_bias) {
+  if (spec.positions == PositionKind::Rotary)
+    rotary_.emplace(ctx, spec, local_heads_, qkv_.local_kv_heads());
+}
 
 Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& saved,
                                     MemoryCategory category, Recompute recompute,
@@ -17,6 +20,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& sa
   Backend& be = *ctx_.backend;
   const int64_t local_c = local_heads_ * head_size_;
   saved.qkv = qkv_.forward(x, saved.qkv_in, category);
+  if (rotary_) rotary_->forward(saved.qkv, shape);
   Tensor att = be.empty({shape.N(), local_c}, x.dtype(), category);
   if (ctx_.cp.on()) {
     saved.lse = be.empty({shape.B, local_heads_, shape.T}, stats_dtype(x.dtype()), category);
@@ -41,6 +45,7 @@ Tensor CausalSelfAttention::decode(const Tensor& x, Tensor& k_cache, Tensor& v_c
   const TensorParallel tp = ctx_.tp.without_sequence();
   QkvProjection::Saved qkv_in;
   Tensor qkv = qkv_.forward(x, qkv_in, ws, &tp);  // (1, (NH + 2 KVH) HS / tp)
+  if (rotary_) rotary_->forward_at(qkv, position);
   const int64_t kv_heads = qkv_.local_kv_heads(), kv_c = kv_heads * head_size_;
   for (int64_t h = 0; h < kv_heads; ++h) {
     const int64_t row = (h * T_max + position) * head_size_;
@@ -62,7 +67,7 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const S
   if (ctx_.cp.on()) {
     ring_attention_backward(be, ctx_.cp, dqkv, datt, saved.qkv, saved.proj_in.inp, saved.lse,
                             shape.B, shape.T, local_heads_, qkv_.local_kv_heads(), head_size_);
-    return finish_backward(dqkv, saved, deferred);
+    return finish_backward(dqkv, shape, saved, deferred);
   }
   Tensor probs = saved.probs;
   if (!probs.defined()) {  // selective recomputation: rebuild the softmax from the saved qkv
@@ -73,16 +78,18 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const S
   }
   be.attention_backward(dqkv, datt, saved.qkv, probs, shape.B, shape.T, local_heads_,
                         qkv_.local_kv_heads(), head_size_);
-  return finish_backward(dqkv, saved, deferred);
+  return finish_backward(dqkv, shape, saved, deferred);
 }
 
-Tensor CausalSelfAttention::finish_backward(const Tensor& dqkv, const Saved& saved,
+Tensor CausalSelfAttention::finish_backward(Tensor& dqkv, TokenShape shape, const Saved& saved,
                                             DeferredWeightGradients* deferred) {
+  if (rotary_) rotary_->backward(dqkv, shape);
   return qkv_.backward(dqkv, saved.qkv_in, deferred);
 }
 
 void CausalSelfAttention::add_costs(CostSheet& sheet) const {
   qkv_.add_costs(sheet);
+  if (rotary_) rotary_->add_costs(sheet);
   AttentionCost core;
   core.heads = local_heads_ * ctx_.tp.size();
   core.head_size = head_size_;

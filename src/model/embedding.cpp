@@ -40,10 +40,13 @@ void for_position_runs(const ContextParallel& cp, TokenShape shape, int64_t begi
 }
 }  // namespace
 
-Embedding::Embedding(const LayerContext& ctx, int64_t vocab_size, int64_t seq_len, int64_t C)
+Embedding::Embedding(const LayerContext& ctx, int64_t vocab_size, int64_t seq_len, int64_t C,
+                     bool learned_positions)
     : ctx_(ctx),
       wte_(ctx.store->add(wte_spec(vocab_size, C), ctx.tp.rank(), ctx.tp.size())),
-      wpe_(ctx.store->add(wpe_spec(seq_len, C, ctx.tp), ctx.tp.rank(), ctx.tp.size())) {}
+      wpe_(learned_positions
+               ? &ctx.store->add(wpe_spec(seq_len, C, ctx.tp), ctx.tp.rank(), ctx.tp.size())
+               : nullptr) {}
 
 Tensor Embedding::forward(const Tensor& tokens, TokenShape shape) {
   Backend& be = *ctx_.backend;
@@ -54,10 +57,11 @@ Tensor Embedding::forward(const Tensor& tokens, TokenShape shape) {
   be.embedding_forward(partial, tokens, wte_.value, wte_.split_begin);
   Tensor x = exit_tp_region_forward(be, ctx_.tp, partial, MemoryCategory::Activations);
   const int64_t rows = x.dim(0);
+  if (!wpe_) return x;
   for_position_runs(ctx_.cp, shape, ctx_.tp.token_begin(shape.N()), rows,
                     [&](int64_t row, int64_t n, int64_t position) {
                       Tensor part = n == rows ? x : x.view(row * C, {n, C});
-                      be.position_forward(part, wpe_.value, position);
+                      be.position_forward(part, wpe_->value, position);
                     });
   return x;
 }
@@ -67,7 +71,7 @@ Tensor Embedding::forward_at(const Tensor& tokens, int64_t position) {
   Tensor x = be.empty({tokens.numel(), wte_.shape[1]}, wte_.value.dtype(), MemoryCategory::Workspace);
   be.embedding_forward(x, tokens, wte_.value, wte_.split_begin);
   x = exit_tp_region_forward(be, ctx_.tp.without_sequence(), x, MemoryCategory::Workspace);
-  be.position_forward(x, wpe_.value, position);
+  if (wpe_) be.position_forward(x, wpe_->value, position);
   return x;
 }
 
@@ -77,9 +81,10 @@ void Embedding::backward(const Tensor& dx, const Tensor& tokens, TokenShape shap
   Tensor dfull = exit_tp_region_backward(be, ctx_.tp, dx, MemoryCategory::Workspace);
   run_or_defer(deferred, [this, dx, dfull, tokens, shape, token_begin = ctx_.tp.token_begin(shape.N())] {
     const int64_t rows = dx.dim(0), C = dx.dim(1);
-    for_position_runs(ctx_.cp, shape, token_begin, rows, [&](int64_t row, int64_t n, int64_t position) {
-      ctx_.backend->position_backward(wpe_.grad, n == rows ? dx : dx.view(row * C, {n, C}), position);
-    });
+    if (wpe_)
+      for_position_runs(ctx_.cp, shape, token_begin, rows, [&](int64_t row, int64_t n, int64_t position) {
+        ctx_.backend->position_backward(wpe_->grad, n == rows ? dx : dx.view(row * C, {n, C}), position);
+      });
     ctx_.backend->embedding_backward(wte_.grad, dfull, tokens, wte_.split_begin);
   });
 }
@@ -88,17 +93,19 @@ void Embedding::backward(const Tensor& dx, const Tensor& tokens, TokenShape shap
 CostSheet Embedding::cost_sheet() const {
   CostSheet sheet;
   sheet.parameters.push_back(parameter_cost(wte_.spec));
-  ParameterCost positions = parameter_cost(wpe_.spec);
-  positions.lookup_only = true;  // added to the stream, never multiplied (the head reads wte)
-  sheet.parameters.push_back(positions);
+  if (wpe_) {
+    ParameterCost positions = parameter_cost(wpe_->spec);
+    positions.lookup_only = true;  // added to the stream, never multiplied (the head reads wte)
+    sheet.parameters.push_back(positions);
+  }
   // Forward reads a token row and a position row and writes their sum, for every token of the
   // rank (before sequence parallelism splits them); backward scatter-adds into fp32 gradients.
   ElementwiseCost lookup;
   lookup.width = wte_.spec.global_shape[1];
   lookup.tokens = ElementwiseCost::Tokens::All;
   lookup.backward_bytes = ElementwiseCost::Bytes::Fp32;
-  lookup.forward_accesses = 3;
-  lookup.backward_accesses = 3;
+  lookup.forward_accesses = wpe_ ? 3 : 2;
+  lookup.backward_accesses = wpe_ ? 3 : 2;
   sheet.elementwise.push_back(lookup);
   return sheet;
 }

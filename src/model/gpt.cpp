@@ -22,7 +22,8 @@ ModelChunk::ModelChunk(const LayerContext& ctx, const ModelSpec& cfg, const Chun
   ParameterStore& store = *ctx.store;
   if (range.has_embedding) {
     embedding_unit_ = store.begin_unit("embedding");
-    embedding_.emplace(ctx, cfg.vocab_size, cfg.seq_len, cfg.d_model);
+    embedding_.emplace(ctx, cfg.vocab_size, cfg.seq_len, cfg.d_model,
+                       cfg.positions == PositionKind::Learned);
   }
   for (int l = range.first_layer; l < range.end_layer; ++l) {
     block_units_.push_back(store.begin_unit("h." + std::to_string(l)));

@@ -43,7 +43,10 @@ struct Named {
 
 // One table per variant: the name a deck and a checkpoint use for it (HF's where it has one).
 constexpr Named<NormKind> kNorms[] = {{NormKind::Layer, "layernorm"}, {NormKind::Rms, "rmsnorm"}};
-constexpr Named<PositionKind> kPositions[] = {{PositionKind::Learned, "learned"}};
+constexpr Named<PositionKind> kPositions[] = {{PositionKind::Learned, "learned"},
+                                               {PositionKind::Rotary, "rotary"}};
+constexpr Named<RopeScalingKind> kRopeScalings[] = {{RopeScalingKind::None, "none"},
+                                                    {RopeScalingKind::Llama3, "llama3"}};
 constexpr Named<ActivationKind> kActivations[] = {{ActivationKind::GeluTanh, "gelu_tanh"},
                                                    {ActivationKind::SwiGlu, "swiglu"}};
 constexpr Named<FeedForwardKind> kFeedForwards[] = {{FeedForwardKind::Dense, "dense"}};
@@ -106,6 +109,10 @@ const char* activation_name(ActivationKind k) { return name_of(kActivations, k);
 const char* feed_forward_name(FeedForwardKind k) { return name_of(kFeedForwards, k); }
 bool parse_norm(const std::string& s, NormKind& out) { return parse_name(kNorms, s, out); }
 bool parse_position(const std::string& s, PositionKind& out) { return parse_name(kPositions, s, out); }
+const char* rope_scaling_name(RopeScalingKind k) { return name_of(kRopeScalings, k); }
+bool parse_rope_scaling(const std::string& s, RopeScalingKind& out) {
+  return parse_name(kRopeScalings, s, out);
+}
 bool parse_activation(const std::string& s, ActivationKind& out) { return parse_name(kActivations, s, out); }
 bool parse_feed_forward(const std::string& s, FeedForwardKind& out) { return parse_name(kFeedForwards, s, out); }
 

@@ -201,7 +201,8 @@ TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
            {"model.activation=\"relu\"", "(expected one of \"gelu_tanh\", \"swiglu\")"},
            {"model.norm_eps=0", "model.norm_eps = 0 is out of range (expected finite number > 0)"},
            {"model.bias=1", "model.bias = 1 is an integer (expected true or false)"},
-           {"model.positions=\"rotary\"", "(expected one of \"learned\")"},
+           {"model.positions=\"alibi\"", "(expected one of \"learned\", \"rotary\")"},
+           {"model.rope_scaling=\"yarn\"", "(expected one of \"none\", \"llama3\")"},
            {"model.feed_forward=\"moe\"", "(expected one of \"dense\")"},
            {"model.head_dim=0", "model.head_dim = 0 is out of range (expected integer from 1 to 65536)"},
            {"model.ffn_hidden=-4", "model.ffn_hidden = -4 is out of range"},
@@ -214,6 +215,14 @@ TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
   EXPECT_NE(refusal("[model]\nheads = 4\nkv_heads = 3\n").find("model.kv_heads = 3 does not divide model.heads = 4"),
             std::string::npos);
   EXPECT_EQ(refusal("[model]\nheads = 4\nkv_heads = 2\n"), "");
+  // Rotary: an even head_dim, a valid scaling, and no rope_* keys without it.
+  EXPECT_EQ(refusal("[model]\npositions = \"rotary\"\nrope_theta = 500000.0\nrope_scaling = \"llama3\"\n"), "");
+  EXPECT_NE(refusal("[model]\nrope_theta = 500000.0\n").find("model.rope_* keys are given but model.positions is \"learned\""),
+            std::string::npos);
+  EXPECT_NE(refusal("[model]\npositions = \"rotary\"\nd_model = 60\nheads = 4\n").find("needs an even head_dim, not 15"),
+            std::string::npos);
+  EXPECT_NE(refusal("[model]\npositions = \"rotary\"\nrope_scaling = \"llama3\"\nrope_low_freq_factor = 4.0\nrope_high_freq_factor = 2.0\n").find("model.rope_*: "),
+            std::string::npos);
   // LayerNorm's kernels take eps 1e-5 only; RMSNorm's any.
   EXPECT_NE(refusal("[model]\nnorm_eps = 1e-6\n").find("with model.norm = \"layernorm\" (meshtrain's "
                                                         "LayerNorm kernels compute with eps 1e-5"),

@@ -47,13 +47,15 @@ struct Model {
   // Placement::V: 2 x stages chunks in zb-v's V, rank r holding chunks r and 2 stages - 1 - r.
   enum class Placement { Looped, V };
   Model(MPI_Comm comm, DType dtype, SequenceParallel sequence = SequenceParallel::Off,
-        int stages = 1, int layers = 2, Placement placement = Placement::Looped)
+        int stages = 1, int layers = 2, Placement placement = Placement::Looped,
+        void (*adjust)(ModelSpec&) = nullptr)
       : tp_comm(comm, "tp") {
     cfg.layers = layers;
     cfg.d_model = 32;
     cfg.heads = 4;
     cfg.seq_len = 16;
     cfg.vocab_size = 64;
+    if (adjust) adjust(cfg);
     const TensorParallel tp{&tp_comm, sequence};
     const bool v = placement == Placement::V;
     std::vector<ChunkRange> ranges = balanced_partition(cfg, v ? 2 * stages : stages);
@@ -114,8 +116,8 @@ double max_relative(const double* a, const double* b, int64_t n) {
   return diff / scale;
 }
 
-void check_cache(DType dtype, double bound) {
-  Model m(MPI_COMM_SELF, dtype);
+void check_cache(DType dtype, double bound, void (*adjust)(ModelSpec&) = nullptr) {
+  Model m(MPI_COMM_SELF, dtype, SequenceParallel::Off, 1, 2, Model::Placement::Looped, adjust);
   Generator gen(*m.model);
   const int64_t V = m.cfg.vocab_size, T = m.cfg.seq_len;
   const std::vector<int32_t> tokens = text_tokens(static_cast<int>(T), static_cast<int>(V));
@@ -133,6 +135,18 @@ void check_cache(DType dtype, double bound) {
 
 TEST(Generator, CacheMatchesFullForwardFp32) { check_cache(DType::F32, 1e-5); }
 TEST(Generator, CacheMatchesFullForwardFp64) { check_cache(DType::F64, 1e-12); }
+// Llama's block: the cache holds kv_heads heads of rotated keys, and one token's query rotates
+// at its position.
+TEST(Generator, LlamaCacheMatchesFullForwardFp64) {
+  check_cache(DType::F64, 1e-12, [](ModelSpec& m) {
+    m.positions = PositionKind::Rotary;
+    m.kv_heads_set = 2;
+    m.norm.kind = NormKind::Rms;
+    m.activation = ActivationKind::SwiGlu;
+    m.linear_bias = false;
+    m.tie_embeddings = false;
+  });
+}
 
 TEST(Generator, SlidingWindow) {
   Model m(MPI_COMM_SELF, DType::F64);

@@ -187,6 +187,23 @@ TEST(GradientCheck, GroupedQueryAttentionEveryElement) {
       for (double g : testing::to_host(h.be, p->grad)) EXPECT_EQ(g, 0.0);
 }
 
+// Llama's block: rotary positions (no wpe; Llama 3 scaling, whose stretched and blended
+// wavelengths the 8 positions reach with original_max_positions 4), grouped-query attention,
+// RMSNorm, SwiGLU, no biases.
+TEST(GradientCheck, LlamaBlockWithRotaryPositionsEveryElement) {
+  Harness h(false, 11, [](ModelSpec& m) {
+    m.positions = PositionKind::Rotary;
+    m.rope.scaling = RopeScalingKind::Llama3;
+    m.rope.original_max_positions = 4;
+    m.kv_heads_set = 1;
+    m.norm.kind = NormKind::Rms;
+    m.activation = ActivationKind::SwiGlu;
+    m.linear_bias = false;
+  });
+  EXPECT_EQ(count_named(h.model->params(), "wpe"), 0);
+  check_all_gradients(h, Recompute::None);
+}
+
 // Recomputation must not change a single bit of the gradients: it re-runs the same kernels on
 // the same inputs.
 TEST(GradientCheck, RecomputeModesGiveIdenticalGradients) {

@@ -107,9 +107,13 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.linear_bias = false;
     m.tie_embeddings = false;
     m.ffn_hidden_set = 88;
-  } else if (name == "llama_gqa") {
-    // Llama's block as far as it is built: RMSNorm, SwiGLU, no biases, untied, and grouped-query
-    // attention (4 query heads on 2 key/value heads: tp 2 gives each rank one of each group).
+  } else if (name == "llama") {
+    // Llama's block: rotary positions (Llama 3 scaling reached within the 16 positions), RMSNorm,
+    // SwiGLU, no biases, untied, and grouped-query attention (4 query heads on 2 key/value
+    // heads: tp 2 gives each rank one of each group).
+    m.positions = PositionKind::Rotary;
+    m.rope.scaling = RopeScalingKind::Llama3;
+    m.rope.original_max_positions = 8;
     m.norm.kind = NormKind::Rms;
     m.norm.eps = 1e-5;
     m.activation = ActivationKind::SwiGlu;
@@ -170,9 +174,9 @@ std::vector<Layout> layouts_for(int world) {
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "rms_swiglu"),
         on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, "rms_swiglu"),
         on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "rms_swiglu"),
-        on_model({1, 2, 1, S::OneFOneB, 1, 4, true}, "llama_gqa"),
-        on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false, 0, R::Selective}, 2), "llama_gqa"),
-        on_model({2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, "llama_gqa"),
+        on_model({1, 2, 1, S::OneFOneB, 1, 4, true}, "llama"),
+        on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false, 0, R::Selective}, 2), "llama"),
+        on_model({2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, "llama"),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
@@ -209,8 +213,8 @@ std::vector<Layout> layouts_for(int world) {
         on_model({2, 1, 2, S::ZeroBubbleH1, 1, 2, false, 3}, "hd12_ffn80"),
         on_model({2, 2, 1, S::OneFOneB, 1, 2, true, 1}, "rms_swiglu"),
         on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true}, 2), "rms_swiglu"),
-        on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true, 1}, 2), "llama_gqa"),
-        on_model({1, 2, 2, S::ZeroBubbleH1, 1, 4, true, 2}, "llama_gqa"),
+        on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true, 1}, 2), "llama"),
+        on_model({1, 2, 2, S::ZeroBubbleH1, 1, 4, true, 2}, "llama"),
     };
     case 8: return {
         {2, 2, 2, S::GPipe, 1, 2, false},
@@ -230,7 +234,7 @@ std::vector<Layout> layouts_for(int world) {
         context_parallel({1, 2, 2, S::ZeroBubbleV, 2, 4, true, 1, R::Selective}, 2),
         context_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 3, R::Full}, 4),
         context_parallel({1, 1, 2, S::Interleaved, 2, 4, false, 2}, 4),
-        on_model(context_parallel({1, 2, 2, S::OneFOneB, 1, 2, true, 3}, 2), "llama_gqa"),
+        on_model(context_parallel({1, 2, 2, S::OneFOneB, 1, 2, true, 3}, 2), "llama"),
     };
     default: return {};
   }

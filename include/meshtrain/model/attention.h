@@ -5,12 +5,14 @@
 // the core runs on the local heads, and the output projection is row-parallel. Under context parallelism the core is ring
 // attention (model/ring_attention.h), which keeps no softmax: only its rows' log-sum-exp.
 
+#include <optional>
 #include <string>
 
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/linear.h"
 #include "meshtrain/model/model_spec.h"
 #include "meshtrain/model/qkv_projection.h"
+#include "meshtrain/model/rotary_positions.h"
 
 namespace meshtrain {
 
@@ -45,12 +47,14 @@ class CausalSelfAttention {
   void add_costs(CostSheet& sheet) const;
 
  private:
-  // The QKV projection's backward from the core's dqkv.
-  Tensor finish_backward(const Tensor& dqkv, const Saved& saved, DeferredWeightGradients* deferred);
+  // The QKV projection's backward from the core's dqkv (rotated back first, in place).
+  Tensor finish_backward(Tensor& dqkv, TokenShape shape, const Saved& saved,
+                         DeferredWeightGradients* deferred);
 
   LayerContext ctx_;
   int64_t local_heads_, head_size_;
   QkvProjection qkv_;
+  std::optional<RotaryPositions> rotary_;  // positions = "rotary"
   RowParallelLinear proj_;
 };
 

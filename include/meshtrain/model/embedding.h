@@ -13,7 +13,9 @@ namespace meshtrain {
 
 class Embedding {
  public:
-  Embedding(const LayerContext& ctx, int64_t vocab_size, int64_t seq_len, int64_t C);
+  // learned_positions false: no wpe (rotary positions act in attention instead).
+  Embedding(const LayerContext& ctx, int64_t vocab_size, int64_t seq_len, int64_t C,
+            bool learned_positions = true);
 
   // tokens (N) int32 -> x (N_local, C) in Activations.
   Tensor forward(const Tensor& tokens, TokenShape shape);
@@ -33,7 +35,7 @@ class Embedding {
  private:
   LayerContext ctx_;
   Parameter& wte_;
-  Parameter& wpe_;
+  Parameter* wpe_;  // null: no learned positions
 };
 
 }  // namespace meshtrain

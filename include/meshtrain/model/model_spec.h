@@ -12,7 +12,8 @@
 namespace meshtrain {
 
 enum class NormKind { Layer, Rms };
-enum class PositionKind { Learned };
+enum class PositionKind { Learned, Rotary };
+enum class RopeScalingKind { None, Llama3 };
 enum class ActivationKind { GeluTanh, SwiGlu };
 enum class FeedForwardKind { Dense };
 
@@ -20,6 +21,16 @@ struct NormSpec {
   NormKind kind = NormKind::Layer;
   double eps = 1e-5;
   auto operator<=>(const NormSpec&) const = default;
+};
+
+// Rotary positions (Su et al., arXiv 2104.09864) in HF's rotate-half layout: the base and Llama
+// 3's frequency scaling (backend/rotary_table.h).
+struct RopeSpec {
+  double theta = 10000.0;
+  RopeScalingKind scaling = RopeScalingKind::None;
+  double factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0;  // "llama3" only
+  int64_t original_max_positions = 8192;
+  auto operator<=>(const RopeSpec&) const = default;
 };
 
 struct ModelSpec {
@@ -36,6 +47,7 @@ struct ModelSpec {
   int64_t vocab_size = 256;
   NormSpec norm;
   PositionKind positions = PositionKind::Learned;
+  RopeSpec rope;  // read with positions = Rotary
   ActivationKind activation = ActivationKind::GeluTanh;
   FeedForwardKind feed_forward = FeedForwardKind::Dense;
   bool linear_bias = true;     // every linear layer adds a bias
@@ -72,6 +84,8 @@ const char* activation_name(ActivationKind k);
 const char* feed_forward_name(FeedForwardKind k);
 bool parse_norm(const std::string& s, NormKind& out);
 bool parse_position(const std::string& s, PositionKind& out);
+const char* rope_scaling_name(RopeScalingKind k);
+bool parse_rope_scaling(const std::string& s, RopeScalingKind& out);
 bool parse_activation(const std::string& s, ActivationKind& out);
 bool parse_feed_forward(const std::string& s, FeedForwardKind& out);
 

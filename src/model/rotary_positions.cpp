@@ -1,0 +1,75 @@
+#include "meshtrain/model/rotary_positions.h"
+
+#include <vector>
+
+namespace meshtrain {
+
+RopeFrequencies rope_frequencies(const RopeSpec& rope) {
+  RopeFrequencies f;
+  f.theta = rope.theta;
+  if (rope.scaling == RopeScalingKind::Llama3)
+    f.llama3 = Llama3RopeScaling{rope.factor, rope.low_freq_factor, rope.high_freq_factor,
+                                 rope.original_max_positions};
+  return f;
+}
+
+RotaryPositions::RotaryPositions(const LayerContext& ctx, const ModelSpec& spec,
+                                 int64_t local_heads, int64_t local_kv_heads)
+    : ctx_(ctx),
+      inv_freq_(rope_inverse_frequencies(spec.head_dim(), rope_frequencies(spec.rope))),
+      seq_len_(spec.seq_len),
+      heads_(spec.heads),
+      kv_heads_(spec.kv_heads()),
+      local_rotated_heads_(local_heads + local_kv_heads),
+      head_dim_(spec.head_dim()) {}
+
+const RotaryTable& RotaryPositions::table(DType activations) {
+  if (!table_ || table_->first != activations)
+    table_.emplace(activations, make_rotary_table(*ctx_.backend, inv_freq_, seq_len_, activations,
+                                                  MemoryCategory::Workspace));
+  return table_->second;
+}
+
+const Tensor& RotaryPositions::positions(TokenShape shape) {
+  const auto key = std::make_pair(shape.B, shape.T);
+  if (const auto it = positions_.find(key); it != positions_.end()) return it->second;
+  std::vector<int32_t> host(static_cast<size_t>(shape.N()));
+  for (int64_t r = 0; r < shape.N(); ++r)
+    host[static_cast<size_t>(r)] = static_cast<int32_t>(ctx_.cp.position(r % shape.T, shape.T));
+  Tensor t = ctx_.backend->empty({shape.N()}, DType::I32, MemoryCategory::Workspace);
+  ctx_.backend->copy_from_host(t, host.data());
+  return positions_.emplace(key, t).first->second;
+}
+
+void RotaryPositions::forward(Tensor& qkv, TokenShape shape) {
+  const RotaryTable& t = table(qkv.dtype());
+  ctx_.backend->rotary_forward(qkv, positions(shape), t.cos, t.sin,
+                               {0, local_rotated_heads_, head_dim_});
+}
+
+void RotaryPositions::backward(Tensor& dqkv, TokenShape shape) {
+  const RotaryTable& t = table(dqkv.dtype());
+  ctx_.backend->rotary_backward(dqkv, positions(shape), t.cos, t.sin,
+                                {0, local_rotated_heads_, head_dim_});
+}
+
+void RotaryPositions::forward_at(Tensor& qkv, int64_t position) {
+  const RotaryTable& t = table(qkv.dtype());
+  const int32_t p = static_cast<int32_t>(position);
+  Tensor at = ctx_.backend->empty({1}, DType::I32, MemoryCategory::Workspace);
+  ctx_.backend->copy_from_host(at, &p);
+  ctx_.backend->rotary_forward(qkv, at, t.cos, t.sin, {0, local_rotated_heads_, head_dim_});
+}
+
+void RotaryPositions::add_costs(CostSheet& sheet) const {
+  // Reads and writes the query and key heads of every row, forward and backward.
+  ElementwiseCost pass;
+  pass.width = (heads_ + kv_heads_) * head_dim_;
+  pass.width_split = true;
+  pass.tokens = ElementwiseCost::Tokens::All;
+  pass.forward_accesses = 2;
+  pass.backward_accesses = 2;
+  sheet.elementwise.push_back(pass);
+}
+
+}  // namespace meshtrain
