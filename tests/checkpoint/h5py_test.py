@@ -60,7 +60,7 @@ class ReadWithH5py(harness.Case):
             self.assertEqual(bytes(a["overrides"]).decode(),
                              "parallel.tp=2\nparallel.pp=2\ntrain.steps=2\n")
             config = bytes(a["config"]).decode()
-            self.assertIn("[model]\nlayers = 4\nd_model = 32\nheads = 4\n", config)
+            self.assertIn("[model]\nfamily = \"gpt2\"\nlayers = 4\nd_model = 32\nheads = 4\n", config)
             self.assertIn("tp = 2\npp = 2\n", config)
             self.assertIn("steps = 2\n", config)
             model = bytes(a["model"]).decode()
