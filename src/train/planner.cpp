@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <exception>
 
-#include <omp.h>
-
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/config/layout_check.h"
