@@ -231,8 +231,7 @@ int plan_command(const PlanArgs& args) {
     }
 
     if (args.all) {
-      std::vector<LayoutPlan> plans;
-      for (const Config& c : enumerate_layouts(config, args.world)) plans.push_back(plan_layout(c, args.world, threads));
+      std::vector<LayoutPlan> plans = plan_layouts(enumerate_layouts(config, args.world), args.world, threads);
       std::sort(plans.begin(), plans.end(), [](const LayoutPlan& a, const LayoutPlan& b) { return a.peak() < b.peak(); });
       std::printf("# plan: every valid layout of %s on %d ranks, %d thread(s) per rank, lowest peak first\n",
                   args.deck.c_str(), args.world, threads);
@@ -276,9 +275,8 @@ int plan_command(const PlanArgs& args) {
       };
       std::string hint;
       std::pair<int, size_t> best{1 << 20, 0};
-      for (const Config& c : enumerate_layouts(config, args.world)) {
-        const LayoutPlan p = plan_layout(c, args.world, threads);
-        const std::pair<int, size_t> key{distance(c), p.peak()};
+      for (const LayoutPlan& p : plan_layouts(enumerate_layouts(config, args.world), args.world, threads)) {
+        const std::pair<int, size_t> key{distance(p.config), p.peak()};
         if (p.peak() <= budget && key < best) {
           best = key;
           hint = p.layout() + " (" + format_bytes(static_cast<double>(p.peak())) + ")";

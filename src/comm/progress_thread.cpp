@@ -4,7 +4,8 @@
 
 namespace meshtrain {
 
-ProgressThread::ProgressThread() {
+ProgressThread::ProgressThread(bool wanted) {
+  if (!wanted) return;
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
   if (provided < MPI_THREAD_MULTIPLE) return;

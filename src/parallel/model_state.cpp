@@ -30,7 +30,8 @@ ModelState::ModelState(PipelineStage& stage, const StateGroups& groups,
       state_dtype_(stage.dtype() == DType::F32 || stage.dtype() == DType::F64 ? stage.dtype()
                                                                               : DType::F32),
       groups_(groups),
-      options_(options) {
+      options_(options),
+      progress_thread_(!stage.backend().planning()) {
   ParameterStore& store = stage.params();
   const DType dt = stage.dtype();
   const DType gt = state_dtype_;  // gradients are kept in the optimizer's precision

@@ -14,7 +14,9 @@ size_t round_size(size_t bytes) {
 }
 }  // namespace
 
-Buffer::~Buffer() { owner_->release(ptr_, bytes_, category_); }
+Buffer::~Buffer() {
+  if (ptr_) owner_->release(ptr_, bytes_, category_);
+}
 
 Device Buffer::device() const { return owner_->device(); }
 
@@ -22,32 +24,26 @@ Allocator::~Allocator() = default;
 
 // Bytes are counted only once the block is in hand: a raw allocation that fails (out of memory)
 // must leave the counters and peaks as they were, or every later report (and the planner's
-// comparison with a real run) would include memory that was never allocated.
+// comparison with a real run) would include memory that was never allocated. The Buffer comes
+// first, still without a block, so that a cached block is taken and counted under one lock.
 std::shared_ptr<Buffer> Allocator::allocate(size_t bytes, MemoryCategory category) {
   const size_t rounded = round_size(bytes == 0 ? 1 : bytes);
-  void* ptr = nullptr;
+  auto buffer = std::make_shared<Buffer>(this, nullptr, rounded, category);  // may throw: nothing taken
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = cache_.find(rounded);
-    if (it != cache_.end()) {
-      ptr = it->second;
-      cache_.erase(it);
+    if (it != cache_.end() && !it->second.empty()) {
+      buffer->ptr_ = it->second.front();
+      it->second.pop_front();
+      // Past a limit this throws with the bytes counted: the Buffer gives them back as it goes.
+      tracker_.on_allocate(category, rounded);
+      return buffer;
     }
   }
-  if (!ptr) {
-    ptr = raw_allocate(rounded);  // may throw: nothing counted yet
-    std::lock_guard<std::mutex> lock(mutex_);
-    reserved_ += rounded;
-  }
-  std::shared_ptr<Buffer> buffer;
-  try {
-    buffer = std::make_shared<Buffer>(this, ptr, rounded, category);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    cache_.emplace(rounded, ptr);  // keep the block (it is reserved), count nothing
-    throw;
-  }
+  void* ptr = raw_allocate(rounded);  // may throw: nothing counted yet
   std::lock_guard<std::mutex> lock(mutex_);
+  reserved_ += rounded;
+  buffer->ptr_ = ptr;
   tracker_.on_allocate(category, rounded);
   return buffer;
 }
@@ -55,17 +51,18 @@ std::shared_ptr<Buffer> Allocator::allocate(size_t bytes, MemoryCategory categor
 void Allocator::release(void* ptr, size_t bytes, MemoryCategory category) {
   std::lock_guard<std::mutex> lock(mutex_);
   tracker_.on_release(category, bytes);
-  cache_.emplace(bytes, ptr);
+  cache_[bytes].push_back(ptr);
 }
 
 void Allocator::release_cached() {
-  std::multimap<size_t, void*> blocks;
+  std::unordered_map<size_t, std::deque<void*>> blocks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     blocks.swap(cache_);
-    for (auto& [bytes, ptr] : blocks) reserved_ -= bytes;
+    for (auto& [bytes, free] : blocks) reserved_ -= bytes * free.size();
   }
-  for (auto& [bytes, ptr] : blocks) raw_release(ptr, bytes);
+  for (auto& [bytes, free] : blocks)
+    for (void* ptr : free) raw_release(ptr, bytes);
 }
 
 HostAllocator::~HostAllocator() { release_cached(); }

@@ -117,14 +117,11 @@ AdvisorResult advise_layouts(const Config& base, int world, const MachineProfile
       while (end < predicted && out.ranked[end].time.step_s < frontier &&
              (top == 0 || end - final_count < static_cast<size_t>(std::max(1, omp_get_max_threads()))))
         ++end;
-      std::vector<LayoutPlan> plans(end - final_count);
+      std::vector<Config> configs;
+      for (size_t i = final_count; i < end; ++i) configs.push_back(out.ranked[i].config);
       // A dry run stops once a stage holds more than the budget: the fastest layouts of a large
       // model often do not fit, and the rest of their steps would cost seconds each.
-      const size_t first = final_count;
-      each(first, end, [&](RankedLayout& r) {
-        plans[static_cast<size_t>(&r - &out.ranked[first])] = plan_layout(r.config, world, threads, budget);
-      });
-      for (const LayoutPlan& plan : plans) {
+      for (const LayoutPlan& plan : plan_layouts(configs, world, threads, budget)) {
         if (top != 0 && out.fitting >= top) break;
         RankedLayout& r = out.ranked[final_count++];
         if (plan.stopped_over) {

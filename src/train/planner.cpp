@@ -1,6 +1,7 @@
 #include "meshtrain/train/planner.h"
 
 #include <algorithm>
+#include <exception>
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/checkpoint/checkpointer.h"
@@ -113,6 +114,24 @@ LayoutPlan plan_layout(Config config, int world_size, int threads, size_t stop_a
   std::sort(plan.stages.begin(), plan.stages.end(),
             [](const StagePlan& a, const StagePlan& b) { return a.pp_rank < b.pp_rank; });
   return plan;
+}
+
+std::vector<LayoutPlan> plan_layouts(const std::vector<Config>& configs, int world_size, int threads,
+                                     size_t stop_above) {
+  std::vector<LayoutPlan> plans(configs.size());
+  std::vector<std::exception_ptr> errors(configs.size());
+  // Dynamic: a layout's dry run costs from microseconds to seconds (micro-batches x stages).
+#pragma omp parallel for schedule(dynamic)
+  for (size_t i = 0; i < configs.size(); ++i) {
+    try {
+      plans[i] = plan_layout(configs[i], world_size, threads, stop_above);
+    } catch (...) {
+      errors[i] = std::current_exception();  // an exception cannot leave an OpenMP loop
+    }
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return plans;
 }
 
 std::vector<Config> enumerate_layouts(const Config& base, int world_size) {

@@ -79,6 +79,42 @@ TEST(Allocator, CountsNormallyAfterAFailure) {
   EXPECT_EQ(alloc.reserved(), 4096u);  // cached for reuse
 }
 
+// Freed blocks of one size are reused oldest first, as they always were: a CPU run's buffers
+// keep the addresses they had, whatever the cache's structure.
+TEST(Allocator, ReusesTheOldestFreedBlockOfASizeFirst) {
+  HostAllocator alloc;
+  auto a = alloc.allocate(4096, MemoryCategory::Activations);
+  auto b = alloc.allocate(4000, MemoryCategory::Activations);  // rounds to the same size
+  void* const first = a->data();
+  void* const second = b->data();
+  a.reset();
+  b.reset();
+  auto c = alloc.allocate(4096, MemoryCategory::Workspace);
+  auto d = alloc.allocate(4096, MemoryCategory::Workspace);
+  EXPECT_EQ(c->data(), first);
+  EXPECT_EQ(d->data(), second);
+  EXPECT_EQ(alloc.reserved(), 8192u);
+  EXPECT_EQ(alloc.tracker().current(MemoryCategory::Workspace), 8192u);
+  EXPECT_EQ(alloc.tracker().current(MemoryCategory::Activations), 0u);
+}
+
+// A planner's dry run past its limit: the allocation that crossed it throws, and its bytes
+// (counted for the peak) are given back, whether the block came from the cache or was new.
+TEST(Allocator, PastTheLimitTheBytesAreGivenBack) {
+  MetaAllocator alloc(Device::Cpu);
+  alloc.tracker().set_limit(6000);
+  auto held = alloc.allocate(4096, MemoryCategory::Parameters);
+  EXPECT_THROW(alloc.allocate(4096, MemoryCategory::Activations), MemoryLimitExceeded);  // new
+  EXPECT_EQ(alloc.tracker().current_total(), 4096u);
+  EXPECT_EQ(alloc.tracker().peak_total(), 8192u);
+  EXPECT_EQ(alloc.reserved(), 8192u);
+  EXPECT_THROW(alloc.allocate(4096, MemoryCategory::Activations), MemoryLimitExceeded);  // cached
+  EXPECT_EQ(alloc.tracker().current_total(), 4096u);
+  EXPECT_EQ(alloc.reserved(), 8192u) << "the cached block was lost or taken twice";
+  held.reset();
+  EXPECT_EQ(alloc.tracker().current_total(), 0u);
+}
+
 // What an out-of-memory message reports: the bytes held now, not the peaks of another phase.
 TEST(MemoryTracker, InUseReportsCurrentBytes) {
   MemoryTracker t;

@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
+
+#include <omp.h>
 
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/deck_error.h"
@@ -268,6 +272,48 @@ TEST(LayoutAdvisor, DeckAutoKeysLeaveChoicesOpen) {
     EXPECT_NE(m.find("automatic"), std::string::npos) << m;
     EXPECT_NE(m.find("\"auto\""), std::string::npos) << m;
   }
+}
+
+// `plan --all` and the advisor run their dry runs side by side: each plan must be the one the
+// dry run gives alone, in the order asked, and an error the first layout's in that order (two
+// bad layouts fail at different moments on different threads).
+TEST(Planner, SideBySideDryRunsGiveThePlansOfOneAtATime) {
+  std::vector<Config> configs;
+  for (const Config& c : enumerate_layouts(deck(4, 1, 1, 1, 8), 4)) configs.push_back(c);
+  ASSERT_GE(configs.size(), 8u);
+  configs.resize(24 < configs.size() ? 24 : configs.size());
+  const int threads_before = omp_get_max_threads();
+  omp_set_num_threads(4);  // side by side even where the test runs under OMP_NUM_THREADS=1
+  const std::vector<LayoutPlan> together = plan_layouts(configs, 4, 1);
+  ASSERT_EQ(together.size(), configs.size());
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const LayoutPlan alone = plan_layout(configs[i], 4, 1);
+    EXPECT_EQ(together[i].layout(), alone.layout()) << i;
+    ASSERT_EQ(together[i].stages.size(), alone.stages.size()) << alone.layout();
+    for (size_t s = 0; s < alone.stages.size(); ++s) {
+      EXPECT_EQ(together[i].stages[s].peak, alone.stages[s].peak) << alone.layout() << " stage " << s;
+      EXPECT_EQ(together[i].stages[s].at_peak, alone.stages[s].at_peak) << alone.layout() << " stage " << s;
+      EXPECT_EQ(together[i].stages[s].peak_total, alone.stages[s].peak_total) << alone.layout();
+    }
+  }
+  // Two layouts that 4 ranks cannot take: tp 3 (does not divide 4), then pp 8 (more than 4).
+  std::vector<Config> bad = configs;
+  bad[5].parallel.tp = 3;
+  bad[2].parallel.pp = 8;
+  std::string first_error;
+  try {
+    plan_layout(bad[2], 4, 1);
+  } catch (const DeckError& e) {
+    first_error = e.what();
+  }
+  ASSERT_FALSE(first_error.empty());
+  try {
+    plan_layouts(bad, 4, 1);
+    ADD_FAILURE() << "plan_layouts took a layout 4 ranks cannot run";
+  } catch (const DeckError& e) {
+    EXPECT_EQ(std::string(e.what()), first_error);
+  }
+  omp_set_num_threads(threads_before);
 }
 
 }  // namespace

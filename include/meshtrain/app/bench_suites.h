@@ -14,8 +14,9 @@
 namespace meshtrain {
 
 // The deck every suite starts from: `model` on 1 MiB of generated text, no validation, a
-// schedule long enough that the learning rate never decays during a measurement, run
-// directory runs/bench-<suite>.
+// schedule long enough that the learning rate never decays during a measurement, no re-run of
+// a step whose gradient norm spikes (it would be timed as part of the step), run directory
+// runs/bench-<suite>.
 Config bench_deck(const std::string& suite, const ModelSpec& model);
 
 // Emulated devices for the suites with a slow rank (hetero, async), collective over the world:

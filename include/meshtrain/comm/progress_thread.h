@@ -18,8 +18,11 @@ namespace meshtrain {
 
 class ProgressThread {
  public:
-  // Starts the thread if MPI provides MPI_THREAD_MULTIPLE; otherwise does nothing.
-  ProgressThread();
+  // Starts the thread if `wanted` and MPI provides MPI_THREAD_MULTIPLE; otherwise does nothing.
+  // A planner's dry run (communicators that complete every transfer at once) does not want one:
+  // there is nothing to advance, and a thread woken at every reduction would only take the core
+  // the dry run needs.
+  explicit ProgressThread(bool wanted = true);
   ~ProgressThread();
   ProgressThread(const ProgressThread&) = delete;
   ProgressThread& operator=(const ProgressThread&) = delete;

@@ -5,9 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include "meshtrain/tensor/dtype.h"
 #include "meshtrain/tensor/memory.h"
@@ -22,7 +23,7 @@ class Buffer {
  public:
   Buffer(Allocator* owner, void* ptr, size_t bytes, MemoryCategory category)
       : owner_(owner), ptr_(ptr), bytes_(bytes), category_(category) {}
-  ~Buffer();
+  ~Buffer();  // gives the block back (none yet: an allocation that failed before it had one)
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
@@ -32,6 +33,7 @@ class Buffer {
   Device device() const;
 
  private:
+  friend class Allocator;  // hands the block over once it has one
   Allocator* owner_;
   void* ptr_;
   size_t bytes_;
@@ -66,7 +68,10 @@ class Allocator {
   Device device_;
   MemoryTracker tracker_;
   std::mutex mutex_;
-  std::multimap<size_t, void*> cache_;  // rounded size -> free block
+  // Rounded size -> its free blocks, oldest first: the block freed longest ago is reused first.
+  // Hashed rather than ordered, with no node per free block, because allocate and release run
+  // for every tensor of every step, and they are all a planner's dry run does.
+  std::unordered_map<size_t, std::deque<void*>> cache_;
   size_t reserved_ = 0;
 };
 

@@ -45,6 +45,14 @@ std::string layout_name(const Config& config);
 // then has no stages and stopped_over = stop_above.
 LayoutPlan plan_layout(Config config, int world_size, int threads, size_t stop_above = 0);
 
+// plan_layout of each of `configs`, in their order. The dry runs are independent and each holds
+// its own backend and grid: they run side by side on this machine's cores (OpenMP's threads, as
+// OMP_NUM_THREADS allows), so `plan --all` on a login node takes its cores as the advisor does.
+// The plans are the same as one at a time; an error is the first layout's (in `configs` order)
+// that had one.
+std::vector<LayoutPlan> plan_layouts(const std::vector<Config>& configs, int world_size, int threads,
+                                     size_t stop_above = 0);
+
 
 // Every valid layout of `base`'s model and global batch on `world_size` ranks: dp x tp x pp,
 // micro-batch sizes (powers of two dividing the per-rank batch), schedules (interleaved with 2
