@@ -11,7 +11,7 @@ namespace meshtrain {
 namespace {
 
 TEST(BenchDeck, DoesNotReRunSpikingStepsInsideATimedStep) {
-  const Config bench = bench_deck("hetero", GptConfig{4, 128, 4, 128, 256, true});
+  const Config bench = bench_deck("hetero", gpt2_spec(4, 128, 4, 128, 256));
   EXPECT_EQ(bench.run.rerun_spike_factor, 0.0);
   // Training decks keep re-running spikes (run.rerun_spike_factor's default).
   EXPECT_GT(parse_deck("t.toml", "").run.rerun_spike_factor, 1.0);
