@@ -1,6 +1,7 @@
 // The deck every bench suite starts from times steps as training takes them, and nothing else:
 // a step whose gradient norm spikes is not run twice inside a timed step (the hetero suite's dp
 // runs spiked at step 7, doubling that step's time and work), while training keeps its default.
+// device-independent: only builds and parses decks; nothing runs on a device.
 
 #include <gtest/gtest.h>
 
