@@ -140,7 +140,12 @@ class Runner:
 
     def shell(self, where, command, expect_ok=True, timeout=600):
         start = time.monotonic()
-        p = subprocess.run(["bash", "-c", command], cwd=self.scratch, env=self.env,
+        # One thread per rank where a command may launch ranks (8 on 2 cores); one meshtrain
+        # process alone (plan, inspect, a one-rank run) uses the machine's cores as a user's would.
+        env = self.env
+        if command.startswith("build/meshtrain ") and not re.search(r"[;&|`$]", command):
+            env = {k: v for k, v in self.env.items() if k != "OMP_NUM_THREADS"}
+        p = subprocess.run(["bash", "-c", command], cwd=self.scratch, env=env,
                            capture_output=True, text=True, timeout=timeout)
         tail = (p.stdout + p.stderr).strip().splitlines()[-3:]
         seconds = time.monotonic() - start
