@@ -34,17 +34,6 @@ ModelSpec model_of(const std::string& path, const std::string& recorded, std::st
     const size_t eq = line.find(" = ");
     if (eq != std::string::npos) s[line.substr(0, eq)] = line.substr(eq + 3);
   }
-  // What HF GPT-2 computes besides the shapes: these values, and nothing else.
-  // (family, norm, feed_forward: recorded since they were deck keys; head_dim, kv_heads,
-  // ffn_hidden below.)
-  const std::map<std::string, std::string> fixed = {
-      {"layernorm_eps", "1e-05"}, {"positions", "\"learned\""}, {"activation", "\"gelu_tanh\""},
-      {"family", "\"gpt2\""},   {"norm", "\"layernorm\""},     {"feed_forward", "\"dense\""},
-      {"bias", "true"},           {"norm_eps", "1e-05"},  // std::to_chars of 1e-5
-      // Rotary settings, read only with rotary positions: their defaults.
-      {"rope_theta", "10000"},    {"rope_scaling", "\"none\""}, {"rope_factor", "8"},
-      {"rope_low_freq_factor", "1"}, {"rope_high_freq_factor", "4"},
-      {"rope_original_max_positions", "8192"}};
   const char* shape_keys[] = {"layers", "d_model", "heads", "seq_len", "vocab_size", "tie_embeddings"};
   ModelSpec m;
   for (const char* k : shape_keys)
@@ -60,6 +49,10 @@ ModelSpec model_of(const std::string& path, const std::string& recorded, std::st
   } catch (const std::exception&) {
     throw std::runtime_error(path + ": the 'model' attribute is malformed:\n" + recorded);
   }
+  // The file may come from anyone: sizes the deck would refuse are refused here too.
+  if (m.layers < 1 || m.d_model < 1 || m.heads < 1 || m.seq_len < 1 || m.vocab_size < 2)
+    throw std::runtime_error(path + ": the 'model' attribute is malformed (a size below 1):\n" +
+                             recorded);
   if (s["tie_embeddings"] != "true" && s["tie_embeddings"] != "false")
     throw std::runtime_error(path + ": the 'model' attribute has tie_embeddings = " + s["tie_embeddings"] +
                              " (expected true or false)");
@@ -82,19 +75,21 @@ ModelSpec model_of(const std::string& path, const std::string& recorded, std::st
   } catch (const std::out_of_range&) {
     throw std::runtime_error(path + ": the 'model' attribute is malformed:\n" + recorded);
   }
+  // What HF GPT-2 computes besides the shapes: GPT-2's value of every other field of the spec
+  // (model/model_spec.h) and LayerNorm's eps, and nothing else; its MLP width is n_inner.
+  std::map<std::string, std::string> gpt2 = {{"layernorm_eps", "1e-05"}};
+  for (const SpecField& f : spec_fields(m)) gpt2[f.key] = f.key == "ffn_hidden" ? f.value : f.gpt2_value;
   for (const auto& [key, value] : s) {
-    bool known = key == "tokenizer" || key == "ffn_hidden" || key == "head_dim" || key == "kv_heads";
+    bool known = key == "tokenizer";
     for (const char* k : shape_keys) known = known || key == k;
     if (known) continue;
-    const auto f = fixed.find(key);
-    if (f == fixed.end() || f->second != value)
+    const auto f = gpt2.find(key);
+    if (f == gpt2.end() || f->second != value)
       throw std::runtime_error(
           path + ": model." + key + " = " + value +
-          " is a setting Hugging Face GPT2LMHeadModel cannot "
-          "express (it computes family = \"gpt2\", norm = \"layernorm\", layernorm_eps = 1e-05, "
-          "positions = \"learned\", activation = \"gelu_tanh\" as gelu_new, feed_forward = "
-          "\"dense\", bias = true, and nothing else): export refuses rather than write a model that computes "
-          "another function");
+          " is a setting Hugging Face GPT2LMHeadModel cannot express (it computes " +
+          (f == gpt2.end() ? "no such setting" : "model." + key + " = " + f->second) +
+          "): export refuses rather than write a model that computes another function");
   }
   tokenizer = s.count("tokenizer") ? s["tokenizer"] : "";
   if (tokenizer.size() >= 2 && tokenizer.front() == '"' && tokenizer.back() == '"')

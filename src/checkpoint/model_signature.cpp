@@ -1,6 +1,5 @@
 #include "model_signature.h"
 
-#include <charconv>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -22,14 +21,6 @@ std::string number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", v);
   return buf;
-}
-
-// The shortest text that reads back as exactly v: two models whose eps differ in the last bit
-// compute differently.
-std::string exact(double v) {
-  char buf[32];
-  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
-  return std::string(buf, end);
 }
 
 std::string quoted(const char* s) { return "\"" + std::string(s) + "\""; }
@@ -58,7 +49,7 @@ std::string tokenizer_signature(const std::string& spec) {
 }
 
 std::vector<ModelSetting> model_settings(const ModelSpec& m, const std::string& tokenizer) {
-  return {
+  std::vector<ModelSetting> out = {
       {"layers", std::to_string(m.layers), true},
       {"d_model", std::to_string(m.d_model), true},
       {"heads", std::to_string(m.heads), true},
@@ -66,30 +57,12 @@ std::vector<ModelSetting> model_settings(const ModelSpec& m, const std::string& 
       {"vocab_size", std::to_string(m.vocab_size), true},
       {"tie_embeddings", m.tie_embeddings ? "true" : "false", true},
       {"layernorm_eps", number(kLayerNormEps), false},
-      // Recorded since they were deck keys; what GPT-2 fixed before (a model of the same
-      // d_model and heads: those were checked above).
-      {"positions", quoted(position_name(m.positions)), true},
-      {"activation", quoted(activation_name(m.activation)), true},
-      {"family", quoted(m.family.c_str()), true, quoted("gpt2")},
-      {"norm", quoted(norm_name(m.norm.kind)), true, quoted(norm_name(NormKind::Layer))},
-      {"norm_eps", exact(m.norm.eps), true, exact(kLayerNormEps)},
-      {"head_dim", std::to_string(m.head_dim()), true, std::to_string(m.d_model / m.heads)},
-      {"kv_heads", std::to_string(m.kv_heads()), true, std::to_string(m.heads)},
-      {"ffn_hidden", std::to_string(m.ffn_hidden()), true, std::to_string(4 * m.d_model)},
-      {"feed_forward", quoted(feed_forward_name(m.feed_forward)), true,
-       quoted(feed_forward_name(FeedForwardKind::Dense))},
-      {"bias", m.linear_bias ? "true" : "false", true, "true"},
-      {"rope_theta", exact(m.rope.theta), true, exact(RopeSpec{}.theta)},
-      {"rope_scaling", quoted(rope_scaling_name(m.rope.scaling)), true,
-       quoted(rope_scaling_name(RopeScalingKind::None))},
-      {"rope_factor", exact(m.rope.factor), true, exact(RopeSpec{}.factor)},
-      {"rope_low_freq_factor", exact(m.rope.low_freq_factor), true, exact(RopeSpec{}.low_freq_factor)},
-      {"rope_high_freq_factor", exact(m.rope.high_freq_factor), true,
-       exact(RopeSpec{}.high_freq_factor)},
-      {"rope_original_max_positions", std::to_string(m.rope.original_max_positions), true,
-       std::to_string(RopeSpec{}.original_max_positions)},
-      {"tokenizer", quoted(tokenizer.c_str()), false},
   };
+  // The spec's other fields (model/model_spec.h), each read as GPT-2's value from a checkpoint
+  // that predates it (a model of the same sizes: those were checked above).
+  for (const SpecField& f : spec_fields(m)) out.push_back({f.key, f.value, true, f.gpt2_value});
+  out.push_back({"tokenizer", quoted(tokenizer.c_str()), false});
+  return out;
 }
 
 std::string model_signature(const ModelSpec& m, const std::string& tokenizer) {

@@ -80,22 +80,9 @@ std::string dump_config(const Config& c) {
      << "heads = " << m.heads << "\n"
      << "seq_len = " << m.seq_len << "\n"
      << "vocab_size = " << m.vocab_size << "\n"
-     << "tie_embeddings = " << boolean(m.tie_embeddings) << "\n"
-     << "norm = " << quoted(norm_name(m.norm.kind)) << "\n"
-     << "norm_eps = " << real(m.norm.eps) << "\n"
-     << "positions = " << quoted(position_name(m.positions)) << "\n"
-     << "rope_theta = " << real(m.rope.theta) << "\n"
-     << "rope_scaling = " << quoted(rope_scaling_name(m.rope.scaling)) << "\n"
-     << "rope_factor = " << real(m.rope.factor) << "\n"
-     << "rope_low_freq_factor = " << real(m.rope.low_freq_factor) << "\n"
-     << "rope_high_freq_factor = " << real(m.rope.high_freq_factor) << "\n"
-     << "rope_original_max_positions = " << m.rope.original_max_positions << "\n"
-     << "activation = " << quoted(activation_name(m.activation)) << "\n"
-     << "feed_forward = " << quoted(feed_forward_name(m.feed_forward)) << "\n"
-     << "bias = " << boolean(m.linear_bias) << "\n"
-     << "kv_heads = " << m.kv_heads() << "\n"
-     << "head_dim = " << m.head_dim() << "\n"
-     << "ffn_hidden = " << m.ffn_hidden() << "\n";
+     << "tie_embeddings = " << boolean(m.tie_embeddings) << "\n";
+  for (const SpecField& f : spec_fields(m))
+    if (f.key != "family") os << f.key << " = " << f.value << "\n";
   const DataOptions& d = c.data;
   os << "\n[data]\ntrain = [";
   for (size_t i = 0; i < d.train.size(); ++i) os << (i ? ", " : "") << quoted(d.train[i]);

@@ -2,7 +2,9 @@
 
 #include <map>
 #include <mutex>
+#include <charconv>
 #include <stdexcept>
+#include <utility>
 
 #include "meshtrain/model/model_costs.h"
 #include "meshtrain/model/parameter_table.h"
@@ -91,6 +93,49 @@ ModelSpec family_defaults(const std::string& family, const ModelSpec& sizes) {
   spec.seq_len = sizes.seq_len;
   spec.vocab_size = sizes.vocab_size;
   return spec;
+}
+
+namespace {
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+// Shortest text that reads back as the same double, always a TOML float ("1e-05", "10000.0").
+std::string toml_float(double v) {
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, ec == std::errc() ? end : buf);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::vector<std::pair<const char*, std::string>> field_values(const ModelSpec& m) {
+  return {
+      {"family", quoted(m.family)},
+      {"norm", quoted(norm_name(m.norm.kind))},
+      {"norm_eps", toml_float(m.norm.eps)},
+      {"positions", quoted(position_name(m.positions))},
+      {"rope_theta", toml_float(m.rope.theta)},
+      {"rope_scaling", quoted(rope_scaling_name(m.rope.scaling))},
+      {"rope_factor", toml_float(m.rope.factor)},
+      {"rope_low_freq_factor", toml_float(m.rope.low_freq_factor)},
+      {"rope_high_freq_factor", toml_float(m.rope.high_freq_factor)},
+      {"rope_original_max_positions", std::to_string(m.rope.original_max_positions)},
+      {"activation", quoted(activation_name(m.activation))},
+      {"feed_forward", quoted(feed_forward_name(m.feed_forward))},
+      {"bias", m.linear_bias ? "true" : "false"},
+      {"kv_heads", std::to_string(m.kv_heads())},
+      {"head_dim", std::to_string(m.head_dim())},
+      {"ffn_hidden", std::to_string(m.ffn_hidden())},
+  };
+}
+
+}  // namespace
+
+std::vector<SpecField> spec_fields(const ModelSpec& m) {
+  const auto mine = field_values(m), gpt2 = field_values(family_defaults("gpt2", m));
+  std::vector<SpecField> out;
+  for (size_t i = 0; i < mine.size(); ++i) out.push_back({mine[i].first, mine[i].second, gpt2[i].second});
+  return out;
 }
 
 ModelSpec gpt2_spec(int layers, int64_t d_model, int64_t heads, int64_t seq_len, int64_t vocab_size) {

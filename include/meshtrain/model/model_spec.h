@@ -74,6 +74,16 @@ const std::vector<std::string>& model_families();
 // name not in model_families().
 ModelSpec family_defaults(const std::string& family, const ModelSpec& sizes);
 
+// The spec's fields beyond the sizes (layers, d_model, heads, seq_len, vocab_size,
+// tie_embeddings), each as its [model] deck key, its value in TOML notation, and GPT-2's value
+// for a model of the same sizes (what a checkpoint written before the field existed computed).
+// The one list the effective configuration, the checkpoints' model signature and the Hugging
+// Face GPT-2 export read: a new field is one line here and its deck key.
+struct SpecField {
+  std::string key, value, gpt2_value;
+};
+std::vector<SpecField> spec_fields(const ModelSpec& m);
+
 // GPT-2 of the given sizes (benchmarks and tests name models this way).
 ModelSpec gpt2_spec(int layers, int64_t d_model, int64_t heads, int64_t seq_len, int64_t vocab_size);
 
