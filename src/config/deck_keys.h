@@ -37,12 +37,13 @@ inline std::string integer_range(int64_t lo, int64_t hi) {
 // An integer key stored in the field `field(config)` returns. The key's range is capped by the
 // field's type, so a value is refused rather than narrowed (train.steps = 2^32 + 1 once trained
 // one step): no key can accept what its field cannot hold.
+// `default_text`: the default as the reference shows it ("heads" for one derived from others).
 template <class Field>
-KeySpec int_key(std::string sec, std::string key, int64_t def, int64_t lo, int64_t hi,
+KeySpec int_key(std::string sec, std::string key, std::string default_text, int64_t lo, int64_t hi,
                 std::string doc, Field field) {
   using T = std::remove_reference_t<decltype(field(std::declval<Config&>()))>;
   hi = std::min(hi, largest_of<T>());
-  return {sec, key, "integer", std::to_string(def), integer_range(lo, hi), std::move(doc),
+  return {sec, key, "integer", std::move(default_text), integer_range(lo, hi), std::move(doc),
           [=](const toml::node& n, Config& c) -> std::string {
             if (!n.is_integer()) return "is " + toml_type_of(n);
             const int64_t v = n.as_integer()->get();
@@ -50,6 +51,13 @@ KeySpec int_key(std::string sec, std::string key, int64_t def, int64_t lo, int64
             field(c) = static_cast<T>(v);
             return "";
           }};
+}
+
+template <class Field>
+KeySpec int_key(std::string sec, std::string key, int64_t def, int64_t lo, int64_t hi,
+                std::string doc, Field field) {
+  return int_key(std::move(sec), std::move(key), std::to_string(def), lo, hi, std::move(doc),
+                 field);
 }
 
 // A ratio against a median that is either off (0) or above 1 (at or below 1 it would fire on

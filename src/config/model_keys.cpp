@@ -90,36 +90,18 @@ void add_model_keys(std::vector<KeySpec>& k) {
     k.push_back(bool_key("model", "bias", true,
                          "Every linear layer adds a bias (the family's default; GPT-2: true).",
                          [](Config& c, bool v) { c.model.linear_bias = v; }));
-    k.push_back({"model", "kv_heads", "integer", "heads", "integer from 1 to 65536",
-                 "Key/value heads (HF num_key_value_heads); divides heads. Below heads: "
-                 "grouped-query attention, each key/value head shared by heads / kv_heads query "
-                 "heads (1: multi-query).",
-                 [](const toml::node& n, Config& c) -> std::string {
-                   if (!n.is_integer()) return "is " + toml_type_of(n);
-                   const int64_t v = n.as_integer()->get();
-                   if (v < 1 || v > 65536) return "is out of range";
-                   c.model.kv_heads_set = v;
-                   return "";
-                 }});
-    k.push_back({"model", "head_dim", "integer", "d_model / heads", "integer from 1 to 65536",
-                 "Channels per attention head (HF head_dim); attention runs at heads x head_dim "
-                 "channels, projected from and back to d_model.",
-                 [](const toml::node& n, Config& c) -> std::string {
-                   if (!n.is_integer()) return "is " + toml_type_of(n);
-                   const int64_t v = n.as_integer()->get();
-                   if (v < 1 || v > 65536) return "is out of range";
-                   c.model.head_dim_set = v;
-                   return "";
-                 }});
-    k.push_back({"model", "ffn_hidden", "integer", "4 x d_model", "integer from 1 to 16777216",
-                 "Width of the feed-forward's hidden layer (HF intermediate_size / n_inner).",
-                 [](const toml::node& n, Config& c) -> std::string {
-                   if (!n.is_integer()) return "is " + toml_type_of(n);
-                   const int64_t v = n.as_integer()->get();
-                   if (v < 1 || v > (1 << 24)) return "is out of range";
-                   c.model.ffn_hidden_set = v;
-                   return "";
-                 }});
+    k.push_back(int_key("model", "kv_heads", "heads", 1, 65536,
+                        "Key/value heads (HF num_key_value_heads); divides heads. Below heads: "
+                        "grouped-query attention, each key/value head shared by heads / kv_heads "
+                        "query heads (1: multi-query).",
+                        [](Config& c) -> auto& { return c.model.kv_heads_set; }));
+    k.push_back(int_key("model", "head_dim", "d_model / heads", 1, 65536,
+                        "Channels per attention head (HF head_dim); attention runs at heads x "
+                        "head_dim channels, projected from and back to d_model.",
+                        [](Config& c) -> auto& { return c.model.head_dim_set; }));
+    k.push_back(int_key("model", "ffn_hidden", "4 x d_model", 1, 1 << 24,
+                        "Width of the feed-forward's hidden layer (HF intermediate_size / n_inner).",
+                        [](Config& c) -> auto& { return c.model.ffn_hidden_set; }));
 }
 
 }  // namespace meshtrain
