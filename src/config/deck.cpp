@@ -284,8 +284,9 @@ Config parse_deck(const std::string& path, const std::string& text,
       const bool first = sec + "." + std::string(key_key.str()) == "model.family";
       entries.insert(first ? entries.begin() : entries.end(), {std::string(key_key.str()), &node});
     }
-    for (const auto& [key, node_ptr] : entries) {
-      const toml::node& node = *node_ptr;
+    for (const auto& entry : entries) {
+      const std::string& key = entry.first;
+      const toml::node& node = *entry.second;
       const auto spec = std::find_if(schema().begin(), schema().end(), [&](const KeySpec& k) {
         return k.section == sec && k.key == key;
       });
