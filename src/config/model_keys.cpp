@@ -29,7 +29,10 @@ void add_model_keys(std::vector<KeySpec>& k) {
     // key below overrides one. Applied first, whatever its place in the deck (deck.cpp).
     k.push_back(choice_key("model", "family", "gpt2", model_families(),
                            "The model family, whose defaults the keys below override: \"gpt2\" "
-                           "(LayerNorm, learned positions, GELU MLP, biases, tied embeddings).",
+                           "(LayerNorm, learned positions, GELU MLP, biases, tied embeddings); "
+                           "\"llama\" (Llama 3: RMSNorm eps 1e-5, rotary positions base 500000, "
+                           "SwiGLU, no biases, untied); \"qwen3\" (Llama's, with rope_theta 1e6, "
+                           "norm_eps 1e-6 and qk_norm).",
                            [](Config& c, const std::string& v) {
                              c.model = family_defaults(v, c.model);
                            }));
@@ -90,6 +93,10 @@ void add_model_keys(std::vector<KeySpec>& k) {
     k.push_back(bool_key("model", "bias", true,
                          "Every linear layer adds a bias (the family's default; GPT-2: true).",
                          [](Config& c, bool v) { c.model.linear_bias = v; }));
+    k.push_back(bool_key("model", "qk_norm", false,
+                         "RMSNorm of each query and key head (weights of head_dim, eps norm_eps) "
+                         "before the rotation: Qwen 3's q_norm and k_norm.",
+                         [](Config& c, bool v) { c.model.qk_norm = v; }));
     k.push_back(int_key("model", "kv_heads", "heads", 1, 65536,
                         "Key/value heads (HF num_key_value_heads); divides heads. Below heads: "
                         "grouped-query attention, each key/value head shared by heads / kv_heads "

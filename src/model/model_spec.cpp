@@ -73,7 +73,7 @@ bool parse_name(const Named<Kind> (&table)[N], const std::string& s, Kind& out) 
 }  // namespace
 
 const std::vector<std::string>& model_families() {
-  static const std::vector<std::string> families = {"gpt2"};
+  static const std::vector<std::string> families = {"gpt2", "llama", "qwen3"};
   return families;
 }
 
@@ -83,6 +83,19 @@ ModelSpec family_defaults(const std::string& family, const ModelSpec& sizes) {
     // GPT-2 (Radford et al. 2019): pre-LN blocks of LayerNorm (eps 1e-5, with bias), learned
     // positions, a 4x MLP with tanh-approximated GELU, biases on every linear layer, tied
     // embeddings: the struct's own defaults.
+  } else if (family == "llama" || family == "qwen3") {
+    // Llama 3 (Grattafiori et al., arXiv 2407.21783) as HF's LlamaForCausalLM: RMSNorm, rotary
+    // positions (base 500000, no scaling: 3.1 and 3.2 add "llama3" scaling in their decks),
+    // SwiGLU, no biases, untied (3.2 1B and 3B tie in their decks). Qwen 3 (arXiv 2505.09388,
+    // Qwen3ForCausalLM) adds the per-head q/k norm, base 1000000 and eps 1e-6. The feed-forward
+    // width and kv_heads are the decks' to give: neither family derives them from d_model.
+    spec.norm = {NormKind::Rms, family == "qwen3" ? 1e-6 : 1e-5};
+    spec.positions = PositionKind::Rotary;
+    spec.rope.theta = family == "qwen3" ? 1e6 : 5e5;
+    spec.activation = ActivationKind::SwiGlu;
+    spec.linear_bias = false;
+    spec.tie_embeddings = false;
+    spec.qk_norm = family == "qwen3";
   } else {
     throw std::invalid_argument("unknown model family '" + family + "'");
   }
@@ -123,6 +136,7 @@ std::vector<std::pair<const char*, std::string>> field_values(const ModelSpec& m
       {"activation", quoted(activation_name(m.activation))},
       {"feed_forward", quoted(feed_forward_name(m.feed_forward))},
       {"bias", m.linear_bias ? "true" : "false"},
+      {"qk_norm", m.qk_norm ? "true" : "false"},
       {"kv_heads", std::to_string(m.kv_heads())},
       {"head_dim", std::to_string(m.head_dim())},
       {"ffn_hidden", std::to_string(m.ffn_hidden())},

@@ -1,6 +1,21 @@
 #include "meshtrain/model/qkv_projection.h"
 
+#include "meshtrain/model/norm_parts.h"
+
 namespace meshtrain {
+
+namespace {
+// A per-head norm's weight: replicated over the tensor group, whose ranks normalise different
+// heads, so its gradient is partial there with or without sequence parallelism.
+ParamSpec head_norm_spec(const std::string& name, int64_t head_dim, const TensorParallel& tp) {
+  ParamSpec s = norm_parameter_spec(name, head_dim, Init::Ones, tp);
+  s.tp_grad = TpGrad::Partial;
+  return s;
+}
+
+// (N, heads x head_dim) seen as (N x heads, head_dim) and back.
+Tensor by_head(const Tensor& t, int64_t head_dim) { return t.reshape({t.numel() / head_dim, head_dim}); }
+}  // namespace
 
 QkvProjection::QkvProjection(const LayerContext& ctx, const std::string& name,
                              const ModelSpec& spec)
@@ -9,7 +24,7 @@ QkvProjection::QkvProjection(const LayerContext& ctx, const std::string& name,
       local_kv_heads_(spec.kv_heads() / ctx.tp.size()),
       head_size_(spec.head_dim()) {
   const int64_t q_width = spec.heads * head_size_, kv_width = spec.kv_heads() * head_size_;
-  if (spec.kv_heads() == spec.heads) {
+  if (spec.kv_heads() == spec.heads && !spec.qk_norm) {
     fused_.emplace(ctx, name + ".qkv", Shape{3, q_width, spec.d_model}, 1, Shape{3, q_width}, 0.02,
                    spec.linear_bias);
     return;
@@ -20,17 +35,28 @@ QkvProjection::QkvProjection(const LayerContext& ctx, const std::string& name,
              spec.linear_bias);
   v_.emplace(ctx, name + ".v", Shape{kv_width, spec.d_model}, 0, Shape{kv_width}, 0.02,
              spec.linear_bias);
+  if (spec.qk_norm) {
+    q_norm_.emplace(ctx, head_norm_spec(name + ".q_norm.weight", head_size_, ctx.tp), spec.norm.eps);
+    k_norm_.emplace(ctx, head_norm_spec(name + ".k_norm.weight", head_size_, ctx.tp), spec.norm.eps);
+  }
 }
 
 Tensor QkvProjection::forward(const Tensor& x, Saved& saved, MemoryCategory category,
                               const TensorParallel* tp) {
-  if (fused_) return fused_->forward(x, saved, category, tp);
+  if (fused_) return fused_->forward(x, saved.entered, category, tp);
   Backend& be = *ctx_.backend;
   const MemoryCategory ws = MemoryCategory::Workspace;
   const int64_t q_cols = local_heads_ * head_size_, kv_cols = local_kv_heads_ * head_size_;
-  const Tensor q = q_->forward(x, saved, ws, tp);
-  const Tensor k = k_->forward_entered(saved, ws);
-  const Tensor v = v_->forward_entered(saved, ws);
+  // The normalised heads' inputs are kept for the backward pass: activations, not workspace.
+  const MemoryCategory qk_category = q_norm_ ? category : ws;
+  Tensor q = q_->forward(x, saved.entered, qk_category, tp);
+  Tensor k = k_->forward_entered(saved.entered, qk_category);
+  const Tensor v = v_->forward_entered(saved.entered, ws);
+  if (q_norm_) {
+    const int64_t N = q.dim(0);
+    q = q_norm_->forward(by_head(q, head_size_), saved.q_norm, ws).reshape({N, q_cols});
+    k = k_norm_->forward(by_head(k, head_size_), saved.k_norm, ws).reshape({N, kv_cols});
+  }
   Tensor packed = be.empty({q.dim(0), q_cols + 2 * kv_cols}, x.dtype(), category);
   be.copy_columns(packed, 0, q, 0, q_cols);
   be.copy_columns(packed, q_cols, k, 0, kv_cols);
@@ -46,7 +72,7 @@ Tensor QkvProjection::backward(const Tensor& dqkv, const Saved& saved,
   Parameter* key_bias = nullptr;
   int64_t key_bias_begin = 0;
   if (fused_) {
-    dx = fused_->backward(dqkv, saved, deferred);
+    dx = fused_->backward(dqkv, saved.entered, deferred);
     key_bias = fused_->bias();
     key_bias_begin = q_cols;
   } else {
@@ -58,11 +84,16 @@ Tensor QkvProjection::backward(const Tensor& dqkv, const Saved& saved,
     be.copy_columns(dq, 0, dqkv, 0, q_cols);
     be.copy_columns(dk, 0, dqkv, q_cols, kv_cols);
     be.copy_columns(dv, 0, dqkv, q_cols + kv_cols, kv_cols);
-    dx = q_->backward_in_region(dq, saved, deferred);
-    be.add_inplace(dx, k_->backward_in_region(dk, saved, deferred));
-    be.add_inplace(dx, v_->backward_in_region(dv, saved, deferred));
+    if (q_norm_) {
+      dq = q_norm_->backward(by_head(dq, head_size_), saved.q_norm).reshape({N, q_cols});
+      dk = k_norm_->backward(by_head(dk, head_size_), saved.k_norm).reshape({N, kv_cols});
+    }
+    dx = q_->backward_in_region(dq, saved.entered, deferred);
+    be.add_inplace(dx, k_->backward_in_region(dk, saved.entered, deferred));
+    be.add_inplace(dx, v_->backward_in_region(dv, saved.entered, deferred));
     dx = q_->leave_region_backward(dx);
-    key_bias = k_->bias();
+    // After a norm the key bias no longer shifts each score of a row by one amount: it is learnt.
+    if (!k_norm_) key_bias = k_->bias();
   }
   // After the bias gradient is written, so deferred with it when that is.
   if (key_bias)
@@ -85,6 +116,18 @@ void QkvProjection::add_costs(CostSheet& sheet) const {
   for (const std::optional<ColumnParallelLinear>* p : {&q_, &k_, &v_}) {
     (*p)->add_costs(sheet);
     sheet.add_pass_over_last_outputs(4, 6);
+  }
+  if (q_norm_) {
+    // The query and key heads normalised as a norm layer's rows are (model/norm_parts.h).
+    sheet.parameters.push_back(parameter_cost(q_norm_->weight_spec()));
+    sheet.parameters.push_back(parameter_cost(k_norm_->weight_spec()));
+    ElementwiseCost pass;
+    pass.width = (local_heads_ + local_kv_heads_) * ctx_.tp.size() * head_size_;
+    pass.width_split = true;
+    pass.tokens = ElementwiseCost::Tokens::All;
+    pass.forward_accesses = 2;
+    pass.backward_accesses = 4;
+    sheet.elementwise.push_back(pass);
   }
 }
 

@@ -10,6 +10,9 @@ RmsNorm::RmsNorm(const LayerContext& ctx, const std::string& name, int64_t C, do
                              ctx.tp.rank(), ctx.tp.size())),
       eps_(eps) {}
 
+RmsNorm::RmsNorm(const LayerContext& ctx, const ParamSpec& weight, double eps)
+    : ctx_(ctx), weight_(ctx.store->add(weight, ctx.tp.rank(), ctx.tp.size())), eps_(eps) {}
+
 Tensor RmsNorm::forward(const Tensor& inp, Saved& saved, MemoryCategory category) {
   Backend& be = *ctx_.backend;
   Tensor out = be.empty(inp.shape(), inp.dtype(), category);

@@ -192,11 +192,27 @@ TEST(Deck, ModelFamilyGoesFirstAndTheKeysBesideItOverrideIt) {
   EXPECT_EQ(d.model.head_dim(), 16);
   // Given as --set, the same.
   EXPECT_EQ(parse_deck("deck.toml", "", {"model.ffn_hidden=40", "model.family=gpt2"}).model.ffn_hidden(), 40);
+  // The Llama and Qwen families: HF's LlamaConfig / Qwen3Config semantics, each key overridable.
+  const Config llama = parse_deck("deck.toml", "[model]\nrope_theta = 1e4\nfamily = \"llama\"\n");
+  EXPECT_EQ(llama.model.norm.kind, NormKind::Rms);
+  EXPECT_EQ(llama.model.norm.eps, 1e-5);
+  EXPECT_EQ(llama.model.positions, PositionKind::Rotary);
+  EXPECT_EQ(llama.model.rope.theta, 1e4);
+  EXPECT_EQ(llama.model.activation, ActivationKind::SwiGlu);
+  EXPECT_FALSE(llama.model.linear_bias);
+  EXPECT_FALSE(llama.model.tie_embeddings);
+  EXPECT_FALSE(llama.model.qk_norm);
+  const Config qwen = parse_deck("deck.toml", "[model]\nfamily = \"qwen3\"\ntie_embeddings = true\n");
+  EXPECT_EQ(qwen.model.norm.eps, 1e-6);
+  EXPECT_EQ(qwen.model.rope.theta, 1e6);
+  EXPECT_TRUE(qwen.model.qk_norm);
+  EXPECT_TRUE(qwen.model.tie_embeddings);
 }
 
 TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
   for (const auto& [set, want] : std::vector<std::pair<std::string, std::string>>{
-           {"model.family=\"llama\"", "model.family = \"llama\" is not a known value (expected one of \"gpt2\")"},
+           {"model.family=\"mistral\"", "model.family = \"mistral\" is not a known value (expected one of \"gpt2\", \"llama\", \"qwen3\")"},
+           {"model.qk_norm=\"yes\"", "model.qk_norm = \"yes\" is a string (expected true or false)"},
            {"model.norm=\"batchnorm\"", "model.norm = \"batchnorm\" is not a known value (expected one of \"layernorm\", \"rmsnorm\")"},
            {"model.activation=\"relu\"", "(expected one of \"gelu_tanh\", \"swiglu\")"},
            {"model.norm_eps=0", "model.norm_eps = 0 is out of range (expected finite number > 0)"},

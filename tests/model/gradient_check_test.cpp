@@ -142,10 +142,10 @@ TEST(GradientCheck, HeadDimAndFeedForwardWidthOfTheirOwn) {
     m.ffn_hidden_set = 24;
   });
   for (Parameter* p : h.model->params().params()) {
-    if (p->spec.name == "h.0.attn.qkv.weight") EXPECT_EQ(p->spec.global_shape, (Shape{3, 24, 16}));
-    if (p->spec.name == "h.0.attn.proj.weight") EXPECT_EQ(p->spec.global_shape, (Shape{16, 24}));
-    if (p->spec.name == "h.0.mlp.fc.weight") EXPECT_EQ(p->spec.global_shape, (Shape{24, 16}));
-    if (p->spec.name == "h.0.mlp.proj.weight") EXPECT_EQ(p->spec.global_shape, (Shape{16, 24}));
+    if (p->spec.name == "h.0.attn.qkv.weight") { EXPECT_EQ(p->spec.global_shape, (Shape{3, 24, 16})); }
+    if (p->spec.name == "h.0.attn.proj.weight") { EXPECT_EQ(p->spec.global_shape, (Shape{16, 24})); }
+    if (p->spec.name == "h.0.mlp.fc.weight") { EXPECT_EQ(p->spec.global_shape, (Shape{24, 16})); }
+    if (p->spec.name == "h.0.mlp.proj.weight") { EXPECT_EQ(p->spec.global_shape, (Shape{16, 24})); }
   }
   check_all_gradients(h, Recompute::None);
 }
@@ -162,8 +162,8 @@ TEST(GradientCheck, RmsNormSwiGluWithoutBiasesEveryElement) {
   });
   for (Parameter* p : h.model->params().params()) {
     EXPECT_EQ(p->spec.name.find(".bias"), std::string::npos) << p->spec.name << " exists";
-    if (p->spec.name == "h.1.mlp.gate.weight") EXPECT_EQ(p->spec.global_shape, (Shape{40, 16}));
-    if (p->spec.name == "h.1.mlp.down.weight") EXPECT_EQ(p->spec.global_shape, (Shape{16, 40}));
+    if (p->spec.name == "h.1.mlp.gate.weight") { EXPECT_EQ(p->spec.global_shape, (Shape{40, 16})); }
+    if (p->spec.name == "h.1.mlp.down.weight") { EXPECT_EQ(p->spec.global_shape, (Shape{16, 40})); }
   }
   EXPECT_EQ(count_named(h.model->params(), "h.0.mlp.up.weight"), 1);
   EXPECT_EQ(count_named(h.model->params(), "ln_f.weight"), 1);
@@ -177,14 +177,15 @@ TEST(GradientCheck, GroupedQueryAttentionEveryElement) {
   Harness h(false, 11, [](ModelSpec& m) { m.kv_heads_set = 1; });
   EXPECT_EQ(count_named(h.model->params(), "h.0.attn.qkv.weight"), 0);
   for (Parameter* p : h.model->params().params()) {
-    if (p->spec.name == "h.0.attn.q.weight") EXPECT_EQ(p->spec.global_shape, (Shape{16, 16}));
-    if (p->spec.name == "h.0.attn.k.weight") EXPECT_EQ(p->spec.global_shape, (Shape{8, 16}));
-    if (p->spec.name == "h.0.attn.v.weight") EXPECT_EQ(p->spec.global_shape, (Shape{8, 16}));
+    if (p->spec.name == "h.0.attn.q.weight") { EXPECT_EQ(p->spec.global_shape, (Shape{16, 16})); }
+    if (p->spec.name == "h.0.attn.k.weight") { EXPECT_EQ(p->spec.global_shape, (Shape{8, 16})); }
+    if (p->spec.name == "h.0.attn.v.weight") { EXPECT_EQ(p->spec.global_shape, (Shape{8, 16})); }
   }
   check_all_gradients(h, Recompute::None);
   for (Parameter* p : h.model->params().params())
-    if (p->spec.name == "h.1.attn.k.bias")
+    if (p->spec.name == "h.1.attn.k.bias") {
       for (double g : testing::to_host(h.be, p->grad)) EXPECT_EQ(g, 0.0);
+    }
 }
 
 // Llama's block: rotary positions (no wpe; Llama 3 scaling, whose stretched and blended
@@ -202,6 +203,28 @@ TEST(GradientCheck, LlamaBlockWithRotaryPositionsEveryElement) {
   });
   EXPECT_EQ(count_named(h.model->params(), "wpe"), 0);
   check_all_gradients(h, Recompute::None);
+}
+
+// Qwen 3's block: the Llama block with each query and key head RMS-normalised (one head_dim
+// weight each, shared by the heads) before the rotation; with kv_heads == heads the projections
+// stay separate. With biases, so that the key bias (which the norm makes matter) is checked too.
+TEST(GradientCheck, QwenBlockWithPerHeadQueryKeyNormEveryElement) {
+  Harness h(false, 11, [](ModelSpec& m) {
+    m = family_defaults("qwen3", m);
+    m.linear_bias = true;
+    m.rope.theta = 50.0;  // turns the 8 positions by a visible amount in each of the 4 pairs
+  });
+  EXPECT_EQ(count_named(h.model->params(), "h.0.attn.qkv.weight"), 0);
+  EXPECT_EQ(count_named(h.model->params(), "h.1.attn.q_norm.weight"), 1);
+  EXPECT_EQ(count_named(h.model->params(), "h.1.attn.k_norm.weight"), 1);
+  for (Parameter* p : h.model->params().params())
+    if (p->spec.name == "h.0.attn.k_norm.weight") { EXPECT_EQ(p->spec.global_shape, (Shape{8})); }
+  check_all_gradients(h, Recompute::None);
+  bool key_bias_learnt = false;
+  for (Parameter* p : h.model->params().params())
+    if (p->spec.name == "h.1.attn.k.bias")
+      for (double g : testing::to_host(h.be, p->grad)) key_bias_learnt |= g != 0.0;
+  EXPECT_TRUE(key_bias_learnt);
 }
 
 // Recomputation must not change a single bit of the gradients: it re-runs the same kernels on

@@ -121,6 +121,15 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.tie_embeddings = false;
     m.ffn_hidden_set = 88;
     m.kv_heads_set = 2;
+  } else if (name == "qwen3") {
+    // Qwen 3's block: the family's defaults (Llama's, with each query and key head
+    // RMS-normalised: weights replicated over tp, whose ranks normalise different heads), with
+    // grouped-query attention and a head_dim of its own (4 x 12 query channels from 32).
+    m = family_defaults("qwen3", m);
+    m.rope.theta = 1000.0;  // 16 positions turn even the slowest pair visibly
+    m.ffn_hidden_set = 72;
+    m.kv_heads_set = 2;
+    m.head_dim_set = 12;
   } else if (!name.empty()) {
     ADD_FAILURE() << "unknown model variant " << name;
   }
@@ -177,6 +186,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true}, "llama"),
         on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false, 0, R::Selective}, 2), "llama"),
         on_model({2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, "llama"),
+        on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "qwen3"),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
@@ -215,6 +225,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true}, 2), "rms_swiglu"),
         on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true, 1}, 2), "llama"),
         on_model({1, 2, 2, S::ZeroBubbleH1, 1, 4, true, 2}, "llama"),
+        on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 2, true, 3}, 2), "qwen3"),
     };
     case 8: return {
         {2, 2, 2, S::GPipe, 1, 2, false},
@@ -235,6 +246,7 @@ std::vector<Layout> layouts_for(int world) {
         context_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 3, R::Full}, 4),
         context_parallel({1, 1, 2, S::Interleaved, 2, 4, false, 2}, 4),
         on_model(context_parallel({1, 2, 2, S::OneFOneB, 1, 2, true, 3}, 2), "llama"),
+        on_model({2, 2, 2, S::ZeroBubbleV, 2, 2, true, 1, R::Full}, "qwen3"),
     };
     default: return {};
   }

@@ -51,6 +51,8 @@ struct ModelSpec {
   ActivationKind activation = ActivationKind::GeluTanh;
   FeedForwardKind feed_forward = FeedForwardKind::Dense;
   bool linear_bias = true;     // every linear layer adds a bias
+  // RMSNorm of each query and key head (weights of head_dim) before the rotation: Qwen 3.
+  bool qk_norm = false;
   bool tie_embeddings = true;  // the LM head shares the token embedding
 
   int64_t kv_heads() const { return kv_heads_set ? kv_heads_set : heads; }

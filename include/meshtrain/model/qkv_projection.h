@@ -5,7 +5,10 @@
 // weight (3, NH HS, C), split by heads within each of q, k and v. Grouped-query attention has
 // three, q (NH HS, C), k and v (KVH HS, C) (Hugging Face's q_proj, k_proj, v_proj), each
 // column-parallel by heads, reading the input entered into the tensor region once; their
-// outputs are packed into the row.
+// outputs are packed into the row. With model.qk_norm (Qwen 3) the projections are separate
+// whatever kv_heads is, and each query and key head is RMS-normalised over its head_dim
+// channels (q_norm, k_norm: one (head_dim) weight each, shared by every head) before packing,
+// while each projection's output is still contiguous, (N x heads, head_dim).
 
 #include <optional>
 #include <string>
@@ -14,12 +17,16 @@
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/linear.h"
 #include "meshtrain/model/model_spec.h"
+#include "meshtrain/model/rmsnorm.h"
 
 namespace meshtrain {
 
 class QkvProjection {
  public:
-  using Saved = ColumnParallelLinear::Saved;  // the input in the tensor region
+  struct Saved {
+    ColumnParallelLinear::Saved entered;  // the input in the tensor region
+    RmsNorm::Saved q_norm, k_norm;        // model.qk_norm: the heads before their norm
+  };
 
   QkvProjection(const LayerContext& ctx, const std::string& name, const ModelSpec& spec);
 
@@ -38,7 +45,8 @@ class QkvProjection {
   LayerContext ctx_;
   int64_t local_heads_, local_kv_heads_, head_size_;
   std::optional<ColumnParallelLinear> fused_;   // multi-head: (3, NH HS, C)
-  std::optional<ColumnParallelLinear> q_, k_, v_;  // grouped-query
+  std::optional<ColumnParallelLinear> q_, k_, v_;  // grouped-query, or with qk_norm
+  std::optional<RmsNorm> q_norm_, k_norm_;
 };
 
 }  // namespace meshtrain

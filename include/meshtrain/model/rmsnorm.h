@@ -18,11 +18,14 @@ class RmsNorm {
   };
 
   RmsNorm(const LayerContext& ctx, const std::string& name, int64_t C, double eps);
+  // A weight of another spec (Qwen 3's per-head norm: model/qkv_projection.h).
+  RmsNorm(const LayerContext& ctx, const ParamSpec& weight, double eps);
 
   Tensor forward(const Tensor& inp, Saved& saved, MemoryCategory category);
   Tensor backward(const Tensor& dout, const Saved& saved);
   Tensor backward_add(const Tensor& dout, const Saved& saved, const Tensor& residual);
   void add_costs(CostSheet& sheet) const;
+  const ParamSpec& weight_spec() const { return weight_.spec; }
 
  private:
   LayerContext ctx_;
