@@ -58,6 +58,17 @@ std::string pct(size_t part, size_t whole) {
   return buf;
 }
 
+// The model's size as the published model cards give it (Llama 3 8B: 8.03B), from the
+// parameter table of the layers as built: a spec that differs from the card shows here first.
+void print_model(const ModelSpec& m) {
+  const int64_t n = m.parameter_count();
+  std::string grouped = std::to_string(n);
+  for (int i = static_cast<int>(grouped.size()) - 3; i > 0; i -= 3) grouped.insert(static_cast<size_t>(i), ",");
+  std::printf("# model: %s, %d layers, %s parameters (%.2fB), %.1f GFLOP per token trained\n",
+              m.family.c_str(), m.layers, grouped.c_str(), static_cast<double>(n) / 1e9,
+              m.flops_per_token() / 1e9);
+}
+
 void print_stages(const LayoutPlan& plan) {
   std::printf("# %-8s", "stage");
   for (size_t c = 0; c < kMemoryCategories; ++c)
@@ -256,6 +267,7 @@ int plan_command(const PlanArgs& args) {
                 args.world, plan.layout().c_str(), cuda ? "cuda" : "cpu",
                 std::string(dtype_name(config.train.precision)).c_str(),
                 why.empty() ? "" : (" (" + why + ")").c_str(), threads);
+    print_model(config.model);
     if (cuda)
       std::printf("# kernels' scratch as on the CPU backend; a GPU adds the cuBLASLt workspace (32 MiB) "
                   "and cuDNN's\n");
