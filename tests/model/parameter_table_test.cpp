@@ -8,6 +8,7 @@
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/meta_communicator.h"
+#include "meshtrain/config/deck.h"
 #include "meshtrain/model/gpt.h"
 #include "meshtrain/parallel/bucket_plan.h"
 
@@ -142,6 +143,18 @@ TEST(ParameterStore, RefusesASplitKindThatDisagreesWithTheSplitDimension) {
   s.global_shape = Shape{4, 4};
   s.tp_split_dim = 0;  // split, but tagged TpSplit::None
   EXPECT_THROW(store.add(s, 0, 2), std::logic_error);
+}
+
+// The decks of published models count what the model cards say (Hugging Face's
+// num_parameters(): Llama 3 8B 8.03B, Llama 3.2 1B 1.24B, Qwen 3 0.6B 0.60B), from the layers as
+// built: a shape or a sub-layer the deck gets wrong shows here.
+TEST(ParameterTable, PublishedModelsCountTheirCardsParameters) {
+  for (const auto& [deck, count] : std::vector<std::pair<std::string, int64_t>>{
+           {"llama3-8b.toml", 8030261248}, {"llama3.2-1b.toml", 1235814400}, {"qwen3-0.6b.toml", 596049920}}) {
+    const std::string path = std::string(MESHTRAIN_INPUT_DIR) + "/" + deck;
+    const Config c = parse_deck(path, read_deck_file(path), {});
+    EXPECT_EQ(c.model.parameter_count(), count) << deck;
+  }
 }
 
 }  // namespace
