@@ -68,9 +68,10 @@ test: deps-test configure
 
 # Each suite measures its ceiling in the same run; multi-rank suites run on 2 local ranks (the
 # pipeline suite also on 4). The step suite runs twice: on one rank at 1 and 2 threads, then data
-# parallel on 2 ranks x 1 thread.
+# parallel on 2 ranks x 1 thread; then Llama 3's block at the same sizes on one rank.
 bench: build
 	$(BUILD)/meshtrain bench --suite step --threads 2
+	$(BUILD)/meshtrain bench --suite step --threads 2 --model llama
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 step --threads 1
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 comm
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 pipeline

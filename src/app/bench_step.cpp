@@ -39,8 +39,9 @@ namespace {
 constexpr GemmCeiling kCeilings[] = {GemmCeiling::OpenBlasF32, GemmCeiling::OneDnnF32,
                                      GemmCeiling::OneDnnBf16};
 
-// The measured model: GPT-2 124M (the suite's figure), or a tiny one whose ratios mean nothing
-// but which runs every line of the suite in a second (the tests).
+// The measured model: GPT-2 124M (the suite's figure), a Llama 3 block at the same scale, or a
+// tiny one of either whose ratios mean nothing but which runs every line of the suite in a
+// second (the tests).
 struct StepModel {
   std::string name;
   ModelSpec gpt;
@@ -49,8 +50,22 @@ struct StepModel {
   int ceiling_repeats = 8;
 };
 
+// Llama 3's block (RMSNorm, rotary positions, grouped-query attention with 3 query heads per
+// key/value head as Llama 3 8B has 4, SwiGLU at 8/3 of d_model, no biases, untied) at the sizes
+// and vocabulary of the GPT-2 it stands beside, so that the two rows compare blocks, not sizes.
+ModelSpec llama_step_spec(int layers, int64_t d_model, int64_t heads, int64_t seq_len,
+                          int64_t vocab_size) {
+  ModelSpec m = gpt2_spec(layers, d_model, heads, seq_len, vocab_size);
+  m = family_defaults("llama", m);
+  m.kv_heads_set = heads / 3;
+  m.ffn_hidden_set = 8 * d_model / 3;
+  return m;
+}
+
 StepModel step_model(const std::string& which) {
   if (which == "tiny") return {"tiny", gpt2_spec(2, 64, 2, 32, 256), 4, 256, 2};
+  if (which == "tiny-llama") return {"tiny-llama", llama_step_spec(2, 48, 3, 32, 256), 4, 256, 2};
+  if (which == "llama") return {"llama-block-124M", llama_step_spec(12, 768, 12, 256, 50257), 4, 2048, 8};
   return {"gpt2-124M", gpt2_spec(12, 768, 12, 256, 50257), 4, 2048, 8};
 }
 

@@ -161,9 +161,10 @@ int main(int argc, char** argv) {
                         "Timed steps (median reported); calibrate: runs per measurement (3 or more)")
       ->check(at_least_one("a step count"));
   bench_cmd->add_option("--model", bench.model,
-                        "The step suite's model: gpt2 (GPT-2 124M, T 256, the figures) or tiny "
-                        "(2 layers, for tests)")
-      ->check(CLI::IsMember({"gpt2", "tiny"}));
+                        "The step suite's model: gpt2 (GPT-2 124M, T 256, the figures), llama "
+                        "(Llama 3's block at GPT-2 124M's sizes), or tiny / tiny-llama (2 "
+                        "layers, for tests)")
+      ->check(CLI::IsMember({"gpt2", "llama", "tiny", "tiny-llama"}));
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
   bench_cmd->add_option("--dir", bench.dir, "Directory for the checkpoint suite's files");
   bench_cmd->add_option("--out", bench.out,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`meshtrain bench --suite step` prints the rows the README promises, on a tiny model.
 
-  - one rank, --threads 2: the three GEMM ceilings at 1 and at 2 threads, the fp32 and bf16 steps
+  - one rank, --threads 2, for the tiny GPT-2 and the tiny Llama: the three GEMM ceilings at 1 and at 2 threads, the fp32 and bf16 steps
     at 1 and at 2 threads with their ratio to the ceiling of their thread count and their
     scaling over 1 thread, and the 2-thread breakdown with each kernel's speed-up;
   - two ranks (mpiexec -n 2, --threads 1): the data-parallel rows (dp 2x1 thread) against the
@@ -39,9 +39,10 @@ def rows_named(rows, *parts):
     return [r for r in rows if all(part in r["name"] for part in parts)]
 
 
-def one_rank(tmp):
-    out = os.path.join(tmp, "one.json")
-    run([BIN, "bench", "--suite", "step", "--model", "tiny", "--threads", "2", "--steps", "2",
+def one_rank(tmp, model="tiny"):
+    """One rank's rows for the tiny GPT-2, or for the tiny Llama (the Llama step rows)."""
+    out = os.path.join(tmp, model + ".json")
+    run([BIN, "bench", "--suite", "step", "--model", model, "--threads", "2", "--steps", "2",
          "--json", out], tmp)
     if not os.path.exists(out):
         return
@@ -53,17 +54,21 @@ def one_rank(tmp):
             check(len(found) == 1 and found[0]["GFLOP/s"] > 0 and found[0]["threads"] == threads,
                   f"ceiling row '{ceiling}, {label}': {found}")
         for precision in ("fp32", "bf16"):
-            found = [r for r in rows_named(rows, f"tiny {precision}, {label}") if "tokens/s" in r]
+            found = [r for r in rows_named(rows, f"{model} {precision}, {label}") if "tokens/s" in r]
             ok = len(found) == 1
             if ok:
                 r = found[0]
                 ok = (r["threads"] == threads and r["tokens"] == 4 * 32 and r["tokens/s"] > 0
                       and r["time_ms"] > 0 and 0 < r["ratio"] and r["scaling"] > 0
                       and (threads > 1 or abs(r["scaling"] - 1) < 1e-9))
-            check(ok, f"step row 'tiny {precision}, {label}': {found}")
+            check(ok, f"step row '{model} {precision}, {label}': {found}")
     breakdown = [r for r in rows if "speedup" in r]
     check(len(breakdown) > 5 and any(r["speedup"] > 0 for r in breakdown),
           f"the 2-thread breakdown has no speedup column: {len(breakdown)} rows")
+    if model == "tiny-llama":
+        names = " ".join(r["name"] for r in breakdown)
+        check(all(k in names for k in ("rmsnorm_forward", "swiglu_forward", "rotary_forward")),
+              f"the Llama breakdown lacks its own kernels: {names}")
     check(all(r["wrong"] == 0 for r in rows), "a row is wrong")
 
 
@@ -104,6 +109,7 @@ def without_pytorch():
 
 with tempfile.TemporaryDirectory() as tmp:
     one_rank(tmp)
+    one_rank(tmp, "tiny-llama")
     two_ranks(tmp)
 without_pytorch()
 for p in problems:
