@@ -93,6 +93,10 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     }
     special_.resize(pieces_.size());
     vocab_size_ = largest + 1;
+    if (files.begin_of_text && (*files.begin_of_text >= pieces_.size() || pieces_[*files.begin_of_text].empty()))
+      throw DataError(where, "the post-processor's first token, id " +
+                                 std::to_string(*files.begin_of_text) +
+                                 ", is neither in the vocabulary nor an added token");
     for (int b = 0; b < 256; ++b) {
       std::string s;
       append_utf8(s, cps[b]);
@@ -206,6 +210,8 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     return out;
   }
 
+  std::optional<uint32_t> begin_of_text() const override { return files_.begin_of_text; }
+
   void save(const std::string& path) const override {
     nlohmann::ordered_json j;
     j["version"] = "1.0";
@@ -224,6 +230,19 @@ class Gpt2BpeTokenizer final : public Tokenizer {
       nlohmann::ordered_json level = {{"type", "ByteLevel"}, {"add_prefix_space", false},
                                       {"trim_offsets", true}, {"use_regex", false}};
       j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split, level}}};
+    }
+    if (files_.begin_of_text) {
+      const std::string& bos = pieces_[*files_.begin_of_text];
+      nlohmann::ordered_json token, text, entry, processor;
+      token["SpecialToken"] = {{"id", bos}, {"type_id", 0}};
+      text["Sequence"] = {{"id", "A"}, {"type_id", 0}};
+      entry["id"] = bos;
+      entry["ids"] = nlohmann::ordered_json::array({*files_.begin_of_text});
+      entry["tokens"] = nlohmann::ordered_json::array({bos});
+      processor["type"] = "TemplateProcessing";
+      processor["single"] = nlohmann::ordered_json::array({token, text});
+      processor["special_tokens"][bos] = entry;
+      j["post_processor"] = processor;
     }
     j["decoder"] = {{"type", "ByteLevel"}};
     nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
@@ -362,6 +381,46 @@ std::unique_ptr<Tokenizer> open_gpt2_bpe_files(const std::string& vocab_json,
   return make_gpt2_bpe_tokenizer(f, vocab_json + "," + merges_txt);
 }
 
+namespace {
+// The token the post-processor puts first (module doc: Gpt2BpeFiles::begin_of_text). A
+// post-processor that adds a token elsewhere is refused: prompts would be encoded unlike HF's.
+std::optional<uint32_t> template_begin_of_text(const nlohmann::json& j, const std::string& path) {
+  if (!j.contains("post_processor") || !j["post_processor"].is_object()) return std::nullopt;
+  const nlohmann::json& pp = j["post_processor"];
+  std::vector<const nlohmann::json*> steps{&pp};
+  if (pp.value("type", "") == "Sequence" && pp.contains("processors") && pp["processors"].is_array()) {
+    steps.clear();
+    for (const nlohmann::json& p : pp["processors"]) steps.push_back(&p);
+  }
+  std::optional<uint32_t> bos;
+  for (const nlohmann::json* step : steps) {
+    if (!step->is_object() || step->value("type", "") != "TemplateProcessing") continue;
+    const nlohmann::json& single = (*step)["single"];
+    const auto refuse = [&](const std::string& why) {
+      return DataError(path, "post_processor.single is " + single.dump() + ": " + why +
+                             " (meshtrain reads a template of [one special token, $A], as Llama "
+                             "3's, or none)");
+    };
+    if (!single.is_array() || single.empty() || !single.back().contains("Sequence"))
+      throw refuse("the text is not its last piece");
+    if (single.size() == 1) continue;
+    if (single.size() != 2 || !single[0].contains("SpecialToken") ||
+        !single[0]["SpecialToken"].contains("id") || !single[0]["SpecialToken"]["id"].is_string())
+      throw refuse("more than one token before the text");
+    const std::string name = single[0]["SpecialToken"]["id"].get<std::string>();
+    const nlohmann::json* entry = nullptr;
+    if (step->contains("special_tokens") && (*step)["special_tokens"].contains(name))
+      entry = &(*step)["special_tokens"][name];
+    if (!entry || !entry->contains("ids") || !(*entry)["ids"].is_array() ||
+        (*entry)["ids"].size() != 1 || !(*entry)["ids"][0].is_number_unsigned() ||
+        (*entry)["ids"][0].get<uint64_t>() >= std::numeric_limits<uint32_t>::max())
+      throw refuse("special_tokens[\"" + name + "\"] does not give it one id");
+    bos = (*entry)["ids"][0].get<uint32_t>();
+  }
+  return bos;
+}
+}  // namespace
+
 std::unique_ptr<Tokenizer> open_gpt2_bpe_json(const std::string& path) {
   const nlohmann::json j = parse_json(path, "a Hugging Face tokenizer.json");
   const std::string accepted =
@@ -414,6 +473,7 @@ std::unique_ptr<Tokenizer> open_gpt2_bpe_json(const std::string& path) {
       if (!in_vocab) f.added.emplace_back(content, id);
     }
   }
+  f.begin_of_text = template_begin_of_text(j, path);
   return make_gpt2_bpe_tokenizer(f, path);
 }
 

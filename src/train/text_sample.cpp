@@ -17,8 +17,12 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string
                                    const ModelSpec& model, const std::string& what,
                                    bool* implicit_start) {
   if (implicit_start) *implicit_start = prompt.empty();
-  if (prompt.empty()) return {start_token(tokenizer, model.vocab_size)};
-  const std::vector<uint32_t> ids = tokenizer.encode(prompt);
+  // A tokenizer that starts every text with a token (Llama 3's <|begin_of_text|>) starts the
+  // prompt with it as Hugging Face's does, and an empty prompt is that token alone.
+  const std::optional<uint32_t> bos = tokenizer.begin_of_text();
+  if (prompt.empty() && !bos) return {start_token(tokenizer, model.vocab_size)};
+  std::vector<uint32_t> ids = tokenizer.encode(prompt);
+  if (bos) ids.insert(ids.begin(), *bos);
   if (ids.empty()) return {start_token(tokenizer, model.vocab_size)};
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] >= static_cast<uint64_t>(model.vocab_size))

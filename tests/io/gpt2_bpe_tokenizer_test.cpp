@@ -7,10 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/prepare.h"
+#include "meshtrain/train/text_sample.h"
 #include "support/temp_dir.h"
 #include "support/tiny_gpt2.h"
 
@@ -87,6 +91,49 @@ TEST(Gpt2Bpe, SavedJsonOpensToTheSameTokenizer) {
   EXPECT_EQ(back->vocab_size(), tok->vocab_size());
   const std::string text = "hello world, héllo wörld 123";
   EXPECT_EQ(back->encode(text), tok->encode(text));
+}
+
+// Llama 3's tokenizer.json: a post-processor (a Sequence of ByteLevel and a TemplateProcessing
+// [<|begin_of_text|>, $A]) starts every prompt with the special token, as HF's tokenizer does;
+// the saved file keeps it, and a template meshtrain would not follow is refused.
+TEST(Gpt2Bpe, PostProcessorsBeginOfTextStartsPrompts) {
+  TempDir dir;
+  Gpt2BpeFiles files = tiny_gpt2_files();
+  files.added.emplace_back("<|begin_of_text|>", 300);
+  const auto plain = make_gpt2_bpe_tokenizer(files, "tiny");
+  plain->save(dir.file("plain.json"));
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir.file("plain.json")));
+  EXPECT_FALSE(j.contains("post_processor"));
+  j["post_processor"] = nlohmann::json::parse(R"({"type": "Sequence", "processors": [
+      {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+      {"type": "TemplateProcessing",
+       "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+       "pair": [],
+       "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [300], "tokens": ["<|begin_of_text|>"]}}}]})");
+  std::ofstream(dir.file("llama.json")) << j.dump();
+  const auto llama = open_tokenizer(dir.file("llama.json"));
+  ASSERT_TRUE(llama->begin_of_text().has_value());
+  EXPECT_EQ(*llama->begin_of_text(), 300u);
+  ModelSpec m;
+  m.vocab_size = 512;
+  const std::vector<int32_t> prompt = encode_prompt(*llama, "hello", m, "--prompt", nullptr);
+  ASSERT_GE(prompt.size(), 2u);
+  EXPECT_EQ(prompt[0], 300);
+  std::vector<uint32_t> rest(prompt.begin() + 1, prompt.end());
+  EXPECT_EQ(rest, plain->encode("hello"));
+  EXPECT_EQ(encode_prompt(*llama, "", m, "--prompt", nullptr), std::vector<int32_t>{300});
+  EXPECT_FALSE(plain->begin_of_text().has_value());
+  llama->save(dir.file("saved.json"));
+  EXPECT_EQ(open_tokenizer(dir.file("saved.json"))->begin_of_text(), std::optional<uint32_t>(300));
+  // A template that puts tokens after the text is not read as one that adds none.
+  j["post_processor"]["processors"][1]["single"].push_back({{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}});
+  std::ofstream(dir.file("suffix.json")) << j.dump();
+  try {
+    open_tokenizer(dir.file("suffix.json"));
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("suffix.json: post_processor.single is"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Gpt2Bpe, RefusesIncompleteVocabularies) {

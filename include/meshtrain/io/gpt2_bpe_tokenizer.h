@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,10 @@ struct Gpt2BpeFiles {
   // tokenizer.json model.ignore_merges (LLaMA 3): a pre-token that is itself in the
   // vocabulary is that token, whatever the merges would make of it.
   bool ignore_merges = false;
+  // The token HF's post-processor puts before every encoded text (Llama 3's
+  // <|begin_of_text|>: a TemplateProcessing whose single template is [that token, $A]); none for
+  // GPT-2 and Qwen, whose post-processor adds nothing.
+  std::optional<uint32_t> begin_of_text;
 };
 
 // Builds the tokenizer. `where` names the source in DataErrors: a byte missing from the

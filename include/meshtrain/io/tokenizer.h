@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,9 @@ class Tokenizer {
   // The input rule: the byte tokenizer takes any bytes; the subword tokenizers take UTF-8 text
   // without NUL bytes (anything else is a DataError naming the file and the byte offset).
   virtual bool takes_any_bytes() const { return false; }
+  // The token a prompt starts with, as Hugging Face's tokenizer adds it (Llama 3's
+  // <|begin_of_text|>); none where the tokenizer adds none.
+  virtual std::optional<uint32_t> begin_of_text() const { return std::nullopt; }
 };
 
 // The byte-level tokenizer of io/byte_tokenizer.h behind this interface.
