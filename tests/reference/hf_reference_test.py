@@ -4,12 +4,13 @@ LlamaForCausalLM / Qwen3ForCausalLM (hf_decoder_reference.py), end to end throug
 
 Each case trains a tiny deck in fp64 for a few steps on two ranks, then reads the checkpoint with
 h5py, renames meshtrain's parameters to Hugging Face's (the table below, written from the HF
-modules' names, not from meshtrain's export) and requires:
-  - `meshtrain eval` (fp64, one rank) equal to the reference's mean cross-entropy on the very
-    windows eval reads (a validation shard holding exactly them) within 1e-9 relative, and the
-    fp32 eval of the same checkpoint within 1e-5;
-  - `meshtrain sample` greedy (temperature 0, key/value cache, tp 2) the same 32 tokens as the
-    reference's argmax decoding from the same prompt.
+modules' names, not from meshtrain's export) and requires `meshtrain eval` (fp64, one rank)
+equal to the reference's mean cross-entropy on the very windows eval reads (a validation shard
+holding exactly them) within 1e-9 relative, and the fp32 eval of the same checkpoint within
+1e-5. Then it writes random weights, generated in HF's layout, into the checkpoint (the same
+table backwards, checksums recomputed) and requires the same of eval, and `meshtrain sample`
+greedy (temperature 0, key/value cache, tp 2) to write the same 32 tokens as the reference's
+argmax decoding from the same prompt (random weights: a trained tiny model repeats one byte).
 The cases: Llama 3 with grouped-query attention and the "llama3" rotary scaling (an original
 context shorter than seq_len, so some wavelengths are kept, some blended and some stretched),
 untied; Qwen 3 (q_norm/k_norm, head_dim != d_model / heads), tied; Llama with kv_heads == heads
