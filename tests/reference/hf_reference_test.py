@@ -241,29 +241,17 @@ class HfReference(harness.Case):
         self.assertLess(rel, 1e-9, what)
         self.assertLess(rel32, 1e-5, what)
 
-    def run_case(self, name):
+    def trained_checkpoint(self, name, steps=STEPS):
+        """(HF config, checkpoint) of case `name` trained on two ranks (tensor parallel: the
+        heads, kv heads and vocabulary split)."""
         model = dict(CASES[name], layers=LAYERS, vocab_size=VOCAB, seq_len=SEQ)
         with open(self.deck, "w") as f:
             f.write(deck_text(self.run_dir, model))
-        config = hf_config(model)
-        val = os.path.join(self.dir, "val.bin")
-        windows = G * EVAL_BATCHES
-        tokens = write_eval_windows(val, windows, SEQ, VOCAB)
-        val_set = ["--set", f'data.val="{val}"']
+        self.train(2, ["parallel.tp=2", f"train.steps={steps}", f"checkpoint.every={steps}"])
+        return hf_config(model), self.ckpt(steps)
 
-        # Trained on two ranks (tensor parallel: the heads, kv heads and vocabulary split).
-        self.train(2, ["parallel.tp=2"])
-        ckpt = self.ckpt(STEPS)
-        weights = hf_weights_from_checkpoint(ckpt, config)
-        self.assertEqual({k: v.shape for k, v in weights.items()}, ref.parameter_names(config))
-        self.check_eval(name + " trained", ckpt, weights, config, tokens, windows, val_set)
-
-        # Random weights written in HF's layout into the checkpoint.
-        weights = random_hf_weights(config, seed=3)
-        write_hf_weights_into_checkpoint(ckpt, weights, config)
-        self.check_eval(name + " random", ckpt, weights, config, tokens, windows, val_set)
-
-        # Greedy generation: the key/value cache on two tensor ranks against full recomputation.
+    def sample_greedy(self, ckpt):
+        """The tokens `meshtrain sample` appends to PROMPT greedily (key/value cache, tp 2)."""
         cmd = [harness.MPIEXEC, "-n", "2", harness.MESHTRAIN, "sample", self.deck, "--checkpoint",
                ckpt, "--prompt", PROMPT.decode(), "--tokens", str(NEW_TOKENS), "--temperature", "0",
                "--set", "parallel.tp=2"]
@@ -274,11 +262,40 @@ class HfReference(harness.Case):
         # byte tokenizer), and a line break.
         text = p.stdout[p.stdout.index(b"\n" + PROMPT) + 1:]
         self.assertTrue(text.endswith(b"\n"), p.stdout)
-        generated = list(text[len(PROMPT):-1])
+        return list(text[len(PROMPT):-1])
+
+    def run_case(self, name):
+        config, ckpt = self.trained_checkpoint(name)
+        val = os.path.join(self.dir, "val.bin")
+        windows = G * EVAL_BATCHES
+        tokens = write_eval_windows(val, windows, SEQ, VOCAB)
+        val_set = ["--set", f'data.val="{val}"']
+
+        weights = hf_weights_from_checkpoint(ckpt, config)
+        self.assertEqual({k: v.shape for k, v in weights.items()}, ref.parameter_names(config))
+        self.check_eval(name + " trained", ckpt, weights, config, tokens, windows, val_set)
+
+        # Random weights written in HF's layout into the checkpoint.
+        weights = random_hf_weights(config, seed=3)
+        write_hf_weights_into_checkpoint(ckpt, weights, config)
+        self.check_eval(name + " random", ckpt, weights, config, tokens, windows, val_set)
+
+        # Greedy generation: the key/value cache on two tensor ranks against full recomputation.
         expected = ref.greedy_generate(weights, config, list(PROMPT), NEW_TOKENS)
         print(f"{name}: greedy {expected}")
-        self.assertEqual(generated, expected, name)
+        self.assertEqual(self.sample_greedy(ckpt), expected, name)
         self.assertGreater(len(set(expected)), 16, "a repetitive continuation proves little")
+
+    def test_sample_writes_token_zero(self):
+        # A zero final norm makes every logit 0: greedy takes the lowest id, 0, which the byte
+        # tokenizer decodes to a NUL byte; the text must still hold all of them.
+        config, ckpt = self.trained_checkpoint("llama_fused_qkv", steps=1)
+        weights = hf_weights_from_checkpoint(ckpt, config)
+        weights["model.norm.weight"] = np.zeros_like(weights["model.norm.weight"])
+        write_hf_weights_into_checkpoint(ckpt, weights, config)
+        self.assertEqual(ref.greedy_generate(weights, config, list(PROMPT), NEW_TOKENS),
+                         [0] * NEW_TOKENS)
+        self.assertEqual(self.sample_greedy(ckpt), [0] * NEW_TOKENS)
 
     def test_llama_gqa_llama3_scaling_untied(self):
         self.run_case("llama_gqa_scaled")
@@ -304,6 +321,18 @@ class ReferenceSelfChecks(unittest.TestCase):
         np.testing.assert_allclose(scaled[stretched], plain[stretched] / 4, rtol=1e-15)
         mid = ~kept & ~stretched
         self.assertTrue(np.all(scaled[mid] < plain[mid]) and np.all(scaled[mid] > plain[mid] / 4))
+
+    def test_rope_parameters_form(self):
+        # The newer config.json form (rope_parameters holding rope_theta and the scaling) reads
+        # as the classic rope_theta + rope_scaling.
+        classic = hf_config(dict(CASES["llama_gqa_scaled"], layers=1, vocab_size=8, seq_len=SEQ))
+        newer = {k: v for k, v in classic.items() if k not in ("rope_theta", "rope_scaling")}
+        newer["rope_parameters"] = dict(classic["rope_scaling"], rope_theta=classic["rope_theta"])
+        np.testing.assert_array_equal(ref.inverse_frequencies(newer),
+                                      ref.inverse_frequencies(classic))
+        plain = dict(newer, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        np.testing.assert_array_equal(ref.inverse_frequencies(plain),
+                                      1.0 / 10000.0 ** (np.arange(0, 16, 2) / 16))
 
     def test_rotation_is_relative(self):
         # <R(m) q, R(n) k> depends on m - n only: the rotate-half pairing's defining property.
