@@ -187,6 +187,10 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--checkpoint", eval.checkpoint, "Checkpoint file (step_*.h5)")->required();
   eval_cmd->add_option("--set", eval.overrides,
                        "Override a deck key: --set section.key=value (repeatable)");
+  // The default six decimals read well; comparing an fp64 run with a reference needs every
+  // digit a double holds (17 significant digits need at most 17 decimals for a loss >= 0.1).
+  eval_cmd->add_option("--digits", eval.digits, "Decimals of the printed val_loss (default 6)")
+      ->check(CLI::Range(0, 17));
 
   SampleArgs sample;
   CLI::App* sample_cmd = add_sample_subcommand(app, sample);

@@ -85,6 +85,7 @@ struct EvalArgs {
   std::string deck;
   std::string checkpoint;
   std::vector<std::string> overrides;
+  int digits = 6;  // decimals of the printed val_loss
 };
 int eval_command(const EvalArgs& args);
 
