@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,10 @@ class Tokenizer {
   // The input rule: the byte tokenizer takes any bytes; the subword tokenizers take UTF-8 text
   // without NUL bytes (anything else is a DataError naming the file and the byte offset).
   virtual bool takes_any_bytes() const { return false; }
+  // The token that ends a document in packed training data (data.document_mask): GPT-2's and
+  // Qwen's "<|endoftext|>", Llama 3's "<|end_of_text|>", a SentencePiece model's end-of-sentence
+  // piece; none for the byte tokenizer.
+  virtual std::optional<uint32_t> end_of_text() const { return std::nullopt; }
 };
 
 // The byte-level tokenizer of io/byte_tokenizer.h behind this interface.
