@@ -23,7 +23,9 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/backend/cpu/gemm.h"
 #include "meshtrain/config/deck_error.h"
+#include "meshtrain/io/token_shard.h"
 #include "meshtrain/io/tokenizer.h"
+#include "meshtrain/train/data_feed.h"
 #include "meshtrain/tensor/bf16.h"
 #include "meshtrain/train/document_starts.h"
 #include "support/random.h"
@@ -89,6 +91,65 @@ TEST(DocumentEndToken, ComesFromTheTokenizerOrIsRefused) {
   }
 }
 
+// The data feed builds each micro-batch's starts from data.tokenizer's end-of-text token, over
+// the whole sequence: under context parallelism a rank's two chunks get the starts of their true
+// positions (a document may begin in a chunk another rank holds).
+std::vector<int32_t> ints(Backend& be, const Tensor& t) {
+  std::vector<int32_t> v(static_cast<size_t>(t.numel()));
+  be.copy_to_host(v.data(), t);
+  return v;
+}
+
+TEST(DocumentMaskFeed, StartsFollowTheWholeSequenceOnEveryContextRank) {
+  testing::TempDir dir;
+  const std::unique_ptr<Tokenizer> tok = make_gpt2_bpe_tokenizer(testing::tiny_gpt2_files(), "tiny");
+  const uint32_t end = *tok->end_of_text();
+  std::vector<uint32_t> tokens;
+  for (int i = 0; tokens.size() < 600; ++i) {
+    for (int k = 1; k < 1 + (i * 5) % 9; ++k) tokens.push_back(static_cast<uint32_t>(i + k) % 200);
+    tokens.push_back(end);
+  }
+  write_token_shard(dir.file("docs.bin"), tokens, tok->vocab_size());
+  tok->save(dir.file("tok.json"));
+  Config c;
+  c.model.seq_len = 16;
+  c.model.vocab_size = 272;
+  c.data.train = {dir.file("docs.bin")};
+  c.data.val = "none";
+  c.data.tokenizer = dir.file("tok.json");
+  c.data.document_mask = true;
+  c.train.global_batch = c.train.micro_batch = 4;
+  CpuBackend be(1);
+  const std::vector<MicroBatchData> whole = DataFeed(c, be, 0, 1).train_batch(0);
+  ASSERT_EQ(whole.size(), 1u);
+  ASSERT_TRUE(whole[0].shape.document_starts.defined());
+  const std::vector<int32_t> t = ints(be, whole[0].tokens), s = ints(be, whole[0].shape.document_starts);
+  int documents_entered = 0;  // starts past 0 (the mask does something)
+  for (int64_t i = 0; i < 4 * 16; ++i) {
+    const int64_t b = i / 16, p = i % 16;
+    int64_t want = 0;
+    for (int64_t q = 0; q < p; ++q)
+      if (t[b * 16 + q] == static_cast<int32_t>(end)) want = q + 1;
+    ASSERT_EQ(s[i], want) << "sequence " << b << " position " << p;
+    documents_entered += want > 0;
+  }
+  EXPECT_GT(documents_entered, 16);
+  c.parallel.cp = 2;
+  for (int rank = 0; rank < 2; ++rank) {
+    DataFeed feed(c, be, 0, 1);
+    feed.set_context_rank(rank);
+    const std::vector<MicroBatchData> part = feed.train_batch(0);
+    const std::vector<int32_t> ps = ints(be, part[0].shape.document_starts);
+    for (int64_t b = 0; b < 4; ++b)
+      for (int64_t local = 0; local < 8; ++local) {
+        const int64_t chunk = local < 4 ? rank : 3 - rank;
+        EXPECT_EQ(ps[b * 8 + local], s[b * 16 + chunk * 4 + local % 4]) << rank << " " << b << " " << local;
+      }
+  }
+  c.data.document_mask = false;
+  EXPECT_FALSE(DataFeed(c, be, 0, 1).train_batch(0)[0].shape.document_starts.defined());
+}
+
 double tolerance(DType t) {
   switch (t) {
     case DType::F64: return 1e-12;
@@ -149,12 +210,6 @@ Result reference(const Vec& qkv, const Vec& dout, const std::vector<int32_t>& st
   return r;
 }
 
-Tensor int_tensor(Backend& be, const std::vector<int32_t>& v) {
-  Tensor t = be.empty({static_cast<int64_t>(v.size())}, DType::I32, MemoryCategory::Workspace);
-  be.copy_from_host(t, v.data());
-  return t;
-}
-
 class DocumentMask : public ::testing::TestWithParam<DType> {};
 
 TEST_P(DocumentMask, TrainingPathMatchesTheDirectComputation) {
@@ -164,7 +219,7 @@ TEST_P(DocumentMask, TrainingPathMatchesTheDirectComputation) {
   const std::vector<int32_t> starts = starts_of_rows();
   const Result want = reference(qkv, dout, starts);
   CpuBackend be(2);
-  const Tensor tstarts = int_tensor(be, starts);
+  const Tensor tstarts = testing::make_tokens(be, starts);
   std::vector<cpu::GemmLibrary> libraries{cpu::GemmLibrary::Auto};
   if (dt == DType::F32) libraries.push_back(cpu::GemmLibrary::OpenBlas);
   for (cpu::GemmLibrary library : libraries) {
@@ -217,7 +272,7 @@ TEST_P(DocumentMask, RingBlocksOfTwoRanksMatchTheDirectComputation) {
     std::vector<int32_t> s(B * Tl);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < Tl; ++t) s[b * Tl + t] = starts[true_row(r, b, t)];
-    starts_of[r] = int_tensor(be, s);
+    starts_of[r] = testing::make_tokens(be, s);
     out_of[r] = be.zeros({B * Tl, C}, dt, MemoryCategory::Workspace);
     lse_of[r] = be.empty({B, NH, Tl}, stats, MemoryCategory::Workspace);
     be.fill(lse_of[r], -std::numeric_limits<double>::infinity());
@@ -270,7 +325,7 @@ TEST(DocumentMaskContract, RefusesAStartAfterItsRow) {
   CpuBackend be(1);
   std::vector<int32_t> starts = starts_of_rows();
   starts[T + 3] = 4;
-  const Tensor tstarts = int_tensor(be, starts);
+  const Tensor tstarts = testing::make_tokens(be, starts);
   Tensor qkv = be.zeros({N, W}, DType::F64, MemoryCategory::Workspace);
   Tensor out = be.empty({N, C}, DType::F64, MemoryCategory::Workspace);
   Tensor probs = be.empty({B, NH, T, T}, DType::F64, MemoryCategory::Workspace);
@@ -282,7 +337,7 @@ TEST(DocumentMaskContract, RefusesAStartAfterItsRow) {
               std::string::npos)
         << e.what();
   }
-  const Tensor short_starts = int_tensor(be, std::vector<int32_t>(T, 0));
+  const Tensor short_starts = testing::make_tokens(be, std::vector<int32_t>(T, 0));
   EXPECT_THROW(be.attention_forward(out, probs, qkv, B, T, NH, KVH, HS, &short_starts),
                std::invalid_argument);
 }
