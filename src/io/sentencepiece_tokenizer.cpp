@@ -31,6 +31,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string kind() const override { return "sentencepiece"; }
   uint32_t vocab_size() const override { return static_cast<uint32_t>(sp_->GetPieceSize()); }
   std::string file_suffix() const override { return ".model"; }
+  std::optional<uint32_t> end_of_text() const override {
+    const int eos = sp_->eos_id();  // -1: the model has none
+    if (eos < 0) return std::nullopt;
+    return static_cast<uint32_t>(eos);
+  }
 
   // SentencePieceProcessor::Encode is const and keeps no state between calls: callable from
   // many threads at once.

@@ -42,6 +42,10 @@ class Tokenizer {
   // The token a prompt starts with, as Hugging Face's tokenizer adds it (Llama 3's
   // <|begin_of_text|>); none where the tokenizer adds none.
   virtual std::optional<uint32_t> begin_of_text() const { return std::nullopt; }
+  // The token that ends a document in packed training data (data.document_mask): GPT-2's and
+  // Qwen's "<|endoftext|>", Llama 3's "<|end_of_text|>", a SentencePiece model's end-of-sentence
+  // piece; none for the byte tokenizer.
+  virtual std::optional<uint32_t> end_of_text() const { return std::nullopt; }
 };
 
 // The byte-level tokenizer of io/byte_tokenizer.h behind this interface.
