@@ -28,7 +28,7 @@ import harness  # noqa: E402
 
 SIZES = {"F32": 4, "F16": 2, "BF16": 2}
 
-LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 256,
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 264,
          "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "hidden_act": "silu",
          "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "tie_word_embeddings": True,
@@ -42,7 +42,7 @@ QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_si
          "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
          "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
          "attention_bias": False, "use_sliding_window": False, "torch_dtype": "bfloat16"}
-FUSED = dict(LLAMA, num_key_value_heads=4, tie_word_embeddings=False, rope_scaling=None,
+FUSED = dict(LLAMA, vocab_size=256, num_key_value_heads=4, tie_word_embeddings=False, rope_scaling=None,
              rope_theta=10000.0, head_dim=None, torch_dtype="float16")
 
 
@@ -160,6 +160,35 @@ def write_hf_dir(d, config, arrays, dtype, shards=1):
         json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
 
 
+def bytes_to_unicode():
+    """GPT-2's byte -> printable character map (the byte-level BPE alphabet)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
+        list(range(ord("\xae"), ord("\xff") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def write_tokenizer(d):
+    """A byte-level BPE tokenizer.json without merges (every byte a token) and Llama 3's
+    begin/end-of-text tokens as added tokens 256 and 257, with its tokenizer_config.json."""
+    vocab = {ch: b for b, ch in sorted(bytes_to_unicode().items())}
+    tok = {"version": "1.0", "added_tokens": [
+        {"id": 256, "content": "<|begin_of_text|>", "special": True},
+        {"id": 257, "content": "<|end_of_text|>", "special": True}],
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                          "use_regex": True},
+        "model": {"type": "BPE", "vocab": vocab, "merges": []}}
+    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<|begin_of_text|>", "eos_token": {"content": "<|end_of_text|>"}}, f)
+
+
 def qwen_deck(run_dir, seq_len=32):
     return f"""[run]
 device = "cpu"
@@ -229,8 +258,7 @@ class HfLlama(harness.Case):
         src = os.path.join(self.dir, "llama")
         arrays = random_weights(LLAMA, "F32", 1)
         write_hf_dir(src, LLAMA, arrays, "F32", shards=3)
-        with open(os.path.join(src, "tokenizer.json"), "w") as f:
-            f.write("{}")  # only its presence matters to the deck; replaced below
+        write_tokenizer(src)
         ckpt = os.path.join(self.dir, "ft", "checkpoints", "step_00000000.h5")
         deck = os.path.join(self.dir, "llama.toml")
         _, stdout, _ = self.import_(src, ckpt, "--deck-out", deck,
@@ -239,7 +267,7 @@ class HfLlama(harness.Case):
         with open(deck) as f:
             text = f.read()
         for line in ('family = "llama"', "layers = 2", "d_model = 32", "heads = 4", "kv_heads = 2",
-                     "ffn_hidden = 48", "seq_len = 64", "vocab_size = 256", "tie_embeddings = true",
+                     "ffn_hidden = 48", "seq_len = 64", "vocab_size = 264", "tie_embeddings = true",
                      'rope_scaling = "llama3"', "rope_original_max_positions = 16",
                      f'tokenizer = "{os.path.abspath(os.path.join(src, "tokenizer.json"))}"',
                      f'dir = "{os.path.join(self.dir, "ft")}"'):
@@ -266,9 +294,17 @@ class HfLlama(harness.Case):
         self.assertNotIn("model.safetensors.index.json", os.listdir(out))
         self.assertFalse([n for n in os.listdir(out) if n.startswith("model-")])
         self.check_round_trip(src, LLAMA, arrays, out, "F32")
+        # The run's tokenizer files, and its begin/end-of-text ids from tokenizer_config.json.
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            with open(os.path.join(src, name), "rb") as a, open(os.path.join(out, name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
+        with open(os.path.join(out, "generation_config.json")) as f:
+            gen = json.load(f)
+        with open(os.path.join(out, "config.json")) as f:
+            cfg = json.load(f)
+        self.assertEqual((gen["bos_token_id"], gen["eos_token_id"]), (256, 257))
+        self.assertEqual((cfg["bos_token_id"], cfg["eos_token_id"]), (256, 257))
         # The deck trains from the imported checkpoint (resume "auto": step 0 of its run).
-        with open(deck, "w") as f:  # the placeholder tokenizer.json is no tokenizer: bytes
-            f.write(text.replace(f'"{os.path.abspath(os.path.join(src, "tokenizer.json"))}"', '"bytes"'))
         args = ["train", deck]
         for s in TRAIN_SETS:
             args += ["--set", s]
