@@ -10,6 +10,7 @@ transformers writes it) by a safetensors writer built from the format's specific
 - import (with --deck, and without it: --deck-out writes the deck) -> export gives every tensor
   back bit for bit (BF16 exported as bf16, F32 and F16 as fp32) and config.json's keys back.
 - the deck --deck-out wrote trains 2 steps from the imported checkpoint.
+- GPT-2 imports without a deck as well (--deck-out writes the one built from config.json).
 - refusals, each with its message and no file written: a wrong shape, a missing tensor, a shard
   outside the directory (absolute, "..", a symbolic link), an unknown rope_type, a deck of
   another model, biases meshtrain cannot place.
@@ -350,6 +351,24 @@ class HfLlama(harness.Case):
         out = os.path.join(self.dir, "hf")
         self.export(ckpt, out)
         self.check_round_trip(src, FUSED, arrays, out, "F32")
+
+    def test_gpt2_without_deck(self):
+        # GPT-2 too: the deck built from config.json is the model that was exported.
+        self.train(1, ["train.steps=2"])
+        out = os.path.join(self.dir, "gpt2")
+        self.export(self.ckpt(2), out)
+        imported = os.path.join(self.dir, "gpt2.h5")
+        deck = os.path.join(self.dir, "gpt2.toml")
+        self.import_(out, imported, "--deck-out", deck)
+        with open(deck) as f:
+            text = f.read()
+        for line in ('family = "gpt2"', "layers = 4", "d_model = 32", "heads = 4", "seq_len = 16",
+                     "vocab_size = 256", "tie_embeddings = true", 'tokenizer = "bytes"'):
+            self.assertIn(line + "\n", text)
+        with h5py.File(self.ckpt(2), "r") as a, h5py.File(imported, "r") as b:
+            self.assertEqual(sorted(a["model"]), sorted(b["model"]))
+            for name in a["model"]:
+                self.assertEqual(a["model"][name][...].tobytes(), b["model"][name][...].tobytes(), name)
 
     def test_refusals(self):
         good = os.path.join(self.dir, "good")
