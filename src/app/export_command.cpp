@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -126,19 +125,6 @@ std::vector<float> read_verified(CheckpointFile& file, const std::string& name, 
     for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(d[i]);
   }
   return out;
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error(tmp + ": cannot write");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error(path + ": cannot rename " + tmp + " over it: " + ec.message());
 }
 
 // The recorded settings of a checkpoint's @model attribute ("key = value" lines).
@@ -338,7 +324,7 @@ void export_hf(const ExportArgs& args) {
   std::vector<std::string> weight_files;
   try {
     weight_files = write_hf_weights(staging, specs, bytes_of, metadata, max_shard);
-    for (const auto& [name, text] : texts) write_text((fs::path(staging) / name).string(), text);
+    for (const auto& [name, text] : texts) write_text_file((fs::path(staging) / name).string(), text);
     for (const auto& [source, name] : run_tok.files) {
       fs::copy_file(source, fs::path(staging) / name, fs::copy_options::overwrite_existing, ec);
       if (ec) throw std::runtime_error(source + ": cannot copy into the export: " + ec.message());

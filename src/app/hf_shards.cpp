@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <stdexcept>
@@ -75,16 +76,22 @@ std::vector<std::string> write_hf_weights(const std::string& dir, const std::vec
   }
   // As transformers writes it: sorted keys, two-space indent, a trailing newline.
   const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  const std::string path = (fs::path(dir) / "model.safetensors.index.json").string();
-  if (FILE* f = std::fopen(path.c_str(), "wb")) {
-    const std::string text = index.dump(2) + "\n";
-    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    if (std::fclose(f) != 0 || !ok) throw std::runtime_error(path + ": cannot write the shard index");
-  } else {
-    throw std::runtime_error(path + ": cannot create the shard index");
-  }
+  write_text_file((fs::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
   files.push_back("model.safetensors.index.json");
   return files;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw std::runtime_error(tmp + ": cannot write");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw std::runtime_error(path + ": cannot rename " + tmp + " over it: " + ec.message());
 }
 
 std::string make_staging_directory(const std::string& out) {

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -26,6 +25,7 @@
 #include "meshtrain/app/hf_directory.h"
 #include "meshtrain/app/hf_gpt2.h"
 #include "meshtrain/app/hf_llama.h"
+#include "meshtrain/app/hf_shards.h"
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/checkpoint/checkpoint_import.h"
 #include "meshtrain/config/deck.h"
@@ -250,19 +250,6 @@ std::map<std::string, std::vector<float>> read_tensors(
   return values;
 }
 
-void write_deck(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error(tmp + ": cannot write the deck (--deck-out)");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error(path + ": cannot rename " + tmp + " over it: " + ec.message());
-}
-
 void import_hf(const ImportArgs& args) {
   std::error_code ec;
   if (!fs::is_directory(args.dir, ec))
@@ -341,7 +328,7 @@ void import_hf(const ImportArgs& args) {
   if (const fs::path parent = fs::path(args.out).parent_path(); !parent.empty())
     fs::create_directories(parent, ec);
   write_imported_checkpoint(args.out, cfg, values, args.force);
-  if (!args.deck_out.empty()) write_deck(args.deck_out, deck_text);
+  if (!args.deck_out.empty()) write_text_file(args.deck_out, deck_text);
   const std::string deck = !args.deck.empty() ? args.deck : args.deck_out;
   std::printf("imported %s (%zu tensors) for %s into %s at step 0\n", args.dir.c_str(), count,
               cfg.deck_path.c_str(), args.out.c_str());

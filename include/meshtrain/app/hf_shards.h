@@ -36,6 +36,10 @@ std::vector<std::string> write_hf_weights(const std::string& dir, const std::vec
                                           const std::map<std::string, std::string>& metadata,
                                           uint64_t max_shard_bytes);
 
+// Writes `text` to `path` under <path>.tmp first, then renamed over it: a failure leaves `path`
+// as it was. Throws naming the file. (config.json, the index, a deck --deck-out writes.)
+void write_text_file(const std::string& path, const std::string& text);
+
 // A directory beside which an export is staged: <out>/.meshtrain-export.<pid>, created empty.
 std::string make_staging_directory(const std::string& out);
 
