@@ -322,7 +322,7 @@ CATALOGUE = [
         ["{a}", "is a directory, not a checkpoint file"], needs=["run_a"]),
     row("command", "import without config.json", 2,
         ["import", "--format", "hf", "{dir}", "--deck", "{deck}", "{dir}/run/imported.h5"], 1,
-        ["{dir}/config.json: cannot read (a Hugging Face GPT-2 directory holds config.json"]),
+        ["{dir}/config.json: cannot read (a Hugging Face model directory holds config.json"]),
     row("command", "sample prompt longer than seq_len", 1,
         ["sample", "{deck}", "--checkpoint", "{a}/step_00000004.h5", "--prompt", "x" * 17], 1,
         ["--prompt: the prompt is 17 tokens, longer than model.seq_len = 16 (the model's context): "
