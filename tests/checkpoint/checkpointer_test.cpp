@@ -542,7 +542,9 @@ TEST_F(Refusal, ADirectoryNamedLikeTheCheckpointIsRefusedWhenPlanning) {
   } catch (const AgreedError& e) {
     EXPECT_CONTAINS(e.what(), link + " is a symbolic link named like a checkpoint's .tmp");
   }
-  if (world_rank() == 0) EXPECT_EQ(fs::file_size(target), 8u);
+  if (world_rank() == 0) {
+    EXPECT_EQ(fs::file_size(target), 8u);
+  }
 }
 
 TEST_F(Refusal, ResumeAutoTakesTheNewestCompleteCheckpoint) {

@@ -57,7 +57,7 @@ TEST(OpenTokenizer, Bytes) {
 TEST(OpenTokenizer, Gpt2FromDirectoryPairAndVocabPath) {
   TempDir dir;
   write_gpt2_files(dir.path());
-  for (const std::string spec : {dir.path(), dir.file("vocab.json") + "," + dir.file("merges.txt"),
+  for (const std::string& spec : {dir.path(), dir.file("vocab.json") + "," + dir.file("merges.txt"),
                                  dir.file("vocab.json")}) {
     const auto t = open_tokenizer(spec);
     EXPECT_EQ(t->kind(), "gpt2-bpe") << spec;

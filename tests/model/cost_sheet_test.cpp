@@ -17,12 +17,13 @@ namespace meshtrain {
 namespace {
 
 std::vector<ModelSpec> shapes() {
-  return {
-      {.layers = 3, .d_model = 8, .heads = 2, .seq_len = 5, .vocab_size = 12, .tie_embeddings = true},
-      {.layers = 3, .d_model = 8, .heads = 2, .seq_len = 5, .vocab_size = 12, .tie_embeddings = false},
-      {.layers = 12, .d_model = 768, .heads = 12, .seq_len = 1024, .vocab_size = 50257, .tie_embeddings = true},
-      {.layers = 5, .d_model = 96, .heads = 3, .seq_len = 64, .vocab_size = 1000, .tie_embeddings = false},
+  const auto spec = [](int layers, int64_t d, int64_t heads, int64_t T, int64_t V, bool tied) {
+    ModelSpec m = gpt2_spec(layers, d, heads, T, V);
+    m.tie_embeddings = tied;
+    return m;
   };
+  return {spec(3, 8, 2, 5, 12, true), spec(3, 8, 2, 5, 12, false), spec(12, 768, 12, 1024, 50257, true),
+          spec(5, 96, 3, 64, 1000, false)};
 }
 
 double sheet_parameters(const ModelCostSheet& s) {
@@ -64,7 +65,7 @@ TEST(CostSheet, FlopsPerTokenAreSixNPlusAttention) {
 }
 
 TEST(CostSheet, GemmsSplitAsTheirLayersDo) {
-  const ModelSpec cfg{.layers = 2, .d_model = 16, .heads = 4, .seq_len = 8, .vocab_size = 32};
+  const ModelSpec cfg = gpt2_spec(2, 16, 4, 8, 32);
   const CostSheet& block = model_cost_sheet(cfg).blocks.front();
   ASSERT_EQ(block.linears.size(), 4u);
   EXPECT_EQ(block.column_parallel_linears(), 2);

@@ -16,7 +16,9 @@ namespace meshtrain {
 namespace {
 
 ModelSpec small(bool tied) {
-  return {.layers = 3, .d_model = 8, .heads = 2, .seq_len = 5, .vocab_size = 12, .tie_embeddings = tied};
+  ModelSpec m = gpt2_spec(3, 8, 2, 5, 12);
+  m.tie_embeddings = tied;
+  return m;
 }
 
 // GPT-2's parameters in closed form, as model_spec.cpp computed them before the table: the
@@ -77,7 +79,7 @@ TEST(ParameterTable, CountsGpt2AsItsClosedForm) {
         EXPECT_EQ(m.parameter_count(), gpt2_closed_form(m)) << tied << " " << layers << " " << C;
       }
   // GPT-2 small, as published: 124,439,808 parameters.
-  const ModelSpec gpt2{.layers = 12, .d_model = 768, .heads = 12, .seq_len = 1024, .vocab_size = 50257};
+  const ModelSpec gpt2 = gpt2_spec(12, 768, 12, 1024, 50257);
   EXPECT_EQ(gpt2.parameter_count(), 124439808);
 }
 
