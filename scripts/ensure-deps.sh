@@ -22,9 +22,10 @@ build_packages=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev googletest
   libsentencepiece-dev libpcre2-dev nlohmann-json3-dev
+  zlib1g-dev libzstd-dev
 )
 test_packages=(
-  python3 python3-h5py python3-numpy python3-yaml python3-matplotlib python3-regex
+  python3 python3-h5py python3-numpy python3-yaml python3-matplotlib python3-regex zstd
   slurm-wlm munge
 )
 fuzz_packages=(

@@ -4,6 +4,7 @@
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/jsonl_documents.h"
 #include "meshtrain/io/prepare.h"
 #include "meshtrain/io/sentencepiece_tokenizer.h"
 #include "meshtrain/io/tokenizer.h"
@@ -57,6 +58,12 @@ int prepare_command(const PrepareArgs& args) {
       if (!args.train_tokenizer.empty()) {
         const auto [model, vocab] = parse_training_spec(args.train_tokenizer);
         for (const std::string& path : args.inputs) check_text_file(path);
+        // SentencePiece's trainer reads its files as lines of text: it would learn JSON.
+        for (const std::string& path : args.inputs)
+          if (is_jsonl_path(path))
+            throw std::invalid_argument(
+                "--train-tokenizer trains on text files, and " + path + " is JSON Lines (train "
+                "the tokenizer on text files, or give one with --tokenizer)");
         std::fprintf(stderr, "prepare: training a %s tokenizer of %u pieces on %d thread(s)\n",
                      args.train_tokenizer.substr(0, args.train_tokenizer.find(':')).c_str(),
                      vocab, threads);
@@ -68,6 +75,8 @@ int prepare_command(const PrepareArgs& args) {
       opt.val_fraction = args.val_fraction;
       opt.threads = threads;
       opt.progress = true;
+      opt.text_field = args.text_field;
+      opt.max_bad_lines = args.max_bad_lines;
       r = prepare_text_files(args.inputs, args.out_prefix, *tok, opt);
     }
     if (!r.val_path.empty()) {

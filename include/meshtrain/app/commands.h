@@ -38,6 +38,8 @@ struct PrepareArgs {
   std::string tokenizer = "bytes";  // --tokenizer: io/tokenizer.h open_tokenizer()
   std::string train_tokenizer;      // --train-tokenizer "bpe:8000" / "unigram:8000"
   int threads = 0;                  // 0: every core
+  std::string text_field = "text";  // JSON Lines inputs: the field holding the document
+  long long max_bad_lines = 0;      // JSON Lines inputs: bad lines skipped before an error
 };
 int prepare_command(const PrepareArgs& args);
 

@@ -19,6 +19,7 @@ struct PrepareResult {
   std::string tokenizer_path;        // the tokenizer file written beside them; "" for bytes
   int64_t train_tokens = 0, val_tokens = 0;
   uint32_t vocab_size = 0;
+  int64_t bad_lines = 0;  // JSON Lines inputs: lines skipped (at most max_bad_lines)
 };
 
 struct PrepareOptions {
@@ -26,6 +27,12 @@ struct PrepareOptions {
   int threads = 0;          // tokenizing threads; 0: available_cores()
   bool progress = false;    // a progress line on stderr (bytes done / total, MB/s)
   size_t chunk_bytes = 0;   // text per work item; 0: 8 MiB / (2 x threads), 64 KiB to 2 MiB
+  // JSON Lines inputs (io/jsonl_documents.h): the field holding each document's text, and how
+  // many bad lines may be skipped (each named on stderr, the first few) before they are an
+  // error. 0 by default: a corpus that does not parse as its user thinks is refused rather
+  // than silently shortened.
+  std::string text_field = "text";
+  int64_t max_bad_lines = 0;
 };
 
 // Tokenizes each text file and writes <out_prefix>_train.bin and <out_prefix>_val.bin
@@ -40,11 +47,18 @@ struct PrepareOptions {
 // breaks the tokenizer's input rule (Tokenizer::takes_any_bytes), is a DataError naming the
 // file (and the byte offset); shards are written under .tmp names and renamed only when all is
 // done, so no error leaves a partial shard under a final name.
+// Inputs named *.jsonl, *.jsonl.gz or *.jsonl.zst are JSON Lines: each line's text field is
+// one document, tokenized on its own exactly as the same text given as its own file would be,
+// the documents' tokens concatenated in order. Their validation part is the documents whose
+// lines start in the file's last val_fraction of (decompressed) bytes: no document is split.
+// Compressed inputs are read through once before anything is written (a truncated or corrupt
+// one is a DataError naming it). More than options.max_bad_lines bad lines is a DataError
+// naming the file and line.
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
                                  const std::string& out_prefix, const Tokenizer& tokenizer,
                                  const PrepareOptions& options);
 
-// The size of a text file `prepare` can read; else a DataError naming it: missing,
+// The size of an input `prepare` can read (decompressed, for a compressed JSON Lines file); else a DataError naming it: missing,
 // unreadable, a directory, not a regular file, or empty.
 uint64_t check_text_file(const std::string& path);
 
