@@ -152,6 +152,11 @@ int main(int argc, char** argv) {
                           "JSON Lines: how many bad lines (invalid JSON or UTF-8, no text field) "
                           "may be skipped, each named, before they are an error (default 0)")
       ->check(CLI::NonNegativeNumber);
+  prepare_cmd->add_option("--end-of-text", prepare.end_of_text,
+                          "A token of the tokenizer's vocabulary to put after every document (each "
+                          "text file's training and validation parts, each JSON Lines document), "
+                          "e.g. \"<|endoftext|>\" (GPT-2, Qwen), \"<|end_of_text|>\" (Llama 3), "
+                          "\"</s>\" (SentencePiece); default none");
 
   BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks, each against this machine's own ceiling");

@@ -212,6 +212,12 @@ class Gpt2BpeTokenizer final : public Tokenizer {
 
   std::optional<uint32_t> begin_of_text() const override { return files_.begin_of_text; }
 
+  std::optional<uint32_t> token_id(const std::string& piece) const override {
+    const auto it = std::find(pieces_.begin(), pieces_.end(), piece);
+    if (piece.empty() || it == pieces_.end()) return std::nullopt;
+    return static_cast<uint32_t>(it - pieces_.begin());
+  }
+
   void save(const std::string& path) const override {
     nlohmann::ordered_json j;
     j["version"] = "1.0";

@@ -122,6 +122,7 @@ struct Chunk {
   // JSON Lines: where each document of `text` ends. Each is tokenized on its own, so that no
   // token spans two documents (as none spans two text files). Empty: `text` is one piece.
   std::vector<size_t> document_ends;
+  bool ends_document = false;  // a text file: the last chunk of its training or validation part
   std::vector<uint32_t> tokens;
   std::exception_ptr error;
   bool done = false;
@@ -130,7 +131,8 @@ struct Chunk {
 // Tokenizes chunks on `threads` threads; the caller takes results in submission order.
 class Workers {
  public:
-  Workers(int threads, const Tokenizer& tok) : tok_(tok) {
+  Workers(int threads, const Tokenizer& tok, std::optional<uint32_t> end_of_text)
+      : tok_(tok), end_of_text_(end_of_text) {
     // A thread the system refuses ends the started ones before the error goes on: a joinable
     // std::thread destroyed unjoined would abort, leaving the shards' .tmp files behind.
     try {
@@ -190,14 +192,18 @@ class Workers {
     if (!c.document_ends.empty()) {
       size_t begin = 0;
       for (const size_t end : c.document_ends) {
+        // An empty text adds nothing, not even the end-of-text token: as no file would (an
+        // empty text file is refused).
         if (end > begin) {
           const std::vector<uint32_t> t = encode_piece(c, begin, end);
           c.tokens.insert(c.tokens.end(), t.begin(), t.end());
+          if (end_of_text_) c.tokens.push_back(*end_of_text_);
         }
         begin = end;
       }
     } else {
       c.tokens = encode_piece(c, 0, c.text.size());
+      if (c.ends_document && end_of_text_) c.tokens.push_back(*end_of_text_);
     }
     std::string().swap(c.text);
   }
@@ -228,6 +234,7 @@ class Workers {
   }
 
   const Tokenizer& tok_;
+  std::optional<uint32_t> end_of_text_;
   std::mutex m_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<Chunk*> queue_;
@@ -396,7 +403,11 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
   if (with_val) val.emplace(r.val_path, r.vocab_size);
 
   std::deque<std::unique_ptr<Chunk>> pending;  // declared before the workers: outlives them
-  Workers workers(threads, tok);
+  if (opt.end_of_text && *opt.end_of_text >= tok.vocab_size())
+    throw std::invalid_argument("prepare: end-of-text token " + std::to_string(*opt.end_of_text) +
+                                " lies outside the vocabulary of " +
+                                std::to_string(tok.vocab_size()));
+  Workers workers(threads, tok, opt.end_of_text);
   Progress progress(opt.progress, total);
   uint64_t done = 0;
   auto write_front = [&] {
@@ -448,6 +459,7 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
         c->text = carry.substr(0, cut);
         carry.erase(0, cut);
         carry_at += cut;
+        c->ends_document = read_to == end && carry.empty();
         submit(std::move(c), cut);
       }
     }

@@ -532,6 +532,10 @@ CATALOGUE = [
         ["prepare", "{jsonl}/good.jsonl", "--out", "{dir}/run/j", "--train-tokenizer", "bpe:300"],
         2, ["--train-tokenizer trains on text files, and {jsonl}/good.jsonl is JSON Lines"],
         needs=["jsonl"]),
+    row("command", "prepare --end-of-text a token the tokenizer lacks", 1,
+        ["prepare", "{jsonl}/good.jsonl", "--out", "{dir}/run/j", "--end-of-text", "<|endoftext|>"],
+        2, ["--end-of-text <|endoftext|>: the bytes tokenizer has no such token (give a token its "
+            "vocabulary lists"], needs=["jsonl"]),
     row("checkpoint", "a FIFO as checkpoint.resume", 2,
         train('checkpoint.resume="{fifo}/step_00000002.h5"', 'checkpoint.dir="{dir}/run/c"'), 1,
         ["{fifo}/step_00000002.h5: is a FIFO (named pipe), not a checkpoint file"],

@@ -4,7 +4,8 @@
 command) gives shards byte-identical to the same documents given as plain text files, one file
 per document, with the byte tokenizer and with a SentencePiece one; the validation shard holds
 the documents whose lines start in the last val_fraction of the file, whole; a dotted
---text-field reaches nested objects; bad lines within --max-bad-lines are skipped, each named.
+--text-field reaches nested objects; bad lines within --max-bad-lines are skipped, each named;
+--end-of-text puts the token after every document, text file or JSON Lines line alike.
 
 usage: prepare_jsonl_test.py MESHTRAIN
 """
@@ -13,6 +14,7 @@ import json
 import os
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -54,6 +56,15 @@ def documents(n):
 def jsonl(docs, make=lambda d: {"text": d}):
     return "".join(json.dumps(make(d), ensure_ascii=(i % 2 == 0)) + "\n"
                    for i, d in enumerate(docs)).encode("utf-8")
+
+
+def tokens(path):
+    """The token ids of a meshtrain shard (io/token_shard.h: 64-byte header, then the ids)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    width = struct.unpack_from("<I", data, 12)[0]
+    return list(struct.unpack_from("<%d%s" % ((len(data) - 64) // width, "H" if width == 2 else "I"),
+                                   data, 64))
 
 
 def same(a, b):
@@ -136,6 +147,30 @@ def main():
         check("validation holds the last tenth's documents, whole",
               0 < n_train < len(docs) and same(got + "_train.bin", os.path.join(out, "head_train.bin"))
               and same(got + "_val.bin", os.path.join(out, "tail_train.bin")))
+
+        # --end-of-text: after every document, the same whether documents are files or lines.
+        eot = ["--tokenizer", tok, "--end-of-text", "</s>", "--val-fraction", "0"]
+        run(meshtrain, "prepare", *plain, *eot, "--out", os.path.join(out, "eot_plain"))
+        run(meshtrain, "prepare", corpus + ".zst", *eot, "--out", os.path.join(out, "eot_jsonl"))
+        with_eot = tokens(os.path.join(out, "eot_jsonl_train.bin"))
+        without = tokens(os.path.join(out, "sentencepiece_plain_train.bin"))
+        eos = with_eot[-1]
+        check("--end-of-text: JSON Lines gives the text files' shard",
+              same(os.path.join(out, "eot_plain_train.bin"), os.path.join(out, "eot_jsonl_train.bin")))
+        check("--end-of-text: one token after each document, nothing else changed",
+              with_eot.count(eos) == len(docs) and [t for t in with_eot if t != eos] == without,
+              "%d end-of-text tokens for %d documents" % (with_eot.count(eos), len(docs)))
+        run(meshtrain, "prepare", plain[0], "--tokenizer", tok, "--end-of-text", "</s>",
+            "--val-fraction", "0.5", "--out", os.path.join(out, "eot_one"))
+        parts = [tokens(os.path.join(out, "eot_one_%s.bin" % role)) for role in ("train", "val")]
+        check("--end-of-text: a text file's training and validation parts each end with it",
+              all(p and p[-1] == eos and p.count(eos) == 1 for p in parts), str(parts))
+        p = subprocess.run([meshtrain, "prepare", corpus, "--end-of-text", "<|endoftext|>", "--out",
+                            os.path.join(out, "bytes_eot")], capture_output=True, text=True)
+        check("--end-of-text with a tokenizer that lacks the token is refused",
+              p.returncode == 2 and "--end-of-text <|endoftext|>: the bytes tokenizer has no such "
+              "token" in p.stderr and not os.path.exists(os.path.join(out, "bytes_eot_train.bin")),
+              p.stderr)
 
         # Bad lines within --max-bad-lines: skipped, each named by file and line.
         lines = body.splitlines(keepends=True)

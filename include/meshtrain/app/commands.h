@@ -40,6 +40,7 @@ struct PrepareArgs {
   int threads = 0;                  // 0: every core
   std::string text_field = "text";  // JSON Lines inputs: the field holding the document
   long long max_bad_lines = 0;      // JSON Lines inputs: bad lines skipped before an error
+  std::string end_of_text;          // --end-of-text: a token after every document; "": none
 };
 int prepare_command(const PrepareArgs& args);
 
