@@ -190,6 +190,9 @@ class Workers {
   }
   void encode(Chunk& c) const {
     if (!c.document_ends.empty()) {
+      // A token covers at least one byte: room for every token without growing, then the
+      // surplus (most of it, for a subword tokenizer) is given back.
+      c.tokens.reserve(c.text.size() + c.document_ends.size());
       size_t begin = 0;
       for (const size_t end : c.document_ends) {
         // An empty text adds nothing, not even the end-of-text token: as no file would (an
@@ -201,6 +204,7 @@ class Workers {
         }
         begin = end;
       }
+      c.tokens.shrink_to_fit();
     } else {
       c.tokens = encode_piece(c, 0, c.text.size());
       if (c.ends_document && end_of_text_) c.tokens.push_back(*end_of_text_);
@@ -352,17 +356,19 @@ void feed_jsonl(const std::string& path, uint64_t size, const PrepareOptions& op
       continue;
     }
     const Role role = line.offset < split ? Role::Train : Role::Val;
-    if (c && c->role != role) flush();
+    // A chunk holds whole documents, at most `chunk` bytes of them unless one alone is more.
+    if (c && (c->role != role || c->text.size() + line.text.size() > chunk)) flush();
     if (!c) {
       c = std::make_unique<Chunk>();
       c->path = &path;
       c->offset = line.offset;
       c->line = line.number;
       c->role = role;
+      // Appending documents one by one would double the capacity past the chunk size.
+      c->text.reserve(std::max(chunk, line.text.size()));
     }
     c->text += line.text;
     c->document_ends.push_back(c->text.size());
-    if (c->text.size() >= chunk) flush();
   }
   read = size;
   flush();

@@ -31,7 +31,7 @@ struct TrainArgs {
 int train_command(const TrainArgs& args);
 
 struct PrepareArgs {
-  std::vector<std::string> inputs;  // text files
+  std::vector<std::string> inputs;  // text files and JSON Lines files
   std::string out_prefix;
   double val_fraction = 0.1;
   long long synthetic_bytes = 0;    // > 0: generate the built-in corpus instead
