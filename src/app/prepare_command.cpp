@@ -57,13 +57,13 @@ int prepare_command(const PrepareArgs& args) {
     } else {
       if (!args.train_tokenizer.empty()) {
         const auto [model, vocab] = parse_training_spec(args.train_tokenizer);
-        for (const std::string& path : args.inputs) check_text_file(path);
         // SentencePiece's trainer reads its files as lines of text: it would learn JSON.
         for (const std::string& path : args.inputs)
           if (is_jsonl_path(path))
             throw std::invalid_argument(
                 "--train-tokenizer trains on text files, and " + path + " is JSON Lines (train "
                 "the tokenizer on text files, or give one with --tokenizer)");
+        for (const std::string& path : args.inputs) check_text_file(path);
         std::fprintf(stderr, "prepare: training a %s tokenizer of %u pieces on %d thread(s)\n",
                      args.train_tokenizer.substr(0, args.train_tokenizer.find(':')).c_str(),
                      vocab, threads);
