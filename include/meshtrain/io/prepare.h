@@ -1,7 +1,8 @@
 #pragma once
 // Preparation: turning text into train/validation token shards (what `meshtrain prepare`
 // runs), with any tokenizer (io/tokenizer.h); the shards follow io/token_shard.h. Text files
-// are streamed: memory stays bounded (about 8 MiB of text in flight, plus its token ids)
+// and JSON Lines corpora (io/jsonl_documents.h, plain or compressed) are streamed through the
+// same tokenizing threads and shard writers: memory stays bounded (about 8 MiB of text in flight, plus its token ids)
 // whatever the corpus size, and every core tokenizes. This file downloads nothing and trains
 // no tokenizer (io/sentencepiece_tokenizer.h does).
 
