@@ -2,9 +2,9 @@
 // Preparation: turning text into train/validation token shards (what `meshtrain prepare`
 // runs), with any tokenizer (io/tokenizer.h); the shards follow io/token_shard.h. Text files
 // and JSON Lines corpora (io/jsonl_documents.h, plain or compressed) are streamed through the
-// same tokenizing threads and shard writers: memory stays bounded (about 8 MiB of text in flight, plus its token ids)
-// whatever the corpus size, and every core tokenizes. This file downloads nothing and trains
-// no tokenizer (io/sentencepiece_tokenizer.h does).
+// same tokenizing threads and shard writers: memory stays bounded (about 8 MiB of text in
+// flight, plus its token ids) whatever the corpus size, and every core tokenizes. This file
+// downloads nothing and trains no tokenizer (io/sentencepiece_tokenizer.h does).
 
 #include <cstddef>
 #include <cstdint>
