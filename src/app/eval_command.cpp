@@ -33,7 +33,7 @@ int eval_command(const EvalArgs& args) {
       std::printf("checkpoint %s: step %lld, layout %s, %d eval batch(es) of %d sequences\n",
                   loaded.path.c_str(), static_cast<long long>(loaded.step),
                   describe_layout(config).c_str(), config.train.eval_batches, config.train.global_batch);
-      std::printf("val_loss %.6f\n", val);
+      std::printf("val_loss %.*f\n", args.digits, val);
       std::fflush(stdout);
     }
     return kExitOk;

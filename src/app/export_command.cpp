@@ -1,27 +1,36 @@
 // `meshtrain export CHECKPOINT --format hf OUT/`: a checkpoint's model as a Hugging Face
-// GPT2LMHeadModel directory — OUT/model.safetensors and OUT/config.json — which transformers
-// loads with GPT2LMHeadModel.from_pretrained(OUT). Checkpoints are layout-free, so one rank
-// reads the whole file (MPI_COMM_SELF) whatever layout wrote it, and every layout's checkpoint
-// of the same weights exports the same bytes. The tensor mapping is app/hf_gpt2.h.
+// directory that transformers' AutoModelForCausalLM.from_pretrained(OUT) loads: GPT2LMHeadModel
+// (OUT/model.safetensors and OUT/config.json), or LlamaForCausalLM / Qwen3ForCausalLM (also
+// generation_config.json and the run's tokenizer files). The weights are one model.safetensors
+// or, above --max-shard-size, shards and their index (app/hf_shards.h). Checkpoints are
+// layout-free, so one rank reads the whole file (MPI_COMM_SELF) whatever layout wrote it, and
+// every layout's checkpoint of the same weights exports the same bytes. The tensor mappings
+// are app/hf_gpt2.h and app/hf_llama.h.
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 
+#include <toml++/toml.h>
+
 #include "meshtrain/app/commands.h"
+#include "meshtrain/app/hf_directory.h"
 #include "meshtrain/app/hf_gpt2.h"
+#include "meshtrain/app/hf_llama.h"
+#include "meshtrain/app/hf_shards.h"
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/io/checkpoint_file.h"
+#include "meshtrain/config/deck.h"
 #include "meshtrain/io/safetensors.h"
 
 namespace meshtrain {
 
 namespace fs = std::filesystem;
+using nlohmann::json;
 
 namespace {
 
@@ -118,105 +127,237 @@ std::vector<float> read_verified(CheckpointFile& file, const std::string& name, 
   return out;
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error(tmp + ": cannot write");
+// The recorded settings of a checkpoint's @model attribute ("key = value" lines).
+std::map<std::string, std::string> recorded_settings(const std::string& recorded) {
+  std::map<std::string, std::string> s;
+  std::istringstream lines(recorded);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t eq = line.find(" = ");
+    if (eq != std::string::npos) s[line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return s;
+}
+
+// The Llama / Qwen 3 model a checkpoint's @model attribute records, read as a deck's [model]
+// would be (the same ranges and checks: the file may come from anyone).
+ModelSpec llama_model_of(const std::string& path, const std::string& recorded) {
+  std::string text = "[model]\n";
+  for (const auto& [key, value] : recorded_settings(recorded))
+    if (key != "tokenizer" && key != "layernorm_eps") text += key + " = " + value + "\n";
+  try {
+    return parse_deck(path + " (its 'model' attribute)", text).model;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string(e.what()) + "\n(" + path + ": the 'model' attribute is malformed)");
+  }
+}
+
+// The run's tokenizer, as its deck named it (data.tokenizer in the checkpoint's @config): the
+// files to copy (a tokenizer.json and, beside it, tokenizer_config.json and
+// special_tokens_map.json) and the bos/eos ids tokenizer_config.json names (-1: none).
+struct RunTokenizer {
+  std::vector<std::pair<std::string, std::string>> files;  // (source, name in OUT)
+  int64_t bos = -1, eos = -1;
+  std::string note;  // why nothing was copied, for the summary
+};
+
+RunTokenizer run_tokenizer(const std::string& config_text) {
+  RunTokenizer t;
+  std::string spec;
+  try {
+    const toml::table config = toml::parse(config_text);
+    spec = config["data"]["tokenizer"].value_or(std::string());
+  } catch (const std::exception&) {
+    t.note = "the checkpoint's @config does not parse: no tokenizer copied";
+    return t;
   }
   std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error(path + ": cannot rename " + tmp + " over it: " + ec.message());
+  if (spec.empty() || spec == "bytes" || fs::path(spec).extension() != ".json" || !fs::is_regular_file(spec, ec)) {
+    t.note = spec == "bytes" || spec.empty() ? "the run used the byte tokenizer: no tokenizer files"
+                                             : "data.tokenizer = \"" + spec + "\" is not a tokenizer.json here: not copied";
+    return t;
+  }
+  json tok;
+  try {
+    tok = read_json_object(spec, "the run's tokenizer");
+  } catch (const std::exception& e) {
+    t.note = std::string(e.what()) + ": not copied";
+    return t;
+  }
+  t.files.push_back({spec, "tokenizer.json"});
+  const fs::path dir = fs::path(spec).parent_path();
+  json tok_config;
+  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"})
+    if (fs::is_regular_file(dir / name, ec)) {
+      t.files.push_back({(dir / name).string(), name});
+      if (std::string(name) == "tokenizer_config.json") {
+        try {
+          tok_config = read_json_object((dir / name).string(), "the tokenizer's settings");
+        } catch (const std::exception&) {
+        }
+      }
+    }
+  // A token's id: tokenizer.json's added tokens, then its vocabulary.
+  auto id_of = [&](const char* key) -> int64_t {
+    json v = json_value_or(tok_config, key, nullptr);
+    if (v.is_object()) v = json_value_or(v, "content", nullptr);
+    if (!v.is_string()) return -1;
+    for (const json& a : json_value_or(tok, "added_tokens", json::array()))
+      if (a.is_object() && a.value("content", "") == v.get<std::string>() && a.contains("id") &&
+          a["id"].is_number_integer())
+        return a["id"].get<int64_t>();
+    const json vocab = tok.contains("model") ? json_value_or(tok["model"], "vocab", json::object()) : json::object();
+    const json id = vocab.is_object() ? json_value_or(vocab, v.get<std::string>().c_str(), nullptr) : json();
+    return id.is_number_integer() ? id.get<int64_t>() : -1;
+  };
+  t.bos = id_of("bos_token");
+  t.eos = id_of("eos_token");
+  return t;
 }
 
 void export_hf(const ExportArgs& args) {
   std::error_code ec;
   if (fs::is_directory(args.checkpoint, ec))
     throw std::runtime_error(args.checkpoint + ": is a directory, not a checkpoint file (give a step_*.h5)");
+  const uint64_t max_shard = parse_shard_size(args.max_shard_size);
+  if (max_shard == 0)
+    throw std::runtime_error("--max-shard-size " + args.max_shard_size +
+                             ": not a size (accepted: bytes, or a number with KB, MB, GB, KiB, MiB or GiB, e.g. 5GB)");
   CheckpointFile file(args.checkpoint, MPI_COMM_SELF, CheckpointFile::Access::Read);
   const CheckpointInfo info = file.read_info();
   if (info.format_version != kCheckpointFormatVersion)
     throw std::runtime_error(args.checkpoint + ": format_version = " + std::to_string(info.format_version) +
                              " is not supported (this meshtrain " MESHTRAIN_VERSION " exports version " +
                              std::to_string(kCheckpointFormatVersion) + ")");
-  std::string tokenizer;
-  const ModelSpec m = model_of(args.checkpoint, info.model, tokenizer);
   const bool bf16 = args.dtype == "bf16";
   const SafeDType out_type = bf16 ? SafeDType::BF16 : SafeDType::F32;
-
-  const std::vector<HfTensor> tensors = hf_gpt2_tensors(m);
-  // Every /model dataset must map onto a GPT-2 tensor: anything more is a feature HF cannot hold.
+  const std::string torch_dtype = bf16 ? "bfloat16" : "float32";
+  // Checkpoints written before model.family existed are GPT-2.
+  const auto settings = recorded_settings(info.model);
+  const bool gpt2 = !settings.count("family") || settings.at("family") == "\"gpt2\"";
+  std::string tokenizer, architecture = "GPT2LMHeadModel";
+  ModelSpec m;
+  std::vector<HfTensor> tensors;
+  std::vector<std::pair<std::string, std::string>> texts;  // (file name, content)
+  RunTokenizer run_tok;
+  if (gpt2) {
+    m = model_of(args.checkpoint, info.model, tokenizer);
+    tensors = hf_gpt2_tensors(m);
+    texts.push_back({"config.json", hf_gpt2_config_json(m, torch_dtype, tokenizer)});
+  } else {
+    m = llama_model_of(args.checkpoint, info.model);
+    architecture = hf_llama_architecture(m, args.checkpoint);
+    tensors = hf_llama_tensors(m);
+    tokenizer = settings.count("tokenizer") ? settings.at("tokenizer") : "";
+    if (tokenizer.size() >= 2 && tokenizer.front() == '"') tokenizer = tokenizer.substr(1, tokenizer.size() - 2);
+    run_tok = run_tokenizer(info.config);
+    texts.push_back({"config.json", hf_llama_config_json(m, torch_dtype, run_tok.bos, run_tok.eos)});
+    nlohmann::ordered_json gen;
+    if (run_tok.bos >= 0) gen["bos_token_id"] = run_tok.bos;
+    if (run_tok.eos >= 0) gen["eos_token_id"] = run_tok.eos;
+    gen["_from_model_config"] = true;
+    texts.push_back({"generation_config.json", gen.dump(2) + "\n"});
+  }
+  // Every /model dataset must map onto an HF tensor: anything more is a feature HF cannot hold.
   std::map<std::string, bool> mapped;
   for (const HfTensor& t : tensors) mapped["/model/" + t.meshtrain] = true;
   for (const std::string& name : file.dataset_names())
     if (name.rfind("/model/", 0) == 0 && !mapped.count(name))
-      throw std::runtime_error(args.checkpoint + ": dataset " + name +
-                               " has no counterpart in Hugging Face "
-                               "GPT2LMHeadModel (export maps wte, wpe, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and "
-                               "an untied lm_head.weight)");
+      throw std::runtime_error(args.checkpoint + ": dataset " + name + " has no counterpart in Hugging Face " +
+                               architecture + " (export maps " +
+                               (gpt2 ? "wte, wpe, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and an untied lm_head.weight"
+                                     : "wte, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and an untied lm_head.weight") +
+                               ")");
 
-  SafetensorsWriter writer;
-  for (const HfTensor& t : tensors) {
+  std::vector<HfWeightSpec> specs;
+  for (const HfTensor& t : tensors) specs.push_back({t.hf, out_type, t.hf_shape});
+  // The fused qkv is three HF tensors in a row: read once, sliced three times.
+  std::string cached_name;
+  std::vector<float> cached;
+  auto bytes_of = [&](size_t i) {
+    const HfTensor& t = tensors[i];
     const std::string name = "/model/" + t.meshtrain;
-    Shape want;
-    if (t.meshtrain_shape.size() == 1)
-      want = Shape{t.meshtrain_shape[0]};
-    else if (t.meshtrain_shape.size() == 2)
-      want = Shape{t.meshtrain_shape[0], t.meshtrain_shape[1]};
-    else
-      want = Shape{t.meshtrain_shape[0], t.meshtrain_shape[1], t.meshtrain_shape[2]};
-    if (!file.has_dataset(name))
-      throw std::runtime_error(args.checkpoint + ": dataset " + name +
-                               " is missing, but its 'model' attribute "
-                               "describes a model that has it (damaged checkpoint)");
-    if (file.shape(name) != want)
-      throw std::runtime_error(args.checkpoint + ": dataset " + name + " has shape " +
-                               file.shape(name).to_string() + ", but its 'model' attribute needs " +
-                               want.to_string() + " (damaged checkpoint)");
-    std::vector<float> v = read_verified(file, name, want);
-    if (t.transpose) {
-      const int64_t cols = t.meshtrain_shape.back(), rows = want.numel() / cols;
-      std::vector<float> out(v.size());
-      transpose_2d(v.data(), out.data(), rows, cols);
-      v.swap(out);
+    if (name != cached_name) {
+      Shape want;
+      if (t.meshtrain_shape.size() == 1)
+        want = Shape{t.meshtrain_shape[0]};
+      else if (t.meshtrain_shape.size() == 2)
+        want = Shape{t.meshtrain_shape[0], t.meshtrain_shape[1]};
+      else
+        want = Shape{t.meshtrain_shape[0], t.meshtrain_shape[1], t.meshtrain_shape[2]};
+      if (!file.has_dataset(name))
+        throw std::runtime_error(args.checkpoint + ": dataset " + name +
+                                 " is missing, but its 'model' attribute "
+                                 "describes a model that has it (damaged checkpoint)");
+      if (file.shape(name) != want)
+        throw std::runtime_error(args.checkpoint + ": dataset " + name + " has shape " +
+                                 file.shape(name).to_string() + ", but its 'model' attribute needs " +
+                                 want.to_string() + " (damaged checkpoint)");
+      cached = read_verified(file, name, want);
+      cached_name = name;
     }
-    std::vector<char> bytes;
+    const std::vector<float> v = to_hf_layout(t, cached);
+    std::vector<char> out;
     if (bf16) {
       const std::vector<uint16_t> h = f32_to_bf16(v.data(), v.size());
-      bytes.assign(reinterpret_cast<const char*>(h.data()),
-                   reinterpret_cast<const char*>(h.data() + h.size()));
+      out.assign(reinterpret_cast<const char*>(h.data()), reinterpret_cast<const char*>(h.data() + h.size()));
     } else {
-      bytes.assign(reinterpret_cast<const char*>(v.data()),
-                   reinterpret_cast<const char*>(v.data() + v.size()));
+      out.assign(reinterpret_cast<const char*>(v.data()), reinterpret_cast<const char*>(v.data() + v.size()));
     }
-    writer.add(t.hf, out_type, t.hf_shape, std::move(bytes));
-  }
-  file.close();
+    return out;
+  };
   // "format": "pt" is what transformers expects of a PyTorch model's safetensors.
-  writer.set_metadata({{"format", "pt"},
-                       {"meshtrain_version", MESHTRAIN_VERSION},
-                       {"meshtrain_checkpoint_version", info.meshtrain_version},
-                       {"meshtrain_step", std::to_string(info.step)},
-                       {"meshtrain_lineage", info.lineage},
-                       {"meshtrain_tokenizer", tokenizer},
-                       {"meshtrain_source", fs::path(args.checkpoint).filename().string()}});
+  const std::map<std::string, std::string> metadata = {
+      {"format", "pt"},
+      {"meshtrain_version", MESHTRAIN_VERSION},
+      {"meshtrain_checkpoint_version", info.meshtrain_version},
+      {"meshtrain_step", std::to_string(info.step)},
+      {"meshtrain_lineage", info.lineage},
+      {"meshtrain_tokenizer", tokenizer},
+      {"meshtrain_source", fs::path(args.checkpoint).filename().string()}};
 
+  const bool existed = fs::exists(args.out, ec);
   fs::create_directories(args.out, ec);
   if (!fs::is_directory(args.out, ec))
-    throw std::runtime_error(args.out + ": cannot create the output directory" +
-                             (ec ? ": " + ec.message() : ""));
-  const std::string model_path = (fs::path(args.out) / "model.safetensors").string();
-  writer.write(model_path);
-  write_text((fs::path(args.out) / "config.json").string(),
-             hf_gpt2_config_json(m, bf16 ? "bfloat16" : "float32", tokenizer));
+    throw std::runtime_error(args.out + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
+  // Everything is written beside OUT's files first, then moved in: a failure leaves OUT as it was.
+  const std::string staging = make_staging_directory(args.out);
+  std::vector<std::string> weight_files;
+  try {
+    weight_files = write_hf_weights(staging, specs, bytes_of, metadata, max_shard);
+    for (const auto& [name, text] : texts) write_text_file((fs::path(staging) / name).string(), text);
+    for (const auto& [source, name] : run_tok.files) {
+      fs::copy_file(source, fs::path(staging) / name, fs::copy_options::overwrite_existing, ec);
+      if (ec) throw std::runtime_error(source + ": cannot copy into the export: " + ec.message());
+    }
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    if (!existed) fs::remove(args.out, ec);  // only if empty: a directory this export made
+    throw;
+  }
+  file.close();
+  publish_staged(staging, args.out);
+  std::string written;
+  for (const std::string& f : weight_files) written += (written.empty() ? "" : ", ") + f;
+  if (gpt2) {
+    std::printf(
+        "exported %s (step %lld, %d layers, d_model %lld, %lld heads, vocab %lld%s) to %s: "
+        "%s (%zu tensors, %s), config.json (GPT2LMHeadModel)\n",
+        args.checkpoint.c_str(), static_cast<long long>(info.step), m.layers, static_cast<long long>(m.d_model),
+        static_cast<long long>(m.heads), static_cast<long long>(m.vocab_size),
+        m.tie_embeddings ? ", tied" : ", untied", args.out.c_str(), written.c_str(), tensors.size(),
+        bf16 ? "bf16" : "fp32");
+    return;
+  }
+  std::string copied;
+  for (const auto& f : run_tok.files) copied += ", " + f.second;
   std::printf(
-      "exported %s (step %lld, %d layers, d_model %lld, %lld heads, vocab %lld%s) to %s: "
-      "model.safetensors (%zu tensors, %s), config.json (GPT2LMHeadModel)\n",
+      "exported %s (step %lld, %d layers, d_model %lld, %lld heads, %lld kv heads, vocab %lld%s) to %s: "
+      "%s (%zu tensors, %s), config.json (%s), generation_config.json%s%s\n",
       args.checkpoint.c_str(), static_cast<long long>(info.step), m.layers, static_cast<long long>(m.d_model),
-      static_cast<long long>(m.heads), static_cast<long long>(m.vocab_size),
-      m.tie_embeddings ? ", tied" : ", untied", args.out.c_str(), tensors.size(), bf16 ? "bf16" : "fp32");
+      static_cast<long long>(m.heads), static_cast<long long>(m.kv_heads()), static_cast<long long>(m.vocab_size),
+      m.tie_embeddings ? ", tied" : ", untied", args.out.c_str(), written.c_str(), tensors.size(),
+      bf16 ? "bf16" : "fp32", architecture.c_str(), copied.c_str(),
+      run_tok.note.empty() ? "" : ("\nnote: " + run_tok.note).c_str());
 }
 
 }  // namespace

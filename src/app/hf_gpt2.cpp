@@ -1,30 +1,12 @@
 #include "meshtrain/app/hf_gpt2.h"
 
-#include <algorithm>
 #include <iterator>
-#include <map>
-#include <stdexcept>
 
 #include <nlohmann/json.hpp>
-
-#include "meshtrain/model/parameter_table.h"
 
 namespace meshtrain {
 
 namespace {
-
-// How a meshtrain parameter becomes its HF tensor.
-enum class HfTransform {
-  Same,              // as is
-  TransposedLinear,  // meshtrain (out, in) read as (numel / in, in), HF Conv1D's (in, out)
-  Flattened,         // the same values as one dimension (the blocked qkv bias (3, C) -> (3C))
-};
-
-struct HfNameRule {
-  const char* meshtrain;  // "{}" stands for the block index
-  const char* hf;
-  HfTransform how;
-};
 
 // GPT2LMHeadModel's tensors, in the order HF writes them: the rules with "{}" are applied block
 // by block. A tied model has no lm_head.weight parameter, and HF then omits the tensor too.
@@ -48,75 +30,10 @@ constexpr HfNameRule kGpt2Names[] = {
     {"lm_head.weight", "lm_head.weight", HfTransform::Same},
 };
 
-bool per_block(const HfNameRule& r) { return std::string(r.meshtrain).find("{}") != std::string::npos; }
-
-std::string fill(const char* pattern, const std::string& index) {
-  std::string s = pattern;
-  const size_t at = s.find("{}");
-  if (at != std::string::npos) s.replace(at, 2, index);
-  return s;
-}
-
-HfTensor apply(const HfNameRule& rule, const ParamEntry& e, const std::string& index) {
-  HfTensor t;
-  t.meshtrain = e.name;
-  for (int k = 0; k < e.shape.rank(); ++k) t.meshtrain_shape.push_back(e.shape[k]);
-  t.hf = fill(rule.hf, index);
-  const int64_t n = e.numel(), last = t.meshtrain_shape.back();
-  switch (rule.how) {
-    case HfTransform::Same: t.hf_shape = t.meshtrain_shape; break;
-    case HfTransform::TransposedLinear:
-      t.hf_shape = {last, n / last};
-      t.transpose = true;
-      break;
-    case HfTransform::Flattened: t.hf_shape = {n}; break;
-  }
-  return t;
-}
-
 }  // namespace
 
 std::vector<HfTensor> hf_gpt2_tensors(const ModelSpec& m) {
-  std::map<std::string, ParamEntry> unmapped;
-  for (ParamEntry& e : parameter_table(m)) unmapped.emplace(e.name, std::move(e));
-  std::vector<HfTensor> out;
-  // Adds the tensor of `rule` for block `index` if the model has that parameter.
-  auto add = [&](const HfNameRule& rule, const std::string& index) {
-    const auto it = unmapped.find(fill(rule.meshtrain, index));
-    if (it == unmapped.end()) return false;
-    out.push_back(apply(rule, it->second, index));
-    unmapped.erase(it);
-    return true;
-  };
-  const size_t rules = std::size(kGpt2Names);
-  for (size_t i = 0; i < rules;) {
-    if (!per_block(kGpt2Names[i])) {
-      add(kGpt2Names[i++], "");
-      continue;
-    }
-    size_t end = i;
-    while (end < rules && per_block(kGpt2Names[end])) ++end;
-    for (int block = 0;; ++block) {
-      bool any = false;
-      for (size_t r = i; r < end; ++r) any = add(kGpt2Names[r], std::to_string(block)) || any;
-      if (!any) break;
-    }
-    i = end;
-  }
-  // A parameter the table has no rule for would silently be left out of every export.
-  if (!unmapped.empty())
-    throw std::logic_error("Hugging Face GPT-2 has no tensor for meshtrain's parameter " +
-                           unmapped.begin()->first + " (app/hf_gpt2.cpp's name table lacks a rule)");
-  return out;
-}
-
-void transpose_2d(const float* in, float* out, int64_t rows, int64_t cols) {
-  // Blocked, so that neither side is walked with a stride of a whole row per element.
-  constexpr int64_t kB = 32;
-  for (int64_t r0 = 0; r0 < rows; r0 += kB)
-    for (int64_t c0 = 0; c0 < cols; c0 += kB)
-      for (int64_t r = r0; r < std::min(rows, r0 + kB); ++r)
-        for (int64_t c = c0; c < std::min(cols, c0 + kB); ++c) out[c * rows + r] = in[r * cols + c];
+  return hf_tensors(m, kGpt2Names, std::size(kGpt2Names), "GPT-2");
 }
 
 std::string hf_gpt2_config_json(const ModelSpec& m, const std::string& torch_dtype,

@@ -1,15 +1,19 @@
-// `meshtrain import --format hf DIR --deck DECK OUT.h5`: a Hugging Face GPT-2 directory
-// (model.safetensors and config.json, as GPT2LMHeadModel.save_pretrained writes them) as a
-// meshtrain checkpoint at step 0 (train/checkpoint_import.h), for the deck's model. Every
-// difference between the two — a config.json key, a tensor's name, shape or dtype — is refused
-// before anything is written, naming the file, the key or tensor, its value and what the deck
-// accepts. One rank does the work; the tensor mapping is app/hf_gpt2.h.
+// `meshtrain import --format hf DIR OUT.h5 [--deck DECK | --deck-out NEW.toml]`: a Hugging Face
+// model directory (config.json and model.safetensors or a sharded index, as save_pretrained
+// writes them) of GPT2LMHeadModel, LlamaForCausalLM or Qwen3ForCausalLM as a meshtrain checkpoint
+// at step 0 (checkpoint/checkpoint_import.h). With --deck, every difference between the
+// directory and the deck's model — a config.json key, a tensor's name or shape — is refused
+// before anything is written, naming the file, the key or tensor, its value and the deck's.
+// Without it the deck is built from config.json (app/hf_llama.h: hf_deck_text), and --deck-out
+// writes it for `meshtrain train`. One rank does the work; the tensor names are app/hf_gpt2.h and
+// app/hf_llama.h, the directory app/hf_directory.h.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -18,12 +22,13 @@
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/app/commands.h"
+#include "meshtrain/app/hf_directory.h"
 #include "meshtrain/app/hf_gpt2.h"
+#include "meshtrain/app/hf_llama.h"
+#include "meshtrain/app/hf_shards.h"
 #include "meshtrain/app/mpi_session.h"
-#include "meshtrain/config/deck.h"
-#include "meshtrain/io/regular_file.h"
-#include "meshtrain/io/safetensors.h"
 #include "meshtrain/checkpoint/checkpoint_import.h"
+#include "meshtrain/config/deck.h"
 
 namespace meshtrain {
 
@@ -32,27 +37,13 @@ using nlohmann::json;
 
 namespace {
 
-// A config.json value, or transformers' GPT2Config default where the key is absent.
-json value_or(const json& j, const char* key, json fallback) {
-  return j.contains(key) && !j[key].is_null() ? j[key] : fallback;
-}
+// A deck built from config.json trains at most this many positions unless --set
+// model.seq_len says otherwise: Llama 3.1's 131072 would ask for activations no fine-tune on a
+// few GPUs holds, and 2048 is the context most fine-tuning recipes use.
+constexpr int64_t kDefaultSeqLen = 2048;
 
-// Refuses a config.json that describes another model than the deck's.
-void check_config(const std::string& path, const Config& cfg) {
-  const std::string what =
-      " (a Hugging Face GPT-2 directory holds config.json beside model.safetensors; it says what the "
-      "tensors alone do not, e.g. n_head)";
-  std::string text;
-  if (const std::string problem = read_regular_file(path, text); !problem.empty())
-    throw std::runtime_error(path + ": " + (problem.rfind("cannot open", 0) == 0 ? "cannot read" : problem +
-                             "; expected a JSON file") + what);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!j.is_object()) throw std::runtime_error(path + ": not a JSON object");
+// Refuses a GPT-2 config.json that describes another model than the deck's.
+void check_gpt2_config(const std::string& path, const json& j, const Config& cfg) {
   const ModelSpec& m = cfg.model;
   const std::string deck = cfg.deck_path + " (with its --set overrides)";
   // The deck's model must be one GPT-2 can be: its variants are GPT-2's.
@@ -75,11 +66,6 @@ void check_config(const std::string& path, const Config& cfg) {
       throw std::runtime_error(deck + ": model." + v.key + " = " + v.deck_value +
                                ", which a Hugging Face GPT-2 model cannot be (it has model." +
                                v.key + " = " + v.gpt2_value + ")");
-  const std::string type =
-      value_or(j, "model_type", "").is_string() ? value_or(j, "model_type", "").get<std::string>() : "";
-  if (type != "gpt2")
-    throw std::runtime_error(path + ": model_type = " + value_or(j, "model_type", "(absent)").dump() +
-                             " (meshtrain imports GPT-2: model_type \"gpt2\")");
   // (config.json key, transformers' default, deck key, the deck's value)
   struct Want {
     const char* key;
@@ -96,27 +82,27 @@ void check_config(const std::string& path, const Config& cfg) {
       {"tie_word_embeddings", true, "model.tie_embeddings", m.tie_embeddings},
   };
   for (const Want& w : wants) {
-    const json v = value_or(j, w.key, w.fallback);
+    const json v = json_value_or(j, w.key, w.fallback);
     if (v != w.deck_value)
       throw std::runtime_error(path + ": " + w.key + " = " + v.dump() + ", but " + deck + " has " +
                                w.deck_key + " = " + w.deck_value.dump() + ": another model (set " +
                                w.deck_key + " = " + v.dump() + " to import it)");
   }
   // What meshtrain computes that no deck key selects (checkpoint/model_signature.cpp).
-  const json act = value_or(j, "activation_function", "gelu_new");
+  const json act = json_value_or(j, "activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
     throw std::runtime_error(path + ": activation_function = " + act.dump() +
                              " (meshtrain computes GPT-2's "
                              "tanh GELU: accepted \"gelu_new\" or \"gelu_pytorch_tanh\")");
-  const json eps = value_or(j, "layer_norm_epsilon", 1e-5);
+  const json eps = json_value_or(j, "layer_norm_epsilon", 1e-5);
   if (!eps.is_number() || std::fabs(eps.get<double>() - 1e-5) > 1e-12)
     throw std::runtime_error(path + ": layer_norm_epsilon = " + eps.dump() +
                              " (meshtrain's LayerNorm uses 1e-05)");
   // null: GPT-2's 4 x n_embd (n_embd is the deck's d_model: checked above).
-  json inner = value_or(j, "n_inner", nullptr);
+  json inner = json_value_or(j, "n_inner", nullptr);
   if (inner.is_null()) inner = 4 * m.d_model;
   if (inner != json(m.ffn_hidden()))
-    throw std::runtime_error(path + ": n_inner = " + value_or(j, "n_inner", nullptr).dump() +
+    throw std::runtime_error(path + ": n_inner = " + json_value_or(j, "n_inner", nullptr).dump() +
                              " (an MLP " + inner.dump() + " wide), but " + deck +
                              " has model.ffn_hidden = " + std::to_string(m.ffn_hidden()) +
                              ": another model (set model.ffn_hidden = " + inner.dump() +
@@ -128,99 +114,229 @@ void check_config(const std::string& path, const Config& cfg) {
                {"scale_attn_by_inverse_layer_idx", false},
                {"add_cross_attention", false}};
   for (const auto& f : flags) {
-    const json v = value_or(j, f.key, f.want);
+    const json v = json_value_or(j, f.key, f.want);
     if (v != json(f.want))
       throw std::runtime_error(path + ": " + f.key + " = " + v.dump() + " (meshtrain's attention computes " +
                                f.key + " = " + (f.want ? "true" : "false") + ")");
   }
 }
 
-// HF's name for a stored tensor: GPT2Model.save_pretrained (the original "gpt2" files) writes
-// the transformer's tensors without the "transformer." prefix.
-std::string canonical(const std::string& name) {
-  if (name.rfind("transformer.", 0) == 0 || name.rfind("lm_head.", 0) == 0) return name;
-  return "transformer." + name;
+// Refuses a deck whose model is not the one a Llama / Qwen 3 config.json describes.
+void check_llama_config(const std::string& path, const ModelSpec& hf, int64_t max_positions, const Config& cfg) {
+  const ModelSpec& m = cfg.model;
+  const std::string deck = cfg.deck_path + " (with its --set overrides)";
+  std::vector<SpecField> fields = {
+      {"family", "\"" + m.family + "\"", "\"" + hf.family + "\""},
+      {"layers", std::to_string(m.layers), std::to_string(hf.layers)},
+      {"d_model", std::to_string(m.d_model), std::to_string(hf.d_model)},
+      {"heads", std::to_string(m.heads), std::to_string(hf.heads)},
+      {"vocab_size", std::to_string(m.vocab_size), std::to_string(hf.vocab_size)},
+      {"tie_embeddings", m.tie_embeddings ? "true" : "false", hf.tie_embeddings ? "true" : "false"},
+  };
+  // SpecField here: (key, the deck's value, config.json's value), both in TOML notation.
+  const std::vector<SpecField> mine = spec_fields(m), theirs = spec_fields(hf);
+  const bool scaled = hf.rope.scaling != RopeScalingKind::None;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const std::string& key = mine[i].key;
+    // Llama 3's scaling factors mean nothing without its scaling.
+    const bool unused = !scaled && key.rfind("rope_", 0) == 0 && key != "rope_theta" && key != "rope_scaling";
+    if (key != "family" && !unused) fields.push_back({key, mine[i].value, theirs[i].value});
+  }
+  for (const SpecField& f : fields)
+    if (f.value != f.gpt2_value)
+      throw std::runtime_error(path + ": " + hf_llama_config_key(f.key) + " gives model." + f.key + " = " +
+                               f.gpt2_value + ", but " + deck + " has model." + f.key + " = " + f.value +
+                               ": another model (set model." + f.key + " = " + f.gpt2_value + " to import it)");
+  if (m.seq_len > max_positions)
+    throw std::runtime_error(path + ": max_position_embeddings = " + std::to_string(max_positions) + ", but " +
+                             deck + " has model.seq_len = " + std::to_string(m.seq_len) +
+                             ", longer than the model was made for (set model.seq_len <= " +
+                             std::to_string(max_positions) + ")");
 }
 
-// The causal-mask buffers older transformers saved with the weights: constants, not parameters.
-bool is_mask_buffer(const std::string& name) {
-  auto ends = [&](const std::string& s) {
-    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+// A GPT2LMHeadModel config.json as a spec (transformers' defaults for absent keys); the
+// remaining keys are check_gpt2_config's.
+ModelSpec gpt2_spec_of(const json& j) {
+  auto get = [&](const char* key, int64_t fallback) {
+    const json v = json_value_or(j, key, fallback);
+    return v.is_number_integer() ? v.get<int64_t>() : 0;  // 0: refused by the deck's ranges
   };
-  return ends(".attn.bias") || ends(".attn.masked_bias");
+  ModelSpec m = gpt2_spec(static_cast<int>(get("n_layer", 12)), get("n_embd", 768), get("n_head", 12),
+                          get("n_positions", 1024), get("vocab_size", 50257));
+  const json tie = json_value_or(j, "tie_word_embeddings", true);
+  m.tie_embeddings = !tie.is_boolean() || tie.get<bool>();
+  if (const int64_t inner = get("n_inner", 4 * m.d_model); inner != 4 * m.d_model) m.ffn_hidden_set = inner;
+  return m;
+}
+
+// `text` with each "section.key=value" override set in its section (added where absent), so
+// that a deck written for the user holds what the import used.
+std::string with_overrides(std::string text, const std::vector<std::string>& overrides) {
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('='), dot = o.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq) continue;  // parse_deck refuses it
+    const std::string section = o.substr(0, dot), key = o.substr(dot + 1, eq - dot - 1);
+    const std::string line = key + " = " + o.substr(eq + 1);
+    std::istringstream in(text);
+    std::string out, l, current;
+    bool done = false;
+    auto close_section = [&] {
+      if (current == section && !done) {
+        out += line + "\n";
+        done = true;
+      }
+    };
+    while (std::getline(in, l)) {
+      if (!l.empty() && l[0] == '[') {
+        close_section();
+        current = l.substr(1, l.find(']') - 1);
+      } else if (current == section && !done && l.rfind(key + " =", 0) == 0) {
+        l = line;
+        done = true;
+      }
+      out += l + "\n";
+    }
+    close_section();
+    if (!done) out += "\n[" + section + "]\n" + line + "\n";
+    text = out;
+  }
+  return text;
+}
+
+// Reads every tensor of `tensors` from `weights` into meshtrain's layout, refusing a missing
+// tensor, another shape, or a stored tensor the model has no place for.
+std::map<std::string, std::vector<float>> read_tensors(
+    const HfWeights& weights, const std::vector<HfTensor>& tensors, const ModelSpec& m, const std::string& model,
+    const std::string& embedding, const std::function<std::string(const std::string&)>& canonical,
+    const std::function<bool(const std::string&)>& is_buffer, size_t& count) {
+  std::map<std::string, HfStoredTensor> stored;
+  for (const auto& [name, t] : weights.tensors())
+    if (!is_buffer(name)) stored[canonical(name)] = t;
+  std::map<std::string, std::vector<float>> values;
+  std::set<std::string> used;
+  for (const HfTensor& t : tensors) {
+    const auto it = stored.find(t.hf);
+    if (it == stored.end())
+      throw std::runtime_error(weights.source() + ": tensor " + t.hf + " is missing, but " + model + " has it" +
+                               (t.hf == "lm_head.weight"
+                                    ? " (an untied head: for a tied model set model.tie_embeddings = true)"
+                                    : ""));
+    const SafetensorsEntry& e = *it->second.entry;
+    if (e.shape != t.hf_shape) {
+      SafetensorsEntry want;
+      want.shape = t.hf_shape;
+      throw std::runtime_error(it->second.file->path() + ": tensor " + e.name + " has shape " + e.shape_string() +
+                               ", but " + model + " needs " + want.shape_string());
+    }
+    used.insert(t.hf);
+    from_hf_layout(t, it->second.file->read_f32(e), values[t.meshtrain]);
+  }
+  for (const auto& [name, t] : stored) {
+    if (used.count(name)) continue;
+    // Some savers keep the tied head beside the embedding: the same values, nothing new.
+    if (name == "lm_head.weight" && m.tie_embeddings) {
+      const std::vector<float> head = t.file->read_f32(*t.entry);
+      const std::vector<float>& wte = values.at("wte");
+      if (head.size() == wte.size() && std::memcmp(head.data(), wte.data(), wte.size() * sizeof(float)) == 0)
+        continue;
+      throw std::runtime_error(t.file->path() + ": tensor lm_head.weight differs from " + embedding + ", but " +
+                               model + " ties them (set model.tie_embeddings = false to import an untied head)");
+    }
+    throw std::runtime_error(t.file->path() + ": tensor " + t.entry->name + " " + t.entry->shape_string() +
+                             " is not part of " + model +
+                             " (check model.layers and model.tie_embeddings against config.json)");
+  }
+  count = used.size();
+  return values;
 }
 
 void import_hf(const ImportArgs& args) {
-  const Config cfg = parse_deck(args.deck, read_deck_file(args.deck), args.overrides);
-  const ModelSpec& m = cfg.model;
-  const std::string st_path = (fs::path(args.dir) / "model.safetensors").string();
   std::error_code ec;
   if (!fs::is_directory(args.dir, ec))
     throw std::runtime_error(args.dir +
-                             ": not a directory (give the directory holding model.safetensors and "
-                             "config.json, as `meshtrain export --format hf` or save_pretrained writes it)");
+                             ": not a directory (give the directory holding config.json and "
+                             "model.safetensors or model.safetensors.index.json, as `meshtrain export "
+                             "--format hf` or save_pretrained writes it)");
   // Before any tensor is read: a refused destination costs nothing.
   check_import_destination(args.out, args.force);
-  check_config((fs::path(args.dir) / "config.json").string(), cfg);
-  const SafetensorsFile st = SafetensorsFile::open(st_path);
+  if (!args.deck_out.empty() && fs::exists(fs::symlink_status(args.deck_out, ec)) && !args.force)
+    throw std::runtime_error(args.deck_out + ": already exists; --deck-out writes a new deck and never over "
+                             "another (give a path that does not exist, or --force to replace it)");
+  const std::string config_path = (fs::path(args.dir) / "config.json").string();
+  const json j = read_json_object(config_path,
+                                  "a Hugging Face model directory holds config.json beside its weights; it "
+                                  "says what the tensors alone do not, e.g. the number of heads");
+  const json type = json_value_or(j, "model_type", "(absent)");
+  const bool gpt2 = type == "gpt2";
+  ModelSpec hf;
+  int64_t max_positions = 0;
+  if (gpt2) {
+    hf = gpt2_spec_of(j);
+  } else {
+    hf = hf_llama_spec(j, config_path, 0, max_positions);
+    hf.seq_len = std::min(max_positions, kDefaultSeqLen);
+  }
+  // The deck: the user's, or one built from config.json (with the --set overrides in it).
+  Config cfg;
+  std::string deck_text;
+  if (!args.deck.empty()) {
+    cfg = parse_deck(args.deck, read_deck_file(args.deck), args.overrides);
+  } else {
+    const fs::path tok = fs::path(args.dir) / "tokenizer.json";
+    const std::string tokenizer = fs::is_regular_file(tok, ec) ? fs::absolute(tok).string() : "bytes";
+    deck_text = with_overrides(hf_deck_text(hf, tokenizer, args.dir), args.overrides);
+    cfg = parse_deck(args.deck_out.empty() ? config_path + " (the deck built from it)" : args.deck_out, deck_text);
+  }
+  if (gpt2)
+    check_gpt2_config(config_path, j, cfg);
+  else
+    check_llama_config(config_path, hf, max_positions, cfg);
+  const ModelSpec& m = cfg.model;
+  const HfWeights weights = HfWeights::open(args.dir);
 
   const std::string model =
       "the deck's model (" + cfg.deck_path + ": model.layers = " + std::to_string(m.layers) +
       ", d_model = " + std::to_string(m.d_model) + ", seq_len = " + std::to_string(m.seq_len) +
       ", vocab_size = " + std::to_string(m.vocab_size) +
       ", tie_embeddings = " + (m.tie_embeddings ? "true" : "false") + ")";
-  std::map<std::string, const SafetensorsEntry*> stored;
-  for (const SafetensorsEntry& e : st.tensors())
-    if (!is_mask_buffer(e.name)) stored[canonical(e.name)] = &e;
+  size_t count = 0;
   std::map<std::string, std::vector<float>> values;
-  std::set<std::string> used;
-  for (const HfTensor& t : hf_gpt2_tensors(m)) {
-    const auto it = stored.find(t.hf);
-    if (it == stored.end())
-      throw std::runtime_error(st_path + ": tensor " + t.hf + " is missing, but " + model + " has it" +
-                               (t.hf == "lm_head.weight"
-                                    ? " (an untied head: for a tied model set model.tie_embeddings = true)"
-                                    : ""));
-    const SafetensorsEntry& e = *it->second;
-    if (e.shape != t.hf_shape) {
-      SafetensorsEntry want;
-      want.shape = t.hf_shape;
-      throw std::runtime_error(st_path + ": tensor " + e.name + " has shape " + e.shape_string() + ", but " +
-                               model + " needs " + want.shape_string());
-    }
-    used.insert(t.hf);
-    std::vector<float> v = st.read_f32(e);
-    if (t.transpose) {  // HF (in, out) -> meshtrain (out, in)
-      std::vector<float> out(v.size());
-      transpose_2d(v.data(), out.data(), t.hf_shape[0], t.hf_shape[1]);
-      v.swap(out);
-    }
-    values[t.meshtrain] = std::move(v);
-  }
-  for (const auto& [name, e] : stored) {
-    if (used.count(name)) continue;
-    // Some savers keep the tied head beside the embedding: the same values, nothing new.
-    if (name == "lm_head.weight" && m.tie_embeddings) {
-      const std::vector<float> head = st.read_f32(*e);
-      const std::vector<float>& wte = values.at("wte");
-      if (head.size() == wte.size() && std::memcmp(head.data(), wte.data(), wte.size() * sizeof(float)) == 0)
-        continue;
-      throw std::runtime_error(st_path + ": tensor lm_head.weight differs from transformer.wte.weight, but " +
-                               model +
-                               " ties them (set model.tie_embeddings = false to import an untied head)");
-    }
-    throw std::runtime_error(st_path + ": tensor " + e->name + " " + e->shape_string() + " is not part of " +
-                             model + " (check model.layers and model.tie_embeddings against config.json)");
+  if (gpt2) {
+    // GPT2Model.save_pretrained (the original "gpt2" files) writes the transformer's tensors
+    // without the "transformer." prefix, and older transformers saved the causal-mask buffers.
+    auto canonical = [](const std::string& name) {
+      if (name.rfind("transformer.", 0) == 0 || name.rfind("lm_head.", 0) == 0) return name;
+      return "transformer." + name;
+    };
+    auto is_mask_buffer = [](const std::string& name) {
+      auto ends = [&](const std::string& s) {
+        return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+      };
+      return ends(".attn.bias") || ends(".attn.masked_bias");
+    };
+    values = read_tensors(weights, hf_gpt2_tensors(m), m, model, "transformer.wte.weight", canonical,
+                          is_mask_buffer, count);
+  } else {
+    // Older transformers saved each layer's rotary inverse frequencies: a constant of rope_theta.
+    auto is_rotary_buffer = [](const std::string& name) {
+      return name.find(".rotary_emb.inv_freq") != std::string::npos;
+    };
+    values = read_tensors(weights, hf_llama_tensors(m), m, model, "model.embed_tokens.weight",
+                          [](const std::string& n) { return n; }, is_rotary_buffer, count);
   }
   // Often <checkpoint.dir>/step_00000000.h5 of a run not started yet (README): make its directory.
   if (const fs::path parent = fs::path(args.out).parent_path(); !parent.empty())
     fs::create_directories(parent, ec);
   write_imported_checkpoint(args.out, cfg, values, args.force);
-  std::printf(
-      "imported %s (%zu tensors) for %s into %s at step 0\n"
-      "fine-tune it: meshtrain train %s --set checkpoint.resume='\"%s\"'\n",
-      args.dir.c_str(), used.size(), cfg.deck_path.c_str(), args.out.c_str(), args.deck.c_str(),
-      args.out.c_str());
+  if (!args.deck_out.empty()) write_text_file(args.deck_out, deck_text);
+  const std::string deck = !args.deck.empty() ? args.deck : args.deck_out;
+  std::printf("imported %s (%zu tensors) for %s into %s at step 0\n", args.dir.c_str(), count,
+              cfg.deck_path.c_str(), args.out.c_str());
+  if (!deck.empty())
+    std::printf("fine-tune it: meshtrain train %s --set checkpoint.resume='\"%s\"'\n", deck.c_str(),
+                args.out.c_str());
+  else
+    std::printf("to fine-tune it, import again with --deck-out NEW.toml: the deck it was built for\n");
 }
 
 }  // namespace

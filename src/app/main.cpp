@@ -8,6 +8,7 @@
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/cpu_binding.h"
+#include "meshtrain/app/hf_shards.h"
 #include "meshtrain/backend/thread_limit.h"
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/config/nearest_name.h"
@@ -152,11 +153,11 @@ int main(int argc, char** argv) {
                           "JSON Lines: how many bad lines (invalid JSON or UTF-8, no text field) "
                           "may be skipped, each named, before they are an error (default 0)")
       ->check(CLI::NonNegativeNumber);
-  prepare_cmd->add_option("--end-of-text", prepare.end_of_text,
-                          "A token of the tokenizer's vocabulary to put after every document (each "
-                          "text file's training and validation parts, each JSON Lines document), "
-                          "e.g. \"<|endoftext|>\" (GPT-2, Qwen), \"<|end_of_text|>\" (Llama 3), "
-                          "\"</s>\" (SentencePiece); default none");
+  prepare_cmd->add_flag("--end-of-text", prepare.end_of_text,
+                        "Put the tokenizer's end-of-text token after every document (each text "
+                        "file's training and validation parts, each JSON Lines document): "
+                        "<|endoftext|> (GPT-2, Qwen), <|end_of_text|> (Llama 3), a SentencePiece "
+                        "model's </s>; what data.document_mask cuts sequences at");
 
   BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks, each against this machine's own ceiling");
@@ -201,6 +202,10 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--checkpoint", eval.checkpoint, "Checkpoint file (step_*.h5)")->required();
   eval_cmd->add_option("--set", eval.overrides,
                        "Override a deck key: --set section.key=value (repeatable)");
+  // The default six decimals read well; comparing an fp64 run with a reference needs every
+  // digit a double holds (17 significant digits need at most 17 decimals for a loss >= 0.1).
+  eval_cmd->add_option("--digits", eval.digits, "Decimals of the printed val_loss (default 6)")
+      ->check(CLI::Range(0, 17));
 
   SampleArgs sample;
   CLI::App* sample_cmd = add_sample_subcommand(app, sample);
@@ -242,27 +247,42 @@ int main(int argc, char** argv) {
 
   ExportArgs exp;
   CLI::App* export_cmd = app.add_subcommand(
-      "export", "Write a checkpoint's model for Hugging Face: OUT/model.safetensors + config.json "
-                "(GPT2LMHeadModel)");
+      "export", "Write a checkpoint's model for Hugging Face (GPT2LMHeadModel, LlamaForCausalLM or "
+                "Qwen3ForCausalLM): config.json and model.safetensors, or shards and their index");
   export_cmd->add_option("checkpoint", exp.checkpoint, "Checkpoint file (step_*.h5)")->required();
   export_cmd->add_option("out", exp.out, "Output directory (created if needed)")->required();
   export_cmd->add_option("--format", exp.format, "Output format: hf (Hugging Face transformers)")
       ->required()->check(CLI::IsMember({"hf"}));
   export_cmd->add_option("--dtype", exp.dtype, "Element type of the exported tensors: fp32 or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  export_cmd->add_option("--max-shard-size", exp.max_shard_size,
+                         "Largest weights file, as save_pretrained's max_shard_size (default 5GB; "
+                         "also 500MB, 2GiB or bytes): one model.safetensors when all fits, else "
+                         "model-0000k-of-0000n.safetensors and model.safetensors.index.json")
+      ->check(CLI::Validator([](std::string& v) -> std::string {
+        return parse_shard_size(v) ? "" : "not a size (bytes, or a number with KB, MB, GB, KiB, MiB or GiB, e.g. 5GB)";
+      }, "SIZE"));
 
   ImportArgs imp;
   CLI::App* import_cmd = app.add_subcommand(
-      "import", "Turn a Hugging Face GPT-2 directory into a step-0 checkpoint of a deck's model, "
-                "to fine-tune with checkpoint.resume");
-  import_cmd->add_option("dir", imp.dir, "Directory with model.safetensors and config.json")->required();
+      "import", "Turn a Hugging Face GPT-2, Llama or Qwen 3 directory into a step-0 checkpoint, to "
+                "fine-tune with checkpoint.resume");
+  import_cmd->add_option("dir", imp.dir, "Directory with config.json and model.safetensors or "
+                                         "model.safetensors.index.json")->required();
   import_cmd->add_option("out", imp.out, "Checkpoint file to write (e.g. gpt2.h5)")->required();
   import_cmd->add_option("--format", imp.format, "Input format: hf (Hugging Face transformers)")
       ->required()->check(CLI::IsMember({"hf"}));
-  import_cmd->add_option("--deck", imp.deck, "Input deck whose [model] the weights must match")->required();
+  CLI::Option* deck_opt =
+      import_cmd->add_option("--deck", imp.deck, "Input deck whose [model] the weights must match "
+                                                 "(default: a deck built from config.json)");
+  import_cmd->add_option("--deck-out", imp.deck_out,
+                         "Write the deck built from config.json here (its [model] reproduces the "
+                         "model; model.seq_len is max_position_embeddings, at most 2048 unless "
+                         "--set model.seq_len says otherwise)")
+      ->excludes(deck_opt);
   import_cmd->add_option("--set", imp.overrides, "Override a deck key: --set section.key=value");
   import_cmd->add_flag("--force", imp.force,
-                       "Replace OUT if it exists (never a directory holding another run's checkpoints)");
+                       "Replace OUT (and --deck-out) if it exists (never a directory holding another run's checkpoints)");
 
   app.add_subcommand("keys", "Print the input-deck reference (every key, its default and range)");
 

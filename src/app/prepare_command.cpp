@@ -49,7 +49,7 @@ int prepare_command(const PrepareArgs& args) {
     PrepareResult r;
     std::unique_ptr<Tokenizer> tok;
     if (args.synthetic_bytes > 0) {
-      if (args.tokenizer != "bytes" || !args.train_tokenizer.empty() || !args.end_of_text.empty())
+      if (args.tokenizer != "bytes" || !args.train_tokenizer.empty() || args.end_of_text)
         throw std::invalid_argument("prepare --synthetic writes byte-level shards; it takes no "
                                     "--tokenizer, --train-tokenizer or --end-of-text");
       r = prepare_synthetic(kSyntheticTrainSeed, static_cast<size_t>(args.synthetic_bytes),
@@ -77,16 +77,15 @@ int prepare_command(const PrepareArgs& args) {
       opt.progress = true;
       opt.text_field = args.text_field;
       opt.max_bad_lines = args.max_bad_lines;
-      if (!args.end_of_text.empty()) {
-        opt.end_of_text = tok->token_id(args.end_of_text);
+      if (args.end_of_text) {
+        opt.end_of_text = tok->end_of_text();
         if (!opt.end_of_text)
           throw std::invalid_argument(
-              "--end-of-text " + args.end_of_text + ": the " + tok->kind() + " tokenizer" +
+              "--end-of-text: the " + tok->kind() + " tokenizer" +
               (args.train_tokenizer.empty() && args.tokenizer != "bytes" ? " " + args.tokenizer
                                                                           : std::string()) +
-              " has no such token (give a token its vocabulary lists, e.g. \"<|endoftext|>\" for "
-              "GPT-2, \"<|end_of_text|>\" for Llama 3, \"</s>\" for SentencePiece; the byte "
-              "tokenizer has none)");
+              " has no end-of-text token (GPT-2's, Llama 3's and Qwen's tokenizer.json have one, "
+              "as does a SentencePiece model with </s>; the byte tokenizer has none)");
       }
       r = prepare_text_files(args.inputs, args.out_prefix, *tok, opt);
     }

@@ -123,7 +123,9 @@ int sample_command(const SampleArgs& args) {
       // The text on stdout (prompt + continuation); how it was made on stderr.
       const std::string text = implicit_start ? decode_tokens(*tokenizer, out)
                                               : args.prompt + decode_tokens(*tokenizer, out);
-      std::printf("%s\n", text.c_str());
+      // Written by length: a byte tokenizer's token 0 is a NUL byte, which %s would stop at.
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fputc('\n', stdout);
       std::fflush(stdout);
       std::fprintf(stderr,
                    "# %s step %lld: %zu prompt + %zu generated tokens in %.3f s (%.1f tokens/s), "

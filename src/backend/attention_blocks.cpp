@@ -68,18 +68,21 @@ void check_block(const OpContract& c, const Tensor& qkv, const Tensor& kv, const
 
 void Backend::attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
                                       int64_t B, int64_t NH, int64_t KVH, int64_t HS,
-                                      const AttentionBlock& block) {
-  check_block(OpContract(*this, "attention_block_forward"), qkv, kv, out, "out", lse, B, NH, KVH,
-              HS, block);
-  do_attention_block_forward(out, lse, qkv, kv, B, NH, KVH, HS, block);
+                                      const AttentionBlock& block, const Tensor* document_starts) {
+  const OpContract c(*this, "attention_block_forward");
+  check_block(c, qkv, kv, out, "out", lse, B, NH, KVH, HS, block);
+  contract::check_document_starts(c, document_starts, qkv.dim(0));
+  do_attention_block_forward(out, lse, qkv, kv, B, NH, KVH, HS, block, document_starts);
 }
 
 void Backend::attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
                                        const Tensor& out, const Tensor& lse, const Tensor& qkv,
                                        const Tensor& kv, int64_t B, int64_t NH, int64_t KVH,
-                                       int64_t HS, const AttentionBlock& block) {
+                                       int64_t HS, const AttentionBlock& block,
+                                       const Tensor* document_starts) {
   const OpContract c(*this, "attention_block_backward");
   check_block(c, qkv, kv, out, "out", lse, B, NH, KVH, HS, block);
+  contract::check_document_starts(c, document_starts, qkv.dim(0));
   if (dout.shape() != out.shape())
     c.fail("dout is " + dout.shape().to_string() + ", expected out's " + out.shape().to_string());
   if (dqkv.shape() != qkv.shape())
@@ -91,7 +94,8 @@ void Backend::attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& 
   c.same_dtype(a, "dkv", dkv);
   c.same_dtype(a, "dout", dout);
   c.on_device({&dqkv, &dkv, &dout});
-  do_attention_block_backward(dqkv, dkv, dout, out, lse, qkv, kv, B, NH, KVH, HS, block);
+  do_attention_block_backward(dqkv, dkv, dout, out, lse, qkv, kv, B, NH, KVH, HS, block,
+                              document_starts);
 }
 
 void Backend::copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
@@ -109,13 +113,15 @@ void Backend::copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int6
 }
 
 void Backend::do_attention_block_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, int64_t,
-                                         int64_t, int64_t, int64_t, const AttentionBlock&) {
+                                         int64_t, int64_t, int64_t, const AttentionBlock&,
+                                         const Tensor*) {
   refuse(name(), "attention_block_forward");
 }
 
 void Backend::do_attention_block_backward(Tensor&, Tensor&, const Tensor&, const Tensor&,
                                           const Tensor&, const Tensor&, const Tensor&, int64_t,
-                                          int64_t, int64_t, int64_t, const AttentionBlock&) {
+                                          int64_t, int64_t, int64_t, const AttentionBlock&,
+                                          const Tensor*) {
   refuse(name(), "attention_block_backward");
 }
 

@@ -259,22 +259,25 @@ void check_attention(const OpContract& c, const Tensor& qkv, const char* out_nam
 }  // namespace
 
 void Backend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                                int64_t NH, int64_t KVH, int64_t HS) {
-  check_attention(OpContract(*this, "attention_forward"), qkv, "out", out, probs, B, T, NH, KVH,
-                  HS);
-  do_attention_forward(out, probs, qkv, B, T, NH, KVH, HS);
+                                int64_t NH, int64_t KVH, int64_t HS,
+                                const Tensor* document_starts) {
+  const OpContract c(*this, "attention_forward");
+  check_attention(c, qkv, "out", out, probs, B, T, NH, KVH, HS);
+  contract::check_document_starts(c, document_starts, B * T);
+  do_attention_forward(out, probs, qkv, B, T, NH, KVH, HS, document_starts);
 }
 
 void Backend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                  const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                 int64_t KVH, int64_t HS) {
+                                 int64_t KVH, int64_t HS, const Tensor* document_starts) {
   const OpContract c(*this, "attention_backward");
   check_attention(c, qkv, "dout", dout, probs, B, T, NH, KVH, HS);
+  contract::check_document_starts(c, document_starts, B * T);
   if (dqkv.shape() != qkv.shape())
     c.fail("dqkv " + dqkv.shape().to_string() + " must match qkv " + qkv.shape().to_string());
   c.same_dtype(qkv.dtype(), "dqkv", dqkv);
   c.on_device("dqkv", dqkv);
-  do_attention_backward(dqkv, dout, qkv, probs, B, T, NH, KVH, HS);
+  do_attention_backward(dqkv, dout, qkv, probs, B, T, NH, KVH, HS, document_starts);
 }
 
 void Backend::attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,

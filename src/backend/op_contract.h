@@ -91,4 +91,18 @@ class OpContract {
   const char* op_;
 };
 
+// Document masking's per-row starts (backend.h, attention_forward): null, or int32 with one
+// entry per query row (`rows`), on the device. Their values are not read here (that would wait
+// on a device); the CPU kernels check each against its row.
+inline void check_document_starts(const OpContract& c, const Tensor* starts, int64_t rows) {
+  if (starts == nullptr) return;
+  if (starts->numel() != rows)
+    c.fail("document_starts " + starts->shape().to_string() + " must hold one entry per query "
+           "row (" + str(rows) + ")");
+  if (starts->dtype() != DType::I32)
+    c.fail("document_starts is " + std::string(dtype_name(starts->dtype())) +
+           ", expected int32 (positions in the sequence)");
+  c.on_device("document_starts", *starts);
+}
+
 }  // namespace meshtrain::contract

@@ -113,7 +113,9 @@ void write_imported_checkpoint(const std::string& path, const Config& config,
   info.deck = config.deck_text;
   for (const std::string& o : config.overrides) info.overrides += o + "\n";
   info.config = dump_config(config);
-  info.model = model_signature(config.model);
+  // The deck's tokenizer, as a run records it: a fine-tune resuming this file with the same deck
+  // must find the tokenizer it names, not the byte tokenizer.
+  info.model = model_signature(config.model, tokenizer_signature(config.data.tokenizer));
   info.lineage = new_lineage_id();  // a run of its own: continued by the run that resumes it
   info.layout = "import (one rank; the deck's layout: " + describe_layout(config) + ")";
   info.world_size = 1;

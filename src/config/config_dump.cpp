@@ -89,6 +89,7 @@ std::string dump_config(const Config& c) {
   os << "]\n"
      << "val = " << quoted(d.val) << "\n"
      << "tokenizer = " << quoted(d.tokenizer) << "\n"
+     << "document_mask = " << boolean(d.document_mask) << "\n"
      << "synthetic_bytes = " << d.synthetic_bytes << "\n";
   const TrainOptions& t = c.train;
   os << "\n[train]\n"

@@ -153,6 +153,14 @@ const std::vector<KeySpec>& schema() {
                            "train.sample_every decode with it, and a checkpoint records it.",
                            nonempty,
                            [](Config& c, const std::string& v) { c.data.tokenizer = v; }));
+    k.push_back(bool_key("data", "document_mask", false,
+                         "Block-causal attention (as Llama 3 was trained): a token attends only "
+                         "to earlier tokens of its own document, the documents of a sequence "
+                         "being separated by data.tokenizer's end-of-text token, which belongs "
+                         "to the document it ends. Positions stay those of the packed sequence. "
+                         "Needs a tokenizer with an end-of-text token (not \"bytes\") and the "
+                         "CPU backend.",
+                         [](Config& c, bool v) { c.data.document_mask = v; }));
     k.push_back(int_key("data", "synthetic_bytes", 4000000, 4096, int64_t{1} << 34,
                         "Size of the generated training corpus (bytes = tokens); validation "
                         "gets a tenth, generated from another seed.",

@@ -97,6 +97,12 @@ void resolve_device(Config& c, const DeviceFacts& f) {
     fail("parallel.cp = " + std::to_string(c.parallel.cp) + " runs on the CPU backend only: the "
          "CUDA backend has no ring-attention kernels yet (use run.device = \"cpu\", or cp = 1 "
          "with sequence_parallel to save activation memory on GPUs)");
+  // cuDNN's fused attention has no block-causal mask over documents (backend/cuda/
+  // cuda_attention.cpp): refused here rather than trained as plain causal attention.
+  if (cuda && c.data.document_mask)
+    fail("data.document_mask = true runs on the CPU backend only: the CUDA backend's attention "
+         "(cuDNN and its own kernels) has no document mask yet (use run.device = \"cpu\", or "
+         "data.document_mask = false)");
   if (!cuda && c.parallel.offload == Offload::Optimizer)
     fail("parallel.offload = \"optimizer\" needs run.device = \"cuda\" (on the CPU the optimizer "
          "state is in host memory already)");

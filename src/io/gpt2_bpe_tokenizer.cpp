@@ -97,6 +97,11 @@ class Gpt2BpeTokenizer final : public Tokenizer {
       throw DataError(where, "the post-processor's first token, id " +
                                  std::to_string(*files.begin_of_text) +
                                  ", is neither in the vocabulary nor an added token");
+    // The pretraining end-of-document marker by its spelling (its id differs per vocabulary);
+    // Llama 3's chat-turn token <|eot_id|> is not one.
+    for (const char* name : {"<|endoftext|>", "<|end_of_text|>"})
+      for (uint32_t id = 0; id < pieces_.size() && !end_of_text_; ++id)
+        if (pieces_[id] == name) end_of_text_ = id;
     for (int b = 0; b < 256; ++b) {
       std::string s;
       append_utf8(s, cps[b]);
@@ -123,6 +128,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   uint32_t vocab_size() const override { return vocab_size_; }
   std::string file_suffix() const override { return ".json"; }
   bool takes_any_bytes() const override { return false; }
+  std::optional<uint32_t> end_of_text() const override { return end_of_text_; }
 
   std::vector<uint32_t> encode(std::string_view text) const override {
     const Pattern& pattern = pattern_;
@@ -211,12 +217,6 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   }
 
   std::optional<uint32_t> begin_of_text() const override { return files_.begin_of_text; }
-
-  std::optional<uint32_t> token_id(const std::string& piece) const override {
-    const auto it = std::find(pieces_.begin(), pieces_.end(), piece);
-    if (piece.empty() || it == pieces_.end()) return std::nullopt;
-    return static_cast<uint32_t>(it - pieces_.begin());
-  }
 
   void save(const std::string& path) const override {
     nlohmann::ordered_json j;
@@ -315,6 +315,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::unordered_map<std::string, uint32_t> whole_;  // token -> id, for ignore_merges
   std::vector<std::string> pieces_;  // id -> token as stored (byte-mapped)
   std::vector<bool> special_;        // id -> added token, decoded verbatim
+  std::optional<uint32_t> end_of_text_;
   std::unordered_map<uint32_t, unsigned char> byte_of_cp_;
   uint32_t byte_id_[256] = {};
   std::unordered_map<uint64_t, Merge> merges_;

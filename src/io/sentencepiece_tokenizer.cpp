@@ -31,11 +31,10 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string kind() const override { return "sentencepiece"; }
   uint32_t vocab_size() const override { return static_cast<uint32_t>(sp_->GetPieceSize()); }
   std::string file_suffix() const override { return ".model"; }
-  // PieceToId answers <unk>'s id for a piece it lacks: only a round trip tells them apart.
-  std::optional<uint32_t> token_id(const std::string& piece) const override {
-    const int id = sp_->PieceToId(absl::string_view(piece));
-    if (id < 0 || sp_->IdToPiece(id) != piece) return std::nullopt;
-    return static_cast<uint32_t>(id);
+  std::optional<uint32_t> end_of_text() const override {
+    const int eos = sp_->eos_id();  // -1: the model has none
+    if (eos < 0) return std::nullopt;
+    return static_cast<uint32_t>(eos);
   }
 
   // SentencePieceProcessor::Encode is const and keeps no state between calls: callable from

@@ -25,14 +25,14 @@ Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& sa
   if (ctx_.cp.on()) {
     saved.lse = be.empty({shape.B, local_heads_, shape.T}, stats_dtype(x.dtype()), category);
     ring_attention_forward(be, ctx_.cp, att, saved.lse, saved.qkv, shape.B, shape.T, local_heads_,
-                           qkv_.local_kv_heads(), head_size_);
+                           qkv_.local_kv_heads(), head_size_, nullptr, shape.document_mask());
     return proj_.forward(att, saved.proj_in, category, nullptr, residual);
   }
   const MemoryCategory probs_category =
       recompute == Recompute::Selective ? MemoryCategory::Workspace : category;
   Tensor probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, x.dtype(), probs_category);
   be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_,
-                       qkv_.local_kv_heads(), head_size_);
+                       qkv_.local_kv_heads(), head_size_, shape.document_mask());
   if (recompute != Recompute::Selective) saved.probs = probs;
   return proj_.forward(att, saved.proj_in, category, nullptr, residual);
 }
@@ -66,7 +66,8 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const S
   Tensor dqkv = be.empty(saved.qkv.shape(), dy.dtype(), MemoryCategory::Workspace);
   if (ctx_.cp.on()) {
     ring_attention_backward(be, ctx_.cp, dqkv, datt, saved.qkv, saved.proj_in.inp, saved.lse,
-                            shape.B, shape.T, local_heads_, qkv_.local_kv_heads(), head_size_);
+                            shape.B, shape.T, local_heads_, qkv_.local_kv_heads(), head_size_,
+                            nullptr, shape.document_mask());
     return finish_backward(dqkv, shape, saved, deferred);
   }
   Tensor probs = saved.probs;
@@ -74,10 +75,10 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const S
     probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, dy.dtype(), MemoryCategory::Workspace);
     Tensor att = be.empty(saved.proj_in.inp.shape(), dy.dtype(), MemoryCategory::Workspace);
     be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_,
-                         qkv_.local_kv_heads(), head_size_);
+                         qkv_.local_kv_heads(), head_size_, shape.document_mask());
   }
   be.attention_backward(dqkv, datt, saved.qkv, probs, shape.B, shape.T, local_heads_,
-                        qkv_.local_kv_heads(), head_size_);
+                        qkv_.local_kv_heads(), head_size_, shape.document_mask());
   return finish_backward(dqkv, shape, saved, deferred);
 }
 

@@ -179,7 +179,7 @@ std::vector<double> Generator::full_logits(const std::vector<int32_t>& tokens) {
     throw std::invalid_argument("full_logits: under sequence parallelism the tokens (" +
                                 std::to_string(T) + ") must divide over tp = " +
                                 std::to_string(tp.size()));
-  const TokenShape shape{1, T};
+  const TokenShape shape{1, T, {}};
   Tensor x = chunk.embedding()->forward(tok, shape);
   for (int l = 0; l < chunk.block_count(); ++l) {
     Block::Saved discard;

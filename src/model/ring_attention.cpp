@@ -45,14 +45,14 @@ std::vector<Backend::AttentionBlock> ring_attention_blocks(const ContextParallel
     for (int kc = 0; kc < 2; ++kc) {
       const int q = cp.chunk_of(cp.rank(), qc), k = cp.chunk_of(source, kc);
       if (k > q) continue;
-      out.push_back({qc * L, L, kc * L, L, k == q});
+      out.push_back({qc * L, L, kc * L, L, k == q, k * L});
     }
   return out;
 }
 
 void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out, Tensor& lse,
                             const Tensor& qkv, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                            int64_t HS, double* waited) {
+                            int64_t HS, double* waited, const Tensor* document_starts) {
   // Each token's row: NH query heads, then KVH key heads and KVH value heads (what travels).
   const int64_t C = NH * HS, KV = 2 * KVH * HS;
   const MemoryCategory ws = MemoryCategory::Workspace;
@@ -67,7 +67,7 @@ void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out,
     if (step + 1 < n) transfer = pass_on(*cp.comm, held, arriving, kKeysTag);
     const int source = (cp.rank() - step + n) % n;
     for (const Backend::AttentionBlock& b : ring_attention_blocks(cp, source, T)) {
-      be.attention_block_forward(out, lse, qkv, held, B, NH, KVH, HS, b);
+      be.attention_block_forward(out, lse, qkv, held, B, NH, KVH, HS, b, document_starts);
       progress(transfer);
     }
     wait_timed(transfer, waited);
@@ -78,7 +78,7 @@ void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out,
 void ring_attention_backward(Backend& be, const ContextParallel& cp, Tensor& dqkv,
                              const Tensor& dout, const Tensor& qkv, const Tensor& out,
                              const Tensor& lse, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                             int64_t HS, double* waited) {
+                             int64_t HS, double* waited, const Tensor* document_starts) {
   const int64_t C = NH * HS, KV = 2 * KVH * HS;
   const MemoryCategory ws = MemoryCategory::Workspace;
   const DType dt = qkv.dtype();
@@ -97,7 +97,8 @@ void ring_attention_backward(Backend& be, const ContextParallel& cp, Tensor& dqk
     const int source = (cp.rank() - step + n) % n;
     be.fill(partial, 0.0);
     for (const Backend::AttentionBlock& b : ring_attention_blocks(cp, source, T)) {
-      be.attention_block_backward(dqkv, partial, dout, out, lse, qkv, held, B, NH, KVH, HS, b);
+      be.attention_block_backward(dqkv, partial, dout, out, lse, qkv, held, B, NH, KVH, HS, b,
+                                  document_starts);
       progress(keys);
       progress(gradient);
     }

@@ -8,6 +8,7 @@
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/synthetic_corpus.h"
 #include "meshtrain/io/tokenizer.h"
+#include "meshtrain/train/document_starts.h"
 #include "meshtrain/train/stop_request.h"
 
 namespace meshtrain {
@@ -41,6 +42,8 @@ DataFeed::DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_s
   set_shares(std::vector<int>(dp_size, config.total_microbatches() / dp_size));
   if (mode == DataMode::ShapesOnly) return;
   const DataOptions& d = config.data;
+  // Every rank opens the same tokenizer and so refuses alike, before any data is read.
+  if (d.document_mask) end_of_text_ = document_end_token(config.deck_path, d.tokenizer);
   train_ = open_dataset(d.train, kSyntheticTrainSeed, d.synthetic_bytes, config.model.seq_len, "training");
   if (!train_) return;  // interrupted()
   check_vocabulary(config, *train_, "data.train");
@@ -85,9 +88,10 @@ void DataFeed::verify(int worker, int workers) const {
   if (val_) val_->verify_shards(worker, workers, threads, vocab);
 }
 
-// The tokens and targets of all micro-batches of a step travel together: one host buffer
-// (pinned on GPUs, Backend::empty_host) filled here, one asynchronous copy into one device
-// buffer, and each micro-batch a view of it. A synchronous copy per micro-batch and tensor
+// The tokens and targets of all micro-batches of a step travel together (and, with
+// data.document_mask, the tokens' document starts): one host buffer (pinned on GPUs,
+// Backend::empty_host) filled here, one asynchronous copy into one device buffer, and each
+// micro-batch a view of it. A synchronous copy per micro-batch and tensor
 // drained the device 2 M times per step; this one returns at once and the kernels that read the
 // tokens are queued behind it.
 std::vector<MicroBatchData> DataFeed::assemble(
@@ -95,24 +99,36 @@ std::vector<MicroBatchData> DataFeed::assemble(
   const int cp = cfg_->parallel.cp;
   const int64_t b = cfg_->train.micro_batch, T = cfg_->model.seq_len / cp, N = b * T;
   const int64_t M = share_, per_rank = M * b;
-  // (2, M, N): tokens of micro-batch j at [0, j], its targets at [1, j].
-  Tensor device = be_->empty({2, M, N}, DType::I32, MemoryCategory::Activations);
+  // (parts, M, N): tokens of micro-batch j at [0, j], its targets at [1, j], its document
+  // starts (document masking) at [2, j].
+  const bool masked = cfg_->data.document_mask;
+  const int64_t parts = masked ? 3 : 2;
+  Tensor device = be_->empty({parts, M, N}, DType::I32, MemoryCategory::Activations);
   if (data) {
-    Tensor host = be_->empty_host({2, M, N}, DType::I32, MemoryCategory::Activations);
+    Tensor host = be_->empty_host({parts, M, N}, DType::I32, MemoryCategory::Activations);
     int32_t* tokens = host.data<int32_t>();
     int32_t* targets = tokens + M * N;
+    int32_t* starts = masked ? targets + M * N : nullptr;
     if (cp == 1) {
-      for (int64_t i = 0; i < per_rank; ++i)
+      for (int64_t i = 0; i < per_rank; ++i) {
         data->sample(index_at(first_ + i), tokens + i * T, targets + i * T);
+        if (masked) document_starts(tokens + i * T, T, end_of_text_, starts + i * T);
+      }
     } else {
+      // Each chunk's starts come from the whole sequence, at the chunk's true positions: a
+      // document may begin in a chunk another rank holds.
       const int64_t L = T / 2;
       const int64_t chunks[2] = {cp_rank_ * L, (2 * cp - 1 - cp_rank_) * L};
-      std::vector<int32_t> whole(static_cast<size_t>(2 * cp * L)), whole_targets(whole.size());
+      std::vector<int32_t> whole(static_cast<size_t>(2 * cp * L)), whole_targets(whole.size()),
+          whole_starts(masked ? whole.size() : 0);
       for (int64_t i = 0; i < per_rank; ++i) {
         data->sample(index_at(first_ + i), whole.data(), whole_targets.data());
+        if (masked)
+          document_starts(whole.data(), 2 * cp * L, end_of_text_, whole_starts.data());
         for (int c = 0; c < 2; ++c) {
           std::copy_n(whole.data() + chunks[c], L, tokens + i * T + c * L);
           std::copy_n(whole_targets.data() + chunks[c], L, targets + i * T + c * L);
+          if (masked) std::copy_n(whole_starts.data() + chunks[c], L, starts + i * T + c * L);
         }
       }
     }
@@ -121,9 +137,10 @@ std::vector<MicroBatchData> DataFeed::assemble(
   std::vector<MicroBatchData> out;
   for (int64_t j = 0; j < M; ++j) {
     MicroBatchData mb;
-    mb.shape = TokenShape{b, T};
+    mb.shape = TokenShape{b, T, {}};
     mb.tokens = device.view(j * N, {N});
     mb.targets = device.view((M + j) * N, {N});
+    if (masked) mb.shape.document_starts = device.view((2 * M + j) * N, {N});
     out.push_back(std::move(mb));
   }
   return out;

@@ -97,15 +97,15 @@ class RecordingBackend final : public Backend {
     record(rotation == Rotation::ByAngle ? "rotary_forward" : "rotary_backward");
   }
   void do_attention_forward(Tensor&, Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t,
-                            int64_t) override {
+                            int64_t, const Tensor*) override {
     record("attention_forward");
   }
   void do_attention_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
-                             int64_t, int64_t, int64_t) override {
+                             int64_t, int64_t, int64_t, const Tensor*) override {
     record("attention_backward");
   }
   void do_attention_block_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
-                                  int64_t, int64_t, const AttentionBlock&) override {
+                                  int64_t, int64_t, const AttentionBlock&, const Tensor*) override {
     record("attention_block_forward");
   }
   void do_copy_columns(Tensor&, int64_t, const Tensor&, int64_t, int64_t) override {

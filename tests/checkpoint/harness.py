@@ -10,6 +10,7 @@ import argparse
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -76,6 +77,25 @@ def checksum(values):
     bits = flat.view(np.uint32 if flat.dtype == np.float32 else np.uint64).astype(np.uint64)
     with np.errstate(over="ignore"):
         return np.uint64(mix64(np.arange(flat.size, dtype=np.uint64) * K + bits).sum(dtype=np.uint64))
+
+
+def fnv1a64(data):
+    """FNV-1a over bytes: a token shard's checksum (io/token_shard.h)."""
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def write_token_shard(path, tokens, vocab):
+    """A token shard of 2-byte ids (io/token_shard.h's layout: magic, version 1, bytes per token,
+    count, vocabulary, header bytes 64, the tokens' FNV-1a, padding), as `meshtrain prepare`
+    writes one."""
+    body = np.asarray(tokens).astype("<u2").tobytes()
+    header = (b"MTTOKENS" + struct.pack("<IIQII", 1, 2, len(tokens), vocab, 64) +
+              struct.pack("<Q", fnv1a64(body)) + bytes(24))
+    with open(path, "wb") as f:
+        f.write(header + body)
 
 
 def main():

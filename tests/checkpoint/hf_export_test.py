@@ -132,22 +132,11 @@ def expected_from_checkpoint(path, tied):
 
 # ---- a validation shard of exactly the windows eval reads --------------------------------------
 
-def fnv1a64(data):
-    h = 0xCBF29CE484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
 def write_val_shard(path):
     """WINDOWS windows of T + 1 tokens laid end to end (io/token_dataset.h): WINDOWS * T + 1
     tokens. Eval's batch e, position p reads window (e G + p) mod WINDOWS: each once, in order."""
     tokens = np.random.default_rng(5).integers(0, V, WINDOWS * T + 1).astype("<u2")
-    body = tokens.tobytes()
-    header = (b"MTTOKENS" + struct.pack("<IIQII", 1, 2, len(tokens), V, 64) +
-              struct.pack("<Q", fnv1a64(body)) + bytes(24))
-    with open(path, "wb") as f:
-        f.write(header + body)
+    harness.write_token_shard(path, tokens, V)
     return tokens.astype(np.int64)
 
 

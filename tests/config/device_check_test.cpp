@@ -129,6 +129,20 @@ TEST(ResolveDevice, ContextParallelismIsRefusedOnGpus) {
   EXPECT_EQ(refusal(c, f), "");
 }
 
+// data.document_mask has no CUDA attention kernel: refused at startup, not trained causal.
+TEST(ResolveDevice, DocumentMaskIsRefusedOnGpus) {
+  const DeviceFacts f = facts(1, {kGpu[0]});
+  Config c = cuda_config(CommChoice::Auto);
+  c.data.document_mask = true;
+  EXPECT_NE(refusal(c, f).find("input/gpu.toml: data.document_mask = true runs on the CPU "
+                               "backend only"),
+            std::string::npos)
+      << refusal(c, f);
+  c.run.device = DeviceChoice::Cpu;
+  c.train.precision = DType::F32;
+  EXPECT_EQ(refusal(c, f), "");
+}
+
 // train.precision = "auto" on a CPU: bf16 where oneDNN has bf16 instructions to run it on,
 // fp32 elsewhere; the device line says which and why. A named precision is kept either way.
 TEST(ResolveDevice, AutoPrecisionOnCpusFollowsTheirBf16Instructions) {

@@ -149,7 +149,7 @@ def main():
               and same(got + "_val.bin", os.path.join(out, "tail_train.bin")))
 
         # --end-of-text: after every document, the same whether documents are files or lines.
-        eot = ["--tokenizer", tok, "--end-of-text", "</s>", "--val-fraction", "0"]
+        eot = ["--tokenizer", tok, "--end-of-text", "--val-fraction", "0"]
         run(meshtrain, "prepare", *plain, *eot, "--out", os.path.join(out, "eot_plain"))
         run(meshtrain, "prepare", corpus + ".zst", *eot, "--out", os.path.join(out, "eot_jsonl"))
         with_eot = tokens(os.path.join(out, "eot_jsonl_train.bin"))
@@ -160,16 +160,16 @@ def main():
         check("--end-of-text: one token after each document, nothing else changed",
               with_eot.count(eos) == len(docs) and [t for t in with_eot if t != eos] == without,
               "%d end-of-text tokens for %d documents" % (with_eot.count(eos), len(docs)))
-        run(meshtrain, "prepare", plain[0], "--tokenizer", tok, "--end-of-text", "</s>",
+        run(meshtrain, "prepare", plain[0], "--tokenizer", tok, "--end-of-text",
             "--val-fraction", "0.5", "--out", os.path.join(out, "eot_one"))
         parts = [tokens(os.path.join(out, "eot_one_%s.bin" % role)) for role in ("train", "val")]
         check("--end-of-text: a text file's training and validation parts each end with it",
               all(p and p[-1] == eos and p.count(eos) == 1 for p in parts), str(parts))
-        p = subprocess.run([meshtrain, "prepare", corpus, "--end-of-text", "<|endoftext|>", "--out",
+        p = subprocess.run([meshtrain, "prepare", corpus, "--end-of-text", "--out",
                             os.path.join(out, "bytes_eot")], capture_output=True, text=True)
-        check("--end-of-text with a tokenizer that lacks the token is refused",
-              p.returncode == 2 and "--end-of-text <|endoftext|>: the bytes tokenizer has no such "
-              "token" in p.stderr and not os.path.exists(os.path.join(out, "bytes_eot_train.bin")),
+        check("--end-of-text with a tokenizer that has no such token is refused",
+              p.returncode == 2 and "--end-of-text: the bytes tokenizer has no end-of-text token"
+              in p.stderr and not os.path.exists(os.path.join(out, "bytes_eot_train.bin")),
               p.stderr)
 
         # Bad lines within --max-bad-lines: skipped, each named by file and line.

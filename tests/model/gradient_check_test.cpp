@@ -19,6 +19,7 @@
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/model/gpt.h"
 #include "meshtrain/tensor/bf16.h"
+#include "meshtrain/train/document_starts.h"
 #include "support/random.h"
 #include "support/tensors.h"
 
@@ -53,7 +54,7 @@ struct Harness {
       for (size_t i = 0; i < v.size(); ++i) v[i] += noise[i];
       be.copy_from_host(p->value, v.data());
     }
-    mb.shape = TokenShape{2, cfg.seq_len};
+    mb.shape = TokenShape{2, cfg.seq_len, {}};
     std::vector<int32_t> tokens(mb.shape.N()), targets(mb.shape.N());
     for (int64_t i = 0; i < mb.shape.N(); ++i) {
       tokens[i] = static_cast<int32_t>((i * 7 + 3) % cfg.vocab_size);
@@ -227,6 +228,53 @@ TEST(GradientCheck, QwenBlockWithPerHeadQueryKeyNormEveryElement) {
   EXPECT_TRUE(key_bias_learnt);
 }
 
+// Document masking (data.document_mask): block-causal attention over documents separated by an
+// end-of-text token (here 31), which closes its document; with learned positions (GPT-2's) and
+// with Llama's block, and under selective recomputation, which rebuilds the masked softmax.
+void mask_documents(Harness& h) {
+  constexpr int32_t kEnd = 31;
+  std::vector<int32_t> tokens(h.mb.shape.N());
+  for (int64_t i = 0; i < h.mb.shape.N(); ++i)
+    tokens[i] = static_cast<int32_t>((i * 7 + 3) % h.cfg.vocab_size) % kEnd;  // no stray 31
+  tokens[0] = tokens[3] = kEnd;            // row 0: documents of 1, 3 and 4 tokens
+  tokens[h.cfg.seq_len + 4] = kEnd;        // row 1: 5 and 3
+  std::vector<int32_t> starts(tokens.size());
+  for (int64_t b = 0; b < h.mb.shape.B; ++b)
+    document_starts(tokens.data() + b * h.cfg.seq_len, h.cfg.seq_len, kEnd,
+                    starts.data() + b * h.cfg.seq_len);
+  h.mb.tokens = testing::make_tokens(h.be, tokens);
+  Tensor t = h.be.empty({h.mb.shape.N()}, DType::I32, MemoryCategory::Activations);
+  h.be.copy_from_host(t, starts.data());
+  const double causal = h.loss();
+  h.mb.shape.document_starts = t;
+  EXPECT_GT(std::abs(h.loss() - causal), 1e-6) << "the mask changed nothing";
+}
+
+TEST(GradientCheck, DocumentMaskedGpt2EveryElement) {
+  Harness h(true);
+  mask_documents(h);
+  check_all_gradients(h, Recompute::None);
+  // Selective recomputation rebuilds the masked softmax: the same bits.
+  std::vector<std::vector<double>> grads[2];
+  for (int m = 0; m < 2; ++m) {
+    h.loss_and_grads(m == 0 ? Recompute::None : Recompute::Selective);
+    for (Parameter* p : h.model->params().params()) grads[m].push_back(testing::to_host(h.be, p->grad));
+  }
+  EXPECT_EQ(grads[0], grads[1]);
+}
+
+TEST(GradientCheck, DocumentMaskedLlamaBlockEveryElement) {
+  Harness h(false, 11, [](ModelSpec& m) {
+    m.positions = PositionKind::Rotary;
+    m.kv_heads_set = 1;
+    m.norm.kind = NormKind::Rms;
+    m.activation = ActivationKind::SwiGlu;
+    m.linear_bias = false;
+  });
+  mask_documents(h);
+  check_all_gradients(h, Recompute::None);
+}
+
 // Recomputation must not change a single bit of the gradients: it re-runs the same kernels on
 // the same inputs.
 TEST(GradientCheck, RecomputeModesGiveIdenticalGradients) {
@@ -273,7 +321,7 @@ PrecisionRun run_in(DType dtype, const std::map<std::string, std::vector<double>
     p->grad = be.zeros(p->shape, grad_dtype, MemoryCategory::Gradients);
   }
   MicroBatchData mb;
-  mb.shape = TokenShape{4, cfg.seq_len};
+  mb.shape = TokenShape{4, cfg.seq_len, {}};
   std::vector<int32_t> tokens(mb.shape.N()), targets(mb.shape.N());
   for (int64_t i = 0; i < mb.shape.N(); ++i) {
     tokens[i] = static_cast<int32_t>((i * 7 + 3) % cfg.vocab_size);

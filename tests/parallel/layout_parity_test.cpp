@@ -15,16 +15,21 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/io/token_shard.h"
+#include "meshtrain/io/tokenizer.h"
 #include "meshtrain/parallel/slowdown.h"
 #include "support/isa_cap.h"
 #include "support/mpi_world.h"
 #include "support/parity.h"
 #include "support/parity_tolerance.h"
 #include "support/temp_dir.h"
+#include "support/tiny_gpt2.h"
 
 namespace meshtrain {
 namespace {
@@ -130,10 +135,43 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.ffn_hidden_set = 72;
     m.kv_heads_set = 2;
     m.head_dim_set = 12;
+  } else if (name == "llama_docs") {
+    // Llama's block under document masking (with_documents): the vocabulary grows to hold the
+    // tokenizer's end-of-text token.
+    m = model_variant("llama", m);
+    m.vocab_size = 272;
   } else if (!name.empty()) {
     ADD_FAILURE() << "unknown model variant " << name;
   }
   return m;
+}
+
+// Variants trained with data.document_mask = true on documents_data's shard.
+bool masks_documents(const std::string& model) {
+  return model.size() > 5 && model.compare(model.size() - 5, 5, "_docs") == 0;
+}
+
+// A shard of packed documents of 1 to 9 tokens (several per 16-token sequence, ending on every
+// position, cp's chunk boundaries included), each closed by the end-of-text token of a small
+// GPT-2 tokenizer (testing::tiny_gpt2_files, id 265) written beside it; `c` reads them with
+// data.document_mask on. Each rank writes its own copy (its TempDir), the same bytes.
+Config with_documents(Config c, const std::string& dir) {
+  const std::unique_ptr<Tokenizer> tokenizer =
+      make_gpt2_bpe_tokenizer(testing::tiny_gpt2_files(), "tiny GPT-2");
+  const uint32_t end = *tokenizer->end_of_text();
+  std::mt19937 rng(2407);
+  std::vector<uint32_t> tokens;
+  while (tokens.size() < 8192) {
+    const int length = std::uniform_int_distribution<int>(1, 9)(rng);
+    for (int i = 1; i < length; ++i) tokens.push_back(std::uniform_int_distribution<uint32_t>(0, 264)(rng));
+    tokens.push_back(end);
+  }
+  write_token_shard(dir + "/documents.bin", tokens, tokenizer->vocab_size());
+  tokenizer->save(dir + "/documents_tokenizer.json");
+  c.data.train = {dir + "/documents.bin"};
+  c.data.tokenizer = dir + "/documents_tokenizer.json";
+  c.data.document_mask = true;
+  return c;
 }
 
 // Every axis alone and combined; 1 to 8 micro-batches; all schedules; SP on and off; each ZeRO
@@ -176,6 +214,11 @@ std::vector<Layout> layouts_for(int world) {
         {1, 1, 2, S::ZeroBubbleV, 2, 2, false},         // embedding and head on rank 0
         {1, 1, 2, S::ZeroBubbleV, 2, 4, false, 0, R::Selective},
         context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2),
+        // Document masking: ring blocks masked by document across the two ranks' chunks, and
+        // the plain masked attention in a pipeline whose selective recomputation rebuilds it.
+        on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false, 0, R::Selective}, 2),
+                 "llama_docs"),
+        on_model({1, 1, 2, S::OneFOneB, 1, 4, false, 0, R::Selective}, "llama_docs"),
         context_parallel({1, 1, 1, S::GPipe, 1, 16, false, 1, R::Full}, 2),
         context_parallel({1, 1, 1, S::OneFOneB, 1, 2, false, 3, R::Selective}, 2),
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true}, "hd12_ffn80"),
@@ -224,6 +267,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model({2, 2, 1, S::OneFOneB, 1, 2, true, 1}, "rms_swiglu"),
         on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true}, 2), "rms_swiglu"),
         on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true, 1}, 2), "llama"),
+        on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true, 1}, 2), "llama_docs"),
         on_model({1, 2, 2, S::ZeroBubbleH1, 1, 4, true, 2}, "llama"),
         on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 2, true, 3}, 2), "qwen3"),
     };
@@ -335,6 +379,7 @@ void check_matrix(DType precision) {
     Config base = testing::tiny_config(dir.path());
     base.train.precision = precision;
     base.model = model_variant(model, base.model);
+    if (masks_documents(model)) base = with_documents(base, dir.path());
     const testing::Reference ref = testing::run_reference(base, kSteps);
     const Tolerances rounding = reference_rounding(base, ref);
     const std::string dtype(dtype_name(precision));

@@ -40,7 +40,7 @@ struct PrepareArgs {
   int threads = 0;                  // 0: every core
   std::string text_field = "text";  // JSON Lines inputs: the field holding the document
   long long max_bad_lines = 0;      // JSON Lines inputs: bad lines skipped before an error
-  std::string end_of_text;          // --end-of-text: a token after every document; "": none
+  bool end_of_text = false;         // --end-of-text: the tokenizer's token after every document
 };
 int prepare_command(const PrepareArgs& args);
 
@@ -88,6 +88,7 @@ struct EvalArgs {
   std::string deck;
   std::string checkpoint;
   std::vector<std::string> overrides;
+  int digits = 6;  // decimals of the printed val_loss
 };
 int eval_command(const EvalArgs& args);
 
@@ -114,22 +115,27 @@ struct DiagnoseArgs {
 };
 int diagnose_command(const DiagnoseArgs& args);
 
-// Writes a checkpoint's model as a Hugging Face GPT2LMHeadModel directory (one rank):
-// OUT/model.safetensors and OUT/config.json.
+// Writes a checkpoint's model as a Hugging Face directory (one rank): GPT2LMHeadModel,
+// LlamaForCausalLM or Qwen3ForCausalLM, as save_pretrained writes them (config.json, the
+// weights in one model.safetensors or in shards with their index; Llama and Qwen 3 also
+// generation_config.json and the run's tokenizer files).
 struct ExportArgs {
   std::string checkpoint;
   std::string format = "hf";
   std::string out;
   std::string dtype = "fp32";  // fp32 or bf16
+  std::string max_shard_size = "5GB";  // as save_pretrained's max_shard_size: "5GB", "500MB"
 };
 int export_command(const ExportArgs& args);
 
-// Reads a Hugging Face GPT-2 directory (model.safetensors, config.json), checks it against the
-// deck's model and writes a step-0 meshtrain checkpoint that `train` resumes (one rank).
+// Reads a Hugging Face GPT-2, Llama or Qwen 3 directory (config.json, model.safetensors or a
+// sharded index), checks it against the deck's model (or builds the deck from config.json) and
+// writes a step-0 meshtrain checkpoint that `train` resumes (one rank).
 struct ImportArgs {
   std::string format = "hf";
   std::string dir;
-  std::string deck;
+  std::string deck;      // empty: built from config.json
+  std::string deck_out;  // where to write the deck built from config.json (without --deck)
   std::string out;
   std::vector<std::string> overrides;
   bool force = false;  // replace an existing `out` (never another run's checkpoints beside it)

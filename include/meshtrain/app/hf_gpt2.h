@@ -4,10 +4,7 @@
 // Shared by `meshtrain export --format hf` and `meshtrain import --format hf`; the file format
 // itself is io/safetensors.h.
 //
-// The map is a table of name templates (hf_gpt2.cpp: "h.{}.ln_1.weight" <->
-// "transformer.h.{}.ln_1.weight", as is / transposed / flattened) applied to the model's
-// parameter table (model/parameter_table.h): no parameter is listed here by hand, and one the
-// templates do not cover is an error, not a tensor silently left out. The two layouts
+// The map is a table of name templates (hf_gpt2.cpp) applied by app/hf_name_map.h. The two layouts
 // (C = d_model, V = vocab_size, T = seq_len):
 //
 //   | meshtrain (checkpoint /model/...)    | Hugging Face                          | how             |
@@ -27,30 +24,17 @@
 // output features [q | k | v], each C wide and split into heads of C / heads contiguously — the
 // column order of c_attn — so one transpose of that (3C, C) matrix is the whole mapping.
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "meshtrain/app/hf_name_map.h"
 #include "meshtrain/model/model_spec.h"
 
 namespace meshtrain {
 
-struct HfTensor {
-  std::string meshtrain;               // "h.0.attn.qkv.weight"
-  std::vector<int64_t> meshtrain_shape;
-  std::string hf;                      // "transformer.h.0.attn.c_attn.weight"
-  std::vector<int64_t> hf_shape;
-  // HF holds the transpose of meshtrain's tensor read as (numel / last, last).
-  bool transpose = false;
-};
-
 // Every parameter of `m`'s parameter table, in Hugging Face's order (embeddings, blocks, final
 // norm, head). Throws std::logic_error for a parameter the name templates do not cover.
 std::vector<HfTensor> hf_gpt2_tensors(const ModelSpec& m);
-
-// meshtrain's (rows, cols) row-major -> HF's (cols, rows), or back (the same operation with the
-// roles swapped): out[c * rows + r] = in[r * cols + c].
-void transpose_2d(const float* in, float* out, int64_t rows, int64_t cols);
 
 // config.json of GPT2LMHeadModel for `m` (indented JSON text, a trailing newline). torch_dtype:
 // "float32" or "bfloat16". `tokenizer` as the checkpoint records it ("byte"): GPT-2's BPE has

@@ -178,10 +178,17 @@ class Backend {
   // stores only what its backward needs (row log-sum-exp and a copy of `out`). Backward assigns
   // every column of dqkv; a key/value head's gradient sums its group's query heads in order
   // (deterministic).
+  // Document masking (data.document_mask): `document_starts`, when given, is int32 (B * T) on
+  // the device, each token's document start: the position in its sequence of the first token of
+  // the document it belongs to (<= its own). Query i then sees keys [document_starts[i], i]
+  // (block-causal attention; probs is zero outside that range), not [0, i]. Null: causal.
+  // A per-row start, not a (T, T) bias: it is all a block-causal mask needs, B * T integers.
   void attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                         int64_t NH, int64_t KVH, int64_t HS);
+                         int64_t NH, int64_t KVH, int64_t HS,
+                         const Tensor* document_starts = nullptr);
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
-                          int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t HS);
+                          int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t HS,
+                          const Tensor* document_starts = nullptr);
   // One query row against a key/value cache (text generation, model/generator.h): for each of
   // the NH query heads, with g = h / (NH / KVH) its key/value head,
   //   out[h] (HS) = softmax(q[h] . k_cache[g, :length]^T / sqrt(HS)) v_cache[g, :length]
@@ -250,10 +257,16 @@ class Backend {
   // each sequence of kv (B * Tk, 2 * KC: K in columns [0, KC), V in [KC, 2 KC)), C = NH * HS,
   // KC = KVH * HS (ring attention passes kv_heads-sized blocks); query head h reads key/value
   // head h / (NH / KVH). causal: query row i of the block sees key rows 0..i of the block only
-  // (rows == keys then), else every key of the block.
+  // (rows == keys then), else every key of the block. With document masking the block's ops
+  // take document_starts, int32 (B * Tq): each query row's document start as a position in the
+  // whole sequence (attention_forward's, at the rows' true positions under context
+  // parallelism); key_position is the position in the sequence of key row k_begin (a block's
+  // keys are consecutive there), and a query row also skips the keys before its document start.
+  // A row may then see no key of a block: the block leaves its out and lse as they were.
   struct AttentionBlock {
     int64_t q_begin = 0, rows = 0, k_begin = 0, keys = 0;
     bool causal = false;
+    int64_t key_position = 0;  // read only with document_starts
   };
   // Merges the block into the running result of those query rows: out (B * Tq, C) holds each
   // row's attention over the keys merged so far, lse (B, NH, Tq) in stats_dtype the log of its
@@ -262,14 +275,15 @@ class Backend {
   // The default refuses by name: only backends with these kernels run context parallelism.
   void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
                                int64_t B, int64_t NH, int64_t KVH, int64_t HS,
-                               const AttentionBlock& block);
+                               const AttentionBlock& block, const Tensor* document_starts = nullptr);
   // Adds the block's gradients, given the final out, lse and dout (B * Tq, C): dQ into the Q
   // columns of dqkv (qkv's shape), dK and dV into dkv (B * Tk, 2 KC), a key/value head's summed
   // over its group's query heads in order. Accumulates (+=): each query row and each key row
   // collects the gradients of every block it takes part in.
   void attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& out,
                                 const Tensor& lse, const Tensor& qkv, const Tensor& kv, int64_t B,
-                                int64_t NH, int64_t KVH, int64_t HS, const AttentionBlock& block);
+                                int64_t NH, int64_t KVH, int64_t HS, const AttentionBlock& block,
+                                const Tensor* document_starts = nullptr);
   // dst[:, dst_col + j] = src[:, src_col + j] for j < cols, both 2-D with the same rows and
   // dtype (packing K and V out of qkv, and their gradients back). The default copies row views.
   void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t cols);
@@ -379,19 +393,22 @@ class Backend {
   virtual void do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
                                        const Tensor& pre);
   virtual void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
-                                    int64_t T, int64_t NH, int64_t KVH, int64_t HS) = 0;
+                                    int64_t T, int64_t NH, int64_t KVH, int64_t HS,
+                                    const Tensor* document_starts) = 0;
   virtual void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                      const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                     int64_t KVH, int64_t HS) = 0;
+                                     int64_t KVH, int64_t HS, const Tensor* document_starts) = 0;
   virtual void do_attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
                                    const Tensor& v_cache, int64_t length);
   virtual void do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,
                                           const Tensor& kv, int64_t B, int64_t NH, int64_t KVH,
-                                          int64_t HS, const AttentionBlock& block);
+                                          int64_t HS, const AttentionBlock& block,
+                                          const Tensor* document_starts);
   virtual void do_attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
                                            const Tensor& out, const Tensor& lse, const Tensor& qkv,
                                            const Tensor& kv, int64_t B, int64_t NH, int64_t KVH,
-                                           int64_t HS, const AttentionBlock& block);
+                                           int64_t HS, const AttentionBlock& block,
+                                           const Tensor* document_starts);
   virtual void do_copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                                int64_t cols);
   virtual void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) = 0;

@@ -49,6 +49,8 @@ struct DataOptions {
   std::string val = "synthetic";
   int64_t synthetic_bytes = 4000000;
   std::string tokenizer = "bytes";  // io/tokenizer.h: "bytes" or a tokenizer file
+  // Block-causal attention over the documents of a packed sequence (train/document_starts.h).
+  bool document_mask = false;
   bool synthetic_train() const { return train.size() == 1 && train[0] == "synthetic"; }
   bool synthetic_val() const { return val == "synthetic"; }
   bool has_val() const { return val != "none"; }

@@ -35,10 +35,11 @@ struct PrepareOptions {
   // than silently shortened.
   std::string text_field = "text";
   int64_t max_bad_lines = 0;
-  // A token placed after every document (Tokenizer::token_id of --end-of-text), so that the
-  // model sees where one text ends and an unrelated one begins; none by default, as shards
-  // have always been. A document is a text file (its training part and its validation part
-  // each end with the token) or a JSON Lines document.
+  // A token placed after every document (the tokenizer's end_of_text(), --end-of-text), so
+  // that the model sees where one text ends and an unrelated one begins, and
+  // data.document_mask can cut packed sequences there; none by default, as shards have always
+  // been. A document is a text file (its training part and its validation part each end with
+  // the token) or a JSON Lines document.
   std::optional<uint32_t> end_of_text;
 };
 

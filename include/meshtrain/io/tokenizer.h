@@ -42,13 +42,10 @@ class Tokenizer {
   // The token a prompt starts with, as Hugging Face's tokenizer adds it (Llama 3's
   // <|begin_of_text|>); none where the tokenizer adds none.
   virtual std::optional<uint32_t> begin_of_text() const { return std::nullopt; }
-  // The id of the token spelled `piece` in the vocabulary, as the tokenizer's file lists it
-  // ("<|endoftext|>", "</s>"): how `prepare --end-of-text` finds the token it places between
-  // documents, which encode() never emits. None where the vocabulary has no such piece.
-  virtual std::optional<uint32_t> token_id(const std::string& piece) const {
-    (void)piece;
-    return std::nullopt;
-  }
+  // The token that ends a document in packed training data (data.document_mask): GPT-2's and
+  // Qwen's "<|endoftext|>", Llama 3's "<|end_of_text|>", a SentencePiece model's end-of-sentence
+  // piece; none for the byte tokenizer.
+  virtual std::optional<uint32_t> end_of_text() const { return std::nullopt; }
 };
 
 // The byte-level tokenizer of io/byte_tokenizer.h behind this interface.

@@ -21,9 +21,18 @@ struct LayerContext {
 // A micro-batch of B sequences of T tokens: N = B * T tokens in all; a sequence-parallel region
 // of a rank holds tp.local_tokens(N) of them. Under context parallelism T is this rank's part
 // of each sequence (ContextParallel: two chunks of it).
+// document_starts (data.document_mask): int32 (N) on the device, each token's document start
+// as a position in its whole sequence (Backend::attention_forward), built once per micro-batch
+// by the data feed (train/document_starts.h); undefined without the mask. It travels with the
+// shape because every layer that takes a micro-batch's shape, forward, backward and
+// recomputation alike, is handed the one of that micro-batch.
 struct TokenShape {
   int64_t B = 0, T = 0;
+  Tensor document_starts;
   int64_t N() const { return B * T; }
+  const Tensor* document_mask() const {
+    return document_starts.defined() ? &document_starts : nullptr;
+  }
 };
 
 // Per-row statistics (LayerNorm mean and rstd, softmax max and sum, losses) keep fp32 when

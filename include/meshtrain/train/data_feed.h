@@ -63,6 +63,7 @@ class DataFeed {
   int64_t first_ = 0;  // this replica's first position in the global batch
   int share_ = 0;      // its micro-batches
   int cp_rank_ = 0;
+  int32_t end_of_text_ = -1;  // data.document_mask: data.tokenizer's end-of-text token
   DataMode mode_;
   std::unique_ptr<TokenDataset> train_, val_;
   std::unique_ptr<Sampler> sampler_;

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "attention_rows.h"
@@ -40,7 +41,7 @@ HeadView head_view(int64_t NH, int64_t KVH, int64_t HS) {
 
 template <class T>
 void per_head_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int64_t NH,
-                      int64_t KVH, int64_t HS) {
+                      int64_t KVH, int64_t HS, const int32_t* starts) {
   const HeadView v = head_view(NH, KVH, HS);
   const int64_t group = NH / KVH;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
@@ -58,7 +59,8 @@ void per_head_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int
       gemm(CblasNoTrans, CblasTrans, rows, keys, HS, scale, q + r0 * v.ld_qkv, v.ld_qkv, k,
            v.ld_qkv, T(0), P + r0 * T_, T_);
     }
-    for (int64_t i = 0; i < T_; ++i) causal_softmax_row(P + i * T_, P + i * T_, i, T_);
+    for (int64_t i = 0; i < T_; ++i)
+      causal_softmax_row(P + i * T_, P + i * T_, first_key(starts, b, T_, i), i, T_);
     for (int64_t r0 = 0; r0 < T_; r0 += kBlock) {
       const int64_t rows = std::min(kBlock, T_ - r0), keys = r0 + rows;
       gemm(CblasNoTrans, CblasNoTrans, rows, HS, keys, T(1), P + r0 * T_, T_, val, v.ld_qkv, T(0),
@@ -71,7 +73,8 @@ void per_head_forward(T* out, T* probs, const T* qkv, int64_t B, int64_t T_, int
 // and dV and the others adding to them, so that the sums are the same whatever the threads.
 template <class T>
 void per_head_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int64_t B,
-                       int64_t T_, int64_t NH, int64_t KVH, int64_t HS, T* scratch) {
+                       int64_t T_, int64_t NH, int64_t KVH, int64_t HS, T* scratch,
+                       const int32_t* starts) {
   const HeadView v = head_view(NH, KVH, HS);
   const int64_t group = NH / KVH;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(HS)));
@@ -102,7 +105,8 @@ void per_head_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int
       }
       for (int64_t i = 0; i < T_; ++i) {  // softmax backward, in place over dP
         const int64_t block_end = std::min(T_, (i / kBlock + 1) * kBlock);
-        causal_softmax_backward_row(dS + i * T_, P + i * T_, dS + i * T_, i, block_end, scale);
+        causal_softmax_backward_row(dS + i * T_, P + i * T_, dS + i * T_,
+                                    first_key(starts, b, T_, i), i, block_end, scale);
       }
       for (int64_t r0 = 0; r0 < T_; r0 += kBlock) {  // dQ[r] = dS[r, :keys] K[:keys]
         const int64_t rows = std::min(kBlock, T_ - r0), keys = r0 + rows;
@@ -119,6 +123,16 @@ void per_head_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int
 }
 
 }  // namespace
+
+void check_document_starts(const char* op, const int32_t* starts, int64_t B, int64_t T_) {
+  if (starts == nullptr) return;
+  for (int64_t r = 0; r < B * T_; ++r)
+    if (starts[r] < 0 || starts[r] > r % T_)
+      throw std::invalid_argument(
+          std::string("backend 'cpu': ") + op + ": document_starts[" + std::to_string(r) +
+          "] = " + std::to_string(starts[r]) + " lies outside [0, " + std::to_string(r % T_) +
+          "] (a token's document starts at or before it)");
+}
 
 AttentionPath attention_path(const Gemm& gemm, bool fp64) {
   return fp64 || gemm.library() == GemmLibrary::OpenBlas ? AttentionPath::PerHead
@@ -150,13 +164,14 @@ void refuse_per_head_bf16() {
 
 template <class A>
 void attention_forward(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, int64_t T_,
-                       int64_t NH, int64_t KVH, int64_t HS, Acc<A>* scratch) {
+                       int64_t NH, int64_t KVH, int64_t HS, Acc<A>* scratch,
+                       const int32_t* starts) {
   if constexpr (std::is_same_v<A, double>) {
-    per_head_forward(out, probs, qkv, B, T_, NH, KVH, HS);
+    per_head_forward(out, probs, qkv, B, T_, NH, KVH, HS, starts);
   } else if (attention_path(gemm, false) == AttentionPath::Batched) {
-    attention_forward_batched(gemm, out, probs, qkv, B, T_, NH, KVH, HS, scratch);
+    attention_forward_batched(gemm, out, probs, qkv, B, T_, NH, KVH, HS, scratch, starts);
   } else if constexpr (std::is_same_v<A, float>) {
-    per_head_forward(out, probs, qkv, B, T_, NH, KVH, HS);
+    per_head_forward(out, probs, qkv, B, T_, NH, KVH, HS, starts);
   } else {
     refuse_per_head_bf16();
   }
@@ -165,13 +180,13 @@ void attention_forward(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, in
 template <class A>
 void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* probs,
                         int64_t B, int64_t T_, int64_t NH, int64_t KVH, int64_t HS,
-                        Acc<A>* scratch) {
+                        Acc<A>* scratch, const int32_t* starts) {
   if constexpr (std::is_same_v<A, double>) {
-    per_head_backward(dqkv, dout, qkv, probs, B, T_, NH, KVH, HS, scratch);
+    per_head_backward(dqkv, dout, qkv, probs, B, T_, NH, KVH, HS, scratch, starts);
   } else if (attention_path(gemm, false) == AttentionPath::Batched) {
-    attention_backward_batched(gemm, dqkv, dout, qkv, probs, B, T_, NH, KVH, HS, scratch);
+    attention_backward_batched(gemm, dqkv, dout, qkv, probs, B, T_, NH, KVH, HS, scratch, starts);
   } else if constexpr (std::is_same_v<A, float>) {
-    per_head_backward(dqkv, dout, qkv, probs, B, T_, NH, KVH, HS, scratch);
+    per_head_backward(dqkv, dout, qkv, probs, B, T_, NH, KVH, HS, scratch, starts);
   } else {
     refuse_per_head_bf16();
   }
@@ -182,9 +197,10 @@ void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const 
   template int64_t attention_backward_scratch<A>(const Gemm&, int64_t, int64_t, int64_t,      \
                                                  int64_t, int64_t, int);                      \
   template void attention_forward<A>(Gemm&, A*, A*, const A*, int64_t, int64_t, int64_t,      \
-                                     int64_t, int64_t, Acc<A>*);                              \
+                                     int64_t, int64_t, Acc<A>*, const int32_t*);              \
   template void attention_backward<A>(Gemm&, A*, const A*, const A*, const A*, int64_t,       \
-                                      int64_t, int64_t, int64_t, int64_t, Acc<A>*);
+                                      int64_t, int64_t, int64_t, int64_t, Acc<A>*,            \
+                                      const int32_t*);
 INSTANTIATE(float)
 INSTANTIATE(double)
 INSTANTIATE(bf16)

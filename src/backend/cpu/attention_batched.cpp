@@ -72,7 +72,8 @@ void product(Gemm& gemm, const BatchedGemmShape& s, const bf16* a, const bf16* b
 // the softmax rounds them into probs.
 template <class A>
 void attention_forward_batched(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, int64_t T,
-                               int64_t NH, int64_t KVH, int64_t HS, float* scores) {
+                               int64_t NH, int64_t KVH, int64_t HS, float* scores,
+                               const int32_t* starts) {
   const Views v{B, T, NH, KVH, HS};
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
   float* s = nullptr;
@@ -82,8 +83,11 @@ void attention_forward_batched(Gemm& gemm, A* out, A* probs, const A* qkv, int64
     product(gemm, v.product(T, T, HS, v.q(), v.kvt(), v.p(), scale), qkv + v.q_at(j),
             qkv + v.k_at(), s + v.p_at(j));
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < B * NH * T; ++row)
-    causal_softmax_row(probs + row * T, s + row * T, row % T, T);
+  for (int64_t row = 0; row < B * NH * T; ++row) {
+    const int64_t i = row % T;
+    causal_softmax_row(probs + row * T, s + row * T, first_key(starts, row / (NH * T), T, i), i,
+                       T);
+  }
   for (int64_t j = 0; j < v.G(); ++j)  // O = P V
     product(gemm, v.product(T, HS, T, v.p(), v.kv(), v.o()), probs + v.p_at(j), qkv + v.v_at(),
             out + v.q_at(j));
@@ -128,7 +132,7 @@ void group_sum(Gemm& gemm, const Views& v, const BatchedGemmShape& s, A* dX, flo
 template <class A>
 void attention_backward_batched(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* probs,
                                 int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t HS,
-                                float* scratch) {
+                                float* scratch, const int32_t* starts) {
   const Views v{B, T, NH, KVH, HS};
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
   const A *q = qkv, *k = qkv + v.k_at(), *val = qkv + v.v_at();
@@ -150,8 +154,11 @@ void attention_backward_batched(Gemm& gemm, A* dqkv, const A* dout, const A* qkv
     return std::pair{probs + v.p_at(j), dout + v.q_at(j)};  // dV = sum_j P_j^T dO_j
   });
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < B * NH * T; ++row)  // softmax backward; dS = 0 above the diagonal
-    causal_softmax_backward_row(dS + row * T, probs + row * T, dP + row * T, row % T, T, scale);
+  for (int64_t row = 0; row < B * NH * T; ++row) {  // softmax backward; dS = 0 where masked
+    const int64_t i = row % T;
+    causal_softmax_backward_row(dS + row * T, probs + row * T, dP + row * T,
+                                first_key(starts, row / (NH * T), T, i), i, T, scale);
+  }
   for (int64_t j = 0; j < v.G(); ++j)  // dQ = dS K
     product(gemm, v.product(T, HS, T, v.p(), v.kv(), v.q()), dS + v.p_at(j), k, dq + v.q_at(j));
   group_sum(gemm, v, v.product(T, HS, T, v.pt(), v.q(), v.kv()), dk, wide, [&](int64_t j) {
@@ -161,10 +168,11 @@ void attention_backward_batched(Gemm& gemm, A* dqkv, const A* dout, const A* qkv
 
 #define INSTANTIATE(A)                                                                        \
   template void attention_forward_batched<A>(Gemm&, A*, A*, const A*, int64_t, int64_t,       \
-                                             int64_t, int64_t, int64_t, float*);              \
+                                             int64_t, int64_t, int64_t, float*,               \
+                                             const int32_t*);                                 \
   template void attention_backward_batched<A>(Gemm&, A*, const A*, const A*, const A*,        \
                                               int64_t, int64_t, int64_t, int64_t, int64_t,    \
-                                              float*);
+                                              float*, const int32_t*);
 INSTANTIATE(float)
 INSTANTIATE(bf16)
 #undef INSTANTIATE

@@ -125,8 +125,10 @@ void CpuBackend::do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor&
 // Scratch (Workspace, counted by the planner): bf16 forward keeps its fp32 scores there;
 // backward its dS (and under bf16 the fp32 dP), kernels.h says how much.
 void CpuBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
-                                      int64_t T, int64_t NH, int64_t KVH, int64_t HS) {
+                                      int64_t T, int64_t NH, int64_t KVH, int64_t HS,
+                                      const Tensor* document_starts) {
   const char* op = "attention_forward";
+  // The time model and this profile count the whole causal triangle, masked or not.
   KernelProfile::Scope timed(profile_, op, 4.0 * B * NH * T * T * HS);
   const DType a = qkv.dtype();
   dispatch(false, op, a, [&](auto tag) {
@@ -135,14 +137,16 @@ void CpuBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& 
     Tensor scratch;
     if (elements > 0) scratch = empty({elements}, cpu::wide(a), MemoryCategory::Workspace);
     if (planning_) return;
+    const int32_t* starts = document_starts ? ptr<int32_t>(*document_starts) : nullptr;
+    cpu::check_document_starts(op, starts, B, T);
     cpu::attention_forward<E>(*gemm_, ptr<E>(out), ptr<E>(probs), ptr<E>(qkv), B, T, NH, KVH, HS,
-                              elements > 0 ? ptr<Acc<E>>(scratch) : nullptr);
+                              elements > 0 ? ptr<Acc<E>>(scratch) : nullptr, starts);
   });
 }
 
 void CpuBackend::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                        const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                       int64_t KVH, int64_t HS) {
+                                       int64_t KVH, int64_t HS, const Tensor* document_starts) {
   const char* op = "attention_backward";
   KernelProfile::Scope timed(profile_, op, 8.0 * B * NH * T * T * HS);
   const DType a = qkv.dtype();
@@ -152,8 +156,10 @@ void CpuBackend::do_attention_backward(Tensor& dqkv, const Tensor& dout, const T
         empty({cpu::attention_backward_scratch<E>(*gemm_, B, T, NH, KVH, HS, threads())},
               cpu::wide(a), MemoryCategory::Workspace);
     if (planning_) return;
+    const int32_t* starts = document_starts ? ptr<int32_t>(*document_starts) : nullptr;
+    cpu::check_document_starts(op, starts, B, T);
     cpu::attention_backward<E>(*gemm_, ptr<E>(dqkv), ptr<E>(dout), ptr<E>(qkv), ptr<E>(probs), B,
-                               T, NH, KVH, HS, ptr<Acc<E>>(scratch));
+                               T, NH, KVH, HS, ptr<Acc<E>>(scratch), starts);
   });
 }
 

@@ -94,7 +94,8 @@ template <class A> void gelu_backward(A* dinp, const A* inp, const A* dout, int6
 // heads, on qkv rows of (NH + 2 KVH) * HS (backend.h). fp32 and bf16 run batched oneDNN matmuls
 // over all (batch, head) pairs; fp32 runs one (batch, key/value head) group per OpenMP task with
 // OpenBLAS when `gemm` forces OpenBLAS, as fp64 always does (bf16 then is refused: OpenBLAS has
-// no bf16 GEMM).
+// no bf16 GEMM). `starts` (B * T), when not null, are the document starts of document masking
+// (backend.h): row i of sequence b sees keys [starts[b T + i], i].
 enum class AttentionPath { Batched, PerHead };
 AttentionPath attention_path(const Gemm& gemm, bool fp64);
 // Acc<A> elements of scratch: forward, the fp32 scores under bf16 (none otherwise); backward,
@@ -107,19 +108,24 @@ int64_t attention_backward_scratch(const Gemm& gemm, int64_t B, int64_t T_, int6
                                    int64_t KVH, int64_t HS, int threads);
 template <class A>
 void attention_forward(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, int64_t T_,
-                       int64_t NH, int64_t KVH, int64_t HS, Acc<A>* scratch);
+                       int64_t NH, int64_t KVH, int64_t HS, Acc<A>* scratch,
+                       const int32_t* starts);
 template <class A>
 void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* probs,
                         int64_t B, int64_t T_, int64_t NH, int64_t KVH, int64_t HS,
-                        Acc<A>* scratch);
+                        Acc<A>* scratch, const int32_t* starts);
 // The batched paths (attention_batched.cpp); `scores` (fp32, B * NH * T * T) only for bf16.
 template <class A>
 void attention_forward_batched(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, int64_t T_,
-                               int64_t NH, int64_t KVH, int64_t HS, float* scores);
+                               int64_t NH, int64_t KVH, int64_t HS, float* scores,
+                               const int32_t* starts);
 template <class A>
 void attention_backward_batched(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* probs,
                                 int64_t B, int64_t T_, int64_t NH, int64_t KVH, int64_t HS,
-                                float* scratch);
+                                float* scratch, const int32_t* starts);
+// Refuses (std::invalid_argument naming `op`) a document start outside [0, i] for row i of its
+// sequence: a start after the row would leave it no key to attend to.
+void check_document_starts(const char* op, const int32_t* starts, int64_t B, int64_t T_);
 
 template <class A>
 void crossentropy_stats(Acc<A>* row_max, Acc<A>* row_sumexp, const A* logits, int64_t N,

@@ -2,7 +2,8 @@
 // block of queries against one block of keys, merged into a running (out, lse) by log-sum-exp,
 // and its backward from the final out and lse (FlashAttention-2, arXiv 2307.08691, alg. 1-2):
 //
-//   S = scale Q K^T (masked j > i when causal),  m = rowmax S,  P = exp(S - m),  l = rowsum P
+//   S = scale Q K^T (masked j > i when causal, and keys before the row's document start under
+//   document masking),  m = rowmax S,  P = exp(S - m),  l = rowsum P
 //   O_blk = P V / l,  lse_blk = m + log l;  merged: lse = logaddexp(lse, lse_blk),
 //   out = out exp(lse_old - lse) + O_blk exp(lse_blk - lse)                 scale = 1/sqrt(HS)
 //
@@ -23,6 +24,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -46,13 +48,24 @@ constexpr int64_t kTile = kAttentionBlock;  // query rows per product
 struct BlockGeometry {
   int64_t B, NH, KVH, HS, C, W, KC, Tq, Tk;
   Backend::AttentionBlock block;
+  const int32_t* starts;  // document masking: (B * Tq) document starts; null without
   int64_t tile() const { return std::min(kTile, block.rows); }
   int64_t group() const { return NH / KVH; }
 };
 
-// Keys row i of the block (0-based) sees: 0..i when causal, every key otherwise.
-inline int64_t visible(const BlockGeometry& g, int64_t i) {
-  return g.block.causal ? i + 1 : g.block.keys;
+// The keys [first, end) of the block that its row i (0-based) of sequence b sees: end is i + 1
+// when causal, every key otherwise; first is 0, or under document masking the block's key row
+// of the row's document start (clamped to [0, end]: first == end when the document starts
+// after the block's last key, and the row sees none of them).
+struct KeyRange {
+  int64_t first, end;
+  bool empty() const { return first >= end; }
+};
+inline KeyRange visible(const BlockGeometry& g, int64_t b, int64_t i) {
+  const int64_t end = g.block.causal ? i + 1 : g.block.keys;
+  if (g.starts == nullptr) return {0, end};
+  const int64_t start = g.starts[b * g.Tq + g.block.q_begin + i] - g.block.key_position;
+  return {std::clamp<int64_t>(start, 0, end), end};
 }
 
 // A (rows, cols) tile of a strided A matrix as Acc<A>: the matrix itself when A computes as it
@@ -129,26 +142,34 @@ void block_forward(A* out, Acc<A>* lse, const A* qkv, const A* kv, const BlockGe
       E lse_blk[kTile];
       for (int64_t t = 0; t < rt; ++t) {
         E* s = S + t * keys;
-        const int64_t n = visible(g, r0 + t);
-        E m = s[0];
+        const KeyRange r = visible(g, b, r0 + t);
+        if (r.empty()) {  // nothing of its document here: the merge below leaves the row alone
+          std::memset(s, 0, static_cast<size_t>(ku) * sizeof(E));
+          lse_blk[t] = -std::numeric_limits<E>::infinity();
+          continue;
+        }
+        const int64_t lo = r.first, n = r.end;
+        E m = s[lo];
 #pragma omp simd reduction(max : m)
-        for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
+        for (int64_t j = lo + 1; j < n; ++j) m = std::max(m, s[j]);
         E sum = 0;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = lo; j < n; ++j) {
           s[j] = vexp<E>(s[j] - m);
           sum += s[j];
         }
+        if (lo > 0) std::memset(s, 0, static_cast<size_t>(lo) * sizeof(E));
         if (ku > n) std::memset(s + n, 0, static_cast<size_t>(ku - n) * sizeof(E));
         lse_blk[t] = m + std::log(sum);
         const E inv = E(1) / sum;
-        for (int64_t j = 0; j < n; ++j) s[j] *= inv;  // P / l: O comes out normalised
+        for (int64_t j = lo; j < n; ++j) s[j] *= inv;  // P / l: O comes out normalised
       }
       gemm(CblasNoTrans, CblasNoTrans, rt, HS, ku, E(1), S, keys, V.p, V.ld, E(0), O, HS);
       for (int64_t t = 0; t < rt; ++t) {  // merge (out, lse) with (O, lse_blk)
         A* orow = o + (r0 + t) * C;
         const E* brow = O + t * HS;
         const E old = l[r0 + t];
+        if (lse_blk[t] == -std::numeric_limits<E>::infinity()) continue;  // saw no key here
         if (old == -std::numeric_limits<E>::infinity()) {
           for (int64_t c = 0; c < HS; ++c) orow[c] = narrow<A>(brow[c]);
           l[r0 + t] = lse_blk[t];
@@ -218,14 +239,19 @@ void block_backward(A* dqkv, A* dkv, const A* dout, const A* out, const Acc<A>* 
         for (int64_t t = 0; t < rt; ++t) {
           E* p = P + t * keys;
           E* ds = dS + t * keys;
-          const int64_t n = visible(g, r0 + t);
+          const KeyRange r = visible(g, b, r0 + t);
+          const int64_t lo = r.first, n = r.end;
           const E li = l[r0 + t], Dt = D[t];
 #pragma omp simd
-          for (int64_t j = 0; j < n; ++j) {
+          for (int64_t j = lo; j < n; ++j) {
             p[j] = vexp<E>(p[j] - li);
             ds[j] = p[j] * (ds[j] - Dt);
           }
-          if (ku > n) {  // the products below read the masked entries
+          if (lo > 0) {  // the products below read the masked entries
+            std::memset(p, 0, static_cast<size_t>(lo) * sizeof(E));
+            std::memset(ds, 0, static_cast<size_t>(lo) * sizeof(E));
+          }
+          if (ku > n) {
             std::memset(p + n, 0, static_cast<size_t>(ku - n) * sizeof(E));
             std::memset(ds + n, 0, static_cast<size_t>(ku - n) * sizeof(E));
           }
@@ -242,10 +268,21 @@ void block_backward(A* dqkv, A* dkv, const A* dout, const A* out, const Acc<A>* 
 }
 
 // The geometry of a block the Backend front has checked (attention_blocks.cpp).
-BlockGeometry block_geometry(const Tensor& qkv, const Tensor& kv, int64_t B, int64_t NH,
-                             int64_t KVH, int64_t HS, const Backend::AttentionBlock& blk) {
+// Document starts are positions in the sequence: a negative one is refused by name. (A start
+// after its row cannot be told here, where the rows' true positions are unknown.)
+BlockGeometry block_geometry(const char* op, const Tensor& qkv, const Tensor& kv, int64_t B,
+                             int64_t NH, int64_t KVH, int64_t HS,
+                             const Backend::AttentionBlock& blk, const Tensor* document_starts) {
   const int64_t Tq = qkv.dim(0) / B, Tk = kv.dim(0) / B;
-  return {B, NH, KVH, HS, NH * HS, (NH + 2 * KVH) * HS, KVH * HS, Tq, Tk, blk};
+  const int32_t* starts =
+      document_starts ? static_cast<const int32_t*>(document_starts->raw()) : nullptr;
+  if (starts)
+    for (int64_t r = 0; r < B * Tq; ++r)
+      if (starts[r] < 0)
+        throw std::invalid_argument(std::string("backend 'cpu': ") + op + ": document_starts[" +
+                                    std::to_string(r) + "] = " + std::to_string(starts[r]) +
+                                    " is negative (a position in the sequence)");
+  return {B, NH, KVH, HS, NH * HS, (NH + 2 * KVH) * HS, KVH * HS, Tq, Tk, blk, starts};
 }
 
 }  // namespace
@@ -259,9 +296,11 @@ using cpu::ptr;
 // (cpu::forward_scratch / backward_scratch).
 void CpuBackend::do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,
                                             const Tensor& kv, int64_t B, int64_t NH, int64_t KVH,
-                                            int64_t HS, const AttentionBlock& block) {
+                                            int64_t HS, const AttentionBlock& block,
+                                            const Tensor* document_starts) {
   const char* op = "attention_block_forward";
-  const cpu::BlockGeometry g = cpu::block_geometry(qkv, kv, B, NH, KVH, HS, block);
+  const cpu::BlockGeometry g =
+      cpu::block_geometry(op, qkv, kv, B, NH, KVH, HS, block, planning_ ? nullptr : document_starts);
   KernelProfile::Scope timed(profile_, op,
                              (block.causal ? 2.0 : 4.0) * B * NH * block.rows * block.keys * HS);
   const DType a = qkv.dtype();
@@ -281,9 +320,11 @@ void CpuBackend::do_attention_block_backward(Tensor& dqkv, Tensor& dkv, const Te
                                              const Tensor& out, const Tensor& lse,
                                              const Tensor& qkv, const Tensor& kv, int64_t B,
                                              int64_t NH, int64_t KVH, int64_t HS,
-                                             const AttentionBlock& block) {
+                                             const AttentionBlock& block,
+                                             const Tensor* document_starts) {
   const char* op = "attention_block_backward";
-  const cpu::BlockGeometry g = cpu::block_geometry(qkv, kv, B, NH, KVH, HS, block);
+  const cpu::BlockGeometry g =
+      cpu::block_geometry(op, qkv, kv, B, NH, KVH, HS, block, planning_ ? nullptr : document_starts);
   KernelProfile::Scope timed(profile_, op,
                              (block.causal ? 5.0 : 10.0) * B * NH * block.rows * block.keys * HS);
   const DType a = qkv.dtype();

@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
+#include <stdexcept>
+#include <string>
 
 #include "backend_util.h"
 #include "cuda_check.h"
@@ -101,8 +103,23 @@ AttentionImpl CudaBackend::attention_impl_for(DType dtype, int64_t B, int64_t T,
   return refusal.empty() ? AttentionImpl::Cudnn : AttentionImpl::Own;
 }
 
+// Document masking (data.document_mask) has no CUDA kernel yet: cuDNN's fused attention
+// takes padding, causal and sliding-window masks, none of which is block-causal over documents
+// (that needs its score-modifier graphs or per-document ragged offsets), and the own kernels'
+// softmax would need the starts too. The run refuses the key on this backend at startup
+// (config/device_check.cpp); this refusal is what a direct caller meets.
+namespace {
+[[noreturn]] void refuse_document_mask(const char* op) {
+  throw std::invalid_argument(std::string("backend 'cuda' does not support ") + op +
+                              " with document_starts (data.document_mask = true): run it on "
+                              "backend 'cpu', or set data.document_mask = false");
+}
+}  // namespace
+
 void CudaBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
-                                       int64_t T, int64_t NH, int64_t KVH, int64_t HS) {
+                                       int64_t T, int64_t NH, int64_t KVH, int64_t HS,
+                                       const Tensor* document_starts) {
+  if (document_starts) refuse_document_mask("attention_forward");
   // Causal work counted full, as PaLM does: QK^T and PV, 2 T^2 HS each per head.
   cuda::TimedOp timed(profile_, stream_, "attention_forward",
                       4.0 * double(B) * double(NH) * double(T) * double(T) * double(HS));
@@ -123,7 +140,8 @@ void CudaBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor&
 
 void CudaBackend::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                         const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                        int64_t KVH, int64_t HS) {
+                                        int64_t KVH, int64_t HS, const Tensor* document_starts) {
+  if (document_starts) refuse_document_mask("attention_backward");
   cuda::TimedOp timed(profile_, stream_, "attention_backward",
                       8.0 * double(B) * double(NH) * double(T) * double(T) * double(HS));
   const char* op = "attention_backward";

@@ -96,18 +96,21 @@ class CpuBackend final : public Backend {
   void do_gelu_forward(Tensor& out, const Tensor& inp) override;
   void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
   void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                            int64_t NH, int64_t KVH, int64_t HS) override;
+                            int64_t NH, int64_t KVH, int64_t HS,
+                            const Tensor* document_starts) override;
   void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                              const Tensor& probs, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                             int64_t HS) override;
+                             int64_t HS, const Tensor* document_starts) override;
   // Ring-attention blocks (ring_attention_blocks.cpp): fp32, fp64 and bf16, lse in wide(A).
   void do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
                                   int64_t B, int64_t NH, int64_t KVH, int64_t HS,
-                                  const AttentionBlock& block) override;
+                                  const AttentionBlock& block,
+                                  const Tensor* document_starts) override;
   void do_attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& out,
                                    const Tensor& lse, const Tensor& qkv, const Tensor& kv,
                                    int64_t B, int64_t NH, int64_t KVH, int64_t HS,
-                                   const AttentionBlock& block) override;
+                                   const AttentionBlock& block,
+                                   const Tensor* document_starts) override;
   void do_copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                        int64_t cols) override;
 

@@ -169,10 +169,11 @@ class CudaBackend final : public Backend {
   void do_gelu_forward(Tensor& out, const Tensor& inp) override;
   void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
   void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                            int64_t NH, int64_t KVH, int64_t HS) override;
+                            int64_t NH, int64_t KVH, int64_t HS,
+                            const Tensor* document_starts) override;
   void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                              const Tensor& probs, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                             int64_t HS) override;
+                             int64_t HS, const Tensor* document_starts) override;
 
   void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
   void do_crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,

@@ -1,0 +1,55 @@
+#pragma once
+// Reading a Hugging Face model directory, as save_pretrained writes it, whatever the model:
+// its JSON files (config.json, the tokenizer's) and its weights, one `model.safetensors` or the
+// shards a `model.safetensors.index.json` names. Shared by the GPT-2 and Llama/Qwen imports
+// (app/import_command.cpp); the tensor names are the families' (app/hf_gpt2.h, app/hf_llama.h).
+//
+// The index comes from whoever published the model: every shard it names must lie inside the
+// directory (a relative path without "..", not a symbolic link that leads out of it), as every
+// reader of meshtrain opens only the files it was given (io/regular_file.h).
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meshtrain/io/safetensors.h"
+
+namespace meshtrain {
+
+// The JSON object in `path`; throws std::runtime_error naming the file, saying what it is for
+// (`what`: "config.json says what the tensors alone do not") when it is missing, not a regular
+// file, not valid JSON or not an object.
+nlohmann::json read_json_object(const std::string& path, const std::string& what);
+
+// A config.json value, or `fallback` (transformers' default) where the key is absent or null.
+nlohmann::json json_value_or(const nlohmann::json& j, const char* key, nlohmann::json fallback);
+
+struct HfStoredTensor {
+  const SafetensorsFile* file = nullptr;
+  const SafetensorsEntry* entry = nullptr;
+};
+
+class HfWeights {
+ public:
+  // `dir`/model.safetensors when there is one (as transformers prefers it), else the shards of
+  // `dir`/model.safetensors.index.json. Throws naming the file: neither present, an index whose
+  // weight_map is not {tensor: file}, a shard outside `dir`, a tensor the index places in a
+  // shard that lacks it, a tensor in a shard the index does not list, or a damaged safetensors
+  // file (io/safetensors.h).
+  static HfWeights open(const std::string& dir);
+
+  // Every tensor by its stored name.
+  const std::map<std::string, HfStoredTensor>& tensors() const { return tensors_; }
+  // "DIR/model.safetensors" or "DIR/model.safetensors.index.json": what messages name.
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, HfStoredTensor> tensors_;
+};
+
+}  // namespace meshtrain

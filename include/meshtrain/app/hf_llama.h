@@ -1,0 +1,64 @@
+#pragma once
+// Hugging Face LlamaForCausalLM and Qwen3ForCausalLM as meshtrain's llama and qwen3 families:
+// the tensor names (applied by app/hf_name_map.h), config.json both ways, and the deck an import
+// writes for a downloaded model. Shared by `meshtrain import --format hf` and `export`.
+//
+//   | meshtrain (checkpoint /model/...)  | Hugging Face                                      |
+//   |------------------------------------|---------------------------------------------------|
+//   | wte (V, C)                         | model.embed_tokens.weight                         |
+//   | h.i.ln_1.weight (C)                | model.layers.i.input_layernorm.weight             |
+//   | h.i.attn.q/k/v.weight (W, C)       | model.layers.i.self_attn.{q,k,v}_proj.weight      |
+//   | h.i.attn.qkv.weight (3, W, C)      | the same three, stacked (kv_heads = heads, no qk_norm) |
+//   | h.i.attn.q_norm/k_norm.weight (HS) | model.layers.i.self_attn.{q,k}_norm.weight (Qwen 3) |
+//   | h.i.attn.proj.weight (C, W)        | model.layers.i.self_attn.o_proj.weight            |
+//   | h.i.ln_2.weight (C)                | model.layers.i.post_attention_layernorm.weight    |
+//   | h.i.mlp.gate/up/down.weight        | model.layers.i.mlp.{gate,up,down}_proj.weight     |
+//   | ln_f.weight (C)                    | model.norm.weight                                 |
+//   | lm_head.weight (V, C), untied only | lm_head.weight                                    |
+//
+// Both sides store linear weights as torch.nn.Linear does, (out, in): no transpose. HF's
+// q_proj/k_proj rows are already in the rotate-half order meshtrain's rotary uses (HF's
+// conversion script permuted Meta's interleaved layout once): no permutation either.
+// model.bias = true is HF Llama's attention_bias = mlp_bias = true (a bias on every linear).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meshtrain/app/hf_name_map.h"
+#include "meshtrain/model/model_spec.h"
+
+namespace meshtrain {
+
+// Every parameter of `m`'s parameter table under HF's Llama / Qwen 3 names, in the order
+// save_pretrained writes them. Throws std::logic_error for a parameter the table lacks.
+std::vector<HfTensor> hf_llama_tensors(const ModelSpec& m);
+
+// The model a Llama or Qwen 3 config.json describes (model_type "llama" or "qwen3"), with
+// transformers' defaults for absent keys; `max_positions` receives max_position_embeddings
+// (spec.seq_len is left as `seq_len`). Throws naming `path`, the key, its value and what
+// meshtrain accepts for anything it cannot compute: another hidden_act, rope_type, sliding
+// windows, a bias on some linear layers only.
+ModelSpec hf_llama_spec(const nlohmann::json& config, const std::string& path, int64_t seq_len,
+                        int64_t& max_positions);
+
+// The config.json key a spec field ("kv_heads", "rope_factor") comes from, for messages.
+std::string hf_llama_config_key(const std::string& field);
+
+// "LlamaForCausalLM" or "Qwen3ForCausalLM" for `m`; throws naming `where` and the field when
+// neither computes what `m` does (LayerNorm, learned positions, GELU, a Qwen 3 with biases).
+std::string hf_llama_architecture(const ModelSpec& m, const std::string& where);
+
+// config.json for `m` (indented, a trailing newline); torch_dtype "float32" or "bfloat16";
+// bos/eos: token ids, or < 0 for none (null).
+std::string hf_llama_config_json(const ModelSpec& m, const std::string& torch_dtype, int64_t bos,
+                                 int64_t eos);
+
+// A deck whose [model] is `m` (its family, the sizes, every field that differs from the
+// family's defaults), training on the built-in corpus with fine-tuning's learning rates, the
+// tokenizer `tokenizer` ("bytes" or a path); `source` names the model in its comments.
+std::string hf_deck_text(const ModelSpec& m, const std::string& tokenizer, const std::string& source);
+
+}  // namespace meshtrain

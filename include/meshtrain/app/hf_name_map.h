@@ -1,0 +1,64 @@
+#pragma once
+// What Hugging Face's model classes and meshtrain's parameter table have in common: a table of
+// name templates ("h.{}.ln_1.weight" <-> "transformer.h.{}.ln_1.weight", as is / transposed /
+// flattened / one slice of a fused tensor) applied to the model's parameter table
+// (model/parameter_table.h). Each family's table lives beside its config mapping
+// (app/hf_gpt2.cpp, app/hf_llama.cpp); this file applies a table and moves the values.
+//
+// No parameter is listed by hand: one the templates do not cover is an error, not a tensor
+// silently left out of an export.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshtrain/model/model_spec.h"
+
+namespace meshtrain {
+
+struct HfTensor {
+  std::string meshtrain;               // "h.0.attn.qkv.weight"
+  std::vector<int64_t> meshtrain_shape;
+  std::string hf;                      // "transformer.h.0.attn.c_attn.weight"
+  std::vector<int64_t> hf_shape;
+  // HF holds the transpose of meshtrain's tensor read as (numel / last, last).
+  bool transpose = false;
+  // HF holds slice `part` of `parts` equal slices of meshtrain's tensor along its first
+  // dimension: the fused (3, NH*HS, C) qkv weight is HF Llama's q_proj, k_proj and v_proj.
+  int part = 0, parts = 1;
+};
+
+// How a meshtrain parameter becomes its HF tensor.
+enum class HfTransform {
+  Same,              // as is
+  TransposedLinear,  // meshtrain (out, in) read as (numel / in, in), HF Conv1D's (in, out)
+  Flattened,         // the same values as one dimension (the blocked qkv bias (3, C) -> (3C))
+  ThirdQ,            // the first of three slices along dimension 0 (fused q, k, v), flattened
+  ThirdK,            //   after the first dimension: (3, W, C) -> (W, C); (3, W) -> (W)
+  ThirdV,
+};
+
+struct HfNameRule {
+  const char* meshtrain;  // "{}" stands for the block index
+  const char* hf;
+  HfTransform how;
+};
+
+// Every parameter of `m`'s parameter table under `rules`, in the rules' order (the rules with
+// "{}" applied block by block, as a group). A rule whose parameter the model lacks is skipped (a
+// tied model has no lm_head.weight). Throws std::logic_error naming `model_class` for a
+// parameter no rule covers.
+std::vector<HfTensor> hf_tensors(const ModelSpec& m, const HfNameRule* rules, size_t count,
+                                 const std::string& model_class);
+
+// meshtrain's (rows, cols) row-major -> HF's (cols, rows), or back (the same operation with the
+// roles swapped): out[c * rows + r] = in[r * cols + c].
+void transpose_2d(const float* in, float* out, int64_t rows, int64_t cols);
+
+// HF's values of `t` from meshtrain's whole parameter `values` (meshtrain_shape, row-major).
+std::vector<float> to_hf_layout(const HfTensor& t, const std::vector<float>& values);
+// Writes HF's values `hf` of `t` into meshtrain's parameter `values` (resized to the
+// parameter's numel on first use): the inverse of to_hf_layout, part by part.
+void from_hf_layout(const HfTensor& t, const std::vector<float>& hf, std::vector<float>& values);
+
+}  // namespace meshtrain

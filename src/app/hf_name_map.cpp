@@ -1,0 +1,116 @@
+#include "meshtrain/app/hf_name_map.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "meshtrain/model/parameter_table.h"
+
+namespace meshtrain {
+
+namespace {
+
+bool per_block(const HfNameRule& r) { return std::string(r.meshtrain).find("{}") != std::string::npos; }
+
+std::string fill(const char* pattern, const std::string& index) {
+  std::string s = pattern;
+  const size_t at = s.find("{}");
+  if (at != std::string::npos) s.replace(at, 2, index);
+  return s;
+}
+
+HfTensor apply(const HfNameRule& rule, const ParamEntry& e, const std::string& index) {
+  HfTensor t;
+  t.meshtrain = e.name;
+  for (int k = 0; k < e.shape.rank(); ++k) t.meshtrain_shape.push_back(e.shape[k]);
+  t.hf = fill(rule.hf, index);
+  const int64_t n = e.numel(), last = t.meshtrain_shape.back();
+  switch (rule.how) {
+    case HfTransform::Same: t.hf_shape = t.meshtrain_shape; break;
+    case HfTransform::TransposedLinear:
+      t.hf_shape = {last, n / last};
+      t.transpose = true;
+      break;
+    case HfTransform::Flattened: t.hf_shape = {n}; break;
+    case HfTransform::ThirdQ:
+    case HfTransform::ThirdK:
+    case HfTransform::ThirdV:
+      t.hf_shape.assign(t.meshtrain_shape.begin() + 1, t.meshtrain_shape.end());
+      t.parts = 3;
+      t.part = rule.how == HfTransform::ThirdQ ? 0 : rule.how == HfTransform::ThirdK ? 1 : 2;
+      break;
+  }
+  return t;
+}
+
+}  // namespace
+
+std::vector<HfTensor> hf_tensors(const ModelSpec& m, const HfNameRule* rules, size_t count,
+                                 const std::string& model_class) {
+  std::map<std::string, ParamEntry> table;
+  for (ParamEntry& e : parameter_table(m)) table.emplace(e.name, std::move(e));
+  std::set<std::string> mapped;
+  std::vector<HfTensor> out;
+  // Adds the tensor of `rule` for block `index` if the model has that parameter.
+  auto add = [&](const HfNameRule& rule, const std::string& index) {
+    const auto it = table.find(fill(rule.meshtrain, index));
+    if (it == table.end()) return false;
+    out.push_back(apply(rule, it->second, index));
+    mapped.insert(it->first);
+    return true;
+  };
+  for (size_t i = 0; i < count;) {
+    if (!per_block(rules[i])) {
+      add(rules[i++], "");
+      continue;
+    }
+    size_t end = i;
+    while (end < count && per_block(rules[end])) ++end;
+    for (int block = 0;; ++block) {
+      bool any = false;
+      for (size_t r = i; r < end; ++r) any = add(rules[r], std::to_string(block)) || any;
+      if (!any) break;
+    }
+    i = end;
+  }
+  // A parameter the table has no rule for would silently be left out of every export.
+  for (const auto& [name, entry] : table)
+    if (!mapped.count(name))
+      throw std::logic_error("Hugging Face " + model_class + " has no tensor for meshtrain's parameter " +
+                             name + " (the name table in app/hf_*.cpp lacks a rule)");
+  return out;
+}
+
+void transpose_2d(const float* in, float* out, int64_t rows, int64_t cols) {
+  // Blocked, so that neither side is walked with a stride of a whole row per element.
+  constexpr int64_t kB = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kB)
+    for (int64_t c0 = 0; c0 < cols; c0 += kB)
+      for (int64_t r = r0; r < std::min(rows, r0 + kB); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + kB); ++c) out[c * rows + r] = in[r * cols + c];
+}
+
+std::vector<float> to_hf_layout(const HfTensor& t, const std::vector<float>& values) {
+  if (t.transpose) {
+    const int64_t cols = t.meshtrain_shape.back(), rows = static_cast<int64_t>(values.size()) / cols;
+    std::vector<float> out(values.size());
+    transpose_2d(values.data(), out.data(), rows, cols);
+    return out;
+  }
+  const size_t slice = values.size() / static_cast<size_t>(t.parts);
+  return std::vector<float>(values.begin() + static_cast<std::ptrdiff_t>(slice * t.part),
+                            values.begin() + static_cast<std::ptrdiff_t>(slice * (t.part + 1)));
+}
+
+void from_hf_layout(const HfTensor& t, const std::vector<float>& hf, std::vector<float>& values) {
+  if (t.transpose) {  // HF (in, out) -> meshtrain (out, in)
+    values.resize(hf.size());
+    transpose_2d(hf.data(), values.data(), t.hf_shape[0], t.hf_shape[1]);
+    return;
+  }
+  values.resize(hf.size() * static_cast<size_t>(t.parts));
+  std::copy(hf.begin(), hf.end(), values.begin() + static_cast<std::ptrdiff_t>(hf.size() * t.part));
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,229 @@
+"""Hugging Face's LlamaForCausalLM and Qwen3ForCausalLM, forward only, in fp64 NumPy.
+
+Written from the published semantics of transformers' modeling_llama.py, modeling_qwen3.py and
+modeling_rope_utils.py (the "default" and "llama3" rotary initialisations), independently of
+meshtrain's C++: the tests hold meshtrain to this, so it must share none of meshtrain's code or
+conventions beyond Hugging Face's names. Everything is fp64, whatever the weights' dtype, so that
+the only rounding left in a comparison is meshtrain's.
+
+Inputs are what a Hugging Face directory holds: `weights`, a dict of HF tensor names
+("model.embed_tokens.weight", "model.layers.{i}.self_attn.q_proj.weight", ...) to arrays in
+nn.Linear's (out, in) layout, and `config`, the config.json dict. Entry points:
+    decoder_logits(weights, config, tokens)             -> (B, T, V) logits
+    mean_cross_entropy(weights, config, tokens, targets) -> the mean loss over every position
+    greedy_generate(weights, config, prompt, steps)     -> the `steps` argmax continuations
+Only numpy; no torch.
+"""
+
+import math
+
+import numpy as np
+
+FAMILIES = ("llama", "qwen3")
+
+
+# ---- the configuration --------------------------------------------------------------------------
+
+def rope_settings(config):
+    """(rope_theta, scaling dict or None) from either config.json form: the classic top-level
+    `rope_theta` + `rope_scaling` (with "rope_type", or the older "type"), or the newer
+    `rope_parameters` that holds rope_theta and the scaling fields together."""
+    if config.get("rope_parameters"):
+        params = dict(config["rope_parameters"])
+        theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+    else:
+        params = dict(config.get("rope_scaling") or {})
+        theta = float(config.get("rope_theta", 10000.0))
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind == "default":
+        return theta, None
+    if kind != "llama3":
+        raise NotImplementedError(f"rope_type {kind!r}: this reference knows 'default' and 'llama3'")
+    return theta, params
+
+
+def head_dim(config):
+    """Qwen 3 states head_dim (128 whatever hidden_size / heads); Llama may omit it."""
+    return int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
+
+
+def check_config(config):
+    family = config.get("model_type")
+    if family not in FAMILIES:
+        raise NotImplementedError(f"model_type {family!r}: this reference knows {FAMILIES}")
+    if config.get("hidden_act", "silu") != "silu":
+        raise NotImplementedError(f"hidden_act {config['hidden_act']!r}: only 'silu' (SwiGLU)")
+    if config.get("use_sliding_window"):
+        raise NotImplementedError("use_sliding_window: this reference is full causal attention")
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    if heads % kv_heads:
+        raise ValueError(f"num_key_value_heads {kv_heads} does not divide num_attention_heads {heads}")
+
+
+# ---- the operations -----------------------------------------------------------------------------
+
+def rms_norm(x, weight, eps):
+    """weight * x / sqrt(mean(x^2) + eps) over the last axis (HF's LlamaRMSNorm/Qwen3RMSNorm;
+    HF computes it in fp32, here fp64 like everything else)."""
+    return weight * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
+
+
+def inverse_frequencies(config):
+    """The rotary inverse frequencies, (head_dim / 2,): theta^(-2i / d), then, for rope_type
+    "llama3", Llama 3.1's rescaling by wavelength 2 pi / f against the original context L:
+    wavelengths below L / high_freq_factor kept, above L / low_freq_factor divided by `factor`,
+    and between the two a linear blend in L / wavelength of the divided and the kept."""
+    theta, scaling = rope_settings(config)
+    d = head_dim(config)
+    inv = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    if scaling is None:
+        return inv
+    factor = float(scaling["factor"])
+    low = float(scaling["low_freq_factor"])
+    high = float(scaling["high_freq_factor"])
+    original = float(scaling["original_max_position_embeddings"])
+    wavelength = 2.0 * math.pi / inv
+    out = np.where(wavelength > original / low, inv / factor, inv)
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1.0 - smooth) * inv / factor + smooth * inv
+    between = (wavelength >= original / high) & (wavelength <= original / low)
+    return np.where(between, blended, out)
+
+
+def rotate(x, positions, inv_freq):
+    """The rotate-half rotary embedding of x (..., T, d): channel i pairs with i + d/2, both
+    turned by angle position * inv_freq[i] (HF's apply_rotary_pos_emb, cos/sin of the angles
+    repeated over the two halves)."""
+    angles = np.outer(positions.astype(np.float64), inv_freq)  # (T, d/2)
+    cos = np.concatenate([np.cos(angles)] * 2, axis=-1)
+    sin = np.concatenate([np.sin(angles)] * 2, axis=-1)
+    half = x.shape[-1] // 2
+    rotated_half = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated_half * sin
+
+
+def linear(x, weights, name):
+    """x @ W^T (+ b): nn.Linear with its (out, in) weight; the bias only where the weights
+    have one (Llama's attention_bias / mlp_bias; Llama 3 and Qwen 3 have none)."""
+    y = x @ np.asarray(weights[name + ".weight"], dtype=np.float64).T
+    bias = weights.get(name + ".bias")
+    return y if bias is None else y + np.asarray(bias, dtype=np.float64)
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def attention(x, weights, config, layer):
+    """Causal grouped-query self-attention of one layer on x (B, T, C) -> (B, T, C)."""
+    B, T, _ = x.shape
+    NH = config["num_attention_heads"]
+    KVH = config.get("num_key_value_heads") or NH
+    D = head_dim(config)
+    eps = float(config["rms_norm_eps"])
+    p = f"model.layers.{layer}.self_attn."
+    q = linear(x, weights, p + "q_proj").reshape(B, T, NH, D)
+    k = linear(x, weights, p + "k_proj").reshape(B, T, KVH, D)
+    v = linear(x, weights, p + "v_proj").reshape(B, T, KVH, D)
+    if config["model_type"] == "qwen3":  # per-head norms of head_dim, before the rotation
+        q = rms_norm(q, np.asarray(weights[p + "q_norm.weight"], dtype=np.float64), eps)
+        k = rms_norm(k, np.asarray(weights[p + "k_norm.weight"], dtype=np.float64), eps)
+    q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))  # (B, heads, T, D)
+    inv_freq = inverse_frequencies(config)
+    positions = np.arange(T)
+    q, k = rotate(q, positions, inv_freq), rotate(k, positions, inv_freq)
+    group = NH // KVH
+    kv_of_head = np.arange(NH) // group  # query head h reads key/value head h // group
+    k, v = k[:, kv_of_head], v[:, kv_of_head]
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D)  # (B, NH, T, T)
+    scores = np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    probs = np.exp(scores)
+    probs /= probs.sum(axis=-1, keepdims=True)
+    heads_out = (probs @ v).transpose(0, 2, 1, 3).reshape(B, T, NH * D)
+    return linear(heads_out, weights, p + "o_proj")
+
+
+def feed_forward(x, weights, layer):
+    p = f"model.layers.{layer}.mlp."
+    return linear(silu(linear(x, weights, p + "gate_proj")) * linear(x, weights, p + "up_proj"),
+                  weights, p + "down_proj")
+
+
+def lm_head_weight(weights, config):
+    """lm_head.weight, or the token embedding where tied (tie_word_embeddings: Qwen3Config's
+    default is false, as LlamaConfig's; a tied checkpoint may still carry lm_head.weight)."""
+    if config.get("tie_word_embeddings", False):
+        return weights["model.embed_tokens.weight"]
+    return weights["lm_head.weight"]
+
+
+# ---- the model ----------------------------------------------------------------------------------
+
+def decoder_logits(weights, config, tokens):
+    """Logits (B, T, V) for token ids (B, T) (or (T,): then (T, V))."""
+    check_config(config)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    single = tokens.ndim == 1
+    if single:
+        tokens = tokens[None]
+    eps = float(config["rms_norm_eps"])
+    w = lambda name: np.asarray(weights[name], dtype=np.float64)  # noqa: E731
+    x = w("model.embed_tokens.weight")[tokens]
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        x = x + attention(rms_norm(x, w(p + "input_layernorm.weight"), eps), weights, config, i)
+        x = x + feed_forward(rms_norm(x, w(p + "post_attention_layernorm.weight"), eps), weights, i)
+    x = rms_norm(x, w("model.norm.weight"), eps)
+    logits = x @ np.asarray(lm_head_weight(weights, config), dtype=np.float64).T
+    return logits[0] if single else logits
+
+
+def cross_entropies(logits, targets):
+    """-log softmax(logits)[target] at every position (log-sum-exp shifted by the maximum)."""
+    top = logits.max(axis=-1, keepdims=True)
+    log_z = np.log(np.exp(logits - top).sum(axis=-1)) + top[..., 0]
+    picked = np.take_along_axis(logits, np.asarray(targets, dtype=np.int64)[..., None], axis=-1)[..., 0]
+    return log_z - picked
+
+
+def mean_cross_entropy(weights, config, tokens, targets):
+    """The mean next-token cross-entropy over every position of every row (B, T)."""
+    return float(cross_entropies(decoder_logits(weights, config, tokens), targets).mean())
+
+
+def greedy_generate(weights, config, prompt, steps):
+    """The `steps` tokens that argmax decoding appends to `prompt` (a list of ids), recomputing
+    the whole prefix each step (no cache: nothing here can go stale). Ties go to the lowest id
+    (np.argmax), as HF's torch.argmax on CPU does in practice."""
+    ids = [int(t) for t in prompt]
+    out = []
+    for _ in range(steps):
+        nxt = int(np.argmax(decoder_logits(weights, config, np.array(ids))[-1]))
+        ids.append(nxt)
+        out.append(nxt)
+    return out
+
+
+def parameter_names(config):
+    """The HF tensor names (and shapes) of a config: what a directory must hold."""
+    C, V = config["hidden_size"], config["vocab_size"]
+    NH = config["num_attention_heads"]
+    KVH = config.get("num_key_value_heads") or NH
+    D, F = head_dim(config), config["intermediate_size"]
+    names = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        names.update({p + "input_layernorm.weight": (C,), p + "post_attention_layernorm.weight": (C,),
+                      p + "self_attn.q_proj.weight": (NH * D, C),
+                      p + "self_attn.k_proj.weight": (KVH * D, C),
+                      p + "self_attn.v_proj.weight": (KVH * D, C),
+                      p + "self_attn.o_proj.weight": (C, NH * D),
+                      p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
+                      p + "mlp.down_proj.weight": (C, F)})
+        if config["model_type"] == "qwen3":
+            names.update({p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,)})
+    if not config.get("tie_word_embeddings", False):
+        names["lm_head.weight"] = (V, C)
+    return names
