@@ -126,8 +126,10 @@ int main(int argc, char** argv) {
                         "Override a deck key: --set section.key=value (repeatable)");
 
   PrepareArgs prepare;
-  CLI::App* prepare_cmd = app.add_subcommand("prepare", "Turn text files into token shards");
-  prepare_cmd->add_option("inputs", prepare.inputs, "Text files");
+  CLI::App* prepare_cmd = app.add_subcommand("prepare", "Turn text or JSON Lines files into token shards");
+  prepare_cmd->add_option("inputs", prepare.inputs,
+                          "Text files, and JSON Lines files (*.jsonl, *.jsonl.gz, *.jsonl.zst: "
+                          "one JSON object per line, a document each)");
   prepare_cmd->add_option("--out", prepare.out_prefix,
                           "Output prefix: writes <prefix>_train.bin and <prefix>_val.bin")->required();
   prepare_cmd->add_option("--val-fraction", prepare.val_fraction,
@@ -144,6 +146,18 @@ int main(int argc, char** argv) {
       ->excludes("--tokenizer");
   prepare_cmd->add_option("--threads", prepare.threads, "Tokenizing threads (default: every core this process may use)")
       ->check(thread_count());
+  prepare_cmd->add_option("--text-field", prepare.text_field,
+                          "JSON Lines: the field holding each document's text (default \"text\"; "
+                          "a dotted path such as meta.body reaches into nested objects)");
+  prepare_cmd->add_option("--max-bad-lines", prepare.max_bad_lines,
+                          "JSON Lines: how many bad lines (invalid JSON or UTF-8, no text field) "
+                          "may be skipped, each named, before they are an error (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  prepare_cmd->add_flag("--end-of-text", prepare.end_of_text,
+                        "Put the tokenizer's end-of-text token after every document (each text "
+                        "file's training and validation parts, each JSON Lines document): "
+                        "<|endoftext|> (GPT-2, Qwen), <|end_of_text|> (Llama 3), a SentencePiece "
+                        "model's </s>; what data.document_mask cuts sequences at");
 
   BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks, each against this machine's own ceiling");

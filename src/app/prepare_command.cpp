@@ -4,6 +4,7 @@
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/jsonl_documents.h"
 #include "meshtrain/io/prepare.h"
 #include "meshtrain/io/sentencepiece_tokenizer.h"
 #include "meshtrain/io/tokenizer.h"
@@ -48,14 +49,20 @@ int prepare_command(const PrepareArgs& args) {
     PrepareResult r;
     std::unique_ptr<Tokenizer> tok;
     if (args.synthetic_bytes > 0) {
-      if (args.tokenizer != "bytes" || !args.train_tokenizer.empty())
+      if (args.tokenizer != "bytes" || !args.train_tokenizer.empty() || args.end_of_text)
         throw std::invalid_argument("prepare --synthetic writes byte-level shards; it takes no "
-                                    "--tokenizer or --train-tokenizer");
+                                    "--tokenizer, --train-tokenizer or --end-of-text");
       r = prepare_synthetic(kSyntheticTrainSeed, static_cast<size_t>(args.synthetic_bytes),
                             args.out_prefix, args.val_fraction);
     } else {
       if (!args.train_tokenizer.empty()) {
         const auto [model, vocab] = parse_training_spec(args.train_tokenizer);
+        // SentencePiece's trainer reads its files as lines of text: it would learn JSON.
+        for (const std::string& path : args.inputs)
+          if (is_jsonl_path(path))
+            throw std::invalid_argument(
+                "--train-tokenizer trains on text files, and " + path + " is JSON Lines (train "
+                "the tokenizer on text files, or give one with --tokenizer)");
         for (const std::string& path : args.inputs) check_text_file(path);
         std::fprintf(stderr, "prepare: training a %s tokenizer of %u pieces on %d thread(s)\n",
                      args.train_tokenizer.substr(0, args.train_tokenizer.find(':')).c_str(),
@@ -68,6 +75,18 @@ int prepare_command(const PrepareArgs& args) {
       opt.val_fraction = args.val_fraction;
       opt.threads = threads;
       opt.progress = true;
+      opt.text_field = args.text_field;
+      opt.max_bad_lines = args.max_bad_lines;
+      if (args.end_of_text) {
+        opt.end_of_text = tok->end_of_text();
+        if (!opt.end_of_text)
+          throw std::invalid_argument(
+              "--end-of-text: the " + tok->kind() + " tokenizer" +
+              (args.train_tokenizer.empty() && args.tokenizer != "bytes" ? " " + args.tokenizer
+                                                                          : std::string()) +
+              " has no end-of-text token (GPT-2's, Llama 3's and Qwen's tokenizer.json have one, "
+              "as does a SentencePiece model with </s>; the byte tokenizer has none)");
+      }
       r = prepare_text_files(args.inputs, args.out_prefix, *tok, opt);
     }
     if (!r.val_path.empty()) {

@@ -24,7 +24,9 @@
 
 #include "meshtrain/backend/thread_limit.h"
 #include "meshtrain/io/byte_tokenizer.h"
+#include "meshtrain/io/compressed_reader.h"
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/jsonl_documents.h"
 #include "meshtrain/io/regular_file.h"
 #include "meshtrain/io/synthetic_corpus.h"
 #include "meshtrain/io/text_cut.h"
@@ -78,6 +80,8 @@ uint64_t check_text_file(const std::string& path) {
   std::ifstream probe(path, std::ios::binary);
   if (!probe) throw DataError(path, std::string("cannot open text file: ") + std::strerror(errno));
   if (st.st_size == 0) throw DataError(path, "text file is empty; nothing to tokenize");
+  if (is_jsonl_path(path) && compression_of(path) != Compression::None)
+    return decompressed_size(path);
   return static_cast<uint64_t>(st.st_size);
 }
 
@@ -112,8 +116,13 @@ enum class Role { Train, Val };
 struct Chunk {
   const std::string* path = nullptr;
   uint64_t offset = 0;  // of text[0] in the file
+  uint64_t line = 0;    // JSON Lines: the line of the first document; 0 for a text file
   Role role = Role::Train;
   std::string text;
+  // JSON Lines: where each document of `text` ends. Each is tokenized on its own, so that no
+  // token spans two documents (as none spans two text files). Empty: `text` is one piece.
+  std::vector<size_t> document_ends;
+  bool ends_document = false;  // a text file: the last chunk of its training or validation part
   std::vector<uint32_t> tokens;
   std::exception_ptr error;
   bool done = false;
@@ -122,7 +131,8 @@ struct Chunk {
 // Tokenizes chunks on `threads` threads; the caller takes results in submission order.
 class Workers {
  public:
-  Workers(int threads, const Tokenizer& tok) : tok_(tok) {
+  Workers(int threads, const Tokenizer& tok, std::optional<uint32_t> end_of_text)
+      : tok_(tok), end_of_text_(end_of_text) {
     // A thread the system refuses ends the started ones before the error goes on: a joinable
     // std::thread destroyed unjoined would abort, leaving the shards' .tmp files behind.
     try {
@@ -179,25 +189,56 @@ class Workers {
     }
   }
   void encode(Chunk& c) const {
+    if (!c.document_ends.empty()) {
+      // A token covers at least one byte: room for every token without growing, then the
+      // surplus (most of it, for a subword tokenizer) is given back.
+      c.tokens.reserve(c.text.size() + c.document_ends.size());
+      size_t begin = 0;
+      for (const size_t end : c.document_ends) {
+        // An empty text adds nothing, not even the end-of-text token: as no file would (an
+        // empty text file is refused).
+        if (end > begin) {
+          const std::vector<uint32_t> t = encode_piece(c, begin, end);
+          c.tokens.insert(c.tokens.end(), t.begin(), t.end());
+          if (end_of_text_) c.tokens.push_back(*end_of_text_);
+        }
+        begin = end;
+      }
+      c.tokens.shrink_to_fit();
+    } else {
+      c.tokens = encode_piece(c, 0, c.text.size());
+      if (c.ends_document && end_of_text_) c.tokens.push_back(*end_of_text_);
+    }
+    std::string().swap(c.text);
+  }
+  std::vector<uint32_t> encode_piece(const Chunk& c, size_t begin, size_t end) const {
+    const std::string_view text(c.text.data() + begin, end - begin);
+    // JSON Lines documents were checked line by line (io/jsonl_documents.h); the offsets of
+    // a text file's bytes are what names them.
+    const std::string where = c.line > 0 ? "the documents from line " + std::to_string(c.line)
+                                         : "the text from byte offset " +
+                                               std::to_string(c.offset + begin);
     if (!tok_.takes_any_bytes()) {
-      const size_t bad = first_non_text_byte(c.text);
-      if (bad < c.text.size())
-        throw DataError(*c.path, describe_non_text_byte(c.text, bad) + " at byte offset " +
-                                     std::to_string(c.offset + bad) + ": the " + tok_.kind() +
+      const size_t bad = first_non_text_byte(text);
+      if (bad < text.size())
+        throw DataError(*c.path, describe_non_text_byte(text, bad) +
+                                     (c.line > 0 ? " in " + where
+                                                 : " at byte offset " +
+                                                       std::to_string(c.offset + begin + bad)) +
+                                     ": the " + tok_.kind() +
                                      " tokenizer takes UTF-8 text without NUL bytes (binary "
                                      "files, UTF-16 text: convert or leave them out; "
                                      "--tokenizer bytes takes any bytes)");
     }
     try {
-      c.tokens = tok_.encode(c.text);
+      return tok_.encode(text);
     } catch (const DataError& e) {  // names the tokenizer's file; say which text, too
-      throw DataError(*c.path, "tokenizing the text from byte offset " + std::to_string(c.offset) +
-                                   ": " + e.what());
+      throw DataError(*c.path, "tokenizing " + where + ": " + e.what());
     }
-    std::string().swap(c.text);
   }
 
   const Tokenizer& tok_;
+  std::optional<uint32_t> end_of_text_;
   std::mutex m_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<Chunk*> queue_;
@@ -258,6 +299,81 @@ void split_into(std::string_view text, double val_fraction, std::vector<uint32_t
   val.insert(val.end(), tokens.begin() + n_train, tokens.end());
 }
 
+
+// The bad lines of JSON Lines inputs: each named on stderr while few, an error once more than
+// the user allowed.
+class BadLines {
+ public:
+  explicit BadLines(int64_t allowed) : allowed_(allowed) {}
+  void add(const std::string& path, const JsonlLine& line) {
+    ++count_;
+    const std::string where = path + ": line " + std::to_string(line.number) + ": " + line.text;
+    if (count_ > allowed_)
+      throw DataError(path, "line " + std::to_string(line.number) + ": " + line.text + "; " +
+                                std::to_string(count_) + " bad line(s) so far, more than "
+                                "--max-bad-lines " + std::to_string(allowed_) +
+                                " allows (fix or drop the lines, or allow more with "
+                                "--max-bad-lines N)");
+    if (count_ <= kNamed)
+      std::fprintf(stderr, "meshtrain: warning: %s (line skipped)\n", where.c_str());
+    else if (count_ == kNamed + 1)
+      std::fprintf(stderr, "meshtrain: warning: more bad lines; only their count follows\n");
+  }
+  void summarize() const {
+    if (count_ > 0)
+      std::fprintf(stderr, "meshtrain: warning: skipped %lld bad line(s) (--max-bad-lines %lld)\n",
+                   static_cast<long long>(count_), static_cast<long long>(allowed_));
+  }
+  int64_t count() const { return count_; }
+
+ private:
+  static constexpr int64_t kNamed = 10;
+  int64_t allowed_, count_ = 0;
+};
+
+// Feeds the documents of one JSON Lines file to `submit` as chunks of whole documents, about
+// `chunk` bytes each, in order; `size` is its decompressed size (check_text_file).
+template <typename Submit>
+void feed_jsonl(const std::string& path, uint64_t size, const PrepareOptions& opt,
+                const Tokenizer& tok, size_t chunk, BadLines& bad_lines, Submit&& submit) {
+  // Whole documents go to validation: those whose lines start in the last val_fraction.
+  const uint64_t split =
+      size - static_cast<uint64_t>(std::llround(static_cast<double>(size) * opt.val_fraction));
+  JsonlDocuments documents(path, opt.text_field, !tok.takes_any_bytes());
+  std::unique_ptr<Chunk> c;
+  uint64_t read = 0, submitted = 0;  // decompressed bytes: for the progress line
+  auto flush = [&] {
+    if (c) submit(std::move(c), read - submitted);
+    submitted = read;
+    c.reset();
+  };
+  for (;;) {
+    JsonlLine line = documents.next();
+    if (line.kind == JsonlLine::Kind::End) break;
+    read = line.offset + line.bytes;
+    if (line.kind == JsonlLine::Kind::Bad) {
+      bad_lines.add(path, line);
+      continue;
+    }
+    const Role role = line.offset < split ? Role::Train : Role::Val;
+    // A chunk holds whole documents, at most `chunk` bytes of them unless one alone is more.
+    if (c && (c->role != role || c->text.size() + line.text.size() > chunk)) flush();
+    if (!c) {
+      c = std::make_unique<Chunk>();
+      c->path = &path;
+      c->offset = line.offset;
+      c->line = line.number;
+      c->role = role;
+      // Appending documents one by one would double the capacity past the chunk size.
+      c->text.reserve(std::max(chunk, line.text.size()));
+    }
+    c->text += line.text;
+    c->document_ends.push_back(c->text.size());
+  }
+  read = size;
+  flush();
+}
+
 }  // namespace
 
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
@@ -293,7 +409,11 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
   if (with_val) val.emplace(r.val_path, r.vocab_size);
 
   std::deque<std::unique_ptr<Chunk>> pending;  // declared before the workers: outlives them
-  Workers workers(threads, tok);
+  if (opt.end_of_text && *opt.end_of_text >= tok.vocab_size())
+    throw std::invalid_argument("prepare: end-of-text token " + std::to_string(*opt.end_of_text) +
+                                " lies outside the vocabulary of " +
+                                std::to_string(tok.vocab_size()));
+  Workers workers(threads, tok, opt.end_of_text);
   Progress progress(opt.progress, total);
   uint64_t done = 0;
   auto write_front = [&] {
@@ -311,8 +431,13 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
     progress.update(done);
   };
 
+  BadLines bad_lines(opt.max_bad_lines);
   for (size_t f = 0; f < inputs.size(); ++f) {
     const std::string& path = inputs[f];
+    if (is_jsonl_path(path)) {
+      feed_jsonl(path, sizes[f], opt, tok, chunk, bad_lines, submit);
+      continue;
+    }
     const uint64_t split = split_offset(path, sizes[f], opt.val_fraction, rule);
     std::ifstream in(path, std::ios::binary);
     if (!in) throw DataError(path, std::string("cannot open text file: ") + std::strerror(errno));
@@ -340,12 +465,15 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
         c->text = carry.substr(0, cut);
         carry.erase(0, cut);
         carry_at += cut;
+        c->ends_document = read_to == end && carry.empty();
         submit(std::move(c), cut);
       }
     }
   }
   while (!pending.empty()) write_front();
   progress.update(total, true);
+  bad_lines.summarize();
+  r.bad_lines = bad_lines.count();
   train.seal();
   if (val) val->seal();
   train.publish();

@@ -491,6 +491,58 @@ CATALOGUE = [
         within=10),
     row("command", "prepare a FIFO", 1, ["prepare", "{fifo}/input.txt", "--out", "{dir}/run/t"], 1,
         ["{fifo}/input.txt: is a FIFO (named pipe), not a text file"], needs=["fifos"], within=10),
+    # JSON Lines corpora (io/jsonl_documents.h): a bad line is named by file and line, and
+    # refused unless --max-bad-lines allows it; a damaged compressed file is never a shorter
+    # corpus.
+    row("data", "prepare JSONL: invalid JSON", 1,
+        ["prepare", "{jsonl}/invalid.jsonl", "--out", "{dir}/run/j"], 1,
+        ["{jsonl}/invalid.jsonl: line 2: invalid JSON at column", "more than --max-bad-lines 0"],
+        needs=["jsonl"]),
+    row("data", "prepare JSONL: not an object", 1,
+        ["prepare", "{jsonl}/array.jsonl", "--out", "{dir}/run/j"], 1,
+        ["{jsonl}/array.jsonl: line 2: a JSON array, not an object (expected one object per "
+         'line, e.g. {{"text": "..."}})'], needs=["jsonl"]),
+    row("data", "prepare JSONL: missing field", 1,
+        ["prepare", "{jsonl}/missing.jsonl", "--out", "{dir}/run/j"], 1,
+        ['{jsonl}/missing.jsonl: line 2: no field "text" (the object has "content"; '
+         "--text-field names the one holding the text)"], needs=["jsonl"]),
+    row("data", "prepare JSONL: field not a string", 1,
+        ["prepare", "{jsonl}/number.jsonl", "--out", "{dir}/run/j"], 1,
+        ['{jsonl}/number.jsonl: line 2: field "text" is a number, not a string'],
+        needs=["jsonl"]),
+    row("data", "prepare JSONL: invalid UTF-8", 1,
+        ["prepare", "{jsonl}/latin1.jsonl", "--out", "{dir}/run/j"], 1,
+        ["{jsonl}/latin1.jsonl: line 2: invalid UTF-8 byte 0xe9 at column 14"], needs=["jsonl"]),
+    row("data", "prepare JSONL: more bad lines than allowed", 1,
+        ["prepare", "{jsonl}/three_bad.jsonl", "--out", "{dir}/run/j", "--max-bad-lines", "2"], 1,
+        ["{jsonl}/three_bad.jsonl: line 5: ", "3 bad line(s) so far, more than --max-bad-lines 2 "
+         "allows"], needs=["jsonl"]),
+    row("data", "prepare JSONL: --text-field names no field", 1,
+        ["prepare", "{jsonl}/good.jsonl", "--out", "{dir}/run/j", "--text-field", "body"], 1,
+        ['{jsonl}/good.jsonl: line 1: no field "body" (the object has "id", "text"'],
+        needs=["jsonl"]),
+    row("data", "prepare JSONL: truncated .gz", 1,
+        ["prepare", "{jsonl}/truncated.jsonl.gz", "--out", "{dir}/run/j"], 1,
+        ["{jsonl}/truncated.jsonl.gz: the gzip data ends before its stream does: the file is "
+         "truncated", "gzip -t"], needs=["jsonl"]),
+    row("data", "prepare JSONL: corrupt .gz", 1,
+        ["prepare", "{jsonl}/corrupt.jsonl.gz", "--out", "{dir}/run/j"], 1,
+        ["{jsonl}/corrupt.jsonl.gz: corrupt gzip data: "], needs=["jsonl"]),
+    row("data", "prepare JSONL: truncated .zst", 1,
+        ["prepare", "{jsonl}/truncated.jsonl.zst", "--out", "{dir}/run/j"], 1,
+        ["{jsonl}/truncated.jsonl.zst: the zstd data ends before its stream does: the file is "
+         "truncated", "zstd -t"], needs=["jsonl"]),
+    row("data", "prepare JSONL: corrupt .zst", 1,
+        ["prepare", "{jsonl}/corrupt.jsonl.zst", "--out", "{dir}/run/j"], 1,
+        ["{jsonl}/corrupt.jsonl.zst: corrupt zstd data: "], needs=["jsonl"]),
+    row("command", "prepare JSONL: --train-tokenizer", 1,
+        ["prepare", "{jsonl}/good.jsonl", "--out", "{dir}/run/j", "--train-tokenizer", "bpe:300"],
+        2, ["--train-tokenizer trains on text files, and {jsonl}/good.jsonl is JSON Lines"],
+        needs=["jsonl"]),
+    row("command", "prepare --end-of-text with the byte tokenizer", 1,
+        ["prepare", "{jsonl}/good.jsonl", "--out", "{dir}/run/j", "--end-of-text"], 2,
+        ["--end-of-text: the bytes tokenizer has no end-of-text token (GPT-2's, Llama 3's and "
+         "Qwen's tokenizer.json have one"], needs=["jsonl"]),
     row("checkpoint", "a FIFO as checkpoint.resume", 2,
         train('checkpoint.resume="{fifo}/step_00000002.h5"', 'checkpoint.dir="{dir}/run/c"'), 1,
         ["{fifo}/step_00000002.h5: is a FIFO (named pipe), not a checkpoint file"],
@@ -750,9 +802,39 @@ def fixture_fifos(p):
         f.write("the quick brown fox jumps over the lazy dog. " * 40)
 
 
+def fixture_jsonl(p):
+    """JSON Lines corpora, each with one kind of bad line after a good one; a good one compressed
+    whole, cut short and with a flipped byte, with gzip (Python) and zstd (the command)."""
+    d = os.path.join(p["dir"], "jsonl")
+    p["jsonl"] = d
+    os.makedirs(d)
+    good = b"".join(b'{"text": "document %d: the quick brown fox", "id": %d}\n' % (i, i)
+                    for i in range(2000))
+    first = b'{"text": "a good line"}\n'
+    files = {"good.jsonl": good, "invalid.jsonl": first + b'{"text": "no closing brace"\n',
+             "array.jsonl": first + b'["text"]\n', "missing.jsonl": first + b'{"content": "x"}\n',
+             "number.jsonl": first + b'{"text": 42}\n',
+             "latin1.jsonl": first + b'{"text": "caf\xe9"}\n',
+             "three_bad.jsonl": first + b"{\n" + first + b"{\n{\n" + first}
+    for name, data in files.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    import gzip
+    packed = gzip.compress(good)
+    zst = subprocess.run(["zstd", "-q", "-c", os.path.join(d, "good.jsonl")], check=True,
+                         capture_output=True).stdout
+    for kind, data in (("gz", packed), ("zst", zst)):
+        with open(os.path.join(d, "truncated.jsonl." + kind), "wb") as f:
+            f.write(data[:len(data) * 2 // 3])
+        flipped = bytearray(data)
+        flipped[len(data) // 2] ^= 0xFF
+        with open(os.path.join(d, "corrupt.jsonl." + kind), "wb") as f:
+            f.write(bytes(flipped))
+
+
 FIXTURES = {"fifos": fixture_fifos, "shards": fixture_shards, "broken": fixture_broken, "run_a": fixture_run_a,
             "run_b": fixture_run_b, "damaged": fixture_damaged, "read_only": fixture_read_only,
-            "full": fixture_full}
+            "full": fixture_full, "jsonl": fixture_jsonl}
 MOUNTS = []
 
 

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/data_error.h"
@@ -228,6 +230,62 @@ TEST(Prepare, RefusesThreadsBeyondTheCapBeforeWriting) {
         << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(dir.file("out"))) << "prepare wrote before refusing";
+}
+
+}  // namespace
+}  // namespace meshtrain
+
+namespace meshtrain {
+namespace {
+
+// JSON Lines in small chunks on several threads: each document is tokenized on its own, in
+// order, whole documents on each side of the validation split, the end-of-text token after
+// each; a text file's end-of-text token comes after its last chunk only, on both sides.
+TEST(Prepare, JsonLinesDocumentsInSmallChunksEachEndWithTheEndOfTextToken) {
+  TempDir dir;
+  const auto gpt2 = make_gpt2_bpe_tokenizer(meshtrain::testing::tiny_gpt2_files(), "tiny");
+  const std::optional<uint32_t> eot = gpt2->end_of_text();
+  ASSERT_TRUE(eot.has_value());
+
+  const std::string corpus = meshtrain::testing::small_corpus(600);
+  std::vector<std::string> docs;
+  std::string jsonl;
+  for (size_t at = 0, i = 0; at < corpus.size(); ++i) {
+    size_t n = 50 + (i * 37) % 400;  // then on to a whole UTF-8 character
+    while (at + n < corpus.size() && (static_cast<unsigned char>(corpus[at + n]) & 0xC0) == 0x80) ++n;
+    docs.push_back(corpus.substr(at, n));
+    at += n;
+    jsonl += nlohmann::json({{"id", i}, {"text", docs.back()}}).dump() + "\n";
+  }
+  meshtrain::testing::write_file(dir.file("c.jsonl"), jsonl);
+  PrepareOptions opt;
+  opt.val_fraction = 0.25;
+  opt.threads = 3;
+  opt.chunk_bytes = 997;
+  opt.end_of_text = eot;
+  const PrepareResult r = prepare_text_files({dir.file("c.jsonl")}, dir.file("j"), *gpt2, opt);
+  // The validation documents: those whose lines start in the last quarter of the file.
+  const size_t split = jsonl.size() - static_cast<size_t>(std::llround(jsonl.size() * 0.25));
+  std::vector<uint32_t> want_train, want_val;
+  for (size_t i = 0, at = 0; i < docs.size(); ++i) {
+    std::vector<uint32_t>& want = at < split ? want_train : want_val;
+    const std::vector<uint32_t> t = gpt2->encode(docs[i]);
+    want.insert(want.end(), t.begin(), t.end());
+    want.push_back(*eot);
+    at = jsonl.find('\n', at) + 1;
+  }
+  EXPECT_FALSE(want_val.empty());
+  EXPECT_EQ(all_tokens(TokenShard::open(r.train_path)), want_train);
+  EXPECT_EQ(all_tokens(TokenShard::open(r.val_path)), want_val);
+
+  meshtrain::testing::write_file(dir.file("c.txt"), corpus);
+  const PrepareResult t = prepare_text_files({dir.file("c.txt")}, dir.file("t"), *gpt2, opt);
+  for (const std::string& path : {t.train_path, t.val_path}) {
+    const std::vector<uint32_t> got = all_tokens(TokenShard::open(path));
+    ASSERT_FALSE(got.empty());
+    EXPECT_EQ(got.back(), *eot) << path;
+    EXPECT_EQ(std::count(got.begin(), got.end(), *eot), 1) << path;
+  }
 }
 
 }  // namespace

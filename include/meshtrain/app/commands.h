@@ -31,13 +31,16 @@ struct TrainArgs {
 int train_command(const TrainArgs& args);
 
 struct PrepareArgs {
-  std::vector<std::string> inputs;  // text files
+  std::vector<std::string> inputs;  // text files and JSON Lines files
   std::string out_prefix;
   double val_fraction = 0.1;
   long long synthetic_bytes = 0;    // > 0: generate the built-in corpus instead
   std::string tokenizer = "bytes";  // --tokenizer: io/tokenizer.h open_tokenizer()
   std::string train_tokenizer;      // --train-tokenizer "bpe:8000" / "unigram:8000"
   int threads = 0;                  // 0: every core
+  std::string text_field = "text";  // JSON Lines inputs: the field holding the document
+  long long max_bad_lines = 0;      // JSON Lines inputs: bad lines skipped before an error
+  bool end_of_text = false;         // --end-of-text: the tokenizer's token after every document
 };
 int prepare_command(const PrepareArgs& args);
 

@@ -1,12 +1,14 @@
 #pragma once
 // Preparation: turning text into train/validation token shards (what `meshtrain prepare`
 // runs), with any tokenizer (io/tokenizer.h); the shards follow io/token_shard.h. Text files
-// are streamed: memory stays bounded (about 8 MiB of text in flight, plus its token ids)
-// whatever the corpus size, and every core tokenizes. This file downloads nothing and trains
-// no tokenizer (io/sentencepiece_tokenizer.h does).
+// and JSON Lines corpora (io/jsonl_documents.h, plain or compressed) are streamed through the
+// same tokenizing threads and shard writers: memory stays bounded (about 8 MiB of text in
+// flight, plus its token ids) whatever the corpus size, and every core tokenizes. This file
+// downloads nothing and trains no tokenizer (io/sentencepiece_tokenizer.h does).
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@ struct PrepareResult {
   std::string tokenizer_path;        // the tokenizer file written beside them; "" for bytes
   int64_t train_tokens = 0, val_tokens = 0;
   uint32_t vocab_size = 0;
+  int64_t bad_lines = 0;  // JSON Lines inputs: lines skipped (at most max_bad_lines)
 };
 
 struct PrepareOptions {
@@ -26,6 +29,18 @@ struct PrepareOptions {
   int threads = 0;          // tokenizing threads; 0: available_cores()
   bool progress = false;    // a progress line on stderr (bytes done / total, MB/s)
   size_t chunk_bytes = 0;   // text per work item; 0: 8 MiB / (2 x threads), 64 KiB to 2 MiB
+  // JSON Lines inputs (io/jsonl_documents.h): the field holding each document's text, and how
+  // many bad lines may be skipped (each named on stderr, the first few) before they are an
+  // error. 0 by default: a corpus that does not parse as its user thinks is refused rather
+  // than silently shortened.
+  std::string text_field = "text";
+  int64_t max_bad_lines = 0;
+  // A token placed after every document (the tokenizer's end_of_text(), --end-of-text), so
+  // that the model sees where one text ends and an unrelated one begins, and
+  // data.document_mask can cut packed sequences there; none by default, as shards have always
+  // been. A document is a text file (its training part and its validation part each end with
+  // the token) or a JSON Lines document.
+  std::optional<uint32_t> end_of_text;
 };
 
 // Tokenizes each text file and writes <out_prefix>_train.bin and <out_prefix>_val.bin
@@ -40,11 +55,18 @@ struct PrepareOptions {
 // breaks the tokenizer's input rule (Tokenizer::takes_any_bytes), is a DataError naming the
 // file (and the byte offset); shards are written under .tmp names and renamed only when all is
 // done, so no error leaves a partial shard under a final name.
+// Inputs named *.jsonl, *.jsonl.gz or *.jsonl.zst are JSON Lines: each line's text field is
+// one document, tokenized on its own exactly as the same text given as its own file would be,
+// the documents' tokens concatenated in order. Their validation part is the documents whose
+// lines start in the file's last val_fraction of (decompressed) bytes: no document is split.
+// Compressed inputs are read through once before anything is written (a truncated or corrupt
+// one is a DataError naming it). More than options.max_bad_lines bad lines is a DataError
+// naming the file and line.
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
                                  const std::string& out_prefix, const Tokenizer& tokenizer,
                                  const PrepareOptions& options);
 
-// The size of a text file `prepare` can read; else a DataError naming it: missing,
+// The size of an input `prepare` can read (decompressed, for a compressed JSON Lines file); else a DataError naming it: missing,
 // unreadable, a directory, not a regular file, or empty.
 uint64_t check_text_file(const std::string& path);
 
