@@ -187,6 +187,8 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     return out;
   }
 
+  bool has_token(uint32_t id) const override { return id < vocab_size_ && !pieces_[id].empty(); }
+
   std::string decode(const std::vector<uint32_t>& ids) const override {
     std::string out;
     for (size_t i = 0; i < ids.size(); ++i) {

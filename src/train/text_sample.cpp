@@ -41,7 +41,20 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string
 }
 
 std::string decode_tokens(const Tokenizer& tokenizer, const std::vector<int32_t>& ids) {
-  return tokenizer.decode(std::vector<uint32_t>(ids.begin(), ids.end()));
+  // A generated id the tokenizer lacks (the model's padding rows) is shown, not fatal: a sample
+  // during training must never end the run.
+  std::string out;
+  std::vector<uint32_t> run;
+  for (const int32_t id : ids) {
+    const auto u = static_cast<uint32_t>(id);
+    if (id >= 0 && tokenizer.has_token(u)) {
+      run.push_back(u);
+      continue;
+    }
+    out += tokenizer.decode(run) + "<|id:" + std::to_string(id) + "|>";
+    run.clear();
+  }
+  return out + tokenizer.decode(run);
 }
 
 std::string generation_unsupported(const Config& config) {

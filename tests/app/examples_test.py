@@ -13,7 +13,9 @@ jobs/, scripts/ and bench/ and the binary under test as build/meshtrain, with:
     124M deck takes seconds;
   - the README's stand-in paths replaced: runs/gpt/checkpoints/step_00001000.h5 by the checkpoint
     the gpt.toml example here wrote, a checkpoint of a run this test shortened by that run's
-    newest, /scratch/me by a scratch directory; corpus/*.txt is the README and the sources.
+    newest, /scratch/me by a scratch directory; corpus/*.txt is the README and the sources;
+    Llama-3.2-1B, a downloaded Hugging Face Llama, is a tiny one of random weights
+    (tests/support/tiny_hf_llama.py).
 The command must exit 0 (or, for the bad-layout example, print the message the README quotes).
 Every deck shipped in input/ must also plan on the smallest world its layout takes.
 Commands that cannot run here are checked as far as they can be, and the rule names where the
@@ -137,6 +139,10 @@ class Runner:
         with open(os.path.join(corpus, "sources.txt"), "w", encoding="utf-8") as f:
             for path in sorted(glob.glob(os.path.join(REPO, "src", "*", "*.cpp"))):
                 f.write(open(path, encoding="utf-8").read())
+        # Llama-3.2-1B: the README's downloaded Hugging Face Llama, as a tiny one of random weights
+        # in the same layout (config.json, model.safetensors, tokenizer.json).
+        subprocess.run([sys.executable, os.path.join(REPO, "tests", "support", "tiny_hf_llama.py"),
+                        os.path.join(scratch, "Llama-3.2-1B")], check=True)
 
     def shell(self, where, command, expect_ok=True, timeout=600):
         start = time.monotonic()

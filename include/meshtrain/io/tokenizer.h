@@ -42,6 +42,9 @@ class Tokenizer {
   // The token a prompt starts with, as Hugging Face's tokenizer adds it (Llama 3's
   // <|begin_of_text|>); none where the tokenizer adds none.
   virtual std::optional<uint32_t> begin_of_text() const { return std::nullopt; }
+  // Whether decode takes the id: a model's vocabulary may be padded past its tokenizer's (GPT-2's
+  // 50257 to 50304, Qwen 3's 151669 to 151936), and a tokenizer.json may leave ids unused.
+  virtual bool has_token(uint32_t id) const { return id < vocab_size(); }
   // The token that ends a document in packed training data (data.document_mask): GPT-2's and
   // Qwen's "<|endoftext|>", Llama 3's "<|end_of_text|>", a SentencePiece model's end-of-sentence
   // piece; none for the byte tokenizer.
