@@ -112,6 +112,7 @@ TEST(DocumentMaskFeed, StartsFollowTheWholeSequenceOnEveryContextRank) {
   write_token_shard(dir.file("docs.bin"), tokens, tok->vocab_size());
   tok->save(dir.file("tok.json"));
   Config c;
+  c.run.device = DeviceChoice::Cpu;
   c.model.seq_len = 16;
   c.model.vocab_size = 272;
   c.data.train = {dir.file("docs.bin")};

@@ -1,3 +1,4 @@
+// device-independent: the decks parsed here are only counted; the models run on the CPU backend.
 // The parameter table (model/parameter_table.h): the parameters a model of any layout
 // registers, once each; GPT-2's count as its closed form gave it; the tags that code outside
 // the layers reads (split, group, role); and gradient buckets that follow the role tag.
