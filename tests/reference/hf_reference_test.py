@@ -16,6 +16,10 @@ context shorter than seq_len, so some wavelengths are kept, some blended and som
 untied; Qwen 3 (q_norm/k_norm, head_dim != d_model / heads), tied; Llama with kv_heads == heads
 (the fused (3, NH HS, C) qkv weight) and plain rotary, tied.
 
+Hugging Face's own path too: random weights written as an HF directory, imported
+(`import --deck-out`), evaluated against the reference (1e-9 fp64, 1e-5 fp32), exported, and the
+reference on the exported weights against eval (Llama with GQA and scaling; Qwen 3).
+
 The functions above the test class (hf_config, hf_weights_from_checkpoint, reference_eval_loss,
 write_eval_windows, ...) are importable for the Hugging Face import/export tests.
 
@@ -225,14 +229,15 @@ every = {STEPS}
 
 
 class HfReference(harness.Case):
-    def eval_loss(self, ckpt, val_set, precision):
-        _, out, _ = self.meshtrain(["eval", self.deck, "--checkpoint", ckpt, "--digits", "17",
+    def eval_loss(self, ckpt, val_set, precision, deck=None):
+        _, out, _ = self.meshtrain(["eval", deck or self.deck, "--checkpoint", ckpt, "--digits", "17",
                                     "--set", f'train.precision="{precision}"'] + val_set, ranks=1)
         return parse_val_loss(out)
 
-    def check_eval(self, what, ckpt, weights, config, tokens, windows, val_set):
+    def check_eval(self, what, ckpt, weights, config, tokens, windows, val_set, deck=None):
         want = reference_eval_loss(weights, config, tokens, windows, SEQ)
-        got, got32 = self.eval_loss(ckpt, val_set, "fp64"), self.eval_loss(ckpt, val_set, "fp32")
+        got = self.eval_loss(ckpt, val_set, "fp64", deck)
+        got32 = self.eval_loss(ckpt, val_set, "fp32", deck)
         rel, rel32 = abs(got - want) / want, abs(got32 - want) / want
         print(f"\n{what}: reference {want:.15f}, eval fp64 {got:.15f} (relative {rel:.1e}), "
               f"fp32 {got32:.9f} (relative {rel32:.1e})")
@@ -296,6 +301,46 @@ class HfReference(harness.Case):
         self.assertEqual(ref.greedy_generate(weights, config, list(PROMPT), NEW_TOKENS),
                          [0] * NEW_TOKENS)
         self.assertEqual(self.sample_greedy(ckpt), [0] * NEW_TOKENS)
+
+    def import_export_case(self, name):
+        """Random weights written as a Hugging Face directory (config.json, model.safetensors in
+        F32: the weights rounded to float32 first, so that the file holds them exactly) ->
+        `meshtrain import --deck-out` -> eval within 1e-9 (fp64) and 1e-5 (fp32) of the
+        reference on those weights; then `meshtrain export` -> the reference on the exported
+        weights gives the loss eval gave."""
+        import hf_llama_test as hf  # the HF directory writer and reader (safetensors from its spec)
+        model = dict(CASES[name], layers=LAYERS, vocab_size=VOCAB, seq_len=SEQ)
+        config = hf_config(model)
+        weights = {k: v.astype(np.float32).astype(np.float64)
+                   for k, v in random_hf_weights(config, seed=11).items()}
+        hf_dir, ckpt = os.path.join(self.dir, "hf"), os.path.join(self.dir, "imported.h5")
+        hf.write_hf_dir(hf_dir, config, {k: v.astype(np.float32) for k, v in weights.items()}, "F32")
+        deck = os.path.join(self.dir, "imported.toml")
+        self.meshtrain(["import", "--format", "hf", hf_dir, ckpt, "--deck-out", deck])
+        val = os.path.join(self.dir, "val.bin")
+        windows = G * EVAL_BATCHES
+        tokens = write_eval_windows(val, windows, SEQ, VOCAB)
+        # The written deck is a fine-tune's: eval it on the CPU with this test's batches.
+        val_set = ["--set", f'data.val="{val}"', "--set", 'run.device="cpu"', "--set",
+                   f"train.global_batch={G}", "--set", "train.micro_batch=2", "--set",
+                   f"train.eval_batches={EVAL_BATCHES}"]
+        self.check_eval(name + " imported", ckpt, weights, config, tokens, windows, val_set, deck)
+
+        out = os.path.join(self.dir, "exported")
+        self.meshtrain(["export", ckpt, "--format", "hf", out])
+        exported, _ = hf.read_hf_dir(out)
+        exported = {k: np.asarray(v, dtype=np.float64) for k, v in exported.items()}
+        self.assertEqual(sorted(exported), sorted(weights))
+        got = self.eval_loss(ckpt, val_set, "fp64", deck)
+        want = reference_eval_loss(exported, config, tokens, windows, SEQ)
+        print(f"{name} exported: reference {want:.15f}, eval {got:.15f}")
+        self.assertLess(abs(got - want) / want, 1e-9, name + " exported")
+
+    def test_llama_import_export_against_reference(self):
+        self.import_export_case("llama_gqa_scaled")
+
+    def test_qwen3_import_export_against_reference(self):
+        self.import_export_case("qwen3_head_dim")
 
     def test_llama_gqa_llama3_scaling_untied(self):
         self.run_case("llama_gqa_scaled")
