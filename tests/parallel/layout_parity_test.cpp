@@ -230,6 +230,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false, 0, R::Selective}, 2), "llama"),
         on_model({2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, "llama"),
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "qwen3"),
+        on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 0, R::None, {1.0, 0.4}}, "qwen3"),  // shares 6, 2
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
