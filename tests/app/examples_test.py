@@ -152,7 +152,8 @@ class Runner:
         if command.startswith("build/meshtrain ") and not re.search(r"[;&|`$]", command):
             env = {k: v for k, v in self.env.items() if k != "OMP_NUM_THREADS"}
         p = subprocess.run(["bash", "-c", command], cwd=self.scratch, env=env,
-                           capture_output=True, text=True, timeout=timeout)
+                           capture_output=True, text=True, errors="replace", timeout=timeout)
+        # (Text as the terminal would show it: a model of random weights samples any bytes.)
         tail = (p.stdout + p.stderr).strip().splitlines()[-3:]
         seconds = time.monotonic() - start
         self.timings.append((seconds, where, command))
