@@ -41,12 +41,13 @@ void for_position_runs(const ContextParallel& cp, TokenShape shape, int64_t begi
 }  // namespace
 
 Embedding::Embedding(const LayerContext& ctx, int64_t vocab_size, int64_t seq_len, int64_t C,
-                     bool learned_positions)
+                     bool learned_positions, bool tied)
     : ctx_(ctx),
       wte_(ctx.store->add(wte_spec(vocab_size, C), ctx.tp.rank(), ctx.tp.size())),
       wpe_(learned_positions
                ? &ctx.store->add(wpe_spec(seq_len, C, ctx.tp), ctx.tp.rank(), ctx.tp.size())
-               : nullptr) {}
+               : nullptr),
+      tied_(tied) {}
 
 Tensor Embedding::forward(const Tensor& tokens, TokenShape shape) {
   Backend& be = *ctx_.backend;
@@ -92,7 +93,9 @@ void Embedding::backward(const Tensor& dx, const Tensor& tokens, TokenShape shap
 
 CostSheet Embedding::cost_sheet() const {
   CostSheet sheet;
-  sheet.parameters.push_back(parameter_cost(wte_.spec));
+  ParameterCost table = parameter_cost(wte_.spec);
+  table.lookup_only = !tied_;
+  sheet.parameters.push_back(table);
   if (wpe_) {
     ParameterCost positions = parameter_cost(wpe_->spec);
     positions.lookup_only = true;  // added to the stream, never multiplied (the head reads wte)

@@ -23,7 +23,7 @@ ModelChunk::ModelChunk(const LayerContext& ctx, const ModelSpec& cfg, const Chun
   if (range.has_embedding) {
     embedding_unit_ = store.begin_unit("embedding");
     embedding_.emplace(ctx, cfg.vocab_size, cfg.seq_len, cfg.d_model,
-                       cfg.positions == PositionKind::Learned);
+                       cfg.positions == PositionKind::Learned, cfg.tie_embeddings);
   }
   for (int l = range.first_layer; l < range.end_layer; ++l) {
     block_units_.push_back(store.begin_unit("h." + std::to_string(l)));

@@ -37,8 +37,11 @@ TEST(CostSheet, ParametersAreTheParameterTables) {
     const ModelCostSheet& s = model_cost_sheet(cfg);
     ASSERT_EQ(s.blocks.size(), static_cast<size_t>(cfg.layers));
     const double position_table = static_cast<double>(cfg.seq_len * cfg.d_model);
-    // Every parameter once: the multiplying ones and the position table.
-    EXPECT_EQ(sheet_parameters(s) + position_table, static_cast<double>(total_numel(parameter_table(cfg))))
+    // An untied token table is only looked up: the head's own weight multiplies.
+    const double lookup_table = cfg.tie_embeddings ? 0.0 : static_cast<double>(cfg.vocab_size * cfg.d_model);
+    // Every parameter once: the multiplying ones and the lookup tables.
+    EXPECT_EQ(sheet_parameters(s) + position_table + lookup_table,
+              static_cast<double>(total_numel(parameter_table(cfg))))
         << cfg.layers << " " << cfg.d_model << " tied " << cfg.tie_embeddings;
     // The head's weight is the embedding's exactly when tied.
     double shared = 0;
@@ -49,10 +52,12 @@ TEST(CostSheet, ParametersAreTheParameterTables) {
 
 TEST(CostSheet, FlopsPerTokenAreSixNPlusAttention) {
   for (const ModelSpec& cfg : shapes()) {
-    // PaLM's count, from the table: every parameter but the position embedding multiplies once
-    // forward and twice backward; attention's q k^T and p v, 2 T C FLOPs each per token and
-    // layer forward, three times over for training.
-    const double N = static_cast<double>(total_numel(parameter_table(cfg)) - cfg.seq_len * cfg.d_model);
+    // PaLM's count, from the table: every parameter but the lookup tables (positions, and the
+    // token table when the head has a weight of its own) multiplies once forward and twice
+    // backward; attention's q k^T and p v, 2 T C FLOPs each per token and layer forward, three
+    // times over for training.
+    const double N = static_cast<double>(total_numel(parameter_table(cfg)) - cfg.seq_len * cfg.d_model -
+                                         (cfg.tie_embeddings ? 0 : cfg.vocab_size * cfg.d_model));
     const double attention = 3.0 * 2.0 * (2.0 * cfg.seq_len * cfg.d_model) * cfg.layers;
     // Exactly: the sums are of whole numbers, as the closed form 6 N + 12 L C T gave them.
     EXPECT_EQ(cfg.flops_per_token(), 6 * N + attention) << cfg.d_model;

@@ -14,8 +14,10 @@ namespace meshtrain {
 class Embedding {
  public:
   // learned_positions false: no wpe (rotary positions act in attention instead).
+  // tied: the head multiplies by wte (the PaLM 6N term counts it once, here); untied, wte is
+  // only looked up, and the head's own weight is the one that multiplies.
   Embedding(const LayerContext& ctx, int64_t vocab_size, int64_t seq_len, int64_t C,
-            bool learned_positions = true);
+            bool learned_positions = true, bool tied = true);
 
   // tokens (N) int32 -> x (N_local, C) in Activations.
   Tensor forward(const Tensor& tokens, TokenShape shape);
@@ -36,6 +38,7 @@ class Embedding {
   LayerContext ctx_;
   Parameter& wte_;
   Parameter* wpe_;  // null: no learned positions
+  bool tied_;
 };
 
 }  // namespace meshtrain
