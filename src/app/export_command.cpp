@@ -127,22 +127,12 @@ std::vector<float> read_verified(CheckpointFile& file, const std::string& name, 
   return out;
 }
 
-// The recorded settings of a checkpoint's @model attribute ("key = value" lines).
-std::map<std::string, std::string> recorded_settings(const std::string& recorded) {
-  std::map<std::string, std::string> s;
-  std::istringstream lines(recorded);
-  for (std::string line; std::getline(lines, line);) {
-    const size_t eq = line.find(" = ");
-    if (eq != std::string::npos) s[line.substr(0, eq)] = line.substr(eq + 3);
-  }
-  return s;
-}
 
 // The Llama / Qwen 3 model a checkpoint's @model attribute records, read as a deck's [model]
 // would be (the same ranges and checks: the file may come from anyone).
 ModelSpec llama_model_of(const std::string& path, const std::string& recorded) {
   std::string text = "[model]\n";
-  for (const auto& [key, value] : recorded_settings(recorded))
+  for (const auto& [key, value] : recorded_model_settings(recorded))
     if (key != "tokenizer" && key != "layernorm_eps") text += key + " = " + value + "\n";
   try {
     return parse_deck(path + " (its 'model' attribute)", text).model;
@@ -232,7 +222,7 @@ void export_hf(const ExportArgs& args) {
   const SafeDType out_type = bf16 ? SafeDType::BF16 : SafeDType::F32;
   const std::string torch_dtype = bf16 ? "bfloat16" : "float32";
   // Checkpoints written before model.family existed are GPT-2.
-  const auto settings = recorded_settings(info.model);
+  const auto settings = recorded_model_settings(info.model);
   const bool gpt2 = !settings.count("family") || settings.at("family") == "\"gpt2\"";
   std::string tokenizer, architecture = "GPT2LMHeadModel";
   ModelSpec m;

@@ -25,15 +25,6 @@ std::string number(double v) {
 
 std::string quoted(const char* s) { return "\"" + std::string(s) + "\""; }
 
-std::map<std::string, std::string> parse(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    const size_t eq = line.find(" = ");
-    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 3);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -74,7 +65,7 @@ std::string model_signature(const ModelSpec& m, const std::string& tokenizer) {
 void check_model_signature(const std::string& file, const std::string& recorded, const ModelSpec& m,
                            const std::string& deck, const std::string& writer,
                            const std::string& tokenizer) {
-  std::map<std::string, std::string> stored = parse(recorded);
+  std::map<std::string, std::string> stored = recorded_model_settings(recorded);
   // What the file recorded is printed escaped: the file may come from anyone.
   const std::string safe_writer = terminal_safe(writer);
   for (const ModelSetting& s : model_settings(m, tokenizer)) {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <limits>
+#include <sstream>
 #include <type_traits>
 
 #include "meshtrain/comm/blocking_watchdog.h"
@@ -324,6 +325,16 @@ struct StoredInteger {
 };
 
 }  // namespace
+
+std::map<std::string, std::string> recorded_model_settings(const std::string& model) {
+  std::map<std::string, std::string> out;
+  std::istringstream lines(model);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t eq = line.find(" = ");
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return out;
+}
 
 bool is_lineage_id(const std::string& s) {
   return s.size() == 32 && std::all_of(s.begin(), s.end(), [](char c) {

@@ -97,6 +97,10 @@ struct CheckpointInfo {
   std::string created;
 };
 
+// The settings @model records, its "key = value" lines as key -> value (the checkpoint layer
+// writes and checks them; export reads them).
+std::map<std::string, std::string> recorded_model_settings(const std::string& model);
+
 // A failure of the file itself (cannot be created, not HDF5, an attribute missing); the
 // message names the file, the object and, where HDF5 said why, its innermost reason.
 class CheckpointFileError : public std::runtime_error {
