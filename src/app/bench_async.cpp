@@ -111,8 +111,8 @@ void bench_async(const BenchArgs& args, BenchReport& report) {
   const DeviceEmulation devices = device_emulation();
   const int local = devices.ranks_per_node, cores = devices.cores;
   const double emulate = devices.factor;
-  // Enough steps that start-up and the final fence are small beside them (--steps to raise).
-  const int steps = std::max(args.steps, 40);
+  // Enough steps that start-up and the final fence are small beside them (--steps to change).
+  const int steps = args.steps_given ? args.steps : 40;
 
   Config c = bench_deck("async", gpt2_spec(4, 128, 4, 128, 256));
   c.run.log_every = steps;

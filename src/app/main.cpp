@@ -172,8 +172,9 @@ int main(int argc, char** argv) {
   CLI::Option* bench_threads = bench_cmd->add_option("--threads", bench.threads,
                         "Threads per rank (step suite on one rank: rows at 1 and at this many; "
                         "calibrate: default as many as `train` runs on this launch)")->check(thread_count());
-  bench_cmd->add_option("--steps", bench.steps,
-                        "Timed steps (median reported); calibrate: runs per measurement (3 or more)")
+  CLI::Option* bench_steps = bench_cmd->add_option("--steps", bench.steps,
+                        "Timed steps (median reported; async and hetero take at least 40 and 8 "
+                        "unless given); calibrate: runs per measurement (3 or more)")
       ->check(at_least_one("a step count"));
   bench_cmd->add_option("--model", bench.model,
                         "The step suite's model: gpt2 (GPT-2 124M, T 256, the figures), llama "
@@ -304,6 +305,7 @@ int main(int argc, char** argv) {
   }
   if (*bench_cmd) {
     bench.threads_given = bench_threads->count() > 0;
+    bench.steps_given = bench_steps->count() > 0;
     return bench_command(bench);
   }
   if (*plan_cmd) return plan_command(plan);

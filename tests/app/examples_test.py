@@ -197,6 +197,11 @@ class Runner:
     def run_short(self, where, command):
         self.shell(where, self.train_overrides(self.substitute(command)))
 
+    def run_bench_short(self, where, command):
+        # Before a trailing comment: `... bench --suite async   # 4 workers, ...`.
+        code, hash_, comment = command.partition("#")
+        self.shell(where, code.rstrip() + " --steps 1" + (" " + hash_ + comment if hash_ else ""))
+
     def run_eval(self, where, command):
         # The stand-in checkpoint is the small model: eval needs the same overrides.
         self.shell(where, self.substitute(command) + " " +
@@ -243,8 +248,9 @@ RULES = [
      "GPT-2 124M benchmarks: `make bench`; their rows on a tiny model: bench_step_test"),
     (r"bench --suite context", "covered",
      "ring attention at T 4096-8192 (minutes on 2 cores): bench_context_test runs its rows small"),
-    (r"bench --suite (comm|pipeline|zero|checkpoint|calibrate|hetero|async)", "run_as_written",
-     "the suite, short as it is"),
+    (r"bench --suite calibrate", "run_as_written", "the suite, short as it is"),
+    (r"bench --suite (comm|pipeline|zero|checkpoint|hetero|async)", "run_bench_short",
+     "every row of the suite, one timed step each (--steps 1)"),
     (r"^build/meshtrain plan ", "run_as_written", "planning needs no data"),
     (r"^scripts/advisor-accuracy\.py", "covered", "advisor_test runs it (--quick, 2 ranks)"),
     (r"train .*--set run\.name=(hf-demo|sample-demo) ", "run_as_written",

@@ -1,6 +1,7 @@
 // ZB-V re-planned for measured costs (zero_bubble_costs.h): over 1-8 stages and 1-16
-// micro-batches (above 4 stages, six micro-batch counts) and several cost profiles, the schedule is complete and deadlock-free under both
-// communicator models, never slower than make_zb_v's under the same costs, keeps every
+// micro-batches (above 4 stages, six micro-batch counts; under the sanitizers, up to 4 stages and
+// those six above 2) and several cost profiles, the schedule is complete and deadlock-free under
+// both communicator models, never slower than make_zb_v's under the same costs, keeps every
 // per-chunk order and (tied embeddings) the head/embedding order of make_zb_v, and holds no more
 // than make_zb_v's peak on any rank. On the costs measured on the 2-core CPU it beats the unit clock by a margin.
 
@@ -18,6 +19,21 @@
 
 namespace meshtrain {
 namespace {
+
+// The sanitizer build runs the search some 13 times slower; the stages above 4 cost three
+// quarters of the sweep and take the same code paths as 3 and 4, so it stops at 4 there. (The
+// Release run keeps the whole sweep.)
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
 
 // Costs of a profile per chunk k of 2p: forward, input, weight.
 struct Profile {
@@ -84,13 +100,16 @@ std::pair<std::vector<int>, std::vector<int>> held(const Schedule& s) {
 }
 
 TEST(ZeroBubbleCosts, EveryCostedScheduleIsValidNeverSlowerAndKeepsTheOrders) {
-  int checked = 0, replanned = 0;
+  int checked = 0, replanned = 0, expected = 0;
+  const int max_stages = kSanitized ? 4 : 8, every_m_up_to = kSanitized ? 2 : 4;
   for (const Profile& profile : profiles()) {
-    for (int p = 1; p <= 8; ++p) {
+    for (int p = 1; p <= max_stages; ++p) {
       for (int m = 1; m <= 16; ++m) {
-        // Above 4 stages (seconds each under the sanitizers), the regimes only: m below, at, just
-        // above and well above the stage count.
-        if (p > 4 && m != 1 && m != p / 2 && m != p && m != p + 1 && m != p + 4 && m != 16) continue;
+        // Above a few stages, the regimes only: m below, at, just above and well above the
+        // stage count.
+        const bool regime = m == 1 || m == p / 2 || m == p || m == p + 1 || m == p + 4 || m == 16;
+        if (p > every_m_up_to && !regime) continue;
+        ++expected;
         SCOPED_TRACE(std::string(profile.name) + " pp=" + std::to_string(p) + " m=" + std::to_string(m));
         const ChunkActionCosts costs = profile.costs(p);
         const bool tie = profile.name != std::string("uneven");  // one profile untied
@@ -134,7 +153,8 @@ TEST(ZeroBubbleCosts, EveryCostedScheduleIsValidNeverSlowerAndKeepsTheOrders) {
       }
     }
   }
-  EXPECT_EQ(checked, 4 * (4 * 16 + 4 * 6));
+  EXPECT_EQ(checked, expected);  // no case left early
+  EXPECT_EQ(expected, kSanitized ? 4 * (2 * 16 + 5 + 6) : 4 * (4 * 16 + 4 * 6));
   std::printf("re-planned %d of %d (profile, pp, m)\n", replanned, checked);
   EXPECT_GT(replanned, checked / 8);
 }

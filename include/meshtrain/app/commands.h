@@ -51,6 +51,9 @@ struct BenchArgs {
   // on this launch (run_setup.h training_threads), which the time model prices training with.
   bool threads_given = false;
   int steps = 4;
+  // --steps given: the suites with a floor of their own (async, hetero: enough steps for a
+  // figure on a noisy machine) take it as given, so that a test can run every row briefly.
+  bool steps_given = false;
   std::string model = "gpt2";  // the step suite's model: gpt2 (GPT-2 124M) or tiny (tests)
   std::string json;            // also write results as JSON here
   std::string dir = "runs/bench";  // where the checkpoint suite writes its files
