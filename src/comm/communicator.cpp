@@ -217,8 +217,9 @@ void Communicator::check_all_to_all(const Tensor& out, const Tensor& in,
   const auto n = static_cast<size_t>(size());
   if (send_rows.size() != n || recv_rows.size() != n)
     refuse("needs one row count per rank of the group (" + std::to_string(n) + "); got " +
-           std::to_string(send_rows.size()) + " in send_rows " + row_counts_text(send_rows) + " and " +
-           std::to_string(recv_rows.size()) + " in recv_rows " + row_counts_text(recv_rows));
+           std::to_string(send_rows.size()) + " in send_rows " + row_counts_text(send_rows) +
+           " and " + std::to_string(recv_rows.size()) + " in recv_rows " +
+           row_counts_text(recv_rows));
   for (const auto* counts : {&send_rows, &recv_rows})
     for (int64_t c : *counts)
       if (c < 0)
@@ -229,8 +230,8 @@ void Communicator::check_all_to_all(const Tensor& out, const Tensor& in,
     refuse("sends send_rows " + row_counts_text(send_rows) + " but in " + in.shape().to_string() +
            " has " + std::to_string(in.dim(0)) + " rows");
   if (total_rows(recv_rows) != out.dim(0))
-    refuse("receives recv_rows " + row_counts_text(recv_rows) + " but out " + out.shape().to_string() +
-           " has " + std::to_string(out.dim(0)) + " rows");
+    refuse("receives recv_rows " + row_counts_text(recv_rows) + " but out " +
+           out.shape().to_string() + " has " + std::to_string(out.dim(0)) + " rows");
   const auto me = static_cast<size_t>(rank());
   if (send_rows[me] != recv_rows[me])
     refuse("sends itself " + std::to_string(send_rows[me]) + " rows (send_rows " +

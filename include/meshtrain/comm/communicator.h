@@ -22,7 +22,8 @@ enum class ReduceOp { Sum, Max, Min };
 std::string_view reduce_op_name(ReduceOp op);
 // Per-rank row counts of an all_to_all as its errors and descriptions show them: "[3, 0, 5]".
 std::string row_counts_text(const std::vector<int64_t>& rows);
-// Where each rank's block starts in an all_to_all buffer of those row counts: [0, r0, r0 + r1, ...].
+// Where each rank's block starts in an all_to_all buffer of those row counts:
+// [0, r0, r0 + r1, ...].
 std::vector<int64_t> row_block_starts(const std::vector<int64_t>& rows);
 
 class CommTimeout : public std::runtime_error {
