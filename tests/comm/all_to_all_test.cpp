@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "meshtrain/comm/flight_recorder.h"
+#include "meshtrain/comm/meta_communicator.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/comm/recording_communicator.h"
 #include "meshtrain/tensor/allocator.h"
@@ -293,6 +294,28 @@ TEST(AllToAll, IsRecordedLikeTheOtherCollectives) {
   for (const FlightEntry& e : r.entries) EXPECT_EQ(e.state, FlightState::Completed);
   EXPECT_EQ(r.header.groups[0].collectives_completed, 2u);
   EXPECT_EQ(flight_op_name(FlightOp::AllToAll), "all_to_all");
+}
+
+// A plan (`meshtrain plan`) runs the real code over groups that move nothing: the counts come
+// back as balanced routing would have them, and the exchange completes without reading its
+// tensors (fake addresses), after the same checks as a real group's.
+TEST(AllToAll, APlannedGroupAssumesBalancedRoutingAndMovesNothing) {
+  MetaCommunicator plan("ep", 1, 4);
+  const std::vector<int64_t> send = {5, 0, 7, 2};
+  EXPECT_EQ(plan.all_to_all_counts(send), send);
+  MetaAllocator fake(Device::Cpu);
+  const auto planned = [&](int64_t rows) {
+    const auto bytes = static_cast<size_t>(rows * kWidth) * 4;
+    return Tensor(fake.allocate(bytes, MemoryCategory::Activations), 0, {rows, kWidth}, DType::F32);
+  };
+  Tensor in = planned(14), out = planned(14);
+  Work work = plan.all_to_all(out, in, send, send);
+  EXPECT_FALSE(work.pending());
+  const std::string e = refusal([&] { plan.all_to_all(out, in, send, {5, 1, 7, 1}); });
+  EXPECT_NE(
+      e.find("communicator 'meta': all_to_all on group 'ep' (rank 1 of 4) sends itself 0 rows"),
+      std::string::npos)
+      << e;
 }
 
 }  // namespace
