@@ -20,6 +20,18 @@ std::string_view reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+std::string row_counts_text(const std::vector<int64_t>& rows) {
+  std::string text = "[";
+  for (size_t i = 0; i < rows.size(); ++i) text += (i ? ", " : "") + std::to_string(rows[i]);
+  return text + "]";
+}
+
+std::vector<int64_t> row_block_starts(const std::vector<int64_t>& rows) {
+  std::vector<int64_t> starts(rows.size());
+  for (size_t p = 1; p < rows.size(); ++p) starts[p] = starts[p - 1] + rows[p - 1];
+  return starts;
+}
+
 Work::~Work() {
   if (!impl_) return;
   try {
@@ -161,6 +173,94 @@ std::vector<Work> Communicator::do_exchange(const std::vector<Transfer>& step) {
                                                    : do_recv(tensor, t.peer, t.tag));
   }
   return works;
+}
+
+namespace {
+
+// The sum of row counts already known to be non-negative; -1 where it would overflow, which no
+// tensor's row count can equal.
+int64_t total_rows(const std::vector<int64_t>& counts) {
+  int64_t sum = 0;
+  for (int64_t c : counts)
+    if (__builtin_add_overflow(sum, c, &sum)) return -1;
+  return sum;
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const auto* pa = static_cast<const char*>(a.raw());
+  const auto* pb = static_cast<const char*>(b.raw());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+}  // namespace
+
+// The counts come from the caller's routing, not from a user's input: a refusal is a bug there,
+// and names the group, this rank and every number involved so that it can be found.
+void Communicator::check_all_to_all(const Tensor& out, const Tensor& in,
+                                    const std::vector<int64_t>& send_rows,
+                                    const std::vector<int64_t>& recv_rows) const {
+  const auto refuse = [&](const std::string& why) {
+    throw std::invalid_argument("communicator '" + backend() + "': all_to_all on group '" +
+                                name() + "' (rank " + std::to_string(rank()) + " of " +
+                                std::to_string(size()) + ") " + why);
+  };
+  if (in.shape().rank() != 2 || out.shape().rank() != 2)
+    refuse("moves rows of 2-D tensors (rows, width); got in " + in.shape().to_string() +
+           " and out " + out.shape().to_string());
+  if (in.dtype() != out.dtype())
+    refuse("needs one dtype; got in " + std::string(dtype_name(in.dtype())) + " and out " +
+           std::string(dtype_name(out.dtype())));
+  if (in.dim(1) != out.dim(1))
+    refuse("needs rows of one width; got in " + in.shape().to_string() + " and out " +
+           out.shape().to_string());
+  const auto n = static_cast<size_t>(size());
+  if (send_rows.size() != n || recv_rows.size() != n)
+    refuse("needs one row count per rank of the group (" + std::to_string(n) + "); got " +
+           std::to_string(send_rows.size()) + " in send_rows " + row_counts_text(send_rows) +
+           " and " + std::to_string(recv_rows.size()) + " in recv_rows " +
+           row_counts_text(recv_rows));
+  for (const auto* counts : {&send_rows, &recv_rows})
+    for (int64_t c : *counts)
+      if (c < 0)
+        refuse("got a negative row count in " +
+               std::string(counts == &send_rows ? "send_rows " : "recv_rows ") +
+               row_counts_text(*counts));
+  if (total_rows(send_rows) != in.dim(0))
+    refuse("sends send_rows " + row_counts_text(send_rows) + " but in " + in.shape().to_string() +
+           " has " + std::to_string(in.dim(0)) + " rows");
+  if (total_rows(recv_rows) != out.dim(0))
+    refuse("receives recv_rows " + row_counts_text(recv_rows) + " but out " +
+           out.shape().to_string() + " has " + std::to_string(out.dim(0)) + " rows");
+  const auto me = static_cast<size_t>(rank());
+  if (send_rows[me] != recv_rows[me])
+    refuse("sends itself " + std::to_string(send_rows[me]) + " rows (send_rows " +
+           row_counts_text(send_rows) + ") but receives " + std::to_string(recv_rows[me]) +
+           " from itself (recv_rows " + row_counts_text(recv_rows) + ")");
+  if (overlaps(in, out)) refuse("cannot work in place: in and out overlap");
+}
+
+Work Communicator::all_to_all(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_rows,
+                              const std::vector<int64_t>& recv_rows) {
+  check_supported("all_to_all", in, Use::Move);
+  check_supported("all_to_all", out, Use::Move);
+  check_all_to_all(out, in, send_rows, recv_rows);
+  if (size() == 1) {
+    if (out.numel() > 0) copy_local(out, in);
+    return {};
+  }
+  return do_all_to_all(out, in, send_rows, recv_rows);
+}
+
+std::vector<int64_t> Communicator::all_to_all_counts(const std::vector<int64_t>& send) {
+  const bool negative = std::any_of(send.begin(), send.end(), [](int64_t c) { return c < 0; });
+  if (send.size() != static_cast<size_t>(size()) || negative)
+    throw std::invalid_argument(
+        "communicator '" + backend() + "': all_to_all_counts on group '" + name() + "' (rank " +
+        std::to_string(rank()) + " of " + std::to_string(size()) +
+        ") needs one non-negative count per rank of the group; got " + row_counts_text(send));
+  if (size() == 1) return send;
+  return do_all_to_all_counts(send);
 }
 
 void Communicator::barrier() {

@@ -87,6 +87,8 @@ std::string_view flight_op_name(FlightOp op) {
     case FlightOp::BytesBroadcast: return "byte broadcast";
     case FlightOp::BytesAllGather: return "byte all_gather";
     case FlightOp::BlockingCall: return "collective file call";
+    case FlightOp::AllToAll: return "all_to_all";
+    case FlightOp::AllToAllCounts: return "all_to_all of counts";
   }
   return "?";
 }

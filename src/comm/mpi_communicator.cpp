@@ -59,6 +59,36 @@ int count_of(const Tensor& t) {
   return static_cast<int>(t.numel());
 }
 
+// The per-rank counts and offsets of an MPI_Ialltoallv, in rows, with the row datatype they
+// count: MPI reads all of them until the operation completes, so they live as long as its Work.
+struct RowExchange {
+  std::vector<int> send_counts, send_offsets, recv_counts, recv_offsets;
+  MPI_Datatype row = MPI_DATATYPE_NULL;
+  ~RowExchange() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (row != MPI_DATATYPE_NULL && !finalized) MPI_Type_free(&row);
+  }
+};
+
+// Rows per peer as MPI's int counts and offsets. A block beyond int's range is refused rather
+// than narrowed (a narrowed count would move the wrong rows without an error); an empty block's
+// offset is not read, so it is 0 wherever its rows would start.
+void rows_in_int(const std::vector<int64_t>& rows, const char* direction, const std::string& what,
+                 std::vector<int>& counts, std::vector<int>& offsets) {
+  const std::vector<int64_t> starts = row_block_starts(rows);
+  for (size_t p = 0; p < rows.size(); ++p) {
+    if (rows[p] > 0 && (rows[p] > INT32_MAX || starts[p] > INT32_MAX))
+      throw std::invalid_argument(
+          "communicator 'mpi': " + what + " " + direction + " " + std::to_string(rows[p]) +
+          " rows from row " + std::to_string(starts[p]) + " for rank " + std::to_string(p) +
+          ", beyond MPI's int count of rows (" + std::to_string(INT32_MAX) +
+          "); route fewer tokens per step (lower train.micro_batch)");
+    counts.push_back(static_cast<int>(rows[p]));
+    offsets.push_back(rows[p] > 0 ? static_cast<int>(starts[p]) : 0);
+  }
+}
+
 class MpiWork final : public Work::Impl {
  public:
   MpiWork(MPI_Request r, std::string what, std::function<void()> finish, bool patient)
@@ -205,6 +235,40 @@ Work MpiCommunicator::do_recv(Tensor& t, int src, int tag) {
   MPI_Irecv(t.raw(), count_of(t), move_type(t.dtype()), src, tag, comm_, &r);
   return make_work(r, describe("recv", t) + " from rank " + std::to_string(src) + " (world rank " +
                           std::to_string(world_rank_of(comm_, src)) + "), tag " + std::to_string(tag));
+}
+
+Work MpiCommunicator::do_all_to_all(Tensor& out, const Tensor& in,
+                                    const std::vector<int64_t>& send_rows,
+                                    const std::vector<int64_t>& recv_rows) {
+  const int64_t width = in.dim(1);
+  const std::string what = "all_to_all of rows of " + std::to_string(width) + " " +
+                           std::string(dtype_name(in.dtype())) + " on group '" + name_ +
+                           "' (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                           "), send_rows " + row_counts_text(send_rows) + ", recv_rows " +
+                           row_counts_text(recv_rows);
+  if (width > INT32_MAX)
+    throw std::invalid_argument("communicator 'mpi': " + what + ": a row of " +
+                                std::to_string(width) + " elements exceeds MPI's int count");
+  auto exchange = std::make_shared<RowExchange>();
+  rows_in_int(send_rows, "sends", what, exchange->send_counts, exchange->send_offsets);
+  rows_in_int(recv_rows, "receives", what, exchange->recv_counts, exchange->recv_offsets);
+  MPI_Type_contiguous(static_cast<int>(width), move_type(in.dtype()), &exchange->row);
+  MPI_Type_commit(&exchange->row);
+  MPI_Request r;
+  MPI_Ialltoallv(in.raw(), exchange->send_counts.data(), exchange->send_offsets.data(),
+                 exchange->row, out.raw(), exchange->recv_counts.data(),
+                 exchange->recv_offsets.data(), exchange->row, comm_, &r);
+  return make_work(r, what, [exchange] {});  // holds the counts and the type until completion
+}
+
+std::vector<int64_t> MpiCommunicator::do_all_to_all_counts(const std::vector<int64_t>& send) {
+  std::vector<int64_t> recv(static_cast<size_t>(size_));
+  MPI_Request r;
+  MPI_Ialltoall(send.data(), 1, MPI_INT64_T, recv.data(), 1, MPI_INT64_T, comm_, &r);
+  make_work(r, "all_to_all of row counts on group '" + name_ + "' (rank " + std::to_string(rank_) +
+                   " of " + std::to_string(size_) + "), sending " + row_counts_text(send))
+      .wait();
+  return recv;
 }
 
 void MpiCommunicator::do_barrier() {

@@ -270,6 +270,50 @@ std::vector<Work> NcclCommunicator::do_exchange(const std::vector<Transfer>& ste
   return works;
 }
 
+// One group of a send and a receive per peer with rows to move, as PyTorch's all_to_all_single
+// does over NCCL for uneven splits (the call Megatron-Core's token dispatcher makes): inside a
+// group the transfers progress together, so no order of peers can deadlock. The block a rank
+// keeps is copied on the communication stream, so that the Work's event covers it too.
+Work NcclCommunicator::do_all_to_all(Tensor& out, const Tensor& in,
+                                     const std::vector<int64_t>& send_rows,
+                                     const std::vector<int64_t>& recv_rows) {
+  const ncclDataType_t type = nccl_type("all_to_all", in.dtype());
+  const auto width = static_cast<size_t>(in.dim(1));
+  const std::string what = "all_to_all of rows of " + std::to_string(width) + " " +
+                           std::string(dtype_name(in.dtype())) + " on group '" + name() +
+                           "' (rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
+                           ", nccl), send_rows " + row_counts_text(send_rows) + ", recv_rows " +
+                           row_counts_text(recv_rows);
+  order_after_compute();
+  const auto me = static_cast<size_t>(rank());
+  const std::vector<int64_t> send_start = row_block_starts(send_rows);
+  const std::vector<int64_t> recv_start = row_block_starts(recv_rows);
+  if (send_rows[me] > 0)
+    check_cuda(cudaMemcpyAsync(out.rows(recv_start[me], recv_start[me] + recv_rows[me]).raw(),
+                               in.rows(send_start[me], send_start[me] + send_rows[me]).raw(),
+                               static_cast<size_t>(send_rows[me]) * width * dtype_size(in.dtype()),
+                               cudaMemcpyDeviceToDevice, stream_),
+               what + ": the block this rank keeps");
+  check_nccl(ncclGroupStart(), comm_, what);
+  for (size_t p = 0; p < send_rows.size(); ++p) {
+    const int peer = static_cast<int>(p);
+    if (p != me && send_rows[p] > 0)
+      check_nccl(ncclSend(in.rows(send_start[p], send_start[p] + send_rows[p]).raw(),
+                          static_cast<size_t>(send_rows[p]) * width, type, peer, comm_, stream_),
+                 comm_, what);
+    if (p != me && recv_rows[p] > 0)
+      check_nccl(ncclRecv(out.rows(recv_start[p], recv_start[p] + recv_rows[p]).raw(),
+                          static_cast<size_t>(recv_rows[p]) * width, type, peer, comm_, stream_),
+                 comm_, what);
+  }
+  check_nccl(ncclGroupEnd(), comm_, what);
+  return finish(what, {in, out});
+}
+
+std::vector<int64_t> NcclCommunicator::do_all_to_all_counts(const std::vector<int64_t>& send) {
+  return mpi_->all_to_all_counts(send);
+}
+
 void NcclCommunicator::do_barrier() { do_all_reduce(barrier_buffer_, ReduceOp::Sum).wait(); }
 
 void NcclCommunicator::do_broadcast_bytes(std::string& bytes, int root) {

@@ -82,6 +82,22 @@ std::vector<Work> RecordingCommunicator::do_exchange(const std::vector<Transfer>
   return works;
 }
 
+// Recorded with the bytes this rank sends: its share of the exchange, as for the other
+// collectives.
+Work RecordingCommunicator::do_all_to_all(Tensor& out, const Tensor& in,
+                                          const std::vector<int64_t>& send_rows,
+                                          const std::vector<int64_t>& recv_rows) {
+  const auto ticket = begin(FlightOp::AllToAll, -1, in.nbytes());
+  return recorded(inner_->all_to_all(out, in, send_rows, recv_rows), ticket);
+}
+
+std::vector<int64_t> RecordingCommunicator::do_all_to_all_counts(const std::vector<int64_t>& send) {
+  const auto ticket = begin(FlightOp::AllToAllCounts, -1, send.size() * sizeof(int64_t));
+  std::vector<int64_t> recv = inner_->all_to_all_counts(send);
+  recorder_.end(ticket);
+  return recv;
+}
+
 void RecordingCommunicator::do_barrier() {
   const auto ticket = begin(FlightOp::Barrier, -1, 0);
   inner_->barrier();

@@ -192,4 +192,20 @@ Work StagedMpiCommunicator::do_recv(Tensor& t, int src, int tag) {
                    " on group '" + name() + "'");
 }
 
+Work StagedMpiCommunicator::do_all_to_all(Tensor& out, const Tensor& in,
+                                          const std::vector<int64_t>& send_rows,
+                                          const std::vector<int64_t>& recv_rows) {
+  if (in.device() == Device::Cpu) return mpi_->all_to_all(out, in, send_rows, recv_rows);
+  Tensor host_in = stage_out(in, false);
+  Tensor host_out = host_like(out, out.dtype());
+  Work inner = mpi_->all_to_all(host_out, host_in, send_rows, recv_rows);
+  Tensor device = out;
+  return after(std::move(inner), [this, device, host_out]() mutable { stage_in(device, host_out); },
+               {host_in, host_out},
+               "all_to_all of rows of " + std::to_string(in.dim(1)) + " " +
+                   std::string(dtype_name(in.dtype())) + " on group '" + name() +
+                   "', send_rows " + row_counts_text(send_rows) + ", recv_rows " +
+                   row_counts_text(recv_rows));
+}
+
 }  // namespace meshtrain

@@ -166,6 +166,39 @@ TEST_P(DeviceComm, SendRecvAroundARing) {
   EXPECT_EQ(host(in), Vec(4096, prev + 1));
 }
 
+// Uneven blocks (0 to 2 rows, some empty) of rows whose values encode source, destination, row
+// and column below 256 (exact in bf16), then back with the counts swapped.
+TEST_P(DeviceComm, AllToAllMovesUnevenBlocksAndBack) {
+  const int64_t width = 5;
+  const auto rows = [](int64_t src, int64_t dst) { return (src + 2 * dst + 1) % 3; };
+  const auto code = [&](int64_t src, int64_t dst, int64_t row, int64_t col) {
+    return static_cast<double>(((src * 4 + dst) * 3 + row) * width + col);
+  };
+  std::vector<int64_t> send, recv;
+  for (int p = 0; p < n_; ++p) {
+    send.push_back(rows(rank_, p));
+    recv.push_back(rows(p, rank_));
+  }
+  ASSERT_EQ(comm_->all_to_all_counts(send), recv);
+  Vec in, want;
+  for (int p = 0; p < n_; ++p)
+    for (int64_t r = 0; r < send[p]; ++r)
+      for (int64_t c = 0; c < width; ++c) in.push_back(code(rank_, p, r, c));
+  for (int p = 0; p < n_; ++p)
+    for (int64_t r = 0; r < recv[p]; ++r)
+      for (int64_t c = 0; c < width; ++c) want.push_back(code(p, rank_, r, c));
+  const auto rows_in = [&](const Vec& v) { return static_cast<int64_t>(v.size()) / width; };
+  for (DType dtype : {DType::F32, DType::BF16, DType::F64}) {
+    Tensor tin = make_tensor(*be_, in, {rows_in(in), width}, dtype);
+    Tensor tout = be_->empty({rows_in(want), width}, dtype, MemoryCategory::CommBuffers);
+    comm_->all_to_all(tout, tin, send, recv).wait();
+    EXPECT_EQ(host(tout), want) << dtype_name(dtype);
+    Tensor back = be_->empty({rows_in(in), width}, dtype, MemoryCategory::CommBuffers);
+    comm_->all_to_all(back, tout, recv, send).wait();
+    EXPECT_EQ(host(back), in) << dtype_name(dtype);
+  }
+}
+
 TEST_P(DeviceComm, BarrierAndHostHelpers) {
   comm_->barrier();
   EXPECT_EQ(comm_->all_reduce_scalar(rank_ + 1, ReduceOp::Sum), n_ * (n_ + 1) / 2.0);

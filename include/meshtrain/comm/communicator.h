@@ -20,6 +20,11 @@ namespace meshtrain {
 
 enum class ReduceOp { Sum, Max, Min };
 std::string_view reduce_op_name(ReduceOp op);
+// Per-rank row counts of an all_to_all as its errors and descriptions show them: "[3, 0, 5]".
+std::string row_counts_text(const std::vector<int64_t>& rows);
+// Where each rank's block starts in an all_to_all buffer of those row counts:
+// [0, r0, r0 + r1, ...].
+std::vector<int64_t> row_block_starts(const std::vector<int64_t>& rows);
 
 class CommTimeout : public std::runtime_error {
  public:
@@ -125,6 +130,19 @@ class Communicator {
   // order on both peers is then deadlock-free (parallel/schedule.h). The default posts each
   // transfer through do_send() and do_recv(), which never block (MPI).
   std::vector<Work> exchange(const std::vector<Transfer>& step);
+  // Every rank sends a block of rows of `in` to each member and receives one from each into
+  // `out` (expert parallelism's token dispatch and combine). `in` is (sum(send_rows), W): the
+  // first send_rows[0] rows go to rank 0, the next send_rows[1] to rank 1, and so on; `out` is
+  // (sum(recv_rows), W), the block from rank 0 first. Both vectors hold size() non-negative row
+  // counts; zero-row blocks are allowed, and the block a rank sends itself is a local copy
+  // (send_rows[rank()] must equal recv_rows[rank()]). recv_rows[p] must equal rank p's
+  // send_rows[rank()], which nothing local can check: exchange the counts first with
+  // all_to_all_counts. `out` and `in` are distinct buffers of one dtype.
+  Work all_to_all(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_rows,
+                  const std::vector<int64_t>& recv_rows);
+  // The counts' exchange before all_to_all, blocking: returns recv where recv[p] is rank p's
+  // send[rank()]. `send` holds size() non-negative counts.
+  std::vector<int64_t> all_to_all_counts(const std::vector<int64_t>& send);
   void barrier();
 
   // Byte-level helpers for host metadata (deck text, error messages).
@@ -144,17 +162,27 @@ class Communicator {
   virtual Work do_recv(Tensor& t, int src, int tag) = 0;
   // `step` is not empty.
   virtual std::vector<Work> do_exchange(const std::vector<Transfer>& step);
+  // Checked by the front: shapes, counts and the self block agree; size() > 1.
+  virtual Work do_all_to_all(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_rows,
+                             const std::vector<int64_t>& recv_rows) = 0;
+  virtual std::vector<int64_t> do_all_to_all_counts(const std::vector<int64_t>& send) = 0;
   virtual void do_barrier() = 0;
   virtual void do_broadcast_bytes(std::string& bytes, int root) = 0;
   virtual std::vector<std::string> do_all_gather_bytes(const std::string& mine) = 0;
   virtual double do_all_reduce_scalar(double value, ReduceOp op) = 0;
-  // The whole of reduce_scatter and all_gather in a group of one: `out` = `in`, which are
-  // distinct buffers of the same size. The default copies host memory.
+  // The whole of reduce_scatter, all_gather and all_to_all in a group of one: `out` = `in`,
+  // which are distinct buffers of the same size. The default copies host memory.
   virtual void copy_local(Tensor& out, const Tensor& in);
   // For communicators that wrap another (comm/recording_communicator.h): its local copy.
   static void copy_local_of(Communicator& inner, Tensor& out, const Tensor& in) {
     inner.copy_local(out, in);
   }
+
+ private:
+  // Throws std::invalid_argument naming the group and the numbers unless all_to_all's
+  // arguments agree (see all_to_all).
+  void check_all_to_all(const Tensor& out, const Tensor& in, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& recv_rows) const;
 };
 
 }  // namespace meshtrain

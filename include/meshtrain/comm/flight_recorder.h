@@ -36,6 +36,8 @@ enum class FlightOp : uint8_t {
   AllReduce, ReduceScatter, AllGather, Broadcast, Send, Recv, Barrier, ScalarAllReduce,
   BytesBroadcast, BytesAllGather,
   BlockingCall,  // a collective call outside the communicator: HDF5 over its MPI communicator
+  // Appended after the record's first version: earlier records keep their meaning.
+  AllToAll, AllToAllCounts,
 };
 std::string_view flight_op_name(FlightOp op);  // "all_reduce", "send", ...
 bool is_point_to_point(FlightOp op);            // Send or Recv

@@ -24,6 +24,15 @@ class MetaCommunicator final : public Communicator {
   Work do_broadcast(Tensor&, int) override { return {}; }
   Work do_send(const Tensor&, int, int) override { return {}; }
   Work do_recv(Tensor&, int, int) override { return {}; }
+  Work do_all_to_all(Tensor&, const Tensor&, const std::vector<int64_t>&,
+                     const std::vector<int64_t>&) override {
+    return {};
+  }
+  // No peer to ask: a plan assumes balanced routing, where every rank receives as many rows
+  // from each peer as it sends it.
+  std::vector<int64_t> do_all_to_all_counts(const std::vector<int64_t>& send) override {
+    return send;
+  }
   void do_barrier() override {}
   void do_broadcast_bytes(std::string&, int) override {}
   std::vector<std::string> do_all_gather_bytes(const std::string& mine) override {

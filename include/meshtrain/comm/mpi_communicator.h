@@ -1,7 +1,9 @@
 #pragma once
 // Communicator over an MPI communicator, for host buffers. Non-blocking MPI (MPI_Iallreduce,
-// MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast, MPI_Isend/Irecv) behind Work handles,
-// so gradient buckets and pipeline transfers overlap computation. bf16 reductions (activations
+// MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast, MPI_Isend/Irecv, MPI_Ialltoallv) behind
+// Work handles, so gradient buckets, pipeline transfers and expert dispatch overlap computation.
+// All-to-all counts rows of a derived datatype (one row of W elements), so that its int counts
+// and offsets stay far from their limit however wide the rows. bf16 reductions (activations
 // of bf16 mixed precision on the CPU: tensor-parallel sums) run in fp32 and are rounded to
 // nearest even once at the end, as the GPU's staged communicator does: each rank's bf16 values
 // widen exactly into an fp32 buffer that MPI reduces, and the result is narrowed when the Work
@@ -44,6 +46,9 @@ class MpiCommunicator final : public Communicator {
   Work do_broadcast(Tensor& t, int root) override;
   Work do_send(const Tensor& t, int dst, int tag) override;
   Work do_recv(Tensor& t, int src, int tag) override;
+  Work do_all_to_all(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_rows,
+                     const std::vector<int64_t>& recv_rows) override;
+  std::vector<int64_t> do_all_to_all_counts(const std::vector<int64_t>& send) override;
   void do_barrier() override;
   void do_broadcast_bytes(std::string& bytes, int root) override;
   std::vector<std::string> do_all_gather_bytes(const std::string& mine) override;

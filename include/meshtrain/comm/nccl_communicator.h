@@ -10,7 +10,9 @@
 // dtypes: fp32, bf16, fp16, fp64 and int32 (NCCL reduces bf16 natively). Point-to-point: NCCL
 // has no tags; messages between a pair of ranks match in the order they were posted (the tag
 // only names the transfer in errors), and a send or receive blocks the stream until its peer's
-// runs: exchange() issues a transfer step as one group. Byte and scalar helpers run over the MPI communicator.
+// runs: exchange() issues a transfer step as one group, and all_to_all one group of a send and
+// a receive per peer (NCCL has no all-to-all of uneven sizes). Byte and scalar helpers, and
+// all_to_all's counts (host values), run over the MPI communicator.
 // Needs one GPU per rank of the group: ranks that share a GPU use StagedMpiCommunicator.
 
 #include <chrono>
@@ -52,6 +54,9 @@ class NcclCommunicator final : public Communicator {
   Work do_send(const Tensor& t, int dst, int tag) override;
   Work do_recv(Tensor& t, int src, int tag) override;
   std::vector<Work> do_exchange(const std::vector<Transfer>& step) override;
+  Work do_all_to_all(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_rows,
+                     const std::vector<int64_t>& recv_rows) override;
+  std::vector<int64_t> do_all_to_all_counts(const std::vector<int64_t>& send) override;
   void do_barrier() override;
   void do_broadcast_bytes(std::string& bytes, int root) override;
   std::vector<std::string> do_all_gather_bytes(const std::string& mine) override;

@@ -40,6 +40,9 @@ class RecordingCommunicator final : public Communicator {
   Work do_send(const Tensor& t, int dst, int tag) override;
   Work do_recv(Tensor& t, int src, int tag) override;
   std::vector<Work> do_exchange(const std::vector<Transfer>& step) override;
+  Work do_all_to_all(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_rows,
+                     const std::vector<int64_t>& recv_rows) override;
+  std::vector<int64_t> do_all_to_all_counts(const std::vector<int64_t>& send) override;
   void do_barrier() override;
   void do_broadcast_bytes(std::string& bytes, int root) override;
   std::vector<std::string> do_all_gather_bytes(const std::string& mine) override;

@@ -41,6 +41,11 @@ class StagedMpiCommunicator final : public Communicator {
   Work do_broadcast(Tensor& t, int root) override;
   Work do_send(const Tensor& t, int dst, int tag) override;
   Work do_recv(Tensor& t, int src, int tag) override;
+  Work do_all_to_all(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_rows,
+                     const std::vector<int64_t>& recv_rows) override;
+  std::vector<int64_t> do_all_to_all_counts(const std::vector<int64_t>& send) override {
+    return mpi_->all_to_all_counts(send);
+  }
   void do_barrier() override { mpi_->barrier(); }
   void do_broadcast_bytes(std::string& bytes, int root) override {
     mpi_->broadcast_bytes(bytes, root);
