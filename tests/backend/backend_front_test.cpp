@@ -111,6 +111,12 @@ class RecordingBackend final : public Backend {
   void do_copy_columns(Tensor&, int64_t, const Tensor&, int64_t, int64_t) override {
     record("copy_columns");
   }
+  void do_gather_rows(Tensor&, const Tensor&, const Tensor&, const Tensor*) override {
+    record("gather_rows");
+  }
+  void do_gathered_row_dots(Tensor&, const Tensor&, const Tensor&, const Tensor&) override {
+    record("gathered_row_dots");
+  }
   void do_crossentropy_stats(Tensor&, Tensor&, const Tensor&) override {
     record("crossentropy_stats");
   }
@@ -327,6 +333,35 @@ TEST_F(BackendFrontTest, RotaryChecksHeadsInsideRowsAndItsTable) {
       {"rotary_forward for dtype bf16: cos is bf16, expected fp32"});
   expect_refused([&] { be.rotary_forward(make({5, 64}, DType::F64), positions, cos, sin, qk); },
                  {"rotary_forward for dtype fp64: cos is fp32, expected fp64"});
+}
+
+TEST_F(BackendFrontTest, ExpertRowGathersCheckTheirIndexAndWeights) {
+  // 6 expert-sorted rows of 8 channels combined into 3 tokens, top-2, under bf16.
+  const DType h = DType::BF16;
+  Tensor out = make({3, 8}, h), src = make({6, 8}, h), index = make({3, 2}, DType::I32);
+  Tensor gates = make({3, 2}), dgates = make({3, 2});
+  expect_reaches([&] { be.gather_rows(out, src, index, &gates); }, "gather_rows");
+  expect_reaches([&] { be.gather_rows(out, src, index, nullptr); }, "gather_rows");
+  expect_reaches([&] { be.gathered_row_dots(dgates, out, src, index); }, "gathered_row_dots");
+  // No rows (no token reached this rank): checked, then nothing for the device to do.
+  Tensor none = make({0, 8}, h), no_index = make({0, 2}, DType::I32), no_gates = make({0, 2});
+  expect_refused([&] { be.gather_rows(none, src, no_index, &gates); },
+                 {"gather_rows: weights must be (R, K) like index", "weights (3, 2)"});
+  expect_refused([&] { be.gather_rows(out, src, no_index, nullptr); },
+                 {"gather_rows: index (R, K) holds the terms of each row of out"});
+  be.calls.clear();
+  be.gather_rows(none, src, no_index, &no_gates);
+  be.gathered_row_dots(no_gates, none, src, no_index);
+  EXPECT_TRUE(be.calls.empty()) << be.calls.front();
+  expect_refused([&] { be.gather_rows(out, src, index, &out); },
+                 {"weights must be (R, K) like index", "weights (3, 8)"});
+  expect_refused([&] { be.gathered_row_dots(gates, out, make({6, 4}, h), index); },
+                 {"gathered_row_dots: index (R, K) holds the terms of each row of a (R, C)"});
+  // This backend has no fp64 kernels.
+  Tensor out64 = make({3, 8}, DType::F64), src64 = make({6, 8}, DType::F64);
+  Tensor gates64 = make({3, 2}, DType::F64);
+  expect_refused([&] { be.gather_rows(out64, src64, index, &gates64); },
+                 {"backend 'recording' does not support gather_rows for dtype fp64"});
 }
 
 TEST_F(BackendFrontTest, MatmulChecksTheProductsShapesAndGradientDtypes) {

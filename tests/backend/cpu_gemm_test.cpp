@@ -32,6 +32,7 @@ using cpu::GemmShape;
 using cpu::Trans;
 using testing::max_relative_error;
 using testing::random_normal;
+using testing::representable;
 using Vec = std::vector<double>;
 
 double tolerance(DType in) {
@@ -40,15 +41,6 @@ double tolerance(DType in) {
     case DType::BF16: return 2e-5;  // inputs exact in bf16, products and sums in fp32
     default: return 2e-5;
   }
-}
-
-// Rounds to what the input dtype can hold (the reference then computes on the same values).
-Vec representable(Vec v, DType t) {
-  for (double& x : v) {
-    if (t == DType::F32) x = static_cast<float>(x);
-    if (t == DType::BF16) x = bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(x)));
-  }
-  return v;
 }
 
 // A dense (rows, cols) matrix stored with row stride ld = cols + pad; padding holds `fill`.

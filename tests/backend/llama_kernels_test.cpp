@@ -38,6 +38,7 @@ namespace {
 using testing::make_tensor;
 using testing::max_relative_error;
 using testing::random_normal;
+using testing::representable;
 using testing::to_host;
 using Vec = std::vector<double>;
 
@@ -48,15 +49,6 @@ double activation_tolerance(DType t) {
 }
 double wide_tolerance(DType t) { return t == DType::F64 ? 1e-12 : 2e-5; }
 DType wide(DType t) { return t == DType::BF16 ? DType::F32 : t; }
-
-// The values a tensor of dtype `t` holds for `v`.
-Vec representable(Vec v, DType t) {
-  for (double& x : v) {
-    if (t == DType::F32) x = static_cast<float>(x);
-    if (t == DType::BF16) x = bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(x)));
-  }
-  return v;
-}
 
 // ---- references, in double ------------------------------------------------------------------
 

@@ -123,6 +123,14 @@ class CountingBackend final : public Backend {
     else
       cpu_.rotary_backward(x, positions, cos, sin, where);
   }
+  void do_gather_rows(Tensor& out, const Tensor& src, const Tensor& index,
+                      const Tensor* weights) override {
+    cpu_.gather_rows(out, src, index, weights);
+  }
+  void do_gathered_row_dots(Tensor& out, const Tensor& a, const Tensor& b,
+                            const Tensor& index) override {
+    cpu_.gathered_row_dots(out, a, b, index);
+  }
   void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
                             int64_t NH, int64_t KVH, int64_t HS,
                             const Tensor* document_starts) override {

@@ -26,6 +26,23 @@ inline Tensor make_tensor(Backend& be, const std::vector<double>& values, Shape 
   return t;
 }
 
+// The values a tensor of dtype `t` holds for `v` (fp32 and bf16 round to nearest even): a
+// reference computing in double on them sees the kernel's inputs exactly.
+inline std::vector<double> representable(std::vector<double> v, DType t) {
+  for (double& x : v) {
+    if (t == DType::F32) x = static_cast<float>(x);
+    if (t == DType::BF16) x = bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(x)));
+  }
+  return v;
+}
+
+// An int32 tensor of `shape` (row indices, e.g. gather_rows' (R, K) index).
+inline Tensor make_int32(Backend& be, const std::vector<int32_t>& values, Shape shape) {
+  Tensor t = be.empty(shape, DType::I32, MemoryCategory::Workspace);
+  be.copy_from_host(t, values.data());
+  return t;
+}
+
 inline Tensor make_tokens(Backend& be, const std::vector<int32_t>& values) {
   Tensor t = be.empty({static_cast<int64_t>(values.size())}, DType::I32, MemoryCategory::Workspace);
   be.copy_from_host(t, values.data());

@@ -288,6 +288,29 @@ class Backend {
   // dtype (packing K and V out of qkv, and their gradients back). The default copies row views.
   void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t cols);
 
+  // ---- mixture of experts: token rows to their experts and back (model/moe_layer.h) -------
+  // Weighted row gather: for each row r of out (R, C), with K = index.dim(1),
+  //   out[r, :] = sum over j < K, in order of j, of weights[r, j] * src[index[r, j], :]
+  // index (R, K) int32 on the device, each entry a row of src (M, C) or -1 (the term is
+  // skipped: a token an expert dropped); weights (R, K) in wide(A) (fp32 under bf16, fp64 for
+  // F64), null: every weight 1. Accumulated in wide(A) from the first kept term (so K = 1
+  // without weights copies rows exactly, -0 included), rounded once on store; a row whose terms
+  // are all skipped is +0. The terms are added in index order and each output row is computed
+  // whole by one thread (no scatter, no atomics), so the sum has the same bits on every layout
+  // and thread count. One op moves tokens both ways: dispatch (K = 1: expert-sorted rows from
+  // tokens), combine (K = top-k: a token's expert outputs weighted by its gates) and the
+  // gradients of both (dispatch's: K = top-k, no weights; combine's: K = 1, each row's gate).
+  // R = 0 is a no-op; M = 0 needs every index -1. The CPU backend refuses an index outside
+  // [-1, M), naming its row and value; the CUDA backend, which cannot read the index without
+  // waiting, leaves such a term out.
+  void gather_rows(Tensor& out, const Tensor& src, const Tensor& index, const Tensor* weights);
+  // The gate gradient of the combine: out (R, K) in wide(A),
+  //   out[r, j] = dot(a[r, :], b[index[r, j], :])  (0 where index[r, j] is -1)
+  // with a (R, C) and b (M, C) of one dtype, accumulated in wide(A) over c in one fixed order
+  // (a device's own: vector lanes on the CPU, a warp's tree on CUDA), the same bits whatever
+  // the thread count. Index entries as gather_rows'.
+  void gathered_row_dots(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& index);
+
   // ---- vocabulary-parallel softmax cross-entropy -----------------------------------------
   // For logits (N, V) over this rank's vocabulary slice [vocab_begin, vocab_begin + V):
   // row_max (N) and row_sumexp (N) = sum_j exp(logit_j - row_max); both fp32/fp64 as logits.
@@ -411,6 +434,10 @@ class Backend {
                                            const Tensor* document_starts);
   virtual void do_copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                                int64_t cols);
+  virtual void do_gather_rows(Tensor& out, const Tensor& src, const Tensor& index,
+                              const Tensor* weights) = 0;
+  virtual void do_gathered_row_dots(Tensor& out, const Tensor& a, const Tensor& b,
+                                    const Tensor& index) = 0;
   virtual void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) = 0;
   virtual void do_crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
                                       const Tensor& global_max) = 0;

@@ -74,6 +74,19 @@ template <class A>
 void rotary(A* x, const int32_t* positions, const Acc<A>* cos, const Acc<A>* sin, int64_t N,
             int64_t W, int64_t column, int64_t heads, int64_t head_dim, bool by_minus_angle);
 
+// Mixture of experts (expert_rows.cpp): out (R, C) row r = the sum over j < K, in order, of
+// weights[r, j] (1 where weights is null) * src[index[r, j]], terms of index -1 left out, a row
+// without terms zero; gathered_row_dots: out (R, K) = dot(a[r], b[index[r, j]]), 0 for -1.
+// Every index must be in [-1, M) for src (M, C): gather_index_outside gives the first of the n
+// entries that is not (-1: none).
+int64_t gather_index_outside(const int32_t* index, int64_t n, int64_t M);
+template <class A>
+void gather_rows(A* out, const A* src, const int32_t* index, const Acc<A>* weights, int64_t R,
+                 int64_t C, int64_t K);
+template <class A>
+void gathered_row_dots(Acc<A>* out, const A* a, const A* b, const int32_t* index, int64_t R,
+                       int64_t C, int64_t K);
+
 // GEMMs through `gemm` (oneDNN or OpenBLAS, gemm.h); bf16 only through oneDNN.
 // matmul_backward: dinp, dweight and dbias may each be null (not wanted); weight is read only
 // for dinp.

@@ -107,6 +107,18 @@ void rotary(T* x, const int32_t* positions, const float* cos, const float* sin, 
             int64_t W, int64_t column, int64_t heads, int64_t head_dim, int64_t P,
             bool by_minus_angle, cudaStream_t s);
 
+// ---- expert_rows.cu: token rows to their experts and back (backend.h, gather_rows) ----------
+// out (R, C) row r = the sum over j < K, in order, of weights[r, j] (1 where weights is null) *
+// src[index[r, j]] for src (M, C), from the first kept term, a term whose index is outside
+// [0, M) left out, a row without terms zero. gathered_row_dots: out (R, K) = dot(a[r],
+// b[index[r, j]]) for b (M, C), 0 where the index is outside [0, M).
+template <class T>
+void gather_rows(T* out, const T* src, const int32_t* index, const float* weights, int64_t R,
+                 int64_t C, int64_t K, int64_t M, cudaStream_t s);
+template <class T>
+void gathered_row_dots(float* out, const T* a, const T* b, const int32_t* index, int64_t R,
+                       int64_t C, int64_t K, int64_t M, cudaStream_t s);
+
 // ---- attention.cu (the backend's own attention; cuDNN's lives in cudnn_attention.cpp) ------
 // rows = (heads) x T rows of T scores, row r holding query i = r % T. probs = softmax over keys
 // j <= i, zero above the diagonal. probs may alias scores when T is float.

@@ -113,6 +113,11 @@ class CpuBackend final : public Backend {
                                    const Tensor* document_starts) override;
   void do_copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                        int64_t cols) override;
+  // Mixture-of-experts row gathers (cpu_expert_rows.cpp): fp32, fp64 and bf16.
+  void do_gather_rows(Tensor& out, const Tensor& src, const Tensor& index,
+                      const Tensor* weights) override;
+  void do_gathered_row_dots(Tensor& out, const Tensor& a, const Tensor& b,
+                            const Tensor& index) override;
 
   void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
   void do_crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,

@@ -154,6 +154,11 @@ class CudaBackend final : public Backend {
                           const Tensor& up) override;
   void do_rotary(Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin,
                  const RotaryHeads& where, Rotation rotation) override;
+  // Mixture-of-experts row gathers (cuda_expert_rows.cpp).
+  void do_gather_rows(Tensor& out, const Tensor& src, const Tensor& index,
+                      const Tensor* weights) override;
+  void do_gathered_row_dots(Tensor& out, const Tensor& a, const Tensor& b,
+                            const Tensor& index) override;
   void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                          const Tensor* bias) override;
   void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
