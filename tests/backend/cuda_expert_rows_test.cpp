@@ -60,7 +60,8 @@ TEST_P(ExpertRowGather, MatchesCpu) {
   const Vec src = e.round(random_normal(M * C, 51)), a = e.round(random_normal(R * C, 52));
   const Vec w = testing::representable(random_normal(R * K, 53, 0.5), DType::F32);
   const Index index = make_index(R, K, M);
-  Tensor gsrc = make_tensor(e.gpu, src, {M, C}, e.act()), csrc = make_tensor(e.cpu, src, {M, C}, e.act());
+  Tensor gsrc = make_tensor(e.gpu, src, {M, C}, e.act());
+  Tensor csrc = make_tensor(e.cpu, src, {M, C}, e.act());
   Tensor gidx = make_int32(e.gpu, index, {R, K}), cidx = make_int32(e.cpu, index, {R, K});
   Tensor gw = e.gpu_f32(w, {R, K}), cw = make_tensor(e.cpu, w, {R, K}, DType::F32);
   Tensor gout = e.gpu.empty({R, C}, e.act(), MemoryCategory::Workspace);

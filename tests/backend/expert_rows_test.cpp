@@ -109,7 +109,9 @@ class ExpertRows : public ::testing::TestWithParam<DType> {
   DType dt = GetParam();
   CpuBackend be{2};
 
-  Tensor act(const Vec& v, int64_t rows, int64_t cols) { return make_tensor(be, v, {rows, cols}, dt); }
+  Tensor act(const Vec& v, int64_t rows, int64_t cols) {
+    return make_tensor(be, v, {rows, cols}, dt);
+  }
   Tensor wide_t(const Vec& v, int64_t rows, int64_t cols) {
     return make_tensor(be, v, {rows, cols}, wide(dt));
   }
