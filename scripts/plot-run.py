@@ -4,6 +4,10 @@
   RUNDIR/plots/training.png  training and validation loss, tokens/s, learning rate and gradient
                              norm per logged step (metrics.jsonl), and each rank's peak memory by
                              category (the memory records of metrics.jsonl);
+  RUNDIR/plots/experts.png   a mixture of experts' routing (metrics.jsonl's expert records):
+                             each MoE layer's balance (busiest expert's tokens over the mean, 1 is
+                             even) per step, and the share of tokens each expert of each layer
+                             took over the last logged step (a heat map);
   RUNDIR/plots/timeline.png  one training step on every rank (trace_rank<N>.json, written with
                              run.trace = true): forward and backward of each micro-batch, pipeline
                              waits and data-parallel communication — where the bubble is.
@@ -32,7 +36,7 @@ def read_metrics(path):
     if not os.path.isfile(path):
         fail(f"{path}: no metrics.jsonl here (is this a run directory? it is run.dir, "
              f"runs/<run.name> by default)")
-    train, val, memory = [], [], {}
+    train, val, memory, experts = [], [], {}, []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -44,7 +48,9 @@ def read_metrics(path):
                 if number == sum(1 for _ in open(path, encoding="utf-8")):
                     continue
                 fail(f"{path}:{number}: not a JSON record ({e.msg})")
-            if "memory_rank" in record:
+            if "expert_tokens" in record:
+                experts.append(record)
+            elif "memory_rank" in record:
                 memory[record["memory_rank"]] = record  # the latest record of each rank
             elif "val_loss" in record:
                 val.append(record)
@@ -52,7 +58,41 @@ def read_metrics(path):
                 train.append(record)
     if not train and not val:
         fail(f"{path}: no training or validation records to draw")
-    return train, val, memory
+    return train, val, memory, experts
+
+
+def plot_experts(experts, out, plt):
+    layers = experts[-1]["moe_layers"]
+    n = experts[-1]["experts"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    ax = axes[0]
+    steps = [r["step"] for r in experts]
+    for i, layer in enumerate(layers):
+        ax.plot(steps, [r["expert_balance"][i] for r in experts], label=f"layer {layer}")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("busiest expert's tokens / mean")
+    ax.set_title("expert balance per layer (1 = even)")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    ax = axes[1]
+    last = experts[-1]["expert_tokens"]
+    shares = []
+    for i in range(len(layers)):
+        row = last[i * n:(i + 1) * n]
+        total = sum(row) or 1.0
+        shares.append([t / total for t in row])
+    image = ax.imshow(shares, aspect="auto", cmap="viridis")
+    ax.set_yticks(range(len(layers)), [str(layer) for layer in layers])
+    ax.set_xlabel("expert")
+    ax.set_ylabel("layer")
+    ax.set_title(f"share of the tokens, step {experts[-1]['step']} (even: {1 / n:.3f})")
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    print(f"{out}: expert balance {len(experts)} points x {len(layers)} layers, "
+          f"{n} experts per layer")
 
 
 def plot_training(train, val, memory, out, plt):
@@ -185,8 +225,10 @@ def main():
              "python3-matplotlib; scripts/ensure-deps.sh test installs it)")
     out = args.out or os.path.join(args.run_dir, "plots")
     os.makedirs(out, exist_ok=True)
-    train, val, memory = read_metrics(os.path.join(args.run_dir, "metrics.jsonl"))
+    train, val, memory, experts = read_metrics(os.path.join(args.run_dir, "metrics.jsonl"))
     plot_training(train, val, memory, os.path.join(out, "training.png"), plt)
+    if experts:
+        plot_experts(experts, os.path.join(out, "experts.png"), plt)
     traces = read_traces(args.run_dir)
     if traces:
         plot_timeline(traces, args.step, os.path.join(out, "timeline.png"), plt)

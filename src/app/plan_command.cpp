@@ -64,8 +64,12 @@ void print_model(const ModelSpec& m) {
   const int64_t n = m.parameter_count();
   std::string grouped = std::to_string(n);
   for (int i = static_cast<int>(grouped.size()) - 3; i > 0; i -= 3) grouped.insert(static_cast<size_t>(i), ",");
-  std::printf("# model: %s, %d layers, %s parameters (%.2fB), %.1f GFLOP per token trained\n",
-              m.family.c_str(), m.layers, grouped.c_str(), static_cast<double>(n) / 1e9,
+  // A mixture of experts: the parameters one token multiplies by (top_k of each layer's experts).
+  char active[64] = "";
+  if (m.feed_forward == FeedForwardKind::Moe)
+    std::snprintf(active, sizeof active, ", %.2fB active", m.active_parameter_count() / 1e9);
+  std::printf("# model: %s, %d layers, %s parameters (%.2fB%s), %.1f GFLOP per token trained\n",
+              m.family.c_str(), m.layers, grouped.c_str(), static_cast<double>(n) / 1e9, active,
               m.flops_per_token() / 1e9);
 }
 

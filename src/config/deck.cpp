@@ -140,6 +140,28 @@ void check_cross_fields(const std::string& path, const Config& c) {
     fail("model.rope_* keys are given but model.positions is \"learned\", so they would be ignored "
          "(set model.positions = \"rotary\", or remove them)");
   }
+  const MoeSpec& moe = c.model.moe;
+  if (c.model.feed_forward == FeedForwardKind::Moe) {
+    if (moe.top_k > moe.experts)
+      fail("model.moe_top_k = " + std::to_string(moe.top_k) + " exceeds model.moe_experts = " +
+           std::to_string(moe.experts) + " (each token goes through top_k distinct experts: "
+           "top_k must be 1 to " + std::to_string(moe.experts) + ")");
+    if (moe.first_dense_layers >= c.model.layers)
+      fail("model.moe_first_dense_layers = " + std::to_string(moe.first_dense_layers) +
+           " leaves no mixture-of-experts layer among model.layers = " +
+           std::to_string(c.model.layers) + " (it must be below layers; or set "
+           "model.feed_forward = \"dense\")");
+    if (c.model.activation != ActivationKind::SwiGlu)
+      fail("model.feed_forward = \"moe\" needs model.activation = \"swiglu\" (the experts are "
+           "SwiGLU, as in Mixtral, Qwen3-MoE and DeepSeek), not \"" +
+           std::string(activation_name(c.model.activation)) + "\"");
+    if (c.model.linear_bias)
+      fail("model.feed_forward = \"moe\" needs model.bias = false (the router and the experts "
+           "are bias-free, as in Mixtral, Qwen3-MoE and DeepSeek)");
+  } else if (moe != MoeSpec{}) {
+    fail("model.moe_* keys are given but model.feed_forward is \"dense\", so they would be ignored "
+         "(set model.feed_forward = \"moe\", or remove them)");
+  }
   if (c.model.norm.kind == NormKind::Layer && c.model.norm.eps != 1e-5) {
     std::ostringstream os;
     os << "model.norm_eps = " << c.model.norm.eps << " with model.norm = \"layernorm\" (meshtrain's "

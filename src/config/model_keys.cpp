@@ -85,8 +85,10 @@ void add_model_keys(std::vector<KeySpec>& k) {
                            [](Config& c, const std::string& v) {
                              parse_activation(v, c.model.activation);
                            }));
-    k.push_back(choice_key("model", "feed_forward", "dense", {feed_forward_name(FeedForwardKind::Dense)},
-                           "The feed-forward sub-layer of each block: \"dense\", one MLP.",
+    k.push_back(choice_key("model", "feed_forward", "dense",
+                           {feed_forward_name(FeedForwardKind::Dense), feed_forward_name(FeedForwardKind::Moe)},
+                           "The feed-forward sub-layer of each block: \"dense\", one MLP; \"moe\", "
+                           "a mixture of SwiGLU experts (the moe_* keys; docs/moe.md).",
                            [](Config& c, const std::string& v) {
                              parse_feed_forward(v, c.model.feed_forward);
                            }));
@@ -109,6 +111,38 @@ void add_model_keys(std::vector<KeySpec>& k) {
     k.push_back(int_key("model", "ffn_hidden", "4 x d_model", 1, 1 << 24,
                         "Width of the feed-forward's hidden layer (HF intermediate_size / n_inner).",
                         [](Config& c) -> auto& { return c.model.ffn_hidden_set; }));
+    // The mixture of experts (feed_forward = "moe"; model/moe_layer.h).
+    k.push_back(int_key("model", "moe_experts", 8, 1, 1 << 16,
+                        "Experts of each mixture-of-experts layer (HF num_local_experts / num_experts).",
+                        [](Config& c) -> auto& { return c.model.moe.experts; }));
+    k.push_back(int_key("model", "moe_top_k", 2, 1, 1 << 16,
+                        "Experts each token goes through (HF num_experts_per_tok); at most moe_experts.",
+                        [](Config& c) -> auto& { return c.model.moe.top_k; }));
+    k.push_back(int_key("model", "moe_ffn_hidden", "ffn_hidden", 1, 1 << 24,
+                        "Width of each expert's hidden layer (HF moe_intermediate_size).",
+                        [](Config& c) -> auto& { return c.model.moe.ffn_hidden_set; }));
+    k.push_back(int_key("model", "moe_shared_ffn_hidden", 0, 0, 1 << 24,
+                        "Width of a shared SwiGLU expert every token passes, added to the routed "
+                        "experts' output (DeepSeek's n_shared_experts x moe_intermediate_size); 0: none.",
+                        [](Config& c) -> auto& { return c.model.moe.shared_ffn_hidden; }));
+    k.push_back(bool_key("model", "moe_normalize_top_k", true,
+                         "Renormalise each token's gates over its chosen experts so that they sum to "
+                         "1 (Mixtral always; Qwen3-MoE's norm_topk_prob); false: the softmax "
+                         "probabilities themselves.",
+                         [](Config& c, bool v) { c.model.moe.normalize_top_k = v; }));
+    k.push_back(float_key("model", "moe_aux_loss", "0.01", 0.0, false,
+                          "Coefficient of the Switch load-balancing loss, alpha E sum_e f_e P_e "
+                          "over each micro-batch (f_e: share of the routed slots, P_e: mean "
+                          "probability); balanced routing gives alpha. 0: off.",
+                          [](Config& c, double v) { c.model.moe.aux_loss = v; }));
+    k.push_back(float_key("model", "moe_z_loss", "0.0", 0.0, false,
+                          "Coefficient of the router z-loss (ST-MoE), the mean over tokens of "
+                          "logsumexp(router logits)^2. 0: off.",
+                          [](Config& c, double v) { c.model.moe.z_loss = v; }));
+    k.push_back(int_key("model", "moe_first_dense_layers", 0, 0, 100000,
+                        "The first blocks keep the dense feed-forward (DeepSeek-V3's "
+                        "first_k_dense_replace); below model.layers.",
+                        [](Config& c) -> auto& { return c.model.moe.first_dense_layers; }));
 }
 
 }  // namespace meshtrain

@@ -21,25 +21,25 @@ Block::Block(const LayerContext& ctx, int index, const ModelSpec& spec)
       attention_norm_(ctx, sub_layer(index, "ln_1"), spec.d_model, spec.norm),
       attention_(ctx, sub_layer(index, "attn"), spec, residual_scale(spec)),
       feed_forward_norm_(ctx, sub_layer(index, "ln_2"), spec.d_model, spec.norm),
-      feed_forward_(ctx, sub_layer(index, "mlp"), spec, residual_scale(spec)) {}
+      feed_forward_(ctx, sub_layer(index, "mlp"), spec, index, residual_scale(spec)) {}
 
 Tensor Block::forward_all(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory inner,
-                          Recompute recompute) {
+                          Recompute recompute, bool recomputing) {
   saved.x = x;
   Tensor a = attention_norm_.forward(x, saved.attention_norm, inner);
   // Each branch's output projection adds the residual stream (in its GEMM where it can).
   Tensor x2 = attention_.forward(a, shape, saved.attention, inner, recompute, &x);
   Tensor b = feed_forward_norm_.forward(x2, saved.feed_forward_norm, inner);
   // The block output outlives the block (it is the next block's saved input): Activations.
-  return feed_forward_.forward(b, saved.feed_forward, inner, MemoryCategory::Activations, nullptr,
-                               &x2);
+  return feed_forward_.forward(b, shape, recomputing, saved.feed_forward, inner,
+                               MemoryCategory::Activations, nullptr, &x2);
 }
 
 Tensor Block::forward(const Tensor& x, TokenShape shape, Saved& saved, Recompute recompute) {
   if (recompute != Recompute::Full)
-    return forward_all(x, shape, saved, MemoryCategory::Activations, recompute);
+    return forward_all(x, shape, saved, MemoryCategory::Activations, recompute, false);
   Saved scratch;
-  Tensor out = forward_all(x, shape, scratch, MemoryCategory::Workspace, Recompute::Selective);
+  Tensor out = forward_all(x, shape, scratch, MemoryCategory::Workspace, Recompute::Selective, false);
   saved = Saved{};
   saved.x = x;
   return out;
@@ -55,7 +55,7 @@ Tensor Block::decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t 
   be.add_inplace(x2, x);
   const TensorParallel tp = ctx_.tp.without_sequence();
   Tensor out = feed_forward_.forward(feed_forward_norm_.forward(x2, feed_forward_norm, ws),
-                                     feed_forward, ws, ws, &tp);
+                                     TokenShape{}, false, feed_forward, ws, ws, &tp);
   be.add_inplace(out, x2);
   return out;
 }
@@ -64,7 +64,7 @@ Tensor Block::backward(const Tensor& dout, TokenShape shape, Saved& saved, Recom
                        DeferredWeightGradients* deferred) {
   if (recompute == Recompute::Full) {
     const Tensor x = saved.x;
-    forward_all(x, shape, saved, MemoryCategory::Workspace, Recompute::None);
+    forward_all(x, shape, saved, MemoryCategory::Workspace, Recompute::None, true);
   }
   // dout flows into both the feed-forward branch and the residual path to x2, dx2 into both the
   // attention branch and the residual path to x.

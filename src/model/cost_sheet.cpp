@@ -38,7 +38,7 @@ double CostSheet::local_parameters(double tp, bool include_shared) const {
 double CostSheet::multiplying_parameters() const {
   double n = 0;
   for (const ParameterCost& p : parameters)
-    if (!p.lookup_only && !p.shared) n += static_cast<double>(p.numel);
+    if (!p.lookup_only && !p.shared) n += p.active_share * static_cast<double>(p.numel);
   return n;
 }
 

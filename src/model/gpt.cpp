@@ -47,6 +47,10 @@ ModelChunk::ModelChunk(const LayerContext& ctx, const ModelSpec& cfg, const Chun
 Tensor ModelChunk::forward(const MicroBatchData& mb, const Tensor& input, Saved& saved, Pass pass,
                            Recompute recompute, double dloss, double* loss_sum, UnitHooks& hooks) {
   Tensor x = input;
+  // A layer's own losses (model/moe_layer.h) are weighted as the head's per-token losses.
+  TokenShape shape = mb.shape;
+  shape.loss_weight = pass == Pass::Train ? dloss : 0.0;
+  saved.loss_weight = shape.loss_weight;
   if (embedding_) {
     hooks.before_forward(embedding_unit_);
     x = embedding_->forward(mb.tokens, mb.shape);
@@ -56,10 +60,10 @@ Tensor ModelChunk::forward(const MicroBatchData& mb, const Tensor& input, Saved&
   for (size_t i = 0; i < blocks_.size(); ++i) {
     hooks.before_forward(block_units_[i]);
     if (pass == Pass::Train) {
-      x = blocks_[i]->forward(x, mb.shape, saved.blocks[i], recompute);
+      x = blocks_[i]->forward(x, shape, saved.blocks[i], recompute);
     } else {
       Block::Saved discard;
-      x = blocks_[i]->forward(x, mb.shape, discard, Recompute::Full);
+      x = blocks_[i]->forward(x, shape, discard, Recompute::Full);
     }
     hooks.after_forward(block_units_[i]);
   }
@@ -89,9 +93,11 @@ Tensor ModelChunk::backward(const MicroBatchData& mb, const Tensor& dout, Saved&
   };
   Tensor dx = dout;
   if (head_) dx = head_->backward(saved.head);
+  TokenShape shape = mb.shape;
+  shape.loss_weight = saved.loss_weight;
   for (size_t i = blocks_.size(); i-- > 0;) {
     begin(block_units_[i]);
-    dx = blocks_[i]->backward(dx, mb.shape, saved.blocks[i], recompute, deferred);
+    dx = blocks_[i]->backward(dx, shape, saved.blocks[i], recompute, deferred);
     end(block_units_[i]);
   }
   saved.blocks.clear();
@@ -113,7 +119,7 @@ void ModelChunk::backward_weights(DeferredWeightGradients& deferred, UnitHooks& 
 GptModel::GptModel(Backend& backend, const TensorParallel& tp, const ModelSpec& cfg,
                    const std::vector<ChunkRange>& ranges, DType dtype, ContextParallel cp)
     : backend_(&backend), tp_(tp), cp_(cp), cfg_(cfg), dtype_(dtype), loss_(backend) {
-  const LayerContext ctx{&backend, &store_, tp, cp};
+  const LayerContext ctx{&backend, &store_, tp, cp, &loss_, &moe_log_};
   Parameter* wte = nullptr;
   for (const ChunkRange& r : ranges) {
     chunks_.push_back(std::make_unique<ModelChunk>(ctx, cfg, r, wte, loss_));

@@ -1,5 +1,6 @@
 #include "meshtrain/model/loss_accumulator.h"
 
+#include <utility>
 #include <vector>
 
 namespace meshtrain {
@@ -18,12 +19,16 @@ void LossAccumulator::add(const Tensor& losses) {
 }
 
 double LossAccumulator::take() {
-  if (used_ == 0) return 0.0;
-  std::vector<double> host(static_cast<size_t>(used_), 0.0);
-  be_->copy_to_host(host.data(), slots_.view(0, {used_}));
-  used_ = 0;
+  const double host_losses = std::exchange(host_, 0.0);
   double sum = 0.0;
-  for (double v : host) sum += v;
+  if (used_ > 0) {
+    std::vector<double> host(static_cast<size_t>(used_), 0.0);
+    be_->copy_to_host(host.data(), slots_.view(0, {used_}));
+    used_ = 0;
+    for (double v : host) sum += v;
+  }
+  // Only where there is one: a model without host losses keeps its sum's bits.
+  if (host_losses != 0.0) sum += host_losses;
   return sum;
 }
 

@@ -27,6 +27,19 @@ int64_t ModelSpec::parameter_count() const {
   return n;
 }
 
+double ModelSpec::active_parameter_count() const {
+  const ModelCostSheet& sheet = model_cost_sheet(*this);
+  double n = 0;
+  auto add = [&](const CostSheet& s) {
+    for (const ParameterCost& p : s.parameters)
+      if (!p.shared) n += p.active_share * static_cast<double>(p.numel);
+  };
+  add(sheet.embedding);
+  for (const CostSheet& b : sheet.blocks) add(b);
+  add(sheet.head);
+  return n;
+}
+
 double ModelSpec::flops_per_token() const {
   return model_cost_sheet(*this).flops_per_token(static_cast<double>(seq_len));
 }
@@ -51,7 +64,8 @@ constexpr Named<RopeScalingKind> kRopeScalings[] = {{RopeScalingKind::None, "non
                                                     {RopeScalingKind::Llama3, "llama3"}};
 constexpr Named<ActivationKind> kActivations[] = {{ActivationKind::GeluTanh, "gelu_tanh"},
                                                    {ActivationKind::SwiGlu, "swiglu"}};
-constexpr Named<FeedForwardKind> kFeedForwards[] = {{FeedForwardKind::Dense, "dense"}};
+constexpr Named<FeedForwardKind> kFeedForwards[] = {{FeedForwardKind::Dense, "dense"},
+                                                    {FeedForwardKind::Moe, "moe"}};
 
 template <class Kind, size_t N>
 const char* name_of(const Named<Kind> (&table)[N], Kind k) {
@@ -121,8 +135,24 @@ std::string toml_float(double v) {
   return s;
 }
 
-std::vector<std::pair<const char*, std::string>> field_values(const ModelSpec& m) {
+// The mixture's fields are listed for a model that has one: a dense model's list (and so its
+// checkpoints' model signature) is what it was before mixtures existed.
+std::vector<std::pair<const char*, std::string>> moe_field_values(const ModelSpec& model) {
+  const MoeSpec& m = model.moe;
   return {
+      {"moe_experts", std::to_string(m.experts)},
+      {"moe_top_k", std::to_string(m.top_k)},
+      {"moe_ffn_hidden", std::to_string(model.moe_ffn_hidden())},
+      {"moe_shared_ffn_hidden", std::to_string(m.shared_ffn_hidden)},
+      {"moe_normalize_top_k", m.normalize_top_k ? "true" : "false"},
+      {"moe_aux_loss", toml_float(m.aux_loss)},
+      {"moe_z_loss", toml_float(m.z_loss)},
+      {"moe_first_dense_layers", std::to_string(m.first_dense_layers)},
+  };
+}
+
+std::vector<std::pair<const char*, std::string>> field_values(const ModelSpec& m, bool with_moe) {
+  std::vector<std::pair<const char*, std::string>> fields = {
       {"family", quoted(m.family)},
       {"norm", quoted(norm_name(m.norm.kind))},
       {"norm_eps", toml_float(m.norm.eps)},
@@ -141,12 +171,16 @@ std::vector<std::pair<const char*, std::string>> field_values(const ModelSpec& m
       {"head_dim", std::to_string(m.head_dim())},
       {"ffn_hidden", std::to_string(m.ffn_hidden())},
   };
+  if (with_moe)
+    for (auto& f : moe_field_values(m)) fields.push_back(std::move(f));
+  return fields;
 }
 
 }  // namespace
 
 std::vector<SpecField> spec_fields(const ModelSpec& m) {
-  const auto mine = field_values(m), gpt2 = field_values(family_defaults("gpt2", m));
+  const bool moe = m.feed_forward == FeedForwardKind::Moe;
+  const auto mine = field_values(m, moe), gpt2 = field_values(family_defaults("gpt2", m), moe);
   std::vector<SpecField> out;
   for (size_t i = 0; i < mine.size(); ++i) out.push_back({mine[i].first, mine[i].second, gpt2[i].second});
   return out;

@@ -178,6 +178,7 @@ StepAttempt Trainer::compute_gradients(int step, const std::vector<MicroBatchDat
   // decides alike, in the same step.
   const double poison = std::isfinite(r.grad_norm) ? 0.0 : std::nan("");
   r.loss = world_sum((grid_.rank(Axis::Tensor) == 0 ? attempt.local_loss : 0.0) + poison) / tokens;
+  r.experts = gather_expert_loads(model_->moe_log(), cfg_.model, grid_.world(), be_);
   // The largest norm of any rank: the ranks' norms are equal on healthy hardware (reduced, or
   // computed from replicated gradients), and a corrupted replica's must re-run every rank.
   if (std::isfinite(r.grad_norm))
@@ -382,6 +383,11 @@ void Trainer::log_step(const StepResult& r, double eta_seconds) {
                   theoretical_bubble(p.schedule, p.pp, data_->microbatches(), p.virtual_stages));
     bubble = buf;
   }
+  if (!r.experts.empty()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " | experts max/mean %.2f", r.experts.worst_balance());
+    bubble += buf;
+  }
   std::printf("step %5d/%d | loss %.4f | lr %.2e | grad_norm %.3f | %8.0f tok/s | %7.1f ms%s | eta %s\n",
               r.step, cfg_.train.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_second,
               r.seconds * 1e3, bubble.c_str(), format_duration(eta_seconds).c_str());
@@ -393,6 +399,16 @@ void Trainer::log_step(const StepResult& r, double eta_seconds) {
                    {"tokens_per_s", r.tokens_per_second},
                    {"step_ms", r.seconds * 1e3},
                    {"bubble", r.bubble}});
+  // The experts' loads: a line of its own per step, (layers x experts) tokens flattened.
+  const ExpertLoadReport& x = r.experts;
+  if (!x.empty())
+    metrics_->write({{"step", int64_t{r.step}},
+                     {"moe_layers", std::vector<int64_t>(x.layers.begin(), x.layers.end())},
+                     {"experts", x.experts},
+                     {"expert_tokens", x.tokens},
+                     {"expert_balance", x.max_over_mean},
+                     {"moe_load_balance_loss", x.load_balance_loss},
+                     {"moe_z_loss", x.z_loss}});
 }
 
 const StragglerWindow* Trainer::straggler_window() const {

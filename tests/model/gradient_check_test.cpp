@@ -71,6 +71,22 @@ struct Harness {
     return sum / static_cast<double>(mb.shape.N());
   }
 
+  // The training objective: the eval loss plus the layers' own losses (a mixture of experts'
+  // balancing losses), which only a training forward adds. A training forward also runs the
+  // head's backward (lm_head.h): the gradients it adds to are put back as they were.
+  double train_loss() {
+    std::vector<std::vector<double>> grads;
+    for (Parameter* p : model->params().params()) grads.push_back(testing::to_host(be, p->grad));
+    ModelChunk::Saved saved;
+    double sum = 0;
+    const double dloss = 1.0 / static_cast<double>(mb.shape.N());
+    model->chunk(0).forward(mb, {}, saved, Pass::Train, Recompute::None, dloss, &sum, hooks);
+    model->moe_log().take();
+    size_t i = 0;
+    for (Parameter* p : model->params().params()) be.copy_from_host(p->grad, grads[i++].data());
+    return sum * dloss;
+  }
+
   double loss_and_grads(Recompute recompute) {
     model->params().zero_grads(be);
     ModelChunk::Saved saved;
@@ -82,9 +98,13 @@ struct Harness {
   }
 };
 
-void check_all_gradients(Harness& h, Recompute recompute) {
+// objective: the training loss (with the layers' own losses) in place of the evaluation loss.
+enum class Objective { Eval, Train };
+
+void check_all_gradients(Harness& h, Recompute recompute, Objective objective = Objective::Eval) {
   const double loss = h.loss_and_grads(recompute);
-  EXPECT_NEAR(loss, h.loss(), 1e-12) << "train and eval forward disagree";
+  const bool train = objective == Objective::Train;
+  EXPECT_NEAR(loss, train ? h.train_loss() : h.loss(), 1e-12) << "the two forwards disagree";
   const double step = 1e-5;
   for (Parameter* p : h.model->params().params()) {
     std::vector<double> value = testing::to_host(h.be, p->value);
@@ -95,10 +115,10 @@ void check_all_gradients(Harness& h, Recompute recompute) {
       const double saved = value[i];
       value[i] = saved + step;
       h.be.copy_from_host(p->value, value.data());
-      const double up = h.loss();
+      const double up = train ? h.train_loss() : h.loss();
       value[i] = saved - step;
       h.be.copy_from_host(p->value, value.data());
-      const double down = h.loss();
+      const double down = train ? h.train_loss() : h.loss();
       value[i] = saved;
       h.be.copy_from_host(p->value, value.data());
       const double numeric = (up - down) / (2 * step);
@@ -226,6 +246,70 @@ TEST(GradientCheck, QwenBlockWithPerHeadQueryKeyNormEveryElement) {
     if (p->spec.name == "h.1.attn.k.bias")
       for (double g : testing::to_host(h.be, p->grad)) key_bias_learnt |= g != 0.0;
   EXPECT_TRUE(key_bias_learnt);
+}
+
+// A mixture of experts in each block (Llama's block otherwise): 4 SwiGLU experts of width 12,
+// top 2, renormalised, a shared expert of width 8, and balancing losses large enough that their
+// gradients are a visible part of the router's. The objective is the training loss, which holds
+// the balancing losses; the perturbations (1e-5) move no token's choice here.
+void moe_block(ModelSpec& m) {
+  m = family_defaults("llama", m);
+  m.feed_forward = FeedForwardKind::Moe;
+  m.moe.experts = 4;
+  m.moe.top_k = 2;
+  m.moe.ffn_hidden_set = 12;
+  m.moe.shared_ffn_hidden = 8;
+  m.moe.aux_loss = 0.3;
+  m.moe.z_loss = 0.05;
+}
+
+TEST(GradientCheck, MixtureOfExpertsWithBalancingLossesEveryElement) {
+  Harness h(false, 11, moe_block);
+  EXPECT_EQ(count_named(h.model->params(), "h.1.mlp.router.weight"), 1);
+  EXPECT_EQ(count_named(h.model->params(), "h.1.mlp.experts.down.weight"), 1);
+  EXPECT_EQ(count_named(h.model->params(), "h.0.mlp.shared.gate.weight"), 1);
+  EXPECT_GT(h.train_loss() - h.loss(), 1e-3) << "the balancing losses add nothing";
+  check_all_gradients(h, Recompute::None, Objective::Train);
+}
+
+// Gates as the softmax's probabilities (Qwen3-MoE's norm_topk_prob false), top 1 of 3, no shared
+// expert, the first block dense (DeepSeek's first_k_dense_replace).
+TEST(GradientCheck, MixtureOfExpertsTopOneUnnormalisedAfterADenseBlockEveryElement) {
+  Harness h(false, 12, [](ModelSpec& m) {
+    moe_block(m);
+    m.moe.experts = 3;
+    m.moe.top_k = 1;
+    m.moe.normalize_top_k = false;
+    m.moe.shared_ffn_hidden = 0;
+    m.moe.first_dense_layers = 1;
+  });
+  EXPECT_EQ(count_named(h.model->params(), "h.0.mlp.router.weight"), 0);
+  EXPECT_EQ(count_named(h.model->params(), "h.0.mlp.gate.weight"), 1);
+  EXPECT_EQ(count_named(h.model->params(), "h.1.mlp.router.weight"), 1);
+  check_all_gradients(h, Recompute::None, Objective::Train);
+}
+
+// Full recomputation re-runs the mixture's forward in backward: the same gradients, and the
+// balancing losses counted once.
+TEST(GradientCheck, MixtureOfExpertsRecomputedGivesIdenticalGradientsAndLoss) {
+  std::vector<std::vector<double>> grads[3];
+  double losses[3];
+  const Recompute modes[3] = {Recompute::None, Recompute::Selective, Recompute::Full};
+  for (int m = 0; m < 3; ++m) {
+    Harness h(false, 11, moe_block);
+    losses[m] = h.loss_and_grads(modes[m]);
+    const std::map<int, ExpertLoad> log = h.model->moe_log().take();
+    ASSERT_EQ(log.size(), 2u);
+    EXPECT_EQ(log.at(1).sequences, 2.0) << "mode " << m;
+    EXPECT_EQ(log.at(1).routed_tokens, static_cast<double>(h.mb.shape.N())) << "mode " << m;
+    double tokens = 0;
+    for (double t : log.at(1).tokens) tokens += t;
+    EXPECT_EQ(tokens, 2.0 * static_cast<double>(h.mb.shape.N())) << "top 2 of every token";
+    for (Parameter* p : h.model->params().params()) grads[m].push_back(testing::to_host(h.be, p->grad));
+  }
+  EXPECT_EQ(grads[0], grads[1]) << "selective";
+  EXPECT_EQ(grads[0], grads[2]) << "full";
+  EXPECT_EQ(losses[0], losses[2]);
 }
 
 // Document masking (data.document_mask): block-causal attention over documents separated by an

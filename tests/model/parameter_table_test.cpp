@@ -160,5 +160,49 @@ TEST(ParameterTable, PublishedModelsCountTheirCardsParameters) {
   }
 }
 
+// Mixtures of experts as published (Hugging Face's num_parameters(), and the active count the
+// cards give: Mixtral 8x7B 46.7B of which 12.9B active; Qwen3-30B-A3B 30.5B, 3.3B active).
+TEST(ParameterTable, MixturesOfExpertsCountTheirCardsParametersAndActiveOnes) {
+  ModelSpec sizes;
+  sizes.layers = 32;
+  sizes.d_model = 4096;
+  sizes.heads = 32;
+  sizes.seq_len = 4096;
+  sizes.vocab_size = 32000;
+  ModelSpec mixtral = family_defaults("llama", sizes);
+  mixtral.kv_heads_set = 8;
+  mixtral.ffn_hidden_set = 14336;
+  mixtral.feed_forward = FeedForwardKind::Moe;
+  mixtral.moe.experts = 8;
+  mixtral.moe.top_k = 2;
+  EXPECT_EQ(mixtral.parameter_count(), 46702792704);
+  EXPECT_EQ(mixtral.active_parameter_count(), 12879925248.0);
+  const std::vector<ParamEntry> table = parameter_table(mixtral);
+  int experts = 0;
+  for (const ParamEntry& e : table)
+    if (e.name == "h.31.mlp.experts.gate.weight") {
+      EXPECT_EQ(e.shape, (Shape{8, 14336, 4096}));
+      ++experts;
+    }
+  EXPECT_EQ(experts, 1);
+
+  sizes.layers = 48;
+  sizes.d_model = 2048;
+  sizes.vocab_size = 151936;
+  ModelSpec qwen = family_defaults("qwen3", sizes);
+  qwen.kv_heads_set = 4;
+  qwen.head_dim_set = 128;
+  qwen.ffn_hidden_set = 6144;
+  qwen.feed_forward = FeedForwardKind::Moe;
+  qwen.moe.experts = 128;
+  qwen.moe.top_k = 8;
+  qwen.moe.ffn_hidden_set = 768;
+  EXPECT_EQ(qwen.parameter_count(), 30532122624);
+  EXPECT_EQ(qwen.active_parameter_count(), 3353032704.0);
+  // A dense model's active parameters are all of them.
+  EXPECT_EQ(family_defaults("llama", sizes).active_parameter_count(),
+            static_cast<double>(family_defaults("llama", sizes).parameter_count()));
+}
+
 }  // namespace
 }  // namespace meshtrain

@@ -42,8 +42,9 @@ class Block {
   CostSheet cost_sheet() const;
 
  private:
+  // recomputing: backward's re-run of a forward already counted (model/moe_layer.h).
   Tensor forward_all(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory inner,
-                     Recompute recompute);
+                     Recompute recompute, bool recomputing);
 
   LayerContext ctx_;
   Norm attention_norm_;

@@ -98,6 +98,9 @@ struct ParameterCost {
   // Another layer's parameter used here too (the head's tied embedding): state this layer's rank
   // holds, but not a parameter of the model a second time.
   bool shared = false;
+  // The share of it one token multiplies by: top_k / experts for a mixture's expert weights
+  // (the 6N term counts active parameters), 1 otherwise.
+  double active_share = 1.0;
 
   double local_numel(double tp) const { return tp_split ? static_cast<double>(numel) / tp : static_cast<double>(numel); }
   bool operator==(const ParameterCost&) const = default;

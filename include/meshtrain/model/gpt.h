@@ -28,6 +28,7 @@ class ModelChunk {
   struct Saved : ChunkActivations {
     std::vector<Block::Saved> blocks;
     LanguageModelHead::Saved head;
+    double loss_weight = 0;  // the forward's TokenShape::loss_weight, for backward's recompute
   };
 
   // tied_wte: on a chunk with the head and tied embeddings, the wte to use (null: make one).
@@ -89,6 +90,8 @@ class GptModel final : public PipelineStage {
   const ContextParallel& cp() const { return cp_; }
   // The loss sums of head forwards not yet read (see ModelChunk::forward).
   LossAccumulator& loss() { return loss_; }
+  // The mixture-of-experts layers' loads and balancing losses since the last take().
+  MoeLog& moe_log() { return moe_log_; }
 
   // PipelineStage: chunk by chunk, as ModelChunk does it.
   bool ties_embeddings() const override { return cfg_.tie_embeddings; }
@@ -109,6 +112,7 @@ class GptModel final : public PipelineStage {
   DType dtype_;
   ParameterStore store_;
   LossAccumulator loss_;
+  MoeLog moe_log_;
   std::vector<std::unique_ptr<ModelChunk>> chunks_;
 };
 

@@ -4,6 +4,8 @@
 #include <cstdint>
 
 #include "meshtrain/backend/backend.h"
+#include "meshtrain/model/loss_accumulator.h"
+#include "meshtrain/model/moe_log.h"
 #include "meshtrain/model/parameter_store.h"
 #include "meshtrain/model/recompute.h"
 #include "meshtrain/model/ring_attention.h"
@@ -16,6 +18,10 @@ struct LayerContext {
   ParameterStore* store = nullptr;
   TensorParallel tp;
   ContextParallel cp;  // off unless parallel.cp > 1
+  // Where a layer with a loss of its own (a mixture of experts' balancing losses) adds it, and
+  // logs what it routed; null in models without one (and in tests of single layers).
+  LossAccumulator* loss = nullptr;
+  MoeLog* moe_log = nullptr;
 };
 
 // A micro-batch of B sequences of T tokens: N = B * T tokens in all; a sequence-parallel region
@@ -26,9 +32,13 @@ struct LayerContext {
 // by the data feed (train/document_starts.h); undefined without the mask. It travels with the
 // shape because every layer that takes a micro-batch's shape, forward, backward and
 // recomputation alike, is handed the one of that micro-batch.
+// loss_weight: the weight of each of the micro-batch's tokens in the step's loss (the head's
+// dloss, 1 / the step's tokens), with which a layer's own loss of the micro-batch enters it; 0
+// in evaluation and generation, where no layer adds a loss.
 struct TokenShape {
   int64_t B = 0, T = 0;
   Tensor document_starts;
+  double loss_weight = 0;
   int64_t N() const { return B * T; }
   const Tensor* document_mask() const {
     return document_starts.defined() ? &document_starts : nullptr;

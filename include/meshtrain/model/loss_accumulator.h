@@ -24,6 +24,9 @@ class LossAccumulator {
 
   // Queues slot n = sum of `losses` (N per-token losses, fp32 or fp64).
   void add(const Tensor& losses);
+  // A loss computed on the host (a mixture of experts' balancing losses, already weighted as a
+  // sum of per-token losses would be): added after the slots.
+  void add_host(double value) { host_ += value; }
   // The sum of all slots since the last take(), read with one copy (none when empty); empties.
   double take();
   int64_t pending() const { return used_; }
@@ -35,6 +38,7 @@ class LossAccumulator {
   Backend* be_;
   Tensor slots_;  // (capacity) fp64 on the device
   int64_t used_ = 0;
+  double host_ = 0;
   LossReadout readout_ = LossReadout::PerMicroBatch;
 };
 

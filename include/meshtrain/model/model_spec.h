@@ -15,7 +15,7 @@ enum class NormKind { Layer, Rms };
 enum class PositionKind { Learned, Rotary };
 enum class RopeScalingKind { None, Llama3 };
 enum class ActivationKind { GeluTanh, SwiGlu };
-enum class FeedForwardKind { Dense };
+enum class FeedForwardKind { Dense, Moe };
 
 struct NormSpec {
   NormKind kind = NormKind::Layer;
@@ -31,6 +31,23 @@ struct RopeSpec {
   double factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0;  // "llama3" only
   int64_t original_max_positions = 8192;
   auto operator<=>(const RopeSpec&) const = default;
+};
+
+// A mixture of experts in place of the dense feed-forward (feed_forward = Moe; model/moe_layer.h):
+// each token goes through top_k of `experts` SwiGLU experts of width ffn_hidden, chosen by a
+// softmax router (Mixtral, Qwen3-MoE), plus an optional shared expert every token passes
+// (DeepSeek's, Qwen2-MoE's). The first first_dense_layers blocks keep the dense feed-forward
+// (DeepSeek-V3's first_k_dense_replace).
+struct MoeSpec {
+  int64_t experts = 8;
+  int64_t top_k = 2;
+  int64_t ffn_hidden_set = 0;         // 0: the model's ffn_hidden
+  int64_t shared_ffn_hidden = 0;      // width of the shared expert; 0: none
+  bool normalize_top_k = true;        // gates renormalised over the chosen experts
+  double aux_loss = 0.01;             // Switch load-balancing loss coefficient
+  double z_loss = 0.0;                // router z-loss coefficient (ST-MoE)
+  int first_dense_layers = 0;
+  auto operator<=>(const MoeSpec&) const = default;
 };
 
 struct ModelSpec {
@@ -54,12 +71,21 @@ struct ModelSpec {
   // RMSNorm of each query and key head (weights of head_dim) before the rotation: Qwen 3.
   bool qk_norm = false;
   bool tie_embeddings = true;  // the LM head shares the token embedding
+  MoeSpec moe;                 // read with feed_forward = Moe
 
   int64_t kv_heads() const { return kv_heads_set ? kv_heads_set : heads; }
   int64_t head_dim() const { return head_dim_set ? head_dim_set : d_model / heads; }
   int64_t ffn_hidden() const { return ffn_hidden_set ? ffn_hidden_set : 4 * d_model; }
+  int64_t moe_ffn_hidden() const { return moe.ffn_hidden_set ? moe.ffn_hidden_set : ffn_hidden(); }
+  // Whether block `layer` has a mixture of experts (else the dense feed-forward).
+  bool moe_layer(int layer) const {
+    return feed_forward == FeedForwardKind::Moe && layer >= moe.first_dense_layers;
+  }
   // Parameters of the whole model (global, unsharded).
   int64_t parameter_count() const;
+  // Those one token's forward reads: of a mixture's experts, top_k of each layer's (the
+  // published "active parameters" of Mixtral and Qwen3-MoE); every parameter of a dense model.
+  double active_parameter_count() const;
   // Training FLOPs per token, summed from the layers' cost sheets (model/model_costs.h): 6 x
   // (parameters that multiply) + attention, the PaLM convention (arXiv 2204.02311, appendix B).
   double flops_per_token() const;

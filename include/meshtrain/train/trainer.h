@@ -23,6 +23,7 @@
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/parallel/zero_bubble_costs.h"
 #include "meshtrain/train/data_feed.h"
+#include "meshtrain/train/expert_load.h"
 #include "meshtrain/train/step_rerun.h"
 #include "meshtrain/train/work_balance.h"
 
@@ -51,6 +52,7 @@ struct StepResult {
   // reductions before it synchronise them). Host wall-clock time: with asynchronous kernels
   // (CUDA), only what the host waits for inside these calls.
   double compute_seconds = 0;
+  ExpertLoadReport experts;  // a mixture of experts' loads and balancing losses; empty if dense
 };
 
 // Per-category peaks of one rank's memory, as reported in the log and metrics.jsonl.

@@ -1,0 +1,92 @@
+#pragma once
+// The router of a mixture of experts, on the host (model/moe_layer.h runs it between the router's
+// GEMM and the experts'): each token's softmax over the experts, its top-k, its gates, the order
+// in which the experts receive the tokens, and the balancing losses with their gradients.
+//
+// Routing is read back to the host because the expert GEMMs need their row counts there anyway
+// (Megatron-Core's token dispatcher synchronises for the same reason), and on the host it is
+// computed in fp64, the same on every device and every layout:
+// - top-k ties go to the lower expert index, and a token's choices are ordered by probability
+//   (then index), so the combine adds its experts' outputs in one fixed order;
+// - the expert-sorted order lists expert 0's tokens first, each expert's in token order.
+//
+// Balancing losses, k choices of E experts per token:
+//   load balance (Switch, Fedus et al., arXiv 2101.03961, over each sequence as DeepSeek-V3's
+//   sequence-wise loss is, arXiv 2412.19437): for a sequence of T tokens
+//     L_aux = alpha * E * sum_e f_e * P_e,  f_e = count_e / (T k),  P_e = sum_t p_te / T
+//     (balanced routing gives alpha; f is a count, so the gradient flows through P only);
+//     a step's loss is its sequences' mean;
+//   z-loss (ST-MoE, Zoph et al., arXiv 2202.08906): beta * lse_t^2, a step's loss its tokens' mean.
+// Per sequence, not per micro-batch: a sum over a micro-batch would change with the micro-batch
+// size (data parallelism and gradient accumulation change it), and the result would depend on
+// the layout. A sequence is split only by context parallelism and, under sequence parallelism,
+// by the tensor group: the sums below add up over those ranks.
+
+#include <cstdint>
+#include <vector>
+
+#include "meshtrain/model/model_spec.h"
+
+namespace meshtrain {
+
+struct Routing {
+  int64_t tokens = 0, experts = 0, top_k = 0;
+  std::vector<double> probs;           // (tokens, experts) softmax of the logits
+  std::vector<double> lse;             // (tokens) log-sum-exp of each token's logits
+  std::vector<int32_t> choice;         // (tokens, top_k) chosen experts, best first
+  std::vector<double> gate;            // (tokens, top_k) combine weights
+  std::vector<int64_t> counts;         // (experts) tokens routed to each expert
+  std::vector<int64_t> expert_begin;   // (experts + 1) first sorted row of each expert
+  std::vector<int32_t> token_of_row;   // (tokens x top_k) the token of each expert-sorted row
+  std::vector<int32_t> row_of_choice;  // (tokens, top_k) the sorted row of each choice
+  std::vector<double> gate_of_row;     // (tokens x top_k) the gate of each sorted row
+};
+
+// Routes `tokens` rows of `experts` logits each (row-major).
+Routing route_tokens(const double* logits, int64_t tokens, const MoeSpec& spec);
+
+// Balanced routing with no arithmetic (the planner's dry run, whose logits are not computed):
+// token t's j-th choice is expert (t k + j) mod E, gates 1/k.
+Routing route_balanced(int64_t tokens, const MoeSpec& spec);
+
+// The per-sequence sums the balancing losses need, over the sequences of a micro-batch; a rank's
+// local ones add up over the ranks that share the sequences (a flat vector: to_vector /
+// from_vector). sequence_of[t] is the micro-batch sequence local token t belongs to.
+struct RouterSums {
+  int64_t sequences = 0, experts = 0;
+  std::vector<double> counts;     // (sequences, experts) routed slots
+  std::vector<double> prob_sums;  // (sequences, experts)
+  std::vector<double> tokens;     // (sequences)
+  double lse_squares = 0;         // over every token
+
+  static RouterSums of(const Routing& r, const std::vector<int32_t>& sequence_of, int64_t sequences);
+  std::vector<double> to_vector() const;
+  static RouterSums from_vector(const std::vector<double>& v, int64_t sequences, int64_t experts);
+  std::vector<double> expert_counts() const;  // (experts) summed over the sequences
+  double token_count() const;
+};
+
+// Summed over the micro-batch: the load-balancing losses of its sequences and the z-losses of its
+// tokens, each as its share of the step's loss counts it (a step's loss is the mean over its
+// sequences and tokens: divide these by their numbers); and `per_token`, both as a sum of
+// per-token losses (a sequence's loss times its tokens), the form the step's loss adds up.
+struct BalancingLosses {
+  double load_balance = 0, z = 0;  // sums over the sequences, and over the tokens
+  double per_token = 0;
+};
+BalancingLosses balancing_losses(const RouterSums& sums, const MoeSpec& spec);
+
+// d(weight * per_token) / d logits for this rank's tokens, given the sequences' sums:
+// (tokens, experts), the part of the logits' gradient the losses add (weight: each token's
+// weight in the step's loss).
+std::vector<double> balancing_logit_gradient(const Routing& r, const RouterSums& sums,
+                                             const std::vector<int32_t>& sequence_of,
+                                             const MoeSpec& spec, double weight);
+
+// The logits' gradient from the gates' gradient dgate (tokens, top_k), through the
+// renormalisation (if any) and the softmax; `add` (tokens, experts), when not empty, is added
+// (the balancing losses' part). Returns (tokens, experts).
+std::vector<double> router_logit_gradient(const Routing& r, const std::vector<double>& dgate,
+                                          const MoeSpec& spec, const std::vector<double>& add);
+
+}  // namespace meshtrain
