@@ -62,7 +62,9 @@ TEST(MoeRouting, WithoutRenormalisationTheGatesAreTheProbabilities) {
     for (int64_t j = 0; j < 3; ++j) {
       const size_t c = static_cast<size_t>(t * 3 + j);
       EXPECT_EQ(r.gate[c], r.probs[static_cast<size_t>(t * 6 + r.choice[c])]);
-      if (j > 0) EXPECT_GE(r.gate[c - 1], r.gate[c]);
+      if (j > 0) {
+        EXPECT_GE(r.gate[c - 1], r.gate[c]);
+      }
     }
   }
 }
