@@ -50,8 +50,12 @@ std::vector<ModelSetting> model_settings(const ModelSpec& m, const std::string& 
       {"layernorm_eps", number(kLayerNormEps), false},
   };
   // The spec's other fields (model/model_spec.h), each read as GPT-2's value from a checkpoint
-  // that predates it (a model of the same sizes: those were checked above).
-  for (const SpecField& f : spec_fields(m)) out.push_back({f.key, f.value, true, f.gpt2_value});
+  // that predates it (a model of the same sizes: those were checked above). A dense model's
+  // signature leaves out the mixture's fields, which it does not read: its checkpoints record
+  // what they did before mixtures existed (feed_forward tells the two apart).
+  const bool moe = m.feed_forward == FeedForwardKind::Moe;
+  for (const SpecField& f : spec_fields(m))
+    if (moe || f.key.rfind("moe_", 0) != 0) out.push_back({f.key, f.value, true, f.gpt2_value});
   out.push_back({"tokenizer", quoted(tokenizer.c_str()), false});
   return out;
 }

@@ -141,6 +141,13 @@ void check_cross_fields(const std::string& path, const Config& c) {
          "(set model.positions = \"rotary\", or remove them)");
   }
   const MoeSpec& moe = c.model.moe;
+  // Whether a moe_* key differs from its default (moe_ffn_hidden equal to ffn_hidden is the
+  // default's value, as an effective configuration prints it).
+  auto moe_keys_given = [&] {
+    MoeSpec given = moe;
+    if (given.ffn_hidden_set == c.model.ffn_hidden()) given.ffn_hidden_set = 0;
+    return given != MoeSpec{};
+  };
   if (c.model.feed_forward == FeedForwardKind::Moe) {
     if (moe.top_k > moe.experts)
       fail("model.moe_top_k = " + std::to_string(moe.top_k) + " exceeds model.moe_experts = " +
@@ -158,7 +165,7 @@ void check_cross_fields(const std::string& path, const Config& c) {
     if (c.model.linear_bias)
       fail("model.feed_forward = \"moe\" needs model.bias = false (the router and the experts "
            "are bias-free, as in Mixtral, Qwen3-MoE and DeepSeek)");
-  } else if (moe != MoeSpec{}) {
+  } else if (moe_keys_given()) {
     fail("model.moe_* keys are given but model.feed_forward is \"dense\", so they would be ignored "
          "(set model.feed_forward = \"moe\", or remove them)");
   }

@@ -135,8 +135,6 @@ std::string toml_float(double v) {
   return s;
 }
 
-// The mixture's fields are listed for a model that has one: a dense model's list (and so its
-// checkpoints' model signature) is what it was before mixtures existed.
 std::vector<std::pair<const char*, std::string>> moe_field_values(const ModelSpec& model) {
   const MoeSpec& m = model.moe;
   return {
@@ -151,7 +149,7 @@ std::vector<std::pair<const char*, std::string>> moe_field_values(const ModelSpe
   };
 }
 
-std::vector<std::pair<const char*, std::string>> field_values(const ModelSpec& m, bool with_moe) {
+std::vector<std::pair<const char*, std::string>> field_values(const ModelSpec& m) {
   std::vector<std::pair<const char*, std::string>> fields = {
       {"family", quoted(m.family)},
       {"norm", quoted(norm_name(m.norm.kind))},
@@ -171,16 +169,14 @@ std::vector<std::pair<const char*, std::string>> field_values(const ModelSpec& m
       {"head_dim", std::to_string(m.head_dim())},
       {"ffn_hidden", std::to_string(m.ffn_hidden())},
   };
-  if (with_moe)
-    for (auto& f : moe_field_values(m)) fields.push_back(std::move(f));
+  for (auto& f : moe_field_values(m)) fields.push_back(std::move(f));
   return fields;
 }
 
 }  // namespace
 
 std::vector<SpecField> spec_fields(const ModelSpec& m) {
-  const bool moe = m.feed_forward == FeedForwardKind::Moe;
-  const auto mine = field_values(m, moe), gpt2 = field_values(family_defaults("gpt2", m), moe);
+  const auto mine = field_values(m), gpt2 = field_values(family_defaults("gpt2", m));
   std::vector<SpecField> out;
   for (size_t i = 0; i < mine.size(); ++i) out.push_back({mine[i].first, mine[i].second, gpt2[i].second});
   return out;

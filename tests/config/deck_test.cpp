@@ -219,7 +219,9 @@ TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
            {"model.bias=1", "model.bias = 1 is an integer (expected true or false)"},
            {"model.positions=\"alibi\"", "(expected one of \"learned\", \"rotary\")"},
            {"model.rope_scaling=\"yarn\"", "(expected one of \"none\", \"llama3\")"},
-           {"model.feed_forward=\"moe\"", "(expected one of \"dense\")"},
+           {"model.feed_forward=\"mixture\"", "(expected one of \"dense\", \"moe\")"},
+           {"model.moe_top_k=0", "model.moe_top_k = 0 is out of range"},
+           {"model.moe_aux_loss=-0.5", "model.moe_aux_loss = -0.5 is out of range"},
            {"model.head_dim=0", "model.head_dim = 0 is out of range (expected integer from 1 to 65536)"},
            {"model.ffn_hidden=-4", "model.ffn_hidden = -4 is out of range"},
        }) {
@@ -227,6 +229,17 @@ TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
     EXPECT_NE(what.find(want), std::string::npos) << set << ": " << what;
     EXPECT_NE(what.find("--set " + set), std::string::npos) << "the override is not named: " << what;
   }
+  // A mixture of experts: top_k of the experts, a mixture layer left, SwiGLU experts without
+  // biases, and no moe_* key on a dense model.
+  const std::string moe = "[model]\nfamily = \"llama\"\nlayers = 2\nfeed_forward = \"moe\"\n";
+  EXPECT_EQ(refusal(moe + "moe_experts = 4\nmoe_top_k = 4\nmoe_first_dense_layers = 1\n"), "");
+  EXPECT_NE(refusal(moe + "moe_experts = 4\nmoe_top_k = 5\n").find("model.moe_top_k = 5 exceeds model.moe_experts = 4"),
+            std::string::npos);
+  EXPECT_NE(refusal(moe + "moe_first_dense_layers = 2\n").find("leaves no mixture-of-experts layer"),
+            std::string::npos);
+  EXPECT_NE(refusal(moe + "bias = true\n").find("needs model.bias = false"), std::string::npos);
+  EXPECT_NE(refusal("[model]\nmoe_experts = 4\n").find("model.moe_* keys are given but model.feed_forward is \"dense\""),
+            std::string::npos);
   // kv_heads divides heads, and tp divides kv_heads (each rank holds whole key/value heads).
   EXPECT_NE(refusal("[model]\nheads = 4\nkv_heads = 3\n").find("model.kv_heads = 3 does not divide model.heads = 4"),
             std::string::npos);
