@@ -1,7 +1,8 @@
 // `meshtrain export CHECKPOINT --format hf OUT/`: a checkpoint's model as a Hugging Face
 // directory that transformers' AutoModelForCausalLM.from_pretrained(OUT) loads: GPT2LMHeadModel
 // (OUT/model.safetensors and OUT/config.json), or LlamaForCausalLM / Qwen3ForCausalLM (also
-// generation_config.json and the run's tokenizer files). The weights are one model.safetensors
+// generation_config.json and the run's tokenizer files), or, for a mixture of experts,
+// MixtralForCausalLM / Qwen3MoeForCausalLM (app/hf_moe.h). The weights are one model.safetensors
 // or, above --max-shard-size, shards and their index (app/hf_shards.h). Checkpoints are
 // layout-free, so one rank reads the whole file (MPI_COMM_SELF) whatever layout wrote it, and
 // every layout's checkpoint of the same weights exports the same bytes. The tensor mappings
@@ -255,12 +256,13 @@ void export_hf(const ExportArgs& args) {
       throw std::runtime_error(args.checkpoint + ": dataset " + name + " has no counterpart in Hugging Face " +
                                architecture + " (export maps " +
                                (gpt2 ? "wte, wpe, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and an untied lm_head.weight"
-                                     : "wte, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and an untied lm_head.weight") +
+                                     : "wte, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and an untied lm_head.weight, "
+                                       "a mixture's h.<i>.mlp.{router,experts}") +
                                ")");
 
   std::vector<HfWeightSpec> specs;
   for (const HfTensor& t : tensors) specs.push_back({t.hf, out_type, t.hf_shape});
-  // The fused qkv is three HF tensors in a row: read once, sliced three times.
+  // The fused qkv is three HF tensors in a row, a stack of experts E: read once, sliced.
   std::string cached_name;
   std::vector<float> cached;
   auto bytes_of = [&](size_t i) {

@@ -30,6 +30,32 @@ json json_value_or(const json& j, const char* key, json fallback) {
   return j.contains(key) && !j[key].is_null() ? j[key] : fallback;
 }
 
+void HfConfigReader::refuse(const std::string& key, const json& value, const std::string& accepted) const {
+  throw std::runtime_error(path_ + ": " + key + " = " + value.dump() + " (" + accepted + ")");
+}
+
+int64_t HfConfigReader::integer(const json& obj, const char* key, int64_t fallback, int64_t min,
+                                const std::string& prefix) const {
+  const json v = json_value_or(obj, key, fallback);
+  if (!v.is_number_integer() || v.get<int64_t>() < min)
+    refuse(prefix + key, v, "expected an integer >= " + std::to_string(min));
+  return v.get<int64_t>();
+}
+
+double HfConfigReader::number(const json& obj, const char* key, double fallback, const std::string& prefix,
+                              bool zero_allowed) const {
+  const json v = json_value_or(obj, key, fallback);
+  if (!v.is_number() || !(v.get<double>() > 0 || (zero_allowed && v.get<double>() == 0)))
+    refuse(prefix + key, v, zero_allowed ? "expected a number >= 0" : "expected a number > 0");
+  return v.get<double>();
+}
+
+bool HfConfigReader::boolean(const char* key, bool fallback) const {
+  const json v = json_value_or(j_, key, fallback);
+  if (!v.is_boolean()) refuse(key, v, "expected true or false");
+  return v.get<bool>();
+}
+
 namespace {
 
 // The shard `name` of `index` (in `dir`) as a path, refusing one that leads out of `dir`.

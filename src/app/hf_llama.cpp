@@ -1,11 +1,13 @@
 #include "meshtrain/app/hf_llama.h"
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <iterator>
 #include <stdexcept>
 
 #include "meshtrain/app/hf_directory.h"
+#include "meshtrain/app/hf_moe.h"
 
 namespace meshtrain {
 
@@ -80,64 +82,91 @@ std::string toml_string(const std::string& s) {
 }  // namespace
 
 std::vector<HfTensor> hf_llama_tensors(const ModelSpec& m) {
-  return hf_tensors(m, kLlamaNames, std::size(kLlamaNames), m.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
+  // A mixture's router and experts go where the dense MLP's tensors are (its dense first
+  // blocks keep those): among the block rules, which are applied block by block as one group.
+  std::vector<HfNameRule> rules(std::begin(kLlamaNames), std::end(kLlamaNames));
+  const std::vector<HfNameRule> moe = hf_moe_name_rules(m);
+  const auto at = std::find_if(rules.begin(), rules.end(), [](const HfNameRule& r) {
+    return std::string(r.meshtrain) == "h.{}.ln_1.weight";
+  });
+  rules.insert(at, moe.begin(), moe.end());
+  const std::string model_class = m.feed_forward == FeedForwardKind::Moe
+                                      ? (m.qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM")
+                                      : (m.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
+  return hf_tensors(m, rules.data(), rules.size(), model_class);
 }
 
-std::string hf_llama_config_key(const std::string& field) {
+std::string hf_llama_config_key(const std::string& field, const ModelSpec& hf) {
+  if (const std::string moe = hf_moe_config_key(field, hf); !moe.empty()) return moe;
   for (const auto& k : kConfigKeys)
     if (field == k[0]) return k[1];
   return field;
 }
 
+namespace {
+
+// transformers' defaults for the keys a config.json may leave out, per model_type.
+struct HfDefaults {
+  int64_t layers, d_model, heads, kv_heads;  // kv_heads 0: heads
+  int64_t vocab, head_dim, ffn_hidden;       // head_dim 0: hidden_size / heads
+  double norm_eps, rope_theta;
+  int64_t max_positions;
+};
+
+HfDefaults hf_defaults(const std::string& type) {
+  if (type == "qwen3") return {32, 4096, 32, 0, 151936, 128, 22016, 1e-6, 10000.0, 32768};
+  if (type == "mixtral") return {32, 4096, 32, 8, 32000, 0, 14336, 1e-5, 1e6, 131072};
+  if (type == "qwen3_moe") return {24, 2048, 32, 4, 151936, 0, 6144, 1e-6, 10000.0, 32768};
+  return {32, 4096, 32, 0, 32000, 0, 11008, 1e-6, 10000.0, 2048};
+}
+
+}  // namespace
+
 ModelSpec hf_llama_spec(const json& j, const std::string& path, int64_t seq_len, int64_t& max_positions) {
   const json type = json_value_or(j, "model_type", "(absent)");
-  if (type != "llama" && type != "qwen3")
+  if (type != "llama" && type != "qwen3" && !(type.is_string() && hf_moe_model_type(type.get<std::string>())))
     throw std::runtime_error(path + ": model_type = " + type.dump() +
-                             " (meshtrain imports \"gpt2\", \"llama\" and \"qwen3\")");
-  const bool qwen = type == "qwen3";
-  const std::string family = type.get<std::string>();
-  auto refuse = [&](const std::string& key, const json& v, const std::string& accepted) {
-    throw std::runtime_error(path + ": " + key + " = " + v.dump() + " (" + accepted + ")");
-  };
-  auto integer = [&](const json& obj, const char* key, int64_t fallback, int64_t min,
-                     const std::string& prefix = "") {
-    const json v = json_value_or(obj, key, fallback);
-    if (!v.is_number_integer() || v.get<int64_t>() < min)
-      refuse(prefix + key, v, "expected an integer >= " + std::to_string(min));
-    return v.get<int64_t>();
+                             " (meshtrain imports \"gpt2\", \"llama\", \"qwen3\", \"mixtral\" and "
+                             "\"qwen3_moe\")");
+  const std::string model_type = type.get<std::string>();
+  const bool qwen = model_type == "qwen3" || model_type == "qwen3_moe";
+  const std::string family = qwen ? "qwen3" : "llama";
+  const HfDefaults d = hf_defaults(model_type);
+  const HfConfigReader c(j, path);
+  auto refuse = [&](const std::string& key, const json& v, const std::string& accepted) { c.refuse(key, v, accepted); };
+  auto integer = [&](const json& obj, const char* key, int64_t fallback, int64_t min, const std::string& prefix = "") {
+    return c.integer(obj, key, fallback, min, prefix);
   };
   auto number = [&](const json& obj, const char* key, double fallback, const std::string& prefix = "") {
-    const json v = json_value_or(obj, key, fallback);
-    if (!v.is_number() || !(v.get<double>() > 0)) refuse(prefix + key, v, "expected a number > 0");
-    return v.get<double>();
+    return c.number(obj, key, fallback, prefix);
   };
-  auto boolean = [&](const char* key) {
-    const json v = json_value_or(j, key, false);
-    if (!v.is_boolean()) refuse(key, v, "expected true or false");
-    return v.get<bool>();
-  };
+  auto boolean = [&](const char* key) { return c.boolean(key); };
   ModelSpec sizes;
-  sizes.layers = static_cast<int>(integer(j, "num_hidden_layers", 32, 1));
-  sizes.d_model = integer(j, "hidden_size", 4096, 1);
-  sizes.heads = integer(j, "num_attention_heads", 32, 1);
-  sizes.vocab_size = integer(j, "vocab_size", qwen ? 151936 : 32000, 2);
+  sizes.layers = static_cast<int>(integer(j, "num_hidden_layers", d.layers, 1));
+  sizes.d_model = integer(j, "hidden_size", d.d_model, 1);
+  sizes.heads = integer(j, "num_attention_heads", d.heads, 1);
+  sizes.vocab_size = integer(j, "vocab_size", d.vocab, 2);
   sizes.seq_len = seq_len;
   ModelSpec m = family_defaults(family, sizes);
   // 0 stands for "derived" in the spec: kept where the config says the derived value.
-  if (const int64_t kv = integer(j, "num_key_value_heads", m.heads, 1); kv != m.heads) m.kv_heads_set = kv;
-  const int64_t head_dim = integer(j, "head_dim", qwen ? 128 : m.d_model / m.heads, 1);
+  if (const int64_t kv = integer(j, "num_key_value_heads", d.kv_heads ? d.kv_heads : m.heads, 1); kv != m.heads)
+    m.kv_heads_set = kv;
+  const int64_t head_dim = integer(j, "head_dim", d.head_dim ? d.head_dim : m.d_model / m.heads, 1);
   if (head_dim != m.d_model / m.heads || m.d_model % m.heads != 0) m.head_dim_set = head_dim;
-  if (const int64_t f = integer(j, "intermediate_size", qwen ? 22016 : 11008, 1); f != 4 * m.d_model)
+  if (const int64_t f = integer(j, "intermediate_size", d.ffn_hidden, 1); f != 4 * m.d_model)
     m.ffn_hidden_set = f;
-  m.norm.eps = number(j, "rms_norm_eps", 1e-6);
+  m.norm.eps = number(j, "rms_norm_eps", d.norm_eps);
   m.tie_embeddings = boolean("tie_word_embeddings");
-  max_positions = integer(j, "max_position_embeddings", qwen ? 32768 : 2048, 1);
+  max_positions = integer(j, "max_position_embeddings", d.max_positions, 1);
   const json act = json_value_or(j, "hidden_act", "silu");
   if (act != "silu") refuse("hidden_act", act, "meshtrain's SwiGLU gates with SiLU: accepted \"silu\"");
+  if (hf_moe_model_type(model_type)) hf_moe_read_config(c, model_type, m);
 
   // Biases: meshtrain's model.bias is a bias on every linear layer. Llama's attention_bias
   // covers q, k, v and o, mlp_bias gate, up and down; Qwen 3's MLP has none.
-  const bool attention_bias = boolean("attention_bias"), mlp_bias = qwen ? false : boolean("mlp_bias");
+  const bool mixtral = model_type == "mixtral";
+  // Mixtral has neither key: no linear layer of it has a bias.
+  const bool attention_bias = !mixtral && boolean("attention_bias"), mlp_bias = !qwen && !mixtral && boolean("mlp_bias");
   if (qwen && attention_bias)
     refuse("attention_bias", true,
            "Qwen 3 then has biases on q, k, v and o but not in its MLP, and meshtrain's model.bias "
@@ -158,7 +187,7 @@ ModelSpec hf_llama_spec(const json& j, const std::string& path, int64_t seq_len,
   const std::string where = newer ? "rope_parameters." : "rope_scaling.";
   if (!rope.is_object()) refuse("rope_scaling", rope, "expected null or an object with rope_type");
   m.rope.theta = newer && rope.contains("rope_theta") ? number(rope, "rope_theta", 10000.0, where)
-                                                      : number(j, "rope_theta", 10000.0);
+                                                      : number(j, "rope_theta", d.rope_theta);
   const json rope_type = json_value_or(rope, "rope_type", json_value_or(rope, "type", "default"));
   if (rope_type == "llama3") {
     m.rope.scaling = RopeScalingKind::Llama3;
@@ -191,10 +220,12 @@ std::string hf_llama_architecture(const ModelSpec& m, const std::string& where) 
     refuse("positions", position_name(m.positions), hf + " (rotary positions)");
   if (m.activation != ActivationKind::SwiGlu)
     refuse("activation", activation_name(m.activation), hf + " (SwiGLU)");
-  if (m.feed_forward != FeedForwardKind::Dense)
-    refuse("feed_forward", feed_forward_name(m.feed_forward), hf + " (a dense MLP)");
   if (m.qk_norm && m.linear_bias)
     refuse("bias", "true", hf + " (its MLP has no bias; with model.qk_norm = true this is Qwen 3)");
+  if (m.feed_forward == FeedForwardKind::Moe) {
+    if (m.linear_bias) refuse("bias", "true", "MixtralForCausalLM or Qwen3MoeForCausalLM (no biases)");
+    return hf_moe_architecture(m, where);
+  }
   return hf;
 }
 
@@ -233,10 +264,11 @@ std::string hf_llama_config_json(const ModelSpec& m, const std::string& torch_dt
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = m.layers;
-  } else {
+  } else if (m.feed_forward == FeedForwardKind::Dense) {
     j["mlp_bias"] = m.linear_bias;
     j["pretraining_tp"] = 1;
   }
+  if (m.feed_forward == FeedForwardKind::Moe) hf_moe_write_config(m, j);
   j["bos_token_id"] = bos >= 0 ? nlohmann::ordered_json(bos) : nlohmann::ordered_json(nullptr);
   j["eos_token_id"] = eos >= 0 ? nlohmann::ordered_json(eos) : nlohmann::ordered_json(nullptr);
   j["torch_dtype"] = torch_dtype;
@@ -263,9 +295,19 @@ std::string hf_deck_text(const ModelSpec& m, const std::string& tokenizer, const
       "seq_len = " + std::to_string(m.seq_len) + "\n"
       "vocab_size = " + std::to_string(m.vocab_size) + "\n"
       "tie_embeddings = " + (m.tie_embeddings ? "true" : "false") + "\n";
-  const std::vector<SpecField> mine = spec_fields(m), family = spec_fields(family_defaults(m.family, m));
-  for (size_t i = 0; i < mine.size(); ++i)
-    if (mine[i].key != "family" && mine[i].value != family[i].value) s += mine[i].key + " = " + mine[i].value + "\n";
+  // Against the family's defaults for the same kind of feed-forward (a mixture's moe_* keys are
+  // listed for a mixture only), so that the two lists hold the same keys.
+  ModelSpec base = family_defaults(m.family, m);
+  base.feed_forward = m.feed_forward;
+  const std::vector<SpecField> mine = spec_fields(m), family = spec_fields(base);
+  // A mixture's keys are all written: moe_ffn_hidden's default follows ffn_hidden, which the
+  // deck may set for the dense blocks alone.
+  const bool moe = m.feed_forward == FeedForwardKind::Moe;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const std::string& key = mine[i].key;
+    const bool mixture_key = moe && (key == "feed_forward" || key.rfind("moe_", 0) == 0);
+    if (key != "family" && (mine[i].value != family[i].value || mixture_key)) s += key + " = " + mine[i].value + "\n";
+  }
   s += "\n[data]\ntrain = \"synthetic\"\nval = \"synthetic\"\ntokenizer = " + toml_string(tokenizer) +
        "\n\n"
        "# A fine-tune's learning rates: the weights already know their language.\n"

@@ -13,14 +13,15 @@ namespace {
 
 bool per_block(const HfNameRule& r) { return std::string(r.meshtrain).find("{}") != std::string::npos; }
 
-std::string fill(const char* pattern, const std::string& index) {
+std::string fill(const char* pattern, const std::string& index, const char* placeholder = "{}") {
   std::string s = pattern;
-  const size_t at = s.find("{}");
-  if (at != std::string::npos) s.replace(at, 2, index);
+  const size_t at = s.find(placeholder);
+  if (at != std::string::npos) s.replace(at, std::string(placeholder).size(), index);
   return s;
 }
 
-HfTensor apply(const HfNameRule& rule, const ParamEntry& e, const std::string& index) {
+// The HF tensor of `rule` for block `index` (and, for PerExpert, expert `expert`).
+HfTensor apply(const HfNameRule& rule, const ParamEntry& e, const std::string& index, int64_t expert) {
   HfTensor t;
   t.meshtrain = e.name;
   for (int k = 0; k < e.shape.rank(); ++k) t.meshtrain_shape.push_back(e.shape[k]);
@@ -40,6 +41,12 @@ HfTensor apply(const HfNameRule& rule, const ParamEntry& e, const std::string& i
       t.parts = 3;
       t.part = rule.how == HfTransform::ThirdQ ? 0 : rule.how == HfTransform::ThirdK ? 1 : 2;
       break;
+    case HfTransform::PerExpert:
+      t.hf = fill(t.hf.c_str(), std::to_string(expert), "{e}");
+      t.hf_shape.assign(t.meshtrain_shape.begin() + 1, t.meshtrain_shape.end());
+      t.parts = t.meshtrain_shape[0];
+      t.part = expert;
+      break;
   }
   return t;
 }
@@ -56,7 +63,8 @@ std::vector<HfTensor> hf_tensors(const ModelSpec& m, const HfNameRule* rules, si
   auto add = [&](const HfNameRule& rule, const std::string& index) {
     const auto it = table.find(fill(rule.meshtrain, index));
     if (it == table.end()) return false;
-    out.push_back(apply(rule, it->second, index));
+    const int64_t experts = rule.how == HfTransform::PerExpert ? it->second.shape[0] : 1;
+    for (int64_t e = 0; e < experts; ++e) out.push_back(apply(rule, it->second, index, e));
     mapped.insert(it->first);
     return true;
   };

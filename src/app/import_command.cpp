@@ -1,12 +1,12 @@
 // `meshtrain import --format hf DIR OUT.h5 [--deck DECK | --deck-out NEW.toml]`: a Hugging Face
 // model directory (config.json and model.safetensors or a sharded index, as save_pretrained
-// writes them) of GPT2LMHeadModel, LlamaForCausalLM or Qwen3ForCausalLM as a meshtrain checkpoint
-// at step 0 (checkpoint/checkpoint_import.h). With --deck, every difference between the
+// writes them) of GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or
+// Qwen3MoeForCausalLM as a meshtrain checkpoint at step 0 (checkpoint/checkpoint_import.h). With --deck, every difference between the
 // directory and the deck's model — a config.json key, a tensor's name or shape — is refused
 // before anything is written, naming the file, the key or tensor, its value and the deck's.
 // Without it the deck is built from config.json (app/hf_llama.h: hf_deck_text), and --deck-out
-// writes it for `meshtrain train`. One rank does the work; the tensor names are app/hf_gpt2.h and
-// app/hf_llama.h, the directory app/hf_directory.h.
+// writes it for `meshtrain train`. One rank does the work; the tensor names are app/hf_gpt2.h,
+// app/hf_llama.h and app/hf_moe.h, the directory app/hf_directory.h.
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +25,7 @@
 #include "meshtrain/app/hf_directory.h"
 #include "meshtrain/app/hf_gpt2.h"
 #include "meshtrain/app/hf_llama.h"
+#include "meshtrain/app/hf_moe.h"
 #include "meshtrain/app/hf_shards.h"
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/checkpoint/checkpoint_import.h"
@@ -136,15 +137,24 @@ void check_llama_config(const std::string& path, const ModelSpec& hf, int64_t ma
   // SpecField here: (key, the deck's value, config.json's value), both in TOML notation.
   const std::vector<SpecField> mine = spec_fields(m), theirs = spec_fields(hf);
   const bool scaled = hf.rope.scaling != RopeScalingKind::None;
-  for (size_t i = 0; i < mine.size(); ++i) {
+  // A mixture lists its moe_* fields after the others: where only one side is a mixture, the
+  // lists part at feed_forward, which is compared first.
+  for (size_t i = 0; i < std::min(mine.size(), theirs.size()); ++i) {
     const std::string& key = mine[i].key;
-    // Llama 3's scaling factors mean nothing without its scaling.
-    const bool unused = !scaled && key.rfind("rope_", 0) == 0 && key != "rope_theta" && key != "rope_scaling";
-    if (key != "family" && !unused) fields.push_back({key, mine[i].value, theirs[i].value});
+    // Llama 3's scaling factors mean nothing without its scaling; the dense feed-forward's width
+    // nothing in a mixture without dense blocks (Mixtral's intermediate_size is its experts').
+    const bool unused = (!scaled && key.rfind("rope_", 0) == 0 && key != "rope_theta" && key != "rope_scaling") ||
+                        (key == "ffn_hidden" && hf.feed_forward == FeedForwardKind::Moe &&
+                         m.feed_forward == FeedForwardKind::Moe && hf.moe.first_dense_layers == 0 &&
+                         m.moe.first_dense_layers == 0);
+    // The balancing losses' coefficients are the fine-tune's choice: they change training, not
+    // the function the weights compute.
+    const bool training_only = key == "moe_aux_loss" || key == "moe_z_loss";
+    if (key != "family" && !unused && !training_only) fields.push_back({key, mine[i].value, theirs[i].value});
   }
   for (const SpecField& f : fields)
     if (f.value != f.gpt2_value)
-      throw std::runtime_error(path + ": " + hf_llama_config_key(f.key) + " gives model." + f.key + " = " +
+      throw std::runtime_error(path + ": " + hf_llama_config_key(f.key, hf) + " gives model." + f.key + " = " +
                                f.gpt2_value + ", but " + deck + " has model." + f.key + " = " + f.value +
                                ": another model (set model." + f.key + " = " + f.gpt2_value + " to import it)");
   if (m.seq_len > max_positions)
@@ -275,6 +285,9 @@ void import_hf(const ImportArgs& args) {
   } else {
     hf = hf_llama_spec(j, config_path, 0, max_positions);
     hf.seq_len = std::min(max_positions, kDefaultSeqLen);
+    // Mixtral attends within its sliding window: the deck built for it trains no longer.
+    if (const json w = json_value_or(j, "sliding_window", nullptr); type == "mixtral" && w.is_number_integer())
+      hf.seq_len = std::max<int64_t>(1, std::min(hf.seq_len, w.get<int64_t>()));
   }
   // The deck: the user's, or one built from config.json (with the --set overrides in it).
   Config cfg;
@@ -287,10 +300,12 @@ void import_hf(const ImportArgs& args) {
     deck_text = with_overrides(hf_deck_text(hf, tokenizer, args.dir), args.overrides);
     cfg = parse_deck(args.deck_out.empty() ? config_path + " (the deck built from it)" : args.deck_out, deck_text);
   }
-  if (gpt2)
+  if (gpt2) {
     check_gpt2_config(config_path, j, cfg);
-  else
+  } else {
     check_llama_config(config_path, hf, max_positions, cfg);
+    hf_check_sliding_window(HfConfigReader(j, config_path), cfg.model.seq_len, cfg.deck_path);
+  }
   const ModelSpec& m = cfg.model;
   const HfWeights weights = HfWeights::open(args.dir);
 

@@ -1,7 +1,9 @@
-"""Hugging Face's LlamaForCausalLM and Qwen3ForCausalLM, forward only, in fp64 NumPy.
+"""Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM and
+Qwen3MoeForCausalLM, forward only, in fp64 NumPy.
 
-Written from the published semantics of transformers' modeling_llama.py, modeling_qwen3.py and
-modeling_rope_utils.py (the "default" and "llama3" rotary initialisations), independently of
+Written from the published semantics of transformers' modeling_llama.py, modeling_qwen3.py,
+modeling_mixtral.py, modeling_qwen3_moe.py and modeling_rope_utils.py (the "default" and
+"llama3" rotary initialisations), independently of
 meshtrain's C++: the tests hold meshtrain to this, so it must share none of meshtrain's code or
 conventions beyond Hugging Face's names. Everything is fp64, whatever the weights' dtype, so that
 the only rounding left in a comparison is meshtrain's.
@@ -19,7 +21,8 @@ import math
 
 import numpy as np
 
-FAMILIES = ("llama", "qwen3")
+FAMILIES = ("llama", "qwen3", "mixtral", "qwen3_moe")
+QK_NORM = ("qwen3", "qwen3_moe")  # RMSNorm of each query and key head before the rotation
 
 
 # ---- the configuration --------------------------------------------------------------------------
@@ -55,6 +58,8 @@ def check_config(config):
         raise NotImplementedError(f"hidden_act {config['hidden_act']!r}: only 'silu' (SwiGLU)")
     if config.get("use_sliding_window"):
         raise NotImplementedError("use_sliding_window: this reference is full causal attention")
+    if family == "qwen3_moe" and config.get("shared_expert_intermediate_size"):
+        raise NotImplementedError("shared_expert_intermediate_size: Qwen3-MoE has no shared expert")
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
     if heads % kv_heads:
@@ -126,10 +131,14 @@ def attention(x, weights, config, layer):
     q = linear(x, weights, p + "q_proj").reshape(B, T, NH, D)
     k = linear(x, weights, p + "k_proj").reshape(B, T, KVH, D)
     v = linear(x, weights, p + "v_proj").reshape(B, T, KVH, D)
-    if config["model_type"] == "qwen3":  # per-head norms of head_dim, before the rotation
+    if config["model_type"] in QK_NORM:  # per-head norms of head_dim, before the rotation
         q = rms_norm(q, np.asarray(weights[p + "q_norm.weight"], dtype=np.float64), eps)
         k = rms_norm(k, np.asarray(weights[p + "k_norm.weight"], dtype=np.float64), eps)
     q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))  # (B, heads, T, D)
+    window = config.get("sliding_window") if config["model_type"] == "mixtral" else None
+    if window is not None and window < T:
+        raise NotImplementedError(f"sliding_window {window} < {T} positions: this reference is "
+                                  "full causal attention")
     inv_freq = inverse_frequencies(config)
     positions = np.arange(T)
     q, k = rotate(q, positions, inv_freq), rotate(k, positions, inv_freq)
@@ -145,10 +154,75 @@ def attention(x, weights, config, layer):
     return linear(heads_out, weights, p + "o_proj")
 
 
+def swiglu(x, weights, gate, up, down):
+    """down(silu(gate(x)) * up(x)): LlamaMLP, Qwen3MoeMLP, and MixtralBlockSparseTop2MLP with
+    gate = w1, up = w3, down = w2."""
+    return linear(silu(linear(x, weights, gate)) * linear(x, weights, up), weights, down)
+
+
 def feed_forward(x, weights, layer):
     p = f"model.layers.{layer}.mlp."
-    return linear(silu(linear(x, weights, p + "gate_proj")) * linear(x, weights, p + "up_proj"),
-                  weights, p + "down_proj")
+    return swiglu(x, weights, p + "gate_proj", p + "up_proj", p + "down_proj")
+
+
+def is_moe_layer(config, layer):
+    """Mixtral: every layer. Qwen3-MoE: a layer not in mlp_only_layers whose index + 1 is a
+    multiple of decoder_sparse_step, when num_experts > 0 (Qwen3MoeDecoderLayer)."""
+    family = config["model_type"]
+    if family == "mixtral":
+        return True
+    if family != "qwen3_moe":
+        return False
+    return (layer not in (config.get("mlp_only_layers") or []) and config.get("num_experts", 128) > 0
+            and (layer + 1) % config.get("decoder_sparse_step", 1) == 0)
+
+
+def expert_names(config, layer, e):
+    """(gate, up, down) linear names of expert e."""
+    if config["model_type"] == "mixtral":
+        p = f"model.layers.{layer}.block_sparse_moe.experts.{e}."
+        return p + "w1", p + "w3", p + "w2"
+    p = f"model.layers.{layer}.mlp.experts.{e}."
+    return p + "gate_proj", p + "up_proj", p + "down_proj"
+
+
+def router_name(config, layer):
+    block = "block_sparse_moe" if config["model_type"] == "mixtral" else "mlp"
+    return f"model.layers.{layer}.{block}.gate"
+
+
+def num_experts(config):
+    return config.get("num_local_experts", 8) if config["model_type"] == "mixtral" else \
+        config.get("num_experts", 128)
+
+
+def sparse_moe(x, weights, config, layer):
+    """MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock on x (B, T, C): per token, the softmax of
+    the router's logits, its top num_experts_per_tok probabilities (best first; equal ones to
+    the lower expert index), renormalised to sum 1 (Mixtral always, Qwen3-MoE where
+    norm_topk_prob), and the sum of the chosen experts' SwiGLU outputs weighted by them."""
+    B, T, C = x.shape
+    tokens = x.reshape(B * T, C)
+    logits = linear(tokens, weights, router_name(config, layer))  # (N, E)
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    probs = np.exp(logits)
+    probs /= probs.sum(axis=-1, keepdims=True)
+    k = config.get("num_experts_per_tok", 2 if config["model_type"] == "mixtral" else 8)
+    chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :k]  # (N, k)
+    gates = np.take_along_axis(probs, chosen, axis=-1)
+    if config["model_type"] == "mixtral" or config.get("norm_topk_prob", False):
+        gates = gates / gates.sum(axis=-1, keepdims=True)
+    out = np.zeros_like(tokens)
+    for e in range(num_experts(config)):
+        rows, slot = np.nonzero(chosen == e)
+        if rows.size:
+            out[rows] += gates[rows, slot][:, None] * swiglu(tokens[rows], weights, *expert_names(config, layer, e))
+    return out.reshape(B, T, C)
+
+
+def mlp_of_layer(x, weights, config, layer):
+    return sparse_moe(x, weights, config, layer) if is_moe_layer(config, layer) else \
+        feed_forward(x, weights, layer)
 
 
 def lm_head_weight(weights, config):
@@ -174,7 +248,8 @@ def decoder_logits(weights, config, tokens):
     for i in range(config["num_hidden_layers"]):
         p = f"model.layers.{i}."
         x = x + attention(rms_norm(x, w(p + "input_layernorm.weight"), eps), weights, config, i)
-        x = x + feed_forward(rms_norm(x, w(p + "post_attention_layernorm.weight"), eps), weights, i)
+        x = x + mlp_of_layer(rms_norm(x, w(p + "post_attention_layernorm.weight"), eps), weights,
+                             config, i)
     x = rms_norm(x, w("model.norm.weight"), eps)
     logits = x @ np.asarray(lm_head_weight(weights, config), dtype=np.float64).T
     return logits[0] if single else logits
@@ -212,6 +287,8 @@ def parameter_names(config):
     NH = config["num_attention_heads"]
     KVH = config.get("num_key_value_heads") or NH
     D, F = head_dim(config), config["intermediate_size"]
+    family = config["model_type"]
+    FE = F if family == "mixtral" else config.get("moe_intermediate_size")  # an expert's width
     names = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,)}
     for i in range(config["num_hidden_layers"]):
         p = f"model.layers.{i}."
@@ -219,10 +296,16 @@ def parameter_names(config):
                       p + "self_attn.q_proj.weight": (NH * D, C),
                       p + "self_attn.k_proj.weight": (KVH * D, C),
                       p + "self_attn.v_proj.weight": (KVH * D, C),
-                      p + "self_attn.o_proj.weight": (C, NH * D),
-                      p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
-                      p + "mlp.down_proj.weight": (C, F)})
-        if config["model_type"] == "qwen3":
+                      p + "self_attn.o_proj.weight": (C, NH * D)})
+        if is_moe_layer(config, i):
+            names[router_name(config, i) + ".weight"] = (num_experts(config), C)
+            for e in range(num_experts(config)):
+                gate, up, down = expert_names(config, i, e)
+                names.update({gate + ".weight": (FE, C), up + ".weight": (FE, C), down + ".weight": (C, FE)})
+        else:
+            names.update({p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
+                          p + "mlp.down_proj.weight": (C, F)})
+        if family in QK_NORM:
             names.update({p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,)})
     if not config.get("tie_word_embeddings", False):
         names["lm_head.weight"] = (V, C)

@@ -228,7 +228,10 @@ every = {STEPS}
 """
 
 
-class HfReference(harness.Case):
+class ReferenceCase(harness.Case):
+    """The comparisons against the reference (no tests of its own: hf_moe_reference_test.py
+    builds on it)."""
+
     def eval_loss(self, ckpt, val_set, precision, deck=None):
         _, out, _ = self.meshtrain(["eval", deck or self.deck, "--checkpoint", ckpt, "--digits", "17",
                                     "--set", f'train.precision="{precision}"'] + val_set, ranks=1)
@@ -255,11 +258,13 @@ class HfReference(harness.Case):
         self.train(2, ["parallel.tp=2", f"train.steps={steps}", f"checkpoint.every={steps}"])
         return hf_config(model), self.ckpt(steps)
 
-    def sample_greedy(self, ckpt):
+    def sample_greedy(self, ckpt, deck=None, sets=()):
         """The tokens `meshtrain sample` appends to PROMPT greedily (key/value cache, tp 2)."""
-        cmd = [harness.MPIEXEC, "-n", "2", harness.MESHTRAIN, "sample", self.deck, "--checkpoint",
+        cmd = [harness.MPIEXEC, "-n", "2", harness.MESHTRAIN, "sample", deck or self.deck, "--checkpoint",
                ckpt, "--prompt", PROMPT.decode(), "--tokens", str(NEW_TOKENS), "--temperature", "0",
                "--set", "parallel.tp=2"]
+        for s in sets:
+            cmd += ["--set", s]
         p = subprocess.run(cmd, capture_output=True, timeout=180,
                            env=dict(os.environ, OMP_NUM_THREADS="1"))
         self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
@@ -269,6 +274,8 @@ class HfReference(harness.Case):
         self.assertTrue(text.endswith(b"\n"), p.stdout)
         return list(text[len(PROMPT):-1])
 
+
+class HfReference(ReferenceCase):
     def run_case(self, name):
         config, ckpt = self.trained_checkpoint(name)
         val = os.path.join(self.dir, "val.bin")

@@ -8,9 +8,11 @@
 // directory (a relative path without "..", not a symbolic link that leads out of it), as every
 // reader of meshtrain opens only the files it was given (io/regular_file.h).
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +28,30 @@ nlohmann::json read_json_object(const std::string& path, const std::string& what
 
 // A config.json value, or `fallback` (transformers' default) where the key is absent or null.
 nlohmann::json json_value_or(const nlohmann::json& j, const char* key, nlohmann::json fallback);
+
+// config.json's keys read with transformers' defaults for absent (or null) ones, each refused
+// with one message naming the file, the key, its value and what meshtrain accepts. Shared by
+// every family's config reader (app/hf_llama.cpp, app/hf_moe.cpp).
+class HfConfigReader {
+ public:
+  HfConfigReader(const nlohmann::json& config, std::string path) : j_(config), path_(std::move(path)) {}
+  const nlohmann::json& config() const { return j_; }
+  const std::string& path() const { return path_; }
+  // Throws "<path>: <key> = <value> (<accepted>)".
+  [[noreturn]] void refuse(const std::string& key, const nlohmann::json& value, const std::string& accepted) const;
+  // An integer >= min of `obj` (config.json itself, or a nested object named by `prefix`).
+  int64_t integer(const nlohmann::json& obj, const char* key, int64_t fallback, int64_t min,
+                  const std::string& prefix = "") const;
+  int64_t integer(const char* key, int64_t fallback, int64_t min) const { return integer(j_, key, fallback, min); }
+  // A number > 0, or >= 0 where `zero_allowed`.
+  double number(const nlohmann::json& obj, const char* key, double fallback, const std::string& prefix = "",
+                bool zero_allowed = false) const;
+  bool boolean(const char* key, bool fallback = false) const;
+
+ private:
+  const nlohmann::json& j_;
+  std::string path_;
+};
 
 struct HfStoredTensor {
   const SafetensorsFile* file = nullptr;

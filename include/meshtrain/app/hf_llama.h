@@ -1,5 +1,6 @@
 #pragma once
-// Hugging Face LlamaForCausalLM and Qwen3ForCausalLM as meshtrain's llama and qwen3 families:
+// Hugging Face LlamaForCausalLM and Qwen3ForCausalLM as meshtrain's llama and qwen3 families
+// (and, with app/hf_moe.h's mixture on top, MixtralForCausalLM and Qwen3MoeForCausalLM):
 // the tensor names (applied by app/hf_name_map.h), config.json both ways, and the deck an import
 // writes for a downloaded model. Shared by `meshtrain import --format hf` and `export`.
 //
@@ -36,7 +37,8 @@ namespace meshtrain {
 // save_pretrained writes them. Throws std::logic_error for a parameter the table lacks.
 std::vector<HfTensor> hf_llama_tensors(const ModelSpec& m);
 
-// The model a Llama or Qwen 3 config.json describes (model_type "llama" or "qwen3"), with
+// The model a Llama, Qwen 3, Mixtral or Qwen3-MoE config.json describes (model_type "llama",
+// "qwen3", "mixtral" or "qwen3_moe"), with
 // transformers' defaults for absent keys; `max_positions` receives max_position_embeddings
 // (spec.seq_len is left as `seq_len`). Throws naming `path`, the key, its value and what
 // meshtrain accepts for anything it cannot compute: another hidden_act, rope_type, sliding
@@ -44,11 +46,13 @@ std::vector<HfTensor> hf_llama_tensors(const ModelSpec& m);
 ModelSpec hf_llama_spec(const nlohmann::json& config, const std::string& path, int64_t seq_len,
                         int64_t& max_positions);
 
-// The config.json key a spec field ("kv_heads", "rope_factor") comes from, for messages.
-std::string hf_llama_config_key(const std::string& field);
+// The config.json key a spec field ("kv_heads", "rope_factor", "moe_experts") comes from in
+// the architecture of `hf` (the spec read from it), for messages.
+std::string hf_llama_config_key(const std::string& field, const ModelSpec& hf);
 
-// "LlamaForCausalLM" or "Qwen3ForCausalLM" for `m`; throws naming `where` and the field when
-// neither computes what `m` does (LayerNorm, learned positions, GELU, a Qwen 3 with biases).
+// "LlamaForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM" or "Qwen3MoeForCausalLM" for
+// `m`; throws naming `where` and the field when none computes what `m` does (LayerNorm, learned
+// positions, GELU, a Qwen 3 with biases, a mixture with a shared expert).
 std::string hf_llama_architecture(const ModelSpec& m, const std::string& where);
 
 // config.json for `m` (indented, a trailing newline); torch_dtype "float32" or "bfloat16";

@@ -24,8 +24,9 @@ struct HfTensor {
   // HF holds the transpose of meshtrain's tensor read as (numel / last, last).
   bool transpose = false;
   // HF holds slice `part` of `parts` equal slices of meshtrain's tensor along its first
-  // dimension: the fused (3, NH*HS, C) qkv weight is HF Llama's q_proj, k_proj and v_proj.
-  int part = 0, parts = 1;
+  // dimension: the fused (3, NH*HS, C) qkv weight is HF Llama's q_proj, k_proj and v_proj; the
+  // stacked (E, F, C) experts are E tensors of HF's, one per expert.
+  int64_t part = 0, parts = 1;
 };
 
 // How a meshtrain parameter becomes its HF tensor.
@@ -36,16 +37,19 @@ enum class HfTransform {
   ThirdQ,            // the first of three slices along dimension 0 (fused q, k, v), flattened
   ThirdK,            //   after the first dimension: (3, W, C) -> (W, C); (3, W) -> (W)
   ThirdV,
+  // One tensor per expert: meshtrain stacks a mixture's experts along dimension 0 ((E, F, C),
+  // one GEMM operand for all), HF keeps a module per expert. The HF name's "{e}" is the expert.
+  PerExpert,
 };
 
 struct HfNameRule {
   const char* meshtrain;  // "{}" stands for the block index
-  const char* hf;
+  const char* hf;         // "{}": the block index; "{e}": the expert (PerExpert only)
   HfTransform how;
 };
 
 // Every parameter of `m`'s parameter table under `rules`, in the rules' order (the rules with
-// "{}" applied block by block, as a group). A rule whose parameter the model lacks is skipped (a
+// "{}" applied block by block, as a group; a PerExpert rule gives its experts in a row). A rule whose parameter the model lacks is skipped (a
 // tied model has no lm_head.weight). Throws std::logic_error naming `model_class` for a
 // parameter no rule covers.
 std::vector<HfTensor> hf_tensors(const ModelSpec& m, const HfNameRule* rules, size_t count,
