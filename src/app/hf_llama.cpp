@@ -133,10 +133,11 @@ ModelSpec hf_llama_spec(const json& j, const std::string& path, int64_t seq_len,
   const std::string family = qwen ? "qwen3" : "llama";
   const HfDefaults d = hf_defaults(model_type);
   const HfConfigReader c(j, path);
-  auto refuse = [&](const std::string& key, const json& v, const std::string& accepted) { c.refuse(key, v, accepted); };
-  auto integer = [&](const json& obj, const char* key, int64_t fallback, int64_t min, const std::string& prefix = "") {
-    return c.integer(obj, key, fallback, min, prefix);
+  auto refuse = [&](const std::string& key, const json& v, const std::string& accepted) {
+    c.refuse(key, v, accepted);
   };
+  auto integer = [&](const json& obj, const char* key, int64_t fallback, int64_t min,
+                     const std::string& prefix = "") { return c.integer(obj, key, fallback, min, prefix); };
   auto number = [&](const json& obj, const char* key, double fallback, const std::string& prefix = "") {
     return c.number(obj, key, fallback, prefix);
   };
@@ -149,7 +150,8 @@ ModelSpec hf_llama_spec(const json& j, const std::string& path, int64_t seq_len,
   sizes.seq_len = seq_len;
   ModelSpec m = family_defaults(family, sizes);
   // 0 stands for "derived" in the spec: kept where the config says the derived value.
-  if (const int64_t kv = integer(j, "num_key_value_heads", d.kv_heads ? d.kv_heads : m.heads, 1); kv != m.heads)
+  if (const int64_t kv = integer(j, "num_key_value_heads", d.kv_heads ? d.kv_heads : m.heads, 1);
+      kv != m.heads)
     m.kv_heads_set = kv;
   const int64_t head_dim = integer(j, "head_dim", d.head_dim ? d.head_dim : m.d_model / m.heads, 1);
   if (head_dim != m.d_model / m.heads || m.d_model % m.heads != 0) m.head_dim_set = head_dim;
@@ -166,7 +168,8 @@ ModelSpec hf_llama_spec(const json& j, const std::string& path, int64_t seq_len,
   // covers q, k, v and o, mlp_bias gate, up and down; Qwen 3's MLP has none.
   const bool mixtral = model_type == "mixtral";
   // Mixtral has neither key: no linear layer of it has a bias.
-  const bool attention_bias = !mixtral && boolean("attention_bias"), mlp_bias = !qwen && !mixtral && boolean("mlp_bias");
+  const bool attention_bias = !mixtral && boolean("attention_bias"),
+             mlp_bias = !qwen && !mixtral && boolean("mlp_bias");
   if (qwen && attention_bias)
     refuse("attention_bias", true,
            "Qwen 3 then has biases on q, k, v and o but not in its MLP, and meshtrain's model.bias "
@@ -306,7 +309,8 @@ std::string hf_deck_text(const ModelSpec& m, const std::string& tokenizer, const
   for (size_t i = 0; i < mine.size(); ++i) {
     const std::string& key = mine[i].key;
     const bool mixture_key = moe && (key == "feed_forward" || key.rfind("moe_", 0) == 0);
-    if (key != "family" && (mine[i].value != family[i].value || mixture_key)) s += key + " = " + mine[i].value + "\n";
+    if (key != "family" && (mine[i].value != family[i].value || mixture_key))
+      s += key + " = " + mine[i].value + "\n";
   }
   s += "\n[data]\ntrain = \"synthetic\"\nval = \"synthetic\"\ntokenizer = " + toml_string(tokenizer) +
        "\n\n"

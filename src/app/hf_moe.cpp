@@ -24,9 +24,11 @@ constexpr HfNameRule kMixtralNames[] = {
 // Qwen3MoeSparseMoeBlock's: each expert a Qwen3MoeMLP.
 constexpr HfNameRule kQwen3MoeNames[] = {
     {"h.{}.mlp.router.weight", "model.layers.{}.mlp.gate.weight", HfTransform::Same},
-    {"h.{}.mlp.experts.gate.weight", "model.layers.{}.mlp.experts.{e}.gate_proj.weight", HfTransform::PerExpert},
+    {"h.{}.mlp.experts.gate.weight", "model.layers.{}.mlp.experts.{e}.gate_proj.weight",
+     HfTransform::PerExpert},
     {"h.{}.mlp.experts.up.weight", "model.layers.{}.mlp.experts.{e}.up_proj.weight", HfTransform::PerExpert},
-    {"h.{}.mlp.experts.down.weight", "model.layers.{}.mlp.experts.{e}.down_proj.weight", HfTransform::PerExpert},
+    {"h.{}.mlp.experts.down.weight", "model.layers.{}.mlp.experts.{e}.down_proj.weight",
+     HfTransform::PerExpert},
 };
 
 int64_t moe_layers(const ModelSpec& m) { return m.layers - m.moe.first_dense_layers; }
@@ -80,7 +82,8 @@ void hf_moe_read_config(const HfConfigReader& c, const std::string& model_type, 
     if (!prefix || static_cast<int64_t>(only.size()) >= m.layers)
       c.refuse("mlp_only_layers", only,
                "meshtrain's dense blocks are the first k (moe_first_dense_layers = k): accepted [] or "
-               "[0, 1, ..., k-1] with k below num_hidden_layers = " + std::to_string(m.layers));
+               "[0, 1, ..., k-1] with k below num_hidden_layers = " +
+                   std::to_string(m.layers));
     m.moe.first_dense_layers = static_cast<int>(only.size());
     if (const json shared = json_value_or(j, "shared_expert_intermediate_size", 0); shared != json(0))
       c.refuse("shared_expert_intermediate_size", shared,
@@ -98,17 +101,19 @@ void hf_check_sliding_window(const HfConfigReader& c, int64_t seq_len, const std
   if (!w.is_number_integer() || w.get<int64_t>() < seq_len)
     c.refuse("sliding_window", w,
              "Mixtral then attends to the last sliding_window positions only, and meshtrain to the "
-             "whole causal window: accepted null or an integer >= " + deck + "'s model.seq_len = " +
-                 std::to_string(seq_len) + (w.is_number_integer() && w.get<int64_t>() >= 1
-                                                 ? "; set model.seq_len <= " + w.dump() + " to import it"
-                                                 : ""));
+             "whole causal window: accepted null or an integer >= " +
+                 deck + "'s model.seq_len = " + std::to_string(seq_len) +
+                 (w.is_number_integer() && w.get<int64_t>() >= 1
+                      ? "; set model.seq_len <= " + w.dump() + " to import it"
+                      : ""));
 }
 
 std::string hf_moe_architecture(const ModelSpec& m, const std::string& where) {
   const std::string hf = m.qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM";
   auto refuse = [&](const std::string& key, const std::string& value, const std::string& why) {
-    throw std::runtime_error(where + ": model." + key + " = " + value + ", which Hugging Face " + hf + " cannot express (" +
-                             why + "): export refuses rather than write a model that computes another function");
+    throw std::runtime_error(where + ": model." + key + " = " + value + ", which Hugging Face " + hf +
+                             " cannot express (" + why +
+                             "): export refuses rather than write a model that computes another function");
   };
   if (m.moe.shared_ffn_hidden > 0)
     refuse("moe_shared_ffn_hidden", std::to_string(m.moe.shared_ffn_hidden), "it has no shared expert");
@@ -116,8 +121,9 @@ std::string hf_moe_architecture(const ModelSpec& m, const std::string& where) {
     refuse("moe_normalize_top_k", "false",
            "it always renormalises the chosen gates; Qwen3MoeForCausalLM, model.qk_norm = true, need not");
   if (!m.qk_norm && m.moe.first_dense_layers > 0)
-    refuse("moe_first_dense_layers", std::to_string(m.moe.first_dense_layers),
-           "every block of it is a mixture; Qwen3MoeForCausalLM, model.qk_norm = true, has dense first blocks");
+    refuse(
+        "moe_first_dense_layers", std::to_string(m.moe.first_dense_layers),
+        "every block of it is a mixture; Qwen3MoeForCausalLM, model.qk_norm = true, has dense first blocks");
   return hf;
 }
 

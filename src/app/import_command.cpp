@@ -15,11 +15,10 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <stdexcept>
-
-#include <nlohmann/json.hpp>
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/hf_directory.h"
@@ -143,10 +142,11 @@ void check_llama_config(const std::string& path, const ModelSpec& hf, int64_t ma
     const std::string& key = mine[i].key;
     // Llama 3's scaling factors mean nothing without its scaling; the dense feed-forward's width
     // nothing in a mixture without dense blocks (Mixtral's intermediate_size is its experts').
-    const bool unused = (!scaled && key.rfind("rope_", 0) == 0 && key != "rope_theta" && key != "rope_scaling") ||
-                        (key == "ffn_hidden" && hf.feed_forward == FeedForwardKind::Moe &&
-                         m.feed_forward == FeedForwardKind::Moe && hf.moe.first_dense_layers == 0 &&
-                         m.moe.first_dense_layers == 0);
+    const bool unused =
+        (!scaled && key.rfind("rope_", 0) == 0 && key != "rope_theta" && key != "rope_scaling") ||
+        (key == "ffn_hidden" && hf.feed_forward == FeedForwardKind::Moe &&
+         m.feed_forward == FeedForwardKind::Moe && hf.moe.first_dense_layers == 0 &&
+         m.moe.first_dense_layers == 0);
     // The balancing losses' coefficients are the fine-tune's choice: they change training, not
     // the function the weights compute.
     const bool training_only = key == "moe_aux_loss" || key == "moe_z_loss";
@@ -154,9 +154,10 @@ void check_llama_config(const std::string& path, const ModelSpec& hf, int64_t ma
   }
   for (const SpecField& f : fields)
     if (f.value != f.gpt2_value)
-      throw std::runtime_error(path + ": " + hf_llama_config_key(f.key, hf) + " gives model." + f.key + " = " +
-                               f.gpt2_value + ", but " + deck + " has model." + f.key + " = " + f.value +
-                               ": another model (set model." + f.key + " = " + f.gpt2_value + " to import it)");
+      throw std::runtime_error(path + ": " + hf_llama_config_key(f.key, hf) + " gives model." + f.key +
+                               " = " + f.gpt2_value + ", but " + deck + " has model." + f.key + " = " +
+                               f.value + ": another model (set model." + f.key + " = " + f.gpt2_value +
+                               " to import it)");
   if (m.seq_len > max_positions)
     throw std::runtime_error(path + ": max_position_embeddings = " + std::to_string(max_positions) + ", but " +
                              deck + " has model.seq_len = " + std::to_string(m.seq_len) +
@@ -286,7 +287,8 @@ void import_hf(const ImportArgs& args) {
     hf = hf_llama_spec(j, config_path, 0, max_positions);
     hf.seq_len = std::min(max_positions, kDefaultSeqLen);
     // Mixtral attends within its sliding window: the deck built for it trains no longer.
-    if (const json w = json_value_or(j, "sliding_window", nullptr); type == "mixtral" && w.is_number_integer())
+    if (const json w = json_value_or(j, "sliding_window", nullptr);
+        type == "mixtral" && w.is_number_integer())
       hf.seq_len = std::max<int64_t>(1, std::min(hf.seq_len, w.get<int64_t>()));
   }
   // The deck: the user's, or one built from config.json (with the --set overrides in it).

@@ -3,14 +3,14 @@
 // read into the moe fields and refused where meshtrain computes something else, and written back.
 
 #include "meshtrain/app/hf_moe.h"
-#include "meshtrain/app/hf_llama.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 
-#include <nlohmann/json.hpp>
+#include "meshtrain/app/hf_llama.h"
 
 namespace meshtrain {
 namespace {
@@ -103,7 +103,8 @@ TEST(HfMoe, RefusesWhatMeshtrainCannotCompute) {
       << refusal(j);
   j = mixtral_config();
   j["num_local_experts"] = 0;
-  EXPECT_NE(refusal(j).find("num_local_experts = 0 (expected an integer >= 1)"), std::string::npos) << refusal(j);
+  EXPECT_NE(refusal(j).find("num_local_experts = 0 (expected an integer >= 1)"), std::string::npos)
+      << refusal(j);
   j = mixtral_config();
   j["router_aux_loss_coef"] = -1;
   EXPECT_NE(refusal(j).find("router_aux_loss_coef = -1 (expected a number >= 0)"), std::string::npos);
@@ -123,7 +124,8 @@ TEST(HfMoe, SlidingWindowAtLeastTheContext) {
     hf_check_sliding_window(wide, 8192, "deck.toml");
     FAIL() << "a window shorter than seq_len was accepted";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("config.json: sliding_window = 4096 (Mixtral then attends"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("config.json: sliding_window = 4096 (Mixtral then attends"),
+              std::string::npos);
     EXPECT_NE(std::string(e.what()).find("deck.toml's model.seq_len = 8192; set model.seq_len <= 4096"),
               std::string::npos)
         << e.what();
@@ -143,7 +145,8 @@ TEST(HfMoe, EveryExpertUnderItsOwnName) {
     EXPECT_EQ(by_hf[block + "gate.weight"].hf_shape, (std::vector<int64_t>{E, C}));
     for (int64_t e = 0; e < E; ++e) {
       const std::string p = block + "experts." + std::to_string(e) + ".";
-      const std::string gate = p + (qwen ? "gate_proj" : "w1") + ".weight", up = p + (qwen ? "up_proj" : "w3") + ".weight",
+      const std::string gate = p + (qwen ? "gate_proj" : "w1") + ".weight",
+                        up = p + (qwen ? "up_proj" : "w3") + ".weight",
                         down = p + (qwen ? "down_proj" : "w2") + ".weight";
       ASSERT_TRUE(by_hf.count(gate) && by_hf.count(up) && by_hf.count(down)) << gate;
       EXPECT_EQ(by_hf[gate].meshtrain, "h.1.mlp.experts.gate.weight");
@@ -191,7 +194,8 @@ TEST(HfMoe, ArchitectureAndConfigBack) {
   EXPECT_DOUBLE_EQ(out["router_aux_loss_coef"].get<double>(), 0.02);
   // Read back, it is the same model.
   int64_t max_positions = 0;
-  EXPECT_EQ(spec_fields(hf_llama_spec(out, "config.json", 32, max_positions)).size(), spec_fields(mixtral).size());
+  EXPECT_EQ(spec_fields(hf_llama_spec(out, "config.json", 32, max_positions)).size(),
+            spec_fields(mixtral).size());
 
   ModelSpec qwen = spec_of(qwen3_moe_config());
   qwen.seq_len = 32;
@@ -220,10 +224,12 @@ TEST(HfMoe, ArchitectureAndConfigBack) {
   };
   ModelSpec shared = qwen;
   shared.moe.shared_ffn_hidden = 16;
-  EXPECT_TRUE(refused(shared, "ck.h5: model.moe_shared_ffn_hidden = 16, which Hugging Face Qwen3MoeForCausalLM"));
+  EXPECT_TRUE(
+      refused(shared, "ck.h5: model.moe_shared_ffn_hidden = 16, which Hugging Face Qwen3MoeForCausalLM"));
   ModelSpec unnormalised = mixtral;
   unnormalised.moe.normalize_top_k = false;
-  EXPECT_TRUE(refused(unnormalised, "model.moe_normalize_top_k = false, which Hugging Face MixtralForCausalLM"));
+  EXPECT_TRUE(
+      refused(unnormalised, "model.moe_normalize_top_k = false, which Hugging Face MixtralForCausalLM"));
   ModelSpec dense_first = mixtral;
   dense_first.moe.first_dense_layers = 1;
   EXPECT_TRUE(refused(dense_first, "model.moe_first_dense_layers = 1"));
@@ -239,8 +245,9 @@ TEST(HfMoe, DeckHoldsTheMixture) {
     return m;
   }();
   const std::string deck = hf_deck_text(qwen, "bytes", "/models/Qwen3-MoE");
-  for (const char* line : {"feed_forward = \"moe\"\n", "moe_experts = 6\n", "moe_top_k = 3\n", "moe_ffn_hidden = 8\n",
-                           "ffn_hidden = 40\n", "moe_normalize_top_k = false\n", "moe_first_dense_layers = 1\n"})
+  for (const char* line :
+       {"feed_forward = \"moe\"\n", "moe_experts = 6\n", "moe_top_k = 3\n", "moe_ffn_hidden = 8\n",
+        "ffn_hidden = 40\n", "moe_normalize_top_k = false\n", "moe_first_dense_layers = 1\n"})
     EXPECT_NE(deck.find(line), std::string::npos) << line << " in\n" << deck;
 }
 

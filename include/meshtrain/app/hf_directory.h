@@ -11,11 +11,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "meshtrain/io/safetensors.h"
 
@@ -38,11 +37,14 @@ class HfConfigReader {
   const nlohmann::json& config() const { return j_; }
   const std::string& path() const { return path_; }
   // Throws "<path>: <key> = <value> (<accepted>)".
-  [[noreturn]] void refuse(const std::string& key, const nlohmann::json& value, const std::string& accepted) const;
+  [[noreturn]] void refuse(const std::string& key, const nlohmann::json& value,
+                           const std::string& accepted) const;
   // An integer >= min of `obj` (config.json itself, or a nested object named by `prefix`).
   int64_t integer(const nlohmann::json& obj, const char* key, int64_t fallback, int64_t min,
                   const std::string& prefix = "") const;
-  int64_t integer(const char* key, int64_t fallback, int64_t min) const { return integer(j_, key, fallback, min); }
+  int64_t integer(const char* key, int64_t fallback, int64_t min) const {
+    return integer(j_, key, fallback, min);
+  }
   // A number > 0, or >= 0 where `zero_allowed`.
   double number(const nlohmann::json& obj, const char* key, double fallback, const std::string& prefix = "",
                 bool zero_allowed = false) const;

@@ -30,10 +30,9 @@
 // Mixtral's sliding_window below the deck's seq_len (hf_check_sliding_window).
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "meshtrain/app/hf_directory.h"
 #include "meshtrain/app/hf_name_map.h"
