@@ -342,13 +342,17 @@ void export_hf(const ExportArgs& args) {
   }
   std::string copied;
   for (const auto& f : run_tok.files) copied += ", " + f.second;
+  const std::string experts = m.feed_forward == FeedForwardKind::Moe
+                                  ? ", " + std::to_string(m.moe.experts) + " experts (top " +
+                                        std::to_string(m.moe.top_k) + ")"
+                                  : "";
   std::printf(
-      "exported %s (step %lld, %d layers, d_model %lld, %lld heads, %lld kv heads, vocab %lld%s) to %s: "
+      "exported %s (step %lld, %d layers, d_model %lld, %lld heads, %lld kv heads, vocab %lld%s%s) to %s: "
       "%s (%zu tensors, %s), config.json (%s), generation_config.json%s%s\n",
       args.checkpoint.c_str(), static_cast<long long>(info.step), m.layers, static_cast<long long>(m.d_model),
       static_cast<long long>(m.heads), static_cast<long long>(m.kv_heads()), static_cast<long long>(m.vocab_size),
-      m.tie_embeddings ? ", tied" : ", untied", args.out.c_str(), written.c_str(), tensors.size(),
-      bf16 ? "bf16" : "fp32", architecture.c_str(), copied.c_str(),
+      m.tie_embeddings ? ", tied" : ", untied", experts.c_str(), args.out.c_str(), written.c_str(),
+      tensors.size(), bf16 ? "bf16" : "fp32", architecture.c_str(), copied.c_str(),
       run_tok.note.empty() ? "" : ("\nnote: " + run_tok.note).c_str());
 }
 

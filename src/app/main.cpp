@@ -248,8 +248,9 @@ int main(int argc, char** argv) {
 
   ExportArgs exp;
   CLI::App* export_cmd = app.add_subcommand(
-      "export", "Write a checkpoint's model for Hugging Face (GPT2LMHeadModel, LlamaForCausalLM or "
-                "Qwen3ForCausalLM): config.json and model.safetensors, or shards and their index");
+      "export", "Write a checkpoint's model for Hugging Face (GPT2LMHeadModel, LlamaForCausalLM, "
+                "Qwen3ForCausalLM, MixtralForCausalLM or Qwen3MoeForCausalLM): config.json and "
+                "model.safetensors, or shards and their index");
   export_cmd->add_option("checkpoint", exp.checkpoint, "Checkpoint file (step_*.h5)")->required();
   export_cmd->add_option("out", exp.out, "Output directory (created if needed)")->required();
   export_cmd->add_option("--format", exp.format, "Output format: hf (Hugging Face transformers)")
@@ -266,8 +267,8 @@ int main(int argc, char** argv) {
 
   ImportArgs imp;
   CLI::App* import_cmd = app.add_subcommand(
-      "import", "Turn a Hugging Face GPT-2, Llama or Qwen 3 directory into a step-0 checkpoint, to "
-                "fine-tune with checkpoint.resume");
+      "import", "Turn a Hugging Face GPT-2, Llama, Qwen 3, Mixtral or Qwen3-MoE directory into a "
+                "step-0 checkpoint, to fine-tune with checkpoint.resume");
   import_cmd->add_option("dir", imp.dir, "Directory with config.json and model.safetensors or "
                                          "model.safetensors.index.json")->required();
   import_cmd->add_option("out", imp.out, "Checkpoint file to write (e.g. gpt2.h5)")->required();

@@ -128,6 +128,7 @@ class HfMoe(harness.Case):
 
         out = os.path.join(self.dir, "hf")
         _, stdout, _ = self.export(ckpt, out, "--max-shard-size", "20KB")
+        self.assertIn(", untied, 4 experts (top 2)) to " + out, stdout)
         self.assertIn("config.json (MixtralForCausalLM)", stdout)
         shards = [n for n in os.listdir(out) if n.startswith("model-")]
         self.assertGreater(len(shards), 1)
