@@ -298,19 +298,18 @@ std::string hf_deck_text(const ModelSpec& m, const std::string& tokenizer, const
       "seq_len = " + std::to_string(m.seq_len) + "\n"
       "vocab_size = " + std::to_string(m.vocab_size) + "\n"
       "tie_embeddings = " + (m.tie_embeddings ? "true" : "false") + "\n";
-  // Against the family's defaults for the same kind of feed-forward (a mixture's moe_* keys are
-  // listed for a mixture only), so that the two lists hold the same keys.
+  // Against the family's defaults for the same kind of feed-forward. A dense model's deck names
+  // no moe_* key (they mean nothing to it); a mixture's names them all, since moe_ffn_hidden's
+  // default follows ffn_hidden, which the deck may set for the dense blocks alone.
   ModelSpec base = family_defaults(m.family, m);
   base.feed_forward = m.feed_forward;
   const std::vector<SpecField> mine = spec_fields(m), family = spec_fields(base);
-  // A mixture's keys are all written: moe_ffn_hidden's default follows ffn_hidden, which the
-  // deck may set for the dense blocks alone.
   const bool moe = m.feed_forward == FeedForwardKind::Moe;
   for (size_t i = 0; i < mine.size(); ++i) {
     const std::string& key = mine[i].key;
-    const bool mixture_key = moe && (key == "feed_forward" || key.rfind("moe_", 0) == 0);
-    if (key != "family" && (mine[i].value != family[i].value || mixture_key))
-      s += key + " = " + mine[i].value + "\n";
+    const bool mixture_key = key == "feed_forward" || key.rfind("moe_", 0) == 0;
+    if (key == "family" || (mixture_key && !moe)) continue;
+    if (mine[i].value != family[i].value || mixture_key) s += key + " = " + mine[i].value + "\n";
   }
   s += "\n[data]\ntrain = \"synthetic\"\nval = \"synthetic\"\ntokenizer = " + toml_string(tokenizer) +
        "\n\n"

@@ -136,9 +136,7 @@ void check_llama_config(const std::string& path, const ModelSpec& hf, int64_t ma
   // SpecField here: (key, the deck's value, config.json's value), both in TOML notation.
   const std::vector<SpecField> mine = spec_fields(m), theirs = spec_fields(hf);
   const bool scaled = hf.rope.scaling != RopeScalingKind::None;
-  // A mixture lists its moe_* fields after the others: where only one side is a mixture, the
-  // lists part at feed_forward, which is compared first.
-  for (size_t i = 0; i < std::min(mine.size(), theirs.size()); ++i) {
+  for (size_t i = 0; i < mine.size(); ++i) {
     const std::string& key = mine[i].key;
     // Llama 3's scaling factors mean nothing without its scaling; the dense feed-forward's width
     // nothing in a mixture without dense blocks (Mixtral's intermediate_size is its experts').
@@ -150,7 +148,11 @@ void check_llama_config(const std::string& path, const ModelSpec& hf, int64_t ma
     // The balancing losses' coefficients are the fine-tune's choice: they change training, not
     // the function the weights compute.
     const bool training_only = key == "moe_aux_loss" || key == "moe_z_loss";
-    if (key != "family" && !unused && !training_only) fields.push_back({key, mine[i].value, theirs[i].value});
+    // A dense model's moe_* fields mean nothing (a mixture on one side only differs in
+    // feed_forward, compared before them).
+    const bool dense_only = key.rfind("moe_", 0) == 0 && hf.feed_forward == FeedForwardKind::Dense;
+    if (key != "family" && !unused && !training_only && !dense_only)
+      fields.push_back({key, mine[i].value, theirs[i].value});
   }
   for (const SpecField& f : fields)
     if (f.value != f.gpt2_value)

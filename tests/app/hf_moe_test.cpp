@@ -249,6 +249,15 @@ TEST(HfMoe, DeckHoldsTheMixture) {
        {"feed_forward = \"moe\"\n", "moe_experts = 6\n", "moe_top_k = 3\n", "moe_ffn_hidden = 8\n",
         "ffn_hidden = 40\n", "moe_normalize_top_k = false\n", "moe_first_dense_layers = 1\n"})
     EXPECT_NE(deck.find(line), std::string::npos) << line << " in\n" << deck;
+  // A dense model's deck names no mixture key: they mean nothing to it.
+  json dense_config = qwen3_moe_config();
+  dense_config["model_type"] = "qwen3";
+  ModelSpec dense = spec_of(dense_config);
+  dense.seq_len = 32;
+  const std::string dense_deck = hf_deck_text(dense, "bytes", "/models/Qwen3");
+  EXPECT_EQ(dense_deck.find("moe_"), std::string::npos) << dense_deck;
+  EXPECT_EQ(dense_deck.find("feed_forward"), std::string::npos) << dense_deck;
+  EXPECT_NE(dense_deck.find("ffn_hidden = 40\n"), std::string::npos) << dense_deck;
 }
 
 }  // namespace
