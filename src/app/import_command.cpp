@@ -1,9 +1,10 @@
 // `meshtrain import --format hf DIR OUT.h5 [--deck DECK | --deck-out NEW.toml]`: a Hugging Face
 // model directory (config.json and model.safetensors or a sharded index, as save_pretrained
 // writes them) of GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or
-// Qwen3MoeForCausalLM as a meshtrain checkpoint at step 0 (checkpoint/checkpoint_import.h). With --deck, every difference between the
-// directory and the deck's model — a config.json key, a tensor's name or shape — is refused
-// before anything is written, naming the file, the key or tensor, its value and the deck's.
+// Qwen3MoeForCausalLM as a meshtrain checkpoint at step 0 (checkpoint/checkpoint_import.h).
+// With --deck, every difference between the directory and the deck's model — a config.json
+// key, a tensor's name or shape — is refused before anything is written, naming the file, the
+// key or tensor, its value and the deck's.
 // Without it the deck is built from config.json (app/hf_llama.h: hf_deck_text), and --deck-out
 // writes it for `meshtrain train`. One rank does the work; the tensor names are app/hf_gpt2.h,
 // app/hf_llama.h and app/hf_moe.h, the directory app/hf_directory.h.
@@ -15,10 +16,11 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/hf_directory.h"

@@ -3,14 +3,14 @@
 // read into the moe fields and refused where meshtrain computes something else, and written back.
 
 #include "meshtrain/app/hf_moe.h"
+#include "meshtrain/app/hf_llama.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
-#include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "meshtrain/app/hf_llama.h"
+#include <nlohmann/json.hpp>
 
 namespace meshtrain {
 namespace {

@@ -4,13 +4,16 @@
 // (app/hf_llama.h), which does everything else: the router's and experts' tensor names and the
 // mixture's config.json keys, both ways.
 //
-//   | meshtrain (checkpoint /model/...)       | Mixtral (model.layers.i.)         | Qwen3-MoE (model.layers.i.) |
-//   |-----------------------------------------|-----------------------------------|-----------------------------|
-//   | h.i.mlp.router.weight (E, C)            | block_sparse_moe.gate.weight      | mlp.gate.weight             |
-//   | h.i.mlp.experts.gate.weight (E, F, C)   | block_sparse_moe.experts.e.w1.weight | mlp.experts.e.gate_proj.weight |
-//   | h.i.mlp.experts.up.weight (E, F, C)     | block_sparse_moe.experts.e.w3.weight | mlp.experts.e.up_proj.weight   |
-//   | h.i.mlp.experts.down.weight (E, C, F)   | block_sparse_moe.experts.e.w2.weight | mlp.experts.e.down_proj.weight |
-//   | h.i.mlp.gate/up/down.weight (dense i)   | —                                 | mlp.{gate,up,down}_proj.weight (mlp_only_layers) |
+// HF's names below follow model.layers.i.block_sparse_moe. (Mixtral) or model.layers.i.mlp.
+// (Qwen3-MoE); e is the expert:
+//
+//   | meshtrain (/model/...)                | Mixtral             | Qwen3-MoE                   |
+//   |---------------------------------------|---------------------|-----------------------------|
+//   | h.i.mlp.router.weight (E, C)          | gate.weight         | gate.weight                 |
+//   | h.i.mlp.experts.gate.weight (E, F, C) | experts.e.w1.weight | experts.e.gate_proj.weight  |
+//   | h.i.mlp.experts.up.weight (E, F, C)   | experts.e.w3.weight | experts.e.up_proj.weight    |
+//   | h.i.mlp.experts.down.weight (E, C, F) | experts.e.w2.weight | experts.e.down_proj.weight  |
+//   | h.i.mlp.gate/up/down.weight (dense)   | —                   | {gate,up,down}_proj.weight  |
 //
 // Expert e of a stacked meshtrain tensor is slice e along its first dimension, HF's (out, in)
 // as it is (HfTransform::PerExpert). Both route as meshtrain does: softmax over the router's
@@ -30,9 +33,10 @@
 // Mixtral's sliding_window below the deck's seq_len (hf_check_sliding_window).
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "meshtrain/app/hf_directory.h"
 #include "meshtrain/app/hf_name_map.h"
@@ -54,7 +58,8 @@ void hf_moe_read_config(const HfConfigReader& config, const std::string& model_t
 
 // Refuses a Mixtral sliding_window (null: none) shorter than `seq_len` (where meshtrain's full
 // causal attention would see more than Mixtral's); `deck` names where seq_len comes from.
-void hf_check_sliding_window(const HfConfigReader& config, int64_t seq_len, const std::string& deck);
+void hf_check_sliding_window(const HfConfigReader& config, int64_t seq_len,
+                             const std::string& deck);
 
 // moe_aux_loss for a config's router_aux_loss_coef, and back. HF adds one Switch loss over the
 // router logits of all MoE layers at once that counts each of a token's k choices (balanced
