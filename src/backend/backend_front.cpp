@@ -87,12 +87,16 @@ void Backend::cast(Tensor& dst, const Tensor& src) {
 void Backend::copy_from_host(Tensor& dst, const void* src) {
   const OpContract c(*this, "copy_from_host");
   c.on_device("dst", dst);
+  // An empty tensor copies nothing, and its host side may be an empty vector's null data():
+  // memcpy must not see it.
+  if (dst.numel() == 0) return;
   do_copy_from_host(dst, src);
 }
 
 void Backend::copy_to_host(void* dst, const Tensor& src) {
   const OpContract c(*this, "copy_to_host");
   c.on_device("src", src);
+  if (src.numel() == 0) return;  // as copy_from_host
   do_copy_to_host(dst, src);
 }
 
