@@ -11,11 +11,12 @@ matrix, the HF reference); this proves the shipped deck itself: its keys, layout
 usage: tiny_llama_deck_test.py --meshtrain BIN --mpiexec MPIEXEC
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import shipped_deck  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--meshtrain", required=True)
@@ -26,26 +27,8 @@ DECK = os.path.join(REPO, "input", "llama-tiny.toml")
 
 with tempfile.TemporaryDirectory() as tmp:
     run_dir = os.path.join(tmp, "run")
-    train = [args.mpiexec, "-n", "4", args.meshtrain, "train", DECK, "--set", "train.steps=100",
-             "--set", "checkpoint.every=100", "--set", f"run.dir=\"{run_dir}\""]
-    p = subprocess.run(train, capture_output=True, text=True, timeout=500)
-    print(p.stdout[-3000:])
-    if p.returncode != 0:
-        print(p.stderr[-3000:])
-        sys.exit(f"training input/llama-tiny.toml exited {p.returncode}")
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        val = [json.loads(line) for line in f if '"val_loss"' in line]
-    losses = [v["val_loss"] for v in val]
-    print("val_loss by evaluation:", losses)
-    if len(losses) != 2 or not losses[1] < losses[0] or not losses[1] < 2.0:
-        sys.exit(f"validation losses {losses} at steps 50 and 100: expected falling, below 2.0")
-
-    checkpoint = os.path.join(run_dir, "checkpoints", "step_00000100.h5")
-    s = subprocess.run([args.meshtrain, "sample", DECK, "--checkpoint", checkpoint, "--prompt",
-                        "The ", "--tokens", "32", "--set", "run.threads=1"],
-                       capture_output=True, text=True, timeout=120)
-    print(s.stdout, s.stderr[-2000:])
-    text = [line for line in s.stdout.splitlines() if line.startswith("The ")]
-    if s.returncode != 0 or not text or len(text[0].encode()) < len("The ") + 8:
-        sys.exit(f"sample exited {s.returncode}; expected the prompt continued: {s.stdout!r}")
+    _, records = shipped_deck.train(args.meshtrain, args.mpiexec, DECK, 4, run_dir, 100)
+    shipped_deck.expect_falling_validation(records, 2, 2.0)
+    shipped_deck.expect_sample(args.meshtrain, DECK,
+                               os.path.join(run_dir, "checkpoints", "step_00000100.h5"))
 print("llama-tiny trains and samples")

@@ -14,11 +14,13 @@ step-100 checkpoint continues a prompt with `sample`. The layer's numerics are p
 usage: tiny_moe_deck_test.py --meshtrain BIN --mpiexec MPIEXEC
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import shipped_deck  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--meshtrain", required=True)
@@ -29,21 +31,10 @@ DECK = os.path.join(REPO, "input", "moe-tiny.toml")
 
 with tempfile.TemporaryDirectory() as tmp:
     run_dir = os.path.join(tmp, "run")
-    train = [args.mpiexec, "-n", "2", args.meshtrain, "train", DECK, "--set", "train.steps=100",
-             "--set", "checkpoint.every=100", "--set", f"run.dir=\"{run_dir}\""]
-    p = subprocess.run(train, capture_output=True, text=True, timeout=500)
-    print(p.stdout[-3000:])
-    if p.returncode != 0:
-        print(p.stderr[-3000:])
-        sys.exit(f"training input/moe-tiny.toml exited {p.returncode}")
-    if "experts max/mean" not in p.stdout:
+    stdout, records = shipped_deck.train(args.meshtrain, args.mpiexec, DECK, 2, run_dir, 100)
+    if "experts max/mean" not in stdout:
         sys.exit("the step lines do not report the experts' balance")
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    losses = [r["val_loss"] for r in records if "val_loss" in r]
-    print("val_loss by evaluation:", losses)
-    if len(losses) != 2 or not losses[1] < losses[0] or not losses[1] < 2.0:
-        sys.exit(f"validation losses {losses} at steps 50 and 100: expected falling, below 2.0")
+    shipped_deck.expect_falling_validation(records, 2, 2.0)
     experts = [r for r in records if "expert_tokens" in r]
     logged = [r["step"] for r in records if "loss" in r and "val_loss" not in r]
     if [r["step"] for r in experts] != logged:
@@ -74,12 +65,6 @@ with tempfile.TemporaryDirectory() as tmp:
     if plot.returncode != 0 or not os.path.isfile(os.path.join(run_dir, "plots", "experts.png")):
         sys.exit("scripts/plot-run.py drew no plots/experts.png")
 
-    checkpoint = os.path.join(run_dir, "checkpoints", "step_00000100.h5")
-    s = subprocess.run([args.meshtrain, "sample", DECK, "--checkpoint", checkpoint, "--prompt",
-                        "The ", "--tokens", "32", "--set", "run.threads=1"],
-                       capture_output=True, text=True, timeout=120)
-    print(s.stdout, s.stderr[-2000:])
-    text = [line for line in s.stdout.splitlines() if line.startswith("The ")]
-    if s.returncode != 0 or not text or len(text[0].encode()) < len("The ") + 8:
-        sys.exit(f"sample exited {s.returncode}; expected the prompt continued: {s.stdout!r}")
+    shipped_deck.expect_sample(args.meshtrain, DECK,
+                               os.path.join(run_dir, "checkpoints", "step_00000100.h5"))
 print("moe-tiny trains, logs its experts and samples")
