@@ -84,6 +84,14 @@ MixtureOfExperts::MixtureOfExperts(const LayerContext& ctx, const std::string& n
     shared_.emplace(ctx, name + ".shared", C_, spec.moe.shared_ffn_hidden, residual_scale, false);
 }
 
+Tensor MixtureOfExperts::router_weight(DType dtype) const {
+  const Tensor w = router_.value.reshape({spec_.experts, C_});
+  if (w.dtype() == dtype) return w;
+  Tensor wide = ctx_.backend->empty(w.shape(), dtype, MemoryCategory::Workspace);
+  ctx_.backend->cast(wide, w);
+  return wide;
+}
+
 Tensor MixtureOfExperts::expert_weights(Parameter& p, int64_t e) const {
   const int64_t rows = p.shape[1], cols = p.shape[2];
   return p.value.view(e * rows * cols, {rows, cols});
@@ -102,8 +110,9 @@ std::shared_ptr<const Routing> MixtureOfExperts::route(const Tensor& x, const To
   if (be.planning()) {
     r = std::make_shared<Routing>(route_balanced(N, spec_));
   } else {
-    Tensor logits = be.empty({N, E}, x.dtype(), MemoryCategory::Workspace);
-    be.matmul_forward(logits, x, router_.value.reshape({E, C_}), nullptr);
+    const Tensor& rx = saved.router_x;
+    Tensor logits = be.empty({N, E}, rx.dtype(), MemoryCategory::Workspace);
+    be.matmul_forward(logits, rx, router_weight(rx.dtype()), nullptr);
     r = std::make_shared<Routing>(route_tokens(host_doubles(be, logits).data(), N, spec_));
   }
   saved.balance_grad.clear();
@@ -146,6 +155,11 @@ Tensor MixtureOfExperts::forward(const Tensor& x, const TokenShape& shape, bool 
   const int64_t N = x.dim(0), k = spec_.top_k, M = N * k;
   const DType wide = stats_dtype(x.dtype());
   saved.x = x;
+  saved.router_x = x;
+  if (stats_dtype(x.dtype()) != x.dtype()) {
+    saved.router_x = be.empty(x.shape(), stats_dtype(x.dtype()), category);
+    be.cast(saved.router_x, x);
+  }
   saved.routing = route(x, shape, recomputing, saved);
   const Routing& r = *saved.routing;
   saved.token_of_row = device_rows(be, r.token_of_row, {M, 1}, category);
@@ -230,14 +244,20 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, const Saved& saved,
   // balancing losses', on the host; then its GEMM's backward.
   const std::vector<double> dlogits_host =
       router_logit_gradient(r, host_doubles(be, dgates), spec_, saved.balance_grad);
-  const Tensor dlogits = device_doubles(be, dlogits_host, {N, E}, dy.dtype(), ws);
-  Tensor dx_router = be.empty({N, C_}, dy.dtype(), ws);
-  be.matmul_backward(&dx_router, nullptr, nullptr, dlogits, saved.x, router_.value.reshape({E, C_}));
+  const DType rd = saved.router_x.dtype();
+  const Tensor dlogits = device_doubles(be, dlogits_host, {N, E}, rd, ws);
+  Tensor dx_router = be.empty({N, C_}, rd, ws);
+  be.matmul_backward(&dx_router, nullptr, nullptr, dlogits, saved.router_x, router_weight(rd));
+  if (rd != dy.dtype()) {
+    Tensor narrow = be.empty({N, C_}, dy.dtype(), ws);
+    be.cast(narrow, dx_router);
+    dx_router = narrow;
+  }
   be.add_inplace(dx, dx_router);
   if (shared_) be.add_inplace(dx, shared_->backward(dy, saved.shared, deferred));
 
   // The weight gradients, now or when the schedule asks (zero-bubble schedules).
-  run_or_defer(deferred, [this, dlogits, x = saved.x, dys, dgate, dup, xs = saved.xs,
+  run_or_defer(deferred, [this, dlogits, x = saved.router_x, dys, dgate, dup, xs = saved.xs,
                           hidden = saved.hidden, routing = saved.routing] {
     Backend& b = *ctx_.backend;
     Tensor dw = router_.grad.reshape({spec_.experts, C_});

@@ -14,6 +14,9 @@
 // The balancing losses need the micro-batch's sums over the ranks sharing it (the
 // sequence-parallel tensor group, the context group): one all-reduce of 2E + 2 numbers each.
 //
+// The router's GEMM runs in fp32 under bf16 (its input and weight widened, as Megatron's
+// moe_router_dtype does): a near-tie between two experts is decided on fp32 logits.
+//
 // Parameters (global shapes): <name>.router.weight (E, C); <name>.experts.gate.weight and
 // .experts.up.weight (E, F, C), .experts.down.weight (E, C, F); the shared expert's
 // <name>.shared.gate/up/down.weight as SwiGluMlp's.
@@ -35,6 +38,7 @@ class MixtureOfExperts {
  public:
   struct Saved {
     Tensor x;                                // (N, C) the layer's input
+    Tensor router_x;                         // x in the router's dtype (fp32 under bf16)
     std::shared_ptr<const Routing> routing;  // host
     std::vector<double> balance_grad;        // (N, E) the balancing losses' logit gradient
     Tensor token_of_row, gate_of_row;        // (M, 1) int32, wide: combine's gradient
@@ -61,6 +65,8 @@ class MixtureOfExperts {
   // the losses' gradient and log entries.
   std::shared_ptr<const Routing> route(const Tensor& x, const TokenShape& shape, bool recomputing,
                                        Saved& saved);
+  // The router's weight in `dtype` (its compute copy, widened from bf16 to fp32).
+  Tensor router_weight(DType dtype) const;
   Tensor expert_weights(Parameter& p, int64_t e) const;
   Tensor expert_grads(Parameter& p, int64_t e) const;
 
