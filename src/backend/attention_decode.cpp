@@ -11,63 +11,16 @@
 #include <vector>
 
 #include "meshtrain/backend/backend.h"
-#include "meshtrain/tensor/bf16.h"
+#include "meshtrain/backend/host_doubles.h"
 
 namespace meshtrain {
 
-namespace {
-// The elements of `t` (contiguous) as doubles, through the device's own copy to the host.
-std::vector<double> to_host_doubles(Backend& be, const Tensor& t) {
-  const int64_t n = t.numel();
-  std::vector<double> out(static_cast<size_t>(n));
-  switch (t.dtype()) {
-    case DType::F64:
-      be.copy_to_host(out.data(), t);
-      break;
-    case DType::F32: {
-      std::vector<float> f(static_cast<size_t>(n));
-      be.copy_to_host(f.data(), t);
-      std::copy(f.begin(), f.end(), out.begin());
-      break;
-    }
-    case DType::BF16: {
-      std::vector<uint16_t> b(static_cast<size_t>(n));
-      be.copy_to_host(b.data(), t);
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(b[i]);
-      break;
-    }
-    default:
-      throw std::invalid_argument("backend '" + be.name() + "' does not support attention_decode "
-                                  "for dtype " + std::string(dtype_name(t.dtype())) +
-                                  " (fp32, fp64 or bf16)");
-  }
-  return out;
-}
-
-void from_host_doubles(Backend& be, Tensor& t, const std::vector<double>& v) {
-  switch (t.dtype()) {
-    case DType::F64:
-      be.copy_from_host(t, v.data());
-      break;
-    case DType::F32: {
-      std::vector<float> f(v.begin(), v.end());
-      be.copy_from_host(t, f.data());
-      break;
-    }
-    default: {  // BF16: to_host_doubles refused the others already
-      std::vector<uint16_t> b(v.size());
-      for (size_t i = 0; i < v.size(); ++i) b[i] = float_to_bf16_bits(static_cast<float>(v[i]));
-      be.copy_from_host(t, b.data());
-    }
-  }
-}
-}  // namespace
 
 void Backend::do_attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
                                   const Tensor& v_cache, int64_t length) {
   const int64_t KVH = k_cache.dim(0), T_max = k_cache.dim(1), HS = k_cache.dim(2);
   const int64_t NH = q.numel() / HS, group = NH / KVH;
-  const std::vector<double> qh = to_host_doubles(*this, q);
+  const std::vector<double> qh = to_host_doubles(*this, q, "attention_decode");
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   std::vector<double> result(static_cast<size_t>(NH * HS), 0.0);
   std::vector<double> p(static_cast<size_t>(length));
@@ -77,8 +30,8 @@ void Backend::do_attention_decode(Tensor& out, const Tensor& q, const Tensor& k_
     // group of query heads.
     const int64_t g = h / group;
     if (h % group == 0) {
-      k = to_host_doubles(*this, k_cache.view(g * T_max * HS, {length, HS}));
-      v = to_host_doubles(*this, v_cache.view(g * T_max * HS, {length, HS}));
+      k = to_host_doubles(*this, k_cache.view(g * T_max * HS, {length, HS}), "attention_decode");
+      v = to_host_doubles(*this, v_cache.view(g * T_max * HS, {length, HS}), "attention_decode");
     }
     const double* qr = qh.data() + h * HS;
     double max = -INFINITY;
@@ -94,7 +47,7 @@ void Backend::do_attention_decode(Tensor& out, const Tensor& q, const Tensor& k_
     for (int64_t j = 0; j < length; ++j)
       for (int64_t c = 0; c < HS; ++c) o[c] += p[j] / sum * v[j * HS + c];
   }
-  from_host_doubles(*this, out, result);
+  from_host_doubles(*this, out, result, "attention_decode");
 }
 
 }  // namespace meshtrain

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "meshtrain/backend/host_doubles.h"
 #include "meshtrain/tensor/philox.h"
 
 namespace meshtrain {
@@ -89,19 +90,7 @@ std::vector<double> Generator::gather_logits(const Tensor& local) {
     all = be.empty({tp * N, Vl}, local.dtype(), MemoryCategory::Workspace);
     model_->tp().comm->all_gather(all, local).wait();
   }
-  Tensor wide = all;
-  if (all.dtype() != DType::F64) {
-    wide = be.empty(all.shape(), DType::F32, MemoryCategory::Workspace);
-    be.cast(wide, all);
-  }
-  std::vector<double> host(static_cast<size_t>(wide.numel()));
-  if (wide.dtype() == DType::F64) {
-    be.copy_to_host(host.data(), wide);
-  } else {
-    std::vector<float> f(host.size());
-    be.copy_to_host(f.data(), wide);
-    std::copy(f.begin(), f.end(), host.begin());
-  }
+  const std::vector<double> host = to_host_doubles(be, all, "generation");
   std::vector<double> out(host.size());
   for (int r = 0; r < tp; ++r)
     for (int64_t i = 0; i < N; ++i)

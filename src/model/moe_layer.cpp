@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "meshtrain/backend/host_doubles.h"
+
 namespace meshtrain {
 
 namespace {
@@ -18,47 +20,17 @@ ParamSpec moe_weight(const std::string& name, Shape shape, double init_std, cons
   return s;
 }
 
-// The values of a device tensor, read to the host as doubles (fp64 as they are, fp32 and bf16
-// widened on the device first, as the generator reads its logits).
-std::vector<double> host_doubles(Backend& be, const Tensor& t) {
-  std::vector<double> out(static_cast<size_t>(t.numel()));
-  if (t.dtype() == DType::F64) {
-    be.copy_to_host(out.data(), t);
-    return out;
-  }
-  Tensor wide = t;
-  if (t.dtype() != DType::F32) {
-    wide = be.empty(t.shape(), DType::F32, MemoryCategory::Workspace);
-    be.cast(wide, t);
-  }
-  std::vector<float> f(out.size());
-  be.copy_to_host(f.data(), wide);
-  std::copy(f.begin(), f.end(), out.begin());
-  return out;
-}
-
-// A device tensor of `dtype` holding host doubles (narrowed on the device from fp32).
+// A device tensor of `dtype` holding host doubles (backend/host_doubles.h).
 Tensor device_doubles(Backend& be, const std::vector<double>& v, Shape shape, DType dtype,
                       MemoryCategory category) {
   Tensor out = be.empty(std::move(shape), dtype, category);
-  if (dtype == DType::F64) {
-    be.copy_from_host(out, v.data());
-    return out;
-  }
-  const std::vector<float> f(v.begin(), v.end());
-  if (dtype == DType::F32) {
-    be.copy_from_host(out, f.data());
-    return out;
-  }
-  Tensor wide = be.empty(out.shape(), DType::F32, MemoryCategory::Workspace);
-  be.copy_from_host(wide, f.data());
-  be.cast(out, wide);
+  from_host_doubles(be, out, v, "a mixture of experts' routing");
   return out;
 }
 
 Tensor device_rows(Backend& be, const std::vector<int32_t>& v, Shape shape, MemoryCategory category) {
   Tensor out = be.empty(std::move(shape), DType::I32, category);
-  if (!v.empty()) be.copy_from_host(out, v.data());
+  be.copy_from_host(out, v.data());  // an empty one copies nothing
   return out;
 }
 
@@ -113,7 +85,8 @@ std::shared_ptr<const Routing> MixtureOfExperts::route(const Tensor& x, const To
     const Tensor& rx = saved.router_x;
     Tensor logits = be.empty({N, E}, rx.dtype(), MemoryCategory::Workspace);
     be.matmul_forward(logits, rx, router_weight(rx.dtype()), nullptr);
-    r = std::make_shared<Routing>(route_tokens(host_doubles(be, logits).data(), N, spec_));
+    const std::vector<double> host = to_host_doubles(be, logits, "a mixture of experts' router");
+    r = std::make_shared<Routing>(route_tokens(host.data(), N, spec_));
   }
   saved.balance_grad.clear();
   if (shape.loss_weight == 0) return r;  // evaluation, generation: no losses
@@ -243,7 +216,8 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, const Saved& saved,
   // The router: the gates' gradient through the renormalisation and the softmax, plus the
   // balancing losses', on the host; then its GEMM's backward.
   const std::vector<double> dlogits_host =
-      router_logit_gradient(r, host_doubles(be, dgates), spec_, saved.balance_grad);
+      router_logit_gradient(r, to_host_doubles(be, dgates, "a mixture of experts' router"), spec_,
+                            saved.balance_grad);
   const DType rd = saved.router_x.dtype();
   const Tensor dlogits = device_doubles(be, dlogits_host, {N, E}, rd, ws);
   Tensor dx_router = be.empty({N, C_}, rd, ws);
