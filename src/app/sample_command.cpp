@@ -69,9 +69,11 @@ CLI::App* add_sample_subcommand(CLI::App& app, SampleArgs& args) {
 namespace {
 // What generation needs of the layout (see the file comment); after the user's overrides, so
 // these win. global_batch = world with one-sequence micro-batches divides over any dp.
-// tp 0: the deck's.
-std::vector<std::string> generation_layout(std::vector<std::string> overrides, int world, int tp) {
+// tp, ep 0: the deck's.
+std::vector<std::string> generation_layout(std::vector<std::string> overrides, int world, int tp,
+                                           int ep) {
   if (tp > 0) overrides.push_back("parallel.tp=" + std::to_string(tp));
+  if (ep > 0) overrides.push_back("parallel.ep=" + std::to_string(ep));
   for (const char* o : {"parallel.pp=1", "parallel.virtual_stages=1", "parallel.schedule=\"1f1b\"",
                         "parallel.zero=0", "parallel.recompute=\"none\"",
                         "parallel.dp=\"auto\"", "data.val=\"none\"", "train.micro_batch=1"})
@@ -85,15 +87,17 @@ int sample_command(const SampleArgs& args) {
   MpiSession mpi;
   return run_reporting_errors([&] {
     MpiCommunicator world(MPI_COMM_WORLD, "world");
-    // The deck's tp if this world can hold it (the same verdict on every rank: the same deck
-    // text, the same layout check), else 1. Any other fault of the deck is reported below.
-    int tp = 1;
+    // The deck's tp and ep if this world can hold them (the same verdict on every rank: the
+    // same deck text, the same layout check), else 1 (checkpoints are layout-free). Any other
+    // fault of the deck is reported below.
+    int tp = 1, ep = 1;
     try {
-      tp = load_config(args.deck, generation_layout(args.overrides, world.size(), 0), world)
-               .parallel.tp;
+      const Config deck = load_config(args.deck, generation_layout(args.overrides, world.size(), 0, 0), world);
+      tp = deck.parallel.tp;
+      ep = deck.parallel.ep;
     } catch (const DeckError&) {
     }
-    RunSetup run = setup_run(args.deck, generation_layout(args.overrides, world.size(), tp), world);
+    RunSetup run = setup_run(args.deck, generation_layout(args.overrides, world.size(), tp, ep), world);
     const Config& config = run.config;
     const bool leader = run.grid->world_rank() == 0;
     // A tokenizer file can be missing on one node only: the ranks agree, one message is printed.

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """input/moe-tiny.toml, the deck a new user trains a mixture of experts with, trains as shipped.
 
-On 2 ranks (dp 1 x tp 2, sequence parallel: each tensor rank routes its own tokens), 100 of its
-300 steps: the validation loss falls from ~5.5 (uniform over 256 bytes) below 2.0 and keeps
+On 2 ranks (dp 2 with the experts split over them, ep 2: the rows travel by all-to-all), 100 of
+its 300 steps, with a greedy sample every 50 (generation through the expert exchange): the validation loss falls from ~5.5 (uniform over 256 bytes) below 2.0 and keeps
 falling between its evaluations at steps 50 and 100; every logged step writes the experts'
 record (3 mixture layers of 8 experts, every token routed to 2: the tokens add up), whose
 balance is reported on the step line; the routing, near collapse early on (the extreme is
 E / top_k = 4: every token on the same 2 experts), is pulled back by the load-balancing loss to
 below 2.5 at step 100; scripts/plot-run.py draws plots/experts.png from it; and the
-step-100 checkpoint continues a prompt with `sample`. The layer's numerics are proven elsewhere
+step-100 checkpoint continues a prompt with `sample` on one rank (which holds every expert: the
+checkpoint's experts are global tensors). The layer's numerics are proven elsewhere
 (finite differences, the parity matrix); this proves the shipped deck, its keys and its log.
 
 usage: tiny_moe_deck_test.py --meshtrain BIN --mpiexec MPIEXEC
@@ -31,7 +32,11 @@ DECK = os.path.join(REPO, "input", "moe-tiny.toml")
 
 with tempfile.TemporaryDirectory() as tmp:
     run_dir = os.path.join(tmp, "run")
-    stdout, records = shipped_deck.train(args.meshtrain, args.mpiexec, DECK, 2, run_dir, 100)
+    stdout, records = shipped_deck.train(args.meshtrain, args.mpiexec, DECK, 2, run_dir, 100,
+                                         ["train.sample_every=50"])
+    samples = [line for line in stdout.splitlines() if "| sample: " in line]
+    if len(samples) != 2:
+        sys.exit(f"expected the samples of steps 50 and 100, got {samples}")
     if "experts max/mean" not in stdout:
         sys.exit("the step lines do not report the experts' balance")
     shipped_deck.expect_falling_validation(records, 2, 2.0)

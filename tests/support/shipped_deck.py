@@ -7,11 +7,13 @@ import subprocess
 import sys
 
 
-def train(meshtrain, mpiexec, deck, ranks, run_dir, steps):
-    """The deck trained for `steps` steps, a checkpoint at the last; returns (stdout, records of
-    metrics.jsonl)."""
+def train(meshtrain, mpiexec, deck, ranks, run_dir, steps, extra=()):
+    """The deck trained for `steps` steps, a checkpoint at the last, with the deck keys `extra`
+    ("section.key=value") set; returns (stdout, records of metrics.jsonl)."""
     command = [mpiexec, "-n", str(ranks), meshtrain, "train", deck, "--set", f"train.steps={steps}",
                "--set", f"checkpoint.every={steps}", "--set", f"run.dir=\"{run_dir}\""]
+    for key in extra:
+        command += ["--set", key]
     p = subprocess.run(command, capture_output=True, text=True, timeout=500)
     print(p.stdout[-3000:])
     if p.returncode != 0:
