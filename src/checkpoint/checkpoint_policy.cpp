@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 std::string describe_layout(const Config& c) {
   const ParallelOptions& p = c.parallel;
   return "dp=" + std::to_string(p.dp) + " tp=" + std::to_string(p.tp) + " pp=" + std::to_string(p.pp) +
-         " zero=" + std::to_string(p.zero) + " schedule=" + std::string(schedule_name(p.schedule)) +
+         (p.cp > 1 ? " cp=" + std::to_string(p.cp) : std::string()) +
+         (p.ep > 1 ? " ep=" + std::to_string(p.ep) : std::string()) + " zero=" + std::to_string(p.zero) + " schedule=" + std::string(schedule_name(p.schedule)) +
          " virtual_stages=" + std::to_string(p.virtual_stages) +
          " micro_batch=" + std::to_string(c.train.micro_batch);
 }

@@ -34,7 +34,8 @@ std::string layout_name(const Config& config) {
   const char* rc[] = {"none", "selective", "full"};
   std::string s = "dp " + std::to_string(p.dp) + " tp " + std::to_string(p.tp) + " pp " +
                   std::to_string(p.pp) + (p.cp > 1 ? " cp " + std::to_string(p.cp) : std::string()) +
-                  " " + std::string(schedule_name(p.schedule));
+                  (p.ep > 1 ? " ep " + std::to_string(p.ep) : std::string()) + " " +
+                  std::string(schedule_name(p.schedule));
   if (p.virtual_stages > 1) s += " v" + std::to_string(p.virtual_stages);
   s += " m" + std::to_string(config.microbatches()) + "x" + std::to_string(config.train.micro_batch) +
        " zero " + std::to_string(p.zero) + " rc " + rc[static_cast<int>(p.recompute)];
