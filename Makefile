@@ -80,6 +80,7 @@ bench: build
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 checkpoint
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 4 hetero
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 5 async
+	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local-bench.sh 2 moe
 	scripts/advisor-accuracy.py --ranks 8 --bin $(BUILD)/meshtrain
 
 $(FUZZ_BUILD)/CMakeCache.txt:

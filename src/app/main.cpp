@@ -166,9 +166,11 @@ int main(int argc, char** argv) {
                         "this machine for the time model; with --out, write a machine profile), "
                         "hetero (4 ranks: one slow rank or stage, even against balanced work), async (5 "
                         "ranks: one slow replica, synchronous against parameter servers), context "
-                        "(2+ ranks: ring attention on long sequences, memory per rank by cp)")
+                        "(2+ ranks: ring attention on long sequences, memory per rank by cp), moe "
+                        "(2, 4 or 8 ranks: a mixture of experts at ep 1 and ep N against the dense "
+                        "model of its active parameters; the exchange a shared expert hides)")
       ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all", "async",
-                             "calibrate", "hetero", "context"}));
+                             "calibrate", "hetero", "context", "moe"}));
   CLI::Option* bench_threads = bench_cmd->add_option("--threads", bench.threads,
                         "Threads per rank (step suite on one rank: rows at 1 and at this many; "
                         "calibrate: default as many as `train` runs on this launch)")->check(thread_count());

@@ -249,7 +249,7 @@ RULES = [
     (r"bench --suite context", "covered",
      "ring attention at T 4096-8192 (minutes on 2 cores): bench_context_test runs its rows small"),
     (r"bench --suite calibrate", "run_as_written", "the suite, short as it is"),
-    (r"bench --suite (comm|pipeline|zero|checkpoint|hetero|async)", "run_bench_short",
+    (r"bench --suite (comm|pipeline|zero|checkpoint|hetero|async|moe)", "run_bench_short",
      "every row of the suite, one timed step each (--steps 1)"),
     (r"^build/meshtrain plan ", "run_as_written", "planning needs no data"),
     (r"^scripts/advisor-accuracy\.py", "covered", "advisor_test runs it (--quick, 2 ranks)"),

@@ -56,6 +56,9 @@ void bench_context(const BenchArgs& args, BenchReport& report);
 void bench_hetero(const BenchArgs& args, BenchReport& report);
 // Synchronous against asynchronous data parallelism with a slow replica (mpiexec -n 5).
 void bench_async(const BenchArgs& args, BenchReport& report);
+// A mixture of experts (8 experts, top 2) at ep 1 and ep N against the dense model of the same
+// active parameters, and the share of its expert exchange a shared expert hides (2, 4, 8 ranks).
+void bench_moe(const BenchArgs& args, BenchReport& report);
 // Step time and memory of ZeRO stages and recompute modes relative to zero 0 / none.
 void bench_zero(const BenchArgs& args, BenchReport& report);
 // Checkpoint save and load bandwidth against a raw sequential write and read of the same bytes
