@@ -113,7 +113,8 @@ double median_seconds(Communicator& comm, int runs, const std::function<void()>&
 
 void exchange_overlap(const BenchArgs& args, BenchReport& report, int ranks, CpuBackend& be) {
   MpiCommunicator comm(MPI_COMM_WORLD, "ep");
-  const ExpertParallel ep{&comm};
+  ProgressThread progress;  // as the trainer drives the exchange
+  const ExpertParallel ep{&comm, &progress};
   const int64_t N = 4 * 128, C = 256, shared_width = kTopK * kExpertWidth;
   MoeSpec spec;
   spec.experts = kExperts;

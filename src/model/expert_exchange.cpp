@@ -74,7 +74,11 @@ Tensor ExpertExchange::to_experts(const Tensor& local, MemoryCategory category,
   const int64_t C = local.dim(1);
   Tensor received = be_->empty({rows_, C}, local.dtype(), MemoryCategory::Workspace);
   Work travel = ep_.comm->all_to_all(received, local, send_rows_, recv_rows_);
-  if (meanwhile) meanwhile();
+  if (meanwhile) {
+    if (ep_.progress) ep_.progress->begin();
+    meanwhile();
+    if (ep_.progress) ep_.progress->end();
+  }
   travel.wait();
   Tensor out = be_->empty({rows_, C}, local.dtype(), category);
   be_->gather_rows(out, received, to_expert_major_, nullptr);

@@ -64,7 +64,13 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   const TensorParallel tp{&grid.comm(Axis::Tensor),
                           p.sequence_parallel ? SequenceParallel::On : SequenceParallel::Off};
   const ContextParallel cp{p.cp > 1 ? &grid.comm(Axis::Context) : nullptr};
-  const ExpertParallel ep{grid.expert()};
+  ExpertParallel ep{grid.expert()};
+  const bool shared_expert = config.model.feed_forward == FeedForwardKind::Moe &&
+                             config.model.moe.shared_ffn_hidden > 0;
+  if (ep.on() && shared_expert && !backend.planning()) {
+    expert_progress_ = std::make_unique<ProgressThread>();
+    ep.progress = expert_progress_.get();
+  }
   model_ = std::make_unique<GptModel>(backend, tp, config.model,
                                       my_chunks(partition_, p, grid.rank(Axis::Pipeline)),
                                       config.train.precision, cp, ep);

@@ -6,11 +6,15 @@
 #include <cstdint>
 
 #include "meshtrain/comm/communicator.h"
+#include "meshtrain/comm/progress_thread.h"
 
 namespace meshtrain {
 
 struct ExpertParallel {
   Communicator* comm = nullptr;  // the expert group; null: off (every rank holds every expert)
+  // Advances the rows' all-to-all while the shared expert computes (MPI moves a non-blocking
+  // collective between ranks of a node only inside MPI calls); null: only the wait does.
+  ProgressThread* progress = nullptr;
 
   int rank() const { return comm ? comm->rank() : 0; }
   int size() const { return comm ? comm->size() : 1; }

@@ -154,6 +154,8 @@ class Trainer {
   WorkPlan work_;
   std::vector<double> pace_;  // parallel.rebalance: each replica's seconds per micro-batch, averaged
   std::vector<ChunkRange> partition_;
+  // Drives the expert exchange's all-to-all while the shared expert computes (parallel.ep > 1).
+  std::unique_ptr<ProgressThread> expert_progress_;
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<Backend> host_backend_;  // the offloaded optimizer's (parallel.offload)
   std::unique_ptr<ModelState> state_;
