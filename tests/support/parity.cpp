@@ -26,13 +26,13 @@ std::vector<double> host_values(Backend& be, const Tensor& t) {
 }
 
 // Scales the elements of `t` (a slice of `p` from local flat index `local_begin`) whose global
-// row is below `rows`.
+// row is `first_row` or later.
 void scale_rows_of(Backend& be, const Parameter& p, Tensor t, int64_t local_begin,
-                   int64_t rows, double factor) {
+                   int64_t first_row, double factor) {
   std::vector<double> v = host_values(be, t);
   const int64_t row_size = p.spec.global_shape.numel() / p.spec.global_shape[0];
   for (size_t i = 0; i < v.size(); ++i)
-    if (p.global_index(local_begin + static_cast<int64_t>(i)) / row_size < rows) v[i] *= factor;
+    if (p.global_index(local_begin + static_cast<int64_t>(i)) / row_size >= first_row) v[i] *= factor;
   if (t.dtype() == DType::F64) {
     be.copy_from_host(t, v.data());
   } else {
@@ -43,8 +43,8 @@ void scale_rows_of(Backend& be, const Parameter& p, Tensor t, int64_t local_begi
 
 }  // namespace
 
-void scale_leading_rows(Trainer& trainer, Backend& be, const std::string& suffix, int64_t rows,
-                        double factor) {
+void scale_rows_from(Trainer& trainer, Backend& be, const std::string& suffix, int64_t first_row,
+                     double factor) {
   auto named = [&](const Parameter& p) {
     const std::string& n = p.spec.name;
     return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -56,11 +56,11 @@ void scale_leading_rows(Trainer& trainer, Backend& be, const std::string& suffix
       sharded = true;  // ZeRO-3: the shards below are the only copy
       continue;
     }
-    scale_rows_of(be, *p, p->value, 0, rows, factor);
+    scale_rows_of(be, *p, p->value, 0, first_row, factor);
   }
   if (!sharded) return;
   for (const OwnedPiece& piece : trainer.state().owned_pieces())
-    if (named(*piece.param)) scale_rows_of(be, *piece.param, piece.value, piece.local_begin, rows, factor);
+    if (named(*piece.param)) scale_rows_of(be, *piece.param, piece.value, piece.local_begin, first_row, factor);
 }
 
 Config tiny_config(const std::string& run_dir) {

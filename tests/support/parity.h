@@ -58,11 +58,11 @@ struct ParityResult {
 // Runs `config` on MPI_COMM_WORLD (its layout must fit the world size).
 ParityResult run_parallel(Config config, int steps, const Reference& reference,
                           const InitialChange& change = nullptr);
-// Multiplies rows [0, rows) of every parameter named "*<suffix>" (global row index along
-// dimension 0 of its global shape, which no layout may split) by `factor`, wherever this rank
-// holds them: in the layers' values, or in its ZeRO-3 shards. fp32 and fp64 parameters.
-void scale_leading_rows(Trainer& trainer, Backend& backend, const std::string& suffix, int64_t rows,
-                        double factor);
+// Multiplies rows [first_row, end) of every parameter named "*<suffix>" (global row index along
+// dimension 0 of its global shape) by `factor`, wherever this rank holds them: in the layers'
+// values, or in its ZeRO-3 shards. fp32 and fp64 parameters.
+void scale_rows_from(Trainer& trainer, Backend& backend, const std::string& suffix, int64_t first_row,
+                     double factor);
 // Compares a trainer on `comm` (its grid's world) with the reference: `losses` are those of
 // steps first_step, first_step + 1, ...; the parameters are compared with the reference's
 // after its last step. Collective over `comm`.
