@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -292,6 +293,36 @@ TEST(LayoutAdvisor, RanksByTimeAndKeepsToTheBudgetAndTheDeck) {
     EXPECT_EQ(r.config.parallel.dp, 8);
     EXPECT_EQ(r.config.train.micro_batch, 1);
   }
+}
+
+// The advisor chooses ep for a mixture of experts among the divisors of dp x cp that divide the
+// experts (ep 1 included), ranked by the same prediction; a dense model's layouts keep ep 1.
+TEST(LayoutAdvisor, ChoosesExpertParallelismForAMixtureOnly) {
+  std::set<int> eps;
+  for (const Config& c : enumerate_layouts(moe_deck(4, 1), 4)) {
+    const int replicas = c.parallel.dp * c.parallel.cp;
+    EXPECT_EQ(replicas % c.parallel.ep, 0);
+    EXPECT_EQ(c.model.moe.experts % c.parallel.ep, 0);
+    eps.insert(c.parallel.ep);
+  }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));
+  for (const Config& c : enumerate_layouts(deck(4, 1, 1), 4)) EXPECT_EQ(c.parallel.ep, 1);
+
+  MachineProfile p = machine();
+  p.intra_node[static_cast<size_t>(CollectiveKind::AllToAll)] = AlphaBeta{1e-6, 5e9};
+  const AdvisorResult ranked = advise_layouts(moe_deck(4, 1), 4, p, LayoutFreedom{}, 0, 1, 0);
+  size_t expert_parallel = 0;
+  for (const RankedLayout& r : ranked.ranked) {
+    if (r.config.parallel.ep > 1) ++expert_parallel;
+    // The bound the advisor prunes by holds for these layouts too.
+    if (r.time.step_s > 0) EXPECT_LE(r.lower_bound_s, r.time.step_s * (1 + 1e-12) + 1e-15) << layout_name(r.config);
+  }
+  EXPECT_GT(expert_parallel, 0u);
+  // A deck's ep stays where the deck fixes it (no "auto" for ep).
+  LayoutFreedom fixed;
+  fixed.ep = false;
+  for (const RankedLayout& r : advise_layouts(moe_deck(4, 2), 4, p, fixed, 0, 1, 0).ranked)
+    EXPECT_EQ(r.config.parallel.ep, 2);
 }
 
 // The advisor skips simulating layouts by this bound, so it must never exceed the prediction:
