@@ -157,6 +157,7 @@ std::vector<Config> enumerate_layouts(const Config& base, int world_size) {
     for (int pp = 1; pp <= world_size / tp; ++pp) {
       if ((world_size / tp) % pp || (world_size / (tp * pp)) % cp) continue;
       const int dp = world_size / (tp * pp * cp);
+      // One pass (the deck's ep) for a dense model.
       for (int ep : expert_parallel_choices(base, dp * cp))
       for (int mb = 1; mb <= base.train.global_batch; mb *= 2) {
         for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,

@@ -277,16 +277,19 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
   const bool moe = c.model.feed_forward == FeedForwardKind::Moe;
   const AlphaBeta* expert_exchange = nullptr;
   LinkClass expert_data_link = dp_link;
-  if (moe) out.caveats.push_back("mixture of experts: routing is priced as balanced (every expert gets top_k / experts of the tokens)");
+  if (moe)
+    out.caveats.push_back("mixture of experts: routing is priced as balanced (every expert gets "
+                          "top_k / experts of the tokens)");
   if (moe && par.ep > 1) {
     const LinkClass ep_link = link_of_groups(shape.expert_groups(), R);
     expert_data_link = link_of_groups(shape.expert_data_groups(), R);
     CollectiveKind kind = CollectiveKind::AllToAll;
     if (!profile.has_link(ep_link, kind)) {
       kind = CollectiveKind::AllGather;
-      out.caveats.push_back("the machine profile " + profile.path + " has no all_to_all measurement (a datasheet, or written before "
-                            "calibrate measured it): expert parallelism's exchange is priced with all_gather's model; "
-                            "`meshtrain bench --suite calibrate` measures it");
+      out.caveats.push_back("the machine profile " + profile.path + " has no all_to_all measurement (a "
+                            "datasheet, or written before calibrate measured it): expert parallelism's "
+                            "exchange is priced with all_gather's model; `meshtrain bench --suite "
+                            "calibrate` measures it");
     }
     expert_exchange = &profile.link(ep_link, kind);
   }
@@ -525,8 +528,10 @@ std::string describe_prediction(const StepTimePrediction& p) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.1f ms", p.step_s * 1e3);
   std::string s = buf;
+  // Only a layout that exchanges rows names ep: a dense model's line stays as it was.
+  const std::string ep = p.ep_comm_s > 0 ? ", ep " + percent(p.ep_comm_s, p.step_s) : "";
   s += " (compute " + percent(p.compute_s, p.step_s) + ", tp " + percent(p.tp_comm_s, p.step_s) + ", bubble " +
-       percent(p.bubble_s, p.step_s) + (p.ep_comm_s > 0 ? ", ep " + percent(p.ep_comm_s, p.step_s) : "") + ", dp " + percent(p.dp_exposed_s, p.step_s) + ", optimizer " +
+       percent(p.bubble_s, p.step_s) + ep + ", dp " + percent(p.dp_exposed_s, p.step_s) + ", optimizer " +
        percent(p.optimizer_s, p.step_s) + ")";
   std::snprintf(buf, sizeof buf, ", MFU %.1f%%", 100 * p.mfu);
   return s + buf;
