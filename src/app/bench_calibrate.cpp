@@ -62,7 +62,7 @@ constexpr int kGemmSizes[] = {32, 64, 128, 256, 512, 1024};
 constexpr double kGemmSampleSeconds = 20e-3;
 constexpr CollectiveKind kCollectives[] = {CollectiveKind::AllReduce, CollectiveKind::AllGather,
                                            CollectiveKind::ReduceScatter,
-                                           CollectiveKind::PointToPoint};
+                                           CollectiveKind::PointToPoint, CollectiveKind::AllToAll};
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -32,7 +32,9 @@ class LinkOperation {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &ranks_);
     const int64_t elements = std::max<int64_t>(1, static_cast<int64_t>(bytes / 4));
-    const bool gathered = kind == CollectiveKind::AllGather || kind == CollectiveKind::ReduceScatter;
+    // Block-wise kinds move one block per peer: the measured size is the whole buffer.
+    const bool gathered = kind == CollectiveKind::AllGather || kind == CollectiveKind::ReduceScatter ||
+                          kind == CollectiveKind::AllToAll;
     block_ = static_cast<int>(gathered ? std::max<int64_t>(1, elements / ranks_) : elements);
     const size_t whole = static_cast<size_t>(gathered ? int64_t{block_} * ranks_ : block_);
     const size_t send = kind == CollectiveKind::AllGather ? static_cast<size_t>(block_) : whole;
@@ -56,6 +58,9 @@ class LinkOperation {
       case CollectiveKind::ReduceScatter:
         MPI_Reduce_scatter_block(send_.data(), receive_.data(), block_, MPI_FLOAT, MPI_SUM, comm_);
         break;
+      case CollectiveKind::AllToAll:  // equal blocks: expert parallelism's balanced exchange
+        MPI_Alltoall(send_.data(), block_, MPI_FLOAT, receive_.data(), block_, MPI_FLOAT, comm_);
+        break;
       case CollectiveKind::PointToPoint:
         if (partner_ >= ranks_) break;  // the odd rank out of an odd group idles
         if (rank_ % 2 == 0) {
@@ -76,7 +81,8 @@ class LinkOperation {
     for (size_t probe = 0; probe < 8; ++probe) {
       const size_t i = probe * (receive_.size() - 1) / 7;
       float expected = sum;
-      if (kind_ == CollectiveKind::AllGather) expected = static_cast<float>(i / block_ + 1);
+      // Every rank sends its rank + 1 to all: block j of the result comes from rank j.
+      if (kind_ == CollectiveKind::AllGather || kind_ == CollectiveKind::AllToAll) expected = static_cast<float>(i / block_ + 1);
       if (kind_ == CollectiveKind::PointToPoint)
         expected = partner_ < ranks_ ? static_cast<float>(partner_ + 1) : 0.0f;
       if (receive_[i] != expected) ++bad;

@@ -140,6 +140,11 @@ nlohmann::json layout_json(const RankedLayout& r) {
                       {"bubble_ms", r.time.bubble_s * 1e3},
                       {"dp_exposed_ms", r.time.dp_exposed_s * 1e3},
                       {"optimizer_ms", r.time.optimizer_s * 1e3}};
+  // A mixture of experts' expert parallelism (fields absent for dense models, whose ep is 1).
+  if (c.model.feed_forward == FeedForwardKind::Moe) {
+    j["ep"] = p.ep;
+    j["ep_ms"] = r.time.ep_comm_s * 1e3;
+  }
   j["peak_bytes"] = r.planned ? nlohmann::json(r.peak_bytes) : nlohmann::json(nullptr);
   j["fits"] = r.planned ? nlohmann::json(r.fits) : nlohmann::json(nullptr);
   return j;
@@ -161,8 +166,10 @@ int print_ranking(const PlanArgs& args, const Config& config, const MachineProfi
               args.deck.c_str(), args.world, profile.name.c_str(), profile.source.c_str(),
               budget ? format_bytes(static_cast<double>(budget)).c_str() : "unlimited");
   print_launch(profile);
-  std::printf("# %-4s %-52s %10s %7s %11s %8s %6s %7s %6s %6s\n", "rank", "layout", "step_ms", "MFU", "peak",
-              "compute", "tp", "bubble", "dp", "optim");
+  // A mixture of experts' layouts also show their exchanges' share (dense ones have none).
+  const bool moe = config.model.feed_forward == FeedForwardKind::Moe;
+  std::printf("# %-4s %-52s %10s %7s %11s %8s %6s%s %7s %6s %6s\n", "rank", "layout", "step_ms", "MFU", "peak",
+              "compute", "tp", moe ? "     ep" : "", "bubble", "dp", "optim");
   int shown = 0;
   for (const RankedLayout& r : result.ranked) {
     if (!r.planned || (args.top > 0 && shown >= args.top)) break;
@@ -172,10 +179,12 @@ int print_ranking(const PlanArgs& args, const Config& config, const MachineProfi
       std::snprintf(buf, sizeof buf, "%.0f%%", t.step_s > 0 ? 100 * part / t.step_s : 0.0);
       return std::string(buf);
     };
-    std::printf("  %-4s %-52s %10s %6.1f%% %11s %8s %6s %7s %6s %6s\n",
+    char ep[16] = "";
+    if (moe) std::snprintf(ep, sizeof ep, " %6s", share(t.ep_comm_s).c_str());
+    std::printf("  %-4s %-52s %10s %6.1f%% %11s %8s %6s%s %7s %6s %6s\n",
                 r.fits ? std::to_string(++shown).c_str() : "-", layout_name(r.config).c_str(), ms(t.step_s).c_str(),
                 100 * t.mfu, format_bytes(static_cast<double>(r.peak_bytes)).c_str(), share(t.compute_s).c_str(),
-                share(t.tp_comm_s).c_str(), share(t.bubble_s).c_str(), share(t.dp_exposed_s).c_str(),
+                share(t.tp_comm_s).c_str(), ep, share(t.bubble_s).c_str(), share(t.dp_exposed_s).c_str(),
                 share(t.optimizer_s).c_str());
   }
   std::printf("# %zu layouts, %zu of them simulated (the rest bounded: slower than those listed); memory "

@@ -31,7 +31,7 @@ namespace {
 
 constexpr CollectiveKind kCollectives[] = {CollectiveKind::AllReduce, CollectiveKind::AllGather,
                                            CollectiveKind::ReduceScatter,
-                                           CollectiveKind::PointToPoint};
+                                           CollectiveKind::PointToPoint, CollectiveKind::AllToAll};
 constexpr LinkClass kLinks[] = {LinkClass::IntraNode, LinkClass::InterNode};
 // GEMM tables by name, in the order they are written.
 constexpr std::pair<std::string_view, DType> kGemmDTypes[] = {
@@ -269,6 +269,7 @@ std::string_view collective_name(CollectiveKind c) {
     case CollectiveKind::AllGather: return "all_gather";
     case CollectiveKind::ReduceScatter: return "reduce_scatter";
     case CollectiveKind::PointToPoint: return "p2p";
+    case CollectiveKind::AllToAll: return "all_to_all";
   }
   return "?";
 }
@@ -333,6 +334,11 @@ LaunchShape MachineProfile::launch() const {
   l.cores_per_rank = cores_per_rank;
   l.idle_ranks = idle_ranks;
   return l;
+}
+
+bool MachineProfile::has_link(LinkClass link, CollectiveKind kind) const {
+  const auto k = static_cast<size_t>(kind);
+  return (link == LinkClass::InterNode && inter_node[k].has_value()) || intra_node[k].has_value();
 }
 
 bool MachineProfile::has_inter_node() const {

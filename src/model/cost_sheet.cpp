@@ -16,6 +16,7 @@ void CostSheet::add(const CostSheet& other) {
   elementwise.insert(elementwise.end(), other.elementwise.begin(), other.elementwise.end());
   attention.insert(attention.end(), other.attention.begin(), other.attention.end());
   parameters.insert(parameters.end(), other.parameters.begin(), other.parameters.end());
+  exchanges.insert(exchanges.end(), other.exchanges.begin(), other.exchanges.end());
 }
 
 void CostSheet::add_pass_over_last_outputs(double forward_accesses, double backward_accesses) {

@@ -290,8 +290,12 @@ void MixtureOfExperts::add_costs(CostSheet& sheet) const {
   for (const Parameter* p : {&gate_, &up_, &down_}) {
     ParameterCost c = parameter_cost(p->spec);
     c.active_share = active;
+    c.expert_parallel = true;
     sheet.parameters.push_back(c);
   }
+  // Under parallel.ep each token's top_k rows of d_model travel to the experts' ranks and back
+  // (model/expert_exchange.h), after the per-expert counts.
+  sheet.exchanges.push_back(ExchangeCost{C_, static_cast<double>(spec_.top_k), spec_.experts});
   // Dispatch and combine: each token's row copied k times and back.
   sheet.elementwise.push_back(ElementwiseCost{C_, false, ElementwiseCost::Tokens::Region,
                                               ElementwiseCost::Bytes::Activation,

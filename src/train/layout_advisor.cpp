@@ -17,6 +17,7 @@ bool allowed(const Config& c, const Config& base, const LayoutFreedom& f) {
   if (!f.dp && b.dp > 0 && p.dp != b.dp) return false;
   if (!f.tp && p.tp != b.tp) return false;
   if (!f.pp && p.pp != b.pp) return false;
+  if (!f.ep && p.ep != b.ep) return false;
   if (!f.micro_batch && c.train.micro_batch != base.train.micro_batch) return false;
   if (!f.schedule && (p.schedule != b.schedule || (p.schedule == ScheduleKind::Interleaved &&
                                                    p.virtual_stages != b.virtual_stages)))
@@ -40,6 +41,7 @@ LayoutFreedom freedom_of(const Config& deck) {
   f.schedule = a.schedule;
   f.zero = a.zero;
   f.recompute = a.recompute;
+  f.ep = false;  // parallel.ep has no "auto" (yet): a deck's ep is kept
   return f;
 }
 

@@ -135,6 +135,20 @@ std::vector<LayoutPlan> plan_layouts(const std::vector<Config>& configs, int wor
   return plans;
 }
 
+namespace {
+
+// A mixture of experts may split its experts over any divisor of the replicas (dp x cp) that
+// also divides the experts; a dense model keeps the deck's ep (1: check_layout refuses others).
+std::vector<int> expert_parallel_choices(const Config& base, int replicas) {
+  if (base.model.feed_forward != FeedForwardKind::Moe) return {base.parallel.ep};
+  std::vector<int> out;
+  for (int ep = 1; ep <= replicas; ++ep)
+    if (replicas % ep == 0 && base.model.moe.experts % ep == 0) out.push_back(ep);
+  return out;
+}
+
+}  // namespace
+
 std::vector<Config> enumerate_layouts(const Config& base, int world_size) {
   std::vector<Config> out;
   const int cp = base.parallel.cp;  // the deck's: the advisor chooses tp and pp around it
@@ -143,6 +157,8 @@ std::vector<Config> enumerate_layouts(const Config& base, int world_size) {
     for (int pp = 1; pp <= world_size / tp; ++pp) {
       if ((world_size / tp) % pp || (world_size / (tp * pp)) % cp) continue;
       const int dp = world_size / (tp * pp * cp);
+      // One pass (the deck's ep) for a dense model.
+      for (int ep : expert_parallel_choices(base, dp * cp))
       for (int mb = 1; mb <= base.train.global_batch; mb *= 2) {
         for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
                                   ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleV}) {
@@ -153,6 +169,7 @@ std::vector<Config> enumerate_layouts(const Config& base, int world_size) {
               c.parallel.dp = dp;
               c.parallel.tp = tp;
               c.parallel.pp = pp;
+              c.parallel.ep = ep;
               c.parallel.schedule = kind;
               c.parallel.virtual_stages =
                   kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZeroBubbleV ? 2 : 1;

@@ -25,10 +25,12 @@ namespace {
 struct PassTime {
   double compute = 0;  // GEMMs and memory-bound kernels
   double tp_comm = 0;  // tensor-parallel collectives
-  double total() const { return compute + tp_comm; }
+  double ep_comm = 0;  // expert parallelism's exchanges (on the compute path)
+  double total() const { return compute + tp_comm + ep_comm; }
   PassTime& operator+=(const PassTime& o) {
     compute += o.compute;
     tp_comm += o.tp_comm;
+    ep_comm += o.ep_comm;
     return *this;
   }
 };
@@ -36,9 +38,11 @@ struct PassTime {
 // Prices the units of one model chunk on one rank from their cost sheets (model/cost_sheet.h).
 class ChunkPricer {
  public:
-  ChunkPricer(const Config& c, const MachineProfile& profile, LinkClass tp_link)
+  // `expert_exchange`: the all_to_all model of the expert group's link (null without ep).
+  ChunkPricer(const Config& c, const MachineProfile& profile, LinkClass tp_link, const AlphaBeta* expert_exchange)
       : gemm_(profile.gemm(c.train.precision)), bandwidth_(profile.memory_bytes_per_s),
-        tp_(c.parallel.tp), act_bytes_(static_cast<double>(dtype_size(c.train.precision))) {
+        tp_(c.parallel.tp), act_bytes_(static_cast<double>(dtype_size(c.train.precision))),
+        ep_(c.parallel.ep), expert_exchange_(expert_exchange), sync_(profile.sync_seconds) {
     const double C = static_cast<double>(c.model.d_model);
     // Context parallelism: each rank holds seq_len / cp tokens of every sequence.
     tokens_ = static_cast<double>(c.train.micro_batch) * static_cast<double>(c.model.seq_len) / c.parallel.cp;
@@ -73,6 +77,8 @@ class ChunkPricer {
     t.compute += memory(elementwise_bytes(b, Direction::Forward));
     // A row-parallel linear's partial outputs are summed over the group.
     t.tp_comm = b.row_parallel_linears() * tp_allreduce_;
+    // The per-expert counts, then the rows out to the experts and back.
+    for (const ExchangeCost& e : b.exchanges) t.ep_comm += exchange(e.counts * 8.0) + 2 * exchange(rows_bytes(e));
     return t;
   }
 
@@ -86,6 +92,8 @@ class ChunkPricer {
     t.compute += memory(elementwise_bytes(b, Direction::Backward));
     // A column-parallel linear's input gradients are summed over the group.
     t.tp_comm = b.column_parallel_linears() * tp_allreduce_;
+    // The output gradients out to the experts' ranks and the input gradients back.
+    for (const ExchangeCost& e : b.exchanges) t.ep_comm += 2 * exchange(rows_bytes(e));
     return t;
   }
 
@@ -131,6 +139,17 @@ class ChunkPricer {
   }
   double scores(const AttentionCost& a) const { return attention_sets(a) * queries_ * keys_; }
 
+  // One rank's send buffer of an exchange: its tokens (split over tp under sequence
+  // parallelism, as the MoE layer sees the residual stream) times their rows.
+  double rows_bytes(const ExchangeCost& e) const {
+    return region_tokens_ * e.rows_per_token * static_cast<double>(e.width) * act_bytes_;
+  }
+  // One blocking all_to_all over the expert group, balanced: (ep-1)/ep of it leaves the rank.
+  double exchange(double bytes) const {
+    if (ep_ <= 1 || !expert_exchange_) return 0;
+    return expert_exchange_->seconds(CollectiveKind::AllToAll, bytes, ep_) + sync_;
+  }
+
   double linears_forward(const CostSheet& sheet) const {
     double seconds = 0;
     for (const LinearCost& l : sheet.linears) {
@@ -163,6 +182,9 @@ class ChunkPricer {
   double bandwidth_;
   double tp_;
   double act_bytes_;
+  int ep_;
+  const AlphaBeta* expert_exchange_;
+  double sync_;
   double tokens_ = 0, region_tokens_ = 0;
   double sequences_ = 0, queries_ = 0, keys_ = 0;
   double tp_allreduce_ = 0, small_allreduce_ = 0;
@@ -179,6 +201,15 @@ LinkClass link_of(const GridShape& shape, Axis axis, int ranks_per_node) {
   }
   const int span = stride * shape.size(axis);
   return span <= ranks_per_node && ranks_per_node % span == 0 ? LinkClass::IntraNode : LinkClass::InterNode;
+}
+
+// Whether every group (world ranks, e.g. GridShape::expert_groups) lies inside one node, for
+// groups that are not one axis: expert parallelism's are folded over the dp x cp replicas.
+LinkClass link_of_groups(const std::vector<std::vector<int>>& groups, int ranks_per_node) {
+  for (const std::vector<int>& g : groups)
+    for (int r : g)
+      if (r / ranks_per_node != g.front() / ranks_per_node) return LinkClass::InterNode;
+  return LinkClass::IntraNode;
 }
 
 // Layouts that differ only where the pipeline cannot see it (the ZeRO stage, dp itself) run
@@ -241,19 +272,43 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
     out.caveats.push_back("ranks are priced as identical: parallel.balance and rebalance (uneven "
                           "shares for ranks of different speeds) are not modelled");
 
-  ChunkPricer pricer(c, profile, tp_link);
+  // Expert parallelism: the expert group exchanges rows (all_to_all) and the expert-data group
+  // reduces the experts' gradients; both fold over the replicas, so neither is one axis.
+  const bool moe = c.model.feed_forward == FeedForwardKind::Moe;
+  const AlphaBeta* expert_exchange = nullptr;
+  LinkClass expert_data_link = dp_link;
+  if (moe)
+    out.caveats.push_back("mixture of experts: routing is priced as balanced (every expert gets "
+                          "top_k / experts of the tokens)");
+  if (moe && par.ep > 1) {
+    const LinkClass ep_link = link_of_groups(shape.expert_groups(), R);
+    expert_data_link = link_of_groups(shape.expert_data_groups(), R);
+    CollectiveKind kind = CollectiveKind::AllToAll;
+    if (!profile.has_link(ep_link, kind)) {
+      kind = CollectiveKind::AllGather;
+      out.caveats.push_back("the machine profile " + profile.path + " has no all_to_all measurement (a "
+                            "datasheet, or written before calibrate measured it): expert parallelism's "
+                            "exchange is priced with all_gather's model; `meshtrain bench --suite "
+                            "calibrate` measures it");
+    }
+    expert_exchange = &profile.link(ep_link, kind);
+  }
+  ChunkPricer pricer(c, profile, tp_link, expert_exchange);
   const int chunks = par.pp * par.virtual_stages;
   const std::vector<ChunkRange> ranges =
       par.partition.empty() ? default_partition(c) : explicit_partition(par.partition);
 
   std::vector<PassTime> forward(static_cast<size_t>(chunks)), backward(static_cast<size_t>(chunks));
   std::vector<double> parameters(static_cast<size_t>(chunks), 0.0);
+  // Experts' parameters a rank holds under ep > 1 (its experts only), reduced over the
+  // expert-data group rather than over all replicas; under ep 1 they count among `parameters`.
+  std::vector<double> expert_parameters(static_cast<size_t>(chunks), 0.0);
   const ModelCostSheet& sheets = model_cost_sheet(c.model);
   const double tp = static_cast<double>(par.tp);
   // Each layer's passes, priced once per distinct sheet (today's blocks are all alike).
   struct LayerPrice {
     PassTime forward, backward, recompute;
-    double parameters = 0;
+    double parameters = 0, expert_parameters = 0;
   };
   std::vector<LayerPrice> layer_prices(sheets.blocks.size());
   for (size_t l = 0; l < sheets.blocks.size(); ++l) {
@@ -267,18 +322,27 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
     if (par.recompute == Recompute::Full) p.recompute = p.forward;
     if (par.recompute == Recompute::Selective) p.recompute = pricer.block_forward(sheets.blocks[l], true);
     p.parameters = sheets.blocks[l].local_parameters(tp);
+    if (par.ep > 1) {
+      double experts = 0;
+      for (const ParameterCost& q : sheets.blocks[l].parameters)
+        if (q.expert_parallel) experts += q.local_numel(tp);
+      p.parameters -= experts;
+      p.expert_parameters = experts / par.ep;
+    }
   }
   for (int k = 0; k < chunks; ++k) {
     const ChunkRange& r = ranges[static_cast<size_t>(k)];
     PassTime& f = forward[static_cast<size_t>(k)];
     PassTime& b = backward[static_cast<size_t>(k)];
     double& held = parameters[static_cast<size_t>(k)];
+    double& held_experts = expert_parameters[static_cast<size_t>(k)];
     for (int l = r.first_layer; l < r.end_layer; ++l) {
       const LayerPrice& p = layer_prices[static_cast<size_t>(l)];
       f += p.forward;
       b += p.backward;
       b += p.recompute;
       held += p.parameters;
+      held_experts += p.expert_parameters;
     }
     if (r.has_embedding) {
       f += pricer.embedding_forward(sheets.embedding);
@@ -357,13 +421,15 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
   for (int stage = 0; stage < par.pp; ++stage) {
     StageTime st;
     st.pp_rank = stage;
-    double stage_params = 0, forward_mb = 0, backward_mb = 0;
+    double stage_params = 0, stage_experts = 0, forward_mb = 0, backward_mb = 0;
     for (int k : rank_chunks(stage, par.pp, par.virtual_stages, schedule_placement(par.schedule))) {
       stage_params += parameters[static_cast<size_t>(k)];
+      stage_experts += expert_parameters[static_cast<size_t>(k)];
       forward_mb += forward[static_cast<size_t>(k)].total();
       backward_mb += backward[static_cast<size_t>(k)].total();
       st.compute_s += m * (forward[static_cast<size_t>(k)].compute + backward[static_cast<size_t>(k)].compute);
       st.tp_comm_s += m * (forward[static_cast<size_t>(k)].tp_comm + backward[static_cast<size_t>(k)].tp_comm);
+      st.ep_comm_s += m * (forward[static_cast<size_t>(k)].ep_comm + backward[static_cast<size_t>(k)].ep_comm);
     }
     if (bound_only) {
       // Stage s computes nothing before the first micro-batch's forward has passed chunks 0 to
@@ -371,42 +437,61 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
       // own work back to back.
       double first_input = 0;
       for (int k = 0; k < stage; ++k) first_input += forward[static_cast<size_t>(k)].total() + costs.send;
-      st.pipeline_end_s = (first_input + st.compute_s + st.tp_comm_s) / sharing;
+      st.pipeline_end_s = (first_input + st.compute_s + st.tp_comm_s + st.ep_comm_s) / sharing;
     } else {
       st.pipeline_end_s = pipeline_end[static_cast<size_t>(stage)];
     }
     if (dp > 1) {
-      const AlphaBeta& allreduce = profile.link(dp_link, CollectiveKind::AllReduce);
-      const AlphaBeta& scatter = profile.link(dp_link, CollectiveKind::ReduceScatter);
-      const AlphaBeta& gather = profile.link(dp_link, CollectiveKind::AllGather);
-      const double grads = stage_params * grad_bytes, params = stage_params * param_bytes;
-      const double buckets = std::max(1.0, std::ceil(grads / bucket_bytes));
-      const double waits = buckets * profile.sync_seconds;  // one per bucket's collective
+      // One group's gradient reduction of `held` parameters and, under ZeRO, its parameters'
+      // all-gather, each bucket's collective waiting for its peers.
+      struct Reduction {
+        double reduce = 0, regather = 0, buckets = 0;
+      };
+      const auto reduction_over = [&](double held, int ranks, LinkClass link) {
+        const AlphaBeta& allreduce = profile.link(link, CollectiveKind::AllReduce);
+        const AlphaBeta& scatter = profile.link(link, CollectiveKind::ReduceScatter);
+        const AlphaBeta& gather = profile.link(link, CollectiveKind::AllGather);
+        const double grads = held * grad_bytes, params = held * param_bytes;
+        Reduction r;
+        r.buckets = std::max(1.0, std::ceil(grads / bucket_bytes));
+        const double waits = r.buckets * profile.sync_seconds;  // one per bucket's collective
+        r.reduce = waits + (par.zero == 0 ? allreduce.seconds(CollectiveKind::AllReduce, grads, ranks)
+                                          : scatter.seconds(CollectiveKind::ReduceScatter, grads, ranks));
+        r.regather = par.zero >= 1 ? waits + gather.seconds(CollectiveKind::AllGather, params, ranks) : 0;
+        return r;
+      };
+      Reduction all = reduction_over(stage_params, dp, dp_link);
+      // Expert parallelism: the experts' gradients are reduced over their expert-data group only
+      // (none where ep spans every replica), after or before the dense ones on the same path.
+      if (stage_experts > 0 && dp / par.ep > 1) {
+        const Reduction experts = reduction_over(stage_experts, dp / par.ep, expert_data_link);
+        all.reduce += experts.reduce;
+        all.regather += experts.regather;
+        all.buckets += experts.buckets;
+      }
+      const double reduce = all.reduce, regather = all.regather, buckets = all.buckets;
       // A reduction overlapping a pass: the buckets that pass finishes early hide behind the
       // rest of it; the last bucket, finished at its very end, never does.
       const auto hidden_behind = [&](double comm, double pass) { return std::max(comm / buckets, comm - pass); };
       if (par.zero <= 1) {
-        const double reduce = waits + (par.zero == 0 ? allreduce.seconds(CollectiveKind::AllReduce, grads, dp)
-                                                     : scatter.seconds(CollectiveKind::ReduceScatter, grads, dp));
-        const double regather = par.zero == 1 ? waits + gather.seconds(CollectiveKind::AllGather, params, dp) : 0;
         st.dp_comm_s = reduce + regather;
         st.dp_exposed_s = hidden_behind(reduce, backward_mb) + regather;
-      } else {
-        const double reduce = waits + scatter.seconds(CollectiveKind::ReduceScatter, grads, dp);
-        const double regather = waits + gather.seconds(CollectiveKind::AllGather, params, dp);
-        if (par.zero == 2) {
-          st.dp_comm_s = m * reduce + regather;
-          st.dp_exposed_s = m * hidden_behind(reduce, backward_mb) + regather;
-        } else {  // ZeRO-3: parameters gathered for every forward and backward
-          st.dp_comm_s = m * (2 * regather + reduce);
-          st.dp_exposed_s = m * (hidden_behind(regather, forward_mb) + hidden_behind(regather + reduce, backward_mb));
-        }
+      } else if (par.zero == 2) {
+        st.dp_comm_s = m * reduce + regather;
+        st.dp_exposed_s = m * hidden_behind(reduce, backward_mb) + regather;
+      } else {  // ZeRO-3: parameters gathered for every forward and backward
+        st.dp_comm_s = m * (2 * regather + reduce);
+        st.dp_exposed_s = m * (hidden_behind(regather, forward_mb) + hidden_behind(regather + reduce, backward_mb));
       }
     }
     // AdamW reads parameter, gradient and both moments and writes three of them (fp32), plus
     // the cast back to the compute dtype; gradient clipping reads the gradients once more.
-    const double owned = par.zero >= 1 ? stage_params / dp : stage_params;
-    st.optimizer_s = pricer.memory(owned * (7 * 4 + param_bytes) + stage_params * grad_bytes);
+    double owned = par.zero >= 1 ? stage_params / dp : stage_params, read = stage_params;
+    if (stage_experts > 0) {  // ZeRO shards the experts over their expert-data group
+      owned += par.zero >= 1 ? stage_experts / (dp / par.ep) : stage_experts;
+      read += stage_experts;
+    }
+    st.optimizer_s = pricer.memory(owned * (7 * 4 + param_bytes) + read * grad_bytes);
     st.end_s = st.pipeline_end_s + st.dp_exposed_s + st.optimizer_s;
     out.stages.push_back(st);
   }
@@ -417,7 +502,9 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
   out.step_s = critical->end_s;
   out.compute_s = critical->compute_s;
   out.tp_comm_s = critical->tp_comm_s;
-  out.bubble_s = std::max(0.0, critical->pipeline_end_s - critical->compute_s - critical->tp_comm_s);
+  out.ep_comm_s = critical->ep_comm_s;
+  out.bubble_s =
+      std::max(0.0, critical->pipeline_end_s - critical->compute_s - critical->tp_comm_s - critical->ep_comm_s);
   out.dp_exposed_s = critical->dp_exposed_s;
   out.optimizer_s = critical->optimizer_s;
   out.model_flops = c.model.flops_per_token() * static_cast<double>(c.train.global_batch) *
@@ -441,8 +528,10 @@ std::string describe_prediction(const StepTimePrediction& p) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.1f ms", p.step_s * 1e3);
   std::string s = buf;
+  // Only a layout that exchanges rows names ep: a dense model's line stays as it was.
+  const std::string ep = p.ep_comm_s > 0 ? ", ep " + percent(p.ep_comm_s, p.step_s) : "";
   s += " (compute " + percent(p.compute_s, p.step_s) + ", tp " + percent(p.tp_comm_s, p.step_s) + ", bubble " +
-       percent(p.bubble_s, p.step_s) + ", dp " + percent(p.dp_exposed_s, p.step_s) + ", optimizer " +
+       percent(p.bubble_s, p.step_s) + ep + ", dp " + percent(p.dp_exposed_s, p.step_s) + ", optimizer " +
        percent(p.optimizer_s, p.step_s) + ")";
   std::snprintf(buf, sizeof buf, ", MFU %.1f%%", 100 * p.mfu);
   return s + buf;

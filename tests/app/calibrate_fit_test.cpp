@@ -21,7 +21,8 @@ std::vector<LinkSample> samples_of(const AlphaBeta& truth, CollectiveKind kind, 
 TEST(FitAlphaBeta, RecoversTheModelOfExactData) {
   const AlphaBeta truth{4e-6, 2.5e10};
   for (CollectiveKind kind : {CollectiveKind::AllReduce, CollectiveKind::AllGather,
-                              CollectiveKind::ReduceScatter, CollectiveKind::PointToPoint}) {
+                              CollectiveKind::ReduceScatter, CollectiveKind::PointToPoint,
+                              CollectiveKind::AllToAll}) {
     for (int ranks : {2, 3, 8}) {
       const AlphaBetaFit fit = fit_alpha_beta(kind, ranks, samples_of(truth, kind, ranks));
       EXPECT_NEAR(fit.model.alpha, truth.alpha, 1e-12) << collective_name(kind) << " " << ranks;

@@ -155,6 +155,19 @@ def main():
         check(code == 0 and re.search(r"^  1 +dp \d tp \d pp \d", out, re.M) is not None,
               "plan --all --time prints a ranked table", out)
 
+        # A mixture of experts: the advisor ranks ep among the divisors of dp x cp that divide
+        # the experts (moe-tiny: 8 experts on 4 ranks), with the exchange's share; dense layouts
+        # carry no ep field (theirs is always 1).
+        moe_deck = os.path.join(REPO, "input", "moe-tiny.toml")
+        code, out = run([BIN, "plan", moe_deck, "--world", "4", "--all", "--time", "--profile", profile,
+                         "--json", "--top", "0", "--threads", "1"])
+        moe_rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        check(code == 0 and {r.get("ep") for r in moe_rows} == {1, 2, 4} and
+              all(r["ep_ms"] > 0 for r in moe_rows if r["ep"] > 1) and
+              all(r["ep_ms"] == 0 for r in moe_rows if r["ep"] == 1),
+              "plan --all --time ranks a mixture of experts' layouts at ep 1, 2 and 4", out)
+        check(all("ep" not in r for r in rows), "a dense model's layouts have no ep", out)
+
         # train takes the ranking's first layout and says so, with the runner-up.
         best = rows[0]
         code, out = run([MPIEXEC, "-n", "2", BIN, "train", deck])

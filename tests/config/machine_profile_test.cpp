@@ -236,9 +236,11 @@ TEST(MachineProfile, DatasheetProfilesRead) {
     EXPECT_EQ(p->ranks_per_node, 8);
     EXPECT_NE(p->notes.find("ASSUMPTIONS"), std::string::npos);
     EXPECT_TRUE(p->has_inter_node());
+    // all_to_all is optional: no datasheet states it, and the time model falls back (and says so).
     for (int c = 0; c < kCollectiveKinds; ++c) {
-      EXPECT_TRUE(p->intra_node[c].has_value());
-      EXPECT_TRUE(p->inter_node[c].has_value());
+      if (static_cast<CollectiveKind>(c) == CollectiveKind::AllToAll) continue;
+      EXPECT_TRUE(p->intra_node[c].has_value()) << collective_name(static_cast<CollectiveKind>(c));
+      EXPECT_TRUE(p->inter_node[c].has_value()) << collective_name(static_cast<CollectiveKind>(c));
     }
     EXPECT_EQ(parse_machine_profile(p->path, format_machine_profile(*p)).notes, p->notes);
   }
@@ -344,7 +346,11 @@ TEST(AlphaBeta, RingStepCounts) {
     EXPECT_DOUBLE_EQ(ab.seconds(CollectiveKind::ReduceScatter, bytes, n),
                      (n - 1) * 3e-6 + (n - 1.0) / n * bytes / 1e10) << n;
     EXPECT_DOUBLE_EQ(ab.seconds(CollectiveKind::PointToPoint, bytes, n), 3e-6 + bytes / 1e10) << n;
+    // Each rank keeps its own block of the send buffer: (n-1)/n of it crosses the link.
+    EXPECT_DOUBLE_EQ(ab.seconds(CollectiveKind::AllToAll, bytes, n),
+                     (n - 1) * 3e-6 + (n - 1.0) / n * bytes / 1e10) << n;
   }
+  EXPECT_EQ(ab.seconds(CollectiveKind::AllToAll, bytes, 1), 0);
   EXPECT_EQ(ab.seconds(CollectiveKind::AllReduce, bytes, 1), 0);
   EXPECT_EQ(ab.seconds(CollectiveKind::AllReduce, 0, 8), 0);
 }
@@ -356,6 +362,26 @@ TEST(MachineProfile, NamesOfLinksAndCollectives) {
   EXPECT_EQ(collective_name(CollectiveKind::AllGather), "all_gather");
   EXPECT_EQ(collective_name(CollectiveKind::ReduceScatter), "reduce_scatter");
   EXPECT_EQ(collective_name(CollectiveKind::PointToPoint), "p2p");
+  EXPECT_EQ(collective_name(CollectiveKind::AllToAll), "all_to_all");
+}
+
+// all_to_all came after the other kinds: a profile written before it (the example has the
+// other kinds only) still reads, and says it lacks it rather than pricing it at zero; one
+// with it reads it back on its link class.
+TEST(MachineProfile, AllToAllIsOptional) {
+  const MachineProfile old = parse_machine_profile(kPath, profile_text());
+  EXPECT_TRUE(old.has_link(LinkClass::IntraNode, CollectiveKind::AllReduce));
+  EXPECT_FALSE(old.has_link(LinkClass::IntraNode, CollectiveKind::AllToAll));
+  EXPECT_FALSE(old.has_link(LinkClass::InterNode, CollectiveKind::AllToAll));
+  EXPECT_THROW(old.link(LinkClass::IntraNode, CollectiveKind::AllToAll), DeckError);
+  const MachineProfile now = parse_machine_profile(
+      kPath, profile_text() + "\n[link.intra_node.all_to_all]\nalpha = 4e-6\nbus_bytes_per_s = 3e9\n");
+  EXPECT_TRUE(now.has_link(LinkClass::IntraNode, CollectiveKind::AllToAll));
+  // A single-node profile prices inter-node transfers at its intra-node link.
+  EXPECT_TRUE(now.has_link(LinkClass::InterNode, CollectiveKind::AllToAll));
+  EXPECT_EQ(now.link(LinkClass::InterNode, CollectiveKind::AllToAll).alpha, 4e-6);
+  EXPECT_EQ(now.link(LinkClass::IntraNode, CollectiveKind::AllToAll).bus_bytes_per_s, 3e9);
+  EXPECT_NE(format_machine_profile(now).find("[link.intra_node.all_to_all]"), std::string::npos);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -177,6 +178,86 @@ TEST(TimeModel, WaitingRanksThatSpinLendNoCores) {
   EXPECT_LE(step_time_lower_bound(c, cpu), half);
 }
 
+// A mixture of experts in every block (Llama's block otherwise): 8 SwiGLU experts of width 128,
+// top 2, on dp ranks of one node with the experts split over ep of them.
+Config moe_deck(int dp, int ep, int zero = 0) {
+  Config c = parse_deck("t.toml", "");
+  c.model = family_defaults("llama", gpt2_spec(4, 256, 8, 128, 512));
+  c.model.feed_forward = FeedForwardKind::Moe;
+  c.model.moe.experts = 8;
+  c.model.moe.top_k = 2;
+  c.model.moe.ffn_hidden_set = 128;
+  c.run.device = DeviceChoice::Cuda;
+  c.train.precision = DType::F32;
+  c.train.global_batch = 16;
+  c.train.micro_batch = 2;
+  c.parallel.dp = dp;
+  c.parallel.ep = ep;
+  c.parallel.zero = zero;
+  check_layout(c, dp);
+  return c;
+}
+
+bool has_caveat(const StepTimePrediction& t, const std::string& text) {
+  for (const std::string& c : t.caveats)
+    if (c.find(text) != std::string::npos) return true;
+  return false;
+}
+
+// Expert parallelism's exchange, per MoE layer and micro-batch: the counts and the rows out and
+// back in forward, the gradients out and back in backward, each an all_to_all over the ep ranks
+// of this rank's tokens x top_k rows of d_model, (ep-1)/ep of which leave it.
+TEST(TimeModel, ExpertParallelismPricesItsAllToAll) {
+  MachineProfile p = machine();
+  p.intra_node[static_cast<size_t>(CollectiveKind::AllToAll)] = AlphaBeta{1e-6, 5e9};
+  p.sync_seconds = 2e-6;
+  const StepTimePrediction ep1 = predict_step_time(moe_deck(4, 1), p);
+  const StepTimePrediction ep2 = predict_step_time(moe_deck(4, 2), p);
+  EXPECT_EQ(ep1.ep_comm_s, 0);
+  const double m = 16 / (2 * 4), layers = 4;
+  const double rows = 2.0 * 128 * 2 * 256 * 4;  // tokens x top_k x d_model x fp32
+  const double counts = 8 * 8;                   // one int64 per expert
+  const auto a2a = [&](double bytes) { return 1 * 1e-6 + 0.5 * bytes / 5e9 + 2e-6; };
+  EXPECT_NEAR(ep2.ep_comm_s, m * layers * (a2a(counts) + 4 * a2a(rows)), 1e-15);
+  EXPECT_NE(describe_prediction(ep2).find(", ep "), std::string::npos) << describe_prediction(ep2);
+  EXPECT_EQ(describe_prediction(ep1).find(", ep "), std::string::npos) << describe_prediction(ep1);
+  EXPECT_TRUE(has_caveat(ep2, "routing is priced as balanced"));
+  EXPECT_TRUE(has_caveat(ep1, "routing is priced as balanced"));
+  EXPECT_FALSE(has_caveat(predict_step_time(deck(4, 1, 1), p), "routing"));
+  // Full recomputation re-runs forward, its exchanges included.
+  Config full = moe_deck(4, 2);
+  full.parallel.recompute = Recompute::Full;
+  EXPECT_NEAR(predict_step_time(full, p).ep_comm_s, m * layers * (2 * a2a(counts) + 6 * a2a(rows)), 1e-15);
+
+  // An older profile without all_to_all: all_gather's model (the same steps and bytes), said.
+  MachineProfile old = p;
+  old.intra_node[static_cast<size_t>(CollectiveKind::AllToAll)].reset();
+  old.inter_node[static_cast<size_t>(CollectiveKind::AllToAll)].reset();
+  old.intra_node[static_cast<size_t>(CollectiveKind::AllGather)] = AlphaBeta{1e-6, 5e9};
+  const StepTimePrediction fallback = predict_step_time(moe_deck(4, 2), old);
+  EXPECT_NEAR(fallback.ep_comm_s, ep2.ep_comm_s, 1e-15);
+  EXPECT_TRUE(has_caveat(fallback, "no all_to_all measurement"));
+  EXPECT_FALSE(has_caveat(ep2, "no all_to_all measurement"));
+}
+
+// Expert groups crossing nodes pay the inter-node all_to_all; the experts' gradients are
+// reduced over the expert-data group only, so an ep spanning every replica reduces none of them.
+TEST(TimeModel, ExpertParallelismLinksAndReductions) {
+  MachineProfile two_per_node = machine(1e9, 2);
+  const StepTimePrediction inside = predict_step_time(moe_deck(4, 2), two_per_node);
+  const StepTimePrediction across = predict_step_time(moe_deck(4, 4), two_per_node);
+  // Inter-node: 10x slower links; 3/4 of the rows leave a rank under ep 4 against 1/2 under ep 2.
+  EXPECT_NEAR(across.ep_comm_s / inside.ep_comm_s, 10 * (3.0 / 4) / (1.0 / 2), 1e-9);
+
+  const StepTimePrediction ep1 = predict_step_time(moe_deck(4, 1), machine());
+  const StepTimePrediction ep4 = predict_step_time(moe_deck(4, 4), machine());
+  EXPECT_LT(ep4.stages[0].dp_comm_s, ep1.stages[0].dp_comm_s);
+  EXPECT_LT(ep4.optimizer_s, ep1.optimizer_s);  // each rank steps a quarter of the experts
+  // ZeRO-1 shards the experts over their expert-data group (2 ranks under ep 2 of dp 4).
+  const StepTimePrediction z1 = predict_step_time(moe_deck(4, 2, 1), machine());
+  EXPECT_GT(z1.stages[0].dp_comm_s, 0);
+}
+
 TEST(TimeModel, MissingRatesAreNamed) {
   Config c = deck(1, 1, 1);
   c.train.precision = DType::BF16;
@@ -212,6 +293,36 @@ TEST(LayoutAdvisor, RanksByTimeAndKeepsToTheBudgetAndTheDeck) {
     EXPECT_EQ(r.config.parallel.dp, 8);
     EXPECT_EQ(r.config.train.micro_batch, 1);
   }
+}
+
+// The advisor chooses ep for a mixture of experts among the divisors of dp x cp that divide the
+// experts (ep 1 included), ranked by the same prediction; a dense model's layouts keep ep 1.
+TEST(LayoutAdvisor, ChoosesExpertParallelismForAMixtureOnly) {
+  std::set<int> eps;
+  for (const Config& c : enumerate_layouts(moe_deck(4, 1), 4)) {
+    const int replicas = c.parallel.dp * c.parallel.cp;
+    EXPECT_EQ(replicas % c.parallel.ep, 0);
+    EXPECT_EQ(c.model.moe.experts % c.parallel.ep, 0);
+    eps.insert(c.parallel.ep);
+  }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));
+  for (const Config& c : enumerate_layouts(deck(4, 1, 1), 4)) EXPECT_EQ(c.parallel.ep, 1);
+
+  MachineProfile p = machine();
+  p.intra_node[static_cast<size_t>(CollectiveKind::AllToAll)] = AlphaBeta{1e-6, 5e9};
+  const AdvisorResult ranked = advise_layouts(moe_deck(4, 1), 4, p, LayoutFreedom{}, 0, 1, 0);
+  size_t expert_parallel = 0;
+  for (const RankedLayout& r : ranked.ranked) {
+    if (r.config.parallel.ep > 1) ++expert_parallel;
+    // The bound the advisor prunes by holds for these layouts too.
+    if (r.time.step_s > 0) EXPECT_LE(r.lower_bound_s, r.time.step_s * (1 + 1e-12) + 1e-15) << layout_name(r.config);
+  }
+  EXPECT_GT(expert_parallel, 0u);
+  // A deck's ep stays where the deck fixes it (no "auto" for ep).
+  LayoutFreedom fixed;
+  fixed.ep = false;
+  for (const RankedLayout& r : advise_layouts(moe_deck(4, 2), 4, p, fixed, 0, 1, 0).ranked)
+    EXPECT_EQ(r.config.parallel.ep, 2);
 }
 
 // The advisor skips simulating layouts by this bound, so it must never exceed the prediction:

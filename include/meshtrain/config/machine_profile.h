@@ -35,7 +35,7 @@
 //   [gemm.fp32]  (same keys; fp64 optional)
 //   [memory]
 //   bytes_per_s = 3.35e12         # memory-bound kernels (stream bandwidth)
-//   [link.intra_node.all_reduce]  # and all_gather, reduce_scatter, p2p;
+//   [link.intra_node.all_reduce]  # and all_gather, reduce_scatter, p2p, all_to_all (optional);
 //   alpha = 5e-6                  # seconds per algorithm step (latency)
 //   bus_bytes_per_s = 4.5e11      # bus bandwidth (nccl-tests' busbw convention)
 //   [link.inter_node.all_reduce]  ... (absent on a single-node measurement: then inter-node
@@ -55,15 +55,21 @@ namespace meshtrain {
 
 enum class LinkClass { IntraNode = 0, InterNode = 1 };
 std::string_view link_class_name(LinkClass l);  // "intra_node", "inter_node"
-enum class CollectiveKind { AllReduce = 0, AllGather = 1, ReduceScatter = 2, PointToPoint = 3 };
-std::string_view collective_name(CollectiveKind c);  // "all_reduce", "all_gather", "reduce_scatter", "p2p"
-constexpr int kCollectiveKinds = 4;
+enum class CollectiveKind { AllReduce = 0, AllGather = 1, ReduceScatter = 2, PointToPoint = 3, AllToAll = 4 };
+// "all_reduce", "all_gather", "reduce_scatter", "p2p", "all_to_all"
+std::string_view collective_name(CollectiveKind c);
+constexpr int kCollectiveKinds = 5;
 
 // The alpha-beta model of one collective on one link class, ring algorithm's step counts:
 //   all_reduce      2 (n-1) steps, 2 (n-1)/n x bytes over the bus
 //   all_gather,
 //   reduce_scatter  (n-1) steps, (n-1)/n x bytes (bytes: the whole, gathered buffer)
 //   p2p             1 step, bytes (one message between two ranks; n ignored)
+//   all_to_all      (n-1) steps, (n-1)/n x bytes (bytes: one rank's whole send buffer, equal
+//                   blocks to every rank; its own block never leaves it). Expert parallelism's
+//                   dispatch and combine. Optional in a profile: profiles written before it was
+//                   measured lack it, and the time model then prices it as all_gather's model
+//                   (the same step and byte counts) and says so.
 struct AlphaBeta {
   double alpha = 0;            // seconds per step
   double bus_bytes_per_s = 0;  // > 0 when set
@@ -109,6 +115,9 @@ struct MachineProfile {
   // The model of a collective on a link class: inter-node falls back to intra-node when the
   // profile has none (single-node measurement). Throws DeckError when neither is present.
   const AlphaBeta& link(LinkClass link, CollectiveKind kind) const;
+  // Whether link(link, kind) finds a model (a kind added after a profile was written,
+  // all_to_all, may be absent from it).
+  bool has_link(LinkClass link, CollectiveKind kind) const;
   bool has_inter_node() const;
 };
 

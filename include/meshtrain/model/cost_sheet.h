@@ -101,9 +101,24 @@ struct ParameterCost {
   // The share of it one token multiplies by: top_k / experts for a mixture's expert weights
   // (the 6N term counts active parameters), 1 otherwise.
   double active_share = 1.0;
+  // An expert's weight: split over the expert group (parallel.ep) rather than replicated, and
+  // reduced (and ZeRO-sharded) over the expert-data group only.
+  bool expert_parallel = false;
 
   double local_numel(double tp) const { return tp_split ? static_cast<double>(numel) / tp : static_cast<double>(numel); }
   bool operator==(const ParameterCost&) const = default;
+};
+
+// Expert parallelism's exchange in one layer: every token's `rows_per_token` rows of `width`
+// activation elements travel to their experts' ranks of the expert group by all_to_all and back
+// (forward), the gradients the same way (backward), after `counts` integers per rank are
+// exchanged (forward). Priced only where parallel.ep > 1, as balanced routing: (ep-1)/ep of a
+// rank's rows leave it.
+struct ExchangeCost {
+  int64_t width = 0;
+  double rows_per_token = 0;
+  int64_t counts = 0;
+  bool operator==(const ExchangeCost&) const = default;
 };
 
 // A registered parameter's entry: its global size and whether the tp group splits it.
@@ -115,6 +130,7 @@ struct CostSheet {
   std::vector<ElementwiseCost> elementwise;
   std::vector<AttentionCost> attention;
   std::vector<ParameterCost> parameters;
+  std::vector<ExchangeCost> exchanges;
 
   void add(const CostSheet& other);
   // A memory-bound pass over the outputs of the linear added last (the qkv split, an

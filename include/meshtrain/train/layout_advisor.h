@@ -25,7 +25,8 @@ namespace meshtrain {
 struct LayoutFreedom {
   bool dp = true, tp = true, pp = true, micro_batch = true, schedule = true, zero = true,
        recompute = true;
-  bool any() const { return dp || tp || pp || micro_batch || schedule || zero || recompute; }
+  bool ep = true;  // a mixture of experts' parallel.ep (a dense model's is always 1)
+  bool any() const { return dp || tp || pp || micro_batch || schedule || zero || recompute || ep; }
 };
 
 // What a deck leaves free: dp when "auto" (0), the rest from parallel.automatic.

@@ -56,7 +56,8 @@ std::vector<LayoutPlan> plan_layouts(const std::vector<Config>& configs, int wor
 
 // Every valid layout of `base`'s model and global batch on `world_size` ranks: dp x tp x pp,
 // micro-batch sizes (powers of two dividing the per-rank batch), schedules (interleaved with 2
-// virtual stages), ZeRO 0-3, recompute modes; sequence parallelism on where tp > 1.
+// virtual stages), ZeRO 0-3, recompute modes; sequence parallelism on where tp > 1; for a
+// mixture of experts, ep among the divisors of dp x cp that divide model.moe_experts.
 std::vector<Config> enumerate_layouts(const Config& base, int world_size);
 
 }  // namespace meshtrain

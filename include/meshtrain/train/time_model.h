@@ -29,6 +29,7 @@ struct StageTime {
   int pp_rank = 0;
   double compute_s = 0;     // forward + backward + recomputation, all micro-batches
   double tp_comm_s = 0;     // tensor-parallel collectives (on the compute path)
+  double ep_comm_s = 0;     // expert parallelism's all_to_all exchanges (on the compute path)
   double pipeline_end_s = 0;// when its last backward ended in the simulated schedule
   double dp_comm_s = 0;     // data-parallel / ZeRO communication in total
   double dp_exposed_s = 0;  // the part of it backward or forward did not hide
@@ -38,10 +39,10 @@ struct StageTime {
 
 struct StepTimePrediction {
   double step_s = 0;
-  // The breakdown of the slowest stage's step: step_s = compute + tp_comm + bubble +
+  // The breakdown of the slowest stage's step: step_s = compute + tp_comm + ep_comm + bubble +
   // dp_exposed + optimizer.
   int critical_stage = 0;
-  double compute_s = 0, tp_comm_s = 0, bubble_s = 0, dp_exposed_s = 0, optimizer_s = 0;
+  double compute_s = 0, tp_comm_s = 0, ep_comm_s = 0, bubble_s = 0, dp_exposed_s = 0, optimizer_s = 0;
   double model_flops = 0;  // per step, ModelSpec::flops_per_token convention
   double mfu = 0;          // model_flops / (world x peak x step_s)
   std::vector<StageTime> stages;
@@ -60,6 +61,7 @@ StepTimePrediction predict_step_time(const Config& config, const MachineProfile&
 double step_time_lower_bound(const Config& config, const MachineProfile& profile);
 
 // "dp 2 tp 1 pp 4 ...: 123.4 ms (compute 80%, tp 5%, bubble 10%, dp 3%, optimizer 2%), MFU 41%"
+// (", ep N%" after the bubble where expert parallelism exchanges rows)
 std::string describe_prediction(const StepTimePrediction& p);
 
 }  // namespace meshtrain
