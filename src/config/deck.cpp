@@ -165,6 +165,10 @@ void check_cross_fields(const std::string& path, const Config& c) {
     if (c.model.linear_bias)
       fail("model.feed_forward = \"moe\" needs model.bias = false (the router and the experts "
            "are bias-free, as in Mixtral, Qwen3-MoE and DeepSeek)");
+    if (moe.router != RouterKind::Sigmoid && moe.bias_update_rate_set >= 0)
+      fail("model.moe_bias_update_rate is given but model.moe_router is \"" +
+           std::string(router_name(moe.router)) + "\", which has no expert bias to update, so it "
+           "would be ignored (set model.moe_router = \"sigmoid\", or remove it)");
   } else if (moe_keys_given()) {
     fail("model.moe_* keys are given but model.feed_forward is \"dense\", so they would be ignored "
          "(set model.feed_forward = \"moe\", or remove them)");
@@ -242,6 +246,10 @@ void check_cross_fields(const std::string& path, const Config& c) {
     if (par.offload != Offload::None)
       fail("parallel.offload = \"optimizer\"" + why +
            "the optimizer runs on the servers; use parallel.offload = \"none\")");
+    if (c.model.feed_forward == FeedForwardKind::Moe && c.model.moe.router == RouterKind::Sigmoid)
+      fail("model.moe_router = \"sigmoid\"" + why + "its expert bias moves after every step by the "
+           "loads of the whole job's step, which replicas on their own pace do not share; use "
+           "model.moe_router = \"softmax\", or parallel.data_sync = \"sync\")");
     if (par.automatic.any())
       fail("\"auto\" layout keys" + why +
            "the strategy advisor does not plan parameter servers; give parallel.tp, pp, "

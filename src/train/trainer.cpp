@@ -127,7 +127,10 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
       metrics_ = std::make_unique<MetricsWriter>(config.run.dir + "/metrics.jsonl");
     });
   }
-  if (data == DataMode::Load) checkpointer_ = std::make_unique<Checkpointer>(config, grid);
+  if (data == DataMode::Load) {
+    checkpointer_ = std::make_unique<Checkpointer>(config, grid);
+    checkpointer_->attach_expert_bias(&model_->expert_bias());
+  }
   if (data == DataMode::Load) sample_ = std::make_unique<PeriodicSample>(config, leader_);
 }
 
@@ -231,6 +234,11 @@ StepResult Trainer::train_step(int step) {
   r.lr = learning_rate(t, step);
   const auto optimizer_start = std::chrono::steady_clock::now();
   state_->optimizer_step(r.lr, scale);
+  // The sigmoid router's bias moves by this step's loads over the whole job (the report every
+  // rank received alike), so every rank's copy stays equal; the next step chooses with it.
+  ExpertBias& bias = model_->expert_bias();
+  if (!bias.empty() && !r.experts.empty())
+    bias.update(r.experts.layers, r.experts.tokens, cfg_.model.moe.bias_update_rate());
   for (const Fault& f : flips_at(Fault::Kind::FlipParam, grid_.world_rank(), r.step))
     if (state_->flip_parameter_bit(f.param, f.index, f.bit)) {
       std::fprintf(stderr, "meshtrain: rank %d: injected fault: flipped bit %d of element %lld of %s after step %d\n",

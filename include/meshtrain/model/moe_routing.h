@@ -1,7 +1,15 @@
 #pragma once
 // The router of a mixture of experts, on the host (model/moe_layer.h runs it between the router's
-// GEMM and the experts'): each token's softmax over the experts, its top-k, its gates, the order
+// GEMM and the experts'): each token's scores over the experts, its top-k, its gates, the order
 // in which the experts receive the tokens, and the balancing losses with their gradients.
+//
+// Two kinds (MoeSpec::router):
+// - softmax (Mixtral, Qwen3-MoE): scores p = softmax(logits), the top k chosen by score;
+// - sigmoid (DeepSeek-V3, arXiv 2412.19437, eqs. 15-16): scores s = sigmoid(logits), the top k
+//   chosen by s_e + b_e, where b is the per-expert bias of auxiliary-loss-free balancing
+//   (model/expert_bias.h): it only chooses, so no gradient reaches it, and the gates use s.
+// Either way a token's gates are its chosen scores, divided by their sum when normalize_top_k,
+// times route_scale (DeepSeek's routed_scaling_factor).
 //
 // Routing is read back to the host because the expert GEMMs need their row counts there anyway
 // (Megatron-Core's token dispatcher synchronises for the same reason), and on the host it is
@@ -15,6 +23,9 @@
 //   sequence-wise loss is, arXiv 2412.19437): for a sequence of T tokens
 //     L_aux = alpha * E * sum_e f_e * P_e,  f_e = count_e / (T k),  P_e = sum_t p_te / T
 //     (balanced routing gives alpha; f is a count, so the gradient flows through P only);
+//     with the sigmoid router p_te is the token's sigmoid scores normalised over all E experts,
+//     s_te / sum_e' s_te' (DeepSeek-V3's s'_{i,t}, eqs. 17-20, whose f_i = E count_i / (k T) is
+//     the E f_e above): the same loss, a probability per token as the softmax's is;
 //     a step's loss is its sequences' mean;
 //   z-loss (ST-MoE, Zoph et al., arXiv 2202.08906): beta * lse_t^2, a step's loss its tokens' mean.
 // Per sequence, not per micro-batch: a sum over a micro-batch would change with the micro-batch
@@ -31,7 +42,13 @@ namespace meshtrain {
 
 struct Routing {
   int64_t tokens = 0, experts = 0, top_k = 0;
-  std::vector<double> probs;           // (tokens, experts) softmax of the logits
+  RouterKind router = RouterKind::Softmax;
+  // (tokens, experts) the probabilities the load-balancing loss averages: the softmax of the
+  // logits; the sigmoid router's scores normalised over the experts.
+  std::vector<double> probs;
+  // The sigmoid router only (empty for the softmax router, whose scores are probs):
+  std::vector<double> scores;   // (tokens, experts) sigmoid of the logits, the gates' source
+  std::vector<double> softmax;  // (tokens, experts) the logits' softmax, with a z-loss only
   std::vector<double> lse;             // (tokens) log-sum-exp of each token's logits
   std::vector<int32_t> choice;         // (tokens, top_k) chosen experts, best first
   std::vector<double> gate;            // (tokens, top_k) combine weights
@@ -42,8 +59,10 @@ struct Routing {
   std::vector<double> gate_of_row;     // (tokens x top_k) the gate of each sorted row
 };
 
-// Routes `tokens` rows of `experts` logits each (row-major).
-Routing route_tokens(const double* logits, int64_t tokens, const MoeSpec& spec);
+// Routes `tokens` rows of `experts` logits each (row-major). `expert_bias` (experts values, or
+// null: zeros) is added to the sigmoid router's scores to choose; the softmax router has none.
+Routing route_tokens(const double* logits, int64_t tokens, const MoeSpec& spec,
+                     const double* expert_bias = nullptr);
 
 // Balanced routing with no arithmetic (the planner's dry run, whose logits are not computed):
 // token t's j-th choice is expert (t k + j) mod E, gates 1/k.
@@ -83,8 +102,9 @@ std::vector<double> balancing_logit_gradient(const Routing& r, const RouterSums&
                                              const std::vector<int32_t>& sequence_of,
                                              const MoeSpec& spec, double weight);
 
-// The logits' gradient from the gates' gradient dgate (tokens, top_k), through the
-// renormalisation (if any) and the softmax; `add` (tokens, experts), when not empty, is added
+// The logits' gradient from the gates' gradient dgate (tokens, top_k), through the scale, the
+// renormalisation (if any) and the softmax or sigmoid (the bias has none: it only chose);
+// `add` (tokens, experts), when not empty, is added
 // (the balancing losses' part). Returns (tokens, experts).
 std::vector<double> router_logit_gradient(const Routing& r, const std::vector<double>& dgate,
                                           const MoeSpec& spec, const std::vector<double>& add);
