@@ -149,6 +149,14 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.moe.aux_loss = 0.05;
     m.moe.z_loss = 0.01;
     m.moe.first_dense_layers = 1;
+  } else if (name == "moe_sigmoid") {
+    // DeepSeek-V3's router on the same mixture: sigmoid scores, gates scaled, the expert bias
+    // moved by a gamma large enough to change choices within the run, from the loads of the
+    // whole job (every rank's copy alike, every layer's on every pipeline stage).
+    m = model_variant("moe", m);
+    m.moe.router = RouterKind::Sigmoid;
+    m.moe.route_scale = 2.5;
+    m.moe.bias_update_rate_set = 0.01;
   } else if (name == "llama_docs") {
     // Llama's block under document masking (with_documents): the vocabulary grows to hold the
     // tokenizer's end-of-text token.
@@ -163,7 +171,7 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
 // Variants whose routing is a discrete choice (a mixture of experts): bf16's rounding of the
 // router logits turns near-ties into other experts on another layout, a jump that no rounding
 // bound describes; fp64 and fp32 keep their routing.
-bool routes_discretely(const std::string& model) { return model == "moe"; }
+bool routes_discretely(const std::string& model) { return model.rfind("moe", 0) == 0; }
 
 // Variants trained with data.document_mask = true on documents_data's shard.
 bool masks_documents(const std::string& model) {
@@ -256,6 +264,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, "moe"),
         on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "moe"),
         on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "moe"),
+        on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 1}, "moe_sigmoid"),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
