@@ -44,7 +44,7 @@ std::vector<Entry> plan_entries(ModelState& state, Communicator& world) {
                              " on one rank; a transfer selects one slice per dataset");
     e.name = param.spec.name;
     e.global = param.spec.global_shape;
-    const SliceGeometry g{param.spec.global_shape, param.shape, param.spec.tp_split_dim, param.split_begin};
+    const SliceGeometry g{param.spec.global_shape, param.shape, param.split_dim(), param.split_begin};
     e.pieces.push_back({p, boxes_of_range(g, p.local_begin, p.count)});
   }
   std::ostringstream os;

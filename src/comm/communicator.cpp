@@ -254,11 +254,12 @@ Work Communicator::all_to_all(Tensor& out, const Tensor& in, const std::vector<i
 
 std::vector<int64_t> Communicator::all_to_all_counts(const std::vector<int64_t>& send) {
   const bool negative = std::any_of(send.begin(), send.end(), [](int64_t c) { return c < 0; });
-  if (send.size() != static_cast<size_t>(size()) || negative)
+  if (send.empty() || send.size() % static_cast<size_t>(size()) != 0 || negative)
     throw std::invalid_argument(
         "communicator '" + backend() + "': all_to_all_counts on group '" + name() + "' (rank " +
         std::to_string(rank()) + " of " + std::to_string(size()) +
-        ") needs one non-negative count per rank of the group; got " + row_counts_text(send));
+        ") needs the same number (at least one) of non-negative counts per rank of the group; "
+        "got " + row_counts_text(send));
   if (size() == 1) return send;
   return do_all_to_all_counts(send);
 }

@@ -262,9 +262,10 @@ Work MpiCommunicator::do_all_to_all(Tensor& out, const Tensor& in,
 }
 
 std::vector<int64_t> MpiCommunicator::do_all_to_all_counts(const std::vector<int64_t>& send) {
-  std::vector<int64_t> recv(static_cast<size_t>(size_));
+  std::vector<int64_t> recv(send.size());
+  const int per_peer = static_cast<int>(send.size() / static_cast<size_t>(size_));
   MPI_Request r;
-  MPI_Ialltoall(send.data(), 1, MPI_INT64_T, recv.data(), 1, MPI_INT64_T, comm_, &r);
+  MPI_Ialltoall(send.data(), per_peer, MPI_INT64_T, recv.data(), per_peer, MPI_INT64_T, comm_, &r);
   make_work(r, "all_to_all of row counts on group '" + name_ + "' (rank " + std::to_string(rank_) +
                    " of " + std::to_string(size_) + "), sending " + row_counts_text(send))
       .wait();

@@ -366,6 +366,7 @@ GridShape Config::grid_shape() const {
   g.tp = parallel.tp;
   g.pp = parallel.pp;
   g.cp = parallel.cp;
+  g.ep = parallel.ep;
   g.order = GridShape::parse_order(parallel.order);
   g.head_stage = parallel.schedule == ScheduleKind::ZeroBubbleV ? HeadStage::First : HeadStage::Last;
   return g;

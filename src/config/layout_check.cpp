@@ -122,6 +122,31 @@ void check_layout(Config& c, int job_size) {
       fail("parallel.cp = " + cp + " does not combine with parallel.data_sync = \"async\" (the "
            "parameter servers take whole replicas' gradients; use cp = 1, or data_sync = \"sync\")");
   }
+  if (p.ep > 1) {
+    const std::string ep = std::to_string(p.ep);
+    const int replicas = p.dp * p.cp;
+    if (c.model.feed_forward != FeedForwardKind::Moe)
+      fail("parallel.ep = " + ep + " splits a mixture of experts' experts, but model.feed_forward "
+           "is \"" + feed_forward_name(c.model.feed_forward) + "\" (use ep = 1, or "
+           "model.feed_forward = \"moe\")");
+    if (c.model.moe.experts % p.ep != 0)
+      fail("parallel.ep = " + ep + " does not divide model.moe_experts = " +
+           std::to_string(c.model.moe.experts) + " (each expert rank holds the same number of "
+           "experts: ep must be one of " + join(divisors(c.model.moe.experts)) + ")");
+    if (replicas % p.ep != 0)
+      fail("parallel.ep = " + ep + " does not divide dp" + std::string(p.cp > 1 ? " x cp" : "") +
+           " = " + std::to_string(replicas) + " (expert parallelism folds over the data" +
+           std::string(p.cp > 1 ? " and context" : "") + " ranks: ep must be one of " +
+           join(divisors(replicas)) + ")");
+    if (p.uneven_shares())
+      fail("parallel.ep = " + ep + " does not combine with uneven data shares (parallel.balance "
+           "or parallel.rebalance): the ranks of an expert group exchange tokens at every MoE "
+           "layer of every micro-batch, so they must run the same micro-batches (use ep = 1, or "
+           "balance = \"even\" without rebalance)");
+    if (p.async())
+      fail("parallel.ep = " + ep + " does not combine with parallel.data_sync = \"async\" (the "
+           "parameter servers hold whole replicas; use ep = 1, or data_sync = \"sync\")");
+  }
   const int64_t local_tokens = c.train.micro_batch * c.model.seq_len / p.cp;
   if (p.sequence_parallel && local_tokens % p.tp != 0)
     fail("parallel.sequence_parallel needs micro_batch x seq_len" +

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "meshtrain/backend/host_doubles.h"
+#include "meshtrain/model/expert_exchange.h"
 
 namespace meshtrain {
 
@@ -20,6 +21,17 @@ ParamSpec moe_weight(const std::string& name, Shape shape, double init_std, cons
   return s;
 }
 
+// An expert weight (E, rows, cols): split over the expert group by expert, and then replicated
+// only over the ranks holding the same experts.
+Parameter& add_expert_weight(const std::string& name, Shape shape, double init_std,
+                             const LayerContext& ctx) {
+  ParamSpec s = moe_weight(name, std::move(shape), init_std, ctx);
+  if (!ctx.ep.on()) return ctx.store->add(std::move(s), 0, 1);
+  s.ep_split_dim = 0;
+  s.group = ReplicaGroup::ExpertData;
+  return ctx.store->add(std::move(s), ctx.ep.rank(), ctx.ep.size());
+}
+
 // A device tensor of `dtype` holding host doubles (backend/host_doubles.h).
 Tensor device_doubles(Backend& be, const std::vector<double>& v, Shape shape, DType dtype,
                       MemoryCategory category) {
@@ -34,6 +46,15 @@ Tensor device_rows(Backend& be, const std::vector<int32_t>& v, Shape shape, Memo
   return out;
 }
 
+// Runs f(l, rows of local expert l) for each local expert with rows (none: nothing to compute).
+template <class F>
+void for_each_expert(const ExpertExchange& x, F&& f) {
+  for (int64_t l = 0; l < x.local_experts(); ++l) {
+    const int64_t b = x.expert_begin(l), n = x.expert_rows(l);
+    if (n > 0) f(l, b, b + n);
+  }
+}
+
 }  // namespace
 
 MixtureOfExperts::MixtureOfExperts(const LayerContext& ctx, const std::string& name,
@@ -45,13 +66,10 @@ MixtureOfExperts::MixtureOfExperts(const LayerContext& ctx, const std::string& n
       F_(spec.moe_ffn_hidden()),
       router_(ctx.store->add(moe_weight(name + ".router", {spec.moe.experts, C_}, 0.02, ctx),
                              ctx.tp.rank(), ctx.tp.size())),
-      gate_(ctx.store->add(moe_weight(name + ".experts.gate", {spec.moe.experts, F_, C_}, 0.02, ctx),
-                           ctx.tp.rank(), ctx.tp.size())),
-      up_(ctx.store->add(moe_weight(name + ".experts.up", {spec.moe.experts, F_, C_}, 0.02, ctx),
-                         ctx.tp.rank(), ctx.tp.size())),
-      down_(ctx.store->add(moe_weight(name + ".experts.down", {spec.moe.experts, C_, F_},
-                                      0.02 * residual_scale, ctx),
-                           ctx.tp.rank(), ctx.tp.size())) {
+      gate_(add_expert_weight(name + ".experts.gate", {spec.moe.experts, F_, C_}, 0.02, ctx)),
+      up_(add_expert_weight(name + ".experts.up", {spec.moe.experts, F_, C_}, 0.02, ctx)),
+      down_(add_expert_weight(name + ".experts.down", {spec.moe.experts, C_, F_},
+                              0.02 * residual_scale, ctx)) {
   if (spec.moe.shared_ffn_hidden > 0)
     shared_.emplace(ctx, name + ".shared", C_, spec.moe.shared_ffn_hidden, residual_scale, false);
 }
@@ -64,14 +82,15 @@ Tensor MixtureOfExperts::router_weight(DType dtype) const {
   return wide;
 }
 
-Tensor MixtureOfExperts::expert_weights(Parameter& p, int64_t e) const {
+// Local expert l of this rank's slice (all of them without expert parallelism).
+Tensor MixtureOfExperts::expert_weights(Parameter& p, int64_t l) const {
   const int64_t rows = p.shape[1], cols = p.shape[2];
-  return p.value.view(e * rows * cols, {rows, cols});
+  return p.value.view(l * rows * cols, {rows, cols});
 }
 
-Tensor MixtureOfExperts::expert_grads(Parameter& p, int64_t e) const {
+Tensor MixtureOfExperts::expert_grads(Parameter& p, int64_t l) const {
   const int64_t rows = p.shape[1], cols = p.shape[2];
-  return p.grad.view(e * rows * cols, {rows, cols});
+  return p.grad.view(l * rows * cols, {rows, cols});
 }
 
 std::shared_ptr<const Routing> MixtureOfExperts::route(const Tensor& x, const TokenShape& shape,
@@ -126,7 +145,7 @@ Tensor MixtureOfExperts::forward(const Tensor& x, const TokenShape& shape, bool 
                                  Saved& saved, MemoryCategory category, MemoryCategory out_category,
                                  const TensorParallel* tp, const Tensor* residual) {
   Backend& be = *ctx_.backend;
-  const int64_t N = x.dim(0), k = spec_.top_k, M = N * k;
+  const int64_t N = x.dim(0), k = spec_.top_k;
   const DType wide = stats_dtype(x.dtype());
   saved.x = x;
   saved.router_x = x;
@@ -136,40 +155,44 @@ Tensor MixtureOfExperts::forward(const Tensor& x, const TokenShape& shape, bool 
   }
   saved.routing = route(x, shape, recomputing, saved);
   const Routing& r = *saved.routing;
+  const int64_t M = static_cast<int64_t>(r.token_of_row.size());
   saved.token_of_row = device_rows(be, r.token_of_row, {M, 1}, category);
   saved.row_of_choice = device_rows(be, r.row_of_choice, {N, k}, category);
   saved.gate_of_row = device_doubles(be, r.gate_of_row, {M, 1}, wide, category);
   saved.gates = device_doubles(be, r.gate, {N, k}, wide, category);
+  saved.exchange = std::make_shared<const ExpertExchange>(be, ctx_.ep, r, category);
+  const ExpertExchange& ex = *saved.exchange;
 
-  // Dispatch, then each expert on its rows (zero rows: nothing to compute).
-  saved.xs = be.empty({M, C_}, x.dtype(), category);
-  be.gather_rows(saved.xs, x, saved.token_of_row, nullptr);
-  saved.gate = be.empty({M, F_}, x.dtype(), category);
-  saved.up = be.empty({M, F_}, x.dtype(), category);
-  saved.hidden = be.empty({M, F_}, x.dtype(), category);
-  saved.ys = be.empty({M, C_}, x.dtype(), category);
-  for (int64_t e = 0; e < spec_.experts; ++e) {
-    const int64_t b = r.expert_begin[static_cast<size_t>(e)], n = r.counts[static_cast<size_t>(e)];
-    if (n == 0) continue;
-    Tensor g = saved.gate.rows(b, b + n), u = saved.up.rows(b, b + n);
-    be.matmul_forward(g, saved.xs.rows(b, b + n), expert_weights(gate_, e), nullptr);
-    be.matmul_forward(u, saved.xs.rows(b, b + n), expert_weights(up_, e), nullptr);
-  }
-  if (M > 0) be.swiglu_forward(saved.hidden, saved.gate, saved.up);
-  for (int64_t e = 0; e < spec_.experts; ++e) {
-    const int64_t b = r.expert_begin[static_cast<size_t>(e)], n = r.counts[static_cast<size_t>(e)];
-    if (n == 0) continue;
-    Tensor y = saved.ys.rows(b, b + n);
-    be.matmul_forward(y, saved.hidden.rows(b, b + n), expert_weights(down_, e), nullptr);
-  }
+  // Dispatch: the rows in expert order, to their experts' ranks; the shared expert runs while
+  // they travel. Then each expert on its rows.
+  Tensor xs = be.empty({M, C_}, x.dtype(), MemoryCategory::Workspace);
+  be.gather_rows(xs, x, saved.token_of_row, nullptr);
+  Tensor shared;
+  saved.xe = ex.to_experts(xs, category, [&] {
+    if (shared_) shared = shared_->forward(x, saved.shared, category, MemoryCategory::Workspace, tp);
+  });
+  const int64_t R = ex.rows();
+  saved.gate = be.empty({R, F_}, x.dtype(), category);
+  saved.up = be.empty({R, F_}, x.dtype(), category);
+  saved.hidden = be.empty({R, F_}, x.dtype(), category);
+  for_each_expert(ex, [&](int64_t l, int64_t b, int64_t e) {
+    Tensor g = saved.gate.rows(b, e), u = saved.up.rows(b, e);
+    be.matmul_forward(g, saved.xe.rows(b, e), expert_weights(gate_, l), nullptr);
+    be.matmul_forward(u, saved.xe.rows(b, e), expert_weights(up_, l), nullptr);
+  });
+  if (R > 0) be.swiglu_forward(saved.hidden, saved.gate, saved.up);
+  Tensor ye = be.empty({R, C_}, x.dtype(), MemoryCategory::Workspace);
+  for_each_expert(ex, [&](int64_t l, int64_t b, int64_t e) {
+    Tensor y = ye.rows(b, e);
+    be.matmul_forward(y, saved.hidden.rows(b, e), expert_weights(down_, l), nullptr);
+  });
 
-  // Combine: each token's experts in the order of its choices.
+  // Combine: the outputs back to their tokens' ranks, each token's experts added in the order
+  // of its choices.
+  saved.ys = ex.from_experts(ye, category);
   Tensor out = be.empty({N, C_}, x.dtype(), out_category);
   be.gather_rows(out, saved.ys, saved.row_of_choice, &saved.gates);
-  if (shared_) {
-    Tensor s = shared_->forward(x, saved.shared, category, MemoryCategory::Workspace, tp);
-    be.add_inplace(out, s);
-  }
+  if (shared_) be.add_inplace(out, shared);
   if (residual) be.add_inplace(out, *residual);
   return out;
 }
@@ -178,39 +201,43 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, const Saved& saved,
                                   DeferredWeightGradients* deferred) {
   Backend& be = *ctx_.backend;
   const Routing& r = *saved.routing;
-  const int64_t N = dy.dim(0), k = spec_.top_k, M = N * k, E = spec_.experts;
+  const ExpertExchange& ex = *saved.exchange;
+  const int64_t N = dy.dim(0), k = spec_.top_k, M = static_cast<int64_t>(r.token_of_row.size());
+  const int64_t R = ex.rows();
   const DType wide = stats_dtype(dy.dtype());
   const MemoryCategory ws = MemoryCategory::Workspace;
 
   // The gates' gradient (to the router), and the experts' output gradient: each sorted row's
-  // token's gradient times its gate.
+  // token's gradient times its gate, sent to its expert's rank; the shared expert's backward
+  // runs while it travels.
   Tensor dgates = be.empty({N, k}, wide, ws);
   be.gathered_row_dots(dgates, dy, saved.ys, saved.row_of_choice);
   Tensor dys = be.empty({M, C_}, dy.dtype(), ws);
   be.gather_rows(dys, dy, saved.token_of_row, &saved.gate_of_row);
+  Tensor dx_shared;
+  const Tensor dye = ex.to_experts(dys, ws, [&] {
+    if (shared_) dx_shared = shared_->backward(dy, saved.shared, deferred);
+  });
 
-  Tensor dhidden = be.empty({M, F_}, dy.dtype(), ws);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t b = r.expert_begin[static_cast<size_t>(e)], n = r.counts[static_cast<size_t>(e)];
-    if (n == 0) continue;
-    Tensor dh = dhidden.rows(b, b + n);
-    be.matmul_backward(&dh, nullptr, nullptr, dys.rows(b, b + n), saved.hidden.rows(b, b + n),
-                       expert_weights(down_, e));
-  }
-  Tensor dgate = be.empty({M, F_}, dy.dtype(), ws), dup = be.empty({M, F_}, dy.dtype(), ws);
-  if (M > 0) be.swiglu_backward(dgate, dup, dhidden, saved.gate, saved.up);
-  Tensor dxs = be.empty({M, C_}, dy.dtype(), ws), dxs_up = be.empty({M, C_}, dy.dtype(), ws);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t b = r.expert_begin[static_cast<size_t>(e)], n = r.counts[static_cast<size_t>(e)];
-    if (n == 0) continue;
-    Tensor dx_gate = dxs.rows(b, b + n), dx_up = dxs_up.rows(b, b + n);
-    be.matmul_backward(&dx_gate, nullptr, nullptr, dgate.rows(b, b + n), saved.xs.rows(b, b + n),
-                       expert_weights(gate_, e));
-    be.matmul_backward(&dx_up, nullptr, nullptr, dup.rows(b, b + n), saved.xs.rows(b, b + n),
-                       expert_weights(up_, e));
-  }
-  if (M > 0) be.add_inplace(dxs, dxs_up);
-  // Each token's rows summed back, in the order of its choices.
+  Tensor dhidden = be.empty({R, F_}, dy.dtype(), ws);
+  for_each_expert(ex, [&](int64_t l, int64_t b, int64_t e) {
+    Tensor dh = dhidden.rows(b, e);
+    be.matmul_backward(&dh, nullptr, nullptr, dye.rows(b, e), saved.hidden.rows(b, e),
+                       expert_weights(down_, l));
+  });
+  Tensor dgate = be.empty({R, F_}, dy.dtype(), ws), dup = be.empty({R, F_}, dy.dtype(), ws);
+  if (R > 0) be.swiglu_backward(dgate, dup, dhidden, saved.gate, saved.up);
+  Tensor dxe = be.empty({R, C_}, dy.dtype(), ws), dxe_up = be.empty({R, C_}, dy.dtype(), ws);
+  for_each_expert(ex, [&](int64_t l, int64_t b, int64_t e) {
+    Tensor dx_gate = dxe.rows(b, e), dx_up = dxe_up.rows(b, e);
+    be.matmul_backward(&dx_gate, nullptr, nullptr, dgate.rows(b, e), saved.xe.rows(b, e),
+                       expert_weights(gate_, l));
+    be.matmul_backward(&dx_up, nullptr, nullptr, dup.rows(b, e), saved.xe.rows(b, e),
+                       expert_weights(up_, l));
+  });
+  if (R > 0) be.add_inplace(dxe, dxe_up);
+  // Back to the tokens' ranks, and each token's rows summed in the order of its choices.
+  const Tensor dxs = ex.from_experts(dxe, ws);
   Tensor dx = be.empty({N, C_}, dy.dtype(), ws);
   be.gather_rows(dx, dxs, saved.row_of_choice, nullptr);
 
@@ -220,7 +247,7 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, const Saved& saved,
       router_logit_gradient(r, to_host_doubles(be, dgates, "a mixture of experts' router"), spec_,
                             saved.balance_grad);
   const DType rd = saved.router_x.dtype();
-  const Tensor dlogits = device_doubles(be, dlogits_host, {N, E}, rd, ws);
+  const Tensor dlogits = device_doubles(be, dlogits_host, {N, spec_.experts}, rd, ws);
   Tensor dx_router = be.empty({N, C_}, rd, ws);
   be.matmul_backward(&dx_router, nullptr, nullptr, dlogits, saved.router_x, router_weight(rd));
   if (rd != dy.dtype()) {
@@ -229,23 +256,20 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, const Saved& saved,
     dx_router = narrow;
   }
   be.add_inplace(dx, dx_router);
-  if (shared_) be.add_inplace(dx, shared_->backward(dy, saved.shared, deferred));
+  if (shared_) be.add_inplace(dx, dx_shared);
 
   // The weight gradients, now or when the schedule asks (zero-bubble schedules).
-  run_or_defer(deferred, [this, dlogits, x = saved.router_x, dys, dgate, dup, xs = saved.xs,
-                          hidden = saved.hidden, routing = saved.routing] {
+  run_or_defer(deferred, [this, dlogits, x = saved.router_x, dye, dgate, dup, xe = saved.xe,
+                          hidden = saved.hidden, exchange = saved.exchange] {
     Backend& b = *ctx_.backend;
     Tensor dw = router_.grad.reshape({spec_.experts, C_});
     b.matmul_backward(nullptr, &dw, nullptr, dlogits, x, Tensor{});
-    for (int64_t e = 0; e < spec_.experts; ++e) {
-      const int64_t r0 = routing->expert_begin[static_cast<size_t>(e)];
-      const int64_t n = routing->counts[static_cast<size_t>(e)];
-      if (n == 0) continue;
-      Tensor dg = expert_grads(gate_, e), du = expert_grads(up_, e), dd = expert_grads(down_, e);
-      b.matmul_backward(nullptr, &dg, nullptr, dgate.rows(r0, r0 + n), xs.rows(r0, r0 + n), Tensor{});
-      b.matmul_backward(nullptr, &du, nullptr, dup.rows(r0, r0 + n), xs.rows(r0, r0 + n), Tensor{});
-      b.matmul_backward(nullptr, &dd, nullptr, dys.rows(r0, r0 + n), hidden.rows(r0, r0 + n), Tensor{});
-    }
+    for_each_expert(*exchange, [&](int64_t l, int64_t r0, int64_t r1) {
+      Tensor dg = expert_grads(gate_, l), du = expert_grads(up_, l), dd = expert_grads(down_, l);
+      b.matmul_backward(nullptr, &dg, nullptr, dgate.rows(r0, r1), xe.rows(r0, r1), Tensor{});
+      b.matmul_backward(nullptr, &du, nullptr, dup.rows(r0, r1), xe.rows(r0, r1), Tensor{});
+      b.matmul_backward(nullptr, &dd, nullptr, dye.rows(r0, r1), hidden.rows(r0, r1), Tensor{});
+    });
   });
   return dx;
 }

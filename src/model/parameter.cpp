@@ -21,14 +21,14 @@ Shape split_shape(const Shape& global, int dim, int parts) {
 }
 
 int64_t Parameter::global_index(int64_t local) const {
-  if (spec.tp_split_dim < 0) return local;
+  if (split_dim() < 0) return local;
   const Shape& g = spec.global_shape;
   int64_t idx[Shape::kMaxRank] = {};
   for (int i = shape.rank() - 1; i >= 0; --i) {
     idx[i] = local % shape[i];
     local /= shape[i];
   }
-  idx[spec.tp_split_dim] += split_begin;
+  idx[split_dim()] += split_begin;
   int64_t out = 0;
   for (int i = 0; i < g.rank(); ++i) out = out * g[i] + idx[i];
   return out;

@@ -27,15 +27,19 @@ std::vector<Parameter*> ParameterStore::unit_params(int u) const {
   return out;
 }
 
-Parameter& ParameterStore::add(ParamSpec spec, int tp_rank, int tp_size) {
+Parameter& ParameterStore::add(ParamSpec spec, int part, int parts) {
   if ((spec.tp_split == TpSplit::None) != (spec.tp_split_dim < 0))
     throw std::logic_error("ParameterStore: " + spec.name + " has tp_split_dim " +
                            std::to_string(spec.tp_split_dim) + " but a TpSplit that disagrees");
+  if (spec.tp_split_dim >= 0 && spec.ep_split_dim >= 0)
+    throw std::logic_error("ParameterStore: " + spec.name + " is split over both the tensor and "
+                           "the expert group");
   if (unit_names_.empty()) begin_unit("model");
   auto p = std::make_unique<Parameter>();
-  p->shape = split_shape(spec.global_shape, spec.tp_split_dim, spec.tp_split_dim < 0 ? 1 : tp_size);
-  if (spec.tp_split_dim >= 0) p->split_begin = tp_rank * p->shape[spec.tp_split_dim];
   p->spec = std::move(spec);
+  const int dim = p->split_dim();
+  p->shape = split_shape(p->spec.global_shape, dim, dim < 0 ? 1 : parts);
+  if (dim >= 0) p->split_begin = part * p->shape[dim];
   p->unit = units() - 1;
   view_.push_back(p.get());
   owned_.push_back(std::move(p));

@@ -119,6 +119,24 @@ std::vector<std::vector<int>> GridShape::groups(Axis a) const {
   });
 }
 
+std::vector<std::vector<int>> GridShape::expert_groups() const {
+  return partition(*this, [&](GridCoords c) {
+    const int first = replica_rank(c) / ep * ep;
+    std::vector<int> members;
+    for (int i = 0; i < ep; ++i) members.push_back(world_rank(with_replica_rank(c, first + i)));
+    return members;
+  });
+}
+
+std::vector<std::vector<int>> GridShape::expert_data_groups() const {
+  return partition(*this, [&](GridCoords c) {
+    const int e = replica_rank(c) % ep;
+    std::vector<int> members;
+    for (int i = 0; i < dp * cp / ep; ++i) members.push_back(world_rank(with_replica_rank(c, e + i * ep)));
+    return members;
+  });
+}
+
 std::vector<std::vector<int>> GridShape::replica_groups() const {
   return partition(*this, [&](GridCoords c) {
     std::vector<int> members(static_cast<size_t>(dp * cp));

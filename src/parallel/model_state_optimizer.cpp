@@ -92,13 +92,21 @@ double ModelState::grad_norm() {
     }
     be_->copy_to_host(squares.data(), slots);
   }
-  double local = 0;
-  for (double s : squares) local += s;
+  // The slots in segment order, the experts' apart: under ZeRO 0 those differ between the
+  // expert ranks (each holds its own experts) and add up over the expert group.
+  double local = 0, experts = 0;
+  size_t slot_index = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const bool expert = plan_.buckets[b].group == ReplicaGroup::ExpertData;
+    for (size_t i = 0; i < bucket(static_cast<int>(b)).norm_segments.size(); ++i)
+      (expert ? experts : local) += squares[slot_index++];
+  }
+  if (options_.zero == 0 && groups_.expert) experts = groups_.expert->all_reduce_scalar(experts);
+  local += experts;
   // Under ZeRO each element is owned by one rank of its replica group, and every group's ranks
-  // lie within the data group (an expert-data group is a part of it), so one sum over the data
-  // group counts each element once, whatever its group. (Under ZeRO 0 nothing is summed here:
-  // expert weights, which differ between expert-data groups, will need the expert-parallel sum
-  // the mixture-of-experts model brings.)
+  // lie within the data group (an expert-data group is a part of it, the expert group's ranks
+  // holding the others' experts), so one sum over the data group counts each element once,
+  // whatever its group.
   if (options_.zero >= 1) local = groups_.dp->all_reduce_scalar(local);
   local = groups_.tp->all_reduce_scalar(local);
   local = groups_.pp->all_reduce_scalar(local);

@@ -43,7 +43,10 @@ std::vector<ReplicaRecord> ModelState::replica_records(ReplicaScope scope) {
   const bool tied = stage_->ties_embeddings();
   auto in_scope = [&](const Parameter& p, bool state) {
     switch (scope) {
-      case ReplicaScope::Replicas: return !state || options_.zero == 0;
+      case ReplicaScope::Replicas:
+        return p.spec.group == ReplicaGroup::Data && (!state || options_.zero == 0);
+      case ReplicaScope::Experts:
+        return p.spec.group == ReplicaGroup::ExpertData && (!state || options_.zero == 0);
       case ReplicaScope::Tensor: return p.spec.tp_split_dim < 0;
       case ReplicaScope::Embedding:
         return tied && p.spec.role == ParamRole::TokenEmbedding && (!state || options_.zero == 0);

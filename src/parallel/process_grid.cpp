@@ -56,6 +56,17 @@ ProcessGrid::ProcessGrid(MPI_Comm world, const GridShape& shape, double timeout_
     MPI_Comm_split(world, shape_.world_rank(c), shape_.replica_rank(coords_), &sub);
     replicas_ = group(sub, "dp+cp", shape_.world_rank(c));
   }
+  if (shape_.ep > 1) {
+    // Colour: the world rank of the group's first member, which names it; key: the rank in it.
+    const int q = shape_.replica_rank(coords_), ep = shape_.ep;
+    const int expert_first = shape_.world_rank(shape_.with_replica_rank(coords_, q / ep * ep));
+    const int data_first = shape_.world_rank(shape_.with_replica_rank(coords_, q % ep));
+    MPI_Comm sub;
+    MPI_Comm_split(world, expert_first, q % ep, &sub);
+    expert_ = group(sub, "ep", expert_first);
+    MPI_Comm_split(world, data_first, q / ep, &sub);
+    expert_data_ = group(sub, "ep-data", data_first);
+  }
 
   // Tied-embedding group: first and last stage of the same (dp, tp); others get a lone group.
   // Under zb-v the head shares the first stage with the embedding: every group is a lone one.
@@ -138,6 +149,11 @@ ProcessGrid ProcessGrid::planned(const GridShape& shape, int world_rank) {
   if (shape.cp > 1)
     g.replicas_ = std::make_unique<MetaCommunicator>("dp+cp", shape.replica_rank(g.coords_),
                                                      shape.dp * shape.cp);
+  if (shape.ep > 1) {
+    g.expert_ = std::make_unique<MetaCommunicator>("ep", shape.expert_rank(g.coords_), shape.ep);
+    g.expert_data_ = std::make_unique<MetaCommunicator>(
+        "ep-data", shape.expert_data_rank(g.coords_), shape.dp * shape.cp / shape.ep);
+  }
   const bool on_end = shape.pp > 1 && shape.head_stage == HeadStage::Last &&
                       (g.is_first_stage() || g.is_last_stage());
   g.embedding_ = std::make_unique<MetaCommunicator>("embedding", g.is_first_stage() ? 0 : 1,
@@ -153,6 +169,9 @@ std::string ProcessGrid::describe() const {
          (size(Axis::Context) > 1 ? ", cp " + std::to_string(rank(Axis::Context)) + "/" +
                                         std::to_string(size(Axis::Context))
                                   : std::string()) +
+         (shape_.ep > 1 ? ", ep " + std::to_string(shape_.expert_rank(coords_)) + "/" +
+                              std::to_string(shape_.ep)
+                        : std::string()) +
          ")";
 }
 

@@ -132,13 +132,16 @@ void check_replicas(const Config& config, ProcessGrid& grid, ModelState& state, 
     Communicator* comm;
     const char* name;
   };
+  // Without expert parallelism the experts are the data-parallel replicas' like any parameter.
+  Communicator* experts = grid.expert() ? &grid.expert_data() : nullptr;
   const Group groups[] = {
       {ReplicaScope::Replicas, &grid.replicas(), "data-parallel replicas"},
       {ReplicaScope::Tensor, &grid.comm(Axis::Tensor), "tensor-parallel group"},
-      {ReplicaScope::Embedding, &grid.embedding(), "tied-embedding copies (first and last stage)"}};
+      {ReplicaScope::Embedding, &grid.embedding(), "tied-embedding copies (first and last stage)"},
+      {ReplicaScope::Experts, experts, "expert-data replicas (the same experts)"}};
   std::string mine;  // this rank's findings: only a disagreeing group's rank 0 has any
   for (const Group& g : groups) {
-    if (g.comm->size() < 2) continue;
+    if (!g.comm || g.comm->size() < 2) continue;
     const std::vector<ReplicaRecord> records = state.replica_records(g.scope);
     std::vector<Member> members;
     for (const std::string& b :

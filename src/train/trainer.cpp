@@ -64,9 +64,10 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   const TensorParallel tp{&grid.comm(Axis::Tensor),
                           p.sequence_parallel ? SequenceParallel::On : SequenceParallel::Off};
   const ContextParallel cp{p.cp > 1 ? &grid.comm(Axis::Context) : nullptr};
+  const ExpertParallel ep{grid.expert()};
   model_ = std::make_unique<GptModel>(backend, tp, config.model,
                                       my_chunks(partition_, p, grid.rank(Axis::Pipeline)),
-                                      config.train.precision, cp);
+                                      config.train.precision, cp, ep);
 
   ModelStateOptions so;
   so.zero = p.zero;
@@ -85,8 +86,9 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
       // The parameters' replicas are dp x cp ranks: a cp rank's gradient covers its part of
       // every sequence, and the loss is scaled by the global batch's tokens, so summing over
       // them gives the gradient of the whole batch.
+      // The experts (parallel.ep) are replicated over a part of them, the expert-data group.
       StateGroups{&grid.replicas(), &grid.comm(Axis::Tensor), &grid.comm(Axis::Pipeline),
-                  &grid.embedding()},
+                  &grid.embedding(), &grid.expert_data(), grid.expert()},
       so);
   if (data == DataMode::Load) {
     state_->initialize(config.run.seed);

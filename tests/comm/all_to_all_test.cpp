@@ -141,6 +141,27 @@ TEST(AllToAll, CountsReachTheRankTheyAreFor) {
   EXPECT_EQ(comm.all_to_all_counts(send), expected);
 }
 
+std::string refusal(const std::function<void()>& call);
+
+// Several counts per peer (an expert group's per-expert counts): block p of k counts reaches
+// rank p whole and in order.
+TEST(AllToAll, BlocksOfCountsReachTheRankTheyAreFor) {
+  MpiCommunicator comm = world();
+  const int n = comm.size(), me = comm.rank();
+  constexpr int k = 3;
+  std::vector<int64_t> send, expected;
+  for (int p = 0; p < n; ++p)
+    for (int j = 0; j < k; ++j) {
+      send.push_back(1000 * me + 10 * p + j);
+      expected.push_back(1000 * p + 10 * me + j);
+    }
+  EXPECT_EQ(comm.all_to_all_counts(send), expected);
+  if (n > 1) {  // a length that is no multiple of the group's size is refused
+    send.pop_back();
+    EXPECT_NE(refusal([&] { comm.all_to_all_counts(send); }).find("the same number"), std::string::npos);
+  }
+}
+
 TEST(AllToAll, MovesUnevenBlocksOfEveryDtypeAndBack) {
   for (DType dtype : {DType::F32, DType::F64, DType::BF16, DType::I32})
     for (unsigned seed : {1u, 2u, 3u}) expect_moves_blocks(dtype, seed, seed == 3);
@@ -229,7 +250,8 @@ TEST(AllToAll, RefusesArgumentsThatDoNotAgree) {
     EXPECT_EQ(e, "(no refusal)");
   } else {
     EXPECT_NE(e.find("all_to_all_counts on group 'world'"), std::string::npos) << e;
-    EXPECT_NE(e.find("needs one non-negative count per rank of the group; got [1]"),
+    EXPECT_NE(e.find("needs the same number (at least one) of non-negative counts per rank of "
+                     "the group; got [1]"),
               std::string::npos)
         << e;
   }

@@ -73,5 +73,44 @@ TEST(GridShape, ReplicaGroupsJoinDataAndContextRanks) {
   EXPECT_EQ(no_cp.replica_groups(), no_cp.groups(Axis::Data));
 }
 
+// Expert parallelism folds over the replicas: every replica group splits into dp x cp / ep
+// expert groups of ep consecutive replica ranks, and into ep expert-data groups, one per expert
+// rank; each pair of one expert group and one expert-data group of a replica group meets in
+// exactly one rank.
+TEST(GridShape, ExpertGroupsFoldOverTheReplicas) {
+  GridShape g = shape(4, 2, 2, 2, "tp-cp-dp-pp");
+  g.ep = 4;
+  const auto experts = g.expert_groups(), data = g.expert_data_groups();
+  ASSERT_EQ(experts.size(), 2u * 4u);  // (tp, pp) places x replica groups of 8 / ep
+  ASSERT_EQ(data.size(), 4u * 4u);     // (tp, pp) places x ep
+  for (const auto& members : experts) {
+    ASSERT_EQ(members.size(), 4u);
+    const GridCoords first = g.coordinates(members[0]);
+    for (size_t i = 0; i < members.size(); ++i) {
+      const GridCoords c = g.coordinates(members[i]);
+      EXPECT_EQ(c[axis_index(Axis::Tensor)], first[axis_index(Axis::Tensor)]);
+      EXPECT_EQ(c[axis_index(Axis::Pipeline)], first[axis_index(Axis::Pipeline)]);
+      EXPECT_EQ(g.expert_rank(c), static_cast<int>(i));
+      EXPECT_EQ(g.replica_rank(c), g.replica_rank(first) + static_cast<int>(i));
+      EXPECT_EQ(g.expert_data_rank(c), g.expert_data_rank(first));
+    }
+  }
+  std::set<int> all;
+  for (const auto& members : data) {
+    ASSERT_EQ(members.size(), 2u);
+    for (size_t i = 0; i < members.size(); ++i) {
+      const GridCoords c = g.coordinates(members[i]);
+      EXPECT_EQ(g.expert_data_rank(c), static_cast<int>(i));
+      EXPECT_EQ(g.expert_rank(c), g.expert_rank(g.coordinates(members[0])));
+      all.insert(members[i]);
+    }
+  }
+  EXPECT_EQ(static_cast<int>(all.size()), g.world_size());
+  // ep 1: each rank its own expert group; the expert-data groups are the replica groups.
+  g.ep = 1;
+  EXPECT_EQ(g.expert_data_groups(), g.replica_groups());
+  EXPECT_EQ(g.expert_groups().size(), static_cast<size_t>(g.world_size()));
+}
+
 }  // namespace
 }  // namespace meshtrain

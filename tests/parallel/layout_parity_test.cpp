@@ -51,6 +51,7 @@ struct Layout {
   int cp = 1;  // context-parallel ranks: each holds 2 of the 2 cp chunks of every sequence
   // A model of its own (model_variant below); empty: the tiny GPT-2 of testing::tiny_config.
   std::string model = {};
+  int ep = 1;  // expert-parallel ranks of a mixture of experts, folded over dp x cp
 
   std::string name() const {
     const char* rc[] = {"none", "selective", "full"};
@@ -59,13 +60,14 @@ struct Layout {
            "_m" + std::to_string(16 / (dp * micro_batch)) + (sequence_parallel ? "_sp" : "") +
            "_zero" + std::to_string(zero) + "_rc-" + rc[static_cast<int>(recompute)] +
            (speeds.empty() ? "" : "_uneven") + (cp > 1 ? "_cp" + std::to_string(cp) : "") +
-           (model.empty() ? "" : "_" + model);
+           (model.empty() ? "" : "_" + model) + (ep > 1 ? "_ep" + std::to_string(ep) : "");
   }
   Config apply(Config c) const {
     c.parallel.dp = dp;
     c.parallel.tp = tp;
     c.parallel.pp = pp;
     c.parallel.cp = cp;
+    c.parallel.ep = ep;
     c.parallel.schedule = schedule;
     c.parallel.virtual_stages = virtual_stages;
     c.parallel.sequence_parallel = sequence_parallel;
@@ -87,6 +89,12 @@ using R = Recompute;
 // `l` with its sequences split over `cp` ranks besides its dp x tp x pp.
 Layout context_parallel(Layout l, int cp) {
   l.cp = cp;
+  return l;
+}
+
+// `l` with a mixture of experts' experts split over `ep` of its dp x cp ranks.
+Layout expert_parallel(Layout l, int ep) {
+  l.ep = ep;
   return l;
 }
 
@@ -136,19 +144,7 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.kv_heads_set = 2;
     m.head_dim_set = 12;
   } else if (name == "moe") {
-    // A mixture of experts after one dense block (DeepSeek's first_k_dense_replace): 4 SwiGLU
-    // experts of width 24, top 2, a shared expert, both balancing losses on. Whole on every
-    // tensor rank: tp without sp computes each token on every rank, with sp its own share, and
-    // the balancing sums cross the sequence-parallel and context ranks.
-    m = model_variant("rms_swiglu", m);
-    m.feed_forward = FeedForwardKind::Moe;
-    m.moe.experts = 4;
-    m.moe.top_k = 2;
-    m.moe.ffn_hidden_set = 24;
-    m.moe.shared_ffn_hidden = 16;
-    m.moe.aux_loss = 0.05;
-    m.moe.z_loss = 0.01;
-    m.moe.first_dense_layers = 1;
+    m = testing::tiny_moe(m);
   } else if (name == "moe_sigmoid") {
     // DeepSeek-V3's router on the same mixture: sigmoid scores, gates scaled, the expert bias
     // moved by a gamma large enough to change choices within the run, from the loads of the
@@ -157,6 +153,11 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.moe.router = RouterKind::Sigmoid;
     m.moe.route_scale = 2.5;
     m.moe.bias_update_rate_set = 0.01;
+  } else if (name == "moe_skewed") {
+    // Eight experts (ep 2 and 4 hold 4 and 2 each) and no balancing loss to even them out.
+    m = model_variant("moe", m);
+    m.moe.experts = 8;
+    m.moe.aux_loss = 0;
   } else if (name == "llama_docs") {
     // Llama's block under document masking (with_documents): the vocabulary grows to hold the
     // tokenizer's end-of-text token.
@@ -172,6 +173,16 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
 // router logits turns near-ties into other experts on another layout, a jump that no rounding
 // bound describes; fp64 and fp32 keep their routing.
 bool routes_discretely(const std::string& model) { return model.rfind("moe", 0) == 0; }
+
+// "moe_skewed": its routers start with the rows of experts 0 and 1 eight times the others', so
+// that those two take most tokens and the expert ranks receive very different row counts
+// (some none) from each peer.
+testing::InitialChange initial_change(const std::string& model) {
+  if (model != "moe_skewed") return nullptr;
+  return [](Trainer& trainer, Backend& backend) {
+    testing::scale_leading_rows(trainer, backend, ".router.weight", 2, 8.0);
+  };
+}
 
 // Variants trained with data.document_mask = true on documents_data's shard.
 bool masks_documents(const std::string& model) {
@@ -264,7 +275,13 @@ std::vector<Layout> layouts_for(int world) {
         on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, "moe"),
         on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "moe"),
         on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "moe"),
-        on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 1}, "moe_sigmoid"),
+        on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 1}, 2), "moe_sigmoid"),
+        // Expert parallelism: over the data ranks, over the context ranks, with ZeRO-3 and full
+        // recomputation (the dispatch re-run), and under skewed routing with ZeRO-1.
+        on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false}, 2), "moe"),
+        on_model(expert_parallel(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), 2), "moe"),
+        on_model(expert_parallel({2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, 2), "moe"),
+        on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 4, false, 1}, 2), "moe_skewed"),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
@@ -307,6 +324,15 @@ std::vector<Layout> layouts_for(int world) {
         on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 2, true, 3}, 2), "qwen3"),
         on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true, 1}, 2), "moe"),
         on_model({2, 1, 2, S::ZeroBubbleH1, 1, 2, false, 2}, "moe"),
+        // ep 4 with ZeRO-1; ep 2 x tp 2 (sequence-parallel) with ZeRO-2; ep 2 x pp 2 under 1F1B
+        // and zb-v; ep 4 over dp 2 x cp 2 with ZeRO-3; ep 2 of 4 replicas (expert-data groups of
+        // two) under skewed routing.
+        on_model(expert_parallel({4, 1, 1, S::OneFOneB, 1, 1, false, 1}, 4), "moe"),
+        on_model(expert_parallel({2, 2, 1, S::OneFOneB, 1, 2, true, 2}, 2), "moe"),
+        on_model(expert_parallel({2, 1, 2, S::OneFOneB, 1, 2, false}, 2), "moe"),
+        on_model(expert_parallel({2, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Selective}, 2), "moe"),
+        on_model(expert_parallel(context_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, 2), 4), "moe"),
+        on_model(expert_parallel({4, 1, 1, S::OneFOneB, 1, 2, false, 2}, 2), "moe_skewed"),
     };
     case 8: return {
         {2, 2, 2, S::GPipe, 1, 2, false},
@@ -329,6 +355,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model(context_parallel({1, 2, 2, S::OneFOneB, 1, 2, true, 3}, 2), "llama"),
         on_model({2, 2, 2, S::ZeroBubbleV, 2, 2, true, 1, R::Full}, "qwen3"),
         on_model({2, 2, 2, S::OneFOneB, 1, 2, true, 3}, "moe"),
+        on_model(expert_parallel({2, 2, 2, S::ZeroBubbleH1, 1, 2, true, 1}, 2), "moe"),
     };
     default: return {};
   }
@@ -347,6 +374,7 @@ std::vector<std::string> features_of(const Layout& l) {
   if (!l.speeds.empty()) f.push_back("uneven");
   if (l.dp * l.micro_batch == 16) f.push_back("one-micro-batch");
   if (!l.model.empty()) f.push_back(l.model);
+  if (l.ep > 1) f.push_back("ep");
   return f;
 }
 
@@ -389,13 +417,14 @@ int roundings(DType precision, const Layout& l) {
 
 // What the single-rank reference's own rounding does to each metric: its distance from the same
 // run in a finer precision (fp64 from fp32's, scaled by the ratio of unit round-offs).
-Tolerances reference_rounding(const Config& base, const testing::Reference& ref) {
+Tolerances reference_rounding(const Config& base, const testing::Reference& ref,
+                              const testing::InitialChange& change) {
   Config fine = base, coarse = base;
   fine.train.precision = base.train.precision == DType::BF16 ? DType::F32 : DType::F64;
   if (base.train.precision != DType::F64)
-    return testing::rounding_effect(ref, testing::run_reference(fine, kSteps));
+    return testing::rounding_effect(ref, testing::run_reference(fine, kSteps, change));
   coarse.train.precision = DType::F32;
-  return testing::rounding_effect(testing::run_reference(coarse, kSteps), ref, 0x1p-53 / 0x1p-24);
+  return testing::rounding_effect(testing::run_reference(coarse, kSteps, change), ref, 0x1p-53 / 0x1p-24);
 }
 
 // Every layout of this world size against the single rank, each held to the tolerance the
@@ -419,8 +448,9 @@ void check_matrix(DType precision) {
     base.train.precision = precision;
     base.model = model_variant(model, base.model);
     if (masks_documents(model)) base = with_documents(base, dir.path());
-    const testing::Reference ref = testing::run_reference(base, kSteps);
-    const Tolerances rounding = reference_rounding(base, ref);
+    const testing::InitialChange change = initial_change(model);
+    const testing::Reference ref = testing::run_reference(base, kSteps, change);
+    const Tolerances rounding = reference_rounding(base, ref, change);
     const std::string dtype(dtype_name(precision));
     if (world_rank() == 0)
       std::printf("# %s%s: the reference's own rounding moves %10.2e %10.2e %10.2e %10.2e\n"
@@ -435,7 +465,7 @@ void check_matrix(DType precision) {
       const Tolerances t = testing::parity_tolerances(
           rounding, k, accumulation_roundoff(precision),
           static_cast<double>(base.train.global_batch * base.model.seq_len));
-      const testing::ParityResult r = testing::run_parallel(l.apply(base), kSteps, ref);
+      const testing::ParityResult r = testing::run_parallel(l.apply(base), kSteps, ref, change);
       if (world_rank() == 0)
         std::printf("  %-52s %10.2e %10.2e %10.2e %10.2e  %s (k %d: %.1e %.1e %.1e %.1e)\n",
                     l.name().c_str(), r.max_loss_error, r.params_l2_error, r.max_param_l2_error,

@@ -24,7 +24,44 @@ std::vector<double> host_values(Backend& be, const Tensor& t) {
   }
   return out;
 }
+
+// Scales the elements of `t` (a slice of `p` from local flat index `local_begin`) whose global
+// row is below `rows`.
+void scale_rows_of(Backend& be, const Parameter& p, Tensor t, int64_t local_begin,
+                   int64_t rows, double factor) {
+  std::vector<double> v = host_values(be, t);
+  const int64_t row_size = p.spec.global_shape.numel() / p.spec.global_shape[0];
+  for (size_t i = 0; i < v.size(); ++i)
+    if (p.global_index(local_begin + static_cast<int64_t>(i)) / row_size < rows) v[i] *= factor;
+  if (t.dtype() == DType::F64) {
+    be.copy_from_host(t, v.data());
+  } else {
+    const std::vector<float> f(v.begin(), v.end());
+    be.copy_from_host(t, f.data());
+  }
+}
+
 }  // namespace
+
+void scale_leading_rows(Trainer& trainer, Backend& be, const std::string& suffix, int64_t rows,
+                        double factor) {
+  auto named = [&](const Parameter& p) {
+    const std::string& n = p.spec.name;
+    return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  bool sharded = false;
+  for (Parameter* p : trainer.model().params().params()) {
+    if (!named(*p) || p->tied_copy) continue;
+    if (!p->value.defined()) {
+      sharded = true;  // ZeRO-3: the shards below are the only copy
+      continue;
+    }
+    scale_rows_of(be, *p, p->value, 0, rows, factor);
+  }
+  if (!sharded) return;
+  for (const OwnedPiece& piece : trainer.state().owned_pieces())
+    if (named(*piece.param)) scale_rows_of(be, *piece.param, piece.value, piece.local_begin, rows, factor);
+}
 
 Config tiny_config(const std::string& run_dir) {
   Config c;
@@ -52,7 +89,25 @@ Config tiny_config(const std::string& run_dir) {
   return c;
 }
 
-Reference run_reference(Config c, int steps) {
+ModelSpec tiny_moe(ModelSpec m) {
+  m.norm.kind = NormKind::Rms;
+  m.norm.eps = 1e-6;
+  m.activation = ActivationKind::SwiGlu;
+  m.linear_bias = false;
+  m.tie_embeddings = false;
+  m.ffn_hidden_set = 88;
+  m.feed_forward = FeedForwardKind::Moe;
+  m.moe.experts = 4;
+  m.moe.top_k = 2;
+  m.moe.ffn_hidden_set = 24;
+  m.moe.shared_ffn_hidden = 16;
+  m.moe.aux_loss = 0.05;
+  m.moe.z_loss = 0.01;
+  m.moe.first_dense_layers = 1;
+  return m;
+}
+
+Reference run_reference(Config c, int steps, const InitialChange& change) {
   c.parallel = ParallelOptions{};
   c.parallel.dp = 1;
   c.train.micro_batch = c.train.global_batch;
@@ -60,6 +115,7 @@ Reference run_reference(Config c, int steps) {
   CpuBackend backend(1);
   ProcessGrid grid(MPI_COMM_SELF, c.grid_shape(), c.run.comm_timeout);
   Trainer trainer(c, grid, backend);
+  if (change) change(trainer, backend);
   Reference ref;
   for (int s = 0; s < steps; ++s) ref.losses.push_back(trainer.train_step(s).loss);
   for (const OwnedPiece& piece : trainer.state().owned_pieces()) {
@@ -72,13 +128,14 @@ Reference run_reference(Config c, int steps) {
   return ref;
 }
 
-ParityResult run_parallel(Config c, int steps, const Reference& ref) {
+ParityResult run_parallel(Config c, int steps, const Reference& ref, const InitialChange& change) {
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   check_layout(c, world);
   CpuBackend backend(1);
   ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
   Trainer trainer(c, grid, backend);
+  if (change) change(trainer, backend);
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) losses.push_back(trainer.train_step(s).loss);
   return compare_with_reference(trainer, backend, MPI_COMM_WORLD, losses, 0, ref);

@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,13 +23,23 @@ namespace meshtrain::testing {
 // A model small enough to train a few steps in milliseconds, with dimensions divisible by every
 // tp, pp x virtual_stages and micro-batch count the tests use.
 Config tiny_config(const std::string& run_dir);
+// `m` (tiny_config's model) as a mixture of experts after one dense block (DeepSeek's
+// first_k_dense_replace): Llama's sub-layers (RMSNorm, SwiGLU, no biases, untied), 4 SwiGLU
+// experts of width 24, top 2, a shared expert, both balancing losses on. Whole on every tensor
+// rank: tp without sp computes each token on every rank, with sp its own share, and the
+// balancing sums cross the sequence-parallel and context ranks.
+ModelSpec tiny_moe(ModelSpec m);
 
 struct Reference {
   std::vector<double> losses;
   std::map<std::string, std::vector<double>> params;  // global values after the last step
 };
+// What a test changes in a trainer's initial parameters (the same change in the reference and
+// the layout under test, e.g. a router skewed towards some experts); null: nothing.
+using InitialChange = std::function<void(Trainer& trainer, Backend& backend)>;
+
 // Single rank, one micro-batch, no ZeRO: the plainest execution of `config`'s training.
-Reference run_reference(Config config, int steps);
+Reference run_reference(Config config, int steps, const InitialChange& change = nullptr);
 
 struct ParityResult {
   std::vector<double> losses;
@@ -45,7 +56,13 @@ struct ParityResult {
   std::vector<double> owned_values;
 };
 // Runs `config` on MPI_COMM_WORLD (its layout must fit the world size).
-ParityResult run_parallel(Config config, int steps, const Reference& reference);
+ParityResult run_parallel(Config config, int steps, const Reference& reference,
+                          const InitialChange& change = nullptr);
+// Multiplies rows [0, rows) of every parameter named "*<suffix>" (global row index along
+// dimension 0 of its global shape, which no layout may split) by `factor`, wherever this rank
+// holds them: in the layers' values, or in its ZeRO-3 shards. fp32 and fp64 parameters.
+void scale_leading_rows(Trainer& trainer, Backend& backend, const std::string& suffix, int64_t rows,
+                        double factor);
 // Compares a trainer on `comm` (its grid's world) with the reference: `losses` are those of
 // steps first_step, first_step + 1, ...; the parameters are compared with the reference's
 // after its last step. Collective over `comm`.

@@ -45,19 +45,22 @@ struct Layout {
   int virtual_stages = 1;
   bool sequence_parallel = false;
   int cp = 1;
+  int ep = 1;  // a mixture of experts' expert ranks (the MoE chains)
 
   int ranks() const { return dp * tp * pp * cp; }
   std::string name() const {
     return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_pp" + std::to_string(pp) +
            "_zero" + std::to_string(zero) + "_mb" + std::to_string(micro_batch) + "_" +
            std::string(schedule_name(schedule)) + "_v" + std::to_string(virtual_stages) +
-           (sequence_parallel ? "_sp" : "") + (cp > 1 ? "_cp" + std::to_string(cp) : "");
+           (sequence_parallel ? "_sp" : "") + (cp > 1 ? "_cp" + std::to_string(cp) : "") +
+           (ep > 1 ? "_ep" + std::to_string(ep) : "");
   }
   Config apply(Config c) const {
     c.parallel.dp = dp;
     c.parallel.tp = tp;
     c.parallel.pp = pp;
     c.parallel.cp = cp;
+    c.parallel.ep = ep;
     c.parallel.zero = zero;
     c.parallel.schedule = schedule;
     c.parallel.virtual_stages = virtual_stages;
@@ -291,18 +294,36 @@ std::vector<std::vector<Segment>> chains(int world) {
   }
 }
 
+// A mixture of experts (testing::tiny_moe) saved with its experts split over ep ranks resumes
+// on another split, or none: its checkpoints hold the experts as global tensors.
+std::vector<std::vector<Segment>> moe_chains(int world) {
+  switch (world) {
+    case 2: return {
+        {{{2, 1, 1, 0, 8, S::OneFOneB, 1, false, 1, 2}, 3}, {{1, 1, 2, 3, 4}, 6},
+         {{1, 1, 1, 1, 4, S::OneFOneB, 1, false, 2, 2}, 10}},
+    };
+    case 4: return {
+        {{{4, 1, 1, 1, 2, S::OneFOneB, 1, false, 1, 4}, 4}, {{2, 1, 2, 2, 2, S::OneFOneB, 1, false, 1, 2}, 7},
+         {{1, 2, 2, 0, 4, S::OneFOneB, 1, true}, 10}},
+    };
+    default: return {};
+  }
+}
+
 std::string chain_name(const std::vector<Segment>& chain) {
   std::string out;
   for (const Segment& s : chain) out += (out.empty() ? "" : " -> ") + s.layout.name();
   return out;
 }
 
-// Runs every chain of this world size against the single-rank reference of 10 steps.
-void check_chains(DType precision, double loss_tol, double params_tol) {
-  const std::vector<std::vector<Segment>> all = chains(world_size());
+// Runs every chain of this world size (`moe`: the mixture of experts' chains on its model)
+// against the single-rank reference of 10 steps.
+void check_chains(DType precision, double loss_tol, double params_tol, bool moe = false) {
+  const std::vector<std::vector<Segment>> all = moe ? moe_chains(world_size()) : chains(world_size());
   if (all.empty()) GTEST_SKIP() << "no chains for " << world_size() << " ranks";
   testing::SharedTempDir dir;
   Config base = testing::tiny_config(dir.path());
+  if (moe) base.model = testing::tiny_moe(base.model);
   base.train.precision = precision;
   base.train.steps = kSteps;
   const testing::Reference ref = testing::run_reference(base, kSteps);
@@ -353,6 +374,11 @@ TEST(CheckpointRestart, Bf16OtherLayoutsFollowTheSingleRankBf16Trajectory) {
 
 TEST(CheckpointRestart, Fp64OtherLayoutsFollowTheSingleRankTrajectoryToRoundoff) {
   check_chains(DType::F64, 1e-12, 1e-12);
+}
+
+// Expert parallelism saves and loads the experts as global tensors: another ep, or none, resumes.
+TEST(CheckpointRestart, Fp64MixtureOfExpertsResumesOnAnotherExpertSplit) {
+  check_chains(DType::F64, 1e-12, 1e-12, true);
 }
 
 // The world's checkpoint continued by one rank alone (every rank runs it on MPI_COMM_SELF),

@@ -140,8 +140,10 @@ class Communicator {
   // all_to_all_counts. `out` and `in` are distinct buffers of one dtype.
   Work all_to_all(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_rows,
                   const std::vector<int64_t>& recv_rows);
-  // The counts' exchange before all_to_all, blocking: returns recv where recv[p] is rank p's
-  // send[rank()]. `send` holds size() non-negative counts.
+  // The counts' exchange before all_to_all, blocking: `send` holds size() blocks of k >= 1
+  // non-negative counts each, block p for rank p (k: counts per peer, e.g. one per expert the
+  // peer holds); returns the blocks received, block p rank p's block for this rank (with k = 1,
+  // recv[p] is rank p's send[rank()]). Every rank passes the same k.
   std::vector<int64_t> all_to_all_counts(const std::vector<int64_t>& send);
   void barrier();
 

@@ -86,6 +86,7 @@ struct ParallelOptions {
   int dp = 0;  // 0: "auto", world / (tp * pp * cp)
   int tp = 1, pp = 1;
   int cp = 1;  // context parallelism: each sequence split over cp ranks (model/ring_attention.h)
+  int ep = 1;  // expert parallelism, folded over dp x cp (parallel/grid_shape.h)
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   // zb-v: re-plan the schedule for the costs measured in the second step

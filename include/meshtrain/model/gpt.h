@@ -76,9 +76,11 @@ class ModelChunk {
 class GptModel final : public PipelineStage {
  public:
   // ranges: this rank's chunks, in its virtual-stage order. cp: the context-parallel group,
-  // whose ranks each hold part of every sequence.
+  // whose ranks each hold part of every sequence; ep: the expert group, whose ranks each hold
+  // part of every mixture of experts' experts.
   GptModel(Backend& backend, const TensorParallel& tp, const ModelSpec& cfg,
-           const std::vector<ChunkRange>& ranges, DType dtype, ContextParallel cp = {});
+           const std::vector<ChunkRange>& ranges, DType dtype, ContextParallel cp = {},
+           ExpertParallel ep = {});
 
   ParameterStore& params() override { return store_; }
   ModelChunk& chunk(int v) { return *chunks_[v]; }

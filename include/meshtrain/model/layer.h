@@ -5,6 +5,7 @@
 
 #include "meshtrain/backend/backend.h"
 #include "meshtrain/model/expert_bias.h"
+#include "meshtrain/model/expert_parallel.h"
 #include "meshtrain/model/loss_accumulator.h"
 #include "meshtrain/model/moe_log.h"
 #include "meshtrain/model/parameter_store.h"
@@ -19,6 +20,7 @@ struct LayerContext {
   ParameterStore* store = nullptr;
   TensorParallel tp;
   ContextParallel cp;  // off unless parallel.cp > 1
+  ExpertParallel ep;   // off unless parallel.ep > 1
   // Where a layer with a loss of its own (a mixture of experts' balancing losses) adds it, and
   // logs what it routed; null in models without one (and in tests of single layers).
   LossAccumulator* loss = nullptr;

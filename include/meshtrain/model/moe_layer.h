@@ -8,6 +8,11 @@
 //   plus a shared SwiGLU expert every token passes (shared_ffn_hidden > 0).
 // Dropless: every choice is computed, so routing and the result are the same on every layout.
 //
+// Expert parallelism (LayerContext::ep) splits the experts over the expert group: each rank
+// holds E / ep of them (dimension 0 of the expert weights) and its rows travel to their
+// experts' ranks and back (model/expert_exchange.h); routing, the losses and the combine stay
+// with the tokens. The shared expert runs while the rows travel.
+//
 // The experts are whole on every tensor rank (Megatron's expert tensor parallelism 1): each rank
 // routes the tokens it holds (all of them without sequence parallelism, its N/tp share with it),
 // so the expert and router gradients are partial over tp exactly when sequence parallelism is on.
@@ -28,6 +33,7 @@
 
 #include "meshtrain/model/cost_sheet.h"
 #include "meshtrain/model/layer.h"
+#include "meshtrain/model/expert_exchange.h"
 #include "meshtrain/model/model_spec.h"
 #include "meshtrain/model/moe_routing.h"
 #include "meshtrain/model/swiglu_mlp.h"
@@ -43,7 +49,9 @@ class MixtureOfExperts {
     std::vector<double> balance_grad;        // (N, E) the balancing losses' logit gradient
     Tensor token_of_row, gate_of_row;        // (M, 1) int32, wide: combine's gradient
     Tensor row_of_choice, gates;             // (N, k) int32, wide: combine and dispatch's gradient
-    Tensor xs, gate, up, hidden, ys;         // expert-sorted (M, C), (M, F) x 3, (M, C)
+    std::shared_ptr<const ExpertExchange> exchange;  // the rows' way to their experts and back
+    Tensor xe, gate, up, hidden;             // the expert side's R rows: (R, C), (R, F) x 3
+    Tensor ys;                               // the experts' outputs, expert-sorted (M, C)
     SwiGluMlp::Saved shared;
   };
 

@@ -41,6 +41,10 @@ struct ParamSpec {
   Shape global_shape;      // as stored in checkpoints
   int tp_split_dim = -1;   // dimension split evenly over the tp group; -1: replicated
   TpSplit tp_split = TpSplit::None;  // what that dimension is (None exactly when it is -1)
+  // Dimension split evenly over the expert group instead (a mixture of experts' expert
+  // weights under expert parallelism, dimension 0: the experts); -1: not. At most one of the
+  // two splits a parameter: the experts are whole on every tensor rank.
+  int ep_split_dim = -1;
   ReplicaGroup group = ReplicaGroup::Data;
   ParamRole role = ParamRole::Plain;
   Init init = Init::Normal;
@@ -52,7 +56,7 @@ struct ParamSpec {
 struct Parameter {
   ParamSpec spec;
   Shape shape;              // this rank's slice
-  int64_t split_begin = 0;  // first index of the slice along spec.tp_split_dim
+  int64_t split_begin = 0;  // first index of the slice along split_dim()
   int unit = 0;             // the unit (embedding, block i, head) that owns it
   // True for a second copy of a parameter held elsewhere (the last stage's tied embedding):
   // its gradient joins the owner's, and checkpoints store it once.
@@ -61,6 +65,8 @@ struct Parameter {
   Tensor grad;
 
   int64_t numel() const { return shape.numel(); }
+  // The dimension this rank holds a slice of (over the tensor or the expert group); -1: whole.
+  int split_dim() const { return spec.tp_split_dim >= 0 ? spec.tp_split_dim : spec.ep_split_dim; }
   // Global flat index of this slice's element at local flat index i (row-major).
   int64_t global_index(int64_t local) const;
 };

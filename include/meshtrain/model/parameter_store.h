@@ -17,8 +17,10 @@ class ParameterStore {
  public:
   // Starts a new unit; parameters added after belong to it. Returns the unit's index.
   int begin_unit(std::string name);
-  // Registers this rank's slice of a parameter (tp_rank of tp_size along spec.tp_split_dim).
-  Parameter& add(ParamSpec spec, int tp_rank, int tp_size);
+  // Registers this rank's slice of a parameter: part `part` of `parts` along its split dimension
+  // (spec.tp_split_dim: the tensor group's rank and size; spec.ep_split_dim: the expert
+  // group's); the whole parameter when it has none.
+  Parameter& add(ParamSpec spec, int part, int parts);
 
   // The current unit also uses `p`, owned by another unit (the head using tied embeddings).
   void use(Parameter& p);

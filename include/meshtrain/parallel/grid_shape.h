@@ -32,6 +32,12 @@ enum class HeadStage { Last, First };
 
 struct GridShape {
   int dp = 1, tp = 1, pp = 1, cp = 1;
+  // Expert parallelism, folded over the replicas (Megatron-Core's "parallel folding"): not an
+  // axis of its own, so it adds no ranks. Of the dp x cp replicas of a (tp, pp) place, replica q
+  // holds the experts of expert rank q mod ep; the ep consecutive replicas q / ep share their
+  // tokens with each other (the expert group), and the replicas with the same q mod ep hold the
+  // same experts (the expert-data group, over which those are reduced). ep divides dp x cp.
+  int ep = 1;
   std::array<Axis, kAxes> order = {Axis::Tensor, Axis::Context, Axis::Data, Axis::Pipeline};  // fastest first
   HeadStage head_stage = HeadStage::Last;
 
@@ -55,6 +61,18 @@ struct GridShape {
   int replica_rank(const GridCoords& coords) const {
     return coords[axis_index(Axis::Context)] + cp * coords[axis_index(Axis::Data)];
   }
+  // The coordinates of replica q of the place `coords` is in (its dp and cp set from q).
+  GridCoords with_replica_rank(GridCoords coords, int q) const {
+    coords[axis_index(Axis::Context)] = q % cp;
+    coords[axis_index(Axis::Data)] = q / cp;
+    return coords;
+  }
+  int expert_rank(const GridCoords& coords) const { return replica_rank(coords) % ep; }
+  int expert_data_rank(const GridCoords& coords) const { return replica_rank(coords) / ep; }
+  // The expert groups (ep ranks that exchange tokens) and the expert-data groups (dp x cp / ep
+  // ranks holding the same experts), each in group-rank order.
+  std::vector<std::vector<int>> expert_groups() const;
+  std::vector<std::vector<int>> expert_data_groups() const;
 };
 
 }  // namespace meshtrain

@@ -45,6 +45,9 @@ struct StateGroups {
   Communicator* embedding = nullptr;  // first + last stage (tied embeddings), else size 1
   // ReplicaGroup::ExpertData's replicas; null where no parameter carries that group.
   Communicator* expert_data = nullptr;
+  // The expert group (parallel.ep): its ranks hold different experts, whose gradients the norm
+  // adds up over it; null without expert parallelism.
+  Communicator* expert = nullptr;
 
   // The communicator a parameter of `group` is reduced and sharded over.
   Communicator& replicas_of(ReplicaGroup group) const;
@@ -91,7 +94,10 @@ struct OwnedPiece {
 //              biases): their values and the optimizer's pieces of them, under every stage.
 //   Embedding  the first and last pipeline stage with tied embeddings: wte's values (ZeRO 0-2)
 //              and, under ZeRO 0, its optimizer state (other stages shard it differently).
-enum class ReplicaScope { Replicas, Tensor, Embedding };
+//   Experts    the expert-data group (parallel.ep): the expert weights, which the Replicas
+//              scope leaves out, as Replicas holds the others (values under ZeRO 0-2, and under
+//              ZeRO 0 the optimizer's state).
+enum class ReplicaScope { Replicas, Tensor, Embedding, Experts };
 
 // One replicated piece of state and a hash of its bits; `what` names it the same way on every
 // rank that holds a copy ("h.0.ln1.weight[0] values", "... state @0+64").

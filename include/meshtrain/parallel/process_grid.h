@@ -59,6 +59,11 @@ class ProcessGrid {
   // are summed and ZeRO shards over it. The data group itself when cp == 1.
   Communicator& replicas() { return replicas_ ? *replicas_ : comm(Axis::Data); }
   int replica_rank() const { return shape_.replica_rank(coords_); }
+  // Expert parallelism (GridShape::ep, folded over the replicas): the ep ranks that exchange
+  // tokens with this one, and the replicas that hold the same experts. Both exist only when
+  // ep > 1 (expert() is then not null); with ep == 1 the experts' replicas are replicas().
+  Communicator* expert() { return expert_.get(); }
+  Communicator& expert_data() { return expert_data_ ? *expert_data_ : replicas(); }
   // The MPI communicator the grid was built over (for MPI-IO); MPI_COMM_NULL when planned.
   MPI_Comm mpi_world() const { return mpi_world_; }
   // First and last stage of this rank's pipeline (size 1 when pp == 1 or not on such a stage).
@@ -94,6 +99,7 @@ class ProcessGrid {
   MPI_Comm mpi_world_ = MPI_COMM_NULL;
   std::array<std::unique_ptr<Communicator>, kAxes> axis_comms_;
   std::unique_ptr<Communicator> replicas_;  // cp > 1 only
+  std::unique_ptr<Communicator> expert_, expert_data_;  // ep > 1 only
   std::unique_ptr<Communicator> embedding_;
   // The tensor group's nodes, from its MPI communicator (collective over it): sets
   // tp_spanning_groups_ and tp_spanning_example_ (collective over `world`).
