@@ -121,6 +121,11 @@ std::string hf_moe_architecture(const ModelSpec& m, const std::string& where) {
   if (m.moe.router != RouterKind::Softmax)
     refuse("moe_router", "\"" + std::string(router_name(m.moe.router)) + "\"",
            "its router is a softmax, with no expert bias");
+  if (m.moe.capacity_factor != 0) {
+    std::ostringstream v;
+    v << m.moe.capacity_factor;
+    refuse("moe_capacity_factor", v.str(), "it is dropless: every token reaches its experts");
+  }
   if (m.moe.route_scale != 1.0) {
     std::ostringstream v;
     v << m.moe.route_scale;

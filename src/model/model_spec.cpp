@@ -149,7 +149,8 @@ std::vector<std::pair<const char*, std::string>> moe_field_values(const ModelSpe
       {"moe_first_dense_layers", std::to_string(m.first_dense_layers)},
       {"moe_router", quoted(router_name(m.router))},
       {"moe_route_scale", toml_float(m.route_scale)},
-      {"moe_bias_update_rate", toml_float(m.bias_update_rate())},
+      {"moe_bias_update_rate", toml_float(m.bias_update_rate)},
+      {"moe_capacity_factor", toml_float(m.capacity_factor)},
   };
 }
 

@@ -136,7 +136,7 @@ std::shared_ptr<const Routing> MixtureOfExperts::route(const Tensor& x, const To
     if (ctx_.loss) ctx_.loss->add_host(l.per_token);
     if (ctx_.moe_log)
       ctx_.moe_log->add(layer_, sequences.expert_counts(), l.load_balance,
-                        static_cast<double>(shape.B), l.z, sequences.token_count());
+                        static_cast<double>(shape.B), l.z, sequences.token_count(), sequences.dropped);
   }
   return r;
 }

@@ -20,20 +20,41 @@ void check_spec(const MoeSpec& spec) {
 }
 
 // The expert-sorted order from the choices: counting sort by expert, tokens in order within one.
-void sort_by_expert(Routing& r) {
+// An expert chosen more than `capacity` times keeps its choices of the highest gates (equal
+// gates: the earlier token); the others are dropped.
+void sort_by_expert(Routing& r, int64_t capacity) {
   const int64_t E = r.experts, k = r.top_k, N = r.tokens;
+  std::vector<char> kept(static_cast<size_t>(N * k), 1);
+  r.dropped = 0;
+  // A token chooses an expert once at most: a capacity of N drops nothing.
+  if (capacity < N) {
+    std::vector<std::vector<int64_t>> chosen(static_cast<size_t>(E));  // choice indices, token order
+    for (int64_t c = 0; c < N * k; ++c) chosen[static_cast<size_t>(r.choice[static_cast<size_t>(c)])].push_back(c);
+    for (std::vector<int64_t>& list : chosen) {
+      if (static_cast<int64_t>(list.size()) <= capacity) continue;
+      // Stable: equal gates keep token order, the earlier token first.
+      std::stable_sort(list.begin(), list.end(), [&](int64_t a, int64_t b) {
+        return r.gate[static_cast<size_t>(a)] > r.gate[static_cast<size_t>(b)];
+      });
+      for (size_t i = static_cast<size_t>(capacity); i < list.size(); ++i) kept[static_cast<size_t>(list[i])] = 0;
+      r.dropped += static_cast<int64_t>(list.size()) - capacity;
+    }
+  }
   r.counts.assign(static_cast<size_t>(E), 0);
-  for (int32_t e : r.choice) ++r.counts[static_cast<size_t>(e)];
+  for (int64_t c = 0; c < N * k; ++c)
+    if (kept[static_cast<size_t>(c)]) ++r.counts[static_cast<size_t>(r.choice[static_cast<size_t>(c)])];
   r.expert_begin.assign(static_cast<size_t>(E + 1), 0);
   for (int64_t e = 0; e < E; ++e)
     r.expert_begin[static_cast<size_t>(e + 1)] = r.expert_begin[static_cast<size_t>(e)] + r.counts[static_cast<size_t>(e)];
+  const size_t M = static_cast<size_t>(N * k - r.dropped);
   std::vector<int64_t> next(r.expert_begin.begin(), r.expert_begin.end() - 1);
-  r.token_of_row.assign(static_cast<size_t>(N * k), 0);
-  r.gate_of_row.assign(static_cast<size_t>(N * k), 0.0);
-  r.row_of_choice.assign(static_cast<size_t>(N * k), 0);
+  r.token_of_row.assign(M, 0);
+  r.gate_of_row.assign(M, 0.0);
+  r.row_of_choice.assign(static_cast<size_t>(N * k), -1);
   for (int64_t t = 0; t < N; ++t)
     for (int64_t j = 0; j < k; ++j) {
       const size_t c = static_cast<size_t>(t * k + j);
+      if (!kept[c]) continue;
       const int64_t row = next[static_cast<size_t>(r.choice[c])]++;
       r.token_of_row[static_cast<size_t>(row)] = static_cast<int32_t>(t);
       r.gate_of_row[static_cast<size_t>(row)] = r.gate[c];
@@ -111,8 +132,15 @@ Routing route_tokens(const double* logits, int64_t tokens, const MoeSpec& spec,
           spec.route_scale * (spec.normalize_top_k ? score[e] / chosen : score[e]);
     }
   }
-  sort_by_expert(r);
+  sort_by_expert(r, expert_capacity(spec, tokens));
   return r;
+}
+
+int64_t expert_capacity(const MoeSpec& spec, int64_t tokens) {
+  if (spec.capacity_factor <= 0) return tokens;
+  const double slots = spec.capacity_factor * static_cast<double>(tokens) * static_cast<double>(spec.top_k) /
+                       static_cast<double>(spec.experts);
+  return std::min(tokens, static_cast<int64_t>(std::ceil(slots)));
 }
 
 Routing route_balanced(int64_t tokens, const MoeSpec& spec) {
@@ -133,7 +161,7 @@ Routing route_balanced(int64_t tokens, const MoeSpec& spec) {
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < k; ++j)
       r.choice[static_cast<size_t>(t * k + j)] = static_cast<int32_t>((t * k + j) % E);
-  sort_by_expert(r);
+  sort_by_expert(r, tokens);  // every choice: the planner prices a capacity's most
   return r;
 }
 
@@ -161,6 +189,7 @@ RouterSums RouterSums::of(const Routing& r, const std::vector<int32_t>& sequence
       s.counts[static_cast<size_t>(b * E + r.choice[static_cast<size_t>(t * r.top_k + j)])] += 1;
     s.lse_squares += r.lse[static_cast<size_t>(t)] * r.lse[static_cast<size_t>(t)];
   }
+  s.dropped = static_cast<double>(r.dropped);
   return s;
 }
 
@@ -169,12 +198,13 @@ std::vector<double> RouterSums::to_vector() const {
   v.insert(v.end(), prob_sums.begin(), prob_sums.end());
   v.insert(v.end(), tokens.begin(), tokens.end());
   v.push_back(lse_squares);
+  v.push_back(dropped);
   return v;
 }
 
 RouterSums RouterSums::from_vector(const std::vector<double>& v, int64_t sequences, int64_t experts) {
   const size_t SE = static_cast<size_t>(sequences * experts), S = static_cast<size_t>(sequences);
-  if (v.size() != 2 * SE + S + 1)
+  if (v.size() != 2 * SE + S + 2)
     throw std::logic_error("moe routing: router sums of " + std::to_string(v.size()) +
                            " values for " + std::to_string(sequences) + " sequences of " +
                            std::to_string(experts) + " experts");
@@ -186,6 +216,7 @@ RouterSums RouterSums::from_vector(const std::vector<double>& v, int64_t sequenc
   s.prob_sums.assign(at(SE), at(2 * SE));
   s.tokens.assign(at(2 * SE), at(2 * SE + S));
   s.lse_squares = v[2 * SE + S];
+  s.dropped = v[2 * SE + S + 1];
   return s;
 }
 

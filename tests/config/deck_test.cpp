@@ -244,7 +244,18 @@ TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
   // The expert bias is the sigmoid router's: its step is refused with the softmax router, and
   // asynchronous replicas do not share the step's loads it moves by.
   EXPECT_EQ(refusal(moe + "moe_router = \"sigmoid\"\nmoe_route_scale = 2.5\nmoe_bias_update_rate = 0.0\n"), "");
-  EXPECT_NE(refusal(moe + "moe_bias_update_rate = 0.001\n").find(
+  // A capacity: from a slot per token (1 / top_k) to below what lets nothing drop (E / top_k).
+  EXPECT_EQ(refusal(moe + "moe_experts = 8\nmoe_capacity_factor = 1.25\n"), "");
+  EXPECT_NE(refusal(moe + "moe_experts = 8\nmoe_capacity_factor = 0.25\n").find(
+                "model.moe_capacity_factor = 0.25 gives the experts together fewer slots than tokens"),
+            std::string::npos);
+  EXPECT_NE(refusal(moe + "moe_experts = 8\nmoe_capacity_factor = 4.0\n").find(
+                "model.moe_capacity_factor = 4 lets each expert take every token"),
+            std::string::npos);
+  EXPECT_NE(refusal(moe + "moe_capacity_factor = -1.0\n").find("model.moe_capacity_factor = -1.0 is out of range"),
+            std::string::npos);
+  EXPECT_EQ(refusal(moe + "moe_bias_update_rate = 0.001\n"), "") << "the default, as an effective configuration prints it";
+  EXPECT_NE(refusal(moe + "moe_bias_update_rate = 0.0\n").find(
                 "model.moe_bias_update_rate is given but model.moe_router is \"softmax\""),
             std::string::npos);
   EXPECT_NE(refusal(moe + "moe_router = \"sigmoid\"\n[parallel]\ndata_sync = \"async\"\nservers = 1\n")

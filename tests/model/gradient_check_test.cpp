@@ -314,6 +314,21 @@ TEST(GradientCheck, MixtureOfExpertsSigmoidRouterWithABiasEveryElement) {
   check_all_gradients(h, Recompute::None, Objective::Train);
 }
 
+// A capacity (model.moe_capacity_factor 1: 8 of the 16 tokens' 32 choices per expert) that drops
+// choices here: a dropped choice adds nothing and gets no gradient, the kept gates are not
+// renormalised, so the router's gradient still reaches the dropped scores through the
+// normalisation; the balancing losses count what was chosen.
+TEST(GradientCheck, MixtureOfExpertsWithCapacityDropsEveryElement) {
+  Harness h(false, 14, [](ModelSpec& m) {
+    moe_block(m);
+    m.moe.capacity_factor = 1.0;
+  });
+  h.loss_and_grads(Recompute::None);
+  const std::map<int, ExpertLoad> log = h.model->moe_log().take();
+  EXPECT_GT(log.at(0).dropped + log.at(1).dropped, 0) << "nothing dropped: the case proves nothing";
+  check_all_gradients(h, Recompute::None, Objective::Train);
+}
+
 // Full recomputation re-runs the mixture's forward in backward: the same gradients, and the
 // balancing losses counted once.
 TEST(GradientCheck, MixtureOfExpertsRecomputedGivesIdenticalGradientsAndLoss) {

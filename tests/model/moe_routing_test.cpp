@@ -238,5 +238,110 @@ TEST(MoeRouting, SigmoidScoresAreExactForLargeLogitsOfEitherSign) {
   EXPECT_EQ(r.choice, (std::vector<int32_t>{1}));
 }
 
+// Logits whose softmax over 2 experts gives expert 0 the probability p.
+std::vector<double> towards_expert_0(const std::vector<double>& p) {
+  std::vector<double> logits;
+  for (double q : p) logits.insert(logits.end(), {std::log(q), std::log(1 - q)});
+  return logits;
+}
+
+TEST(MoeRouting, CapacityIsTheCeilingOfFactorTimesSlotsPerExpert) {
+  MoeSpec s = spec_of(4, 2, true);
+  EXPECT_EQ(expert_capacity(s, 10), 10) << "dropless: a token chooses an expert once at most";
+  s.capacity_factor = 1.25;
+  EXPECT_EQ(expert_capacity(s, 10), 7) << "ceil(1.25 x 10 x 2 / 4)";
+  s.capacity_factor = 1.0;
+  EXPECT_EQ(expert_capacity(s, 8), 4);
+  s.capacity_factor = 1.9;
+  EXPECT_EQ(expert_capacity(s, 3), 3) << "never more than the tokens";
+}
+
+TEST(MoeRouting, CapacityDropsTheLowestGatesAndTheLaterOfEqualOnes) {
+  // Top 1 of 2 experts, 4 tokens all on expert 0, capacity ceil(1.0 x 4 / 2) = 2: the two
+  // highest gates stay (tokens 1 and 3), the others lose their only expert.
+  MoeSpec s = spec_of(2, 1, false, 0.01, 0.0);
+  s.capacity_factor = 1.0;
+  const std::vector<double> logits = towards_expert_0({0.6, 0.9, 0.7, 0.8});
+  const Routing r = route_tokens(logits.data(), 4, s);
+  EXPECT_EQ(r.choice, (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(r.dropped, 2);
+  EXPECT_EQ(r.counts, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(r.expert_begin, (std::vector<int64_t>{0, 2, 2}));
+  EXPECT_EQ(r.token_of_row, (std::vector<int32_t>{1, 3})) << "kept rows in token order";
+  EXPECT_EQ(r.row_of_choice, (std::vector<int32_t>{-1, 0, -1, 1}));
+  EXPECT_NEAR(r.gate_of_row[0], 0.9, 1e-12);
+  EXPECT_NEAR(r.gate_of_row[1], 0.8, 1e-12);
+  // The balancing losses count what the router chose, the dropped choices too.
+  const RouterSums sums = RouterSums::of(r, sequences_of(4, 1), 1);
+  EXPECT_EQ(sums.expert_counts(), (std::vector<double>{4, 0}));
+  EXPECT_EQ(sums.dropped, 2);
+  EXPECT_EQ(RouterSums::from_vector(sums.to_vector(), 1, 2).dropped, 2);
+  // Equal gates: the earlier token stays.
+  const std::vector<double> equal = towards_expert_0({0.7, 0.7, 0.7, 0.7});
+  EXPECT_EQ(route_tokens(equal.data(), 4, s).row_of_choice, (std::vector<int32_t>{0, 1, -1, -1}));
+  // Dropless: every choice has a row.
+  s.capacity_factor = 0;
+  const Routing all = route_tokens(logits.data(), 4, s);
+  EXPECT_EQ(all.dropped, 0);
+  EXPECT_EQ(all.row_of_choice, (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
+TEST(MoeRouting, CapacityKeepsTheOtherGatesAsTheyWere) {
+  // Top 2 of 4, renormalised: a token whose second expert is full keeps its first gate as
+  // computed over both (not renormalised to 1), and its dropped choice has no row.
+  for (RouterKind router : {RouterKind::Softmax, RouterKind::Sigmoid}) {
+    MoeSpec s = spec_of(4, 2, true, 0.01, 0.0, router, 1.5);
+    s.capacity_factor = 1.0;
+    const int64_t T = 12;
+    const std::vector<double> logits = random_logits(T * 4, 9);
+    MoeSpec dropless = s;
+    dropless.capacity_factor = 0;
+    const Routing r = route_tokens(logits.data(), T, s), all = route_tokens(logits.data(), T, dropless);
+    EXPECT_GT(r.dropped, 0) << router_name(router) << ": the case drops nothing";
+    EXPECT_EQ(r.gate, all.gate) << router_name(router);
+    EXPECT_EQ(r.choice, all.choice) << router_name(router);
+    EXPECT_EQ(static_cast<int64_t>(r.token_of_row.size()), T * 2 - r.dropped);
+    for (int64_t e = 0; e < 4; ++e) EXPECT_LE(r.counts[static_cast<size_t>(e)], expert_capacity(s, T));
+    int64_t dropped = 0;
+    for (size_t c = 0; c < r.row_of_choice.size(); ++c) {
+      if (r.row_of_choice[c] < 0) {
+        ++dropped;
+        continue;
+      }
+      EXPECT_EQ(r.gate_of_row[static_cast<size_t>(r.row_of_choice[c])], r.gate[c]);
+      EXPECT_EQ(r.token_of_row[static_cast<size_t>(r.row_of_choice[c])], static_cast<int32_t>(c / 2));
+    }
+    EXPECT_EQ(dropped, r.dropped);
+  }
+}
+
+// The dropped choices add nothing to the output: the gates' gradient is zero there (the
+// backend's gathered_row_dots gives 0 for row -1), and the logits' gradient still matches the
+// kept gates' sum, whose renormalisation counts the dropped scores.
+TEST(MoeRouting, RouterGradientWithDropsMatchesFiniteDifferences) {
+  for (RouterKind router : {RouterKind::Softmax, RouterKind::Sigmoid}) {
+    const int64_t T = 10, E = 4, k = 2;
+    MoeSpec s = spec_of(E, k, true, 0.01, 0.0, router, 1.5);
+    s.capacity_factor = 1.0;
+    std::vector<double> logits = random_logits(T * E, 11);
+    std::vector<double> dgate = random_logits(T * k, 12);
+    const Routing r = route_tokens(logits.data(), T, s);
+    ASSERT_GT(r.dropped, 0);
+    for (size_t c = 0; c < dgate.size(); ++c)
+      if (r.row_of_choice[c] < 0) dgate[c] = 0;
+    const std::vector<double> g = router_logit_gradient(r, dgate, s, {});
+    const double h = 1e-6;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const double keep = logits[i];
+      logits[i] = keep + h;
+      const double up = gate_objective(logits, T, s, dgate);
+      logits[i] = keep - h;
+      const double down = gate_objective(logits, T, s, dgate);
+      logits[i] = keep;
+      EXPECT_NEAR(g[i], (up - down) / (2 * h), 1e-8) << router_name(router) << ", logit " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace meshtrain

@@ -152,7 +152,7 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m = model_variant("moe", m);
     m.moe.router = RouterKind::Sigmoid;
     m.moe.route_scale = 2.5;
-    m.moe.bias_update_rate_set = 0.01;
+    m.moe.bias_update_rate = 0.01;
   } else if (name == "moe_skewed") {
     // Eight experts (ep 2 and 4 hold 4 and 2 each) and no balancing loss to even them out.
     m = model_variant("moe", m);

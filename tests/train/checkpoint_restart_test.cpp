@@ -210,7 +210,7 @@ TEST(CheckpointRestart, SigmoidRouterBiasContinuesBitForBit) {
     m.moe.first_dense_layers = 1;
     m.moe.router = RouterKind::Sigmoid;
     m.moe.route_scale = 2.0;
-    m.moe.bias_update_rate_set = 0.01;
+    m.moe.bias_update_rate = 0.01;
     c.checkpoint.dir = dir.file("ckpt_sigmoid_" + l.name());
     check_layout(c, world_size());
     CpuBackend be(1);

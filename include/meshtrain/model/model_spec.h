@@ -51,16 +51,13 @@ struct MoeSpec {
   int first_dense_layers = 0;
   RouterKind router = RouterKind::Softmax;
   double route_scale = 1.0;           // the gates' factor (DeepSeek's routed_scaling_factor)
-  // The sigmoid router's bias step gamma; < 0: its default (bias_update_rate()). A softmax
-  // router has no bias: the deck refuses the key there.
-  double bias_update_rate_set = -1;
+  // The sigmoid router's bias step gamma (DeepSeek-V3's 0.001, arXiv 2412.19437, section 4.2).
+  // A softmax router has no bias: the deck refuses another value there.
+  double bias_update_rate = 0.001;
+  // Tokens an expert takes per micro-batch on a rank: ceil(factor x local tokens x top_k / E);
+  // 0: dropless (model/moe_routing.h has the drop policy).
+  double capacity_factor = 0;
   auto operator<=>(const MoeSpec&) const = default;
-
-  // DeepSeek-V3 trained with gamma 0.001 (arXiv 2412.19437, section 4.2); 0 for softmax.
-  double bias_update_rate() const {
-    if (router != RouterKind::Sigmoid) return 0.0;
-    return bias_update_rate_set >= 0 ? bias_update_rate_set : 0.001;
-  }
 };
 
 struct ModelSpec {

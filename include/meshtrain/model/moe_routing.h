@@ -18,6 +18,15 @@
 //   (then index), so the combine adds its experts' outputs in one fixed order;
 // - the expert-sorted order lists expert 0's tokens first, each expert's in token order.
 //
+// Capacity (MoeSpec::capacity_factor > 0; Megatron's moe_expert_capacity_factor): an expert
+// takes at most ceil(factor x tokens x top_k / E) of the tokens routed here. Of more, it keeps
+// those whose gates are highest (Megatron's "probs" drop policy; equal gates: the earlier
+// token): a dropped choice is the one that weighed least in its token's output, whereas dropping
+// the latest positions would always cut the same end of the micro-batch. A dropped choice has
+// no row (row_of_choice -1) and adds nothing; the token's other gates are not renormalised (a
+// token whose expert was full keeps less of the experts' output, as in Megatron and GShard),
+// and the balancing losses count what the router chose, dropped or not.
+//
 // Balancing losses, k choices of E experts per token:
 //   load balance (Switch, Fedus et al., arXiv 2101.03961, over each sequence as DeepSeek-V3's
 //   sequence-wise loss is, arXiv 2412.19437): for a sequence of T tokens
@@ -52,17 +61,23 @@ struct Routing {
   std::vector<double> lse;             // (tokens) log-sum-exp of each token's logits
   std::vector<int32_t> choice;         // (tokens, top_k) chosen experts, best first
   std::vector<double> gate;            // (tokens, top_k) combine weights
-  std::vector<int64_t> counts;         // (experts) tokens routed to each expert
+  std::vector<int64_t> counts;         // (experts) tokens each expert computes (after capacity)
+  int64_t dropped = 0;                 // choices dropped for capacity
   std::vector<int64_t> expert_begin;   // (experts + 1) first sorted row of each expert
-  std::vector<int32_t> token_of_row;   // (tokens x top_k) the token of each expert-sorted row
-  std::vector<int32_t> row_of_choice;  // (tokens, top_k) the sorted row of each choice
-  std::vector<double> gate_of_row;     // (tokens x top_k) the gate of each sorted row
+  std::vector<int32_t> token_of_row;   // (rows) the token of each expert-sorted row
+  std::vector<int32_t> row_of_choice;  // (tokens, top_k) the sorted row of each choice; -1: dropped
+  std::vector<double> gate_of_row;     // (rows) the gate of each sorted row
+  // rows = tokens x top_k - dropped
 };
 
 // Routes `tokens` rows of `experts` logits each (row-major). `expert_bias` (experts values, or
 // null: zeros) is added to the sigmoid router's scores to choose; the softmax router has none.
 Routing route_tokens(const double* logits, int64_t tokens, const MoeSpec& spec,
                      const double* expert_bias = nullptr);
+
+// The tokens an expert takes of `tokens` routed together: ceil(capacity_factor x tokens x
+// top_k / experts), or every choice (tokens) when dropless.
+int64_t expert_capacity(const MoeSpec& spec, int64_t tokens);
 
 // Balanced routing with no arithmetic (the planner's dry run, whose logits are not computed):
 // token t's j-th choice is expert (t k + j) mod E, gates 1/k.
@@ -77,6 +92,7 @@ struct RouterSums {
   std::vector<double> prob_sums;  // (sequences, experts)
   std::vector<double> tokens;     // (sequences)
   double lse_squares = 0;         // over every token
+  double dropped = 0;             // choices dropped for capacity
 
   static RouterSums of(const Routing& r, const std::vector<int32_t>& sequence_of, int64_t sequences);
   std::vector<double> to_vector() const;
