@@ -1,6 +1,7 @@
 #include "meshtrain/app/hf_moe.h"
 
 #include <iterator>
+#include <sstream>
 #include <stdexcept>
 
 namespace meshtrain {
@@ -117,6 +118,19 @@ std::string hf_moe_architecture(const ModelSpec& m, const std::string& where) {
   };
   if (m.moe.shared_ffn_hidden > 0)
     refuse("moe_shared_ffn_hidden", std::to_string(m.moe.shared_ffn_hidden), "it has no shared expert");
+  if (m.moe.router != RouterKind::Softmax)
+    refuse("moe_router", "\"" + std::string(router_name(m.moe.router)) + "\"",
+           "its router is a softmax, with no expert bias");
+  if (m.moe.capacity_factor != 0) {
+    std::ostringstream v;
+    v << m.moe.capacity_factor;
+    refuse("moe_capacity_factor", v.str(), "it is dropless: every token reaches its experts");
+  }
+  if (m.moe.route_scale != 1.0) {
+    std::ostringstream v;
+    v << m.moe.route_scale;
+    refuse("moe_route_scale", v.str(), "its gates are not scaled");
+  }
   if (!m.qk_norm && !m.moe.normalize_top_k)
     refuse("moe_normalize_top_k", "false",
            "it always renormalises the chosen gates; Qwen3MoeForCausalLM, model.qk_norm = true, need not");

@@ -16,6 +16,7 @@
 #include "meshtrain/io/terminal_text.h"
 #include "meshtrain/checkpoint/checkpointer.h"
 #include "background_worker.h"
+#include "checkpoint_buffers.h"
 #include "checkpoint_entries.h"
 #include "checkpoint_transfer.h"
 #include "model_signature.h"
@@ -43,6 +44,7 @@ std::string shape_keys(const Shape& file, const Shape& want, const ModelSpec& m)
 }
 
 std::string existence_keys(const std::string& dataset) {
+  if (dataset.find("expert_bias") != std::string::npos) return "model.moe_router";
   if (dataset.find("/h.") != std::string::npos) return "model.layers";
   if (dataset.find("lm_head") != std::string::npos) return "model.tie_embeddings";
   return "the [model] section";
@@ -174,6 +176,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   const DType dt = state.state_dtype();
   const ModelSpec& m = cfg_.model;
   const std::vector<Entry> entries = plan_entries(state, world);
+  std::vector<BufferTensor> buffers = buffers_of(expert_bias_);  // their names and shapes
 
   std::unique_ptr<CheckpointFile> file;
   agree(world, [&] {
@@ -203,23 +206,24 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
     const std::vector<std::string> names = file->dataset_names();
     const std::set<std::string> present(names.begin(), names.end());
     std::set<std::string> expected;
+    auto expect = [&](const std::string& name, const std::string& what, const Shape& global) {
+      expected.insert(name);
+      if (!present.count(name))
+        throw CheckpointFileError(path + ": dataset " + name + " is missing, but the deck's model has " +
+                                  what + " " + global.to_string() + " (check " + existence_keys(name) +
+                                  " against the file's 'config' attribute: meshtrain inspect)");
+      const Shape s = file->shape(name);
+      if (s != global)
+        throw CheckpointFileError(path + ": dataset " + name + " has shape " + s.to_string() +
+                                  " but the deck's model needs " + global.to_string() + " (check " +
+                                  shape_keys(s, global, m) + " against the file's 'config' attribute: meshtrain inspect)");
+      if (!file->checksum(name))
+        throw CheckpointFileError(path + ": dataset " + name +
+                                  " has no checksum attribute (not a complete meshtrain checkpoint)");
+    };
     for (const Entry& e : entries)
-      for (int kind = 0; kind < kKinds; ++kind) {
-        const std::string name = dataset_name(e.name, kind);
-        expected.insert(name);
-        if (!present.count(name))
-          throw CheckpointFileError(path + ": dataset " + name + " is missing, but the deck's model has "
-                                    "parameter " + e.name + " " + e.global.to_string() + " (check " +
-                                    existence_keys(name) + " against the file's 'config' attribute: meshtrain inspect)");
-        const Shape s = file->shape(name);
-        if (s != e.global)
-          throw CheckpointFileError(path + ": dataset " + name + " has shape " + s.to_string() +
-                                    " but the deck's model needs " + e.global.to_string() + " (check " +
-                                    shape_keys(s, e.global, m) + " against the file's 'config' attribute: meshtrain inspect)");
-        if (!file->checksum(name))
-          throw CheckpointFileError(path + ": dataset " + name +
-                                    " has no checksum attribute (not a complete meshtrain checkpoint)");
-      }
+      for (int kind = 0; kind < kKinds; ++kind) expect(dataset_name(e.name, kind), "parameter " + e.name, e.global);
+    for (const BufferTensor& b : buffers) expect(buffer_dataset(b.name), "the router's expert bias " + b.name, b.global);
     for (const std::string& name : names)
       if (!expected.count(name))
         throw CheckpointFileError(path + ": dataset " + terminal_safe(name) + " is not part of the deck's model (check " +
@@ -238,6 +242,11 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   const double data_seconds = seconds_since(data_start);
   // A mismatch is found after the data was read (mostly straight into the model): the
   // refusal then leaves the trainer's state undefined, and the run must stop.
+  if (!buffers.empty())
+    agree(world, [&] {
+      const CollectiveRegion region(world, "reading the router's expert bias from " + path);
+      read_buffers(*file, buffers, how);
+    });
   agree(world, [&] {
     check_sums(*file, entries, sums, nullptr);
     const CollectiveRegion region(world, "closing " + path);
@@ -265,6 +274,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
         p.owned.backend->copy_from_host(t, src);
       }
     }
+  if (expert_bias_) apply_buffers(buffers, *expert_bias_);
   state.set_steps_taken(info.optimizer_steps);
   state.sync_after_load();
   lineage_ = info.lineage;  // saves from here on continue the loaded run

@@ -52,21 +52,24 @@ CheckpointFile::Transfer transfer_mode(CheckpointIo io, const std::vector<Entry>
   return independent ? CheckpointFile::Transfer::Independent : CheckpointFile::Transfer::Collective;
 }
 
+void check_sum(const CheckpointFile& file, const std::string& name, uint64_t sum, const uint64_t* written) {
+  const std::optional<uint64_t> stored = file.checksum(name);
+  if (!stored)
+    throw CheckpointFileError(file.path() + ": dataset " + name +
+                              " has no checksum attribute (not a complete meshtrain checkpoint)");
+  if (*stored != sum || (written && *written != sum))
+    throw CheckpointFileError(file.path() + ": dataset " + name + ": checksum MISMATCH: the data "
+                              "read back sums to " + hex(sum) + ", the file's checksum "
+                              "attribute says " + hex(*stored) +
+                              " (the file is damaged; use an older checkpoint)");
+}
+
 void check_sums(const CheckpointFile& file, const std::vector<Entry>& entries,
                 const std::vector<uint64_t>& sums, const std::vector<uint64_t>* written) {
   for (size_t i = 0; i < entries.size(); ++i)
     for (int kind = 0; kind < kKinds; ++kind) {
       const size_t j = i * kKinds + static_cast<size_t>(kind);
-      const std::string name = dataset_name(entries[i].name, kind);
-      const std::optional<uint64_t> stored = file.checksum(name);
-      if (!stored)
-        throw CheckpointFileError(file.path() + ": dataset " + name +
-                                  " has no checksum attribute (not a complete meshtrain checkpoint)");
-      if (*stored != sums[j] || (written && (*written)[j] != sums[j]))
-        throw CheckpointFileError(file.path() + ": dataset " + name + ": checksum MISMATCH: the data "
-                                  "read back sums to " + hex(sums[j]) + ", the file's checksum "
-                                  "attribute says " + hex(*stored) +
-                                  " (the file is damaged; use an older checkpoint)");
+      check_sum(file, dataset_name(entries[i].name, kind), sums[j], written ? &(*written)[j] : nullptr);
     }
 }
 

@@ -54,7 +54,8 @@ bool run_transfer(CheckpointFile::Transfer how, Communicator& world, std::string
 }
 
 // Compares the checksums of the data as read with the file's attributes (and, after a write,
-// with what was written). Throws naming the first bad dataset.
+// with what was written). Throws naming the first bad dataset. check_sum: one dataset's.
+void check_sum(const CheckpointFile& file, const std::string& name, uint64_t sum, const uint64_t* written);
 void check_sums(const CheckpointFile& file, const std::vector<Entry>& entries,
                 const std::vector<uint64_t>& sums, const std::vector<uint64_t>* written);
 

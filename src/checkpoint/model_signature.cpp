@@ -53,16 +53,24 @@ std::vector<ModelSetting> model_settings(const ModelSpec& m, const std::string& 
   // that predates it (a model of the same sizes: those were checked above). A dense model's
   // signature leaves out the mixture's fields, which it does not read: its checkpoints record
   // what they did before mixtures existed (feed_forward tells the two apart).
+  // The router's kind, scale and capacity came after softmax mixtures' checkpoints, which
+  // compute with "softmax", 1 and 0 (dropless) and keep recording none of them. The bias step is how training moves the bias,
+  // not the function the tensors compute: DeepSeek-V3 set it to 0 late in training, so a resume
+  // may change it.
   const bool moe = m.feed_forward == FeedForwardKind::Moe;
-  for (const SpecField& f : spec_fields(m))
-    if (moe || f.key.rfind("moe_", 0) != 0) out.push_back({f.key, f.value, true, f.gpt2_value});
+  for (const SpecField& f : spec_fields(m)) {
+    if (f.key == "moe_bias_update_rate" || (!moe && f.key.rfind("moe_", 0) == 0)) continue;
+    const bool later = f.key == "moe_router" || f.key == "moe_route_scale" || f.key == "moe_capacity_factor";
+    out.push_back({f.key, f.value, true, f.gpt2_value, later});
+  }
   out.push_back({"tokenizer", quoted(tokenizer.c_str()), false});
   return out;
 }
 
 std::string model_signature(const ModelSpec& m, const std::string& tokenizer) {
   std::string out;
-  for (const ModelSetting& s : model_settings(m, tokenizer)) out += s.key + " = " + s.value + "\n";
+  for (const ModelSetting& s : model_settings(m, tokenizer))
+    if (!s.recorded_when_changed || s.value != s.before_recorded) out += s.key + " = " + s.value + "\n";
   return out;
 }
 

@@ -19,6 +19,9 @@ struct ModelSetting {
   // What a checkpoint that does not record the key computed (written before the key existed):
   // GPT-2's value, given the settings before it; empty: the key must be recorded.
   std::string before_recorded = {};
+  // Recorded only when its value is not before_recorded: a setting added after checkpoints of
+  // the models it does not change were written (the sigmoid router's), which keep their @model.
+  bool recorded_when_changed = false;
 };
 
 // What @model records as model.tokenizer for data.tokenizer = `spec`: "byte" for "bytes" (the

@@ -126,6 +126,7 @@ std::vector<uint64_t> write_data(const SaveJob& job, Communicator& comm, MPI_Com
       file->write_info(job.info);
       for (const Entry& e : entries)
         for (int kind = 0; kind < kKinds; ++kind) file->create_dataset(dataset_name(e.name, kind), e.global, job.dt);
+      create_buffer_datasets(*file, job.buffers);
     });
     // A full disk fails here, on every rank alike, not inside a collective write.
     agree(comm, [&] {
@@ -170,13 +171,24 @@ std::vector<uint64_t> write_data(const SaveJob& job, Communicator& comm, MPI_Com
       if (!hash_error.empty()) throw std::runtime_error(hash_error);
     });
     sums = sum_over(comm, sums);
+    // The buffers' checksums follow the parameters' in `sums` (flush_and_verify reads them there).
+    std::vector<uint64_t> buffer_sums;
+    if (!job.buffers.empty()) {
+      agree(comm, [&] {
+        const CollectiveRegion region(comm, "writing the router's expert bias into " + job.tmp);
+        buffer_sums = write_buffers(*file, job.buffers, comm, job.how);
+      });
+      buffer_sums = sum_over(comm, buffer_sums);
+    }
     agree(comm, [&] {
       const CollectiveRegion region(comm, "writing the checksums into and closing " + job.tmp);
       for (size_t i = 0; i < entries.size(); ++i)
         for (int kind = 0; kind < kKinds; ++kind)
           file->set_checksum(dataset_name(entries[i].name, kind), sums[i * kKinds + static_cast<size_t>(kind)]);
+      set_buffer_checksums(*file, job.buffers, buffer_sums);
       file->close();
     });
+    sums.insert(sums.end(), buffer_sums.begin(), buffer_sums.end());
   } catch (const AgreedError&) {
     file->discard();
     throw;
@@ -204,16 +216,20 @@ void flush_and_verify(const SaveJob& job, const std::vector<uint64_t>& sums, Com
       const CollectiveRegion region(comm, "opening " + job.tmp + " to verify it");
       file = std::make_unique<CheckpointFile>(job.tmp, mpi_comm, CheckpointFile::Access::Read);
     });
-    std::vector<uint64_t> read_sums(entries.size() * kKinds, 0);
+    // The parameters' checksums, then the buffers' (as write_data returned them).
+    const size_t params = entries.size() * kKinds;
+    std::vector<uint64_t> read_sums(params + job.buffers.size(), 0);
     agree(comm, [&] {
       for (size_t i = 0; i < entries.size(); ++i)
         for (int kind = 0; kind < kKinds; ++kind)
           read_sums[i * kKinds + static_cast<size_t>(kind)] =
               file->stored_checksum(dataset_name(entries[i].name, kind), entries[i].boxes(true));
+      stored_buffer_parts(*file, job.buffers, comm.rank() == 0, read_sums.data() + params);
     });
     read_sums = sum_over(comm, read_sums);
     agree(comm, [&] {
       check_sums(*file, entries, read_sums, &sums);
+      check_buffer_sums(*file, job.buffers, read_sums.data() + params, sums.data() + params);
       const CollectiveRegion region(comm, "closing " + job.tmp + " after verifying it");
       file->close();
     });
@@ -256,8 +272,8 @@ void KillHook::at(CheckpointPhase phase, int64_t step) const {
   }
 }
 
-SaveJob plan_save(const Config& cfg, ModelState& state, int64_t step, const std::string& lineage,
-                  BackgroundWorker& pruner, Communicator& world) {
+SaveJob plan_save(const Config& cfg, ModelState& state, const ExpertBias* bias, int64_t step,
+                  const std::string& lineage, BackgroundWorker& pruner, Communicator& world) {
   SaveJob job;
   job.dir = cfg.checkpoint.dir;
   job.path = job.dir + "/" + Checkpointer::file_name(step);
@@ -291,6 +307,7 @@ SaveJob plan_save(const Config& cfg, ModelState& state, int64_t step, const std:
     std::sort(job.own.begin(), job.own.end());
   });
   job.entries = plan_entries(state, world);
+  job.buffers = buffers_of(bias);
   job.how = transfer_mode(cfg.checkpoint.io, job.entries, TransferDirection::Save, job.dt, world);
   CheckpointInfo& info = job.info;
   info.step = step;

@@ -165,6 +165,22 @@ void check_cross_fields(const std::string& path, const Config& c) {
     if (c.model.linear_bias)
       fail("model.feed_forward = \"moe\" needs model.bias = false (the router and the experts "
            "are bias-free, as in Mixtral, Qwen3-MoE and DeepSeek)");
+    if (moe.capacity_factor != 0) {
+      const double k = static_cast<double>(moe.top_k), E = static_cast<double>(moe.experts);
+      std::ostringstream os;
+      os << "model.moe_capacity_factor = " << moe.capacity_factor;
+      if (moe.capacity_factor < 1.0 / k)
+        fail(os.str() + " gives the experts together fewer slots than tokens (factor x top_k < 1), "
+             "so that tokens lose every expert even when the routing is balanced (accepted: 0, "
+             "dropless, or " + std::to_string(1.0 / k) + " to below " + std::to_string(E / k) + ")");
+      if (moe.capacity_factor >= E / k)
+        fail(os.str() + " lets each expert take every token (factor >= moe_experts / moe_top_k), "
+             "so nothing is ever dropped (set 0 for dropless, or below " + std::to_string(E / k) + ")");
+    }
+    if (moe.router != RouterKind::Sigmoid && moe.bias_update_rate != MoeSpec{}.bias_update_rate)
+      fail("model.moe_bias_update_rate is given but model.moe_router is \"" +
+           std::string(router_name(moe.router)) + "\", which has no expert bias to update, so it "
+           "would be ignored (set model.moe_router = \"sigmoid\", or remove it)");
   } else if (moe_keys_given()) {
     fail("model.moe_* keys are given but model.feed_forward is \"dense\", so they would be ignored "
          "(set model.feed_forward = \"moe\", or remove them)");
@@ -242,6 +258,10 @@ void check_cross_fields(const std::string& path, const Config& c) {
     if (par.offload != Offload::None)
       fail("parallel.offload = \"optimizer\"" + why +
            "the optimizer runs on the servers; use parallel.offload = \"none\")");
+    if (c.model.feed_forward == FeedForwardKind::Moe && c.model.moe.router == RouterKind::Sigmoid)
+      fail("model.moe_router = \"sigmoid\"" + why + "its expert bias moves after every step by the "
+           "loads of the whole job's step, which replicas on their own pace do not share; use "
+           "model.moe_router = \"softmax\", or parallel.data_sync = \"sync\")");
     if (par.automatic.any())
       fail("\"auto\" layout keys" + why +
            "the strategy advisor does not plan parameter servers; give parallel.tp, pp, "

@@ -143,6 +143,39 @@ void add_model_keys(std::vector<KeySpec>& k) {
                         "The first blocks keep the dense feed-forward (DeepSeek-V3's "
                         "first_k_dense_replace); below model.layers.",
                         [](Config& c) -> auto& { return c.model.moe.first_dense_layers; }));
+    k.push_back(choice_key("model", "moe_router", "softmax",
+                           {router_name(RouterKind::Softmax), router_name(RouterKind::Sigmoid)},
+                           "How the router scores the experts: \"softmax\" over the logits, the "
+                           "top_k chosen by score (Mixtral, Qwen3-MoE); \"sigmoid\", each logit's "
+                           "sigmoid, the top_k chosen by score plus a per-expert bias that only "
+                           "chooses (no gradient) and moves by moe_bias_update_rate toward balance "
+                           "after every step, from the loads of the whole job (DeepSeek-V3's "
+                           "auxiliary-loss-free balancing; the bias is saved in checkpoints). "
+                           "Either way the gates are the chosen scores (normalised over them with "
+                           "moe_normalize_top_k) times moe_route_scale.",
+                           [](Config& c, const std::string& v) { parse_router(v, c.model.moe.router); }));
+    k.push_back(float_key("model", "moe_route_scale", "1.0", 0.0, true,
+                          "Factor of every gate (DeepSeek's routed_scaling_factor; V3: 2.5).",
+                          [](Config& c, double v) { c.model.moe.route_scale = v; }));
+    k.push_back(float_key("model", "moe_bias_update_rate", "0.001", 0.0, false,
+                          "The sigmoid router's bias step gamma: after every optimizer step each "
+                          "expert's bias moves by +gamma if its load over the step was below the "
+                          "mean, -gamma if above (DeepSeek-V3: 0.001, then 0 near the end). 0: "
+                          "the bias stays as it is. Only with moe_router = \"sigmoid\"; not part of "
+                          "the checkpoint's model, so a resume may change it.",
+                          [](Config& c, double v) { c.model.moe.bias_update_rate = v; }));
+    k.push_back(float_key("model", "moe_capacity_factor", "0.0", 0.0, false,
+                          "0: dropless, every choice computed (exact, the same on every layout). "
+                          "Else each expert takes at most ceil(factor x tokens x top_k / "
+                          "moe_experts) tokens of a micro-batch on a rank (the tokens the rank "
+                          "routes); beyond that the choices with the lowest gates are dropped "
+                          "(Megatron's \"probs\" policy; ties: the later token), contributing "
+                          "nothing, and the kept gates are not renormalised. Which tokens drop "
+                          "depends on how the tokens are split over ranks, so the result is not "
+                          "layout-invariant. From 1 / moe_top_k (a slot per token) to below "
+                          "moe_experts / moe_top_k (at or above it nothing can drop); the step "
+                          "line and metrics.jsonl (expert_dropped) count the dropped choices.",
+                          [](Config& c, double v) { c.model.moe.capacity_factor = v; }));
 }
 
 }  // namespace meshtrain

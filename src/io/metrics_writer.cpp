@@ -59,6 +59,10 @@ MetricsWriter::~MetricsWriter() {
 }
 
 void MetricsWriter::write(std::initializer_list<std::pair<const char*, Value>> fields) {
+  write(std::vector<std::pair<const char*, Value>>(fields));
+}
+
+void MetricsWriter::write(const std::vector<std::pair<const char*, Value>>& fields) {
   if (fd_ < 0) return;
   std::string line = "{";
   bool first = true;

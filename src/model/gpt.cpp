@@ -119,8 +119,8 @@ void ModelChunk::backward_weights(DeferredWeightGradients& deferred, UnitHooks& 
 GptModel::GptModel(Backend& backend, const TensorParallel& tp, const ModelSpec& cfg,
                    const std::vector<ChunkRange>& ranges, DType dtype, ContextParallel cp,
                    ExpertParallel ep)
-    : backend_(&backend), tp_(tp), cp_(cp), cfg_(cfg), dtype_(dtype), loss_(backend) {
-  const LayerContext ctx{&backend, &store_, tp, cp, ep, &loss_, &moe_log_};
+    : backend_(&backend), tp_(tp), cp_(cp), cfg_(cfg), dtype_(dtype), loss_(backend), expert_bias_(cfg) {
+  const LayerContext ctx{&backend, &store_, tp, cp, ep, &loss_, &moe_log_, &expert_bias_};
   Parameter* wte = nullptr;
   for (const ChunkRange& r : ranges) {
     chunks_.push_back(std::make_unique<ModelChunk>(ctx, cfg, r, wte, loss_));

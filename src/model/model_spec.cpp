@@ -66,6 +66,7 @@ constexpr Named<ActivationKind> kActivations[] = {{ActivationKind::GeluTanh, "ge
                                                    {ActivationKind::SwiGlu, "swiglu"}};
 constexpr Named<FeedForwardKind> kFeedForwards[] = {{FeedForwardKind::Dense, "dense"},
                                                     {FeedForwardKind::Moe, "moe"}};
+constexpr Named<RouterKind> kRouters[] = {{RouterKind::Softmax, "softmax"}, {RouterKind::Sigmoid, "sigmoid"}};
 
 template <class Kind, size_t N>
 const char* name_of(const Named<Kind> (&table)[N], Kind k) {
@@ -146,6 +147,10 @@ std::vector<std::pair<const char*, std::string>> moe_field_values(const ModelSpe
       {"moe_aux_loss", toml_float(m.aux_loss)},
       {"moe_z_loss", toml_float(m.z_loss)},
       {"moe_first_dense_layers", std::to_string(m.first_dense_layers)},
+      {"moe_router", quoted(router_name(m.router))},
+      {"moe_route_scale", toml_float(m.route_scale)},
+      {"moe_bias_update_rate", toml_float(m.bias_update_rate)},
+      {"moe_capacity_factor", toml_float(m.capacity_factor)},
   };
 }
 
@@ -196,6 +201,8 @@ const char* norm_name(NormKind k) { return name_of(kNorms, k); }
 const char* position_name(PositionKind k) { return name_of(kPositions, k); }
 const char* activation_name(ActivationKind k) { return name_of(kActivations, k); }
 const char* feed_forward_name(FeedForwardKind k) { return name_of(kFeedForwards, k); }
+const char* router_name(RouterKind k) { return name_of(kRouters, k); }
+bool parse_router(const std::string& s, RouterKind& out) { return parse_name(kRouters, s, out); }
 bool parse_norm(const std::string& s, NormKind& out) { return parse_name(kNorms, s, out); }
 bool parse_position(const std::string& s, PositionKind& out) { return parse_name(kPositions, s, out); }
 const char* rope_scaling_name(RopeScalingKind k) { return name_of(kRopeScalings, k); }

@@ -105,7 +105,8 @@ std::shared_ptr<const Routing> MixtureOfExperts::route(const Tensor& x, const To
     Tensor logits = be.empty({N, E}, rx.dtype(), MemoryCategory::Workspace);
     be.matmul_forward(logits, rx, router_weight(rx.dtype()), nullptr);
     const std::vector<double> host = to_host_doubles(be, logits, "a mixture of experts' router");
-    r = std::make_shared<Routing>(route_tokens(host.data(), N, spec_));
+    const double* bias = ctx_.expert_bias ? ctx_.expert_bias->of_layer(layer_) : nullptr;
+    r = std::make_shared<Routing>(route_tokens(host.data(), N, spec_, bias));
   }
   saved.balance_grad.clear();
   if (shape.loss_weight == 0) return r;  // evaluation, generation: no losses
@@ -135,7 +136,7 @@ std::shared_ptr<const Routing> MixtureOfExperts::route(const Tensor& x, const To
     if (ctx_.loss) ctx_.loss->add_host(l.per_token);
     if (ctx_.moe_log)
       ctx_.moe_log->add(layer_, sequences.expert_counts(), l.load_balance,
-                        static_cast<double>(shape.B), l.z, sequences.token_count());
+                        static_cast<double>(shape.B), l.z, sequences.token_count(), sequences.dropped);
   }
   return r;
 }

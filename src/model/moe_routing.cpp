@@ -20,20 +20,41 @@ void check_spec(const MoeSpec& spec) {
 }
 
 // The expert-sorted order from the choices: counting sort by expert, tokens in order within one.
-void sort_by_expert(Routing& r) {
+// An expert chosen more than `capacity` times keeps its choices of the highest gates (equal
+// gates: the earlier token); the others are dropped.
+void sort_by_expert(Routing& r, int64_t capacity) {
   const int64_t E = r.experts, k = r.top_k, N = r.tokens;
+  std::vector<char> kept(static_cast<size_t>(N * k), 1);
+  r.dropped = 0;
+  // A token chooses an expert once at most: a capacity of N drops nothing.
+  if (capacity < N) {
+    std::vector<std::vector<int64_t>> chosen(static_cast<size_t>(E));  // choice indices, token order
+    for (int64_t c = 0; c < N * k; ++c) chosen[static_cast<size_t>(r.choice[static_cast<size_t>(c)])].push_back(c);
+    for (std::vector<int64_t>& list : chosen) {
+      if (static_cast<int64_t>(list.size()) <= capacity) continue;
+      // Stable: equal gates keep token order, the earlier token first.
+      std::stable_sort(list.begin(), list.end(), [&](int64_t a, int64_t b) {
+        return r.gate[static_cast<size_t>(a)] > r.gate[static_cast<size_t>(b)];
+      });
+      for (size_t i = static_cast<size_t>(capacity); i < list.size(); ++i) kept[static_cast<size_t>(list[i])] = 0;
+      r.dropped += static_cast<int64_t>(list.size()) - capacity;
+    }
+  }
   r.counts.assign(static_cast<size_t>(E), 0);
-  for (int32_t e : r.choice) ++r.counts[static_cast<size_t>(e)];
+  for (int64_t c = 0; c < N * k; ++c)
+    if (kept[static_cast<size_t>(c)]) ++r.counts[static_cast<size_t>(r.choice[static_cast<size_t>(c)])];
   r.expert_begin.assign(static_cast<size_t>(E + 1), 0);
   for (int64_t e = 0; e < E; ++e)
     r.expert_begin[static_cast<size_t>(e + 1)] = r.expert_begin[static_cast<size_t>(e)] + r.counts[static_cast<size_t>(e)];
+  const size_t M = static_cast<size_t>(N * k - r.dropped);
   std::vector<int64_t> next(r.expert_begin.begin(), r.expert_begin.end() - 1);
-  r.token_of_row.assign(static_cast<size_t>(N * k), 0);
-  r.gate_of_row.assign(static_cast<size_t>(N * k), 0.0);
-  r.row_of_choice.assign(static_cast<size_t>(N * k), 0);
+  r.token_of_row.assign(M, 0);
+  r.gate_of_row.assign(M, 0.0);
+  r.row_of_choice.assign(static_cast<size_t>(N * k), -1);
   for (int64_t t = 0; t < N; ++t)
     for (int64_t j = 0; j < k; ++j) {
       const size_t c = static_cast<size_t>(t * k + j);
+      if (!kept[c]) continue;
       const int64_t row = next[static_cast<size_t>(r.choice[c])]++;
       r.token_of_row[static_cast<size_t>(row)] = static_cast<int32_t>(t);
       r.gate_of_row[static_cast<size_t>(row)] = r.gate[c];
@@ -43,21 +64,28 @@ void sort_by_expert(Routing& r) {
 
 }  // namespace
 
-Routing route_tokens(const double* logits, int64_t tokens, const MoeSpec& spec) {
+Routing route_tokens(const double* logits, int64_t tokens, const MoeSpec& spec,
+                     const double* expert_bias) {
   check_spec(spec);
   if (tokens * spec.top_k > INT32_MAX)
     throw std::invalid_argument("moe routing: " + std::to_string(tokens) + " tokens x top_k " +
                                 std::to_string(spec.top_k) + " rows exceed the int32 row index");
   Routing r;
   const int64_t E = spec.experts, k = spec.top_k;
+  const bool sigmoid = spec.router == RouterKind::Sigmoid;
+  const bool z_softmax = sigmoid && spec.z_loss != 0;
+  r.router = spec.router;
   r.tokens = tokens;
   r.experts = E;
   r.top_k = k;
   r.probs.resize(static_cast<size_t>(tokens * E));
+  if (sigmoid) r.scores.resize(static_cast<size_t>(tokens * E));
+  if (z_softmax) r.softmax.resize(static_cast<size_t>(tokens * E));
   r.lse.resize(static_cast<size_t>(tokens));
   r.choice.resize(static_cast<size_t>(tokens * k));
   r.gate.resize(static_cast<size_t>(tokens * k));
   std::vector<int32_t> order(static_cast<size_t>(E));
+  std::vector<double> key(static_cast<size_t>(E));
   for (int64_t t = 0; t < tokens; ++t) {
     const double* l = logits + t * E;
     double* p = r.probs.data() + t * E;
@@ -68,26 +96,51 @@ Routing route_tokens(const double* logits, int64_t tokens, const MoeSpec& spec) 
                                  "router logit (" + std::to_string(l[e]) + ", expert " +
                                  std::to_string(e) + ")");
     const double m = *std::max_element(l, l + E);
-    double s = 0;
-    for (int64_t e = 0; e < E; ++e) s += (p[e] = std::exp(l[e] - m));
-    for (int64_t e = 0; e < E; ++e) p[e] /= s;
-    r.lse[static_cast<size_t>(t)] = m + std::log(s);
-    // Chosen on the logits (the softmax keeps their order, and equal logits stay equal): the
-    // larger first, the lower index among equals.
+    double sum = 0;
+    for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - m));
+    for (int64_t e = 0; e < E; ++e) p[e] /= sum;
+    r.lse[static_cast<size_t>(t)] = m + std::log(sum);
+    // The scores the gates take: the softmax's, or the sigmoid's (then P is them normalised).
+    const double* score = p;
+    if (sigmoid) {
+      if (z_softmax) std::copy(p, p + E, r.softmax.data() + t * E);
+      double* s = r.scores.data() + t * E;
+      double total = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        // exp of a negative number only: no overflow either side.
+        const double x = std::exp(-std::abs(l[e]));
+        total += (s[e] = l[e] >= 0 ? 1.0 / (1.0 + x) : x / (1.0 + x));
+      }
+      for (int64_t e = 0; e < E; ++e) p[e] = s[e] / total;
+      score = s;
+    }
+    // Chosen on the logits for the softmax (it keeps their order, and equal logits stay
+    // equal), on score plus bias for the sigmoid: the larger first, the lower index among equals.
+    for (int64_t e = 0; e < E; ++e)
+      key[static_cast<size_t>(e)] = sigmoid ? score[e] + (expert_bias ? expert_bias[e] : 0.0) : l[e];
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return l[a] > l[b] || (l[a] == l[b] && a < b);
+      const double ka = key[static_cast<size_t>(a)], kb = key[static_cast<size_t>(b)];
+      return ka > kb || (ka == kb && a < b);
     });
     double chosen = 0;
-    for (int64_t j = 0; j < k; ++j) chosen += p[order[static_cast<size_t>(j)]];
+    for (int64_t j = 0; j < k; ++j) chosen += score[order[static_cast<size_t>(j)]];
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = order[static_cast<size_t>(j)];
       r.choice[static_cast<size_t>(t * k + j)] = e;
-      r.gate[static_cast<size_t>(t * k + j)] = spec.normalize_top_k ? p[e] / chosen : p[e];
+      r.gate[static_cast<size_t>(t * k + j)] =
+          spec.route_scale * (spec.normalize_top_k ? score[e] / chosen : score[e]);
     }
   }
-  sort_by_expert(r);
+  sort_by_expert(r, expert_capacity(spec, tokens));
   return r;
+}
+
+int64_t expert_capacity(const MoeSpec& spec, int64_t tokens) {
+  if (spec.capacity_factor <= 0) return tokens;
+  const double slots = spec.capacity_factor * static_cast<double>(tokens) * static_cast<double>(spec.top_k) /
+                       static_cast<double>(spec.experts);
+  return std::min(tokens, static_cast<int64_t>(std::ceil(slots)));
 }
 
 Routing route_balanced(int64_t tokens, const MoeSpec& spec) {
@@ -97,14 +150,18 @@ Routing route_balanced(int64_t tokens, const MoeSpec& spec) {
   r.tokens = tokens;
   r.experts = E;
   r.top_k = k;
+  r.router = spec.router;
   r.probs.assign(static_cast<size_t>(tokens * E), 1.0 / static_cast<double>(E));
+  // All logits 0: every sigmoid score one half, the softmax uniform.
+  if (spec.router == RouterKind::Sigmoid) r.scores.assign(static_cast<size_t>(tokens * E), 0.5);
+  if (spec.router == RouterKind::Sigmoid && spec.z_loss != 0) r.softmax = r.probs;
   r.lse.assign(static_cast<size_t>(tokens), std::log(static_cast<double>(E)));
   r.choice.resize(static_cast<size_t>(tokens * k));
   r.gate.assign(static_cast<size_t>(tokens * k), 1.0 / static_cast<double>(k));
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < k; ++j)
       r.choice[static_cast<size_t>(t * k + j)] = static_cast<int32_t>((t * k + j) % E);
-  sort_by_expert(r);
+  sort_by_expert(r, tokens);  // every choice: the planner prices a capacity's most
   return r;
 }
 
@@ -132,6 +189,7 @@ RouterSums RouterSums::of(const Routing& r, const std::vector<int32_t>& sequence
       s.counts[static_cast<size_t>(b * E + r.choice[static_cast<size_t>(t * r.top_k + j)])] += 1;
     s.lse_squares += r.lse[static_cast<size_t>(t)] * r.lse[static_cast<size_t>(t)];
   }
+  s.dropped = static_cast<double>(r.dropped);
   return s;
 }
 
@@ -140,12 +198,13 @@ std::vector<double> RouterSums::to_vector() const {
   v.insert(v.end(), prob_sums.begin(), prob_sums.end());
   v.insert(v.end(), tokens.begin(), tokens.end());
   v.push_back(lse_squares);
+  v.push_back(dropped);
   return v;
 }
 
 RouterSums RouterSums::from_vector(const std::vector<double>& v, int64_t sequences, int64_t experts) {
   const size_t SE = static_cast<size_t>(sequences * experts), S = static_cast<size_t>(sequences);
-  if (v.size() != 2 * SE + S + 1)
+  if (v.size() != 2 * SE + S + 2)
     throw std::logic_error("moe routing: router sums of " + std::to_string(v.size()) +
                            " values for " + std::to_string(sequences) + " sequences of " +
                            std::to_string(experts) + " experts");
@@ -157,6 +216,7 @@ RouterSums RouterSums::from_vector(const std::vector<double>& v, int64_t sequenc
   s.prob_sums.assign(at(SE), at(2 * SE));
   s.tokens.assign(at(2 * SE), at(2 * SE + S));
   s.lse_squares = v[2 * SE + S];
+  s.dropped = v[2 * SE + S + 1];
   return s;
 }
 
@@ -200,8 +260,10 @@ std::vector<double> balancing_logit_gradient(const Routing& r, const RouterSums&
   std::vector<double> d(static_cast<size_t>(r.tokens * E), 0.0);
   if (weight == 0) return d;
   const double k = static_cast<double>(spec.top_k);
+  const bool sigmoid = r.router == RouterKind::Sigmoid;
   // A sequence's L_aux weighs T per-token losses: d(T L_aux) / dp_te = alpha E f_e, the same
-  // for each of its tokens; by the softmax's Jacobian, dlogit_ti = p_ti (g_i - sum_e p_te g_e).
+  // for each of its tokens. Through the softmax, dlogit_ti = p_ti (g_i - sum_e p_te g_e); through
+  // the sigmoid's normalised scores p = s / S, dlogit_ti = s_ti (1 - s_ti) / S (g_i - sum_e p_te g_e).
   std::vector<double> g(static_cast<size_t>(E));
   for (int64_t t = 0; t < r.tokens; ++t) {
     const int64_t b = sequence_of[static_cast<size_t>(t)];
@@ -213,9 +275,19 @@ std::vector<double> balancing_logit_gradient(const Routing& r, const RouterSums&
     double* out = d.data() + t * E;
     double mean = 0;
     for (int64_t e = 0; e < E; ++e) mean += p[e] * g[static_cast<size_t>(e)];
-    // d(beta lse_t^2) / dlogit_ti = 2 beta lse_t p_ti.
+    // d(beta lse_t^2) / dlogit_ti = 2 beta lse_t softmax_ti.
     const double z = weight * spec.z_loss * 2.0 * r.lse[static_cast<size_t>(t)];
-    for (int64_t e = 0; e < E; ++e) out[e] = p[e] * (g[static_cast<size_t>(e)] - mean) + z * p[e];
+    if (!sigmoid) {
+      for (int64_t e = 0; e < E; ++e) out[e] = p[e] * (g[static_cast<size_t>(e)] - mean) + z * p[e];
+      continue;
+    }
+    const double* sc = r.scores.data() + t * E;
+    double total = 0;
+    for (int64_t e = 0; e < E; ++e) total += sc[e];
+    for (int64_t e = 0; e < E; ++e)
+      out[e] = sc[e] * (1.0 - sc[e]) / total * (g[static_cast<size_t>(e)] - mean);
+    if (spec.z_loss != 0)
+      for (int64_t e = 0; e < E; ++e) out[e] += z * r.softmax[static_cast<size_t>(t * E + e)];
   }
   return d;
 }
@@ -223,26 +295,32 @@ std::vector<double> balancing_logit_gradient(const Routing& r, const RouterSums&
 std::vector<double> router_logit_gradient(const Routing& r, const std::vector<double>& dgate,
                                           const MoeSpec& spec, const std::vector<double>& add) {
   const int64_t E = r.experts, k = r.top_k;
+  const bool sigmoid = r.router == RouterKind::Sigmoid;
   std::vector<double> d(static_cast<size_t>(r.tokens * E), 0.0);
-  std::vector<double> dp(static_cast<size_t>(E));
+  std::vector<double> dscore(static_cast<size_t>(E));
   for (int64_t t = 0; t < r.tokens; ++t) {
-    const double* p = r.probs.data() + t * E;
+    const double* score = (sigmoid ? r.scores.data() : r.probs.data()) + t * E;
     const double* dg = dgate.data() + t * k;
     const int32_t* c = r.choice.data() + t * k;
-    std::fill(dp.begin(), dp.end(), 0.0);
+    std::fill(dscore.begin(), dscore.end(), 0.0);
     if (spec.normalize_top_k) {
-      // g_j = p_j / S over the chosen: dp_i = (dg_i - sum_j dg_j g_j) / S.
+      // g_j = scale s_j / S over the chosen: ds_i = (scale dg_i - sum_j dg_j g_j) / S.
       double S = 0, dot = 0;
-      for (int64_t j = 0; j < k; ++j) S += p[c[j]];
+      for (int64_t j = 0; j < k; ++j) S += score[c[j]];
       for (int64_t j = 0; j < k; ++j) dot += dg[j] * r.gate[static_cast<size_t>(t * k + j)];
-      for (int64_t j = 0; j < k; ++j) dp[static_cast<size_t>(c[j])] = (dg[j] - dot) / S;
+      for (int64_t j = 0; j < k; ++j)
+        dscore[static_cast<size_t>(c[j])] = (spec.route_scale * dg[j] - dot) / S;
     } else {
-      for (int64_t j = 0; j < k; ++j) dp[static_cast<size_t>(c[j])] = dg[j];
+      for (int64_t j = 0; j < k; ++j) dscore[static_cast<size_t>(c[j])] = spec.route_scale * dg[j];
     }
-    double mean = 0;
-    for (int64_t e = 0; e < E; ++e) mean += p[e] * dp[static_cast<size_t>(e)];
     double* out = d.data() + t * E;
-    for (int64_t e = 0; e < E; ++e) out[e] = p[e] * (dp[static_cast<size_t>(e)] - mean);
+    if (sigmoid) {
+      for (int64_t e = 0; e < E; ++e) out[e] = score[e] * (1.0 - score[e]) * dscore[static_cast<size_t>(e)];
+    } else {
+      double mean = 0;
+      for (int64_t e = 0; e < E; ++e) mean += score[e] * dscore[static_cast<size_t>(e)];
+      for (int64_t e = 0; e < E; ++e) out[e] = score[e] * (dscore[static_cast<size_t>(e)] - mean);
+    }
     if (!add.empty())
       for (int64_t e = 0; e < E; ++e) out[e] += add[static_cast<size_t>(t * E + e)];
   }

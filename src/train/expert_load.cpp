@@ -9,6 +9,12 @@ double ExpertLoadReport::worst_balance() const {
   return max_over_mean.empty() ? 0.0 : *std::max_element(max_over_mean.begin(), max_over_mean.end());
 }
 
+double ExpertLoadReport::total_dropped() const {
+  double n = 0;
+  for (double d : dropped) n += d;
+  return n;
+}
+
 ExpertLoadReport gather_expert_loads(MoeLog& log, const ModelSpec& spec, Communicator& world,
                                      Backend& be) {
   ExpertLoadReport r;
@@ -18,8 +24,9 @@ ExpertLoadReport gather_expert_loads(MoeLog& log, const ModelSpec& spec, Communi
   if (r.layers.empty()) return r;
   const int64_t E = spec.moe.experts, L = static_cast<int64_t>(r.layers.size());
   r.experts = E;
-  // Per layer: E token counts, the two losses' sums and what they were summed over.
-  const int64_t row = E + 4;
+  // Per layer: E token counts, the two losses' sums and what they were summed over, the
+  // dropped choices.
+  const int64_t row = E + 5;
   std::vector<double> flat(static_cast<size_t>(L * row), 0.0);
   for (int64_t i = 0; i < L; ++i) {
     const auto it = mine.find(r.layers[static_cast<size_t>(i)]);
@@ -30,6 +37,7 @@ ExpertLoadReport gather_expert_loads(MoeLog& log, const ModelSpec& spec, Communi
     out[E + 1] = it->second.sequences;
     out[E + 2] = it->second.z_loss;
     out[E + 3] = it->second.routed_tokens;
+    out[E + 4] = it->second.dropped;
   }
   // The world communicator is MPI's, on host memory, whatever the device.
   Tensor t = be.empty_host({L * row}, DType::F64, MemoryCategory::Workspace);
@@ -41,6 +49,7 @@ ExpertLoadReport gather_expert_loads(MoeLog& log, const ModelSpec& spec, Communi
     r.tokens.insert(r.tokens.end(), in, in + E);
     r.load_balance_loss.push_back(in[E] / std::max(in[E + 1], 1.0));
     r.z_loss.push_back(in[E + 2] / std::max(in[E + 3], 1.0));
+    r.dropped.push_back(in[E + 4]);
     double total = 0, most = 0;
     for (int64_t e = 0; e < E; ++e) {
       total += in[e];

@@ -135,7 +135,10 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
       metrics_ = std::make_unique<MetricsWriter>(config.run.dir + "/metrics.jsonl");
     });
   }
-  if (data == DataMode::Load) checkpointer_ = std::make_unique<Checkpointer>(config, grid);
+  if (data == DataMode::Load) {
+    checkpointer_ = std::make_unique<Checkpointer>(config, grid);
+    checkpointer_->attach_expert_bias(&model_->expert_bias());
+  }
   if (data == DataMode::Load) sample_ = std::make_unique<PeriodicSample>(config, leader_);
 }
 
@@ -239,6 +242,11 @@ StepResult Trainer::train_step(int step) {
   r.lr = learning_rate(t, step);
   const auto optimizer_start = std::chrono::steady_clock::now();
   state_->optimizer_step(r.lr, scale);
+  // The sigmoid router's bias moves by this step's loads over the whole job (the report every
+  // rank received alike), so every rank's copy stays equal; the next step chooses with it.
+  ExpertBias& bias = model_->expert_bias();
+  if (!bias.empty() && !r.experts.empty())
+    bias.update(r.experts.layers, r.experts.tokens, cfg_.model.moe.bias_update_rate);
   for (const Fault& f : flips_at(Fault::Kind::FlipParam, grid_.world_rank(), r.step))
     if (state_->flip_parameter_bit(f.param, f.index, f.bit)) {
       std::fprintf(stderr, "meshtrain: rank %d: injected fault: flipped bit %d of element %lld of %s after step %d\n",
@@ -395,6 +403,10 @@ void Trainer::log_step(const StepResult& r, double eta_seconds) {
     char buf[64];
     std::snprintf(buf, sizeof buf, " | experts max/mean %.2f", r.experts.worst_balance());
     bubble += buf;
+    if (cfg_.model.moe.capacity_factor > 0) {
+      std::snprintf(buf, sizeof buf, " | dropped %.0f", r.experts.total_dropped());
+      bubble += buf;
+    }
   }
   std::printf("step %5d/%d | loss %.4f | lr %.2e | grad_norm %.3f | %8.0f tok/s | %7.1f ms%s | eta %s\n",
               r.step, cfg_.train.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_second,
@@ -409,14 +421,18 @@ void Trainer::log_step(const StepResult& r, double eta_seconds) {
                    {"bubble", r.bubble}});
   // The experts' loads: a line of its own per step, (layers x experts) tokens flattened.
   const ExpertLoadReport& x = r.experts;
-  if (!x.empty())
-    metrics_->write({{"step", int64_t{r.step}},
-                     {"moe_layers", std::vector<int64_t>(x.layers.begin(), x.layers.end())},
-                     {"experts", x.experts},
-                     {"expert_tokens", x.tokens},
-                     {"expert_balance", x.max_over_mean},
-                     {"moe_load_balance_loss", x.load_balance_loss},
-                     {"moe_z_loss", x.z_loss}});
+  if (x.empty()) return;
+  std::vector<std::pair<const char*, MetricsWriter::Value>> record = {
+      {"step", int64_t{r.step}},
+      {"moe_layers", std::vector<int64_t>(x.layers.begin(), x.layers.end())},
+      {"experts", x.experts},
+      {"expert_tokens", x.tokens},
+      {"expert_balance", x.max_over_mean},
+      {"moe_load_balance_loss", x.load_balance_loss},
+      {"moe_z_loss", x.z_loss}};
+  // Choices dropped for capacity, per layer: dropless runs (the default) have none to count.
+  if (cfg_.model.moe.capacity_factor > 0) record.push_back({"expert_dropped", x.dropped});
+  metrics_->write(record);
 }
 
 const StragglerWindow* Trainer::straggler_window() const {

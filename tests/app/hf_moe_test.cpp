@@ -236,6 +236,16 @@ TEST(HfMoe, ArchitectureAndConfigBack) {
   ModelSpec biased = mixtral;
   biased.linear_bias = true;
   EXPECT_TRUE(refused(biased, "model.bias = true"));
+  // DeepSeek-V3's router, a gate scale and a capacity: neither computes them.
+  ModelSpec sigmoid = mixtral;
+  sigmoid.moe.router = RouterKind::Sigmoid;
+  EXPECT_TRUE(refused(sigmoid, "model.moe_router = \"sigmoid\", which Hugging Face MixtralForCausalLM"));
+  ModelSpec scaled = qwen;
+  scaled.moe.route_scale = 2.5;
+  EXPECT_TRUE(refused(scaled, "model.moe_route_scale = 2.5, which Hugging Face Qwen3MoeForCausalLM"));
+  ModelSpec capped = mixtral;
+  capped.moe.capacity_factor = 1.25;
+  EXPECT_TRUE(refused(capped, "model.moe_capacity_factor = 1.25"));
 }
 
 TEST(HfMoe, DeckHoldsTheMixture) {

@@ -222,6 +222,9 @@ TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
            {"model.feed_forward=\"mixture\"", "(expected one of \"dense\", \"moe\")"},
            {"model.moe_top_k=0", "model.moe_top_k = 0 is out of range"},
            {"model.moe_aux_loss=-0.5", "model.moe_aux_loss = -0.5 is out of range"},
+           {"model.moe_router=\"tanh\"", "(expected one of \"softmax\", \"sigmoid\")"},
+           {"model.moe_route_scale=0", "model.moe_route_scale = 0 is out of range (expected finite number > 0)"},
+           {"model.moe_bias_update_rate=-0.001", "model.moe_bias_update_rate = -0.001 is out of range"},
            {"model.head_dim=0", "model.head_dim = 0 is out of range (expected integer from 1 to 65536)"},
            {"model.ffn_hidden=-4", "model.ffn_hidden = -4 is out of range"},
        }) {
@@ -238,6 +241,28 @@ TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
   EXPECT_NE(refusal(moe + "moe_first_dense_layers = 2\n").find("leaves no mixture-of-experts layer"),
             std::string::npos);
   EXPECT_NE(refusal(moe + "bias = true\n").find("needs model.bias = false"), std::string::npos);
+  // The expert bias is the sigmoid router's: its step is refused with the softmax router, and
+  // asynchronous replicas do not share the step's loads it moves by.
+  EXPECT_EQ(refusal(moe + "moe_router = \"sigmoid\"\nmoe_route_scale = 2.5\nmoe_bias_update_rate = 0.0\n"), "");
+  // A capacity: from a slot per token (1 / top_k) to below what lets nothing drop (E / top_k).
+  EXPECT_EQ(refusal(moe + "moe_experts = 8\nmoe_capacity_factor = 1.25\n"), "");
+  EXPECT_NE(refusal(moe + "moe_experts = 8\nmoe_capacity_factor = 0.25\n").find(
+                "model.moe_capacity_factor = 0.25 gives the experts together fewer slots than tokens"),
+            std::string::npos);
+  EXPECT_NE(refusal(moe + "moe_experts = 8\nmoe_capacity_factor = 4.0\n").find(
+                "model.moe_capacity_factor = 4 lets each expert take every token"),
+            std::string::npos);
+  EXPECT_NE(refusal(moe + "moe_capacity_factor = -1.0\n").find("model.moe_capacity_factor = -1.0 is out of range"),
+            std::string::npos);
+  EXPECT_EQ(refusal(moe + "moe_bias_update_rate = 0.001\n"), "") << "the default, as an effective configuration prints it";
+  EXPECT_NE(refusal(moe + "moe_bias_update_rate = 0.0\n").find(
+                "model.moe_bias_update_rate is given but model.moe_router is \"softmax\""),
+            std::string::npos);
+  EXPECT_NE(refusal(moe + "moe_router = \"sigmoid\"\n[parallel]\ndata_sync = \"async\"\nservers = 1\n")
+                .find("model.moe_router = \"sigmoid\" (parallel.data_sync = \"async\""),
+            std::string::npos);
+  EXPECT_NE(refusal("[model]\nmoe_router = \"sigmoid\"\n").find("model.moe_* keys are given but model.feed_forward is \"dense\""),
+            std::string::npos);
   EXPECT_NE(refusal("[model]\nmoe_experts = 4\n").find("model.moe_* keys are given but model.feed_forward is \"dense\""),
             std::string::npos);
   // kv_heads divides heads, and tp divides kv_heads (each rank holds whole key/value heads).

@@ -289,6 +289,46 @@ TEST(GradientCheck, MixtureOfExpertsTopOneUnnormalisedAfterADenseBlockEveryEleme
   check_all_gradients(h, Recompute::None, Objective::Train);
 }
 
+// DeepSeek-V3's router: sigmoid scores, gates scaled by 2.5, and an expert bias (set here, as
+// training would have moved it) that changes which experts tokens choose: the gradient flows
+// through the chosen sigmoid scores and the balancing losses over the normalised scores, none
+// to the bias, which is no parameter.
+TEST(GradientCheck, MixtureOfExpertsSigmoidRouterWithABiasEveryElement) {
+  Harness h(false, 13, [](ModelSpec& m) {
+    moe_block(m);
+    m.moe.router = RouterKind::Sigmoid;
+    m.moe.route_scale = 2.5;
+  });
+  // The tokens each expert received in a training step.
+  auto loads = [&] {
+    h.loss_and_grads(Recompute::None);
+    return h.model->moe_log().take();
+  };
+  const std::map<int, ExpertLoad> unbiased = loads();
+  h.model->expert_bias().values_of(0) = {0.3, -0.2, 0.1, -0.25};
+  h.model->expert_bias().values_of(1) = {-0.3, 0.25, -0.1, 0.2};
+  const std::map<int, ExpertLoad> biased = loads();
+  EXPECT_NE(unbiased.at(0).tokens, biased.at(0).tokens) << "the bias changes no choice";
+  EXPECT_NE(unbiased.at(1).tokens, biased.at(1).tokens) << "the bias changes no choice";
+  EXPECT_EQ(count_named(h.model->params(), "h.1.mlp.router.expert_bias"), 0) << "not a parameter";
+  check_all_gradients(h, Recompute::None, Objective::Train);
+}
+
+// A capacity (model.moe_capacity_factor 1: 8 of the 16 tokens' 32 choices per expert) that drops
+// choices here: a dropped choice adds nothing and gets no gradient, the kept gates are not
+// renormalised, so the router's gradient still reaches the dropped scores through the
+// normalisation; the balancing losses count what was chosen.
+TEST(GradientCheck, MixtureOfExpertsWithCapacityDropsEveryElement) {
+  Harness h(false, 14, [](ModelSpec& m) {
+    moe_block(m);
+    m.moe.capacity_factor = 1.0;
+  });
+  h.loss_and_grads(Recompute::None);
+  const std::map<int, ExpertLoad> log = h.model->moe_log().take();
+  EXPECT_GT(log.at(0).dropped + log.at(1).dropped, 0) << "nothing dropped: the case proves nothing";
+  check_all_gradients(h, Recompute::None, Objective::Train);
+}
+
 // Full recomputation re-runs the mixture's forward in backward: the same gradients, and the
 // balancing losses counted once.
 TEST(GradientCheck, MixtureOfExpertsRecomputedGivesIdenticalGradientsAndLoss) {

@@ -14,8 +14,11 @@
 namespace meshtrain {
 namespace {
 
-MoeSpec spec_of(int64_t experts, int64_t k, bool normalize, double aux = 0.01, double z = 0.001) {
+MoeSpec spec_of(int64_t experts, int64_t k, bool normalize, double aux = 0.01, double z = 0.001,
+                RouterKind router = RouterKind::Softmax, double scale = 1.0) {
   MoeSpec s;
+  s.router = router;
+  s.route_scale = scale;
   s.experts = experts;
   s.top_k = k;
   s.normalize_top_k = normalize;
@@ -114,52 +117,219 @@ TEST(MoeRouting, BalancedRoutingCostsAlphaPerSequenceAndSumsAddUpOverParts) {
 // `fixed`'s routing (the loss's gradient treats the counts as constants, as every implementation
 // does).
 double balancing_objective(const std::vector<double>& logits, int64_t tokens, int64_t sequences,
-                           const MoeSpec& s, const RouterSums& fixed, double weight) {
-  RouterSums sums = RouterSums::of(route_tokens(logits.data(), tokens, s),
+                           const MoeSpec& s, const RouterSums& fixed, double weight,
+                           const double* bias = nullptr) {
+  RouterSums sums = RouterSums::of(route_tokens(logits.data(), tokens, s, bias),
                                    sequences_of(tokens, sequences), sequences);
   sums.counts = fixed.counts;
   return weight * balancing_losses(sums, s).per_token;
 }
 
+// The sigmoid router's cases choose with a bias that changes choices (model/expert_bias.h).
+const std::vector<double> kBias = {0.4, -0.3, 0.0, 0.25, -0.1, 0.2, -0.45};
+
 TEST(MoeRouting, BalancingGradientMatchesFiniteDifferences) {
-  const int64_t T = 9, B = 3, E = 5;
-  const MoeSpec s = spec_of(E, 2, true, 0.3, 0.2);
-  const double weight = 0.37;
-  std::vector<double> logits = random_logits(T * E, 3);
-  const Routing r = route_tokens(logits.data(), T, s);
-  const RouterSums sums = RouterSums::of(r, sequences_of(T, B), B);
-  const std::vector<double> g = balancing_logit_gradient(r, sums, sequences_of(T, B), s, weight);
-  const double h = 1e-6;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const double keep = logits[i];
-    logits[i] = keep + h;
-    const double up = balancing_objective(logits, T, B, s, sums, weight);
-    logits[i] = keep - h;
-    const double down = balancing_objective(logits, T, B, s, sums, weight);
-    logits[i] = keep;
-    EXPECT_NEAR(g[i], (up - down) / (2 * h), 1e-8) << "logit " << i;
+  for (RouterKind router : {RouterKind::Softmax, RouterKind::Sigmoid}) {
+    const int64_t T = 9, B = 3, E = 5;
+    const MoeSpec s = spec_of(E, 2, true, 0.3, 0.2, router, 1.7);
+    const double* bias = router == RouterKind::Sigmoid ? kBias.data() : nullptr;
+    const double weight = 0.37;
+    std::vector<double> logits = random_logits(T * E, 3);
+    const Routing r = route_tokens(logits.data(), T, s, bias);
+    const RouterSums sums = RouterSums::of(r, sequences_of(T, B), B);
+    const std::vector<double> g = balancing_logit_gradient(r, sums, sequences_of(T, B), s, weight);
+    const double h = 1e-6;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const double keep = logits[i];
+      logits[i] = keep + h;
+      const double up = balancing_objective(logits, T, B, s, sums, weight, bias);
+      logits[i] = keep - h;
+      const double down = balancing_objective(logits, T, B, s, sums, weight, bias);
+      logits[i] = keep;
+      EXPECT_NEAR(g[i], (up - down) / (2 * h), 1e-8) << router_name(router) << ", logit " << i;
+    }
   }
 }
 
 // sum over choices of dgate * gate, as a function of the logits (the selection held: the
 // perturbations are too small to change it).
 double gate_objective(const std::vector<double>& logits, int64_t tokens, const MoeSpec& s,
-                      const std::vector<double>& dgate) {
-  const Routing r = route_tokens(logits.data(), tokens, s);
+                      const std::vector<double>& dgate, const double* bias = nullptr) {
+  const Routing r = route_tokens(logits.data(), tokens, s, bias);
   double sum = 0;
   for (size_t c = 0; c < r.gate.size(); ++c) sum += dgate[c] * r.gate[c];
   return sum;
 }
 
 TEST(MoeRouting, RouterGradientMatchesFiniteDifferencesWithAndWithoutRenormalisation) {
-  for (bool normalize : {true, false}) {
-    const int64_t T = 6, E = 7, k = 3;
-    const MoeSpec s = spec_of(E, k, normalize);
-    std::vector<double> logits = random_logits(T * E, normalize ? 4 : 5);
-    const std::vector<double> dgate = random_logits(T * k, 6);
+  for (RouterKind router : {RouterKind::Softmax, RouterKind::Sigmoid})
+    for (bool normalize : {true, false}) {
+      const int64_t T = 6, E = 7, k = 3;
+      const MoeSpec s = spec_of(E, k, normalize, 0.01, 0.001, router, router == RouterKind::Sigmoid ? 2.5 : 1.0);
+      const double* bias = router == RouterKind::Sigmoid ? kBias.data() : nullptr;
+      std::vector<double> logits = random_logits(T * E, normalize ? 4 : 5);
+      const std::vector<double> dgate = random_logits(T * k, 6);
+      const Routing r = route_tokens(logits.data(), T, s, bias);
+      const std::vector<double> extra = random_logits(T * E, 7);
+      const std::vector<double> g = router_logit_gradient(r, dgate, s, extra);
+      const double h = 1e-6;
+      for (size_t i = 0; i < logits.size(); ++i) {
+        const double keep = logits[i];
+        logits[i] = keep + h;
+        const double up = gate_objective(logits, T, s, dgate, bias);
+        logits[i] = keep - h;
+        const double down = gate_objective(logits, T, s, dgate, bias);
+        logits[i] = keep;
+        EXPECT_NEAR(g[i] - extra[i], (up - down) / (2 * h), 1e-8)
+            << router_name(router) << (normalize ? ", renormalised" : ", plain") << ", logit " << i;
+      }
+    }
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+TEST(MoeRouting, SigmoidBiasChangesTheChoiceButNotTheGates) {
+  // Scores s = sigmoid(logits): expert 1 best, then 0, 2, 3. A bias lifting expert 3 past
+  // expert 0 makes the choice {1, 3}; the gates stay the chosen scores (normalised, scaled).
+  const std::vector<double> logits = {1.0, 2.0, 0.5, 0.0};
+  MoeSpec s = spec_of(4, 2, true, 0.0, 0.0, RouterKind::Sigmoid, 2.5);
+  const Routing plain = route_tokens(logits.data(), 1, s);
+  EXPECT_EQ(plain.choice, (std::vector<int32_t>{1, 0}));
+  const std::vector<double> bias = {0.0, 0.0, 0.0, 0.3};
+  const Routing biased = route_tokens(logits.data(), 1, s, bias.data());
+  // sigmoid(0) + 0.3 = 0.8 > sigmoid(1) = 0.731: expert 3 second.
+  EXPECT_EQ(biased.choice, (std::vector<int32_t>{1, 3}));
+  const double s1 = sigmoid(2.0), s3 = sigmoid(0.0);
+  EXPECT_NEAR(biased.gate[0], 2.5 * s1 / (s1 + s3), 1e-15);
+  EXPECT_NEAR(biased.gate[1], 2.5 * s3 / (s1 + s3), 1e-15);
+  EXPECT_EQ(biased.counts, (std::vector<int64_t>{0, 1, 0, 1}));
+  // A bias large enough to reorder the best: expert 2 first, by its biased score.
+  const std::vector<double> lift = {0.0, 0.0, 0.9, 0.0};
+  EXPECT_EQ(route_tokens(logits.data(), 1, s, lift.data()).choice, (std::vector<int32_t>{2, 1}));
+  // Without renormalisation each gate is its score times the scale.
+  s.normalize_top_k = false;
+  const Routing raw = route_tokens(logits.data(), 1, s, bias.data());
+  EXPECT_NEAR(raw.gate[0], 2.5 * s1, 1e-15);
+  EXPECT_NEAR(raw.gate[1], 2.5 * s3, 1e-15);
+  // The balancing loss's probabilities are the scores normalised over every expert.
+  double total = 0;
+  for (double l : logits) total += sigmoid(l);
+  for (size_t e = 0; e < 4; ++e) EXPECT_NEAR(biased.probs[e], sigmoid(logits[e]) / total, 1e-15) << e;
+}
+
+TEST(MoeRouting, SigmoidTiesOnScorePlusBiasGoToTheLowerIndex) {
+  // Equal logits, and a bias that makes experts 2 and 3 tie with 0 on score plus bias: the
+  // lower index wins each tie, and the choices are ordered by score plus bias.
+  const std::vector<double> logits = {0.0, 0.0, 0.0, 0.0, 0.0};
+  const MoeSpec s = spec_of(5, 3, true, 0.0, 0.0, RouterKind::Sigmoid);
+  const std::vector<double> bias = {0.125, -0.5, 0.125, 0.125, 0.25};
+  const Routing r = route_tokens(logits.data(), 1, s, bias.data());
+  EXPECT_EQ(r.choice, (std::vector<int32_t>{4, 0, 2}));
+  for (double g : r.gate) EXPECT_NEAR(g, 1.0 / 3.0, 1e-15);
+  // With no bias every score ties: experts 0, 1, 2.
+  EXPECT_EQ(route_tokens(logits.data(), 1, s).choice, (std::vector<int32_t>{0, 1, 2}));
+}
+
+TEST(MoeRouting, SigmoidScoresAreExactForLargeLogitsOfEitherSign) {
+  // No overflow either side: a logit of -800 scores 0 (not NaN), one of 800 scores 1.
+  const std::vector<double> logits = {-800.0, 800.0, 0.0};
+  const Routing r = route_tokens(logits.data(), 1, spec_of(3, 1, false, 0.0, 0.0, RouterKind::Sigmoid));
+  EXPECT_EQ(r.scores, (std::vector<double>{0.0, 1.0, 0.5}));
+  EXPECT_EQ(r.choice, (std::vector<int32_t>{1}));
+}
+
+// Logits whose softmax over 2 experts gives expert 0 the probability p.
+std::vector<double> towards_expert_0(const std::vector<double>& p) {
+  std::vector<double> logits;
+  for (double q : p) logits.insert(logits.end(), {std::log(q), std::log(1 - q)});
+  return logits;
+}
+
+TEST(MoeRouting, CapacityIsTheCeilingOfFactorTimesSlotsPerExpert) {
+  MoeSpec s = spec_of(4, 2, true);
+  EXPECT_EQ(expert_capacity(s, 10), 10) << "dropless: a token chooses an expert once at most";
+  s.capacity_factor = 1.25;
+  EXPECT_EQ(expert_capacity(s, 10), 7) << "ceil(1.25 x 10 x 2 / 4)";
+  s.capacity_factor = 1.0;
+  EXPECT_EQ(expert_capacity(s, 8), 4);
+  s.capacity_factor = 1.9;
+  EXPECT_EQ(expert_capacity(s, 3), 3) << "never more than the tokens";
+}
+
+TEST(MoeRouting, CapacityDropsTheLowestGatesAndTheLaterOfEqualOnes) {
+  // Top 1 of 2 experts, 4 tokens all on expert 0, capacity ceil(1.0 x 4 / 2) = 2: the two
+  // highest gates stay (tokens 1 and 3), the others lose their only expert.
+  MoeSpec s = spec_of(2, 1, false, 0.01, 0.0);
+  s.capacity_factor = 1.0;
+  const std::vector<double> logits = towards_expert_0({0.6, 0.9, 0.7, 0.8});
+  const Routing r = route_tokens(logits.data(), 4, s);
+  EXPECT_EQ(r.choice, (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(r.dropped, 2);
+  EXPECT_EQ(r.counts, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(r.expert_begin, (std::vector<int64_t>{0, 2, 2}));
+  EXPECT_EQ(r.token_of_row, (std::vector<int32_t>{1, 3})) << "kept rows in token order";
+  EXPECT_EQ(r.row_of_choice, (std::vector<int32_t>{-1, 0, -1, 1}));
+  EXPECT_NEAR(r.gate_of_row[0], 0.9, 1e-12);
+  EXPECT_NEAR(r.gate_of_row[1], 0.8, 1e-12);
+  // The balancing losses count what the router chose, the dropped choices too.
+  const RouterSums sums = RouterSums::of(r, sequences_of(4, 1), 1);
+  EXPECT_EQ(sums.expert_counts(), (std::vector<double>{4, 0}));
+  EXPECT_EQ(sums.dropped, 2);
+  EXPECT_EQ(RouterSums::from_vector(sums.to_vector(), 1, 2).dropped, 2);
+  // Equal gates: the earlier token stays.
+  const std::vector<double> equal = towards_expert_0({0.7, 0.7, 0.7, 0.7});
+  EXPECT_EQ(route_tokens(equal.data(), 4, s).row_of_choice, (std::vector<int32_t>{0, 1, -1, -1}));
+  // Dropless: every choice has a row.
+  s.capacity_factor = 0;
+  const Routing all = route_tokens(logits.data(), 4, s);
+  EXPECT_EQ(all.dropped, 0);
+  EXPECT_EQ(all.row_of_choice, (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
+TEST(MoeRouting, CapacityKeepsTheOtherGatesAsTheyWere) {
+  // Top 2 of 4, renormalised: a token whose second expert is full keeps its first gate as
+  // computed over both (not renormalised to 1), and its dropped choice has no row.
+  for (RouterKind router : {RouterKind::Softmax, RouterKind::Sigmoid}) {
+    MoeSpec s = spec_of(4, 2, true, 0.01, 0.0, router, 1.5);
+    s.capacity_factor = 1.0;
+    const int64_t T = 12;
+    const std::vector<double> logits = random_logits(T * 4, 9);
+    MoeSpec dropless = s;
+    dropless.capacity_factor = 0;
+    const Routing r = route_tokens(logits.data(), T, s), all = route_tokens(logits.data(), T, dropless);
+    EXPECT_GT(r.dropped, 0) << router_name(router) << ": the case drops nothing";
+    EXPECT_EQ(r.gate, all.gate) << router_name(router);
+    EXPECT_EQ(r.choice, all.choice) << router_name(router);
+    EXPECT_EQ(static_cast<int64_t>(r.token_of_row.size()), T * 2 - r.dropped);
+    for (int64_t e = 0; e < 4; ++e) EXPECT_LE(r.counts[static_cast<size_t>(e)], expert_capacity(s, T));
+    int64_t dropped = 0;
+    for (size_t c = 0; c < r.row_of_choice.size(); ++c) {
+      if (r.row_of_choice[c] < 0) {
+        ++dropped;
+        continue;
+      }
+      EXPECT_EQ(r.gate_of_row[static_cast<size_t>(r.row_of_choice[c])], r.gate[c]);
+      EXPECT_EQ(r.token_of_row[static_cast<size_t>(r.row_of_choice[c])], static_cast<int32_t>(c / 2));
+    }
+    EXPECT_EQ(dropped, r.dropped);
+  }
+}
+
+// The dropped choices add nothing to the output: the gates' gradient is zero there (the
+// backend's gathered_row_dots gives 0 for row -1), and the logits' gradient still matches the
+// kept gates' sum, whose renormalisation counts the dropped scores.
+TEST(MoeRouting, RouterGradientWithDropsMatchesFiniteDifferences) {
+  for (RouterKind router : {RouterKind::Softmax, RouterKind::Sigmoid}) {
+    const int64_t T = 10, E = 4, k = 2;
+    MoeSpec s = spec_of(E, k, true, 0.01, 0.0, router, 1.5);
+    s.capacity_factor = 1.0;
+    std::vector<double> logits = random_logits(T * E, 11);
+    std::vector<double> dgate = random_logits(T * k, 12);
     const Routing r = route_tokens(logits.data(), T, s);
-    const std::vector<double> extra = random_logits(T * E, 7);
-    const std::vector<double> g = router_logit_gradient(r, dgate, s, extra);
+    ASSERT_GT(r.dropped, 0);
+    for (size_t c = 0; c < dgate.size(); ++c)
+      if (r.row_of_choice[c] < 0) dgate[c] = 0;
+    const std::vector<double> g = router_logit_gradient(r, dgate, s, {});
     const double h = 1e-6;
     for (size_t i = 0; i < logits.size(); ++i) {
       const double keep = logits[i];
@@ -168,8 +338,7 @@ TEST(MoeRouting, RouterGradientMatchesFiniteDifferencesWithAndWithoutRenormalisa
       logits[i] = keep - h;
       const double down = gate_objective(logits, T, s, dgate);
       logits[i] = keep;
-      EXPECT_NEAR(g[i] - extra[i], (up - down) / (2 * h), 1e-8)
-          << (normalize ? "renormalised" : "plain") << ", logit " << i;
+      EXPECT_NEAR(g[i], (up - down) / (2 * h), 1e-8) << router_name(router) << ", logit " << i;
     }
   }
 }

@@ -148,6 +148,14 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.head_dim_set = 12;
   } else if (name == "moe") {
     m = testing::tiny_moe(m);
+  } else if (name == "moe_sigmoid") {
+    // DeepSeek-V3's router on the same mixture: sigmoid scores, gates scaled, the expert bias
+    // moved by a gamma large enough to change choices within the run, from the loads of the
+    // whole job (every rank's copy alike, every layer's on every pipeline stage).
+    m = model_variant("moe", m);
+    m.moe.router = RouterKind::Sigmoid;
+    m.moe.route_scale = 2.5;
+    m.moe.bias_update_rate = 0.01;
   } else if (name == "moe_skewed") {
     // Eight experts (ep 2 and 4 hold 4 and 2 each) and no balancing loss to even them out.
     m = model_variant("moe", m);
@@ -271,6 +279,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, "moe"),
         on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "moe"),
         on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "moe"),
+        on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 1}, 2), "moe_sigmoid"),
         // Expert parallelism: over the data ranks, over the context ranks, with ZeRO-3 and full
         // recomputation (the dispatch re-run), and under skewed routing with ZeRO-1.
         on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false}, 2), "moe"),

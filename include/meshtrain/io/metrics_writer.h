@@ -30,6 +30,8 @@ class MetricsWriter {
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
   void write(std::initializer_list<std::pair<const char*, Value>> fields);
+  // The same, for a record whose fields depend on the run (some only where a setting is on).
+  void write(const std::vector<std::pair<const char*, Value>>& fields);
   int64_t lost() const { return lost_; }  // lines that could not be written
 
  private:

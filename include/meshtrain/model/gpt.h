@@ -94,6 +94,9 @@ class GptModel final : public PipelineStage {
   LossAccumulator& loss() { return loss_; }
   // The mixture-of-experts layers' loads and balancing losses since the last take().
   MoeLog& moe_log() { return moe_log_; }
+  // The sigmoid router's bias of every mixture-of-experts layer (empty for other models):
+  // whole on every rank, moved by the trainer after each step, saved in checkpoints.
+  ExpertBias& expert_bias() { return expert_bias_; }
 
   // PipelineStage: chunk by chunk, as ModelChunk does it.
   bool ties_embeddings() const override { return cfg_.tie_embeddings; }
@@ -115,6 +118,7 @@ class GptModel final : public PipelineStage {
   ParameterStore store_;
   LossAccumulator loss_;
   MoeLog moe_log_;
+  ExpertBias expert_bias_;
   std::vector<std::unique_ptr<ModelChunk>> chunks_;
 };
 

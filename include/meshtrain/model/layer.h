@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "meshtrain/backend/backend.h"
+#include "meshtrain/model/expert_bias.h"
 #include "meshtrain/model/expert_parallel.h"
 #include "meshtrain/model/loss_accumulator.h"
 #include "meshtrain/model/moe_log.h"
@@ -24,6 +25,8 @@ struct LayerContext {
   // logs what it routed; null in models without one (and in tests of single layers).
   LossAccumulator* loss = nullptr;
   MoeLog* moe_log = nullptr;
+  // The sigmoid router's per-expert bias, for choosing; null where there is none.
+  const ExpertBias* expert_bias = nullptr;
 };
 
 // A micro-batch of B sequences of T tokens: N = B * T tokens in all; a sequence-parallel region

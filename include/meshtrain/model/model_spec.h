@@ -16,6 +16,7 @@ enum class PositionKind { Learned, Rotary };
 enum class RopeScalingKind { None, Llama3 };
 enum class ActivationKind { GeluTanh, SwiGlu };
 enum class FeedForwardKind { Dense, Moe };
+enum class RouterKind { Softmax, Sigmoid };
 
 struct NormSpec {
   NormKind kind = NormKind::Layer;
@@ -35,9 +36,10 @@ struct RopeSpec {
 
 // A mixture of experts in place of the dense feed-forward (feed_forward = Moe; model/moe_layer.h):
 // each token goes through top_k of `experts` SwiGLU experts of width ffn_hidden, chosen by a
-// softmax router (Mixtral, Qwen3-MoE), plus an optional shared expert every token passes
-// (DeepSeek's, Qwen2-MoE's). The first first_dense_layers blocks keep the dense feed-forward
-// (DeepSeek-V3's first_k_dense_replace).
+// softmax router (Mixtral, Qwen3-MoE) or by sigmoid scores plus a per-expert balancing bias
+// (DeepSeek-V3; model/moe_routing.h, model/expert_bias.h), plus an optional shared expert every
+// token passes (DeepSeek's, Qwen2-MoE's). The first first_dense_layers blocks keep the dense
+// feed-forward (DeepSeek-V3's first_k_dense_replace).
 struct MoeSpec {
   int64_t experts = 8;
   int64_t top_k = 2;
@@ -47,6 +49,14 @@ struct MoeSpec {
   double aux_loss = 0.01;             // Switch load-balancing loss coefficient
   double z_loss = 0.0;                // router z-loss coefficient (ST-MoE)
   int first_dense_layers = 0;
+  RouterKind router = RouterKind::Softmax;
+  double route_scale = 1.0;           // the gates' factor (DeepSeek's routed_scaling_factor)
+  // The sigmoid router's bias step gamma (DeepSeek-V3's 0.001, arXiv 2412.19437, section 4.2).
+  // A softmax router has no bias: the deck refuses another value there.
+  double bias_update_rate = 0.001;
+  // Tokens an expert takes per micro-batch on a rank: ceil(factor x local tokens x top_k / E);
+  // 0: dropless (model/moe_routing.h has the drop policy).
+  double capacity_factor = 0;
   auto operator<=>(const MoeSpec&) const = default;
 };
 
@@ -120,6 +130,8 @@ const char* norm_name(NormKind k);
 const char* position_name(PositionKind k);
 const char* activation_name(ActivationKind k);
 const char* feed_forward_name(FeedForwardKind k);
+const char* router_name(RouterKind k);
+bool parse_router(const std::string& s, RouterKind& out);
 bool parse_norm(const std::string& s, NormKind& out);
 bool parse_position(const std::string& s, PositionKind& out);
 const char* rope_scaling_name(RopeScalingKind k);

@@ -17,12 +17,13 @@ struct ExpertLoad {
   // were taken over, and those numbers: their means are the losses the step's loss holds.
   double load_balance_loss = 0, sequences = 0;
   double z_loss = 0, routed_tokens = 0;
+  double dropped = 0;  // choices dropped for capacity (model.moe_capacity_factor)
 };
 
 class MoeLog {
  public:
   void add(int layer, const std::vector<double>& counts, double load_balance_loss,
-           double sequences, double z_loss, double tokens);
+           double sequences, double z_loss, double tokens, double dropped = 0);
   // The step's entries by layer, and empties.
   std::map<int, ExpertLoad> take();
   bool empty() const { return layers_.empty(); }

@@ -22,10 +22,12 @@ struct ExpertLoadReport {
   // tokens (what the step's loss holds of them).
   std::vector<double> load_balance_loss, z_loss;
   std::vector<double> max_over_mean;   // per layer
+  std::vector<double> dropped;         // per layer: choices dropped for capacity over the step
 
   bool empty() const { return layers.empty(); }
   // The largest balance of any layer (the step line's summary).
   double worst_balance() const;
+  double total_dropped() const;
 };
 
 // Takes this rank's log and sums it over `world`, an MPI communicator (a collective: every rank
