@@ -62,8 +62,9 @@ build: configure
 run: build
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local.sh $(RANKS) $(DECK)
 
+# With CTEST_ARGS, only the executables of the tests they select are built (all of them without).
 test: deps-test configure
-	cmake --build $(BUILD) -j $(JOBS)
+	scripts/build-for-tests.py $(BUILD) $(JOBS) $(CTEST_ARGS)
 	cd $(BUILD) && ctest --output-on-failure --timeout 1200 $(CTEST_ARGS)
 
 # Each suite measures its ceiling in the same run; multi-rank suites run on 2 local ranks (the

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "meshtrain/parallel/schedule_simulator.h"
+#include "support/sanitized.h"
 
 namespace meshtrain {
 namespace {
@@ -23,17 +24,7 @@ namespace {
 // The sanitizer build runs the search some 13 times slower; the stages above 4 cost three
 // quarters of the sweep and take the same code paths as 3 and 4, so it stops at 4 there. (The
 // Release run keeps the whole sweep.)
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using testing::kSanitized;
 
 // Costs of a profile per chunk k of 2p: forward, input, weight.
 struct Profile {
