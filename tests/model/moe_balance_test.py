@@ -49,6 +49,7 @@ name = "moe-balance"
 seed = 7
 log_every = 1
 dir = "{run}"
+device = "cpu"
 
 [model]
 family = "llama"
@@ -70,6 +71,7 @@ val = "none"
 
 [train]
 steps = {steps}
+precision = "fp32"
 global_batch = 16
 micro_batch = 8
 lr = 3e-3
