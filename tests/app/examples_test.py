@@ -29,6 +29,7 @@ usage: examples_test.py --meshtrain BIN --mpiexec MPIEXEC --repo REPO
 """
 import argparse
 import glob
+import math
 import os
 import re
 import shlex
@@ -290,14 +291,14 @@ def main():
             r.run_short(where, command)
 
         actions = dict(run_make_run=run_make_run, run_mpich=run_mpich)
-        # Every shipped deck plans on the smallest world its layout takes (dp 1).
+        # Every shipped deck plans on the smallest world its layout takes: dp 1, or as few data
+        # ranks as its expert parallelism (folded over dp x cp) needs.
         for deck in sorted(glob.glob(os.path.join(REPO, "input", "*.toml"))):
             with open(deck, "rb") as f:
                 parallel = tomllib.load(f).get("parallel", {})
-            sizes = [parallel.get(axis, 1) for axis in ("tp", "pp")]
-            world = 1
-            for size in sizes:
-                world *= size if isinstance(size, int) else 1
+            size = {axis: parallel.get(axis, 1) for axis in ("tp", "pp", "cp", "ep")}
+            size = {axis: v if isinstance(v, int) else 1 for axis, v in size.items()}
+            world = size["tp"] * size["pp"] * math.lcm(size["cp"], size["ep"])
             # "auto" choices are planned as train would take them: on a machine profile.
             auto = any(v == "auto" for k, v in parallel.items() if k != "dp")
             r.shell(f"input/{os.path.basename(deck)}", f"build/meshtrain plan "
