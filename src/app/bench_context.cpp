@@ -11,13 +11,11 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
-#include <functional>
 #include <limits>
-#include <random>
 #include <vector>
 
 #include "meshtrain/app/bench_suites.h"
+#include "bench_measure.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/layout_check.h"
@@ -28,32 +26,6 @@
 namespace meshtrain {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-Tensor random_tensor(Backend& be, Shape shape, uint32_t seed) {
-  Tensor t = be.empty(shape, DType::F32, MemoryCategory::Workspace);
-  std::vector<float> host(static_cast<size_t>(shape.numel()));
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (float& x : host) x = normal(gen);
-  be.copy_from_host(t, host.data());
-  return t;
-}
-
-// Median over `runs` of the slowest rank's time of `work`.
-double median_seconds(Communicator& comm, int runs, const std::function<void()>& work) {
-  std::vector<double> times;
-  for (int r = 0; r <= runs; ++r) {
-    comm.barrier();
-    const auto t0 = Clock::now();
-    work();
-    const double mine = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double slowest = comm.all_reduce_scalar(mine, ReduceOp::Max);
-    if (r > 0) times.push_back(slowest);  // the first run warms caches and buffers
-  }
-  return median_of(times);
-}
 
 void ring_overlap(const BenchArgs& args, BenchReport& report) {
   MpiCommunicator comm(MPI_COMM_WORLD, "cp");
@@ -70,8 +42,8 @@ void ring_overlap(const BenchArgs& args, BenchReport& report) {
                 "ratio = compute / ring");
   for (const int64_t T : tiny ? std::vector<int64_t>{256} : std::vector<int64_t>{4096, 8192}) {
     const int64_t Tl = T / n, N = B * Tl;
-    Tensor qkv = random_tensor(be, {N, 3 * C}, 11u + static_cast<uint32_t>(comm.rank()));
-    Tensor dout = random_tensor(be, {N, C}, 97u + static_cast<uint32_t>(comm.rank()));
+    Tensor qkv = random_normal_tensor(be, {N, 3 * C}, 11u + static_cast<uint32_t>(comm.rank()));
+    Tensor dout = random_normal_tensor(be, {N, C}, 97u + static_cast<uint32_t>(comm.rank()));
     Tensor out = be.empty({N, C}, DType::F32, MemoryCategory::Workspace);
     Tensor lse = be.empty({B, NH, Tl}, DType::F32, MemoryCategory::Workspace);
     Tensor dqkv = be.empty({N, 3 * C}, DType::F32, MemoryCategory::Workspace);
@@ -81,7 +53,7 @@ void ring_overlap(const BenchArgs& args, BenchReport& report) {
     be.copy_columns(kv, 0, qkv, C, 2 * C);
 
     std::vector<double> waits;
-    const double ring = median_seconds(comm, args.steps, [&] {
+    const double ring = median_slowest_seconds(comm, args.steps, [&] {
       double waited = 0;
       ring_attention_forward(be, cp, out, lse, qkv, B, Tl, NH, NH, HS, &waited);
       ring_attention_backward(be, cp, dqkv, dout, qkv, out, lse, B, Tl, NH, NH, HS, &waited);
@@ -91,7 +63,7 @@ void ring_overlap(const BenchArgs& args, BenchReport& report) {
     const double waited = comm.all_reduce_scalar(median_of(waits), ReduceOp::Max);
     // Every block of every step, against this rank's own keys: the same arithmetic (and the
     // same adds of the travelling gradient), no transfer.
-    const double compute = median_seconds(comm, args.steps, [&] {
+    const double compute = median_slowest_seconds(comm, args.steps, [&] {
       be.fill(lse, -std::numeric_limits<double>::infinity());
       for (int step = 0; step < n; ++step)
         for (const auto& b : ring_attention_blocks(cp, (comm.rank() - step + n) % n, Tl))
@@ -111,7 +83,7 @@ void ring_overlap(const BenchArgs& args, BenchReport& report) {
                                            Transfer{Transfer::Kind::Recv, theirs, prev, 5}});
       wait_all(w);
     };
-    const double transfer = median_seconds(comm, args.steps, [&] {
+    const double transfer = median_slowest_seconds(comm, args.steps, [&] {
       for (int step = 0; step + 1 < n; ++step) pass(kv, other);
       for (int step = 0; step + 1 < n; ++step) pass(kv, other);
       for (int step = 0; step < n; ++step) pass(partial, other);

@@ -12,13 +12,13 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <functional>
 #include <random>
 #include <vector>
 
 #include "meshtrain/app/bench_suites.h"
+#include "bench_measure.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/layout_check.h"
@@ -30,7 +30,6 @@ namespace meshtrain {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr int kExperts = 8, kTopK = 2;
 constexpr int64_t kExpertWidth = 256;
 
@@ -88,29 +87,6 @@ void training_steps(const BenchArgs& args, BenchReport& report, int ranks, CpuBa
   }
 }
 
-Tensor random_rows(Backend& be, int64_t rows, int64_t cols, uint32_t seed) {
-  Tensor t = be.empty({rows, cols}, DType::F32, MemoryCategory::Workspace);
-  std::vector<float> host(static_cast<size_t>(rows * cols));
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (float& x : host) x = normal(gen);
-  be.copy_from_host(t, host.data());
-  return t;
-}
-
-// Median over `runs` of the slowest rank's time of `work`.
-double median_seconds(Communicator& comm, int runs, const std::function<void()>& work) {
-  std::vector<double> times;
-  for (int r = 0; r <= runs; ++r) {
-    comm.barrier();
-    const auto t0 = Clock::now();
-    work();
-    const double mine = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (r > 0) times.push_back(comm.all_reduce_scalar(mine, ReduceOp::Max));
-  }
-  return median_of(times);
-}
-
 void exchange_overlap(const BenchArgs& args, BenchReport& report, int ranks, CpuBackend& be) {
   MpiCommunicator comm(MPI_COMM_WORLD, "ep");
   ProgressThread progress;  // as the trainer drives the exchange
@@ -126,9 +102,9 @@ void exchange_overlap(const BenchArgs& args, BenchReport& report, int ranks, Cpu
   for (double& v : logits) v = normal(gen);
   const Routing routing = route_tokens(logits.data(), N, spec);
   const int64_t M = static_cast<int64_t>(routing.token_of_row.size());
-  const Tensor x = random_rows(be, N, C, 7), rows = random_rows(be, M, C, 8);
-  const Tensor w_gate = random_rows(be, shared_width, C, 9), w_up = random_rows(be, shared_width, C, 10);
-  const Tensor w_down = random_rows(be, C, shared_width, 11);
+  const Tensor x = random_normal_tensor(be, {N, C}, 7), rows = random_normal_tensor(be, {M, C}, 8);
+  const Tensor w_gate = random_normal_tensor(be, {shared_width, C}, 9), w_up = random_normal_tensor(be, {shared_width, C}, 10);
+  const Tensor w_down = random_normal_tensor(be, {C, shared_width}, 11);
   Tensor g = be.empty({N, shared_width}, DType::F32, MemoryCategory::Workspace);
   Tensor u = be.empty({N, shared_width}, DType::F32, MemoryCategory::Workspace);
   Tensor h = be.empty({N, shared_width}, DType::F32, MemoryCategory::Workspace);
@@ -145,9 +121,9 @@ void exchange_overlap(const BenchArgs& args, BenchReport& report, int ranks, Cpu
     const Tensor there = ex.to_experts(rows, MemoryCategory::Workspace, meanwhile);
     ex.from_experts(there, MemoryCategory::Workspace);
   };
-  const double alone = median_seconds(comm, runs, [&] { exchange(nullptr); });
-  const double compute = median_seconds(comm, runs, shared_expert);
-  const double both = median_seconds(comm, runs, [&] { exchange(shared_expert); });
+  const double alone = median_slowest_seconds(comm, runs, [&] { exchange(nullptr); });
+  const double compute = median_slowest_seconds(comm, runs, shared_expert);
+  const double both = median_slowest_seconds(comm, runs, [&] { exchange(shared_expert); });
   const double hidden = alone > 0 ? std::clamp(1.0 - (both - compute) / alone, 0.0, 1.0) : 0.0;
   report.columns({"exchange_ms", "shared_ms", "overlapped_ms", "hidden"});
   report.header("moe exchange: ep " + std::to_string(ranks) + ", " + std::to_string(N) +
