@@ -118,12 +118,7 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.ffn_hidden_set = 80;
   } else if (name == "rms_swiglu") {
     // Llama's sub-layers: RMSNorm, SwiGLU (gate and up split by columns), no biases, untied.
-    m.norm.kind = NormKind::Rms;
-    m.norm.eps = 1e-6;
-    m.activation = ActivationKind::SwiGlu;
-    m.linear_bias = false;
-    m.tie_embeddings = false;
-    m.ffn_hidden_set = 88;
+    m = testing::tiny_rms_swiglu(m);
   } else if (name == "llama") {
     // Llama's block: rotary positions (Llama 3 scaling reached within the 16 positions), RMSNorm,
     // SwiGLU, no biases, untied, and grouped-query attention (4 query heads on 2 key/value

@@ -92,13 +92,18 @@ Config tiny_config(const std::string& run_dir) {
   return c;
 }
 
-ModelSpec tiny_moe(ModelSpec m) {
+ModelSpec tiny_rms_swiglu(ModelSpec m) {
   m.norm.kind = NormKind::Rms;
   m.norm.eps = 1e-6;
   m.activation = ActivationKind::SwiGlu;
   m.linear_bias = false;
   m.tie_embeddings = false;
   m.ffn_hidden_set = 88;
+  return m;
+}
+
+ModelSpec tiny_moe(ModelSpec m) {
+  m = tiny_rms_swiglu(m);
   m.feed_forward = FeedForwardKind::Moe;
   m.moe.experts = 4;
   m.moe.top_k = 2;

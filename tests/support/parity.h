@@ -23,6 +23,9 @@ namespace meshtrain::testing {
 // A model small enough to train a few steps in milliseconds, with dimensions divisible by every
 // tp, pp x virtual_stages and micro-batch count the tests use.
 Config tiny_config(const std::string& run_dir);
+// `m` (tiny_config's model) with Llama's sub-layers: RMSNorm, SwiGLU of width 88 (gate and up
+// split by columns), no biases, untied.
+ModelSpec tiny_rms_swiglu(ModelSpec m);
 // `m` (tiny_config's model) as a mixture of experts after one dense block (DeepSeek's
 // first_k_dense_replace): Llama's sub-layers (RMSNorm, SwiGLU, no biases, untied), 4 SwiGLU
 // experts of width 24, top 2, a shared expert, both balancing losses on. Whole on every tensor
