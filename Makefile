@@ -63,9 +63,11 @@ run: build
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local.sh $(RANKS) $(DECK)
 
 # With CTEST_ARGS, only the executables of the tests they select are built (all of them without).
+# CTest runs JOBS at once: a multi-rank test declares its ranks (PROCESSORS) and runs alone where
+# they fill the machine, while single-process tests share it.
 test: deps-test configure
 	scripts/build-for-tests.py $(BUILD) $(JOBS) $(CTEST_ARGS)
-	cd $(BUILD) && ctest --output-on-failure --timeout 1200 $(CTEST_ARGS)
+	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure --timeout 1200 $(CTEST_ARGS)
 
 # Each suite measures its ceiling in the same run; multi-rank suites run on 2 local ranks (the
 # pipeline suite also on 4). The step suite runs twice: on one rank at 1 and 2 threads, then data
