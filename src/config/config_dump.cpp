@@ -118,7 +118,7 @@ std::string dump_config(const Config& c) {
      << "tp = " << number_or_auto(a.tp, p.tp) << "\n"
      << "pp = " << number_or_auto(a.pp, p.pp) << "\n"
      << "cp = " << p.cp << "\n"
-     << "ep = " << p.ep << "\n"
+     << "ep = " << number_or_auto(a.ep, p.ep) << "\n"
      << "schedule = " << quoted(a.schedule ? std::string_view("auto") : schedule_name(p.schedule)) << "\n"
      << "virtual_stages = " << p.virtual_stages << "\n"
      << "schedule_costs = " << quoted(p.measured_schedule_costs ? "measured" : "unit") << "\n"

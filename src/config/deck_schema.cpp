@@ -249,13 +249,15 @@ const std::vector<KeySpec>& schema() {
                         "attention included (ring attention); divides model.seq_len / 2. CPU "
                         "backend only.",
                         [](Config& c) -> auto& { return c.parallel.cp; }));
-    k.push_back(int_key("parallel", "ep", 1, 1, 1 << 16,
-                        "Expert-parallel ranks of a mixture of experts (model.feed_forward = "
-                        "\"moe\"): each holds moe_experts / ep of every MoE layer's experts and "
-                        "sends each token to the ranks of its experts (all-to-all). Folded over "
-                        "the data and context ranks, not added to them: divides dp x cp and "
-                        "moe_experts.",
-                        [](Config& c) -> auto& { return c.parallel.ep; }));
+    k.push_back(int_or_auto_key("parallel", "ep", "1", 1, 1 << 16,
+                                "Expert-parallel ranks of a mixture of experts (model.feed_forward = "
+                                "\"moe\"): each holds moe_experts / ep of every MoE layer's experts "
+                                "and sends each token to the ranks of its experts (all-to-all). "
+                                "Folded over the data and context ranks, not added to them: divides "
+                                "dp x cp and moe_experts. \"auto\": the strategy advisor's choice "
+                                "(1 for a dense model).",
+                                [](Config& c) -> auto& { return c.parallel.ep; },
+                                [](Config& c) -> bool& { return c.parallel.automatic.ep; }, 1));
     k.push_back(choice_key("parallel", "schedule", "1f1b",
                            {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "auto"},
                            "Pipeline schedule; \"zb-h1\": 1F1B with each backward split in two "

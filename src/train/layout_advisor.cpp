@@ -41,7 +41,7 @@ LayoutFreedom freedom_of(const Config& deck) {
   f.schedule = a.schedule;
   f.zero = a.zero;
   f.recompute = a.recompute;
-  f.ep = false;  // parallel.ep has no "auto" (yet): a deck's ep is kept
+  f.ep = a.ep;
   return f;
 }
 

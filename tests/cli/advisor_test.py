@@ -167,6 +167,24 @@ def main():
               all(r["ep_ms"] == 0 for r in moe_rows if r["ep"] == 1),
               "plan --all --time ranks a mixture of experts' layouts at ep 1, 2 and 4", out)
         check(all("ep" not in r for r in rows), "a dense model's layouts have no ep", out)
+        # parallel.ep = "auto": the advisor's choice among those ep, the deck's other choices kept
+        # (moe-tiny fixes tp 1, pp 1, 1f1b, ZeRO 0, no recomputation and micro-batch 2).
+        code, out = run([BIN, "plan", moe_deck, "--world", "4", "--time", "--profile", profile,
+                         "--threads", "1", "--set", 'parallel.ep="auto"'])
+        m = re.search(r'^# "auto" takes (.*?) \(([0-9.]+) ms\)', out, re.M)
+        fixed = [r for r in moe_rows if r["tp"] == 1 and r["pp"] == 1 and r["zero"] == 0 and
+                 r["recompute"] == "none" and r["micro_batch"] == 2 and r["schedule"] == "1f1b"]
+        best_ep = min(fixed, key=lambda r: r["step_ms"])["ep"] if fixed else None
+        chosen = re.search(r"\bep (\d+)", m.group(1)) if m else None
+        check(code == 0 and m is not None and best_ep is not None and
+              (int(chosen.group(1)) if chosen else 1) == best_ep,
+              "parallel.ep = \"auto\" takes the fastest ep the ranking gives the deck's other choices",
+              out + "\nfixed rows: " + json.dumps(fixed))
+        code, out = run([BIN, "plan", deck, "--world", "2", "--time", "--profile", profile, "--threads", "1",
+                         "--set", 'parallel.ep="auto"'])
+        check(code == 0 and re.search(r'^# "auto" takes dp \d', out, re.M) is not None and
+              not re.search(r'^# "auto" takes [^(]*\bep ', out, re.M),
+              "parallel.ep = \"auto\" on a dense model is ep 1", out)
 
         # train takes the ranking's first layout and says so, with the runner-up.
         best = rows[0]

@@ -78,8 +78,9 @@ struct TrainOptions {
 // Layout choices a deck leaves to the strategy advisor ("auto"; train/layout_advisor.h), which
 // settles them at start-up for the world the job was launched on (parallel.dp "auto" is dp = 0).
 struct AutoLayout {
-  bool tp = false, pp = false, micro_batch = false, schedule = false, zero = false, recompute = false;
-  bool any() const { return tp || pp || micro_batch || schedule || zero || recompute; }
+  bool tp = false, pp = false, ep = false, micro_batch = false, schedule = false, zero = false,
+       recompute = false;
+  bool any() const { return tp || pp || ep || micro_batch || schedule || zero || recompute; }
 };
 
 struct ParallelOptions {
