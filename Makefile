@@ -1,7 +1,8 @@
 # meshtrain — a thin front over CMake. The targets a user needs:
 #   make          Release build into build/
-#   make run      install missing packages, build, train the default deck (input/default.toml)
-#   make test     install missing packages, build, run every test that applies to this machine
+#   make run      install missing packages, build the meshtrain binary only, train the default deck
+#                 (input/default.toml)
+#   make test     install missing packages, build everything, run every test that applies here
 #   make bench    the benchmarks (speed ratios against this machine's own ceilings)
 #   make fuzz     the libFuzzer harnesses (clang, ASan + UBSan) for FUZZ_SECONDS each
 #   make clean
@@ -33,12 +34,20 @@ ifeq ($(MPI),mpich)
 BUILD     := $(BUILD)-mpich
 CMAKE_ARGS += -DMESHTRAIN_CUDA=OFF
 endif
+# CUDA=AUTO|ON|OFF: the CUDA backend (empty: AUTO, built wherever nvcc, cuDNN and NCCL are found).
+# `make run` configures a new build directory without it when no GPU is visible (nvidia-smi lists
+# none): the run could not use it, and nvcc compiling every kernel was most of a fresh `make run`.
+# It marks that choice in $(BUILD)/.cuda-off-for-run, so that `make test` and `make` (which build
+# everything) turn the backend back on; CUDA=AUTO (or ON) on `make run` builds it anyway.
+CUDA      ?=
+GPU_VISIBLE := $(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU' && echo yes)
+CUDA_RUN_OFF := $(BUILD)/.cuda-off-for-run
 # `make fuzz`: a separate clang build with sanitizers; seconds each harness runs.
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_HARNESSES := $(patsubst fuzz/%_fuzz.cpp,%,$(wildcard fuzz/*_fuzz.cpp))
 
-.PHONY: all deps deps-test deps-fuzz configure build run test bench fuzz clean
+.PHONY: all deps deps-test deps-fuzz configure configure-run build run test bench fuzz clean
 
 all: build
 
@@ -52,14 +61,29 @@ deps-fuzz:
 	@scripts/ensure-deps.sh fuzz
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(if $(CUDA),-DMESHTRAIN_CUDA=$(CUDA)) $(CMAKE_ARGS)
 
-configure: deps $(BUILD)/CMakeCache.txt
+# Everything (tests and, where nvcc is, the CUDA backend): a build directory that `make run`
+# configured without CUDA is configured again with it, unless CUDA= says otherwise.
+configure: deps
+	@if [ -f $(CUDA_RUN_OFF) ] && [ -z "$(CUDA)" ]; then \
+	  cmake -S . -B $(BUILD) -DMESHTRAIN_CUDA=AUTO && rm -f $(CUDA_RUN_OFF); fi
+	@$(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+# Only the binary the run needs; a new build directory without CUDA when no GPU is visible.
+configure-run: deps
+	@if [ ! -f $(BUILD)/CMakeCache.txt ] && [ -z "$(CUDA)" ] && [ -z "$(GPU_VISIBLE)" ] && \
+	    ! echo "$(CMAKE_ARGS)" | grep -q MESHTRAIN_CUDA; then \
+	  echo "meshtrain: no GPU visible (nvidia-smi): building without the CUDA backend (CUDA=AUTO builds it)"; \
+	  cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DMESHTRAIN_CUDA=OFF $(CMAKE_ARGS) && \
+	  touch $(CUDA_RUN_OFF); \
+	else $(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt; fi
+
+run: configure-run
+	cmake --build $(BUILD) -j $(JOBS) --target meshtrain
 	MESHTRAIN_BIN=$(BUILD)/meshtrain scripts/run-local.sh $(RANKS) $(DECK)
 
 # With CTEST_ARGS, only the executables of the tests they select are built (all of them without).

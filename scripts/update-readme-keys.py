@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Regenerates the deck reference in README.md from the binary's schema (`meshtrain keys`).
+"""Regenerates the deck reference in docs/deck-reference.md from the binary's schema (`meshtrain keys`).
 
 usage: scripts/update-readme-keys.py [BUILD_DIR]     (default: build)
-       scripts/update-readme-keys.py --check BINARY README   (exit 1 if README is out of date)
+       scripts/update-readme-keys.py --check BINARY PAGE   (exit 1 if PAGE is out of date)
+
+(The name is older than the page: the reference used to live in README.md.)
 """
+import os
 import subprocess
 import sys
 
 BEGIN, END = "<!-- keys:begin -->", "<!-- keys:end -->"
+PAGE = os.path.join("docs", "deck-reference.md")
 
 
 def rendered(binary, readme_text):
@@ -21,12 +25,12 @@ if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--check":
         text = open(sys.argv[3]).read()
         if rendered(sys.argv[2], text) != text:
-            print("README.md's deck reference differs from `meshtrain keys`: "
+            print(f"{sys.argv[3]}: the deck reference differs from `meshtrain keys`: "
                   "run scripts/update-readme-keys.py")
             sys.exit(1)
-        print("README.md deck reference is up to date")
+        print(f"{sys.argv[3]}: the deck reference is up to date")
         sys.exit(0)
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
-    text = open("README.md").read()
-    new = rendered(build + "/meshtrain", text)  # before opening README.md for writing
-    open("README.md", "w").write(new)
+    text = open(PAGE).read()
+    new = rendered(build + "/meshtrain", text)  # before opening the page for writing
+    open(PAGE, "w").write(new)

@@ -120,7 +120,7 @@ void bench_async(const BenchArgs& args, BenchReport& report) {
   c.data.val = "synthetic";
   c.train.steps = steps;
   c.train.warmup_steps = 2;
-  c.train.lr = 3e-4;  // at 1e-3 stale gradients cost far more (README: asynchronous data parallelism)
+  c.train.lr = 3e-4;  // at 1e-3 stale gradients cost far more (docs/hardware.md: parameter servers)
   c.train.eval_every = 0;
   c.train.eval_batches = 2;
   c.train.micro_batch = 2;

@@ -59,10 +59,10 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
   // actions that took longer than the fixed time (the clock did not hold; 0 expected).
   // With more ranks than cores the unit is `factor` times longer again. On the clock's ticks
   // every rank starts computing at once, and a rank waiting for a transfer waits for a core
-  // first: a 256 KB MPI transfer between two of 4 ranks on this 2-core machine took 0.06 ms
-  // while at most two ranks ran, 4.5-4.8 ms while all four did (a CPU time slice). A link that
-  // slow against the unit is no device's: at 4 stages, zb-v at 8 micro-batches measured a
-  // bubble of 0.14 with a 30 ms unit, 0.07 with 60 ms and 0.06 (its theory) with 120 ms.
+  // first: a transfer that takes a CPU time slice rather than its wire time. A link that slow
+  // against the unit is no device's, so the unit grows until the bubble stops falling with it
+  // (the transfer times and bubbles per unit: docs/benchmarks.md, "Pipeline schedules:
+  // zero-bubble").
   struct Variant {
     ScheduleKind kind;
     bool measured_costs;

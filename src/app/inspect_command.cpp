@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "meshtrain/app/commands.h"
+#include "meshtrain/app/docs_page.h"
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/io/checkpoint_file.h"
@@ -227,6 +228,7 @@ int inspect_command(const InspectArgs& args) {
       status = inspect_file(args.path) == 0 ? kExitOk : kExitInput;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "meshtrain inspect: error: %s\n", terminal_safe(e.what()).c_str());
+      std::fputs(docs_pointer_line("docs/checkpoints.md").c_str(), stderr);
       status = kExitInput;
     }
     std::fflush(stdout);

@@ -8,6 +8,7 @@
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/cpu_binding.h"
+#include "meshtrain/app/docs_page.h"
 #include "meshtrain/app/hf_shards.h"
 #include "meshtrain/backend/thread_limit.h"
 #include "meshtrain/config/deck_error.h"
@@ -101,7 +102,10 @@ bool refuse_thread_environment() {
     meshtrain::omp_num_threads_value(std::getenv("OMP_NUM_THREADS"));
     return false;
   } catch (const meshtrain::DeckError& e) {
-    if (launched_rank() <= 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    if (launched_rank() <= 0) {
+      std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+      meshtrain::print_docs_pointer(e.what());
+    }
     return true;
   }
 }
@@ -289,6 +293,11 @@ int main(int argc, char** argv) {
                        "Replace OUT (and --deck-out) if it exists (never a directory holding another run's checkpoints)");
 
   app.add_subcommand("keys", "Print the input-deck reference (every key, its default and range)");
+
+  // --help names the pages that explain each command (docs/ by topic).
+  app.footer(docs_footer(""));
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    sub->footer(docs_footer(sub->get_name()));
 
   if (refuse_unknown_subcommand(app, argc, argv)) return kExitUsage;
   if (refuse_thread_environment()) return kExitInput;

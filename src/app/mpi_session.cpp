@@ -7,6 +7,7 @@
 #include <new>
 
 #include "meshtrain/app/commands.h"
+#include "meshtrain/app/docs_page.h"
 #include "meshtrain/app/launch_check.h"
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/communicator.h"
@@ -24,6 +25,19 @@ namespace {
 constexpr const char* kOutOfMemoryAdvice =
     "`meshtrain plan DECK --world N --memory SIZE` predicts the memory per rank; lower "
     "train.micro_batch, set parallel.zero, parallel.recompute, or use more ranks";
+constexpr const char* kMemoryPage = "docs/memory-and-planning.md";
+constexpr const char* kTroubleshootingPage = "docs/troubleshooting.md";
+constexpr const char* kDataPage = "docs/data-and-interop.md";
+
+// An error every rank agreed on, printed once (by the caller's rank 0), then the docs page that
+// explains it: the page fixed by the error's kind where given, else the one its words point to.
+void report_agreed(const char* message, const char* page = nullptr) {
+  std::fprintf(stderr, "meshtrain: error: %s\n", message);
+  if (page)
+    std::fputs(docs_pointer_line(page).c_str(), stderr);
+  else
+    print_docs_pointer(message);
+}
 }  // namespace
 
 MpiSession::MpiSession(int* argc, char*** argv) {
@@ -56,16 +70,20 @@ int run_reporting_errors(const std::function<int()>& body) {
     check_launcher_world(size);
     return body();
   } catch (const DeckError& e) {  // same deck text on every rank: same verdict
-    if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    if (rank == 0) report_agreed(e.what());
     return kExitInput;
   } catch (const AgreedOutOfMemory& e) {  // every rank knows; no abort needed
-    if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s; %s\n", e.what(), kOutOfMemoryAdvice);
+    if (rank == 0) {
+      std::fprintf(stderr, "meshtrain: error: %s; %s\n", e.what(), kOutOfMemoryAdvice);
+      std::fputs(docs_pointer_line(kMemoryPage).c_str(), stderr);
+    }
     return kExitInput;
   } catch (const AgreedError& e) {
-    if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    if (rank == 0) report_agreed(e.what());
     return kExitInput;
   } catch (const CommTimeout& e) {
     std::fprintf(stderr, "meshtrain: rank %d: error: %s; aborting the job\n", rank, e.what());
+    std::fputs(docs_pointer_line(kTroubleshootingPage).c_str(), stderr);
     std::fflush(stderr);
     abort_job(kExitTimeout);
   } catch (const StopDuringStartup& e) {  // every rank agreed on it
@@ -75,18 +93,20 @@ int run_reporting_errors(const std::function<int()>& body) {
     }
     return kExitRequeue;
   } catch (const RunDiverged& e) {  // every rank diverges in the same step
-    if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    if (rank == 0) report_agreed(e.what(), kTroubleshootingPage);
     return kExitDiverged;
   } catch (const HardwareFault& e) {  // every rank built the same verdict from gathered facts
-    if (rank == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    if (rank == 0) report_agreed(e.what(), kTroubleshootingPage);
     return kExitHardwareFault;
   } catch (const DataError& e) {  // raised outside an agreement: only this rank knows
     std::fprintf(stderr, "meshtrain: rank %d: error: %s; aborting the job\n", rank, e.what());
+    print_docs_pointer(e.what(), kDataPage);
     std::fflush(stderr);
     abort_job(kExitInput);
   } catch (const std::bad_alloc&) {  // only this rank ran out; the others wait for it
     std::fprintf(stderr, "meshtrain: rank %d: error: out of memory (an allocation failed); %s; "
                  "aborting the job\n", rank, kOutOfMemoryAdvice);
+    std::fputs(docs_pointer_line(kMemoryPage).c_str(), stderr);
     std::fflush(stderr);
     abort_job(kExitInput);
   } catch (const std::exception& e) {
@@ -103,7 +123,7 @@ int run_on_rank_zero(const std::function<void()>& work) {
     try {
       work();
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+      report_agreed(e.what());
       status = kExitInput;
     }
     std::fflush(stdout);

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "meshtrain/app/commands.h"
+#include "meshtrain/app/docs_page.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/jsonl_documents.h"
 #include "meshtrain/io/prepare.h"
@@ -117,9 +118,11 @@ int prepare_command(const PrepareArgs& args) {
     return kExitOk;
   } catch (const DataError& e) {
     std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    print_docs_pointer(e.what(), "docs/data-and-interop.md");
     return kExitInput;
   } catch (const std::invalid_argument& e) {  // arguments main() could not check
     std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    print_docs_pointer(e.what(), "docs/data-and-interop.md");
     return kExitUsage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "meshtrain: internal error: %s\n", e.what());

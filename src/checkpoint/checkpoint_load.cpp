@@ -231,10 +231,10 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   });
 
   // No read-ahead advice (POSIX_FADV_WILLNEED) before or during the reads: the OS's own
-  // read-ahead of sequential reads does better. Advising every span before the checks made a
-  // cold load of 162 MB take 86 ms instead of 57 (bench --suite checkpoint, 1 rank), advising
-  // 32 MB ahead of the reads from a thread of its own 87 ms: the advice allocates the page cache
-  // for its span before returning, and the reads then wait for its requests.
+  // read-ahead of sequential reads does better: the advice allocates the page cache for its
+  // span before returning, and the reads then wait for its requests, whether every span is
+  // advised before the checks or 32 MB ahead of the reads from a thread of its own (measured
+  // with bench --suite checkpoint: docs/benchmarks.md, 2026-11-27).
   const auto data_start = std::chrono::steady_clock::now();
   std::vector<Landing> landings;
   const CheckpointFile::Transfer how = transfer_mode(cfg_.checkpoint.io, entries, TransferDirection::Load, dt, world);

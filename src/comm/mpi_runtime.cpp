@@ -101,14 +101,14 @@ void abort_job(int exit_status) {
   note_abort_in_flight_record();
   // The job is being torn down: the SIGTERM a launcher sends next (srun --mpi=pmi2 signals
   // every task of the step at an abort) must end this rank now, not ask it for a graceful stop
-  // and leave it to the SIGKILL after Slurm's KillWait (measured: 30 s instead of 1).
+  // and leave it to the SIGKILL after Slurm's KillWait (30 s by default) instead of ending at once.
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGUSR1, SIG_DFL);
   drain_output();
   // MPICH's MPI_Abort under srun --mpi=pmi2 waits for Slurm to kill the task, and Slurm's
   // SIGTERM may have come and gone already (srun terminates the step when the first task dies,
-  // before the others' timeouts find out): the task then waited for the SIGKILL after KillWait
-  // (31 s measured). Whatever the launcher, a rank still here after a few seconds ends itself.
+  // before the others' timeouts find out): the task then waited for the SIGKILL after KillWait.
+  // Whatever the launcher, a rank still here after a few seconds ends itself.
   std::thread([exit_status] {
     std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
     std::_Exit(exit_status);

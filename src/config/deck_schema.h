@@ -1,7 +1,7 @@
 #pragma once
 // The deck's schema: one entry per key, with its type, default, what it accepts, its meaning, and
 // how it is stored into Config (parse_deck applies it; `meshtrain keys` prints it as the
-// README's deck reference). Private to src/config.
+// deck reference, docs/deck-reference.md). Private to src/config.
 
 #include <toml++/toml.h>
 

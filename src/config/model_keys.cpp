@@ -88,7 +88,7 @@ void add_model_keys(std::vector<KeySpec>& k) {
     k.push_back(choice_key("model", "feed_forward", "dense",
                            {feed_forward_name(FeedForwardKind::Dense), feed_forward_name(FeedForwardKind::Moe)},
                            "The feed-forward sub-layer of each block: \"dense\", one MLP; \"moe\", "
-                           "a mixture of SwiGLU experts (the moe_* keys; README, \"Mixtures of experts\").",
+                           "a mixture of SwiGLU experts (the moe_* keys; docs/mixtures-of-experts.md).",
                            [](Config& c, const std::string& v) {
                              parse_feed_forward(v, c.model.feed_forward);
                            }));

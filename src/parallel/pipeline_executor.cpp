@@ -141,8 +141,8 @@ double PipelineExecutor::run(const std::vector<Action>& actions,
       // slack (zero-bubble schedules), starts a whole weight gradient late instead of a little,
       // and every rank after it with it. So the transfer gets a grace of a quarter of a weight
       // gradient's time first: the pulls then fill waits the schedule did not foresee, not the
-      // transfer's own latency. (2 stages, every action padded to 20 ms, zb-v at 8
-      // micro-batches: each rank idled two actions' time per step where the plan idles one.)
+      // transfer's own latency. (Without the grace a rank idled about twice what the plan
+      // idles: docs/benchmarks.md, "Pipeline schedules: zero-bubble".)
       bool arrived = false;
       {  // traced as a wait, so that a trace shows what the rank did in that time
         TraceWriter::Scope grace(*trace_, what + " (grace)", "p2p", TraceWriter::PipelineComm);

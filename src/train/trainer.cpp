@@ -115,10 +115,9 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   // prefetches parameters over them in other actions): pulled forward by one replica's timing,
   // it would reorder that group's collectives against another replica's.
   // ZB-V places its weight gradients where they fill and has no slack: a pulled one delays the
-  // chain of forwards or input gradients behind the awaited transfer by up to a whole action.
-  // 4 stages on 4 ranks over 2 cores (bench --suite pipeline's emulation): zb-v's bubble at 8
-  // micro-batches was 0.16-0.19 pulling and 0.12-0.14 not, at 16 0.13-0.16 and 0.10-0.11 (two
-  // runs of three steps each, and the bench); zb-h1's was the same either way.
+  // chain of forwards or input gradients behind the awaited transfer by up to a whole action;
+  // zb-h1, whose plan leaves slack, loses nothing by pulling (what each cost, measured:
+  // docs/benchmarks.md, "Pipeline schedules: zero-bubble").
   const bool early_weights =
       (p.zero < 2 || grid.replicas().size() == 1) && p.schedule != ScheduleKind::ZeroBubbleV;
   executor_ = std::make_unique<PipelineExecutor>(*model_, grid.comm(Axis::Pipeline),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`meshtrain bench --suite step` prints the rows the README promises, on a tiny model.
+"""`meshtrain bench --suite step` prints the rows docs/benchmarks.md describes, on a tiny model.
 
   - one rank, --threads 2, for the tiny GPT-2 and the tiny Llama: the three GEMM ceilings at 1 and at 2 threads, the fp32 and bf16 steps
     at 1 and at 2 threads with their ratio to the ceiling of their thread count and their

@@ -1,22 +1,25 @@
 #!/usr/bin/env python3
-"""Every command example of the README and of jobs/ runs, so that none of them can rot.
+"""Every command example of the README, of docs/*.md and of jobs/ runs, so that none can rot.
 
-The examples are found, not listed: every line of the README's ```sh blocks (continuations
-joined, comments dropped), its ```python blocks, and every "#   sbatch ..." usage line at the top
-of the jobs/ scripts. Each must match exactly one rule below, or the test fails naming it: a new
-example in the README needs a rule here, which says how it is run.
+The examples are found, not listed: every line of the ```sh blocks of README.md and of each
+docs/*.md page (continuations joined, comments dropped; the README first, then the pages in name
+order, each page top to bottom, so that an example may use what one before it on its page
+wrote), their ```python blocks, and every "#   sbatch ..." usage line at the top of the jobs/
+scripts. Each must match a rule below, or the test fails naming it: a new example needs a rule
+here, which says how it is run.
 
 Most rules run the command as written, in a scratch directory that holds the repository's input/,
 jobs/, scripts/ and bench/ and the binary under test as build/meshtrain, with:
   - small overrides appended where the command trains (`--set train.steps=2` and, for the GPT-2
     decks, a 2-layer d_model 64 model of the same vocabulary and layout), so that a run of the
     124M deck takes seconds;
-  - the README's stand-in paths replaced: runs/gpt/checkpoints/step_00001000.h5 by the checkpoint
-    the gpt.toml example here wrote, a checkpoint of a run this test shortened by that run's
-    newest, /scratch/me by a scratch directory; corpus/*.txt is the README and the sources;
+  - the examples' stand-in paths replaced: runs/gpt/checkpoints/step_00001000.h5 by the
+    checkpoint the gpt.toml example here wrote, a checkpoint of a run this test shortened by that
+    run's newest, /scratch/me by a scratch directory; corpus/*.txt is the README, the docs and
+    the sources;
     Llama-3.2-1B, a downloaded Hugging Face Llama, is a tiny one of random weights
     (tests/support/tiny_hf_llama.py).
-The command must exit 0 (or, for the bad-layout example, print the message the README quotes).
+The command must exit 0 (or, for the bad-layout example, print the message the docs quote).
 Every deck shipped in input/ must also plan on the smallest world its layout takes.
 Commands that cannot run here are checked as far as they can be, and the rule names where the
 rest is tested: sbatch examples (no GPU cluster) are checked with `meshtrain plan` on the job's
@@ -56,10 +59,16 @@ GPT_SMALL = ["--set", "model.layers=2", "--set", "model.d_model=64", "--set", "m
 STAND_IN_CHECKPOINT = "runs/gpt/checkpoints/step_00001000.h5"
 
 
-def readme_examples():
-    """(where, command) for each command line of the README's sh and python blocks."""
+def documented_pages():
+    """README.md, then docs/*.md in name order, as paths relative to the repository."""
+    return ["README.md"] + sorted(os.path.relpath(p, REPO)
+                                  for p in glob.glob(os.path.join(REPO, "docs", "*.md")))
+
+
+def page_examples(page):
+    """(where, command) for each command line of a page's sh and python blocks."""
     out, block, lang, start = [], None, None, 0
-    lines = open(os.path.join(REPO, "README.md"), encoding="utf-8").read().splitlines()
+    lines = open(os.path.join(REPO, page), encoding="utf-8").read().splitlines()
     for number, line in enumerate(lines, 1):
         fence = re.match(r"^```(\w*)\s*$", line)
         if fence and block is None:
@@ -67,7 +76,7 @@ def readme_examples():
             continue
         if fence and block is not None:
             if lang == "python":
-                out.append((f"README.md:{start}", "python3 - <<'PY'\n" + "\n".join(block) + "\nPY"))
+                out.append((f"{page}:{start}", "python3 - <<'PY'\n" + "\n".join(block) + "\nPY"))
             elif lang == "sh":
                 joined = []
                 for text in block:
@@ -79,7 +88,7 @@ def readme_examples():
                     # Comments: a '#' starting the line or following whitespace.
                     command = re.sub(r"(^|\s)#.*$", "", text).strip()
                     if command:
-                        out.append((f"README.md:{start}", command))
+                        out.append((f"{page}:{start}", command))
             block = None
             continue
         if block is not None:
@@ -118,7 +127,7 @@ class Runner:
         self.problems = []
         self.timings = []  # (seconds, where, command)
         self.checkpoint = None
-        for d in ("input", "jobs", "scripts", "bench", "src", "README.md"):
+        for d in ("input", "jobs", "scripts", "bench", "src", "docs", "README.md"):
             os.symlink(os.path.join(REPO, d), os.path.join(scratch, d))
         os.makedirs(os.path.join(scratch, "build"))
         os.symlink(os.path.abspath(args.meshtrain), os.path.join(scratch, "build", "meshtrain"))
@@ -132,15 +141,16 @@ class Runner:
                         MESHTRAIN_BENCH_OUT=scratch + "/bench-out",
                         OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                         OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1")
-        # corpus/*.txt: varied text enough for the README's tokenizer of 1000 pieces.
+        # corpus/*.txt: varied text enough for the examples' tokenizer of 1000 pieces.
         corpus = os.path.join(scratch, "corpus")
         os.makedirs(corpus)
         with open(os.path.join(corpus, "readme.txt"), "w", encoding="utf-8") as f:
-            f.write(open(os.path.join(REPO, "README.md"), encoding="utf-8").read())
+            for page in documented_pages():
+                f.write(open(os.path.join(REPO, page), encoding="utf-8").read())
         with open(os.path.join(corpus, "sources.txt"), "w", encoding="utf-8") as f:
             for path in sorted(glob.glob(os.path.join(REPO, "src", "*", "*.cpp"))):
                 f.write(open(path, encoding="utf-8").read())
-        # Llama-3.2-1B: the README's downloaded Hugging Face Llama, as a tiny one of random weights
+        # Llama-3.2-1B: the examples' downloaded Hugging Face Llama, as a tiny one of random weights
         # in the same layout (config.json, model.safetensors, tokenizer.json).
         subprocess.run([sys.executable, os.path.join(REPO, "tests", "support", "tiny_hf_llama.py"),
                         os.path.join(scratch, "Llama-3.2-1B")], check=True)
@@ -209,10 +219,11 @@ class Runner:
                    " ".join(shlex.quote(w) for w in GPT_SMALL + ["--set", "train.eval_batches=1"]))
 
     def expect_layout_refusal(self, where, command):
-        quoted = re.search(r"`(input/gpt\.toml: parallel\.tp = (\d+) [^`]*)`",
-                           open(os.path.join(REPO, "README.md"), encoding="utf-8").read())
+        text = "".join(open(os.path.join(REPO, page), encoding="utf-8").read()
+                       for page in documented_pages())
+        quoted = re.search(r"`(input/gpt\.toml: parallel\.tp = (\d+) [^`]*)`", text)
         if not quoted:
-            self.problems.append(f"{where}: the README no longer quotes a layout refusal")
+            self.problems.append(f"{where}: neither the README nor docs/ quotes a layout refusal")
             return
         p = self.shell(where, f"build/meshtrain plan input/gpt.toml --world {quoted.group(2)} "
                        f"--set parallel.tp={quoted.group(2)}", expect_ok=False)
@@ -256,7 +267,7 @@ RULES = [
     (r"^scripts/advisor-accuracy\.py", "covered", "advisor_test runs it (--quick, 2 ranks)"),
     (r"train .*--set run\.name=(hf-demo|sample-demo) ", "run_as_written",
      "in full: the example after it reads its final checkpoint"),
-    (r"^mkdir -p corpus ", "run_as_written", "the README's own corpus (README.md, src/io/*.cpp)"),
+    (r"^mkdir -p corpus ", "run_as_written", "the examples' own corpus (README.md, src/io/*.cpp)"),
     (r"^build/meshtrain sample ", "run_as_written", "on the checkpoint the example before wrote"),
     (r"^build/meshtrain (export|import) ", "run_as_written", "on the checkpoints written above"),
     (r" eval ", "run_eval", "against the stand-in checkpoint"),
@@ -270,7 +281,7 @@ RULES = [
 
 
 def main():
-    examples = readme_examples() + jobs_examples()
+    examples = [e for page in documented_pages() for e in page_examples(page)] + jobs_examples()
     with tempfile.TemporaryDirectory(prefix="meshtrain-examples-") as scratch:
         r = Runner(scratch)
 
@@ -304,8 +315,8 @@ def main():
             r.shell(f"input/{os.path.basename(deck)}", f"build/meshtrain plan "
                     f"input/{os.path.basename(deck)} --world {world} --device cuda" +
                     (" --time --profile input/machines/dgx-h100.toml" if auto else ""))
-        # The README quotes one refusal in prose, not in a block: check it too.
-        r.expect_layout_refusal("README.md (layout refusal)", "")
+        # The docs quote one refusal in prose, not in a block: check it too.
+        r.expect_layout_refusal("docs (layout refusal)", "")
         for where, command in examples:
             matches = [rule for rule in RULES if re.search(rule[0], command)]
             if not matches:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a run leaves in its run directory is what the README promises.
+"""What a run leaves in its run directory is what docs/running.md promises.
 
 A 2-rank run (pp 2) with run.trace = true must write
   - metrics.jsonl: every line a JSON object; training lines with step, loss, lr, grad_norm,

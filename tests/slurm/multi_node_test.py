@@ -41,7 +41,7 @@ LOSS_TOLERANCE = 1e-5  # fp32 layouts, relative (tests/parallel/layout_parity_te
 
 # Checkpoints are written and read independently: MPI-IO's collective transfers (the automatic
 # choice for a model this small, whose tensor-parallel slices are short strided runs) take tens
-# of seconds per checkpoint with 4 to 8 ranks spinning on 2 cores under MPICH (README, "Slurm"),
+# of seconds per checkpoint with 4 to 8 ranks spinning on 2 cores under MPICH (docs/clusters.md, "Slurm"),
 # and what this test proves of checkpoints (that they are layout-free across nodes) does not
 # depend on how the bytes move; the collective path has tests of its own (checkpoint_*).
 DECK = """

@@ -4,7 +4,7 @@ one: config.json (LlamaForCausalLM, grouped-query attention, Llama 3 rope_scalin
 model.safetensors of random weights in HF's layout, and a byte-level BPE tokenizer.json whose
 post-processor starts every text with <|begin_of_text|> (256) and whose <|end_of_text|> (257)
 ends documents, with its tokenizer_config.json. examples_test puts it where the README's
-"Fine-tune a Hugging Face Llama" walk-through names a downloaded Llama-3.2-1B.
+"Fine-tune a Hugging Face model" walk-through names a downloaded Llama-3.2-1B.
 
 usage: tiny_hf_llama.py DIR
 """

@@ -2,7 +2,7 @@
 // The typed configuration of a run: the input deck (TOML) after parsing, defaults and
 // validation. Passed down to every layer; nothing reads the deck or the environment again.
 // The keys, their defaults and what they accept are listed once, in deck_schema.cpp, which
-// also prints the README's deck reference (`meshtrain keys`).
+// also prints the deck reference (docs/deck-reference.md) (`meshtrain keys`).
 
 #include <cstdint>
 #include <string>
