@@ -290,7 +290,8 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
   LinkClass expert_data_link = dp_link;
   if (moe)
     out.caveats.push_back("mixture of experts: routing is priced as balanced (every expert gets "
-                          "top_k / experts of the tokens)");
+                          "top_k / experts of the tokens; a rank's experts run as one grouped "
+                          "GEMM of groups that size)");
   if (moe && par.ep > 1) {
     const LinkClass ep_link = link_of_groups(shape.expert_groups(), R);
     expert_data_link = link_of_groups(shape.expert_data_groups(), R);
