@@ -5,7 +5,7 @@ bench/gpu/checklist.sh prepares the machine (runtime packages, the CUDA build) a
 can also be run by hand on any machine with a CUDA build of meshtrain and one GPU:
 
   bench/gpu/checklist.py --meshtrain build/meshtrain --mpiexec mpiexec --out runs/gpu-checklist \
-      [--build build] [--only kernels,train,layouts,checkpoint,bench,sanitizer]
+      [--build build] [--only kernels,train,layouts,checkpoint,moe,bench,sanitizer]
 
 Items (each prints PASS/FAIL lines and writes its runs under --out):
   kernels     ctest -L cuda in --build; no test skipped for want of cuDNN
@@ -17,6 +17,9 @@ Items (each prints PASS/FAIL lines and writes its runs under --out):
               reassociates row sums: 1.7e-5 at worst over these 30 steps on the CPU backend)
   checkpoint  a GPU checkpoint resumed on the CPU, and a CPU checkpoint resumed on the GPU (fp32):
               the resumed losses follow the uninterrupted run within 1e-4 relative
+  moe         a mixture of experts (its experts' products cuBLAS grouped GEMMs on the GPU): GPU
+              fp32 against CPU fp32 and ep 2 on the one GPU against one rank, each within 1e-4
+              relative; bf16's first step within the bf16 bound of fp32, and its loss falling
   bench       bench/gpu/run.sh: meshtrain and PyTorch, GPT-2 124M T 1024 bf16, tokens/s and MFU
   sanitizer   compute-sanitizer memcheck and racecheck on the CUDA kernel tests
 
@@ -46,12 +49,7 @@ seed = {seed}
 log_every = 1
 
 [model]
-layers = 4
-d_model = 128
-heads = 4
-seq_len = 128
-vocab_size = 256
-
+{model}
 [data]
 synthetic_bytes = 1048576
 
@@ -70,12 +68,42 @@ eval_batches = 1
 dp = {dp}
 tp = {tp}
 pp = {pp}
+ep = {ep}
 
 [checkpoint]
 every = 10
 keep = 10
 resume = "{resume}"
 async = {async_save}
+"""
+
+# The model of DECK: GPT-2's block.
+GPT_MODEL = """layers = 4
+d_model = 128
+heads = 4
+seq_len = 128
+vocab_size = 256
+"""
+
+# A mixture of experts (input/moe-tiny.toml's shape, one layer fewer): after a dense first block,
+# 8 SwiGLU experts of width 96, top 2. Its experts run as grouped GEMMs (cuBLAS's on the GPU),
+# every product in fp32 and the forward and input-gradient products in bf16; widths that are
+# whole packs of 8 keep every expert's rows 16-byte aligned, as the grouped call asks.
+MOE_MODEL = """family = "llama"
+layers = 3
+d_model = 128
+heads = 4
+kv_heads = 2
+ffn_hidden = 352
+seq_len = 128
+vocab_size = 256
+feed_forward = "moe"
+moe_experts = 8
+moe_top_k = 2
+moe_ffn_hidden = 96
+moe_first_dense_layers = 1
+moe_aux_loss = 0.01
+moe_z_loss = 0.001
 """
 
 # GPT-2 124M for the asynchronous-checkpoint stall: a save every 80 steps (more than a background
@@ -172,7 +200,7 @@ class Checklist:
     # --- training runs -------------------------------------------------------------------------
 
     def train(self, name, device, precision, layout=(1, 1, 1), steps=STEPS, resume="none",
-              epilogues="fused", seed=2024, async_save=False):
+              epilogues="fused", seed=2024, async_save=False, model=GPT_MODEL, ep=1):
         """Trains the checklist deck; returns {step: loss} from metrics.jsonl (None on failure)."""
         run_dir = os.path.join(self.out, "runs", name)
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -180,6 +208,7 @@ class Checklist:
         deck = os.path.join(self.out, "runs", name + ".toml")
         with open(deck, "w") as f:
             f.write(DECK.format(device=device, epilogues=epilogues, seed=seed, name=name,
+                                model=model, ep=ep,
                                 run_dir=run_dir, steps=steps,
                                 async_save="true" if async_save else "false",
                                 precision=precision, dp=layout[0], tp=layout[1], pp=layout[2],
@@ -336,6 +365,29 @@ class Checklist:
             self.compare("checkpoint: %s step 10 resumed on the %s" % (src.upper(), dst.upper()),
                          ref, got, 1e-4, steps=later)
 
+    def item_moe(self):
+        """A mixture of experts (MOE_MODEL), whose experts' products are grouped GEMMs: on the
+        GPU in fp32 it follows the CPU (whose per-expert oneDNN GEMMs the grouped call replaces)
+        as the dense model does; expert parallelism (ep 2: two ranks on the one GPU, the rows
+        exchanged by all-to-all) follows one rank; bf16 starts where fp32 does and learns."""
+        cpu = self.train("moe-cpu-fp32", "cpu", "fp32", model=MOE_MODEL)
+        gpu = self.train("moe-gpu-fp32", self.device, "fp32", model=MOE_MODEL)
+        self.compare("moe: GPU fp32 follows CPU fp32", cpu, gpu, 1e-4)
+        ep2 = self.train("moe-gpu-fp32-ep2", self.device, "fp32", layout=(2, 1, 1), ep=2,
+                         model=MOE_MODEL)
+        self.compare("moe: ep 2 on one GPU follows one rank", gpu, ep2, 1e-4)
+        bf16 = self.train("moe-gpu-bf16", self.device, "bf16", model=MOE_MODEL)
+        if gpu is None or bf16 is None or sorted(gpu) != sorted(bf16):
+            self.verdict("moe: GPU bf16", False, "a run failed or stopped early")
+            return
+        last = sorted(bf16)[-1]
+        first = abs(bf16[1] - gpu[1]) / gpu[1]
+        self.verdict("moe: GPU bf16 against GPU fp32, first step", first <= BF16_FIRST,
+                     "loss %.6f vs %.6f: %.1e (bound %.0e)" % (bf16[1], gpu[1], first, BF16_FIRST))
+        self.verdict("moe: GPU bf16, loss falls", bf16[last] < bf16[1] - 0.5,
+                     "step 1 %.4f, step %d %.4f (fp32: %.4f)" % (bf16[1], last, bf16[last],
+                                                                 gpu[last]))
+
     def item_async(self):
         """Asynchronous checkpoints on the GPU: the snapshot goes to pinned host memory on the
         copy engine beside the next step, whose optimizer update the device holds back until the
@@ -479,7 +531,7 @@ def main():
     p.add_argument("--build", help="the CUDA build directory, for ctest and the kernel tests")
     p.add_argument("--out", default="runs/gpu-checklist")
     p.add_argument("--only",
-                   default="kernels,train,layouts,checkpoint,async,bench,sanitizer,epilogues")
+                   default="kernels,train,layouts,checkpoint,async,moe,bench,sanitizer,epilogues")
     p.add_argument("--threads", type=int, default=4, help="OMP_NUM_THREADS of the CPU runs")
     p.add_argument("--bench-steps", type=int, default=20)
     p.add_argument("--seeds", type=int, default=6, help="seeds of the epilogues item")

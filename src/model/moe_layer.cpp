@@ -46,15 +46,6 @@ Tensor device_rows(Backend& be, const std::vector<int32_t>& v, Shape shape, Memo
   return out;
 }
 
-// Runs f(l, rows of local expert l) for each local expert with rows (none: nothing to compute).
-template <class F>
-void for_each_expert(const ExpertExchange& x, F&& f) {
-  for (int64_t l = 0; l < x.local_experts(); ++l) {
-    const int64_t b = x.expert_begin(l), n = x.expert_rows(l);
-    if (n > 0) f(l, b, b + n);
-  }
-}
-
 }  // namespace
 
 MixtureOfExperts::MixtureOfExperts(const LayerContext& ctx, const std::string& name,
@@ -82,15 +73,11 @@ Tensor MixtureOfExperts::router_weight(DType dtype) const {
   return wide;
 }
 
-// Local expert l of this rank's slice (all of them without expert parallelism).
-Tensor MixtureOfExperts::expert_weights(Parameter& p, int64_t l) const {
-  const int64_t rows = p.shape[1], cols = p.shape[2];
-  return p.value.view(l * rows * cols, {rows, cols});
-}
-
-Tensor MixtureOfExperts::expert_grads(Parameter& p, int64_t l) const {
-  const int64_t rows = p.shape[1], cols = p.shape[2];
-  return p.grad.view(l * rows * cols, {rows, cols});
+// This rank's experts of an expert tensor (a parameter's value or gradient) as (L, rows, cols):
+// the weights of the grouped products, one group per local expert.
+Tensor MixtureOfExperts::local_experts(const Tensor& t, const Parameter& p,
+                                       const ExpertExchange& x) const {
+  return t.view(0, {x.local_experts(), p.shape[1], p.shape[2]});
 }
 
 std::shared_ptr<const Routing> MixtureOfExperts::route(const Tensor& x, const TokenShape& shape,
@@ -175,17 +162,13 @@ Tensor MixtureOfExperts::forward(const Tensor& x, const TokenShape& shape, bool 
   saved.gate = be.empty({R, F_}, x.dtype(), category);
   saved.up = be.empty({R, F_}, x.dtype(), category);
   saved.hidden = be.empty({R, F_}, x.dtype(), category);
-  for_each_expert(ex, [&](int64_t l, int64_t b, int64_t e) {
-    Tensor g = saved.gate.rows(b, e), u = saved.up.rows(b, e);
-    be.matmul_forward(g, saved.xe.rows(b, e), expert_weights(gate_, l), nullptr);
-    be.matmul_forward(u, saved.xe.rows(b, e), expert_weights(up_, l), nullptr);
-  });
+  // Every local expert's rows at once (a grouped GEMM); an expert without rows computes nothing.
+  const std::vector<int64_t>& rows = ex.expert_row_counts();
+  be.grouped_matmul_forward(saved.gate, saved.xe, local_experts(gate_.value, gate_, ex), rows);
+  be.grouped_matmul_forward(saved.up, saved.xe, local_experts(up_.value, up_, ex), rows);
   if (R > 0) be.swiglu_forward(saved.hidden, saved.gate, saved.up);
   Tensor ye = be.empty({R, C_}, x.dtype(), MemoryCategory::Workspace);
-  for_each_expert(ex, [&](int64_t l, int64_t b, int64_t e) {
-    Tensor y = ye.rows(b, e);
-    be.matmul_forward(y, saved.hidden.rows(b, e), expert_weights(down_, l), nullptr);
-  });
+  be.grouped_matmul_forward(ye, saved.hidden, local_experts(down_.value, down_, ex), rows);
 
   // Combine: the outputs back to their tokens' ranks, each token's experts added in the order
   // of its choices.
@@ -219,22 +202,17 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, const Saved& saved,
     if (shared_) dx_shared = shared_->backward(dy, saved.shared, deferred);
   });
 
+  const std::vector<int64_t>& rows = ex.expert_row_counts();
   Tensor dhidden = be.empty({R, F_}, dy.dtype(), ws);
-  for_each_expert(ex, [&](int64_t l, int64_t b, int64_t e) {
-    Tensor dh = dhidden.rows(b, e);
-    be.matmul_backward(&dh, nullptr, nullptr, dye.rows(b, e), saved.hidden.rows(b, e),
-                       expert_weights(down_, l));
-  });
+  be.grouped_matmul_backward(&dhidden, nullptr, dye, saved.hidden,
+                             local_experts(down_.value, down_, ex), rows);
   Tensor dgate = be.empty({R, F_}, dy.dtype(), ws), dup = be.empty({R, F_}, dy.dtype(), ws);
   if (R > 0) be.swiglu_backward(dgate, dup, dhidden, saved.gate, saved.up);
   Tensor dxe = be.empty({R, C_}, dy.dtype(), ws), dxe_up = be.empty({R, C_}, dy.dtype(), ws);
-  for_each_expert(ex, [&](int64_t l, int64_t b, int64_t e) {
-    Tensor dx_gate = dxe.rows(b, e), dx_up = dxe_up.rows(b, e);
-    be.matmul_backward(&dx_gate, nullptr, nullptr, dgate.rows(b, e), saved.xe.rows(b, e),
-                       expert_weights(gate_, l));
-    be.matmul_backward(&dx_up, nullptr, nullptr, dup.rows(b, e), saved.xe.rows(b, e),
-                       expert_weights(up_, l));
-  });
+  be.grouped_matmul_backward(&dxe, nullptr, dgate, saved.xe, local_experts(gate_.value, gate_, ex),
+                             rows);
+  be.grouped_matmul_backward(&dxe_up, nullptr, dup, saved.xe, local_experts(up_.value, up_, ex),
+                             rows);
   if (R > 0) be.add_inplace(dxe, dxe_up);
   // Back to the tokens' ranks, and each token's rows summed in the order of its choices.
   const Tensor dxs = ex.from_experts(dxe, ws);
@@ -264,12 +242,13 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, const Saved& saved,
     Backend& b = *ctx_.backend;
     Tensor dw = router_.grad.reshape({spec_.experts, C_});
     b.matmul_backward(nullptr, &dw, nullptr, dlogits, x, Tensor{});
-    for_each_expert(*exchange, [&](int64_t l, int64_t r0, int64_t r1) {
-      Tensor dg = expert_grads(gate_, l), du = expert_grads(up_, l), dd = expert_grads(down_, l);
-      b.matmul_backward(nullptr, &dg, nullptr, dgate.rows(r0, r1), xe.rows(r0, r1), Tensor{});
-      b.matmul_backward(nullptr, &du, nullptr, dup.rows(r0, r1), xe.rows(r0, r1), Tensor{});
-      b.matmul_backward(nullptr, &dd, nullptr, dye.rows(r0, r1), hidden.rows(r0, r1), Tensor{});
-    });
+    const std::vector<int64_t>& rows = exchange->expert_row_counts();
+    Tensor dg = local_experts(gate_.grad, gate_, *exchange);
+    Tensor du = local_experts(up_.grad, up_, *exchange);
+    Tensor dd = local_experts(down_.grad, down_, *exchange);
+    b.grouped_matmul_backward(nullptr, &dg, dgate, xe, Tensor{}, rows);
+    b.grouped_matmul_backward(nullptr, &du, dup, xe, Tensor{}, rows);
+    b.grouped_matmul_backward(nullptr, &dd, dye, hidden, Tensor{}, rows);
   });
   return dx;
 }
@@ -280,14 +259,17 @@ void MixtureOfExperts::add_costs(CostSheet& sheet) const {
   sheet.linears.push_back(LinearCost{C_, spec_.experts, TpSplitOf::None});
   ParameterCost router = parameter_cost(router_.spec);
   sheet.parameters.push_back(router);
-  // Each token through top_k experts: priced as top_k SwiGLU passes of every token (balanced
-  // routing), and of the experts' weights the share a token multiplies by.
-  for (int64_t j = 0; j < spec_.top_k; ++j) {
-    sheet.linears.push_back(LinearCost{C_, F_, TpSplitOf::None});
-    sheet.linears.push_back(LinearCost{C_, F_, TpSplitOf::None});
-    sheet.add_pass_over_last_outputs(3, 5);
-    sheet.linears.push_back(LinearCost{F_, C_, TpSplitOf::None});
-  }
+  // Each token through top_k experts: gate, up and down as grouped GEMMs over the experts'
+  // rows (the time model assumes balanced routing), the SwiGLU pass over each of a token's
+  // top_k rows, and of the experts' weights the share a token multiplies by.
+  const double k = static_cast<double>(spec_.top_k);
+  const auto expert_linear = [&](int64_t in, int64_t out) {
+    return LinearCost{in, out, TpSplitOf::None, spec_.experts, k};
+  };
+  sheet.linears.push_back(expert_linear(C_, F_));
+  sheet.linears.push_back(expert_linear(C_, F_));
+  sheet.add_pass_over_last_outputs(3 * k, 5 * k);
+  sheet.linears.push_back(expert_linear(F_, C_));
   for (const Parameter* p : {&gate_, &up_, &down_}) {
     ParameterCost c = parameter_cost(p->spec);
     c.active_share = active;

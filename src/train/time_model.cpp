@@ -150,19 +150,30 @@ class ChunkPricer {
     return expert_exchange_->seconds(CollectiveKind::AllToAll, bytes, ep_) + sync_;
   }
 
+  // A dense linear is one GEMM over every token of the rank. An expert linear is a grouped GEMM
+  // of this rank's experts / ep experts, each priced at its own size: balanced routing gives each
+  // a 1 / experts share of the rows the expert group routes (the region's tokens, as the mixture
+  // sees them, times top_k, from each of the ep ranks); smaller groups run at a lower rate.
+  double groups_of(const LinearCost& l) const {
+    return l.experts > 0 ? static_cast<double>(l.experts) / ep_ : 1.0;
+  }
+  double rows_of(const LinearCost& l) const {
+    return l.experts > 0 ? region_tokens_ * l.rows_per_token * ep_ / static_cast<double>(l.experts)
+                         : tokens_;
+  }
   double linears_forward(const CostSheet& sheet) const {
     double seconds = 0;
     for (const LinearCost& l : sheet.linears) {
-      const GemmShape f = l.forward(tokens_, tp_);
-      seconds += gemm_.seconds(f.m, f.n, f.k);
+      const GemmShape f = l.forward(rows_of(l), tp_);
+      seconds += groups_of(l) * gemm_.seconds(f.m, f.n, f.k);
     }
     return seconds;
   }
   double linears_backward(const CostSheet& sheet) const {
     double seconds = 0;
     for (const LinearCost& l : sheet.linears) {
-      const GemmShape d = l.backward_data(tokens_, tp_), w = l.backward_weight(tokens_, tp_);
-      seconds += gemm_.seconds(d.m, d.n, d.k) + gemm_.seconds(w.m, w.n, w.k);
+      const GemmShape d = l.backward_data(rows_of(l), tp_), w = l.backward_weight(rows_of(l), tp_);
+      seconds += groups_of(l) * (gemm_.seconds(d.m, d.n, d.k) + gemm_.seconds(w.m, w.n, w.k));
     }
     return seconds;
   }
@@ -279,7 +290,8 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
   LinkClass expert_data_link = dp_link;
   if (moe)
     out.caveats.push_back("mixture of experts: routing is priced as balanced (every expert gets "
-                          "top_k / experts of the tokens)");
+                          "top_k / experts of the tokens; a rank's experts run as one grouped "
+                          "GEMM of groups that size)");
   if (moe && par.ep > 1) {
     const LinkClass ep_link = link_of_groups(shape.expert_groups(), R);
     expert_data_link = link_of_groups(shape.expert_data_groups(), R);

@@ -72,12 +72,14 @@ double probe_block_seconds(Backend& be, const Config& c) {
   std::vector<Gemm> gemms;
   for (const LinearCost& l : model_cost_sheet(c.model).blocks.front().linears) {
     const int64_t out = static_cast<int64_t>(l.local_out(tp)), in = static_cast<int64_t>(l.local_in(tp));
+    // An expert linear multiplies each token's top_k rows (rows_per_token; 1 for a dense one).
+    const int64_t rows = static_cast<int64_t>(static_cast<double>(N) * l.rows_per_token);
     Gemm g;
-    g.inp = be.empty({N, in}, dt, MemoryCategory::Workspace);
+    g.inp = be.empty({rows, in}, dt, MemoryCategory::Workspace);
     g.weight = be.empty({out, in}, dt, MemoryCategory::Workspace);
-    g.out = be.empty({N, out}, dt, MemoryCategory::Workspace);
-    g.dout = be.empty({N, out}, dt, MemoryCategory::Workspace);
-    g.dinp = be.empty({N, in}, dt, MemoryCategory::Workspace);
+    g.out = be.empty({rows, out}, dt, MemoryCategory::Workspace);
+    g.dout = be.empty({rows, out}, dt, MemoryCategory::Workspace);
+    g.dinp = be.empty({rows, in}, dt, MemoryCategory::Workspace);
     g.dweight = be.zeros({out, in}, grad_dt, MemoryCategory::Workspace);
     for (Tensor* t : {&g.inp, &g.weight, &g.dout}) be.fill(*t, 0.01);
     gemms.push_back(std::move(g));

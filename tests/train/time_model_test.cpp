@@ -240,6 +240,37 @@ TEST(TimeModel, ExpertParallelismPricesItsAllToAll) {
   EXPECT_FALSE(has_caveat(ep2, "no all_to_all measurement"));
 }
 
+// The experts' GEMMs are priced as the grouped GEMM each rank runs (Backend::
+// grouped_matmul_forward): experts / ep groups, each of a balanced share of the routed rows,
+// tokens x top_k x ep / experts. ep 1 here: 8 groups of 2 x 128 x 2 / 8 = 64 rows; ep 2: 4 groups
+// of 128. The same FLOPs, so where the GEMM rate does not depend on size the two cost the same;
+// where it rises with size the larger groups of ep 2 are faster, by exactly the difference of
+// the groups' own times (the rest of the step is the same work).
+TEST(TimeModel, ExpertGemmsArePricedAsGroupedGemmsOfBalancedRouting) {
+  const MachineProfile flat = machine();
+  EXPECT_NEAR(predict_step_time(moe_deck(4, 2), flat).compute_s,
+              predict_step_time(moe_deck(4, 1), flat).compute_s, 1e-12);
+
+  MachineProfile rising = machine();
+  rising.gemm_fp32->sizes = {1, 1024};
+  rising.gemm_fp32->flops = {1e10, 1e12};
+  const GemmRates& g = *rising.gemm_fp32;
+  const double C = 256, F = 128;
+  // One micro-batch's expert GEMMs in one layer: gate and up (C -> F), down (F -> C), each
+  // forward, input gradient and weight gradient, for every group.
+  const auto experts = [&](double groups, double rows) {
+    const double gate_or_up = g.seconds(rows, F, C) + g.seconds(rows, C, F) + g.seconds(C, F, rows);
+    const double down = g.seconds(rows, C, F) + g.seconds(rows, F, C) + g.seconds(F, C, rows);
+    return groups * (2 * gate_or_up + down);
+  };
+  const double micro_batches = 16 / (2 * 4), layers = 4;
+  const StepTimePrediction ep1 = predict_step_time(moe_deck(4, 1), rising);
+  const StepTimePrediction ep2 = predict_step_time(moe_deck(4, 2), rising);
+  const double want = micro_batches * layers * (experts(8, 64) - experts(4, 128));
+  EXPECT_GT(want, 0);
+  EXPECT_NEAR(ep1.compute_s - ep2.compute_s, want, 1e-9 * want);
+}
+
 // Expert groups crossing nodes pay the inter-node all_to_all; the experts' gradients are
 // reduced over the expert-data group only, so an ep spanning every replica reduces none of them.
 TEST(TimeModel, ExpertParallelismLinksAndReductions) {

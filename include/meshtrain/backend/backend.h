@@ -311,6 +311,25 @@ class Backend {
   // the thread count. Index entries as gather_rows'.
   void gathered_row_dots(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& index);
 
+  // The experts' linear layers, one call for all of a rank's experts (a grouped GEMM). inp (R, K)
+  // holds G groups of consecutive rows, group g's rows[g] of them (counts on the host, where
+  // routing is decided; they sum to R, and a group may have none); weights (G, N, K) holds one
+  // (N, K) matrix per group, laid out as matmul_forward's weight:
+  //   grouped_matmul_forward:  out[group g's rows] (rows[g], N) = inp[group g's rows] @ weights[g]^T
+  //   grouped_matmul_backward: dinp[group g's rows] = dout[group g's rows] @ weights[g] (assigned)
+  //                            dweights[g] += dout[group g's rows]^T @ inp[group g's rows]
+  // Dtypes as matmul_forward's and matmul_backward's, dweights (G, N, K) in wide(A). dinp or
+  // dweights may be null (not wanted); a dweights-only call does not read weights (released
+  // under ZeRO-3 by then, as matmul_backward's). An empty group writes no rows and leaves its
+  // dweights[g] as it was. The default runs matmul_forward's and matmul_backward's kernels on
+  // each group's rows in turn, with their bits (the CPU backend's per-expert oneDNN GEMMs); a
+  // device may run one grouped GEMM instead, rounding as its matmul does.
+  void grouped_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weights,
+                              const std::vector<int64_t>& rows);
+  void grouped_matmul_backward(Tensor* dinp, Tensor* dweights, const Tensor& dout,
+                               const Tensor& inp, const Tensor& weights,
+                               const std::vector<int64_t>& rows);
+
   // ---- vocabulary-parallel softmax cross-entropy -----------------------------------------
   // For logits (N, V) over this rank's vocabulary slice [vocab_begin, vocab_begin + V):
   // row_max (N) and row_sumexp (N) = sum_j exp(logit_j - row_max); both fp32/fp64 as logits.
@@ -438,6 +457,11 @@ class Backend {
                               const Tensor* weights) = 0;
   virtual void do_gathered_row_dots(Tensor& out, const Tensor& a, const Tensor& b,
                                     const Tensor& index) = 0;
+  virtual void do_grouped_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weights,
+                                         const std::vector<int64_t>& rows);
+  virtual void do_grouped_matmul_backward(Tensor* dinp, Tensor* dweights, const Tensor& dout,
+                                          const Tensor& inp, const Tensor& weights,
+                                          const std::vector<int64_t>& rows);
   virtual void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) = 0;
   virtual void do_crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
                                       const Tensor& global_max) = 0;

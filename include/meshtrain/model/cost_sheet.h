@@ -38,6 +38,13 @@ struct GemmShape {
 struct LinearCost {
   int64_t in = 0, out = 0;
   TpSplitOf split = TpSplitOf::None;
+  // An expert linear of a mixture (experts > 0): each token's `rows_per_token` rows (its top_k
+  // choices) go to one of `experts` weight matrices, and a rank multiplies its experts' rows as
+  // one grouped GEMM (Backend::grouped_matmul_forward): experts / ep groups. The time model
+  // prices it as balanced routing, every expert getting the same share of the rows. 0: a dense
+  // linear, one GEMM over every token.
+  int64_t experts = 0;
+  double rows_per_token = 1;
 
   double local_in(double tp) const { return split == TpSplitOf::Inputs ? static_cast<double>(in) / tp : static_cast<double>(in); }
   double local_out(double tp) const { return split == TpSplitOf::Outputs ? static_cast<double>(out) / tp : static_cast<double>(out); }
@@ -50,7 +57,9 @@ struct LinearCost {
     return {local_in(tp), local_out(tp), tokens, GemmPass::BackwardWeight};
   }
   // Forward and backward multiply-adds per token, counted as two FLOPs each (unsplit).
-  double training_flops_per_token() const { return 6.0 * static_cast<double>(in) * static_cast<double>(out); }
+  double training_flops_per_token() const {
+    return 6.0 * rows_per_token * static_cast<double>(in) * static_cast<double>(out);
+  }
   bool operator==(const LinearCost&) const = default;
 };
 

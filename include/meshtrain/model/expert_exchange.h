@@ -38,6 +38,8 @@ class ExpertExchange {
   int64_t first_expert() const { return first_expert_; }
   int64_t expert_begin(int64_t l) const { return begin_[static_cast<size_t>(l)]; }
   int64_t expert_rows(int64_t l) const { return counts_[static_cast<size_t>(l)]; }
+  // Every local expert's row count, in order: the groups of the experts' grouped GEMMs.
+  const std::vector<int64_t>& expert_row_counts() const { return counts_; }
   int64_t rows() const { return rows_; }  // on the expert side
 
   // The routing's expert-sorted rows (M, C) to the expert side (rows(), C); `meanwhile` runs

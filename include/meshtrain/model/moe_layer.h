@@ -75,8 +75,8 @@ class MixtureOfExperts {
                                        Saved& saved);
   // The router's weight in `dtype` (its compute copy, widened from bf16 to fp32).
   Tensor router_weight(DType dtype) const;
-  Tensor expert_weights(Parameter& p, int64_t e) const;
-  Tensor expert_grads(Parameter& p, int64_t e) const;
+  // This rank's experts of `t` (p's value or gradient), stacked (local experts, rows, cols).
+  Tensor local_experts(const Tensor& t, const Parameter& p, const ExpertExchange& x) const;
 
   LayerContext ctx_;
   MoeSpec spec_;

@@ -15,6 +15,7 @@
 
 #include "cudnn_attention.h"
 #include "gemm.h"
+#include "grouped_gemm.h"
 #include "kernels.h"
 #include "meshtrain/backend/cuda/cuda_backend.h"
 
@@ -23,6 +24,7 @@ namespace meshtrain {
 struct CudaBackend::Libraries {
   Tensor gemm_workspace;
   std::unique_ptr<cuda::LtGemm> gemm;
+  std::unique_ptr<cuda::GroupedGemm> grouped;  // the experts' grouped GEMMs; made on first use
   std::unique_ptr<cuda::CudnnAttention> cudnn;  // null when cuDNN failed to initialise
   std::string cudnn_error;
   CudnnPlatform platform;

@@ -8,8 +8,6 @@
 
 namespace meshtrain::cuda {
 
-namespace {
-
 void check_lt(cublasStatus_t status, const char* op, const char* call) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
   fail(op, std::string(call) + " failed: " + cublasGetStatusString(status) + " (" +
@@ -22,9 +20,11 @@ cudaDataType_t cuda_type(DType t, const char* op) {
     case DType::F32: return CUDA_R_32F;
     case DType::BF16: return CUDA_R_16BF;
     case DType::F16: return CUDA_R_16F;
-    default: fail(op, "cuBLASLt GEMM on dtype " + std::string(dtype_name(t)));
+    default: fail(op, "cuBLAS GEMM on dtype " + std::string(dtype_name(t)));
   }
 }
+
+namespace {
 
 // Largest power of two (at most 256) dividing the address and the batch stride in bytes:
 // cuBLASLt assumes 256-byte aligned operands unless told otherwise, and tensor views

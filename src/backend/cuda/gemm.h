@@ -20,6 +20,12 @@
 
 namespace meshtrain::cuda {
 
+// Fails, naming `op` and `call` and cuBLAS's words for `status`, unless it is a success (the
+// status of cuBLAS and cuBLASLt calls alike).
+void check_lt(cublasStatus_t status, const char* op, const char* call);
+// The cuBLAS type of a GEMM operand's dtype (fp32, bf16, fp16); fails naming `op` otherwise.
+cudaDataType_t cuda_type(DType t, const char* op);
+
 struct GemmOperand {
   const void* ptr = nullptr;
   int64_t ld = 0;            // leading dimension (elements) of the stored column-major matrix

@@ -118,6 +118,8 @@ class CpuBackend final : public Backend {
                       const Tensor* weights) override;
   void do_gathered_row_dots(Tensor& out, const Tensor& a, const Tensor& b,
                             const Tensor& index) override;
+  // grouped_matmul_forward/backward: the Backend's default, one oneDNN GEMM per expert's rows
+  // (matmul.cpp), which is what the CPU would batch anyway: a grouped call gains no launches here.
 
   void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
   void do_crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,

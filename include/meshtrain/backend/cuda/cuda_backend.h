@@ -23,6 +23,10 @@
 
 namespace meshtrain {
 
+namespace cuda {
+struct GroupedProblem;  // src/backend/cuda/grouped_gemm.h
+}
+
 // How causal attention is computed. Auto: cuDNN's fused kernel for bf16 where cuDNN builds a plan
 // for the shape (head size a multiple of 8, T >= HS + 2 so that probs can hold its scratch), else
 // Own, with one warning (which says when cuDNN was required to work there, attention_support.h,
@@ -84,6 +88,13 @@ class CudaBackend final : public Backend {
   // The same for matmul_forward_add: the residual added in the epilogue (C of the GEMM), or by
   // a separate add.
   const EpilogueCounts& residual_epilogues() const { return residual_epilogues_; }
+  // How many grouped_matmul_forward/backward products ran as one cuBLAS grouped GEMM, and how
+  // many as one cuBLASLt GEMM per group: bf16 weight gradients (bf16 products into fp32, a type
+  // pair the grouped call lacks), addresses off its alignment, types it reports unsupported.
+  struct GroupedCounts {
+    int64_t grouped = 0, per_group = 0;
+  };
+  const GroupedCounts& grouped_matmuls() const { return grouped_matmuls_; }
   const CudaBackendOptions& options() const { return options_; }
   // The attention implementation that attention_forward would use for this shape and dtype
   // (resolves Auto; builds and caches the cuDNN plans to find out). When that is not cuDNN and
@@ -159,6 +170,12 @@ class CudaBackend final : public Backend {
                       const Tensor* weights) override;
   void do_gathered_row_dots(Tensor& out, const Tensor& a, const Tensor& b,
                             const Tensor& index) override;
+  // The experts' grouped products (cuda_grouped_matmul.cpp).
+  void do_grouped_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weights,
+                                 const std::vector<int64_t>& rows) override;
+  void do_grouped_matmul_backward(Tensor* dinp, Tensor* dweights, const Tensor& dout,
+                                  const Tensor& inp, const Tensor& weights,
+                                  const std::vector<int64_t>& rows) override;
   void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                          const Tensor* bias) override;
   void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
@@ -212,6 +229,10 @@ class CudaBackend final : public Backend {
   void own_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                               const Tensor& probs, int64_t B, int64_t T, int64_t NH, int64_t KVH,
                               int64_t HS);
+  // Queues `problems` as one cuBLAS grouped GEMM, their address table uploaded ahead of it;
+  // false, having computed nothing, where the call cannot take them (the caller loops instead).
+  bool run_grouped(const char* op, const std::vector<cuda::GroupedProblem>& problems,
+                   DType input, DType output, float beta, double flops);
   // Drops the host sources of completed asynchronous copies (all of them after a synchronize).
   void retire_host_copies();
   bool cudnn_attention_usable(const Tensor& qkv, const Tensor& probs, int64_t B, int64_t T,
@@ -224,6 +245,7 @@ class CudaBackend final : public Backend {
   KernelProfile* profile_ = nullptr;
   EpilogueCounts gelu_epilogues_;
   EpilogueCounts residual_epilogues_;
+  GroupedCounts grouped_matmuls_;
 };
 
 }  // namespace meshtrain
