@@ -66,6 +66,21 @@ void CpuBackend::do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor&
   });
 }
 
+// The residual as the GEMM's binary-add post-op: read inside the product instead of by a pass
+// over out and residual after it; under bf16 the sum is rounded once, not twice.
+void CpuBackend::do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                       const Tensor* bias, const Tensor& residual) {
+  const char* op = "matmul_forward_add";
+  const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+  const std::string name = profile_ ? std::string(op) + " " + gemm_dims(N, OC, C) : std::string();
+  KernelProfile::Scope timed(profile_, name, 2.0 * N * C * OC);
+  dispatch(planning_, op, inp.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::matmul_forward<T>(*gemm_, ptr<T>(out), ptr<T>(inp), ptr<T>(weight),
+                           bias ? ptr<T>(*bias) : nullptr, N, C, OC, ptr<T>(residual));
+  });
+}
+
 void CpuBackend::do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias,
                                     const Tensor& dout, const Tensor& inp, const Tensor& weight) {
   const char* op = "matmul_backward";

@@ -88,11 +88,12 @@ void gathered_row_dots(Acc<A>* out, const A* a, const A* b, const int32_t* index
                        int64_t C, int64_t K);
 
 // GEMMs through `gemm` (oneDNN or OpenBLAS, gemm.h); bf16 only through oneDNN.
+// matmul_forward: residual (N, OC), when given, is added inside the GEMM (after the bias).
 // matmul_backward: dinp, dweight and dbias may each be null (not wanted); weight is read only
 // for dinp.
 template <class A>
 void matmul_forward(Gemm& gemm, A* out, const A* inp, const A* weight, const A* bias, int64_t N,
-                    int64_t C, int64_t OC);
+                    int64_t C, int64_t OC, const A* residual = nullptr);
 template <class A>
 void matmul_backward(Gemm& gemm, A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout,
                      const A* inp, const A* weight, int64_t N, int64_t C, int64_t OC);

@@ -89,6 +89,8 @@ class CpuBackend final : public Backend {
                  const RotaryHeads& where, Rotation rotation) override;
   void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                          const Tensor* bias) override;
+  void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
+                             const Tensor* bias, const Tensor& residual) override;
   void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                           const Tensor& inp, const Tensor& weight) override;
   void do_bias_forward(Tensor& out, const Tensor& bias) override;
