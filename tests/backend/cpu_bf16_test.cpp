@@ -114,6 +114,44 @@ TEST_F(CpuBf16, MatmulForwardBackwardAccumulatesInFp32) {
   EXPECT_LT(max_relative_error(H(tdw2), dw), kFp32);
 }
 
+// matmul_forward_add under bf16: product, bias and residual summed in fp32 and rounded once.
+TEST_F(CpuBf16, MatmulForwardAddRoundsTheSumOnce) {
+  if (!cpu_runs_bf16()) GTEST_SKIP() << "oneDNN has no bf16 GEMM under this ISA (AVX2)";
+  const int64_t N = 33, C = 48, OC = 72;
+  const Vec x = in_bf16(random_normal(N * C, 5)), w = in_bf16(random_normal(OC * C, 6));
+  const Vec b = in_bf16(random_normal(OC, 7)), res = in_bf16(random_normal(N * OC, 8));
+  Vec out;
+  reference::matmul_forward(out, x, w, &b, N, C, OC);
+  for (size_t i = 0; i < out.size(); ++i) out[i] += res[i];
+  Tensor tout = empty({N, OC}, kBf16), tb = B(b, {OC});
+  be.matmul_forward_add(tout, B(x, {N, C}), B(w, {OC, C}), &tb, B(res, {N, OC}));
+  // Within half a bf16 ulp (at most 2^-8 of the value) of the exact sum, give or take fp32
+  // accumulation: one rounding. Rounding the product first and the sum again misses this bound
+  // for some elements.
+  const Vec got = H(tout);
+  int64_t off = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    off += std::abs(got[i] - out[i]) > std::abs(out[i]) * std::ldexp(1.0, -8) * (1 + 1e-4) + 1e-6;
+  EXPECT_EQ(off, 0);
+}
+
+TEST_F(CpuBf16, LayerNormBackwardAddHasTheBitsOfTheTwoCalls) {
+  const int64_t N = 37, C = 96;
+  Tensor tx = B(in_bf16(random_normal(N * C, 1, 2.0)), {N, C}), tw = B(in_bf16(random_normal(C, 2)), {C});
+  Tensor tb = B(in_bf16(random_normal(C, 3)), {C}), tdy = B(in_bf16(random_normal(N * C, 4)), {N, C});
+  Tensor tres = B(in_bf16(random_normal(N * C, 5)), {N, C});
+  Tensor tout = empty({N, C}, kBf16), tmean = empty({N}, kF32), trstd = empty({N}, kF32);
+  be.layernorm_forward(tout, tmean, trstd, tx, tw, tb);
+  Tensor dx_two = empty({N, C}, kBf16), dw_two = zeros({C}, kF32), db_two = zeros({C}, kF32);
+  be.layernorm_backward(dx_two, dw_two, db_two, tdy, tx, tw, tmean, trstd);
+  be.add_inplace(dx_two, tres);
+  Tensor dx_one = empty({N, C}, kBf16), dw_one = zeros({C}, kF32), db_one = zeros({C}, kF32);
+  be.layernorm_backward_add(dx_one, dw_one, db_one, tdy, tx, tw, tmean, trstd, tres);
+  EXPECT_EQ(H(dx_one), H(dx_two));
+  EXPECT_EQ(H(dw_one), H(dw_two));
+  EXPECT_EQ(H(db_one), H(db_two));
+}
+
 TEST_F(CpuBf16, BiasForwardBackward) {
   const int64_t N = 19, C = 300;
   const Vec x = in_bf16(random_normal(N * C, 9)), b = in_bf16(random_normal(C, 10));

@@ -94,9 +94,11 @@ std::vector<Case> all_cases() {
 class GemmVariants : public ::testing::TestWithParam<Case> {};
 
 // Runs one case on M x N x K with every row stride `pad` wider than its row; checks the result
-// against the reference and that the padding of C is untouched. Out = uint16_t: a bf16 C.
+// against the reference and that the padding of C is untouched. Out = uint16_t: a bf16 C. With
+// `addend`, a further (M, N) matrix of C's type and strides is added (GemmOptions::addend).
 template <class In, class Out>
-void run_case(const Case& c, int64_t M, int64_t N, int64_t K, int64_t pad, double tol = 0) {
+void run_case(const Case& c, int64_t M, int64_t N, int64_t K, int64_t pad, double tol = 0,
+              bool addend = false) {
   // The test's other cases still run; it is reported skipped.
   if (c.in == DType::BF16 && !cpu_runs_bf16()) GTEST_SKIP() << "oneDNN has no bf16 GEMM under this ISA (AVX2)";
   const bool ta = c.ta == Trans::Yes, tb = c.tb == Trans::Yes;
@@ -110,9 +112,13 @@ void run_case(const Case& c, int64_t M, int64_t N, int64_t K, int64_t pad, doubl
   const Vec bias = representable(random_normal(static_cast<size_t>(N), 23),
                                  out_dtype == DType::F64 ? DType::F64 : DType::F32);
   const Vec C0 = representable(random_normal(static_cast<size_t>(M * N), 24), out_dtype);
+  const Vec X = representable(random_normal(static_cast<size_t>(M * N), 25), out_dtype);
+  // The addend is the reference's accumulator (alone, or added to C's).
   Vec expect = C0;
+  if (addend)
+    for (size_t i = 0; i < expect.size(); ++i) expect[i] = (c.accumulate == Accumulate::Add ? C0[i] : 0.0) + X[i];
   reference::gemm(expect, A, B, c.bias ? &bias : nullptr, ta, tb, M, N, K,
-                  c.accumulate == Accumulate::Add, c.epilogue == Epilogue::GeluTanh);
+                  addend || c.accumulate == Accumulate::Add, c.epilogue == Epilogue::GeluTanh);
 
   const GemmShape s{c.ta, c.tb, M, N, K, a_cols + pad, b_cols + pad, N + pad};
   const std::vector<In> a = strided<In>(A, a_rows, a_cols, s.lda, In(0));
@@ -120,10 +126,11 @@ void run_case(const Case& c, int64_t M, int64_t N, int64_t K, int64_t pad, doubl
   const std::vector<Bias> vbias(bias.begin(), bias.end());
   const Out sentinel = Out(12345);
   std::vector<Out> C = strided<Out>(C0, M, N, s.ldc, sentinel);
+  const std::vector<Out> x = strided<Out>(X, M, N, s.ldc, sentinel);
 
   Gemm gemm;
   gemm.set_library(c.library);
-  const GemmOptions o{c.accumulate, c.epilogue};
+  const GemmOptions o{c.accumulate, c.epilogue, addend ? x.data() : nullptr};
   if constexpr (std::is_same_v<In, uint16_t>)
     gemm.run_bf16(s, a.data(), b.data(), c.bias ? vbias.data() : nullptr, C.data(), o);
   else
@@ -162,6 +169,63 @@ TEST(Gemm, LargerProductsThroughOneDnn) {
   run_case<float, float>(c, 300, 257, 190, 0);
   const Case t{GemmLibrary::OneDnn, DType::BF16, Trans::Yes, Trans::No, false, Accumulate::Add, Epilogue::None};
   run_case<uint16_t, float>(t, 190, 300, 257, 0);
+}
+
+// fp32 with a plain B at least 3072 wide: B is copied with padded rows so that oneDNN takes its
+// packing GEMM rather than brgemm, which runs such widths at half speed (gemm.cpp). The result
+// is the same product; the kernel is named by oneDNN.
+TEST(Gemm, WidePlainFp32BGoesToThePackingGemm) {
+  for (Trans ta : {Trans::No, Trans::Yes})
+    for (Accumulate a : {Accumulate::Assign, Accumulate::Add}) {
+      const Case c{GemmLibrary::OneDnn, DType::F32, ta, Trans::No, true, a, Epilogue::None};
+      run_case<float, float>(c, 9, 3077, 11, 0);
+    }
+  // K cut into chunks: each chunk's rows of B copied in turn.
+  const Case k{GemmLibrary::OneDnn, DType::F32, Trans::No, Trans::No, true, Accumulate::Add, Epilogue::None};
+  run_case<float, float>(k, 1, 3072, 17000, 0, 1e-4);
+
+  Gemm gemm;
+  gemm.set_library(GemmLibrary::OneDnn);
+  std::vector<float> a(8 * 8, 1.0f), b(8 * 3072, 0.5f), c(8 * 3072);
+  gemm.run(GemmShape::dense(Trans::No, Trans::No, 8, 3072, 8), a.data(), b.data(), nullptr, c.data());
+  EXPECT_EQ(gemm.last_onednn_implementation().rfind("brg", 0), std::string::npos)
+      << gemm.last_onednn_implementation();
+  EXPECT_EQ(c[8 * 3072 - 1], 4.0f);
+  // Narrower, or transposed (brgemm copies a transposed B itself): as given.
+  gemm.run(GemmShape::dense(Trans::No, Trans::No, 8, 2048, 8), a.data(), b.data(), nullptr, c.data());
+  const std::string narrow = gemm.last_onednn_implementation();
+  gemm.run(GemmShape::dense(Trans::No, Trans::Yes, 8, 3072, 8), a.data(), b.data(), nullptr, c.data());
+  EXPECT_EQ(gemm.last_onednn_implementation(), narrow);
+}
+
+// The addend (a residual connection): after bias and accumulator, before the epilogue, in
+// every library and dtype; in oneDNN a binary post-op. bf16 outputs round the whole sum once.
+TEST(Gemm, AddendJoinsTheSumBeforeTheEpilogue) {
+  for (auto [library, in] : {std::pair{GemmLibrary::OneDnn, DType::F32}, {GemmLibrary::OneDnn, DType::BF16},
+                             {GemmLibrary::OpenBlas, DType::F32}, {GemmLibrary::OpenBlas, DType::F64}})
+    for (Accumulate a : {Accumulate::Assign, Accumulate::Add})
+      for (Epilogue e : {Epilogue::None, Epilogue::GeluTanh}) {
+        const Case c{library, in, Trans::No, Trans::Yes, true, a, e};
+        SCOPED_TRACE(std::string(gemm_library_name(library)) + " " + std::string(dtype_name(in)));
+        if (in == DType::F64) run_case<double, double>(c, 37, 53, 70, 3, 0, true);
+        else if (in == DType::BF16) run_case<uint16_t, float>(c, 37, 53, 70, 3, 0, true);
+        else run_case<float, float>(c, 37, 53, 70, 3, 0, true);
+      }
+  for (Epilogue e : {Epilogue::None, Epilogue::GeluTanh}) {
+    const Case b{GemmLibrary::Auto, DType::BF16, Trans::No, Trans::Yes, true, Accumulate::Assign, e};
+    run_case<uint16_t, uint16_t>(b, 37, 53, 70, 3, 4e-3, true);
+  }
+  // Long reductions: in the first chunk (fp32 C), or at the one rounding (bf16 C); row blocks.
+  const Case k{GemmLibrary::OneDnn, DType::F32, Trans::No, Trans::No, true, Accumulate::Assign, Epilogue::None};
+  run_case<float, float>(k, 5, 7, 40000, 1, 1e-4, true);
+  const Case kb{GemmLibrary::Auto, DType::BF16, Trans::No, Trans::No, true, Accumulate::Assign, Epilogue::None};
+  run_case<uint16_t, uint16_t>(kb, 5, 7, 40000, 1, 4e-3, true);
+  run_case<uint16_t, uint16_t>(kb, 20000, 7, 9, 1, 4e-3, true);
+  const Case r{GemmLibrary::OneDnn, DType::F32, Trans::Yes, Trans::No, true, Accumulate::Add, Epilogue::None};
+  run_case<float, float>(r, 20000, 7, 9, 1, 0, true);
+  // K = 0: bias plus addend.
+  const Case z{GemmLibrary::OneDnn, DType::F32, Trans::No, Trans::No, true, Accumulate::Assign, Epilogue::None};
+  run_case<float, float>(z, 3, 4, 0, 1, 0, true);
 }
 
 TEST(Gemm, LongReductionsAreCutIntoChunksAndSummed) {

@@ -61,6 +61,60 @@ TEST_P(CpuKernels, LayerNorm) {
   EXPECT_LT(max_relative_error(H(tdb), db), tolerance(dt));
 }
 
+// layernorm_backward_add adds the residual inside the kernel, with the bits of layernorm_backward
+// and then add_inplace (backend.h).
+TEST_P(CpuKernels, LayerNormBackwardAddHasTheBitsOfTheTwoCalls) {
+  const int64_t N = 37, C = 96;
+  Tensor tx = T(random_normal(N * C, 1, 2.0), {N, C}), tw = T(random_normal(C, 2), {C});
+  Tensor tb = T(random_normal(C, 3), {C}), tdy = T(random_normal(N * C, 4), {N, C});
+  Tensor tres = T(random_normal(N * C, 5), {N, C});
+  Tensor tout = be.empty({N, C}, dt, MemoryCategory::Workspace);
+  Tensor tmean = be.empty({N}, dt, MemoryCategory::Workspace), trstd = be.empty({N}, dt, MemoryCategory::Workspace);
+  be.layernorm_forward(tout, tmean, trstd, tx, tw, tb);
+  const auto zeros = [&](Shape s) { return be.zeros(s, dt, MemoryCategory::Workspace); };
+  Tensor dx_two = zeros({N, C}), dw_two = zeros({C}), db_two = zeros({C});
+  be.layernorm_backward(dx_two, dw_two, db_two, tdy, tx, tw, tmean, trstd);
+  be.add_inplace(dx_two, tres);
+  Tensor dx_one = zeros({N, C}), dw_one = zeros({C}), db_one = zeros({C});
+  be.layernorm_backward_add(dx_one, dw_one, db_one, tdy, tx, tw, tmean, trstd, tres);
+  EXPECT_EQ(H(dx_one), H(dx_two));
+  EXPECT_EQ(H(dw_one), H(dw_two));
+  EXPECT_EQ(H(db_one), H(db_two));
+}
+
+// matmul_forward_add: the residual added inside the GEMM (a oneDNN post-op, or after OpenBLAS).
+TEST_P(CpuKernels, MatmulForwardAddsTheResidual) {
+  const int64_t N = 33, C = 48, OC = 72;
+  const Vec x = random_normal(N * C, 5), w = random_normal(OC * C, 6), b = random_normal(OC, 7);
+  const Vec res = random_normal(N * OC, 8);
+  Vec out;
+  reference::matmul_forward(out, x, w, &b, N, C, OC);
+  for (size_t i = 0; i < out.size(); ++i) out[i] += res[i];
+  Tensor tx = T(x, {N, C}), tw = T(w, {OC, C}), tb = T(b, {OC}), tres = T(res, {N, OC});
+  for (const Tensor* bias : {static_cast<const Tensor*>(&tb), static_cast<const Tensor*>(nullptr)}) {
+    Tensor tout = be.empty({N, OC}, dt, MemoryCategory::Workspace);
+    be.matmul_forward_add(tout, tx, tw, bias, tres);
+    Vec expect = out;
+    if (!bias)
+      for (int64_t i = 0; i < N * OC; ++i) expect[i] -= b[i % OC];
+    EXPECT_LT(max_relative_error(H(tout), expect), tolerance(dt));
+  }
+}
+
+// matmul_gelu_backward without a workspace: the bits of matmul_backward's input gradient and
+// then gelu_backward (the backend.h default).
+TEST_P(CpuKernels, MatmulGeluBackwardHasTheBitsOfTheTwoCalls) {
+  const int64_t N = 33, C = 96, OC = 40;  // pre (N, C), weight (OC, C), dout (N, OC)
+  Tensor pre = T(random_normal(N * C, 5, 2.0), {N, C}), w = T(random_normal(OC * C, 6), {OC, C});
+  Tensor dout = T(random_normal(N * OC, 7), {N, OC});
+  Tensor product = be.empty({N, C}, dt, MemoryCategory::Workspace);
+  Tensor two = be.empty({N, C}, dt, MemoryCategory::Workspace), one = be.empty({N, C}, dt, MemoryCategory::Workspace);
+  be.matmul_backward(&product, nullptr, nullptr, dout, pre, w);
+  be.gelu_backward(two, pre, product);
+  be.matmul_gelu_backward(one, dout, w, pre);
+  EXPECT_EQ(H(one), H(two));
+}
+
 TEST_P(CpuKernels, MatmulForwardBackwardAccumulates) {
   const int64_t N = 33, C = 48, OC = 72;
   const Vec x = random_normal(N * C, 5), w = random_normal(OC * C, 6), b = random_normal(OC, 7);

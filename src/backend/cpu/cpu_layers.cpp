@@ -39,7 +39,22 @@ void CpuBackend::do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, c
 void CpuBackend::do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                        const Tensor& dout, const Tensor& inp, const Tensor& weight,
                                        const Tensor& mean, const Tensor& rstd) {
-  const char* op = "layernorm_backward";
+  layernorm_backward_adding(dinp, dweight, dbias, dout, inp, weight, mean, rstd, nullptr);
+}
+
+// The residual added to each row of dinp as the kernel writes it, not by a pass of its own.
+void CpuBackend::do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                           const Tensor& dout, const Tensor& inp,
+                                           const Tensor& weight, const Tensor& mean,
+                                           const Tensor& rstd, const Tensor& residual) {
+  layernorm_backward_adding(dinp, dweight, dbias, dout, inp, weight, mean, rstd, &residual);
+}
+
+void CpuBackend::layernorm_backward_adding(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                           const Tensor& dout, const Tensor& inp,
+                                           const Tensor& weight, const Tensor& mean,
+                                           const Tensor& rstd, const Tensor* residual) {
+  const char* op = residual ? "layernorm_backward_add" : "layernorm_backward";
   KernelProfile::Scope timed(profile_, op);
   const int64_t N = rows_of(inp), C = cols_of(inp);
   const DType a = inp.dtype();
@@ -48,7 +63,8 @@ void CpuBackend::do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& db
     using T = decltype(tag);
     cpu::layernorm_backward<T>(ptr<T>(dinp), ptr<Acc<T>>(dweight), ptr<Acc<T>>(dbias),
                                ptr<T>(dout), ptr<T>(inp), ptr<T>(weight), ptr<Acc<T>>(mean),
-                               ptr<Acc<T>>(rstd), N, C, ptr<Acc<T>>(scratch));
+                               ptr<Acc<T>>(rstd), N, C, ptr<Acc<T>>(scratch),
+                               residual ? ptr<T>(*residual) : nullptr);
   });
 }
 
@@ -63,6 +79,21 @@ void CpuBackend::do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor&
     using T = decltype(tag);
     cpu::matmul_forward<T>(*gemm_, ptr<T>(out), ptr<T>(inp), ptr<T>(weight),
                            bias ? ptr<T>(*bias) : nullptr, N, C, OC);
+  });
+}
+
+// The residual as the GEMM's binary-add post-op: read inside the product instead of by a pass
+// over out and residual after it; under bf16 the sum is rounded once, not twice.
+void CpuBackend::do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                       const Tensor* bias, const Tensor& residual) {
+  const char* op = "matmul_forward_add";
+  const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
+  const std::string name = profile_ ? std::string(op) + " " + gemm_dims(N, OC, C) : std::string();
+  KernelProfile::Scope timed(profile_, name, 2.0 * N * C * OC);
+  dispatch(planning_, op, inp.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::matmul_forward<T>(*gemm_, ptr<T>(out), ptr<T>(inp), ptr<T>(weight),
+                           bias ? ptr<T>(*bias) : nullptr, N, C, OC, ptr<T>(residual));
   });
 }
 
@@ -124,6 +155,16 @@ void CpuBackend::do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor&
 
 // Scratch (Workspace, counted by the planner): bf16 forward keeps its fp32 scores there;
 // backward its dS (and under bf16 the fp32 dP), kernels.h says how much.
+// oneDNN's matmul writes one tensor, and the backward needs the pre-activation as well as GELU
+// of it, so the forward stays matmul_forward then gelu_forward (the backend.h default). The
+// backward needs no workspace: the product lands in dpre and GELU's derivative scales it in
+// place (gelu_backward reads each element before writing it), with the default's bits.
+void CpuBackend::do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                                         const Tensor& pre) {
+  matmul_backward(&dpre, nullptr, nullptr, dout, pre, weight);  // `pre`: only its shape
+  gelu_backward(dpre, pre, dpre);
+}
+
 void CpuBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
                                       int64_t T, int64_t NH, int64_t KVH, int64_t HS,
                                       const Tensor* document_starts) {

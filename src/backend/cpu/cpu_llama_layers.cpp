@@ -33,7 +33,20 @@ void CpuBackend::do_rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp
 
 void CpuBackend::do_rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout,
                                      const Tensor& inp, const Tensor& weight, const Tensor& rstd) {
-  const char* op = "rmsnorm_backward";
+  rmsnorm_backward_adding(dinp, dweight, dout, inp, weight, rstd, nullptr);
+}
+
+// The residual added to each row of dinp as the kernel writes it, not by a pass of its own.
+void CpuBackend::do_rmsnorm_backward_add(Tensor& dinp, Tensor& dweight, const Tensor& dout,
+                                         const Tensor& inp, const Tensor& weight,
+                                         const Tensor& rstd, const Tensor& residual) {
+  rmsnorm_backward_adding(dinp, dweight, dout, inp, weight, rstd, &residual);
+}
+
+void CpuBackend::rmsnorm_backward_adding(Tensor& dinp, Tensor& dweight, const Tensor& dout,
+                                         const Tensor& inp, const Tensor& weight,
+                                         const Tensor& rstd, const Tensor* residual) {
+  const char* op = residual ? "rmsnorm_backward_add" : "rmsnorm_backward";
   KernelProfile::Scope timed(profile_, op);
   const int64_t N = rows_of(inp), C = cols_of(inp);
   const DType a = inp.dtype();
@@ -41,7 +54,8 @@ void CpuBackend::do_rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor
   dispatch(planning_, op, a, [&](auto tag) {
     using T = decltype(tag);
     cpu::rmsnorm_backward<T>(ptr<T>(dinp), ptr<Acc<T>>(dweight), ptr<T>(dout), ptr<T>(inp),
-                             ptr<T>(weight), ptr<Acc<T>>(rstd), N, C, ptr<Acc<T>>(scratch));
+                             ptr<T>(weight), ptr<Acc<T>>(rstd), N, C, ptr<Acc<T>>(scratch),
+                             residual ? ptr<T>(*residual) : nullptr);
   });
 }
 

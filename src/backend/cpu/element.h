@@ -28,4 +28,11 @@ inline double widen(double x) { return x; }
 template <class A> inline A narrow(Acc<A> x) { return x; }
 template <> inline bf16 narrow<bf16>(float x) { return bf16{float_to_bf16_bits(x)}; }
 
+// dst += src over one row, with add_inplace's bits: for a kernel that adds a residual to a row
+// it has just written, while the row is in cache, instead of a pass of its own.
+template <class A> inline void add_row(A* dst, const A* src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = narrow<A>(widen(dst[i]) + widen(src[i]));
+}
+
 }  // namespace meshtrain::cpu

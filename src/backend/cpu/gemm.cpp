@@ -37,6 +37,22 @@ constexpr int64_t kMaxOneDnnK = 16384;
 // quiet moment); 2048 to 16384 rows did alike. Row blocks are independent GEMMs: each keeps
 // the caller's accumulate, bias and epilogue.
 constexpr int64_t kMaxOneDnnM = 16384;
+// oneDNN 2.6 runs an fp32 matmul whose B is plain (not transposed, row stride = row length)
+// through its brgemm kernel, which reads B in place, and that kernel falls to half the speed of
+// oneDNN's packing GEMM (gemm:jit) once B's rows reach 3072 floats: GPT-2's MLP output
+// projection's input gradient (1024x3072x768, dout @ W) and weight gradient (768x3072x1024) ran
+// at 0.4-0.6 of gemm:jit's rate, while at 2048 floats and below brgemm was the faster (both
+// A/B-timed in one process, alternating, 2 threads, AVX512 without AMX; on an AMX machine the
+// same shape ran at 113 GFLOP/s against 230-280 for its neighbours). oneDNN offers no choice of
+// kernel for a dense B, but takes gemm:jit for a B whose row stride exceeds its row length: so
+// such a B is copied with its rows padded (one pass over K x N, a few percent of the product's
+// time). bf16 brgemm keeps its speed at these widths and is left alone.
+constexpr int64_t kPackedMinN = 3072;
+constexpr int64_t kPaddedRow = 16;  // floats (one cache line) added to each row of the copy
+
+bool pads_b(const GemmShape& s, MatmulType type) {
+  return type == MatmulType::F32 && s.tb == Trans::No && s.N >= kPackedMinN && s.ldb == s.N;
+}
 
 // Calls f(block) for each block of at most kMaxOneDnnM rows of s, with A and C advanced to it.
 template <class In, class Out, class F>
@@ -55,17 +71,26 @@ template <class T> void gelu_rows(T* C, const GemmShape& s) {
   for (int64_t i = 0; i < s.M; ++i) gelu_forward<T>(C + i * s.ldc, C + i * s.ldc, s.N);
 }
 
-// K = 0: no product, C = epilogue(bias [+ C]). oneDNN refuses empty reductions.
+// C += addend, row by row (the addend has C's row stride).
+template <class T> void add_rows(T* C, const T* addend, const GemmShape& s) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < s.M; ++i)
+    for (int64_t j = 0; j < s.N; ++j) C[i * s.ldc + j] += addend[i * s.ldc + j];
+}
+
+// K = 0: no product, C = epilogue(bias [+ C] [+ addend]). oneDNN refuses empty reductions.
 template <class T> void empty_product(const GemmShape& s, const T* bias, T* C, GemmOptions o) {
   for (int64_t i = 0; i < s.M; ++i)
     for (int64_t j = 0; j < s.N; ++j) {
       T& c = C[i * s.ldc + j];
       c = (o.accumulate == Accumulate::Add ? c : T(0)) + (bias ? bias[j] : T(0));
     }
+  if (o.addend) add_rows(C, static_cast<const T*>(o.addend), s);
   if (o.epilogue == Epilogue::GeluTanh) gelu_rows(C, s);
 }
 
-// OpenBLAS: C = epilogue(op(A) op(B) + bias [+ C]), the same order as oneDNN's post-ops.
+// OpenBLAS: C = epilogue(op(A) op(B) + bias [+ C] [+ addend]), the same order as oneDNN's
+// post-ops.
 template <class T>
 void openblas_gemm(const GemmShape& s, const T* A, const T* B, const T* bias, T* C,
                    GemmOptions o) {
@@ -83,6 +108,7 @@ void openblas_gemm(const GemmShape& s, const T* A, const T* B, const T* bias, T*
     for (int64_t i = 0; i < s.M; ++i)
       for (int64_t j = 0; j < s.N; ++j) C[i * s.ldc + j] += bias[j];
   }
+  if (o.addend) add_rows(C, static_cast<const T*>(o.addend), s);
   if (o.epilogue == Epilogue::GeluTanh) gelu_rows(C, s);
 }
 
@@ -135,8 +161,8 @@ void Gemm::run(const GemmShape& s, const float* A, const float* B, const float* 
   run_onednn(s, MatmulType::F32, A, B, bias, C, o);
 }
 
-// Chunks of K: the first keeps the caller's accumulate and bias, the rest add to C. Not with an
-// epilogue, which must see the whole sum.
+// Chunks of K: the first keeps the caller's accumulate, bias and addend, the rest add to C. Not
+// with an epilogue, which must see the whole sum.
 template <class In>
 void Gemm::run_onednn(const GemmShape& s, MatmulType type, const In* A, const In* B,
                       const float* bias, float* C, GemmOptions o) {
@@ -150,10 +176,25 @@ void Gemm::run_onednn(const GemmShape& s, MatmulType type, const In* A, const In
       const In* a = A_rows + (s.ta == Trans::No ? k0 : k0 * s.lda);  // columns of A, or rows of A^T
       const In* b = B + (s.tb == Trans::No ? k0 * s.ldb : k0);       // rows of B, or columns of B^T
       const bool first = k0 == 0;
+      if (pads_b(part, type)) b = padded_rows(part, b);
+      const void* addend = first && o.addend ? static_cast<const float*>(o.addend) + (C_rows - C) : nullptr;
       onednn_->run(MatmulGeometry::of(part), type, MatmulType::F32, a, b, first ? bias : nullptr,
-                   C_rows, {first ? o.accumulate : Accumulate::Add, o.epilogue});
+                   C_rows, {first ? o.accumulate : Accumulate::Add, o.epilogue, addend});
     }
   });
+}
+
+// B's K rows of N elements copied with a row stride of N + kPaddedRow (the padding is never read);
+// sets s.ldb to it.
+template <class In> const In* Gemm::padded_rows(GemmShape& s, const In* B) {
+  const int64_t ld = s.N + kPaddedRow;
+  const size_t floats = (static_cast<size_t>(s.K * ld) * sizeof(In) + sizeof(float) - 1) / sizeof(float);
+  if (padded_b_.size() < floats) padded_b_.resize(floats);
+  In* out = reinterpret_cast<In*>(padded_b_.data());
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < s.K; ++k) std::copy_n(B + k * s.ldb, s.N, out + k * ld);
+  s.ldb = ld;
+  return out;
 }
 
 void Gemm::run_batched(const BatchedGemmShape& s, const float* A, const float* B, float* C,
@@ -233,20 +274,36 @@ void Gemm::run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, co
   if (s.K > 0 && (s.K <= kMaxOneDnnK || o.epilogue != Epilogue::None)) {
     if (!onednn_) onednn_ = std::make_unique<OneDnnMatmul>();
     for_row_blocks(s, A, C, [&](const GemmShape& rows, const uint16_t* A_rows, uint16_t* C_rows) {
+      GemmOptions block = o;
+      if (o.addend) block.addend = static_cast<const uint16_t*>(o.addend) + (C_rows - C);
       onednn_->run(MatmulGeometry::of(rows), MatmulType::BF16, MatmulType::BF16, A_rows, B, bias,
-                   C_rows, o);
+                   C_rows, block);
     });
     return;
   }
+  // The addend joins the fp32 sum before its one rounding (an epilogue keeps K whole, so none
+  // comes here).
   GemmShape wide = s;
   wide.ldc = s.N;
   wide_.resize(static_cast<size_t>(s.M * s.N));
-  run_bf16(wide, A, B, bias, wide_.data(), o);
+  run_bf16(wide, A, B, bias, wide_.data(), {o.accumulate, o.epilogue, nullptr});
+  if (const auto* addend = static_cast<const bf16*>(o.addend)) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < s.M; ++i)
+      for (int64_t j = 0; j < s.N; ++j)
+        C[i * s.ldc + j] =
+            narrow<bf16>(wide_[static_cast<size_t>(i * s.N + j)] + widen(addend[i * s.ldc + j])).bits;
+    return;
+  }
   if (s.ldc == s.N) return float_to_bf16(C, wide_.data(), s.M * s.N);
   for (int64_t i = 0; i < s.M; ++i) float_to_bf16(C + i * s.ldc, wide_.data() + i * s.N, s.N);
 }
 
 size_t Gemm::cached_primitives() const { return onednn_ ? onednn_->cached() : 0; }
+
+std::string Gemm::last_onednn_implementation() const {
+  return onednn_ ? onednn_->last_implementation() : std::string();
+}
 
 std::string Gemm::onednn_version() {
   const dnnl_version_t* v = dnnl_version();

@@ -46,11 +46,13 @@ void position_backward(Acc<A>* dwpe, const A* dout, int64_t token_begin, int64_t
 template <class A>
 void layernorm_forward(A* out, Acc<A>* mean, Acc<A>* rstd, const A* inp, const A* weight,
                        const A* bias, int64_t N, int64_t C);
-// scratch: kernel_threads() * 2 * C elements for per-thread dweight/dbias partials.
+// scratch: kernel_threads() * 2 * C elements for per-thread dweight/dbias partials. residual
+// (N, C), when given, is added to dinp row by row (layernorm_backward_add, the bits of the two
+// calls); it must not overlap dinp.
 template <class A>
 void layernorm_backward(A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout, const A* inp,
                         const A* weight, const Acc<A>* mean, const Acc<A>* rstd, int64_t N,
-                        int64_t C, Acc<A>* scratch);
+                        int64_t C, Acc<A>* scratch, const A* residual = nullptr);
 
 // RMSNorm (rmsnorm.cpp); scratch: kernel_threads() * C elements for per-thread dweight partials.
 template <class A>
@@ -58,7 +60,8 @@ void rmsnorm_forward(A* out, Acc<A>* rstd, const A* inp, const A* weight, double
                      int64_t C);
 template <class A>
 void rmsnorm_backward(A* dinp, Acc<A>* dweight, const A* dout, const A* inp, const A* weight,
-                      const Acc<A>* rstd, int64_t N, int64_t C, Acc<A>* scratch);
+                      const Acc<A>* rstd, int64_t N, int64_t C, Acc<A>* scratch,
+                      const A* residual = nullptr);  // as layernorm_backward's
 
 // SwiGLU (swiglu.cpp): out = silu(gate) * up over n elements, and its two input gradients.
 template <class A> void swiglu_forward(A* out, const A* gate, const A* up, int64_t n);
@@ -88,11 +91,12 @@ void gathered_row_dots(Acc<A>* out, const A* a, const A* b, const int32_t* index
                        int64_t C, int64_t K);
 
 // GEMMs through `gemm` (oneDNN or OpenBLAS, gemm.h); bf16 only through oneDNN.
+// matmul_forward: residual (N, OC), when given, is added inside the GEMM (after the bias).
 // matmul_backward: dinp, dweight and dbias may each be null (not wanted); weight is read only
 // for dinp.
 template <class A>
 void matmul_forward(Gemm& gemm, A* out, const A* inp, const A* weight, const A* bias, int64_t N,
-                    int64_t C, int64_t OC);
+                    int64_t C, int64_t OC, const A* residual = nullptr);
 template <class A>
 void matmul_backward(Gemm& gemm, A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout,
                      const A* inp, const A* weight, int64_t N, int64_t C, int64_t OC);

@@ -45,7 +45,7 @@ void layernorm_forward(A* out, Acc<A>* mean, Acc<A>* rstd, const A* inp, const A
 template <class A>
 void layernorm_backward(A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout, const A* inp,
                         const A* weight, const Acc<A>* mean, const Acc<A>* rstd, int64_t N,
-                        int64_t C, Acc<A>* scratch) {
+                        int64_t C, Acc<A>* scratch, const A* residual) {
   using T = Acc<A>;
   const int threads = kernel_threads();
   std::fill(scratch, scratch + static_cast<int64_t>(threads) * 2 * C, T(0));
@@ -78,6 +78,7 @@ void layernorm_backward(A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout, 
         dw[c] += g * n;
         db[c] += g;
       }
+      if (residual) add_row(dx, residual + i * C, C);
     }
   }
   for (int t = 0; t < threads; ++t) {
@@ -95,7 +96,8 @@ void layernorm_backward(A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout, 
   template void layernorm_forward<A>(A*, Acc<A>*, Acc<A>*, const A*, const A*, const A*,      \
                                      int64_t, int64_t);                                       \
   template void layernorm_backward<A>(A*, Acc<A>*, Acc<A>*, const A*, const A*, const A*,     \
-                                      const Acc<A>*, const Acc<A>*, int64_t, int64_t, Acc<A>*);
+                                      const Acc<A>*, const Acc<A>*, int64_t, int64_t, Acc<A>*, \
+                                      const A*);
 INSTANTIATE(float)
 INSTANTIATE(double)
 INSTANTIATE(bf16)

@@ -1,6 +1,6 @@
 // Linear layers through Gemm (gemm.h: oneDNN or OpenBLAS by shape). Weights are (OC, C) as in
 // PyTorch, activations row-major (N, C):
-//   forward   out (N, OC)   = inp (N, C) @ W^T + b     GEMM N,T   (bias fused)
+//   forward   out (N, OC)   = inp (N, C) @ W^T + b     GEMM N,T   (bias and residual fused)
 //   backward  dinp (N, C)   = dout (N, OC) @ W         GEMM N,N
 //             dW (OC, C)   += dout^T @ inp             GEMM T,N   (Accumulate::Add)
 //             db (OC)      += column sums of dout
@@ -24,20 +24,21 @@ uint16_t* bits(bf16* p) { return reinterpret_cast<uint16_t*>(p); }
 }  // namespace
 
 // bf16: the GEMM takes an fp32 bias (the bf16 bias widened, exactly) and rounds its fp32 sum
-// once into the bf16 output.
+// (residual included) once into the bf16 output.
 template <class A>
 void matmul_forward(Gemm& gemm, A* out, const A* inp, const A* weight, const A* bias, int64_t N,
-                    int64_t C, int64_t OC) {
+                    int64_t C, int64_t OC, const A* residual) {
   const GemmShape s = GemmShape::dense(Trans::No, Trans::Yes, N, OC, C);
+  const GemmOptions o{Accumulate::Assign, Epilogue::None, residual};
   if constexpr (std::is_same_v<A, bf16>) {
     std::vector<float> wide_bias;
     if (bias) {
       wide_bias.resize(static_cast<size_t>(OC));
       bf16_to_float(wide_bias.data(), bits(bias), OC);
     }
-    gemm.run_bf16(s, bits(inp), bits(weight), bias ? wide_bias.data() : nullptr, bits(out));
+    gemm.run_bf16(s, bits(inp), bits(weight), bias ? wide_bias.data() : nullptr, bits(out), o);
   } else {
-    gemm.run(s, inp, weight, bias, out);
+    gemm.run(s, inp, weight, bias, out, o);
   }
 }
 
@@ -88,7 +89,7 @@ template <class A> void bias_backward(Acc<A>* dbias, const A* dout, int64_t N, i
   template void bias_forward<A>(A*, const A*, int64_t, int64_t);                              \
   template void bias_backward<A>(Acc<A>*, const A*, int64_t, int64_t);                        \
   template void matmul_forward<A>(Gemm&, A*, const A*, const A*, const A*, int64_t, int64_t,   \
-                                  int64_t);                                                   \
+                                  int64_t, const A*);                                         \
   template void matmul_backward<A>(Gemm&, A*, Acc<A>*, Acc<A>*, const A*, const A*, const A*,  \
                                    int64_t, int64_t, int64_t);
 INSTANTIATE(float)

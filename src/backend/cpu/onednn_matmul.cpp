@@ -51,8 +51,10 @@ OneDnnMatmul::Entry& OneDnnMatmul::find_or_create(const Key& k) {
   const auto bias_md = !k.bias    ? dnnl::memory::desc()
                        : batched ? dnnl::memory::desc({1, 1, 1, g.N}, dt::f32, dims{g.N, g.N, g.N, 1})
                                  : dnnl::memory::desc({1, g.N}, dt::f32, dims{g.N, 1});
+  const auto addend_md = k.addend ? matrix(g, g.M, g.N, g.c, data_type(k.out)) : dnnl::memory::desc();
   dnnl::post_ops ops;
   if (k.accumulate == Accumulate::Add) ops.append_sum(1.0f);
+  if (k.addend) ops.append_binary(dnnl::algorithm::binary_add, addend_md);
   if (k.epilogue == Epilogue::GeluTanh)
     ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
   dnnl::primitive_attr attr;
@@ -63,13 +65,16 @@ OneDnnMatmul::Entry& OneDnnMatmul::find_or_create(const Key& k) {
   Entry e{dnnl::matmul(pd), dnnl::memory(a_md, engine_, nullptr),
           dnnl::memory(b_md, engine_, nullptr),
           k.bias ? dnnl::memory(bias_md, engine_, nullptr) : dnnl::memory(),
-          dnnl::memory(c_md, engine_, nullptr)};
+          dnnl::memory(c_md, engine_, nullptr),
+          k.addend ? dnnl::memory(addend_md, engine_, nullptr) : dnnl::memory(),
+          pd.impl_info_str()};
   return cache_.emplace(k, std::move(e)).first->second;
 }
 
 void OneDnnMatmul::run(const MatmulGeometry& g, MatmulType in, MatmulType out, const void* A,
                        const void* B, const float* bias, void* C, GemmOptions o, float alpha) {
-  const Key key{g, alpha, in, out, bias != nullptr, o.accumulate, o.epilogue, omp_get_max_threads()};
+  const Key key{g,          alpha,       in, out, bias != nullptr, o.addend != nullptr,
+                o.accumulate, o.epilogue, omp_get_max_threads()};
   try {
     Entry& e = find_or_create(key);
     e.a.set_data_handle(const_cast<void*>(A));
@@ -81,8 +86,15 @@ void OneDnnMatmul::run(const MatmulGeometry& g, MatmulType in, MatmulType out, c
       e.bias.set_data_handle(const_cast<float*>(bias));
       args.emplace(DNNL_ARG_BIAS, e.bias);
     }
+    if (o.addend) {
+      // The post-op's index: after the sum post-op when there is one.
+      const int index = o.accumulate == Accumulate::Add ? 1 : 0;
+      e.addend.set_data_handle(const_cast<void*>(o.addend));
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, e.addend);
+    }
     e.primitive.execute(stream_, args);
     stream_.wait();
+    last_implementation_ = e.implementation;
   } catch (const dnnl::error& err) {
     const std::string what = (g.batch0 * g.batch1 > 1 ? std::to_string(g.batch0 * g.batch1) + " x " : "") +
                              std::to_string(g.M) + "x" + std::to_string(g.N) + "x" + std::to_string(g.K);

@@ -3,14 +3,15 @@
 // bias, scale, post-ops, threads) and kept: creating one costs about a millisecond, running a
 // GPT-2 layer's GEMM a few. Transposes are strides of the memory descriptors (2-D, or 4-D for a
 // batch), bias is the matmul's bias argument, alpha an output scale, Accumulate::Add a sum
-// post-op and the GELU epilogue an eltwise post-op (oneDNN applies them in that order, matching
-// the OpenBLAS path). Internal to the CPU backend.
+// post-op, an addend a binary-add post-op and the GELU epilogue an eltwise post-op (oneDNN
+// applies them in that order, matching the OpenBLAS path). Internal to the CPU backend.
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <compare>
 #include <cstdint>
 #include <map>
+#include <string>
 
 #include "meshtrain/backend/cpu/gemm.h"
 
@@ -33,18 +34,20 @@ class OneDnnMatmul {
  public:
   OneDnnMatmul();
 
-  // C = epilogue(alpha * A @ B + bias [+ C]); A, B of type `in`, bias fp32, C of type `out`
-  // (bf16 only for bf16 inputs).
+  // C = epilogue(alpha * A @ B + bias [+ C] [+ addend]); A, B of type `in`, bias fp32, C and
+  // the addend (C's strides) of type `out` (bf16 only for bf16 inputs).
   void run(const MatmulGeometry& g, MatmulType in, MatmulType out, const void* A, const void* B,
            const float* bias, void* C, GemmOptions o, float alpha = 1.0f);
   size_t cached() const { return cache_.size(); }
+  // oneDNN's name for the kernel of the last run, e.g. "brg:avx512_core" or "gemm:jit".
+  const std::string& last_implementation() const { return last_implementation_; }
 
  private:
   struct Key {
     MatmulGeometry g;
     float alpha;
     MatmulType in, out;
-    bool bias;
+    bool bias, addend;
     Accumulate accumulate;
     Epilogue epilogue;
     int threads;  // a primitive's blocking is chosen for the team size it was created for
@@ -52,13 +55,15 @@ class OneDnnMatmul {
   };
   struct Entry {
     dnnl::matmul primitive;
-    dnnl::memory a, b, bias, c;  // descriptors bound once; data handles set per call
+    dnnl::memory a, b, bias, c, addend;  // descriptors bound once; data handles set per call
+    std::string implementation;
   };
   Entry& find_or_create(const Key& k);
 
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::map<Key, Entry> cache_;
+  std::string last_implementation_;
 };
 
 }  // namespace meshtrain::cpu

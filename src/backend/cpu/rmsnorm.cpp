@@ -37,7 +37,8 @@ void rmsnorm_forward(A* out, Acc<A>* rstd, const A* inp, const A* weight, double
 
 template <class A>
 void rmsnorm_backward(A* dinp, Acc<A>* dweight, const A* dout, const A* inp, const A* weight,
-                      const Acc<A>* rstd, int64_t N, int64_t C, Acc<A>* scratch) {
+                      const Acc<A>* rstd, int64_t N, int64_t C, Acc<A>* scratch,
+                      const A* residual) {
   using T = Acc<A>;
   const int threads = kernel_threads();
   std::fill(scratch, scratch + static_cast<int64_t>(threads) * C, T(0));
@@ -62,6 +63,7 @@ void rmsnorm_backward(A* dinp, Acc<A>* dweight, const A* dout, const A* inp, con
         dx[c] = narrow<A>(r * (g * widen(weight[c]) - n * gn_mean));
         dw[c] += g * n;
       }
+      if (residual) add_row(dx, residual + i * C, C);
     }
   }
   for (int t = 0; t < threads; ++t) {
@@ -74,7 +76,7 @@ void rmsnorm_backward(A* dinp, Acc<A>* dweight, const A* dout, const A* inp, con
 #define INSTANTIATE(A)                                                                         \
   template void rmsnorm_forward<A>(A*, Acc<A>*, const A*, const A*, double, int64_t, int64_t); \
   template void rmsnorm_backward<A>(A*, Acc<A>*, const A*, const A*, const A*, const Acc<A>*,  \
-                                    int64_t, int64_t, Acc<A>*);
+                                    int64_t, int64_t, Acc<A>*, const A*);
 INSTANTIATE(float)
 INSTANTIATE(double)
 INSTANTIATE(bf16)

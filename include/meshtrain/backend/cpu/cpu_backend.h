@@ -77,11 +77,17 @@ class CpuBackend final : public Backend {
   void do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight, const Tensor& mean,
                              const Tensor& rstd) override;
+  void do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                 const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& residual) override;
   // RMSNorm, SwiGLU and rotary embeddings (cpu_llama_layers.cpp).
   void do_rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                           double eps) override;
   void do_rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
                            const Tensor& weight, const Tensor& rstd) override;
+  void do_rmsnorm_backward_add(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                               const Tensor& weight, const Tensor& rstd,
+                               const Tensor& residual) override;
   void do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) override;
   void do_swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate,
                           const Tensor& up) override;
@@ -89,12 +95,16 @@ class CpuBackend final : public Backend {
                  const RotaryHeads& where, Rotation rotation) override;
   void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                          const Tensor* bias) override;
+  void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
+                             const Tensor* bias, const Tensor& residual) override;
   void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                           const Tensor& inp, const Tensor& weight) override;
   void do_bias_forward(Tensor& out, const Tensor& bias) override;
   void do_bias_backward(Tensor& dbias, const Tensor& dout) override;
   void do_gelu_forward(Tensor& out, const Tensor& inp) override;
   void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
+  void do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
+                               const Tensor& pre) override;
   void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
                             int64_t NH, int64_t KVH, int64_t HS,
                             const Tensor* document_starts) override;
@@ -136,6 +146,14 @@ class CpuBackend final : public Backend {
                        const AdamWStep& s) override;
 
  private:
+  // The norms' backward, with residual (may be null) added to each row of dinp as it is written.
+  void layernorm_backward_adding(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                 const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor* residual);
+  void rmsnorm_backward_adding(Tensor& dinp, Tensor& dweight, const Tensor& dout,
+                               const Tensor& inp, const Tensor& weight, const Tensor& rstd,
+                               const Tensor* residual);
+
   bool planning_;
   int threads_;
   std::unique_ptr<cpu::Gemm> gemm_;

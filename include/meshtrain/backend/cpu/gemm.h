@@ -4,10 +4,12 @@
 // (fp64) or loses (tiny products, where a call costs microseconds either way). Not a tensor API:
 // row-major pointers and strides, as the CPU kernels use them; the Backend calls it.
 //
-//   C (M, N) = epilogue( op(A) (M, K) @ op(B) (K, N) + bias (N) [+ C] )
+//   C (M, N) = epilogue( op(A) (M, K) @ op(B) (K, N) + bias (N) [+ C] [+ addend (M, N)] )
 //
 // op(X) is X or X^T as stored: a row-major matrix with row stride ld. Accumulate::Add keeps C
-// and adds to it (beta = 1: parameter gradients accumulate); the epilogue acts on the sum.
+// and adds to it (beta = 1: parameter gradients accumulate); an addend is another (M, N) matrix
+// of C's type and row stride (a residual connection), read by oneDNN inside the product (a
+// binary post-op) rather than by a pass of its own; the epilogue acts on the sum.
 // Inputs are fp32, fp64 or bf16 (bf16 travels as its uint16_t bits); accumulation is fp32 for
 // fp32 and bf16 inputs, fp64 for fp64. C is the accumulation type, or bf16 for bf16 inputs
 // (rounded to nearest even once, from the fp32 sum: activations of bf16 mixed precision).
@@ -58,6 +60,9 @@ struct BatchedGemmShape {
 struct GemmOptions {
   Accumulate accumulate = Accumulate::Assign;
   Epilogue epilogue = Epilogue::None;
+  // (M, N) with row stride ldc, of C's type (bf16 bits for a bf16 C); null: none. Must not
+  // overlap C.
+  const void* addend = nullptr;
 };
 
 class OneDnnMatmul;
@@ -78,8 +83,8 @@ class Gemm {
   // bf16 inputs, fp32 accumulation, bias and output (oneDNN only).
   void run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, const float* bias,
                 float* C, GemmOptions o = {});
-  // The same with a bf16 output: the fp32 result (bias and epilogue included) rounded once.
-  // Accumulate::Add is refused: a bf16 accumulator would round at every addition.
+  // The same with a bf16 output: the fp32 result (bias, addend and epilogue included) rounded
+  // once. Accumulate::Add is refused: a bf16 accumulator would round at every addition.
   void run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, const float* bias,
                 uint16_t* C, GemmOptions o = {});
   // A batch of fp32 GEMMs as one oneDNN primitive, threaded over the batch (whatever the
@@ -100,6 +105,8 @@ class Gemm {
   // (avx512_core_bf16)"; and how many primitives are cached.
   static std::string onednn_version();
   size_t cached_primitives() const;
+  // oneDNN's name for the kernel of the last GEMM it ran ("" before any), for tests.
+  std::string last_onednn_implementation() const;
 
  private:
   template <class In>
@@ -109,7 +116,12 @@ class Gemm {
   void run_batched_onednn(const BatchedGemmShape& s, MatmulType in, const void* A, const void* B,
                           Out* C, Accumulate accumulate);
 
+  template <class In> const In* padded_rows(GemmShape& s, const In* B);
+
   std::vector<float> wide_;  // fp32 sums of bf16-output GEMMs cut into chunks of K
+  // B copied with padded rows, for oneDNN's packing GEMM (gemm.cpp); float storage is aligned
+  // for every input type.
+  std::vector<float> padded_b_;
 
   GemmLibrary library_ = GemmLibrary::Auto;
   std::unique_ptr<OneDnnMatmul> onednn_;
