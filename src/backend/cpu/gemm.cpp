@@ -32,10 +32,9 @@ constexpr int64_t kOneDnnMinProduct = int64_t{1} << 19;
 // threads, loaded machine). So reductions longer than kMaxOneDnnK are cut into equal chunks.
 constexpr int64_t kMaxOneDnnK = 16384;
 // Likewise for very many rows: the LM head's weight gradient (M = vocabulary 50257, 768 x 1024
-// per row block) ran 1.4x faster in bf16 and 1.15x in fp32 cut into blocks of at most
-// kMaxOneDnnM rows (112 against 161 ms, 208 against 242; best of 8, alternating, 2 threads, a
-// quiet moment); 2048 to 16384 rows did alike. Row blocks are independent GEMMs: each keeps
-// the caller's accumulate, bias and epilogue.
+// per row block) ran faster in bf16 and fp32 cut into blocks of at most kMaxOneDnnM rows
+// (docs/benchmarks.md, "CPU GEMM rules"); 2048 to 16384 rows did alike. Row blocks are
+// independent GEMMs: each keeps the caller's accumulate, bias and epilogue.
 constexpr int64_t kMaxOneDnnM = 16384;
 // oneDNN 2.6 runs an fp32 matmul whose B is plain (not transposed, row stride = row length)
 // through its brgemm kernel, which reads B in place, and that kernel falls to half the speed of
