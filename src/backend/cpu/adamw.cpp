@@ -36,28 +36,12 @@ struct AdamWConstants {
         gs(static_cast<T>(grad_scale)) {}
 };
 
-// Elements [begin, end) of the four buffers; with `rounded`, the new parameters are also written
-// there in bf16 while still in registers (mixed precision: the model's copy of the fp32 masters),
-// rounded as the backend's cast rounds (tensor/bf16.h), so the bits are the separate cast's.
-template <class T>
+// Elements [begin, end) of the four buffers; with kRound, the new parameters are also written to
+// `rounded` in bf16 while still in registers (mixed precision: the model's copy of the fp32
+// masters), rounded as the backend's cast rounds (tensor/bf16.h), so the bits are the cast's.
+template <class T, bool kRound>
 inline void adamw_range(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, uint16_t* rounded,
                         int64_t begin, int64_t end, const AdamWConstants<T>& k, T wd) {
-  if (rounded) {
-    if constexpr (std::is_same_v<T, float>) {
-#pragma omp simd
-      for (int64_t i = begin; i < end; ++i) {
-        const T g = grad[i] * k.gs;
-        const T m = k.b1 * exp_avg[i] + (T(1) - k.b1) * g;
-        const T v = k.b2 * exp_avg_sq[i] + (T(1) - k.b2) * g * g;
-        exp_avg[i] = m;
-        exp_avg_sq[i] = v;
-        const T p = param[i] - k.lr * ((m * k.c1) / (std::sqrt(v * k.c2) + k.eps) + wd * param[i]);
-        param[i] = p;
-        rounded[i] = float_to_bf16_bits(p);
-      }
-    }
-    return;
-  }
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
     const T g = grad[i] * k.gs;
@@ -65,7 +49,9 @@ inline void adamw_range(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, uint
     const T v = k.b2 * exp_avg_sq[i] + (T(1) - k.b2) * g * g;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
-    param[i] -= k.lr * ((m * k.c1) / (std::sqrt(v * k.c2) + k.eps) + wd * param[i]);
+    const T p = param[i] - k.lr * ((m * k.c1) / (std::sqrt(v * k.c2) + k.eps) + wd * param[i]);
+    param[i] = p;
+    if constexpr (kRound) rounded[i] = float_to_bf16_bits(p);
   }
 }
 
@@ -88,7 +74,7 @@ void adamw_update(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, int64_t n,
   {
     int64_t begin = 0, end = 0;
     thread_share(n, begin, end);
-    adamw_range<T>(param, grad, exp_avg, exp_avg_sq, nullptr, begin, end, k, wd);
+    adamw_range<T, false>(param, grad, exp_avg, exp_avg_sq, nullptr, begin, end, k, wd);
   }
 }
 
@@ -115,8 +101,13 @@ void adamw_update_pieces(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, uin
       const int64_t lo = std::max(begin, first), hi = std::min(end, first + piece.count);
       if (lo < hi) {
         const int64_t shift = piece.offset - first;
-        adamw_range<T>(param, grad, exp_avg, exp_avg_sq, rounded, lo + shift, hi + shift, k,
-                       static_cast<T>(piece.weight_decay));
+        const T wd = static_cast<T>(piece.weight_decay);
+        if (!rounded)
+          adamw_range<T, false>(param, grad, exp_avg, exp_avg_sq, nullptr, lo + shift,
+                                hi + shift, k, wd);
+        else if constexpr (std::is_same_v<T, float>)  // fp64 with `rounded` was refused above
+          adamw_range<T, true>(param, grad, exp_avg, exp_avg_sq, rounded, lo + shift, hi + shift,
+                               k, wd);
       }
       first += piece.count;
     }
