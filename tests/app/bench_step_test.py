@@ -46,7 +46,8 @@ def check_non_gemm(rows, model, label):
     (the shares to 1), and the slowest non-GEMM kernels, none of them a matmul, slowest first."""
     for precision in ("fp32", "bf16"):
         name = f"{model} {precision} {label}"
-        gemm, rest = rows_named(rows, name + ": GEMMs"), rows_named(rows, name + ": non-GEMM")
+        gemm = [r for r in rows if r["name"] == name + ": GEMMs"]
+        rest = [r for r in rows if r["name"] == name + ": non-GEMM"]
         top = [r for r in rows if r["name"].startswith(name + ": non-GEMM ")]
         ok = len(gemm) == 1 and len(rest) == 1 and 3 <= len(top) <= 8
         if ok:
