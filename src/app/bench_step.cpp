@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "meshtrain/app/bench_suites.h"
@@ -195,6 +196,48 @@ double mean_seconds(const PrecisionRun& r) {
   return total / static_cast<double>(r.seconds.size());
 }
 
+// GEMMs are the matmul operations (named "matmul_forward MxNxK" etc. in the profile); the rest
+// of the step (attention, norms, activations, the loss, the optimizer, casts, fills, and what no
+// kernel holds) is what a faster GEMM library does not speed up, the issue-40 figure.
+bool is_gemm(const std::string& op) { return op.rfind("matmul", 0) == 0; }
+
+double gemm_seconds_per_step(const PrecisionRun& r, int steps) {
+  double t = 0;
+  for (const KernelProfile::Entry& e : r.profile.entries())
+    if (is_gemm(e.op)) t += e.seconds;
+  return t / steps;
+}
+
+// The share of the (mean) step outside the GEMMs.
+double non_gemm_share(const PrecisionRun& r, int steps) {
+  const double step = mean_seconds(r);
+  return std::max(0.0, step - gemm_seconds_per_step(r, steps)) / step;
+}
+
+// Per precision: the step split into GEMMs and the rest, then the slowest non-GEMM kernels with
+// their milliseconds, so that the next kernel to fuse or speed up can be read off one table.
+void report_non_gemm(BenchReport& report, const std::string& what,
+                     const std::vector<std::pair<std::string, const PrecisionRun*>>& runs,
+                     int steps) {
+  constexpr int kTop = 8;
+  report.header("non-GEMM share, " + what + ": the mean step split into its GEMMs (matmul "
+                "operations) and the rest (other kernels and what no kernel holds), then the " +
+                std::to_string(kTop) + " slowest non-GEMM kernels");
+  report.columns({"ms/step", "share"});
+  for (const auto& [name, run] : runs) {
+    const double step = mean_seconds(*run), gemm = gemm_seconds_per_step(*run, steps);
+    report.row(name + ": GEMMs", {gemm * 1e3, gemm / step}, 0);
+    report.row(name + ": non-GEMM", {(step - gemm) * 1e3, non_gemm_share(*run, steps)}, 0);
+    int shown = 0;
+    for (const KernelProfile::Entry& e : run->profile.entries()) {
+      if (is_gemm(e.op)) continue;
+      if (shown++ == kTop) break;
+      const double per_step = e.seconds / steps;
+      report.row(name + ": non-GEMM " + e.op, {per_step * 1e3, per_step / step}, 0);
+    }
+  }
+}
+
 void report_ceilings(BenchReport& report, const StepModel& m, const std::vector<Measurement>& ms,
                      const std::string& what) {
   char line[512];
@@ -249,9 +292,10 @@ void bench_step_threads(const BenchArgs& args, const StepModel& m, BenchReport& 
                 "ceiling is a best-of too); ratio_openblas: to OpenBLAS sgemm; vs_fp32: speed-up "
                 "over the fp32 step; scaling: over the same precision at 1 thread; wrong: a "
                 "non-finite loss, a first loss off log V by 0.5 or more, or a first loss that "
-                "differs from 1 thread's by more than reassociation (fp32 1e-4, bf16 1e-2)");
+                "differs from 1 thread's by more than reassociation (fp32 1e-4, bf16 1e-2); "
+                "non_gemm: share of the mean step outside the GEMMs (table below)");
   report.columns({"threads", "tokens", "time_ms", "tokens/s", "GFLOP/s", "ratio", "best_ratio",
-                  "ratio_openblas", "vs_fp32", "scaling"});
+                  "ratio_openblas", "vs_fp32", "scaling", "non_gemm"});
   for (const Measurement& x : ms) {
     const double fp32_time = median(x.runs[0].seconds);
     for (int p = 0; p < 2; ++p) {
@@ -269,10 +313,17 @@ void bench_step_threads(const BenchArgs& args, const StepModel& m, BenchReport& 
                  {static_cast<double>(x.threads), tokens, t * 1e3, tokens / t, rate,
                   rate / ceiling, flops / best / 1e9 / ceiling,
                   rate / x.ceilings.best(GemmCeiling::OpenBlasF32), fp32_time / t,
-                  median(one.seconds) / t},
+                  median(one.seconds) / t, non_gemm_share(r, args.steps)},
                  wrong);
     }
   }
+  const Measurement& last = ms.back();
+  std::vector<std::pair<std::string, const PrecisionRun*>> runs;
+  for (const PrecisionRun& r : last.runs)
+    runs.push_back({m.name + " " + std::string(dtype_name(r.precision)) + " (" +
+                        plural(last.threads, "thread") + ")",
+                    &r});
+  report_non_gemm(report, plural(last.threads, "thread"), runs, args.steps);
   // Where the time goes at the highest thread count, and how each kernel scaled from 1 thread.
   const Measurement& top = ms.back();
   for (int p = 0; p < 2; ++p) {
@@ -307,9 +358,10 @@ void bench_step_dp(const BenchArgs& args, const StepModel& m, BenchReport& repor
                 " per rank, one node; ratio: to the summed oneDNN ceiling of the step's "
                 "precision; allreduce: share of the step the gradient all-reduce runs after the "
                 "last rank's backward (the part backward did not hide); wrong: a non-finite loss "
-                "or a first loss off log V by 0.5 or more");
+                "or a first loss off log V by 0.5 or more; non_gemm: share of rank 0's mean step "
+                "outside the GEMMs");
   report.columns({"ranks", "threads", "tokens", "time_ms", "tokens/s", "GFLOP/s", "ratio",
-                  "best_ratio", "allreduce", "vs_fp32"});
+                  "best_ratio", "allreduce", "vs_fp32", "non_gemm"});
   const double fp32_time = median(x.runs[0].seconds);
   for (const PrecisionRun& r : x.runs) {
     const double t = median(r.seconds);
@@ -320,9 +372,15 @@ void bench_step_dp(const BenchArgs& args, const StepModel& m, BenchReport& repor
                    std::to_string(ranks) + "x" + plural(args.threads, "thread"),
                {static_cast<double>(ranks), static_cast<double>(args.threads), tokens, t * 1e3,
                 tokens / t, rate, rate / ceiling, flops / best / 1e9 / ceiling,
-                median(r.exposed) / t, fp32_time / t},
+                median(r.exposed) / t, fp32_time / t, non_gemm_share(r, args.steps)},
                loss_wrong(r, log_vocab));
   }
+  std::vector<std::pair<std::string, const PrecisionRun*>> runs;
+  for (const PrecisionRun& r : x.runs)
+    runs.push_back({m.name + " " + std::string(dtype_name(r.precision)) + " (dp " +
+                        std::to_string(ranks) + "x" + plural(args.threads, "thread") + ")",
+                    &r});
+  report_non_gemm(report, "rank 0", runs, args.steps);
   for (const PrecisionRun& r : x.runs) {
     report.header("the " + std::string(dtype_name(r.precision)) + " step, dp " +
                   std::to_string(ranks) + ", rank 0 (the exposed all-reduce is part of what no "

@@ -92,6 +92,15 @@ void Backend::do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& 
   }
 }
 
+void Backend::do_adamw_update_pieces_rounded(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                                             Tensor& exp_avg_sq,
+                                             const std::vector<FlatPiece>& pieces,
+                                             const std::vector<double>& decays,
+                                             const AdamWStep& s, Tensor& rounded) {
+  do_adamw_update_pieces(param, grad, exp_avg, exp_avg_sq, pieces, decays, s);
+  cast(rounded, param);
+}
+
 Tensor Backend::zeros(Shape shape, DType dtype, MemoryCategory category) {
   Tensor t = empty(shape, dtype, category);
   fill(t, 0.0);

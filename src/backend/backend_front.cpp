@@ -402,14 +402,25 @@ void Backend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, T
 
 void Backend::adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
                                   Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
-                                  const std::vector<double>& decays, const AdamWStep& s) {
+                                  const std::vector<double>& decays, const AdamWStep& s,
+                                  Tensor* rounded) {
   const OpContract c(*this, "adamw_update_pieces");
   check_adamw(c, param, grad, exp_avg, exp_avg_sq);
   if (decays.size() != pieces.size())
     c.fail(str(static_cast<int64_t>(pieces.size())) + " pieces but " +
            str(static_cast<int64_t>(decays.size())) + " weight decays");
   check_pieces(c, param, pieces);
-  do_adamw_update_pieces(param, grad, exp_avg, exp_avg_sq, pieces, decays, s);
+  if (!rounded) {
+    do_adamw_update_pieces(param, grad, exp_avg, exp_avg_sq, pieces, decays, s);
+    return;
+  }
+  if (rounded->numel() != param.numel())
+    c.fail("size mismatch: " + shapes({{"rounded", rounded}, {"param", &param}}));
+  const char* rule = "the rounded copy of fp32 masters is bf16";
+  c.expect_dtype(param.dtype(), "param", param, DType::F32, rule);
+  c.expect_dtype(param.dtype(), "rounded", *rounded, DType::BF16, rule);
+  c.on_device("rounded", *rounded);
+  do_adamw_update_pieces_rounded(param, grad, exp_avg, exp_avg_sq, pieces, decays, s, *rounded);
 }
 
 }  // namespace meshtrain

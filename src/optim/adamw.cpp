@@ -14,10 +14,12 @@ AdamW::AdamW(Backend& be, int64_t elements, DType dtype, std::vector<OptimizerSe
   }
 }
 
-void AdamW::step(Tensor& params, const Tensor& grads, double lr, double grad_scale) {
+void AdamW::step(Tensor& params, const Tensor& grads, double lr, double grad_scale,
+                 Tensor* rounded) {
   ++steps_;
   be_->adamw_update_pieces(params, grads, exp_avg_, exp_avg_sq_, pieces_, decays_,
-                           {lr, hyper_.beta1, hyper_.beta2, hyper_.eps, 0.0, steps_, grad_scale});
+                           {lr, hyper_.beta1, hyper_.beta2, hyper_.eps, 0.0, steps_, grad_scale},
+                           rounded);
 }
 
 }  // namespace meshtrain

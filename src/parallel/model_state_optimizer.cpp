@@ -117,10 +117,13 @@ void ModelState::optimizer_step(double lr, double grad_scale) {
   pass_update_fence();
   const int n = static_cast<int>(buckets_.size());
   if (state_be_ == be_) {
+    // Under bf16 the update writes the parameters from the masters as it goes: one pass over
+    // the bucket, not an update then a cast (upload_master) that reads the masters again.
     for (int b = 0; b < n; ++b) {
       Tensor values = optimizer_values(b);
-      bucket(b).optim->step(values, owned_grads(b), lr, grad_scale);
-      if (has_master()) upload_master(b);
+      Tensor rounded = has_master() ? owned_values(b) : Tensor{};
+      bucket(b).optim->step(values, owned_grads(b), lr, grad_scale,
+                            has_master() ? &rounded : nullptr);
     }
   } else {
     // Offload, pipelined over buckets: while the host updates bucket b, the training thread

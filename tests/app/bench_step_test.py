@@ -3,9 +3,11 @@
 
   - one rank, --threads 2, for the tiny GPT-2 and the tiny Llama: the three GEMM ceilings at 1 and at 2 threads, the fp32 and bf16 steps
     at 1 and at 2 threads with their ratio to the ceiling of their thread count and their
-    scaling over 1 thread, and the 2-thread breakdown with each kernel's speed-up;
+    scaling over 1 thread and their non-GEMM share, the 2-thread breakdown with each kernel's
+    speed-up, and the non-GEMM table (GEMMs against the rest, the slowest non-GEMM kernels);
   - two ranks (mpiexec -n 2, --threads 1): the data-parallel rows (dp 2x1 thread) against the
-    summed ceilings of both ranks, with the exposed all-reduce's share of the step;
+    summed ceilings of both ranks, with the exposed all-reduce's share of the step and the
+    non-GEMM table;
 every row checked (wrong = 0, exit 0), the figures positive and the shares within [0, 1]. Then
 bench/cpu/compare_pytorch.py where PyTorch cannot be imported: it says so and exits 77.
 
@@ -39,6 +41,24 @@ def rows_named(rows, *parts):
     return [r for r in rows if all(part in r["name"] for part in parts)]
 
 
+def check_non_gemm(rows, model, label):
+    """The non-GEMM table: per precision the step's GEMMs and the rest, which add up to the step
+    (the shares to 1), and the slowest non-GEMM kernels, none of them a matmul, slowest first."""
+    for precision in ("fp32", "bf16"):
+        name = f"{model} {precision} {label}"
+        gemm = [r for r in rows if r["name"] == name + ": GEMMs"]
+        rest = [r for r in rows if r["name"] == name + ": non-GEMM"]
+        top = [r for r in rows if r["name"].startswith(name + ": non-GEMM ")]
+        ok = len(gemm) == 1 and len(rest) == 1 and 3 <= len(top) <= 8
+        if ok:
+            ok = (gemm[0]["ms/step"] > 0 and rest[0]["ms/step"] > 0
+                  and abs(gemm[0]["share"] + rest[0]["share"] - 1) < 1e-6
+                  and not any("matmul" in r["name"] for r in top)
+                  and all(a["ms/step"] >= b["ms/step"] for a, b in zip(top, top[1:]))
+                  and sum(r["share"] for r in top) <= rest[0]["share"] + 1e-6)
+        check(ok, f"non-GEMM rows of '{name}': {gemm} {rest} {top}")
+
+
 def one_rank(tmp, model="tiny"):
     """One rank's rows for the tiny GPT-2, or for the tiny Llama (the Llama step rows)."""
     out = os.path.join(tmp, model + ".json")
@@ -60,8 +80,10 @@ def one_rank(tmp, model="tiny"):
                 r = found[0]
                 ok = (r["threads"] == threads and r["tokens"] == 4 * 32 and r["tokens/s"] > 0
                       and r["time_ms"] > 0 and 0 < r["ratio"] and r["scaling"] > 0
-                      and (threads > 1 or abs(r["scaling"] - 1) < 1e-9))
+                      and (threads > 1 or abs(r["scaling"] - 1) < 1e-9)
+                      and 0 < r["non_gemm"] < 1)
             check(ok, f"step row '{model} {precision}, {label}': {found}")
+    check_non_gemm(rows, model, "(2 threads)")
     breakdown = [r for r in rows if "speedup" in r]
     check(len(breakdown) > 5 and any(r["speedup"] > 0 for r in breakdown),
           f"the 2-thread breakdown has no speedup column: {len(breakdown)} rows")
@@ -88,8 +110,10 @@ def two_ranks(tmp):
         if ok:
             r = found[0]
             ok = (r["ranks"] == 2 and r["threads"] == 1 and r["tokens"] == 2 * 4 * 32
-                  and r["tokens/s"] > 0 and r["ratio"] > 0 and 0 <= r["allreduce"] <= 1)
+                  and r["tokens/s"] > 0 and r["ratio"] > 0 and 0 <= r["allreduce"] <= 1
+                  and 0 < r["non_gemm"] < 1)
         check(ok, f"dp row 'tiny {precision}, dp 2x1 thread': {found}")
+    check_non_gemm(rows, "tiny", "(dp 2x1 thread)")
     exposed = rows_named(rows, "of which gradient all-reduce")
     check(len(exposed) == 2 and all(0 <= r["share"] <= 1 for r in exposed),
           f"breakdown rows of the exposed all-reduce: {exposed}")

@@ -365,9 +365,13 @@ class Backend {
   // adamw_update on each piece of four flat tensors laid out alike, piece k with weight decay
   // decays[k] in place of s.weight_decay; elements outside every piece are left as they are.
   // Same bits as one adamw_update per piece, which the default does; a device batches them.
+  // With `rounded` (a bf16 model's parameters, param its fp32 masters), the updated masters are
+  // also written there rounded to bf16: the bits of cast(*rounded, param) after the update,
+  // which the default runs and the CPU does in the same pass. Elements outside every piece of
+  // `rounded` are left as they are.
   void adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                            const std::vector<FlatPiece>& pieces, const std::vector<double>& decays,
-                           const AdamWStep& s);
+                           const AdamWStep& s, Tensor* rounded = nullptr);
 
  protected:
   // The operations themselves, called by the public front once it has checked the call's
@@ -481,6 +485,11 @@ class Backend {
   virtual void do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
                                       Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
                                       const std::vector<double>& decays, const AdamWStep& s);
+  virtual void do_adamw_update_pieces_rounded(Tensor& param, const Tensor& grad,
+                                              Tensor& exp_avg, Tensor& exp_avg_sq,
+                                              const std::vector<FlatPiece>& pieces,
+                                              const std::vector<double>& decays,
+                                              const AdamWStep& s, Tensor& rounded);
 
  private:
   std::unique_ptr<Allocator> allocator_;

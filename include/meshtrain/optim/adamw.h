@@ -27,8 +27,10 @@ class AdamW {
   AdamW(Backend& be, int64_t elements, DType dtype, std::vector<OptimizerSegment> segments,
         AdamWHyper hyper);
 
-  // One step over every segment; grads are multiplied by grad_scale first (clipping).
-  void step(Tensor& params, const Tensor& grads, double lr, double grad_scale);
+  // One step over every segment; grads are multiplied by grad_scale first (clipping). With
+  // `rounded`, params are fp32 masters and their bf16 copy is written there in the same pass.
+  void step(Tensor& params, const Tensor& grads, double lr, double grad_scale,
+            Tensor* rounded = nullptr);
 
   Tensor& exp_avg() { return exp_avg_; }
   Tensor& exp_avg_sq() { return exp_avg_sq_; }

@@ -1,4 +1,4 @@
-// CpuBackend: the layers, attention, cross-entropy and AdamW — the dtype dispatch (cpu_checks.h)
+// CpuBackend: the layers, attention and cross-entropy — the dtype dispatch (cpu_checks.h)
 // onto the kernels of kernels.h. The Backend front has checked each call's shapes and dtypes
 // (backend_front.cpp): which tensors follow the activations and which stay wide under bf16.
 
@@ -266,21 +266,6 @@ void CpuBackend::do_crossentropy_backward(Tensor& dlogits, const Tensor& logits,
     cpu::crossentropy_backward<T>(ptr<T>(dlogits), ptr<T>(logits), ptr<Acc<T>>(row_max),
                                   ptr<Acc<T>>(row_sumexp), ptr<int32_t>(targets), vocab_begin,
                                   static_cast<Acc<T>>(dloss), N, V);
-  });
-}
-
-// Master weights, gradients and moments: all fp32 or all fp64. A bf16 model's optimizer updates
-// its fp32 master weights; the bf16 parameters are a cast of them (ModelState).
-void CpuBackend::do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                                 Tensor& exp_avg_sq, const AdamWStep& s) {
-  const char* op = "adamw_update";
-  KernelProfile::Scope timed(profile_, op);
-  const DType p = param.dtype();
-  dispatch(planning_, op, p, [&](auto tag) {
-    using T = Acc<decltype(tag)>;
-    cpu::adamw_update<T>(ptr<T>(param), ptr<T>(grad), ptr<T>(exp_avg), ptr<T>(exp_avg_sq),
-                         param.numel(), s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step,
-                         s.grad_scale);
   });
 }
 

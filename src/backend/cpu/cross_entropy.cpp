@@ -6,6 +6,8 @@
 //   dlogit_ij = (exp(logit_ij - max_i) / sumexp_i - [j == target_i]) * dloss
 // as in Megatron's vocab-parallel cross-entropy (Shoeybi et al., arXiv 1909.08053).
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -74,12 +76,53 @@ void crossentropy_backward(A* dlogits, const A* logits, const Acc<A>* row_max,
   }
 }
 
+// The whole vocabulary on this rank (no tensor parallelism, vocab_begin 0), as the CUDA path's
+// fused kernel does it: per row, its max (the one read of the row from memory), the exponentials
+// into this thread's scratch row with their sum (a second read, from cache: a row of GPT-2's
+// 50257 fp32 logits is 200 KB), then loss and gradient from the scratch row. The unfused calls
+// read each row from memory twice and compute every exponential twice. The formulas, and the
+// order of each row's sums, are those of stats, target_logit, losses and backward.
+template <class A>
+void crossentropy_loss_and_backward(A* dlogits, Acc<A>* losses, const A* logits,
+                                    const int32_t* targets, Acc<A> dloss, int64_t N, int64_t V,
+                                    Acc<A>* scratch) {
+  using T = Acc<A>;
+#pragma omp parallel
+  {
+    T* e = scratch + static_cast<int64_t>(omp_get_thread_num()) * V;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const A* l = logits + i * V;
+      A* d = dlogits + i * V;  // may be l: each row's logits are read before it is written
+      T m = -INFINITY;
+#pragma omp simd reduction(max : m)
+      for (int64_t j = 0; j < V; ++j) m = std::max(m, widen(l[j]));
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < V; ++j) {
+        const T x = vexp<T>(widen(l[j]) - m);
+        e[j] = x;
+        s += x;
+      }
+      const int64_t t = targets[i];
+      const bool here = t >= 0 && t < V;
+      losses[i] = std::log(s) + m - (here ? widen(l[t]) : T(0));
+      const T scale = dloss / s;
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) d[j] = narrow<A>(e[j] * scale);
+      if (here) d[t] = narrow<A>(e[t] * scale - dloss);
+    }
+  }
+}
+
 #define INSTANTIATE(A)                                                                        \
   template void crossentropy_stats<A>(Acc<A>*, Acc<A>*, const A*, int64_t, int64_t);          \
   template void crossentropy_target_logit<A>(Acc<A>*, const A*, const int32_t*, int64_t,      \
                                              int64_t, int64_t);                               \
   template void crossentropy_backward<A>(A*, const A*, const Acc<A>*, const Acc<A>*,          \
-                                         const int32_t*, int64_t, Acc<A>, int64_t, int64_t);
+                                         const int32_t*, int64_t, Acc<A>, int64_t, int64_t); \
+  template void crossentropy_loss_and_backward<A>(A*, Acc<A>*, const A*, const int32_t*,      \
+                                                  Acc<A>, int64_t, int64_t, Acc<A>*);
 INSTANTIATE(float)
 INSTANTIATE(double)
 INSTANTIATE(bf16)

@@ -159,11 +159,29 @@ template <class A>
 void crossentropy_backward(A* dlogits, const A* logits, const Acc<A>* row_max,
                            const Acc<A>* row_sumexp, const int32_t* targets, int64_t vocab_begin,
                            Acc<A> dloss, int64_t N, int64_t V);
+// All of the above for the whole vocabulary (vocab_begin 0) with each row read from memory once;
+// scratch: a row of V per OpenMP thread. dlogits may alias logits.
+template <class A>
+void crossentropy_loss_and_backward(A* dlogits, Acc<A>* losses, const A* logits,
+                                    const int32_t* targets, Acc<A> dloss, int64_t N, int64_t V,
+                                    Acc<A>* scratch);
 
 // Master weights, gradients and moments alike: float or double (bf16 models keep fp32 masters).
 template <class T>
 void adamw_update(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, int64_t n, double lr,
                   double beta1, double beta2, double eps, double weight_decay, int64_t step,
                   double grad_scale);
+// One piece of a flat buffer and its weight decay.
+struct AdamWPiece {
+  int64_t offset = 0, count = 0;
+  double weight_decay = 0;
+};
+// adamw_update on every piece of the four flat buffers in one parallel pass; elements outside the
+// pieces are left as they are. With `rounded` (fp32 only), each updated parameter is also
+// written there as bf16 bits, the same bits as float_to_bf16 of the result.
+template <class T>
+void adamw_update_pieces(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, uint16_t* rounded,
+                         const AdamWPiece* pieces, int64_t piece_count, double lr, double beta1,
+                         double beta2, double eps, int64_t step, double grad_scale);
 
 }  // namespace meshtrain::cpu

@@ -141,9 +141,20 @@ class CpuBackend final : public Backend {
   void do_crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
                                 const Tensor& row_sumexp, const Tensor& targets,
                                 int64_t vocab_begin, double dloss) override;
+  // One read of the logits (cpu_loss.cpp).
+  void do_crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses, const Tensor& logits,
+                                         const Tensor& targets, double dloss) override;
 
+  // AdamW (cpu_optimizer.cpp): every piece of a flat buffer in one pass, bf16 copy included.
   void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                        const AdamWStep& s) override;
+  void do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                              Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
+                              const std::vector<double>& decays, const AdamWStep& s) override;
+  void do_adamw_update_pieces_rounded(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                                      Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
+                                      const std::vector<double>& decays, const AdamWStep& s,
+                                      Tensor& rounded) override;
 
  private:
   // The norms' backward, with residual (may be null) added to each row of dinp as it is written.
