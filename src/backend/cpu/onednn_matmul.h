@@ -11,6 +11,7 @@
 #include <compare>
 #include <cstdint>
 #include <map>
+#include <string>
 
 #include "meshtrain/backend/cpu/gemm.h"
 
@@ -28,6 +29,20 @@ struct MatmulGeometry {
   static MatmulGeometry of(const GemmShape& s);
   static MatmulGeometry of(const BatchedGemmShape& s);
 };
+
+// The primitive descriptor of C = epilogue(alpha * A @ B + bias [+ C]) for geometry g, created
+// for the thread count oneDNN sees at the call (omp_get_max_threads): OneDnnMatmul and
+// TaskMatmuls (task_matmul.h) both build theirs here.
+dnnl::matmul::primitive_desc matmul_primitive_desc(const dnnl::engine& engine,
+                                                   const MatmulGeometry& g, MatmulType in,
+                                                   MatmulType out, bool bias, float alpha,
+                                                   Accumulate accumulate, Epilogue epilogue);
+// The memory descriptor of a (rows, cols) operand of g with strides st.
+dnnl::memory::desc matmul_operand(const MatmulGeometry& g, int64_t rows, int64_t cols,
+                                  const BatchedGemmShape::Strides& st, MatmulType type);
+// The message of a failed oneDNN matmul: its shape and types, oneDNN's words, and how to see more.
+std::string matmul_failure(const MatmulGeometry& g, MatmulType in, MatmulType out,
+                           const dnnl::error& err);
 
 class OneDnnMatmul {
  public:
