@@ -172,9 +172,11 @@ int main(int argc, char** argv) {
                         "ranks: one slow replica, synchronous against parameter servers), context "
                         "(2+ ranks: ring attention on long sequences, memory per rank by cp), moe "
                         "(2, 4 or 8 ranks: a mixture of experts at ep 1 and ep N against the dense "
-                        "model of its active parameters; the exchange a shared expert hides)")
+                        "model of its active parameters; the exchange a shared expert hides), "
+                        "attention (1 rank: the CPU's causal attention at T 1024 and 2048, fp32 "
+                        "and bf16, against the GEMM ceiling)")
       ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all", "async",
-                             "calibrate", "hetero", "context", "moe"}));
+                             "calibrate", "hetero", "context", "moe", "attention"}));
   CLI::Option* bench_threads = bench_cmd->add_option("--threads", bench.threads,
                         "Threads per rank (step suite on one rank: rows at 1 and at this many; "
                         "calibrate: default as many as `train` runs on this launch)")->check(thread_count());

@@ -239,45 +239,61 @@ void check_heads(const OpContract& c, int64_t NH, int64_t KVH, int64_t HS) {
            "attention, 1 for multi-query)");
 }
 
-// qkv (B, T, NH + 2 KVH, HS), `out` (B, T, NH, HS) (the output, or its gradient), probs
-// (B, NH, T, T).
-void check_attention(const OpContract& c, const Tensor& qkv, const char* out_name,
-                     const Tensor& out, const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                     int64_t KVH, int64_t HS) {
+// qkv (B, T, NH + 2 KVH, HS), `out` (B, T, NH, HS) (the output, or its gradient), the stash
+// as attention_stash says.
+void check_attention(const OpContract& c, const Backend& be, const Tensor& qkv,
+                     const char* out_name, const Tensor& out, const Tensor& stash, int64_t B,
+                     int64_t T, int64_t NH, int64_t KVH, int64_t HS) {
   check_heads(c, NH, KVH, HS);
   if (B < 0 || T < 0 || qkv.numel() != B * T * (NH + 2 * KVH) * HS ||
-      out.numel() != B * T * NH * HS || probs.numel() != B * NH * T * T)
-    c.fail("shape mismatch: " + shapes({{"qkv", &qkv}, {out_name, &out}, {"probs", &probs}}) +
-           " for B=" + str(B) + " T=" + str(T) + " NH=" + str(NH) + " KVH=" + str(KVH) +
-           " HS=" + str(HS) + " (qkv holds B * T * (NH + 2 KVH) * HS elements)");
+      out.numel() != B * T * NH * HS)
+    c.fail("shape mismatch: " + shapes({{"qkv", &qkv}, {out_name, &out}}) + " for B=" + str(B) +
+           " T=" + str(T) + " NH=" + str(NH) + " KVH=" + str(KVH) + " HS=" + str(HS) +
+           " (qkv holds B * T * (NH + 2 KVH) * HS elements)");
   const DType a = qkv.dtype();
+  const Backend::AttentionStash want = be.attention_stash(B, T, NH, a);
+  if (stash.shape() != want.shape || stash.dtype() != want.dtype)
+    c.fail("stash " + stash.shape().to_string() + " " + std::string(dtype_name(stash.dtype())) +
+           " is not what this backend keeps for B=" + str(B) + " T=" + str(T) + " NH=" +
+           str(NH) + ": " + want.shape.to_string() + " " + std::string(dtype_name(want.dtype)) +
+           " (allocate it as Backend::attention_stash says)");
   c.same_dtype(a, out_name, out);
-  c.same_dtype(a, "probs", probs);
-  c.on_device({&qkv, &out, &probs});
+  c.on_device({&qkv, &out, &stash});
   c.computes_in(a);
 }
 }  // namespace
 
-void Backend::attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                                int64_t NH, int64_t KVH, int64_t HS,
+Backend::AttentionStash Backend::attention_stash(int64_t B, int64_t T, int64_t NH,
+                                                 DType activations) const {
+  return {{B, NH, T, T}, activations};
+}
+
+void Backend::attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B,
+                                int64_t T, int64_t NH, int64_t KVH, int64_t HS,
                                 const Tensor* document_starts) {
   const OpContract c(*this, "attention_forward");
-  check_attention(c, qkv, "out", out, probs, B, T, NH, KVH, HS);
+  check_attention(c, *this, qkv, "out", out, stash, B, T, NH, KVH, HS);
   contract::check_document_starts(c, document_starts, B * T);
-  do_attention_forward(out, probs, qkv, B, T, NH, KVH, HS, document_starts);
+  do_attention_forward(out, stash, qkv, B, T, NH, KVH, HS, document_starts);
 }
 
 void Backend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                 const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                 int64_t KVH, int64_t HS, const Tensor* document_starts) {
+                                 const Tensor& out, const Tensor& stash, int64_t B, int64_t T,
+                                 int64_t NH, int64_t KVH, int64_t HS,
+                                 const Tensor* document_starts) {
   const OpContract c(*this, "attention_backward");
-  check_attention(c, qkv, "dout", dout, probs, B, T, NH, KVH, HS);
+  check_attention(c, *this, qkv, "dout", dout, stash, B, T, NH, KVH, HS);
   contract::check_document_starts(c, document_starts, B * T);
+  if (out.shape() != dout.shape())
+    c.fail("out " + out.shape().to_string() + " must match dout " + dout.shape().to_string() +
+           " (forward's output)");
+  c.same_dtype(qkv.dtype(), "out", out);
+  c.on_device("out", out);
   if (dqkv.shape() != qkv.shape())
     c.fail("dqkv " + dqkv.shape().to_string() + " must match qkv " + qkv.shape().to_string());
   c.same_dtype(qkv.dtype(), "dqkv", dqkv);
   c.on_device("dqkv", dqkv);
-  do_attention_backward(dqkv, dout, qkv, probs, B, T, NH, KVH, HS, document_starts);
+  do_attention_backward(dqkv, dout, qkv, out, stash, B, T, NH, KVH, HS, document_starts);
 }
 
 void Backend::attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,

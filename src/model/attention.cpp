@@ -28,13 +28,22 @@ Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& sa
                            qkv_.local_kv_heads(), head_size_, nullptr, shape.document_mask());
     return proj_.forward(att, saved.proj_in, category, nullptr, residual);
   }
-  const MemoryCategory probs_category =
+  const MemoryCategory stash_category =
       recompute == Recompute::Selective ? MemoryCategory::Workspace : category;
-  Tensor probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, x.dtype(), probs_category);
-  be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_,
+  Tensor stash = empty_stash(shape, x.dtype(), stash_category);
+  be.attention_forward(att, stash, saved.qkv, shape.B, shape.T, local_heads_,
                        qkv_.local_kv_heads(), head_size_, shape.document_mask());
-  if (recompute != Recompute::Selective) saved.probs = probs;
+  if (recompute != Recompute::Selective) saved.stash = stash;
   return proj_.forward(att, saved.proj_in, category, nullptr, residual);
+}
+
+// What the backend keeps from forward to backward (backend.h, attention_stash): the CPU's row
+// log-sum-exp, the CUDA backend's (B, NH, T, T).
+Tensor CausalSelfAttention::empty_stash(TokenShape shape, DType activations,
+                                        MemoryCategory category) const {
+  Backend& be = *ctx_.backend;
+  const Backend::AttentionStash s = be.attention_stash(shape.B, shape.T, local_heads_, activations);
+  return be.empty(s.shape, s.dtype, category);
 }
 
 Tensor CausalSelfAttention::decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
@@ -70,15 +79,16 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const S
                             nullptr, shape.document_mask());
     return finish_backward(dqkv, shape, saved, deferred);
   }
-  Tensor probs = saved.probs;
-  if (!probs.defined()) {  // selective recomputation: rebuild the softmax from the saved qkv
-    probs = be.empty({shape.B, local_heads_, shape.T, shape.T}, dy.dtype(), MemoryCategory::Workspace);
+  Tensor stash = saved.stash;
+  if (!stash.defined()) {  // selective recomputation: rebuild the stash from the saved qkv
+    stash = empty_stash(shape, dy.dtype(), MemoryCategory::Workspace);
     Tensor att = be.empty(saved.proj_in.inp.shape(), dy.dtype(), MemoryCategory::Workspace);
-    be.attention_forward(att, probs, saved.qkv, shape.B, shape.T, local_heads_,
+    be.attention_forward(att, stash, saved.qkv, shape.B, shape.T, local_heads_,
                          qkv_.local_kv_heads(), head_size_, shape.document_mask());
   }
-  be.attention_backward(dqkv, datt, saved.qkv, probs, shape.B, shape.T, local_heads_,
-                        qkv_.local_kv_heads(), head_size_, shape.document_mask());
+  // proj's saved input is forward's out (a recomputation writes the same bits)
+  be.attention_backward(dqkv, datt, saved.qkv, saved.proj_in.inp, stash, shape.B, shape.T,
+                        local_heads_, qkv_.local_kv_heads(), head_size_, shape.document_mask());
   return finish_backward(dqkv, shape, saved, deferred);
 }
 

@@ -103,6 +103,7 @@ LayoutPlan plan_layout(Config config, int world_size, int threads, size_t stop_a
     coords[axis_index(Axis::Pipeline)] = stage;
     ProcessGrid grid = ProcessGrid::planned(shape, shape.world_rank(coords));
     CpuBackend backend(threads, Execution::Plan);
+    if (config.run.device == DeviceChoice::Cuda) backend.plan_attention_of(Device::Cuda);
     backend.memory().set_limit(stop_above);
     try {
       plan.stages.push_back(plan_stage(config, grid, backend, stage));

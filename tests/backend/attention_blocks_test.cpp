@@ -66,11 +66,11 @@ Result full_attention(CpuBackend& be, DType dt, const Case& c, const Vec& qkv, c
   const int64_t C = c.NH * c.HS, N = c.B * c.T;
   Tensor tqkv = make_tensor(be, qkv, {N, 3 * C}, dt);
   Tensor tout = be.empty({N, C}, dt, MemoryCategory::Workspace);
-  Tensor probs = be.empty({c.B, c.NH, c.T, c.T}, dt, MemoryCategory::Workspace);
-  be.attention_forward(tout, probs, tqkv, c.B, c.T, c.NH, c.NH, c.HS);
+  Tensor stash = testing::attention_stash(be, c.B, c.T, c.NH, dt);
+  be.attention_forward(tout, stash, tqkv, c.B, c.T, c.NH, c.NH, c.HS);
   Tensor tdqkv = be.empty({N, 3 * C}, dt, MemoryCategory::Workspace);
-  be.attention_backward(tdqkv, make_tensor(be, dout, {N, C}, dt), tqkv, probs, c.B, c.T, c.NH,
-                        c.NH, c.HS);
+  be.attention_backward(tdqkv, make_tensor(be, dout, {N, C}, dt), tqkv, tout, stash, c.B, c.T,
+                        c.NH, c.NH, c.HS);
   Result r{to_host(be, tout), Vec(c.B * c.NH * c.T), to_host(be, tdqkv)};
   const Vec x = to_host(be, tqkv);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.HS));

@@ -100,8 +100,8 @@ class RecordingBackend final : public Backend {
                             int64_t, const Tensor*) override {
     record("attention_forward");
   }
-  void do_attention_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
-                             int64_t, int64_t, int64_t, const Tensor*) override {
+  void do_attention_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             int64_t, int64_t, int64_t, int64_t, int64_t, const Tensor*) override {
     record("attention_backward");
   }
   void do_attention_block_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
@@ -429,12 +429,18 @@ TEST_F(BackendFrontTest, AttentionChecksItsPackedShapes) {
       [&] {
         be.attention_forward(out, make({B, NH, T, T - 1}), qkv, B, T, NH, NH, HS);
       },
-      {"attention_forward: shape mismatch", "probs (2, 2, 4, 3)", "T=4"});
+      {"attention_forward: stash (2, 2, 4, 3)", "not what this backend keeps", "T=4",
+       "(2, 2, 4, 4)", "Backend::attention_stash"});
   expect_refused(
       [&] {
-        be.attention_backward(make({B, T, NH * HS}), out, qkv, probs, B, T, NH, NH, HS);
+        be.attention_backward(make({B, T, NH * HS}), out, qkv, out, probs, B, T, NH, NH, HS);
       },
       {"attention_backward: dqkv (2, 4, 6) must match qkv (2, 4, 18)"});
+  expect_refused(
+      [&] {
+        be.attention_backward(qkv, out, qkv, make({B, T, NH * HS + 1}), probs, B, T, NH, NH, HS);
+      },
+      {"attention_backward: out (2, 4, 7) must match dout (2, 4, 6)"});
   Tensor q = make({NH, HS}), cache = make({NH, 8, HS});
   expect_refused([&] { be.attention_decode(q, q, cache, cache, 9); },
                  {"attention_decode: length 9 must be in [1, 8]"});
@@ -447,7 +453,7 @@ TEST_F(BackendFrontTest, GroupedQueryAttentionChecksItsHeads) {
   Tensor probs = make({B, NH, T, T});
   expect_reaches([&] { be.attention_forward(out, probs, qkv, B, T, NH, KVH, HS); },
                  "attention_forward");
-  expect_reaches([&] { be.attention_backward(qkv, out, qkv, probs, B, T, NH, KVH, HS); },
+  expect_reaches([&] { be.attention_backward(qkv, out, qkv, out, probs, B, T, NH, KVH, HS); },
                  "attention_backward");
   expect_refused([&] { be.attention_forward(out, probs, qkv, B, T, NH, 3, HS); },
                  {"attention_forward: heads NH=4, key/value heads KVH=3", "KVH must divide NH"});

@@ -26,6 +26,12 @@ inline Tensor make_tensor(Backend& be, const std::vector<double>& values, Shape 
   return t;
 }
 
+// The stash attention_forward fills and attention_backward reads, as the backend wants it.
+inline Tensor attention_stash(Backend& be, int64_t B, int64_t T, int64_t NH, DType activations) {
+  const Backend::AttentionStash s = be.attention_stash(B, T, NH, activations);
+  return be.empty(s.shape, s.dtype, MemoryCategory::Workspace);
+}
+
 // The values a tensor of dtype `t` holds for `v` (fp32 and bf16 round to nearest even): a
 // reference computing in double on them sees the kernel's inputs exactly.
 inline std::vector<double> representable(std::vector<double> v, DType t) {

@@ -59,6 +59,10 @@ void bench_async(const BenchArgs& args, BenchReport& report);
 // A mixture of experts (8 experts, top 2) at ep 1 and ep N against the dense model of the same
 // active parameters, and the share of its expert exchange a shared expert hides (2, 4, 8 ranks).
 void bench_moe(const BenchArgs& args, BenchReport& report);
+// The CPU's causal attention of one layer (GPT-2's heads), forward and backward at T 1024 and
+// 2048, fp32 and bf16, GFLOP/s on the causal FLOPs against the oneDNN GEMM ceiling of the same
+// precision (one rank; args.model "tiny": T 128, small heads, for the tests).
+void bench_attention(const BenchArgs& args, BenchReport& report);
 // Step time and memory of ZeRO stages and recompute modes relative to zero 0 / none.
 void bench_zero(const BenchArgs& args, BenchReport& report);
 // Checkpoint save and load bandwidth against a raw sequential write and read of the same bytes

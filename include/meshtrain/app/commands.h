@@ -45,7 +45,7 @@ struct PrepareArgs {
 int prepare_command(const PrepareArgs& args);
 
 struct BenchArgs {
-  std::string suite = "step";  // step, comm, pipeline, zero, checkpoint, gpu, calibrate, hetero, context, all
+  std::string suite = "step";  // step, comm, pipeline, zero, checkpoint, gpu, calibrate, hetero, context, moe, attention, all
   int threads = 2;
   // --threads given: calibrate measures at args.threads; else at the threads `train` would run
   // on this launch (run_setup.h training_threads), which the time model prices training with.

@@ -171,24 +171,32 @@ class Backend {
   // [NH, NH + KVH), value heads [NH + KVH, NH + 2 KVH) (Megatron-Core's and Hugging Face's order
   // once the projections are concatenated; KVH == NH is the (B, T, 3, NH, HS) layout of GPT-2).
   // Query head h reads key/value head h / (NH / KVH); repeated keys and values are never
-  // materialised. out (B, T, NH, HS). The front requires KVH >= 1 and NH % KVH == 0. `probs`
-  // is backend-private scratch that the caller sizes (B, NH, T, T) in the activation dtype and
-  // keeps from forward to backward: the CPU backend (and the CUDA backend's own kernels) store
-  // the softmax there (entries above the diagonal are zero); the CUDA backend's fused cuDNN path
-  // stores only what its backward needs (row log-sum-exp and a copy of `out`). Backward assigns
-  // every column of dqkv; a key/value head's gradient sums its group's query heads in order
-  // (deterministic).
+  // materialised. out (B, T, NH, HS). The front requires KVH >= 1 and NH % KVH == 0.
+  // `stash` is backend-private: what backward needs besides out, of the shape and dtype
+  // attention_stash says, which the caller allocates and keeps from forward to backward. The
+  // CPU backend (a blocked flash-style kernel, no T x T matrix) keeps the row log-sum-exp
+  // (B, NH, T) in stats_dtype; the default, which the CUDA backend keeps, is (B, NH, T, T) in
+  // the activation dtype: its own kernels store the softmax there (zeros above the diagonal),
+  // its fused cuDNN path only its statistics and a copy of out. Backward takes forward's out
+  // (the attention rows' D = rowsum(dout * out)); it assigns every column of dqkv; a key/value
+  // head's gradient sums its group's query heads in order (deterministic).
   // Document masking (data.document_mask): `document_starts`, when given, is int32 (B * T) on
   // the device, each token's document start: the position in its sequence of the first token of
   // the document it belongs to (<= its own). Query i then sees keys [document_starts[i], i]
-  // (block-causal attention; probs is zero outside that range), not [0, i]. Null: causal.
+  // (block-causal attention), not [0, i]. Null: causal.
   // A per-row start, not a (T, T) bias: it is all a block-causal mask needs, B * T integers.
-  void attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
+  struct AttentionStash {
+    Shape shape;
+    DType dtype;
+  };
+  virtual AttentionStash attention_stash(int64_t B, int64_t T, int64_t NH,
+                                         DType activations) const;
+  void attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B, int64_t T,
                          int64_t NH, int64_t KVH, int64_t HS,
                          const Tensor* document_starts = nullptr);
-  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
-                          int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t HS,
-                          const Tensor* document_starts = nullptr);
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& stash, int64_t B, int64_t T, int64_t NH, int64_t KVH,
+                          int64_t HS, const Tensor* document_starts = nullptr);
   // One query row against a key/value cache (text generation, model/generator.h): for each of
   // the NH query heads, with g = h / (NH / KVH) its key/value head,
   //   out[h] (HS) = softmax(q[h] . k_cache[g, :length]^T / sqrt(HS)) v_cache[g, :length]
@@ -438,12 +446,13 @@ class Backend {
                                       const Tensor& weight, const Tensor& bias);
   virtual void do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
                                        const Tensor& pre);
-  virtual void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
+  virtual void do_attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B,
                                     int64_t T, int64_t NH, int64_t KVH, int64_t HS,
                                     const Tensor* document_starts) = 0;
   virtual void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                     const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                     int64_t KVH, int64_t HS, const Tensor* document_starts) = 0;
+                                     const Tensor& out, const Tensor& stash, int64_t B, int64_t T,
+                                     int64_t NH, int64_t KVH, int64_t HS,
+                                     const Tensor* document_starts) = 0;
   virtual void do_attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
                                    const Tensor& v_cache, int64_t length);
   virtual void do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,

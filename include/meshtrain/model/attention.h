@@ -21,7 +21,8 @@ class CausalSelfAttention {
   struct Saved {
     QkvProjection::Saved qkv_in;
     Tensor qkv;    // (N, (NH + 2 KVH) HS / tp): NH / tp query heads, KVH / tp key and value heads
-    Tensor probs;  // (B, NH / tp, T, T); empty under selective recomputation and under cp
+    Tensor stash;  // the backend's attention stash (backend.h, attention_stash) for NH / tp
+                   // heads; empty under selective recomputation and under cp
     Tensor lse;    // under context parallelism: (B, NH / tp, T), the rows' log-sum-exp
     RowParallelLinear::Saved proj_in;  // attention output (N, NH * HS / tp)
   };
@@ -48,6 +49,7 @@ class CausalSelfAttention {
 
  private:
   // The QKV projection's backward from the core's dqkv (rotated back first, in place).
+  Tensor empty_stash(TokenShape shape, DType activations, MemoryCategory category) const;
   Tensor finish_backward(Tensor& dqkv, TokenShape shape, const Saved& saved,
                          DeferredWeightGradients* deferred);
 

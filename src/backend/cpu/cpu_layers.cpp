@@ -153,8 +153,6 @@ void CpuBackend::do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor&
   });
 }
 
-// Scratch (Workspace, counted by the planner): bf16 forward keeps its fp32 scores there;
-// backward its dS (and under bf16 the fp32 dP), kernels.h says how much.
 // oneDNN's matmul writes one tensor, and the backward needs the pre-activation as well as GELU
 // of it, so the forward stays matmul_forward then gelu_forward (the backend.h default). The
 // backward needs no workspace: the product lands in dpre and GELU's derivative scales it in
@@ -165,7 +163,16 @@ void CpuBackend::do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const
   gelu_backward(dpre, pre, dpre);
 }
 
-void CpuBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
+Backend::AttentionStash CpuBackend::attention_stash(int64_t B, int64_t T, int64_t NH,
+                                                    DType activations) const {
+  if (planning_ && planned_attention_ != Device::Cpu)
+    return Backend::attention_stash(B, T, NH, activations);
+  return {{B, NH, T}, cpu::wide(activations)};
+}
+
+// Scratch (Workspace, counted by the planner): per thread a block of scores and its partners,
+// kernels.h says how much.
+void CpuBackend::do_attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B,
                                       int64_t T, int64_t NH, int64_t KVH, int64_t HS,
                                       const Tensor* document_starts) {
   const char* op = "attention_forward";
@@ -174,33 +181,34 @@ void CpuBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& 
   const DType a = qkv.dtype();
   dispatch(false, op, a, [&](auto tag) {
     using E = decltype(tag);
-    const int64_t elements = cpu::attention_forward_scratch<E>(*gemm_, B, T, NH);
-    Tensor scratch;
-    if (elements > 0) scratch = empty({elements}, cpu::wide(a), MemoryCategory::Workspace);
+    Tensor scratch = empty({cpu::attention_forward_scratch<E>(HS, threads())}, cpu::wide(a),
+                           MemoryCategory::Workspace);
     if (planning_) return;
     const int32_t* starts = document_starts ? ptr<int32_t>(*document_starts) : nullptr;
     cpu::check_document_starts(op, starts, B, T);
-    cpu::attention_forward<E>(*gemm_, ptr<E>(out), ptr<E>(probs), ptr<E>(qkv), B, T, NH, KVH, HS,
-                              elements > 0 ? ptr<Acc<E>>(scratch) : nullptr, starts);
+    cpu::attention_forward<E>(*gemm_, ptr<E>(out), ptr<Acc<E>>(stash), ptr<E>(qkv), B, T, NH,
+                              KVH, HS, ptr<Acc<E>>(scratch), starts, threads());
   });
 }
 
 void CpuBackend::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                       const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                       int64_t KVH, int64_t HS, const Tensor* document_starts) {
+                                       const Tensor& out, const Tensor& stash, int64_t B,
+                                       int64_t T, int64_t NH, int64_t KVH, int64_t HS,
+                                       const Tensor* document_starts) {
   const char* op = "attention_backward";
   KernelProfile::Scope timed(profile_, op, 8.0 * B * NH * T * T * HS);
   const DType a = qkv.dtype();
   dispatch(false, op, a, [&](auto tag) {
     using E = decltype(tag);
     Tensor scratch =
-        empty({cpu::attention_backward_scratch<E>(*gemm_, B, T, NH, KVH, HS, threads())},
-              cpu::wide(a), MemoryCategory::Workspace);
+        empty({cpu::attention_backward_scratch<E>(B, T, NH, KVH, HS, threads())}, cpu::wide(a),
+              MemoryCategory::Workspace);
     if (planning_) return;
     const int32_t* starts = document_starts ? ptr<int32_t>(*document_starts) : nullptr;
     cpu::check_document_starts(op, starts, B, T);
-    cpu::attention_backward<E>(*gemm_, ptr<E>(dqkv), ptr<E>(dout), ptr<E>(qkv), ptr<E>(probs), B,
-                               T, NH, KVH, HS, ptr<Acc<E>>(scratch), starts);
+    cpu::attention_backward<E>(*gemm_, ptr<E>(dqkv), ptr<E>(dout), ptr<E>(qkv), ptr<E>(out),
+                               ptr<Acc<E>>(stash), B, T, NH, KVH, HS, ptr<Acc<E>>(scratch),
+                               starts, threads());
   });
 }
 

@@ -20,6 +20,7 @@
 #include "blas.h"
 #include "kernels.h"
 #include "onednn_matmul.h"
+#include "task_matmul.h"
 
 namespace meshtrain::cpu {
 
@@ -143,7 +144,7 @@ std::string GemmShape::to_string() const {
          std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
 }
 
-Gemm::Gemm() = default;
+Gemm::Gemm() : tasks_(std::make_unique<TaskMatmuls>()) {}
 Gemm::~Gemm() = default;
 
 GemmLibrary Gemm::choose(const GemmShape& s) const {
@@ -298,7 +299,34 @@ void Gemm::run_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, co
   for (int64_t i = 0; i < s.M; ++i) float_to_bf16(C + i * s.ldc, wide_.data() + i * s.N, s.N);
 }
 
-size_t Gemm::cached_primitives() const { return onednn_ ? onednn_->cached() : 0; }
+size_t Gemm::cached_primitives() const {
+  return (onednn_ ? onednn_->cached() : 0) + tasks_->cached();
+}
+
+void Gemm::run_in_task(const GemmShape& s, const float* A, const float* B, float* C, float alpha,
+                       Accumulate accumulate) {
+  if (s.M == 0 || s.N == 0) return;
+  if (library_ == GemmLibrary::OpenBlas || s.K == 0) {  // oneDNN refuses empty reductions
+    gemm(blas(s.ta), blas(s.tb), s.M, s.N, s.K, alpha, A, s.lda, B, s.ldb,
+         accumulate == Accumulate::Add ? 1.0f : 0.0f, C, s.ldc);
+    return;
+  }
+  tasks_->run(MatmulGeometry::of(s), MatmulType::F32, A, B, C, alpha, accumulate);
+}
+
+void Gemm::run_in_task_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, float* C,
+                            float alpha, Accumulate accumulate) {
+  if (s.M == 0 || s.N == 0) return;
+  if (library_ == GemmLibrary::OpenBlas)
+    throw std::invalid_argument("backend 'cpu': this OpenBLAS has no bf16 GEMM (GEMM " +
+                                s.to_string() + "); use GemmLibrary::Auto or OneDnn for bf16");
+  if (s.K == 0) {
+    if (accumulate == Accumulate::Assign)
+      for (int64_t i = 0; i < s.M; ++i) std::fill(C + i * s.ldc, C + i * s.ldc + s.N, 0.0f);
+    return;
+  }
+  tasks_->run(MatmulGeometry::of(s), MatmulType::BF16, A, B, C, alpha, accumulate);
+}
 
 std::string Gemm::last_onednn_implementation() const {
   return onednn_ ? onednn_->last_implementation() : std::string();

@@ -107,39 +107,27 @@ template <class A> void bias_backward(Acc<A>* dbias, const A* dout, int64_t N, i
 template <class A> void gelu_forward(A* out, const A* inp, int64_t n);
 template <class A> void gelu_backward(A* dinp, const A* inp, const A* dout, int64_t n);
 
-// Causal attention (attention.cpp) with KVH key/value heads shared by groups of NH / KVH query
-// heads, on qkv rows of (NH + 2 KVH) * HS (backend.h). fp32 and bf16 run batched oneDNN matmuls
-// over all (batch, head) pairs; fp32 runs one (batch, key/value head) group per OpenMP task with
-// OpenBLAS when `gemm` forces OpenBLAS, as fp64 always does (bf16 then is refused: OpenBLAS has
-// no bf16 GEMM). `starts` (B * T), when not null, are the document starts of document masking
-// (backend.h): row i of sequence b sees keys [starts[b T + i], i].
-enum class AttentionPath { Batched, PerHead };
-AttentionPath attention_path(const Gemm& gemm, bool fp64);
-// Acc<A> elements of scratch: forward, the fp32 scores under bf16 (none otherwise); backward,
-// dS of every pair (batched; for bf16 also an fp32 dP ahead of it, and with groups (KVH < NH)
-// the fp32 sums of dK and dV after it), or threads * T * T.
+// Causal attention (flash_attention.cpp) with KVH key/value heads shared by groups of NH / KVH
+// query heads, on qkv rows of (NH + 2 KVH) * HS (backend.h), as a blocked flash-style kernel:
+// forward writes out and the row log-sum-exp lse (B, NH, T) in Acc<A>, all backward needs
+// besides out itself. `starts` (B * T), when not null, are the document starts of document
+// masking (backend.h): row i of sequence b sees keys [starts[b T + i], i]. `threads` is the
+// team size; the bits do not depend on it. Products: oneDNN for fp32 and bf16 (OpenBLAS for
+// fp32 when `gemm` forces it; bf16 is then refused), OpenBLAS for fp64.
+// Acc<A> elements of scratch: per thread a block of scores and its partners (backward also the
+// head's dK and dV), and under grouped-query heads every head's dK and dV.
+template <class A> int64_t attention_forward_scratch(int64_t HS, int threads);
 template <class A>
-int64_t attention_forward_scratch(const Gemm& gemm, int64_t B, int64_t T_, int64_t NH);
+int64_t attention_backward_scratch(int64_t B, int64_t T_, int64_t NH, int64_t KVH, int64_t HS,
+                                   int threads);
 template <class A>
-int64_t attention_backward_scratch(const Gemm& gemm, int64_t B, int64_t T_, int64_t NH,
-                                   int64_t KVH, int64_t HS, int threads);
-template <class A>
-void attention_forward(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, int64_t T_,
+void attention_forward(Gemm& gemm, A* out, Acc<A>* lse, const A* qkv, int64_t B, int64_t T_,
                        int64_t NH, int64_t KVH, int64_t HS, Acc<A>* scratch,
-                       const int32_t* starts);
+                       const int32_t* starts, int threads);
 template <class A>
-void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* probs,
-                        int64_t B, int64_t T_, int64_t NH, int64_t KVH, int64_t HS,
-                        Acc<A>* scratch, const int32_t* starts);
-// The batched paths (attention_batched.cpp); `scores` (fp32, B * NH * T * T) only for bf16.
-template <class A>
-void attention_forward_batched(Gemm& gemm, A* out, A* probs, const A* qkv, int64_t B, int64_t T_,
-                               int64_t NH, int64_t KVH, int64_t HS, float* scores,
-                               const int32_t* starts);
-template <class A>
-void attention_backward_batched(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* probs,
-                                int64_t B, int64_t T_, int64_t NH, int64_t KVH, int64_t HS,
-                                float* scratch, const int32_t* starts);
+void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* out,
+                        const Acc<A>* lse, int64_t B, int64_t T_, int64_t NH, int64_t KVH,
+                        int64_t HS, Acc<A>* scratch, const int32_t* starts, int threads);
 // Refuses (std::invalid_argument naming `op`) a document start outside [0, i] for row i of its
 // sequence: a start after the row would leave it no key to attend to.
 void check_document_starts(const char* op, const int32_t* starts, int64_t B, int64_t T_);

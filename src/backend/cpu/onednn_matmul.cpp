@@ -14,15 +14,49 @@ using dims = dnnl::memory::dims;
 
 dt data_type(MatmulType t) { return t == MatmulType::BF16 ? dt::bf16 : dt::f32; }
 
+}  // namespace
+
 // A (rows, cols) matrix with its strides, 2-D, or 4-D under the batch dimensions.
-dnnl::memory::desc matrix(const MatmulGeometry& g, int64_t rows, int64_t cols,
-                          const BatchedGemmShape::Strides& st, dt type) {
-  if (g.batch0 == 1 && g.batch1 == 1) return dnnl::memory::desc({rows, cols}, type, dims{st.row, st.col});
-  return dnnl::memory::desc({g.batch0, g.batch1, rows, cols}, type,
+dnnl::memory::desc matmul_operand(const MatmulGeometry& g, int64_t rows, int64_t cols,
+                                  const BatchedGemmShape::Strides& st, MatmulType type) {
+  if (g.batch0 == 1 && g.batch1 == 1)
+    return dnnl::memory::desc({rows, cols}, data_type(type), dims{st.row, st.col});
+  return dnnl::memory::desc({g.batch0, g.batch1, rows, cols}, data_type(type),
                             dims{st.batch0, st.batch1, st.row, st.col});
 }
 
-}  // namespace
+dnnl::matmul::primitive_desc matmul_primitive_desc(const dnnl::engine& engine,
+                                                   const MatmulGeometry& g, MatmulType in,
+                                                   MatmulType out, bool bias, float alpha,
+                                                   Accumulate accumulate, Epilogue epilogue,
+                                                   bool addend) {
+  const auto a_md = matmul_operand(g, g.M, g.K, g.a, in);
+  const auto b_md = matmul_operand(g, g.K, g.N, g.b, in);
+  const auto c_md = matmul_operand(g, g.M, g.N, g.c, out);
+  const bool batched = g.batch0 != 1 || g.batch1 != 1;
+  const auto bias_md = !bias     ? dnnl::memory::desc()
+                       : batched ? dnnl::memory::desc({1, 1, 1, g.N}, dt::f32, dims{g.N, g.N, g.N, 1})
+                                 : dnnl::memory::desc({1, g.N}, dt::f32, dims{g.N, 1});
+  dnnl::post_ops ops;
+  if (accumulate == Accumulate::Add) ops.append_sum(1.0f);
+  // The addend (a whole (M, N) tensor laid out as C) joins the sum before the epilogue.
+  if (addend) ops.append_binary(dnnl::algorithm::binary_add, c_md);
+  if (epilogue == Epilogue::GeluTanh)
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  attr.set_post_ops(ops);
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, engine);
+}
+
+std::string matmul_failure(const MatmulGeometry& g, MatmulType in, MatmulType out,
+                           const dnnl::error& err) {
+  const std::string what = (g.batch0 * g.batch1 > 1 ? std::to_string(g.batch0 * g.batch1) + " x " : "") +
+                           std::to_string(g.M) + "x" + std::to_string(g.N) + "x" + std::to_string(g.K);
+  return "backend 'cpu': oneDNN matmul " + what + (in == MatmulType::BF16 ? " bf16" : " fp32") +
+         (out == MatmulType::BF16 ? " -> bf16" : "") + " failed: " + err.what() + " (status " +
+         std::to_string(err.status) + "); ONEDNN_VERBOSE=1 shows what oneDNN tried";
+}
 
 MatmulGeometry MatmulGeometry::of(const GemmShape& s) {
   MatmulGeometry g;
@@ -44,24 +78,11 @@ OneDnnMatmul::OneDnnMatmul() : engine_(dnnl::engine::kind::cpu, 0), stream_(engi
 OneDnnMatmul::Entry& OneDnnMatmul::find_or_create(const Key& k) {
   if (auto it = cache_.find(k); it != cache_.end()) return it->second;
   const MatmulGeometry& g = k.g;
-  const auto a_md = matrix(g, g.M, g.K, g.a, data_type(k.in));
-  const auto b_md = matrix(g, g.K, g.N, g.b, data_type(k.in));
-  const auto c_md = matrix(g, g.M, g.N, g.c, data_type(k.out));
-  const bool batched = g.batch0 != 1 || g.batch1 != 1;
-  const auto bias_md = !k.bias    ? dnnl::memory::desc()
-                       : batched ? dnnl::memory::desc({1, 1, 1, g.N}, dt::f32, dims{g.N, g.N, g.N, 1})
-                                 : dnnl::memory::desc({1, g.N}, dt::f32, dims{g.N, 1});
-  const auto addend_md = k.addend ? matrix(g, g.M, g.N, g.c, data_type(k.out)) : dnnl::memory::desc();
-  dnnl::post_ops ops;
-  if (k.accumulate == Accumulate::Add) ops.append_sum(1.0f);
-  if (k.addend) ops.append_binary(dnnl::algorithm::binary_add, addend_md);
-  if (k.epilogue == Epilogue::GeluTanh)
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
-  dnnl::primitive_attr attr;
-  if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
-  attr.set_post_ops(ops);
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr,
-                                        engine_);
+  const auto pd = matmul_primitive_desc(engine_, g, k.in, k.out, k.bias, k.alpha, k.accumulate,
+                                        k.epilogue, k.addend);
+  const auto a_md = pd.src_desc(), b_md = pd.weights_desc(), c_md = pd.dst_desc();
+  const auto bias_md = k.bias ? pd.bias_desc() : dnnl::memory::desc();
+  const auto addend_md = k.addend ? matmul_operand(g, g.M, g.N, g.c, k.out) : dnnl::memory::desc();
   Entry e{dnnl::matmul(pd), dnnl::memory(a_md, engine_, nullptr),
           dnnl::memory(b_md, engine_, nullptr),
           k.bias ? dnnl::memory(bias_md, engine_, nullptr) : dnnl::memory(),
@@ -96,13 +117,7 @@ void OneDnnMatmul::run(const MatmulGeometry& g, MatmulType in, MatmulType out, c
     stream_.wait();
     last_implementation_ = e.implementation;
   } catch (const dnnl::error& err) {
-    const std::string what = (g.batch0 * g.batch1 > 1 ? std::to_string(g.batch0 * g.batch1) + " x " : "") +
-                             std::to_string(g.M) + "x" + std::to_string(g.N) + "x" + std::to_string(g.K);
-    throw std::runtime_error("backend 'cpu': oneDNN matmul " + what +
-                             (in == MatmulType::BF16 ? " bf16" : " fp32") +
-                             (out == MatmulType::BF16 ? " -> bf16" : "") + " failed: " +
-                             err.what() + " (status " + std::to_string(err.status) +
-                             "); ONEDNN_VERBOSE=1 shows what oneDNN tried");
+    throw std::runtime_error(matmul_failure(g, in, out, err));
   }
 }
 

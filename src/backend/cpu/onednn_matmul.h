@@ -30,6 +30,21 @@ struct MatmulGeometry {
   static MatmulGeometry of(const BatchedGemmShape& s);
 };
 
+// The primitive descriptor of C = epilogue(alpha * A @ B + bias [+ C] [+ addend]) for geometry g, created
+// for the thread count oneDNN sees at the call (omp_get_max_threads): OneDnnMatmul and
+// TaskMatmuls (task_matmul.h) both build theirs here.
+dnnl::matmul::primitive_desc matmul_primitive_desc(const dnnl::engine& engine,
+                                                   const MatmulGeometry& g, MatmulType in,
+                                                   MatmulType out, bool bias, float alpha,
+                                                   Accumulate accumulate, Epilogue epilogue,
+                                                   bool addend = false);
+// The memory descriptor of a (rows, cols) operand of g with strides st.
+dnnl::memory::desc matmul_operand(const MatmulGeometry& g, int64_t rows, int64_t cols,
+                                  const BatchedGemmShape::Strides& st, MatmulType type);
+// The message of a failed oneDNN matmul: its shape and types, oneDNN's words, and how to see more.
+std::string matmul_failure(const MatmulGeometry& g, MatmulType in, MatmulType out,
+                           const dnnl::error& err);
+
 class OneDnnMatmul {
  public:
   OneDnnMatmul();

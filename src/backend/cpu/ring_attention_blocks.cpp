@@ -28,7 +28,6 @@
 #include <string>
 #include <type_traits>
 
-#include "attention_rows.h"
 #include "blas.h"
 #include "cpu_checks.h"
 #include "element.h"
@@ -41,7 +40,7 @@ namespace meshtrain {
 namespace cpu {
 namespace {
 
-constexpr int64_t kTile = kAttentionBlock;  // query rows per product
+constexpr int64_t kTile = 64;  // query rows per product: scratch stays a few tiles per thread
 
 // The sizes of one call (C = NH * HS the width of out, W = (NH + 2 KVH) * HS of a qkv row,
 // KC = KVH * HS of K or V in a kv row; Tq and Tk rows per sequence of qkv and kv) and its block.

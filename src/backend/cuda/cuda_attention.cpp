@@ -139,8 +139,9 @@ void CudaBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor&
 }
 
 void CudaBackend::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                        const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                        int64_t KVH, int64_t HS, const Tensor* document_starts) {
+                                        const Tensor& /*out*/, const Tensor& probs, int64_t B,
+                                        int64_t T, int64_t NH, int64_t KVH, int64_t HS,
+                                        const Tensor* document_starts) {
   if (document_starts) refuse_document_mask("attention_backward");
   cuda::TimedOp timed(profile_, stream_, "attention_backward",
                       8.0 * double(B) * double(NH) * double(T) * double(T) * double(HS));

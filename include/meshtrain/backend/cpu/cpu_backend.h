@@ -41,6 +41,13 @@ class CpuBackend final : public Backend {
   // Computes on memory from `allocator` (e.g. pinned host memory of a GPU's offloaded state).
   CpuBackend(int threads, std::unique_ptr<Allocator> allocator);
   bool planning() const override { return planning_; }
+  // Planning a GPU run (the planner's dry runs are made on this backend): its attention keeps
+  // the default stash (B, NH, T, T) rather than this backend's row log-sum-exp.
+  void plan_attention_of(Device device) { planned_attention_ = device; }
+  // Flash-style attention (flash_attention.cpp): the stash is the row log-sum-exp (B, NH, T)
+  // in fp32 (fp64 under fp64 activations).
+  AttentionStash attention_stash(int64_t B, int64_t T, int64_t NH,
+                                 DType activations) const override;
 
   std::string name() const override { return "cpu"; }
   std::string describe() const override;
@@ -105,12 +112,13 @@ class CpuBackend final : public Backend {
   void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
   void do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
                                const Tensor& pre) override;
-  void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
+  void do_attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B, int64_t T,
                             int64_t NH, int64_t KVH, int64_t HS,
                             const Tensor* document_starts) override;
   void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                             const Tensor& probs, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                             int64_t HS, const Tensor* document_starts) override;
+                             const Tensor& out, const Tensor& stash, int64_t B, int64_t T,
+                             int64_t NH, int64_t KVH, int64_t HS,
+                             const Tensor* document_starts) override;
   // Ring-attention blocks (ring_attention_blocks.cpp): fp32, fp64 and bf16, lse in wide(A).
   void do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
                                   int64_t B, int64_t NH, int64_t KVH, int64_t HS,
@@ -166,6 +174,7 @@ class CpuBackend final : public Backend {
                                const Tensor* residual);
 
   bool planning_;
+  Device planned_attention_ = Device::Cpu;
   int threads_;
   std::unique_ptr<cpu::Gemm> gemm_;
   KernelProfile* profile_ = nullptr;

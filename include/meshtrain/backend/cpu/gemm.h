@@ -66,6 +66,7 @@ struct GemmOptions {
 };
 
 class OneDnnMatmul;
+class TaskMatmuls;
 enum class MatmulType;
 
 class Gemm {
@@ -97,6 +98,15 @@ class Gemm {
   void run_batched_bf16(const BatchedGemmShape& s, const uint16_t* A, const uint16_t* B,
                         uint16_t* C);
 
+  // One GEMM by the calling thread alone, callable from every thread of an OpenMP team at once
+  // (the flash-attention tasks): fp32 C = alpha op(A) op(B) [+ C], fp32 or bf16 inputs. The
+  // caller sets its thread's OpenMP thread count to 1 inside the team (task_matmul.h says why).
+  // fp32 runs on OpenBLAS when the library is forced to it, else on oneDNN; bf16 on oneDNN.
+  void run_in_task(const GemmShape& s, const float* A, const float* B, float* C, float alpha,
+                   Accumulate accumulate);
+  void run_in_task_bf16(const GemmShape& s, const uint16_t* A, const uint16_t* B, float* C,
+                        float alpha, Accumulate accumulate);
+
   void set_library(GemmLibrary library) { library_ = library; }
   GemmLibrary library() const { return library_; }
   // The library that runs an fp32 GEMM of this shape under the current setting.
@@ -125,6 +135,7 @@ class Gemm {
 
   GemmLibrary library_ = GemmLibrary::Auto;
   std::unique_ptr<OneDnnMatmul> onednn_;
+  std::unique_ptr<TaskMatmuls> tasks_;  // created with the Gemm: the tasks share it
 };
 
 }  // namespace meshtrain::cpu

@@ -193,9 +193,12 @@ class CudaBackend final : public Backend {
   void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
                             int64_t NH, int64_t KVH, int64_t HS,
                             const Tensor* document_starts) override;
+  // Keeps the default stash (B, NH, T, T) and reads its own copy of out from it (cuDNN) or
+  // the softmax (own kernels): backward's `out` goes unused.
   void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                             const Tensor& probs, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                             int64_t HS, const Tensor* document_starts) override;
+                             const Tensor& out, const Tensor& probs, int64_t B, int64_t T,
+                             int64_t NH, int64_t KVH, int64_t HS,
+                             const Tensor* document_starts) override;
 
   void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
   void do_crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,

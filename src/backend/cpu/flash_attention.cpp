@@ -1,0 +1,380 @@
+// Causal multi-head self-attention as a blocked, flash-style kernel (FlashAttention-2, arXiv
+// 2307.08691, alg. 1-2), on strided views of qkv rows of (NH + 2 KVH) heads (query head h reads
+// key/value head h / (NH / KVH)) — no transposed or repeated copies of Q, K or V, and no T x T
+// matrix: per block of kQueryBlock queries, their scores against chunks of at most kKeyChunk
+// keys, up to the diagonal (chunks above it are never computed):
+//
+//   S = scale Q K^T (masked j > i, and j before the row's document start),  m = running rowmax,
+//   P = exp(S - m),  l = running rowsum P,  O = sum P V rescaled by exp(m_old - m_new),
+//   out = O / l,  lse = m + log l                                           scale = 1/sqrt(HS)
+//
+//   backward from lse alone (no probabilities kept):  P = exp(S - lse),  D = rowsum(dO * out),
+//   dP = dO V^T,  dS = scale P * (dP - D),  dV += P^T dO,  dK += dS^T Q,  dQ += dS K
+//
+// Tasks and determinism: forward runs one (batch, head, query block) per OpenMP task, backward
+// one (batch, head), each task's GEMMs on its own thread alone (Gemm::run_in_task) in a fixed
+// order, so the bits are the same at any thread count. A head's dK and dV sum its query blocks
+// in order; under grouped-query heads the group's heads then sum in order (KvParts).
+// The products are oneDNN matmuls (bf16 in, fp32 accumulate) on fp32 and bf16, OpenBLAS on fp64
+// (and on fp32 when the library is forced to OpenBLAS); the softmax runs in Acc<A>, and bf16's
+// P and dS are rounded once to bf16 as the operands of the products that follow.
+// Why per-thread products rather than one matmul batched over every head: a batched product
+// has to materialise every head's block of scores at once, and per block of queries it is as
+// many forks of the thread team as there are key chunks (PyTorch's CPU flash attention and
+// llm.c's CPU attention also give each thread whole rows of queries).
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "blas.h"
+#include "element.h"
+#include "kernels.h"
+#include "meshtrain/backend/cpu/gemm.h"
+#include "vector_math.h"
+
+namespace meshtrain::cpu {
+
+namespace {
+
+// Queries per task block: the diagonal block wastes about half of its kQueryBlock^2 products,
+// so the smaller the block, the closer to the causal FLOPs; 64 rows still keep a GEMM's M
+// large enough for oneDNN's kernels. Keys per chunk: bounds a task's scores to
+// kQueryBlock x kKeyChunk whatever T (a chunk starts on a multiple of kQueryBlock, so the
+// chunk shapes, and the primitives they need, are few).
+constexpr int64_t kQueryBlock = 64;
+constexpr int64_t kKeyChunk = 512;
+
+// The sizes and strides of one call.
+struct Geometry {
+  int64_t B, T, NH, KVH, HS;
+  const int32_t* starts;  // document starts (B * T), or null
+  int64_t G() const { return NH / KVH; }
+  int64_t W() const { return (NH + 2 * KVH) * HS; }  // a qkv row
+  int64_t C() const { return NH * HS; }              // an out row
+  int64_t blocks() const { return (T + kQueryBlock - 1) / kQueryBlock; }
+  // Row i of sequence b sees keys [first_key, i].
+  int64_t first_key(int64_t b, int64_t i) const { return starts ? starts[b * T + i] : 0; }
+  // The first key chunk of a query block [q0, q0 + rows): its earliest document start, rounded
+  // down to a block boundary.
+  int64_t first_chunk(int64_t b, int64_t q0, int64_t rows) const {
+    int64_t lo = q0;
+    for (int64_t t = 0; t < rows; ++t) lo = std::min(lo, first_key(b, q0 + t));
+    return lo / kQueryBlock * kQueryBlock;
+  }
+};
+
+// One block product C (Acc<A>) = alpha op(A) op(B) [+ C] on the calling thread.
+void product(Gemm& gemm, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+             const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+             Accumulate acc) {
+  gemm.run_in_task({ta, tb, M, N, K, lda, ldb, ldc}, a, b, c, alpha, acc);
+}
+void product(Gemm& gemm, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+             const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float* c, int64_t ldc,
+             Accumulate acc) {
+  gemm.run_in_task_bf16({ta, tb, M, N, K, lda, ldb, ldc}, reinterpret_cast<const uint16_t*>(a),
+                        reinterpret_cast<const uint16_t*>(b), c, alpha, acc);
+}
+void product(Gemm&, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha,
+             const double* a, int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc,
+             Accumulate acc) {
+  const auto t = [](Trans x) { return x == Trans::Yes ? CblasTrans : CblasNoTrans; };
+  gemm(t(ta), t(tb), M, N, K, alpha, a, lda, b, ldb, acc == Accumulate::Add ? 1.0 : 0.0, c, ldc);
+}
+
+// Runs body(task) for tasks [0, n) on `team` threads, dynamically scheduled, each thread's
+// OpenMP thread count lowered to 1 for its GEMMs (task_matmul.h). The first exception thrown
+// in a task is rethrown after the team ends (one cannot leave an OpenMP region).
+template <class Body> void run_tasks(int team, int64_t n, Body body) {
+  std::exception_ptr error;
+#pragma omp parallel num_threads(team)
+  {
+    omp_set_num_threads(1);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < n; ++task) {
+      try {
+        body(task, omp_get_thread_num());
+      } catch (...) {
+#pragma omp critical(meshtrain_flash_attention_error)
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// Acc<A> elements of a thread's forward scratch: S (and, in place, P unless rounded), O, m, l,
+// and bf16's rounded P.
+template <class A> int64_t forward_per_thread(int64_t HS) {
+  const int64_t rounded = std::is_same_v<A, bf16> ? (kQueryBlock * kKeyChunk + 1) / 2 : 0;
+  return kQueryBlock * kKeyChunk + kQueryBlock * HS + 2 * kQueryBlock + rounded;
+}
+// Backward: P, dS, dQ (block), D, dK and dV (the whole sequence of the head), bf16's rounded P
+// and dS.
+template <class A> int64_t backward_per_thread(int64_t T, int64_t HS) {
+  const int64_t rounded = std::is_same_v<A, bf16> ? kQueryBlock * kKeyChunk : 0;
+  return 2 * kQueryBlock * kKeyChunk + kQueryBlock * HS + kQueryBlock + 2 * T * HS + rounded;
+}
+// Grouped-query heads: every head's dK and dV (B, NH, T, 2 HS) before the group sums them.
+int64_t kv_parts(const Geometry& g) { return g.G() > 1 ? g.B * g.NH * g.T * 2 * g.HS : 0; }
+
+// One block of queries [q0, q0 + rows) of head h in sequence b: out and lse.
+template <class A>
+void forward_block(Gemm& gemm, const Geometry& g, A* out, Acc<A>* lse, const A* qkv, int64_t b,
+                   int64_t h, int64_t q0, int64_t rows, Acc<A>* scratch) {
+  using E = Acc<A>;
+  constexpr E kNone = -std::numeric_limits<E>::infinity();
+  const int64_t HS = g.HS, W = g.W(), end = q0 + rows;
+  const E scale = static_cast<E>(1.0 / std::sqrt(static_cast<double>(HS)));
+  E* S = scratch;                         // (rows, kKeyChunk)
+  E* O = S + kQueryBlock * kKeyChunk;     // (rows, HS)
+  E* m = O + kQueryBlock * HS;            // running row max
+  E* l = m + kQueryBlock;                 // running row sum
+  A* P = nullptr;                         // P (rows, kKeyChunk): in place over S, or rounded
+  if constexpr (std::is_same_v<A, E>) P = S;
+  else P = reinterpret_cast<A*>(l + kQueryBlock);
+  const A* q = qkv + (b * g.T + q0) * W + h * HS;
+  const A* k = qkv + b * g.T * W + g.NH * HS + (h / g.G()) * HS;
+  const A* v = k + g.KVH * HS;
+  std::fill(m, m + rows, kNone);
+  std::fill(l, l + rows, E(0));
+
+  const int64_t k_begin = g.first_chunk(b, q0, rows);
+  for (int64_t k0 = k_begin; k0 < end; k0 += kKeyChunk) {
+    const int64_t n = std::min(kKeyChunk, end - k0);
+    product(gemm, Trans::No, Trans::Yes, rows, n, HS, scale, q, W, k + k0 * W, W, S, kKeyChunk,
+            Accumulate::Assign);
+    for (int64_t t = 0; t < rows; ++t) {
+      E* s = S + t * kKeyChunk;
+      A* p = P + t * kKeyChunk;
+      const int64_t i = q0 + t;
+      const int64_t a = std::max(g.first_key(b, i), k0) - k0, e = std::min(i + 1, k0 + n) - k0;
+      if (a >= e) {  // none of its keys here: a zero row of P leaves its O as it was
+        std::fill(p, p + n, narrow<A>(E(0)));
+        continue;
+      }
+      E mx = s[a];
+#pragma omp simd reduction(max : mx)
+      for (int64_t j = a + 1; j < e; ++j) mx = std::max(mx, s[j]);
+      const E m_new = std::max(m[t], mx);
+      const E correction = m[t] == kNone ? E(0) : std::exp(m[t] - m_new);
+      E sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = a; j < e; ++j) {
+        const E x = vexp<E>(s[j] - m_new);
+        sum += x;
+        p[j] = narrow<A>(x);
+      }
+      std::fill(p, p + a, narrow<A>(E(0)));
+      std::fill(p + e, p + n, narrow<A>(E(0)));
+      l[t] = l[t] * correction + sum;
+      if (k0 != k_begin)
+        for (int64_t c = 0; c < HS; ++c) O[t * HS + c] *= correction;
+      m[t] = m_new;
+    }
+    product(gemm, Trans::No, Trans::No, rows, HS, n, E(1), P, kKeyChunk, v + k0 * W, W, O, HS,
+            k0 == k_begin ? Accumulate::Assign : Accumulate::Add);
+  }
+  for (int64_t t = 0; t < rows; ++t) {  // every row sees at least its own key: l > 0
+    const E inv = E(1) / l[t];
+    A* o = out + (b * g.T + q0 + t) * g.C() + h * HS;
+    for (int64_t c = 0; c < HS; ++c) o[c] = narrow<A>(O[t * HS + c] * inv);
+    lse[(b * g.NH + h) * g.T + q0 + t] = m[t] + std::log(l[t]);
+  }
+}
+
+// Head h of sequence b, backward: dQ into dqkv, dK and dV into dqkv (or, under grouped-query
+// heads, into the head's KvParts row).
+template <class A>
+void backward_head(Gemm& gemm, const Geometry& g, A* dqkv, const A* dout, const A* qkv,
+                   const A* out, const Acc<A>* lse, int64_t b, int64_t h, Acc<A>* scratch,
+                   Acc<A>* parts) {
+  using E = Acc<A>;
+  const int64_t HS = g.HS, W = g.W(), C = g.C(), T = g.T;
+  const E scale = static_cast<E>(1.0 / std::sqrt(static_cast<double>(HS)));
+  E* P = scratch;                        // (rows, kKeyChunk) fp32 probabilities
+  E* dS = P + kQueryBlock * kKeyChunk;   // (rows, kKeyChunk): dP, then dS in place
+  E* dQ = dS + kQueryBlock * kKeyChunk;  // (rows, HS)
+  E* D = dQ + kQueryBlock * HS;          // (rows)
+  E* dK = D + kQueryBlock;               // (T, HS)
+  E* dV = dK + T * HS;                   // (T, HS)
+  A* P_op = nullptr;                     // the operands of the products: P and dS, or rounded
+  A* dS_op = nullptr;
+  if constexpr (std::is_same_v<A, E>) {
+    P_op = P;
+    dS_op = dS;
+  } else {
+    P_op = reinterpret_cast<A*>(dV + T * HS);
+    dS_op = P_op + kQueryBlock * kKeyChunk;
+  }
+  const int64_t row0 = b * T;
+  const A* k = qkv + row0 * W + g.NH * HS + (h / g.G()) * HS;
+  const A* v = k + g.KVH * HS;
+  const E* lse_h = lse + (b * g.NH + h) * T;
+  std::fill(dK, dK + 2 * T * HS, E(0));
+
+  for (int64_t q0 = 0; q0 < T; q0 += kQueryBlock) {
+    const int64_t rows = std::min(kQueryBlock, T - q0), end = q0 + rows;
+    const A* q = qkv + (row0 + q0) * W + h * HS;
+    const A* dO = dout + (row0 + q0) * C + h * HS;
+    const A* o = out + (row0 + q0) * C + h * HS;
+    for (int64_t t = 0; t < rows; ++t) {
+      E dot = 0;
+      for (int64_t c = 0; c < HS; ++c) dot += widen(dO[t * C + c]) * widen(o[t * C + c]);
+      D[t] = dot;
+    }
+    const int64_t k_begin = g.first_chunk(b, q0, rows);
+    for (int64_t k0 = k_begin; k0 < end; k0 += kKeyChunk) {
+      const int64_t n = std::min(kKeyChunk, end - k0);
+      product(gemm, Trans::No, Trans::Yes, rows, n, HS, scale, q, W, k + k0 * W, W, P, kKeyChunk,
+              Accumulate::Assign);
+      product(gemm, Trans::No, Trans::Yes, rows, n, HS, E(1), dO, C, v + k0 * W, W, dS,
+              kKeyChunk, Accumulate::Assign);
+      for (int64_t t = 0; t < rows; ++t) {
+        E* p = P + t * kKeyChunk;
+        E* ds = dS + t * kKeyChunk;
+        A* p_op = P_op + t * kKeyChunk;
+        A* ds_op = dS_op + t * kKeyChunk;
+        const int64_t i = q0 + t;
+        const int64_t a = std::max(g.first_key(b, i), k0) - k0, e = std::min(i + 1, k0 + n) - k0;
+        if (a >= e) {  // none of its keys here: zero rows of P and dS add nothing below
+          std::fill(p_op, p_op + n, narrow<A>(E(0)));
+          std::fill(ds_op, ds_op + n, narrow<A>(E(0)));
+          continue;
+        }
+        const E li = lse_h[i], Di = D[t];
+#pragma omp simd
+        for (int64_t j = a; j < e; ++j) {
+          const E x = vexp<E>(p[j] - li);
+          p_op[j] = narrow<A>(x);
+          ds_op[j] = narrow<A>(x * (ds[j] - Di) * scale);
+        }
+        std::fill(p_op, p_op + a, narrow<A>(E(0)));  // masked: the products below read them
+        std::fill(ds_op, ds_op + a, narrow<A>(E(0)));
+        std::fill(p_op + e, p_op + n, narrow<A>(E(0)));
+        std::fill(ds_op + e, ds_op + n, narrow<A>(E(0)));
+      }
+      product(gemm, Trans::Yes, Trans::No, n, HS, rows, E(1), P_op, kKeyChunk, dO, C,
+              dV + k0 * HS, HS, Accumulate::Add);
+      product(gemm, Trans::Yes, Trans::No, n, HS, rows, E(1), dS_op, kKeyChunk, q, W,
+              dK + k0 * HS, HS, Accumulate::Add);
+      product(gemm, Trans::No, Trans::No, rows, HS, n, E(1), dS_op, kKeyChunk, k + k0 * W, W, dQ,
+              HS, k0 == k_begin ? Accumulate::Assign : Accumulate::Add);
+    }
+    A* dq = dqkv + (row0 + q0) * W + h * HS;
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t c = 0; c < HS; ++c) dq[t * W + c] = narrow<A>(dQ[t * HS + c]);
+  }
+  if (g.G() == 1) {  // the head's own key/value head: straight into dqkv
+    A* dk = dqkv + row0 * W + g.NH * HS + h * HS;
+    A* dv = dk + g.KVH * HS;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < HS; ++c) {
+        dk[t * W + c] = narrow<A>(dK[t * HS + c]);
+        dv[t * W + c] = narrow<A>(dV[t * HS + c]);
+      }
+  } else {
+    E* part = parts + (b * g.NH + h) * T * 2 * HS;
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy(dK + t * HS, dK + (t + 1) * HS, part + t * 2 * HS);
+      std::copy(dV + t * HS, dV + (t + 1) * HS, part + t * 2 * HS + HS);
+    }
+  }
+}
+
+// Grouped-query heads: dK and dV of key/value head kv = the sum of its group's heads' parts in
+// head order, rounded once.
+template <class A> void sum_groups(const Geometry& g, A* dqkv, const Acc<A>* parts) {
+  using E = Acc<A>;
+  const int64_t HS = g.HS, W = g.W();
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < g.B * g.T; ++row) {
+    const int64_t b = row / g.T, t = row % g.T;
+    for (int64_t kv = 0; kv < g.KVH; ++kv) {
+      A* dk = dqkv + row * W + g.NH * HS + kv * HS;
+      A* dv = dk + g.KVH * HS;
+      for (int64_t c = 0; c < 2 * HS; ++c) {
+        E sum = 0;
+        for (int64_t j = 0; j < g.G(); ++j)
+          sum += parts[((b * g.NH + kv * g.G() + j) * g.T + t) * 2 * HS + c];
+        (c < HS ? dk[c] : dv[c - HS]) = narrow<A>(sum);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void check_document_starts(const char* op, const int32_t* starts, int64_t B, int64_t T_) {
+  if (starts == nullptr) return;
+  for (int64_t r = 0; r < B * T_; ++r)
+    if (starts[r] < 0 || starts[r] > r % T_)
+      throw std::invalid_argument(
+          std::string("backend 'cpu': ") + op + ": document_starts[" + std::to_string(r) +
+          "] = " + std::to_string(starts[r]) + " lies outside [0, " + std::to_string(r % T_) +
+          "] (a token's document starts at or before it)");
+}
+
+template <class A> int64_t attention_forward_scratch(int64_t HS, int threads) {
+  return int64_t{threads} * forward_per_thread<A>(HS);
+}
+
+template <class A>
+int64_t attention_backward_scratch(int64_t B, int64_t T_, int64_t NH, int64_t KVH, int64_t HS,
+                                   int threads) {
+  return int64_t{threads} * backward_per_thread<A>(T_, HS) +
+         kv_parts(Geometry{B, T_, NH, KVH, HS, nullptr});
+}
+
+template <class A>
+void attention_forward(Gemm& gemm, A* out, Acc<A>* lse, const A* qkv, int64_t B, int64_t T_,
+                       int64_t NH, int64_t KVH, int64_t HS, Acc<A>* scratch,
+                       const int32_t* starts, int threads) {
+  const Geometry g{B, T_, NH, KVH, HS, starts};
+  const int64_t pairs = B * NH, blocks = g.blocks(), per_thread = forward_per_thread<A>(HS);
+  // The blocks nearest the end of a sequence see the most keys: they go first.
+  run_tasks(threads, pairs * blocks, [&](int64_t task, int thread) {
+    const int64_t block = blocks - 1 - task / pairs, bh = task % pairs;
+    const int64_t q0 = block * kQueryBlock;
+    forward_block(gemm, g, out, lse, qkv, bh / NH, bh % NH, q0, std::min(kQueryBlock, T_ - q0),
+                  scratch + thread * per_thread);
+  });
+}
+
+template <class A>
+void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* out,
+                        const Acc<A>* lse, int64_t B, int64_t T_, int64_t NH, int64_t KVH,
+                        int64_t HS, Acc<A>* scratch, const int32_t* starts, int threads) {
+  const Geometry g{B, T_, NH, KVH, HS, starts};
+  const int64_t per_thread = backward_per_thread<A>(T_, HS);
+  Acc<A>* parts = scratch + int64_t{threads} * per_thread;
+  run_tasks(threads, B * NH, [&](int64_t bh, int thread) {
+    backward_head(gemm, g, dqkv, dout, qkv, out, lse, bh / NH, bh % NH,
+                  scratch + thread * per_thread, parts);
+  });
+  if (g.G() > 1) sum_groups(g, dqkv, parts);
+}
+
+#define INSTANTIATE(A)                                                                        \
+  template int64_t attention_forward_scratch<A>(int64_t, int);                                \
+  template int64_t attention_backward_scratch<A>(int64_t, int64_t, int64_t, int64_t, int64_t, \
+                                                 int);                                        \
+  template void attention_forward<A>(Gemm&, A*, Acc<A>*, const A*, int64_t, int64_t, int64_t, \
+                                     int64_t, int64_t, Acc<A>*, const int32_t*, int);         \
+  template void attention_backward<A>(Gemm&, A*, const A*, const A*, const A*,                \
+                                      const Acc<A>*, int64_t, int64_t, int64_t, int64_t,      \
+                                      int64_t, Acc<A>*, const int32_t*, int);
+INSTANTIATE(float)
+INSTANTIATE(double)
+INSTANTIATE(bf16)
+#undef INSTANTIATE
+
+}  // namespace meshtrain::cpu
