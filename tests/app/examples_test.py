@@ -260,6 +260,8 @@ RULES = [
      "GPT-2 124M benchmarks: `make bench`; their rows on a tiny model: bench_step_test"),
     (r"bench --suite context", "covered",
      "ring attention at T 4096-8192 (minutes on 2 cores): bench_context_test runs its rows small"),
+    (r"bench --suite attention", "covered",
+     "attention at T 1024-2048 (minutes on 2 cores): bench_attention_test runs its rows small"),
     (r"bench --suite calibrate", "run_as_written", "the suite, short as it is"),
     (r"bench --suite (comm|pipeline|zero|checkpoint|hetero|async|moe)", "run_bench_short",
      "every row of the suite, one timed step each (--steps 1)"),
