@@ -11,7 +11,9 @@ Bits depend on the machine: the binary is built with -march=native and the BLAS 
 CPU. On a machine of the recording's kind (CPU model and instruction-set flags) the single-rank
 continuation must match bit for bit, its step-4 state included; elsewhere, and on 2 ranks, to
 1e-4 relative: two fp32 steps from the same state differ in summation order by some 1e-6, while a
-parameter loaded wrongly (transposed, misnamed, missing) moves the loss by far more.
+parameter loaded wrongly (transposed, misnamed, missing) moves the loss by far more. When a CPU
+kernel's rounding changes on purpose, the continuation is recorded again (`continued_by` says by
+what); the checkpoint itself stays as f404fd5 wrote it.
 
 usage: fixture_resume_test.py --meshtrain BIN --mpiexec MPIEXEC
 """
