@@ -42,6 +42,28 @@ void Backend::do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Te
 
 void Backend::do_snapshot_to_host(Tensor& dst, const Tensor& src) { copy_to_host(dst.raw(), src); }
 
+void Backend::do_swiglu_forward_packed(Tensor& out, const Tensor& gate_up) {
+  const int64_t N = gate_up.dim(0), F = out.dim(1);
+  Tensor gate = empty({N, F}, gate_up.dtype(), MemoryCategory::Workspace);
+  Tensor up = empty({N, F}, gate_up.dtype(), MemoryCategory::Workspace);
+  copy_columns(gate, 0, gate_up, 0, F);
+  copy_columns(up, 0, gate_up, F, F);
+  swiglu_forward(out, gate, up);
+}
+
+void Backend::do_swiglu_backward_packed(Tensor& dgate_up, const Tensor& dout,
+                                        const Tensor& gate_up) {
+  const int64_t N = gate_up.dim(0), F = dout.dim(1);
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  Tensor gate = empty({N, F}, gate_up.dtype(), ws), up = empty({N, F}, gate_up.dtype(), ws);
+  Tensor dgate = empty({N, F}, gate_up.dtype(), ws), dup = empty({N, F}, gate_up.dtype(), ws);
+  copy_columns(gate, 0, gate_up, 0, F);
+  copy_columns(up, 0, gate_up, F, F);
+  swiglu_backward(dgate, dup, dout, gate, up);
+  copy_columns(dgate_up, 0, dgate, 0, F);
+  copy_columns(dgate_up, F, dup, 0, F);
+}
+
 void Backend::do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                         const Tensor& dout, const Tensor& inp, const Tensor& weight,
                                         const Tensor& mean, const Tensor& rstd,

@@ -110,6 +110,33 @@ void Backend::swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, co
   do_swiglu_backward(dgate, dup, dout, gate, up);
 }
 
+void Backend::swiglu_forward_packed(Tensor& out, const Tensor& gate_up) {
+  const OpContract c(*this, "swiglu_forward_packed");
+  if (gate_up.shape().rank() != 2 || gate_up.dim(1) % 2 != 0 || out.shape().rank() != 2 ||
+      out.dim(0) != gate_up.dim(0) || 2 * out.dim(1) != gate_up.dim(1))
+    c.fail("gate_up is (N, 2F), gate's F columns then up's, and out (N, F): " +
+           shapes({{"out", &out}, {"gate_up", &gate_up}}));
+  const DType a = gate_up.dtype();
+  c.same_dtype(a, "out", out);
+  c.on_device({&out, &gate_up});
+  c.computes_in(a);
+  do_swiglu_forward_packed(out, gate_up);
+}
+
+void Backend::swiglu_backward_packed(Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up) {
+  const OpContract c(*this, "swiglu_backward_packed");
+  if (gate_up.shape().rank() != 2 || gate_up.dim(1) % 2 != 0 || dgate_up.shape() != gate_up.shape() ||
+      dout.shape().rank() != 2 || dout.dim(0) != gate_up.dim(0) || 2 * dout.dim(1) != gate_up.dim(1))
+    c.fail("gate_up and dgate_up are (N, 2F), gate's F columns then up's, and dout (N, F): " +
+           shapes({{"dgate_up", &dgate_up}, {"dout", &dout}, {"gate_up", &gate_up}}));
+  const DType a = gate_up.dtype();
+  c.same_dtype(a, "dout", dout);
+  c.same_dtype(a, "dgate_up", dgate_up);
+  c.on_device({&dgate_up, &dout, &gate_up});
+  c.computes_in(a);
+  do_swiglu_backward_packed(dgate_up, dout, gate_up);
+}
+
 namespace {
 // N = positions.numel() rows of x, each W = x.numel() / N wide, holding `heads` heads of
 // head_dim channels from `column`; cos and sin (P, head_dim / 2) in wide(A).

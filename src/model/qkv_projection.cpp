@@ -35,6 +35,7 @@ QkvProjection::QkvProjection(const LayerContext& ctx, const std::string& name,
              spec.linear_bias);
   v_.emplace(ctx, name + ".v", Shape{kv_width, spec.d_model}, 0, Shape{kv_width}, 0.02,
              spec.linear_bias);
+  if (!spec.qk_norm) stacked_.emplace(std::vector<ColumnParallelLinear*>{&*q_, &*k_, &*v_});
   if (spec.qk_norm) {
     q_norm_.emplace(ctx, head_norm_spec(name + ".q_norm.weight", head_size_, ctx.tp), spec.norm.eps);
     k_norm_.emplace(ctx, head_norm_spec(name + ".k_norm.weight", head_size_, ctx.tp), spec.norm.eps);
@@ -44,6 +45,7 @@ QkvProjection::QkvProjection(const LayerContext& ctx, const std::string& name,
 Tensor QkvProjection::forward(const Tensor& x, Saved& saved, MemoryCategory category,
                               const TensorParallel* tp) {
   if (fused_) return fused_->forward(x, saved.entered, category, tp);
+  if (stacked_) return stacked_->forward(x, saved.entered, category, tp);
   Backend& be = *ctx_.backend;
   const MemoryCategory ws = MemoryCategory::Workspace;
   const int64_t q_cols = local_heads_ * head_size_, kv_cols = local_kv_heads_ * head_size_;
@@ -75,6 +77,12 @@ Tensor QkvProjection::backward(const Tensor& dqkv, const Saved& saved,
     dx = fused_->backward(dqkv, saved.entered, deferred);
     key_bias = fused_->bias();
     key_bias_begin = q_cols;
+  } else if (stacked_) {
+    dx = stacked_->backward(dqkv, saved.entered, deferred);
+    if (Parameter* b = k_->bias()) {
+      key_bias = b;
+      key_bias_begin = 0;
+    }
   } else {
     const MemoryCategory ws = MemoryCategory::Workspace;
     const int64_t N = dqkv.dim(0);

@@ -63,6 +63,23 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
   return view(begin * row, s);
 }
 
+Tensor adjacent_view(const std::vector<Tensor>& parts, Shape shape) {
+  if (parts.empty()) return {};
+  const Tensor& first = parts.front();
+  size_t end = first.offset_;
+  int64_t elements = 0;
+  for (const Tensor& p : parts) {
+    if (!p.defined() || p.buffer_ != first.buffer_ || p.dtype_ != first.dtype_ || p.offset_ != end)
+      return {};
+    end += p.nbytes();
+    elements += p.numel();
+  }
+  if (elements != shape.numel())
+    throw std::logic_error("adjacent_view: " + shape.to_string() + " over parts of " +
+                           std::to_string(elements) + " elements");
+  return Tensor(first.buffer_, first.offset_, shape, first.dtype_);
+}
+
 void Tensor::undefined_access() {
   throw std::logic_error("Tensor: access to an undefined tensor (a parameter not gathered, or "
                          "an activation already freed)");

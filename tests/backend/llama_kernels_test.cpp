@@ -29,6 +29,7 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/backend/rotary_table.h"
 #include "meshtrain/tensor/bf16.h"
+#include "support/counting_backend.h"
 #include "support/random.h"
 #include "support/tensors.h"
 
@@ -215,6 +216,44 @@ TEST_P(LlamaKernels, SwigluMatchesTheFormula) {
   be.swiglu_backward(tdg, tdu, T(dy, {N, F}), tg, tu);
   EXPECT_LT(max_relative_error(H(tdg), dgate), activation_tolerance(dt));
   EXPECT_LT(max_relative_error(H(tdu), dup), activation_tolerance(dt));
+}
+
+// The packed form (gate's columns then up's in each row of one product) gives the bits of the
+// two halves, in place on this backend and through the front's default (copies out and back,
+// which the CUDA backend runs), which CountingBackend, overriding none of it, takes.
+TEST_P(LlamaKernels, SwigluPackedIsTheHalvesBitForBit) {
+  const int64_t N = 5, F = 37;
+  const Vec gate = R(random_normal(N * F, 31, 3.0)), up = R(random_normal(N * F, 32)),
+            dy = R(random_normal(N * F, 33));
+  Vec packed(N * 2 * F);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < F; ++c) {
+      packed[r * 2 * F + c] = gate[r * F + c];
+      packed[r * 2 * F + F + c] = up[r * F + c];
+    }
+  Tensor out = empty({N, F}), dgate = empty({N, F}), dup = empty({N, F});
+  be.swiglu_forward(out, T(gate, {N, F}), T(up, {N, F}));
+  be.swiglu_backward(dgate, dup, T(dy, {N, F}), T(gate, {N, F}), T(up, {N, F}));
+  Vec want_grad(N * 2 * F);
+  const Vec dg = H(dgate), du = H(dup);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < F; ++c) {
+      want_grad[r * 2 * F + c] = dg[r * F + c];
+      want_grad[r * 2 * F + F + c] = du[r * F + c];
+    }
+  testing::CountingBackend by_default(2);
+  for (Backend* b : std::initializer_list<Backend*>{&be, &by_default}) {
+    SCOPED_TRACE(b->name());
+    Tensor gu = make_tensor(*b, packed, {N, 2 * F}, dt);
+    Tensor o = b->empty({N, F}, dt, MemoryCategory::Workspace);
+    b->swiglu_forward_packed(o, gu);
+    EXPECT_EQ(to_host(*b, o), H(out));
+    Tensor dgu = b->empty({N, 2 * F}, dt, MemoryCategory::Workspace);
+    b->swiglu_backward_packed(dgu, make_tensor(*b, dy, {N, F}, dt), gu);
+    EXPECT_EQ(to_host(*b, dgu), want_grad);
+  }
+  Tensor wrong = empty({N, F + 1});
+  EXPECT_THROW(be.swiglu_forward_packed(wrong, T(packed, {N, 2 * F})), std::invalid_argument);
 }
 
 // ---- rotary ---------------------------------------------------------------------------------
@@ -482,6 +521,9 @@ TEST(LlamaKernelsPlanning, ChecksAndAllocatesWithoutComputing) {
   Tensor gate = make({N, F}, d), up = make({N, F}, d), h = make({N, F}, d);
   be.swiglu_forward(h, gate, up);
   be.swiglu_backward(gate, up, h, gate, up);
+  Tensor gate_up = make({N, 2 * F}, d);
+  be.swiglu_forward_packed(h, gate_up);
+  be.swiglu_backward_packed(gate_up, h, gate_up);
   const RotaryTable t = make_rotary_table(be, rope_inverse_frequencies(D, {}), 128, d,
                                           MemoryCategory::Parameters);
   EXPECT_EQ(be.memory().current(MemoryCategory::Parameters), size_t{2} * 128 * (D / 2) * 4);

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,16 @@ int count_named(ParameterStore& store, const std::string& name) {
   return n;
 }
 
+// Whether parameter `second` begins where `first` ends in the flat buffers, values and
+// gradients: then the layers run as one product (model/stacked_columns.h).
+bool adjacent(Harness& h, const std::string& first, const std::string& second) {
+  Parameter* a = h.model->params().find(first);
+  Parameter* b = h.model->params().find(second);
+  if (!a || !b) throw std::logic_error("no parameter " + first + " or " + second);
+  return adjacent_view({a->value, b->value}, {a->numel() + b->numel()}).defined() &&
+         adjacent_view({a->grad, b->grad}, {a->numel() + b->numel()}).defined();
+}
+
 // Tied: one wte, read by the embedding and the head (the head unit borrows it), so its
 // gradient — checked element by element below — holds both uses.
 TEST(GradientCheck, TiedEmbeddingsEveryElement) {
@@ -193,6 +204,19 @@ TEST(GradientCheck, RmsNormSwiGluWithoutBiasesEveryElement) {
   }
   EXPECT_EQ(count_named(h.model->params(), "h.0.mlp.up.weight"), 1);
   EXPECT_EQ(count_named(h.model->params(), "ln_f.weight"), 1);
+  EXPECT_TRUE(adjacent(h, "h.0.mlp.gate.weight", "h.0.mlp.up.weight")) << "gate and up not one product";
+  check_all_gradients(h, Recompute::None);
+}
+
+// SwiGLU with biases: gate's bias lies between the two weights, so gate and up run one by one
+// and their outputs are copied into the packed rows (model/stacked_columns.h).
+TEST(GradientCheck, SwiGluWithBiasesOneByOneEveryElement) {
+  Harness h(false, 12, [](ModelSpec& m) {
+    m.norm.kind = NormKind::Rms;
+    m.activation = ActivationKind::SwiGlu;
+    m.ffn_hidden_set = 24;
+  });
+  EXPECT_FALSE(adjacent(h, "h.0.mlp.gate.weight", "h.0.mlp.up.weight"));
   check_all_gradients(h, Recompute::None);
 }
 
@@ -207,6 +231,7 @@ TEST(GradientCheck, GroupedQueryAttentionEveryElement) {
     if (p->spec.name == "h.0.attn.k.weight") { EXPECT_EQ(p->spec.global_shape, (Shape{8, 16})); }
     if (p->spec.name == "h.0.attn.v.weight") { EXPECT_EQ(p->spec.global_shape, (Shape{8, 16})); }
   }
+  EXPECT_FALSE(adjacent(h, "h.0.attn.q.weight", "h.0.attn.k.weight")) << "biases between them";
   check_all_gradients(h, Recompute::None);
   for (Parameter* p : h.model->params().params())
     if (p->spec.name == "h.1.attn.k.bias") {
@@ -228,6 +253,7 @@ TEST(GradientCheck, LlamaBlockWithRotaryPositionsEveryElement) {
     m.linear_bias = false;
   });
   EXPECT_EQ(count_named(h.model->params(), "wpe"), 0);
+  EXPECT_TRUE(adjacent(h, "h.1.attn.k.weight", "h.1.attn.v.weight")) << "q, k, v not one product";
   check_all_gradients(h, Recompute::None);
 }
 

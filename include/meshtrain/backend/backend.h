@@ -234,6 +234,13 @@ class Backend {
   void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
   void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate,
                        const Tensor& up);
+  // The same on the rows of one product of gate and up side by side (model/stacked_columns.h):
+  // gate_up (N, 2F) holds gate's F columns then up's in each row, and backward assigns
+  // dgate_up (N, 2F) in that layout, so the input gradient is one product over both. The same
+  // bits as the calls on the two halves; the default copies the halves out and back, a device
+  // reads and writes them in place.
+  void swiglu_forward_packed(Tensor& out, const Tensor& gate_up);
+  void swiglu_backward_packed(Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up);
 
   // Rotary position embedding (Su et al., arXiv 2104.09864) in the rotate-half layout of Hugging
   // Face's apply_rotary_pos_emb: in each head of D = head_dim channels, channel i < D/2 pairs
@@ -428,6 +435,9 @@ class Backend {
   virtual void do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) = 0;
   virtual void do_swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout,
                                   const Tensor& gate, const Tensor& up) = 0;
+  virtual void do_swiglu_forward_packed(Tensor& out, const Tensor& gate_up);
+  virtual void do_swiglu_backward_packed(Tensor& dgate_up, const Tensor& dout,
+                                         const Tensor& gate_up);
   // rotary_forward and rotary_backward: one rotation, by the angle or by minus it.
   enum class Rotation { ByAngle, ByMinusAngle };
   virtual void do_rotary(Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin,

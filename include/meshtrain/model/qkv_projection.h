@@ -4,8 +4,8 @@
 // (backend.h's attention layout). Multi-head attention (kv_heads == heads: GPT-2) has one
 // weight (3, NH HS, C), split by heads within each of q, k and v. Grouped-query attention has
 // three, q (NH HS, C), k and v (KVH HS, C) (Hugging Face's q_proj, k_proj, v_proj), each
-// column-parallel by heads, reading the input entered into the tensor region once; their
-// outputs are packed into the row. With model.qk_norm (Qwen 3) the projections are separate
+// column-parallel by heads, reading the input entered into the tensor region once, and run as
+// one product writing the packed rows where their storage is adjacent (model/stacked_columns.h). With model.qk_norm (Qwen 3) the projections are separate
 // whatever kv_heads is, and each query and key head is RMS-normalised over its head_dim
 // channels (q_norm, k_norm: one (head_dim) weight each, shared by every head) before packing,
 // while each projection's output is still contiguous, (N x heads, head_dim).
@@ -18,6 +18,7 @@
 #include "meshtrain/model/linear.h"
 #include "meshtrain/model/model_spec.h"
 #include "meshtrain/model/rmsnorm.h"
+#include "meshtrain/model/stacked_columns.h"
 
 namespace meshtrain {
 
@@ -46,6 +47,7 @@ class QkvProjection {
   int64_t local_heads_, local_kv_heads_, head_size_;
   std::optional<ColumnParallelLinear> fused_;   // multi-head: (3, NH HS, C)
   std::optional<ColumnParallelLinear> q_, k_, v_;  // grouped-query, or with qk_norm
+  std::optional<StackedColumns> stacked_;          // q, k and v as one product, without qk_norm
   std::optional<RmsNorm> q_norm_, k_norm_;
 };
 

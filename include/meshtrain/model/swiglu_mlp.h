@@ -2,14 +2,17 @@
 // The SwiGLU feed-forward (Shazeer, arXiv 2002.05202; Llama, Qwen):
 //   down(silu(gate(x)) * up(x)),  gate and up C -> F column-parallel, down F -> C row-parallel.
 // gate and up are two layers (Hugging Face's gate_proj and up_proj), each split by columns, so a
-// rank's slices of the two pair up without interleaving; they read x entered into the tensor
-// region once (ColumnParallelLinear::forward_entered).
+// rank's slices of the two pair up without interleaving; they run as one product whose rows
+// hold gate's columns then up's (model/stacked_columns.h), which SwiGLU reads in place
+// (Backend::swiglu_forward_packed), and its gradient, written in the same layout, is one
+// product back to the input.
 
 #include <string>
 
 #include "meshtrain/model/cost_sheet.h"
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/linear.h"
+#include "meshtrain/model/stacked_columns.h"
 
 namespace meshtrain {
 
@@ -17,7 +20,7 @@ class SwiGluMlp {
  public:
   struct Saved {
     ColumnParallelLinear::Saved in;    // x in the tensor region, read by gate and up
-    Tensor gate, up;                   // (N, F / tp)
+    Tensor gate_up;                    // (N, 2F / tp): gate's columns, then up's
     RowParallelLinear::Saved down_in;  // silu(gate) * up, (N, F / tp)
   };
 
@@ -35,6 +38,7 @@ class SwiGluMlp {
   LayerContext ctx_;
   ColumnParallelLinear gate_;
   ColumnParallelLinear up_;
+  StackedColumns gate_up_;
   RowParallelLinear down_;
 };
 

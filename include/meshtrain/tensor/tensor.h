@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "meshtrain/tensor/allocator.h"
 #include "meshtrain/tensor/dtype.h"
@@ -64,6 +65,12 @@ class Tensor {
   // Rows [begin, end) of the first dimension.
   Tensor rows(int64_t begin, int64_t end) const;
 
+  // `parts`, when they lie back to back in one buffer (each starting where the one before
+  // ends) and share a dtype, as one view of `shape` (as many elements as they hold together);
+  // an undefined tensor otherwise. Layers that keep separate parameters (Hugging Face's q, k
+  // and v projections) run them as one matrix product where their storage allows it.
+  friend Tensor adjacent_view(const std::vector<Tensor>& parts, Shape shape);
+
  private:
   void check_dtype(DType expected) const;
   [[noreturn]] static void undefined_access();
@@ -73,5 +80,7 @@ class Tensor {
   Shape shape_;
   DType dtype_ = DType::F32;
 };
+
+Tensor adjacent_view(const std::vector<Tensor>& parts, Shape shape);
 
 }  // namespace meshtrain

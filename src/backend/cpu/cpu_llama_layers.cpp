@@ -64,7 +64,19 @@ void CpuBackend::do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor
   KernelProfile::Scope timed(profile_, op);
   dispatch(planning_, op, gate.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::swiglu_forward<T>(ptr<T>(out), ptr<T>(gate), ptr<T>(up), gate.numel());
+    const int64_t F = cols_of(gate);
+    cpu::swiglu_forward<T>(ptr<T>(out), ptr<T>(gate), ptr<T>(up), rows_of(gate), F, F);
+  });
+}
+
+void CpuBackend::do_swiglu_forward_packed(Tensor& out, const Tensor& gate_up) {
+  const char* op = "swiglu_forward";
+  KernelProfile::Scope timed(profile_, op);
+  dispatch(planning_, op, gate_up.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t F = cols_of(out);
+    const T* gu = ptr<T>(gate_up);
+    cpu::swiglu_forward<T>(ptr<T>(out), gu, gu + F, rows_of(out), F, 2 * F);
   });
 }
 
@@ -74,8 +86,22 @@ void CpuBackend::do_swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& do
   KernelProfile::Scope timed(profile_, op);
   dispatch(planning_, op, gate.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    const int64_t F = cols_of(gate);
     cpu::swiglu_backward<T>(ptr<T>(dgate), ptr<T>(dup), ptr<T>(dout), ptr<T>(gate), ptr<T>(up),
-                            gate.numel());
+                            rows_of(gate), F, F, F);
+  });
+}
+
+void CpuBackend::do_swiglu_backward_packed(Tensor& dgate_up, const Tensor& dout,
+                                           const Tensor& gate_up) {
+  const char* op = "swiglu_backward";
+  KernelProfile::Scope timed(profile_, op);
+  dispatch(planning_, op, gate_up.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t F = cols_of(dout);
+    const T* gu = ptr<T>(gate_up);
+    T* dgu = ptr<T>(dgate_up);
+    cpu::swiglu_backward<T>(dgu, dgu + F, ptr<T>(dout), gu, gu + F, rows_of(dout), F, 2 * F, 2 * F);
   });
 }
 

@@ -63,10 +63,13 @@ void rmsnorm_backward(A* dinp, Acc<A>* dweight, const A* dout, const A* inp, con
                       const Acc<A>* rstd, int64_t N, int64_t C, Acc<A>* scratch,
                       const A* residual = nullptr);  // as layernorm_backward's
 
-// SwiGLU (swiglu.cpp): out = silu(gate) * up over n elements, and its two input gradients.
-template <class A> void swiglu_forward(A* out, const A* gate, const A* up, int64_t n);
+// SwiGLU (swiglu.cpp): out = silu(gate) * up over rows of F channels, and its two input
+// gradients; gate and up rows ld_in apart, dgate and dup rows ld_grad apart, out and dout F.
 template <class A>
-void swiglu_backward(A* dgate, A* dup, const A* dout, const A* gate, const A* up, int64_t n);
+void swiglu_forward(A* out, const A* gate, const A* up, int64_t rows, int64_t F, int64_t ld_in);
+template <class A>
+void swiglu_backward(A* dgate, A* dup, const A* dout, const A* gate, const A* up, int64_t rows,
+                     int64_t F, int64_t ld_in, int64_t ld_grad);
 
 // Rotary embedding (rotary.cpp), in place on `heads` heads of head_dim channels from `column` of
 // each of the N rows of W elements, at row n's position positions[n] of the (P, head_dim / 2)

@@ -96,6 +96,9 @@ class CpuBackend final : public Backend {
                                const Tensor& weight, const Tensor& rstd,
                                const Tensor& residual) override;
   void do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void do_swiglu_forward_packed(Tensor& out, const Tensor& gate_up) override;
+  void do_swiglu_backward_packed(Tensor& dgate_up, const Tensor& dout,
+                                 const Tensor& gate_up) override;
   void do_swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate,
                           const Tensor& up) override;
   void do_rotary(Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin,
