@@ -119,11 +119,13 @@ void QkvProjection::add_costs(CostSheet& sheet) const {
     sheet.add_pass_over_last_outputs(2, 4);
     return;
   }
-  // Each projection's outputs: that layout pass, and the copy into the packed rows (forward)
-  // and out of them (backward).
+  // Without biases between their weights the three are one product writing the packed rows;
+  // otherwise each projection's outputs take that layout pass and the copy into the packed
+  // rows (forward) and out of them (backward).
+  const bool one_product = stacked_ && !k_->has_bias();
   for (const std::optional<ColumnParallelLinear>* p : {&q_, &k_, &v_}) {
     (*p)->add_costs(sheet);
-    sheet.add_pass_over_last_outputs(4, 6);
+    sheet.add_pass_over_last_outputs(one_product ? 2 : 4, one_product ? 4 : 6);
   }
   if (q_norm_) {
     // The query and key heads normalised as a norm layer's rows are (model/norm_parts.h).

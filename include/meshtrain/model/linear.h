@@ -52,6 +52,7 @@ class ColumnParallelLinear {
   // Its GEMMs and parameters, from its global shapes (model/cost_sheet.h).
   void add_costs(CostSheet& sheet) const;
   Parameter* bias() { return bias_; }  // null without a bias
+  bool has_bias() const { return bias_ != nullptr; }
   Parameter& weight() { return weight_; }
   int64_t in() const { return in_; }
   const LayerContext& context() const { return ctx_; }
