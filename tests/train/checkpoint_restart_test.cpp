@@ -29,6 +29,7 @@
 #include "meshtrain/train/trainer.h"
 #include "support/mpi_world.h"
 #include "support/parity.h"
+#include "support/sanitized.h"
 #include "support/shared_temp_dir.h"
 #include "support/tensors.h"
 
@@ -321,6 +322,11 @@ std::string chain_name(const std::vector<Segment>& chain) {
 void check_chains(DType precision, double loss_tol, double params_tol, bool moe = false) {
   const std::vector<std::vector<Segment>> all = moe ? moe_chains(world_size()) : chains(world_size());
   if (all.empty()) GTEST_SKIP() << "no chains for " << world_size() << " ranks";
+  // Under the sanitizers the dense fp64 chains are left to the Release run: they save and load
+  // through the code the fp32 chains run, with another HDF5 type (the mixture's chains, fp64,
+  // still run: they alone split experts).
+  if (testing::kSanitized && precision == DType::F64 && !moe)
+    GTEST_SKIP() << "under the sanitizers the dense fp64 chains are left to the Release run";
   testing::SharedTempDir dir;
   Config base = testing::tiny_config(dir.path());
   if (moe) base.model = testing::tiny_moe(base.model);

@@ -14,12 +14,17 @@
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/train/trainer.h"
 #include "support/parity.h"
+#include "support/sanitized.h"
 #include "support/temp_dir.h"
 
 namespace meshtrain {
 namespace {
 
 TEST(Overfit, TinyModelMemorisesTinyCorpus) {
+  // A number to reach, not code to look at: its 150 steps repeat one step's code, which the
+  // sanitizers see in the layout tests.
+  if (testing::kSanitized)
+    GTEST_SKIP() << "under the sanitizers the 150-step memorisation is left to the Release run";
   testing::TempDir dir;
   Config c = testing::tiny_config(dir.path());
   c.model = gpt2_spec(2, 64, 4, 32, 256);
