@@ -114,7 +114,7 @@ void bench_async(const BenchArgs& args, BenchReport& report) {
   // Enough steps that start-up and the final fence are small beside them (--steps to change).
   const int steps = args.steps_given ? args.steps : 40;
 
-  Config c = bench_deck("async", gpt2_spec(4, 128, 4, 128, 256));
+  Config c = bench_deck("async", bench_gpt2(args, 4, 128, 4, 128, 256));
   c.run.log_every = steps;
   c.run.straggler_threshold = 0;
   c.data.val = "synthetic";

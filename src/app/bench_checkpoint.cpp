@@ -134,7 +134,7 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
   const int threads = std::max(1, std::min(args.threads, cores / node_ranks));
   CpuBackend backend(threads);
 
-  Config config = bench_deck("checkpoint", gpt2_spec(4, 384, 6, 256, 16384));
+  Config config = bench_deck("checkpoint", bench_gpt2(args, 4, 384, 6, 256, 16384));
   config.run.dir = args.dir;
   config.train.global_batch = 4 * world;
   config.train.micro_batch = 4;
@@ -247,9 +247,11 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
 
   char line[400];
   std::snprintf(line, sizeof line,
-                "suite checkpoint: model %.1fM parameters (layers 4, d_model 384, vocab 16384), "
+                "suite checkpoint: model %.1fM parameters (layers %d, d_model %lld, vocab %lld), "
                 "fp32 values + 2 AdamW moments = %.1f MB file, %d rank(s) (%s) x %d thread(s), dir %s",
-                config.model.parameter_count() / 1e6, bytes / 1e6, world,
+                config.model.parameter_count() / 1e6, config.model.layers,
+                static_cast<long long>(config.model.d_model),
+                static_cast<long long>(config.model.vocab_size), bytes / 1e6, world,
                 describe_layout(config).c_str(), threads, args.dir.c_str());
   report.header(line);
   report.header("ceiling: raw write(2) of the same bytes in 4 MiB blocks + fsync, each rank its "

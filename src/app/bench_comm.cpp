@@ -31,8 +31,8 @@ double median(std::vector<double> v) {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-Config comm_config(int ranks, double bucket_mb) {
-  Config c = bench_deck("comm", gpt2_spec(8, 512, 8, 128, 256));
+Config comm_config(const BenchArgs& args, int ranks, double bucket_mb) {
+  Config c = bench_deck("comm", bench_gpt2(args, 8, 512, 8, 128, 256));
   c.train.micro_batch = 2;
   c.train.global_batch = 2 * ranks * 2;  // two micro-batches per rank
   c.parallel.dp = ranks;
@@ -54,7 +54,7 @@ void bench_comm(const BenchArgs& args, BenchReport& report) {
   report.columns({"bytes", "time_ms", "busbw_GB/s", "hidden", "ratio"});
 
   for (double bucket_mb : {25.0, 1e6}) {
-    const Config c = comm_config(ranks, bucket_mb);
+    const Config c = comm_config(args, ranks, bucket_mb);
     ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 600.0);
     Trainer trainer(c, grid, backend);
     ModelState& state = trainer.state();

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -34,6 +35,13 @@ Config bench_deck(const std::string& suite, const ModelSpec& model) {
   // suites time is a step; the re-run is tested where it is the subject (sdc_test).
   c.run.rerun_spike_factor = 0;
   return c;
+}
+
+ModelSpec bench_gpt2(const BenchArgs& args, int layers, int64_t d_model, int64_t heads,
+                     int64_t seq_len, int64_t vocab_size) {
+  if (args.model == "tiny")
+    return gpt2_spec(layers, 64, 2, std::min<int64_t>(seq_len, 32), std::min<int64_t>(vocab_size, 256));
+  return gpt2_spec(layers, d_model, heads, seq_len, vocab_size);
 }
 
 int bench_command(const BenchArgs& args) {

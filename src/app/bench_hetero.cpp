@@ -106,7 +106,7 @@ void bench_hetero(const BenchArgs& args, BenchReport& report) {
   report.header(head);
 
   // ---- data parallelism: dp 4, rank 3 at half speed ----
-  Config dp = bench_deck("hetero", gpt2_spec(4, 128, 4, 128, 256));
+  Config dp = bench_deck("hetero", bench_gpt2(args, 4, 128, 4, 128, 256));
   dp.parallel.dp = 4;
   dp.train.micro_batch = 2;
   dp.train.global_batch = 32;  // 16 micro-batches
@@ -144,7 +144,7 @@ void bench_hetero(const BenchArgs& args, BenchReport& report) {
   balanced_row("dp4 rebalanced", rebalanced, dp_ideal);
 
   // ---- pipeline parallelism: dp 2 x pp 2, stage 1 at half speed ----
-  Config pp = bench_deck("hetero", gpt2_spec(12, 128, 4, 128, 256));
+  Config pp = bench_deck("hetero", bench_gpt2(args, 12, 128, 4, 128, 256));
   pp.parallel.dp = 2;
   pp.parallel.pp = 2;
   pp.parallel.schedule = ScheduleKind::OneFOneB;

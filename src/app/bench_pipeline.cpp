@@ -42,7 +42,10 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
   // Padded to factor x CPU time: the ranks share the cores (slowdown.h, PaddedCompute).
   set_compute_slowdown(devices.factor, PaddingBasis::CpuTime);
   report.columns({"stages", "microbatches", "step_ms", "bubble", "theory", "ratio", "critical", "imbalance", "overruns"});
-  report.header("pipeline: " + std::to_string(ranks) + " stages, 8 blocks of d_model 256, micro-batch 2 x 128 tokens; "
+  const ModelSpec model = bench_gpt2(args, 8 * ranks / 2, 256, 8, 128, 256);
+  report.header("pipeline: " + std::to_string(ranks) + " stages, " + std::to_string(model.layers) +
+                " blocks of d_model " + std::to_string(model.d_model) + ", micro-batch 2 x " +
+                std::to_string(model.seq_len) + " tokens; "
                 "ratio = measured / theory (1 is ideal, above 1 means communication or imbalance)" +
                 (devices.factor > 1 ? "; " + std::to_string(devices.ranks_per_node) + " ranks on " +
                                           std::to_string(devices.cores) + " cores: compute emulated " +
@@ -77,7 +80,7 @@ void bench_pipeline(const BenchArgs& args, BenchReport& report) {
     const ScheduleKind kind = variant.kind;
     const int v = kind == ScheduleKind::ZeroBubbleV ? 2 : 1;  // zb-v: two chunks per rank
     for (int m : {2, 4, 8, 16}) {
-      Config c = bench_deck("pipeline", gpt2_spec(8 * ranks / 2, 256, 8, 128, 256));
+      Config c = bench_deck("pipeline", model);
       c.train.micro_batch = 2;
       c.train.global_batch = 2 * m;
       c.parallel.pp = ranks;

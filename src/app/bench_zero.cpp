@@ -20,13 +20,16 @@ void bench_zero(const BenchArgs& args, BenchReport& report) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   CpuBackend backend(1);
   report.columns({"zero", "recompute", "step_ms", "peak_MiB", "state_MiB", "ratio"});
-  report.header("zero: dp " + std::to_string(ranks) + ", GPT 6 layers d_model 384 T 128, 2 micro-batches of 4 per rank; "
+  const ModelSpec model = bench_gpt2(args, 6, 384, 6, 128, 256);
+  report.header("zero: dp " + std::to_string(ranks) + ", GPT " + std::to_string(model.layers) +
+                " layers d_model " + std::to_string(model.d_model) + " T " +
+                std::to_string(model.seq_len) + ", 2 micro-batches of 4 per rank; "
                 "ratio = step time of zero 0 / recompute none over this one");
   double baseline = 0;
   for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
     for (int zero = 0; zero <= 3; ++zero) {
       if (rc != Recompute::None && zero != 0) continue;
-      Config c = bench_deck("zero", gpt2_spec(6, 384, 6, 128, 256));
+      Config c = bench_deck("zero", model);
       c.train.micro_batch = 4;
       c.train.global_batch = 8 * ranks;
       c.parallel.dp = ranks;

@@ -187,7 +187,8 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--model", bench.model,
                         "The step suite's model: gpt2 (GPT-2 124M, T 256, the figures), llama "
                         "(Llama 3's block at GPT-2 124M's sizes), or tiny / tiny-llama (2 "
-                        "layers, for tests)")
+                        "layers, for tests); tiny also shrinks the other suites' models but "
+                        "moe's (every line in seconds, ratios meaningless)")
       ->check(CLI::IsMember({"gpt2", "llama", "tiny", "tiny-llama"}));
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
   bench_cmd->add_option("--dir", bench.dir, "Directory for the checkpoint suite's files");

@@ -211,7 +211,12 @@ class Runner:
     def run_bench_short(self, where, command):
         # Before a trailing comment: `... bench --suite async   # 4 workers, ...`.
         code, hash_, comment = command.partition("#")
-        self.shell(where, code.rstrip() + " --steps 1" + (" " + hash_ + comment if hash_ else ""))
+        short = " --steps 1"
+        # The suites that take a tiny model (bench_gpt2) run it: their full sizes are minutes
+        # on 2 cores, and `make bench` runs them.
+        if re.search(r"--suite (comm|pipeline|zero|checkpoint|hetero|async)\b", code):
+            short += " --model tiny"
+        self.shell(where, code.rstrip() + short + (" " + hash_ + comment if hash_ else ""))
 
     def run_eval(self, where, command):
         # The stand-in checkpoint is the small model: eval needs the same overrides.
@@ -264,7 +269,8 @@ RULES = [
      "attention at T 1024-2048 (minutes on 2 cores): bench_attention_test runs its rows small"),
     (r"bench --suite calibrate", "run_as_written", "the suite, short as it is"),
     (r"bench --suite (comm|pipeline|zero|checkpoint|hetero|async|moe)", "run_bench_short",
-     "every row of the suite, one timed step each (--steps 1)"),
+     "every row of the suite, one timed step each (--steps 1; all but moe on a tiny model, "
+     "--model tiny)"),
     (r"^build/meshtrain plan ", "run_as_written", "planning needs no data"),
     (r"^scripts/advisor-accuracy\.py", "covered", "advisor_test runs it (--quick, 2 ranks)"),
     (r"train .*--set run\.name=(hf-demo|sample-demo) ", "run_as_written",

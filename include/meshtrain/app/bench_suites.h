@@ -18,6 +18,12 @@ namespace meshtrain {
 // a step whose gradient norm spikes (it would be timed as part of the step), run directory
 // runs/bench-<suite>.
 Config bench_deck(const std::string& suite, const ModelSpec& model);
+// A suite's GPT-2 model (gpt2_spec), or with args.model "tiny" the same layers at d_model 64,
+// 2 heads, at most 32 positions and 256 tokens: every line of the suite in seconds, for the
+// tests of its examples (ratios meaningless). The comm, pipeline, zero, checkpoint, hetero and
+// async suites.
+ModelSpec bench_gpt2(const BenchArgs& args, int layers, int64_t d_model, int64_t heads,
+                     int64_t seq_len, int64_t vocab_size);
 
 // Emulated devices for the suites with a slow rank (hetero, async), collective over the world:
 // where a node's ranks outnumber its usable cores, ranks computing at once are bounded by the
