@@ -1,5 +1,6 @@
 #include "meshtrain/model/parameter_store.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "meshtrain/tensor/philox.h"
@@ -15,6 +16,18 @@ int ParameterStore::begin_unit(std::string name) {
   unit_names_.push_back(std::move(name));
   borrowed_.emplace_back();
   return units() - 1;
+}
+
+bool ParameterStore::stack(const std::vector<Parameter*>& params) {
+  if (params.size() < 2) return false;
+  const auto first = std::find(view_.begin(), view_.end(), params.front());
+  if (first == view_.end() || view_.end() - first < static_cast<std::ptrdiff_t>(params.size()))
+    return false;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (first[static_cast<std::ptrdiff_t>(i)] != params[i] || params[i]->stack >= 0) return false;
+  for (Parameter* p : params) p->stack = stacks_;
+  ++stacks_;
+  return true;
 }
 
 void ParameterStore::use(Parameter& p) { borrowed_.back().push_back(&p); }

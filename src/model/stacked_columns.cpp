@@ -16,6 +16,11 @@ StackedColumns::StackedColumns(std::vector<ColumnParallelLinear*> layers)
       throw std::logic_error("StackedColumns: layers of one input width, all with or all without biases");
     width_ += l->local_out();
   }
+  // Their weights back to back in every flat buffer, where they were registered so; biases
+  // between them (registered with each layer) leave them one by one.
+  std::vector<Parameter*> weights;
+  for (ColumnParallelLinear* l : layers_) weights.push_back(&l->weight());
+  if (!biased_) layers_.front()->context().store->stack(weights);
 }
 
 StackedColumns::Joined StackedColumns::joined(bool gradients) const {

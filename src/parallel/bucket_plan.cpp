@@ -26,8 +26,18 @@ BucketPlan make_bucket_plan(ParameterStore& store, const std::function<int(Repli
   BucketPlan plan;
   const int64_t limit =
       std::max<int64_t>(kAlign, static_cast<int64_t>(bucket_mb * 1024 * 1024) / dtype_size(dtype));
+  // Backward order, so that buckets fill as backward writes them; a stack's parameters
+  // (ParameterStore::stack) stay in their own order, back to back in one bucket: their layers
+  // read and write them as one tensor.
   std::vector<Parameter*> params = store.params();
   std::reverse(params.begin(), params.end());
+  for (auto run = params.begin(); run != params.end();) {
+    auto end = run + 1;
+    if ((*run)->stack >= 0)
+      while (end != params.end() && (*end)->stack == (*run)->stack) ++end;
+    std::reverse(run, end);
+    run = end;
+  }
 
   Bucket open;
   auto close = [&] {
@@ -50,8 +60,10 @@ BucketPlan make_bucket_plan(ParameterStore& store, const std::function<int(Repli
     const bool new_unit = !open.params.empty() && open.params.back()->unit != p->unit;
     // A bucket is reduced over one communicator, so a parameter of another group starts a new one.
     const bool new_group = !open.params.empty() && open.group != p->spec.group;
+    const bool inside_stack = !open.params.empty() && p->stack >= 0 &&
+                              open.params.back()->stack == p->stack;
     if (alone || new_group || (by == BucketBy::Unit && new_unit) ||
-        (by == BucketBy::Size && open.size >= limit))
+        (by == BucketBy::Size && open.size >= limit && !inside_stack))
       close();
     add(p);
     if (alone) close();

@@ -139,6 +139,38 @@ TEST(BucketPlan, TheTokenEmbeddingRoleNotTheNameGetsABucketAlone) {
   EXPECT_EQ(plan.buckets[1].params[0]->spec.name, "embedding_of_another_family");
 }
 
+// A stack (q, k, v run as one product) keeps its own order inside the buckets' backward order,
+// back to back, and a size limit does not cut it; parameters registered apart are no stack.
+TEST(BucketPlan, AStackStaysInItsOrderInOneBucket) {
+  ParameterStore store;
+  auto add = [&](const std::string& name) -> Parameter& {
+    ParamSpec s;
+    s.name = name;
+    s.global_shape = Shape{16, 16};
+    return store.add(s, 0, 1);
+  };
+  Parameter& a = add("a");
+  Parameter& q = add("q");
+  Parameter& k = add("k");
+  Parameter& v = add("v");
+  Parameter& b = add("b");
+  EXPECT_FALSE(store.stack({&a, &q, &v})) << "not registered one after another";
+  EXPECT_EQ(q.stack, -1);
+  ASSERT_TRUE(store.stack({&q, &k, &v}));
+  EXPECT_FALSE(store.stack({&k, &v})) << "already in a stack";
+  // A limit of one parameter per bucket (256 fp32 elements = 1/1024 MiB).
+  const BucketPlan plan = make_bucket_plan(store, 1, 1.0 / 1024, BucketBy::Size, DType::F32);
+  std::vector<std::vector<std::string>> names;
+  for (const Bucket& bucket : plan.buckets) {
+    names.emplace_back();
+    for (const Parameter* p : bucket.params) names.back().push_back(p->spec.name);
+  }
+  const std::vector<std::vector<std::string>> expected{{"b"}, {"q", "k", "v"}, {"a"}};
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(plan.buckets[1].offsets, (std::vector<int64_t>{0, 256, 512}));
+  (void)b;
+}
+
 TEST(ParameterStore, RefusesASplitKindThatDisagreesWithTheSplitDimension) {
   ParameterStore store;
   ParamSpec s;

@@ -58,6 +58,9 @@ struct Parameter {
   Shape shape;              // this rank's slice
   int64_t split_begin = 0;  // first index of the slice along split_dim()
   int unit = 0;             // the unit (embedding, block i, head) that owns it
+  // Parameters of one stack (ParameterStore::stack; model/stacked_columns.h) lie back to back,
+  // in registration order, in every flat buffer; -1: none.
+  int stack = -1;
   // True for a second copy of a parameter held elsewhere (the last stage's tied embedding):
   // its gradient joins the owner's, and checkpoints store it once.
   bool tied_copy = false;

@@ -22,6 +22,11 @@ class ParameterStore {
   // group's); the whole parameter when it has none.
   Parameter& add(ParamSpec spec, int part, int parts);
 
+  // Marks parameters registered one after another as a stack: every flat buffer (this store's,
+  // the training state's buckets, ZeRO's gathered units) keeps them back to back in this order,
+  // so that their layers can run as one product (model/stacked_columns.h). Returns false, and
+  // marks nothing, when they were not registered consecutively (a bias between two weights).
+  bool stack(const std::vector<Parameter*>& params);
   // The current unit also uses `p`, owned by another unit (the head using tied embeddings).
   void use(Parameter& p);
   // Every parameter unit `u` reads in its forward and backward: its own, then borrowed ones.
@@ -52,6 +57,7 @@ class ParameterStore {
   std::vector<std::string> unit_names_;
   std::vector<std::vector<Parameter*>> borrowed_;  // per unit
   std::vector<int64_t> offsets_;
+  int stacks_ = 0;
   Tensor flat_values_, flat_grads_;
 };
 
