@@ -10,16 +10,12 @@
 // run() refuses otherwise), and oneDNN, which sizes its work split by omp_get_max_threads both
 // when it creates a primitive and when it runs one, then never splits a reduction. Each call
 // binds its own memory objects and stream: a primitive may run on many threads at once, its
-// bound memory objects may not: each thread keeps its own stream and, per primitive, its own
-// memory objects, pointed at the call's operands (set_data_handle) — creating them for every
-// call cost about as much as a block's product.
+// bound memory objects may not.
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <map>
 #include <mutex>
-#include <thread>
-#include <unordered_map>
 
 #include "onednn_matmul.h"
 
@@ -44,24 +40,14 @@ class TaskMatmuls {
     auto operator<=>(const Key&) const = default;
   };
   struct Entry {
-    dnnl::matmul::primitive_desc pd;  // its operands' descriptors
+    dnnl::matmul::primitive_desc pd;  // its operands' descriptors, bound per call
     dnnl::matmul primitive;
   };
-  struct Bound {  // one thread's memory objects for one primitive, and its arguments
-    dnnl::memory src, weights, dst;
-    std::unordered_map<int, dnnl::memory> args;
-  };
-  struct PerThread {
-    dnnl::stream stream;
-    std::map<const Entry*, Bound> bound;
-  };
-  // The primitive for k and the calling thread's stream and memory objects for it.
-  std::pair<const Entry*, PerThread*> find_or_create(const Key& k);
+  const Entry& find_or_create(const Key& k);
 
   dnnl::engine engine_;
-  mutable std::mutex mutex_;  // guards the maps (std::map: entries never move once inserted)
+  mutable std::mutex mutex_;  // guards cache_ (std::map: entries never move once inserted)
   std::map<Key, Entry> cache_;
-  std::map<std::thread::id, PerThread> threads_;
 };
 
 }  // namespace meshtrain::cpu
