@@ -46,19 +46,17 @@ Tensor QkvProjection::forward(const Tensor& x, Saved& saved, MemoryCategory cate
                               const TensorParallel* tp) {
   if (fused_) return fused_->forward(x, saved.entered, category, tp);
   if (stacked_) return stacked_->forward(x, saved.entered, category, tp);
+  // model.qk_norm: the query and key heads are normalised before packing.
   Backend& be = *ctx_.backend;
   const MemoryCategory ws = MemoryCategory::Workspace;
   const int64_t q_cols = local_heads_ * head_size_, kv_cols = local_kv_heads_ * head_size_;
   // The normalised heads' inputs are kept for the backward pass: activations, not workspace.
-  const MemoryCategory qk_category = q_norm_ ? category : ws;
-  Tensor q = q_->forward(x, saved.entered, qk_category, tp);
-  Tensor k = k_->forward_entered(saved.entered, qk_category);
+  Tensor q = q_->forward(x, saved.entered, category, tp);
+  Tensor k = k_->forward_entered(saved.entered, category);
   const Tensor v = v_->forward_entered(saved.entered, ws);
-  if (q_norm_) {
-    const int64_t N = q.dim(0);
-    q = q_norm_->forward(by_head(q, head_size_), saved.q_norm, ws).reshape({N, q_cols});
-    k = k_norm_->forward(by_head(k, head_size_), saved.k_norm, ws).reshape({N, kv_cols});
-  }
+  const int64_t N = q.dim(0);
+  q = q_norm_->forward(by_head(q, head_size_), saved.q_norm, ws).reshape({N, q_cols});
+  k = k_norm_->forward(by_head(k, head_size_), saved.k_norm, ws).reshape({N, kv_cols});
   Tensor packed = be.empty({q.dim(0), q_cols + 2 * kv_cols}, x.dtype(), category);
   be.copy_columns(packed, 0, q, 0, q_cols);
   be.copy_columns(packed, q_cols, k, 0, kv_cols);
@@ -79,11 +77,8 @@ Tensor QkvProjection::backward(const Tensor& dqkv, const Saved& saved,
     key_bias_begin = q_cols;
   } else if (stacked_) {
     dx = stacked_->backward(dqkv, saved.entered, deferred);
-    if (Parameter* b = k_->bias()) {
-      key_bias = b;
-      key_bias_begin = 0;
-    }
-  } else {
+    key_bias = k_->bias();  // null without biases
+  } else {  // model.qk_norm
     const MemoryCategory ws = MemoryCategory::Workspace;
     const int64_t N = dqkv.dim(0);
     Tensor dq = be.empty({N, q_cols}, dqkv.dtype(), ws);
@@ -92,16 +87,14 @@ Tensor QkvProjection::backward(const Tensor& dqkv, const Saved& saved,
     be.copy_columns(dq, 0, dqkv, 0, q_cols);
     be.copy_columns(dk, 0, dqkv, q_cols, kv_cols);
     be.copy_columns(dv, 0, dqkv, q_cols + kv_cols, kv_cols);
-    if (q_norm_) {
-      dq = q_norm_->backward(by_head(dq, head_size_), saved.q_norm).reshape({N, q_cols});
-      dk = k_norm_->backward(by_head(dk, head_size_), saved.k_norm).reshape({N, kv_cols});
-    }
+    dq = q_norm_->backward(by_head(dq, head_size_), saved.q_norm).reshape({N, q_cols});
+    dk = k_norm_->backward(by_head(dk, head_size_), saved.k_norm).reshape({N, kv_cols});
     dx = q_->backward_in_region(dq, saved.entered, deferred);
     be.add_inplace(dx, k_->backward_in_region(dk, saved.entered, deferred));
     be.add_inplace(dx, v_->backward_in_region(dv, saved.entered, deferred));
     dx = q_->leave_region_backward(dx);
-    // After a norm the key bias no longer shifts each score of a row by one amount: it is learnt.
-    if (!k_norm_) key_bias = k_->bias();
+    // After a norm the key bias no longer shifts each score of a row by one amount: it is
+    // learnt, and its gradient stays.
   }
   // After the bias gradient is written, so deferred with it when that is.
   if (key_bias)

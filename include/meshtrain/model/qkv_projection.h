@@ -5,7 +5,8 @@
 // weight (3, NH HS, C), split by heads within each of q, k and v. Grouped-query attention has
 // three, q (NH HS, C), k and v (KVH HS, C) (Hugging Face's q_proj, k_proj, v_proj), each
 // column-parallel by heads, reading the input entered into the tensor region once, and run as
-// one product writing the packed rows where their storage is adjacent (model/stacked_columns.h). With model.qk_norm (Qwen 3) the projections are separate
+// one product writing the packed rows where their storage is adjacent
+// (model/stacked_columns.h). With model.qk_norm (Qwen 3) the projections are separate
 // whatever kv_heads is, and each query and key head is RMS-normalised over its head_dim
 // channels (q_norm, k_norm: one (head_dim) weight each, shared by every head) before packing,
 // while each projection's output is still contiguous, (N x heads, head_dim).
