@@ -33,7 +33,6 @@ class StackedColumns {
   // or in `deferred`.
   Tensor backward(const Tensor& dy, const ColumnParallelLinear::Saved& saved,
                   DeferredWeightGradients* deferred = nullptr);
-  int64_t width() const { return width_; }  // the packed row's columns
 
  private:
   struct Joined {
