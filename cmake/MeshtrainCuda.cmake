@@ -93,6 +93,7 @@ target_include_directories(meshtrain_cuda PUBLIC ${PROJECT_SOURCE_DIR}/include
                            ${MESHTRAIN_CUDNN_INCLUDE_DIR} ${MESHTRAIN_NCCL_INCLUDE_DIR})
 target_compile_options(meshtrain_cuda PRIVATE ${MESHTRAIN_WARNINGS} ${MESHTRAIN_OPT})
 target_compile_definitions(meshtrain_cuda PUBLIC MESHTRAIN_HAVE_CUDA=1)
+meshtrain_precompile(meshtrain_cuda)
 # meshtrain_core and meshtrain_cuda need each other (the backend implements core interfaces;
 # core's consumers see the backend): CMake repeats such static libraries on the link line.
 target_link_libraries(meshtrain_cuda PUBLIC
