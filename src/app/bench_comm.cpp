@@ -79,6 +79,7 @@ void bench_comm(const BenchArgs& args, BenchReport& report) {
     std::vector<double> sync;
     for (int r = 0; r <= repeats; ++r) {
       state.begin_step();
+      state.zero_unwritten_gradients();  // as the model's backward would have written them
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = now();
       for (int m = 0; m < c.microbatches(); ++m)

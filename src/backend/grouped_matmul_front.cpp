@@ -138,7 +138,7 @@ void Backend::do_grouped_matmul_backward(Tensor* dinp, Tensor* dweights, const T
       if (dweights) dw = group_matrix(*dweights, group);
       do_matmul_backward(dinp ? &di : nullptr, dweights ? &dw : nullptr, nullptr,
                          dout.rows(begin, end), inp.rows(begin, end),
-                         dinp ? group_matrix(weights, group) : Tensor{});
+                         dinp ? group_matrix(weights, group) : Tensor{}, GradWrite::Add);
     }
     begin = end;
   }

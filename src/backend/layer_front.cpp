@@ -126,7 +126,7 @@ void Backend::matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& w
 }
 
 void Backend::matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
-                              const Tensor& inp, const Tensor& weight) {
+                              const Tensor& inp, const Tensor& weight, GradWrite dweight_write) {
   const OpContract c(*this, "matmul_backward");
   // OC from dout: a weight-gradient-only call (zero-bubble schedules) may come after ZeRO-3 has
   // released the weight, which only the input gradient reads.
@@ -155,7 +155,7 @@ void Backend::matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, cons
   if (dweight) c.on_device("dweight", *dweight);
   if (dbias) c.on_device("dbias", *dbias);
   c.computes_in(a);
-  do_matmul_backward(dinp, dweight, dbias, dout, inp, weight);
+  do_matmul_backward(dinp, dweight, dbias, dout, inp, weight, dweight_write);
 }
 
 void Backend::bias_forward(Tensor& out, const Tensor& bias) {

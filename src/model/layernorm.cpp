@@ -25,6 +25,8 @@ Tensor LayerNorm::forward(const Tensor& inp, Saved& saved, MemoryCategory catego
 Tensor LayerNorm::backward(const Tensor& dout, const Saved& saved) {
   Backend& be = *ctx_.backend;
   Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
+  weight_.zero_grad_if_unwritten(be);
+  bias_.zero_grad_if_unwritten(be);
   be.layernorm_backward(dinp, weight_.grad, bias_.grad, dout, saved.inp, weight_.value, saved.mean,
                         saved.rstd);
   return dinp;
@@ -33,6 +35,8 @@ Tensor LayerNorm::backward(const Tensor& dout, const Saved& saved) {
 Tensor LayerNorm::backward_add(const Tensor& dout, const Saved& saved, const Tensor& residual) {
   Backend& be = *ctx_.backend;
   Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
+  weight_.zero_grad_if_unwritten(be);
+  bias_.zero_grad_if_unwritten(be);
   be.layernorm_backward_add(dinp, weight_.grad, bias_.grad, dout, saved.inp, weight_.value,
                             saved.mean, saved.rstd, residual);
   return dinp;

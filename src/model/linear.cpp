@@ -105,7 +105,9 @@ Tensor ColumnParallelLinear::backward_in_region(const Tensor& dy, const Saved& s
   run_or_defer(deferred, [this, dy, inp = saved.inp] {
     Tensor dw = weight_.grad.reshape({local_out(), in_});
     Tensor db = bias_ ? bias_->grad.reshape({local_out()}) : Tensor{};
-    ctx_.backend->matmul_backward(nullptr, &dw, bias_ ? &db : nullptr, dy, inp, Tensor{});
+    if (bias_) bias_->zero_grad_if_unwritten(*ctx_.backend);
+    ctx_.backend->matmul_backward(nullptr, &dw, bias_ ? &db : nullptr, dy, inp, Tensor{},
+                                  weight_.take_grad_write());
   });
   return dinp;
 }
@@ -167,8 +169,12 @@ Tensor RowParallelLinear::backward_through(const Tensor& dy, const Saved& saved,
   else
     be.matmul_backward(&dinp, nullptr, nullptr, dfull, saved.inp, weight_.value);
   run_or_defer(deferred, [this, dy, dfull, inp = saved.inp] {
-    if (bias_) ctx_.backend->bias_backward(bias_->grad, dy);
-    ctx_.backend->matmul_backward(nullptr, &weight_.grad, nullptr, dfull, inp, Tensor{});
+    if (bias_) {
+      bias_->zero_grad_if_unwritten(*ctx_.backend);
+      ctx_.backend->bias_backward(bias_->grad, dy);
+    }
+    ctx_.backend->matmul_backward(nullptr, &weight_.grad, nullptr, dfull, inp, Tensor{},
+                                  weight_.take_grad_write());
   });
   return dinp;
 }

@@ -56,7 +56,8 @@ void LanguageModelHead::backward_from_logits(Tensor& dlogits, const Tensor& hin,
   Backend& be = *ctx_.backend;
   const MemoryCategory ws = MemoryCategory::Workspace;
   Tensor dh = be.empty(hin.shape(), hin.dtype(), ws);
-  be.matmul_backward(&dh, &weight_.grad, nullptr, dlogits, hin, weight_.value);
+  be.matmul_backward(&dh, &weight_.grad, nullptr, dlogits, hin, weight_.value,
+                     weight_.take_grad_write());
   dlogits = Tensor{};
   Tensor dh_local = enter_tp_region_backward(be, ctx_.tp, dh, ws);
   Tensor dx = ln_f_.backward(dh_local, ln);

@@ -241,8 +241,10 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, const Saved& saved,
                           hidden = saved.hidden, exchange = saved.exchange] {
     Backend& b = *ctx_.backend;
     Tensor dw = router_.grad.reshape({spec_.experts, C_});
-    b.matmul_backward(nullptr, &dw, nullptr, dlogits, x, Tensor{});
+    b.matmul_backward(nullptr, &dw, nullptr, dlogits, x, Tensor{}, router_.take_grad_write());
     const std::vector<int64_t>& rows = exchange->expert_row_counts();
+    // An expert without rows leaves its gradient as it was: the experts' are zeroed first.
+    for (Parameter* p : {&gate_, &up_, &down_}) p->zero_grad_if_unwritten(b);
     Tensor dg = local_experts(gate_.grad, gate_, *exchange);
     Tensor du = local_experts(up_.grad, up_, *exchange);
     Tensor dd = local_experts(down_.grad, down_, *exchange);

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "meshtrain/backend/backend.h"
+
 namespace meshtrain {
 
 Shape split_shape(const Shape& global, int dim, int parts) {
@@ -32,6 +34,18 @@ int64_t Parameter::global_index(int64_t local) const {
   int64_t out = 0;
   for (int i = 0; i < g.rank(); ++i) out = out * g[i] + idx[i];
   return out;
+}
+
+GradWrite Parameter::take_grad_write() {
+  if (!grad_unwritten) return GradWrite::Add;
+  grad_unwritten = false;
+  return GradWrite::Assign;
+}
+
+void Parameter::zero_grad_if_unwritten(Backend& be) {
+  if (!grad_unwritten) return;
+  be.fill(grad, 0.0);
+  grad_unwritten = false;
 }
 
 }  // namespace meshtrain

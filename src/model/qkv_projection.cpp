@@ -99,6 +99,7 @@ Tensor QkvProjection::backward(const Tensor& dqkv, const Saved& saved,
   // After the bias gradient is written, so deferred with it when that is.
   if (key_bias)
     run_or_defer(deferred, [this, key_bias, key_bias_begin, kv_cols] {
+      key_bias->zero_grad_if_unwritten(*ctx_.backend);
       Tensor dkey_bias = key_bias->grad.reshape({key_bias->numel()}).view(key_bias_begin, {kv_cols});
       ctx_.backend->fill(dkey_bias, 0.0);
     });

@@ -25,6 +25,7 @@ Tensor RmsNorm::forward(const Tensor& inp, Saved& saved, MemoryCategory category
 Tensor RmsNorm::backward(const Tensor& dout, const Saved& saved) {
   Backend& be = *ctx_.backend;
   Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
+  weight_.zero_grad_if_unwritten(be);
   be.rmsnorm_backward(dinp, weight_.grad, dout, saved.inp, weight_.value, saved.rstd);
   return dinp;
 }
@@ -32,6 +33,7 @@ Tensor RmsNorm::backward(const Tensor& dout, const Saved& saved) {
 Tensor RmsNorm::backward_add(const Tensor& dout, const Saved& saved, const Tensor& residual) {
   Backend& be = *ctx_.backend;
   Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
+  weight_.zero_grad_if_unwritten(be);
   be.rmsnorm_backward_add(dinp, weight_.grad, dout, saved.inp, weight_.value, saved.rstd,
                           residual);
   return dinp;

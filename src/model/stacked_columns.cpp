@@ -72,7 +72,18 @@ Tensor StackedColumns::backward(const Tensor& dy, const ColumnParallelLinear::Sa
     Backend& b = *layers_.front()->context().backend;
     Joined g = joined(true);
     if (g.usable()) {
-      b.matmul_backward(nullptr, &g.weight, biased_ ? &g.bias : nullptr, dy, inp, Tensor{});
+      // One GEMM writes every layer's weight gradient: it assigns them only where it is the
+      // step's first write of each (the stack is written together, so it is of all or none).
+      bool first = true;
+      for (ColumnParallelLinear* l : layers_) {
+        first = first && l->weight().grad_unwritten;
+        if (biased_) l->bias()->zero_grad_if_unwritten(b);
+      }
+      for (ColumnParallelLinear* l : layers_)
+        if (first) l->weight().take_grad_write();
+        else l->weight().zero_grad_if_unwritten(b);
+      b.matmul_backward(nullptr, &g.weight, biased_ ? &g.bias : nullptr, dy, inp, Tensor{},
+                        first ? GradWrite::Assign : GradWrite::Add);
       return;
     }
     // Adjacent values but gradients apart (a sharded gradient store): each layer its columns.
@@ -83,7 +94,9 @@ Tensor StackedColumns::backward(const Tensor& dy, const ColumnParallelLinear::Sa
       b.copy_columns(dy_l, 0, dy, col, n);
       Tensor dw = l->weight().grad.reshape({n, in_});
       Tensor db = biased_ ? l->bias()->grad.reshape({n}) : Tensor{};
-      b.matmul_backward(nullptr, &dw, biased_ ? &db : nullptr, dy_l, inp, Tensor{});
+      if (biased_) l->bias()->zero_grad_if_unwritten(b);
+      b.matmul_backward(nullptr, &dw, biased_ ? &db : nullptr, dy_l, inp, Tensor{},
+                        l->weight().take_grad_write());
       col += n;
     }
   });

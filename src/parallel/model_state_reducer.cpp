@@ -93,8 +93,24 @@ void ModelState::unpin(int unit) {
 void ModelState::acquire_staging(int b) {
   BucketState& s = bucket(b);
   if (s.grads.defined()) return;
-  s.grads = be_->zeros({plan_.buckets[b].size}, state_dtype_, MemoryCategory::CommBuffers);
+  s.grads = be_->empty({plan_.buckets[b].size}, state_dtype_, MemoryCategory::CommBuffers);
   point_grads(b, s.grads);
+  set_unwritten(b, true);
+}
+
+// No pass fills a step's gradient buffers with zeros: each parameter's first writer assigns
+// its gradient or zeroes it (Parameter::grad_unwritten). What no unit wrote is zeroed here,
+// before the bucket is reduced.
+void ModelState::set_unwritten(int b, bool unwritten) {
+  for (Parameter* p : plan_.buckets[b].params) {
+    if (unwritten) p->grad_unwritten = true;
+    else p->zero_grad_if_unwritten(*be_);
+  }
+}
+
+void ModelState::zero_unwritten_gradients() {
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (bucket(static_cast<int>(b)).grads.defined()) set_unwritten(static_cast<int>(b), false);
 }
 
 void ModelState::maybe_reduce(int b) {
@@ -112,6 +128,7 @@ void ModelState::maybe_reduce(int b) {
 
 void ModelState::launch_reduction(int b) {
   BucketState& s = bucket(b);
+  set_unwritten(b, false);
   Communicator& dp = replicas(b);
   const DType dt = state_dtype_;
   switch (options_.zero) {
@@ -178,9 +195,9 @@ void ModelState::progress() {
 void ModelState::begin_step() {
   std::fill(completed_.begin(), completed_.end(), 0);
   exposed_comm_seconds_ = 0;
-  if (flat_grads_.defined()) be_->fill(flat_grads_, 0.0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     BucketState& s = bucket(static_cast<int>(b));
+    if (flat_grads_.defined()) set_unwritten(static_cast<int>(b), true);
     s.reduced = false;
     if (options_.zero == 1) s.grad_shard = Tensor{};
     if (shards_grads()) be_->fill(s.grad_shard, 0.0);

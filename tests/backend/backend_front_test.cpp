@@ -68,7 +68,7 @@ class RecordingBackend final : public Backend {
     record("matmul_forward");
   }
   void do_matmul_backward(Tensor*, Tensor*, Tensor*, const Tensor&, const Tensor&,
-                          const Tensor&) override {
+                          const Tensor&, GradWrite) override {
     record("matmul_backward");
   }
   void do_bias_forward(Tensor&, const Tensor&) override { record("bias_forward"); }

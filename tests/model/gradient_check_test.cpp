@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -94,6 +95,24 @@ struct Harness {
 
   double loss_and_grads(Recompute recompute) {
     model->params().zero_grads(be);
+    return accumulate_grads(recompute);
+  }
+
+  // As the training state starts a step (parallel/model_state.h): the gradient buffers keep
+  // what they held (here NaN), every parameter marked unwritten; after backward, whatever
+  // nothing wrote is zeroed, as a bucket does before its reduction.
+  double loss_and_unfilled_grads(Recompute recompute) {
+    for (Parameter* p : model->params().params()) {
+      be.fill(p->grad, std::numeric_limits<double>::quiet_NaN());
+      p->grad_unwritten = true;
+    }
+    const double loss = accumulate_grads(recompute);
+    for (Parameter* p : model->params().params()) p->zero_grad_if_unwritten(be);
+    return loss;
+  }
+
+  // One more micro-batch: forward and backward, adding to the gradients.
+  double accumulate_grads(Recompute recompute) {
     ModelChunk::Saved saved;
     double sum = 0;
     const double dloss = 1.0 / static_cast<double>(mb.shape.N());
@@ -430,6 +449,46 @@ TEST(GradientCheck, DocumentMaskedLlamaBlockEveryElement) {
   });
   mask_documents(h);
   check_all_gradients(h, Recompute::None);
+}
+
+// No pass fills the gradients with zeros before a step (issue 40): each parameter's first
+// writer in the step assigns its gradient (a GEMM with beta 0) or zeroes it before adding (norms,
+// column sums, the embedding's scatter, experts that may get no rows). In every variant the
+// gradients from buffers of NaN equal, bit for bit, those from zeroed buffers, and a second
+// micro-batch then adds to them.
+TEST(GradientCheck, FirstWritesNeedNoZeroedGradients) {
+  using Adjust = void (*)(ModelSpec&);
+  const std::pair<const char*, Adjust> variants[] = {
+      {"gpt2", nullptr},
+      {"llama", [](ModelSpec& m) { m = family_defaults("llama", m); }},
+      {"qwen3 with biases", [](ModelSpec& m) { m = family_defaults("qwen3", m); m.linear_bias = true; }},
+      {"swiglu with biases", [](ModelSpec& m) { m.activation = ActivationKind::SwiGlu; m.ffn_hidden_set = 24; }},
+      {"grouped-query with biases", [](ModelSpec& m) { m.kv_heads_set = 1; }},
+      {"mixture of experts", moe_block},
+  };
+  for (const auto& [name, adjust] : variants) {
+    SCOPED_TRACE(name);
+    for (bool tied : {true, false}) {
+      SCOPED_TRACE(tied ? "tied" : "untied");
+      std::vector<std::vector<double>> zeroed[2], unfilled[2];
+      double losses[2];
+      for (int run = 0; run < 2; ++run) {
+        Harness h(tied, 11, adjust);
+        std::vector<std::vector<double>>* grads = run == 0 ? zeroed : unfilled;
+        losses[run] = run == 0 ? h.loss_and_grads(Recompute::None)
+                               : h.loss_and_unfilled_grads(Recompute::None);
+        for (Parameter* p : h.model->params().params()) {
+          EXPECT_FALSE(p->grad_unwritten) << p->spec.name;
+          grads[0].push_back(testing::to_host(h.be, p->grad));
+        }
+        h.accumulate_grads(Recompute::None);
+        for (Parameter* p : h.model->params().params()) grads[1].push_back(testing::to_host(h.be, p->grad));
+      }
+      EXPECT_EQ(losses[0], losses[1]);
+      EXPECT_EQ(zeroed[0], unfilled[0]) << "first micro-batch";
+      EXPECT_EQ(zeroed[1], unfilled[1]) << "second micro-batch";
+    }
+  }
 }
 
 // Recomputation must not change a single bit of the gradients: it re-runs the same kernels on

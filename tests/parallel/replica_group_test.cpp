@@ -135,7 +135,10 @@ TEST(ReplicaGroups, EachBucketIsReducedOverItsGroupsCommunicator) {
     ParameterStore& store = stage.params();
     for (int u = store.units() - 1; u >= 0; --u) {
       state.before_backward(u);
-      for (Parameter* p : store.unit_params(u)) be.fill(p->grad, contribution(world_rank()));
+      for (Parameter* p : store.unit_params(u)) {
+        be.fill(p->grad, contribution(world_rank()));
+        p->grad_unwritten = false;  // written (as a layer's backward would)
+      }
       state.after_backward(u);
     }
     state.finish_backward();

@@ -90,8 +90,8 @@ class CountingBackend final : public Backend {
     cpu_.matmul_forward(out, inp, weight, bias);
   }
   void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
-                          const Tensor& inp, const Tensor& weight) override {
-    cpu_.matmul_backward(dinp, dweight, dbias, dout, inp, weight);
+                          const Tensor& inp, const Tensor& weight, GradWrite write) override {
+    cpu_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, write);
   }
   void do_bias_forward(Tensor& out, const Tensor& bias) override { cpu_.bias_forward(out, bias); }
   void do_bias_backward(Tensor& dbias, const Tensor& dout) override {

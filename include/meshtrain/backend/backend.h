@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/backend/grad_write.h"
 #include "meshtrain/tensor/allocator.h"
 #include "meshtrain/tensor/tensor.h"
 
@@ -140,11 +141,13 @@ class Backend {
   // two calls; a device adds the residual in the GEMM's epilogue (one rounding, not two).
   void matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias,
                           const Tensor& residual);
-  // dweight (OC, C) += dout^T @ inp, dbias (OC) += column sums of dout, dinp (N, C) = dout @
-  // weight. Each output may be null: not wanted. Zero-bubble schedules ask for dinp alone, then
-  // later for dweight and dbias alone, when `weight` may be released (ZeRO-3) and is not read.
+  // dweight (OC, C) += dout^T @ inp (= under GradWrite::Assign: the GEMM's beta 0),
+  // dbias (OC) += column sums of dout, dinp (N, C) = dout @ weight. Each output may be null: not
+  // wanted. Zero-bubble schedules ask for dinp alone, then later for dweight and dbias alone,
+  // when `weight` may be released (ZeRO-3) and is not read.
   void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
-                       const Tensor& inp, const Tensor& weight);
+                       const Tensor& inp, const Tensor& weight,
+                       GradWrite dweight_write = GradWrite::Add);
 
   // out (N, C) += bias (C) on every row; dbias (C) += column sums of dout (N, C). For biases
   // applied after a tensor-parallel reduction, where the GEMM cannot add them.
@@ -447,7 +450,8 @@ class Backend {
   virtual void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
                                      const Tensor* bias, const Tensor& residual);
   virtual void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
-                                  const Tensor& inp, const Tensor& weight) = 0;
+                                  const Tensor& inp, const Tensor& weight,
+                                  GradWrite dweight_write) = 0;
   virtual void do_bias_forward(Tensor& out, const Tensor& bias) = 0;
   virtual void do_bias_backward(Tensor& dbias, const Tensor& dout) = 0;
   virtual void do_gelu_forward(Tensor& out, const Tensor& inp) = 0;

@@ -9,10 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/backend/grad_write.h"
 #include "meshtrain/optim/weight_decay.h"
 #include "meshtrain/tensor/tensor.h"
 
 namespace meshtrain {
+
+class Backend;
 
 enum class Init { Normal, Zeros, Ones };
 // How the gradients of a tp-replicated parameter relate across the tp group: identical (each
@@ -66,6 +69,17 @@ struct Parameter {
   bool tied_copy = false;
   Tensor value;
   Tensor grad;
+  // Set by the training state (parallel/model_state.h) where a step starts without filling
+  // `grad` with zeros: a full pass over every gradient that the first write can make
+  // unnecessary. Whatever writes `grad` first calls one of the two below, never neither.
+  bool grad_unwritten = false;
+
+  // For a kernel that can assign its output (a GEMM's beta): Assign for the step's first write,
+  // then Add.
+  GradWrite take_grad_write();
+  // For a kernel that only adds (column sums, norms, scatters): fills `grad` with zeros first
+  // if this is the step's first write.
+  void zero_grad_if_unwritten(Backend& be);
 
   int64_t numel() const { return shape.numel(); }
   // The dimension this rank holds a slice of (over the tensor or the expert group); -1: whole.

@@ -114,7 +114,12 @@ class ModelState final : public UnitHooks {
   // Initial parameter values from (seed, name, global index).
   void initialize(uint64_t seed);
 
+  // Starts a step's gradients: none is filled with zeros; each one's first writer assigns it
+  // (Parameter::grad_unwritten), and a bucket zeroes what no unit wrote before its reduction.
   void begin_step();
+  // Zeroes every gradient that nothing has written since begin_step (a benchmark that reduces
+  // without running the model's backward).
+  void zero_unwritten_gradients();
   void before_forward(int unit) override;
   void after_forward(int unit) override;
   void before_backward(int unit) override;
@@ -214,6 +219,8 @@ class ModelState final : public UnitHooks {
   void ensure_gathered(int b);
   void release(int b);
   void acquire_staging(int b);
+  // Marks bucket b's gradients unwritten (true), or zeroes those still unwritten (false).
+  void set_unwritten(int b, bool unwritten);
   void maybe_reduce(int b);
   // A unit's gradients for one more micro-batch are complete: reduce what is ready.
   void gradients_final(int unit);

@@ -98,7 +98,8 @@ void CpuBackend::do_matmul_forward_add(Tensor& out, const Tensor& inp, const Ten
 }
 
 void CpuBackend::do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias,
-                                    const Tensor& dout, const Tensor& inp, const Tensor& weight) {
+                                    const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                    GradWrite dweight_write) {
   const char* op = "matmul_backward";
   // OC from dout: a weight-gradient-only call (zero-bubble schedules) may run after ZeRO-3 has
   // released the weight, which only the input gradient reads.
@@ -113,7 +114,9 @@ void CpuBackend::do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias
     cpu::matmul_backward<T>(*gemm_, dinp ? ptr<T>(*dinp) : nullptr,
                             dweight ? ptr<Acc<T>>(*dweight) : nullptr,
                             dbias ? ptr<Acc<T>>(*dbias) : nullptr, ptr<T>(dout), ptr<T>(inp),
-                            dinp ? ptr<T>(weight) : nullptr, N, C, OC);
+                            dinp ? ptr<T>(weight) : nullptr, N, C, OC,
+                            dweight_write == GradWrite::Assign ? cpu::Accumulate::Assign
+                                                               : cpu::Accumulate::Add);
   });
 }
 

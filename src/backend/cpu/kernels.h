@@ -8,10 +8,9 @@
 #include <cstdint>
 
 #include "element.h"
+#include "meshtrain/backend/cpu/gemm.h"
 
 namespace meshtrain::cpu {
-
-class Gemm;
 
 // Threads used by the kernels (the OpenMP team size). Fixed-size chunking makes reductions
 // independent of it: results are bitwise the same with 1 or 16 threads.
@@ -96,13 +95,14 @@ void gathered_row_dots(Acc<A>* out, const A* a, const A* b, const int32_t* index
 // GEMMs through `gemm` (oneDNN or OpenBLAS, gemm.h); bf16 only through oneDNN.
 // matmul_forward: residual (N, OC), when given, is added inside the GEMM (after the bias).
 // matmul_backward: dinp, dweight and dbias may each be null (not wanted); weight is read only
-// for dinp.
+// for dinp; dweight is added to, or assigned (dweight_acc).
 template <class A>
 void matmul_forward(Gemm& gemm, A* out, const A* inp, const A* weight, const A* bias, int64_t N,
                     int64_t C, int64_t OC, const A* residual = nullptr);
 template <class A>
 void matmul_backward(Gemm& gemm, A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout,
-                     const A* inp, const A* weight, int64_t N, int64_t C, int64_t OC);
+                     const A* inp, const A* weight, int64_t N, int64_t C, int64_t OC,
+                     Accumulate dweight_acc = Accumulate::Add);
 
 template <class A> void bias_forward(A* out, const A* bias, int64_t N, int64_t C);
 template <class A> void bias_backward(Acc<A>* dbias, const A* dout, int64_t N, int64_t C);

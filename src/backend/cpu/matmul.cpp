@@ -45,10 +45,11 @@ void matmul_forward(Gemm& gemm, A* out, const A* inp, const A* weight, const A* 
 // bf16: dinp rounds once from fp32; dW accumulates in fp32 straight from the bf16 operands.
 template <class A>
 void matmul_backward(Gemm& gemm, A* dinp, Acc<A>* dweight, Acc<A>* dbias, const A* dout,
-                     const A* inp, const A* weight, int64_t N, int64_t C, int64_t OC) {
+                     const A* inp, const A* weight, int64_t N, int64_t C, int64_t OC,
+                     Accumulate dweight_acc) {
   const GemmShape ds = GemmShape::dense(Trans::No, Trans::No, N, C, OC);
   const GemmShape ws = GemmShape::dense(Trans::Yes, Trans::No, OC, C, N);
-  const GemmOptions add{Accumulate::Add, Epilogue::None};
+  const GemmOptions add{dweight_acc, Epilogue::None};
   if constexpr (std::is_same_v<A, bf16>) {
     if (dinp) gemm.run_bf16(ds, bits(dout), bits(weight), nullptr, bits(dinp));
     if (dweight) gemm.run_bf16(ws, bits(dout), bits(inp), nullptr, dweight, add);
@@ -91,7 +92,7 @@ template <class A> void bias_backward(Acc<A>* dbias, const A* dout, int64_t N, i
   template void matmul_forward<A>(Gemm&, A*, const A*, const A*, const A*, int64_t, int64_t,   \
                                   int64_t, const A*);                                         \
   template void matmul_backward<A>(Gemm&, A*, Acc<A>*, Acc<A>*, const A*, const A*, const A*,  \
-                                   int64_t, int64_t, int64_t);
+                                   int64_t, int64_t, int64_t, Accumulate);
 INSTANTIATE(float)
 INSTANTIATE(double)
 INSTANTIATE(bf16)

@@ -130,7 +130,8 @@ void CudaBackend::do_matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor&
 }
 
 void CudaBackend::do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias,
-                                     const Tensor& dout, const Tensor& inp, const Tensor& weight) {
+                                     const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                     GradWrite dweight_write) {
   const char* op = "matmul_backward";
   // OC from dout: a weight-gradient-only call (zero-bubble schedules) may run after ZeRO-3 has
   // released the weight, which only the input gradient reads.
@@ -151,7 +152,7 @@ void CudaBackend::do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbia
     g.ldd = C;
     g.input = inp.dtype();
     g.output = DType::F32;
-    g.beta = 1.f;
+    g.beta = dweight_write == GradWrite::Assign ? 0.f : 1.f;
     lib_->gemm->run(g, stream_);
   }
   if (dbias) bias_backward(*dbias, dout);

@@ -108,7 +108,8 @@ class CpuBackend final : public Backend {
   void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
                              const Tensor* bias, const Tensor& residual) override;
   void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
-                          const Tensor& inp, const Tensor& weight) override;
+                          const Tensor& inp, const Tensor& weight,
+                          GradWrite dweight_write) override;
   void do_bias_forward(Tensor& out, const Tensor& bias) override;
   void do_bias_backward(Tensor& dbias, const Tensor& dout) override;
   void do_gelu_forward(Tensor& out, const Tensor& inp) override;

@@ -181,7 +181,8 @@ class CudaBackend final : public Backend {
   void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
                              const Tensor* bias, const Tensor& residual) override;
   void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
-                          const Tensor& inp, const Tensor& weight) override;
+                          const Tensor& inp, const Tensor& weight,
+                          GradWrite dweight_write) override;
   void do_matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight,
                               const Tensor& bias) override;
   void do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
