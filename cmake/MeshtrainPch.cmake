@@ -3,7 +3,7 @@
 # for all tests, REUSE_FROM meshtrain_test_main) they are not parsed again per file. A fresh
 # clone builds the sources three times in CI (sanitizers, MPICH, Release), so this is CI time.
 # The headers are force-included into every C++ source of the target; a source still includes
-# what it uses (the build without them, -DMESHTRAIN_PCH=OFF, must keep compiling).
+# what it uses, so that -DMESHTRAIN_PCH=OFF builds the same code (no CI run checks it).
 option(MESHTRAIN_PCH "Precompile the standard library and MPI headers most sources include" ON)
 # GCC 12 misreports std::string's copies as out of bounds where the string headers come
 # precompiled (GCC PR 105651, the family of PR 105329 that CMakeLists.txt's -Wno-restrict is
