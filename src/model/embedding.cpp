@@ -82,12 +82,13 @@ void Embedding::backward(const Tensor& dx, const Tensor& tokens, TokenShape shap
   Tensor dfull = exit_tp_region_backward(be, ctx_.tp, dx, MemoryCategory::Workspace);
   run_or_defer(deferred, [this, dx, dfull, tokens, shape, token_begin = ctx_.tp.token_begin(shape.N())] {
     const int64_t rows = dx.dim(0), C = dx.dim(1);
-    if (wpe_) wpe_->zero_grad_if_unwritten(*ctx_.backend);
-    wte_.zero_grad_if_unwritten(*ctx_.backend);
-    if (wpe_)
+    if (wpe_) {
+      wpe_->zero_grad_if_unwritten(*ctx_.backend);
       for_position_runs(ctx_.cp, shape, token_begin, rows, [&](int64_t row, int64_t n, int64_t position) {
         ctx_.backend->position_backward(wpe_->grad, n == rows ? dx : dx.view(row * C, {n, C}), position);
       });
+    }
+    wte_.zero_grad_if_unwritten(*ctx_.backend);
     ctx_.backend->embedding_backward(wte_.grad, dfull, tokens, wte_.split_begin);
   });
 }

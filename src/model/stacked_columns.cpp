@@ -1,5 +1,6 @@
 #include "meshtrain/model/stacked_columns.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "meshtrain/model/tp_regions.h"
@@ -74,14 +75,14 @@ Tensor StackedColumns::backward(const Tensor& dy, const ColumnParallelLinear::Sa
     if (g.usable()) {
       // One GEMM writes every layer's weight gradient: it assigns them only where it is the
       // step's first write of each (the stack is written together, so it is of all or none).
-      bool first = true;
+      const bool first = std::all_of(layers_.begin(), layers_.end(), [](ColumnParallelLinear* l) {
+        return l->weight().grad_unwritten;
+      });
       for (ColumnParallelLinear* l : layers_) {
-        first = first && l->weight().grad_unwritten;
         if (biased_) l->bias()->zero_grad_if_unwritten(b);
-      }
-      for (ColumnParallelLinear* l : layers_)
         if (first) l->weight().take_grad_write();
         else l->weight().zero_grad_if_unwritten(b);
+      }
       b.matmul_backward(nullptr, &g.weight, biased_ ? &g.bias : nullptr, dy, inp, Tensor{},
                         first ? GradWrite::Assign : GradWrite::Add);
       return;

@@ -95,22 +95,23 @@ void ModelState::acquire_staging(int b) {
   if (s.grads.defined()) return;
   s.grads = be_->empty({plan_.buckets[b].size}, state_dtype_, MemoryCategory::CommBuffers);
   point_grads(b, s.grads);
-  set_unwritten(b, true);
+  mark_unwritten(b);
 }
 
 // No pass fills a step's gradient buffers with zeros: each parameter's first writer assigns
-// its gradient or zeroes it (Parameter::grad_unwritten). What no unit wrote is zeroed here,
-// before the bucket is reduced.
-void ModelState::set_unwritten(int b, bool unwritten) {
-  for (Parameter* p : plan_.buckets[b].params) {
-    if (unwritten) p->grad_unwritten = true;
-    else p->zero_grad_if_unwritten(*be_);
-  }
+// its gradient or zeroes it (Parameter::grad_unwritten). What no unit wrote is zeroed before
+// the bucket is reduced.
+void ModelState::mark_unwritten(int b) {
+  for (Parameter* p : plan_.buckets[b].params) p->grad_unwritten = true;
+}
+
+void ModelState::zero_unwritten(int b) {
+  for (Parameter* p : plan_.buckets[b].params) p->zero_grad_if_unwritten(*be_);
 }
 
 void ModelState::zero_unwritten_gradients() {
   for (size_t b = 0; b < buckets_.size(); ++b)
-    if (bucket(static_cast<int>(b)).grads.defined()) set_unwritten(static_cast<int>(b), false);
+    if (bucket(static_cast<int>(b)).grads.defined()) zero_unwritten(static_cast<int>(b));
 }
 
 void ModelState::maybe_reduce(int b) {
@@ -128,7 +129,7 @@ void ModelState::maybe_reduce(int b) {
 
 void ModelState::launch_reduction(int b) {
   BucketState& s = bucket(b);
-  set_unwritten(b, false);
+  zero_unwritten(b);
   Communicator& dp = replicas(b);
   const DType dt = state_dtype_;
   switch (options_.zero) {
@@ -197,7 +198,7 @@ void ModelState::begin_step() {
   exposed_comm_seconds_ = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     BucketState& s = bucket(static_cast<int>(b));
-    if (flat_grads_.defined()) set_unwritten(static_cast<int>(b), true);
+    if (flat_grads_.defined()) mark_unwritten(static_cast<int>(b));
     s.reduced = false;
     if (options_.zero == 1) s.grad_shard = Tensor{};
     if (shards_grads()) be_->fill(s.grad_shard, 0.0);

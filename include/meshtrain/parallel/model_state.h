@@ -219,8 +219,9 @@ class ModelState final : public UnitHooks {
   void ensure_gathered(int b);
   void release(int b);
   void acquire_staging(int b);
-  // Marks bucket b's gradients unwritten (true), or zeroes those still unwritten (false).
-  void set_unwritten(int b, bool unwritten);
+  // Marks bucket b's gradients unwritten; zeroes those of them still unwritten.
+  void mark_unwritten(int b);
+  void zero_unwritten(int b);
   void maybe_reduce(int b);
   // A unit's gradients for one more micro-batch are complete: reduce what is ready.
   void gradients_final(int unit);
