@@ -6,6 +6,7 @@
 // tolerances (relative to the reference's largest magnitude) live in one table.
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstdint>
 #include <stdexcept>
@@ -340,6 +341,54 @@ TEST(Gemm, PrimitivesAreCachedPerShapeAndPostOps) {
   gemm.run(GemmShape::dense(Trans::No, Trans::No, 8, 16, 4), a.data(), b.data(), nullptr, c.data());
   EXPECT_EQ(gemm.cached_primitives(), 4u);
   EXPECT_EQ(c[0], 2.0f);
+}
+
+// Products that one primitive runs on many threads at once (the attention tasks): each thread's
+// result is its own, bit for bit what it gives alone. The shape is one whose blocked kernel
+// packs B in a scratchpad; with oneDNN's own scratchpad, shared by all, threads read each
+// other's B.
+TEST(Gemm, TaskProductsRunningAtOnceEachGetTheirOwnResult) {
+  constexpr int kThreads = 4, kRepeats = 100;
+  constexpr int64_t M = 64, N = 512, K = 64;
+  const GemmShape s = GemmShape::dense(Trans::No, Trans::Yes, M, N, K);
+  for (const bool bf16 : {false, true}) {
+    if (bf16 && !cpu_runs_bf16()) continue;
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    Gemm gemm;
+    std::vector<std::vector<float>> a(kThreads), b(kThreads), alone(kThreads);
+    std::vector<std::vector<uint16_t>> a16(kThreads), b16(kThreads);
+    const auto product = [&](int t, float* c) {
+      if (bf16)
+        gemm.run_in_task_bf16(s, a16[t].data(), b16[t].data(), c, 0.125f, Accumulate::Assign);
+      else
+        gemm.run_in_task(s, a[t].data(), b[t].data(), c, 0.125f, Accumulate::Assign);
+    };
+    const int outer = omp_get_max_threads();
+    omp_set_num_threads(1);
+    for (int t = 0; t < kThreads; ++t) {
+      for (const double x : representable(random_normal(M * K, 10u + t), DType::BF16))
+        a[t].push_back(static_cast<float>(x));
+      for (const double x : representable(random_normal(N * K, 20u + t), DType::BF16))
+        b[t].push_back(static_cast<float>(x));
+      for (const float x : a[t]) a16[t].push_back(float_to_bf16_bits(x));
+      for (const float x : b[t]) b16[t].push_back(float_to_bf16_bits(x));
+      alone[t].resize(M * N);
+      product(t, alone[t].data());
+    }
+    omp_set_num_threads(outer);
+    std::vector<int64_t> wrong(kThreads, 0);
+#pragma omp parallel num_threads(kThreads)
+    {
+      omp_set_num_threads(1);
+      const int t = omp_get_thread_num();
+      std::vector<float> c(M * N);
+      for (int r = 0; r < kRepeats; ++r) {
+        product(t, c.data());
+        for (int64_t i = 0; i < M * N; ++i) wrong[t] += c[i] != alone[t][i];
+      }
+    }
+    for (int t = 0; t < kThreads; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
+  }
 }
 
 TEST(Gemm, EmptyProductLeavesBiasOrAccumulator) {

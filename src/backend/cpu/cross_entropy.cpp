@@ -27,7 +27,7 @@ void crossentropy_stats(Acc<A>* row_max, Acc<A>* row_sumexp, const A* logits, in
     const A* l = logits + i * V;
     T m = -INFINITY;
 #pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < V; ++j) m = std::max(m, widen(l[j]));
+    for (int64_t j = 0; j < V; ++j) m = vmax(m, widen(l[j]));
     T s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < V; ++j) s += vexp<T>(widen(l[j]) - m);
@@ -96,7 +96,7 @@ void crossentropy_loss_and_backward(A* dlogits, Acc<A>* losses, const A* logits,
       A* d = dlogits + i * V;  // may be l: each row's logits are read before it is written
       T m = -INFINITY;
 #pragma omp simd reduction(max : m)
-      for (int64_t j = 0; j < V; ++j) m = std::max(m, widen(l[j]));
+      for (int64_t j = 0; j < V; ++j) m = vmax(m, widen(l[j]));
       T s = 0;
 #pragma omp simd reduction(+ : s)
       for (int64_t j = 0; j < V; ++j) {

@@ -111,50 +111,90 @@ template <class Body> void run_tasks(int team, int64_t n, Body body) {
   if (error) std::rethrow_exception(error);
 }
 
+// Acc<A> elements that hold n elements of A (bf16 packs two to an fp32 element).
+template <class A> constexpr int64_t as_acc(int64_t n) {
+  return (n * int64_t{sizeof(A)} + int64_t{sizeof(Acc<A>)} - 1) / int64_t{sizeof(Acc<A>)};
+}
+
 // Acc<A> elements of a thread's forward scratch: S (and, in place, P unless rounded), O, m, l,
-// and bf16's rounded P.
+// bf16's rounded P, and the dense copy of the block's queries.
 template <class A> int64_t forward_per_thread(int64_t HS) {
-  const int64_t rounded = std::is_same_v<A, bf16> ? (kQueryBlock * kKeyChunk + 1) / 2 : 0;
-  return kQueryBlock * kKeyChunk + kQueryBlock * HS + 2 * kQueryBlock + rounded;
+  const int64_t rounded = std::is_same_v<A, bf16> ? as_acc<A>(kQueryBlock * kKeyChunk) : 0;
+  return kQueryBlock * kKeyChunk + kQueryBlock * HS + 2 * kQueryBlock + rounded +
+         as_acc<A>(kQueryBlock * HS);
+}
+// Forward: every key/value head's keys and values, dense (pack_keys_values), shared by the tasks.
+template <class A> int64_t packed_keys_values(const Geometry& g) {
+  return as_acc<A>(g.B * g.KVH * 2 * g.T * g.HS);
 }
 // Backward: P, dS, dQ (block), D, dK and dV (the whole sequence of the head), bf16's rounded P
-// and dS.
+// and dS, and the dense copies of the block's queries and output gradient and of the head's
+// keys and values.
 template <class A> int64_t backward_per_thread(int64_t T, int64_t HS) {
-  const int64_t rounded = std::is_same_v<A, bf16> ? kQueryBlock * kKeyChunk : 0;
-  return 2 * kQueryBlock * kKeyChunk + kQueryBlock * HS + kQueryBlock + 2 * T * HS + rounded;
+  const int64_t rounded = std::is_same_v<A, bf16> ? 2 * as_acc<A>(kQueryBlock * kKeyChunk) : 0;
+  return 2 * kQueryBlock * kKeyChunk + kQueryBlock * HS + kQueryBlock + 2 * T * HS + rounded +
+         2 * as_acc<A>(kQueryBlock * HS) + 2 * as_acc<A>(T * HS);
 }
 // Grouped-query heads: every head's dK and dV (B, NH, T, 2 HS) before the group sums them.
 int64_t kv_parts(const Geometry& g) { return g.G() > 1 ? g.B * g.NH * g.T * 2 * g.HS : 0; }
 
+// Copies `rows` rows of HS elements at a row stride of ld into a dense (rows, HS) block. oneDNN
+// runs its blocked (brgemm, and AMX) kernels only on dense operands; on the strided views of qkv
+// it falls back to a generic GEMM that multiplies by a transposed key block several times slower.
+// A copy is HS elements per row against the 2 x 64 x HS multiply-adds that row takes part in.
+template <class A> void pack_rows(A* dst, const A* src, int64_t rows, int64_t HS, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) std::copy(src + r * ld, src + r * ld + HS, dst + r * HS);
+}
+
+// The keys and values of key/value head kv of sequence b as dense (T, HS) blocks, K then V, at
+// kv_packed + (b KVH + kv) 2 T HS: each is copied once per call, where a query block's
+// task would copy every key it sees again.
+template <class A> void pack_keys_values(const Geometry& g, const A* qkv, A* kv_packed) {
+  const int64_t W = g.W(), HS = g.HS;
+#pragma omp parallel for schedule(static)
+  for (int64_t part = 0; part < g.B * g.KVH * 2; ++part) {
+    const int64_t b = part / (2 * g.KVH), kv = part / 2 % g.KVH, is_v = part % 2;
+    pack_rows(kv_packed + part * g.T * HS, qkv + b * g.T * W + (g.NH + is_v * g.KVH + kv) * HS,
+              g.T, HS, W);
+  }
+}
+
 // One block of queries [q0, q0 + rows) of head h in sequence b: out and lse.
 template <class A>
-void forward_block(Gemm& gemm, const Geometry& g, A* out, Acc<A>* lse, const A* qkv, int64_t b,
-                   int64_t h, int64_t q0, int64_t rows, Acc<A>* scratch) {
+void forward_block(Gemm& gemm, const Geometry& g, A* out, Acc<A>* lse, const A* qkv,
+                   const A* kv_packed, int64_t b, int64_t h, int64_t q0, int64_t rows,
+                   Acc<A>* scratch) {
   using E = Acc<A>;
   constexpr E kNone = -std::numeric_limits<E>::infinity();
   const int64_t HS = g.HS, W = g.W(), end = q0 + rows;
   const E scale = static_cast<E>(1.0 / std::sqrt(static_cast<double>(HS)));
-  E* S = scratch;                         // (rows, kKeyChunk)
+  E* S = scratch;                         // (rows, n) of a chunk of n keys
   E* O = S + kQueryBlock * kKeyChunk;     // (rows, HS)
   E* m = O + kQueryBlock * HS;            // running row max
   E* l = m + kQueryBlock;                 // running row sum
-  A* P = nullptr;                         // P (rows, kKeyChunk): in place over S, or rounded
-  if constexpr (std::is_same_v<A, E>) P = S;
-  else P = reinterpret_cast<A*>(l + kQueryBlock);
-  const A* q = qkv + (b * g.T + q0) * W + h * HS;
-  const A* k = qkv + b * g.T * W + g.NH * HS + (h / g.G()) * HS;
-  const A* v = k + g.KVH * HS;
+  E* after = l + kQueryBlock;
+  A* P = nullptr;                         // P (rows, n): in place over S, or rounded
+  if constexpr (std::is_same_v<A, E>) {
+    P = S;
+  } else {
+    P = reinterpret_cast<A*>(after);
+    after += as_acc<A>(kQueryBlock * kKeyChunk);
+  }
+  A* Q = reinterpret_cast<A*>(after);  // (rows, HS)
+  const A* K = kv_packed + (b * g.KVH + h / g.G()) * 2 * g.T * HS;  // (T, HS)
+  const A* V = K + g.T * HS;                                        // (T, HS)
+  pack_rows(Q, qkv + (b * g.T + q0) * W + h * HS, rows, HS, W);
   std::fill(m, m + rows, kNone);
   std::fill(l, l + rows, E(0));
 
   const int64_t k_begin = g.first_chunk(b, q0, rows);
   for (int64_t k0 = k_begin; k0 < end; k0 += kKeyChunk) {
     const int64_t n = std::min(kKeyChunk, end - k0);
-    product(gemm, Trans::No, Trans::Yes, rows, n, HS, scale, q, W, k + k0 * W, W, S, kKeyChunk,
+    product(gemm, Trans::No, Trans::Yes, rows, n, HS, scale, Q, HS, K + k0 * HS, HS, S, n,
             Accumulate::Assign);
     for (int64_t t = 0; t < rows; ++t) {
-      E* s = S + t * kKeyChunk;
-      A* p = P + t * kKeyChunk;
+      E* s = S + t * n;
+      A* p = P + t * n;
       const int64_t i = q0 + t;
       const int64_t a = std::max(g.first_key(b, i), k0) - k0, e = std::min(i + 1, k0 + n) - k0;
       if (a >= e) {  // none of its keys here: a zero row of P leaves its O as it was
@@ -163,7 +203,7 @@ void forward_block(Gemm& gemm, const Geometry& g, A* out, Acc<A>* lse, const A* 
       }
       E mx = s[a];
 #pragma omp simd reduction(max : mx)
-      for (int64_t j = a + 1; j < e; ++j) mx = std::max(mx, s[j]);
+      for (int64_t j = a + 1; j < e; ++j) mx = vmax(mx, s[j]);
       const E m_new = std::max(m[t], mx);
       const E correction = m[t] == kNone ? E(0) : std::exp(m[t] - m_new);
       E sum = 0;
@@ -180,7 +220,7 @@ void forward_block(Gemm& gemm, const Geometry& g, A* out, Acc<A>* lse, const A* 
         for (int64_t c = 0; c < HS; ++c) O[t * HS + c] *= correction;
       m[t] = m_new;
     }
-    product(gemm, Trans::No, Trans::No, rows, HS, n, E(1), P, kKeyChunk, v + k0 * W, W, O, HS,
+    product(gemm, Trans::No, Trans::No, rows, HS, n, E(1), P, n, V + k0 * HS, HS, O, HS,
             k0 == k_begin ? Accumulate::Assign : Accumulate::Add);
   }
   for (int64_t t = 0; t < rows; ++t) {  // every row sees at least its own key: l > 0
@@ -200,49 +240,56 @@ void backward_head(Gemm& gemm, const Geometry& g, A* dqkv, const A* dout, const 
   using E = Acc<A>;
   const int64_t HS = g.HS, W = g.W(), C = g.C(), T = g.T;
   const E scale = static_cast<E>(1.0 / std::sqrt(static_cast<double>(HS)));
-  E* P = scratch;                        // (rows, kKeyChunk) fp32 probabilities
-  E* dS = P + kQueryBlock * kKeyChunk;   // (rows, kKeyChunk): dP, then dS in place
+  E* P = scratch;                        // (rows, n) fp32 probabilities of a chunk of n keys
+  E* dS = P + kQueryBlock * kKeyChunk;   // (rows, n): dP, then dS in place
   E* dQ = dS + kQueryBlock * kKeyChunk;  // (rows, HS)
   E* D = dQ + kQueryBlock * HS;          // (rows)
   E* dK = D + kQueryBlock;               // (T, HS)
   E* dV = dK + T * HS;                   // (T, HS)
+  E* after = dV + T * HS;
   A* P_op = nullptr;                     // the operands of the products: P and dS, or rounded
   A* dS_op = nullptr;
   if constexpr (std::is_same_v<A, E>) {
     P_op = P;
     dS_op = dS;
   } else {
-    P_op = reinterpret_cast<A*>(dV + T * HS);
+    P_op = reinterpret_cast<A*>(after);
     dS_op = P_op + kQueryBlock * kKeyChunk;
+    after += 2 * as_acc<A>(kQueryBlock * kKeyChunk);
   }
+  A* Q = reinterpret_cast<A*>(after);                              // (rows, HS)
+  A* dOut = reinterpret_cast<A*>(after + as_acc<A>(kQueryBlock * HS));  // (rows, HS)
+  A* K = reinterpret_cast<A*>(after + 2 * as_acc<A>(kQueryBlock * HS));  // (T, HS)
+  A* V = reinterpret_cast<A*>(after + 2 * as_acc<A>(kQueryBlock * HS) + as_acc<A>(T * HS));
   const int64_t row0 = b * T;
   const A* k = qkv + row0 * W + g.NH * HS + (h / g.G()) * HS;
-  const A* v = k + g.KVH * HS;
+  pack_rows(K, k, T, HS, W);
+  pack_rows(V, k + g.KVH * HS, T, HS, W);
   const E* lse_h = lse + (b * g.NH + h) * T;
   std::fill(dK, dK + 2 * T * HS, E(0));
 
   for (int64_t q0 = 0; q0 < T; q0 += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, T - q0), end = q0 + rows;
-    const A* q = qkv + (row0 + q0) * W + h * HS;
-    const A* dO = dout + (row0 + q0) * C + h * HS;
     const A* o = out + (row0 + q0) * C + h * HS;
+    pack_rows(Q, qkv + (row0 + q0) * W + h * HS, rows, HS, W);
+    pack_rows(dOut, dout + (row0 + q0) * C + h * HS, rows, HS, C);
     for (int64_t t = 0; t < rows; ++t) {
       E dot = 0;
-      for (int64_t c = 0; c < HS; ++c) dot += widen(dO[t * C + c]) * widen(o[t * C + c]);
+      for (int64_t c = 0; c < HS; ++c) dot += widen(dOut[t * HS + c]) * widen(o[t * C + c]);
       D[t] = dot;
     }
     const int64_t k_begin = g.first_chunk(b, q0, rows);
     for (int64_t k0 = k_begin; k0 < end; k0 += kKeyChunk) {
       const int64_t n = std::min(kKeyChunk, end - k0);
-      product(gemm, Trans::No, Trans::Yes, rows, n, HS, scale, q, W, k + k0 * W, W, P, kKeyChunk,
+      product(gemm, Trans::No, Trans::Yes, rows, n, HS, scale, Q, HS, K + k0 * HS, HS, P, n,
               Accumulate::Assign);
-      product(gemm, Trans::No, Trans::Yes, rows, n, HS, E(1), dO, C, v + k0 * W, W, dS,
-              kKeyChunk, Accumulate::Assign);
+      product(gemm, Trans::No, Trans::Yes, rows, n, HS, E(1), dOut, HS, V + k0 * HS, HS, dS, n,
+              Accumulate::Assign);
       for (int64_t t = 0; t < rows; ++t) {
-        E* p = P + t * kKeyChunk;
-        E* ds = dS + t * kKeyChunk;
-        A* p_op = P_op + t * kKeyChunk;
-        A* ds_op = dS_op + t * kKeyChunk;
+        E* p = P + t * n;
+        E* ds = dS + t * n;
+        A* p_op = P_op + t * n;
+        A* ds_op = dS_op + t * n;
         const int64_t i = q0 + t;
         const int64_t a = std::max(g.first_key(b, i), k0) - k0, e = std::min(i + 1, k0 + n) - k0;
         if (a >= e) {  // none of its keys here: zero rows of P and dS add nothing below
@@ -262,12 +309,12 @@ void backward_head(Gemm& gemm, const Geometry& g, A* dqkv, const A* dout, const 
         std::fill(p_op + e, p_op + n, narrow<A>(E(0)));
         std::fill(ds_op + e, ds_op + n, narrow<A>(E(0)));
       }
-      product(gemm, Trans::Yes, Trans::No, n, HS, rows, E(1), P_op, kKeyChunk, dO, C,
-              dV + k0 * HS, HS, Accumulate::Add);
-      product(gemm, Trans::Yes, Trans::No, n, HS, rows, E(1), dS_op, kKeyChunk, q, W,
-              dK + k0 * HS, HS, Accumulate::Add);
-      product(gemm, Trans::No, Trans::No, rows, HS, n, E(1), dS_op, kKeyChunk, k + k0 * W, W, dQ,
-              HS, k0 == k_begin ? Accumulate::Assign : Accumulate::Add);
+      product(gemm, Trans::Yes, Trans::No, n, HS, rows, E(1), P_op, n, dOut, HS, dV + k0 * HS,
+              HS, Accumulate::Add);
+      product(gemm, Trans::Yes, Trans::No, n, HS, rows, E(1), dS_op, n, Q, HS, dK + k0 * HS, HS,
+              Accumulate::Add);
+      product(gemm, Trans::No, Trans::No, rows, HS, n, E(1), dS_op, n, K + k0 * HS, HS, dQ, HS,
+              k0 == k_begin ? Accumulate::Assign : Accumulate::Add);
     }
     A* dq = dqkv + (row0 + q0) * W + h * HS;
     for (int64_t t = 0; t < rows; ++t)
@@ -323,8 +370,10 @@ void check_document_starts(const char* op, const int32_t* starts, int64_t B, int
           "] (a token's document starts at or before it)");
 }
 
-template <class A> int64_t attention_forward_scratch(int64_t HS, int threads) {
-  return int64_t{threads} * forward_per_thread<A>(HS);
+template <class A>
+int64_t attention_forward_scratch(int64_t B, int64_t T_, int64_t KVH, int64_t HS, int threads) {
+  return int64_t{threads} * forward_per_thread<A>(HS) +
+         packed_keys_values<A>(Geometry{B, T_, KVH, KVH, HS, nullptr});
 }
 
 template <class A>
@@ -340,12 +389,14 @@ void attention_forward(Gemm& gemm, A* out, Acc<A>* lse, const A* qkv, int64_t B,
                        const int32_t* starts, int threads) {
   const Geometry g{B, T_, NH, KVH, HS, starts};
   const int64_t pairs = B * NH, blocks = g.blocks(), per_thread = forward_per_thread<A>(HS);
+  A* kv_packed = reinterpret_cast<A*>(scratch + int64_t{threads} * per_thread);
+  pack_keys_values(g, qkv, kv_packed);
   // The blocks nearest the end of a sequence see the most keys: they go first.
   run_tasks(threads, pairs * blocks, [&](int64_t task, int thread) {
     const int64_t block = blocks - 1 - task / pairs, bh = task % pairs;
     const int64_t q0 = block * kQueryBlock;
-    forward_block(gemm, g, out, lse, qkv, bh / NH, bh % NH, q0, std::min(kQueryBlock, T_ - q0),
-                  scratch + thread * per_thread);
+    forward_block(gemm, g, out, lse, qkv, kv_packed, bh / NH, bh % NH, q0,
+                  std::min(kQueryBlock, T_ - q0), scratch + thread * per_thread);
   });
 }
 
@@ -364,7 +415,7 @@ void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const 
 }
 
 #define INSTANTIATE(A)                                                                        \
-  template int64_t attention_forward_scratch<A>(int64_t, int);                                \
+  template int64_t attention_forward_scratch<A>(int64_t, int64_t, int64_t, int64_t, int);     \
   template int64_t attention_backward_scratch<A>(int64_t, int64_t, int64_t, int64_t, int64_t, \
                                                  int);                                        \
   template void attention_forward<A>(Gemm&, A*, Acc<A>*, const A*, int64_t, int64_t, int64_t, \

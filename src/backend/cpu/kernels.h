@@ -118,8 +118,10 @@ template <class A> void gelu_backward(A* dinp, const A* inp, const A* dout, int6
 // team size; the bits do not depend on it. Products: oneDNN for fp32 and bf16 (OpenBLAS for
 // fp32 when `gemm` forces it; bf16 is then refused), OpenBLAS for fp64.
 // Acc<A> elements of scratch: per thread a block of scores and its partners (backward also the
-// head's dK and dV), and under grouped-query heads every head's dK and dV.
-template <class A> int64_t attention_forward_scratch(int64_t HS, int threads);
+// head's dK and dV, and dense copies of its keys and values); forward also every key/value
+// head's keys and values, dense; backward under grouped-query heads every head's dK and dV.
+template <class A>
+int64_t attention_forward_scratch(int64_t B, int64_t T_, int64_t KVH, int64_t HS, int threads);
 template <class A>
 int64_t attention_backward_scratch(int64_t B, int64_t T_, int64_t NH, int64_t KVH, int64_t HS,
                                    int threads);

@@ -29,7 +29,7 @@ dnnl::matmul::primitive_desc matmul_primitive_desc(const dnnl::engine& engine,
                                                    const MatmulGeometry& g, MatmulType in,
                                                    MatmulType out, bool bias, float alpha,
                                                    Accumulate accumulate, Epilogue epilogue,
-                                                   bool addend) {
+                                                   bool addend, dnnl::scratchpad_mode scratchpad) {
   const auto a_md = matmul_operand(g, g.M, g.K, g.a, in);
   const auto b_md = matmul_operand(g, g.K, g.N, g.b, in);
   const auto c_md = matmul_operand(g, g.M, g.N, g.c, out);
@@ -46,6 +46,7 @@ dnnl::matmul::primitive_desc matmul_primitive_desc(const dnnl::engine& engine,
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   attr.set_post_ops(ops);
+  attr.set_scratchpad_mode(scratchpad);
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, engine);
 }
 

@@ -32,12 +32,12 @@ struct MatmulGeometry {
 
 // The primitive descriptor of C = epilogue(alpha * A @ B + bias [+ C] [+ addend]) for geometry g, created
 // for the thread count oneDNN sees at the call (omp_get_max_threads): OneDnnMatmul and
-// TaskMatmuls (task_matmul.h) both build theirs here.
-dnnl::matmul::primitive_desc matmul_primitive_desc(const dnnl::engine& engine,
-                                                   const MatmulGeometry& g, MatmulType in,
-                                                   MatmulType out, bool bias, float alpha,
-                                                   Accumulate accumulate, Epilogue epilogue,
-                                                   bool addend = false);
+// TaskMatmuls (task_matmul.h) both build theirs here. A primitive that runs on several threads
+// at once needs the user scratchpad mode (a scratchpad per call): oneDNN's own is shared.
+dnnl::matmul::primitive_desc matmul_primitive_desc(
+    const dnnl::engine& engine, const MatmulGeometry& g, MatmulType in, MatmulType out, bool bias,
+    float alpha, Accumulate accumulate, Epilogue epilogue, bool addend = false,
+    dnnl::scratchpad_mode scratchpad = dnnl::scratchpad_mode::library);
 // The memory descriptor of a (rows, cols) operand of g with strides st.
 dnnl::memory::desc matmul_operand(const MatmulGeometry& g, int64_t rows, int64_t cols,
                                   const BatchedGemmShape::Strides& st, MatmulType type);

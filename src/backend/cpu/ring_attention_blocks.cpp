@@ -150,7 +150,7 @@ void block_forward(A* out, Acc<A>* lse, const A* qkv, const A* kv, const BlockGe
         const int64_t lo = r.first, n = r.end;
         E m = s[lo];
 #pragma omp simd reduction(max : m)
-        for (int64_t j = lo + 1; j < n; ++j) m = std::max(m, s[j]);
+        for (int64_t j = lo + 1; j < n; ++j) m = vmax(m, s[j]);
         E sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int64_t j = lo; j < n; ++j) {

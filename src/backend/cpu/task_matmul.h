@@ -8,9 +8,11 @@
 // Single-threaded by construction, so that a task's bits cannot depend on the team size: the
 // caller lowers its thread's OpenMP thread count to 1 (omp_set_num_threads inside the team;
 // run() refuses otherwise), and oneDNN, which sizes its work split by omp_get_max_threads both
-// when it creates a primitive and when it runs one, then never splits a reduction. Each call
-// binds its own memory objects and stream: a primitive may run on many threads at once, its
-// bound memory objects may not.
+// when it creates a primitive and when it runs one, then never splits a reduction.
+// One primitive runs on many threads at once. oneDNN allows that only with the user scratchpad
+// mode: its own scratchpad is one buffer for all (the blocked kernels pack a block of B there),
+// which two threads would both write. So each call binds its own memory objects and stream, and
+// its thread's own scratchpad.
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -42,6 +44,7 @@ class TaskMatmuls {
   struct Entry {
     dnnl::matmul::primitive_desc pd;  // its operands' descriptors, bound per call
     dnnl::matmul primitive;
+    size_t scratchpad_bytes;
   };
   const Entry& find_or_create(const Key& k);
 

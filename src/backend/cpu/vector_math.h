@@ -35,6 +35,12 @@ inline float exp_fast(float x) {
 #pragma omp declare simd notinbranch
 inline float tanh_fast(float x) { return 1.0f - 2.0f / (exp_fast(2.0f * x) + 1.0f); }
 
+// The larger of m and x for a running maximum in a `#pragma omp simd reduction(max : m)` loop.
+// Written as x > m ? x : m, the form GCC turns into vmaxps/vmaxpd; std::max(m, x), which is
+// m < x ? x : m, it leaves scalar there (one maxss per element, a four-cycle chain). Both
+// keep m when x is NaN.
+template <class T> inline T vmax(T m, T x) { return x > m ? x : m; }
+
 template <class T> inline T vexp(T x);
 template <> inline float vexp<float>(float x) { return exp_fast(x); }
 template <> inline double vexp<double>(double x) { return std::exp(x); }
