@@ -1,8 +1,7 @@
 // Causal multi-head self-attention as a blocked, flash-style kernel (FlashAttention-2, arXiv
-// 2307.08691, alg. 1-2), on strided views of qkv rows of (NH + 2 KVH) heads (query head h reads
-// key/value head h / (NH / KVH)) — no transposed or repeated copies of Q, K or V, and no T x T
-// matrix: per block of kQueryBlock queries, their scores against chunks of at most kKeyChunk
-// keys, up to the diagonal (chunks above it are never computed):
+// 2307.08691, alg. 1-2), on qkv rows of (NH + 2 KVH) heads (query head h reads key/value head
+// h / (NH / KVH)), with no T x T matrix: per block of kQueryBlock queries, their scores against
+// chunks of at most kKeyChunk keys, up to the diagonal (chunks above it are never computed):
 //
 //   S = scale Q K^T (masked j > i, and j before the row's document start),  m = running rowmax,
 //   P = exp(S - m),  l = running rowsum P,  O = sum P V rescaled by exp(m_old - m_new),
@@ -15,6 +14,9 @@
 // one (batch, head), each task's GEMMs on its own thread alone (Gemm::run_in_task) in a fixed
 // order, so the bits are the same at any thread count. A head's dK and dV sum its query blocks
 // in order; under grouped-query heads the group's heads then sum in order (KvParts).
+// Operands: every product reads dense (rows, HS) copies of its heads (pack_rows), never the
+// strided views of qkv: only on dense operands does oneDNN run its blocked kernels (brgemm, and
+// AMX where present); on the views it falls back to a generic GEMM several times slower.
 // The products are oneDNN matmuls (bf16 in, fp32 accumulate) on fp32 and bf16, OpenBLAS on fp64
 // (and on fp32 when the library is forced to OpenBLAS); the softmax runs in Acc<A>, and bf16's
 // P and dS are rounded once to bf16 as the operands of the products that follow.
@@ -138,10 +140,8 @@ template <class A> int64_t backward_per_thread(int64_t T, int64_t HS) {
 // Grouped-query heads: every head's dK and dV (B, NH, T, 2 HS) before the group sums them.
 int64_t kv_parts(const Geometry& g) { return g.G() > 1 ? g.B * g.NH * g.T * 2 * g.HS : 0; }
 
-// Copies `rows` rows of HS elements at a row stride of ld into a dense (rows, HS) block. oneDNN
-// runs its blocked (brgemm, and AMX) kernels only on dense operands; on the strided views of qkv
-// it falls back to a generic GEMM that multiplies by a transposed key block several times slower.
-// A copy is HS elements per row against the 2 x 64 x HS multiply-adds that row takes part in.
+// Copies `rows` rows of HS elements at a row stride of ld into a dense (rows, HS) block (see
+// Operands above). Each copied element then takes part in a query block of multiply-adds or more.
 template <class A> void pack_rows(A* dst, const A* src, int64_t rows, int64_t HS, int64_t ld) {
   for (int64_t r = 0; r < rows; ++r) std::copy(src + r * ld, src + r * ld + HS, dst + r * HS);
 }
