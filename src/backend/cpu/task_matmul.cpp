@@ -2,11 +2,14 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
+#include <vector>
 
 namespace meshtrain::cpu {
 
@@ -29,9 +32,22 @@ void* thread_scratchpad(size_t bytes) {
   return buffer.data.get() + (kAlign - address % kAlign) % kAlign;
 }
 
+// What this thread has bound for one TaskMatmuls: a stream, and per primitive the memory
+// objects of its arguments, whose data handles each call sets. Creating them per call cost
+// about as much as a 64x64x64 product. A thread that turns to another TaskMatmuls starts over,
+// so each thread holds one set at most.
+struct ThreadBindings {
+  uint64_t owner = 0;  // the serial of the TaskMatmuls bound; 0: none
+  std::optional<dnnl::stream> stream;
+  std::vector<std::unordered_map<int, dnnl::memory>> args;  // by Entry::index; empty: unbound
+};
+thread_local ThreadBindings bindings;
+
+std::atomic<uint64_t> next_serial{1};
+
 }  // namespace
 
-TaskMatmuls::TaskMatmuls() : engine_(dnnl::engine::kind::cpu, 0) {}
+TaskMatmuls::TaskMatmuls() : engine_(dnnl::engine::kind::cpu, 0), serial_(next_serial++) {}
 
 size_t TaskMatmuls::cached() const {
   const std::lock_guard<std::mutex> lock(mutex_);
@@ -44,7 +60,8 @@ const TaskMatmuls::Entry& TaskMatmuls::find_or_create(const Key& k) {
   const auto pd = matmul_primitive_desc(engine_, k.g, k.in, MatmulType::F32, false, k.alpha,
                                         k.accumulate, Epilogue::None, false,
                                         dnnl::scratchpad_mode::user);
-  return cache_.emplace(k, Entry{pd, dnnl::matmul(pd), pd.scratchpad_desc().get_size()})
+  return cache_
+      .emplace(k, Entry{pd, dnnl::matmul(pd), pd.scratchpad_desc().get_size(), cache_.size()})
       .first->second;
 }
 
@@ -57,16 +74,24 @@ void TaskMatmuls::run(const MatmulGeometry& g, MatmulType in, const void* A, con
                            "follow the team size");
   try {
     const Entry& e = find_or_create({g, in, alpha, accumulate});
-    dnnl::stream stream(engine_);
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, dnnl::memory(e.pd.src_desc(), engine_, const_cast<void*>(A))},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(e.pd.weights_desc(), engine_, const_cast<void*>(B))},
-        {DNNL_ARG_DST, dnnl::memory(e.pd.dst_desc(), engine_, C)}};
+    if (bindings.owner != serial_) bindings = ThreadBindings{serial_, dnnl::stream(engine_), {}};
+    if (bindings.args.size() <= e.index) bindings.args.resize(e.index + 1);
+    std::unordered_map<int, dnnl::memory>& args = bindings.args[e.index];
+    if (args.empty()) {
+      args.emplace(DNNL_ARG_SRC, dnnl::memory(e.pd.src_desc(), engine_, nullptr));
+      args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(e.pd.weights_desc(), engine_, nullptr));
+      args.emplace(DNNL_ARG_DST, dnnl::memory(e.pd.dst_desc(), engine_, nullptr));
+      if (e.scratchpad_bytes > 0)
+        args.emplace(DNNL_ARG_SCRATCHPAD,
+                     dnnl::memory(e.pd.scratchpad_desc(), engine_, nullptr));
+    }
+    args.at(DNNL_ARG_SRC).set_data_handle(const_cast<void*>(A));
+    args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<void*>(B));
+    args.at(DNNL_ARG_DST).set_data_handle(C);
     if (e.scratchpad_bytes > 0)
-      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e.pd.scratchpad_desc(), engine_,
-                                                     thread_scratchpad(e.scratchpad_bytes)));
-    e.primitive.execute(stream, args);
-    stream.wait();
+      args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(thread_scratchpad(e.scratchpad_bytes));
+    e.primitive.execute(*bindings.stream, args);
+    bindings.stream->wait();
   } catch (const dnnl::error& err) {
     throw std::runtime_error(matmul_failure(g, in, MatmulType::F32, err));
   }

@@ -11,11 +11,12 @@
 // when it creates a primitive and when it runs one, then never splits a reduction.
 // One primitive runs on many threads at once. oneDNN allows that only with the user scratchpad
 // mode: its own scratchpad is one buffer for all (the blocked kernels pack a block of B there),
-// which two threads would both write. So each call binds its own memory objects and stream, and
-// its thread's own scratchpad.
+// which two threads would both write. So each thread has its own stream, memory objects and
+// scratchpad (bound once per primitive, their addresses set per call).
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 
@@ -45,10 +46,12 @@ class TaskMatmuls {
     dnnl::matmul::primitive_desc pd;  // its operands' descriptors, bound per call
     dnnl::matmul primitive;
     size_t scratchpad_bytes;
+    size_t index;  // its order of creation: where a thread keeps its bindings (task_matmul.cpp)
   };
   const Entry& find_or_create(const Key& k);
 
   dnnl::engine engine_;
+  const uint64_t serial_;  // unique in the process: whose bindings a thread holds
   mutable std::mutex mutex_;  // guards cache_ (std::map: entries never move once inserted)
   std::map<Key, Entry> cache_;
 };
