@@ -184,8 +184,8 @@ void CpuBackend::do_attention_forward(Tensor& out, Tensor& stash, const Tensor& 
   const DType a = qkv.dtype();
   dispatch(false, op, a, [&](auto tag) {
     using E = decltype(tag);
-    Tensor scratch = empty({cpu::attention_forward_scratch<E>(B, T, KVH, HS, threads())}, cpu::wide(a),
-                           MemoryCategory::Workspace);
+    Tensor scratch = empty({cpu::attention_forward_scratch<E>(B, T, KVH, HS, threads())},
+                           cpu::wide(a), MemoryCategory::Workspace);
     if (planning_) return;
     const int32_t* starts = document_starts ? ptr<int32_t>(*document_starts) : nullptr;
     cpu::check_document_starts(op, starts, B, T);

@@ -126,8 +126,8 @@ template <class A> int64_t forward_per_thread(int64_t HS) {
          as_acc<A>(kQueryBlock * HS);
 }
 // Forward: every key/value head's keys and values, dense (pack_keys_values), shared by the tasks.
-template <class A> int64_t packed_keys_values(const Geometry& g) {
-  return as_acc<A>(g.B * g.KVH * 2 * g.T * g.HS);
+template <class A> int64_t packed_keys_values(int64_t B, int64_t T, int64_t KVH, int64_t HS) {
+  return as_acc<A>(B * KVH * 2 * T * HS);
 }
 // Backward: P, dS, dQ (block), D, dK and dV (the whole sequence of the head), bf16's rounded P
 // and dS, and the dense copies of the block's queries and output gradient and of the head's
@@ -257,9 +257,9 @@ void backward_head(Gemm& gemm, const Geometry& g, A* dqkv, const A* dout, const 
     dS_op = P_op + kQueryBlock * kKeyChunk;
     after += 2 * as_acc<A>(kQueryBlock * kKeyChunk);
   }
-  A* Q = reinterpret_cast<A*>(after);                              // (rows, HS)
-  A* dOut = reinterpret_cast<A*>(after + as_acc<A>(kQueryBlock * HS));  // (rows, HS)
-  A* K = reinterpret_cast<A*>(after + 2 * as_acc<A>(kQueryBlock * HS));  // (T, HS)
+  A* Q = reinterpret_cast<A*>(after);  // (rows, HS), and the block's dO, (rows, HS)
+  A* dOut = reinterpret_cast<A*>(after + as_acc<A>(kQueryBlock * HS));
+  A* K = reinterpret_cast<A*>(after + 2 * as_acc<A>(kQueryBlock * HS));  // (T, HS), then V
   A* V = reinterpret_cast<A*>(after + 2 * as_acc<A>(kQueryBlock * HS) + as_acc<A>(T * HS));
   const int64_t row0 = b * T;
   const A* k = qkv + row0 * W + g.NH * HS + (h / g.G()) * HS;
@@ -373,7 +373,7 @@ void check_document_starts(const char* op, const int32_t* starts, int64_t B, int
 template <class A>
 int64_t attention_forward_scratch(int64_t B, int64_t T_, int64_t KVH, int64_t HS, int threads) {
   return int64_t{threads} * forward_per_thread<A>(HS) +
-         packed_keys_values<A>(Geometry{B, T_, KVH, KVH, HS, nullptr});
+         packed_keys_values<A>(B, T_, KVH, HS);
 }
 
 template <class A>
