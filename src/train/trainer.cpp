@@ -421,14 +421,16 @@ void Trainer::log_step(const StepResult& r, double eta_seconds) {
   // The experts' loads: a line of its own per step, (layers x experts) tokens flattened.
   const ExpertLoadReport& x = r.experts;
   if (x.empty()) return;
-  std::vector<std::pair<const char*, MetricsWriter::Value>> record = {
-      {"step", int64_t{r.step}},
-      {"moe_layers", std::vector<int64_t>(x.layers.begin(), x.layers.end())},
-      {"experts", x.experts},
-      {"expert_tokens", x.tokens},
-      {"expert_balance", x.max_over_mean},
-      {"moe_load_balance_loss", x.load_balance_loss},
-      {"moe_z_loss", x.z_loss}};
+  // Built by push_back: from an initializer list of variants, GCC 12 reports a bogus
+  // -Wmaybe-uninitialized on its temporaries.
+  std::vector<std::pair<const char*, MetricsWriter::Value>> record;
+  record.push_back({"step", int64_t{r.step}});
+  record.push_back({"moe_layers", std::vector<int64_t>(x.layers.begin(), x.layers.end())});
+  record.push_back({"experts", x.experts});
+  record.push_back({"expert_tokens", x.tokens});
+  record.push_back({"expert_balance", x.max_over_mean});
+  record.push_back({"moe_load_balance_loss", x.load_balance_loss});
+  record.push_back({"moe_z_loss", x.z_loss});
   // Choices dropped for capacity, per layer: dropless runs (the default) have none to count.
   if (cfg_.model.moe.capacity_factor > 0) record.push_back({"expert_dropped", x.dropped});
   metrics_->write(record);

@@ -291,21 +291,25 @@ TEST(LaunchShape, SameLaunchSaysNothing) {
 
 TEST(LaunchShape, EachDifferenceIsNamedBothWaysInOneLine) {
   const LaunchShape calibrated{4, 1, 2, 1, "spin"};
+  // The launch's fields as plain values, made into a LaunchShape per case: an array of
+  // LaunchShapes (a string inside) draws a bogus -Wmaybe-uninitialized from GCC 12.
   struct Case {
-    LaunchShape now;
+    int ranks, threads, cores, bound;
+    const char* idle;
     std::vector<std::string> named;
   };
   const Case cases[] = {
-      {{4, 1, 2, 2, "spin"}, {"each rank bound to 2 cores (calibrated: 1)"}},
-      {{4, 1, 2, 1, "yield"}, {"waiting ranks yield (calibrated: spin)"}},
-      {{8, 1, 2, 1, "spin"}, {"8 ranks per node (calibrated: 4)"}},
-      {{4, 2, 2, 1, "spin"}, {"2 threads per rank (calibrated: 1)"}},
-      {{4, 1, 4, 1, "spin"}, {"4 cores per node (calibrated: 2)"}},
-      {{4, 1, 2, 2, "yield"},
+      {4, 1, 2, 2, "spin", {"each rank bound to 2 cores (calibrated: 1)"}},
+      {4, 1, 2, 1, "yield", {"waiting ranks yield (calibrated: spin)"}},
+      {8, 1, 2, 1, "spin", {"8 ranks per node (calibrated: 4)"}},
+      {4, 2, 2, 1, "spin", {"2 threads per rank (calibrated: 1)"}},
+      {4, 1, 4, 1, "spin", {"4 cores per node (calibrated: 2)"}},
+      {4, 1, 2, 2, "yield",
        {"each rank bound to 2 cores (calibrated: 1)", "waiting ranks yield (calibrated: spin)"}},
   };
   for (const Case& c : cases) {
-    const std::string line = launch_difference("machines/cpu.toml", calibrated, c.now);
+    const LaunchShape now{c.ranks, c.threads, c.cores, c.bound, c.idle};
+    const std::string line = launch_difference("machines/cpu.toml", calibrated, now);
     EXPECT_EQ(line.find('\n'), std::string::npos) << line;
     EXPECT_NE(line.find("machines/cpu.toml"), std::string::npos) << line;
     EXPECT_NE(line.find("predicted times assume the calibrated launch (4 ranks x 1 thread on 2 cores, each "

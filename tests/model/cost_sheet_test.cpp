@@ -94,7 +94,10 @@ TEST(CostSheet, AnMlpOfAnotherWidthReportsIt) {
   CpuBackend planning(0, Execution::Plan);
   MetaCommunicator one_rank("tp", 0, 1);
   ParameterStore store;
-  const LayerContext ctx{&planning, &store, TensorParallel{&one_rank, SequenceParallel::Off}, {}};
+  LayerContext ctx;
+  ctx.backend = &planning;
+  ctx.store = &store;
+  ctx.tp = TensorParallel{&one_rank, SequenceParallel::Off};
   const int64_t C = 8;
   for (int64_t hidden : {32, 20}) {
     const Mlp mlp(ctx, "mlp" + std::to_string(hidden), C, hidden, 1.0);

@@ -80,7 +80,9 @@ TEST(ExpertBias, FollowsTheWholeJobsLoadsAlikeOnEveryRank) {
   for (double v : sum) mean += v / 4;
   for (size_t e = 0; e < 4; ++e)
     EXPECT_EQ(b.of_layer(1)[e], 0.001 * ((mean > sum[e]) - (mean < sum[e]))) << "expert " << e;
-  if (world.size() > 1) EXPECT_EQ(b.of_layer(1)[3], -0.001) << "the job's busiest expert";
+  if (world.size() > 1) {
+    EXPECT_EQ(b.of_layer(1)[3], -0.001) << "the job's busiest expert";
+  }
   for (int e = 0; e < 4; ++e) EXPECT_EQ(b.of_layer(2)[e], 0.0) << "balanced: no move";
   // Every rank holds the same values.
   std::vector<double> mine(b.of_layer(1), b.of_layer(1) + 4), first = mine;

@@ -346,7 +346,9 @@ TEST(LayoutAdvisor, ChoosesExpertParallelismForAMixtureOnly) {
   for (const RankedLayout& r : ranked.ranked) {
     if (r.config.parallel.ep > 1) ++expert_parallel;
     // The bound the advisor prunes by holds for these layouts too.
-    if (r.time.step_s > 0) EXPECT_LE(r.lower_bound_s, r.time.step_s * (1 + 1e-12) + 1e-15) << layout_name(r.config);
+    if (r.time.step_s > 0) {
+      EXPECT_LE(r.lower_bound_s, r.time.step_s * (1 + 1e-12) + 1e-15) << layout_name(r.config);
+    }
   }
   EXPECT_GT(expert_parallel, 0u);
   // A deck's ep stays where the deck fixes it (no "auto" for ep).
