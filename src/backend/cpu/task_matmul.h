@@ -43,7 +43,7 @@ class TaskMatmuls {
     auto operator<=>(const Key&) const = default;
   };
   struct Entry {
-    dnnl::matmul::primitive_desc pd;  // its operands' descriptors, bound per call
+    dnnl::matmul::primitive_desc pd;  // its operands' descriptors, bound once per thread
     dnnl::matmul primitive;
     size_t scratchpad_bytes;
     size_t index;  // its order of creation: where a thread keeps its bindings (task_matmul.cpp)
