@@ -26,7 +26,7 @@ build_packages=(
   zlib1g-dev libzstd-dev
 )
 test_packages=(
-  python3 python3-h5py python3-numpy python3-yaml python3-matplotlib python3-regex zstd
+  python3 python3-venv python3-h5py python3-numpy python3-yaml python3-matplotlib python3-regex zstd
   slurm-wlm munge
 )
 fuzz_packages=(
