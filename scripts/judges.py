@@ -93,8 +93,12 @@ def run(script, args):
         if os.path.exists(folder + ".unavailable"):
             with open(folder + ".unavailable") as f:
                 why = f.read().strip()
+        if required():
+            print("FAILED: the judge tests must run (MESHTRAIN_REQUIRE_JUDGES=1), but the judges' "
+                  "Python environment %s is missing: %s" % (folder, why), flush=True)
+            return 1
         print("SKIPPED: the judges' Python environment %s: %s" % (folder, why), flush=True)
-        return 1 if required() else SKIP
+        return SKIP
     python = os.path.join(folder, "bin", "python")
     env = dict(os.environ, MESHTRAIN_JUDGES=folder, PYTHONDONTWRITEBYTECODE="1")
     return subprocess.run([python, script] + args, env=env).returncode
