@@ -22,8 +22,10 @@ GenerationConfig.
 Runs in the judges' environment (scripts/judges.py run): CTest label `judge`.
 """
 import contextlib
+import json
 import logging
 import os
+import subprocess
 import sys
 import warnings
 
@@ -34,12 +36,15 @@ import transformers
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "checkpoint"))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+sys.path.insert(0, os.path.join(HERE, "..", "io"))
 import harness  # noqa: E402
 import hf_decoder_reference as ref  # noqa: E402
 from hf_reference_test import (EVAL_BATCHES, G, NEW_TOKENS, PROMPT, ReferenceCase,  # noqa: E402
                                write_eval_windows)
 
 SEQ, VOCAB = 48, 256
+# Byte-level BPE's printable stand-ins back to bytes (GPT-2's bytes_to_unicode, inverted).
+U2B = {u: b for b, u in __import__("gpt2_bpe_reference_test").B2U.items()}
 WINDOWS = G * EVAL_BATCHES
 CPU_FP64 = ['run.device="cpu"', 'train.precision="fp64"']
 
@@ -263,6 +268,121 @@ class TransformersJudgesImport(ReferenceCase):
         self.assertLess(rel, 1e-9, name + " exported")
         expected = judge_greedy(model, list(PROMPT), NEW_TOKENS)
         self.assertEqual(self.sample_greedy(trained, deck, CPU_FP64), expected, name + " exported")
+
+
+MIXED_TEXT = ("Grüße aus Köln! 東京で会いましょう。Привет, мир. مرحبا 👩‍👩‍👧‍👦 👍🏽 1234567 "
+              "I'M you'RE it's\t\ttabs  and\r\n<|end_of_text|> plain.")
+
+
+def llama3_style_tokenizer(directory, text):
+    """A Llama 3 style tokenizer.json (its pre-tokenizer regex, ignore_merges, byte level) of 500
+    tokens trained by tokenizers itself on `text`, with Llama 3's special tokens, and the
+    tokenizer_config.json Llama 3 ships (PreTrainedTokenizerFast)."""
+    import tokenizers
+    sys.path.insert(0, os.path.join(HERE, "..", "io"))
+    from gpt2_bpe_reference_test import LLAMA3_REGEX
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([
+        tokenizers.pre_tokenizers.Split(tokenizers.Regex(LLAMA3_REGEX), behavior="isolated"),
+        tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=500, show_progress=False,
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([text], trainer)
+    tok.add_special_tokens(["<|begin_of_text|>", "<|end_of_text|>"])
+    os.makedirs(directory)
+    tok.save(os.path.join(directory, "tokenizer.json"))
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
+                   "eos_token": "<|end_of_text|>", "model_max_length": SEQ,
+                   "clean_up_tokenization_spaces": False}, f)
+    return tok.get_vocab_size()
+
+
+class TransformersJudgesTokenizerExport(ReferenceCase):
+    """A Llama trained by meshtrain on text of its own tokenizer.json, exported with --tokenizer:
+    AutoTokenizer reads the export and gives the ids meshtrain's prepare gives on a mixed-script
+    text, and transformers continues a prompt with the tokens meshtrain's sample writes."""
+
+    def test_llama_with_its_tokenizer(self):
+        corpus = os.path.join(self.dir, "corpus.txt")
+        text = "".join((MIXED_TEXT + " The cat sat on the mat. ") * 40 for _ in range(8))
+        with open(corpus, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        tok_dir = os.path.join(self.dir, "tok")
+        size = llama3_style_tokenizer(tok_dir, text)
+        tok_json = os.path.join(tok_dir, "tokenizer.json")
+        data = os.path.join(self.dir, "data")
+        self.meshtrain(["prepare", corpus, "--out", data, "--tokenizer", tok_json,
+                        "--val-fraction", "0.1"])
+        vocab = (size + 3) // 4 * 4  # divisible by tp; the tokenizer's ids fill the first `size`
+        deck = os.path.join(self.dir, "tok.toml")
+        with open(deck, "w") as f:
+            f.write(f"""[run]
+device = "cpu"
+name = "tok"
+dir = "{self.run_dir}"
+seed = 3
+[model]
+family = "llama"
+layers = 2
+d_model = 32
+heads = 4
+kv_heads = 2
+ffn_hidden = 48
+seq_len = {SEQ}
+vocab_size = {vocab}
+[data]
+train = "{data}_train.bin"
+val = "{data}_val.bin"
+tokenizer = "{tok_json}"
+[train]
+precision = "fp32"
+steps = 4
+global_batch = 8
+micro_batch = 2
+lr = 3e-3
+warmup_steps = 1
+eval_every = 0
+eval_batches = 1
+[checkpoint]
+every = 4
+""")
+        self.meshtrain(["train", deck, "--set", "parallel.tp=2", "--set", "parallel.pp=2"], ranks=4,
+                       timeout=600)
+        out = os.path.join(self.dir, "exported")
+        self.meshtrain(["export", self.ckpt(4), "--format", "hf", out, "--tokenizer", tok_json])
+
+        hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+        sample_path = os.path.join(self.dir, "mixed.txt")
+        with open(sample_path, "w", encoding="utf-8", newline="") as f:
+            f.write(MIXED_TEXT)
+        self.meshtrain(["prepare", sample_path, "--out", os.path.join(self.dir, "mixed"),
+                        "--tokenizer", tok_json, "--val-fraction", "0"])
+        from gpt2_bpe_reference_test import read_shard
+        ours = read_shard(os.path.join(self.dir, "mixed_train.bin"))
+        theirs = hf_tok.encode(MIXED_TEXT, add_special_tokens=False, split_special_tokens=True)
+        self.assertEqual(theirs, ours, "AutoTokenizer on the export against meshtrain's prepare")
+        generation = transformers.GenerationConfig.from_pretrained(out)
+        self.assertEqual((generation.bos_token_id, generation.eos_token_id),
+                         (hf_tok.bos_token_id, hf_tok.eos_token_id))
+
+        model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float64)
+        rotary_in_float64(model)
+        model.eval()
+        prompt = hf_tok.encode("The cat ", add_special_tokens=False)
+        expected = judge_greedy(model, prompt, NEW_TOKENS)
+        cmd = [harness.MPIEXEC, "-n", "2", harness.MESHTRAIN, "sample", deck, "--checkpoint",
+               self.ckpt(4), "--prompt", "The cat ", "--tokens", str(NEW_TOKENS), "--temperature", "0",
+               "--set", "parallel.tp=2", "--set", 'train.precision="fp64"']
+        p = subprocess.run(cmd, capture_output=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+        # stdout: a device line, then the prompt and its continuation as the tokenizer's bytes.
+        written = p.stdout[p.stdout.index(b"\nThe cat ") + 1:].rstrip(b"\n")
+        want = bytes(U2B[c] for t in hf_tok.convert_ids_to_tokens(prompt + expected) for c in t)
+        print(f"greedy with the exported tokenizer: {want!r}")
+        self.assertEqual(written, want)
 
 
 class _Recorder(logging.Handler):
