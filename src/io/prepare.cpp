@@ -388,7 +388,17 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
   if (inputs.empty()) throw std::invalid_argument("prepare: no input text files given");
   std::vector<uint64_t> sizes;
   uint64_t total = 0;
-  for (const std::string& path : inputs) total += sizes.emplace_back(check_text_file(path));
+  for (const std::string& path : inputs) {
+    total += sizes.emplace_back(check_text_file(path));
+    // A text file is tokenized in pieces (chunks, the validation split): only a tokenizer that
+    // gives the pieces what it gives the whole may take one. JSON Lines documents go whole.
+    if (!is_jsonl_path(path) && !tok.encodes_pieces_alike())
+      throw DataError(path, "is a text file, which prepare tokenizes in pieces, and the " +
+                                tok.kind() + " tokenizer looks at a text as a whole (its "
+                                "tokenizer.json has a normalizer Strip, Prepend or Replace, "
+                                "ByteLevel's add_prefix_space, or an added token with rstrip or "
+                                "whitespace); give the text as JSON Lines, one document a line");
+  }
   make_parent_directory(out_prefix);
 
   const int threads = opt.threads > 0 ? opt.threads : available_cores();
