@@ -336,7 +336,9 @@ class Gpt2BpeTokenizer final : public Tokenizer {
       processor["special_tokens"][bos] = entry;
       j["post_processor"] = processor;
     }
-    j["decoder"] = {{"type", "ByteLevel"}};
+    // GPT-2's decoder, every field present: HF's tokenizers refuses a ByteLevel without them.
+    j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
+                    {"use_regex", true}};
     nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
     for (const auto& [token, id] : files_.vocab) vocab[token] = id;
     nlohmann::ordered_json merges = nlohmann::ordered_json::array();

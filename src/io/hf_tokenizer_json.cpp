@@ -72,9 +72,17 @@ void read_model(const json& model, const std::string& path, Gpt2BpeFiles& f) {
                    "end_of_word_suffix, fuse_unk, byte_fallback, ignore_merges, vocab, merges");
 }
 
-// A ByteLevel pre-tokenizer or post-processor: whether it adds a prefix space, whether it uses
-// GPT-2's regex. trim_offsets changes offsets only.
-std::pair<bool, bool> read_byte_level(JsonFields& b) {
+enum class Fields { AsHfWants, MayLack };
+
+// A ByteLevel pre-tokenizer, post-processor or decoder: whether it adds a prefix space, whether
+// it uses GPT-2's regex. trim_offsets changes offsets only. HF wants add_prefix_space and
+// trim_offsets; a decoder may lack them (meshtrain's save() wrote {"type": "ByteLevel"} before
+// it wrote them, and a decoder reads neither).
+std::pair<bool, bool> read_byte_level(JsonFields& b, Fields fields = Fields::AsHfWants) {
+  if (fields == Fields::AsHfWants) {
+    b.required("add_prefix_space", "true or false");
+    b.required("trim_offsets", "true or false");
+  }
   const bool prefix = b.boolean("add_prefix_space").value_or(true);
   b.boolean("trim_offsets");
   const bool regex = b.boolean("use_regex").value_or(true);
@@ -217,12 +225,19 @@ std::optional<uint32_t> read_post_processor(const json& pp, const std::string& p
                             "or [one special token, $A], a Sequence of them, or null");
 }
 
-void read_decoder(const json& decoder, const std::string& path) {
-  JsonFields d(decoder, path, "decoder");
+// meshtrain decodes as HF's ByteLevel decoder does; without a decoder HF would give the
+// byte-mapped pieces joined by spaces ("hello Ġ world"), which meshtrain does not.
+void read_decoder(const json* decoder, const std::string& path) {
+  const std::string expected = "; expected {\"type\": \"ByteLevel\"}, as GPT-2's, Llama 3's and "
+                               "Qwen's tokenizer.json";
+  if (decoder == nullptr)
+    throw DataError(path, "decoder is missing or null: HF would decode to the byte-level pieces "
+                          "joined by spaces, meshtrain decodes bytes" + expected);
+  JsonFields d(*decoder, path, "decoder");
   if (d.string("type") != "ByteLevel")
-    throw DataError(path, "decoder = " + short_json(decoder) + " is not applied: meshtrain "
-                          "decodes as the ByteLevel decoder does; expected {\"type\": \"ByteLevel\"}");
-  read_byte_level(d);  // the decoder reads none of them
+    throw DataError(path, "decoder = " + short_json(*decoder) + " is not applied: meshtrain "
+                          "decodes as the ByteLevel decoder does" + expected);
+  read_byte_level(d, Fields::MayLack);
 }
 
 }  // namespace
@@ -239,7 +254,7 @@ std::unique_ptr<Tokenizer> open_gpt2_bpe_json(const std::string& path) {
   if (const json* added = top.optional("added_tokens")) read_added_tokens(*added, path, f);
   if (const json* pp = top.optional("post_processor"))
     f.begin_of_text = read_post_processor(*pp, path, "post_processor", false);
-  if (const json* decoder = top.optional("decoder")) read_decoder(*decoder, path);
+  read_decoder(top.optional("decoder"), path);
   require_neutral(top, "truncation", [](const json&) { return false; },
                   "is not applied: meshtrain keeps every token of a text; expected null");
   require_neutral(top, "padding", [](const json&) { return false; },

@@ -185,6 +185,8 @@ def write_tokenizer(d):
         dict(flags, id=257, content="<|end_of_text|>")],
         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                           "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                    "use_regex": True},
         "model": {"type": "BPE", "vocab": vocab, "merges": []}}
     with open(os.path.join(d, "tokenizer.json"), "w") as f:
         json.dump(tok, f)

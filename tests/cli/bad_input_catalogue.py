@@ -1060,7 +1060,9 @@ def fixture_tokjson(p):
         return {"version": "1.0", "added_tokens": [], "normalizer": None,
                 "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
                                   "trim_offsets": True, "use_regex": True},
-                "post_processor": None, "decoder": {"type": "ByteLevel"},
+                "post_processor": None,
+                "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                            "use_regex": True},
                 "model": {"type": "BPE", "vocab": dict(vocab), "merges": []}}
     variants = {}
     for name, id_ in (("huge_id", 200000000), ("id_2_31", 2 ** 31 + 5)):

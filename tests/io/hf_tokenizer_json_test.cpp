@@ -248,6 +248,13 @@ TEST(HfTokenizerJson, OtherTopLevelFieldsAreAppliedOrRefused) {
   j = tiny_json();
   j["decoder"] = json::parse(R"({"type": "WordPiece", "prefix": "##"})");
   EXPECT_REFUSED(j, "decoder = {\"prefix\": \"##\", \"type\": \"WordPiece\"} is not applied");
+  j.erase("decoder");
+  EXPECT_REFUSED(j, "decoder is missing or null: HF would decode to the byte-level pieces");
+  j["decoder"] = {{"type", "ByteLevel"}};  // what meshtrain's save() wrote before: still read
+  EXPECT_EQ(refusal(j), "(opened)");
+  j = tiny_json();
+  j["pre_tokenizer"].erase("trim_offsets");
+  EXPECT_REFUSED(j, "pre_tokenizer.trim_offsets is missing; expected true or false");
   j = tiny_json();
   j["pre_tokenizer"] = json::parse(R"({"type": "Whitespace"})");
   EXPECT_REFUSED(j, "the pre-tokenizer is {\"type\": \"Whitespace\"}, not ByteLevel");
