@@ -151,12 +151,15 @@ void read_added_tokens(const json& list, const std::string& path, Gpt2BpeFiles& 
     t.id = static_cast<uint32_t>(*a.integer("id", kIdLimit, kIdWhy));
     a.required("content", "a string");
     t.content = *a.string("content");
-    // HF wants every flag (it has no default for a missing one, and refuses the file).
+    // HF wants every flag (it has no default for a missing one, and refuses the file). A special
+    // token may lack the four that say how it is found in text, which meshtrain never does:
+    // meshtrain's save() wrote only id, content and special before, and runs hold such files.
+    a.required("special", "true or false");
+    t.special = *a.boolean("special");
     const auto flag = [&](const char* key) {
-      a.required(key, "true or false");
-      return *a.boolean(key);
+      if (!t.special) a.required(key, "true or false");
+      return a.boolean(key).value_or(false);
     };
-    t.special = flag("special");
     t.single_word = flag("single_word");
     t.lstrip = flag("lstrip");
     t.rstrip = flag("rstrip");

@@ -170,7 +170,10 @@ TEST(HfTokenizerJson, MalformedAddedTokensAreRefused) {
   EXPECT_REFUSED(with({yes}), "added_tokens[0].special = \"yes\" is not true or false");
   json no_flag = added(300, "<a>");
   no_flag.erase("single_word");
+  no_flag["special"] = false;
   EXPECT_REFUSED(with({no_flag}), "added_tokens[0].single_word is missing; expected true or false");
+  // What meshtrain's save() wrote before (id, content, special): still read.
+  EXPECT_EQ(refusal(with({{{"id", 300}, {"content", "<a>"}, {"special", true}}})), "(opened)");
   EXPECT_REFUSED(with({added(300, "hello")}), "added token \"hello\" (id 300) is vocabulary token 259");
   // The end-of-text token, once an added token, still ends documents.
   EXPECT_EQ(open_json(with({added(265, "<|endoftext|>")})).tok->end_of_text(),
