@@ -10,7 +10,12 @@
 
 namespace meshtrain {
 
-// The JSON file at `path` (a regular file); DataError naming it and `what` it should be.
+// DataError naming `path` and `what` it should be where the file is over 1 GiB: parsed JSON
+// takes several times its size in memory, and the largest tokenizer.json files published are
+// tens of megabytes.
+void check_json_file_size(const std::string& path, const std::string& what);
+// The JSON file at `path` (a regular file, checked as above); DataError naming it and `what` it
+// should be.
 nlohmann::json parse_json_file(const std::string& path, const std::string& what);
 // `v`, an object of token -> id at `json_path` ("model.vocab"; "" for a vocab.json), into
 // f.vocab. Ids are checked against their bound when the tokenizer is built.

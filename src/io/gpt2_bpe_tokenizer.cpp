@@ -430,14 +430,16 @@ std::vector<uint32_t> gpt2_byte_to_codepoint() {
   return cp;
 }
 
-nlohmann::json parse_json_file(const std::string& path, const std::string& what) {
-  // Parsed JSON takes several times its size in memory; the largest tokenizer.json files
-  // published are tens of megabytes.
+void check_json_file_size(const std::string& path, const std::string& what) {
   constexpr uintmax_t kMaxBytes = uintmax_t{1} << 30;
   std::error_code ec;
   if (const uintmax_t size = std::filesystem::file_size(path, ec); !ec && size > kMaxBytes)
     throw DataError(path, "is " + std::to_string(size) + " bytes; expected " + what +
                               " of at most 1 GiB");
+}
+
+nlohmann::json parse_json_file(const std::string& path, const std::string& what) {
+  check_json_file_size(path, what);
   try {
     return nlohmann::json::parse(read_all(path, what));
   } catch (const nlohmann::json::exception& e) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -284,6 +285,21 @@ TEST(HfTokenizerJson, DeepNestingIsAnError) {
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find("decoder is [[[[...]]]], expected a JSON object"), std::string::npos)
         << e.what();
+  }
+}
+
+// A JSON file over 1 GiB is refused before it is parsed (a sparse file: no disk is used).
+TEST(HfTokenizerJson, HugeFilesAreRefusedBeforeParsing) {
+  TempDir dir;
+  std::ofstream(dir.file("big.json")) << "{\"model\": {";
+  std::filesystem::resize_file(dir.file("big.json"), (uint64_t{1} << 30) + 1);
+  try {
+    open_tokenizer(dir.file("big.json"));
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("big.json: is 1073741825 bytes; expected a tokenizer.json "
+                                         "or vocab.json of at most 1 GiB"),
+              std::string::npos) << e.what();
   }
 }
 
