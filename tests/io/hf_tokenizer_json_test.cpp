@@ -15,6 +15,7 @@
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/gpt2_bpe_tokenizer.h"
 #include "meshtrain/io/prepare.h"
+#include "meshtrain/io/token_shard.h"
 #include "meshtrain/io/tokenizer.h"
 #include "support/temp_dir.h"
 #include "support/tiny_gpt2.h"
@@ -322,6 +323,35 @@ TEST(HfTokenizerJson, PrepareTakesWholeTextTokenizersOnlyAsDocuments) {
   }
   j["normalizer"] = {{"type", "NFC"}};
   EXPECT_TRUE(open_json(j).tok->encodes_pieces_alike());
+}
+
+// Llama 3's post-processor puts <|begin_of_text|> before every text HF encodes: prepare puts it
+// before every document (each JSON Lines document; a text file's training and validation parts),
+// as the end-of-text token after each.
+TEST(HfTokenizerJson, PrepareBeginsEveryDocumentWithTheTemplatesToken) {
+  json j = tiny_json();
+  j["added_tokens"] = {added(266, "<|begin_of_text|>")};
+  j["post_processor"] = json::parse(R"({"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+      "pair": [], "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [266], "tokens": ["<|begin_of_text|>"]}}})");
+  const Opened o = open_json(j);
+  ASSERT_TRUE(o.tok) << o.error;
+  TempDir dir;
+  std::ofstream(dir.file("d.jsonl")) << "{\"text\": \"hello\"}\n{\"text\": \"\"}\n{\"text\": \"hello!\"}\n";
+  std::ofstream(dir.file("t.txt")) << "hello";
+  PrepareOptions opt;
+  opt.val_fraction = 0;
+  opt.end_of_text = 265;
+  const auto tokens = [](const std::string& path) {
+    const TokenShard s = TokenShard::open(path);
+    std::vector<uint32_t> t;
+    for (int64_t i = 0; i < s.size(); ++i) t.push_back(s.token(i));
+    return t;
+  };
+  const PrepareResult docs = prepare_text_files({dir.file("d.jsonl")}, dir.file("d"), *o.tok, opt);
+  EXPECT_EQ(tokens(docs.train_path), (std::vector<uint32_t>{266, kHello, 265, 266, kHello, '!', 265}));
+  const PrepareResult text = prepare_text_files({dir.file("t.txt")}, dir.file("t"), *o.tok, opt);
+  EXPECT_EQ(tokens(text.train_path), (std::vector<uint32_t>{266, kHello, 265}));
 }
 
 }  // namespace
