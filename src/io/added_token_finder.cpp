@@ -12,12 +12,13 @@ namespace {
 // Rust's char::is_whitespace: the Unicode White_Space property.
 bool is_whitespace(UChar32 c) { return u_isUWhiteSpace(c); }
 
-// HF's "word" character for single_word: Rust's char::is_alphanumeric (Alphabetic, or a number
-// of category Nd, Nl or No) or '_'.
+// HF's "word" character for single_word: its test is the Rust regex crate's \w (Unicode
+// TR18 annex C: Alphabetic, marks, decimal digits, connector punctuation, join controls), so a
+// combining accent is part of a word and '½' (No) is not.
 bool is_word_char(UChar32 c) {
-  const int8_t type = u_charType(c);
-  return c == '_' || u_isUAlphabetic(c) || type == U_DECIMAL_DIGIT_NUMBER ||
-         type == U_LETTER_NUMBER || type == U_OTHER_NUMBER;
+  const int32_t mask = U_MASK(u_charType(c));
+  return u_isUAlphabetic(c) || (mask & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) != 0 ||
+         u_hasBinaryProperty(c, UCHAR_JOIN_CONTROL);
 }
 
 UChar32 char_before(std::string_view t, size_t at) {

@@ -18,6 +18,7 @@
 #include "meshtrain/io/text_normalizer.h"
 #include "meshtrain/io/utf8_text.h"
 #include "added_token_finder.h"
+#include "hf_regex.h"
 #include "gpt2_bpe_reading.h"
 #include "json_fields.h"
 
@@ -51,20 +52,8 @@ void append_utf8(std::string& out, uint32_t cp) {
 // The compiled pre-tokenizer; each encode() call has its own match data (thread-safe).
 struct Pattern {
   pcre2_code* code = nullptr;
-  Pattern(const std::string& regex, const std::string& where) {
-    int err = 0;
-    PCRE2_SIZE offset = 0;
-    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(),
-                         PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
-    if (code == nullptr) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(err, message, sizeof message);
-      throw DataError(where, "the pre-tokenizer regex does not compile at offset " +
-                                 std::to_string(offset) + ": " +
-                                 reinterpret_cast<const char*>(message));
-    }
-    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // speed only: without JIT it interprets
-  }
+  Pattern(const std::string& regex, const std::string& where)
+      : code(compile_hf_regex(regex, where, "the pre-tokenizer regex")) {}
   ~Pattern() { pcre2_code_free(code); }
   Pattern(const Pattern&) = delete;
   Pattern& operator=(const Pattern&) = delete;

@@ -1,14 +1,13 @@
 #include "meshtrain/io/text_normalizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include <nlohmann/json.hpp>
-#include <pcre2.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 #include <unicode/ustring.h>
 #include <unicode/utf8.h>
 
+#include "hf_regex.h"
 #include "json_fields.h"
 #include "meshtrain/io/data_error.h"
 
@@ -130,17 +129,7 @@ class Replace final : public TextNormalizer::Step {
   Replace(const std::string& regex, std::string content, const std::string& file,
           const std::string& path, const nlohmann::json& pattern)
       : content_(std::move(content)) {
-    int err = 0;
-    PCRE2_SIZE offset = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(),
-                          PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
-    if (code_ == nullptr) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(err, message, sizeof message);
-      throw DataError(file, path + " = " + short_json(pattern) + " does not compile at offset " +
-                                std::to_string(offset) + ": " +
-                                reinterpret_cast<const char*>(message));
-    }
+    code_ = compile_hf_regex(regex, file, path + " = " + short_json(pattern));
     // A pattern that matches empty text has no one meaning for "every match" (the libraries
     // disagree on where the empty matches are); none of the models' tokenizers has one.
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);

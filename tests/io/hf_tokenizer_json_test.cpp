@@ -100,6 +100,18 @@ TEST(HfTokenizerJson, SequenceOfLowercaseReplaceStripPrepend) {
   EXPECT_EQ(encode(j, "  "), std::vector<uint32_t>{});
 }
 
+// HF runs regexes with Oniguruma (Ruby syntax), where $ and ^ match at every line's end and start;
+// what the two dialects read differently is refused.
+TEST(HfTokenizerJson, RegexesMeanWhatTheyMeanToOniguruma) {
+  json j = tiny_json();
+  j["normalizer"] = json::parse(R"({"type": "Replace", "pattern": {"Regex": "x$"}, "content": "!"})");
+  EXPECT_EQ(encode(j, "ax\nbx"), bytes("a!\nb!"));
+  j["normalizer"]["pattern"]["Regex"] = "\\h+";
+  EXPECT_REFUSED(j, "holds \\h at offset 0 (a hex digit to Oniguruma, horizontal space to PCRE2)");
+  j["normalizer"]["pattern"]["Regex"] = "(?m:a.b)";
+  EXPECT_REFUSED(j, "holds the inline option (?m at offset 0");
+}
+
 TEST(HfTokenizerJson, NormalizersMeshtrainDoesNotApplyAreRefusedByName) {
   json j = tiny_json();
   j["normalizer"] = json::parse(R"({"type": "BertNormalizer", "clean_text": true, "lowercase": true})");
@@ -139,6 +151,10 @@ TEST(HfTokenizerJson, AddedTokensThatAreNotSpecialAreFoundInText) {
   // single_word: not inside "cab"; lstrip and rstrip take the spaces around it.
   EXPECT_EQ(encode(j, "cab"), bytes("cab"));
   EXPECT_EQ(encode(j, "hello  ab  hello"), (std::vector<uint32_t>{kHello, 268, kHello}));
+  // A word character is the regex \w's, as HF tests it: a combining accent is one ("e" U+0301
+  // "ab"), '!' is not.
+  EXPECT_EQ(encode(j, "e\xCC\x81" "ab"), bytes("e\xCC\x81" "ab"));
+  EXPECT_EQ(encode(j, "!ab"), (std::vector<uint32_t>{'!', 268}));
   // normalized: found after the normalizer, so "AB" lowercased is the token.
   j["added_tokens"][2]["normalized"] = true;
   j["normalizer"] = {{"type", "Lowercase"}};

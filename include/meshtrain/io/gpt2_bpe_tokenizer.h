@@ -24,7 +24,7 @@ struct AddedToken {
   std::string content;
   uint32_t id = 0;
   bool special = true;
-  bool single_word = false;  // only where no letter, digit or '_' touches it on either side
+  bool single_word = false;  // only where no word character (regex \w) touches it on either side
   bool lstrip = false;       // takes the whitespace before it
   bool rstrip = false;       // takes the whitespace after it
   bool normalized = false;   // found in the normalized text (else in the text as given)
