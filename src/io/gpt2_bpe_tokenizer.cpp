@@ -190,10 +190,13 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   bool encodes_pieces_alike() const override {
     if (files_.add_prefix_space || (files_.normalizer && files_.normalizer->needs_whole_text()))
       return false;
-    // An added token found in text that takes whitespace after it, or holds a place prepare
-    // cuts at (a space or a line feed), could span a cut.
+    // An added token found in text that takes whitespace after it, or that holds a place
+    // prepare cuts at (a space or a line feed with printable ASCII on both sides), could span a
+    // cut; one of whitespace alone (GPT-NeoX's runs of spaces) cannot.
     return std::none_of(files_.added.begin(), files_.added.end(), [](const AddedToken& t) {
-      return !t.special && (t.rstrip || t.content.find_first_of(" \n") != std::string::npos);
+      const bool mixed = t.content.find_first_of(" \n") != std::string::npos &&
+                         t.content.find_first_not_of(" \t\n\r") != std::string::npos;
+      return !t.special && (t.rstrip || mixed);
     });
   }
 

@@ -339,6 +339,16 @@ TEST(HfTokenizerJson, PrepareTakesWholeTextTokenizersOnlyAsDocuments) {
   }
   j["normalizer"] = {{"type", "NFC"}};
   EXPECT_TRUE(open_json(j).tok->encodes_pieces_alike());
+  // GPT-NeoX's added runs of spaces cannot span a cut; a token of a space and a letter can.
+  json spaces = added(266, "    ");
+  spaces["special"] = false;
+  j["added_tokens"] = {spaces};
+  EXPECT_TRUE(open_json(j).tok->encodes_pieces_alike());
+  j["added_tokens"][0]["content"] = "a b";
+  EXPECT_FALSE(open_json(j).tok->encodes_pieces_alike());
+  j["added_tokens"][0]["content"] = "<think>";
+  j["added_tokens"][0]["rstrip"] = true;
+  EXPECT_FALSE(open_json(j).tok->encodes_pieces_alike());
 }
 
 // Llama 3's post-processor puts <|begin_of_text|> before every text HF encodes: prepare puts it
