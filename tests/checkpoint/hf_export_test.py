@@ -171,7 +171,11 @@ class HfExport(harness.Case):
         out = os.path.join(self.dir, "hf")
         _, stdout, _ = self.meshtrain(["export", ckpt, "--format", "hf", out])
         self.assertIn("model.safetensors", stdout)
-        self.assertEqual(sorted(os.listdir(out)), ["config.json", "model.safetensors"])
+        self.assertEqual(sorted(os.listdir(out)),
+                         ["config.json", "generation_config.json", "model.safetensors"])
+        # The byte tokenizer has no begin/end-of-text token: none in either file.
+        with open(os.path.join(out, "generation_config.json")) as f:
+            self.assertEqual(json.load(f), {"_from_model_config": True})
 
         # Names, shapes and values, read without meshtrain, against the checkpoint.
         header, arrays, metadata = read_safetensors(os.path.join(out, "model.safetensors"))
