@@ -35,6 +35,7 @@ ONLY = re.compile(sys.argv[3]) if len(sys.argv) > 3 else None
 # CTest sets the MPI launch environment (MESHTRAIN_MPI_TEST_ENV in tests/CMakeLists.txt).
 ENV = dict(os.environ)
 NODE = socket.gethostname()
+INPUT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "input")
 
 DECK = """
 # precision-independent: refusals and their messages; bf16 on CPUs with bf16 instructions
@@ -726,6 +727,34 @@ CATALOGUE = [
     row("deck", "auto where oneDNN has no bf16 GEMM", 1, train(), 0,
         ["precision fp32 (auto: the CPU has no bf16 instructions)"], errors=0,
         env={"ONEDNN_MAX_CPU_ISA": "avx2"}),
+] + [
+    # issue 50 (i50-runtime): impossible "auto" layouts, layouts over the memory, coefficients
+    # --- "auto" layout keys that no layout satisfies: refused at once, before a machine profile
+    # is measured (seconds) or a layout timed, naming the keys and what would divide.
+    row("deck", "dp and ep auto with an indivisible batch", 2,
+        train("model.feed_forward=\"moe\"", "model.activation=\"swiglu\"", "model.bias=false",
+              "model.moe_experts=4", "parallel.dp=\"auto\"",
+              "parallel.ep=\"auto\"", "train.global_batch=3", "train.micro_batch=1"), 1,
+        ["{deck}: parallel.dp = \"auto\", parallel.ep = \"auto\" leave no valid layout of 2 ranks",
+         "train.global_batch = 3 is not divisible by dp x micro_batch = 2 x 1 = 2 (global_batch "
+         "must be a multiple of 2, e.g. 4)"], within=10, absent=NOT_TRAINED + ["measured"]),
+    # --- plan --time of a layout over the profile's memory per rank (Megatron's 1T layout with
+    # ZeRO 0 and no recomputation on the DGX A100 profile): said before the times, not a bare MFU.
+    row("command", "plan --time of a layout that does not fit", 1,
+        ["plan", os.path.join(INPUT, "gpt3-175b.toml"), "--world", "3072", "--device", "cuda",
+         "--set", "model.layers=128", "--set", "model.d_model=25600", "--set", "model.heads=160",
+         "--set", "parallel.pp=64", "--set", "train.global_batch=3072", "--set",
+         "parallel.recompute=\"none\"", "--set", "parallel.virtual_stages=1", "--set",
+         "parallel.schedule=\"1f1b\"", "--set", "parallel.zero=0", "--time", "--profile",
+         os.path.join(INPUT, "machines", "dgx-a100-80gb.toml")], 0,
+        ["# does not fit: 103.67 GiB > 80.00 GiB per rank (the profile's memory_per_rank): this "
+         "layout cannot run on dgx-a100-80gb", "(datasheet, ", "): does not fit, "], errors=0),
+    row("deck", "moe_aux_loss 1e300", 1,
+        train("model.feed_forward=\"moe\"", "model.activation=\"swiglu\"", "model.moe_experts=4",
+              "model.moe_aux_loss=1e300"), 1,
+        ["--set model.moe_aux_loss=1e300: model.moe_aux_loss = ",
+         "is out of range (expected finite number from 0 to 1)"],
+        absent=NOT_TRAINED + ["lower train.lr"]),
 ]
 
 
