@@ -728,7 +728,14 @@ CATALOGUE = [
         ["precision fp32 (auto: the CPU has no bf16 instructions)"], errors=0,
         env={"ONEDNN_MAX_CPU_ISA": "avx2"}),
 ] + [
-    # issue 50 (i50-runtime): impossible "auto" layouts, layouts over the memory, coefficients
+    # issue 50 (i50-runtime): refused starts that leave another run's records alone,
+    # impossible "auto" layouts, layouts over the memory, coefficients
+    # --- a start refused in the directory of a run that ended (not locked: nothing else stops
+    # it) must leave that run's flight records, which diagnose reads after a crash, as they were.
+    row("run", "refused start keeps the last run's flight records", 2,
+        train("run.dir=\"{dir}/a\"", "checkpoint.dir=\"{dir}/run/c\"",
+              "checkpoint.resume=\"{dir}/damaged/text.h5\""), 1,
+        ["{dir}/damaged/text.h5"], needs=["damaged"], absent=NOT_TRAINED),
     # --- "auto" layout keys that no layout satisfies: refused at once, before a machine profile
     # is measured (seconds) or a layout timed, naming the keys and what would divide.
     row("deck", "dp and ep auto with an indivisible batch", 2,
