@@ -81,6 +81,7 @@ def row(kind, name, ranks, args, status, expect, **options):
     errors    how many error lines (default 1; None: not counted)
     needs     fixtures the row uses (FIXTURES below)
     env       extra environment; memory_kb: each rank's address-space limit
+    prelude   shell commands each rank's wrapper runs before starting the binary
     mpmd      one argument list per rank (an MPMD launch) instead of args
     signal    (signal, seconds): sent to every rank that long after the start
     stop_file "before": the stop file (MESHTRAIN_STOP_FILE) exists at the start; "training": it
@@ -728,8 +729,28 @@ CATALOGUE = [
         ["precision fp32 (auto: the CPU has no bf16 instructions)"], errors=0,
         env={"ONEDNN_MAX_CPU_ISA": "avx2"}),
 ] + [
-    # issue 50 (i50-runtime): refused starts that leave another run's records alone,
-    # impossible "auto" layouts, layouts over the memory, coefficients
+    # issue 50 (i50-runtime): start-up bounded before the deck is read, memory limits, refused
+    # starts that leave another run's records alone, impossible "auto" layouts, coefficients
+    # --- a rank stopped before it joins MPI_Init (its wrapper stops itself before the binary
+    # starts): the other waits inside MPI_Init, where run.comm_timeout cannot reach yet, and
+    # MESHTRAIN_INIT_TIMEOUT ends it within seconds, naming the stage.
+    row("fault", "rank stopped before MPI_Init", 2, train(), "non-zero",
+        ["rank 0: error: MPI_Init on node {node} did not return within 3 s (MESHTRAIN_INIT_TIMEOUT",
+         "a rank of the job has likely stalled or died before joining it"],
+        env={"MESHTRAIN_INIT_TIMEOUT": "3"}, within=3 + 20, absent=NO_CRASH,
+        prelude='[ "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}" = 1 ] && kill -STOP $$; '),
+    # --- a low address-space limit (ulimit -v): OpenBLAS's constructor spun for ever before main
+    # below about 600 MB, and a thread that could not be created was an "internal error"; now
+    # out of memory (status 1) within seconds at every limit the dynamic loader gets past.
+] + [
+    row("fault", "address space limited to %d MB" % (kb // 1000), 1, train(), 1,
+        ["rank 0: error: out of memory", "memory-and-planning.md"], memory_kb=kb, within=15,
+        absent=NO_CRASH + NOT_TRAINED)
+    for kb in (150000, 250000, 400000, 550000)
+] + [
+    row("command", "MESHTRAIN_INIT_TIMEOUT not a number", 2, train(), 1,
+        ["MESHTRAIN_INIT_TIMEOUT=soon is not a number of seconds (expected a finite number >= 0"],
+        env={"MESHTRAIN_INIT_TIMEOUT": "soon"}, absent=NOT_TRAINED),
     # --- a start refused in the directory of a run that ended (not locked: nothing else stops
     # it) must leave that run's flight records, which diagnose reads after a crash, as they were.
     row("run", "refused start keeps the last run's flight records", 2,
@@ -1103,6 +1124,8 @@ def run(case, p):
                ).format(d=p["status"])
     if case.get("memory_kb"):
         wrapper = "ulimit -v %d; %s" % (case["memory_kb"], wrapper)
+    if case.get("prelude"):
+        wrapper = case["prelude"] + wrapper
     fill = lambda args: [a.format(**p) for a in args]
     if case.get("mpmd"):
         cmd = [MPIEXEC]
