@@ -48,6 +48,8 @@ std::string describe(const RankedLayout& r) {
 
 std::string settle_auto_layout(Config& config, Communicator& world, int threads) {
   if (!config.parallel.automatic.any()) return "";
+  // Before the profile, which start-up measures for seconds when the deck names none.
+  refuse_impossible_auto_layout(config, world.size());
   const MachineProfile profile = agreed_profile(config, world, threads);
   const size_t budget = static_cast<size_t>(std::max(0.0, profile.memory_per_rank));
   // Every rank ranks the same layouts on the same profile: the same choice, no broadcast.

@@ -6,10 +6,12 @@
 #include <cstdlib>
 #include <string>
 
+#include "meshtrain/app/address_space_check.h"
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/cpu_binding.h"
 #include "meshtrain/app/docs_page.h"
 #include "meshtrain/app/hf_shards.h"
+#include "meshtrain/app/init_watchdog.h"
 #include "meshtrain/backend/thread_limit.h"
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/config/nearest_name.h"
@@ -86,20 +88,15 @@ bool refuse_unknown_subcommand(CLI::App& app, int argc, char** argv) {
   return true;
 }
 
-// The rank the launcher gave this process (before MPI_Init), or -1 when it was started alone.
-int launched_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if (const char* v = std::getenv(name); v && *v) return std::atoi(v);
-  return -1;
-}
-
 // OMP_NUM_THREADS beyond the cap segfaulted the OpenMP runtime in the first parallel region of
 // whichever command reached one (train, plan --all --time, ...): refused before any command
-// starts. This is before MPI_Init, so each rank refuses on its own; the launcher's rank 0 (or a
+// starts, as is a MESHTRAIN_INIT_TIMEOUT that is not a number of seconds (init_watchdog.h). This is before MPI_Init, so each rank refuses on its own; the launcher's rank 0 (or a
 // process started alone) prints it. Returns true when refused.
 bool refuse_thread_environment() {
+  using meshtrain::launched_rank;
   try {
     meshtrain::omp_num_threads_value(std::getenv("OMP_NUM_THREADS"));
+    meshtrain::init_timeout_seconds(std::getenv("MESHTRAIN_INIT_TIMEOUT"));
     return false;
   } catch (const meshtrain::DeckError& e) {
     if (launched_rank() <= 0) {
@@ -109,6 +106,12 @@ bool refuse_thread_environment() {
     return true;
   }
 }
+
+// From the executable's preinit_array: before any shared library's constructor, OpenBLAS's
+// included, which would spin for ever under a low address-space limit (address_space_check.h).
+void check_address_space_before_libraries(int, char**, char** env) { meshtrain::refuse_small_address_space(env); }
+__attribute__((section(".preinit_array"), used)) void (*const check_address_space)(int, char**, char**) =
+    check_address_space_before_libraries;
 
 }  // namespace
 

@@ -5,9 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <string>
+#include <system_error>
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/docs_page.h"
+#include "meshtrain/app/init_watchdog.h"
 #include "meshtrain/app/launch_check.h"
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/comm/communicator.h"
@@ -38,11 +41,40 @@ void report_agreed(const char* message, const char* page = nullptr) {
   else
     print_docs_pointer(message);
 }
+// Only this rank ran out; the others wait for it: the job is ended from here.
+[[noreturn]] void out_of_memory(int rank, const std::string& what) {
+  std::fprintf(stderr, "meshtrain: rank %d: error: out of memory (%s); %s; aborting the job\n", rank,
+               what.c_str(), kOutOfMemoryAdvice);
+  std::fputs(docs_pointer_line(kMemoryPage).c_str(), stderr);
+  std::fflush(stderr);
+  abort_job(kExitInput);
+}
+
+[[noreturn]] void internal_error(int rank, const char* what) {
+  std::fprintf(stderr, "meshtrain: rank %d: internal error: %s; aborting the job\n", rank, what);
+  std::fflush(stderr);
+  abort_job(kExitInternal);
+}
+
+bool is_out_of_memory(const std::error_code& code) {
+  return code == std::errc::resource_unavailable_try_again || code == std::errc::not_enough_memory;
+}
 }  // namespace
 
 MpiSession::MpiSession(int* argc, char*** argv) {
-  // MULTIPLE lets the progress thread (comm/progress_thread.h) drive MPI during compute.
-  init_mpi(argc, argv);
+  {
+    // main() refused a bad MESHTRAIN_INIT_TIMEOUT; a caller that did not pass there (an
+    // in-process test) gets the default.
+    double bound = 0;
+    try {
+      bound = init_timeout_seconds(std::getenv("MESHTRAIN_INIT_TIMEOUT"));
+    } catch (const DeckError&) {
+      bound = init_timeout_seconds(nullptr);
+    }
+    const InitWatchdog watchdog(bound, "MPI_Init");
+    // MULTIPLE lets the progress thread (comm/progress_thread.h) drive MPI during compute.
+    init_mpi(argc, argv);
+  }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }
@@ -104,15 +136,14 @@ int run_reporting_errors(const std::function<int()>& body) {
     std::fflush(stderr);
     abort_job(kExitInput);
   } catch (const std::bad_alloc&) {  // only this rank ran out; the others wait for it
-    std::fprintf(stderr, "meshtrain: rank %d: error: out of memory (an allocation failed); %s; "
-                 "aborting the job\n", rank, kOutOfMemoryAdvice);
-    std::fputs(docs_pointer_line(kMemoryPage).c_str(), stderr);
-    std::fflush(stderr);
-    abort_job(kExitInput);
+    out_of_memory(rank, "an allocation failed");
+  } catch (const std::system_error& e) {
+    // A thread that cannot be created (std::thread: EAGAIN) under an address-space limit
+    // (ulimit -v) has no room for its stack: memory, not a bug.
+    if (!is_out_of_memory(e.code())) internal_error(rank, e.what());
+    out_of_memory(rank, std::string("a thread could not be created: ") + e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "meshtrain: rank %d: internal error: %s; aborting the job\n", rank, e.what());
-    std::fflush(stderr);
-    abort_job(kExitInternal);
+    internal_error(rank, e.what());
   }
 }
 

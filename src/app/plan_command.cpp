@@ -106,9 +106,18 @@ void print_launch(const MachineProfile& profile) {
               describe_launch(launch).c_str());
 }
 
-void print_time(const StepTimePrediction& t, const MachineProfile& profile) {
-  std::printf("# time on %s (%s, %s): %s\n", profile.name.c_str(), profile.source.c_str(),
-              profile.path.c_str(), describe_prediction(t).c_str());
+// `peak` over `limit` (bytes per rank; 0: none) is said before the times: an MFU printed bare
+// for a layout that cannot run on the machine read as a layout to take (Megatron's 1T layout
+// without recomputation, 125.84 GiB per rank, timed on an 80 GB A100).
+void print_time(const StepTimePrediction& t, const MachineProfile& profile, size_t peak, size_t limit,
+                const std::string& limit_source) {
+  if (limit > 0 && peak > limit)
+    std::printf("# does not fit: %s > %s per rank (%s): this layout cannot run on %s; the time below "
+                "is what a step would take if it fit\n", format_bytes(static_cast<double>(peak)).c_str(),
+                format_bytes(static_cast<double>(limit)).c_str(), limit_source.c_str(), profile.name.c_str());
+  std::printf("# time on %s (%s, %s): %s%s\n", profile.name.c_str(), profile.source.c_str(),
+              profile.path.c_str(), limit > 0 && peak > limit ? "does not fit, " : "",
+              describe_prediction(t).c_str());
   std::printf("# %-8s %12s %12s %12s %12s %12s %12s\n", "stage", "compute_ms", "tp_ms", "pipeline_ms",
               "dp_exposed_ms", "optimizer_ms", "end_ms");
   for (const StageTime& s : t.stages)
@@ -229,13 +238,15 @@ int plan_command(const PlanArgs& args) {
                       "input/machines/ (dgx-a100-80gb.toml, dgx-h100.toml)");
     if (args.json && !args.all) throw DeckError("--json goes with --all --time (one object per layout)");
     std::optional<MachineProfile> profile;
+    size_t limit = 0;  // what --time holds a layout to: --memory, else the profile's memory per rank
     if (args.time) {
       profile = read_machine_profile(args.profile);
       // Without --memory, the profile's memory per rank is the budget the ranking keeps to.
-      const size_t limit = budget ? budget : static_cast<size_t>(std::max(0.0, profile->memory_per_rank));
+      limit = budget ? budget : static_cast<size_t>(std::max(0.0, profile->memory_per_rank));
       if (args.all) return print_ranking(args, config, *profile, limit, threads);
       // A deck with "auto" layout choices: plan what `train` would take on this world.
       if (config.parallel.automatic.any()) {
+        refuse_impossible_auto_layout(config, args.world);
         const AutoLayoutChoice choice = choose_auto_layout(config, args.world, *profile, limit, threads);
         const AdvisorResult& advice = choice.advice;
         if (!choice.config)
@@ -285,7 +296,9 @@ int plan_command(const PlanArgs& args) {
       std::printf("# kernels' scratch as on the CPU backend; a GPU adds the cuBLASLt workspace (32 MiB) "
                   "and cuDNN's\n");
     print_stages(plan);
-    if (profile) print_time(predict_step_time(plan.config, *profile), *profile);
+    if (profile)
+      print_time(predict_step_time(plan.config, *profile), *profile, plan.peak(), limit,
+                 budget ? "--memory " + args.memory : "the profile's memory_per_rank");
     if (args.config) std::printf("# effective configuration\n%s", dump_config(plan.config).c_str());
     if (budget && plan.peak() > budget) {
       const StagePlan& worst = plan.stages[static_cast<size_t>(plan.peak_stage())];

@@ -21,6 +21,7 @@
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/device_check.h"
 #include "meshtrain/config/layout_check.h"
+#include "meshtrain/io/data_error.h"
 #include "meshtrain/io/run_directory.h"
 #include "meshtrain/train/trainer.h"
 
@@ -253,11 +254,6 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
                      "diagnose %s` for the full report\n", rank, report.records,
                      cause.empty() ? "no rank went quiet" : cause.c_str(), dir.c_str());
       });
-    // Records of ranks this job does not have (an earlier, larger job) would mislead diagnose.
-    if (world.rank() == 0)
-      for (const std::string& path : flight_record_paths(c.run.dir))
-        if (const int r = std::atoi(path.c_str() + path.rfind("rank_") + 5); r >= world.size())
-          std::remove(path.c_str());
   }
   // Rank 0's line, printed with the device line below.
   const std::string launch_differs =
@@ -306,6 +302,28 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
     std::fflush(stdout);
   }
   return s;
+}
+
+void publish_flight_records(RunSetup& run, Communicator& world) {
+  if (!run.recorder) return;
+  // Each rank on its own, no collective: parameter servers publish before serving, workers
+  // once their trainer starts, talking to them by then. A rename in the run directory that
+  // fails is this rank's fault alone.
+  try {
+    run.recorder->publish();
+  } catch (const std::runtime_error& e) {
+    throw DataError(run.config.deck_path, "run.dir = \"" + run.config.run.dir + "\": " + e.what());
+  }
+  // Records of ranks this job does not have (an earlier, larger job) would mislead diagnose;
+  // removed only now, by a start that is no longer refused.
+  if (world.rank() != 0) return;
+  for (const std::string& path : flight_record_paths(run.config.run.dir))
+    if (const int r = std::atoi(path.c_str() + path.rfind("rank_") + 5); r >= world.size()) {
+      std::remove(path.c_str());
+      // Its published record too, where the pending one was listed in its place.
+      if (const size_t at = path.rfind(kPendingSuffix); at != std::string::npos && at + 4 == path.size())
+        std::remove(path.substr(0, at).c_str());
+    }
 }
 
 }  // namespace meshtrain

@@ -54,11 +54,15 @@ int train_command(const TrainArgs& args) {
     });
     RunSetup run = setup_run(args.deck, args.overrides, world, Flight::Record);
     check_stop_during_startup(world, "setting up the device and the process grid");
-    if (run.is_server()) return serve_parameters(run);
+    if (run.is_server()) {
+      publish_flight_records(run, world);
+      return serve_parameters(run);
+    }
     // Worker 0 ends the servers' run with the workers' status, whatever ends the workers'.
     EndServers end_servers(run);
     Trainer trainer(run.config, *run.grid, *run.backend);
     if (run.config.parallel.async()) trainer.attach_servers(run.server_channel);
+    trainer.on_started([&] { publish_flight_records(run, world); });
     const int status = trainer.run() == RunEnd::Stopped ? kExitRequeue : kExitOk;
     end_servers.status = status;
     return status;

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 
 #include "meshtrain/comm/node.h"
@@ -102,13 +103,24 @@ std::string flight_record_path(const std::string& run_dir, int world_rank) {
 }
 
 std::vector<std::string> flight_record_paths(const std::string& run_dir) {
-  std::vector<std::string> out;
+  // A rank's pending record (".rec.new") is of an attempt that started after its published one
+  // was written (publish() renames it over that one) and never finished starting: killed or
+  // stalled during start-up, which is what the records are then read to explain.
+  std::map<std::string, std::string> by_rank;  // "rank_000003.rec" -> the path to read
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(run_dir + "/flight", ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("rank_", 0) == 0 && e.path().extension() == ".rec") out.push_back(e.path().string());
+    if (name.rfind("rank_", 0) != 0) continue;
+    const std::string pending = kPendingSuffix;
+    if (e.path().extension() == ".rec")
+      by_rank.emplace(name, e.path().string());  // a pending one, listed earlier, stays
+    else if (name.size() > pending.size() + 4 &&
+             name.compare(name.size() - pending.size(), pending.size(), pending) == 0 &&
+             name.compare(name.size() - pending.size() - 4, 4, ".rec") == 0)
+      by_rank[name.substr(0, name.size() - pending.size())] = e.path().string();
   }
-  std::sort(out.begin(), out.end());
+  std::vector<std::string> out;
+  for (const auto& [rank, path] : by_rank) out.push_back(path);
   return out;
 }
 
@@ -155,11 +167,12 @@ FlightRecord read_flight_record(const std::string& path) {
 
 FlightRecorder::FlightRecorder(const std::string& path, int world_rank, int world_size,
                                size_t capacity)
-    : path_(path) {
+    : path_(path), pending_path_(path + kPendingSuffix) {
   if (capacity == 0) fail(path, "capacity 0");
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a link planted at the pending name must not redirect the record elsewhere.
+  const int fd = ::open(pending_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) fail(path, std::string("cannot create: ") + std::strerror(errno));
   map_bytes_ = sizeof(FlightHeader) + capacity * sizeof(FlightEntry);
   // Allocate the blocks now: a full file system fails here, at start-up, not as a SIGBUS later.
@@ -210,6 +223,15 @@ FlightRecorder::~FlightRecorder() {
     header_->closed = wall_seconds();
     ::munmap(map_, map_bytes_);
   }
+  // Never published: the start was refused, and the record it would have replaced stays.
+  if (!published_) ::unlink(pending_path_.c_str());
+}
+
+void FlightRecorder::publish() {
+  if (published_) return;
+  if (::rename(pending_path_.c_str(), path_.c_str()) != 0)
+    fail(path_, "cannot rename " + pending_path_ + " to it: " + std::strerror(errno));
+  published_ = true;
 }
 
 int FlightRecorder::add_group(const std::string& name, int id, int size, int rank) {

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <system_error>
 #include <thread>
 
 #include "meshtrain/comm/flight_recorder.h"
@@ -109,10 +110,15 @@ void abort_job(int exit_status) {
   // SIGTERM may have come and gone already (srun terminates the step when the first task dies,
   // before the others' timeouts find out): the task then waited for the SIGKILL after KillWait.
   // Whatever the launcher, a rank still here after a few seconds ends itself.
-  std::thread([exit_status] {
-    std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
-    std::_Exit(exit_status);
-  }).detach();
+  try {
+    std::thread([exit_status] {
+      std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
+      std::_Exit(exit_status);
+    }).detach();
+  } catch (const std::system_error&) {
+    // No room for a thread (an address-space limit: the job may be ending for want of memory);
+    // MPI_Abort still ends the job, without the grace bound.
+  }
   MPI_Abort(MPI_COMM_WORLD, exit_status);
   std::_Exit(exit_status);  // MPI_Abort returned: it must not, but the job still ends here
 }

@@ -97,6 +97,27 @@ KeySpec float_key(std::string sec, std::string key, std::string def, double lo, 
           }};
 }
 
+// A coefficient with a sensible ceiling: accepted from lo to hi inclusive. A value far past it
+// (model.moe_aux_loss = 1e300) is finite, so float_key let it through, and training then
+// diverged with advice about train.lr that did not name the key at fault.
+template <class Set>
+KeySpec bounded_float_key(std::string sec, std::string key, std::string def, double lo, double hi,
+                          std::string doc, Set set) {
+  std::ostringstream acc;
+  acc << "finite number from " << lo << " to " << hi;
+  return {sec, key, "float", def, acc.str(), std::move(doc),
+          [=](const toml::node& n, Config& c) -> std::string {
+            double v;
+            if (n.is_floating_point()) v = n.as_floating_point()->get();
+            else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
+            else return "is " + toml_type_of(n);
+            if (!std::isfinite(v)) return "is not a finite number";
+            if (v < lo || v > hi) return "is out of range";
+            set(c, v);
+            return "";
+          }};
+}
+
 template <class Set>
 KeySpec bool_key(std::string sec, std::string key, bool def, std::string doc, Set set) {
   return {sec, key, "boolean", def ? "true" : "false", "true or false", std::move(doc),

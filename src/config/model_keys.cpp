@@ -130,15 +130,17 @@ void add_model_keys(std::vector<KeySpec>& k) {
                          "1 (Mixtral always; Qwen3-MoE's norm_topk_prob); false: the softmax "
                          "probabilities themselves.",
                          [](Config& c, bool v) { c.model.moe.normalize_top_k = v; }));
-    k.push_back(float_key("model", "moe_aux_loss", "0.01", 0.0, false,
-                          "Coefficient of the Switch load-balancing loss, alpha E sum_e f_e P_e "
-                          "over each micro-batch (f_e: share of the routed slots, P_e: mean "
-                          "probability); balanced routing gives alpha. 0: off.",
-                          [](Config& c, double v) { c.model.moe.aux_loss = v; }));
-    k.push_back(float_key("model", "moe_z_loss", "0.0", 0.0, false,
-                          "Coefficient of the router z-loss (ST-MoE), the mean over tokens of "
-                          "logsumexp(router logits)^2. 0: off.",
-                          [](Config& c, double v) { c.model.moe.z_loss = v; }));
+    // Both coefficients are fractions of the language-model loss in practice (Switch: 0.01,
+    // ST-MoE's z-loss: 0.001); past 1 the router's loss outweighs the model's.
+    k.push_back(bounded_float_key("model", "moe_aux_loss", "0.01", 0.0, 1.0,
+                                  "Coefficient of the Switch load-balancing loss, alpha E sum_e f_e P_e "
+                                  "over each micro-batch (f_e: share of the routed slots, P_e: mean "
+                                  "probability); balanced routing gives alpha. 0: off.",
+                                  [](Config& c, double v) { c.model.moe.aux_loss = v; }));
+    k.push_back(bounded_float_key("model", "moe_z_loss", "0.0", 0.0, 1.0,
+                                  "Coefficient of the router z-loss (ST-MoE), the mean over tokens of "
+                                  "logsumexp(router logits)^2. 0: off.",
+                                  [](Config& c, double v) { c.model.moe.z_loss = v; }));
     k.push_back(int_key("model", "moe_first_dense_layers", 0, 0, 100000,
                         "The first blocks keep the dense feed-forward (DeepSeek-V3's "
                         "first_k_dense_replace); below model.layers.",

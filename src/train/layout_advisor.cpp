@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include <omp.h>
 
@@ -145,6 +147,38 @@ AdvisorResult advise_layouts(const Config& base, int world, const MachineProfile
   std::stable_partition(out.ranked.begin() + static_cast<std::ptrdiff_t>(out.fitting), out.ranked.end(),
                         [](const RankedLayout& r) { return r.planned; });
   return out;
+}
+
+void refuse_impossible_auto_layout(const Config& deck, int world) {
+  const LayoutFreedom freedom = freedom_of(deck);
+  std::vector<std::string> refused;
+  const std::vector<Config> layouts = enumerate_layouts(
+      deck, world, [&](const Config& c) { return allowed(c, deck, freedom); }, &refused);
+  if (!layouts.empty()) return;
+  const ParallelOptions& p = deck.parallel;
+  std::string keys;
+  const auto name = [&](bool free, const std::string& key) {
+    if (free) keys += (keys.empty() ? "" : ", ") + key + " = \"auto\"";
+  };
+  name(p.dp == 0, "parallel.dp");
+  name(freedom.tp, "parallel.tp");
+  name(freedom.pp, "parallel.pp");
+  name(freedom.ep, "parallel.ep");
+  name(freedom.micro_batch, "train.micro_batch");
+  name(freedom.schedule, "parallel.schedule");
+  name(freedom.zero, "parallel.zero");
+  name(freedom.recompute, "parallel.recompute");
+  // check_layout's reasons name the deck; said once, in front.
+  const std::string prefix = deck.deck_path + ": ";
+  std::string why;
+  for (size_t i = 0; i < refused.size() && i < 2; ++i) {
+    std::string reason = refused[i];
+    if (reason.rfind(prefix, 0) == 0) reason.erase(0, prefix.size());
+    why += (i ? "; and with other choices: " : "") + reason;
+  }
+  throw DeckError(prefix + keys + " leave no valid layout of " + std::to_string(world) +
+                  " ranks with the deck's other keys, so none can be timed: " +
+                  (why.empty() ? "every combination is refused" : why));
 }
 
 AutoLayoutChoice choose_auto_layout(const Config& deck, int world, const MachineProfile& profile,

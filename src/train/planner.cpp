@@ -151,6 +151,12 @@ std::vector<int> expert_parallel_choices(const Config& base, int replicas) {
 }  // namespace
 
 std::vector<Config> enumerate_layouts(const Config& base, int world_size) {
+  return enumerate_layouts(base, world_size, nullptr, nullptr);
+}
+
+std::vector<Config> enumerate_layouts(const Config& base, int world_size,
+                                      const std::function<bool(const Config&)>& keep,
+                                      std::vector<std::string>* refused) {
   std::vector<Config> out;
   const int cp = base.parallel.cp;  // the deck's: the advisor chooses tp and pp around it
   for (int tp = 1; tp <= world_size; ++tp) {
@@ -179,9 +185,12 @@ std::vector<Config> enumerate_layouts(const Config& base, int world_size) {
               c.parallel.sequence_parallel = tp > 1;
               c.parallel.partition.clear();
               c.train.micro_batch = mb;
+              if (keep && !keep(c)) continue;
               try {
                 check_layout(c, world_size);
-              } catch (const DeckError&) {
+              } catch (const DeckError& e) {
+                if (refused && std::find(refused->begin(), refused->end(), e.what()) == refused->end())
+                  refused->push_back(e.what());
                 continue;
               }
               out.push_back(c);

@@ -540,6 +540,7 @@ RunEnd Trainer::run() {
       return RunEnd::Finished;
     }
   }
+  if (started_) started_();
   if (cfg_.parallel.async()) return run_async();
   std::vector<double> times;
   // Rebalancing reads the report's windows even when the report itself is off.

@@ -36,6 +36,7 @@ ONLY = re.compile(sys.argv[3]) if len(sys.argv) > 3 else None
 # CTest sets the MPI launch environment (MESHTRAIN_MPI_TEST_ENV in tests/CMakeLists.txt).
 ENV = dict(os.environ)
 NODE = socket.gethostname()
+INPUT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "input")
 
 DECK = """
 # precision-independent: refusals and their messages; bf16 on CPUs with bf16 instructions
@@ -81,6 +82,7 @@ def row(kind, name, ranks, args, status, expect, **options):
     errors    how many error lines (default 1; None: not counted)
     needs     fixtures the row uses (FIXTURES below)
     env       extra environment; memory_kb: each rank's address-space limit
+    prelude   shell commands each rank's wrapper runs before starting the binary
     mpmd      one argument list per rank (an MPMD launch) instead of args
     signal    (signal, seconds): sent to every rank that long after the start
     stop_file "before": the stop file (MESHTRAIN_STOP_FILE) exists at the start; "training": it
@@ -750,6 +752,61 @@ CATALOGUE = [
         ("added_2_40", ["--end-of-text"], "added_tokens[0].id = 1099511627776 is out of range"),
         ("added_twice", ["--end-of-text"], "added token \"<|endoftext|>\" (id 257): another added "
                                            "token has the same content (id 256)"))
+] + [
+    # issue 50 (i50-runtime): start-up bounded before the deck is read, memory limits, refused
+    # starts that leave another run's records alone, impossible "auto" layouts, coefficients
+    # --- a rank stopped before it joins MPI_Init (its wrapper stops itself before the binary
+    # starts): the other waits inside MPI_Init, where run.comm_timeout cannot reach yet, and
+    # MESHTRAIN_INIT_TIMEOUT ends it within seconds, naming the stage.
+    row("fault", "rank stopped before MPI_Init", 2, train(), "non-zero",
+        ["rank 0: error: MPI_Init on node {node} did not return within 3 s (MESHTRAIN_INIT_TIMEOUT",
+         "a rank of the job has likely stalled or died before joining it"],
+        env={"MESHTRAIN_INIT_TIMEOUT": "3"}, within=3 + 20, absent=NO_CRASH,
+        prelude='[ "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}" = 1 ] && kill -STOP $$; '),
+    # --- a low address-space limit (ulimit -v): OpenBLAS's constructor spun for ever before main
+    # below about 600 MB, and a thread that could not be created was an "internal error"; now
+    # out of memory (status 1) within seconds at every limit the dynamic loader gets past.
+] + [
+    row("fault", "address space limited to %d MB" % (kb // 1000), 1, train(), 1,
+        ["rank 0: error: out of memory", "memory-and-planning.md"], memory_kb=kb, within=15,
+        absent=NO_CRASH + NOT_TRAINED)
+    for kb in (150000, 250000, 400000, 550000)
+] + [
+    row("command", "MESHTRAIN_INIT_TIMEOUT not a number", 2, train(), 1,
+        ["MESHTRAIN_INIT_TIMEOUT=soon is not a number of seconds (expected a finite number >= 0"],
+        env={"MESHTRAIN_INIT_TIMEOUT": "soon"}, absent=NOT_TRAINED),
+    # --- a start refused in the directory of a run that ended (not locked: nothing else stops
+    # it) must leave that run's flight records, which diagnose reads after a crash, as they were.
+    row("run", "refused start keeps the last run's flight records", 2,
+        train("run.dir=\"{dir}/a\"", "checkpoint.dir=\"{dir}/run/c\"",
+              "checkpoint.resume=\"{dir}/damaged/text.h5\""), 1,
+        ["{dir}/damaged/text.h5"], needs=["damaged"], absent=NOT_TRAINED),
+    # --- "auto" layout keys that no layout satisfies: refused at once, before a machine profile
+    # is measured (seconds) or a layout timed, naming the keys and what would divide.
+    row("deck", "dp and ep auto with an indivisible batch", 2,
+        train("model.feed_forward=\"moe\"", "model.activation=\"swiglu\"", "model.bias=false",
+              "model.moe_experts=4", "parallel.dp=\"auto\"",
+              "parallel.ep=\"auto\"", "train.global_batch=3", "train.micro_batch=1"), 1,
+        ["{deck}: parallel.dp = \"auto\", parallel.ep = \"auto\" leave no valid layout of 2 ranks",
+         "train.global_batch = 3 is not divisible by dp x micro_batch = 2 x 1 = 2 (global_batch "
+         "must be a multiple of 2, e.g. 4)"], within=10, absent=NOT_TRAINED + ["measured"]),
+    # --- plan --time of a layout over the profile's memory per rank (Megatron's 1T layout with
+    # ZeRO 0 and no recomputation on the DGX A100 profile): said before the times, not a bare MFU.
+    row("command", "plan --time of a layout that does not fit", 1,
+        ["plan", os.path.join(INPUT, "gpt3-175b.toml"), "--world", "3072", "--device", "cuda",
+         "--set", "model.layers=128", "--set", "model.d_model=25600", "--set", "model.heads=160",
+         "--set", "parallel.pp=64", "--set", "train.global_batch=3072", "--set",
+         "parallel.recompute=\"none\"", "--set", "parallel.virtual_stages=1", "--set",
+         "parallel.schedule=\"1f1b\"", "--set", "parallel.zero=0", "--time", "--profile",
+         os.path.join(INPUT, "machines", "dgx-a100-80gb.toml")], 0,
+        ["# does not fit: 103.67 GiB > 80.00 GiB per rank (the profile's memory_per_rank): this "
+         "layout cannot run on dgx-a100-80gb", "(datasheet, ", "): does not fit, "], errors=0),
+    row("deck", "moe_aux_loss 1e300", 1,
+        train("model.feed_forward=\"moe\"", "model.activation=\"swiglu\"", "model.moe_experts=4",
+              "model.moe_aux_loss=1e300"), 1,
+        ["--set model.moe_aux_loss=1e300: model.moe_aux_loss = ",
+         "is out of range (expected finite number from 0 to 1)"],
+        absent=NOT_TRAINED + ["lower train.lr"]),
 ]
 
 
@@ -1150,6 +1207,8 @@ def run(case, p):
                ).format(d=p["status"])
     if case.get("memory_kb"):
         wrapper = "ulimit -v %d; %s" % (case["memory_kb"], wrapper)
+    if case.get("prelude"):
+        wrapper = case["prelude"] + wrapper
     fill = lambda args: [a.format(**p) for a in args]
     if case.get("mpmd"):
         cmd = [MPIEXEC]

@@ -295,6 +295,7 @@ TEST(AllToAll, IsRecordedLikeTheOtherCollectives) {
   const std::string path = flight_record_path(dir.path(), me);
   {
     FlightRecorder recorder(path, me, n, 8);
+    recorder.publish();
     RecordingCommunicator comm(
         std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "ep", std::chrono::duration<double>(60)),
         recorder, 0);

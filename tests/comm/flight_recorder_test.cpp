@@ -30,11 +30,14 @@ TEST(FlightRecorder, WritesEveryOperationAndReadsItBack) {
     rec.end(rec.begin(pp, FlightOp::Send, 1, 512));
     rec.begin(pp, FlightOp::Send, 1, 512);   // pending
     rec.begin(dp, FlightOp::AllReduce, -1, 4096);
-    // While the recorder lives, its thread stamps the record alive; it is not closed.
+    // While the recorder lives, its thread stamps the record alive; it is not closed. Until
+    // published it goes by its pending name, which is what a reader of the directory takes.
     std::this_thread::sleep_for(std::chrono::duration<double>(3 * FlightRecorder::kAliveSeconds));
-    const FlightRecord live = read_flight_record(path);
+    EXPECT_EQ(flight_record_paths(dir.path()), std::vector<std::string>{path + kPendingSuffix});
+    const FlightRecord live = read_flight_record(path + kPendingSuffix);
     EXPECT_GT(live.header.alive, live.header.opened + FlightRecorder::kAliveSeconds / 2);
     EXPECT_EQ(live.header.closed, 0.0);
+    rec.publish();
   }
   const FlightRecord r = read_flight_record(path);
   EXPECT_GE(r.header.closed, r.header.alive);  // destroyed: closed cleanly
@@ -55,11 +58,34 @@ TEST(FlightRecorder, WritesEveryOperationAndReadsItBack) {
   EXPECT_EQ(flight_record_paths(dir.path()), std::vector<std::string>{path});
 }
 
+// A start refused before it was accepted (a bad deck in the directory of a run that ended) never
+// publishes: its pending record is removed and the previous run's record stays as it was.
+TEST(FlightRecorder, AnUnpublishedRecordLeavesThePreviousOne) {
+  TempDir dir;
+  const std::string path = flight_record_path(dir.path(), 1);
+  {
+    FlightRecorder previous(path, 1, 2, 4);
+    previous.publish();
+  }
+  const FlightRecord before = read_flight_record(path);
+  {
+    FlightRecorder refused(path, 1, 4, 8);
+    const int g = refused.add_group("dp", 0, 4, 1);
+    refused.end(refused.begin(g, FlightOp::AllReduce, -1, 8));
+  }
+  const FlightRecord after = read_flight_record(path);
+  EXPECT_EQ(after.header.world_size, 2);
+  EXPECT_EQ(after.header.opened, before.header.opened);
+  EXPECT_EQ(after.header.closed, before.header.closed);
+  EXPECT_EQ(flight_record_paths(dir.path()), std::vector<std::string>{path});
+}
+
 TEST(FlightRecorder, KeepsTheLastEntriesAndTheCountsAcrossWrapAround) {
   TempDir dir;
   const std::string path = flight_record_path(dir.path(), 0);
   {
     FlightRecorder rec(path, 0, 2, 4);
+    rec.publish();
     const int g = rec.add_group("tp", 0, 2, 0);
     for (int i = 0; i < 10; ++i) rec.end(rec.begin(g, FlightOp::AllReduce, -1, 8));
     const FlightRecorder::Ticket late = rec.begin(g, FlightOp::AllReduce, -1, 8);

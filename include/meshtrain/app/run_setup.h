@@ -85,4 +85,10 @@ std::unique_ptr<ProcessGrid> make_grid(const Config& config, Backend& backend,
 RunSetup setup_run(const std::string& deck, const std::vector<std::string>& overrides,
                    MpiCommunicator& world, Flight flight = Flight::Off);
 
+// Once start-up can no longer be refused (train calls it from Trainer::on_started; a parameter
+// server before it serves), on each rank, no collective: the flight records
+// replace the previous run's in <run.dir>/flight (FlightRecorder::publish), and rank 0 removes
+// the records of ranks this job does not have. Until then a refused start leaves them alone.
+void publish_flight_records(RunSetup& run, Communicator& world);
+
 }  // namespace meshtrain

@@ -109,7 +109,11 @@ struct FlightRecord {
 // Reads a record written by FlightRecorder; throws std::runtime_error naming the path and what
 // is wrong (missing, short, not a flight record, another version).
 FlightRecord read_flight_record(const std::string& path);
-// The record files of a run directory (RUNDIR/flight/rank_*.rec), sorted.
+// The suffix of a record not yet published (FlightRecorder::publish).
+inline constexpr const char* kPendingSuffix = ".new";
+
+// The record files of a run directory (RUNDIR/flight/rank_*.rec), sorted; a rank's pending
+// record (rank_*.rec.new, of a start that never finished) in place of its published one.
 std::vector<std::string> flight_record_paths(const std::string& run_dir);
 std::string flight_record_path(const std::string& run_dir, int world_rank);
 
@@ -123,8 +127,10 @@ void note_abort_in_flight_record();
 class FlightRecorder {
  public:
   static constexpr double kAliveSeconds = 0.25;  // period of the liveness stamp
-  // Creates `path` (truncating an older one) sized for `capacity` entries and maps it; throws
-  // std::runtime_error naming the path on failure.
+  // Creates `path` + kPendingSuffix (truncating an older one) sized for `capacity` entries and
+  // maps it; throws std::runtime_error naming the path on failure. The record replaces `path`
+  // only once published: a start refused before then (a bad deck, another run's checkpoints)
+  // removes its pending record and leaves the one of the run that last used the directory.
   FlightRecorder(const std::string& path, int world_rank, int world_size, size_t capacity);
   ~FlightRecorder();
   FlightRecorder(const FlightRecorder&) = delete;
@@ -141,6 +147,8 @@ class FlightRecorder {
   };
   Ticket begin(int group, FlightOp op, int peer, uint64_t bytes);
   void end(const Ticket& t);
+  // Renames the pending record to `path` (once start-up is accepted); throws on failure.
+  void publish();
   // Forces the mapping to disk (before an abort: the page cache would keep it anyway unless
   // the node itself goes down).
   void flush();
@@ -148,7 +156,8 @@ class FlightRecorder {
  private:
   FlightEntry& slot(uint64_t serial) { return entries_[(serial - 1) % header_->capacity]; }
 
-  std::string path_;
+  std::string path_, pending_path_;
+  bool published_ = false;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
   FlightHeader* header_ = nullptr;

@@ -57,6 +57,11 @@ struct AdvisorResult {
 AdvisorResult advise_layouts(const Config& base, int world, const MachineProfile& profile,
                              const LayoutFreedom& freedom, size_t budget, int threads, size_t top);
 
+// Refuses (DeckError) a deck whose "auto" choices leave no valid layout on `world` ranks (a
+// global batch no data-parallel size divides, ...), naming the "auto" keys and check_layout's
+// reasons: before a profile is measured or a layout timed, not after.
+void refuse_impossible_auto_layout(const Config& deck, int world);
+
 // What a deck's "auto" choices settle on, for `train` and `plan --time` alike: the deck's
 // freedom ranked on `world` ranks until two layouts fit (the choice and its runner-up).
 struct AutoLayoutChoice {

@@ -9,6 +9,7 @@
 // run holds a little longer (sends in flight) are released earlier; the tests hold it to 5%.
 
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,5 +60,12 @@ std::vector<LayoutPlan> plan_layouts(const std::vector<Config>& configs, int wor
 // virtual stages), ZeRO 0-3, recompute modes; sequence parallelism on where tp > 1; for a
 // mixture of experts, ep among the divisors of dp x cp that divide model.moe_experts.
 std::vector<Config> enumerate_layouts(const Config& base, int world_size);
+
+// The same, keeping only the layouts `keep` accepts (before checking them); `refused`, when
+// given, collects the reason check_layout gave for each kept layout it refused, once each, in
+// enumeration order: what a deck whose choices leave no valid layout must change.
+std::vector<Config> enumerate_layouts(const Config& base, int world_size,
+                                      const std::function<bool(const Config&)>& keep,
+                                      std::vector<std::string>* refused);
 
 }  // namespace meshtrain

@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,6 +77,9 @@ class Trainer {
   // Trains from the current step (after resuming per checkpoint.resume) to train.steps, with
   // evaluation, logging and checkpoints; stops early, at a checkpoint, on a stop signal.
   RunEnd run();
+  // Called once by run() when start-up can no longer be refused (the checkpoint it resumes, if
+  // any, loaded and accepted), before the first step: train publishes its flight records there.
+  void on_started(std::function<void()> hook) { started_ = std::move(hook); }
   // One optimizer step (0-based `step`).
   StepResult train_step(int step);
   // Mean validation loss per token over train.eval_batches global batches.
@@ -121,6 +125,7 @@ class Trainer {
   std::string take_schedule_note() { return std::exchange(schedule_note_, std::string()); }
 
  private:
+  std::function<void()> started_;  // on_started
   // Asynchronous data parallelism (trainer_async.cpp): shares until the last fence.
   RunEnd run_async();
   ShareReport train_share(const Assignment& share);
