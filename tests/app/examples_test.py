@@ -264,7 +264,8 @@ RULES = [
      "the emulated cluster transcript: slurm_multi_node_test runs this sequence"),
     (r"^sbatch ", "check_sbatch", "deck and overrides planned on the job's world size"),
     (r"^bench/cpu/run\.sh|bench --suite step$|^scripts/run-local-bench\.sh", "covered",
-     "GPT-2 124M benchmarks: `make bench`; their rows on a tiny model: bench_step_test"),
+     "GPT-2 124M benchmarks: `make bench`; their rows on a tiny model: bench_step_test; "
+     "compare_pytorch.py on the tiny models: judge_compare_pytorch_test"),
     (r"bench --suite context", "covered",
      "ring attention at T 4096-8192 (minutes on 2 cores): bench_context_test runs its rows small"),
     (r"bench --suite attention", "covered",
