@@ -3,9 +3,12 @@
 // with its shape, type and size — and whether each dataset's data still matches its checksum.
 // One rank reads the whole file; exit status 1 on any problem (a directory or unreadable file,
 // unsupported version, a missing moment, a missing or mismatching checksum, a parameter the
-// recorded model has missing or of another shape, or one it does not have).
+// recorded model has missing or of another shape, or one it does not have; the router's expert
+// bias missing, of another shape or type, or not finite; any other dataset): what training's
+// load refuses, inspect reports.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -18,6 +21,7 @@
 #include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/io/terminal_text.h"
 #include "meshtrain/checkpoint/checkpointer.h"
+#include "meshtrain/model/expert_bias.h"
 #include "meshtrain/model/parameter_table.h"
 
 namespace meshtrain {
@@ -97,22 +101,68 @@ uint64_t stored_sum(CheckpointFile& file, const std::string& name, const Shape& 
   return sum;
 }
 
-// The /model datasets against the parameter table of the model the checkpoint records (its
-// effective configuration, else its deck): a parameter missing, of another shape, or one that
-// model does not have is damage that every checksum can miss. Returns the problems found.
+// The sigmoid router's expert bias of the recorded model against /buffers, as training's load
+// checks it (checkpoint/checkpoint_buffers.h): each tensor present, of shape (E), stored float64
+// and finite. `expected` receives their names. Returns the problems found.
+int compare_buffers(CheckpointFile& file, const ModelSpec& model, std::set<std::string>& expected) {
+  int problems = 0;
+  const ExpertBias bias(model);
+  for (int layer : bias.layers()) {
+    const std::string name = "/buffers/" + ExpertBias::name(layer);
+    const Shape want{bias.experts()};
+    expected.insert(name);
+    if (!file.has_dataset(name)) {
+      std::printf("problem: %s is missing, but the recorded model has the router's expert bias %s %s\n",
+                  name.c_str(), ExpertBias::name(layer).c_str(), want.to_string().c_str());
+      ++problems;
+      continue;
+    }
+    if (file.shape(name) != want) {
+      std::printf("problem: %s has shape %s, but the recorded model's router has %s experts\n", name.c_str(),
+                  file.shape(name).to_string().c_str(), want.to_string().c_str());
+      ++problems;
+      continue;
+    }
+    if (file.dtype(name) != DType::F64) {
+      std::printf("problem: %s is float32, but the router's expert bias is stored float64\n", name.c_str());
+      ++problems;
+      continue;
+    }
+    std::vector<double> values(static_cast<size_t>(want.numel()));
+    Box all;
+    all.count[0] = want[0];
+    file.read(name, {all}, values.data(), DType::F64);
+    for (size_t j = 0; j < values.size(); ++j)
+      if (!std::isfinite(values[j])) {
+        std::printf("problem: %s holds %s at element %zu, but the router's expert bias is finite\n",
+                    name.c_str(), std::to_string(values[j]).c_str(), j);
+        ++problems;
+        break;
+      }
+  }
+  return problems;
+}
+
+// The datasets against the model the checkpoint records (its effective configuration, else its
+// deck), as training's load checks them: every parameter of its table (a parameter missing or of
+// another shape is damage that every checksum can miss), the expert bias, and nothing else.
+// Returns the problems found.
 int compare_with_model(CheckpointFile& file, const CheckpointInfo& info) {
+  ModelSpec model;
   std::vector<ParamEntry> table;
   try {
     const std::string& recorded = info.config.empty() ? info.deck : info.config;
-    table = parameter_table(parse_deck("<checkpoint config>", recorded).model);
+    model = parse_deck("<checkpoint config>", recorded).model;
+    table = parameter_table(model);
   } catch (const std::exception&) {
     return 0;  // the config line already says that it does not parse
   }
   int problems = 0;
-  std::set<std::string> parameters;
+  std::set<std::string> parameters, expected;
   for (const ParamEntry& e : table) {
     const std::string name = "/model/" + e.name;
     parameters.insert(name);
+    for (const char* moment : {"exp_avg", "exp_avg_sq"}) expected.insert("/optim/" + e.name + "/" + moment);
     if (!file.has_dataset(name)) {
       std::printf("problem: %s is missing, but the recorded model has the parameter %s %s\n", name.c_str(),
                   e.name.c_str(), e.shape.to_string().c_str());
@@ -123,11 +173,16 @@ int compare_with_model(CheckpointFile& file, const CheckpointInfo& info) {
       ++problems;
     }
   }
-  for (const std::string& name : file.dataset_names())
+  problems += compare_buffers(file, model, expected);
+  for (const std::string& name : file.dataset_names()) {
     if (name.rfind("/model/", 0) == 0 && !parameters.count(name)) {
       std::printf("problem: %s is not a parameter of the recorded model\n", terminal_safe(name).c_str());
       ++problems;
+    } else if (name.rfind("/model/", 0) != 0 && !expected.count(name)) {
+      std::printf("problem: %s is not part of the recorded model\n", terminal_safe(name).c_str());
+      ++problems;
     }
+  }
   return problems;
 }
 
