@@ -18,6 +18,7 @@ transformers writes it) by a safetensors writer built from the format's specific
 
 import json
 import os
+import re
 import struct
 import sys
 
@@ -299,7 +300,17 @@ class HfLlama(harness.Case):
         self.assertNotIn("model.safetensors.index.json", os.listdir(out))
         self.assertFalse([n for n in os.listdir(out) if n.startswith("model-")])
         self.check_round_trip(src, LLAMA, arrays, out, "F32")
-        # The run's tokenizer files, and its begin/end-of-text ids from tokenizer_config.json.
+        # The checkpoint records the run's tokenizer as a path (data.tokenizer): export never opens
+        # it, says so, and writes no tokenizer files and no bos/eos it would have taken from them.
+        _, stdout, _ = self.export(ckpt, out)
+        self.assertFalse({"tokenizer.json", "tokenizer_config.json"} & set(os.listdir(out)))
+        self.assertIn("a path export does not open", stdout)
+        self.assertIn("--tokenizer", stdout)
+        with open(os.path.join(out, "generation_config.json")) as f:
+            self.assertNotIn("bos_token_id", json.load(f))
+        # Named on the command line: the run's tokenizer files, and its begin/end-of-text ids
+        # from tokenizer_config.json.
+        self.export(ckpt, out, "--tokenizer", os.path.join(src, "tokenizer.json"))
         for name in ("tokenizer.json", "tokenizer_config.json"):
             with open(os.path.join(src, name), "rb") as a, open(os.path.join(out, name), "rb") as b:
                 self.assertEqual(a.read(), b.read(), name)
@@ -355,6 +366,39 @@ class HfLlama(harness.Case):
         out = os.path.join(self.dir, "hf")
         self.export(ckpt, out)
         self.check_round_trip(src, FUSED, arrays, out, "F32")
+
+    def test_export_never_opens_a_path_the_checkpoint_records(self):
+        # A stranger's checkpoint whose @config names another file as the tokenizer (one that
+        # parses as a tokenizer.json, with a tokenizer_config.json beside it): not copied.
+        src = os.path.join(self.dir, "fused")
+        write_hf_dir(src, FUSED, random_weights(FUSED, "F16", 3), "F16")
+        ckpt = os.path.join(self.dir, "fused.h5")
+        self.import_(src, ckpt, "--deck-out", os.path.join(self.dir, "fused.toml"))
+        secret = os.path.join(self.dir, "secret")
+        os.makedirs(secret)
+        write_tokenizer(secret)
+        with open(os.path.join(secret, "special_tokens_map.json"), "w") as f:
+            f.write('{"password": "hunter2"}')
+        with h5py.File(ckpt, "r+") as f:
+            config = f.attrs["config"]
+            config = config.decode() if isinstance(config, bytes) else config
+            config, n = re.subn(r'(?m)^tokenizer = .*$', 'tokenizer = "%s"' % os.path.join(secret, "tokenizer.json"),
+                                config)
+            self.assertEqual(n, 1, config)
+            del f.attrs["config"]
+            f.attrs["config"] = config
+        out = os.path.join(self.dir, "hf")
+        _, stdout, _ = self.export(ckpt, out)
+        self.assertEqual(sorted(n for n in os.listdir(out) if "token" in n), [])
+        self.assertIn("a path export does not open", stdout)
+        # --tokenizer: what the user names, refused (exit 1, nothing written) when it is not one.
+        not_one = os.path.join(self.dir, "config.json")
+        with open(not_one, "w") as f:
+            f.write('{"model_type": "llama"}')
+        other = os.path.join(self.dir, "hf2")
+        _, _, stderr = self.meshtrain(["export", ckpt, "--format", "hf", other, "--tokenizer", not_one], expect=1)
+        self.assertIn(not_one + ': has no "model" object', stderr)
+        self.assertFalse(os.path.exists(other))
 
     def test_gpt2_without_deck(self):
         # GPT-2 too: the deck built from config.json is the model that was exported.
