@@ -9,6 +9,7 @@
 // are app/hf_gpt2.h and app/hf_llama.h. The tokenizer files are those --tokenizer names: a path
 // recorded in the checkpoint is never opened (export_tokenizer below).
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -109,6 +110,50 @@ ModelSpec model_of(const std::string& path, const std::string& recorded, std::st
     tokenizer = tokenizer.substr(1, tokenizer.size() - 2);
   return m;
 }
+
+// SIGINT or SIGTERM during an export: the handler notes it; the export stops before its next
+// tensor, removes its staging directory (and OUT, where it made it) and exits 128 + the signal.
+// Without it the signal's default action would leave the staging directory behind.
+volatile std::sig_atomic_t interrupted_by = 0;
+extern "C" void on_export_signal(int sig) { interrupted_by = sig; }
+
+class ExportInterrupted : public std::runtime_error {
+ public:
+  ExportInterrupted(int sig, const std::string& out)
+      : std::runtime_error(std::string("export interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                           ": " + out + " is as it was (the export's staging directory was removed)"),
+        signal_(sig) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
+// Handlers for SIGINT and SIGTERM while it lives; the previous ones back afterwards.
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    struct sigaction action {};
+    action.sa_handler = on_export_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;  // a signal must not turn a write into an error
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~InterruptGuard() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+  // Throws ExportInterrupted once a signal came.
+  static void check(const std::string& out) {
+    if (interrupted_by != 0) throw ExportInterrupted(interrupted_by, out);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
 
 // Dataset `name` of `file` as float32, its checksum verified on the stored values.
 std::vector<float> read_verified(CheckpointFile& file, const std::string& name, const Shape& shape) {
@@ -287,6 +332,7 @@ void export_hf(const ExportArgs& args) {
   std::string cached_name;
   std::vector<float> cached;
   auto bytes_of = [&](size_t i) {
+    InterruptGuard::check(args.out);
     const HfTensor& t = tensors[i];
     const std::string name = "/model/" + t.meshtrain;
     if (name != cached_name) {
@@ -328,6 +374,7 @@ void export_hf(const ExportArgs& args) {
       {"meshtrain_tokenizer", tokenizer},
       {"meshtrain_source", fs::path(args.checkpoint).filename().string()}};
 
+  const InterruptGuard interrupt_guard;
   const bool existed = fs::exists(args.out, ec);
   fs::create_directories(args.out, ec);
   if (!fs::is_directory(args.out, ec))
@@ -339,6 +386,7 @@ void export_hf(const ExportArgs& args) {
     weight_files = write_hf_weights(staging, specs, bytes_of, metadata, max_shard);
     for (const auto& [name, text] : texts) write_text_file((fs::path(staging) / name).string(), text);
     for (const auto& [name, content] : run_tok.files) write_text_file((fs::path(staging) / name).string(), content);
+    InterruptGuard::check(args.out);
   } catch (...) {
     fs::remove_all(staging, ec);
     if (!existed) fs::remove(args.out, ec);  // only if empty: a directory this export made
@@ -377,7 +425,16 @@ void export_hf(const ExportArgs& args) {
 }  // namespace
 
 int export_command(const ExportArgs& args) {
-  return run_on_rank_zero([&] { export_hf(args); });
+  int signal = 0;
+  const int status = run_on_rank_zero([&] {
+    try {
+      export_hf(args);
+    } catch (const ExportInterrupted& e) {
+      signal = e.signal();
+      throw;
+    }
+  });
+  return signal != 0 ? 128 + signal : status;  // as a shell reports a process the signal ended
 }
 
 }  // namespace meshtrain

@@ -19,7 +19,10 @@ transformers writes it) by a safetensors writer built from the format's specific
 import json
 import os
 import re
+import signal
+import socket
 import struct
+import subprocess
 import sys
 
 import h5py
@@ -142,6 +145,11 @@ def read_hf_dir(d):
     assert sorted(arrays) == sorted(idx["weight_map"])
     assert idx["metadata"]["total_size"] == sum(a.size * SIZES[dtypes[n]] for n, a in arrays.items())
     return arrays, dtypes
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def write_hf_dir(d, config, arrays, dtype, shards=1):
@@ -399,6 +407,81 @@ class HfLlama(harness.Case):
         _, _, stderr = self.meshtrain(["export", ckpt, "--format", "hf", other, "--tokenizer", not_one], expect=1)
         self.assertIn(not_one + ': has no "model" object', stderr)
         self.assertFalse(os.path.exists(other))
+
+    def test_export_removes_only_its_own_stale_staging(self):
+        src = os.path.join(self.dir, "fused")
+        write_hf_dir(src, FUSED, random_weights(FUSED, "F16", 3), "F16")
+        ckpt = os.path.join(self.dir, "fused.h5")
+        self.import_(src, ckpt)
+        out = os.path.join(self.dir, "hf")
+        os.makedirs(out)
+        host = socket.gethostname()
+        dead, dead_too = subprocess.Popen(["true"]), subprocess.Popen(["true"])
+        dead.wait()
+        dead_too.wait()
+        elsewhere = os.path.join(self.dir, "elsewhere")
+        os.makedirs(elsewhere)
+        with open(os.path.join(elsewhere, "keep"), "w") as f:
+            f.write("not the export's\n")
+        stale = os.path.join(out, ".meshtrain-export.%s.%d" % (host, dead.pid))
+        os.makedirs(stale)
+        with open(os.path.join(stale, "model.safetensors"), "w") as f:
+            f.write("half written\n")
+        os.symlink(elsewhere, os.path.join(stale, "link"))  # removed as a link, not followed
+        kept = [os.path.join(out, ".meshtrain-export.%s.%d" % (host, os.getpid())),  # alive
+                os.path.join(out, ".meshtrain-export.another-host.%d" % dead.pid),  # not provably dead
+                os.path.join(out, ".meshtrain-export.%d" % dead.pid)]  # no host in the name
+        for d in kept:
+            os.makedirs(d)
+        link = os.path.join(out, ".meshtrain-export.%s.%d" % (host, dead_too.pid))
+        os.symlink(elsewhere, link)  # a link named like staging: neither followed nor removed
+        self.export(ckpt, out)
+        self.assertFalse(os.path.exists(stale))
+        for d in kept:
+            self.assertTrue(os.path.isdir(d), d)
+        self.assertTrue(os.path.islink(link))
+        self.assertEqual(os.listdir(elsewhere), ["keep"])
+        self.assertEqual(sorted(n for n in os.listdir(out) if n.startswith(".")),
+                         sorted(os.path.basename(d) for d in kept + [link]))
+
+    def test_signal_during_export_leaves_nothing(self):
+        # An export stopped (SIGSTOP) while its staging directory is being filled, then sent
+        # SIGINT or SIGTERM: it exits 128 + the signal, its staging directory and the OUT it
+        # made are gone; an OUT that held an export holds it still.
+        big = dict(FUSED, vocab_size=16384, hidden_size=256, intermediate_size=512)
+        src = os.path.join(self.dir, "big")
+        write_hf_dir(src, big, random_weights(big, "F32", 4), "F32")
+        ckpt = os.path.join(self.dir, "big.h5")
+        self.import_(src, ckpt)
+        previous = os.path.join(self.dir, "previous")
+        self.export(ckpt, previous)
+        before = {n: read(os.path.join(previous, n)) for n in os.listdir(previous)}
+        for sig, out in ((signal.SIGTERM, os.path.join(self.dir, "new")), (signal.SIGINT, previous)):
+            for attempt in range(5):
+                p = subprocess.Popen([harness.MESHTRAIN, "export", ckpt, "--format", "hf", out,
+                                      "--max-shard-size", "1MB"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                caught = False
+                while p.poll() is None:
+                    staged = [n for n in os.listdir(out) if n.startswith(".meshtrain-export.")] \
+                        if os.path.isdir(out) else []
+                    if staged and os.listdir(os.path.join(out, staged[0])):
+                        p.send_signal(signal.SIGSTOP)
+                        published = set(os.listdir(out)) - set(before if out == previous else ()) - set(staged)
+                        caught = not published and os.path.isdir(os.path.join(out, staged[0]))
+                        p.send_signal(sig)
+                        p.send_signal(signal.SIGCONT)
+                        break
+                _, stderr = p.communicate(timeout=120)
+                if caught:
+                    break
+            self.assertTrue(caught, "the export finished before it could be signalled, 5 times")
+            self.assertEqual(p.returncode, 128 + sig, stderr)
+            self.assertIn("export interrupted by " + sig.name, stderr)
+            if out == previous:
+                self.assertEqual({n: read(os.path.join(out, n)) for n in os.listdir(out)}, before)
+            else:
+                self.assertFalse(os.path.exists(out), os.listdir(out) if os.path.exists(out) else "")
 
     def test_gpt2_without_deck(self):
         # GPT-2 too: the deck built from config.json is the model that was exported.
