@@ -301,6 +301,8 @@ class DamagedExpertBias(harness.Case):
             ("nan.h5", self.replace(nan), BIAS + " holds nan at element 1", BIAS + " holds nan at element 1"),
             ("extra.h5", self.replace(np.zeros(4), extra), extra + " is not part of the recorded model",
              extra + " is not part of the deck's model"),
+            ("moment.h5", self.replace(np.zeros(4, dtype=np.float32), "/optim/wte/exp_avg_3"),
+             "/optim/wte/exp_avg_3 is not part of the recorded model", "/optim/wte/exp_avg_3 is not part"),
         ]
         for name, edit, reported, refused in cases:
             path = self.craft(name, edit)
