@@ -561,6 +561,12 @@ class HfLlama(harness.Case):
             why = {"absolute": "which is not a relative path", "dotdot": 'which climbs out with ".."',
                    "link": "which is a symbolic link leading to " + os.path.realpath(outside)}[name]
             refused(d, index + ': weight_map places model.norm.weight in "' + shard + '", ' + why)
+        # A tokenizer.json that leads out of the directory: the deck built would name that file.
+        d = variant("tok_link")
+        write_tokenizer(self.dir)
+        os.symlink(os.path.join(self.dir, "tokenizer.json"), os.path.join(d, "tokenizer.json"))
+        refused(d, os.path.join(d, "tokenizer.json") + ": is a symbolic link leading to " +
+                os.path.realpath(os.path.join(self.dir, "tokenizer.json")) + ", outside " + d)
         # A symbolic link that stays inside the directory is a file of it.
         d = variant("sh_inside", shards=2)
         os.rename(os.path.join(d, "model-00002-of-00002.safetensors"), os.path.join(d, "real.safetensors"))
