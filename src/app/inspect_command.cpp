@@ -4,8 +4,8 @@
 // One rank reads the whole file; exit status 1 on any problem (a directory or unreadable file,
 // unsupported version, a missing moment, a missing or mismatching checksum, a parameter the
 // recorded model has missing or of another shape, or one it does not have; the router's expert
-// bias missing, of another shape or type, or not finite; any other dataset): what training's
-// load refuses, inspect reports.
+// bias missing, of another shape or type; a value that is not finite, a second moment below 0;
+// any other dataset; no @model or @lineage): what training's load refuses, inspect reports.
 
 #include <algorithm>
 #include <cmath>
@@ -86,17 +86,58 @@ std::vector<Box> slices(const Shape& shape, int64_t budget) {
   }
 }
 
+// What training's load requires of a dataset's values (checkpoint/checkpoint_load.cpp's
+// check_values): parameters and moments finite, the second moment also >= 0; null for datasets it
+// does not check value by value (the expert bias: compare_buffers).
+const char* value_rule(const std::string& name, bool& non_negative) {
+  non_negative = false;
+  auto ends_with = [&](const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (name.rfind("/model/", 0) == 0) return "a parameter is finite";
+  if (name.rfind("/optim/", 0) != 0) return nullptr;
+  if (ends_with("/exp_avg")) return "AdamW's first moment is finite";
+  non_negative = ends_with("/exp_avg_sq");
+  return non_negative ? "AdamW's second moment, a running mean of squared gradients, is finite and >= 0" : nullptr;
+}
+
+template <typename T>
+int64_t first_bad(const T* v, int64_t n, bool non_negative) {
+  for (int64_t j = 0; j < n; ++j)
+    if (!std::isfinite(v[j]) || (non_negative && v[j] < 0)) return j;
+  return -1;
+}
+
+// The first value of a dataset that training's load would refuse: its row-major index (-1: none).
+struct BadValue {
+  int64_t index = -1;
+  double value = 0;
+};
+
 // The checksum of `name` as stored, read a slice at a time: the memory inspect takes is bounded
 // whatever the dataset declares (the file's own size bounds it too: CheckpointFile refuses a
-// dataset that declares more than it stores).
-uint64_t stored_sum(CheckpointFile& file, const std::string& name, const Shape& shape, DType type) {
+// dataset that declares more than it stores). Where `rule` is given, `bad` receives the first
+// value that breaks it.
+uint64_t stored_sum(CheckpointFile& file, const std::string& name, const Shape& shape, DType type,
+                    const char* rule, bool non_negative, BadValue& bad) {
   constexpr int64_t kSliceBytes = int64_t{64} << 20;
   uint64_t sum = 0;
   std::vector<char> data;
   for (const Box& b : slices(shape, kSliceBytes / static_cast<int64_t>(dtype_size(type)))) {
-    data.resize(static_cast<size_t>(b.numel(shape.rank())) * dtype_size(type));
+    const int64_t n = b.numel(shape.rank());
+    data.resize(static_cast<size_t>(n) * dtype_size(type));
     file.read(name, {b}, data.data(), type);
     sum += checksum_part(data.data(), type, shape, {b});
+    if (!rule || bad.index >= 0) continue;
+    const int64_t j = type == DType::F64 ? first_bad(reinterpret_cast<const double*>(data.data()), n, non_negative)
+                                         : first_bad(reinterpret_cast<const float*>(data.data()), n, non_negative);
+    if (j < 0) continue;
+    // A slice is one row-major run (slices() cuts one dimension, whole dimensions after it).
+    int64_t start = 0;
+    for (int k = 0; k < shape.rank(); ++k) start = start * shape[k] + b.start[k];
+    bad.index = start + j;
+    bad.value = type == DType::F64 ? reinterpret_cast<const double*>(data.data())[j]
+                                   : reinterpret_cast<const float*>(data.data())[j];
   }
   return sum;
 }
@@ -248,6 +289,13 @@ int inspect_file(const std::string& path) {
                 info.format_version, kCheckpointFormatVersion);
     ++problems;
   }
+  // As training's load refuses them: without the model's settings nothing checks the deck.
+  for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"model", &info.model},
+                                   {"lineage", &info.lineage}})
+    if (value->empty()) {
+      std::printf("problem: no attribute '%s' (not a complete meshtrain checkpoint)\n", key);
+      ++problems;
+    }
 
   const std::vector<std::string> names = file.dataset_names();
   std::printf("# %-44s %-16s %-8s %12s  %s\n", "dataset", "shape", "dtype", "bytes", "checksum");
@@ -256,13 +304,21 @@ int inspect_file(const std::string& path) {
     const Shape shape = file.shape(name);
     const DType type = file.dtype(name);
     if (name.rfind("/model/", 0) == 0) parameters += shape.numel();
-    const uint64_t sum = stored_sum(file, name, shape, type);
+    bool non_negative = false;
+    const char* rule = value_rule(name, non_negative);
+    BadValue bad;
+    const uint64_t sum = stored_sum(file, name, shape, type, rule, non_negative, bad);
     const std::optional<uint64_t> stored = file.checksum(name);
     const char* verdict = !stored ? "MISSING" : *stored == sum ? "checksum OK" : "MISMATCH";
     if (!stored || *stored != sum) ++problems;
     const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(type);
     std::printf("  %-44s %-16s %-8s %12zu  %s\n", terminal_safe(name).c_str(), shape.to_string().c_str(),
                 type == DType::F32 ? "float32" : "float64", bytes, verdict);
+    if (bad.index >= 0) {
+      std::printf("problem: %s holds %g at element %lld (row-major, of %s), but %s\n", terminal_safe(name).c_str(),
+                  bad.value, static_cast<long long>(bad.index), shape.to_string().c_str(), rule);
+      ++problems;
+    }
     // Every parameter carries both AdamW moments of its shape.
     const std::string prefix = "/model/";
     if (name.rfind(prefix, 0) == 0) {

@@ -232,6 +232,17 @@ class UntrustedFiles(harness.Case):
 
     # --- item: NaN or negative AdamW moments --------------------------------------------------
 
+    def test_inspect_reports_missing_attributes_as_resume_refuses_them(self):
+        for key in ("model", "lineage"):
+            path = self.craft("no_%s.h5" % key, lambda f, key=key: f.attrs.__delitem__(key))
+            with self.subTest(attribute=key):
+                _, _, stderr = self.meshtrain(
+                    ["train", self.deck, "--set", 'checkpoint.resume="%s"' % path,
+                     "--set", 'checkpoint.dir="%s"' % os.path.join(self.dir, "resumed_" + key)], ranks=1, expect=1)
+                self.assertIn("has no attribute '%s'" % key, stderr)
+                _, stdout, _ = self.inspect(path, expect=1)
+                self.assertIn("problem: no attribute '%s' (not a complete meshtrain checkpoint)" % key, stdout)
+
     def test_values_no_run_writes_are_refused_on_load(self):
         cases = [("/optim/h.0.ln_1.weight/exp_avg_sq", -1.0, "finite and >= 0"),
                  ("/optim/h.0.ln_1.weight/exp_avg", np.nan, "first moment is finite"),
@@ -254,6 +265,11 @@ class UntrustedFiles(harness.Case):
                 self.assertIn(rule, stderr)
                 self.assertNotIn("lower train.lr", stderr)
                 self.assertNotIn("step     3/", stdout)
+                # inspect reports what the load refuses, naming the dataset and the element.
+                _, stdout, _ = self.inspect(path, expect=1)
+                self.assertIn("problem: %s holds %s at element 3" % (name, "%g" % bad), stdout)
+                self.assertIn(rule, stdout)
+                self.assertNotIn("all checksums OK", stdout)
 
 
 MOE_SETS = ['model.family="llama"', 'model.feed_forward="moe"', "model.moe_experts=4", "model.moe_top_k=2",
