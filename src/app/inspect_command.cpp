@@ -236,6 +236,48 @@ int compare_with_model(CheckpointFile& file, const CheckpointInfo& info) {
   return problems;
 }
 
+// Every dataset's line (shape, type, size, checksum) and the problems of each alone: a checksum
+// missing or mismatching, a value training's load refuses, a parameter without both moments.
+// Adds the parameters' elements to `parameters`; returns the problems found.
+int check_datasets(CheckpointFile& file, int64_t& parameters) {
+  int problems = 0;
+  const std::vector<std::string> names = file.dataset_names();
+  std::printf("# %-44s %-16s %-8s %12s  %s\n", "dataset", "shape", "dtype", "bytes", "checksum");
+  for (const std::string& name : names) {
+    const Shape shape = file.shape(name);
+    const DType type = file.dtype(name);
+    if (name.rfind("/model/", 0) == 0) parameters += shape.numel();
+    bool non_negative = false;
+    const char* rule = value_rule(name, non_negative);
+    BadValue bad;
+    const uint64_t sum = stored_sum(file, name, shape, type, rule, non_negative, bad);
+    const std::optional<uint64_t> stored = file.checksum(name);
+    const char* verdict = !stored ? "MISSING" : *stored == sum ? "checksum OK" : "MISMATCH";
+    if (!stored || *stored != sum) ++problems;
+    const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(type);
+    std::printf("  %-44s %-16s %-8s %12zu  %s\n", terminal_safe(name).c_str(), shape.to_string().c_str(),
+                type == DType::F32 ? "float32" : "float64", bytes, verdict);
+    if (bad.index >= 0) {
+      std::printf("problem: %s holds %g at element %lld (row-major, of %s), but %s\n", terminal_safe(name).c_str(),
+                  bad.value, static_cast<long long>(bad.index), shape.to_string().c_str(), rule);
+      ++problems;
+    }
+    // Every parameter carries both AdamW moments of its shape.
+    const std::string prefix = "/model/";
+    if (name.rfind(prefix, 0) == 0) {
+      for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+        const std::string m = "/optim/" + name.substr(prefix.size()) + "/" + moment;
+        if (!file.has_dataset(m) || file.shape(m) != shape) {
+          std::printf("problem: %s is missing or not of shape %s\n", terminal_safe(m).c_str(),
+                      shape.to_string().c_str());
+          ++problems;
+        }
+      }
+    }
+  }
+  return problems;
+}
+
 // Returns the number of problems found.
 int inspect_file(const std::string& path) {
   std::error_code ec;
@@ -297,43 +339,11 @@ int inspect_file(const std::string& path) {
       ++problems;
     }
 
-  const std::vector<std::string> names = file.dataset_names();
-  std::printf("# %-44s %-16s %-8s %12s  %s\n", "dataset", "shape", "dtype", "bytes", "checksum");
   int64_t parameters = 0;
-  for (const std::string& name : names) {
-    const Shape shape = file.shape(name);
-    const DType type = file.dtype(name);
-    if (name.rfind("/model/", 0) == 0) parameters += shape.numel();
-    bool non_negative = false;
-    const char* rule = value_rule(name, non_negative);
-    BadValue bad;
-    const uint64_t sum = stored_sum(file, name, shape, type, rule, non_negative, bad);
-    const std::optional<uint64_t> stored = file.checksum(name);
-    const char* verdict = !stored ? "MISSING" : *stored == sum ? "checksum OK" : "MISMATCH";
-    if (!stored || *stored != sum) ++problems;
-    const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(type);
-    std::printf("  %-44s %-16s %-8s %12zu  %s\n", terminal_safe(name).c_str(), shape.to_string().c_str(),
-                type == DType::F32 ? "float32" : "float64", bytes, verdict);
-    if (bad.index >= 0) {
-      std::printf("problem: %s holds %g at element %lld (row-major, of %s), but %s\n", terminal_safe(name).c_str(),
-                  bad.value, static_cast<long long>(bad.index), shape.to_string().c_str(), rule);
-      ++problems;
-    }
-    // Every parameter carries both AdamW moments of its shape.
-    const std::string prefix = "/model/";
-    if (name.rfind(prefix, 0) == 0) {
-      for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
-        const std::string m = "/optim/" + name.substr(prefix.size()) + "/" + moment;
-        if (!file.has_dataset(m) || file.shape(m) != shape) {
-          std::printf("problem: %s is missing or not of shape %s\n", terminal_safe(m).c_str(),
-                      shape.to_string().c_str());
-          ++problems;
-        }
-      }
-    }
-  }
+  const size_t datasets = file.dataset_names().size();
+  problems += check_datasets(file, parameters);
   problems += compare_with_model(file, info);
-  std::printf("%zu datasets, %.3fM parameters: %s\n", names.size(), static_cast<double>(parameters) / 1e6,
+  std::printf("%zu datasets, %.3fM parameters: %s\n", datasets, static_cast<double>(parameters) / 1e6,
               problems == 0 ? "all checksums OK" : (std::to_string(problems) + " problem(s)").c_str());
   return problems;
 }
