@@ -1,13 +1,15 @@
 // `meshtrain export CHECKPOINT --format hf OUT/`: a checkpoint's model as a Hugging Face
 // directory that transformers' AutoModelForCausalLM.from_pretrained(OUT) loads: GPT2LMHeadModel
 // (OUT/model.safetensors and OUT/config.json), or LlamaForCausalLM / Qwen3ForCausalLM (also
-// generation_config.json and the run's tokenizer files), or, for a mixture of experts,
+// generation_config.json), or, for a mixture of experts,
 // MixtralForCausalLM / Qwen3MoeForCausalLM (app/hf_moe.h). The weights are one model.safetensors
 // or, above --max-shard-size, shards and their index (app/hf_shards.h). Checkpoints are
 // layout-free, so one rank reads the whole file (MPI_COMM_SELF) whatever layout wrote it, and
 // every layout's checkpoint of the same weights exports the same bytes. The tensor mappings
-// are app/hf_gpt2.h and app/hf_llama.h.
+// are app/hf_gpt2.h and app/hf_llama.h. The tokenizer files are those --tokenizer names: a path
+// recorded in the checkpoint is never opened (export_tokenizer below).
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -26,7 +28,9 @@
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/config/deck.h"
+#include "meshtrain/io/regular_file.h"
 #include "meshtrain/io/safetensors.h"
+#include "meshtrain/io/terminal_text.h"
 
 namespace meshtrain {
 
@@ -107,6 +111,50 @@ ModelSpec model_of(const std::string& path, const std::string& recorded, std::st
   return m;
 }
 
+// SIGINT or SIGTERM during an export: the handler notes it; the export stops before its next
+// tensor, removes its staging directory (and OUT, where it made it) and exits 128 + the signal.
+// Without it the signal's default action would leave the staging directory behind.
+volatile std::sig_atomic_t interrupted_by = 0;
+extern "C" void on_export_signal(int sig) { interrupted_by = sig; }
+
+class ExportInterrupted : public std::runtime_error {
+ public:
+  ExportInterrupted(int sig, const std::string& out)
+      : std::runtime_error(std::string("export interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                           ": " + out + " is as it was (the export's staging directory was removed)"),
+        signal_(sig) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
+// Handlers for SIGINT and SIGTERM while it lives; the previous ones back afterwards.
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    struct sigaction action {};
+    action.sa_handler = on_export_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;  // a signal must not turn a write into an error
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~InterruptGuard() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+  // Throws ExportInterrupted once a signal came.
+  static void check(const std::string& out) {
+    if (interrupted_by != 0) throw ExportInterrupted(interrupted_by, out);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
 // Dataset `name` of `file` as float32, its checksum verified on the stored values.
 std::vector<float> read_verified(CheckpointFile& file, const std::string& name, const Shape& shape) {
   const DType stored = file.dtype(name);
@@ -153,61 +201,72 @@ std::string generation_config_json(const std::string& config_json) {
   return gen.dump(2) + "\n";
 }
 
-// The run's tokenizer, as its deck named it (data.tokenizer in the checkpoint's @config): the
-// files to copy (a tokenizer.json and, beside it, tokenizer_config.json and
-// special_tokens_map.json) and the bos/eos ids tokenizer_config.json names (-1: none).
-struct RunTokenizer {
-  std::vector<std::pair<std::string, std::string>> files;  // (source, name in OUT)
+// The tokenizer files to write beside the model: the tokenizer.json the user named with
+// --tokenizer and, from beside it, its tokenizer_config.json and special_tokens_map.json (their
+// bytes, read here), and the bos/eos ids tokenizer_config.json names (-1: none). A checkpoint's
+// @config records the run's data.tokenizer, a path: it comes from whoever wrote the file, so
+// export never opens it (it could name any file of the machine, which the export would publish).
+struct ExportTokenizer {
+  std::vector<std::pair<std::string, std::string>> files;  // (name in OUT, content)
   int64_t bos = -1, eos = -1;
-  std::string note;  // why nothing was copied, for the summary
+  std::string note;  // why nothing was written, for the summary
 };
 
-RunTokenizer run_tokenizer(const std::string& config_text) {
-  RunTokenizer t;
-  std::string spec;
+// What the checkpoint's @config says the run used, for the note (never opened).
+std::string recorded_tokenizer(const std::string& config_text) {
   try {
     const toml::table config = toml::parse(config_text);
-    spec = config["data"]["tokenizer"].value_or(std::string());
+    return config["data"]["tokenizer"].value_or(std::string());
   } catch (const std::exception&) {
-    t.note = "the checkpoint's @config does not parse: no tokenizer copied";
+    return "";
+  }
+}
+
+ExportTokenizer export_tokenizer(const std::string& named, const std::string& config_text) {
+  ExportTokenizer t;
+  if (named.empty()) {
+    const std::string recorded = recorded_tokenizer(config_text);
+    if (!recorded.empty() && recorded != "bytes")
+      t.note = "no tokenizer files written: the checkpoint records data.tokenizer = \"" + terminal_safe(recorded) +
+               "\", a path export does not open (a checkpoint may come from anyone); give "
+               "--tokenizer PATH/tokenizer.json to write the run's tokenizer";
     return t;
   }
-  std::error_code ec;
-  if (spec.empty() || spec == "bytes" || fs::path(spec).extension() != ".json" || !fs::is_regular_file(spec, ec)) {
-    t.note = spec == "bytes" || spec.empty() ? "the run used the byte tokenizer: no tokenizer files"
-                                             : "data.tokenizer = \"" + spec + "\" is not a tokenizer.json here: not copied";
-    return t;
-  }
-  json tok;
-  try {
-    tok = read_json_object(spec, "the run's tokenizer");
-  } catch (const std::exception& e) {
-    t.note = std::string(e.what()) + ": not copied";
-    return t;
-  }
-  t.files.push_back({spec, "tokenizer.json"});
-  const fs::path dir = fs::path(spec).parent_path();
+  const json tok = read_json_object(named, "--tokenizer: a Hugging Face tokenizer.json");
+  if (!tok.contains("model") || !tok["model"].is_object())
+    throw std::runtime_error(named + ": has no \"model\" object, so it is not a Hugging Face tokenizer.json "
+                             "(--tokenizer names the run's tokenizer.json, as data.tokenizer did)");
+  std::string text;
+  if (const std::string problem = read_regular_file(named, text); !problem.empty())
+    throw std::runtime_error(named + ": " + problem + " (--tokenizer)");
+  t.files.push_back({"tokenizer.json", text});
+  const fs::path dir = fs::path(named).parent_path();
   json tok_config;
-  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"})
-    if (fs::is_regular_file(dir / name, ec)) {
-      t.files.push_back({(dir / name).string(), name});
-      if (std::string(name) == "tokenizer_config.json") {
-        try {
-          tok_config = read_json_object((dir / name).string(), "the tokenizer's settings");
-        } catch (const std::exception&) {
-        }
+  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    const std::string path = (dir / name).string();
+    std::error_code ec;
+    if (!fs::exists(path, ec)) continue;
+    if (const std::string problem = read_regular_file(path, text); !problem.empty())
+      throw std::runtime_error(path + ": " + problem + " (beside --tokenizer " + named +
+                               ", written into the export with it; remove it or name another tokenizer.json)");
+    t.files.push_back({name, text});
+    if (std::string(name) == "tokenizer_config.json") {
+      try {
+        tok_config = json::parse(text);
+      } catch (const json::exception&) {
       }
     }
+  }
   // A token's id: tokenizer.json's added tokens, then its vocabulary.
   auto id_of = [&](const char* key) -> int64_t {
-    json v = json_value_or(tok_config, key, nullptr);
+    json v = tok_config.is_object() ? json_value_or(tok_config, key, nullptr) : json();
     if (v.is_object()) v = json_value_or(v, "content", nullptr);
     if (!v.is_string()) return -1;
     for (const json& a : json_value_or(tok, "added_tokens", json::array()))
       if (a.is_object() && a.value("content", "") == v.get<std::string>() && a.contains("id") &&
           a["id"].is_number_integer())
         return a["id"].get<int64_t>();
-    const json vocab = tok.contains("model") ? json_value_or(tok["model"], "vocab", json::object()) : json::object();
+    const json vocab = json_value_or(tok["model"], "vocab", json::object());
     const json id = vocab.is_object() ? json_value_or(vocab, v.get<std::string>().c_str(), nullptr) : json();
     return id.is_number_integer() ? id.get<int64_t>() : -1;
   };
@@ -240,7 +299,8 @@ void export_hf(const ExportArgs& args) {
   ModelSpec m;
   std::vector<HfTensor> tensors;
   std::vector<std::pair<std::string, std::string>> texts;  // (file name, content)
-  RunTokenizer run_tok;
+  // Read (and refused) before OUT is touched.
+  const ExportTokenizer run_tok = export_tokenizer(args.tokenizer, info.config);
   if (gpt2) {
     m = model_of(args.checkpoint, info.model, tokenizer);
     tensors = hf_gpt2_tensors(m);
@@ -251,7 +311,6 @@ void export_hf(const ExportArgs& args) {
     tensors = hf_llama_tensors(m);
     tokenizer = settings.count("tokenizer") ? settings.at("tokenizer") : "";
     if (tokenizer.size() >= 2 && tokenizer.front() == '"') tokenizer = tokenizer.substr(1, tokenizer.size() - 2);
-    run_tok = run_tokenizer(info.config);
     texts.push_back({"config.json", hf_llama_config_json(m, torch_dtype, run_tok.bos, run_tok.eos)});
   }
   texts.push_back({"generation_config.json", generation_config_json(texts.back().second)});
@@ -273,6 +332,7 @@ void export_hf(const ExportArgs& args) {
   std::string cached_name;
   std::vector<float> cached;
   auto bytes_of = [&](size_t i) {
+    InterruptGuard::check(args.out);
     const HfTensor& t = tensors[i];
     const std::string name = "/model/" + t.meshtrain;
     if (name != cached_name) {
@@ -314,6 +374,7 @@ void export_hf(const ExportArgs& args) {
       {"meshtrain_tokenizer", tokenizer},
       {"meshtrain_source", fs::path(args.checkpoint).filename().string()}};
 
+  const InterruptGuard interrupt_guard;
   const bool existed = fs::exists(args.out, ec);
   fs::create_directories(args.out, ec);
   if (!fs::is_directory(args.out, ec))
@@ -324,10 +385,8 @@ void export_hf(const ExportArgs& args) {
   try {
     weight_files = write_hf_weights(staging, specs, bytes_of, metadata, max_shard);
     for (const auto& [name, text] : texts) write_text_file((fs::path(staging) / name).string(), text);
-    for (const auto& [source, name] : run_tok.files) {
-      fs::copy_file(source, fs::path(staging) / name, fs::copy_options::overwrite_existing, ec);
-      if (ec) throw std::runtime_error(source + ": cannot copy into the export: " + ec.message());
-    }
+    for (const auto& [name, content] : run_tok.files) write_text_file((fs::path(staging) / name).string(), content);
+    InterruptGuard::check(args.out);
   } catch (...) {
     fs::remove_all(staging, ec);
     if (!existed) fs::remove(args.out, ec);  // only if empty: a directory this export made
@@ -337,18 +396,18 @@ void export_hf(const ExportArgs& args) {
   publish_staged(staging, args.out);
   std::string written;
   for (const std::string& f : weight_files) written += (written.empty() ? "" : ", ") + f;
+  std::string copied;
+  for (const auto& f : run_tok.files) copied += ", " + f.first;
   if (gpt2) {
     std::printf(
         "exported %s (step %lld, %d layers, d_model %lld, %lld heads, vocab %lld%s) to %s: "
-        "%s (%zu tensors, %s), config.json (GPT2LMHeadModel)\n",
+        "%s (%zu tensors, %s), config.json (GPT2LMHeadModel)%s%s\n",
         args.checkpoint.c_str(), static_cast<long long>(info.step), m.layers, static_cast<long long>(m.d_model),
         static_cast<long long>(m.heads), static_cast<long long>(m.vocab_size),
         m.tie_embeddings ? ", tied" : ", untied", args.out.c_str(), written.c_str(), tensors.size(),
-        bf16 ? "bf16" : "fp32");
+        bf16 ? "bf16" : "fp32", copied.c_str(), run_tok.note.empty() ? "" : ("\nnote: " + run_tok.note).c_str());
     return;
   }
-  std::string copied;
-  for (const auto& f : run_tok.files) copied += ", " + f.second;
   const std::string experts = m.feed_forward == FeedForwardKind::Moe
                                   ? ", " + std::to_string(m.moe.experts) + " experts (top " +
                                         std::to_string(m.moe.top_k) + ")"
@@ -366,7 +425,16 @@ void export_hf(const ExportArgs& args) {
 }  // namespace
 
 int export_command(const ExportArgs& args) {
-  return run_on_rank_zero([&] { export_hf(args); });
+  int signal = 0;
+  const int status = run_on_rank_zero([&] {
+    try {
+      export_hf(args);
+    } catch (const ExportInterrupted& e) {
+      signal = e.signal();
+      throw;
+    }
+  });
+  return signal != 0 ? 128 + signal : status;  // as a shell reports a process the signal ended
 }
 
 }  // namespace meshtrain

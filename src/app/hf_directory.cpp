@@ -70,22 +70,25 @@ std::string shard_path(const std::string& dir, const std::string& index, const s
     throw std::runtime_error(refused + "which is not a relative path" + rule);
   for (const fs::path& part : rel)
     if (part == "..") throw std::runtime_error(refused + "which climbs out with \"..\"" + rule);
-  std::error_code ec;
-  const fs::path root = fs::canonical(dir, ec);
   const fs::path full = fs::path(dir) / rel;
-  if (fs::exists(fs::symlink_status(full, ec))) {
-    // A link may lead anywhere: where it ends must still be inside the directory.
-    const fs::path target = fs::canonical(full, ec);
-    const std::string r = root.string() + "/";
-    if (ec || target.string().rfind(r, 0) != 0)
-      throw std::runtime_error(refused + "which is a symbolic link leading to " +
-                               (ec ? std::string("nowhere") : target.string()) + ", outside " + dir + rule +
-                               "; copy the file into the directory, e.g. download with --local-dir");
-  }
+  if (const std::string target = hf_link_outside(dir, full.string()); !target.empty())
+    throw std::runtime_error(refused + "which is a symbolic link leading to " + target + ", outside " + dir + rule +
+                             "; copy the file into the directory, e.g. download with --local-dir");
   return full.string();
 }
 
 }  // namespace
+
+std::string hf_link_outside(const std::string& dir, const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return "";
+  // A link may lead anywhere (each part of the path may be one): where it ends must still be
+  // inside the directory.
+  const fs::path root = fs::canonical(dir, ec);
+  const fs::path target = fs::canonical(path, ec);
+  if (ec) return "nowhere";
+  return target.string().rfind(root.string() + "/", 0) == 0 ? "" : target.string();
+}
 
 HfWeights HfWeights::open(const std::string& dir) {
   HfWeights w;

@@ -1,9 +1,12 @@
 #include "meshtrain/app/hf_shards.h"
 
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -94,11 +97,56 @@ void write_text_file(const std::string& path, const std::string& text) {
   if (ec) throw std::runtime_error(path + ": cannot rename " + tmp + " over it: " + ec.message());
 }
 
-std::string make_staging_directory(const std::string& out) {
-  const fs::path staging = fs::path(out) / (".meshtrain-export." + std::to_string(::getpid()));
+namespace {
+
+constexpr const char* kStagingPrefix = ".meshtrain-export.";
+
+std::string this_host() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) return "localhost";
+  return host;
+}
+
+// The pid of `name` when it is this host's staging directory name, ".meshtrain-export.<host>.<pid>";
+// -1 otherwise (another host's, an older meshtrain's ".meshtrain-export.<pid>", anything else).
+long staging_pid(const std::string& name, const std::string& host) {
+  const std::string mine = kStagingPrefix + host + ".";
+  if (name.rfind(mine, 0) != 0 || name.size() == mine.size() || name.size() - mine.size() > 9) return -1;
+  long pid = 0;
+  for (size_t i = mine.size(); i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
+    pid = pid * 10 + (name[i] - '0');
+  }
+  return pid;
+}
+
+// An interrupted export (SIGKILL, a lost node) leaves its staging directory behind; the next
+// export into OUT removes it, but only where it can prove it is one: this host's name, a process
+// that no longer exists (a live one, whatever it is, keeps its directory), a directory itself
+// (not a link, which is never followed) owned by this user. remove_all removes the links inside,
+// not what they name.
+void remove_stale_staging(const fs::path& out, const std::string& host) {
   std::error_code ec;
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging, ec);
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    const long pid = staging_pid(e.path().filename().string(), host);
+    if (pid <= 0) continue;
+    struct stat st {};
+    if (::lstat(e.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code removed;
+    fs::remove_all(e.path(), removed);
+  }
+}
+
+}  // namespace
+
+std::string make_staging_directory(const std::string& out) {
+  const std::string host = this_host();
+  remove_stale_staging(out, host);
+  const fs::path staging = fs::path(out) / (kStagingPrefix + host + "." + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::remove_all(staging, ec);  // this pid's: a process before this one, gone (a link: the link)
+  fs::create_directory(staging, ec);
   if (ec) throw std::runtime_error(staging.string() + ": cannot create the export's staging directory: " + ec.message());
   return staging.string();
 }

@@ -302,6 +302,12 @@ void import_hf(const ImportArgs& args) {
     cfg = parse_deck(args.deck, read_deck_file(args.deck), args.overrides);
   } else {
     const fs::path tok = fs::path(args.dir) / "tokenizer.json";
+    // The deck names the file for every later run to open: it must be the directory's own.
+    if (const std::string target = hf_link_outside(args.dir, tok.string()); !target.empty())
+      throw std::runtime_error(tok.string() + ": is a symbolic link leading to " + target + ", outside " +
+                               args.dir + " (the deck built from it would name that file as data.tokenizer; "
+                               "meshtrain reads no file outside the directory: copy the file into it, e.g. "
+                               "download with --local-dir, or give --deck)");
     const std::string tokenizer = fs::is_regular_file(tok, ec) ? fs::absolute(tok).string() : "bytes";
     deck_text = with_overrides(hf_deck_text(hf, tokenizer, args.dir), args.overrides);
     cfg = parse_deck(args.deck_out.empty() ? config_path + " (the deck built from it)" : args.deck_out, deck_text);

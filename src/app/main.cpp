@@ -277,6 +277,11 @@ int main(int argc, char** argv) {
         return parse_shard_size(v) ? "" : "not a size (bytes, or a number with KB, MB, GB, KiB, MiB or GiB, e.g. 5GB)";
       }, "SIZE"));
 
+  export_cmd->add_option("--tokenizer", exp.tokenizer,
+                         "The run's tokenizer.json, written into OUT with the tokenizer_config.json and "
+                         "special_tokens_map.json beside it (default: no tokenizer files; export never "
+                         "opens the path a checkpoint records)");
+
   ImportArgs imp;
   CLI::App* import_cmd = app.add_subcommand(
       "import", "Turn a Hugging Face GPT-2, Llama, Qwen 3, Mixtral or Qwen3-MoE directory into a "

@@ -18,7 +18,11 @@ transformers writes it) by a safetensors writer built from the format's specific
 
 import json
 import os
+import re
+import signal
+import socket
 import struct
+import subprocess
 import sys
 
 import h5py
@@ -141,6 +145,11 @@ def read_hf_dir(d):
     assert sorted(arrays) == sorted(idx["weight_map"])
     assert idx["metadata"]["total_size"] == sum(a.size * SIZES[dtypes[n]] for n, a in arrays.items())
     return arrays, dtypes
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def write_hf_dir(d, config, arrays, dtype, shards=1):
@@ -299,7 +308,17 @@ class HfLlama(harness.Case):
         self.assertNotIn("model.safetensors.index.json", os.listdir(out))
         self.assertFalse([n for n in os.listdir(out) if n.startswith("model-")])
         self.check_round_trip(src, LLAMA, arrays, out, "F32")
-        # The run's tokenizer files, and its begin/end-of-text ids from tokenizer_config.json.
+        # The checkpoint records the run's tokenizer as a path (data.tokenizer): export never opens
+        # it, says so, and writes no tokenizer files and no bos/eos it would have taken from them.
+        _, stdout, _ = self.export(ckpt, out)
+        self.assertFalse({"tokenizer.json", "tokenizer_config.json"} & set(os.listdir(out)))
+        self.assertIn("a path export does not open", stdout)
+        self.assertIn("--tokenizer", stdout)
+        with open(os.path.join(out, "generation_config.json")) as f:
+            self.assertNotIn("bos_token_id", json.load(f))
+        # Named on the command line: the run's tokenizer files, and its begin/end-of-text ids
+        # from tokenizer_config.json.
+        self.export(ckpt, out, "--tokenizer", os.path.join(src, "tokenizer.json"))
         for name in ("tokenizer.json", "tokenizer_config.json"):
             with open(os.path.join(src, name), "rb") as a, open(os.path.join(out, name), "rb") as b:
                 self.assertEqual(a.read(), b.read(), name)
@@ -355,6 +374,114 @@ class HfLlama(harness.Case):
         out = os.path.join(self.dir, "hf")
         self.export(ckpt, out)
         self.check_round_trip(src, FUSED, arrays, out, "F32")
+
+    def test_export_never_opens_a_path_the_checkpoint_records(self):
+        # A stranger's checkpoint whose @config names another file as the tokenizer (one that
+        # parses as a tokenizer.json, with a tokenizer_config.json beside it): not copied.
+        src = os.path.join(self.dir, "fused")
+        write_hf_dir(src, FUSED, random_weights(FUSED, "F16", 3), "F16")
+        ckpt = os.path.join(self.dir, "fused.h5")
+        self.import_(src, ckpt, "--deck-out", os.path.join(self.dir, "fused.toml"))
+        secret = os.path.join(self.dir, "secret")
+        os.makedirs(secret)
+        write_tokenizer(secret)
+        with open(os.path.join(secret, "special_tokens_map.json"), "w") as f:
+            f.write('{"password": "hunter2"}')
+        with h5py.File(ckpt, "r+") as f:
+            config = f.attrs["config"]
+            config = config.decode() if isinstance(config, bytes) else config
+            config, n = re.subn(r'(?m)^tokenizer = .*$', 'tokenizer = "%s"' % os.path.join(secret, "tokenizer.json"),
+                                config)
+            self.assertEqual(n, 1, config)
+            del f.attrs["config"]
+            f.attrs["config"] = config
+        out = os.path.join(self.dir, "hf")
+        _, stdout, _ = self.export(ckpt, out)
+        self.assertEqual(sorted(n for n in os.listdir(out) if "token" in n), [])
+        self.assertIn("a path export does not open", stdout)
+        # --tokenizer: what the user names, refused (exit 1, nothing written) when it is not one.
+        not_one = os.path.join(self.dir, "config.json")
+        with open(not_one, "w") as f:
+            f.write('{"model_type": "llama"}')
+        other = os.path.join(self.dir, "hf2")
+        _, _, stderr = self.meshtrain(["export", ckpt, "--format", "hf", other, "--tokenizer", not_one], expect=1)
+        self.assertIn(not_one + ': has no "model" object', stderr)
+        self.assertFalse(os.path.exists(other))
+
+    def test_export_removes_only_its_own_stale_staging(self):
+        src = os.path.join(self.dir, "fused")
+        write_hf_dir(src, FUSED, random_weights(FUSED, "F16", 3), "F16")
+        ckpt = os.path.join(self.dir, "fused.h5")
+        self.import_(src, ckpt)
+        out = os.path.join(self.dir, "hf")
+        os.makedirs(out)
+        host = socket.gethostname()
+        dead, dead_too = subprocess.Popen(["true"]), subprocess.Popen(["true"])
+        dead.wait()
+        dead_too.wait()
+        elsewhere = os.path.join(self.dir, "elsewhere")
+        os.makedirs(elsewhere)
+        with open(os.path.join(elsewhere, "keep"), "w") as f:
+            f.write("not the export's\n")
+        stale = os.path.join(out, ".meshtrain-export.%s.%d" % (host, dead.pid))
+        os.makedirs(stale)
+        with open(os.path.join(stale, "model.safetensors"), "w") as f:
+            f.write("half written\n")
+        os.symlink(elsewhere, os.path.join(stale, "link"))  # removed as a link, not followed
+        kept = [os.path.join(out, ".meshtrain-export.%s.%d" % (host, os.getpid())),  # alive
+                os.path.join(out, ".meshtrain-export.another-host.%d" % dead.pid),  # not provably dead
+                os.path.join(out, ".meshtrain-export.%d" % dead.pid)]  # no host in the name
+        for d in kept:
+            os.makedirs(d)
+        link = os.path.join(out, ".meshtrain-export.%s.%d" % (host, dead_too.pid))
+        os.symlink(elsewhere, link)  # a link named like staging: neither followed nor removed
+        self.export(ckpt, out)
+        self.assertFalse(os.path.exists(stale))
+        for d in kept:
+            self.assertTrue(os.path.isdir(d), d)
+        self.assertTrue(os.path.islink(link))
+        self.assertEqual(os.listdir(elsewhere), ["keep"])
+        self.assertEqual(sorted(n for n in os.listdir(out) if n.startswith(".")),
+                         sorted(os.path.basename(d) for d in kept + [link]))
+
+    def test_signal_during_export_leaves_nothing(self):
+        # An export stopped (SIGSTOP) while its staging directory is being filled, then sent
+        # SIGINT or SIGTERM: it exits 128 + the signal, its staging directory and the OUT it
+        # made are gone; an OUT that held an export holds it still.
+        big = dict(FUSED, vocab_size=16384, hidden_size=256, intermediate_size=512)
+        src = os.path.join(self.dir, "big")
+        write_hf_dir(src, big, random_weights(big, "F32", 4), "F32")
+        ckpt = os.path.join(self.dir, "big.h5")
+        self.import_(src, ckpt)
+        previous = os.path.join(self.dir, "previous")
+        self.export(ckpt, previous)
+        before = {n: read(os.path.join(previous, n)) for n in os.listdir(previous)}
+        for sig, out in ((signal.SIGTERM, os.path.join(self.dir, "new")), (signal.SIGINT, previous)):
+            for attempt in range(5):
+                p = subprocess.Popen([harness.MESHTRAIN, "export", ckpt, "--format", "hf", out,
+                                      "--max-shard-size", "1MB"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                caught = False
+                while p.poll() is None:
+                    staged = [n for n in os.listdir(out) if n.startswith(".meshtrain-export.")] \
+                        if os.path.isdir(out) else []
+                    if staged and os.listdir(os.path.join(out, staged[0])):
+                        p.send_signal(signal.SIGSTOP)
+                        published = set(os.listdir(out)) - set(before if out == previous else ()) - set(staged)
+                        caught = not published and os.path.isdir(os.path.join(out, staged[0]))
+                        p.send_signal(sig)
+                        p.send_signal(signal.SIGCONT)
+                        break
+                _, stderr = p.communicate(timeout=120)
+                if caught:
+                    break
+            self.assertTrue(caught, "the export finished before it could be signalled, 5 times")
+            self.assertEqual(p.returncode, 128 + sig, stderr)
+            self.assertIn("export interrupted by " + sig.name, stderr)
+            if out == previous:
+                self.assertEqual({n: read(os.path.join(out, n)) for n in os.listdir(out)}, before)
+            else:
+                self.assertFalse(os.path.exists(out), os.listdir(out) if os.path.exists(out) else "")
 
     def test_gpt2_without_deck(self):
         # GPT-2 too: the deck built from config.json is the model that was exported.
@@ -434,6 +561,12 @@ class HfLlama(harness.Case):
             why = {"absolute": "which is not a relative path", "dotdot": 'which climbs out with ".."',
                    "link": "which is a symbolic link leading to " + os.path.realpath(outside)}[name]
             refused(d, index + ': weight_map places model.norm.weight in "' + shard + '", ' + why)
+        # A tokenizer.json that leads out of the directory: the deck built would name that file.
+        d = variant("tok_link")
+        write_tokenizer(self.dir)
+        os.symlink(os.path.join(self.dir, "tokenizer.json"), os.path.join(d, "tokenizer.json"))
+        refused(d, os.path.join(d, "tokenizer.json") + ": is a symbolic link leading to " +
+                os.path.realpath(os.path.join(self.dir, "tokenizer.json")) + ", outside " + d)
         # A symbolic link that stays inside the directory is a file of it.
         d = variant("sh_inside", shards=2)
         os.rename(os.path.join(d, "model-00002-of-00002.safetensors"), os.path.join(d, "real.safetensors"))

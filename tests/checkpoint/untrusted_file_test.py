@@ -1,7 +1,8 @@
 """Checkpoints and Hugging Face directories come from other people: every reader of them
 (inspect, eval, sample, export, train's resume, import) refuses a file that points outside
 itself, declares more than it holds, records an attribute out of its range or values no run
-writes, and prints what the file says escaped. Each hostile file is crafted with h5py from a real
+writes, and prints what the file says escaped; inspect reports every defect that train's resume
+refuses (the expert bias of a mixture included). Each hostile file is crafted with h5py from a real
 checkpoint, so that it passes every other check (its checksums match what a reader would read):
 without the refusal it would load.
 """
@@ -231,6 +232,17 @@ class UntrustedFiles(harness.Case):
 
     # --- item: NaN or negative AdamW moments --------------------------------------------------
 
+    def test_inspect_reports_missing_attributes_as_resume_refuses_them(self):
+        for key in ("model", "lineage"):
+            path = self.craft("no_%s.h5" % key, lambda f, key=key: f.attrs.__delitem__(key))
+            with self.subTest(attribute=key):
+                _, _, stderr = self.meshtrain(
+                    ["train", self.deck, "--set", 'checkpoint.resume="%s"' % path,
+                     "--set", 'checkpoint.dir="%s"' % os.path.join(self.dir, "resumed_" + key)], ranks=1, expect=1)
+                self.assertIn("has no attribute '%s'" % key, stderr)
+                _, stdout, _ = self.inspect(path, expect=1)
+                self.assertIn("problem: no attribute '%s' (not a complete meshtrain checkpoint)" % key, stdout)
+
     def test_values_no_run_writes_are_refused_on_load(self):
         cases = [("/optim/h.0.ln_1.weight/exp_avg_sq", -1.0, "finite and >= 0"),
                  ("/optim/h.0.ln_1.weight/exp_avg", np.nan, "first moment is finite"),
@@ -253,6 +265,76 @@ class UntrustedFiles(harness.Case):
                 self.assertIn(rule, stderr)
                 self.assertNotIn("lower train.lr", stderr)
                 self.assertNotIn("step     3/", stdout)
+                # inspect reports what the load refuses, naming the dataset and the element.
+                _, stdout, _ = self.inspect(path, expect=1)
+                self.assertIn("problem: %s holds %s at element 3" % (name, "%g" % bad), stdout)
+                self.assertIn(rule, stdout)
+                self.assertNotIn("all checksums OK", stdout)
+
+
+MOE_SETS = ['model.family="llama"', 'model.feed_forward="moe"', "model.moe_experts=4", "model.moe_top_k=2",
+            'model.moe_router="sigmoid"', "model.moe_bias_update_rate=0.01"]
+BIAS = "/buffers/h.1.mlp.router.expert_bias"
+
+
+class DamagedExpertBias(harness.Case):
+    """The sigmoid router's expert bias (/buffers) damaged in each way train's resume refuses:
+    inspect reports the same defect, naming the dataset, instead of "all checksums OK"."""
+
+    def setUp(self):
+        super().setUp()
+        if h5py is None:
+            self.skipTest("h5py is not installed (Debian: python3-h5py)")
+        self.train(1, MOE_SETS + ["train.steps=2"])
+        self.good = self.ckpt(2)
+        with h5py.File(self.good, "r") as f:
+            self.bias = f[BIAS][...]
+        self.assertEqual(self.bias.dtype, np.float64)
+
+    def craft(self, name, edit):
+        path = os.path.join(self.dir, name)
+        shutil.copy(self.good, path)
+        with h5py.File(path, "r+") as f:
+            edit(f)
+        return path
+
+    def replace(self, values, name=BIAS):
+        def edit(f):
+            if name in f:
+                del f[name]
+            f.create_dataset(name, data=values)
+            f[name].attrs.create("checksum", harness.checksum(values), dtype=np.uint64)
+        return edit
+
+    def test_inspect_reports_what_resume_refuses(self):
+        nan = self.bias.copy()
+        nan[1] = np.nan
+        extra = "/buffers/h.7.mlp.router.expert_bias"
+        cases = [
+            ("missing.h5", lambda f: f.__delitem__(BIAS), BIAS + " is missing", BIAS + " is missing"),
+            ("shape.h5", self.replace(np.zeros(5)), BIAS + " has shape (5)", BIAS + " has shape (5)"),
+            ("dtype.h5", self.replace(self.bias.astype(np.float32)), BIAS + " is float32", BIAS),
+            ("nan.h5", self.replace(nan), BIAS + " holds nan at element 1", BIAS + " holds nan at element 1"),
+            ("extra.h5", self.replace(np.zeros(4), extra), extra + " is not part of the recorded model",
+             extra + " is not part of the deck's model"),
+            ("moment.h5", self.replace(np.zeros(4, dtype=np.float32), "/optim/wte/exp_avg_3"),
+             "/optim/wte/exp_avg_3 is not part of the recorded model", "/optim/wte/exp_avg_3 is not part"),
+        ]
+        for name, edit, reported, refused in cases:
+            path = self.craft(name, edit)
+            with self.subTest(case=name):
+                _, stdout, stderr = self.meshtrain(
+                    ["train", self.deck, "--set", 'checkpoint.resume="%s"' % path,
+                     "--set", 'checkpoint.dir="%s"' % os.path.join(self.dir, "resumed_" + name),
+                     "--set", "train.steps=4"] + [a for s in MOE_SETS for a in ("--set", s)],
+                    ranks=1, expect=1)
+                self.assertIn(refused, stderr)
+                self.assertNotIn("step     3/", stdout)
+                _, stdout, _ = self.inspect(path, expect=1)
+                self.assertIn("problem: " + reported, stdout)
+                self.assertNotIn("all checksums OK", stdout)
+        _, stdout, _ = self.inspect(self.good)
+        self.assertIn("all checksums OK", stdout)
 
 
 def read(path):

@@ -807,6 +807,20 @@ CATALOGUE = [
         ["--set model.moe_aux_loss=1e300: model.moe_aux_loss = ",
          "is out of range (expected finite number from 0 to 1)"],
         absent=NOT_TRAINED + ["lower train.lr"]),
+    # issue 50 (i50-export): export writes the tokenizer files the command line names (a path a
+    # checkpoint records is never opened); one that is not a tokenizer.json is refused before
+    # OUT is touched.
+    row("command", "export --tokenizer missing", 1,
+        ["export", "{a}/step_00000002.h5", "--format", "hf", "{dir}/run/hf", "--tokenizer",
+         "{dir}/no_such/tokenizer.json"], 1,
+        ["{dir}/no_such/tokenizer.json: cannot read (--tokenizer: a Hugging Face tokenizer.json)"],
+        needs=["run_a"], then=lambda p: ["{scratch}/hf was written".format(**p)]
+        if os.path.exists(os.path.join(p["scratch"], "hf")) else []),
+    row("command", "export --tokenizer a FIFO", 1,
+        ["export", "{a}/step_00000002.h5", "--format", "hf", "{dir}/run/hf", "--tokenizer",
+         "{fifo}/tokenizer.json"], 1,
+        ["{fifo}/tokenizer.json: is a FIFO (named pipe), not a regular file; expected a JSON file"],
+        needs=["run_a", "fifos"], within=20),
 ]
 
 

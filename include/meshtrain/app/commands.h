@@ -121,13 +121,16 @@ int diagnose_command(const DiagnoseArgs& args);
 // Writes a checkpoint's model as a Hugging Face directory (one rank): GPT2LMHeadModel,
 // LlamaForCausalLM or Qwen3ForCausalLM, as save_pretrained writes them (config.json, the
 // weights in one model.safetensors or in shards with their index; Llama and Qwen 3 also
-// generation_config.json and the run's tokenizer files).
+// generation_config.json), and the tokenizer files `tokenizer` names.
 struct ExportArgs {
   std::string checkpoint;
   std::string format = "hf";
   std::string out;
   std::string dtype = "fp32";  // fp32 or bf16
   std::string max_shard_size = "5GB";  // as save_pretrained's max_shard_size: "5GB", "500MB"
+  // --tokenizer: the run's tokenizer.json, written with its tokenizer_config.json and
+  // special_tokens_map.json from beside it; empty: none (the checkpoint's path is not opened).
+  std::string tokenizer;
 };
 int export_command(const ExportArgs& args);
 

@@ -26,6 +26,11 @@ namespace meshtrain {
 // file, not valid JSON or not an object.
 nlohmann::json read_json_object(const std::string& path, const std::string& what);
 
+// "" when `path` (a file named inside the HF directory `dir`) does not exist or ends inside `dir`
+// once every symbolic link is followed; else where it leads ("nowhere" for a dangling link).
+// A downloaded directory's links are the publisher's: none may lead meshtrain out of it.
+std::string hf_link_outside(const std::string& dir, const std::string& path);
+
 // A config.json value, or `fallback` (transformers' default) where the key is absent or null.
 nlohmann::json json_value_or(const nlohmann::json& j, const char* key, nlohmann::json fallback);
 

@@ -40,7 +40,10 @@ std::vector<std::string> write_hf_weights(const std::string& dir, const std::vec
 // as it was. Throws naming the file. (config.json, the index, a deck --deck-out writes.)
 void write_text_file(const std::string& path, const std::string& text);
 
-// A directory beside which an export is staged: <out>/.meshtrain-export.<pid>, created empty.
+// A directory beside which an export is staged: <out>/.meshtrain-export.<host>.<pid>, created
+// empty. First removes the staging directories of earlier exports into `out` that were
+// interrupted (killed): only this host's, of processes that no longer exist, real directories
+// (never a link) owned by this user.
 std::string make_staging_directory(const std::string& out);
 
 // Moves every file of `staging` into `out` (renames: the same file system), the weights' index
