@@ -1,9 +1,11 @@
 #include "meshtrain/app/hf_directory.h"
 
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
+#include "meshtrain/config/deck.h"
 #include "meshtrain/io/regular_file.h"
 
 namespace meshtrain {
@@ -26,6 +28,12 @@ json read_json_object(const std::string& path, const std::string& what) {
   return j;
 }
 
+std::optional<int64_t> json_int64(const json& v) {
+  // JSON's non-negative integers are unsigned: one above INT64_MAX would wrap in get<int64_t>().
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX)) return std::nullopt;
+  return v.get<int64_t>();
+}
+
 json json_value_or(const json& j, const char* key, json fallback) {
   return j.contains(key) && !j[key].is_null() ? j[key] : fallback;
 }
@@ -34,12 +42,23 @@ void HfConfigReader::refuse(const std::string& key, const json& value, const std
   throw std::runtime_error(path_ + ": " + key + " = " + value.dump() + " (" + accepted + ")");
 }
 
-int64_t HfConfigReader::integer(const json& obj, const char* key, int64_t fallback, int64_t min,
-                                const std::string& prefix) const {
+int64_t HfConfigReader::integer(const json& obj, const char* key, int64_t fallback, int64_t min, int64_t max,
+                                const std::string& prefix, const std::string& field) const {
   const json v = json_value_or(obj, key, fallback);
-  if (!v.is_number_integer() || v.get<int64_t>() < min)
-    refuse(prefix + key, v, "expected an integer >= " + std::to_string(min));
+  const std::optional<int64_t> n = json_int64(v);
+  if (!n || *n < min || *n > max)
+    refuse(prefix + key, v,
+           "expected an integer " + (max == INT64_MAX ? ">= " + std::to_string(min)
+                                                      : "from " + std::to_string(min) + " to " + std::to_string(max)) +
+               (field.empty() ? "" : ", what meshtrain's " + field + " accepts"));
   return v.get<int64_t>();
+}
+
+int64_t HfConfigReader::deck_integer(const json& obj, const char* key, int64_t fallback, const std::string& deck_key,
+                                     const std::string& prefix) const {
+  const size_t dot = deck_key.find('.');
+  const IntegerRange range = deck_integer_range(deck_key.substr(0, dot), deck_key.substr(dot + 1));
+  return integer(obj, key, fallback, range.min, range.max, prefix, deck_key);
 }
 
 double HfConfigReader::number(const json& obj, const char* key, double fallback, const std::string& prefix,

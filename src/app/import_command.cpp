@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -169,18 +170,19 @@ void check_llama_config(const std::string& path, const ModelSpec& hf, int64_t ma
                              std::to_string(max_positions) + ")");
 }
 
-// A GPT2LMHeadModel config.json as a spec (transformers' defaults for absent keys); the
-// remaining keys are check_gpt2_config's.
-ModelSpec gpt2_spec_of(const json& j) {
-  auto get = [&](const char* key, int64_t fallback) {
-    const json v = json_value_or(j, key, fallback);
-    return v.is_number_integer() ? v.get<int64_t>() : 0;  // 0: refused by the deck's ranges
-  };
-  ModelSpec m = gpt2_spec(static_cast<int>(get("n_layer", 12)), get("n_embd", 768), get("n_head", 12),
-                          get("n_positions", 1024), get("vocab_size", 50257));
+// A GPT2LMHeadModel config.json as a spec (transformers' defaults for absent keys), each size
+// in the range of the deck key it becomes (refused naming config.json's key, never narrowed);
+// the remaining keys are check_gpt2_config's.
+ModelSpec gpt2_spec_of(const json& j, const std::string& path) {
+  const HfConfigReader c(j, path);
+  ModelSpec m = gpt2_spec(static_cast<int>(c.deck_integer("n_layer", 12, "model.layers")),
+                          c.deck_integer("n_embd", 768, "model.d_model"), c.deck_integer("n_head", 12, "model.heads"),
+                          c.deck_integer("n_positions", 1024, "model.seq_len"),
+                          c.deck_integer("vocab_size", 50257, "model.vocab_size"));
   const json tie = json_value_or(j, "tie_word_embeddings", true);
   m.tie_embeddings = !tie.is_boolean() || tie.get<bool>();
-  if (const int64_t inner = get("n_inner", 4 * m.d_model); inner != 4 * m.d_model) m.ffn_hidden_set = inner;
+  if (const int64_t inner = c.deck_integer("n_inner", 4 * m.d_model, "model.ffn_hidden"); inner != 4 * m.d_model)
+    m.ffn_hidden_set = inner;
   return m;
 }
 
@@ -286,14 +288,14 @@ void import_hf(const ImportArgs& args) {
   ModelSpec hf;
   int64_t max_positions = 0;
   if (gpt2) {
-    hf = gpt2_spec_of(j);
+    hf = gpt2_spec_of(j, config_path);
   } else {
     hf = hf_llama_spec(j, config_path, 0, max_positions);
     hf.seq_len = std::min(max_positions, kDefaultSeqLen);
     // Mixtral attends within its sliding window: the deck built for it trains no longer.
-    if (const json w = json_value_or(j, "sliding_window", nullptr);
-        type == "mixtral" && w.is_number_integer())
-      hf.seq_len = std::max<int64_t>(1, std::min(hf.seq_len, w.get<int64_t>()));
+    if (const std::optional<int64_t> w = json_int64(json_value_or(j, "sliding_window", nullptr));
+        type == "mixtral" && w)
+      hf.seq_len = std::max<int64_t>(1, std::min(hf.seq_len, *w));
   }
   // The deck: the user's, or one built from config.json (with the --set overrides in it).
   Config cfg;
@@ -304,7 +306,11 @@ void import_hf(const ImportArgs& args) {
     const fs::path tok = fs::path(args.dir) / "tokenizer.json";
     const std::string tokenizer = fs::is_regular_file(tok, ec) ? fs::absolute(tok).string() : "bytes";
     deck_text = with_overrides(hf_deck_text(hf, tokenizer, args.dir), args.overrides);
-    cfg = parse_deck(args.deck_out.empty() ? config_path + " (the deck built from it)" : args.deck_out, deck_text);
+    // Named after config.json, where what it refuses came from: the --deck-out file does not
+    // exist yet (and is not written when the deck is refused).
+    cfg = parse_deck(config_path + " (the deck built from it" +
+                         (args.deck_out.empty() ? std::string() : " for --deck-out " + args.deck_out) + ")",
+                     deck_text);
   }
   if (gpt2) {
     check_gpt2_config(config_path, j, cfg);
@@ -352,7 +358,7 @@ void import_hf(const ImportArgs& args) {
   if (!args.deck_out.empty()) write_text_file(args.deck_out, deck_text);
   const std::string deck = !args.deck.empty() ? args.deck : args.deck_out;
   std::printf("imported %s (%zu tensors) for %s into %s at step 0\n", args.dir.c_str(), count,
-              cfg.deck_path.c_str(), args.out.c_str());
+              (deck.empty() ? cfg.deck_path : deck).c_str(), args.out.c_str());
   if (!deck.empty())
     std::printf("fine-tune it: meshtrain train %s --set checkpoint.resume='\"%s\"'\n", deck.c_str(),
                 args.out.c_str());
