@@ -29,6 +29,7 @@
 #include "meshtrain/app/hf_llama.h"
 #include "meshtrain/app/hf_moe.h"
 #include "meshtrain/app/hf_shards.h"
+#include "meshtrain/app/import_outputs.h"
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/checkpoint/checkpoint_import.h"
 #include "meshtrain/config/deck.h"
@@ -274,11 +275,9 @@ void import_hf(const ImportArgs& args) {
                              ": not a directory (give the directory holding config.json and "
                              "model.safetensors or model.safetensors.index.json, as `meshtrain export "
                              "--format hf` or save_pretrained writes it)");
-  // Before any tensor is read: a refused destination costs nothing.
-  check_import_destination(args.out, args.force);
-  if (!args.deck_out.empty() && fs::exists(fs::symlink_status(args.deck_out, ec)) && !args.force)
-    throw std::runtime_error(args.deck_out + ": already exists; --deck-out writes a new deck and never over "
-                             "another (give a path that does not exist, or --force to replace it)");
+  // Before anything is read: a refused output costs nothing (app/import_outputs.h). The inputs
+  // besides the directory's files: the deck.
+  ImportOutputs outputs(args, {args.deck});
   const std::string config_path = (fs::path(args.dir) / "config.json").string();
   const json j = read_json_object(config_path,
                                   "a Hugging Face model directory holds config.json beside its weights; it "
@@ -351,11 +350,7 @@ void import_hf(const ImportArgs& args) {
     values = read_tensors(weights, hf_llama_tensors(m), m, model, "model.embed_tokens.weight",
                           [](const std::string& n) { return n; }, is_rotary_buffer, count);
   }
-  // Often <checkpoint.dir>/step_00000000.h5 of a run not started yet (README): make its directory.
-  if (const fs::path parent = fs::path(args.out).parent_path(); !parent.empty())
-    fs::create_directories(parent, ec);
-  write_imported_checkpoint(args.out, cfg, values, args.force);
-  if (!args.deck_out.empty()) write_text_file(args.deck_out, deck_text);
+  outputs.write(deck_text, [&] { write_imported_checkpoint(args.out, cfg, values, args.force); });
   const std::string deck = !args.deck.empty() ? args.deck : args.deck_out;
   std::printf("imported %s (%zu tensors) for %s into %s at step 0\n", args.dir.c_str(), count,
               (deck.empty() ? cfg.deck_path : deck).c_str(), args.out.c_str());

@@ -5,10 +5,17 @@ through the real binary, with Hugging Face directories written by hf_llama_test'
 - every integer of config.json, in every family (gpt2, llama, qwen3, mixtral, qwen3_moe), is
   refused beyond the range of the deck key it becomes (2^32 + 2 layers is not 2), naming
   config.json, the key, the value and the range; never blamed on the --deck-out file.
+- outputs are checked before anything is written: --deck-out naming the checkpoint (however
+  spelled) or its temporary, an output that is an input (with --force), --deck-out onto a
+  directory; nothing is written and no temporary is left.
+- a checkpoint.dir locked by a running job (its .meshtrain.lock) is refused, naming the holder.
 """
 
+import fcntl
 import json
 import os
+import socket
+import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,6 +100,67 @@ class HfImportTrust(harness.Case):
                          "what meshtrain's %s accepts)" % (key, value, lo, hi, deck_key)],
                         "--deck-out", deck_out, absent=[deck_out])
                     self.assertEqual(stderr.count("error:"), 1, stderr)
+
+    def test_deck_out_naming_the_checkpoint(self):
+        d = self.llama_dir("llama")
+        out = os.path.join(self.dir, "out", "OUT.h5")
+        os.makedirs(os.path.join(self.dir, "out", "sub"))
+        os.symlink(os.path.join(self.dir, "out"), os.path.join(self.dir, "alias"))
+        for deck_out in (out, os.path.join(self.dir, "out", "sub", "..", "OUT.h5"),
+                         os.path.join(self.dir, "alias", "OUT.h5"), out + ".tmp"):
+            with self.subTest(deck_out=deck_out):
+                self.refused(d, out, ["is the same file as " + out, "give --deck-out a file of its own"],
+                             "--deck-out", deck_out)
+
+    def test_output_that_is_an_input(self):
+        d = self.llama_dir("llama")
+        config = os.path.join(d, "config.json")
+        with open(config, "rb") as f:
+            before = f.read()
+        self.refused(d, config, ["%s (the checkpoint) is the same file as %s, which the import reads" % (config, config)],
+                     "--force")
+        link = os.path.join(self.dir, "weights.toml")
+        os.link(os.path.join(d, "model.safetensors"), link)
+        self.refused(d, os.path.join(self.dir, "out.h5"),
+                     [link + " (--deck-out) is the same file as " + os.path.join(d, "model.safetensors")],
+                     "--deck-out", link, "--force")
+        with open(config, "rb") as f:
+            self.assertEqual(f.read(), before)
+
+    def test_deck_out_onto_a_directory(self):
+        d = self.llama_dir("llama")
+        adir = os.path.join(self.dir, "adir")
+        os.makedirs(adir)
+        self.refused(d, os.path.join(self.dir, "out.h5"), [adir + ": is a directory; --deck-out writes a deck file"],
+                     "--deck-out", adir, "--force")
+        # Someone's file where the deck's temporary would go: refused before, and left as it is.
+        deck = os.path.join(self.dir, "new.toml")
+        with open(deck + ".tmp", "w") as f:
+            f.write("someone's\n")
+        self.refused(d, os.path.join(self.dir, "out.h5"), [deck + ".tmp: already exists"], "--deck-out", deck)
+        # The deck written after the checkpoint, both in place, no temporary left.
+        os.remove(deck + ".tmp")
+        out = os.path.join(self.dir, "ok", "out.h5")
+        self.import_(d, out, "--deck-out", deck)
+        self.assertTrue(os.path.isfile(out) and os.path.isfile(deck))
+        self.assertEqual([n for n in os.listdir(self.dir) + os.listdir(os.path.dirname(out)) if ".tmp" in n or
+                          n == ".meshtrain.lock"], [])
+
+    def test_checkpoint_dir_locked_by_a_running_job(self):
+        d = self.llama_dir("llama")
+        ckpts = os.path.join(self.dir, "job", "checkpoints")
+        os.makedirs(ckpts)
+        lock = os.path.join(ckpts, ".meshtrain.lock")
+        # As the trainer's rank 0 holds it: an open-file-description lock naming the holder.
+        held = open(lock, "w")
+        self.addCleanup(held.close)
+        held.write("node %s, pid %d, since 2026-01-01T00:00:00Z\n" % (socket.gethostname(), os.getpid()))
+        held.flush()
+        fcntl.fcntl(held, fcntl.F_OFD_SETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+        self.refused(d, os.path.join(ckpts, "step_00000000.h5"),
+                     ["is in use by another run (%s is locked by node %s, pid %d" % (lock, socket.gethostname(),
+                                                                                    os.getpid())])
+        self.assertEqual(os.listdir(ckpts), [".meshtrain.lock"])
 
 
 if __name__ == "__main__":
