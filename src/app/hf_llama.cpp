@@ -8,6 +8,7 @@
 
 #include "meshtrain/app/hf_directory.h"
 #include "meshtrain/app/hf_moe.h"
+#include "meshtrain/io/terminal_text.h"
 
 namespace meshtrain {
 
@@ -125,7 +126,7 @@ HfDefaults hf_defaults(const std::string& type) {
 ModelSpec hf_llama_spec(const json& j, const std::string& path, int64_t seq_len, int64_t& max_positions) {
   const json type = json_value_or(j, "model_type", "(absent)");
   if (type != "llama" && type != "qwen3" && !(type.is_string() && hf_moe_model_type(type.get<std::string>())))
-    throw std::runtime_error(path + ": model_type = " + type.dump() +
+    throw std::runtime_error(terminal_safe(path + ": model_type = " + type.dump()) +
                              " (meshtrain imports \"gpt2\", \"llama\", \"qwen3\", \"mixtral\" and "
                              "\"qwen3_moe\")");
   const std::string model_type = type.get<std::string>();

@@ -33,6 +33,7 @@
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/checkpoint/checkpoint_import.h"
 #include "meshtrain/config/deck.h"
+#include "meshtrain/io/terminal_text.h"
 
 namespace meshtrain {
 
@@ -40,6 +41,11 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+// Names and values from config.json and the weights come from whoever published the model: each
+// message is escaped whole (io/terminal_text.h), so that a NUL does not cut it short and an
+// escape sequence or a bidirectional control is shown, not obeyed.
+[[noreturn]] void refuse(const std::string& message) { throw std::runtime_error(terminal_safe(message)); }
 
 // A deck built from config.json trains at most this many positions unless --set
 // model.seq_len says otherwise: Llama 3.1's 131072 would ask for activations no fine-tune on a
@@ -67,9 +73,9 @@ void check_gpt2_config(const std::string& path, const json& j, const Config& cfg
   };
   for (const auto& v : variants)
     if (v.deck_value != v.gpt2_value)
-      throw std::runtime_error(deck + ": model." + v.key + " = " + v.deck_value +
-                               ", which a Hugging Face GPT-2 model cannot be (it has model." +
-                               v.key + " = " + v.gpt2_value + ")");
+      refuse(deck + ": model." + v.key + " = " + v.deck_value +
+             ", which a Hugging Face GPT-2 model cannot be (it has model." +
+             v.key + " = " + v.gpt2_value + ")");
   // (config.json key, transformers' default, deck key, the deck's value)
   struct Want {
     const char* key;
@@ -88,29 +94,29 @@ void check_gpt2_config(const std::string& path, const json& j, const Config& cfg
   for (const Want& w : wants) {
     const json v = json_value_or(j, w.key, w.fallback);
     if (v != w.deck_value)
-      throw std::runtime_error(path + ": " + w.key + " = " + v.dump() + ", but " + deck + " has " +
-                               w.deck_key + " = " + w.deck_value.dump() + ": another model (set " +
-                               w.deck_key + " = " + v.dump() + " to import it)");
+      refuse(path + ": " + w.key + " = " + v.dump() + ", but " + deck + " has " +
+             w.deck_key + " = " + w.deck_value.dump() + ": another model (set " +
+             w.deck_key + " = " + v.dump() + " to import it)");
   }
   // What meshtrain computes that no deck key selects (checkpoint/model_signature.cpp).
   const json act = json_value_or(j, "activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-    throw std::runtime_error(path + ": activation_function = " + act.dump() +
-                             " (meshtrain computes GPT-2's "
-                             "tanh GELU: accepted \"gelu_new\" or \"gelu_pytorch_tanh\")");
+    refuse(path + ": activation_function = " + act.dump() +
+           " (meshtrain computes GPT-2's "
+           "tanh GELU: accepted \"gelu_new\" or \"gelu_pytorch_tanh\")");
   const json eps = json_value_or(j, "layer_norm_epsilon", 1e-5);
   if (!eps.is_number() || std::fabs(eps.get<double>() - 1e-5) > 1e-12)
-    throw std::runtime_error(path + ": layer_norm_epsilon = " + eps.dump() +
-                             " (meshtrain's LayerNorm uses 1e-05)");
+    refuse(path + ": layer_norm_epsilon = " + eps.dump() +
+           " (meshtrain's LayerNorm uses 1e-05)");
   // null: GPT-2's 4 x n_embd (n_embd is the deck's d_model: checked above).
   json inner = json_value_or(j, "n_inner", nullptr);
   if (inner.is_null()) inner = 4 * m.d_model;
   if (inner != json(m.ffn_hidden()))
-    throw std::runtime_error(path + ": n_inner = " + json_value_or(j, "n_inner", nullptr).dump() +
-                             " (an MLP " + inner.dump() + " wide), but " + deck +
-                             " has model.ffn_hidden = " + std::to_string(m.ffn_hidden()) +
-                             ": another model (set model.ffn_hidden = " + inner.dump() +
-                             " to import it)");
+    refuse(path + ": n_inner = " + json_value_or(j, "n_inner", nullptr).dump() +
+           " (an MLP " + inner.dump() + " wide), but " + deck +
+           " has model.ffn_hidden = " + std::to_string(m.ffn_hidden()) +
+           ": another model (set model.ffn_hidden = " + inner.dump() +
+           " to import it)");
   const struct {
     const char* key;
     bool want;
@@ -120,8 +126,8 @@ void check_gpt2_config(const std::string& path, const json& j, const Config& cfg
   for (const auto& f : flags) {
     const json v = json_value_or(j, f.key, f.want);
     if (v != json(f.want))
-      throw std::runtime_error(path + ": " + f.key + " = " + v.dump() + " (meshtrain's attention computes " +
-                               f.key + " = " + (f.want ? "true" : "false") + ")");
+      refuse(path + ": " + f.key + " = " + v.dump() + " (meshtrain's attention computes " +
+             f.key + " = " + (f.want ? "true" : "false") + ")");
   }
 }
 
@@ -160,15 +166,15 @@ void check_llama_config(const std::string& path, const ModelSpec& hf, int64_t ma
   }
   for (const SpecField& f : fields)
     if (f.value != f.gpt2_value)
-      throw std::runtime_error(path + ": " + hf_llama_config_key(f.key, hf) + " gives model." + f.key +
-                               " = " + f.gpt2_value + ", but " + deck + " has model." + f.key + " = " +
-                               f.value + ": another model (set model." + f.key + " = " + f.gpt2_value +
-                               " to import it)");
+      refuse(path + ": " + hf_llama_config_key(f.key, hf) + " gives model." + f.key +
+             " = " + f.gpt2_value + ", but " + deck + " has model." + f.key + " = " +
+             f.value + ": another model (set model." + f.key + " = " + f.gpt2_value +
+             " to import it)");
   if (m.seq_len > max_positions)
-    throw std::runtime_error(path + ": max_position_embeddings = " + std::to_string(max_positions) + ", but " +
-                             deck + " has model.seq_len = " + std::to_string(m.seq_len) +
-                             ", longer than the model was made for (set model.seq_len <= " +
-                             std::to_string(max_positions) + ")");
+    refuse(path + ": max_position_embeddings = " + std::to_string(max_positions) + ", but " +
+           deck + " has model.seq_len = " + std::to_string(m.seq_len) +
+           ", longer than the model was made for (set model.seq_len <= " +
+           std::to_string(max_positions) + ")");
 }
 
 // A GPT2LMHeadModel config.json as a spec (transformers' defaults for absent keys), each size
@@ -235,16 +241,16 @@ std::map<std::string, std::vector<float>> read_tensors(
   for (const HfTensor& t : tensors) {
     const auto it = stored.find(t.hf);
     if (it == stored.end())
-      throw std::runtime_error(weights.source() + ": tensor " + t.hf + " is missing, but " + model + " has it" +
-                               (t.hf == "lm_head.weight"
-                                    ? " (an untied head: for a tied model set model.tie_embeddings = true)"
-                                    : ""));
+      refuse(weights.source() + ": tensor " + t.hf + " is missing, but " + model + " has it" +
+             (t.hf == "lm_head.weight"
+                  ? " (an untied head: for a tied model set model.tie_embeddings = true)"
+                  : ""));
     const SafetensorsEntry& e = *it->second.entry;
     if (e.shape != t.hf_shape) {
       SafetensorsEntry want;
       want.shape = t.hf_shape;
-      throw std::runtime_error(it->second.file->path() + ": tensor " + e.name + " has shape " + e.shape_string() +
-                               ", but " + model + " needs " + want.shape_string());
+      refuse(it->second.file->path() + ": tensor " + e.name + " has shape " + e.shape_string() +
+             ", but " + model + " needs " + want.shape_string());
     }
     used.insert(t.hf);
     from_hf_layout(t, it->second.file->read_f32(e), values[t.meshtrain]);
@@ -257,12 +263,12 @@ std::map<std::string, std::vector<float>> read_tensors(
       const std::vector<float>& wte = values.at("wte");
       if (head.size() == wte.size() && std::memcmp(head.data(), wte.data(), wte.size() * sizeof(float)) == 0)
         continue;
-      throw std::runtime_error(t.file->path() + ": tensor lm_head.weight differs from " + embedding + ", but " +
-                               model + " ties them (set model.tie_embeddings = false to import an untied head)");
+      refuse(t.file->path() + ": tensor lm_head.weight differs from " + embedding + ", but " +
+             model + " ties them (set model.tie_embeddings = false to import an untied head)");
     }
-    throw std::runtime_error(t.file->path() + ": tensor " + t.entry->name + " " + t.entry->shape_string() +
-                             " is not part of " + model +
-                             " (check model.layers and model.tie_embeddings against config.json)");
+    refuse(t.file->path() + ": tensor " + t.entry->name + " " + t.entry->shape_string() +
+           " is not part of " + model +
+           " (check model.layers and model.tie_embeddings against config.json)");
   }
   count = used.size();
   return values;
@@ -271,10 +277,10 @@ std::map<std::string, std::vector<float>> read_tensors(
 void import_hf(const ImportArgs& args) {
   std::error_code ec;
   if (!fs::is_directory(args.dir, ec))
-    throw std::runtime_error(args.dir +
-                             ": not a directory (give the directory holding config.json and "
-                             "model.safetensors or model.safetensors.index.json, as `meshtrain export "
-                             "--format hf` or save_pretrained writes it)");
+    refuse(args.dir +
+           ": not a directory (give the directory holding config.json and "
+           "model.safetensors or model.safetensors.index.json, as `meshtrain export "
+           "--format hf` or save_pretrained writes it)");
   // Before anything is read: a refused output costs nothing (app/import_outputs.h). The inputs
   // besides the directory's files: the deck.
   ImportOutputs outputs(args, {args.deck});

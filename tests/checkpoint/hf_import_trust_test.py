@@ -9,6 +9,8 @@ through the real binary, with Hugging Face directories written by hf_llama_test'
   spelled) or its temporary, an output that is an input (with --force), --deck-out onto a
   directory; nothing is written and no temporary is left.
 - a checkpoint.dir locked by a running job (its .meshtrain.lock) is refused, naming the holder.
+- NUL, escape sequences and bidirectional controls in shard names, tensor names and model_type
+  are shown escaped, never raw nor cut short; a shard name holding one is refused.
 """
 
 import fcntl
@@ -22,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 import harness  # noqa: E402
+import numpy as np  # noqa: E402
 import hf_llama_test as hf  # noqa: E402
 import tiny_hf_moe  # noqa: E402
 
@@ -161,6 +164,45 @@ class HfImportTrust(harness.Case):
                      ["is in use by another run (%s is locked by node %s, pid %d" % (lock, socket.gethostname(),
                                                                                     os.getpid())])
         self.assertEqual(os.listdir(ckpts), [".meshtrain.lock"])
+
+    def escaped(self, d, needles):
+        """Refused with the needles in the message, which holds no raw control or bidi character."""
+        stderr = self.refused(d, os.path.join(self.dir, "out.h5"), needles)
+        raw = [c for c in stderr if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) < 0xa0 or 0x202a <= ord(c) <= 0x202e
+               or 0x2066 <= ord(c) <= 0x2069]
+        self.assertEqual(raw, [], stderr)
+
+    def sharded_with(self, name, edit):
+        d = self.llama_dir(name, shards=2)
+        index = os.path.join(d, "model.safetensors.index.json")
+        with open(index) as f:
+            idx = json.load(f)
+        edit(idx["weight_map"])
+        with open(index, "w") as f:
+            json.dump(idx, f)
+        return d, index
+
+    def test_hostile_names_are_escaped(self):
+        # A shard name with a NUL (open(2) would read "x"), one with an OSC sequence.
+        for shard, shown in (("x\0/../../etc/passwd", "x\\x00/../../etc/passwd"),
+                             ("m\x1b]0;owned\x07.safetensors", "m\\x1b]0;owned\\x07.safetensors")):
+            with self.subTest(shard=shown):
+                d, index = self.sharded_with("shard_%d" % len(shard),
+                                             lambda m: m.__setitem__("model.norm.weight", shard))
+                self.escaped(d, [index + ': weight_map places model.norm.weight in "' + shown +
+                                 '", which holds a control character'])
+        # A tensor name with an escape sequence the shard lacks.
+        d, index = self.sharded_with("tensor", lambda m: m.__setitem__(
+            "model.norm.weight\x1b[2J\u202e", m["model.norm.weight"]))
+        self.escaped(d, [index + ": weight_map places model.norm.weight\\x1b[2J\\u{202e} in "])
+        # A tensor name with a NUL in a shard's header: not part of the model, named whole.
+        arrays = dict(hf.random_weights(hf.LLAMA, "F32", 1), **{"model.norm.weight\0evil": np.ones(2, np.float32)})
+        d = os.path.join(self.dir, "nul_tensor")
+        hf.write_hf_dir(d, hf.LLAMA, arrays, "F32")
+        self.escaped(d, ["tensor model.norm.weight\\x00evil (2,) is not part of"])
+        # model_type with a bidirectional override and an escape.
+        d = self.llama_dir("type", dict(hf.LLAMA, model_type="llama\u202e\x1b[31m"))
+        self.escaped(d, ['config.json: model_type = "llama\\u{202e}\\u001b[31m"'])
 
 
 if __name__ == "__main__":
