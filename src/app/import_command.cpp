@@ -227,6 +227,25 @@ std::string with_overrides(std::string text, const std::vector<std::string>& ove
   return text;
 }
 
+// Refuses a tensor with an element that is not finite, naming the file it came from (the shard),
+// the tensor and the first such element: `train` would refuse the checkpoint at its first load,
+// and a fine-tune from it would diverge at its first step.
+void refuse_non_finite(const std::string& file, const SafetensorsEntry& e, const std::vector<float>& v) {
+  const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+  if (bad == v.end()) return;
+  // The element's index in the tensor's shape, row-major, as well as flat.
+  std::string at;
+  for (size_t rest = static_cast<size_t>(bad - v.begin()), k = e.shape.size(); k-- > 0;) {
+    const size_t d = static_cast<size_t>(e.shape[k]);
+    at = std::to_string(rest % d) + (at.empty() ? "" : ", ") + at;
+    rest /= d;
+  }
+  refuse(file + ": tensor " + e.name + " holds " + (std::isnan(*bad) ? "NaN" : *bad > 0 ? "inf" : "-inf") +
+         " at element " + std::to_string(bad - v.begin()) + " (index [" + at + "] of shape " + e.shape_string() +
+         "); meshtrain imports finite weights only, as `train` loads them (a model saved after it diverged, "
+         "or a damaged download?)");
+}
+
 // Reads every tensor of `tensors` from `weights` into meshtrain's layout, refusing a missing
 // tensor, another shape, or a stored tensor the model has no place for.
 std::map<std::string, std::vector<float>> read_tensors(
@@ -253,7 +272,9 @@ std::map<std::string, std::vector<float>> read_tensors(
              ", but " + model + " needs " + want.shape_string());
     }
     used.insert(t.hf);
-    from_hf_layout(t, it->second.file->read_f32(e), values[t.meshtrain]);
+    const std::vector<float> stored_values = it->second.file->read_f32(e);
+    refuse_non_finite(it->second.file->path(), e, stored_values);
+    from_hf_layout(t, stored_values, values[t.meshtrain]);
   }
   for (const auto& [name, t] : stored) {
     if (used.count(name)) continue;

@@ -9,6 +9,7 @@ through the real binary, with Hugging Face directories written by hf_llama_test'
   spelled) or its temporary, an output that is an input (with --force), --deck-out onto a
   directory; nothing is written and no temporary is left.
 - a checkpoint.dir locked by a running job (its .meshtrain.lock) is refused, naming the holder.
+- an Inf or NaN weight is refused, naming the shard, the tensor and the first bad element.
 - NUL, escape sequences and bidirectional controls in shard names, tensor names and model_type
   are shown escaped, never raw nor cut short; a shard name holding one is refused.
 """
@@ -164,6 +165,25 @@ class HfImportTrust(harness.Case):
                      ["is in use by another run (%s is locked by node %s, pid %d" % (lock, socket.gethostname(),
                                                                                     os.getpid())])
         self.assertEqual(os.listdir(ckpts), [".meshtrain.lock"])
+
+    def test_inf_and_nan_weights(self):
+        arrays = hf.random_weights(hf.LLAMA, "F32", 1)
+        for name, bad, dtype, word in (("model.layers.1.mlp.up_proj.weight", np.inf, "F32", "inf"),
+                                       ("model.norm.weight", np.nan, "BF16", "NaN"),
+                                       ("model.layers.0.self_attn.k_proj.weight", -np.inf, "F16", "-inf")):
+            with self.subTest(dtype=dtype):
+                tensors = {k: v.copy() for k, v in arrays.items()}
+                shape = tensors[name].shape
+                flat = 37 % tensors[name].size
+                tensors[name].reshape(-1)[flat] = bad
+                d = os.path.join(self.dir, "bad_" + dtype)
+                hf.write_hf_dir(d, hf.LLAMA, tensors, dtype, shards=3)
+                with open(os.path.join(d, "model.safetensors.index.json")) as f:
+                    shard = os.path.join(d, json.load(f)["weight_map"][name])
+                index = ", ".join(str(i) for i in np.unravel_index(flat, shape))
+                self.refused(d, os.path.join(self.dir, "out.h5"),
+                             ["%s: tensor %s holds %s at element %d (index [%s] of shape (%s))" % (
+                                 shard, name, word, flat, index, ", ".join(map(str, shape)) + ("," if len(shape) == 1 else ""))])
 
     def escaped(self, d, needles):
         """Refused with the needles in the message, which holds no raw control or bidi character."""
