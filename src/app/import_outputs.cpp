@@ -93,6 +93,14 @@ void check_not_an_input(const std::string& output, const std::string& role, cons
 }  // namespace
 
 ImportOutputs::ImportOutputs(const ImportArgs& args, const std::vector<std::string>& inputs) : args_(args) {
+  // "dir/" (or "dir/.."): a directory's name, under which <path>.tmp would be "dir/.tmp".
+  for (const std::string& output : {args.out, args.deck_out}) {
+    const fs::path name = fs::path(output).filename();
+    if (!output.empty() && (name.empty() || name == "." || name == ".."))
+      throw std::runtime_error(output + ": names a directory; " +
+                               (output == args.out ? "meshtrain import writes a checkpoint file (e.g. OUT.h5)"
+                                                   : "--deck-out writes a deck file (e.g. NEW.toml)"));
+  }
   check_distinct_outputs(args);
   check_not_an_input(args.out, "the checkpoint", args, inputs);
   if (!args.deck_out.empty()) {

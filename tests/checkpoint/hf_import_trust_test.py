@@ -137,6 +137,12 @@ class HfImportTrust(harness.Case):
         os.makedirs(adir)
         self.refused(d, os.path.join(self.dir, "out.h5"), [adir + ": is a directory; --deck-out writes a deck file"],
                      "--deck-out", adir, "--force")
+        # A directory's name that does not exist yet: nothing written, no "new/.tmp".
+        for out, deck_out, needle in ((os.path.join(self.dir, "out.h5"), os.path.join(self.dir, "new") + "/",
+                                       "/new/: names a directory; --deck-out writes a deck file"),
+                                      (os.path.join(self.dir, "ckpt") + "/", os.path.join(self.dir, "n.toml"),
+                                       "/ckpt/: names a directory; meshtrain import writes a checkpoint file")):
+            self.refused(d, out, [needle], "--deck-out", deck_out)
         # Someone's file where the deck's temporary would go: refused before, and left as it is.
         deck = os.path.join(self.dir, "new.toml")
         with open(deck + ".tmp", "w") as f:
