@@ -54,8 +54,11 @@ all: build
 deps:
 	@scripts/ensure-deps.sh build $(MPI)
 
+# The tests' packages, then the judges' pinned Python environment (scripts/judges.py: made once
+# per machine, in a cache folder every clone reuses).
 deps-test:
 	@scripts/ensure-deps.sh test $(MPI)
+	@python3 scripts/judges.py ensure
 
 deps-fuzz:
 	@scripts/ensure-deps.sh fuzz

@@ -3,7 +3,8 @@
 # As root with apt: installs what is missing. Otherwise: names the missing packages and fails.
 #
 #   scripts/ensure-deps.sh build   # compiler, MPI, BLAS, oneDNN, HDF5, toml++, CLI11, GoogleTest,
-#                                  # zlib and zstd (compressed JSON Lines corpora)
+#                                  # zlib and zstd (compressed JSON Lines corpora), ICU
+#                                  # (tokenizer.json normalizers)
 #   scripts/ensure-deps.sh test    # build + what the tests drive (h5py, PyYAML, Slurm, munge, zstd)
 #   scripts/ensure-deps.sh fuzz    # build + clang, libFuzzer and sanitizer runtimes, clang's OpenMP
 #   scripts/ensure-deps.sh SET mpich   # the same with MPICH and its parallel HDF5 (`make MPI=mpich`)
@@ -22,11 +23,11 @@ build_packages=(
   hdf5-tools
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev googletest
-  libsentencepiece-dev libpcre2-dev nlohmann-json3-dev
+  libsentencepiece-dev libpcre2-dev nlohmann-json3-dev libicu-dev
   zlib1g-dev libzstd-dev
 )
 test_packages=(
-  python3 python3-h5py python3-numpy python3-yaml python3-matplotlib python3-regex zstd
+  python3 python3-venv python3-h5py python3-numpy python3-yaml python3-matplotlib python3-regex zstd
   slurm-wlm munge
 )
 fuzz_packages=(

@@ -142,6 +142,17 @@ ModelSpec llama_model_of(const std::string& path, const std::string& recorded) {
   }
 }
 
+// generation_config.json, as save_pretrained writes it beside config.json (GenerationConfig reads
+// it): config.json's begin- and end-of-text ids, where the tokenizer has them.
+std::string generation_config_json(const std::string& config_json) {
+  const auto config = nlohmann::ordered_json::parse(config_json);
+  nlohmann::ordered_json gen;
+  for (const char* key : {"bos_token_id", "eos_token_id"})
+    if (config.contains(key) && !config[key].is_null()) gen[key] = config[key];
+  gen["_from_model_config"] = true;
+  return gen.dump(2) + "\n";
+}
+
 // The run's tokenizer, as its deck named it (data.tokenizer in the checkpoint's @config): the
 // files to copy (a tokenizer.json and, beside it, tokenizer_config.json and
 // special_tokens_map.json) and the bos/eos ids tokenizer_config.json names (-1: none).
@@ -242,12 +253,8 @@ void export_hf(const ExportArgs& args) {
     if (tokenizer.size() >= 2 && tokenizer.front() == '"') tokenizer = tokenizer.substr(1, tokenizer.size() - 2);
     run_tok = run_tokenizer(info.config);
     texts.push_back({"config.json", hf_llama_config_json(m, torch_dtype, run_tok.bos, run_tok.eos)});
-    nlohmann::ordered_json gen;
-    if (run_tok.bos >= 0) gen["bos_token_id"] = run_tok.bos;
-    if (run_tok.eos >= 0) gen["eos_token_id"] = run_tok.eos;
-    gen["_from_model_config"] = true;
-    texts.push_back({"generation_config.json", gen.dump(2) + "\n"});
   }
+  texts.push_back({"generation_config.json", generation_config_json(texts.back().second)});
   // Every /model dataset must map onto an HF tensor: anything more is a feature HF cannot hold.
   std::map<std::string, bool> mapped;
   for (const HfTensor& t : tensors) mapped["/model/" + t.meshtrain] = true;

@@ -58,8 +58,17 @@ void hf_moe_read_config(const HfConfigReader& c, const std::string& model_type, 
   const json& j = c.config();
   const bool mixtral = model_type == "mixtral";
   m.feed_forward = FeedForwardKind::Moe;
-  const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
+  // Qwen3-MoE's expert count is num_experts in transformers 4 and num_local_experts in
+  // transformers 5 (whose attribute map still reads the old name): either is read, and where a
+  // file has both they must agree.
+  const bool legacy_qwen_count = !mixtral && j.contains("num_experts");
+  const char* experts_key = legacy_qwen_count ? "num_experts" : "num_local_experts";
   m.moe.experts = c.deck_integer(experts_key, mixtral ? 8 : 128, "model.moe_experts");
+  if (legacy_qwen_count && j.contains("num_local_experts") &&
+      c.deck_integer("num_local_experts", m.moe.experts, "model.moe_experts") != m.moe.experts)
+    c.refuse("num_local_experts", j["num_local_experts"],
+             "transformers 5's name for num_experts = " + std::to_string(m.moe.experts) +
+                 ", which this file also sets: accepted only the same count");
   m.moe.top_k = c.deck_integer("num_experts_per_tok", mixtral ? 2 : 8, "model.moe_top_k");
   if (m.moe.top_k > m.moe.experts)
     c.refuse("num_experts_per_tok", m.moe.top_k,

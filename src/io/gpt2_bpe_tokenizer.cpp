@@ -5,6 +5,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -13,6 +14,13 @@
 
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/regular_file.h"
+#include "meshtrain/io/terminal_text.h"
+#include "meshtrain/io/text_normalizer.h"
+#include "meshtrain/io/utf8_text.h"
+#include "added_token_finder.h"
+#include "hf_regex.h"
+#include "gpt2_bpe_reading.h"
+#include "json_fields.h"
 
 namespace meshtrain {
 
@@ -44,20 +52,8 @@ void append_utf8(std::string& out, uint32_t cp) {
 // The compiled pre-tokenizer; each encode() call has its own match data (thread-safe).
 struct Pattern {
   pcre2_code* code = nullptr;
-  Pattern(const std::string& regex, const std::string& where) {
-    int err = 0;
-    PCRE2_SIZE offset = 0;
-    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(),
-                         PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
-    if (code == nullptr) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(err, message, sizeof message);
-      throw DataError(where, "the pre-tokenizer regex does not compile at offset " +
-                                 std::to_string(offset) + ": " +
-                                 reinterpret_cast<const char*>(message));
-    }
-    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // speed only: without JIT it interprets
-  }
+  Pattern(const std::string& regex, const std::string& where)
+      : code(compile_hf_regex(regex, where, "the pre-tokenizer regex")) {}
   ~Pattern() { pcre2_code_free(code); }
   Pattern(const Pattern&) = delete;
   Pattern& operator=(const Pattern&) = delete;
@@ -65,33 +61,64 @@ struct Pattern {
 
 uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t{a} << 32) | b; }
 
+// The largest id of the vocabulary and the added tokens, after checking each against the bound
+// (gpt2_bpe_tokenizer.h) before anything of that size is allocated: a few bytes of JSON that
+// say "id": 4000000000 must not become gigabytes of table.
+uint32_t check_ids(const Gpt2BpeFiles& files, const std::string& where) {
+  const uint64_t tokens = files.vocab.size() + files.added.size();
+  const uint64_t bound = std::min<uint64_t>(2 * tokens, std::numeric_limits<uint32_t>::max());
+  uint32_t largest = 0;
+  const auto check = [&](const std::string& what, uint64_t id) {
+    if (id >= bound)
+      throw DataError(where, what + " has id " + std::to_string(id) + ", expected an id below " +
+                                 std::to_string(bound) + " (twice the " + std::to_string(tokens) +
+                                 " tokens of the vocabulary and added tokens together)");
+    largest = std::max(largest, static_cast<uint32_t>(id));
+  };
+  for (const auto& [token, id] : files.vocab) check("token \"" + terminal_safe(token) + "\"", id);
+  for (const AddedToken& t : files.added) check("added token \"" + terminal_safe(t.content) + "\"", t.id);
+  return largest;
+}
+
 class Gpt2BpeTokenizer final : public Tokenizer {
  public:
   Gpt2BpeTokenizer(const Gpt2BpeFiles& files, const std::string& where)
       : files_(files), where_(where),
-        pattern_(files.pattern.empty() ? kGpt2Pattern : files.pattern, where) {
+        pattern_(files.pattern.empty() ? kGpt2Pattern : files.pattern, where),
+        raw_added_(files.added, false), normalized_added_(files.added, true) {
     const std::vector<uint32_t> cps = gpt2_byte_to_codepoint();
+    const uint32_t largest = check_ids(files, where);
+    pieces_.resize(size_t{largest} + 1);
+    special_.resize(pieces_.size());
     std::unordered_map<std::string, uint32_t> ids;
-    uint32_t largest = 0;
-    auto take = [&](const std::string& token, uint32_t id) {
-      if (id == std::numeric_limits<uint32_t>::max())
-        throw DataError(where, "token id " + std::to_string(id) + " of \"" + token +
-                                   "\" is too large (ids must be below 2^32 - 1)");
-      largest = std::max(largest, id);
-      if (pieces_.size() <= id) pieces_.resize(size_t{id} + 1);
-      pieces_[id] = token;
-    };
     for (const auto& [token, id] : files.vocab) {
-      take(token, id);
+      if (!pieces_[id].empty())
+        throw DataError(where, "tokens \"" + terminal_safe(pieces_[id]) + "\" and \"" +
+                                   terminal_safe(token) + "\" both have id " + std::to_string(id) +
+                                   " (expected one id per token)");
+      pieces_[id] = token;
       ids.emplace(token, id);
     }
     if (files.ignore_merges) whole_ = ids;
-    for (const auto& [token, id] : files.added) {
-      take(token, id);
-      special_.resize(pieces_.size());
-      special_[id] = true;
+    std::unordered_map<std::string, uint32_t> added_ids;
+    for (const AddedToken& t : files.added) {
+      const std::string name = "added token \"" + terminal_safe(t.content) + "\" (id " +
+                               std::to_string(t.id) + ")";
+      if (t.content.empty()) throw DataError(where, name + " is empty (expected some text)");
+      if (!added_ids.emplace(t.content, t.id).second)
+        throw DataError(where, name + ": another added token has the same content (id " +
+                                   std::to_string(added_ids[t.content]) + ")");
+      const auto in_vocab = ids.find(t.content);
+      if (in_vocab != ids.end() && in_vocab->second != t.id)
+        throw DataError(where, name + " is vocabulary token " + std::to_string(in_vocab->second) +
+                                   " (expected the id the vocabulary gives it)");
+      if (in_vocab != ids.end()) continue;  // decoded as the vocabulary's token
+      if (!pieces_[t.id].empty())
+        throw DataError(where, name + " takes the id of \"" + terminal_safe(pieces_[t.id]) +
+                                   "\" (expected one token per id)");
+      pieces_[t.id] = t.content;
+      special_[t.id] = true;
     }
-    special_.resize(pieces_.size());
     vocab_size_ = largest + 1;
     if (files.begin_of_text && (*files.begin_of_text >= pieces_.size() || pieces_[*files.begin_of_text].empty()))
       throw DataError(where, "the post-processor's first token, id " +
@@ -131,8 +158,52 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::optional<uint32_t> end_of_text() const override { return end_of_text_; }
 
   std::vector<uint32_t> encode(std::string_view text) const override {
-    const Pattern& pattern = pattern_;
     std::vector<uint32_t> out;
+    if (!files_.normalizer && !files_.add_prefix_space && !raw_added_.finds_any() &&
+        !normalized_added_.finds_any()) {
+      encode_words(text, out);  // GPT-2, Llama 3: the text as it is, without a copy
+      return out;
+    }
+    // HF's order (AddedVocabulary::extract_and_normalize, then the pre-tokenizer on each piece):
+    // added tokens in the text as given, the normalizer on each piece between them, added tokens
+    // in the normalized pieces, and ByteLevel's prefix space on each piece left.
+    if (const size_t bad = first_non_text_byte(text); bad < text.size())
+      throw std::invalid_argument("gpt2-bpe: the text is not UTF-8 without NUL bytes (at byte " +
+                                  std::to_string(bad) + ")");
+    for (const AddedTokenFinder::Piece& piece : raw_added_.split(text)) {
+      if (piece.id) {
+        out.push_back(*piece.id);
+        continue;
+      }
+      const std::string normalized =
+          files_.normalizer ? files_.normalizer->apply(piece.text) : std::string(piece.text);
+      for (const AddedTokenFinder::Piece& sub : normalized_added_.split(normalized)) {
+        if (sub.id) out.push_back(*sub.id);
+        else if (files_.add_prefix_space && sub.text[0] != ' ') encode_words(" " + std::string(sub.text), out);
+        else encode_words(sub.text, out);
+      }
+    }
+    return out;
+  }
+
+  // Whether `prepare` may cut a text file into pieces (io/text_cut.h) and encode them apart.
+  bool encodes_pieces_alike() const override {
+    if (files_.add_prefix_space || (files_.normalizer && files_.normalizer->needs_whole_text()))
+      return false;
+    // An added token found in text that takes whitespace after it, or that holds a place
+    // prepare cuts at (a space or a line feed with printable ASCII on both sides), could span a
+    // cut; one of whitespace alone (GPT-NeoX's runs of spaces) cannot.
+    return std::none_of(files_.added.begin(), files_.added.end(), [](const AddedToken& t) {
+      const bool mixed = t.content.find_first_of(" \n") != std::string::npos &&
+                         t.content.find_first_not_of(" \t\n\r") != std::string::npos;
+      return !t.special && (t.rstrip || mixed);
+    });
+  }
+
+ private:
+  // GPT-2's pre-tokenizer and BPE over `text` (one piece), appended to `out`.
+  void encode_words(std::string_view text, std::vector<uint32_t>& out) const {
+    const Pattern& pattern = pattern_;
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(pattern.code, nullptr);
     // Words repeat: a cache per call (callers pass MiB-sized chunks) keeps encode() free of
     // shared mutable state, so workers may call it concurrently.
@@ -184,8 +255,9 @@ class Gpt2BpeTokenizer final : public Tokenizer {
       out.insert(out.end(), tail.begin(), tail.end());
     }
     pcre2_match_data_free(md);
-    return out;
   }
+
+ public:
 
   bool has_token(uint32_t id) const override { return id < vocab_size_ && !pieces_[id].empty(); }
 
@@ -224,11 +296,15 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     nlohmann::ordered_json j;
     j["version"] = "1.0";
     nlohmann::ordered_json added = nlohmann::ordered_json::array();
-    for (const auto& [token, id] : files_.added)
-      added.push_back({{"id", id}, {"content", token}, {"special", true}});
+    for (const AddedToken& t : files_.added)
+      added.push_back({{"id", t.id}, {"content", t.content}, {"single_word", t.single_word},
+                       {"lstrip", t.lstrip}, {"rstrip", t.rstrip}, {"normalized", t.normalized},
+                       {"special", t.special}});
     j["added_tokens"] = added;
+    if (files_.normalizer)
+      j["normalizer"] = nlohmann::ordered_json::parse(files_.normalizer->json_text());
     if (files_.pattern.empty()) {
-      j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false},
+      j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", files_.add_prefix_space},
                             {"trim_offsets", true}, {"use_regex", true}};
     } else {
       nlohmann::ordered_json split = {{"type", "Split"},
@@ -252,7 +328,9 @@ class Gpt2BpeTokenizer final : public Tokenizer {
       processor["special_tokens"][bos] = entry;
       j["post_processor"] = processor;
     }
-    j["decoder"] = {{"type", "ByteLevel"}};
+    // GPT-2's decoder, every field present: HF's tokenizers refuses a ByteLevel without them.
+    j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
+                    {"use_regex", true}};
     nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
     for (const auto& [token, id] : files_.vocab) vocab[token] = id;
     nlohmann::ordered_json merges = nlohmann::ordered_json::array();
@@ -314,6 +392,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   Gpt2BpeFiles files_;  // kept for save()
   std::string where_;   // the tokenizer file, named by errors of encode()
   Pattern pattern_;
+  AddedTokenFinder raw_added_, normalized_added_;  // HF's two passes (encode())
   std::unordered_map<std::string, uint32_t> whole_;  // token -> id, for ignore_merges
   std::vector<std::string> pieces_;  // id -> token as stored (byte-mapped)
   std::vector<bool> special_;        // id -> added token, decoded verbatim
@@ -331,34 +410,6 @@ std::string read_all(const std::string& path, const std::string& what) {
   return text;
 }
 
-nlohmann::json parse_json(const std::string& path, const std::string& what) {
-  try {
-    return nlohmann::json::parse(read_all(path, what));
-  } catch (const nlohmann::json::exception& e) {
-    throw DataError(path, "is not valid JSON (" + std::string(e.what()) + "); expected " + what);
-  }
-}
-
-void read_vocab(const nlohmann::json& v, const std::string& where, Gpt2BpeFiles& f) {
-  if (!v.is_object())
-    throw DataError(where, "the vocabulary is not a JSON object of token -> id");
-  for (const auto& [token, id] : v.items()) {
-    if (!id.is_number_unsigned() || id.get<uint64_t>() >= std::numeric_limits<uint32_t>::max())
-      throw DataError(where, "token \"" + token + "\" has id " + id.dump() +
-                                 ", expected an integer from 0 below 2^32 - 1");
-    f.vocab.emplace_back(token, id.get<uint32_t>());
-  }
-}
-
-void add_merge(const std::string& line, const std::string& where, size_t n, Gpt2BpeFiles& f) {
-  const size_t sp = line.find(' ');
-  if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() ||
-      line.find(' ', sp + 1) != std::string::npos)
-    throw DataError(where, "merge " + std::to_string(n) + " \"" + line +
-                               "\" is not two tokens separated by one space");
-  f.merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
-}
-
 }  // namespace
 
 std::vector<uint32_t> gpt2_byte_to_codepoint() {
@@ -371,6 +422,46 @@ std::vector<uint32_t> gpt2_byte_to_codepoint() {
   return cp;
 }
 
+void check_json_file_size(const std::string& path, const std::string& what) {
+  constexpr uintmax_t kMaxBytes = uintmax_t{1} << 30;
+  std::error_code ec;
+  if (const uintmax_t size = std::filesystem::file_size(path, ec); !ec && size > kMaxBytes)
+    throw DataError(path, "is " + std::to_string(size) + " bytes; expected " + what +
+                              " of at most 1 GiB");
+}
+
+nlohmann::json parse_json_file(const std::string& path, const std::string& what) {
+  check_json_file_size(path, what);
+  try {
+    return nlohmann::json::parse(read_all(path, what));
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(path, "is not valid JSON (" + terminal_safe(e.what()) + "); expected " + what);
+  }
+}
+
+void read_gpt2_vocab(const nlohmann::json& v, const std::string& where,
+                     const std::string& json_path, Gpt2BpeFiles& f) {
+  const std::string name = json_path.empty() ? "the vocabulary" : json_path;
+  if (!v.is_object())
+    throw DataError(where, name + " is " + short_json(v) + ", expected a JSON object of token -> id");
+  for (const auto& [token, id] : v.items()) {
+    if (!id.is_number_unsigned() || id.get<uint64_t>() >= std::numeric_limits<uint32_t>::max())
+      throw DataError(where, (json_path.empty() ? "token" : json_path + " token") + " \"" +
+                                 terminal_safe(token) + "\" has id " + short_json(id) +
+                                 ", expected an integer from 0 below 2^32 - 1");
+    f.vocab.emplace_back(token, id.get<uint32_t>());
+  }
+}
+
+void add_gpt2_merge(const std::string& line, const std::string& where, size_t n, Gpt2BpeFiles& f) {
+  const size_t sp = line.find(' ');
+  if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() ||
+      line.find(' ', sp + 1) != std::string::npos)
+    throw DataError(where, "merge " + std::to_string(n) + " \"" + terminal_safe(line) +
+                               "\" is not two tokens separated by one space");
+  f.merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+}
+
 std::unique_ptr<Tokenizer> make_gpt2_bpe_tokenizer(const Gpt2BpeFiles& files,
                                                    const std::string& where) {
   return std::make_unique<Gpt2BpeTokenizer>(files, where);
@@ -379,111 +470,15 @@ std::unique_ptr<Tokenizer> make_gpt2_bpe_tokenizer(const Gpt2BpeFiles& files,
 std::unique_ptr<Tokenizer> open_gpt2_bpe_files(const std::string& vocab_json,
                                                const std::string& merges_txt) {
   Gpt2BpeFiles f;
-  read_vocab(parse_json(vocab_json, "a GPT-2 vocab.json (token -> id)"), vocab_json, f);
+  read_gpt2_vocab(parse_json_file(vocab_json, "a GPT-2 vocab.json (token -> id)"), vocab_json, "", f);
   std::istringstream lines(read_all(merges_txt, "a GPT-2 merges.txt"));
   size_t n = 0;
   for (std::string line; std::getline(lines, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line.rfind("#version", 0) == 0) continue;
-    add_merge(line, merges_txt, ++n, f);
+    add_gpt2_merge(line, merges_txt, ++n, f);
   }
   return make_gpt2_bpe_tokenizer(f, vocab_json + "," + merges_txt);
-}
-
-namespace {
-// The token the post-processor puts first (module doc: Gpt2BpeFiles::begin_of_text). A
-// post-processor that adds a token elsewhere is refused: prompts would be encoded unlike HF's.
-std::optional<uint32_t> template_begin_of_text(const nlohmann::json& j, const std::string& path) {
-  if (!j.contains("post_processor") || !j["post_processor"].is_object()) return std::nullopt;
-  const nlohmann::json& pp = j["post_processor"];
-  std::vector<const nlohmann::json*> steps{&pp};
-  if (pp.value("type", "") == "Sequence" && pp.contains("processors") && pp["processors"].is_array()) {
-    steps.clear();
-    for (const nlohmann::json& p : pp["processors"]) steps.push_back(&p);
-  }
-  std::optional<uint32_t> bos;
-  for (const nlohmann::json* step : steps) {
-    if (!step->is_object() || step->value("type", "") != "TemplateProcessing") continue;
-    const nlohmann::json& single = (*step)["single"];
-    const auto refuse = [&](const std::string& why) {
-      return DataError(path, "post_processor.single is " + single.dump() + ": " + why +
-                             " (meshtrain reads a template of [one special token, $A], as Llama "
-                             "3's, or none)");
-    };
-    if (!single.is_array() || single.empty() || !single.back().contains("Sequence"))
-      throw refuse("the text is not its last piece");
-    if (single.size() == 1) continue;
-    if (single.size() != 2 || !single[0].contains("SpecialToken") ||
-        !single[0]["SpecialToken"].contains("id") || !single[0]["SpecialToken"]["id"].is_string())
-      throw refuse("more than one token before the text");
-    const std::string name = single[0]["SpecialToken"]["id"].get<std::string>();
-    const nlohmann::json* entry = nullptr;
-    if (step->contains("special_tokens") && (*step)["special_tokens"].contains(name))
-      entry = &(*step)["special_tokens"][name];
-    if (!entry || !entry->contains("ids") || !(*entry)["ids"].is_array() ||
-        (*entry)["ids"].size() != 1 || !(*entry)["ids"][0].is_number_unsigned() ||
-        (*entry)["ids"][0].get<uint64_t>() >= std::numeric_limits<uint32_t>::max())
-      throw refuse("special_tokens[\"" + name + "\"] does not give it one id");
-    bos = (*entry)["ids"][0].get<uint32_t>();
-  }
-  return bos;
-}
-}  // namespace
-
-std::unique_ptr<Tokenizer> open_gpt2_bpe_json(const std::string& path) {
-  const nlohmann::json j = parse_json(path, "a Hugging Face tokenizer.json");
-  const std::string accepted =
-      " (meshtrain reads byte-level BPE tokenizer.json files: model.type \"BPE\" and a "
-      "ByteLevel pre-tokenizer (GPT-2), or a Split by regex then ByteLevel (LLaMA 3, Qwen 2))";
-  if (!j.contains("model") || !j["model"].is_object() || j["model"].value("type", "") != "BPE")
-    throw DataError(path, "model.type is not \"BPE\"" + accepted);
-  const nlohmann::json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json();
-  Gpt2BpeFiles f;
-  if (pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
-      pre["pretokenizers"].is_array() && pre["pretokenizers"].size() == 2) {
-    // LLaMA 3 / Qwen 2: Split by their own regex, then ByteLevel without GPT-2's.
-    const nlohmann::json& split = pre["pretokenizers"][0];
-    const nlohmann::json& level = pre["pretokenizers"][1];
-    if (split.value("type", "") != "Split" || !split.contains("pattern") ||
-        !split["pattern"].is_object() || !split["pattern"].contains("Regex") ||
-        split.value("behavior", "") != "Isolated" || split.value("invert", false) ||
-        level.value("type", "") != "ByteLevel" || level.value("use_regex", true))
-      throw DataError(path, "the pre-tokenizer Sequence is not [Split(Regex, Isolated), "
-                            "ByteLevel(use_regex false)]" + accepted);
-    f.pattern = split["pattern"]["Regex"].get<std::string>();
-  } else if (!pre.is_object() || pre.value("type", "") != "ByteLevel" ||
-             !pre.value("use_regex", true)) {
-    throw DataError(path, "the pre-tokenizer is not ByteLevel with GPT-2's regex" + accepted);
-  }
-  f.ignore_merges = j["model"].value("ignore_merges", false);
-  read_vocab(j["model"]["vocab"], path, f);
-  const nlohmann::json& merges = j["model"]["merges"];
-  if (!merges.is_array()) throw DataError(path, "model.merges is not an array" + accepted);
-  size_t n = 0;
-  for (const nlohmann::json& m : merges) {
-    ++n;
-    if (m.is_string()) {
-      add_merge(m.get<std::string>(), path, n, f);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      f.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());  // newer form
-    } else {
-      throw DataError(path, "model.merges[" + std::to_string(n - 1) + "] is neither \"a b\" nor "
-                            "[\"a\", \"b\"]");
-    }
-  }
-  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-    for (const nlohmann::json& t : j["added_tokens"]) {
-      if (!t.contains("id") || !t.contains("content") || !t["id"].is_number_unsigned()) continue;
-      const std::string content = t["content"].get<std::string>();
-      const uint32_t id = t["id"].get<uint32_t>();
-      const bool in_vocab = std::any_of(f.vocab.begin(), f.vocab.end(), [&](const auto& v) {
-        return v.second == id;
-      });
-      if (!in_vocab) f.added.emplace_back(content, id);
-    }
-  }
-  f.begin_of_text = template_begin_of_text(j, path);
-  return make_gpt2_bpe_tokenizer(f, path);
 }
 
 }  // namespace meshtrain

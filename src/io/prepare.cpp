@@ -123,6 +123,7 @@ struct Chunk {
   // token spans two documents (as none spans two text files). Empty: `text` is one piece.
   std::vector<size_t> document_ends;
   bool ends_document = false;  // a text file: the last chunk of its training or validation part
+  bool starts_document = false;  // a text file: the first chunk of its training or validation part
   std::vector<uint32_t> tokens;
   std::exception_ptr error;
   bool done = false;
@@ -132,7 +133,7 @@ struct Chunk {
 class Workers {
  public:
   Workers(int threads, const Tokenizer& tok, std::optional<uint32_t> end_of_text)
-      : tok_(tok), end_of_text_(end_of_text) {
+      : tok_(tok), begin_of_text_(tok.begin_of_text()), end_of_text_(end_of_text) {
     // A thread the system refuses ends the started ones before the error goes on: a joinable
     // std::thread destroyed unjoined would abort, leaving the shards' .tmp files behind.
     try {
@@ -192,12 +193,13 @@ class Workers {
     if (!c.document_ends.empty()) {
       // A token covers at least one byte: room for every token without growing, then the
       // surplus (most of it, for a subword tokenizer) is given back.
-      c.tokens.reserve(c.text.size() + c.document_ends.size());
+      c.tokens.reserve(c.text.size() + 2 * c.document_ends.size());
       size_t begin = 0;
       for (const size_t end : c.document_ends) {
         // An empty text adds nothing, not even the end-of-text token: as no file would (an
         // empty text file is refused).
         if (end > begin) {
+          if (begin_of_text_) c.tokens.push_back(*begin_of_text_);
           const std::vector<uint32_t> t = encode_piece(c, begin, end);
           c.tokens.insert(c.tokens.end(), t.begin(), t.end());
           if (end_of_text_) c.tokens.push_back(*end_of_text_);
@@ -207,6 +209,7 @@ class Workers {
       c.tokens.shrink_to_fit();
     } else {
       c.tokens = encode_piece(c, 0, c.text.size());
+      if (c.starts_document && begin_of_text_) c.tokens.insert(c.tokens.begin(), *begin_of_text_);
       if (c.ends_document && end_of_text_) c.tokens.push_back(*end_of_text_);
     }
     std::string().swap(c.text);
@@ -238,6 +241,9 @@ class Workers {
   }
 
   const Tokenizer& tok_;
+  // The token HF's post-processor puts before every text (Llama 3's <|begin_of_text|>): before
+  // every document, as HF's tokenizer would encode each.
+  std::optional<uint32_t> begin_of_text_;
   std::optional<uint32_t> end_of_text_;
   std::mutex m_;
   std::condition_variable work_cv_, done_cv_;
@@ -388,7 +394,17 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
   if (inputs.empty()) throw std::invalid_argument("prepare: no input text files given");
   std::vector<uint64_t> sizes;
   uint64_t total = 0;
-  for (const std::string& path : inputs) total += sizes.emplace_back(check_text_file(path));
+  for (const std::string& path : inputs) {
+    total += sizes.emplace_back(check_text_file(path));
+    // A text file is tokenized in pieces (chunks, the validation split): only a tokenizer that
+    // gives the pieces what it gives the whole may take one. JSON Lines documents go whole.
+    if (!is_jsonl_path(path) && !tok.encodes_pieces_alike())
+      throw DataError(path, "is a text file, which prepare tokenizes in pieces, and the " +
+                                tok.kind() + " tokenizer looks at a text as a whole (its "
+                                "tokenizer.json has a normalizer Strip, Prepend or Replace, "
+                                "ByteLevel's add_prefix_space, or an added token with rstrip or "
+                                "whitespace); give the text as JSON Lines, one document a line");
+  }
   make_parent_directory(out_prefix);
 
   const int threads = opt.threads > 0 ? opt.threads : available_cores();
@@ -466,6 +482,7 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
         carry.erase(0, cut);
         carry_at += cut;
         c->ends_document = read_to == end && carry.empty();
+        c->starts_document = c->offset == begin;
         submit(std::move(c), cut);
       }
     }

@@ -11,6 +11,7 @@
 #include "meshtrain/io/regular_file.h"
 #include "meshtrain/io/gpt2_bpe_tokenizer.h"
 #include "meshtrain/io/sentencepiece_tokenizer.h"
+#include "gpt2_bpe_reading.h"
 
 namespace meshtrain {
 
@@ -67,6 +68,7 @@ std::unique_ptr<Tokenizer> open_file(const std::string& path) {
   const std::string head = read_prefix(path, 4096);
   if (head.empty()) throw DataError(path, std::string("is empty or unreadable; ") + kAccepted);
   if (starts_like_json(head)) {
+    check_json_file_size(path, "a tokenizer.json or vocab.json");  // before parsing it to look
     // A tokenizer.json has a "model" object; a vocab.json is a flat object of token -> id
     // whose merges sit beside it ("model" may well be one of its tokens: look at the value).
     if (is_tokenizer_json(path)) return open_gpt2_bpe_json(path);

@@ -258,6 +258,8 @@ RULES = [
     (r"^make run$", "run_make_run", "its recipe, scripts/run-local.sh 8 input/default.toml, short"),
     (r"^MESHTRAIN_BIN=build-mpich/", "run_mpich", "when build-mpich/ exists (make MPI=mpich)"),
     (r"^cd build && ctest", "covered", "the test suite itself (make test)"),
+    (r"^python3 scripts/judges\.py ensure", "covered",
+     "make test makes the judges' environment (deps-test) and the judge tests run in it"),
     (r"^scripts/slurm-local\.sh|^export SLURM_CONF|^sbatch --wait", "covered",
      "the emulated cluster transcript: slurm_multi_node_test runs this sequence"),
     (r"^sbatch ", "check_sbatch", "deck and overrides planned on the job's world size"),

@@ -178,11 +178,15 @@ def write_tokenizer(d):
     """A byte-level BPE tokenizer.json without merges (every byte a token) and Llama 3's
     begin/end-of-text tokens as added tokens 256 and 257, with its tokenizer_config.json."""
     vocab = {ch: b for b, ch in sorted(bytes_to_unicode().items())}
+    flags = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+             "special": True}
     tok = {"version": "1.0", "added_tokens": [
-        {"id": 256, "content": "<|begin_of_text|>", "special": True},
-        {"id": 257, "content": "<|end_of_text|>", "special": True}],
+        dict(flags, id=256, content="<|begin_of_text|>"),
+        dict(flags, id=257, content="<|end_of_text|>")],
         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                           "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                    "use_regex": True},
         "model": {"type": "BPE", "vocab": vocab, "merges": []}}
     with open(os.path.join(d, "tokenizer.json"), "w") as f:
         json.dump(tok, f)

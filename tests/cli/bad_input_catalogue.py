@@ -20,6 +20,7 @@ usage: bad_input_catalogue.py MESHTRAIN_BINARY MPIEXEC [NAME_REGEX]
 """
 import atexit
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -726,6 +727,30 @@ CATALOGUE = [
     row("deck", "auto where oneDNN has no bf16 GEMM", 1, train(), 0,
         ["precision fp32 (auto: the CPU has no bf16 instructions)"], errors=0,
         env={"ONEDNN_MAX_CPU_ISA": "avx2"}),
+] + [
+    # issue 50 (i50-tokenizer): a tokenizer.json field meshtrain does not apply is refused by name,
+    # not passed over; ids are bounded by the number of tokens before anything is allocated (one
+    # id of 200,000,000 in 5 kB of JSON took 32 s and 6.3 GB; one of 2^31 + 5 ended in
+    # std::bad_alloc); a malformed added token is refused, not dropped (after which --end-of-text
+    # said there was none).
+    row("data", "tokenizer.json: %s" % name, 1,
+        ["prepare", "{tokjson}/text.txt", "--tokenizer", "{tokjson}/%s.json" % name, "--out",
+         "{dir}/run/tj"] + extra, 1, ["{tokjson}/%s.json: " % name + expect], needs=["tokjson"],
+        within=15, absent=NO_CRASH)
+    for name, extra, expect in (
+        ("huge_id", [], "token \"hello\" has id 200000000, expected an id below 514 (twice the "
+                        "257 tokens of the vocabulary and added tokens together)"),
+        ("id_2_31", [], "token \"hello\" has id 2147483653, expected an id below 514"),
+        ("ignore_merges_yes", [], "model.ignore_merges = \"yes\" is not true or false"),
+        ("dropout", [], "model.dropout = 0.1 is BPE dropout, which meshtrain does not apply"),
+        ("roberta", [], "post_processor.type = \"RobertaProcessing\" is a post-processor meshtrain "
+                        "does not apply"),
+        ("bert_normalizer", [], "normalizer.type = \"BertNormalizer\" is a normalizer meshtrain "
+                                "does not apply"),
+        ("added_2_40", ["--end-of-text"], "added_tokens[0].id = 1099511627776 is out of range"),
+        ("added_twice", ["--end-of-text"], "added token \"<|endoftext|>\" (id 257): another added "
+                                           "token has the same content (id 256)"))
+] + [
     # issue 50 (i50-import): import's outputs checked before anything is written, and the
     # directory lock of a running job's checkpoint.dir.
     row("command", "import --deck-out naming the checkpoint", 1,
@@ -1023,6 +1048,65 @@ def fixture_untrusted(p):
 
 
 FIXTURES["untrusted"] = fixture_untrusted
+
+
+# --- issue 50 (i50-tokenizer): tokenizer.json files with one bad field each (fixture) ---
+def fixture_tokjson(p):
+    """{dir}/tokjson: a text, and byte-level BPE tokenizer.json files (the 256 bytes and
+    "hello"), each with one field meshtrain must refuse."""
+    d = os.path.join(p["dir"], "tokjson")
+    p["tokjson"] = d
+    os.makedirs(d)
+    with open(os.path.join(d, "text.txt"), "w") as f:
+        f.write("hello world, hello again.\n" * 40)
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    mapped, n = {}, 0
+    for b in range(256):
+        if b in bs:
+            mapped[b] = chr(b)
+        else:
+            mapped[b] = chr(256 + n)
+            n += 1
+    vocab = {mapped[b]: b for b in range(256)}
+    vocab["hello"] = 256
+
+    def base():
+        return {"version": "1.0", "added_tokens": [], "normalizer": None,
+                "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
+                                  "trim_offsets": True, "use_regex": True},
+                "post_processor": None,
+                "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                            "use_regex": True},
+                "model": {"type": "BPE", "vocab": dict(vocab), "merges": []}}
+    variants = {}
+    for name, id_ in (("huge_id", 200000000), ("id_2_31", 2 ** 31 + 5)):
+        variants[name] = base()
+        variants[name]["model"]["vocab"]["hello"] = id_
+    variants["ignore_merges_yes"] = base()
+    variants["ignore_merges_yes"]["model"]["ignore_merges"] = "yes"
+    variants["dropout"] = base()
+    variants["dropout"]["model"]["dropout"] = 0.1
+    variants["roberta"] = base()
+    variants["roberta"]["post_processor"] = {"type": "RobertaProcessing", "sep": ["</s>", 2],
+                                             "cls": ["<s>", 0], "trim_offsets": True,
+                                             "add_prefix_space": False}
+    variants["bert_normalizer"] = base()
+    variants["bert_normalizer"]["normalizer"] = {"type": "BertNormalizer", "clean_text": True,
+                                                 "handle_chinese_chars": True,
+                                                 "strip_accents": None, "lowercase": True}
+    eot = {"content": "<|endoftext|>", "single_word": False, "lstrip": False, "rstrip": False,
+           "normalized": False, "special": True}
+    variants["added_2_40"] = base()
+    variants["added_2_40"]["added_tokens"] = [dict(eot, id=2 ** 40)]
+    variants["added_twice"] = base()
+    variants["added_twice"]["added_tokens"] = [dict(eot, id=256 + 0), dict(eot, id=257)]
+    variants["added_twice"]["model"]["vocab"].pop("hello")
+    for name, tok in variants.items():
+        with open(os.path.join(d, name + ".json"), "w") as f:
+            json.dump(tok, f)
+
+
+FIXTURES["tokjson"] = fixture_tokjson
 
 
 def need(p, name):

@@ -207,6 +207,8 @@ def main():
                             "behavior": "Isolated", "invert": False},
                            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                             "use_regex": False}]},
+                       "decoder": {"type": "ByteLevel", "add_prefix_space": True,
+                                   "trim_offsets": True, "use_regex": True},
                        "model": {"type": "BPE", "ignore_merges": True, "vocab": vocab3,
                                  "merges": [[a, b] for a, b in merges]}}, f, ensure_ascii=False)
         ref3 = Encoder(vocab3, merges, regex.compile(LLAMA3_REGEX), ignore_merges=True)

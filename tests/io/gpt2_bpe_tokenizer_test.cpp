@@ -132,7 +132,7 @@ TEST(Gpt2Bpe, PostProcessorsBeginOfTextStartsPrompts) {
     open_tokenizer(dir.file("suffix.json"));
     FAIL() << "expected a DataError";
   } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("suffix.json: post_processor.single is"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("suffix.json: post_processor.processors[1].single is"), std::string::npos) << e.what();
   }
 }
 

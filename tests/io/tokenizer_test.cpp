@@ -79,7 +79,7 @@ TEST(OpenTokenizer, RefusesWhatItCannotRead) {
   std::ofstream(dir.file("v/vocab.json")) << "{\"a\": 0}";
   expect_refused(dir.file("v/vocab.json"), "no merges.txt");
   std::ofstream(dir.file("bad.json")) << "{\"model\": {\"type\": \"Unigram\"}}";
-  expect_refused(dir.file("bad.json"), "model.type is not \"BPE\"");
+  expect_refused(dir.file("bad.json"), "model.type = \"Unigram\" is not \"BPE\"");
   std::ofstream(dir.file("broken.json")) << "{\"model\": ";
   expect_refused(dir.file("broken.json"), "is not valid JSON");
 }

@@ -173,7 +173,7 @@ def is_moe_layer(config, layer):
         return True
     if family != "qwen3_moe":
         return False
-    return (layer not in (config.get("mlp_only_layers") or []) and config.get("num_experts", 128) > 0
+    return (layer not in (config.get("mlp_only_layers") or []) and num_experts(config) > 0
             and (layer + 1) % config.get("decoder_sparse_step", 1) == 0)
 
 
@@ -192,8 +192,11 @@ def router_name(config, layer):
 
 
 def num_experts(config):
-    return config.get("num_local_experts", 8) if config["model_type"] == "mixtral" else \
-        config.get("num_experts", 128)
+    """Mixtral: num_local_experts. Qwen3-MoE: num_experts (transformers 4's name) or
+    num_local_experts (transformers 5 writes this one)."""
+    if config["model_type"] == "mixtral":
+        return config.get("num_local_experts", 8)
+    return config.get("num_experts", config.get("num_local_experts", 128))
 
 
 def sparse_moe(x, weights, config, layer):

@@ -39,6 +39,12 @@ class Tokenizer {
   // The input rule: the byte tokenizer takes any bytes; the subword tokenizers take UTF-8 text
   // without NUL bytes (anything else is a DataError naming the file and the byte offset).
   virtual bool takes_any_bytes() const { return false; }
+  // Whether text cut where io/text_cut.h's last_cut() says, and encoded piece by piece, gives
+  // what encoding it whole does. Not so where the tokenizer looks at a text's ends (a
+  // tokenizer.json normalizer that strips or prepends, ByteLevel's add_prefix_space) or at
+  // matches that may span a cut (Replace): `prepare` then takes such text only as whole
+  // documents (JSON Lines).
+  virtual bool encodes_pieces_alike() const { return true; }
   // The token a prompt starts with, as Hugging Face's tokenizer adds it (Llama 3's
   // <|begin_of_text|>); none where the tokenizer adds none.
   virtual std::optional<uint32_t> begin_of_text() const { return std::nullopt; }
