@@ -51,6 +51,8 @@ INTEGER_KEYS = [
     ("mixtral", "num_experts_per_tok", ("model.moe_top_k", 1, 1 << 16)),
     ("mixtral", "intermediate_size", ("model.ffn_hidden", 1, 1 << 24)),
     ("qwen3_moe", "num_hidden_layers", LAYERS), ("qwen3_moe", "num_experts", ("model.moe_experts", 1, 1 << 16)),
+    # transformers 5's name, beside transformers 4's num_experts
+    ("qwen3_moe", "num_local_experts", ("model.moe_experts", 1, 1 << 16)),
     ("qwen3_moe", "moe_intermediate_size", ("model.moe_ffn_hidden", 1, 1 << 24)),
 ]
 
