@@ -60,15 +60,14 @@ void check_distinct_outputs(const ImportArgs& args) {
   if (args.deck_out.empty()) return;
   const struct {
     std::string path, role;
-  } checkpoint[] = {{args.out, "the checkpoint"}, {args.out + ".tmp", "the checkpoint's temporary"}},
-    deck[] = {{args.deck_out, "--deck-out"}, {args.deck_out + ".tmp", "--deck-out's temporary"}};
+  } checkpoint[] = {{args.out, "the checkpoint"}, {args.out + ".tmp", "the name the checkpoint is written under"}},
+    deck[] = {{args.deck_out, "--deck-out"}, {args.deck_out + ".tmp", "the name --deck-out is written under"}};
   for (const auto& c : checkpoint)
     for (const auto& d : deck)
       if (identity(c.path) == identity(d.path) || same_file(c.path, d.path))
         throw std::runtime_error(d.path + " (" + d.role + ") is the same file as " + c.path + " (" + c.role +
-                                 ", " + args.out + "): one would be written over the other; give --deck-out "
-                                 "a file of its own (e.g. " +
-                                 fs::path(args.out).replace_extension(".toml").string() + ")");
+                                 "): one would be written over the other; give --deck-out a file of its own "
+                                 "(e.g. " + fs::path(args.out).replace_extension(".toml").string() + ")");
 }
 
 // Refuses an existing output that is a file the import reads.
