@@ -1,29 +1,48 @@
 #include "meshtrain/app/hf_directory.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
+#include "meshtrain/config/deck.h"
 #include "meshtrain/io/regular_file.h"
+#include "meshtrain/io/terminal_text.h"
 
 namespace meshtrain {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+namespace {
+
+// Names and values from config.json, the index and the shards come from whoever published the
+// model: each message is escaped whole (io/terminal_text.h), so that a NUL does not cut it short
+// and an escape sequence or a bidirectional control is shown, not obeyed.
+[[noreturn]] void fail(const std::string& message) { throw std::runtime_error(terminal_safe(message)); }
+
+}  // namespace
+
 json read_json_object(const std::string& path, const std::string& what) {
   std::string text;
   if (const std::string problem = read_regular_file(path, text); !problem.empty())
-    throw std::runtime_error(path + ": " + (problem.rfind("cannot open", 0) == 0 ? "cannot read" : problem +
-                             "; expected a JSON file") + " (" + what + ")");
+    fail(path + ": " + (problem.rfind("cannot open", 0) == 0 ? "cannot read" : problem +
+         "; expected a JSON file") + " (" + what + ")");
   json j;
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
+    fail(path + ": not valid JSON (" + e.what() + ")");
   }
-  if (!j.is_object()) throw std::runtime_error(path + ": not a JSON object (" + what + ")");
+  if (!j.is_object()) fail(path + ": not a JSON object (" + what + ")");
   return j;
+}
+
+std::optional<int64_t> json_int64(const json& v) {
+  // JSON's non-negative integers are unsigned: one above INT64_MAX would wrap in get<int64_t>().
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX)) return std::nullopt;
+  return v.get<int64_t>();
 }
 
 json json_value_or(const json& j, const char* key, json fallback) {
@@ -31,15 +50,26 @@ json json_value_or(const json& j, const char* key, json fallback) {
 }
 
 void HfConfigReader::refuse(const std::string& key, const json& value, const std::string& accepted) const {
-  throw std::runtime_error(path_ + ": " + key + " = " + value.dump() + " (" + accepted + ")");
+  fail(path_ + ": " + key + " = " + value.dump() + " (" + accepted + ")");
 }
 
-int64_t HfConfigReader::integer(const json& obj, const char* key, int64_t fallback, int64_t min,
-                                const std::string& prefix) const {
+int64_t HfConfigReader::integer(const json& obj, const char* key, int64_t fallback, int64_t min, int64_t max,
+                                const std::string& prefix, const std::string& field) const {
   const json v = json_value_or(obj, key, fallback);
-  if (!v.is_number_integer() || v.get<int64_t>() < min)
-    refuse(prefix + key, v, "expected an integer >= " + std::to_string(min));
+  const std::optional<int64_t> n = json_int64(v);
+  if (!n || *n < min || *n > max)
+    refuse(prefix + key, v,
+           "expected an integer " + (max == INT64_MAX ? ">= " + std::to_string(min)
+                                    : "from " + std::to_string(min) + " to " + std::to_string(max)) +
+               (field.empty() ? "" : ", what meshtrain's " + field + " accepts"));
   return v.get<int64_t>();
+}
+
+int64_t HfConfigReader::deck_integer(const json& obj, const char* key, int64_t fallback, const std::string& deck_key,
+                                     const std::string& prefix) const {
+  const size_t dot = deck_key.find('.');
+  const IntegerRange range = deck_integer_range(deck_key.substr(0, dot), deck_key.substr(dot + 1));
+  return integer(obj, key, fallback, range.min, range.max, prefix, deck_key);
 }
 
 double HfConfigReader::number(const json& obj, const char* key, double fallback, const std::string& prefix,
@@ -67,13 +97,17 @@ std::string shard_path(const std::string& dir, const std::string& index, const s
       " (a shard must be a file inside " + dir + ", named relative to it, as save_pretrained writes "
       "model-00001-of-00002.safetensors; meshtrain reads no file elsewhere)";
   if (name.empty() || rel.is_absolute() || rel.has_root_name())
-    throw std::runtime_error(refused + "which is not a relative path" + rule);
+    fail(refused + "which is not a relative path" + rule);
+  // A NUL would end the name where open(2) reads it, and a control character is no file name
+  // save_pretrained writes.
+  if (std::any_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+    fail(refused + "which holds a control character" + rule);
   for (const fs::path& part : rel)
-    if (part == "..") throw std::runtime_error(refused + "which climbs out with \"..\"" + rule);
+    if (part == "..") fail(refused + "which climbs out with \"..\"" + rule);
   const fs::path full = fs::path(dir) / rel;
   if (const std::string target = hf_link_outside(dir, full.string()); !target.empty())
-    throw std::runtime_error(refused + "which is a symbolic link leading to " + target + ", outside " + dir + rule +
-                             "; copy the file into the directory, e.g. download with --local-dir");
+    fail(refused + "which is a symbolic link leading to " + target + ", outside " + dir + rule +
+         "; copy the file into the directory, e.g. download with --local-dir");
   return full.string();
 }
 
@@ -105,14 +139,14 @@ HfWeights HfWeights::open(const std::string& dir) {
   w.source_ = index;
   const json j = read_json_object(index, "the index of a sharded model: {\"weight_map\": {tensor: shard file}}");
   if (!j.contains("weight_map") || !j["weight_map"].is_object() || j["weight_map"].empty())
-    throw std::runtime_error(index + ": weight_map is " +
-                             (j.contains("weight_map") ? j["weight_map"].dump().substr(0, 80) : "absent") +
-                             " (expected an object {tensor name: shard file}, as save_pretrained writes)");
+    fail(index + ": weight_map is " +
+         (j.contains("weight_map") ? j["weight_map"].dump().substr(0, 80) : "absent") +
+         " (expected an object {tensor name: shard file}, as save_pretrained writes)");
   std::map<std::string, SafetensorsFile*> shards;  // by the name the index gives
   for (const auto& [tensor, file] : j["weight_map"].items()) {
     if (!file.is_string())
-      throw std::runtime_error(index + ": weight_map gives " + tensor + " the shard " + file.dump() +
-                               " (expected a file name)");
+      fail(index + ": weight_map gives " + tensor + " the shard " + file.dump() +
+           " (expected a file name)");
     const std::string name = file.get<std::string>();
     auto it = shards.find(name);
     if (it == shards.end()) {
@@ -122,15 +156,15 @@ HfWeights HfWeights::open(const std::string& dir) {
     }
     const SafetensorsEntry* e = it->second->find(tensor);
     if (!e)
-      throw std::runtime_error(index + ": weight_map places " + tensor + " in " + it->second->path() +
-                               ", which has no such tensor (an index of another download?)");
+      fail(index + ": weight_map places " + tensor + " in " + it->second->path() +
+           ", which has no such tensor (an index of another download?)");
     w.tensors_[tensor] = {it->second, e};
   }
   for (const auto& f : w.files_)
     for (const SafetensorsEntry& e : f->tensors())
       if (!w.tensors_.count(e.name) || w.tensors_[e.name].file != f.get())
-        throw std::runtime_error(f->path() + ": tensor " + e.name + " is not where " + index +
-                                 "'s weight_map places it (the index and its shards disagree)");
+        fail(f->path() + ": tensor " + e.name + " is not where " + index +
+             "'s weight_map places it (the index and its shards disagree)");
   return w;
 }
 

@@ -8,6 +8,7 @@
 
 #include "meshtrain/app/hf_directory.h"
 #include "meshtrain/app/hf_moe.h"
+#include "meshtrain/io/terminal_text.h"
 
 namespace meshtrain {
 
@@ -125,7 +126,7 @@ HfDefaults hf_defaults(const std::string& type) {
 ModelSpec hf_llama_spec(const json& j, const std::string& path, int64_t seq_len, int64_t& max_positions) {
   const json type = json_value_or(j, "model_type", "(absent)");
   if (type != "llama" && type != "qwen3" && !(type.is_string() && hf_moe_model_type(type.get<std::string>())))
-    throw std::runtime_error(path + ": model_type = " + type.dump() +
+    throw std::runtime_error(terminal_safe(path + ": model_type = " + type.dump()) +
                              " (meshtrain imports \"gpt2\", \"llama\", \"qwen3\", \"mixtral\" and "
                              "\"qwen3_moe\")");
   const std::string model_type = type.get<std::string>();
@@ -136,30 +137,34 @@ ModelSpec hf_llama_spec(const json& j, const std::string& path, int64_t seq_len,
   auto refuse = [&](const std::string& key, const json& v, const std::string& accepted) {
     c.refuse(key, v, accepted);
   };
-  auto integer = [&](const json& obj, const char* key, int64_t fallback, int64_t min,
-                     const std::string& prefix = "") { return c.integer(obj, key, fallback, min, prefix); };
+  // Each integer in the range of the deck key it becomes: refused here, naming config.json's
+  // key, rather than narrowed or refused later in the deck built from it.
+  auto integer = [&](const char* key, int64_t fallback, const char* deck_key) {
+    return c.deck_integer(key, fallback, deck_key);
+  };
   auto number = [&](const json& obj, const char* key, double fallback, const std::string& prefix = "") {
     return c.number(obj, key, fallback, prefix);
   };
   auto boolean = [&](const char* key) { return c.boolean(key); };
   ModelSpec sizes;
-  sizes.layers = static_cast<int>(integer(j, "num_hidden_layers", d.layers, 1));
-  sizes.d_model = integer(j, "hidden_size", d.d_model, 1);
-  sizes.heads = integer(j, "num_attention_heads", d.heads, 1);
-  sizes.vocab_size = integer(j, "vocab_size", d.vocab, 2);
+  sizes.layers = static_cast<int>(integer("num_hidden_layers", d.layers, "model.layers"));
+  sizes.d_model = integer("hidden_size", d.d_model, "model.d_model");
+  sizes.heads = integer("num_attention_heads", d.heads, "model.heads");
+  sizes.vocab_size = integer("vocab_size", d.vocab, "model.vocab_size");
   sizes.seq_len = seq_len;
   ModelSpec m = family_defaults(family, sizes);
   // 0 stands for "derived" in the spec: kept where the config says the derived value.
-  if (const int64_t kv = integer(j, "num_key_value_heads", d.kv_heads ? d.kv_heads : m.heads, 1);
+  if (const int64_t kv = integer("num_key_value_heads", d.kv_heads ? d.kv_heads : m.heads, "model.kv_heads");
       kv != m.heads)
     m.kv_heads_set = kv;
-  const int64_t head_dim = integer(j, "head_dim", d.head_dim ? d.head_dim : m.d_model / m.heads, 1);
+  const int64_t head_dim = integer("head_dim", d.head_dim ? d.head_dim : m.d_model / m.heads, "model.head_dim");
   if (head_dim != m.d_model / m.heads || m.d_model % m.heads != 0) m.head_dim_set = head_dim;
-  if (const int64_t f = integer(j, "intermediate_size", d.ffn_hidden, 1); f != 4 * m.d_model)
+  if (const int64_t f = integer("intermediate_size", d.ffn_hidden, "model.ffn_hidden"); f != 4 * m.d_model)
     m.ffn_hidden_set = f;
   m.norm.eps = number(j, "rms_norm_eps", d.norm_eps);
   m.tie_embeddings = boolean("tie_word_embeddings");
-  max_positions = integer(j, "max_position_embeddings", d.max_positions, 1);
+  // Only compared with model.seq_len (and capping the deck's): any positive 64-bit integer.
+  max_positions = c.integer(j, "max_position_embeddings", d.max_positions, 1, INT64_MAX);
   const json act = json_value_or(j, "hidden_act", "silu");
   if (act != "silu") refuse("hidden_act", act, "meshtrain's SwiGLU gates with SiLU: accepted \"silu\"");
   if (hf_moe_model_type(model_type)) hf_moe_read_config(c, model_type, m);
@@ -202,7 +207,8 @@ ModelSpec hf_llama_spec(const json& j, const std::string& path, int64_t seq_len,
     m.rope.factor = number(rope, "factor", 8.0, where);
     m.rope.low_freq_factor = number(rope, "low_freq_factor", 1.0, where);
     m.rope.high_freq_factor = number(rope, "high_freq_factor", 4.0, where);
-    m.rope.original_max_positions = integer(rope, "original_max_position_embeddings", 8192, 1, where);
+    m.rope.original_max_positions =
+        c.deck_integer(rope, "original_max_position_embeddings", 8192, "model.rope_original_max_positions", where);
   } else if (rope_type != "default") {
     refuse(where + "rope_type", rope_type,
            "meshtrain computes rotary positions without scaling (\"default\") or with Llama 3's "

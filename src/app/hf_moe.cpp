@@ -63,13 +63,13 @@ void hf_moe_read_config(const HfConfigReader& c, const std::string& model_type, 
   // file has both they must agree.
   const bool legacy_qwen_count = !mixtral && j.contains("num_experts");
   const char* experts_key = legacy_qwen_count ? "num_experts" : "num_local_experts";
-  m.moe.experts = c.integer(experts_key, mixtral ? 8 : 128, 1);
+  m.moe.experts = c.deck_integer(experts_key, mixtral ? 8 : 128, "model.moe_experts");
   if (legacy_qwen_count && j.contains("num_local_experts") &&
-      c.integer("num_local_experts", m.moe.experts, 1) != m.moe.experts)
+      c.deck_integer("num_local_experts", m.moe.experts, "model.moe_experts") != m.moe.experts)
     c.refuse("num_local_experts", j["num_local_experts"],
              "transformers 5's name for num_experts = " + std::to_string(m.moe.experts) +
                  ", which this file also sets: accepted only the same count");
-  m.moe.top_k = c.integer("num_experts_per_tok", mixtral ? 2 : 8, 1);
+  m.moe.top_k = c.deck_integer("num_experts_per_tok", mixtral ? 2 : 8, "model.moe_top_k");
   if (m.moe.top_k > m.moe.experts)
     c.refuse("num_experts_per_tok", m.moe.top_k,
              std::string("each token chooses among ") + experts_key + " = " + std::to_string(m.moe.experts) +
@@ -80,7 +80,7 @@ void hf_moe_read_config(const HfConfigReader& c, const std::string& model_type, 
     m.ffn_hidden_set = 0;
     m.moe.normalize_top_k = true;
   } else {
-    m.moe.ffn_hidden_set = c.integer("moe_intermediate_size", 768, 1);
+    m.moe.ffn_hidden_set = c.deck_integer("moe_intermediate_size", 768, "model.moe_ffn_hidden");
     m.moe.normalize_top_k = c.boolean("norm_topk_prob", false);
     if (const json step = json_value_or(j, "decoder_sparse_step", 1); step != json(1))
       c.refuse("decoder_sparse_step", step,
@@ -108,14 +108,15 @@ void hf_check_sliding_window(const HfConfigReader& c, int64_t seq_len, const std
   if (json_value_or(c.config(), "model_type", "") != json("mixtral")) return;
   const json w = json_value_or(c.config(), "sliding_window", nullptr);
   if (w.is_null()) return;
-  if (!w.is_number_integer() || w.get<int64_t>() < seq_len)
+  // A window beyond int64 is wider than any sequence: no window.
+  if (w.is_number_unsigned() && !json_int64(w)) return;
+  const std::optional<int64_t> window = json_int64(w);
+  if (!window || *window < seq_len)
     c.refuse("sliding_window", w,
              "Mixtral then attends to the last sliding_window positions only, and meshtrain to the "
              "whole causal window: accepted null or an integer >= " +
                  deck + "'s model.seq_len = " + std::to_string(seq_len) +
-                 (w.is_number_integer() && w.get<int64_t>() >= 1
-                      ? "; set model.seq_len <= " + w.dump() + " to import it"
-                      : ""));
+                 (window && *window >= 1 ? "; set model.seq_len <= " + w.dump() + " to import it" : ""));
 }
 
 std::string hf_moe_architecture(const ModelSpec& m, const std::string& where) {

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -28,9 +29,11 @@
 #include "meshtrain/app/hf_llama.h"
 #include "meshtrain/app/hf_moe.h"
 #include "meshtrain/app/hf_shards.h"
+#include "meshtrain/app/import_outputs.h"
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/checkpoint/checkpoint_import.h"
 #include "meshtrain/config/deck.h"
+#include "meshtrain/io/terminal_text.h"
 
 namespace meshtrain {
 
@@ -38,6 +41,11 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+// Names and values from config.json and the weights come from whoever published the model: each
+// message is escaped whole (io/terminal_text.h), so that a NUL does not cut it short and an
+// escape sequence or a bidirectional control is shown, not obeyed.
+[[noreturn]] void refuse(const std::string& message) { throw std::runtime_error(terminal_safe(message)); }
 
 // A deck built from config.json trains at most this many positions unless --set
 // model.seq_len says otherwise: Llama 3.1's 131072 would ask for activations no fine-tune on a
@@ -65,9 +73,9 @@ void check_gpt2_config(const std::string& path, const json& j, const Config& cfg
   };
   for (const auto& v : variants)
     if (v.deck_value != v.gpt2_value)
-      throw std::runtime_error(deck + ": model." + v.key + " = " + v.deck_value +
-                               ", which a Hugging Face GPT-2 model cannot be (it has model." +
-                               v.key + " = " + v.gpt2_value + ")");
+      refuse(deck + ": model." + v.key + " = " + v.deck_value +
+             ", which a Hugging Face GPT-2 model cannot be (it has model." +
+             v.key + " = " + v.gpt2_value + ")");
   // (config.json key, transformers' default, deck key, the deck's value)
   struct Want {
     const char* key;
@@ -86,29 +94,29 @@ void check_gpt2_config(const std::string& path, const json& j, const Config& cfg
   for (const Want& w : wants) {
     const json v = json_value_or(j, w.key, w.fallback);
     if (v != w.deck_value)
-      throw std::runtime_error(path + ": " + w.key + " = " + v.dump() + ", but " + deck + " has " +
-                               w.deck_key + " = " + w.deck_value.dump() + ": another model (set " +
-                               w.deck_key + " = " + v.dump() + " to import it)");
+      refuse(path + ": " + w.key + " = " + v.dump() + ", but " + deck + " has " +
+             w.deck_key + " = " + w.deck_value.dump() + ": another model (set " +
+             w.deck_key + " = " + v.dump() + " to import it)");
   }
   // What meshtrain computes that no deck key selects (checkpoint/model_signature.cpp).
   const json act = json_value_or(j, "activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-    throw std::runtime_error(path + ": activation_function = " + act.dump() +
-                             " (meshtrain computes GPT-2's "
-                             "tanh GELU: accepted \"gelu_new\" or \"gelu_pytorch_tanh\")");
+    refuse(path + ": activation_function = " + act.dump() +
+           " (meshtrain computes GPT-2's "
+           "tanh GELU: accepted \"gelu_new\" or \"gelu_pytorch_tanh\")");
   const json eps = json_value_or(j, "layer_norm_epsilon", 1e-5);
   if (!eps.is_number() || std::fabs(eps.get<double>() - 1e-5) > 1e-12)
-    throw std::runtime_error(path + ": layer_norm_epsilon = " + eps.dump() +
-                             " (meshtrain's LayerNorm uses 1e-05)");
+    refuse(path + ": layer_norm_epsilon = " + eps.dump() +
+           " (meshtrain's LayerNorm uses 1e-05)");
   // null: GPT-2's 4 x n_embd (n_embd is the deck's d_model: checked above).
   json inner = json_value_or(j, "n_inner", nullptr);
   if (inner.is_null()) inner = 4 * m.d_model;
   if (inner != json(m.ffn_hidden()))
-    throw std::runtime_error(path + ": n_inner = " + json_value_or(j, "n_inner", nullptr).dump() +
-                             " (an MLP " + inner.dump() + " wide), but " + deck +
-                             " has model.ffn_hidden = " + std::to_string(m.ffn_hidden()) +
-                             ": another model (set model.ffn_hidden = " + inner.dump() +
-                             " to import it)");
+    refuse(path + ": n_inner = " + json_value_or(j, "n_inner", nullptr).dump() +
+           " (an MLP " + inner.dump() + " wide), but " + deck +
+           " has model.ffn_hidden = " + std::to_string(m.ffn_hidden()) +
+           ": another model (set model.ffn_hidden = " + inner.dump() +
+           " to import it)");
   const struct {
     const char* key;
     bool want;
@@ -118,8 +126,8 @@ void check_gpt2_config(const std::string& path, const json& j, const Config& cfg
   for (const auto& f : flags) {
     const json v = json_value_or(j, f.key, f.want);
     if (v != json(f.want))
-      throw std::runtime_error(path + ": " + f.key + " = " + v.dump() + " (meshtrain's attention computes " +
-                               f.key + " = " + (f.want ? "true" : "false") + ")");
+      refuse(path + ": " + f.key + " = " + v.dump() + " (meshtrain's attention computes " +
+             f.key + " = " + (f.want ? "true" : "false") + ")");
   }
 }
 
@@ -158,29 +166,30 @@ void check_llama_config(const std::string& path, const ModelSpec& hf, int64_t ma
   }
   for (const SpecField& f : fields)
     if (f.value != f.gpt2_value)
-      throw std::runtime_error(path + ": " + hf_llama_config_key(f.key, hf) + " gives model." + f.key +
-                               " = " + f.gpt2_value + ", but " + deck + " has model." + f.key + " = " +
-                               f.value + ": another model (set model." + f.key + " = " + f.gpt2_value +
-                               " to import it)");
+      refuse(path + ": " + hf_llama_config_key(f.key, hf) + " gives model." + f.key +
+             " = " + f.gpt2_value + ", but " + deck + " has model." + f.key + " = " +
+             f.value + ": another model (set model." + f.key + " = " + f.gpt2_value +
+             " to import it)");
   if (m.seq_len > max_positions)
-    throw std::runtime_error(path + ": max_position_embeddings = " + std::to_string(max_positions) + ", but " +
-                             deck + " has model.seq_len = " + std::to_string(m.seq_len) +
-                             ", longer than the model was made for (set model.seq_len <= " +
-                             std::to_string(max_positions) + ")");
+    refuse(path + ": max_position_embeddings = " + std::to_string(max_positions) + ", but " +
+           deck + " has model.seq_len = " + std::to_string(m.seq_len) +
+           ", longer than the model was made for (set model.seq_len <= " +
+           std::to_string(max_positions) + ")");
 }
 
-// A GPT2LMHeadModel config.json as a spec (transformers' defaults for absent keys); the
-// remaining keys are check_gpt2_config's.
-ModelSpec gpt2_spec_of(const json& j) {
-  auto get = [&](const char* key, int64_t fallback) {
-    const json v = json_value_or(j, key, fallback);
-    return v.is_number_integer() ? v.get<int64_t>() : 0;  // 0: refused by the deck's ranges
-  };
-  ModelSpec m = gpt2_spec(static_cast<int>(get("n_layer", 12)), get("n_embd", 768), get("n_head", 12),
-                          get("n_positions", 1024), get("vocab_size", 50257));
+// A GPT2LMHeadModel config.json as a spec (transformers' defaults for absent keys), each size
+// in the range of the deck key it becomes (refused naming config.json's key, never narrowed);
+// the remaining keys are check_gpt2_config's.
+ModelSpec gpt2_spec_of(const json& j, const std::string& path) {
+  const HfConfigReader c(j, path);
+  ModelSpec m = gpt2_spec(static_cast<int>(c.deck_integer("n_layer", 12, "model.layers")),
+                          c.deck_integer("n_embd", 768, "model.d_model"), c.deck_integer("n_head", 12, "model.heads"),
+                          c.deck_integer("n_positions", 1024, "model.seq_len"),
+                          c.deck_integer("vocab_size", 50257, "model.vocab_size"));
   const json tie = json_value_or(j, "tie_word_embeddings", true);
   m.tie_embeddings = !tie.is_boolean() || tie.get<bool>();
-  if (const int64_t inner = get("n_inner", 4 * m.d_model); inner != 4 * m.d_model) m.ffn_hidden_set = inner;
+  if (const int64_t inner = c.deck_integer("n_inner", 4 * m.d_model, "model.ffn_hidden"); inner != 4 * m.d_model)
+    m.ffn_hidden_set = inner;
   return m;
 }
 
@@ -218,6 +227,25 @@ std::string with_overrides(std::string text, const std::vector<std::string>& ove
   return text;
 }
 
+// Refuses a tensor with an element that is not finite, naming the file it came from (the shard),
+// the tensor and the first such element: `train` would refuse the checkpoint at its first load,
+// and a fine-tune from it would diverge at its first step.
+void refuse_non_finite(const std::string& file, const SafetensorsEntry& e, const std::vector<float>& v) {
+  const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+  if (bad == v.end()) return;
+  // The element's index in the tensor's shape, row-major, as well as flat.
+  std::string at;
+  for (size_t rest = static_cast<size_t>(bad - v.begin()), k = e.shape.size(); k-- > 0;) {
+    const size_t d = static_cast<size_t>(e.shape[k]);
+    at = std::to_string(rest % d) + (at.empty() ? "" : ", ") + at;
+    rest /= d;
+  }
+  refuse(file + ": tensor " + e.name + " holds " + (std::isnan(*bad) ? "NaN" : *bad > 0 ? "inf" : "-inf") +
+         " at element " + std::to_string(bad - v.begin()) + " (index [" + at + "] of shape " + e.shape_string() +
+         "); meshtrain imports finite weights only, as `train` loads them (a model saved after it diverged, "
+         "or a damaged download?)");
+}
+
 // Reads every tensor of `tensors` from `weights` into meshtrain's layout, refusing a missing
 // tensor, another shape, or a stored tensor the model has no place for.
 std::map<std::string, std::vector<float>> read_tensors(
@@ -232,19 +260,21 @@ std::map<std::string, std::vector<float>> read_tensors(
   for (const HfTensor& t : tensors) {
     const auto it = stored.find(t.hf);
     if (it == stored.end())
-      throw std::runtime_error(weights.source() + ": tensor " + t.hf + " is missing, but " + model + " has it" +
-                               (t.hf == "lm_head.weight"
-                                    ? " (an untied head: for a tied model set model.tie_embeddings = true)"
-                                    : ""));
+      refuse(weights.source() + ": tensor " + t.hf + " is missing, but " + model + " has it" +
+             (t.hf == "lm_head.weight"
+                  ? " (an untied head: for a tied model set model.tie_embeddings = true)"
+                  : ""));
     const SafetensorsEntry& e = *it->second.entry;
     if (e.shape != t.hf_shape) {
       SafetensorsEntry want;
       want.shape = t.hf_shape;
-      throw std::runtime_error(it->second.file->path() + ": tensor " + e.name + " has shape " + e.shape_string() +
-                               ", but " + model + " needs " + want.shape_string());
+      refuse(it->second.file->path() + ": tensor " + e.name + " has shape " + e.shape_string() +
+             ", but " + model + " needs " + want.shape_string());
     }
     used.insert(t.hf);
-    from_hf_layout(t, it->second.file->read_f32(e), values[t.meshtrain]);
+    const std::vector<float> stored_values = it->second.file->read_f32(e);
+    refuse_non_finite(it->second.file->path(), e, stored_values);
+    from_hf_layout(t, stored_values, values[t.meshtrain]);
   }
   for (const auto& [name, t] : stored) {
     if (used.count(name)) continue;
@@ -254,12 +284,12 @@ std::map<std::string, std::vector<float>> read_tensors(
       const std::vector<float>& wte = values.at("wte");
       if (head.size() == wte.size() && std::memcmp(head.data(), wte.data(), wte.size() * sizeof(float)) == 0)
         continue;
-      throw std::runtime_error(t.file->path() + ": tensor lm_head.weight differs from " + embedding + ", but " +
-                               model + " ties them (set model.tie_embeddings = false to import an untied head)");
+      refuse(t.file->path() + ": tensor lm_head.weight differs from " + embedding + ", but " +
+             model + " ties them (set model.tie_embeddings = false to import an untied head)");
     }
-    throw std::runtime_error(t.file->path() + ": tensor " + t.entry->name + " " + t.entry->shape_string() +
-                             " is not part of " + model +
-                             " (check model.layers and model.tie_embeddings against config.json)");
+    refuse(t.file->path() + ": tensor " + t.entry->name + " " + t.entry->shape_string() +
+           " is not part of " + model +
+           " (check model.layers and model.tie_embeddings against config.json)");
   }
   count = used.size();
   return values;
@@ -268,15 +298,13 @@ std::map<std::string, std::vector<float>> read_tensors(
 void import_hf(const ImportArgs& args) {
   std::error_code ec;
   if (!fs::is_directory(args.dir, ec))
-    throw std::runtime_error(args.dir +
-                             ": not a directory (give the directory holding config.json and "
-                             "model.safetensors or model.safetensors.index.json, as `meshtrain export "
-                             "--format hf` or save_pretrained writes it)");
-  // Before any tensor is read: a refused destination costs nothing.
-  check_import_destination(args.out, args.force);
-  if (!args.deck_out.empty() && fs::exists(fs::symlink_status(args.deck_out, ec)) && !args.force)
-    throw std::runtime_error(args.deck_out + ": already exists; --deck-out writes a new deck and never over "
-                             "another (give a path that does not exist, or --force to replace it)");
+    refuse(args.dir +
+           ": not a directory (give the directory holding config.json and "
+           "model.safetensors or model.safetensors.index.json, as `meshtrain export "
+           "--format hf` or save_pretrained writes it)");
+  // Before anything is read: a refused output costs nothing (app/import_outputs.h). The inputs
+  // besides the directory's files: the deck.
+  ImportOutputs outputs(args, {args.deck});
   const std::string config_path = (fs::path(args.dir) / "config.json").string();
   const json j = read_json_object(config_path,
                                   "a Hugging Face model directory holds config.json beside its weights; it "
@@ -286,14 +314,14 @@ void import_hf(const ImportArgs& args) {
   ModelSpec hf;
   int64_t max_positions = 0;
   if (gpt2) {
-    hf = gpt2_spec_of(j);
+    hf = gpt2_spec_of(j, config_path);
   } else {
     hf = hf_llama_spec(j, config_path, 0, max_positions);
     hf.seq_len = std::min(max_positions, kDefaultSeqLen);
     // Mixtral attends within its sliding window: the deck built for it trains no longer.
-    if (const json w = json_value_or(j, "sliding_window", nullptr);
-        type == "mixtral" && w.is_number_integer())
-      hf.seq_len = std::max<int64_t>(1, std::min(hf.seq_len, w.get<int64_t>()));
+    if (const std::optional<int64_t> w = json_int64(json_value_or(j, "sliding_window", nullptr));
+        type == "mixtral" && w)
+      hf.seq_len = std::max<int64_t>(1, std::min(hf.seq_len, *w));
   }
   // The deck: the user's, or one built from config.json (with the --set overrides in it).
   Config cfg;
@@ -310,7 +338,11 @@ void import_hf(const ImportArgs& args) {
                                "download with --local-dir, or give --deck)");
     const std::string tokenizer = fs::is_regular_file(tok, ec) ? fs::absolute(tok).string() : "bytes";
     deck_text = with_overrides(hf_deck_text(hf, tokenizer, args.dir), args.overrides);
-    cfg = parse_deck(args.deck_out.empty() ? config_path + " (the deck built from it)" : args.deck_out, deck_text);
+    // Named after config.json, where what it refuses came from: the --deck-out file does not
+    // exist yet (and is not written when the deck is refused).
+    cfg = parse_deck(config_path + " (the deck built from it" +
+                         (args.deck_out.empty() ? std::string() : " for --deck-out " + args.deck_out) + ")",
+                     deck_text);
   }
   if (gpt2) {
     check_gpt2_config(config_path, j, cfg);
@@ -351,14 +383,10 @@ void import_hf(const ImportArgs& args) {
     values = read_tensors(weights, hf_llama_tensors(m), m, model, "model.embed_tokens.weight",
                           [](const std::string& n) { return n; }, is_rotary_buffer, count);
   }
-  // Often <checkpoint.dir>/step_00000000.h5 of a run not started yet (README): make its directory.
-  if (const fs::path parent = fs::path(args.out).parent_path(); !parent.empty())
-    fs::create_directories(parent, ec);
-  write_imported_checkpoint(args.out, cfg, values, args.force);
-  if (!args.deck_out.empty()) write_text_file(args.deck_out, deck_text);
+  outputs.write(deck_text, [&] { write_imported_checkpoint(args.out, cfg, values, args.force); });
   const std::string deck = !args.deck.empty() ? args.deck : args.deck_out;
   std::printf("imported %s (%zu tensors) for %s into %s at step 0\n", args.dir.c_str(), count,
-              cfg.deck_path.c_str(), args.out.c_str());
+              (deck.empty() ? cfg.deck_path : deck).c_str(), args.out.c_str());
   if (!deck.empty())
     std::printf("fine-tune it: meshtrain train %s --set checkpoint.resume='\"%s\"'\n", deck.c_str(),
                 args.out.c_str());

@@ -55,9 +55,6 @@ Config load_config(const std::string& deck, const std::vector<std::string>& over
 }
 
 namespace {
-// One name for both: a directory is one job's, whichever role it has in it (another job's
-// run.dir given as this one's checkpoint.dir is refused too).
-constexpr const char* kLockName = ".meshtrain.lock";
 
 // One number per rank for "did every rank settle on the same device choices".
 double choice_code(const Config& c) {
@@ -107,13 +104,15 @@ CpuThreads cpu_threads(const Config& c, Communicator& world, int node_rank) {
 }
 // Before anything is written into run.dir or checkpoint.dir (flight records, metrics, probes):
 // a job started there while another runs is refused and leaves the other's files alone.
+// One lock name (kDirectoryLockName) for both: a directory is one job's, whichever role it has in
+// it (another job's run.dir given as this one's checkpoint.dir is refused too).
 void lock_run_directories(RunSetup& s, Communicator& world) {
   const Config& c = s.config;
   std::string warning;
   agree(world, [&] {
     if (world.rank() != 0) return;
     create_run_directory(c.deck_path, c.run.dir);
-    s.locks.push_back(DirectoryLock::take(c.run.dir, kLockName, c.deck_path + ": run.dir = \"" +
+    s.locks.push_back(DirectoryLock::take(c.run.dir, kDirectoryLockName, c.deck_path + ": run.dir = \"" +
                                           c.run.dir + "\": ", warning));
     // checkpoint.dir too, wherever it is: two runs of one lineage, or runs sharing checkpoint.dir
     // from different run directories, would otherwise overwrite and prune each other's files.
@@ -125,7 +124,7 @@ void lock_run_directories(RunSetup& s, Communicator& world) {
     // The same directory twice: this process's second lock on the file would be refused by its
     // first (open-file-description locks conflict within a process too).
     if (!std::filesystem::equivalent(c.run.dir, c.checkpoint.dir, ec))
-      s.locks.push_back(DirectoryLock::take(c.checkpoint.dir, kLockName, key, warning));
+      s.locks.push_back(DirectoryLock::take(c.checkpoint.dir, kDirectoryLockName, key, warning));
   });
   if (!warning.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", warning.c_str());
 }

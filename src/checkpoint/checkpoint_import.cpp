@@ -15,6 +15,7 @@
 
 #include "meshtrain/config/config_dump.h"
 #include "meshtrain/io/checkpoint_file.h"
+#include "meshtrain/io/regular_file.h"
 #include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/model/parameter_table.h"
 #include "checkpoint_directory.h"
@@ -161,13 +162,7 @@ void write_imported_checkpoint(const std::string& path, const Config& config,
   if (replace) {
     fs::rename(tmp, path, ec);
   } else {
-    int error = ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0 ? 0 : errno;
-    if (error == EINVAL || error == ENOSYS) {
-      // A file system without RENAME_NOREPLACE: a hard link fails where a file exists, as a
-      // rename would not.
-      error = ::link(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
-      if (error == 0) fs::remove(tmp, ec);
-    }
+    const int error = rename_without_replacing(tmp, path);
     if (error == EEXIST) {
       fs::remove(tmp, ec);
       throw std::runtime_error(path + ": already exists (it appeared while the import was written); "

@@ -43,14 +43,17 @@ KeySpec int_key(std::string sec, std::string key, std::string default_text, int6
                 std::string doc, Field field) {
   using T = std::remove_reference_t<decltype(field(std::declval<Config&>()))>;
   hi = std::min(hi, largest_of<T>());
-  return {sec, key, "integer", std::move(default_text), integer_range(lo, hi), std::move(doc),
-          [=](const toml::node& n, Config& c) -> std::string {
-            if (!n.is_integer()) return "is " + toml_type_of(n);
-            const int64_t v = n.as_integer()->get();
-            if (v < lo || v > hi) return "is out of range";
-            field(c) = static_cast<T>(v);
-            return "";
-          }};
+  KeySpec spec{sec, key, "integer", std::move(default_text), integer_range(lo, hi), std::move(doc),
+               [=](const toml::node& n, Config& c) -> std::string {
+                 if (!n.is_integer()) return "is " + toml_type_of(n);
+                 const int64_t v = n.as_integer()->get();
+                 if (v < lo || v > hi) return "is out of range";
+                 field(c) = static_cast<T>(v);
+                 return "";
+               }};
+  spec.min = lo;
+  spec.max = hi;
+  return spec;
 }
 
 template <class Field>

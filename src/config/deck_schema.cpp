@@ -2,6 +2,7 @@
 
 #include "deck_schema.h"
 #include "deck_keys.h"
+#include "meshtrain/config/deck.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -468,6 +470,12 @@ std::vector<std::string> section_names() {
   for (const KeySpec& k : schema())
     if (std::find(out.begin(), out.end(), k.section) == out.end()) out.push_back(k.section);
   return out;
+}
+
+IntegerRange deck_integer_range(const std::string& section, const std::string& key) {
+  for (const KeySpec& k : schema())
+    if (k.section == section && k.key == key && k.type == "integer") return {k.min, k.max};
+  throw std::invalid_argument(section + "." + key + " is not an integer key of the deck");
 }
 
 }  // namespace meshtrain

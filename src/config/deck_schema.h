@@ -21,6 +21,9 @@ struct KeySpec {
   std::string doc;
   // Stores the node into the config; returns a problem description, or "" when valid.
   std::function<std::string(const toml::node&, Config&)> apply;
+  // An integer key's accepted range (int_key sets it; `accepted` says it in words); 0, 0 for
+  // other keys.
+  int64_t min = 0, max = 0;
 };
 
 // Every key, in reference order.

@@ -3,6 +3,7 @@
 #include "meshtrain/io/regular_file.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -143,6 +144,17 @@ std::string read_regular_file(const std::string& path, std::string& out) {
   }
   ::close(fd);
   return why;
+}
+
+int rename_without_replacing(const std::string& from, const std::string& to) {
+  int error = ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0 ? 0 : errno;
+  if (error == EINVAL || error == ENOSYS) {
+    // A file system without RENAME_NOREPLACE: a hard link fails where a file exists, as a
+    // rename would not.
+    error = ::link(from.c_str(), to.c_str()) == 0 ? 0 : errno;
+    if (error == 0) ::unlink(from.c_str());
+  }
+  return error;
 }
 
 }  // namespace meshtrain

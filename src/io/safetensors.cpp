@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/io/regular_file.h"
+#include "meshtrain/io/terminal_text.h"
 #include "meshtrain/tensor/bf16.h"
 
 namespace meshtrain {
@@ -30,8 +31,10 @@ using nlohmann::json;
 constexpr uint64_t kMaxHeader = uint64_t{100} << 20;
 constexpr const char* kAccepted = "F32, F16 or BF16";
 
+// The header's names and values come from whoever made the file: escaped whole, so that a NUL
+// does not cut the message short and an escape sequence is shown, not obeyed.
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw SafetensorsError(path + ": " + what);
+  throw SafetensorsError(terminal_safe(path + ": " + what));
 }
 
 bool parse_dtype(const std::string& s, SafeDType& out) {

@@ -821,6 +821,19 @@ CATALOGUE = [
          "{fifo}/tokenizer.json"], 1,
         ["{fifo}/tokenizer.json: is a FIFO (named pipe), not a regular file; expected a JSON file"],
         needs=["run_a", "fifos"], within=20),
+    # issue 50 (i50-import): import's outputs checked before anything is written, and the
+    # directory lock of a running job's checkpoint.dir.
+    row("command", "import --deck-out naming the checkpoint", 1,
+        ["import", "--format", "hf", "{dir}/untrusted/hf", "{dir}/imported.h5", "--deck-out",
+         "{dir}/untrusted/../imported.h5"], 1,
+        ["{dir}/untrusted/../imported.h5 (--deck-out) is the same file as {dir}/imported.h5 (the checkpoint"],
+        needs=["untrusted"]),
+    row("command", "import into a locked checkpoint.dir", 1,
+        ["import", "--format", "hf", "{dir}/untrusted/hf", "--deck", "{deck}",
+         "{locked_checkpoints}/step_00000000.h5"], 1,
+        ["{locked_checkpoints}/step_00000000.h5: its directory {locked_checkpoints} is in use by another run "
+         "({locked_checkpoints}/.meshtrain.lock is locked by node {node}, pid {pid}, "],
+        needs=["untrusted", "locked"]),
 ]
 
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -287,6 +288,19 @@ TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
   EXPECT_EQ(refusal("[model]\nd_model = 60\nheads = 8\nhead_dim = 16\n"), "");
   EXPECT_NE(refusal("[model]\nd_model = 60\nheads = 8\n").find("or set model.head_dim"),
             std::string::npos);
+}
+
+// The range import checks config.json's integers against (app/hf_directory.h): the schema's,
+// capped by the field's type.
+TEST(Deck, IntegerRangeOfAKeyIsTheSchemas) {
+  const IntegerRange layers = deck_integer_range("model", "layers");
+  EXPECT_EQ(layers.min, 1);
+  EXPECT_EQ(layers.max, 100000);
+  EXPECT_EQ(deck_integer_range("model", "vocab_size").min, 2);
+  // train.steps is an int: its range stops at what the field holds, not at TOML's 64 bits.
+  EXPECT_EQ(deck_integer_range("train", "steps").max, std::numeric_limits<int>::max());
+  EXPECT_THROW(deck_integer_range("model", "family"), std::invalid_argument);
+  EXPECT_THROW(deck_integer_range("model", "no_such_key"), std::invalid_argument);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,10 @@ std::string hf_link_outside(const std::string& dir, const std::string& path);
 // A config.json value, or `fallback` (transformers' default) where the key is absent or null.
 nlohmann::json json_value_or(const nlohmann::json& j, const char* key, nlohmann::json fallback);
 
+// `v` as a 64-bit integer; nullopt when it is not an integer, or one beyond int64 (JSON's
+// 2^64 - 1 is an integer too, which a plain get<int64_t>() would wrap to -1).
+std::optional<int64_t> json_int64(const nlohmann::json& v);
+
 // config.json's keys read with transformers' defaults for absent (or null) ones, each refused
 // with one message naming the file, the key, its value and what meshtrain accepts. Shared by
 // every family's config reader (app/hf_llama.cpp, app/hf_moe.cpp).
@@ -45,11 +50,16 @@ class HfConfigReader {
   // Throws "<path>: <key> = <value> (<accepted>)".
   [[noreturn]] void refuse(const std::string& key, const nlohmann::json& value,
                            const std::string& accepted) const;
-  // An integer >= min of `obj` (config.json itself, or a nested object named by `prefix`).
-  int64_t integer(const nlohmann::json& obj, const char* key, int64_t fallback, int64_t min,
-                  const std::string& prefix = "") const;
-  int64_t integer(const char* key, int64_t fallback, int64_t min) const {
-    return integer(j_, key, fallback, min);
+  // An integer from min to max of `obj` (config.json itself, or a nested object named by
+  // `prefix`): anything else is refused, never narrowed (num_hidden_layers = 2^32 + 2 is not 2).
+  int64_t integer(const nlohmann::json& obj, const char* key, int64_t fallback, int64_t min, int64_t max,
+                  const std::string& prefix = "", const std::string& field = "") const;
+  // An integer that becomes the deck key `deck_key` ("model.layers"): the range that key
+  // accepts (config/deck.h), so that a value the deck would refuse is blamed on config.json.
+  int64_t deck_integer(const nlohmann::json& obj, const char* key, int64_t fallback, const std::string& deck_key,
+                       const std::string& prefix = "") const;
+  int64_t deck_integer(const char* key, int64_t fallback, const std::string& deck_key) const {
+    return deck_integer(j_, key, fallback, deck_key);
   }
   // A number > 0, or >= 0 where `zero_allowed`.
   double number(const nlohmann::json& obj, const char* key, double fallback, const std::string& prefix = "",

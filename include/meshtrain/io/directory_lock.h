@@ -20,6 +20,10 @@
 
 namespace meshtrain {
 
+// The lock file's name in a run.dir or checkpoint.dir (the trainer's, and import's in the
+// directory it writes a checkpoint into).
+constexpr const char* kDirectoryLockName = ".meshtrain.lock";
+
 class DirectoryLock {
  public:
   // Locks `dir`/`file_name` (created if missing, never through a symbolic link) and writes this

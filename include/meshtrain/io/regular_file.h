@@ -46,4 +46,9 @@ std::string regular_file_problem(const std::string& path);
 // regular_file_problem words it, or "cannot be read: <reason>".
 std::string read_regular_file(const std::string& path, std::string& out);
 
+// Renames `from` to `to` unless something exists at `to` (RENAME_NOREPLACE, or where the file
+// system lacks it a hard link and the removal of `from`). 0, or the errno: EEXIST where `to`
+// exists. For writers that never replace a file they did not check (import's outputs).
+int rename_without_replacing(const std::string& from, const std::string& to);
+
 }  // namespace meshtrain
