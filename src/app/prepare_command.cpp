@@ -78,6 +78,7 @@ int prepare_command(const PrepareArgs& args) {
       opt.progress = true;
       opt.text_field = args.text_field;
       opt.max_bad_lines = args.max_bad_lines;
+      opt.max_line_bytes = static_cast<uint64_t>(args.max_line_bytes);
       if (args.end_of_text) {
         opt.end_of_text = tok->end_of_text();
         if (!opt.end_of_text)

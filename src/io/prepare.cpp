@@ -339,8 +339,9 @@ void feed_jsonl(const std::string& path, uint64_t size, const PrepareOptions& op
   // Whole documents go to validation: those whose lines start in the last val_fraction.
   const uint64_t split =
       size - static_cast<uint64_t>(std::llround(static_cast<double>(size) * opt.val_fraction));
-  JsonlDocuments documents(path, opt.text_field, !tok.takes_any_bytes());
+  JsonlDocuments documents(path, opt.text_field, !tok.takes_any_bytes(), opt.max_line_bytes);
   std::unique_ptr<Chunk> c;
+  uint64_t document_count = 0, bad_count = 0;
   uint64_t read = 0, submitted = 0;  // decompressed bytes: for the progress line
   auto flush = [&] {
     if (c) submit(std::move(c), read - submitted);
@@ -353,6 +354,7 @@ void feed_jsonl(const std::string& path, uint64_t size, const PrepareOptions& op
     read = line.offset + line.bytes;
     if (line.kind == JsonlLine::Kind::Bad) {
       bad_lines.add(path, line);
+      ++bad_count;
       continue;
     }
     const Role role = line.offset < split ? Role::Train : Role::Val;
@@ -369,7 +371,15 @@ void feed_jsonl(const std::string& path, uint64_t size, const PrepareOptions& op
     }
     c->text += line.text;
     c->document_ends.push_back(c->text.size());
+    ++document_count;
   }
+  // Blank lines alone made empty shards with exit 0: a corpus that is not what its user thinks.
+  if (document_count == 0)
+    throw DataError(path, "holds no document: its " + std::to_string(documents.lines()) +
+                              " line(s) are all blank" +
+                              (bad_count > 0 ? " or bad (skipped)" : "") +
+                              " (JSON Lines holds one object per line, e.g. {\"" +
+                              opt.text_field + "\": \"...\"})");
   read = size;
   flush();
 }

@@ -14,6 +14,7 @@
 
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/jsonl_documents.h"
 #include "meshtrain/io/synthetic_corpus.h"
 #include "meshtrain/io/token_shard.h"
 #include "meshtrain/io/gpt2_bpe_tokenizer.h"
@@ -286,6 +287,60 @@ TEST(Prepare, JsonLinesDocumentsInSmallChunksEachEndWithTheEndOfTextToken) {
     EXPECT_EQ(got.back(), *eot) << path;
     EXPECT_EQ(std::count(got.begin(), got.end(), *eot), 1) << path;
   }
+}
+
+// A line longer than the bound is a bad line, read through without being held; the lines after
+// it keep their numbers and offsets. A number no double holds is a bad line too (issue 50: it
+// escaped as an internal error).
+TEST(JsonlDocuments, LongLinesAndHugeNumbersAreBadLinesAndTheRestReadsOn) {
+  TempDir dir;
+  const std::string first = "{\"text\": \"one\"}\n";
+  const std::string long_line = "{\"text\": \"" + std::string(5000, 'x') + "\"}\n";
+  const std::string huge = "{\"text\": \"two\", \"n\": -1e400}\n";
+  const std::string last = "{\"text\": \"three\"}";  // no newline
+  meshtrain::testing::write_file(dir.file("c.jsonl"), first + long_line + huge + last);
+  JsonlDocuments docs(dir.file("c.jsonl"), "text", true, 1000);
+  JsonlLine l = docs.next();
+  EXPECT_EQ(l.kind, JsonlLine::Kind::Document);
+  EXPECT_EQ(l.text, "one");
+  l = docs.next();
+  ASSERT_EQ(l.kind, JsonlLine::Kind::Bad);
+  EXPECT_EQ(l.number, 2u);
+  EXPECT_EQ(l.offset, first.size());
+  EXPECT_EQ(l.bytes, long_line.size());
+  EXPECT_NE(l.text.find("the line is 5012 bytes long, more than --max-line-bytes 1000 bytes"),
+            std::string::npos) << l.text;
+  l = docs.next();
+  ASSERT_EQ(l.kind, JsonlLine::Kind::Bad);
+  EXPECT_EQ(l.number, 3u);
+  EXPECT_NE(l.text.find("a number beyond the range of a double: -1e400"), std::string::npos)
+      << l.text;
+  l = docs.next();
+  EXPECT_EQ(l.kind, JsonlLine::Kind::Document);
+  EXPECT_EQ(l.text, "three");
+  EXPECT_EQ(l.number, 4u);
+  EXPECT_EQ(l.offset, first.size() + long_line.size() + huge.size());
+  EXPECT_EQ(docs.next().kind, JsonlLine::Kind::End);
+
+  // At the bound exactly: a document.
+  JsonlDocuments exact(dir.file("c.jsonl"), "text", true, long_line.size() - 1);
+  exact.next();
+  EXPECT_EQ(exact.next().kind, JsonlLine::Kind::Document);
+}
+
+// A file of blank lines is no corpus: refused naming it, nothing written (it made empty shards).
+TEST(Prepare, JsonLinesOfBlankLinesAreRefused) {
+  TempDir dir;
+  meshtrain::testing::write_file(dir.file("blank.jsonl"), "\n \n\t\n");
+  try {
+    prepare_text_files({dir.file("blank.jsonl")}, dir.file("out/b"), 0.1);
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.file("blank.jsonl") +
+                                          ": holds no document: its 3 line(s) are all blank"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.file("out")));
 }
 
 }  // namespace

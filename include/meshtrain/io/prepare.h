@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/io/jsonl_documents.h"
 #include "meshtrain/io/tokenizer.h"
 
 namespace meshtrain {
@@ -35,6 +36,10 @@ struct PrepareOptions {
   // than silently shortened.
   std::string text_field = "text";
   int64_t max_bad_lines = 0;
+  // JSON Lines inputs: a longer line (without its newline) is a bad line, read through without
+  // being held, so that a line of a GB (a compressed bomb) costs this much memory, not 2-9x its
+  // size. 64 MiB by default (kDefaultMaxLineBytes).
+  uint64_t max_line_bytes = kDefaultMaxLineBytes;
   // A token placed after every document (the tokenizer's end_of_text(), --end-of-text), so
   // that the model sees where one text ends and an unrelated one begins, and
   // data.document_mask can cut packed sequences there; none by default, as shards have always
@@ -61,7 +66,8 @@ struct PrepareOptions {
 // lines start in the file's last val_fraction of (decompressed) bytes: no document is split.
 // Compressed inputs are read through once before anything is written (a truncated or corrupt
 // one is a DataError naming it). More than options.max_bad_lines bad lines is a DataError
-// naming the file and line.
+// naming the file and line; so is a JSON Lines file without a single document (blank lines
+// only, or bad lines only).
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
                                  const std::string& out_prefix, const Tokenizer& tokenizer,
                                  const PrepareOptions& options);
