@@ -180,6 +180,9 @@ int main(int argc, char** argv) {
                           "JSON Lines: the longest line read, in bytes; a longer one is a bad line, "
                           "read through without being held (default 67108864, 64 MiB)")
       ->check(integer_in("--max-line-bytes", 1, kMaxLineBytesLimit, "268435456"));
+  prepare_cmd->add_flag("--force", prepare.force,
+                        "Replace outputs that exist (and the .tmp files of a killed prepare); an "
+                        "output that is one of the inputs is refused all the same");
   prepare_cmd->add_flag("--end-of-text", prepare.end_of_text,
                         "Put the tokenizer's end-of-text token after every document (each text "
                         "file's training and validation parts, each JSON Lines document): "

@@ -735,7 +735,8 @@ CATALOGUE = [
     # issue 50 (i50-jsonl): prepare's JSON Lines bounds and its outputs. A number no double holds
     # is a bad line (was an internal error); a line longer than --max-line-bytes is a bad line,
     # read through without being held; a file of blank lines is no corpus (was empty shards,
-    # exit 0); negative or huge counts name the flag and the range (was 1.8e308's 309 digits).
+    # exit 0); negative or huge counts name the flag and the range (was 1.8e308's 309 digits);
+    # existing shards are replaced only with --force, an input never.
     row("data", "prepare JSONL: a number beyond a double", 1,
         ["prepare", "{jsonl50}/overflow.jsonl", "--out", "{dir}/run/j"], 1,
         ["{jsonl50}/overflow.jsonl: line 2: a number beyond the range of a double: 1e400",
@@ -763,6 +764,14 @@ CATALOGUE = [
         ["prepare", "{jsonl50}/overflow.jsonl", "--out", "{dir}/run/j", "--max-line-bytes", "0"],
         2, ["--max-line-bytes 0 is out of range (expected an integer from 1 to 4294967296"],
         needs=["jsonl50"], then=nothing_prepared),
+    row("data", "prepare over existing shards", 1,
+        ["prepare", "{jsonl50}/good.jsonl", "--out", "{jsonl50}/done"], 1,
+        ["{jsonl50}/done_train.bin: exists; prepare never replaces an output unless told to",
+         "--force"], needs=["jsonl50"]),
+    row("data", "prepare --force over its own input", 1,
+        ["prepare", "{jsonl50}/done_train.bin", "--out", "{jsonl50}/done", "--force"], 1,
+        ["{jsonl50}/done_train.bin: is an input of this prepare", "--force never replaces an input"],
+        needs=["jsonl50"]),
 ]
 
 
@@ -902,17 +911,20 @@ def fixture_jsonl(p):
 
 
 def fixture_jsonl50(p):
-    """Issue 50's JSON Lines: a number beyond a double, a 5000-byte line, blank lines alone."""
+    """Issue 50's JSON Lines: a number beyond a double, a 5000-byte line, blank lines alone, and
+    a good corpus already prepared to done_*.bin (shards a prepare must not replace)."""
     d = os.path.join(p["dir"], "jsonl50")
     p["jsonl50"] = d
     os.makedirs(d)
     first = b'{"text": "a good line"}\n'
     files = {"overflow.jsonl": first + b'{"text": "x", "score": 1e400}\n',
              "long_line.jsonl": first + b'{"text": "' + b"y" * 5000 + b'"}\n' + first,
-             "blank.jsonl": b"\n  \n\t\r\n"}
+             "blank.jsonl": b"\n  \n\t\r\n",
+             "good.jsonl": first * 50}
     for name, data in files.items():
         with open(os.path.join(d, name), "wb") as f:
             f.write(data)
+    prepare(d, os.path.join(d, "good.jsonl"), "done")
 
 
 FIXTURES = {"fifos": fixture_fifos, "shards": fixture_shards, "broken": fixture_broken, "run_a": fixture_run_a,

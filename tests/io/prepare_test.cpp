@@ -141,6 +141,7 @@ TEST(Prepare, StreamingInSmallChunksMatchesTheWholeText) {
       opt.val_fraction = 0.25;
       opt.threads = threads;
       opt.chunk_bytes = 997;
+      opt.existing = ExistingOutputs::Replace;  // the same prefix every round
       const PrepareResult r = prepare_text_files({dir.file("a.txt")}, dir.file("o"), *tok, opt);
       std::vector<uint32_t> got = all_tokens(TokenShard::open(r.train_path));
       const std::vector<uint32_t> val = all_tokens(TokenShard::open(r.val_path));

@@ -44,6 +44,7 @@ struct PrepareArgs {
   long long max_bad_lines = 0;      // JSON Lines inputs: bad lines skipped before an error
   long long max_line_bytes = kDefaultMaxLineBytes;  // JSON Lines inputs: a longer line is bad
   bool end_of_text = false;         // --end-of-text: the tokenizer's token after every document
+  bool force = false;               // --force: replace existing outputs (never an input)
 };
 int prepare_command(const PrepareArgs& args);
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "meshtrain/io/jsonl_documents.h"
+#include "meshtrain/io/prepare_outputs.h"
 #include "meshtrain/io/tokenizer.h"
 
 namespace meshtrain {
@@ -46,7 +47,16 @@ struct PrepareOptions {
   // been. A document is a text file (its training part and its validation part each end with
   // the token) or a JSON Lines document.
   std::optional<uint32_t> end_of_text;
+  // Outputs that exist already are refused unless Replace (--force); see io/prepare_outputs.h.
+  ExistingOutputs existing = ExistingOutputs::Refuse;
+  // The files the tokenizer was read from: an output may no more be one of them than an input.
+  std::vector<std::string> tokenizer_files;
 };
+
+// The files a prepare to `out_prefix` writes: <prefix>_train.bin, <prefix>_val.bin when
+// val_fraction > 0, <prefix>_tokenizer<tokenizer_suffix> when the suffix is not "".
+std::vector<std::string> prepare_output_names(const std::string& out_prefix, double val_fraction,
+                                              const std::string& tokenizer_suffix);
 
 // Tokenizes each text file and writes <out_prefix>_train.bin and <out_prefix>_val.bin
 // (creating the prefix's directory if needed), and the tokenizer as
@@ -58,8 +68,10 @@ struct PrepareOptions {
 // an existing <out_prefix>_val.bin alone). An out_prefix that is a directory ("data/") is
 // std::invalid_argument too. A missing, unreadable, empty or directory input, or text that
 // breaks the tokenizer's input rule (Tokenizer::takes_any_bytes), is a DataError naming the
-// file (and the byte offset); shards are written under .tmp names and renamed only when all is
-// done, so no error leaves a partial shard under a final name.
+// file (and the byte offset). The outputs are checked first (check_prepare_outputs: none may be
+// an input or the tokenizer's file, none may exist unless options.existing is Replace), written
+// under .tmp names and renamed together only when all is done, so that no error leaves any of
+// them under a final name, and SIGINT/SIGTERM remove the .tmp files (io/prepare_outputs.h).
 // Inputs named *.jsonl, *.jsonl.gz or *.jsonl.zst are JSON Lines: each line's text field is
 // one document, tokenized on its own exactly as the same text given as its own file would be,
 // the documents' tokens concatenated in order. Their validation part is the documents whose
@@ -84,8 +96,10 @@ int available_cores();
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
                                  const std::string& out_prefix, double val_fraction);
 
-// synthetic_text(seed, bytes), byte-level: train_tokens + val_tokens == bytes.
+// synthetic_text(seed, bytes), byte-level: train_tokens + val_tokens == bytes. The outputs
+// as prepare_text_files treats them.
 PrepareResult prepare_synthetic(uint64_t seed, size_t bytes, const std::string& out_prefix,
-                                double val_fraction);
+                                double val_fraction,
+                                ExistingOutputs existing = ExistingOutputs::Refuse);
 
 }  // namespace meshtrain
