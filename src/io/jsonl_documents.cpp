@@ -6,6 +6,7 @@
 #include <string_view>
 #include <nlohmann/json.hpp>
 
+#include "meshtrain/io/terminal_text.h"
 #include "meshtrain/io/utf8_text.h"
 
 namespace meshtrain {
@@ -44,6 +45,23 @@ std::string bytes_in_words(uint64_t n) {
 // "string", "number", ...: what a field held instead of the text.
 std::string type_of(const nlohmann::json& j) {
   return j.is_null() ? "null" : std::string(j.type_name());
+}
+
+// nlohmann's message quotes the token it read last ("...; last read: '\"aaaa...'"), which is
+// the whole rest of the line for an unterminated string: a 60 MB message. Cut to its first 80
+// bytes, and escaped (io/terminal_text.h): the line came from someone else.
+std::string cut_last_read(const std::string& message) {
+  constexpr std::string_view kLastRead = "last read: '";
+  constexpr size_t kKept = 80;
+  const size_t begin = message.find(kLastRead);
+  if (begin == std::string::npos) return terminal_safe(message);
+  const size_t token = begin + kLastRead.size();
+  size_t end = message.rfind("'; expected");
+  if (end == std::string::npos || end < token) end = message.size() - 1;
+  if (end - token <= kKept) return terminal_safe(message);
+  return terminal_safe(message.substr(0, token + kKept)) + "...(" +
+         std::to_string(end - token - kKept) + " bytes more)" +
+         terminal_safe(message.substr(end));
 }
 
 // "a number beyond the range of a double: 1e400" from nlohmann's "[json.exception.out_of_range.406]
@@ -138,7 +156,7 @@ void JsonlDocuments::classify(const std::string& line, JsonlLine& out) const {
     // library's tag and the line that is always 1 here.
     std::string what = e.what();
     const size_t at = what.find("column ");
-    out.text = "invalid JSON at " + (at != std::string::npos ? what.substr(at) : what);
+    out.text = "invalid JSON at " + cut_last_read(at != std::string::npos ? what.substr(at) : what);
     return;
   } catch (const nlohmann::json::out_of_range& e) {
     // 1e400 is valid JSON that no double holds (out_of_range.406, "number overflow parsing

@@ -329,6 +329,22 @@ TEST(JsonlDocuments, LongLinesAndHugeNumbersAreBadLinesAndTheRestReadsOn) {
   EXPECT_EQ(exact.next().kind, JsonlLine::Kind::Document);
 }
 
+// An unterminated string is invalid JSON named with its first bytes only: nlohmann's message
+// quotes the whole rest of the line (a 256 MiB line printed 256 MiB of error).
+TEST(JsonlDocuments, InvalidJsonIsNamedWithoutTheWholeLine) {
+  TempDir dir;
+  meshtrain::testing::write_file(dir.file("c.jsonl"),
+                                 "{\"text\": \"" + std::string(100000, 'a') + "\n");
+  JsonlDocuments docs(dir.file("c.jsonl"), "text", true);
+  const JsonlLine l = docs.next();
+  ASSERT_EQ(l.kind, JsonlLine::Kind::Bad);
+  EXPECT_EQ(l.text.rfind("invalid JSON at column ", 0), 0u) << l.text.substr(0, 300);
+  EXPECT_NE(l.text.find("missing closing quote; last read: '\"aaaa"), std::string::npos)
+      << l.text.substr(0, 300);
+  EXPECT_NE(l.text.find("bytes more)"), std::string::npos) << l.text.substr(0, 300);
+  EXPECT_LT(l.text.size(), 300u);
+}
+
 // A file of blank lines is no corpus: refused naming it, nothing written (it made empty shards).
 TEST(Prepare, JsonLinesOfBlankLinesAreRefused) {
   TempDir dir;
