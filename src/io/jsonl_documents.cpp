@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
+#include <optional>
+#include <set>
 #include <string_view>
 #include <nlohmann/json.hpp>
 
@@ -42,10 +45,6 @@ std::string bytes_in_words(uint64_t n) {
   return std::to_string(n) + " bytes (" + mib + ")";
 }
 
-// "string", "number", ...: what a field held instead of the text.
-std::string type_of(const nlohmann::json& j) {
-  return j.is_null() ? "null" : std::string(j.type_name());
-}
 
 // nlohmann's message quotes the token it read last ("...; last read: '\"aaaa...'"), which is
 // the whole rest of the line for an unterminated string: a 60 MB message. Cut to its first 80
@@ -74,6 +73,91 @@ std::string number_out_of_range(const std::string& what) {
   return "a number beyond the range of a double" + (number.empty() ? "" : ": " + number) +
          " (JSON numbers must lie within about +-1.8e308)";
 }
+
+// One line's JSON read through nlohmann's SAX interface, keeping only what classify() needs: the
+// top-level value's type, the first top-level keys (for a message), and the value at the text
+// field. A DOM of the line cost up to 40x its size (10 MB of nested arrays: 400 MB), so that a
+// line within --max-line-bytes could still take GBs; this holds the line, one string and a bit
+// per level of nesting. The lookup is the DOM's: the field as one top-level name first, else its
+// dotted path through nested objects; of duplicate keys the last wins, as it did.
+class FieldFinder final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  FieldFinder(const std::string& field, const std::vector<std::string>& path)
+      : field_(field), path_(path) {}
+
+  std::string top_type;                // the line's value: "object", "array", "number", ...
+  std::set<std::string> first_keys;    // the 16 smallest top-level keys, each cut to 64 bytes
+  std::optional<std::string> direct_type, path_type;  // the field's type, where found
+  std::string direct_text, path_text;  // the field's string, where it is one
+  std::string error;                   // nlohmann's message, and its exception's id
+  int error_id = 0;
+
+  bool null() override { return value("null"); }
+  bool boolean(bool) override { return value("boolean"); }
+  bool number_integer(number_integer_t) override { return value("number"); }
+  bool number_unsigned(number_unsigned_t) override { return value("number"); }
+  bool number_float(number_float_t, const string_t&) override { return value("number"); }
+  bool binary(binary_t&) override { return value("binary"); }
+  bool string(string_t& s) override {
+    if (direct_next_) direct_text = std::move(s);
+    else if (path_next_ == path_.size() && path_next_ > 0) path_text = std::move(s);
+    return value("string");
+  }
+  bool start_object(std::size_t) override { return open(true); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    const size_t depth = on_path_.size();
+    if (depth == 1) {
+      first_keys.insert(k.substr(0, 64));
+      if (first_keys.size() > 16) first_keys.erase(std::prev(first_keys.end()));
+      direct_next_ = k == field_;
+    }
+    path_next_ = path_.size() > 1 && on_path_.back() && depth <= path_.size() &&
+                         k == path_[depth - 1]
+                     ? depth
+                     : 0;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = e.what();
+    error_id = e.id;
+    return false;
+  }
+
+ private:
+  // A value (a container: its start) where the last key left off.
+  bool value(const char* type) {
+    if (on_path_.empty()) top_type = type;
+    if (direct_next_) direct_type = type;
+    // A later occurrence of a key on the path replaces what an earlier one led to.
+    if (path_next_ > 0) path_type.reset();
+    if (path_next_ == path_.size() && path_next_ > 0) path_type = type;
+    return true;
+  }
+  bool open(bool object) {
+    value(object ? "object" : "array");
+    const bool on_path =
+        object && (on_path_.empty() || (path_next_ > 0 && path_next_ < path_.size()));
+    on_path_.push_back(on_path);
+    direct_next_ = false;
+    path_next_ = 0;
+    return true;
+  }
+  bool close() {
+    on_path_.pop_back();
+    direct_next_ = false;
+    path_next_ = 0;
+    return true;
+  }
+
+  const std::string& field_;
+  const std::vector<std::string>& path_;
+  std::vector<bool> on_path_;  // per open container: an object reached along the path
+  bool direct_next_ = false;   // the next value is the top-level field_
+  size_t path_next_ = 0;       // the next value is at this depth of the path (0: not on it)
+};
 
 }  // namespace
 
@@ -148,61 +232,47 @@ void JsonlDocuments::classify(const std::string& line, JsonlLine& out) const {
     out.text = describe_non_text_byte(body, bad) + " at column " + std::to_string(bad + 1);
     return;
   }
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
-    // "[json.exception.parse_error.101] parse error at line 1, column 7: ..." without the
-    // library's tag and the line that is always 1 here.
-    std::string what = e.what();
-    const size_t at = what.find("column ");
-    out.text = "invalid JSON at " + cut_last_read(at != std::string::npos ? what.substr(at) : what);
-    return;
-  } catch (const nlohmann::json::out_of_range& e) {
-    // 1e400 is valid JSON that no double holds (out_of_range.406, "number overflow parsing
-    // '1e400'"): a bad line like any other, not an error of the program.
-    out.text = number_out_of_range(e.what());
+  FieldFinder found(field_, field_path_);
+  if (!nlohmann::json::sax_parse(body, &found)) {
+    if (found.error_id / 100 == 4) {
+      // 1e400 is valid JSON that no double holds (out_of_range.406, "number overflow parsing
+      // '1e400'"): a bad line like any other, not an error of the program.
+      out.text = number_out_of_range(found.error);
+    } else {
+      // "[json.exception.parse_error.101] parse error at line 1, column 7: ..." without the
+      // library's tag and the line that is always 1 here.
+      const size_t at = found.error.find("column ");
+      out.text = "invalid JSON at " +
+                 cut_last_read(at != std::string::npos ? found.error.substr(at) : found.error);
+    }
     return;
   }
-  if (!j.is_object()) {
-    out.text = "a JSON " + type_of(j) + ", not an object (expected one object per line, e.g. "
+  if (found.top_type != "object") {
+    out.text = "a JSON " + found.top_type + ", not an object (expected one object per line, e.g. "
                "{\"" + field_ + "\": \"...\"})";
     return;
   }
-  nlohmann::json* at = nullptr;
-  if (const auto it = j.find(field_); it != j.end()) {
-    at = &*it;
-  } else if (field_path_.size() > 1) {
-    at = &j;
-    for (const std::string& part : field_path_) {
-      const auto sub = at->is_object() ? at->find(part) : at->end();
-      if (!at->is_object() || sub == at->end()) {
-        at = nullptr;
-        break;
-      }
-      at = &*sub;
-    }
-  }
-  if (at == nullptr) {
+  const bool direct = found.direct_type.has_value();
+  const std::optional<std::string>& type = direct ? found.direct_type : found.path_type;
+  if (!type) {
     std::string keys;
-    for (const auto& [key, value] : j.items()) {
+    for (const std::string& key : found.first_keys) {
       if (keys.size() > 60) {
         keys += ", ...";
         break;
       }
-      keys += (keys.empty() ? "" : ", ") + ("\"" + key + "\"");
+      keys += (keys.empty() ? "" : ", ") + ("\"" + terminal_safe(key) + "\"");
     }
     out.text = "no field \"" + field_ + "\" (the object has " +
                (keys.empty() ? std::string("no fields") : keys) +
                "; --text-field names the one holding the text)";
     return;
   }
-  if (!at->is_string()) {
-    out.text = "field \"" + field_ + "\" is a " + type_of(*at) + ", not a string";
+  if (*type != "string") {
+    out.text = "field \"" + field_ + "\" is a " + *type + ", not a string";
     return;
   }
-  // Moved out, not copied: a long document is not held twice more.
-  std::string text = std::move(at->get_ref<std::string&>());
+  std::string text = std::move(direct ? found.direct_text : found.path_text);
   if (refuse_nul_ && text.find('\0') != std::string::npos) {
     out.text = "field \"" + field_ + "\" holds a NUL character (\\u0000), which subword "
                "tokenizers do not take";

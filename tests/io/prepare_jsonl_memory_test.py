@@ -3,7 +3,8 @@
 compressed bomb (a 1 MB .gz holding one 1 GiB line; a .zst of zeros) is refused as a line longer
 than --max-line-bytes (64 MiB by default) with a peak RSS far below its size (each line was
 buffered whole, at 2-9x its size: 2.1 GB before refusing line 1), and a valid long line within
-the bound is tokenized in time linear in its length. The peak RSS is the child's own
+the bound is tokenized in time linear in its length, and a line within it of deep nesting or many
+numbers is parsed without a DOM (it cost 12-40x the line). The peak RSS is the child's own
 (os.wait4's rusage), not that of every child this test started.
 
 usage: prepare_jsonl_memory_test.py MESHTRAIN
@@ -89,6 +90,20 @@ def main():
                   zeros + ": holds no document: its 1 line(s) are all blank or bad" in err, err)
             check("... with a peak RSS of %d MB, under %d MB" % (rss >> 20, RSS_BOUND >> 20),
                   rss < RSS_BOUND)
+
+        # Lines within the bound whose JSON was costly as a DOM: 20 MiB of nested arrays (40x
+        # its size as a DOM: 800 MB) and 20 MiB of numbers (12x). Read through nlohmann's SAX
+        # interface, only the text field is kept.
+        for name, middle in (("nested", b"[" * (10 << 20) + b"]" * (10 << 20)),
+                             ("numbers", b"[" + b"0," * (10 << 20) + b"0]")):
+            path = os.path.join(tmp, name + ".jsonl")
+            with open(path, "wb") as f:
+                f.write(b'{"text": "a document", "extra": ' + middle + b"}\n")
+            status, err, rss, _ = run(meshtrain, path, "--val-fraction", "0", "--out",
+                                      os.path.join(tmp, name))
+            check("20 MiB of %s beside the text: a document, at a peak RSS of %d MB, under 160 MB"
+                  % (name, rss >> 20), status == 0 and rss < 160 << 20, err)
+            os.remove(path)
 
         # A valid long line within the bound: the same tokens as the text on its own, in time
         # linear in its length (three times the line, at most six times the time: not nine).

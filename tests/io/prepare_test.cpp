@@ -345,6 +345,31 @@ TEST(JsonlDocuments, InvalidJsonIsNamedWithoutTheWholeLine) {
   EXPECT_LT(l.text.size(), 300u);
 }
 
+// The lookup without a DOM finds what the DOM did: the last of duplicate keys, a dotted path only
+// through objects; keys named in a message are escaped for the terminal.
+TEST(JsonlDocuments, DottedPathsAndDuplicateKeysAsTheDomFoundThem) {
+  TempDir dir;
+  meshtrain::testing::write_file(
+      dir.file("c.jsonl"),
+      "{\"meta\": {\"body\": \"first\"}, \"meta\": {\"x\": 1}}\n"
+      "{\"meta\": {\"body\": 5}, \"meta\": {\"body\": \"second\"}}\n"
+      "{\"meta\": [{\"body\": \"in an array\"}], \"a\\u001b[31m\": 2}\n"
+      "{\"meta.body\": \"the whole name first\", \"meta\": {\"body\": \"not this\"}}\n");
+  JsonlDocuments docs(dir.file("c.jsonl"), "meta.body", true);
+  JsonlLine l = docs.next();
+  EXPECT_EQ(l.kind, JsonlLine::Kind::Bad);
+  l = docs.next();
+  EXPECT_EQ(l.kind, JsonlLine::Kind::Document);
+  EXPECT_EQ(l.text, "second");
+  l = docs.next();
+  EXPECT_EQ(l.kind, JsonlLine::Kind::Bad);
+  EXPECT_EQ(l.text, "no field \"meta.body\" (the object has \"a\\x1b[31m\", \"meta\"; --text-field "
+                    "names the one holding the text)");
+  l = docs.next();
+  EXPECT_EQ(l.kind, JsonlLine::Kind::Document);
+  EXPECT_EQ(l.text, "the whole name first");
+}
+
 // A file of blank lines is no corpus: refused naming it, nothing written (it made empty shards).
 TEST(Prepare, JsonLinesOfBlankLinesAreRefused) {
   TempDir dir;
