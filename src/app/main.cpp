@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "meshtrain/app/address_space_check.h"
@@ -47,6 +48,24 @@ CLI::Validator thread_count() {
                std::to_string(meshtrain::kMaxThreads) + ")";
       },
       "INT in [1," + std::to_string(meshtrain::kMaxThreads) + "]");
+}
+
+// An integer option from lo to hi, named in the message with its value and the range (a
+// negative or too large --max-bad-lines printed 1.8e308's 309 digits as CLI11's bound).
+CLI::Validator integer_in(const std::string& option, long long lo, long long hi,
+                          const std::string& example) {
+  return CLI::Validator(
+      [=](std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          const long long n = std::stoll(v, &used);
+          if (used == v.size() && n >= lo && n <= hi) return "";
+        } catch (const std::exception&) {
+        }
+        return option + " " + v + " is out of range (expected an integer from " +
+               std::to_string(lo) + " to " + std::to_string(hi) + ", e.g. " + example + ")";
+      },
+      "INT in [" + std::to_string(lo) + "," + std::to_string(hi) + "]");
 }
 
 // 0 writes no validation shard; 1 would leave nothing to train on.
@@ -159,7 +178,14 @@ int main(int argc, char** argv) {
   prepare_cmd->add_option("--max-bad-lines", prepare.max_bad_lines,
                           "JSON Lines: how many bad lines (invalid JSON or UTF-8, no text field) "
                           "may be skipped, each named, before they are an error (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_in("--max-bad-lines", 0, std::numeric_limits<long long>::max(), "100"));
+  prepare_cmd->add_option("--max-line-bytes", prepare.max_line_bytes,
+                          "JSON Lines: the longest line read, in bytes; a longer one is a bad line, "
+                          "read through without being held (default 67108864, 64 MiB)")
+      ->check(integer_in("--max-line-bytes", 1, kMaxLineBytesLimit, "268435456"));
+  prepare_cmd->add_flag("--force", prepare.force,
+                        "Replace outputs that exist (and the .tmp files of a killed prepare); an "
+                        "output that is one of the inputs is refused all the same");
   prepare_cmd->add_flag("--end-of-text", prepare.end_of_text,
                         "Put the tokenizer's end-of-text token after every document (each text "
                         "file's training and validation parts, each JSON Lines document): "

@@ -1,12 +1,16 @@
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
+#include <system_error>
+#include <vector>
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/docs_page.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/jsonl_documents.h"
 #include "meshtrain/io/prepare.h"
+#include "meshtrain/io/prepare_outputs.h"
 #include "meshtrain/io/sentencepiece_tokenizer.h"
 #include "meshtrain/io/tokenizer.h"
 #include "meshtrain/train/data_feed.h"
@@ -42,11 +46,31 @@ std::pair<SubwordModel, uint32_t> parse_training_spec(const std::string& spec) {
   return {kind == "bpe" ? SubwordModel::Bpe : SubwordModel::Unigram, static_cast<uint32_t>(v)};
 }
 
+// The files --tokenizer names ("a.json,b.txt", a file, the files of a directory): what no output
+// may replace. "bytes" and a name that is not a path (e.g. "gpt2") name none.
+std::vector<std::string> tokenizer_files(const std::string& spec) {
+  std::vector<std::string> files;
+  for (size_t begin = 0; begin <= spec.size();) {
+    const size_t comma = std::min(spec.find(',', begin), spec.size());
+    const std::filesystem::path part = spec.substr(begin, comma - begin);
+    std::error_code ec;
+    if (std::filesystem::is_directory(part, ec)) {
+      for (const auto& entry : std::filesystem::directory_iterator(part, ec))
+        files.push_back(entry.path().string());
+    } else if (!part.empty()) {
+      files.push_back(part.string());
+    }
+    begin = comma + 1;
+  }
+  return files;
+}
+
 }  // namespace
 
 int prepare_command(const PrepareArgs& args) {
   try {
     const int threads = args.threads > 0 ? args.threads : available_cores();
+    const ExistingOutputs existing = args.force ? ExistingOutputs::Replace : ExistingOutputs::Refuse;
     PrepareResult r;
     std::unique_ptr<Tokenizer> tok;
     if (args.synthetic_bytes > 0) {
@@ -54,7 +78,7 @@ int prepare_command(const PrepareArgs& args) {
         throw std::invalid_argument("prepare --synthetic writes byte-level shards; it takes no "
                                     "--tokenizer, --train-tokenizer or --end-of-text");
       r = prepare_synthetic(kSyntheticTrainSeed, static_cast<size_t>(args.synthetic_bytes),
-                            args.out_prefix, args.val_fraction);
+                            args.out_prefix, args.val_fraction, existing);
     } else {
       if (!args.train_tokenizer.empty()) {
         const auto [model, vocab] = parse_training_spec(args.train_tokenizer);
@@ -64,6 +88,9 @@ int prepare_command(const PrepareArgs& args) {
             throw std::invalid_argument(
                 "--train-tokenizer trains on text files, and " + path + " is JSON Lines (train "
                 "the tokenizer on text files, or give one with --tokenizer)");
+        // Before the training, which can take an hour, as before the tokenizing.
+        check_prepare_outputs(prepare_output_names(args.out_prefix, args.val_fraction,
+                                                   ".model"), args.inputs, existing);
         for (const std::string& path : args.inputs) check_text_file(path);
         std::fprintf(stderr, "prepare: training a %s tokenizer of %u pieces on %d thread(s)\n",
                      args.train_tokenizer.substr(0, args.train_tokenizer.find(':')).c_str(),
@@ -78,6 +105,9 @@ int prepare_command(const PrepareArgs& args) {
       opt.progress = true;
       opt.text_field = args.text_field;
       opt.max_bad_lines = args.max_bad_lines;
+      opt.max_line_bytes = static_cast<uint64_t>(args.max_line_bytes);
+      opt.existing = existing;
+      opt.tokenizer_files = tokenizer_files(args.tokenizer);
       if (args.end_of_text) {
         opt.end_of_text = tok->end_of_text();
         if (!opt.end_of_text)

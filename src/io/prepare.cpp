@@ -136,7 +136,11 @@ class Workers {
       : tok_(tok), begin_of_text_(tok.begin_of_text()), end_of_text_(end_of_text) {
     // A thread the system refuses ends the started ones before the error goes on: a joinable
     // std::thread destroyed unjoined would abort, leaving the shards' .tmp files behind.
+    // The threads hold SIGINT and SIGTERM back (they inherit this thread's mask while it is
+    // held), so that the signals reach the thread that holds them back while it publishes
+    // (io/prepare_outputs.h), not a tokenizing thread that would remove the outputs meanwhile.
     try {
+      const StopSignalsHeld held;
       for (int t = 0; t < threads; ++t) pool_.emplace_back([this] { run(); });
     } catch (const std::system_error& e) {
       stop();
@@ -276,21 +280,16 @@ class Progress {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), printed_;
 };
 
-// Writes the tokenizer beside the shards, through a .tmp name like them.
-std::string save_tokenizer(const Tokenizer& tok, const std::string& out_prefix) {
-  if (tok.file_suffix().empty()) return "";
-  const std::string path = out_prefix + "_tokenizer" + tok.file_suffix(), tmp = path + ".tmp";
+// Writes the tokenizer beside the shards as `<name>.tmp`, published with them
+// (PrepareOutputs::publish).
+void write_tokenizer_temporary(const Tokenizer& tok, const std::string& path) {
+  const std::string tmp = path + ".tmp";
   try {
     tok.save(tmp);
   } catch (...) {
     std::remove(tmp.c_str());
     throw;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw DataError(path, std::string("cannot rename the tokenizer file: ") + std::strerror(errno));
-  }
-  return path;
 }
 
 // Appends the head of `text` to train and its last val_fraction to val (rounded to a whole
@@ -345,8 +344,9 @@ void feed_jsonl(const std::string& path, uint64_t size, const PrepareOptions& op
   // Whole documents go to validation: those whose lines start in the last val_fraction.
   const uint64_t split =
       size - static_cast<uint64_t>(std::llround(static_cast<double>(size) * opt.val_fraction));
-  JsonlDocuments documents(path, opt.text_field, !tok.takes_any_bytes());
+  JsonlDocuments documents(path, opt.text_field, !tok.takes_any_bytes(), opt.max_line_bytes);
   std::unique_ptr<Chunk> c;
+  uint64_t document_count = 0, bad_count = 0;
   uint64_t read = 0, submitted = 0;  // decompressed bytes: for the progress line
   auto flush = [&] {
     if (c) submit(std::move(c), read - submitted);
@@ -359,6 +359,7 @@ void feed_jsonl(const std::string& path, uint64_t size, const PrepareOptions& op
     read = line.offset + line.bytes;
     if (line.kind == JsonlLine::Kind::Bad) {
       bad_lines.add(path, line);
+      ++bad_count;
       continue;
     }
     const Role role = line.offset < split ? Role::Train : Role::Val;
@@ -375,7 +376,15 @@ void feed_jsonl(const std::string& path, uint64_t size, const PrepareOptions& op
     }
     c->text += line.text;
     c->document_ends.push_back(c->text.size());
+    ++document_count;
   }
+  // Blank lines alone made empty shards with exit 0: a corpus that is not what its user thinks.
+  if (document_count == 0)
+    throw DataError(path, "holds no document: its " + std::to_string(documents.lines()) +
+                              " line(s) are all blank" +
+                              (bad_count > 0 ? " or bad (skipped)" : "") +
+                              " (JSON Lines holds one object per line, e.g. {\"" +
+                              opt.text_field + "\": \"...\"})");
   read = size;
   flush();
 }
@@ -392,6 +401,12 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
     throw std::invalid_argument("prepare: " + std::to_string(opt.threads) + " threads (expected "
                                 "from 1 to " + std::to_string(kMaxThreads) + ")");
   if (inputs.empty()) throw std::invalid_argument("prepare: no input text files given");
+  const std::vector<std::string> outputs =
+      prepare_output_names(out_prefix, opt.val_fraction, tok.file_suffix());
+  std::vector<std::string> read_files = inputs;
+  read_files.insert(read_files.end(), opt.tokenizer_files.begin(), opt.tokenizer_files.end());
+  // Before the inputs' checks, which decompress every compressed one.
+  check_prepare_outputs(outputs, read_files, opt.existing);
   std::vector<uint64_t> sizes;
   uint64_t total = 0;
   for (const std::string& path : inputs) {
@@ -417,9 +432,11 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
 
   PrepareResult r;
   r.vocab_size = tok.vocab_size();
-  r.train_path = out_prefix + "_train.bin";
+  r.train_path = outputs[0];
   const bool with_val = opt.val_fraction > 0;
-  if (with_val) r.val_path = out_prefix + "_val.bin";
+  if (with_val) r.val_path = outputs[1];
+  // Before the writers: its signal handlers must outlive their temporaries.
+  PrepareOutputs files(outputs);
   TokenShardWriter train(r.train_path, r.vocab_size);
   std::optional<TokenShardWriter> val;
   if (with_val) val.emplace(r.val_path, r.vocab_size);
@@ -493,13 +510,14 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
   r.bad_lines = bad_lines.count();
   train.seal();
   if (val) val->seal();
-  train.publish();
-  r.train_tokens = train.tokens();
-  if (val) {
-    val->publish();
-    r.val_tokens = val->tokens();
+  if (!tok.file_suffix().empty()) {
+    r.tokenizer_path = outputs.back();
+    write_tokenizer_temporary(tok, r.tokenizer_path);
   }
-  r.tokenizer_path = save_tokenizer(tok, out_prefix);
+  // Every output renamed, or none (the writers' own clean-up then finds no .tmp to remove).
+  files.publish();
+  r.train_tokens = train.tokens();
+  if (val) r.val_tokens = val->tokens();
   return r;
 }
 
@@ -517,23 +535,41 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
 }
 
 PrepareResult prepare_synthetic(uint64_t seed, size_t bytes, const std::string& out_prefix,
-                                double val_fraction) {
+                                double val_fraction, ExistingOutputs existing) {
   check_fraction(val_fraction);
   check_out_prefix(out_prefix);
+  const std::vector<std::string> outputs = prepare_output_names(out_prefix, val_fraction, "");
+  check_prepare_outputs(outputs, {}, existing);
   std::vector<uint32_t> train, val;
   split_into(synthetic_text(seed, bytes), val_fraction, train, val);
   make_parent_directory(out_prefix);
   PrepareResult r;
   r.vocab_size = kByteVocabSize;
-  r.train_path = out_prefix + "_train.bin";
-  write_token_shard(r.train_path, train, kByteVocabSize);
+  r.train_path = outputs[0];
+  PrepareOutputs files(outputs);
+  // Both sealed before either is published: a failure leaves neither.
+  std::vector<std::unique_ptr<TokenShardWriter>> writers;
+  const std::vector<uint32_t>* parts[] = {&train, &val};
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    writers.push_back(std::make_unique<TokenShardWriter>(outputs[i], kByteVocabSize));
+    writers.back()->append(parts[i]->data(), parts[i]->size());
+    writers.back()->seal();
+  }
+  files.publish();
   r.train_tokens = static_cast<int64_t>(train.size());
   if (val_fraction > 0) {
-    r.val_path = out_prefix + "_val.bin";
-    write_token_shard(r.val_path, val, kByteVocabSize);
+    r.val_path = outputs[1];
     r.val_tokens = static_cast<int64_t>(val.size());
   }
   return r;
+}
+
+std::vector<std::string> prepare_output_names(const std::string& out_prefix, double val_fraction,
+                                              const std::string& tokenizer_suffix) {
+  std::vector<std::string> names{out_prefix + "_train.bin"};
+  if (val_fraction > 0) names.push_back(out_prefix + "_val.bin");
+  if (!tokenizer_suffix.empty()) names.push_back(out_prefix + "_tokenizer" + tokenizer_suffix);
+  return names;
 }
 
 }  // namespace meshtrain

@@ -100,6 +100,12 @@ def unverified(checkpoint, what):
     return [] if "all checksums OK" in out else ["%s does not verify:\n%s" % (what, out[-1000:])]
 
 
+def nothing_prepared(p):
+    """[] when the refused prepare left nothing in the scratch directory, not even a .tmp."""
+    left = sorted(os.listdir(p["scratch"])) if os.path.isdir(p["scratch"]) else []
+    return ["left %s in %s" % (left, p["scratch"])] if left else []
+
+
 def disk_full_leaves_step_2(p):
     """After a write of step 4 failed for lack of space: step 2 is kept and verifies, no .tmp."""
     ckpts = os.path.join(p["full"], "checkpoints")
@@ -834,6 +840,46 @@ CATALOGUE = [
         ["{locked_checkpoints}/step_00000000.h5: its directory {locked_checkpoints} is in use by another run "
          "({locked_checkpoints}/.meshtrain.lock is locked by node {node}, pid {pid}, "],
         needs=["untrusted", "locked"]),
+    # issue 50 (i50-jsonl): prepare's JSON Lines bounds and its outputs. A number no double holds
+    # is a bad line (was an internal error); a line longer than --max-line-bytes is a bad line,
+    # read through without being held; a file of blank lines is no corpus (was empty shards,
+    # exit 0); negative or huge counts name the flag and the range (was 1.8e308's 309 digits);
+    # existing shards are replaced only with --force, an input never.
+    row("data", "prepare JSONL: a number beyond a double", 1,
+        ["prepare", "{jsonl50}/overflow.jsonl", "--out", "{dir}/run/j"], 1,
+        ["{jsonl50}/overflow.jsonl: line 2: a number beyond the range of a double: 1e400",
+         "more than --max-bad-lines 0"], needs=["jsonl50"], then=nothing_prepared),
+    row("data", "prepare JSONL: a line beyond --max-line-bytes", 1,
+        ["prepare", "{jsonl50}/long_line.jsonl", "--out", "{dir}/run/j", "--max-line-bytes",
+         "1000"], 1,
+        ["{jsonl50}/long_line.jsonl: line 2: the line is 5012 bytes long, more than "
+         "--max-line-bytes 1000 bytes allows", "more than --max-bad-lines 0"],
+        needs=["jsonl50"], then=nothing_prepared),
+    row("data", "prepare JSONL: blank lines only", 1,
+        ["prepare", "{jsonl50}/blank.jsonl", "--out", "{dir}/run/j"], 1,
+        ["{jsonl50}/blank.jsonl: holds no document: its 3 line(s) are all blank"],
+        needs=["jsonl50"], then=nothing_prepared),
+    row("command", "prepare --max-bad-lines -1", 1,
+        ["prepare", "{jsonl50}/overflow.jsonl", "--out", "{dir}/run/j", "--max-bad-lines", "-1"], 2,
+        ["--max-bad-lines -1 is out of range (expected an integer from 0 to 9223372036854775807"],
+        needs=["jsonl50"], absent=["1797693134862315"], then=nothing_prepared),
+    row("command", "prepare --max-bad-lines beyond int64", 1,
+        ["prepare", "{jsonl50}/overflow.jsonl", "--out", "{dir}/run/j", "--max-bad-lines",
+         "99999999999999999999"], 2,
+        ["--max-bad-lines 99999999999999999999 is out of range (expected an integer from 0 to"],
+        needs=["jsonl50"], absent=["1797693134862315"], then=nothing_prepared),
+    row("command", "prepare --max-line-bytes 0", 1,
+        ["prepare", "{jsonl50}/overflow.jsonl", "--out", "{dir}/run/j", "--max-line-bytes", "0"],
+        2, ["--max-line-bytes 0 is out of range (expected an integer from 1 to 4294967296"],
+        needs=["jsonl50"], then=nothing_prepared),
+    row("data", "prepare over existing shards", 1,
+        ["prepare", "{jsonl50}/good.jsonl", "--out", "{jsonl50}/done"], 1,
+        ["{jsonl50}/done_train.bin: exists; prepare never replaces an output unless told to",
+         "--force"], needs=["jsonl50"]),
+    row("data", "prepare --force over its own input", 1,
+        ["prepare", "{jsonl50}/done_train.bin", "--out", "{jsonl50}/done", "--force"], 1,
+        ["{jsonl50}/done_train.bin: is an input of this prepare", "--force never replaces an input"],
+        needs=["jsonl50"]),
 ]
 
 
@@ -972,9 +1018,26 @@ def fixture_jsonl(p):
             f.write(bytes(flipped))
 
 
+def fixture_jsonl50(p):
+    """Issue 50's JSON Lines: a number beyond a double, a 5000-byte line, blank lines alone, and
+    a good corpus already prepared to done_*.bin (shards a prepare must not replace)."""
+    d = os.path.join(p["dir"], "jsonl50")
+    p["jsonl50"] = d
+    os.makedirs(d)
+    first = b'{"text": "a good line"}\n'
+    files = {"overflow.jsonl": first + b'{"text": "x", "score": 1e400}\n',
+             "long_line.jsonl": first + b'{"text": "' + b"y" * 5000 + b'"}\n' + first,
+             "blank.jsonl": b"\n  \n\t\r\n",
+             "good.jsonl": first * 50}
+    for name, data in files.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    prepare(d, os.path.join(d, "good.jsonl"), "done")
+
+
 FIXTURES = {"fifos": fixture_fifos, "shards": fixture_shards, "broken": fixture_broken, "run_a": fixture_run_a,
             "run_b": fixture_run_b, "damaged": fixture_damaged, "read_only": fixture_read_only,
-            "full": fixture_full, "jsonl": fixture_jsonl}
+            "full": fixture_full, "jsonl": fixture_jsonl, "jsonl50": fixture_jsonl50}
 MOUNTS = []
 
 

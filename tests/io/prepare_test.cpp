@@ -14,6 +14,7 @@
 
 #include "meshtrain/io/byte_tokenizer.h"
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/jsonl_documents.h"
 #include "meshtrain/io/synthetic_corpus.h"
 #include "meshtrain/io/token_shard.h"
 #include "meshtrain/io/gpt2_bpe_tokenizer.h"
@@ -140,6 +141,7 @@ TEST(Prepare, StreamingInSmallChunksMatchesTheWholeText) {
       opt.val_fraction = 0.25;
       opt.threads = threads;
       opt.chunk_bytes = 997;
+      opt.existing = ExistingOutputs::Replace;  // the same prefix every round
       const PrepareResult r = prepare_text_files({dir.file("a.txt")}, dir.file("o"), *tok, opt);
       std::vector<uint32_t> got = all_tokens(TokenShard::open(r.train_path));
       const std::vector<uint32_t> val = all_tokens(TokenShard::open(r.val_path));
@@ -286,6 +288,101 @@ TEST(Prepare, JsonLinesDocumentsInSmallChunksEachEndWithTheEndOfTextToken) {
     EXPECT_EQ(got.back(), *eot) << path;
     EXPECT_EQ(std::count(got.begin(), got.end(), *eot), 1) << path;
   }
+}
+
+// A line longer than the bound is a bad line, read through without being held; the lines after
+// it keep their numbers and offsets. A number no double holds is a bad line too (issue 50: it
+// escaped as an internal error).
+TEST(JsonlDocuments, LongLinesAndHugeNumbersAreBadLinesAndTheRestReadsOn) {
+  TempDir dir;
+  const std::string first = "{\"text\": \"one\"}\n";
+  const std::string long_line = "{\"text\": \"" + std::string(5000, 'x') + "\"}\n";
+  const std::string huge = "{\"text\": \"two\", \"n\": -1e400}\n";
+  const std::string last = "{\"text\": \"three\"}";  // no newline
+  meshtrain::testing::write_file(dir.file("c.jsonl"), first + long_line + huge + last);
+  JsonlDocuments docs(dir.file("c.jsonl"), "text", true, 1000);
+  JsonlLine l = docs.next();
+  EXPECT_EQ(l.kind, JsonlLine::Kind::Document);
+  EXPECT_EQ(l.text, "one");
+  l = docs.next();
+  ASSERT_EQ(l.kind, JsonlLine::Kind::Bad);
+  EXPECT_EQ(l.number, 2u);
+  EXPECT_EQ(l.offset, first.size());
+  EXPECT_EQ(l.bytes, long_line.size());
+  EXPECT_NE(l.text.find("the line is 5012 bytes long, more than --max-line-bytes 1000 bytes"),
+            std::string::npos) << l.text;
+  l = docs.next();
+  ASSERT_EQ(l.kind, JsonlLine::Kind::Bad);
+  EXPECT_EQ(l.number, 3u);
+  EXPECT_NE(l.text.find("a number beyond the range of a double: -1e400"), std::string::npos)
+      << l.text;
+  l = docs.next();
+  EXPECT_EQ(l.kind, JsonlLine::Kind::Document);
+  EXPECT_EQ(l.text, "three");
+  EXPECT_EQ(l.number, 4u);
+  EXPECT_EQ(l.offset, first.size() + long_line.size() + huge.size());
+  EXPECT_EQ(docs.next().kind, JsonlLine::Kind::End);
+
+  // At the bound exactly: a document.
+  JsonlDocuments exact(dir.file("c.jsonl"), "text", true, long_line.size() - 1);
+  exact.next();
+  EXPECT_EQ(exact.next().kind, JsonlLine::Kind::Document);
+}
+
+// An unterminated string is invalid JSON named with its first bytes only: nlohmann's message
+// quotes the whole rest of the line (a 256 MiB line printed 256 MiB of error).
+TEST(JsonlDocuments, InvalidJsonIsNamedWithoutTheWholeLine) {
+  TempDir dir;
+  meshtrain::testing::write_file(dir.file("c.jsonl"),
+                                 "{\"text\": \"" + std::string(100000, 'a') + "\n");
+  JsonlDocuments docs(dir.file("c.jsonl"), "text", true);
+  const JsonlLine l = docs.next();
+  ASSERT_EQ(l.kind, JsonlLine::Kind::Bad);
+  EXPECT_EQ(l.text.rfind("invalid JSON at column ", 0), 0u) << l.text.substr(0, 300);
+  EXPECT_NE(l.text.find("missing closing quote; last read: '\"aaaa"), std::string::npos)
+      << l.text.substr(0, 300);
+  EXPECT_NE(l.text.find("bytes more)"), std::string::npos) << l.text.substr(0, 300);
+  EXPECT_LT(l.text.size(), 300u);
+}
+
+// The lookup without a DOM finds what the DOM did: the last of duplicate keys, a dotted path only
+// through objects; keys named in a message are escaped for the terminal.
+TEST(JsonlDocuments, DottedPathsAndDuplicateKeysAsTheDomFoundThem) {
+  TempDir dir;
+  meshtrain::testing::write_file(
+      dir.file("c.jsonl"),
+      "{\"meta\": {\"body\": \"first\"}, \"meta\": {\"x\": 1}}\n"
+      "{\"meta\": {\"body\": 5}, \"meta\": {\"body\": \"second\"}}\n"
+      "{\"meta\": [{\"body\": \"in an array\"}], \"a\\u001b[31m\": 2}\n"
+      "{\"meta.body\": \"the whole name first\", \"meta\": {\"body\": \"not this\"}}\n");
+  JsonlDocuments docs(dir.file("c.jsonl"), "meta.body", true);
+  JsonlLine l = docs.next();
+  EXPECT_EQ(l.kind, JsonlLine::Kind::Bad);
+  l = docs.next();
+  EXPECT_EQ(l.kind, JsonlLine::Kind::Document);
+  EXPECT_EQ(l.text, "second");
+  l = docs.next();
+  EXPECT_EQ(l.kind, JsonlLine::Kind::Bad);
+  EXPECT_EQ(l.text, "no field \"meta.body\" (the object has \"a\\x1b[31m\", \"meta\"; --text-field "
+                    "names the one holding the text)");
+  l = docs.next();
+  EXPECT_EQ(l.kind, JsonlLine::Kind::Document);
+  EXPECT_EQ(l.text, "the whole name first");
+}
+
+// A file of blank lines is no corpus: refused naming it, nothing written (it made empty shards).
+TEST(Prepare, JsonLinesOfBlankLinesAreRefused) {
+  TempDir dir;
+  meshtrain::testing::write_file(dir.file("blank.jsonl"), "\n \n\t\n");
+  try {
+    prepare_text_files({dir.file("blank.jsonl")}, dir.file("out/b"), 0.1);
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.file("blank.jsonl") +
+                                          ": holds no document: its 3 line(s) are all blank"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.file("out")));
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/io/jsonl_documents.h"
+
 namespace CLI {
 class App;
 }
@@ -40,7 +42,9 @@ struct PrepareArgs {
   int threads = 0;                  // 0: every core
   std::string text_field = "text";  // JSON Lines inputs: the field holding the document
   long long max_bad_lines = 0;      // JSON Lines inputs: bad lines skipped before an error
+  long long max_line_bytes = kDefaultMaxLineBytes;  // JSON Lines inputs: a longer line is bad
   bool end_of_text = false;         // --end-of-text: the tokenizer's token after every document
+  bool force = false;               // --force: replace existing outputs (never an input)
 };
 int prepare_command(const PrepareArgs& args);
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/io/jsonl_documents.h"
+#include "meshtrain/io/prepare_outputs.h"
 #include "meshtrain/io/tokenizer.h"
 
 namespace meshtrain {
@@ -35,13 +37,26 @@ struct PrepareOptions {
   // than silently shortened.
   std::string text_field = "text";
   int64_t max_bad_lines = 0;
+  // JSON Lines inputs: a longer line (without its newline) is a bad line, read through without
+  // being held, so that a line of a GB (a compressed bomb) costs this much memory, not 2-9x its
+  // size. 64 MiB by default (kDefaultMaxLineBytes).
+  uint64_t max_line_bytes = kDefaultMaxLineBytes;
   // A token placed after every document (the tokenizer's end_of_text(), --end-of-text), so
   // that the model sees where one text ends and an unrelated one begins, and
   // data.document_mask can cut packed sequences there; none by default, as shards have always
   // been. A document is a text file (its training part and its validation part each end with
   // the token) or a JSON Lines document.
   std::optional<uint32_t> end_of_text;
+  // Outputs that exist already are refused unless Replace (--force); see io/prepare_outputs.h.
+  ExistingOutputs existing = ExistingOutputs::Refuse;
+  // The files the tokenizer was read from: an output may no more be one of them than an input.
+  std::vector<std::string> tokenizer_files;
 };
+
+// The files a prepare to `out_prefix` writes: <prefix>_train.bin, <prefix>_val.bin when
+// val_fraction > 0, <prefix>_tokenizer<tokenizer_suffix> when the suffix is not "".
+std::vector<std::string> prepare_output_names(const std::string& out_prefix, double val_fraction,
+                                              const std::string& tokenizer_suffix);
 
 // Tokenizes each text file and writes <out_prefix>_train.bin and <out_prefix>_val.bin
 // (creating the prefix's directory if needed), and the tokenizer as
@@ -53,15 +68,18 @@ struct PrepareOptions {
 // an existing <out_prefix>_val.bin alone). An out_prefix that is a directory ("data/") is
 // std::invalid_argument too. A missing, unreadable, empty or directory input, or text that
 // breaks the tokenizer's input rule (Tokenizer::takes_any_bytes), is a DataError naming the
-// file (and the byte offset); shards are written under .tmp names and renamed only when all is
-// done, so no error leaves a partial shard under a final name.
+// file (and the byte offset). The outputs are checked first (check_prepare_outputs: none may be
+// an input or the tokenizer's file, none may exist unless options.existing is Replace), written
+// under .tmp names and renamed together only when all is done, so that no error leaves any of
+// them under a final name, and SIGINT/SIGTERM remove the .tmp files (io/prepare_outputs.h).
 // Inputs named *.jsonl, *.jsonl.gz or *.jsonl.zst are JSON Lines: each line's text field is
 // one document, tokenized on its own exactly as the same text given as its own file would be,
 // the documents' tokens concatenated in order. Their validation part is the documents whose
 // lines start in the file's last val_fraction of (decompressed) bytes: no document is split.
 // Compressed inputs are read through once before anything is written (a truncated or corrupt
 // one is a DataError naming it). More than options.max_bad_lines bad lines is a DataError
-// naming the file and line.
+// naming the file and line; so is a JSON Lines file without a single document (blank lines
+// only, or bad lines only).
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
                                  const std::string& out_prefix, const Tokenizer& tokenizer,
                                  const PrepareOptions& options);
@@ -78,8 +96,10 @@ int available_cores();
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
                                  const std::string& out_prefix, double val_fraction);
 
-// synthetic_text(seed, bytes), byte-level: train_tokens + val_tokens == bytes.
+// synthetic_text(seed, bytes), byte-level: train_tokens + val_tokens == bytes. The outputs
+// as prepare_text_files treats them.
 PrepareResult prepare_synthetic(uint64_t seed, size_t bytes, const std::string& out_prefix,
-                                double val_fraction);
+                                double val_fraction,
+                                ExistingOutputs existing = ExistingOutputs::Refuse);
 
 }  // namespace meshtrain
