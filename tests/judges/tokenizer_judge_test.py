@@ -169,7 +169,7 @@ class TokenizerJudges(unittest.TestCase):
         want = enc.encode_ordinary(self.text)
         self.same("Llama 3 kind: tokenizers against tiktoken", self.hf_ids(path), want)
         self.same("Llama 3 kind: prepare against tiktoken",
-                  prepare_ids(self.tmp, self.text_path, path, "llama3"), want)
+                  prepare_ids(self.tmp, self.text_path, path, "llama3_ids"), want)
 
 
 if __name__ == "__main__":
