@@ -63,6 +63,15 @@ KeySpec int_key(std::string sec, std::string key, int64_t def, int64_t lo, int64
                  field);
 }
 
+// A TOML number as a double: "" and `v` set, or why not ("is a string", "is not a finite number").
+// inf passes any lower bound (train.eps = inf made every update zero); NaN passes nothing.
+inline std::string finite_number(const toml::node& n, double& v) {
+  if (n.is_floating_point()) v = n.as_floating_point()->get();
+  else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
+  else return "is " + toml_type_of(n);
+  return std::isfinite(v) ? "" : "is not a finite number";
+}
+
 // A ratio against a median that is either off (0) or above 1 (at or below 1 it would fire on
 // about half of what it watches), below `hi`.
 template <class Set>
@@ -71,10 +80,7 @@ KeySpec ratio_key(std::string sec, std::string key, std::string def, double hi, 
   return {sec, key, "float", def, "0 (off) or a number > 1", std::move(doc),
           [=](const toml::node& n, Config& c) -> std::string {
             double v;
-            if (n.is_floating_point()) v = n.as_floating_point()->get();
-            else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
-            else return "is " + toml_type_of(n);
-            if (!std::isfinite(v)) return "is not a finite number";
+            if (std::string why = finite_number(n, v); !why.empty()) return why;
             if (!(v == 0.0 || (v > 1.0 && v < hi))) return "is out of range";
             set(c, v);
             return "";
@@ -89,11 +95,7 @@ KeySpec float_key(std::string sec, std::string key, std::string def, double lo, 
   return {sec, key, "float", def, acc.str(), std::move(doc),
           [=](const toml::node& n, Config& c) -> std::string {
             double v;
-            if (n.is_floating_point()) v = n.as_floating_point()->get();
-            else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
-            else return "is " + toml_type_of(n);
-            // inf passes "> 0" (train.eps = inf made every update zero); NaN passes nothing.
-            if (!std::isfinite(v)) return "is not a finite number";
+            if (std::string why = finite_number(n, v); !why.empty()) return why;
             if (lo_open ? v <= lo : v < lo) return "is out of range";
             set(c, v);
             return "";
@@ -111,10 +113,7 @@ KeySpec bounded_float_key(std::string sec, std::string key, std::string def, dou
   return {sec, key, "float", def, acc.str(), std::move(doc),
           [=](const toml::node& n, Config& c) -> std::string {
             double v;
-            if (n.is_floating_point()) v = n.as_floating_point()->get();
-            else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
-            else return "is " + toml_type_of(n);
-            if (!std::isfinite(v)) return "is not a finite number";
+            if (std::string why = finite_number(n, v); !why.empty()) return why;
             if (v < lo || v > hi) return "is out of range";
             set(c, v);
             return "";
