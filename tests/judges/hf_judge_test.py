@@ -25,7 +25,6 @@ import contextlib
 import json
 import logging
 import os
-import subprocess
 import sys
 import warnings
 
@@ -279,7 +278,6 @@ def llama3_style_tokenizer(directory, text):
     tokens trained by tokenizers itself on `text`, with Llama 3's special tokens, and the
     tokenizer_config.json Llama 3 ships (PreTrainedTokenizerFast)."""
     import tokenizers
-    sys.path.insert(0, os.path.join(HERE, "..", "io"))
     from gpt2_bpe_reference_test import LLAMA3_REGEX
     tok = tokenizers.Tokenizer(tokenizers.models.BPE(ignore_merges=True))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([
@@ -371,16 +369,11 @@ every = 4
         model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float64)
         rotary_in_float64(model)
         model.eval()
-        prompt = hf_tok.encode("The cat ", add_special_tokens=False)
+        prompt = hf_tok.encode(PROMPT.decode(), add_special_tokens=False)
         expected = judge_greedy(model, prompt, NEW_TOKENS)
-        cmd = [harness.MPIEXEC, "-n", "2", harness.MESHTRAIN, "sample", deck, "--checkpoint",
-               self.ckpt(4), "--prompt", "The cat ", "--tokens", str(NEW_TOKENS), "--temperature", "0",
-               "--set", "parallel.tp=2", "--set", 'train.precision="fp64"']
-        p = subprocess.run(cmd, capture_output=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
-        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
-        # stdout: a device line, then the prompt and its continuation as the tokenizer's bytes.
-        written = p.stdout[p.stdout.index(b"\nThe cat ") + 1:].rstrip(b"\n")
-        want = bytes(U2B[c] for t in hf_tok.convert_ids_to_tokens(prompt + expected) for c in t)
+        # sample writes the prompt, then the continuation as the tokenizer's bytes.
+        written = bytes(self.sample_greedy(self.ckpt(4), deck, ['train.precision="fp64"']))
+        want = bytes(U2B[c] for t in hf_tok.convert_ids_to_tokens(expected) for c in t)
         print(f"greedy with the exported tokenizer: {want!r}")
         self.assertEqual(written, want)
 
