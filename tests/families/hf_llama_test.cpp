@@ -3,7 +3,8 @@
 // rope forms and refused where meshtrain computes something else, the config written back, and
 // shards filled as save_pretrained fills them.
 
-#include "meshtrain/app/hf_llama.h"
+#include "meshtrain/app/hf_directory.h"
+#include "meshtrain/families/llama/hf_llama.h"
 #include "meshtrain/app/hf_shards.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,11 @@ namespace {
 
 using nlohmann::json;
 
+// config.json `j` as the llama and qwen3 families read it, each size in its deck key's range.
+ModelSpec read_spec(const json& j, int64_t seq_len, int64_t& max_positions) {
+  return hf_llama_spec(HfConfigReader(j, "config.json", deck_key_range), seq_len, max_positions);
+}
+
 json llama_config() {
   return json::parse(R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 16,
     "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -33,7 +39,7 @@ json llama_config() {
 
 ModelSpec spec_of(const json& j) {
   int64_t max_positions = 0;
-  return hf_llama_spec(j, "config.json", 32, max_positions);
+  return read_spec(j, 32, max_positions);
 }
 
 std::string refusal(const json& j) {
@@ -47,7 +53,7 @@ std::string refusal(const json& j) {
 
 TEST(HfLlama, ReadsLlama3ConfigWithRopeScaling) {
   int64_t max_positions = 0;
-  const ModelSpec m = hf_llama_spec(llama_config(), "config.json", 32, max_positions);
+  const ModelSpec m = read_spec(llama_config(), 32, max_positions);
   EXPECT_EQ(max_positions, 4096);
   EXPECT_EQ(m.family, "llama");
   EXPECT_EQ(m.kv_heads(), 2);
