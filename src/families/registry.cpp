@@ -38,14 +38,10 @@ const ModelFamily& model_family(const std::string& name) {
 
 ModelSpec family_defaults(const std::string& family, const ModelSpec& sizes) {
   const ModelFamily& f = model_family(family);
-  ModelSpec spec;
+  // ModelSpec's own defaults (GPT-2's) of the given sizes, then the family's over them.
+  ModelSpec spec = gpt2_spec(sizes.layers, sizes.d_model, sizes.heads, sizes.seq_len, sizes.vocab_size);
   f.apply_defaults(spec);
   spec.family = f.name;
-  spec.layers = sizes.layers;
-  spec.d_model = sizes.d_model;
-  spec.heads = sizes.heads;
-  spec.seq_len = sizes.seq_len;
-  spec.vocab_size = sizes.vocab_size;
   return spec;
 }
 

@@ -3,7 +3,6 @@
 // rope forms and refused where meshtrain computes something else, the config written back, and
 // shards filled as save_pretrained fills them.
 
-#include "meshtrain/app/hf_directory.h"
 #include "meshtrain/families/llama/hf_llama.h"
 #include "meshtrain/app/hf_shards.h"
 
@@ -17,16 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/model/parameter_table.h"
+#include "llama_spec_reading.h"
 
 namespace meshtrain {
 namespace {
 
 using nlohmann::json;
-
-// config.json `j` as the llama and qwen3 families read it, each size in its deck key's range.
-ModelSpec read_spec(const json& j, int64_t seq_len, int64_t& max_positions) {
-  return hf_llama_spec(HfConfigReader(j, "config.json", deck_key_range), seq_len, max_positions);
-}
 
 json llama_config() {
   return json::parse(R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 16,
@@ -35,20 +30,6 @@ json llama_config() {
     "tie_word_embeddings": true, "rope_theta": 500000.0,
     "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})");
-}
-
-ModelSpec spec_of(const json& j) {
-  int64_t max_positions = 0;
-  return read_spec(j, 32, max_positions);
-}
-
-std::string refusal(const json& j) {
-  try {
-    spec_of(j);
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(HfLlama, ReadsLlama3ConfigWithRopeScaling) {

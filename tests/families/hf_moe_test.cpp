@@ -2,7 +2,6 @@
 // transformers' per-expert names (and its values as that expert's slice, both ways), config.json
 // read into the moe fields and refused where meshtrain computes something else, and written back.
 
-#include "meshtrain/app/hf_directory.h"
 #include "meshtrain/families/moe/hf_moe.h"
 #include "meshtrain/families/hf/hf_deck.h"
 #include "meshtrain/families/llama/hf_llama.h"
@@ -14,15 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "llama_spec_reading.h"
+
 namespace meshtrain {
 namespace {
 
 using nlohmann::json;
-
-// config.json `j` as the llama and qwen3 families read it, each size in its deck key's range.
-ModelSpec read_spec(const json& j, int64_t seq_len, int64_t& max_positions) {
-  return hf_llama_spec(HfConfigReader(j, "config.json", deck_key_range), seq_len, max_positions);
-}
 
 json mixtral_config() {
   return json::parse(R"({"model_type": "mixtral", "vocab_size": 64, "hidden_size": 16,
@@ -38,20 +34,6 @@ json qwen3_moe_config() {
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "num_experts": 6,
     "num_experts_per_tok": 3, "norm_topk_prob": false, "decoder_sparse_step": 1,
     "mlp_only_layers": [0], "tie_word_embeddings": true})");
-}
-
-ModelSpec spec_of(const json& j) {
-  int64_t max_positions = 0;
-  return read_spec(j, 32, max_positions);
-}
-
-std::string refusal(const json& j) {
-  try {
-    spec_of(j);
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(HfMoe, ReadsMixtral) {
