@@ -113,6 +113,44 @@ HfDefaults hf_defaults(const std::string& type) {
 
 }  // namespace
 
+namespace {
+
+// Rotary: rope_theta and rope_scaling (transformers < 4.56), or both inside rope_parameters;
+// `default_theta` is the model_type's default.
+void read_rope(const HfConfigReader& c, double default_theta, RopeSpec& rope_spec) {
+  const json& j = c.config();
+  const std::string& path = c.path();
+  auto number = [&](const json& obj, const char* key, double fallback, const std::string& prefix = "") {
+    return c.number(obj, key, fallback, prefix);
+  };
+  const bool newer = j.contains("rope_parameters") && j["rope_parameters"].is_object();
+  const json rope = newer ? j["rope_parameters"] : json_value_or(j, "rope_scaling", json::object());
+  const std::string where = newer ? "rope_parameters." : "rope_scaling.";
+  if (!rope.is_object()) c.refuse("rope_scaling", rope, "expected null or an object with rope_type");
+  rope_spec.theta = newer && rope.contains("rope_theta") ? number(rope, "rope_theta", 10000.0, where)
+                                                         : number(j, "rope_theta", default_theta);
+  const json rope_type = json_value_or(rope, "rope_type", json_value_or(rope, "type", "default"));
+  if (rope_type == "llama3") {
+    rope_spec.scaling = RopeScalingKind::Llama3;
+    for (const char* key : {"factor", "original_max_position_embeddings"})
+      if (!rope.contains(key))
+        throw std::runtime_error(path + ": " + where + key + " is missing (rope_type \"llama3\" needs "
+                                 "factor, low_freq_factor, high_freq_factor and "
+                                 "original_max_position_embeddings)");
+    rope_spec.factor = number(rope, "factor", 8.0, where);
+    rope_spec.low_freq_factor = number(rope, "low_freq_factor", 1.0, where);
+    rope_spec.high_freq_factor = number(rope, "high_freq_factor", 4.0, where);
+    rope_spec.original_max_positions =
+        c.deck_integer(rope, "original_max_position_embeddings", 8192, "model.rope_original_max_positions", where);
+  } else if (rope_type != "default") {
+    c.refuse(where + "rope_type", rope_type,
+             "meshtrain computes rotary positions without scaling (\"default\") or with Llama 3's "
+             "(\"llama3\"); \"linear\", \"dynamic\", \"yarn\" and the others are not implemented");
+  }
+}
+
+}  // namespace
+
 ModelSpec hf_llama_spec(const HfConfigReader& c, int64_t seq_len, int64_t& max_positions) {
   const json& j = c.config();
   const std::string& path = c.path();
@@ -180,31 +218,7 @@ ModelSpec hf_llama_spec(const HfConfigReader& c, int64_t seq_len, int64_t& max_p
     refuse("use_sliding_window", j["use_sliding_window"],
            "meshtrain attends over the whole causal window: accepted false");
 
-  // Rotary: rope_theta and rope_scaling (transformers < 4.56), or both inside rope_parameters.
-  const bool newer = j.contains("rope_parameters") && j["rope_parameters"].is_object();
-  const json rope = newer ? j["rope_parameters"] : json_value_or(j, "rope_scaling", json::object());
-  const std::string where = newer ? "rope_parameters." : "rope_scaling.";
-  if (!rope.is_object()) refuse("rope_scaling", rope, "expected null or an object with rope_type");
-  m.rope.theta = newer && rope.contains("rope_theta") ? number(rope, "rope_theta", 10000.0, where)
-                                                      : number(j, "rope_theta", d.rope_theta);
-  const json rope_type = json_value_or(rope, "rope_type", json_value_or(rope, "type", "default"));
-  if (rope_type == "llama3") {
-    m.rope.scaling = RopeScalingKind::Llama3;
-    for (const char* key : {"factor", "original_max_position_embeddings"})
-      if (!rope.contains(key))
-        throw std::runtime_error(path + ": " + where + key + " is missing (rope_type \"llama3\" needs "
-                                 "factor, low_freq_factor, high_freq_factor and "
-                                 "original_max_position_embeddings)");
-    m.rope.factor = number(rope, "factor", 8.0, where);
-    m.rope.low_freq_factor = number(rope, "low_freq_factor", 1.0, where);
-    m.rope.high_freq_factor = number(rope, "high_freq_factor", 4.0, where);
-    m.rope.original_max_positions =
-        c.deck_integer(rope, "original_max_position_embeddings", 8192, "model.rope_original_max_positions", where);
-  } else if (rope_type != "default") {
-    refuse(where + "rope_type", rope_type,
-           "meshtrain computes rotary positions without scaling (\"default\") or with Llama 3's "
-           "(\"llama3\"); \"linear\", \"dynamic\", \"yarn\" and the others are not implemented");
-  }
+  read_rope(c, d.rope_theta, m.rope);
   return m;
 }
 
