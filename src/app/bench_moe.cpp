@@ -22,6 +22,7 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/config/layout_check.h"
+#include "meshtrain/families/registry.h"
 #include "meshtrain/model/expert_exchange.h"
 #include "meshtrain/train/straggler_report.h"  // median_of
 #include "meshtrain/train/trainer.h"

@@ -30,6 +30,7 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/backend/kernel_profile.h"
 #include "meshtrain/config/layout_check.h"
+#include "meshtrain/families/registry.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/train/trainer.h"
 

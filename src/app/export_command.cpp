@@ -2,17 +2,19 @@
 // directory that transformers' AutoModelForCausalLM.from_pretrained(OUT) loads: GPT2LMHeadModel
 // (OUT/model.safetensors and OUT/config.json), or LlamaForCausalLM / Qwen3ForCausalLM (also
 // generation_config.json), or, for a mixture of experts,
-// MixtralForCausalLM / Qwen3MoeForCausalLM (app/hf_moe.h). The weights are one model.safetensors
+// MixtralForCausalLM / Qwen3MoeForCausalLM (families/moe/hf_moe.h). The weights are one model.safetensors
 // or, above --max-shard-size, shards and their index (app/hf_shards.h). Checkpoints are
 // layout-free, so one rank reads the whole file (MPI_COMM_SELF) whatever layout wrote it, and
-// every layout's checkpoint of the same weights exports the same bytes. The tensor mappings
-// are app/hf_gpt2.h and app/hf_llama.h. The tokenizer files are those --tokenizer names: a path
+// every layout's checkpoint of the same weights exports the same bytes. The family the
+// checkpoint records (families/registry.h) maps the tensors and writes config.json through its
+// HfFormat (families/model_family.h). The tokenizer files are those --tokenizer names: a path
 // recorded in the checkpoint is never opened (export_tokenizer below).
 
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -22,12 +24,11 @@
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/hf_directory.h"
-#include "meshtrain/app/hf_gpt2.h"
-#include "meshtrain/app/hf_llama.h"
 #include "meshtrain/app/hf_shards.h"
 #include "meshtrain/app/mpi_session.h"
-#include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/config/deck.h"
+#include "meshtrain/families/registry.h"
+#include "meshtrain/io/checkpoint_file.h"
 #include "meshtrain/io/regular_file.h"
 #include "meshtrain/io/safetensors.h"
 #include "meshtrain/io/terminal_text.h"
@@ -38,78 +39,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-// The model a checkpoint's @model attribute describes, refusing any setting GPT2LMHeadModel
-// cannot express. `tokenizer` receives the recorded tokenizer (provenance only).
-ModelSpec model_of(const std::string& path, const std::string& recorded, std::string& tokenizer) {
-  std::map<std::string, std::string> s;
-  std::istringstream lines(recorded);
-  for (std::string line; std::getline(lines, line);) {
-    const size_t eq = line.find(" = ");
-    if (eq != std::string::npos) s[line.substr(0, eq)] = line.substr(eq + 3);
-  }
-  const char* shape_keys[] = {"layers", "d_model", "heads", "seq_len", "vocab_size", "tie_embeddings"};
-  ModelSpec m;
-  for (const char* k : shape_keys)
-    if (!s.count(k))
-      throw std::runtime_error(path + ": the 'model' attribute does not record model." + std::string(k) +
-                               " (not a complete meshtrain checkpoint)");
-  try {
-    m.layers = std::stoi(s["layers"]);
-    m.d_model = std::stoll(s["d_model"]);
-    m.heads = std::stoll(s["heads"]);
-    m.seq_len = std::stoll(s["seq_len"]);
-    m.vocab_size = std::stoll(s["vocab_size"]);
-  } catch (const std::exception&) {
-    throw std::runtime_error(path + ": the 'model' attribute is malformed:\n" + recorded);
-  }
-  // The file may come from anyone: sizes the deck would refuse are refused here too.
-  if (m.layers < 1 || m.d_model < 1 || m.heads < 1 || m.seq_len < 1 || m.vocab_size < 2)
-    throw std::runtime_error(path + ": the 'model' attribute is malformed (a size below 1):\n" +
-                             recorded);
-  if (s["tie_embeddings"] != "true" && s["tie_embeddings"] != "false")
-    throw std::runtime_error(path + ": the 'model' attribute has tie_embeddings = " + s["tie_embeddings"] +
-                             " (expected true or false)");
-  m.tie_embeddings = s["tie_embeddings"] == "true";
-  try {
-    // GPT-2's inner width is n_inner; its heads split n_embd (no head_dim of its own).
-    if (s.count("ffn_hidden")) m.ffn_hidden_set = std::stoll(s["ffn_hidden"]);
-    if (s.count("kv_heads") && s["kv_heads"] != s["heads"])
-      throw std::runtime_error(
-          path + ": model.kv_heads = " + s["kv_heads"] + " with " + s["heads"] + " heads is "
-          "grouped-query attention, which Hugging Face GPT2LMHeadModel cannot express (export "
-          "refuses rather than write another model)");
-    if (s.count("head_dim") && std::stoll(s["head_dim"]) * m.heads != m.d_model)
-      throw std::runtime_error(
-          path + ": model.head_dim = " + s["head_dim"] + " with " + s["heads"] +
-          " heads is not d_model = " + s["d_model"] + " split over the heads: Hugging Face "
-          "GPT2LMHeadModel cannot express it (export refuses rather than write another model)");
-  } catch (const std::invalid_argument&) {
-    throw std::runtime_error(path + ": the 'model' attribute is malformed:\n" + recorded);
-  } catch (const std::out_of_range&) {
-    throw std::runtime_error(path + ": the 'model' attribute is malformed:\n" + recorded);
-  }
-  // What HF GPT-2 computes besides the shapes: GPT-2's value of every other field of the spec
-  // (model/model_spec.h) and LayerNorm's eps, and nothing else; its MLP width is n_inner.
-  std::map<std::string, std::string> gpt2 = {{"layernorm_eps", "1e-05"}};
-  for (const SpecField& f : spec_fields(m)) gpt2[f.key] = f.key == "ffn_hidden" ? f.value : f.gpt2_value;
-  for (const auto& [key, value] : s) {
-    bool known = key == "tokenizer";
-    for (const char* k : shape_keys) known = known || key == k;
-    if (known) continue;
-    const auto f = gpt2.find(key);
-    if (f == gpt2.end() || f->second != value)
-      throw std::runtime_error(
-          path + ": model." + key + " = " + value +
-          " is a setting Hugging Face GPT2LMHeadModel cannot express (it computes " +
-          (f == gpt2.end() ? "no such setting" : "model." + key + " = " + f->second) +
-          "): export refuses rather than write a model that computes another function");
-  }
-  tokenizer = s.count("tokenizer") ? s["tokenizer"] : "";
-  if (tokenizer.size() >= 2 && tokenizer.front() == '"' && tokenizer.back() == '"')
-    tokenizer = tokenizer.substr(1, tokenizer.size() - 2);
-  return m;
-}
 
 // SIGINT or SIGTERM during an export: the handler notes it; the export stops before its next
 // tensor, removes its staging directory (and OUT, where it made it) and exits 128 + the signal.
@@ -176,19 +105,6 @@ std::vector<float> read_verified(CheckpointFile& file, const std::string& name, 
   return out;
 }
 
-
-// The Llama / Qwen 3 model a checkpoint's @model attribute records, read as a deck's [model]
-// would be (the same ranges and checks: the file may come from anyone).
-ModelSpec llama_model_of(const std::string& path, const std::string& recorded) {
-  std::string text = "[model]\n";
-  for (const auto& [key, value] : recorded_model_settings(recorded))
-    if (key != "tokenizer" && key != "layernorm_eps") text += key + " = " + value + "\n";
-  try {
-    return parse_deck(path + " (its 'model' attribute)", text).model;
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string(e.what()) + "\n(" + path + ": the 'model' attribute is malformed)");
-  }
-}
 
 // generation_config.json, as save_pretrained writes it beside config.json (GenerationConfig reads
 // it): config.json's begin- and end-of-text ids, where the tokenizer has them.
@@ -275,6 +191,178 @@ ExportTokenizer export_tokenizer(const std::string& named, const std::string& co
   return t;
 }
 
+// The checkpoint's model as export reads it: its family's (families/registry.h), the one a
+// checkpoint written before model.family existed records implicitly (GPT-2).
+const ModelFamily& recorded_family(const std::string& path, const std::map<std::string, std::string>& settings) {
+  const auto family = settings.find("family");
+  if (family == settings.end()) return model_family("gpt2");
+  std::string known;
+  for (const ModelFamily* f : model_registry()) {
+    if (family->second == "\"" + std::string(f->name) + "\"") return *f;
+    known += std::string(known.empty() ? "" : ", ") + "\"" + f->name + "\"";
+  }
+  throw std::runtime_error(terminal_safe(path + ": the 'model' attribute records family = " + family->second +
+                                         " (this meshtrain exports the families " + known + ")"));
+}
+
+// `value` without the quotes of a recorded TOML string.
+std::string unquoted(const std::string& value) {
+  if (value.size() >= 2 && value.front() == '"' && value.back() == '"') return value.substr(1, value.size() - 2);
+  return value;
+}
+
+// What an export writes, decided before OUT is touched: the model, the HF class it becomes,
+// its tensors and the text files beside them.
+struct ExportPlan {
+  ModelSpec model;
+  std::string architecture;
+  const HfFormat* format = nullptr;
+  std::vector<HfTensor> tensors;
+  std::string tokenizer;                                   // recorded (provenance only)
+  std::vector<std::pair<std::string, std::string>> texts;  // (file name, content)
+};
+
+ExportPlan plan_export(const std::string& path, const CheckpointInfo& info, const std::string& torch_dtype,
+                       const ExportTokenizer& run_tok) {
+  RecordedModel recorded;
+  recorded.path = path;
+  recorded.text = info.model;
+  recorded.settings = recorded_model_settings(info.model);
+  // The settings as a deck's [model] (config/'s reader: the same ranges and checks as a deck's,
+  // as the file may come from anyone).
+  recorded.read_as_deck = [&recorded] {
+    std::string text = "[model]\n";
+    for (const auto& [key, value] : recorded.settings)
+      if (key != "tokenizer" && key != "layernorm_eps") text += key + " = " + value + "\n";
+    return parse_deck(recorded.path + " (its 'model' attribute)", text).model;
+  };
+  ExportPlan plan;
+  plan.format = recorded_family(path, recorded.settings).hf;
+  plan.model = plan.format->recorded_model(recorded);
+  plan.architecture = plan.format->architecture(plan.model, path);
+  plan.tensors = plan.format->tensors(plan.model);
+  const auto tok = recorded.settings.find("tokenizer");
+  plan.tokenizer = tok == recorded.settings.end() ? "" : unquoted(tok->second);
+  const HfExportOptions options{torch_dtype, plan.tokenizer, run_tok.bos, run_tok.eos};
+  plan.texts.push_back({"config.json", plan.format->config_json(plan.model, options)});
+  plan.texts.push_back({"generation_config.json", generation_config_json(plan.texts.back().second)});
+  return plan;
+}
+
+// Every /model dataset must map onto an HF tensor: anything more is a feature HF cannot hold.
+void check_every_dataset_mapped(CheckpointFile& file, const std::string& path, const ExportPlan& plan) {
+  std::map<std::string, bool> mapped;
+  for (const HfTensor& t : plan.tensors) mapped["/model/" + t.meshtrain] = true;
+  for (const std::string& name : file.dataset_names())
+    if (name.rfind("/model/", 0) == 0 && !mapped.count(name))
+      throw std::runtime_error(path + ": dataset " + name + " has no counterpart in Hugging Face " +
+                               plan.architecture + " (export maps " + plan.format->exported_parameters + ")");
+}
+
+// The bytes of each HF tensor, read from the checkpoint tensor by tensor. The fused qkv is three
+// HF tensors in a row, a stack of experts E: each checkpoint dataset is read once and sliced.
+class HfTensorBytes {
+ public:
+  HfTensorBytes(CheckpointFile& file, const ExportArgs& args, const std::vector<HfTensor>& tensors, bool bf16)
+      : file_(file), args_(args), tensors_(tensors), bf16_(bf16) {}
+
+  std::vector<char> operator()(size_t i) {
+    InterruptGuard::check(args_.out);
+    const HfTensor& t = tensors_[i];
+    const std::string name = "/model/" + t.meshtrain;
+    if (name != cached_name_) {
+      cached_ = read_dataset(name, t.meshtrain_shape);
+      cached_name_ = name;
+    }
+    const std::vector<float> v = to_hf_layout(t, cached_);
+    std::vector<char> out;
+    if (bf16_) {
+      const std::vector<uint16_t> h = f32_to_bf16(v.data(), v.size());
+      out.assign(reinterpret_cast<const char*>(h.data()), reinterpret_cast<const char*>(h.data() + h.size()));
+    } else {
+      out.assign(reinterpret_cast<const char*>(v.data()), reinterpret_cast<const char*>(v.data() + v.size()));
+    }
+    return out;
+  }
+
+ private:
+  std::vector<float> read_dataset(const std::string& name, const std::vector<int64_t>& dims) {
+    Shape want;
+    if (dims.size() == 1)
+      want = Shape{dims[0]};
+    else if (dims.size() == 2)
+      want = Shape{dims[0], dims[1]};
+    else
+      want = Shape{dims[0], dims[1], dims[2]};
+    if (!file_.has_dataset(name))
+      throw std::runtime_error(args_.checkpoint + ": dataset " + name +
+                               " is missing, but its 'model' attribute "
+                               "describes a model that has it (damaged checkpoint)");
+    if (file_.shape(name) != want)
+      throw std::runtime_error(args_.checkpoint + ": dataset " + name + " has shape " +
+                               file_.shape(name).to_string() + ", but its 'model' attribute needs " +
+                               want.to_string() + " (damaged checkpoint)");
+    return read_verified(file_, name, want);
+  }
+
+  CheckpointFile& file_;
+  const ExportArgs& args_;
+  const std::vector<HfTensor>& tensors_;
+  bool bf16_;
+  std::string cached_name_;
+  std::vector<float> cached_;
+};
+
+// Writes the weights and the text files into a staging directory beside OUT's files and moves
+// them in: a failure or a signal leaves OUT as it was. Returns the weight files' names.
+std::vector<std::string> write_export(const ExportArgs& args, CheckpointFile& file, const ExportPlan& plan,
+                                      const ExportTokenizer& run_tok, const std::vector<HfWeightSpec>& specs,
+                                      HfTensorBytes& bytes_of, const std::map<std::string, std::string>& metadata,
+                                      uint64_t max_shard) {
+  const InterruptGuard interrupt_guard;
+  std::error_code ec;
+  const bool existed = fs::exists(args.out, ec);
+  fs::create_directories(args.out, ec);
+  if (!fs::is_directory(args.out, ec))
+    throw std::runtime_error(args.out + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
+  const std::string staging = make_staging_directory(args.out);
+  std::vector<std::string> weight_files;
+  try {
+    weight_files = write_hf_weights(staging, specs, std::ref(bytes_of), metadata, max_shard);
+    for (const auto& [name, text] : plan.texts) write_text_file((fs::path(staging) / name).string(), text);
+    for (const auto& [name, content] : run_tok.files) write_text_file((fs::path(staging) / name).string(), content);
+    InterruptGuard::check(args.out);
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    if (!existed) fs::remove(args.out, ec);  // only if empty: a directory this export made
+    throw;
+  }
+  file.close();
+  publish_staged(staging, args.out);
+  return weight_files;
+}
+
+void print_summary(const ExportArgs& args, const CheckpointInfo& info, const ExportPlan& plan,
+                   const std::vector<std::string>& weight_files, const ExportTokenizer& run_tok, bool bf16) {
+  const ModelSpec& m = plan.model;
+  std::string written;
+  for (const std::string& f : weight_files) written += (written.empty() ? "" : ", ") + f;
+  std::string copied;
+  for (const auto& f : run_tok.files) copied += ", " + f.first;
+  const std::string experts = m.feed_forward == FeedForwardKind::Moe
+                                  ? ", " + std::to_string(m.moe.experts) + " experts (top " +
+                                        std::to_string(m.moe.top_k) + ")"
+                                  : "";
+  std::printf(
+      "exported %s (step %lld, %d layers, d_model %lld, %lld heads, %lld kv heads, vocab %lld%s%s) to %s: "
+      "%s (%zu tensors, %s), config.json (%s), generation_config.json%s%s\n",
+      args.checkpoint.c_str(), static_cast<long long>(info.step), m.layers, static_cast<long long>(m.d_model),
+      static_cast<long long>(m.heads), static_cast<long long>(m.kv_heads()), static_cast<long long>(m.vocab_size),
+      m.tie_embeddings ? ", tied" : ", untied", experts.c_str(), args.out.c_str(), written.c_str(),
+      plan.tensors.size(), bf16 ? "bf16" : "fp32", plan.architecture.c_str(), copied.c_str(),
+      run_tok.note.empty() ? "" : ("\nnote: " + run_tok.note).c_str());
+}
+
 void export_hf(const ExportArgs& args) {
   std::error_code ec;
   if (fs::is_directory(args.checkpoint, ec))
@@ -290,80 +378,14 @@ void export_hf(const ExportArgs& args) {
                              " is not supported (this meshtrain " MESHTRAIN_VERSION " exports version " +
                              std::to_string(kCheckpointFormatVersion) + ")");
   const bool bf16 = args.dtype == "bf16";
-  const SafeDType out_type = bf16 ? SafeDType::BF16 : SafeDType::F32;
-  const std::string torch_dtype = bf16 ? "bfloat16" : "float32";
-  // Checkpoints written before model.family existed are GPT-2.
-  const auto settings = recorded_model_settings(info.model);
-  const bool gpt2 = !settings.count("family") || settings.at("family") == "\"gpt2\"";
-  std::string tokenizer, architecture = "GPT2LMHeadModel";
-  ModelSpec m;
-  std::vector<HfTensor> tensors;
-  std::vector<std::pair<std::string, std::string>> texts;  // (file name, content)
   // Read (and refused) before OUT is touched.
   const ExportTokenizer run_tok = export_tokenizer(args.tokenizer, info.config);
-  if (gpt2) {
-    m = model_of(args.checkpoint, info.model, tokenizer);
-    tensors = hf_gpt2_tensors(m);
-    texts.push_back({"config.json", hf_gpt2_config_json(m, torch_dtype, tokenizer)});
-  } else {
-    m = llama_model_of(args.checkpoint, info.model);
-    architecture = hf_llama_architecture(m, args.checkpoint);
-    tensors = hf_llama_tensors(m);
-    tokenizer = settings.count("tokenizer") ? settings.at("tokenizer") : "";
-    if (tokenizer.size() >= 2 && tokenizer.front() == '"') tokenizer = tokenizer.substr(1, tokenizer.size() - 2);
-    texts.push_back({"config.json", hf_llama_config_json(m, torch_dtype, run_tok.bos, run_tok.eos)});
-  }
-  texts.push_back({"generation_config.json", generation_config_json(texts.back().second)});
-  // Every /model dataset must map onto an HF tensor: anything more is a feature HF cannot hold.
-  std::map<std::string, bool> mapped;
-  for (const HfTensor& t : tensors) mapped["/model/" + t.meshtrain] = true;
-  for (const std::string& name : file.dataset_names())
-    if (name.rfind("/model/", 0) == 0 && !mapped.count(name))
-      throw std::runtime_error(args.checkpoint + ": dataset " + name + " has no counterpart in Hugging Face " +
-                               architecture + " (export maps " +
-                               (gpt2 ? "wte, wpe, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and an untied lm_head.weight"
-                                     : "wte, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and an untied lm_head.weight, "
-                                       "a mixture's h.<i>.mlp.{router,experts}") +
-                               ")");
+  const ExportPlan plan = plan_export(args.checkpoint, info, bf16 ? "bfloat16" : "float32", run_tok);
+  check_every_dataset_mapped(file, args.checkpoint, plan);
 
   std::vector<HfWeightSpec> specs;
-  for (const HfTensor& t : tensors) specs.push_back({t.hf, out_type, t.hf_shape});
-  // The fused qkv is three HF tensors in a row, a stack of experts E: read once, sliced.
-  std::string cached_name;
-  std::vector<float> cached;
-  auto bytes_of = [&](size_t i) {
-    InterruptGuard::check(args.out);
-    const HfTensor& t = tensors[i];
-    const std::string name = "/model/" + t.meshtrain;
-    if (name != cached_name) {
-      Shape want;
-      if (t.meshtrain_shape.size() == 1)
-        want = Shape{t.meshtrain_shape[0]};
-      else if (t.meshtrain_shape.size() == 2)
-        want = Shape{t.meshtrain_shape[0], t.meshtrain_shape[1]};
-      else
-        want = Shape{t.meshtrain_shape[0], t.meshtrain_shape[1], t.meshtrain_shape[2]};
-      if (!file.has_dataset(name))
-        throw std::runtime_error(args.checkpoint + ": dataset " + name +
-                                 " is missing, but its 'model' attribute "
-                                 "describes a model that has it (damaged checkpoint)");
-      if (file.shape(name) != want)
-        throw std::runtime_error(args.checkpoint + ": dataset " + name + " has shape " +
-                                 file.shape(name).to_string() + ", but its 'model' attribute needs " +
-                                 want.to_string() + " (damaged checkpoint)");
-      cached = read_verified(file, name, want);
-      cached_name = name;
-    }
-    const std::vector<float> v = to_hf_layout(t, cached);
-    std::vector<char> out;
-    if (bf16) {
-      const std::vector<uint16_t> h = f32_to_bf16(v.data(), v.size());
-      out.assign(reinterpret_cast<const char*>(h.data()), reinterpret_cast<const char*>(h.data() + h.size()));
-    } else {
-      out.assign(reinterpret_cast<const char*>(v.data()), reinterpret_cast<const char*>(v.data() + v.size()));
-    }
-    return out;
-  };
+  for (const HfTensor& t : plan.tensors) specs.push_back({t.hf, bf16 ? SafeDType::BF16 : SafeDType::F32, t.hf_shape});
+  HfTensorBytes bytes_of(file, args, plan.tensors, bf16);
   // "format": "pt" is what transformers expects of a PyTorch model's safetensors.
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"},
@@ -371,55 +393,11 @@ void export_hf(const ExportArgs& args) {
       {"meshtrain_checkpoint_version", info.meshtrain_version},
       {"meshtrain_step", std::to_string(info.step)},
       {"meshtrain_lineage", info.lineage},
-      {"meshtrain_tokenizer", tokenizer},
+      {"meshtrain_tokenizer", plan.tokenizer},
       {"meshtrain_source", fs::path(args.checkpoint).filename().string()}};
-
-  const InterruptGuard interrupt_guard;
-  const bool existed = fs::exists(args.out, ec);
-  fs::create_directories(args.out, ec);
-  if (!fs::is_directory(args.out, ec))
-    throw std::runtime_error(args.out + ": cannot create the output directory" + (ec ? ": " + ec.message() : ""));
-  // Everything is written beside OUT's files first, then moved in: a failure leaves OUT as it was.
-  const std::string staging = make_staging_directory(args.out);
-  std::vector<std::string> weight_files;
-  try {
-    weight_files = write_hf_weights(staging, specs, bytes_of, metadata, max_shard);
-    for (const auto& [name, text] : texts) write_text_file((fs::path(staging) / name).string(), text);
-    for (const auto& [name, content] : run_tok.files) write_text_file((fs::path(staging) / name).string(), content);
-    InterruptGuard::check(args.out);
-  } catch (...) {
-    fs::remove_all(staging, ec);
-    if (!existed) fs::remove(args.out, ec);  // only if empty: a directory this export made
-    throw;
-  }
-  file.close();
-  publish_staged(staging, args.out);
-  std::string written;
-  for (const std::string& f : weight_files) written += (written.empty() ? "" : ", ") + f;
-  std::string copied;
-  for (const auto& f : run_tok.files) copied += ", " + f.first;
-  if (gpt2) {
-    std::printf(
-        "exported %s (step %lld, %d layers, d_model %lld, %lld heads, vocab %lld%s) to %s: "
-        "%s (%zu tensors, %s), config.json (GPT2LMHeadModel)%s%s\n",
-        args.checkpoint.c_str(), static_cast<long long>(info.step), m.layers, static_cast<long long>(m.d_model),
-        static_cast<long long>(m.heads), static_cast<long long>(m.vocab_size),
-        m.tie_embeddings ? ", tied" : ", untied", args.out.c_str(), written.c_str(), tensors.size(),
-        bf16 ? "bf16" : "fp32", copied.c_str(), run_tok.note.empty() ? "" : ("\nnote: " + run_tok.note).c_str());
-    return;
-  }
-  const std::string experts = m.feed_forward == FeedForwardKind::Moe
-                                  ? ", " + std::to_string(m.moe.experts) + " experts (top " +
-                                        std::to_string(m.moe.top_k) + ")"
-                                  : "";
-  std::printf(
-      "exported %s (step %lld, %d layers, d_model %lld, %lld heads, %lld kv heads, vocab %lld%s%s) to %s: "
-      "%s (%zu tensors, %s), config.json (%s), generation_config.json%s%s\n",
-      args.checkpoint.c_str(), static_cast<long long>(info.step), m.layers, static_cast<long long>(m.d_model),
-      static_cast<long long>(m.heads), static_cast<long long>(m.kv_heads()), static_cast<long long>(m.vocab_size),
-      m.tie_embeddings ? ", tied" : ", untied", experts.c_str(), args.out.c_str(), written.c_str(),
-      tensors.size(), bf16 ? "bf16" : "fp32", architecture.c_str(), copied.c_str(),
-      run_tok.note.empty() ? "" : ("\nnote: " + run_tok.note).c_str());
+  const std::vector<std::string> weight_files =
+      write_export(args, file, plan, run_tok, specs, bytes_of, metadata, max_shard);
+  print_summary(args, info, plan, weight_files, run_tok, bf16);
 }
 
 }  // namespace

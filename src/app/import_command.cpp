@@ -5,18 +5,17 @@
 // With --deck, every difference between the directory and the deck's model — a config.json
 // key, a tensor's name or shape — is refused before anything is written, naming the file, the
 // key or tensor, its value and the deck's.
-// Without it the deck is built from config.json (app/hf_llama.h: hf_deck_text), and --deck-out
-// writes it for `meshtrain train`. One rank does the work; the tensor names are app/hf_gpt2.h,
-// app/hf_llama.h and app/hf_moe.h, the directory app/hf_directory.h.
+// Without it the deck is built from config.json (families/hf/hf_deck.h), and --deck-out writes it
+// for `meshtrain train`. One rank does the work. The family is the one config.json's
+// architectures name (families/registry.h), whose HfFormat reads config.json and names the
+// tensors; the directory is app/hf_directory.h.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <map>
-#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -25,15 +24,12 @@
 
 #include "meshtrain/app/commands.h"
 #include "meshtrain/app/hf_directory.h"
-#include "meshtrain/app/hf_gpt2.h"
-#include "meshtrain/app/hf_llama.h"
-#include "meshtrain/app/hf_moe.h"
-#include "meshtrain/app/hf_shards.h"
 #include "meshtrain/app/import_outputs.h"
 #include "meshtrain/app/mpi_session.h"
 #include "meshtrain/checkpoint/checkpoint_import.h"
 #include "meshtrain/config/deck.h"
-#include "meshtrain/io/terminal_text.h"
+#include "meshtrain/families/hf/hf_deck.h"
+#include "meshtrain/families/registry.h"
 
 namespace meshtrain {
 
@@ -43,155 +39,8 @@ using nlohmann::json;
 namespace {
 
 // Names and values from config.json and the weights come from whoever published the model: each
-// message is escaped whole (io/terminal_text.h), so that a NUL does not cut it short and an
-// escape sequence or a bidirectional control is shown, not obeyed.
-[[noreturn]] void refuse(const std::string& message) { throw std::runtime_error(terminal_safe(message)); }
-
-// A deck built from config.json trains at most this many positions unless --set
-// model.seq_len says otherwise: Llama 3.1's 131072 would ask for activations no fine-tune on a
-// few GPUs holds, and 2048 is the context most fine-tuning recipes use.
-constexpr int64_t kDefaultSeqLen = 2048;
-
-// Refuses a GPT-2 config.json that describes another model than the deck's.
-void check_gpt2_config(const std::string& path, const json& j, const Config& cfg) {
-  const ModelSpec& m = cfg.model;
-  const std::string deck = cfg.deck_path + " (with its --set overrides)";
-  // The deck's model must be one GPT-2 can be: its variants are GPT-2's.
-  const ModelSpec gpt2 = family_defaults("gpt2", m);
-  const struct {
-    const char* key;
-    std::string deck_value, gpt2_value;
-  } variants[] = {
-      {"family", m.family, gpt2.family},
-      {"norm", norm_name(m.norm.kind), norm_name(gpt2.norm.kind)},
-      {"positions", position_name(m.positions), position_name(gpt2.positions)},
-      {"activation", activation_name(m.activation), activation_name(gpt2.activation)},
-      {"feed_forward", feed_forward_name(m.feed_forward), feed_forward_name(gpt2.feed_forward)},
-      {"bias", m.linear_bias ? "true" : "false", "true"},
-      {"head_dim", std::to_string(m.head_dim()), std::to_string(gpt2.head_dim())},
-      {"kv_heads", std::to_string(m.kv_heads()), std::to_string(gpt2.kv_heads())},
-  };
-  for (const auto& v : variants)
-    if (v.deck_value != v.gpt2_value)
-      refuse(deck + ": model." + v.key + " = " + v.deck_value +
-             ", which a Hugging Face GPT-2 model cannot be (it has model." +
-             v.key + " = " + v.gpt2_value + ")");
-  // (config.json key, transformers' default, deck key, the deck's value)
-  struct Want {
-    const char* key;
-    json fallback;
-    const char* deck_key;
-    json deck_value;
-  };
-  const Want wants[] = {
-      {"n_layer", 12, "model.layers", m.layers},
-      {"n_embd", 768, "model.d_model", m.d_model},
-      {"n_head", 12, "model.heads", m.heads},
-      {"n_positions", 1024, "model.seq_len", m.seq_len},
-      {"vocab_size", 50257, "model.vocab_size", m.vocab_size},
-      {"tie_word_embeddings", true, "model.tie_embeddings", m.tie_embeddings},
-  };
-  for (const Want& w : wants) {
-    const json v = json_value_or(j, w.key, w.fallback);
-    if (v != w.deck_value)
-      refuse(path + ": " + w.key + " = " + v.dump() + ", but " + deck + " has " +
-             w.deck_key + " = " + w.deck_value.dump() + ": another model (set " +
-             w.deck_key + " = " + v.dump() + " to import it)");
-  }
-  // What meshtrain computes that no deck key selects (checkpoint/model_signature.cpp).
-  const json act = json_value_or(j, "activation_function", "gelu_new");
-  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-    refuse(path + ": activation_function = " + act.dump() +
-           " (meshtrain computes GPT-2's "
-           "tanh GELU: accepted \"gelu_new\" or \"gelu_pytorch_tanh\")");
-  const json eps = json_value_or(j, "layer_norm_epsilon", 1e-5);
-  if (!eps.is_number() || std::fabs(eps.get<double>() - 1e-5) > 1e-12)
-    refuse(path + ": layer_norm_epsilon = " + eps.dump() +
-           " (meshtrain's LayerNorm uses 1e-05)");
-  // null: GPT-2's 4 x n_embd (n_embd is the deck's d_model: checked above).
-  json inner = json_value_or(j, "n_inner", nullptr);
-  if (inner.is_null()) inner = 4 * m.d_model;
-  if (inner != json(m.ffn_hidden()))
-    refuse(path + ": n_inner = " + json_value_or(j, "n_inner", nullptr).dump() +
-           " (an MLP " + inner.dump() + " wide), but " + deck +
-           " has model.ffn_hidden = " + std::to_string(m.ffn_hidden()) +
-           ": another model (set model.ffn_hidden = " + inner.dump() +
-           " to import it)");
-  const struct {
-    const char* key;
-    bool want;
-  } flags[] = {{"scale_attn_weights", true},
-               {"scale_attn_by_inverse_layer_idx", false},
-               {"add_cross_attention", false}};
-  for (const auto& f : flags) {
-    const json v = json_value_or(j, f.key, f.want);
-    if (v != json(f.want))
-      refuse(path + ": " + f.key + " = " + v.dump() + " (meshtrain's attention computes " +
-             f.key + " = " + (f.want ? "true" : "false") + ")");
-  }
-}
-
-// Refuses a deck whose model is not the one a Llama / Qwen 3 config.json describes.
-void check_llama_config(const std::string& path, const ModelSpec& hf, int64_t max_positions, const Config& cfg) {
-  const ModelSpec& m = cfg.model;
-  const std::string deck = cfg.deck_path + " (with its --set overrides)";
-  std::vector<SpecField> fields = {
-      {"family", "\"" + m.family + "\"", "\"" + hf.family + "\""},
-      {"layers", std::to_string(m.layers), std::to_string(hf.layers)},
-      {"d_model", std::to_string(m.d_model), std::to_string(hf.d_model)},
-      {"heads", std::to_string(m.heads), std::to_string(hf.heads)},
-      {"vocab_size", std::to_string(m.vocab_size), std::to_string(hf.vocab_size)},
-      {"tie_embeddings", m.tie_embeddings ? "true" : "false", hf.tie_embeddings ? "true" : "false"},
-  };
-  // SpecField here: (key, the deck's value, config.json's value), both in TOML notation.
-  const std::vector<SpecField> mine = spec_fields(m), theirs = spec_fields(hf);
-  const bool scaled = hf.rope.scaling != RopeScalingKind::None;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const std::string& key = mine[i].key;
-    // Llama 3's scaling factors mean nothing without its scaling; the dense feed-forward's width
-    // nothing in a mixture without dense blocks (Mixtral's intermediate_size is its experts').
-    const bool unused =
-        (!scaled && key.rfind("rope_", 0) == 0 && key != "rope_theta" && key != "rope_scaling") ||
-        (key == "ffn_hidden" && hf.feed_forward == FeedForwardKind::Moe &&
-         m.feed_forward == FeedForwardKind::Moe && hf.moe.first_dense_layers == 0 &&
-         m.moe.first_dense_layers == 0);
-    // The balancing losses' coefficients are the fine-tune's choice: they change training, not
-    // the function the weights compute.
-    const bool training_only = key == "moe_aux_loss" || key == "moe_z_loss";
-    // A dense model's moe_* fields mean nothing (a mixture on one side only differs in
-    // feed_forward, compared before them).
-    const bool dense_only = key.rfind("moe_", 0) == 0 && hf.feed_forward == FeedForwardKind::Dense;
-    if (key != "family" && !unused && !training_only && !dense_only)
-      fields.push_back({key, mine[i].value, theirs[i].value});
-  }
-  for (const SpecField& f : fields)
-    if (f.value != f.gpt2_value)
-      refuse(path + ": " + hf_llama_config_key(f.key, hf) + " gives model." + f.key +
-             " = " + f.gpt2_value + ", but " + deck + " has model." + f.key + " = " +
-             f.value + ": another model (set model." + f.key + " = " + f.gpt2_value +
-             " to import it)");
-  if (m.seq_len > max_positions)
-    refuse(path + ": max_position_embeddings = " + std::to_string(max_positions) + ", but " +
-           deck + " has model.seq_len = " + std::to_string(m.seq_len) +
-           ", longer than the model was made for (set model.seq_len <= " +
-           std::to_string(max_positions) + ")");
-}
-
-// A GPT2LMHeadModel config.json as a spec (transformers' defaults for absent keys), each size
-// in the range of the deck key it becomes (refused naming config.json's key, never narrowed);
-// the remaining keys are check_gpt2_config's.
-ModelSpec gpt2_spec_of(const json& j, const std::string& path) {
-  const HfConfigReader c(j, path);
-  ModelSpec m = gpt2_spec(static_cast<int>(c.deck_integer("n_layer", 12, "model.layers")),
-                          c.deck_integer("n_embd", 768, "model.d_model"), c.deck_integer("n_head", 12, "model.heads"),
-                          c.deck_integer("n_positions", 1024, "model.seq_len"),
-                          c.deck_integer("vocab_size", 50257, "model.vocab_size"));
-  const json tie = json_value_or(j, "tie_word_embeddings", true);
-  m.tie_embeddings = !tie.is_boolean() || tie.get<bool>();
-  if (const int64_t inner = c.deck_integer("n_inner", 4 * m.d_model, "model.ffn_hidden"); inner != 4 * m.d_model)
-    m.ffn_hidden_set = inner;
-  return m;
-}
+// message is escaped whole (families/hf/hf_config_reader.h).
+[[noreturn]] void refuse(const std::string& message) { hf_refuse(message); }
 
 // `text` with each "section.key=value" override set in its section (added where absent), so
 // that a deck written for the user holds what the import used.
@@ -246,18 +95,16 @@ void refuse_non_finite(const std::string& file, const SafetensorsEntry& e, const
          "or a damaged download?)");
 }
 
-// Reads every tensor of `tensors` from `weights` into meshtrain's layout, refusing a missing
-// tensor, another shape, or a stored tensor the model has no place for.
-std::map<std::string, std::vector<float>> read_tensors(
-    const HfWeights& weights, const std::vector<HfTensor>& tensors, const ModelSpec& m, const std::string& model,
-    const std::string& embedding, const std::function<std::string(const std::string&)>& canonical,
-    const std::function<bool(const std::string&)>& is_buffer, size_t& count) {
+// Reads every tensor of the family's `format` for `m` from `weights` into meshtrain's layout,
+// refusing a missing tensor, another shape, or a stored tensor the model has no place for.
+std::map<std::string, std::vector<float>> read_tensors(const HfWeights& weights, const HfFormat& format,
+                                                       const ModelSpec& m, const std::string& model, size_t& count) {
   std::map<std::string, HfStoredTensor> stored;
   for (const auto& [name, t] : weights.tensors())
-    if (!is_buffer(name)) stored[canonical(name)] = t;
+    if (!format.is_buffer(name)) stored[format.stored_name(name)] = t;
   std::map<std::string, std::vector<float>> values;
   std::set<std::string> used;
-  for (const HfTensor& t : tensors) {
+  for (const HfTensor& t : format.tensors(m)) {
     const auto it = stored.find(t.hf);
     if (it == stored.end())
       refuse(weights.source() + ": tensor " + t.hf + " is missing, but " + model + " has it" +
@@ -284,7 +131,7 @@ std::map<std::string, std::vector<float>> read_tensors(
       const std::vector<float>& wte = values.at("wte");
       if (head.size() == wte.size() && std::memcmp(head.data(), wte.data(), wte.size() * sizeof(float)) == 0)
         continue;
-      refuse(t.file->path() + ": tensor lm_head.weight differs from " + embedding + ", but " +
+      refuse(t.file->path() + ": tensor lm_head.weight differs from " + format.embedding + ", but " +
              model + " ties them (set model.tie_embeddings = false to import an untied head)");
     }
     refuse(t.file->path() + ": tensor " + t.entry->name + " " + t.entry->shape_string() +
@@ -293,6 +140,28 @@ std::map<std::string, std::vector<float>> read_tensors(
   }
   count = used.size();
   return values;
+}
+
+// The deck the import is for: the user's --deck, or one built from `hf` (config.json's model,
+// read from `config_path`) with the --set overrides in it, whose text `deck_text` receives.
+Config import_deck(const ImportArgs& args, const ModelSpec& hf, const std::string& config_path,
+                   std::string& deck_text) {
+  if (!args.deck.empty()) return parse_deck(args.deck, read_deck_file(args.deck), args.overrides);
+  std::error_code ec;
+  const fs::path tok = fs::path(args.dir) / "tokenizer.json";
+  // The deck names the file for every later run to open: it must be the directory's own.
+  if (const std::string target = hf_link_outside(args.dir, tok.string()); !target.empty())
+    throw std::runtime_error(tok.string() + ": is a symbolic link leading to " + target + ", outside " +
+                             args.dir + " (the deck built from it would name that file as data.tokenizer; "
+                             "meshtrain reads no file outside the directory: copy the file into it, e.g. "
+                             "download with --local-dir, or give --deck)");
+  const std::string tokenizer = fs::is_regular_file(tok, ec) ? fs::absolute(tok).string() : "bytes";
+  deck_text = with_overrides(hf_deck_text(hf, tokenizer, args.dir), args.overrides);
+  // Named after config.json, where what it refuses came from: the --deck-out file does not
+  // exist yet (and is not written when the deck is refused).
+  return parse_deck(config_path + " (the deck built from it" +
+                        (args.deck_out.empty() ? std::string() : " for --deck-out " + args.deck_out) + ")",
+                    deck_text);
 }
 
 void import_hf(const ImportArgs& args) {
@@ -309,47 +178,14 @@ void import_hf(const ImportArgs& args) {
   const json j = read_json_object(config_path,
                                   "a Hugging Face model directory holds config.json beside its weights; it "
                                   "says what the tensors alone do not, e.g. the number of heads");
-  const json type = json_value_or(j, "model_type", "(absent)");
-  const bool gpt2 = type == "gpt2";
-  ModelSpec hf;
+  // The family config.json's architectures name reads the rest (families/registry.h).
+  const HfFormat& format = *hf_family_of(j, config_path).hf;
+  const HfConfigReader config(j, config_path, deck_key_range);
   int64_t max_positions = 0;
-  if (gpt2) {
-    hf = gpt2_spec_of(j, config_path);
-  } else {
-    hf = hf_llama_spec(j, config_path, 0, max_positions);
-    hf.seq_len = std::min(max_positions, kDefaultSeqLen);
-    // Mixtral attends within its sliding window: the deck built for it trains no longer.
-    if (const std::optional<int64_t> w = json_int64(json_value_or(j, "sliding_window", nullptr));
-        type == "mixtral" && w)
-      hf.seq_len = std::max<int64_t>(1, std::min(hf.seq_len, *w));
-  }
-  // The deck: the user's, or one built from config.json (with the --set overrides in it).
-  Config cfg;
+  const ModelSpec hf = format.read_config(config, max_positions);
   std::string deck_text;
-  if (!args.deck.empty()) {
-    cfg = parse_deck(args.deck, read_deck_file(args.deck), args.overrides);
-  } else {
-    const fs::path tok = fs::path(args.dir) / "tokenizer.json";
-    // The deck names the file for every later run to open: it must be the directory's own.
-    if (const std::string target = hf_link_outside(args.dir, tok.string()); !target.empty())
-      throw std::runtime_error(tok.string() + ": is a symbolic link leading to " + target + ", outside " +
-                               args.dir + " (the deck built from it would name that file as data.tokenizer; "
-                               "meshtrain reads no file outside the directory: copy the file into it, e.g. "
-                               "download with --local-dir, or give --deck)");
-    const std::string tokenizer = fs::is_regular_file(tok, ec) ? fs::absolute(tok).string() : "bytes";
-    deck_text = with_overrides(hf_deck_text(hf, tokenizer, args.dir), args.overrides);
-    // Named after config.json, where what it refuses came from: the --deck-out file does not
-    // exist yet (and is not written when the deck is refused).
-    cfg = parse_deck(config_path + " (the deck built from it" +
-                         (args.deck_out.empty() ? std::string() : " for --deck-out " + args.deck_out) + ")",
-                     deck_text);
-  }
-  if (gpt2) {
-    check_gpt2_config(config_path, j, cfg);
-  } else {
-    check_llama_config(config_path, hf, max_positions, cfg);
-    hf_check_sliding_window(HfConfigReader(j, config_path), cfg.model.seq_len, cfg.deck_path);
-  }
+  const Config cfg = import_deck(args, hf, config_path, deck_text);
+  format.check_deck(config, hf, max_positions, cfg.model, cfg.deck_path);
   const ModelSpec& m = cfg.model;
   const HfWeights weights = HfWeights::open(args.dir);
 
@@ -359,30 +195,7 @@ void import_hf(const ImportArgs& args) {
       ", vocab_size = " + std::to_string(m.vocab_size) +
       ", tie_embeddings = " + (m.tie_embeddings ? "true" : "false") + ")";
   size_t count = 0;
-  std::map<std::string, std::vector<float>> values;
-  if (gpt2) {
-    // GPT2Model.save_pretrained (the original "gpt2" files) writes the transformer's tensors
-    // without the "transformer." prefix, and older transformers saved the causal-mask buffers.
-    auto canonical = [](const std::string& name) {
-      if (name.rfind("transformer.", 0) == 0 || name.rfind("lm_head.", 0) == 0) return name;
-      return "transformer." + name;
-    };
-    auto is_mask_buffer = [](const std::string& name) {
-      auto ends = [&](const std::string& s) {
-        return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-      };
-      return ends(".attn.bias") || ends(".attn.masked_bias");
-    };
-    values = read_tensors(weights, hf_gpt2_tensors(m), m, model, "transformer.wte.weight", canonical,
-                          is_mask_buffer, count);
-  } else {
-    // Older transformers saved each layer's rotary inverse frequencies: a constant of rope_theta.
-    auto is_rotary_buffer = [](const std::string& name) {
-      return name.find(".rotary_emb.inv_freq") != std::string::npos;
-    };
-    values = read_tensors(weights, hf_llama_tensors(m), m, model, "model.embed_tokens.weight",
-                          [](const std::string& n) { return n; }, is_rotary_buffer, count);
-  }
+  const std::map<std::string, std::vector<float>> values = read_tensors(weights, format, m, model, count);
   outputs.write(deck_text, [&] { write_imported_checkpoint(args.out, cfg, values, args.force); });
   const std::string deck = !args.deck.empty() ? args.deck : args.deck_out;
   std::printf("imported %s (%zu tensors) for %s into %s at step 0\n", args.dir.c_str(), count,

@@ -1,12 +1,25 @@
-// The [model] keys of the deck's schema (deck_schema.h): the architecture, model/model_spec.h.
+// The [model] keys of the deck's schema (deck_schema.h): the architecture, model/model_spec.h;
+// model.family's choices and defaults are the registry's (families/registry.h).
 
 #include "deck_keys.h"
 #include "meshtrain/config/config.h"
+#include "meshtrain/families/registry.h"
 #include "meshtrain/model/model_spec.h"
 
 namespace meshtrain {
 
 using namespace deck_keys;
+
+namespace {
+
+// model.family's help: each registered family's summary of its defaults.
+std::string family_help() {
+  std::string s = "The model family, whose defaults the keys below override: ";
+  for (const ModelFamily* f : model_registry()) s += std::string(f == model_registry().front() ? "" : "; ") + f->summary;
+  return s + ".";
+}
+
+}  // namespace
 
 void add_model_keys(std::vector<KeySpec>& k) {
     // [model]
@@ -27,12 +40,7 @@ void add_model_keys(std::vector<KeySpec>& k) {
                          [](Config& c, bool v) { c.model.tie_embeddings = v; }));
     // The architecture's variants (model/model_spec.h): model.family sets them all, and each
     // key below overrides one. Applied first, whatever its place in the deck (deck.cpp).
-    k.push_back(choice_key("model", "family", "gpt2", model_families(),
-                           "The model family, whose defaults the keys below override: \"gpt2\" "
-                           "(LayerNorm, learned positions, GELU MLP, biases, tied embeddings); "
-                           "\"llama\" (Llama 3: RMSNorm eps 1e-5, rotary positions base 500000, "
-                           "SwiGLU, no biases, untied); \"qwen3\" (Llama's, with rope_theta 1e6, "
-                           "norm_eps 1e-6 and qk_norm).",
+    k.push_back(choice_key("model", "family", "gpt2", model_families(), family_help(),
                            [](Config& c, const std::string& v) {
                              c.model = family_defaults(v, c.model);
                            }));

@@ -22,6 +22,7 @@
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/mpi_communicator.h"
+#include "meshtrain/families/registry.h"
 #include "meshtrain/model/gpt.h"
 #include "meshtrain/tensor/bf16.h"
 #include "meshtrain/train/document_starts.h"

@@ -10,6 +10,7 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/meta_communicator.h"
 #include "meshtrain/config/deck.h"
+#include "meshtrain/families/registry.h"
 #include "meshtrain/model/gpt.h"
 #include "meshtrain/parallel/bucket_plan.h"
 

@@ -22,6 +22,7 @@
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/config/layout_check.h"
+#include "meshtrain/families/registry.h"
 #include "meshtrain/io/token_shard.h"
 #include "meshtrain/io/tokenizer.h"
 #include "meshtrain/parallel/process_grid.h"

@@ -67,7 +67,7 @@ CASES = {
                         "norm_eps": 1e-6, "tie_embeddings": "true"},
 }
 LAYERS, VOCAB, SEQ = 2, 256, 48
-FAMILY_DEFAULTS = {  # model/model_spec.h's family_defaults, as HF's configs state them
+FAMILY_DEFAULTS = {  # families/'s defaults (families/registry.h: family_defaults), as HF's configs state them
     "llama": {"rope_theta": 500000.0, "norm_eps": 1e-5},
     "qwen3": {"rope_theta": 1000000.0, "norm_eps": 1e-6},
 }

@@ -23,6 +23,7 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/config/layout_check.h"
+#include "meshtrain/families/registry.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/tensor/bf16.h"
 #include "meshtrain/checkpoint/checkpointer.h"

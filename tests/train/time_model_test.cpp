@@ -14,6 +14,7 @@
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/config/layout_check.h"
+#include "meshtrain/families/registry.h"
 #include "meshtrain/parallel/schedule_simulator.h"
 #include "meshtrain/train/layout_advisor.h"
 #include "meshtrain/train/planner.h"

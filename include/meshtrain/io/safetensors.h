@@ -1,8 +1,9 @@
 #pragma once
 // The safetensors file format (Hugging Face, https://github.com/huggingface/safetensors): a
 // writer and a validating reader. This file is the format only; which tensors a GPT-2, Llama or
-// Qwen 3 has and how meshtrain's parameters map onto them is app/hf_gpt2.h and app/hf_llama.h,
-// a sharded directory app/hf_directory.h (reading) and app/hf_shards.h (writing).
+// Qwen 3 has and how meshtrain's parameters map onto them is each family's HF format
+// (families/gpt2/hf_gpt2.h, families/llama/hf_llama.h), a sharded directory app/hf_directory.h
+// (reading) and app/hf_shards.h (writing).
 //
 //   | offset     | bytes | content                                                          |
 //   |------------|-------|------------------------------------------------------------------|

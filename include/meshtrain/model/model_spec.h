@@ -1,8 +1,10 @@
 #pragma once
 // The architecture of a decoder-only transformer, as the model layer builds it: sizes, and which
-// variant each sub-layer of a block is (docs/architecture.md, "Adding a model family"). A family ("gpt2") is a set of defaults
-// for these fields (family_defaults); every field is a deck key of [model]. The layers read it
-// and nothing else: a new family is new defaults here and new sub-layer variants in model/.
+// variant each sub-layer of a block is (docs/architecture.md, "Adding a model family"). A family
+// ("gpt2") is a set of defaults for these fields (families/registry.h: family_defaults); every
+// field is a deck key of [model]. The layers read it and nothing else: a new family is a record
+// in families/ and, where it needs them, new sub-layer variants in model/. The struct's own
+// defaults are GPT-2's.
 
 #include <compare>
 #include <cstdint>
@@ -104,13 +106,6 @@ struct ModelSpec {
   // remembered under the whole spec.
   auto operator<=>(const ModelSpec&) const = default;
 };
-
-// The families a deck's model.family names, in the order the reference lists them.
-const std::vector<std::string>& model_families();
-// The family's defaults for every field but the sizes (layers, d_model, heads, seq_len,
-// vocab_size), which a deck gives; `sizes` supplies them. Throws std::invalid_argument for a
-// name not in model_families().
-ModelSpec family_defaults(const std::string& family, const ModelSpec& sizes);
 
 // The spec's fields beyond the sizes (layers, d_model, heads, seq_len, vocab_size,
 // tie_embeddings), each as its [model] deck key, its value in TOML notation, and GPT-2's value

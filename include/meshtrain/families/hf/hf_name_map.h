@@ -3,7 +3,8 @@
 // name templates ("h.{}.ln_1.weight" <-> "transformer.h.{}.ln_1.weight", as is / transposed /
 // flattened / one slice of a fused tensor) applied to the model's parameter table
 // (model/parameter_table.h). Each family's table lives beside its config mapping
-// (app/hf_gpt2.cpp, app/hf_llama.cpp); this file applies a table and moves the values.
+// (families/gpt2/hf_gpt2.cpp, families/llama/hf_llama.cpp, families/moe/hf_moe.cpp); this file
+// applies a table and moves the values.
 //
 // No parameter is listed by hand: one the templates do not cover is an error, not a tensor
 // silently left out of an export.

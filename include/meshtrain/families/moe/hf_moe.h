@@ -1,7 +1,8 @@
 #pragma once
-// Hugging Face MixtralForCausalLM and Qwen3MoeForCausalLM as meshtrain's llama and qwen3
-// families with model.feed_forward = "moe": what they add to the Llama / Qwen 3 mapping
-// (app/hf_llama.h), which does everything else: the router's and experts' tensor names and the
+// The mixture of experts as a feature of a family (model.feed_forward = "moe", not a family of
+// its own): Hugging Face MixtralForCausalLM and Qwen3MoeForCausalLM as meshtrain's llama and
+// qwen3 families with a mixture, what they add to the Llama / Qwen 3 mapping
+// (families/llama/hf_llama.h), which does everything else: the router's and experts' tensor names and the
 // mixture's config.json keys, both ways.
 //
 // HF's names below follow model.layers.i.block_sparse_moe. (Mixtral) or model.layers.i.mlp.
@@ -38,8 +39,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshtrain/app/hf_directory.h"
-#include "meshtrain/app/hf_name_map.h"
+#include "meshtrain/families/hf/hf_config_reader.h"
+#include "meshtrain/families/hf/hf_name_map.h"
 #include "meshtrain/model/model_spec.h"
 
 namespace meshtrain {
@@ -73,7 +74,7 @@ double hf_router_aux_loss_coef(const ModelSpec& m);
 // left unnormalised, dense first blocks).
 std::string hf_moe_architecture(const ModelSpec& m, const std::string& where);
 
-// The mixture's keys of config.json, added to `j` (app/hf_llama.h: hf_llama_config_json).
+// The mixture's keys of config.json, added to `j` (families/llama/hf_llama.h: hf_llama_config_json).
 void hf_moe_write_config(const ModelSpec& m, nlohmann::ordered_json& j);
 
 // The config.json key a moe field ("moe_experts") comes from in `m`'s architecture, or "" for

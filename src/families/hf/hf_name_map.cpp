@@ -1,4 +1,4 @@
-#include "meshtrain/app/hf_name_map.h"
+#include "meshtrain/families/hf/hf_name_map.h"
 
 #include <algorithm>
 #include <map>
@@ -86,7 +86,7 @@ std::vector<HfTensor> hf_tensors(const ModelSpec& m, const HfNameRule* rules, si
   for (const auto& [name, entry] : table)
     if (!mapped.count(name))
       throw std::logic_error("Hugging Face " + model_class + " has no tensor for meshtrain's parameter " +
-                             name + " (the name table in app/hf_*.cpp lacks a rule)");
+                             name + " (the name table in families/*/hf_*.cpp lacks a rule)");
   return out;
 }
 

@@ -3,7 +3,7 @@
 // rope forms and refused where meshtrain computes something else, the config written back, and
 // shards filled as save_pretrained fills them.
 
-#include "meshtrain/app/hf_llama.h"
+#include "meshtrain/families/llama/hf_llama.h"
 #include "meshtrain/app/hf_shards.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meshtrain/model/parameter_table.h"
+#include "llama_spec_reading.h"
 
 namespace meshtrain {
 namespace {
@@ -31,23 +32,9 @@ json llama_config() {
                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})");
 }
 
-ModelSpec spec_of(const json& j) {
-  int64_t max_positions = 0;
-  return hf_llama_spec(j, "config.json", 32, max_positions);
-}
-
-std::string refusal(const json& j) {
-  try {
-    spec_of(j);
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(HfLlama, ReadsLlama3ConfigWithRopeScaling) {
   int64_t max_positions = 0;
-  const ModelSpec m = hf_llama_spec(llama_config(), "config.json", 32, max_positions);
+  const ModelSpec m = read_spec(llama_config(), 32, max_positions);
   EXPECT_EQ(max_positions, 4096);
   EXPECT_EQ(m.family, "llama");
   EXPECT_EQ(m.kv_heads(), 2);

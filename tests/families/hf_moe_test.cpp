@@ -2,8 +2,9 @@
 // transformers' per-expert names (and its values as that expert's slice, both ways), config.json
 // read into the moe fields and refused where meshtrain computes something else, and written back.
 
-#include "meshtrain/app/hf_moe.h"
-#include "meshtrain/app/hf_llama.h"
+#include "meshtrain/families/moe/hf_moe.h"
+#include "meshtrain/families/hf/hf_deck.h"
+#include "meshtrain/families/llama/hf_llama.h"
 
 #include <gtest/gtest.h>
 
@@ -11,6 +12,8 @@
 #include <numeric>
 
 #include <nlohmann/json.hpp>
+
+#include "llama_spec_reading.h"
 
 namespace meshtrain {
 namespace {
@@ -31,20 +34,6 @@ json qwen3_moe_config() {
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "num_experts": 6,
     "num_experts_per_tok": 3, "norm_topk_prob": false, "decoder_sparse_step": 1,
     "mlp_only_layers": [0], "tie_word_embeddings": true})");
-}
-
-ModelSpec spec_of(const json& j) {
-  int64_t max_positions = 0;
-  return hf_llama_spec(j, "config.json", 32, max_positions);
-}
-
-std::string refusal(const json& j) {
-  try {
-    spec_of(j);
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(HfMoe, ReadsMixtral) {
@@ -117,10 +106,10 @@ TEST(HfMoe, RefusesWhatMeshtrainCannotCompute) {
 
 TEST(HfMoe, SlidingWindowAtLeastTheContext) {
   json j = mixtral_config();
-  const HfConfigReader none(j, "config.json");
+  const HfConfigReader none(j, "config.json", deck_key_range);
   EXPECT_NO_THROW(hf_check_sliding_window(none, 4096, "deck.toml"));
   j["sliding_window"] = 4096;
-  const HfConfigReader wide(j, "config.json");
+  const HfConfigReader wide(j, "config.json", deck_key_range);
   EXPECT_NO_THROW(hf_check_sliding_window(wide, 4096, "deck.toml"));
   try {
     hf_check_sliding_window(wide, 8192, "deck.toml");
@@ -196,7 +185,7 @@ TEST(HfMoe, ArchitectureAndConfigBack) {
   EXPECT_DOUBLE_EQ(out["router_aux_loss_coef"].get<double>(), 0.02);
   // Read back, it is the same model.
   int64_t max_positions = 0;
-  EXPECT_EQ(spec_fields(hf_llama_spec(out, "config.json", 32, max_positions)).size(),
+  EXPECT_EQ(spec_fields(read_spec(out, 32, max_positions)).size(),
             spec_fields(mixtral).size());
 
   ModelSpec qwen = spec_of(qwen3_moe_config());
@@ -210,7 +199,7 @@ TEST(HfMoe, ArchitectureAndConfigBack) {
   EXPECT_EQ(q["norm_topk_prob"], false);
   EXPECT_EQ(q["mlp_only_layers"], json({0}));
   EXPECT_EQ(q["decoder_sparse_step"], 1);
-  const ModelSpec again = hf_llama_spec(q, "config.json", 32, max_positions);
+  const ModelSpec again = read_spec(q, 32, max_positions);
   EXPECT_EQ(again.moe.first_dense_layers, 1);
   EXPECT_EQ(again.moe_ffn_hidden(), 8);
   EXPECT_EQ(again.ffn_hidden(), 40);

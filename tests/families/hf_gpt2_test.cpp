@@ -2,7 +2,7 @@
 // transformers' names, shapes and order (tied and untied), the QKV weight's columns in c_attn's
 // order ([q | k | v], heads contiguous), and the config.json keys transformers reads.
 
-#include "meshtrain/app/hf_gpt2.h"
+#include "meshtrain/families/gpt2/hf_gpt2.h"
 
 #include <gtest/gtest.h>
 

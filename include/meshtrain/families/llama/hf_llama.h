@@ -1,8 +1,8 @@
 #pragma once
 // Hugging Face LlamaForCausalLM and Qwen3ForCausalLM as meshtrain's llama and qwen3 families
-// (and, with app/hf_moe.h's mixture on top, MixtralForCausalLM and Qwen3MoeForCausalLM):
-// the tensor names (applied by app/hf_name_map.h), config.json both ways, and the deck an import
-// writes for a downloaded model. Shared by `meshtrain import --format hf` and `export`.
+// (and, with families/moe/hf_moe.h's mixture on top, MixtralForCausalLM and Qwen3MoeForCausalLM):
+// the tensor names (applied by families/hf/hf_name_map.h) and config.json both ways: the HfFormat
+// (families/model_family.h) `meshtrain import --format hf` and `export` call.
 //
 //   | meshtrain (checkpoint /model/...)  | Hugging Face                                      |
 //   |------------------------------------|---------------------------------------------------|
@@ -28,8 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshtrain/app/hf_name_map.h"
-#include "meshtrain/model/model_spec.h"
+#include "meshtrain/families/model_family.h"
 
 namespace meshtrain {
 
@@ -43,8 +42,7 @@ std::vector<HfTensor> hf_llama_tensors(const ModelSpec& m);
 // (spec.seq_len is left as `seq_len`). Throws naming `path`, the key, its value and what
 // meshtrain accepts for anything it cannot compute: another hidden_act, rope_type, sliding
 // windows, a bias on some linear layers only.
-ModelSpec hf_llama_spec(const nlohmann::json& config, const std::string& path, int64_t seq_len,
-                        int64_t& max_positions);
+ModelSpec hf_llama_spec(const HfConfigReader& config, int64_t seq_len, int64_t& max_positions);
 
 // The config.json key a spec field ("kv_heads", "rope_factor", "moe_experts") comes from in
 // the architecture of `hf` (the spec read from it), for messages.
@@ -60,9 +58,8 @@ std::string hf_llama_architecture(const ModelSpec& m, const std::string& where);
 std::string hf_llama_config_json(const ModelSpec& m, const std::string& torch_dtype, int64_t bos,
                                  int64_t eos);
 
-// A deck whose [model] is `m` (its family, the sizes, every field that differs from the
-// family's defaults), training on the built-in corpus with fine-tuning's learning rates, the
-// tokenizer `tokenizer` ("bytes" or a path); `source` names the model in its comments.
-std::string hf_deck_text(const ModelSpec& m, const std::string& tokenizer, const std::string& source);
+// Llama's, Qwen 3's, Mixtral's and Qwen3-MoE's format both ways (families/model_family.h), the
+// llama and qwen3 families'.
+const HfFormat& hf_llama_format();
 
 }  // namespace meshtrain

@@ -1,13 +1,12 @@
-#include "meshtrain/app/hf_llama.h"
+#include "meshtrain/families/llama/hf_llama.h"
 
 #include <algorithm>
-#include <cctype>
-#include <filesystem>
 #include <iterator>
+#include <optional>
 #include <stdexcept>
 
-#include "meshtrain/app/hf_directory.h"
-#include "meshtrain/app/hf_moe.h"
+#include "meshtrain/families/moe/hf_moe.h"
+#include "meshtrain/families/registry.h"
 #include "meshtrain/io/terminal_text.h"
 
 namespace meshtrain {
@@ -71,15 +70,6 @@ constexpr const char* kConfigKeys[][2] = {
     {"ffn_hidden", "intermediate_size"},
 };
 
-std::string toml_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 std::vector<HfTensor> hf_llama_tensors(const ModelSpec& m) {
@@ -123,7 +113,47 @@ HfDefaults hf_defaults(const std::string& type) {
 
 }  // namespace
 
-ModelSpec hf_llama_spec(const json& j, const std::string& path, int64_t seq_len, int64_t& max_positions) {
+namespace {
+
+// Rotary: rope_theta and rope_scaling (transformers < 4.56), or both inside rope_parameters;
+// `default_theta` is the model_type's default.
+void read_rope(const HfConfigReader& c, double default_theta, RopeSpec& rope_spec) {
+  const json& j = c.config();
+  const std::string& path = c.path();
+  auto number = [&](const json& obj, const char* key, double fallback, const std::string& prefix = "") {
+    return c.number(obj, key, fallback, prefix);
+  };
+  const bool newer = j.contains("rope_parameters") && j["rope_parameters"].is_object();
+  const json rope = newer ? j["rope_parameters"] : json_value_or(j, "rope_scaling", json::object());
+  const std::string where = newer ? "rope_parameters." : "rope_scaling.";
+  if (!rope.is_object()) c.refuse("rope_scaling", rope, "expected null or an object with rope_type");
+  rope_spec.theta = newer && rope.contains("rope_theta") ? number(rope, "rope_theta", 10000.0, where)
+                                                         : number(j, "rope_theta", default_theta);
+  const json rope_type = json_value_or(rope, "rope_type", json_value_or(rope, "type", "default"));
+  if (rope_type == "llama3") {
+    rope_spec.scaling = RopeScalingKind::Llama3;
+    for (const char* key : {"factor", "original_max_position_embeddings"})
+      if (!rope.contains(key))
+        throw std::runtime_error(path + ": " + where + key + " is missing (rope_type \"llama3\" needs "
+                                 "factor, low_freq_factor, high_freq_factor and "
+                                 "original_max_position_embeddings)");
+    rope_spec.factor = number(rope, "factor", 8.0, where);
+    rope_spec.low_freq_factor = number(rope, "low_freq_factor", 1.0, where);
+    rope_spec.high_freq_factor = number(rope, "high_freq_factor", 4.0, where);
+    rope_spec.original_max_positions =
+        c.deck_integer(rope, "original_max_position_embeddings", 8192, "model.rope_original_max_positions", where);
+  } else if (rope_type != "default") {
+    c.refuse(where + "rope_type", rope_type,
+             "meshtrain computes rotary positions without scaling (\"default\") or with Llama 3's "
+             "(\"llama3\"); \"linear\", \"dynamic\", \"yarn\" and the others are not implemented");
+  }
+}
+
+}  // namespace
+
+ModelSpec hf_llama_spec(const HfConfigReader& c, int64_t seq_len, int64_t& max_positions) {
+  const json& j = c.config();
+  const std::string& path = c.path();
   const json type = json_value_or(j, "model_type", "(absent)");
   if (type != "llama" && type != "qwen3" && !(type.is_string() && hf_moe_model_type(type.get<std::string>())))
     throw std::runtime_error(terminal_safe(path + ": model_type = " + type.dump()) +
@@ -133,7 +163,6 @@ ModelSpec hf_llama_spec(const json& j, const std::string& path, int64_t seq_len,
   const bool qwen = model_type == "qwen3" || model_type == "qwen3_moe";
   const std::string family = qwen ? "qwen3" : "llama";
   const HfDefaults d = hf_defaults(model_type);
-  const HfConfigReader c(j, path);
   auto refuse = [&](const std::string& key, const json& v, const std::string& accepted) {
     c.refuse(key, v, accepted);
   };
@@ -189,31 +218,7 @@ ModelSpec hf_llama_spec(const json& j, const std::string& path, int64_t seq_len,
     refuse("use_sliding_window", j["use_sliding_window"],
            "meshtrain attends over the whole causal window: accepted false");
 
-  // Rotary: rope_theta and rope_scaling (transformers < 4.56), or both inside rope_parameters.
-  const bool newer = j.contains("rope_parameters") && j["rope_parameters"].is_object();
-  const json rope = newer ? j["rope_parameters"] : json_value_or(j, "rope_scaling", json::object());
-  const std::string where = newer ? "rope_parameters." : "rope_scaling.";
-  if (!rope.is_object()) refuse("rope_scaling", rope, "expected null or an object with rope_type");
-  m.rope.theta = newer && rope.contains("rope_theta") ? number(rope, "rope_theta", 10000.0, where)
-                                                      : number(j, "rope_theta", d.rope_theta);
-  const json rope_type = json_value_or(rope, "rope_type", json_value_or(rope, "type", "default"));
-  if (rope_type == "llama3") {
-    m.rope.scaling = RopeScalingKind::Llama3;
-    for (const char* key : {"factor", "original_max_position_embeddings"})
-      if (!rope.contains(key))
-        throw std::runtime_error(path + ": " + where + key + " is missing (rope_type \"llama3\" needs "
-                                 "factor, low_freq_factor, high_freq_factor and "
-                                 "original_max_position_embeddings)");
-    m.rope.factor = number(rope, "factor", 8.0, where);
-    m.rope.low_freq_factor = number(rope, "low_freq_factor", 1.0, where);
-    m.rope.high_freq_factor = number(rope, "high_freq_factor", 4.0, where);
-    m.rope.original_max_positions =
-        c.deck_integer(rope, "original_max_position_embeddings", 8192, "model.rope_original_max_positions", where);
-  } else if (rope_type != "default") {
-    refuse(where + "rope_type", rope_type,
-           "meshtrain computes rotary positions without scaling (\"default\") or with Llama 3's "
-           "(\"llama3\"); \"linear\", \"dynamic\", \"yarn\" and the others are not implemented");
-  }
+  read_rope(c, d.rope_theta, m.rope);
   return m;
 }
 
@@ -284,44 +289,107 @@ std::string hf_llama_config_json(const ModelSpec& m, const std::string& torch_dt
   return j.dump(2) + "\n";
 }
 
-std::string hf_deck_text(const ModelSpec& m, const std::string& tokenizer, const std::string& source) {
-  std::string name = std::filesystem::path(source).filename().string();
-  for (char& c : name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '-';
-  std::string s =
-      "# The Hugging Face model in " + source + ", as `meshtrain import --format hf --deck-out`\n"
-      "# wrote it: [model] reproduces its config.json (the family's defaults are left out; see\n"
-      "# `meshtrain keys`). It trains on the built-in corpus: for your own text, set data.train and\n"
-      "# data.val to shards of `meshtrain prepare --tokenizer " + tokenizer + "`.\n"
-      "# Fine-tune from the imported checkpoint: meshtrain train <this deck> --set "
-      "checkpoint.resume='\"<OUT.h5>\"'\n\n"
-      "[run]\nname = " + toml_string(name.empty() ? "hf" : name) + "\n\n"
-      "[model]\n"
-      "family = " + toml_string(m.family) + "\n"
-      "layers = " + std::to_string(m.layers) + "\n"
-      "d_model = " + std::to_string(m.d_model) + "\n"
-      "heads = " + std::to_string(m.heads) + "\n"
-      "seq_len = " + std::to_string(m.seq_len) + "\n"
-      "vocab_size = " + std::to_string(m.vocab_size) + "\n"
-      "tie_embeddings = " + (m.tie_embeddings ? "true" : "false") + "\n";
-  // Against the family's defaults for the same kind of feed-forward. A dense model's deck names
-  // no moe_* key (they mean nothing to it); a mixture's names them all, since moe_ffn_hidden's
-  // default follows ffn_hidden, which the deck may set for the dense blocks alone.
-  ModelSpec base = family_defaults(m.family, m);
-  base.feed_forward = m.feed_forward;
-  const std::vector<SpecField> mine = spec_fields(m), family = spec_fields(base);
-  const bool moe = m.feed_forward == FeedForwardKind::Moe;
+namespace {
+
+// Refuses a deck whose model is not the one a Llama / Qwen 3 config.json describes.
+// (HfFormat::check_deck; and Mixtral's sliding window against the deck's seq_len).
+void check_llama_deck(const HfConfigReader& c, const ModelSpec& hf, int64_t max_positions, const ModelSpec& m,
+                      const std::string& deck_path) {
+  const std::string& path = c.path();
+  const std::string deck = deck_path + " (with its --set overrides)";
+  std::vector<SpecField> fields = {
+      {"family", "\"" + m.family + "\"", "\"" + hf.family + "\""},
+      {"layers", std::to_string(m.layers), std::to_string(hf.layers)},
+      {"d_model", std::to_string(m.d_model), std::to_string(hf.d_model)},
+      {"heads", std::to_string(m.heads), std::to_string(hf.heads)},
+      {"vocab_size", std::to_string(m.vocab_size), std::to_string(hf.vocab_size)},
+      {"tie_embeddings", m.tie_embeddings ? "true" : "false", hf.tie_embeddings ? "true" : "false"},
+  };
+  // SpecField here: (key, the deck's value, config.json's value), both in TOML notation.
+  const std::vector<SpecField> mine = spec_fields(m), theirs = spec_fields(hf);
+  const bool scaled = hf.rope.scaling != RopeScalingKind::None;
   for (size_t i = 0; i < mine.size(); ++i) {
     const std::string& key = mine[i].key;
-    const bool mixture_key = key == "feed_forward" || key.rfind("moe_", 0) == 0;
-    if (key == "family" || (mixture_key && !moe)) continue;
-    if (mine[i].value != family[i].value || mixture_key) s += key + " = " + mine[i].value + "\n";
+    // Llama 3's scaling factors mean nothing without its scaling; the dense feed-forward's width
+    // nothing in a mixture without dense blocks (Mixtral's intermediate_size is its experts').
+    const bool unused =
+        (!scaled && key.rfind("rope_", 0) == 0 && key != "rope_theta" && key != "rope_scaling") ||
+        (key == "ffn_hidden" && hf.feed_forward == FeedForwardKind::Moe &&
+         m.feed_forward == FeedForwardKind::Moe && hf.moe.first_dense_layers == 0 &&
+         m.moe.first_dense_layers == 0);
+    // The balancing losses' coefficients are the fine-tune's choice: they change training, not
+    // the function the weights compute.
+    const bool training_only = key == "moe_aux_loss" || key == "moe_z_loss";
+    // A dense model's moe_* fields mean nothing (a mixture on one side only differs in
+    // feed_forward, compared before them).
+    const bool dense_only = key.rfind("moe_", 0) == 0 && hf.feed_forward == FeedForwardKind::Dense;
+    if (key != "family" && !unused && !training_only && !dense_only)
+      fields.push_back({key, mine[i].value, theirs[i].value});
   }
-  s += "\n[data]\ntrain = \"synthetic\"\nval = \"synthetic\"\ntokenizer = " + toml_string(tokenizer) +
-       "\n\n"
-       "# A fine-tune's learning rates: the weights already know their language.\n"
-       "[train]\nlr = 3e-5\nmin_lr = 3e-6\nwarmup_steps = 20\n";
-  return s;
+  for (const SpecField& f : fields)
+    if (f.value != f.gpt2_value)
+      hf_refuse(path + ": " + hf_llama_config_key(f.key, hf) + " gives model." + f.key +
+                " = " + f.gpt2_value + ", but " + deck + " has model." + f.key + " = " +
+                f.value + ": another model (set model." + f.key + " = " + f.gpt2_value +
+                " to import it)");
+  if (m.seq_len > max_positions)
+    hf_refuse(path + ": max_position_embeddings = " + std::to_string(max_positions) + ", but " +
+              deck + " has model.seq_len = " + std::to_string(m.seq_len) +
+              ", longer than the model was made for (set model.seq_len <= " +
+              std::to_string(max_positions) + ")");
+  hf_check_sliding_window(c, m.seq_len, deck_path);
+}
+
+// A deck built from config.json trains at most this many positions unless --set
+// model.seq_len says otherwise: Llama 3.1's 131072 would ask for activations no fine-tune on a
+// few GPUs holds, and 2048 is the context most fine-tuning recipes use.
+constexpr int64_t kDefaultSeqLen = 2048;
+
+ModelSpec llama_read_config(const HfConfigReader& c, int64_t& max_positions) {
+  ModelSpec hf = hf_llama_spec(c, 0, max_positions);
+  hf.seq_len = std::min(max_positions, kDefaultSeqLen);
+  // Mixtral attends within its sliding window: the deck built for it trains no longer.
+  if (const std::optional<int64_t> w = json_int64(json_value_or(c.config(), "sliding_window", nullptr));
+      json_value_or(c.config(), "model_type", "") == "mixtral" && w)
+    hf.seq_len = std::max<int64_t>(1, std::min(hf.seq_len, *w));
+  return hf;
+}
+
+// Older transformers saved each layer's rotary inverse frequencies: a constant of rope_theta.
+bool llama_is_buffer(const std::string& name) { return name.find(".rotary_emb.inv_freq") != std::string::npos; }
+
+std::string llama_stored_name(const std::string& name) { return name; }
+
+// The checkpoint's model read as a deck's [model] would be (the same ranges and checks: the file
+// may come from anyone); hf_llama_architecture then refuses what the classes cannot express.
+ModelSpec llama_recorded_model(const RecordedModel& r) {
+  try {
+    return r.read_as_deck();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string(e.what()) + "\n(" + r.path + ": the 'model' attribute is malformed)");
+  }
+}
+
+std::string llama_config_json(const ModelSpec& m, const HfExportOptions& o) {
+  return hf_llama_config_json(m, o.torch_dtype, o.bos, o.eos);
+}
+
+}  // namespace
+
+const HfFormat& hf_llama_format() {
+  static const HfFormat format = {
+      llama_read_config,
+      check_llama_deck,
+      hf_llama_tensors,
+      "model.embed_tokens.weight",
+      llama_stored_name,
+      llama_is_buffer,
+      llama_recorded_model,
+      hf_llama_architecture,
+      llama_config_json,
+      "wte, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and an untied lm_head.weight, a mixture's h.<i>.mlp.{router,experts}",
+  };
+  return format;
 }
 
 }  // namespace meshtrain

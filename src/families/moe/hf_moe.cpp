@@ -1,4 +1,4 @@
-#include "meshtrain/app/hf_moe.h"
+#include "meshtrain/families/moe/hf_moe.h"
 
 #include <iterator>
 #include <sstream>

@@ -1,10 +1,10 @@
 #pragma once
 // Hugging Face GPT-2 (transformers' GPT2LMHeadModel) as meshtrain's model: which HF tensor each
 // meshtrain parameter is, with shapes on both sides, and the config.json that describes it.
-// Shared by `meshtrain export --format hf` and `meshtrain import --format hf`; the file format
-// itself is io/safetensors.h.
+// The GPT-2 family's HfFormat (families/model_family.h), which `meshtrain import` and `export`
+// call; the file format itself is io/safetensors.h.
 //
-// The map is a table of name templates (hf_gpt2.cpp) applied by app/hf_name_map.h. The two layouts
+// The map is a table of name templates (hf_gpt2.cpp) applied by families/hf/hf_name_map.h. The two layouts
 // (C = d_model, V = vocab_size, T = seq_len):
 //
 //   | meshtrain (checkpoint /model/...)    | Hugging Face                          | how             |
@@ -27,8 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "meshtrain/app/hf_name_map.h"
-#include "meshtrain/model/model_spec.h"
+#include "meshtrain/families/model_family.h"
 
 namespace meshtrain {
 
@@ -41,5 +40,9 @@ std::vector<HfTensor> hf_gpt2_tensors(const ModelSpec& m);
 // <|endoftext|> = 50256 as bos and eos; the byte tokenizer has neither (null).
 std::string hf_gpt2_config_json(const ModelSpec& m, const std::string& torch_dtype,
                                 const std::string& tokenizer = "byte");
+
+// GPT2LMHeadModel both ways: config.json read and checked against a deck, the tensors, a
+// checkpoint's model refused where GPT2LMHeadModel cannot express it.
+const HfFormat& hf_gpt2_format();
 
 }  // namespace meshtrain
