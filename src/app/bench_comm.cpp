@@ -58,7 +58,7 @@ void bench_comm(const BenchArgs& args, BenchReport& report) {
     ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), 600.0);
     Trainer trainer(c, grid, backend);
     ModelState& state = trainer.state();
-    const int64_t elements = state.plan().total_size();
+    const int64_t elements = state.layout().plan().total_size();
     const double bytes = static_cast<double>(elements) * 4.0;
 
     // Ceiling: one MPI_Allreduce of the same bytes, in the same run.
@@ -79,7 +79,7 @@ void bench_comm(const BenchArgs& args, BenchReport& report) {
     std::vector<double> sync;
     for (int r = 0; r <= repeats; ++r) {
       state.begin_step();
-      state.zero_unwritten_gradients();  // as the model's backward would have written them
+      state.reducer().zero_unwritten_gradients();  // as the model's backward would have written them
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = now();
       for (int m = 0; m < c.microbatches(); ++m)
@@ -96,8 +96,8 @@ void bench_comm(const BenchArgs& args, BenchReport& report) {
     Communicator& world = grid.world();
     for (int s = 0; s <= args.steps; ++s) {
       const StepResult res = trainer.train_step(s);
-      const double backward_end = world.all_reduce_scalar(state.backward_end_time(), ReduceOp::Max);
-      const double done = world.all_reduce_scalar(state.reductions_done_time(), ReduceOp::Max);
+      const double backward_end = world.all_reduce_scalar(state.reducer().backward_end_time(), ReduceOp::Max);
+      const double done = world.all_reduce_scalar(state.reducer().reductions_done_time(), ReduceOp::Max);
       if (s > 0) {
         exposed.push_back(std::max(0.0, done - backward_end));
         step_seconds.push_back(res.seconds);
@@ -105,7 +105,7 @@ void bench_comm(const BenchArgs& args, BenchReport& report) {
     }
     const double t_raw = median(raw), t_sync = median(sync), t_exposed = median(exposed);
     const double hidden = std::max(0.0, 1.0 - t_exposed / t_sync);
-    const std::string buckets = std::to_string(state.plan().buckets.size()) + " bucket(s)";
+    const std::string buckets = std::to_string(state.layout().plan().buckets.size()) + " bucket(s)";
     if (rank == 0) {
       char line[240];
       std::snprintf(line, sizeof line,

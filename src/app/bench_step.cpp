@@ -163,8 +163,8 @@ Measurement measure(const BenchArgs& args, const StepModel& m, int ranks, int th
       // skew, not communication).
       const ModelState& state = trainers[p]->state();
       Communicator& world = grids[p]->world();
-      const double backward_end = world.all_reduce_scalar(state.backward_end_time(), ReduceOp::Max);
-      const double done = world.all_reduce_scalar(state.reductions_done_time(), ReduceOp::Max);
+      const double backward_end = world.all_reduce_scalar(state.reducer().backward_end_time(), ReduceOp::Max);
+      const double done = world.all_reduce_scalar(state.reducer().reductions_done_time(), ReduceOp::Max);
       r.losses.push_back(result.loss);
       if (s == 0) {
         backends[p]->set_profile(&r.profile);

@@ -210,33 +210,114 @@ int print_ranking(const PlanArgs& args, const Config& config, const MachineProfi
   return kExitOk;
 }
 
+// The planned run's device, not this machine's: a login node plans a GPU job. Settles the
+// config's device and precision as a run there would.
+DeviceFacts planned_device(Config& config, const PlanArgs& args) {
+  const bool cuda = args.device == "cuda" || (args.device.empty() && config.run.device == DeviceChoice::Cuda);
+  DeviceFacts facts;
+  facts.cuda_built = cuda;
+  facts.devices = cuda ? 1 << 20 : 0;
+  facts.local_ranks = 1;
+  facts.node_gpus = {"GPU-planned"};  // one rank per GPU, as a planned GPU job runs
+  // A CPU job's "auto" precision follows its CPU's bf16 instructions: taken to be this one's
+  // (the header says which it chose; --set train.precision=... plans another).
+  if (!cuda) facts.cpu_bf16 = cpu_bf16_instructions();
+  config.run.device = cuda ? DeviceChoice::Cuda : DeviceChoice::Cpu;
+  resolve_device(config, facts);
+  return facts;
+}
+
+// The options that only go together.
+void check_plan_options(const PlanArgs& args) {
+  if ((args.json || !args.profile.empty()) && !args.time)
+    throw DeckError("--json and --profile go with --time (predict the step time)");
+  if (args.time && args.profile.empty())
+    throw DeckError("--time needs --profile PROFILE.toml: measure this machine with `meshtrain bench "
+                    "--suite calibrate --out PROFILE.toml`, or take a datasheet profile from "
+                    "input/machines/ (dgx-a100-80gb.toml, dgx-h100.toml)");
+  if (args.json && !args.all) throw DeckError("--json goes with --all --time (one object per layout)");
+}
+
+// A deck with "auto" layout choices: plan what `train` would take on this world.
+void settle_auto_layout_for_plan(Config& config, const PlanArgs& args, const MachineProfile& profile,
+                                 size_t limit, int threads) {
+  refuse_impossible_auto_layout(config, args.world);
+  const AutoLayoutChoice choice = choose_auto_layout(config, args.world, profile, limit, threads);
+  const AdvisorResult& advice = choice.advice;
+  if (!choice.config)
+    throw DeckError(args.deck + ": no layout of " + std::to_string(args.world) + " ranks that its \"auto\" "
+                    "choices allow fits " + format_bytes(static_cast<double>(limit)) + " per rank");
+  std::printf("# \"auto\" takes %s (%s ms)", layout_name(advice.ranked[0].config).c_str(),
+              ms(advice.ranked[0].time.step_s).c_str());
+  if (advice.fitting > 1)
+    std::printf("; runner-up %s (%s ms)", layout_name(advice.ranked[1].config).c_str(),
+                ms(advice.ranked[1].time.step_s).c_str());
+  std::printf("\n");
+  config = *choice.config;
+}
+
+// --all: every valid layout, lowest peak first, and which fit --memory.
+int print_all_layouts(const PlanArgs& args, const Config& config, int threads, size_t budget) {
+  std::vector<LayoutPlan> plans = plan_layouts(enumerate_layouts(config, args.world), args.world, threads);
+  std::sort(plans.begin(), plans.end(), [](const LayoutPlan& a, const LayoutPlan& b) { return a.peak() < b.peak(); });
+  std::printf("# plan: every valid layout of %s on %d ranks, %d thread(s) per rank, lowest peak first\n",
+              args.deck.c_str(), args.world, threads);
+  std::printf("# %-52s %12s %14s %8s\n", "layout", "peak", "dominant", "fits");
+  int fitting = 0;
+  for (const LayoutPlan& p : plans) {
+    const StagePlan& s = p.stages[static_cast<size_t>(p.peak_stage())];
+    const bool fits = budget == 0 || p.peak() <= budget;
+    fitting += fits ? 1 : 0;
+    std::printf("  %-52s %12s %14s %8s\n", p.layout().c_str(), format_bytes(static_cast<double>(p.peak())).c_str(),
+                std::string(category_name(s.dominant())).c_str(), budget == 0 ? "-" : fits ? "yes" : "no");
+  }
+  std::printf("# %zu layouts", plans.size());
+  if (budget) std::printf(", %d fit %s", fitting, format_bytes(static_cast<double>(budget)).c_str());
+  std::printf("\n");
+  return budget && fitting == 0 ? kExitInput : kExitOk;
+}
+
+// Over --memory: the error names the stage, what dominates, and the fitting layout that changes
+// the fewest knobs of the deck's (then the smallest): usually one key to edit, e.g. parallel.zero
+// or parallel.recompute.
+[[noreturn]] void refuse_over_budget(const PlanArgs& args, const Config& config, const LayoutPlan& plan,
+                                     int threads, size_t budget) {
+  const StagePlan& worst = plan.stages[static_cast<size_t>(plan.peak_stage())];
+  const auto distance = [&](const Config& c) {
+    const ParallelOptions &a = c.parallel, &b = plan.config.parallel;
+    return (a.dp != b.dp) + (a.tp != b.tp) + (a.pp != b.pp) + (a.schedule != b.schedule) +
+           (a.zero != b.zero) + (a.recompute != b.recompute) +
+           (a.sequence_parallel != b.sequence_parallel) +
+           (c.train.micro_batch != plan.config.train.micro_batch);
+  };
+  std::string hint;
+  std::pair<int, size_t> best{1 << 20, 0};
+  for (const LayoutPlan& p : plan_layouts(enumerate_layouts(config, args.world), args.world, threads)) {
+    const std::pair<int, size_t> key{distance(p.config), p.peak()};
+    if (p.peak() <= budget && key < best) {
+      best = key;
+      hint = p.layout() + " (" + format_bytes(static_cast<double>(p.peak())) + ")";
+    }
+  }
+  throw DeckError(args.deck + ": the layout needs " + format_bytes(static_cast<double>(plan.peak())) +
+                  " per rank on pipeline stage " + std::to_string(worst.pp_rank) + ", more than --memory " +
+                  args.memory + "; " + std::string(category_name(worst.dominant())) + " dominates (" +
+                  pct(worst.at_peak[static_cast<size_t>(worst.dominant())], worst.peak_total) +
+                  ")" + (hint.empty() ? "; no layout of " + std::to_string(args.world) + " ranks fits"
+                                      : "; the nearest layout that fits: " + hint));
+}
+
 }  // namespace
 
 int plan_command(const PlanArgs& args) {
   MpiSession mpi;  // one process: plans need no launch, but the communicator layer wants MPI
   return run_reporting_errors([&] {
     Config config = parse_deck(args.deck, read_deck_file(args.deck), args.overrides);
-    // The planned run's device, not this machine's: a login node plans a GPU job.
-    const bool cuda = args.device == "cuda" || (args.device.empty() && config.run.device == DeviceChoice::Cuda);
-    DeviceFacts facts;
-    facts.cuda_built = cuda;
-    facts.devices = cuda ? 1 << 20 : 0;
-    facts.local_ranks = 1;
-    facts.node_gpus = {"GPU-planned"};  // one rank per GPU, as a planned GPU job runs
-    // A CPU job's "auto" precision follows its CPU's bf16 instructions: taken to be this one's
-    // (the header says which it chose; --set train.precision=... plans another).
-    if (!cuda) facts.cpu_bf16 = cpu_bf16_instructions();
-    config.run.device = cuda ? DeviceChoice::Cuda : DeviceChoice::Cpu;
-    resolve_device(config, facts);
+    const DeviceFacts facts = planned_device(config, args);
+    const bool cuda = config.run.device == DeviceChoice::Cuda;
     const int threads = args.threads > 0 ? args.threads : config.run.threads > 0 ? config.run.threads : 1;
     const size_t budget = args.memory.empty() ? 0 : parse_size(args.memory);
-    if ((args.json || !args.profile.empty()) && !args.time)
-      throw DeckError("--json and --profile go with --time (predict the step time)");
-    if (args.time && args.profile.empty())
-      throw DeckError("--time needs --profile PROFILE.toml: measure this machine with `meshtrain bench "
-                      "--suite calibrate --out PROFILE.toml`, or take a datasheet profile from "
-                      "input/machines/ (dgx-a100-80gb.toml, dgx-h100.toml)");
-    if (args.json && !args.all) throw DeckError("--json goes with --all --time (one object per layout)");
+    check_plan_options(args);
     std::optional<MachineProfile> profile;
     size_t limit = 0;  // what --time holds a layout to: --memory, else the profile's memory per rank
     if (args.time) {
@@ -244,46 +325,12 @@ int plan_command(const PlanArgs& args) {
       // Without --memory, the profile's memory per rank is the budget the ranking keeps to.
       limit = budget ? budget : static_cast<size_t>(std::max(0.0, profile->memory_per_rank));
       if (args.all) return print_ranking(args, config, *profile, limit, threads);
-      // A deck with "auto" layout choices: plan what `train` would take on this world.
-      if (config.parallel.automatic.any()) {
-        refuse_impossible_auto_layout(config, args.world);
-        const AutoLayoutChoice choice = choose_auto_layout(config, args.world, *profile, limit, threads);
-        const AdvisorResult& advice = choice.advice;
-        if (!choice.config)
-          throw DeckError(args.deck + ": no layout of " + std::to_string(args.world) + " ranks that its \"auto\" "
-                          "choices allow fits " + format_bytes(static_cast<double>(limit)) + " per rank");
-        std::printf("# \"auto\" takes %s (%s ms)", layout_name(advice.ranked[0].config).c_str(),
-                    ms(advice.ranked[0].time.step_s).c_str());
-        if (advice.fitting > 1)
-          std::printf("; runner-up %s (%s ms)", layout_name(advice.ranked[1].config).c_str(),
-                      ms(advice.ranked[1].time.step_s).c_str());
-        std::printf("\n");
-        config = *choice.config;
-      }
+      if (config.parallel.automatic.any()) settle_auto_layout_for_plan(config, args, *profile, limit, threads);
     } else if (config.parallel.automatic.any() && !args.all) {
       throw DeckError(args.deck + " leaves layout choices to the strategy advisor (\"auto\"): plan it with "
                       "--time --profile PROFILE.toml (what `train` would take), or --all");
     }
-
-    if (args.all) {
-      std::vector<LayoutPlan> plans = plan_layouts(enumerate_layouts(config, args.world), args.world, threads);
-      std::sort(plans.begin(), plans.end(), [](const LayoutPlan& a, const LayoutPlan& b) { return a.peak() < b.peak(); });
-      std::printf("# plan: every valid layout of %s on %d ranks, %d thread(s) per rank, lowest peak first\n",
-                  args.deck.c_str(), args.world, threads);
-      std::printf("# %-52s %12s %14s %8s\n", "layout", "peak", "dominant", "fits");
-      int fitting = 0;
-      for (const LayoutPlan& p : plans) {
-        const StagePlan& s = p.stages[static_cast<size_t>(p.peak_stage())];
-        const bool fits = budget == 0 || p.peak() <= budget;
-        fitting += fits ? 1 : 0;
-        std::printf("  %-52s %12s %14s %8s\n", p.layout().c_str(), format_bytes(static_cast<double>(p.peak())).c_str(),
-                    std::string(category_name(s.dominant())).c_str(), budget == 0 ? "-" : fits ? "yes" : "no");
-      }
-      std::printf("# %zu layouts", plans.size());
-      if (budget) std::printf(", %d fit %s", fitting, format_bytes(static_cast<double>(budget)).c_str());
-      std::printf("\n");
-      return budget && fitting == 0 ? kExitInput : kExitOk;
-    }
+    if (args.all) return print_all_layouts(args, config, threads, budget);
 
     const LayoutPlan plan = plan_layout(config, args.world, threads);
     const std::string why = auto_precision_reason(config, facts);
@@ -300,33 +347,7 @@ int plan_command(const PlanArgs& args) {
       print_time(predict_step_time(plan.config, *profile), *profile, plan.peak(), limit,
                  budget ? "--memory " + args.memory : "the profile's memory_per_rank");
     if (args.config) std::printf("# effective configuration\n%s", dump_config(plan.config).c_str());
-    if (budget && plan.peak() > budget) {
-      const StagePlan& worst = plan.stages[static_cast<size_t>(plan.peak_stage())];
-      // Suggest the fitting layout that changes the fewest knobs of the deck's (then the
-      // smallest): usually one key to edit, e.g. parallel.zero or parallel.recompute.
-      const auto distance = [&](const Config& c) {
-        const ParallelOptions &a = c.parallel, &b = plan.config.parallel;
-        return (a.dp != b.dp) + (a.tp != b.tp) + (a.pp != b.pp) + (a.schedule != b.schedule) +
-               (a.zero != b.zero) + (a.recompute != b.recompute) +
-               (a.sequence_parallel != b.sequence_parallel) +
-               (c.train.micro_batch != plan.config.train.micro_batch);
-      };
-      std::string hint;
-      std::pair<int, size_t> best{1 << 20, 0};
-      for (const LayoutPlan& p : plan_layouts(enumerate_layouts(config, args.world), args.world, threads)) {
-        const std::pair<int, size_t> key{distance(p.config), p.peak()};
-        if (p.peak() <= budget && key < best) {
-          best = key;
-          hint = p.layout() + " (" + format_bytes(static_cast<double>(p.peak())) + ")";
-        }
-      }
-      throw DeckError(args.deck + ": the layout needs " + format_bytes(static_cast<double>(plan.peak())) +
-                      " per rank on pipeline stage " + std::to_string(worst.pp_rank) + ", more than --memory " +
-                      args.memory + "; " + std::string(category_name(worst.dominant())) + " dominates (" +
-                      pct(worst.at_peak[static_cast<size_t>(worst.dominant())], worst.peak_total) +
-                      ")" + (hint.empty() ? "; no layout of " + std::to_string(args.world) + " ranks fits"
-                                          : "; the nearest layout that fits: " + hint));
-    }
+    if (budget && plan.peak() > budget) refuse_over_budget(args, config, plan, threads, budget);
     return kExitOk;
   });
 }

@@ -65,6 +65,78 @@ std::vector<std::string> tokenizer_files(const std::string& spec) {
   return files;
 }
 
+// --train-tokenizer: a SentencePiece model trained on the text files, after the outputs were
+// checked (the training can take an hour, as before the tokenizing).
+std::unique_ptr<Tokenizer> train_tokenizer_first(const PrepareArgs& args, ExistingOutputs existing,
+                                                 int threads) {
+  const auto [model, vocab] = parse_training_spec(args.train_tokenizer);
+  // SentencePiece's trainer reads its files as lines of text: it would learn JSON.
+  for (const std::string& path : args.inputs)
+    if (is_jsonl_path(path))
+      throw std::invalid_argument(
+          "--train-tokenizer trains on text files, and " + path + " is JSON Lines (train "
+          "the tokenizer on text files, or give one with --tokenizer)");
+  check_prepare_outputs(prepare_output_names(args.out_prefix, args.val_fraction, ".model"), args.inputs,
+                        existing);
+  for (const std::string& path : args.inputs) check_text_file(path);
+  std::fprintf(stderr, "prepare: training a %s tokenizer of %u pieces on %d thread(s)\n",
+               args.train_tokenizer.substr(0, args.train_tokenizer.find(':')).c_str(), vocab, threads);
+  return train_sentencepiece(args.inputs, model, vocab, threads);
+}
+
+// The options of the tokenizing, the end-of-text token refused where the tokenizer has none.
+PrepareOptions prepare_options(const PrepareArgs& args, const Tokenizer& tok, int threads,
+                               ExistingOutputs existing) {
+  PrepareOptions opt;
+  opt.val_fraction = args.val_fraction;
+  opt.threads = threads;
+  opt.progress = true;
+  opt.text_field = args.text_field;
+  opt.max_bad_lines = args.max_bad_lines;
+  opt.max_line_bytes = static_cast<uint64_t>(args.max_line_bytes);
+  opt.existing = existing;
+  opt.tokenizer_files = tokenizer_files(args.tokenizer);
+  if (args.end_of_text) {
+    opt.end_of_text = tok.end_of_text();
+    if (!opt.end_of_text)
+      throw std::invalid_argument(
+          "--end-of-text: the " + tok.kind() + " tokenizer" +
+          (args.train_tokenizer.empty() && args.tokenizer != "bytes" ? " " + args.tokenizer
+                                                                      : std::string()) +
+          " has no end-of-text token (GPT-2's, Llama 3's and Qwen's tokenizer.json have one, "
+          "as does a SentencePiece model with </s>; the byte tokenizer has none)");
+  }
+  return opt;
+}
+
+// What was written, and what the deck needs to train on these shards.
+void print_prepared(const PrepareArgs& args, const PrepareResult& r, const Tokenizer* tok) {
+  if (!r.val_path.empty()) {
+    std::printf("wrote %s (%lld tokens) and %s (%lld tokens)\n", r.train_path.c_str(),
+                static_cast<long long>(r.train_tokens), r.val_path.c_str(),
+                static_cast<long long>(r.val_tokens));
+  } else {
+    std::printf("wrote %s (%lld tokens); no validation shard (--val-fraction 0): train with "
+                "data.val = \"none\" or another validation shard\n",
+                r.train_path.c_str(), static_cast<long long>(r.train_tokens));
+    // A validation shard of an earlier run is not this text's: say so rather than delete it.
+    const std::string stale = args.out_prefix + "_val.bin";
+    std::error_code ec;
+    if (std::filesystem::exists(stale, ec))
+      std::fprintf(stderr, "meshtrain: warning: %s is left from an earlier prepare and does "
+                   "not match %s\n", stale.c_str(), r.train_path.c_str());
+  }
+  if (tok && !r.tokenizer_path.empty()) {
+    std::printf("tokenizer %s (%s, %u tokens); in the deck:\n  data.tokenizer = \"%s\"\n"
+                "  model.vocab_size = %u\n",
+                r.tokenizer_path.c_str(), tok->kind().c_str(), r.vocab_size,
+                r.tokenizer_path.c_str(), r.vocab_size);
+  } else {
+    std::printf("byte-level tokens; in the deck:\n  data.tokenizer = \"bytes\"\n"
+                "  model.vocab_size = 256\n");
+  }
+}
+
 }  // namespace
 
 int prepare_command(const PrepareArgs& args) {
@@ -80,71 +152,12 @@ int prepare_command(const PrepareArgs& args) {
       r = prepare_synthetic(kSyntheticTrainSeed, static_cast<size_t>(args.synthetic_bytes),
                             args.out_prefix, args.val_fraction, existing);
     } else {
-      if (!args.train_tokenizer.empty()) {
-        const auto [model, vocab] = parse_training_spec(args.train_tokenizer);
-        // SentencePiece's trainer reads its files as lines of text: it would learn JSON.
-        for (const std::string& path : args.inputs)
-          if (is_jsonl_path(path))
-            throw std::invalid_argument(
-                "--train-tokenizer trains on text files, and " + path + " is JSON Lines (train "
-                "the tokenizer on text files, or give one with --tokenizer)");
-        // Before the training, which can take an hour, as before the tokenizing.
-        check_prepare_outputs(prepare_output_names(args.out_prefix, args.val_fraction,
-                                                   ".model"), args.inputs, existing);
-        for (const std::string& path : args.inputs) check_text_file(path);
-        std::fprintf(stderr, "prepare: training a %s tokenizer of %u pieces on %d thread(s)\n",
-                     args.train_tokenizer.substr(0, args.train_tokenizer.find(':')).c_str(),
-                     vocab, threads);
-        tok = train_sentencepiece(args.inputs, model, vocab, threads);
-      } else {
-        tok = open_tokenizer(args.tokenizer);
-      }
-      PrepareOptions opt;
-      opt.val_fraction = args.val_fraction;
-      opt.threads = threads;
-      opt.progress = true;
-      opt.text_field = args.text_field;
-      opt.max_bad_lines = args.max_bad_lines;
-      opt.max_line_bytes = static_cast<uint64_t>(args.max_line_bytes);
-      opt.existing = existing;
-      opt.tokenizer_files = tokenizer_files(args.tokenizer);
-      if (args.end_of_text) {
-        opt.end_of_text = tok->end_of_text();
-        if (!opt.end_of_text)
-          throw std::invalid_argument(
-              "--end-of-text: the " + tok->kind() + " tokenizer" +
-              (args.train_tokenizer.empty() && args.tokenizer != "bytes" ? " " + args.tokenizer
-                                                                          : std::string()) +
-              " has no end-of-text token (GPT-2's, Llama 3's and Qwen's tokenizer.json have one, "
-              "as does a SentencePiece model with </s>; the byte tokenizer has none)");
-      }
+      tok = args.train_tokenizer.empty() ? open_tokenizer(args.tokenizer)
+                                         : train_tokenizer_first(args, existing, threads);
+      const PrepareOptions opt = prepare_options(args, *tok, threads, existing);
       r = prepare_text_files(args.inputs, args.out_prefix, *tok, opt);
     }
-    if (!r.val_path.empty()) {
-      std::printf("wrote %s (%lld tokens) and %s (%lld tokens)\n", r.train_path.c_str(),
-                  static_cast<long long>(r.train_tokens), r.val_path.c_str(),
-                  static_cast<long long>(r.val_tokens));
-    } else {
-      std::printf("wrote %s (%lld tokens); no validation shard (--val-fraction 0): train with "
-                  "data.val = \"none\" or another validation shard\n",
-                  r.train_path.c_str(), static_cast<long long>(r.train_tokens));
-      // A validation shard of an earlier run is not this text's: say so rather than delete it.
-      const std::string stale = args.out_prefix + "_val.bin";
-      std::error_code ec;
-      if (std::filesystem::exists(stale, ec))
-        std::fprintf(stderr, "meshtrain: warning: %s is left from an earlier prepare and does "
-                     "not match %s\n", stale.c_str(), r.train_path.c_str());
-    }
-    // What the deck needs to train on these shards.
-    if (tok && !r.tokenizer_path.empty()) {
-      std::printf("tokenizer %s (%s, %u tokens); in the deck:\n  data.tokenizer = \"%s\"\n"
-                  "  model.vocab_size = %u\n",
-                  r.tokenizer_path.c_str(), tok->kind().c_str(), r.vocab_size,
-                  r.tokenizer_path.c_str(), r.vocab_size);
-    } else {
-      std::printf("byte-level tokens; in the deck:\n  data.tokenizer = \"bytes\"\n"
-                  "  model.vocab_size = 256\n");
-    }
+    print_prepared(args, r, tok.get());
     return kExitOk;
   } catch (const DataError& e) {
     std::fprintf(stderr, "meshtrain: error: %s\n", e.what());

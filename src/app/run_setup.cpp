@@ -179,19 +179,15 @@ std::unique_ptr<ProcessGrid> make_grid(const Config& c, Backend& backend, Flight
 #endif
 }
 
-RunSetup setup_run(const std::string& deck, const std::vector<std::string>& overrides,
-                   MpiCommunicator& world, Flight flight) {
-  RunSetup s;
-  s.config = load_config(deck, overrides, world);
-  // From here on a blocking MPI or MPI-IO call that a stalled peer never lets return ends the
-  // job after run.comm_timeout, as a communicator's operation does (blocking_watchdog.h).
-  set_blocking_timeout(s.config.run.comm_timeout);
-  if (flight == Flight::Record) lock_run_directories(s, world);
+// The device every rank settles on (run.device, train.precision, parallel.communicator from
+// what each node has), the same on every rank; returns the facts it was settled from.
+DeviceFacts settle_device(RunSetup& s, const std::string& deck, MpiCommunicator& world, int& node_rank) {
   const NodeMembership node = [] {
     const BlockingRegion region("finding the ranks of each node (MPI_Comm_split over the world)");
     return node_membership(MPI_COMM_WORLD);
   }();
-  const int node_size = node.local_size, node_rank = node.local_rank;
+  const int node_size = node.local_size;
+  node_rank = node.local_rank;
   DeviceFacts facts = probe_device_facts(node_size, node_rank);
   facts.node_gpus = gather_over_node(facts.node_gpus.front());
   agree(world, [&] { resolve_device(s.config, facts); });
@@ -200,10 +196,15 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
     throw AgreedError(deck + ": ranks settled on different devices (some nodes have GPUs, others "
                       "not, or ranks share GPUs on some nodes only): set run.device, "
                       "train.precision and parallel.communicator explicitly");
-  const Config& c = s.config;
+  return facts;
+}
 
-  // Parameter servers are the job's last ranks (parallel.data_sync = "async").
-  const bool server = c.parallel.async() && world.rank() >= c.parallel.dp * c.parallel.tp * c.parallel.pp;
+// This rank's backend: the CPU's with its threads (CpuThreads says how many and why), or the GPU's
+// (a parameter server's optimizer runs on the host).
+CpuThreads make_backend(RunSetup& s, const std::string& deck, MpiCommunicator& world,
+                        [[maybe_unused]] const DeviceFacts& facts, int node_rank,
+                        [[maybe_unused]] bool server) {
+  const Config& c = s.config;
   CpuThreads cpu;
   if (c.run.device == DeviceChoice::Cpu) {
     // Refused before the first step rather than failing inside it: oneDNN has no bf16 GEMM below
@@ -233,32 +234,38 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
     throw std::logic_error("resolve_device chose CUDA in a build without it");
 #endif
   }
-  if (flight == Flight::Record && c.run.flight_records > 0) {
-    agree(world, [&] {
-      create_run_directory(c.deck_path, c.run.dir);
-      s.recorder = std::make_unique<FlightRecorder>(flight_record_path(c.run.dir, world.rank()),
-                                                    world.rank(), world.size(),
-                                                    static_cast<size_t>(c.run.flight_records));
+  return cpu;
+}
+
+// The flight recorder of this rank's communication, and the hook that reads every rank's record
+// when a communication fails.
+void start_flight_records(RunSetup& s, MpiCommunicator& world) {
+  const Config& c = s.config;
+  agree(world, [&] {
+    create_run_directory(c.deck_path, c.run.dir);
+    s.recorder = std::make_unique<FlightRecorder>(flight_record_path(c.run.dir, world.rank()),
+                                                  world.rank(), world.size(),
+                                                  static_cast<size_t>(c.run.flight_records));
+  });
+  // On a communication failure the rank that noticed reads every rank's record before the job
+  // ends (records are written as operations happen; the run directory is shared on a
+  // cluster, or all ranks are on this node) and names the rank that did not arrive. Bounded:
+  // past kExplainRanks records the reading could take longer than the abort should.
+  constexpr int kExplainRanks = 256;
+  if (world.size() <= kExplainRanks)
+    s.explain_at_abort = ScopedAbortHook([dir = c.run.dir, rank = world.rank()] {
+      const FlightReport report = analyse_run_dir(dir);
+      const std::string cause = report.likely_cause();
+      std::fprintf(stderr, "meshtrain: rank %d: flight records of %d rank(s): %s; `meshtrain "
+                   "diagnose %s` for the full report\n", rank, report.records,
+                   cause.empty() ? "no rank went quiet" : cause.c_str(), dir.c_str());
     });
-    // On a communication failure the rank that noticed reads every rank's record before the job
-    // ends (records are written as operations happen; the run directory is shared on a
-    // cluster, or all ranks are on this node) and names the rank that did not arrive. Bounded:
-    // past kExplainRanks records the reading could take longer than the abort should.
-    constexpr int kExplainRanks = 256;
-    if (world.size() <= kExplainRanks)
-      s.explain_at_abort = ScopedAbortHook([dir = c.run.dir, rank = world.rank()] {
-        const FlightReport report = analyse_run_dir(dir);
-        const std::string cause = report.likely_cause();
-        std::fprintf(stderr, "meshtrain: rank %d: flight records of %d rank(s): %s; `meshtrain "
-                     "diagnose %s` for the full report\n", rank, report.records,
-                     cause.empty() ? "no rank went quiet" : cause.c_str(), dir.c_str());
-      });
-  }
-  // Rank 0's line, printed with the device line below.
-  const std::string launch_differs =
-      launch_warning(s.config, world, c.run.device == DeviceChoice::Cpu ? cpu.choice.threads : 1);
-  const std::string layout_choice = settle_auto_layout(
-      s.config, world, c.run.device == DeviceChoice::Cpu ? cpu.choice.threads : 1);
+}
+
+// The process grid's communicators; under parallel.data_sync = "async" the channel between
+// workers and servers, and the servers' own.
+void make_communicators(RunSetup& s, MpiCommunicator& world, bool server) {
+  const Config& c = s.config;
   MPI_Comm workers = MPI_COMM_WORLD;
   {
     const BlockingRegion region("making the process grid's communicators (MPI_Comm_split and "
@@ -271,35 +278,64 @@ RunSetup setup_run(const std::string& deck, const std::vector<std::string>& over
     }
     if (!server) s.grid = make_grid(c, *s.backend, s.recorder.get(), workers);
   }
-  if (world.rank() == 0) {
-    const std::string cpus = cpu.note.empty() ? "" : " (" + cpu.note + ")";
-    const std::string why = auto_precision_reason(c, facts);
-    const std::string precision =
-        std::string(dtype_name(c.train.precision)) + (why.empty() ? "" : " (" + why + ")");
-    std::printf("device: %s%s, precision %s, communication %s, MPI library %s\n",
-                s.backend->describe().c_str(), cpus.c_str(), precision.c_str(),
-                c.run.device == DeviceChoice::Cpu ? "MPI"
-                : c.parallel.communicator == CommChoice::Nccl
-                    ? "NCCL (one GPU per rank)"
-                    : "MPI through host buffers (ranks of a node share a GPU, or "
-                      "parallel.communicator = \"mpi\")",
-                mpi_library_version().c_str());
-    if (!layout_choice.empty()) std::printf("%s\n", layout_choice.c_str());
-    if (!launch_differs.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", launch_differs.c_str());
-    if (!cpu.warning.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", cpu.warning.c_str());
-    if (c.run.device == DeviceChoice::Cpu && c.train.precision == DType::BF16 && facts.cpu_bf16.empty())
-      std::fprintf(stderr, "meshtrain: warning: train.precision = \"bf16\" on a CPU without bf16 "
-                   "instructions (or with ONEDNN_MAX_CPU_ISA below them): oneDNN emulates bf16 "
-                   "GEMMs, slower than fp32; \"fp32\" or \"auto\" trains faster here\n");
-    if (const int spanning = s.grid->tensor_groups_spanning_nodes(); spanning > 0)
-      std::fprintf(stderr, "meshtrain: warning: %d of %d tensor-parallel group(s) span nodes (tp "
-                   "= %d, %d rank(s) on node %s), the first: %s; every layer's all-reduce there "
-                   "crosses the network: use tp <= ranks per node, or an order starting with "
-                   "\"tp\"\n",
-                   spanning, c.parallel.dp * c.parallel.pp, c.parallel.tp, s.grid->local_size(),
-                   s.grid->node_name().c_str(), s.grid->spanning_tensor_group().c_str());
-    std::fflush(stdout);
-  }
+}
+
+// Rank 0's device line, the layout the advisor chose, and the warnings about the launch.
+void print_device_line(const RunSetup& s, const CpuThreads& cpu, const DeviceFacts& facts,
+                       const std::string& layout_choice, const std::string& launch_differs) {
+  const Config& c = s.config;
+  const std::string cpus = cpu.note.empty() ? "" : " (" + cpu.note + ")";
+  const std::string why = auto_precision_reason(c, facts);
+  const std::string precision =
+      std::string(dtype_name(c.train.precision)) + (why.empty() ? "" : " (" + why + ")");
+  std::printf("device: %s%s, precision %s, communication %s, MPI library %s\n",
+              s.backend->describe().c_str(), cpus.c_str(), precision.c_str(),
+              c.run.device == DeviceChoice::Cpu ? "MPI"
+              : c.parallel.communicator == CommChoice::Nccl
+                  ? "NCCL (one GPU per rank)"
+                  : "MPI through host buffers (ranks of a node share a GPU, or "
+                    "parallel.communicator = \"mpi\")",
+              mpi_library_version().c_str());
+  if (!layout_choice.empty()) std::printf("%s\n", layout_choice.c_str());
+  if (!launch_differs.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", launch_differs.c_str());
+  if (!cpu.warning.empty()) std::fprintf(stderr, "meshtrain: warning: %s\n", cpu.warning.c_str());
+  if (c.run.device == DeviceChoice::Cpu && c.train.precision == DType::BF16 && facts.cpu_bf16.empty())
+    std::fprintf(stderr, "meshtrain: warning: train.precision = \"bf16\" on a CPU without bf16 "
+                 "instructions (or with ONEDNN_MAX_CPU_ISA below them): oneDNN emulates bf16 "
+                 "GEMMs, slower than fp32; \"fp32\" or \"auto\" trains faster here\n");
+  if (const int spanning = s.grid->tensor_groups_spanning_nodes(); spanning > 0)
+    std::fprintf(stderr, "meshtrain: warning: %d of %d tensor-parallel group(s) span nodes (tp "
+                 "= %d, %d rank(s) on node %s), the first: %s; every layer's all-reduce there "
+                 "crosses the network: use tp <= ranks per node, or an order starting with "
+                 "\"tp\"\n",
+                 spanning, c.parallel.dp * c.parallel.pp, c.parallel.tp, s.grid->local_size(),
+                 s.grid->node_name().c_str(), s.grid->spanning_tensor_group().c_str());
+  std::fflush(stdout);
+}
+
+RunSetup setup_run(const std::string& deck, const std::vector<std::string>& overrides,
+                   MpiCommunicator& world, Flight flight) {
+  RunSetup s;
+  s.config = load_config(deck, overrides, world);
+  // From here on a blocking MPI or MPI-IO call that a stalled peer never lets return ends the
+  // job after run.comm_timeout, as a communicator's operation does (blocking_watchdog.h).
+  set_blocking_timeout(s.config.run.comm_timeout);
+  if (flight == Flight::Record) lock_run_directories(s, world);
+  int node_rank = 0;
+  const DeviceFacts facts = settle_device(s, deck, world, node_rank);
+  const Config& c = s.config;
+
+  // Parameter servers are the job's last ranks (parallel.data_sync = "async").
+  const bool server = c.parallel.async() && world.rank() >= c.parallel.dp * c.parallel.tp * c.parallel.pp;
+  const CpuThreads cpu = make_backend(s, deck, world, facts, node_rank, server);
+  if (flight == Flight::Record && c.run.flight_records > 0) start_flight_records(s, world);
+  // Rank 0's line, printed with the device line below.
+  const std::string launch_differs =
+      launch_warning(s.config, world, c.run.device == DeviceChoice::Cpu ? cpu.choice.threads : 1);
+  const std::string layout_choice = settle_auto_layout(
+      s.config, world, c.run.device == DeviceChoice::Cpu ? cpu.choice.threads : 1);
+  make_communicators(s, world, server);
+  if (world.rank() == 0) print_device_line(s, cpu, facts, layout_choice, launch_differs);
   return s;
 }
 

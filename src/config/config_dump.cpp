@@ -50,10 +50,8 @@ std::string precision(DType t) {
   }
 }
 
-}  // namespace
-
-std::string dump_config(const Config& c) {
-  std::ostringstream os;
+// [run]
+void dump_run(std::ostream& os, const Config& c) {
   const RunOptions& r = c.run;
   os << "[run]\n"
      << "device = " << quoted(r.device == DeviceChoice::Cpu    ? "cpu"
@@ -72,6 +70,10 @@ std::string dump_config(const Config& c) {
      << "straggler_threshold = " << real(r.straggler_threshold) << "\n"
      << "replica_check_every = " << r.replica_check_every << "\n"
      << "rerun_spike_factor = " << real(r.rerun_spike_factor) << "\n";
+}
+
+// [model]: the family's keys as its spec reads them.
+void dump_model(std::ostream& os, const Config& c) {
   const ModelSpec& m = c.model;
   os << "\n[model]\n"
      << "family = " << quoted(m.family) << "\n"
@@ -83,6 +85,10 @@ std::string dump_config(const Config& c) {
      << "tie_embeddings = " << boolean(m.tie_embeddings) << "\n";
   for (const SpecField& f : spec_fields(m))
     if (f.key != "family") os << f.key << " = " << f.value << "\n";
+}
+
+// [data]
+void dump_data(std::ostream& os, const Config& c) {
   const DataOptions& d = c.data;
   os << "\n[data]\ntrain = [";
   for (size_t i = 0; i < d.train.size(); ++i) os << (i ? ", " : "") << quoted(d.train[i]);
@@ -91,6 +97,10 @@ std::string dump_config(const Config& c) {
      << "tokenizer = " << quoted(d.tokenizer) << "\n"
      << "document_mask = " << boolean(d.document_mask) << "\n"
      << "synthetic_bytes = " << d.synthetic_bytes << "\n";
+}
+
+// [train]
+void dump_train(std::ostream& os, const Config& c) {
   const TrainOptions& t = c.train;
   os << "\n[train]\n"
      // "auto" until resolve_device() settled it with the device (a run's Config always is).
@@ -110,6 +120,10 @@ std::string dump_config(const Config& c) {
      << "beta1 = " << real(t.beta1) << "\n"
      << "beta2 = " << real(t.beta2) << "\n"
      << "eps = " << real(t.eps) << "\n";
+}
+
+// [parallel]
+void dump_parallel(std::ostream& os, const Config& c) {
   const ParallelOptions& p = c.parallel;
   const AutoLayout& a = p.automatic;  // "auto" until the strategy advisor settled it
   const auto number_or_auto = [&](bool automatic, int v) { return automatic ? quoted("auto") : std::to_string(v); };
@@ -155,6 +169,10 @@ std::string dump_config(const Config& c) {
      << "data_sync = " << quoted(p.async() ? "async" : "sync") << "\n"
      << "servers = " << p.servers << "\n"
      << "staleness = " << p.staleness << "\n";
+}
+
+// [checkpoint]
+void dump_checkpoint(std::ostream& os, const Config& c) {
   const CheckpointOptions& k = c.checkpoint;
   os << "\n[checkpoint]\n"
      << "dir = " << quoted(k.dir) << "\n"
@@ -166,6 +184,18 @@ std::string dump_config(const Config& c) {
                                                               : "auto") << "\n"
      << "async = " << boolean(k.async) << "\n"
      << "async_nice = " << k.async_nice << "\n";
+}
+
+}  // namespace
+
+std::string dump_config(const Config& c) {
+  std::ostringstream os;
+  dump_run(os, c);
+  dump_model(os, c);
+  dump_data(os, c);
+  dump_train(os, c);
+  dump_parallel(os, c);
+  dump_checkpoint(os, c);
   return os.str();
 }
 

@@ -117,8 +117,14 @@ void apply_override(toml::table& root, const std::string& text, OverrideOrigins&
   origins[section + "." + key] = text;
 }
 
-void check_cross_fields(const std::string& path, const Config& c) {
-  auto fail = [&](const std::string& msg) { throw DeckError(path + ": " + msg); };
+// Throws the deck's error, the deck's path first.
+struct DeckFail {
+  const std::string& path;
+  [[noreturn]] void operator()(const std::string& msg) const { throw DeckError(path + ": " + msg); }
+};
+
+// Heads, key/value heads and rotary positions.
+void check_attention_fields(const Config& c, const DeckFail& fail) {
   if (c.model.head_dim_set == 0 && c.model.d_model % c.model.heads != 0)
     fail("model.d_model = " + std::to_string(c.model.d_model) + " is not divisible by model.heads = " +
          std::to_string(c.model.heads) + " (d_model must be a multiple of heads, or set "
@@ -140,6 +146,10 @@ void check_cross_fields(const std::string& path, const Config& c) {
     fail("model.rope_* keys are given but model.positions is \"learned\", so they would be ignored "
          "(set model.positions = \"rotary\", or remove them)");
   }
+}
+
+// The mixture of experts' keys: only with model.feed_forward = "moe", and consistent.
+void check_feed_forward_fields(const Config& c, const DeckFail& fail) {
   const MoeSpec& moe = c.model.moe;
   // Whether a moe_* key differs from its default (moe_ffn_hidden equal to ffn_hidden is the
   // default's value, as an effective configuration prints it).
@@ -185,6 +195,10 @@ void check_cross_fields(const std::string& path, const Config& c) {
     fail("model.moe_* keys are given but model.feed_forward is \"dense\", so they would be ignored "
          "(set model.feed_forward = \"moe\", or remove them)");
   }
+}
+
+// The norm's eps, the learning rates, AdamW's betas and the batch.
+void check_norm_and_optimizer_fields(const Config& c, const DeckFail& fail) {
   if (c.model.norm.kind == NormKind::Layer && c.model.norm.eps != 1e-5) {
     std::ostringstream os;
     os << "model.norm_eps = " << c.model.norm.eps << " with model.norm = \"layernorm\" (meshtrain's "
@@ -202,6 +216,10 @@ void check_cross_fields(const std::string& path, const Config& c) {
   if (c.train.global_batch % c.train.micro_batch != 0)
     fail("train.global_batch = " + std::to_string(c.train.global_batch) +
          " is not a multiple of train.micro_batch = " + std::to_string(c.train.micro_batch));
+}
+
+// The pipeline schedule, its chunks and the partition of layers into them.
+void check_schedule_fields(const Config& c, const DeckFail& fail) {
   if (c.parallel.virtual_stages > 1 && (c.parallel.schedule == ScheduleKind::OneFOneB ||
                                         c.parallel.schedule == ScheduleKind::ZeroBubbleH1))
     fail("parallel.virtual_stages = " + std::to_string(c.parallel.virtual_stages) +
@@ -224,6 +242,10 @@ void check_cross_fields(const std::string& path, const Config& c) {
            std::to_string(chunks) + " entries summing to model.layers = " +
            std::to_string(c.model.layers) + ")");
   }
+}
+
+// Uneven data-parallel shares: declared speeds, and the ZeRO stages that cannot take them.
+void check_balance_fields(const Config& c, const DeckFail& fail) {
   const bool speeds = !c.parallel.rank_speeds.empty() || !c.parallel.node_speeds.empty();
   if (c.parallel.balance == Balance::Declared && !speeds)
     fail("parallel.balance = \"declared\" needs parallel.speeds (numbers, one per rank, or "
@@ -241,6 +263,10 @@ void check_cross_fields(const std::string& path, const Config& c) {
          "): ZeRO 2 and 3 reduce gradients over the data-parallel group at every micro-batch, so "
          "every replica must run as many (use parallel.zero = 0 or 1, or parallel.balance = "
          "\"even\" with rebalance = false)");
+}
+
+// Asynchronous data parallelism (parameter servers) and the keys only it reads.
+void check_data_sync_fields(const Config& c, const DeckFail& fail) {
   const ParallelOptions& par = c.parallel;
   if (par.async()) {
     const std::string why = " (parallel.data_sync = \"async\": ";
@@ -276,6 +302,16 @@ void check_cross_fields(const std::string& path, const Config& c) {
            "parallel.data_sync is \"sync\", which is never stale (set parallel.data_sync = "
            "\"async\", or staleness = 0)");
   }
+}
+
+void check_cross_fields(const std::string& path, const Config& c) {
+  const DeckFail fail{path};
+  check_attention_fields(c, fail);
+  check_feed_forward_fields(c, fail);
+  check_norm_and_optimizer_fields(c, fail);
+  check_schedule_fields(c, fail);
+  check_balance_fields(c, fail);
+  check_data_sync_fields(c, fail);
   if (c.data.train.size() == 1 && c.data.train[0] == "none")
     fail("data.train = \"none\": training needs data (\"synthetic\" or token shards)");
 }

@@ -21,14 +21,16 @@ std::vector<int64_t> divisors(int64_t n, int64_t limit = 16) {
   return out;
 }
 
-}  // namespace
+// Throws the deck's error, the deck's path first.
+struct LayoutFail {
+  const std::string& path;
+  [[noreturn]] void operator()(const std::string& msg) const { throw DeckError(path + ": " + msg); }
+};
 
-void check_layout(Config& c, int job_size) {
-  const std::string& f = c.deck_path;
-  auto fail = [&](const std::string& msg) { throw DeckError(f + ": " + msg); };
-  ParallelOptions& p = c.parallel;
-  const std::string tp = std::to_string(p.tp), pp = std::to_string(p.pp);
-  // Parameter servers are ranks of the job outside the grid (the last `servers` ranks).
+// The ranks of the grid: parameter servers are ranks of the job outside it (the last `servers`
+// ranks), which must leave the workers tp x pp ranks at least.
+int grid_ranks(const Config& c, int job_size, const LayoutFail& fail) {
+  const ParallelOptions& p = c.parallel;
   const int world_size = job_size - (p.async() ? p.servers : 0);
   if (p.async()) {
     const std::string servers = std::to_string(p.servers);
@@ -42,7 +44,13 @@ void check_layout(Config& c, int job_size) {
            std::to_string(c.model.parameter_count()) + " parameters: a server would hold no "
            "element (use at most that many servers)");
   }
+  return world_size;
+}
 
+// parallel.dp: "auto" fills the grid's ranks; a given dp must fill them exactly.
+void resolve_dp(Config& c, int world_size, const LayoutFail& fail) {
+  ParallelOptions& p = c.parallel;
+  const std::string tp = std::to_string(p.tp), pp = std::to_string(p.pp);
   // The grid without dp: the ranks one replica of the data takes.
   const int model_ranks = p.tp * p.pp * p.cp;
   const std::string model_axes = p.cp > 1 ? "tp x pp x cp" : "tp x pp";
@@ -60,8 +68,12 @@ void check_layout(Config& c, int job_size) {
          " (launch " + std::to_string(p.dp * model_ranks + (p.async() ? p.servers : 0)) +
          " ranks, or set parallel.dp = \"auto\")");
   }
-  const std::string dp = std::to_string(p.dp);
+}
 
+// tp divides the heads and the vocabulary; every pipeline chunk gets a layer.
+void check_tensor_and_pipeline_split(const Config& c, const LayoutFail& fail) {
+  const ParallelOptions& p = c.parallel;
+  const std::string tp = std::to_string(p.tp), pp = std::to_string(p.pp);
   if (c.model.heads % p.tp != 0)
     fail("parallel.tp = " + tp + " does not divide model.heads = " +
          std::to_string(c.model.heads) + " (tp must be one of " + join(divisors(c.model.heads)) +
@@ -82,6 +94,12 @@ void check_layout(Config& c, int job_size) {
          " is fewer than parallel.pp x virtual_stages = " + pp + " x " +
          std::to_string(p.virtual_stages) + " = " + std::to_string(chunks) +
          " (every pipeline chunk needs at least one layer)");
+}
+
+// The batch divides into the replicas' micro-batches (even or uneven shares), and speeds name every rank.
+void check_batch_shares(const Config& c, int world_size, const LayoutFail& fail) {
+  const ParallelOptions& p = c.parallel;
+  const std::string pp = std::to_string(p.pp), dp = std::to_string(p.dp);
   const int granule = p.share_granule();
   if (p.uneven_shares()) {
     // Shares are whole micro-batches, multiples of pp under the interleaved schedule, at least
@@ -112,6 +130,12 @@ void check_layout(Config& c, int job_size) {
     fail("parallel.speeds has " + std::to_string(p.rank_speeds.size()) +
          " numbers for the " + std::to_string(world_size) +
          " ranks of this job (give one speed per rank, or \"NODE-PATTERN=SPEED\" strings)");
+}
+
+// Context parallelism's sequence chunks, expert parallelism's experts and folding, sequence parallelism's tokens.
+void check_context_and_expert_parallel(const Config& c, const LayoutFail& fail) {
+  const ParallelOptions& p = c.parallel;
+  const std::string tp = std::to_string(p.tp);
   if (p.cp > 1) {
     const std::string cp = std::to_string(p.cp);
     if (c.model.seq_len % (2 * p.cp) != 0)
@@ -152,6 +176,17 @@ void check_layout(Config& c, int job_size) {
     fail("parallel.sequence_parallel needs micro_batch x seq_len" +
          std::string(p.cp > 1 ? " / cp" : "") + " = " + std::to_string(local_tokens) +
          " tokens to divide by tp = " + tp);
+}
+
+}  // namespace
+
+void check_layout(Config& c, int job_size) {
+  const LayoutFail fail{c.deck_path};
+  const int world_size = grid_ranks(c, job_size, fail);
+  resolve_dp(c, world_size, fail);
+  check_tensor_and_pipeline_split(c, fail);
+  check_batch_shares(c, world_size, fail);
+  check_context_and_expert_parallel(c, fail);
 }
 
 }  // namespace meshtrain

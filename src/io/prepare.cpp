@@ -389,6 +389,62 @@ void feed_jsonl(const std::string& path, uint64_t size, const PrepareOptions& op
   flush();
 }
 
+// A text file in chunks of about `chunk` bytes, its training part then its validation part
+// (split_offset), each chunk cut where `rule` allows and handed to `submit`.
+template <typename Submit>
+void feed_text_file(const std::string& path, uint64_t size, double val_fraction, CutRule rule,
+                    size_t chunk, Submit& submit) {
+  const uint64_t split = split_offset(path, size, val_fraction, rule);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path, std::string("cannot open text file: ") + std::strerror(errno));
+  for (const auto& [role, begin, end] :
+       {std::tuple{Role::Train, uint64_t{0}, split}, std::tuple{Role::Val, split, size}}) {
+    std::string carry;
+    uint64_t read_to = begin, carry_at = begin;
+    while (read_to < end || !carry.empty()) {
+      const uint64_t want = std::min<uint64_t>(chunk > carry.size() ? chunk - carry.size() : 0,
+                                               end - read_to);
+      if (want > 0) {
+        const size_t old = carry.size();
+        carry.resize(old + want);
+        in.read(carry.data() + old, static_cast<std::streamsize>(want));
+        if (static_cast<uint64_t>(in.gcount()) != want)
+          throw DataError(path, "error while reading text file (did it shrink while being "
+                                "read?)");
+        read_to += want;
+      }
+      auto c = std::make_unique<Chunk>();
+      c->path = &path;
+      c->offset = carry_at;
+      c->role = role;
+      const size_t cut = read_to == end ? carry.size() : last_cut(carry, rule, carry.size() / 2);
+      c->text = carry.substr(0, cut);
+      carry.erase(0, cut);
+      carry_at += cut;
+      c->ends_document = read_to == end && carry.empty();
+      c->starts_document = c->offset == begin;
+      submit(std::move(c), cut);
+    }
+  }
+}
+
+// Each input's size, checked readable text; a text file (tokenized in pieces: chunks, the
+// validation split) only for a tokenizer that gives the pieces what it gives the whole. JSON
+// Lines documents go whole.
+std::vector<uint64_t> checked_input_sizes(const std::vector<std::string>& inputs, const Tokenizer& tok) {
+  std::vector<uint64_t> sizes;
+  for (const std::string& path : inputs) {
+    sizes.push_back(check_text_file(path));
+    if (!is_jsonl_path(path) && !tok.encodes_pieces_alike())
+      throw DataError(path, "is a text file, which prepare tokenizes in pieces, and the " +
+                                tok.kind() + " tokenizer looks at a text as a whole (its "
+                                "tokenizer.json has a normalizer Strip, Prepend or Replace, "
+                                "ByteLevel's add_prefix_space, or an added token with rstrip or "
+                                "whitespace); give the text as JSON Lines, one document a line");
+  }
+  return sizes;
+}
+
 }  // namespace
 
 PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
@@ -407,19 +463,9 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
   read_files.insert(read_files.end(), opt.tokenizer_files.begin(), opt.tokenizer_files.end());
   // Before the inputs' checks, which decompress every compressed one.
   check_prepare_outputs(outputs, read_files, opt.existing);
-  std::vector<uint64_t> sizes;
+  const std::vector<uint64_t> sizes = checked_input_sizes(inputs, tok);
   uint64_t total = 0;
-  for (const std::string& path : inputs) {
-    total += sizes.emplace_back(check_text_file(path));
-    // A text file is tokenized in pieces (chunks, the validation split): only a tokenizer that
-    // gives the pieces what it gives the whole may take one. JSON Lines documents go whole.
-    if (!is_jsonl_path(path) && !tok.encodes_pieces_alike())
-      throw DataError(path, "is a text file, which prepare tokenizes in pieces, and the " +
-                                tok.kind() + " tokenizer looks at a text as a whole (its "
-                                "tokenizer.json has a normalizer Strip, Prepend or Replace, "
-                                "ByteLevel's add_prefix_space, or an added token with rstrip or "
-                                "whitespace); give the text as JSON Lines, one document a line");
-  }
+  for (uint64_t size : sizes) total += size;
   make_parent_directory(out_prefix);
 
   const int threads = opt.threads > 0 ? opt.threads : available_cores();
@@ -471,38 +517,7 @@ PrepareResult prepare_text_files(const std::vector<std::string>& inputs,
       feed_jsonl(path, sizes[f], opt, tok, chunk, bad_lines, submit);
       continue;
     }
-    const uint64_t split = split_offset(path, sizes[f], opt.val_fraction, rule);
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw DataError(path, std::string("cannot open text file: ") + std::strerror(errno));
-    for (const auto& [role, begin, end] :
-         {std::tuple{Role::Train, uint64_t{0}, split}, std::tuple{Role::Val, split, sizes[f]}}) {
-      std::string carry;
-      uint64_t read_to = begin, carry_at = begin;
-      while (read_to < end || !carry.empty()) {
-        const uint64_t want = std::min<uint64_t>(chunk > carry.size() ? chunk - carry.size() : 0,
-                                                 end - read_to);
-        if (want > 0) {
-          const size_t old = carry.size();
-          carry.resize(old + want);
-          in.read(carry.data() + old, static_cast<std::streamsize>(want));
-          if (static_cast<uint64_t>(in.gcount()) != want)
-            throw DataError(path, "error while reading text file (did it shrink while being "
-                                  "read?)");
-          read_to += want;
-        }
-        auto c = std::make_unique<Chunk>();
-        c->path = &path;
-        c->offset = carry_at;
-        c->role = role;
-        const size_t cut = read_to == end ? carry.size() : last_cut(carry, rule, carry.size() / 2);
-        c->text = carry.substr(0, cut);
-        carry.erase(0, cut);
-        carry_at += cut;
-        c->ends_document = read_to == end && carry.empty();
-        c->starts_document = c->offset == begin;
-        submit(std::move(c), cut);
-      }
-    }
+    feed_text_file(path, sizes[f], opt.val_fraction, rule, chunk, submit);
   }
   while (!pending.empty()) write_front();
   progress.update(total, true);

@@ -341,10 +341,8 @@ std::vector<std::vector<int>> play(const Schedule& compute,
   }
 }
 
-}  // namespace
-
-Schedule insert_communication(const Schedule& compute, int stages, int virtual_stages,
-                              ChunkPlacement placement) {
+// insert_communication's input: one compute-only list per stage, every chunk in range.
+void check_compute_only(const Schedule& compute, int stages, int virtual_stages, ChunkPlacement placement) {
   const int chunks = stages * virtual_stages;
   if (stages < 1 || virtual_stages < 1 || static_cast<int>(compute.size()) != stages)
     throw std::invalid_argument("insert_communication: schedule has " +
@@ -368,6 +366,14 @@ Schedule insert_communication(const Schedule& compute, int stages, int virtual_s
                                     std::to_string(chunks) + ")");
     }
   }
+}
+
+}  // namespace
+
+Schedule insert_communication(const Schedule& compute, int stages, int virtual_stages,
+                              ChunkPlacement placement) {
+  check_compute_only(compute, stages, virtual_stages, placement);
+  const int chunks = stages * virtual_stages;
   // With one stage every chunk hands over to a chunk on the same rank: nothing to transfer.
   if (stages == 1) return compute;
   auto owner = [&](int chunk) { return chunk_owner(chunk, stages, placement); };

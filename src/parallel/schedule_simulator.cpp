@@ -369,137 +369,175 @@ Findings check_matching(Model& model) {
 // The timed run under NCCL. Each rank's host runs its list in order: a transfer step is issued
 // to the rank's communication stream without waiting; a compute waits until the step receiving
 // its input has completed. Each stream runs its steps one at a time, in issue order.
-void run_nccl(Model& model, const SimulationCosts& costs, SimulationResult& result) {
-  const Schedule& s = model.schedule();
-  const int ranks = static_cast<int>(s.size());
-  const double never = std::numeric_limits<double>::quiet_NaN();
+class NcclRun {
+ public:
+  NcclRun(Model& model, const SimulationCosts& costs, SimulationResult& result)
+      : model_(model), s_(model.schedule()), costs_(costs), result_(result),
+        ranks_(static_cast<int>(s_.size())), units_(static_cast<size_t>(ranks_)),
+        step_of_(model.keys(), -1), matched_(model.keys(), kNever), host_(ranks_, 0),
+        stream_(static_cast<size_t>(ranks_)), clock_(ranks_, 0.0), stream_free_(ranks_, 0.0) {
+    group_steps();
+  }
+
+  void run() {
+    result_.busy.assign(ranks_, 0.0);
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int r = 0; r < ranks_; ++r) moved |= advance_host(r);
+      for (int r = 0; r < ranks_; ++r) moved |= advance_stream(r);
+    }
+    Findings stuck;
+    for (int r = 0; r < ranks_; ++r) report_stuck(r, stuck);
+    finish(stuck, clock_, s_, result_);
+  }
+
+ private:
+  static constexpr double kNever = std::numeric_limits<double>::quiet_NaN();
   struct Step {
     int rank = 0;
     std::vector<int> actions;  // positions in the rank's list
-    double issued = std::numeric_limits<double>::quiet_NaN();
-    double done = std::numeric_limits<double>::quiet_NaN();
+    double issued = kNever;
+    double done = kNever;
   };
   struct Unit {  // what the host does next: one compute, or issuing one transfer step
     int action = -1;
     int step = -1;
   };
-  std::vector<Step> steps;
-  std::vector<std::vector<Unit>> units(ranks);
-  std::vector<int> step_of(model.keys(), -1);  // the step holding each communication action
-  for (int r = 0; r < ranks; ++r) {
-    int open = -1;
-    for (int i = 0; i < static_cast<int>(s[r].size()); ++i) {
-      const Action a = s[r][i];
-      if (!is_communication(a.op)) {
-        open = -1;
-        if (is_compute(a.op)) units[r].push_back({i, -1});
-        continue;
-      }
-      if (open < 0) {
-        open = static_cast<int>(steps.size());
-        steps.push_back({r, {}});
-        units[r].push_back({-1, open});
-      }
-      steps[open].actions.push_back(i);
-      step_of[model.key(a)] = open;
-    }
-  }
-  std::vector<double> matched(model.keys(), never);  // when each transfer met its partner
-  std::vector<size_t> host(ranks, 0);
-  std::vector<std::deque<int>> stream(ranks);        // issued steps not yet complete
-  std::vector<double> clock(ranks, 0.0), stream_free(ranks, 0.0);
-  result.busy.assign(ranks, 0.0);
-  auto input_step = [&](Action a) -> int {
-    const std::optional<Action> send = model.input_send(a);
-    return send ? step_of[model.key(Model::partner(*send))] : -1;
-  };
-  auto head_start = [&](int r) { return std::max(steps[stream[r].front()].issued, stream_free[r]); };
 
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (int r = 0; r < ranks; ++r) {
-      for (; host[r] < units[r].size(); ++host[r], moved = true) {
-        const Unit u = units[r][host[r]];
-        if (u.step >= 0) {
-          steps[u.step].issued = clock[r];
-          stream[r].push_back(u.step);
+  // Consecutive transfers of a rank's list form one step, issued together.
+  void group_steps() {
+    for (int r = 0; r < ranks_; ++r) {
+      int open = -1;
+      for (int i = 0; i < static_cast<int>(s_[r].size()); ++i) {
+        const Action a = s_[r][i];
+        if (!is_communication(a.op)) {
+          open = -1;
+          if (is_compute(a.op)) units_[r].push_back({i, -1});
           continue;
         }
-        const Action a = s[r][u.action];
-        double ready = 0.0;
-        if (const int st = input_step(a); st >= 0) {
-          if (std::isnan(steps[st].done)) break;
-          ready = steps[st].done;
+        if (open < 0) {
+          open = static_cast<int>(steps_.size());
+          steps_.push_back({r, {}});
+          units_[r].push_back({-1, open});
         }
-        const double cost = costs.of(a);
-        clock[r] = std::max(clock[r], ready) + cost;
-        result.busy[r] += cost;
+        steps_[open].actions.push_back(i);
+        step_of_[model_.key(a)] = open;
       }
-    }
-    for (int r = 0; r < ranks; ++r) {
-      if (stream[r].empty()) continue;
-      const Step& head = steps[stream[r].front()];
-      const double start = head_start(r);
-      double done = start;
-      bool complete = true;
-      for (int i : head.actions) {
-        const Action a = s[r][i];
-        if (std::isnan(matched[model.key(a)])) {
-          const Action p = Model::partner(a);
-          const int q = model.owner(p.chunk);
-          if (stream[q].empty() || stream[q].front() != step_of[model.key(p)]) {
-            complete = false;
-            continue;
-          }
-          matched[model.key(a)] = matched[model.key(p)] = std::max(start, head_start(q)) + costs.send;
-          moved = true;
-        }
-        done = std::max(done, matched[model.key(a)]);
-      }
-      if (!complete) continue;
-      steps[stream[r].front()].done = stream_free[r] = done;
-      stream[r].pop_front();
-      moved = true;
     }
   }
 
-  Findings stuck;
-  auto where_host = [&](int r) -> std::string {
-    if (host[r] == units[r].size()) return "has run its whole list";
-    const Unit u = units[r][host[r]];
-    const int i = u.step >= 0 ? steps[u.step].actions.front() : u.action;
-    return "is at step " + std::to_string(i) + " (" + s[r][i].to_string() + ")";
-  };
-  for (int r = 0; r < ranks; ++r) {
-    if (host[r] < units[r].size()) {
-      const int i = units[r][host[r]].action;
-      const Step& wanted = steps[input_step(s[r][i])];
-      stuck.add(at({r, i}) + " (" + s[r][i].to_string() + ") waits for its transfer step at " +
+  int input_step(Action a) const {
+    const std::optional<Action> send = model_.input_send(a);
+    return send ? step_of_[model_.key(Model::partner(*send))] : -1;
+  }
+  double head_start(int r) const { return std::max(steps_[stream_[r].front()].issued, stream_free_[r]); }
+
+  // Rank r's host runs its list until a compute waits for a transfer step not yet complete.
+  bool advance_host(int r) {
+    bool moved = false;
+    for (; host_[r] < units_[r].size(); ++host_[r], moved = true) {
+      const Unit u = units_[r][host_[r]];
+      if (u.step >= 0) {
+        steps_[u.step].issued = clock_[r];
+        stream_[r].push_back(u.step);
+        continue;
+      }
+      const Action a = s_[r][u.action];
+      double ready = 0.0;
+      if (const int st = input_step(a); st >= 0) {
+        if (std::isnan(steps_[st].done)) break;
+        ready = steps_[st].done;
+      }
+      const double cost = costs_.of(a);
+      clock_[r] = std::max(clock_[r], ready) + cost;
+      result_.busy[r] += cost;
+    }
+    return moved;
+  }
+
+  // Rank r's stream completes its head step once every transfer in it met its partner, which must
+  // be at the head of its own rank's stream.
+  bool advance_stream(int r) {
+    if (stream_[r].empty()) return false;
+    bool moved = false;
+    const Step& head = steps_[stream_[r].front()];
+    const double start = head_start(r);
+    double done = start;
+    bool complete = true;
+    for (int i : head.actions) {
+      const Action a = s_[r][i];
+      if (std::isnan(matched_[model_.key(a)])) {
+        const Action p = Model::partner(a);
+        const int q = model_.owner(p.chunk);
+        if (stream_[q].empty() || stream_[q].front() != step_of_[model_.key(p)]) {
+          complete = false;
+          continue;
+        }
+        matched_[model_.key(a)] = matched_[model_.key(p)] = std::max(start, head_start(q)) + costs_.send;
+        moved = true;
+      }
+      done = std::max(done, matched_[model_.key(a)]);
+    }
+    if (!complete) return moved;
+    steps_[stream_[r].front()].done = stream_free_[r] = done;
+    stream_[r].pop_front();
+    return true;
+  }
+
+  std::string where_host(int r) const {
+    if (host_[r] == units_[r].size()) return "has run its whole list";
+    const Unit u = units_[r][host_[r]];
+    const int i = u.step >= 0 ? steps_[u.step].actions.front() : u.action;
+    return "is at step " + std::to_string(i) + " (" + s_[r][i].to_string() + ")";
+  }
+
+  // Where rank r stopped, if it did: its host waiting for a step, its stream for a partner.
+  void report_stuck(int r, Findings& stuck) const {
+    if (host_[r] < units_[r].size()) {
+      const int i = units_[r][host_[r]].action;
+      const Step& wanted = steps_[input_step(s_[r][i])];
+      stuck.add(at({r, i}) + " (" + s_[r][i].to_string() + ") waits for its transfer step at " +
                     at({r, wanted.actions.front()}) + " to complete",
                 {{r, i}});
     }
-    if (stream[r].empty()) continue;
-    const Step& head = steps[stream[r].front()];
+    if (stream_[r].empty()) return;
+    const Step& head = steps_[stream_[r].front()];
     for (int i : head.actions) {
-      const Action a = s[r][i];
-      if (!std::isnan(matched[model.key(a)])) continue;
+      const Action a = s_[r][i];
+      if (!std::isnan(matched_[model_.key(a)])) continue;
       const Action p = Model::partner(a);
-      const int q = model.owner(p.chunk);
-      const Step& other = steps[step_of[model.key(p)]];
+      const int q = model_.owner(p.chunk);
+      const Step& other = steps_[step_of_[model_.key(p)]];
       std::string state;
       if (std::isnan(other.issued))
         state = "not issued yet: rank " + std::to_string(q) + " " + where_host(q);
       else
         state = "queued on rank " + std::to_string(q) + "'s stream behind its step at " +
-                at({q, steps[stream[q].front()].actions.front()}) + " (" +
-                s[q][steps[stream[q].front()].actions.front()].to_string() + ")";
+                at({q, steps_[stream_[q].front()].actions.front()}) + " (" +
+                s_[q][steps_[stream_[q].front()].actions.front()].to_string() + ")";
       stuck.add("rank " + std::to_string(r) + "'s stream is blocked at " + at({r, i}) + " (" +
                     a.to_string() + "): it waits for " + p.to_string() + " at " +
-                    at({q, model.step(p)}) + ", " + state,
+                    at({q, model_.step(p)}) + ", " + state,
                 {{r, i}});
     }
   }
-  finish(stuck, clock, s, result);
+
+  Model& model_;
+  const Schedule& s_;
+  const SimulationCosts& costs_;
+  SimulationResult& result_;
+  const int ranks_;
+  std::vector<Step> steps_;
+  std::vector<std::vector<Unit>> units_;
+  std::vector<int> step_of_;        // the step holding each communication action
+  std::vector<double> matched_;     // when each transfer met its partner
+  std::vector<size_t> host_;
+  std::vector<std::deque<int>> stream_;  // issued steps not yet complete
+  std::vector<double> clock_, stream_free_;
+};
+
+void run_nccl(Model& model, const SimulationCosts& costs, SimulationResult& result) {
+  NcclRun(model, costs, result).run();
 }
 
 // Activations held: forwards done whose backward has not run, counted in list order. A split

@@ -108,7 +108,7 @@ TEST(ReplicaGroups, BucketsHoldOneGroupEachShardedOverItsRanks) {
     o.bucket_mb = 64;
     ModelState state(stage, g.state(), o);
     int expert_buckets = 0;
-    for (const Bucket& b : state.plan().buckets) {
+    for (const Bucket& b : state.layout().plan().buckets) {
       for (const Parameter* p : b.params) EXPECT_EQ(p->spec.group, b.group) << p->spec.name;
       const int shards = zero == 0 ? 1 : b.group == ReplicaGroup::ExpertData ? g.experts.size() : world_size();
       EXPECT_EQ(b.size, b.shard_size * shards);
@@ -143,14 +143,14 @@ TEST(ReplicaGroups, EachBucketIsReducedOverItsGroupsCommunicator) {
     }
     state.finish_backward();
 
-    const BucketPlan& plan = state.plan();
+    const BucketPlan& plan = state.layout().plan();
     int checked = 0;
     for (size_t b = 0; b < plan.buckets.size(); ++b) {
       const Bucket& bk = plan.buckets[b];
       const Communicator& comm = bk.group == ReplicaGroup::ExpertData
                                      ? static_cast<const Communicator&>(g.experts)
                                      : static_cast<const Communicator&>(g.world);
-      const Tensor grads = state.owned_gradients(static_cast<int>(b));
+      const Tensor grads = state.layout().owned_grads(static_cast<int>(b));
       std::vector<float> host(static_cast<size_t>(grads.numel()));
       be.copy_to_host(host.data(), grads);
       const int64_t lo = zero >= 1 ? comm.rank() * bk.shard_size : 0;

@@ -54,6 +54,7 @@ class PipelineExecutor {
 
  private:
   struct Slot;
+  class StepRun;  // one run()'s state and steps (pipeline_executor.cpp)
   int owner(int chunk) const { return chunk_owner(chunk, stages_, placement_); }
   int tag(int dest_chunk, int microbatch, int direction) const;
 
