@@ -43,11 +43,22 @@ std::string shape_keys(const Shape& file, const Shape& want, const ModelSpec& m)
   return out;
 }
 
-std::string existence_keys(const std::string& dataset) {
-  if (dataset.find("expert_bias") != std::string::npos) return "model.moe_router";
-  if (dataset.find("/h.") != std::string::npos) return "model.layers";
-  if (dataset.find("lm_head") != std::string::npos) return "model.tie_embeddings";
-  return "the [model] section";
+// The tensor a dataset stores: /model/<name>, /optim/<name>/<moment>, /buffers/<name>.
+std::string tensor_of(const std::string& dataset) {
+  for (const char* group : {"/model/", "/buffers/"})
+    if (dataset.rfind(group, 0) == 0) return dataset.substr(std::char_traits<char>::length(group));
+  const std::string optim = "/optim/";
+  if (dataset.rfind(optim, 0) == 0) {
+    const size_t moment = dataset.rfind('/');
+    return dataset.substr(optim.size(), moment > optim.size() ? moment - optim.size() : std::string::npos);
+  }
+  return dataset;
+}
+
+// Which deck keys decide whether a dataset exists, as a hint in refusals: the model's answer
+// for the tensor it stores (PipelineStage::setting_deciding).
+std::string existence_keys(const std::string& dataset, const PipelineStage& stage) {
+  return stage.setting_deciding(tensor_of(dataset));
 }
 
 template <class From, class To>
@@ -176,7 +187,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   const DType dt = state.state_dtype();
   const ModelSpec& m = cfg_.model;
   const std::vector<Entry> entries = plan_entries(state, world);
-  std::vector<BufferTensor> buffers = buffers_of(expert_bias_);  // their names and shapes
+  std::vector<BufferTensor> buffers = buffers_of(state.stage());  // their names and shapes
 
   std::unique_ptr<CheckpointFile> file;
   agree(world, [&] {
@@ -210,7 +221,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
       expected.insert(name);
       if (!present.count(name))
         throw CheckpointFileError(path + ": dataset " + name + " is missing, but the deck's model has " +
-                                  what + " " + global.to_string() + " (check " + existence_keys(name) +
+                                  what + " " + global.to_string() + " (check " + existence_keys(name, state.stage()) +
                                   " against the file's 'config' attribute: meshtrain inspect)");
       const Shape s = file->shape(name);
       if (s != global)
@@ -223,11 +234,11 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
     };
     for (const Entry& e : entries)
       for (int kind = 0; kind < kKinds; ++kind) expect(dataset_name(e.name, kind), "parameter " + e.name, e.global);
-    for (const BufferTensor& b : buffers) expect(buffer_dataset(b.name), "the router's expert bias " + b.name, b.global);
+    for (const BufferTensor& b : buffers) expect(buffer_dataset(b.name), b.what + " " + b.name, b.global);
     for (const std::string& name : names)
       if (!expected.count(name))
         throw CheckpointFileError(path + ": dataset " + terminal_safe(name) + " is not part of the deck's model (check " +
-                                  existence_keys(name) + " against the file's 'config' attribute: meshtrain inspect)");
+                                  existence_keys(name, state.stage()) + " against the file's 'config' attribute: meshtrain inspect)");
   });
 
   // No read-ahead advice (POSIX_FADV_WILLNEED) before or during the reads: the OS's own
@@ -244,7 +255,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   // refusal then leaves the trainer's state undefined, and the run must stop.
   if (!buffers.empty())
     agree(world, [&] {
-      const CollectiveRegion region(world, "reading the router's expert bias from " + path);
+      const CollectiveRegion region(world, "reading the model's buffers from " + path);
       read_buffers(*file, buffers, how);
     });
   agree(world, [&] {
@@ -274,7 +285,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
         p.owned.backend->copy_from_host(t, src);
       }
     }
-  if (expert_bias_) apply_buffers(buffers, *expert_bias_);
+  apply_buffers(buffers, state.stage());
   state.set_steps_taken(info.optimizer_steps);
   state.sync_after_load();
   lineage_ = info.lineage;  // saves from here on continue the loaded run

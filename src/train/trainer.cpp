@@ -19,6 +19,7 @@
 #include "meshtrain/config/fault_injection.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/io/run_directory.h"
+#include "meshtrain/model/stage_builder.h"
 #include "meshtrain/parallel/schedule_cache.h"
 #include "meshtrain/parallel/schedule_simulator.h"
 #include "meshtrain/train/divergence.h"
@@ -64,16 +65,8 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   const TensorParallel tp{&grid.comm(Axis::Tensor),
                           p.sequence_parallel ? SequenceParallel::On : SequenceParallel::Off};
   const ContextParallel cp{p.cp > 1 ? &grid.comm(Axis::Context) : nullptr};
-  ExpertParallel ep{grid.expert()};
-  const bool shared_expert = config.model.feed_forward == FeedForwardKind::Moe &&
-                             config.model.moe.shared_ffn_hidden > 0;
-  if (ep.on() && shared_expert && !backend.planning()) {
-    expert_progress_ = std::make_unique<ProgressThread>();
-    ep.progress = expert_progress_.get();
-  }
-  model_ = std::make_unique<GptModel>(backend, tp, config.model,
-                                      my_chunks(partition_, p, grid.rank(Axis::Pipeline)),
-                                      config.train.precision, cp, ep);
+  model_ = build_stage(backend, config.model, my_chunks(partition_, p, grid.rank(Axis::Pipeline)),
+                       config.train.precision, tp, cp, grid.expert());
 
   ModelStateOptions so;
   so.zero = p.zero;
@@ -134,10 +127,7 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
       metrics_ = std::make_unique<MetricsWriter>(config.run.dir + "/metrics.jsonl");
     });
   }
-  if (data == DataMode::Load) {
-    checkpointer_ = std::make_unique<Checkpointer>(config, grid);
-    checkpointer_->attach_expert_bias(&model_->expert_bias());
-  }
+  if (data == DataMode::Load) checkpointer_ = std::make_unique<Checkpointer>(config, grid);
   if (data == DataMode::Load) sample_ = std::make_unique<PeriodicSample>(config, leader_);
 }
 
@@ -162,6 +152,16 @@ void Trainer::set_shares(const std::vector<int>& shares) {
 }
 
 double Trainer::world_sum(double local) { return grid_.world().all_reduce_scalar(local); }
+
+std::vector<double> Trainer::world_sums(std::vector<double> local) {
+  if (local.empty()) return local;
+  // The world communicator is MPI's, on host memory, whatever the device.
+  Tensor t = be_.empty_host({static_cast<int64_t>(local.size())}, DType::F64, MemoryCategory::Workspace);
+  std::copy(local.begin(), local.end(), t.data<double>());
+  grid_.world().all_reduce(t).wait();
+  std::copy_n(t.data<double>(), local.size(), local.begin());
+  return local;
+}
 
 StepAttempt Trainer::compute_gradients(int step, const std::vector<MicroBatchData>& batch, bool first,
                                        StepResult& r) {
@@ -188,7 +188,7 @@ StepAttempt Trainer::compute_gradients(int step, const std::vector<MicroBatchDat
   // decides alike, in the same step.
   const double poison = std::isfinite(r.grad_norm) ? 0.0 : std::nan("");
   r.loss = world_sum((grid_.rank(Axis::Tensor) == 0 ? attempt.local_loss : 0.0) + poison) / tokens;
-  r.experts = gather_expert_loads(model_->moe_log(), cfg_.model, grid_.world(), be_);
+  r.layer_statistics = world_sums(model_->take_step_statistics());
   // The largest norm of any rank: the ranks' norms are equal on healthy hardware (reduced, or
   // computed from replicated gradients), and a corrupted replica's must re-run every rank.
   if (std::isfinite(r.grad_norm))
@@ -241,11 +241,8 @@ StepResult Trainer::train_step(int step) {
   r.lr = learning_rate(t, step);
   const auto optimizer_start = std::chrono::steady_clock::now();
   state_->optimizer_step(r.lr, scale);
-  // The sigmoid router's bias moves by this step's loads over the whole job (the report every
-  // rank received alike), so every rank's copy stays equal; the next step chooses with it.
-  ExpertBias& bias = model_->expert_bias();
-  if (!bias.empty() && !r.experts.empty())
-    bias.update(r.experts.layers, r.experts.tokens, cfg_.model.moe.bias_update_rate);
+  // Every rank receives the same sums, so what the layers update from them stays equal.
+  model_->after_optimizer_step(r.layer_statistics);
   for (const Fault& f : flips_at(Fault::Kind::FlipParam, grid_.world_rank(), r.step))
     if (state_->flip_parameter_bit(f.param, f.index, f.bit)) {
       std::fprintf(stderr, "meshtrain: rank %d: injected fault: flipped bit %d of element %lld of %s after step %d\n",
@@ -398,15 +395,7 @@ void Trainer::log_step(const StepResult& r, double eta_seconds) {
                   theoretical_bubble(p.schedule, p.pp, data_->microbatches(), p.virtual_stages));
     bubble = buf;
   }
-  if (!r.experts.empty()) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, " | experts max/mean %.2f", r.experts.worst_balance());
-    bubble += buf;
-    if (cfg_.model.moe.capacity_factor > 0) {
-      std::snprintf(buf, sizeof buf, " | dropped %.0f", r.experts.total_dropped());
-      bubble += buf;
-    }
-  }
+  bubble += model_->progress_text(r.layer_statistics);
   std::printf("step %5d/%d | loss %.4f | lr %.2e | grad_norm %.3f | %8.0f tok/s | %7.1f ms%s | eta %s\n",
               r.step, cfg_.train.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_second,
               r.seconds * 1e3, bubble.c_str(), format_duration(eta_seconds).c_str());
@@ -418,22 +407,8 @@ void Trainer::log_step(const StepResult& r, double eta_seconds) {
                    {"tokens_per_s", r.tokens_per_second},
                    {"step_ms", r.seconds * 1e3},
                    {"bubble", r.bubble}});
-  // The experts' loads: a line of its own per step, (layers x experts) tokens flattened.
-  const ExpertLoadReport& x = r.experts;
-  if (x.empty()) return;
-  // Built by push_back: from an initializer list of variants, GCC 12 reports a bogus
-  // -Wmaybe-uninitialized on its temporaries.
-  std::vector<std::pair<const char*, MetricsWriter::Value>> record;
-  record.push_back({"step", int64_t{r.step}});
-  record.push_back({"moe_layers", std::vector<int64_t>(x.layers.begin(), x.layers.end())});
-  record.push_back({"experts", x.experts});
-  record.push_back({"expert_tokens", x.tokens});
-  record.push_back({"expert_balance", x.max_over_mean});
-  record.push_back({"moe_load_balance_loss", x.load_balance_loss});
-  record.push_back({"moe_z_loss", x.z_loss});
-  // Choices dropped for capacity, per layer: dropless runs (the default) have none to count.
-  if (cfg_.model.moe.capacity_factor > 0) record.push_back({"expert_dropped", x.dropped});
-  metrics_->write(record);
+  // What the layers report of the step (a mixture of experts' loads): lines of their own.
+  for (const MetricsRecord& record : model_->metrics_records(r.step, r.layer_statistics)) metrics_->write(record);
 }
 
 const StragglerWindow* Trainer::straggler_window() const {

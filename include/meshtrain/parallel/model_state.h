@@ -192,6 +192,8 @@ class ModelState final : public UnitHooks {
   void read_flat(FlatField field, void* host);
   void write_flat(FlatField field, const void* host);
 
+  // What the parameters belong to (checkpoint/ saves and restores its buffers by name).
+  PipelineStage& stage() { return *stage_; }
  private:
   void pass_update_fence();
   std::function<void()> update_fence_;

@@ -18,13 +18,12 @@
 #include "meshtrain/config/config.h"
 #include "meshtrain/io/metrics_writer.h"
 #include "meshtrain/io/trace_writer.h"
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/parallel/model_state.h"
 #include "meshtrain/parallel/pipeline_executor.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/parallel/zero_bubble_costs.h"
 #include "meshtrain/train/data_feed.h"
-#include "meshtrain/train/expert_load.h"
 #include "meshtrain/train/step_rerun.h"
 #include "meshtrain/train/work_balance.h"
 
@@ -53,7 +52,9 @@ struct StepResult {
   // reductions before it synchronise them). Host wall-clock time: with asynchronous kernels
   // (CUDA), only what the host waits for inside these calls.
   double compute_seconds = 0;
-  ExpertLoadReport experts;  // a mixture of experts' loads and balancing losses; empty if dense
+  // The statistics the stage's layers asked for (PipelineStage::take_step_statistics: a mixture
+  // of experts' loads and balancing losses), summed over the world; empty where none did.
+  std::vector<double> layer_statistics;
 };
 
 // Per-category peaks of one rank's memory, as reported in the log and metrics.jsonl.
@@ -88,7 +89,7 @@ class Trainer {
   std::vector<MemoryPeaks> memory_peaks();
   void reset_memory_peaks() { be_.memory().reset_peaks(); }
 
-  GptModel& model() { return *model_; }
+  PipelineStage& model() { return *model_; }
   ProcessGrid& grid() { return grid_; }
   ModelState& state() { return *state_; }
   const std::vector<ChunkRange>& partition() const { return partition_; }
@@ -140,6 +141,8 @@ class Trainer {
   void replan_for_measured_costs();
 
   double world_sum(double local);
+  // Each of `local`'s numbers summed over the world (collective; nothing for none).
+  std::vector<double> world_sums(std::vector<double> local);
   // One attempt of step `step` (0-based): forward, backward and reductions into the gradients,
   // then the world's loss and the largest gradient norm of any rank into r (the flip_grad fault
   // strikes the first attempt only). No update.
@@ -159,9 +162,7 @@ class Trainer {
   WorkPlan work_;
   std::vector<double> pace_;  // parallel.rebalance: each replica's seconds per micro-batch, averaged
   std::vector<ChunkRange> partition_;
-  // Drives the expert exchange's all-to-all while the shared expert computes (parallel.ep > 1).
-  std::unique_ptr<ProgressThread> expert_progress_;
-  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<PipelineStage> model_;
   std::unique_ptr<Backend> host_backend_;  // the offloaded optimizer's (parallel.offload)
   std::unique_ptr<ModelState> state_;
   std::unique_ptr<DataFeed> data_;
