@@ -100,27 +100,26 @@ def transitive_offenders(root):
     return found
 
 
+def report(found, requirement):
+    for line in found:
+        print(line)
+    if found:
+        print(requirement)
+    return 1 if found else 0
+
+
 def main():
     root = sys.argv[1]
     if not os.path.isdir(os.path.join(root, "src", "parallel")):
         print("no src/parallel under %s (hint: pass the source root)" % root)
         return 2
-    status = 0
-    direct = direct_offenders(root)
-    for f in direct:
-        print(f)
-    if direct:
-        print("parallel/ must see models only through model/pipeline_stage.h (allowed from model/: %s)"
-              % ", ".join(sorted(ALLOWED)))
-        status = 1
-    reached = transitive_offenders(root)
-    for chain in reached:
-        print(chain)
-    if reached:
-        print("%s/ must reach no family's or mixture of experts' header (families/*, model/moe_*, "
-              "model/expert_*), not even through other headers: go through model/pipeline_stage.h"
-              % "/, ".join(CORE))
-        status = 1
+    status = report(direct_offenders(root),
+                    "parallel/ must see models only through model/pipeline_stage.h (allowed from model/: %s)"
+                    % ", ".join(sorted(ALLOWED)))
+    status |= report(transitive_offenders(root),
+                     "%s/ must reach no family's or mixture of experts' header (families/*, model/moe_*, "
+                     "model/expert_*), not even through other headers: go through model/pipeline_stage.h"
+                     % "/, ".join(CORE))
     if status == 0:
         print("parallel/ includes only the model-family-neutral headers of model/; parallel/, "
               "checkpoint/ and train/ reach no family's or MoE's header")
