@@ -178,6 +178,62 @@ void check_values(const std::string& path, const std::vector<Entry>& entries, co
     }
 }
 
+// Refuses (CheckpointFileError) a file that does not hold exactly the deck's model: every
+// dataset of `entries` and `buffers` present with its global shape and a checksum, and no other.
+void check_datasets(CheckpointFile& file, const std::string& path, const std::vector<Entry>& entries,
+                    const std::vector<BufferTensor>& buffers, const ModelSpec& m, const PipelineStage& stage) {
+  // One walk over the file's names (has_dataset per name walks the path again each time).
+  const std::vector<std::string> names = file.dataset_names();
+  const std::set<std::string> present(names.begin(), names.end());
+  std::set<std::string> expected;
+  auto expect = [&](const std::string& name, const std::string& what, const Shape& global) {
+    expected.insert(name);
+    if (!present.count(name))
+      throw CheckpointFileError(path + ": dataset " + name + " is missing, but the deck's model has " +
+                                what + " " + global.to_string() + " (check " + existence_keys(name, stage) +
+                                " against the file's 'config' attribute: meshtrain inspect)");
+    const Shape s = file.shape(name);
+    if (s != global)
+      throw CheckpointFileError(path + ": dataset " + name + " has shape " + s.to_string() +
+                                " but the deck's model needs " + global.to_string() + " (check " +
+                                shape_keys(s, global, m) + " against the file's 'config' attribute: meshtrain inspect)");
+    if (!file.checksum(name))
+      throw CheckpointFileError(path + ": dataset " + name +
+                                " has no checksum attribute (not a complete meshtrain checkpoint)");
+  };
+  for (const Entry& e : entries)
+    for (int kind = 0; kind < kKinds; ++kind) expect(dataset_name(e.name, kind), "parameter " + e.name, e.global);
+  for (const BufferTensor& b : buffers) expect(buffer_dataset(b.name), b.what + " " + b.name, b.global);
+  for (const std::string& name : names)
+    if (!expected.count(name))
+      throw CheckpointFileError(path + ": dataset " + terminal_safe(name) + " is not part of the deck's model (check " +
+                                existence_keys(name, stage) + " against the file's 'config' attribute: meshtrain inspect)");
+}
+
+// Copies what was read into a staging buffer (Landing::direct false) into the model, converting
+// where the file's precision is not the run's `dt`.
+void apply_staged(const std::vector<Entry>& entries, const std::vector<Landing>& landings, DType dt) {
+  std::vector<char> converted;
+  for (size_t i = 0; i < entries.size(); ++i)
+    for (int kind = 0; kind < kKinds; ++kind) {
+      const Landing& l = landings[i * kKinds + static_cast<size_t>(kind)];
+      if (l.direct) continue;
+      size_t off = 0;
+      for (const Piece& p : entries[i].pieces) {
+        const char* src = l.data + off;
+        off += static_cast<size_t>(p.owned.count) * dtype_size(l.type);
+        if (l.type != dt) {
+          converted.resize(static_cast<size_t>(p.owned.count) * dtype_size(dt));
+          if (l.type == DType::F64) convert<double, float>(src, converted.data(), p.owned.count);
+          else convert<float, double>(src, converted.data(), p.owned.count);
+          src = converted.data();
+        }
+        Tensor t = piece_tensor(p.owned, kind);
+        p.owned.backend->copy_from_host(t, src);
+      }
+    }
+}
+
 }  // namespace
 
 CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
@@ -212,34 +268,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   });
   // The file must hold exactly the deck's model: every dataset, each with the global shape and
   // a checksum. These refusals come before any data is read: the trainer is left as it was.
-  agree(world, [&] {
-    // One walk over the file's names (has_dataset per name walks the path again each time).
-    const std::vector<std::string> names = file->dataset_names();
-    const std::set<std::string> present(names.begin(), names.end());
-    std::set<std::string> expected;
-    auto expect = [&](const std::string& name, const std::string& what, const Shape& global) {
-      expected.insert(name);
-      if (!present.count(name))
-        throw CheckpointFileError(path + ": dataset " + name + " is missing, but the deck's model has " +
-                                  what + " " + global.to_string() + " (check " + existence_keys(name, state.stage()) +
-                                  " against the file's 'config' attribute: meshtrain inspect)");
-      const Shape s = file->shape(name);
-      if (s != global)
-        throw CheckpointFileError(path + ": dataset " + name + " has shape " + s.to_string() +
-                                  " but the deck's model needs " + global.to_string() + " (check " +
-                                  shape_keys(s, global, m) + " against the file's 'config' attribute: meshtrain inspect)");
-      if (!file->checksum(name))
-        throw CheckpointFileError(path + ": dataset " + name +
-                                  " has no checksum attribute (not a complete meshtrain checkpoint)");
-    };
-    for (const Entry& e : entries)
-      for (int kind = 0; kind < kKinds; ++kind) expect(dataset_name(e.name, kind), "parameter " + e.name, e.global);
-    for (const BufferTensor& b : buffers) expect(buffer_dataset(b.name), b.what + " " + b.name, b.global);
-    for (const std::string& name : names)
-      if (!expected.count(name))
-        throw CheckpointFileError(path + ": dataset " + terminal_safe(name) + " is not part of the deck's model (check " +
-                                  existence_keys(name, state.stage()) + " against the file's 'config' attribute: meshtrain inspect)");
-  });
+  agree(world, [&] { check_datasets(*file, path, entries, buffers, m, state.stage()); });
 
   // No read-ahead advice (POSIX_FADV_WILLNEED) before or during the reads: the OS's own
   // read-ahead of sequential reads does better: the advice allocates the page cache for its
@@ -266,25 +295,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   agree(world, [&] { check_values(path, entries, landings); });
 
   // Verified: apply what was staged, converting where the file's precision is not the run's.
-  std::vector<char> converted;
-  for (size_t i = 0; i < entries.size(); ++i)
-    for (int kind = 0; kind < kKinds; ++kind) {
-      const Landing& l = landings[i * kKinds + static_cast<size_t>(kind)];
-      if (l.direct) continue;
-      size_t off = 0;
-      for (const Piece& p : entries[i].pieces) {
-        const char* src = l.data + off;
-        off += static_cast<size_t>(p.owned.count) * dtype_size(l.type);
-        if (l.type != dt) {
-          converted.resize(static_cast<size_t>(p.owned.count) * dtype_size(dt));
-          if (l.type == DType::F64) convert<double, float>(src, converted.data(), p.owned.count);
-          else convert<float, double>(src, converted.data(), p.owned.count);
-          src = converted.data();
-        }
-        Tensor t = piece_tensor(p.owned, kind);
-        p.owned.backend->copy_from_host(t, src);
-      }
-    }
+  apply_staged(entries, landings, dt);
   apply_buffers(buffers, state.stage());
   state.set_steps_taken(info.optimizer_steps);
   state.sync_after_load();
