@@ -162,7 +162,6 @@ void bench_checkpoint(const BenchArgs& args, BenchReport& report) {
   if (rank == 0) std::filesystem::remove_all(config.checkpoint.dir);
   MPI_Barrier(MPI_COMM_WORLD);
   Checkpointer checkpointer(config, grid);
-  checkpointer.attach_expert_bias(&trainer.model().expert_bias());
   trainer.set_step(1);
 
   std::vector<char> block(kBlock);

@@ -27,7 +27,6 @@ int eval_command(const EvalArgs& args) {
                       "(data.val = \"synthetic\" or token shards)");
     Trainer trainer(config, grid, *run.backend);
     Checkpointer checkpointer(config, grid);
-    checkpointer.attach_expert_bias(&trainer.model().expert_bias());
     const CheckpointStats loaded = checkpointer.load(trainer.state(), args.checkpoint);
     const double val = trainer.evaluate();
     if (grid.world_rank() == 0) {

@@ -111,7 +111,6 @@ int sample_command(const SampleArgs& args) {
 
     Trainer trainer(config, *run.grid, *run.backend);
     Checkpointer checkpointer(config, *run.grid);
-    checkpointer.attach_expert_bias(&trainer.model().expert_bias());
     const CheckpointStats loaded = checkpointer.load(trainer.state(), args.checkpoint);
     std::unique_ptr<Generator> generator;
     try {

@@ -1,7 +1,7 @@
 #include "checkpoint_buffers.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <stdexcept>
 
 #include "checkpoint_entries.h"
@@ -21,13 +21,9 @@ std::vector<Box> whole(const Shape& s) {
 
 std::string buffer_dataset(const std::string& name) { return "/buffers/" + name; }
 
-std::vector<BufferTensor> buffers_of(const ExpertBias* bias) {
+std::vector<BufferTensor> buffers_of(PipelineStage& stage) {
   std::vector<BufferTensor> out;
-  if (!bias) return out;
-  for (int layer : bias->layers()) {
-    const double* v = bias->of_layer(layer);
-    out.push_back({ExpertBias::name(layer), Shape{bias->experts()}, std::vector<double>(v, v + bias->experts())});
-  }
+  for (const StageBuffer& b : stage.buffers()) out.push_back({b.name, b.shape, *b.values, b.what});
   return out;
 }
 
@@ -74,18 +70,18 @@ void read_buffers(CheckpointFile& file, std::vector<BufferTensor>& buffers, Chec
     for (size_t j = 0; j < b.values.size(); ++j)
       if (!std::isfinite(b.values[j]))
         throw CheckpointFileError(file.path() + ": dataset " + name + " holds " + std::to_string(b.values[j]) +
-                                  " at element " + std::to_string(j) + ", but the router's expert bias "
-                                  "is finite: the file was not written by a healthy run (its checksums "
+                                  " at element " + std::to_string(j) + ", but " + b.what +
+                                  " is finite: the file was not written by a healthy run (its checksums "
                                   "match what was stored); resume from another checkpoint");
   }
 }
 
-void apply_buffers(const std::vector<BufferTensor>& buffers, ExpertBias& bias) {
+void apply_buffers(const std::vector<BufferTensor>& buffers, PipelineStage& stage) {
+  std::vector<StageBuffer> own = stage.buffers();
   for (const BufferTensor& b : buffers) {
-    int layer = -1;
-    if (std::sscanf(b.name.c_str(), "h.%d.", &layer) != 1)
-      throw std::logic_error("checkpoint: buffer " + b.name + " names no layer");
-    bias.values_of(layer) = b.values;
+    const auto it = std::find_if(own.begin(), own.end(), [&](const StageBuffer& s) { return s.name == b.name; });
+    if (it == own.end()) throw std::logic_error("checkpoint: the stage has no buffer " + b.name);
+    *it->values = b.values;
   }
 }
 

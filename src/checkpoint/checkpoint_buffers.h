@@ -1,7 +1,8 @@
 #pragma once
 // A model's state that training changes but does not train, beside the parameters in a
-// checkpoint: the sigmoid router's expert bias (model/expert_bias.h), h.{i}.mlp.router.expert_bias.
-// It has no moments and no shards: the same on every rank, so world rank 0 writes each tensor
+// checkpoint: the stage's buffers (model/pipeline_stage.h; the sigmoid router's expert bias,
+// h.{i}.mlp.router.expert_bias, today), taken by name without knowing what they are.
+// They have no moments and no shards: the same on every rank, so world rank 0 writes each tensor
 // whole and every rank reads each whole, as /buffers/<name> (PyTorch's word for such state),
 // stored in fp64 whatever the run's precision, with a checksum as every dataset has. A model
 // without any (a dense one, a softmax mixture) writes none: its checkpoints stay as they were.
@@ -13,7 +14,7 @@
 
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/io/checkpoint_file.h"
-#include "meshtrain/model/expert_bias.h"
+#include "meshtrain/model/pipeline_stage.h"
 
 namespace meshtrain {
 
@@ -21,13 +22,14 @@ struct BufferTensor {
   std::string name;  // as the model names it: "h.1.mlp.router.expert_bias"
   Shape global;
   std::vector<double> values;
+  std::string what;  // in messages: "the router's expert bias"
 };
 
 std::string buffer_dataset(const std::string& name);  // "/buffers/<name>"
 
-// A copy of the bias's tensors (none for null or an empty one), taken when a save is planned:
-// an asynchronous save writes them while training moves the bias on.
-std::vector<BufferTensor> buffers_of(const ExpertBias* bias);
+// A copy of the stage's buffers, taken when a save is planned: an asynchronous save writes them
+// while training moves them on.
+std::vector<BufferTensor> buffers_of(PipelineStage& stage);
 
 // Collective: creates the datasets (with the parameters', before any data is written).
 void create_buffer_datasets(CheckpointFile& file, const std::vector<BufferTensor>& buffers);
@@ -51,7 +53,7 @@ void check_buffer_sums(const CheckpointFile& file, const std::vector<BufferTenso
 // names and shapes given; the values filled) whole on every rank, then checks each against
 // its checksum and refuses a value that is not finite (CheckpointFileError naming the dataset).
 void read_buffers(CheckpointFile& file, std::vector<BufferTensor>& buffers, CheckpointFile::Transfer how);
-// Copies the read tensors into the bias.
-void apply_buffers(const std::vector<BufferTensor>& buffers, ExpertBias& bias);
+// Copies the read tensors into the stage's buffers of the same names.
+void apply_buffers(const std::vector<BufferTensor>& buffers, PipelineStage& stage);
 
 }  // namespace meshtrain

@@ -43,11 +43,22 @@ std::string shape_keys(const Shape& file, const Shape& want, const ModelSpec& m)
   return out;
 }
 
-std::string existence_keys(const std::string& dataset) {
-  if (dataset.find("expert_bias") != std::string::npos) return "model.moe_router";
-  if (dataset.find("/h.") != std::string::npos) return "model.layers";
-  if (dataset.find("lm_head") != std::string::npos) return "model.tie_embeddings";
-  return "the [model] section";
+// The tensor a dataset stores: /model/<name>, /optim/<name>/<moment>, /buffers/<name>.
+std::string tensor_of(const std::string& dataset) {
+  for (const char* group : {"/model/", "/buffers/"})
+    if (dataset.rfind(group, 0) == 0) return dataset.substr(std::char_traits<char>::length(group));
+  const std::string optim = "/optim/";
+  if (dataset.rfind(optim, 0) == 0) {
+    const size_t moment = dataset.rfind('/');
+    return dataset.substr(optim.size(), moment > optim.size() ? moment - optim.size() : std::string::npos);
+  }
+  return dataset;
+}
+
+// Which deck keys decide whether a dataset exists, as a hint in refusals: the model's answer
+// for the tensor it stores (PipelineStage::setting_deciding).
+std::string existence_keys(const std::string& dataset, const PipelineStage& stage) {
+  return stage.setting_deciding(tensor_of(dataset));
 }
 
 template <class From, class To>
@@ -167,6 +178,62 @@ void check_values(const std::string& path, const std::vector<Entry>& entries, co
     }
 }
 
+// Refuses (CheckpointFileError) a file that does not hold exactly the deck's model: every
+// dataset of `entries` and `buffers` present with its global shape and a checksum, and no other.
+void check_datasets(CheckpointFile& file, const std::string& path, const std::vector<Entry>& entries,
+                    const std::vector<BufferTensor>& buffers, const ModelSpec& m, const PipelineStage& stage) {
+  // One walk over the file's names (has_dataset per name walks the path again each time).
+  const std::vector<std::string> names = file.dataset_names();
+  const std::set<std::string> present(names.begin(), names.end());
+  std::set<std::string> expected;
+  auto expect = [&](const std::string& name, const std::string& what, const Shape& global) {
+    expected.insert(name);
+    if (!present.count(name))
+      throw CheckpointFileError(path + ": dataset " + name + " is missing, but the deck's model has " +
+                                what + " " + global.to_string() + " (check " + existence_keys(name, stage) +
+                                " against the file's 'config' attribute: meshtrain inspect)");
+    const Shape s = file.shape(name);
+    if (s != global)
+      throw CheckpointFileError(path + ": dataset " + name + " has shape " + s.to_string() +
+                                " but the deck's model needs " + global.to_string() + " (check " +
+                                shape_keys(s, global, m) + " against the file's 'config' attribute: meshtrain inspect)");
+    if (!file.checksum(name))
+      throw CheckpointFileError(path + ": dataset " + name +
+                                " has no checksum attribute (not a complete meshtrain checkpoint)");
+  };
+  for (const Entry& e : entries)
+    for (int kind = 0; kind < kKinds; ++kind) expect(dataset_name(e.name, kind), "parameter " + e.name, e.global);
+  for (const BufferTensor& b : buffers) expect(buffer_dataset(b.name), b.what + " " + b.name, b.global);
+  for (const std::string& name : names)
+    if (!expected.count(name))
+      throw CheckpointFileError(path + ": dataset " + terminal_safe(name) + " is not part of the deck's model (check " +
+                                existence_keys(name, stage) + " against the file's 'config' attribute: meshtrain inspect)");
+}
+
+// Copies what was read into a staging buffer (Landing::direct false) into the model, converting
+// where the file's precision is not the run's `dt`.
+void apply_staged(const std::vector<Entry>& entries, const std::vector<Landing>& landings, DType dt) {
+  std::vector<char> converted;
+  for (size_t i = 0; i < entries.size(); ++i)
+    for (int kind = 0; kind < kKinds; ++kind) {
+      const Landing& l = landings[i * kKinds + static_cast<size_t>(kind)];
+      if (l.direct) continue;
+      size_t off = 0;
+      for (const Piece& p : entries[i].pieces) {
+        const char* src = l.data + off;
+        off += static_cast<size_t>(p.owned.count) * dtype_size(l.type);
+        if (l.type != dt) {
+          converted.resize(static_cast<size_t>(p.owned.count) * dtype_size(dt));
+          if (l.type == DType::F64) convert<double, float>(src, converted.data(), p.owned.count);
+          else convert<float, double>(src, converted.data(), p.owned.count);
+          src = converted.data();
+        }
+        Tensor t = piece_tensor(p.owned, kind);
+        p.owned.backend->copy_from_host(t, src);
+      }
+    }
+}
+
 }  // namespace
 
 CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
@@ -176,7 +243,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   const DType dt = state.state_dtype();
   const ModelSpec& m = cfg_.model;
   const std::vector<Entry> entries = plan_entries(state, world);
-  std::vector<BufferTensor> buffers = buffers_of(expert_bias_);  // their names and shapes
+  std::vector<BufferTensor> buffers = buffers_of(state.stage());  // their names and shapes
 
   std::unique_ptr<CheckpointFile> file;
   agree(world, [&] {
@@ -201,34 +268,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   });
   // The file must hold exactly the deck's model: every dataset, each with the global shape and
   // a checksum. These refusals come before any data is read: the trainer is left as it was.
-  agree(world, [&] {
-    // One walk over the file's names (has_dataset per name walks the path again each time).
-    const std::vector<std::string> names = file->dataset_names();
-    const std::set<std::string> present(names.begin(), names.end());
-    std::set<std::string> expected;
-    auto expect = [&](const std::string& name, const std::string& what, const Shape& global) {
-      expected.insert(name);
-      if (!present.count(name))
-        throw CheckpointFileError(path + ": dataset " + name + " is missing, but the deck's model has " +
-                                  what + " " + global.to_string() + " (check " + existence_keys(name) +
-                                  " against the file's 'config' attribute: meshtrain inspect)");
-      const Shape s = file->shape(name);
-      if (s != global)
-        throw CheckpointFileError(path + ": dataset " + name + " has shape " + s.to_string() +
-                                  " but the deck's model needs " + global.to_string() + " (check " +
-                                  shape_keys(s, global, m) + " against the file's 'config' attribute: meshtrain inspect)");
-      if (!file->checksum(name))
-        throw CheckpointFileError(path + ": dataset " + name +
-                                  " has no checksum attribute (not a complete meshtrain checkpoint)");
-    };
-    for (const Entry& e : entries)
-      for (int kind = 0; kind < kKinds; ++kind) expect(dataset_name(e.name, kind), "parameter " + e.name, e.global);
-    for (const BufferTensor& b : buffers) expect(buffer_dataset(b.name), "the router's expert bias " + b.name, b.global);
-    for (const std::string& name : names)
-      if (!expected.count(name))
-        throw CheckpointFileError(path + ": dataset " + terminal_safe(name) + " is not part of the deck's model (check " +
-                                  existence_keys(name) + " against the file's 'config' attribute: meshtrain inspect)");
-  });
+  agree(world, [&] { check_datasets(*file, path, entries, buffers, m, state.stage()); });
 
   // No read-ahead advice (POSIX_FADV_WILLNEED) before or during the reads: the OS's own
   // read-ahead of sequential reads does better: the advice allocates the page cache for its
@@ -244,7 +284,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   // refusal then leaves the trainer's state undefined, and the run must stop.
   if (!buffers.empty())
     agree(world, [&] {
-      const CollectiveRegion region(world, "reading the router's expert bias from " + path);
+      const CollectiveRegion region(world, "reading the model's buffers from " + path);
       read_buffers(*file, buffers, how);
     });
   agree(world, [&] {
@@ -255,26 +295,8 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   agree(world, [&] { check_values(path, entries, landings); });
 
   // Verified: apply what was staged, converting where the file's precision is not the run's.
-  std::vector<char> converted;
-  for (size_t i = 0; i < entries.size(); ++i)
-    for (int kind = 0; kind < kKinds; ++kind) {
-      const Landing& l = landings[i * kKinds + static_cast<size_t>(kind)];
-      if (l.direct) continue;
-      size_t off = 0;
-      for (const Piece& p : entries[i].pieces) {
-        const char* src = l.data + off;
-        off += static_cast<size_t>(p.owned.count) * dtype_size(l.type);
-        if (l.type != dt) {
-          converted.resize(static_cast<size_t>(p.owned.count) * dtype_size(dt));
-          if (l.type == DType::F64) convert<double, float>(src, converted.data(), p.owned.count);
-          else convert<float, double>(src, converted.data(), p.owned.count);
-          src = converted.data();
-        }
-        Tensor t = piece_tensor(p.owned, kind);
-        p.owned.backend->copy_from_host(t, src);
-      }
-    }
-  if (expert_bias_) apply_buffers(buffers, *expert_bias_);
+  apply_staged(entries, landings, dt);
+  apply_buffers(buffers, state.stage());
   state.set_steps_taken(info.optimizer_steps);
   state.sync_after_load();
   lineage_ = info.lineage;  // saves from here on continue the loaded run

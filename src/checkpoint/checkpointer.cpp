@@ -224,7 +224,7 @@ CheckpointStats Checkpointer::save(ModelState& state, int64_t step) {
   wait_for_save();
   settle_lineage();
   Communicator& world = grid_.world();
-  SaveJob job = plan_save(cfg_, state, expert_bias_, step, lineage_, *pruner_, world);
+  SaveJob job = plan_save(cfg_, state, step, lineage_, *pruner_, world);
   const SaveTimes times = write_and_publish(job, world, comm_, *kill_);
   // Deleting old checkpoints (as long to unlink as they were to write, on some file systems)
   // is not needed for this one to be safe: it runs in the background, and the next save,
@@ -244,7 +244,7 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
   settle_lineage();
   Communicator& world = grid_.world();
   auto pending = std::make_unique<Pending>();
-  pending->job = plan_save(cfg_, state, expert_bias_, step, lineage_, *pruner_, world);
+  pending->job = plan_save(cfg_, state, step, lineage_, *pruner_, world);
   const size_t bytes = snapshot_bytes(state);
   count_snapshot(memory, bytes);
   // The copy goes on while the next step's forward and backward (which read the state, never

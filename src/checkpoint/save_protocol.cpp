@@ -175,7 +175,7 @@ std::vector<uint64_t> write_data(const SaveJob& job, Communicator& comm, MPI_Com
     std::vector<uint64_t> buffer_sums;
     if (!job.buffers.empty()) {
       agree(comm, [&] {
-        const CollectiveRegion region(comm, "writing the router's expert bias into " + job.tmp);
+        const CollectiveRegion region(comm, "writing the model's buffers into " + job.tmp);
         buffer_sums = write_buffers(*file, job.buffers, comm, job.how);
       });
       buffer_sums = sum_over(comm, buffer_sums);
@@ -272,7 +272,7 @@ void KillHook::at(CheckpointPhase phase, int64_t step) const {
   }
 }
 
-SaveJob plan_save(const Config& cfg, ModelState& state, const ExpertBias* bias, int64_t step,
+SaveJob plan_save(const Config& cfg, ModelState& state, int64_t step,
                   const std::string& lineage, BackgroundWorker& pruner, Communicator& world) {
   SaveJob job;
   job.dir = cfg.checkpoint.dir;
@@ -307,7 +307,7 @@ SaveJob plan_save(const Config& cfg, ModelState& state, const ExpertBias* bias, 
     std::sort(job.own.begin(), job.own.end());
   });
   job.entries = plan_entries(state, world);
-  job.buffers = buffers_of(bias);
+  job.buffers = buffers_of(state.stage());
   job.how = transfer_mode(cfg.checkpoint.io, job.entries, TransferDirection::Save, job.dt, world);
   CheckpointInfo& info = job.info;
   info.step = step;

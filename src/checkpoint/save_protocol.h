@@ -53,7 +53,7 @@ struct SaveJob {
   int64_t step = 0;
   DType dt = DType::F32;
   std::vector<Entry> entries;
-  std::vector<BufferTensor> buffers;  // the router's expert bias, copied when planned
+  std::vector<BufferTensor> buffers;  // the stage's buffers, copied when planned
   CheckpointFile::Transfer how = CheckpointFile::Transfer::Collective;
   CheckpointInfo info;
   // World rank 0: this lineage's complete checkpoints, the one being written included.
@@ -69,9 +69,9 @@ struct SaveTimes {
 };
 
 // Collective over `world`: refuses (AgreedError) another lineage's checkpoint at this step.
-// World rank 0 waits for `pruner` first. `lineage` must be set. `bias`: the model's expert
-// bias (null or empty: none), saved beside the parameters.
-SaveJob plan_save(const Config& config, ModelState& state, const ExpertBias* bias, int64_t step,
+// World rank 0 waits for `pruner` first. `lineage` must be set. The stage's buffers
+// (PipelineStage::buffers) are saved beside the parameters.
+SaveJob plan_save(const Config& config, ModelState& state, int64_t step,
                   const std::string& lineage, BackgroundWorker& pruner, Communicator& world);
 
 // Sizes job.snapshot for every dataset's elements, reusing `buffers` (the previous snapshot's)

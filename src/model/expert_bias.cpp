@@ -27,7 +27,24 @@ std::vector<double>& ExpertBias::values_of(int layer) {
   return values_[static_cast<size_t>(it - layers_.begin())];
 }
 
-std::string ExpertBias::name(int layer) { return "h." + std::to_string(layer) + ".mlp.router.expert_bias"; }
+namespace {
+constexpr const char* kSuffix = ".mlp.router.expert_bias";
+}  // namespace
+
+std::string ExpertBias::name(int layer) { return "h." + std::to_string(layer) + kSuffix; }
+
+bool ExpertBias::is_name(const std::string& tensor) {
+  const std::string suffix = kSuffix;
+  return tensor.rfind("h.", 0) == 0 && tensor.size() > suffix.size() &&
+         tensor.compare(tensor.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<StageBuffer> ExpertBias::buffers() {
+  std::vector<StageBuffer> out;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    out.push_back({name(layers_[i]), Shape{experts_}, &values_[i], "the router's expert bias"});
+  return out;
+}
 
 void ExpertBias::update(const std::vector<int>& layers, const std::vector<double>& tokens, double rate) {
   const size_t E = static_cast<size_t>(experts_);

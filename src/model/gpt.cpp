@@ -1,5 +1,8 @@
 #include "meshtrain/model/gpt.h"
 
+#include "meshtrain/model/expert_load.h"
+#include "meshtrain/model/stage_builder.h"
+
 namespace meshtrain {
 
 namespace {
@@ -159,6 +162,48 @@ Tensor GptModel::backward(int chunk, const MicroBatchData& mb, const Tensor& dou
 
 void GptModel::backward_weights(int chunk, DeferredWeightGradients& deferred, UnitHooks& hooks) {
   chunks_[static_cast<size_t>(chunk)]->backward_weights(deferred, hooks);
+}
+
+std::string GptModel::setting_deciding(const std::string& name) const {
+  if (ExpertBias::is_name(name)) return "model.moe_router";
+  if (name.rfind("h.", 0) == 0) return "model.layers";  // every block's tensors: ModelChunk's units
+  if (name == lm_head_spec(cfg_, false).name) return "model.tie_embeddings";
+  return PipelineStage::setting_deciding(name);
+}
+
+std::vector<double> GptModel::take_step_statistics() { return take_expert_load_sums(moe_log_, cfg_); }
+
+void GptModel::after_optimizer_step(const std::vector<double>& job_statistics) {
+  // The sigmoid router's bias moves by this step's loads over the whole job (the sums every
+  // rank received alike), so every rank's copy stays equal; the next step chooses with it.
+  if (expert_bias_.empty() || job_statistics.empty()) return;
+  const ExpertLoadReport loads = expert_load_report(job_statistics, cfg_);
+  expert_bias_.update(loads.layers, loads.tokens, cfg_.moe.bias_update_rate);
+}
+
+std::string GptModel::progress_text(const std::vector<double>& job_statistics) const {
+  return expert_load_progress(expert_load_report(job_statistics, cfg_), cfg_);
+}
+
+std::vector<MetricsRecord> GptModel::metrics_records(int step, const std::vector<double>& job_statistics) const {
+  return expert_load_records(step, expert_load_report(job_statistics, cfg_), cfg_);
+}
+
+std::unique_ptr<PipelineStage> build_stage(Backend& backend, const ModelSpec& spec,
+                                           const std::vector<ChunkRange>& chunks, DType dtype,
+                                           const TensorParallel& tp, const ContextParallel& cp,
+                                           Communicator* expert_group) {
+  ExpertParallel ep{expert_group};
+  // Drives the expert exchange's all-to-all while the shared expert computes (parallel.ep > 1).
+  std::unique_ptr<ProgressThread> progress;
+  const bool shared_expert = spec.feed_forward == FeedForwardKind::Moe && spec.moe.shared_ffn_hidden > 0;
+  if (ep.on() && shared_expert && !backend.planning()) {
+    progress = std::make_unique<ProgressThread>();
+    ep.progress = progress.get();
+  }
+  auto model = std::make_unique<GptModel>(backend, tp, spec, chunks, dtype, cp, ep);
+  model->keep_progress_thread(std::move(progress));
+  return model;
 }
 
 }  // namespace meshtrain

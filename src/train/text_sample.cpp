@@ -65,7 +65,7 @@ std::string generation_unsupported(const Config& config) {
 }
 
 PeriodicSample::PeriodicSample(const Config& config, bool leader)
-    : every_(config.train.sample_every), leader_(leader) {
+    : every_(config.train.sample_every), vocab_size_(config.model.vocab_size), leader_(leader) {
   if (every_ <= 0) return;
   if (const std::string why = generation_unsupported(config); !why.empty()) {
     if (leader_) {
@@ -80,10 +80,10 @@ PeriodicSample::PeriodicSample(const Config& config, bool leader)
   owners_ = chunk_owners(p.pp, p.virtual_stages, schedule_placement(p.schedule));
 }
 
-void PeriodicSample::after_step(int step, GptModel& model, Communicator& pipeline) {
+void PeriodicSample::after_step(int step, PipelineStage& model, Communicator& pipeline) {
   if (every_ <= 0 || step % every_ != 0) return;
   Generator generator(model, &pipeline, owners_);
-  const std::vector<int32_t> start = {start_token(*tokenizer_, model.config().vocab_size)};
+  const std::vector<int32_t> start = {start_token(*tokenizer_, vocab_size_)};
   const std::vector<int32_t> out = generator.generate(start, kSampleTokens, SamplingOptions{});
   if (!leader_) return;
   std::string text = decode_tokens(*tokenizer_, out);

@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstdio>
 
-#include "meshtrain/checkpoint/checkpointer.h"
+#include "meshtrain/train/checkpoint_cadence.h"
 #include "meshtrain/train/parameter_client.h"
+#include "meshtrain/train/step_schedule.h"
 #include "meshtrain/train/stop_request.h"
 #include "meshtrain/train/text_sample.h"
 #include "meshtrain/train/trainer.h"
+#include "meshtrain/train/training_log.h"
 
 namespace meshtrain {
 
@@ -27,7 +29,7 @@ ShareReport Trainer::train_share(const Assignment& share) {
   data_->set_replica(share.share);
   const std::vector<MicroBatchData> batch = data_->train_batch(static_cast<int>(share.step));
   state_->begin_step();
-  executor_->run(train_actions_, batch, Pass::Train, 1.0 / tokens, *state_);
+  executor_->run(schedule_->train(), batch, Pass::Train, 1.0 / tokens, *state_);
   state_->finish_backward();
   const double local_loss = model_->loss().take();
   ShareReport r;
@@ -40,42 +42,7 @@ ShareReport Trainer::train_share(const Assignment& share) {
   return r;
 }
 
-void Trainer::log_async(const std::vector<LoggedStep>& steps) {
-  if (!leader_) return;
-  const TrainOptions& t = cfg_.train;
-  const double tokens = static_cast<double>(t.global_batch) * static_cast<double>(cfg_.model.seq_len);
-  for (const LoggedStep& l : steps) {
-    const int step = static_cast<int>(l.step) + 1;
-    stale_sum_ += l.staleness_mean * l.shares;
-    stale_shares_ += l.shares;
-    stale_max_ = std::max(stale_max_, static_cast<int>(l.staleness_max));
-    stale_max_run_ = std::max(stale_max_run_, stale_max_);
-    async_times_.push_back(l.seconds);
-    if (step % cfg_.run.log_every != 0 && step != 1 && step != t.steps) continue;
-    std::vector<double> sorted = async_times_;
-    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
-    StepResult r;
-    r.step = step;
-    r.loss = l.loss_sum / tokens;
-    r.lr = l.lr;
-    r.grad_norm = l.grad_norm;
-    r.seconds = l.seconds;
-    r.tokens_per_second = tokens / std::max(l.seconds, 1e-9);
-    r.bubble = executor_->stats().bubble();  // this rank's last share: the replicas run apart
-    log_step(r, sorted[sorted.size() / 2] * (t.steps - step));
-    const double mean = stale_shares_ ? stale_sum_ / stale_shares_ : 0.0;
-    std::printf("step %5d/%d | staleness mean %.2f max %d (bound %d) over %d share(s)\n", step, t.steps, mean,
-                stale_max_, cfg_.parallel.staleness, stale_shares_);
-    std::fflush(stdout);
-    metrics_->write({{"step", int64_t{step}},
-                     {"staleness_mean", mean},
-                     {"staleness_max", int64_t{stale_max_}},
-                     {"staleness_bound", int64_t{cfg_.parallel.staleness}},
-                     {"shares", int64_t{stale_shares_}}});
-    stale_sum_ = 0;
-    stale_max_ = stale_shares_ = 0;
-  }
-}
+int Trainer::staleness_seen() const { return log_->staleness_seen(); }
 
 bool Trainer::at_fence(int f, RunEnd& end) {
   const TrainOptions& t = cfg_.train;
@@ -83,29 +50,17 @@ bool Trainer::at_fence(int f, RunEnd& end) {
   step_ = f;
   const bool last = f == t.steps;
   data_->set_replica(grid_.rank(Axis::Data));  // evaluation reads this replica's own samples
-  if (data_->has_val() && ((t.eval_every > 0 && f % t.eval_every == 0) || last)) {
-    const double val = evaluate();
-    if (leader_) {
-      std::printf("step %5d/%d | val_loss %.4f\n", f, t.steps, val);
-      std::fflush(stdout);
-    }
-    metrics_->write({{"step", int64_t{f}}, {"val_loss", val}});
-  }
+  if (data_->has_val() && ((t.eval_every > 0 && f % t.eval_every == 0) || last)) log_->val_loss(f, evaluate());
   if (sample_) sample_->after_step(f, *model_, grid_.comm(Axis::Pipeline));
-  const int every = cfg_.checkpoint.every;
-  const bool scheduled = every > 0 && (f % every == 0 || last);
+  const bool scheduled = checkpoints_->scheduled(f, last);
   const int request = static_cast<int>(grid_.world().all_reduce_scalar(stop_request(), ReduceOp::Max));
   if (scheduled || (request != 0 && !last)) {
     servers_->pull_state(f);
-    save_checkpoint();
+    checkpoints_->save(*state_, step_, false);
   }
   if (request != 0) consume_stop_file();
   if (request != 0 && !last) {
-    if (leader_) {
-      std::printf("stopping at step %d on %s: checkpoint written; run again (requeue) to resume\n", f,
-                  stop_reason(request).c_str());
-      std::fflush(stdout);
-    }
+    log_->stopping(f, stop_reason(request));
     log_memory("over the run", step_);
     end = RunEnd::Stopped;
     return true;
@@ -124,7 +79,7 @@ RunEnd Trainer::run_async() {
   std::vector<LoggedStep> logged;
   for (;;) {
     const Assignment a = servers_->next(report, logged);
-    log_async(logged);
+    log_->async_steps(logged, executor_->stats().bubble(), *model_, data_->microbatches());
     report = ShareReport{};
     if (a.kind == AssignmentKind::Fence) {
       RunEnd end;

@@ -42,6 +42,7 @@ class GroupedStage final : public PipelineStage {
   Backend& backend() override { return backend_; }
   DType dtype() const override { return DType::F32; }
   ParameterStore& params() override { return store_; }
+  LossAccumulator& loss() override { return loss_; }
   bool ties_embeddings() const override { return false; }
   Shape boundary_shape(const TokenShape& tokens) const override { return {tokens.N(), 1}; }
   // The test drives the training state's hooks itself; nothing runs a chunk.
@@ -67,6 +68,7 @@ class GroupedStage final : public PipelineStage {
     store_.add(spec, 0, 1);
   }
   CpuBackend backend_;
+  LossAccumulator loss_{backend_};
   ParameterStore store_;
 };
 

@@ -10,7 +10,9 @@
 //   1. <checkpoint.dir>/step_<s, 8 digits>.h5.tmp is created collectively; each rank writes
 //      the elements it owns (OwnedPiece::primary: replicas once) of /model/<name> and both
 //      AdamW moments, as hyperslabs of the global datasets; ranks holding none of a dataset
-//      join its collective write with an empty selection. Then the per-dataset checksums
+//      join its collective write with an empty selection. The stage's buffers (state beside
+//      the parameters, whole on every rank: PipelineStage::buffers, e.g. a router's expert
+//      bias) are written by world rank 0 as /buffers/<name>, fp64, by name alone. Then the per-dataset checksums
 //      (sums of the ranks' parts, hashed by a worker thread while MPI-IO writes) become
 //      attributes, and the file is closed.
 //   2. Verify, while every rank fsyncs the file in the background: the file is reopened and
@@ -69,7 +71,6 @@
 #include <vector>
 
 #include "meshtrain/config/config.h"
-#include "meshtrain/model/expert_bias.h"
 #include "meshtrain/parallel/model_state.h"
 #include "meshtrain/parallel/process_grid.h"
 
@@ -139,13 +140,8 @@ class Checkpointer {
   // Collective: waits until the deletions of earlier saves are done; throws AgreedError if one
   // failed. save, load and resume_path do this first themselves.
   void finish_pruning();
-  // The model's state beyond `state`'s parameters that saves write and loads restore: the
-  // sigmoid router's expert bias (model/expert_bias.h), whole on every rank; null or empty:
-  // none (a checkpoint holding one is then refused as another model's). Every command that
-  // saves or loads a model with one attaches it first.
-  void attach_expert_bias(ExpertBias* bias) { expert_bias_ = bias; }
-  // Collective: loads `path` into `state` (parameters, moments, optimizer steps; the stats'
-  // step is the checkpoint's) and the attached expert bias, and continues its lineage. Throws AgreedError naming the file and
+  // Collective: loads `path` into `state` (parameters, moments, optimizer steps, and its
+  // stage's buffers; the stats' step is the checkpoint's), and continues its lineage. Throws AgreedError naming the file and
   // the dataset or the model setting (key, the file's value, the deck's) if it is refused.
   CheckpointStats load(ModelState& state, const std::string& path);
 
@@ -175,7 +171,6 @@ class Checkpointer {
   MPI_Comm comm_;
   std::unique_ptr<KillHook> kill_;
   std::string lineage_;
-  ExpertBias* expert_bias_ = nullptr;
   std::unique_ptr<BackgroundWorker> pruner_;  // world rank 0 deletes old checkpoints here
   std::unique_ptr<MpiCommunicator> writer_comm_;  // the background saves' (checkpoint.async)
   std::unique_ptr<Pending> pending_;              // the save running in the background

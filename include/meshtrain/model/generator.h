@@ -26,9 +26,12 @@
 #include <functional>
 #include <vector>
 
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/comm/communicator.h"
+#include "meshtrain/model/pipeline_stage.h"
 
 namespace meshtrain {
+
+class GptModel;
 
 struct SamplingOptions {
   double temperature = 0.0;  // 0: greedy (argmax, the lowest id among equal maxima)
@@ -44,11 +47,12 @@ int32_t choose_token(const std::vector<double>& logits, const SamplingOptions& o
 
 class Generator {
  public:
-  // Throws std::invalid_argument naming what is unsupported (see the layouts above).
+  // Throws std::invalid_argument naming what is unsupported (see the layouts above). `model`:
+  // a stage of model/gpt.h, which assembles every family (any other is refused).
   // pipeline: the pipeline group, when the model is split over stages (null: it is not).
   // chunk_owners: the stage of each model chunk over all stages, in model order (the schedule's
   // placement, parallel/schedule.h rank_chunks); empty: looped, chunk k on stage k % stages.
-  explicit Generator(GptModel& model, Communicator* pipeline = nullptr,
+  explicit Generator(PipelineStage& model, Communicator* pipeline = nullptr,
                      std::vector<int> chunk_owners = {});
 
   // Forgets the context.

@@ -90,13 +90,24 @@ class GptModel final : public PipelineStage {
   Backend& backend() override { return *backend_; }
   const TensorParallel& tp() const { return tp_; }
   const ContextParallel& cp() const { return cp_; }
-  // The loss sums of head forwards not yet read (see ModelChunk::forward).
-  LossAccumulator& loss() { return loss_; }
+  LossAccumulator& loss() override { return loss_; }
   // The mixture-of-experts layers' loads and balancing losses since the last take().
   MoeLog& moe_log() { return moe_log_; }
   // The sigmoid router's bias of every mixture-of-experts layer (empty for other models):
-  // whole on every rank, moved by the trainer after each step, saved in checkpoints.
+  // whole on every rank, moved after each optimizer step by the step's loads over the job,
+  // saved in checkpoints as the stage's buffers.
   ExpertBias& expert_bias() { return expert_bias_; }
+  // Keeps the thread that drives the expert exchange (ExpertParallel::progress) alive as long
+  // as the model (build_stage makes it).
+  void keep_progress_thread(std::unique_ptr<ProgressThread> thread) { progress_ = std::move(thread); }
+
+  // PipelineStage's state and after-step hooks: the expert bias and the expert loads.
+  std::vector<StageBuffer> buffers() override { return expert_bias_.buffers(); }
+  std::string setting_deciding(const std::string& name) const override;
+  std::vector<double> take_step_statistics() override;
+  void after_optimizer_step(const std::vector<double>& job_statistics) override;
+  std::string progress_text(const std::vector<double>& job_statistics) const override;
+  std::vector<MetricsRecord> metrics_records(int step, const std::vector<double>& job_statistics) const override;
 
   // PipelineStage: chunk by chunk, as ModelChunk does it.
   bool ties_embeddings() const override { return cfg_.tie_embeddings; }
@@ -110,6 +121,7 @@ class GptModel final : public PipelineStage {
   void backward_weights(int chunk, DeferredWeightGradients& deferred, UnitHooks& hooks) override;
 
  private:
+  std::unique_ptr<ProgressThread> progress_;  // first: the chunks' layers point to it
   Backend* backend_;
   TensorParallel tp_;
   ContextParallel cp_;

@@ -1,5 +1,5 @@
 #pragma once
-// What every layer is built with, and the shape of a micro-batch as layers see it.
+// What every layer is built with (the shape of a micro-batch as layers see it: token_shape.h).
 
 #include <cstdint>
 
@@ -11,6 +11,7 @@
 #include "meshtrain/model/parameter_store.h"
 #include "meshtrain/model/recompute.h"
 #include "meshtrain/model/ring_attention.h"
+#include "meshtrain/model/token_shape.h"
 #include "meshtrain/model/tp_regions.h"
 
 namespace meshtrain {
@@ -27,27 +28,6 @@ struct LayerContext {
   MoeLog* moe_log = nullptr;
   // The sigmoid router's per-expert bias, for choosing; null where there is none.
   const ExpertBias* expert_bias = nullptr;
-};
-
-// A micro-batch of B sequences of T tokens: N = B * T tokens in all; a sequence-parallel region
-// of a rank holds tp.local_tokens(N) of them. Under context parallelism T is this rank's part
-// of each sequence (ContextParallel: two chunks of it).
-// document_starts (data.document_mask): int32 (N) on the device, each token's document start
-// as a position in its whole sequence (Backend::attention_forward), built once per micro-batch
-// by the data feed (train/document_starts.h); undefined without the mask. It travels with the
-// shape because every layer that takes a micro-batch's shape, forward, backward and
-// recomputation alike, is handed the one of that micro-batch.
-// loss_weight: the weight of each of the micro-batch's tokens in the step's loss (the head's
-// dloss, 1 / the step's tokens), with which a layer's own loss of the micro-batch enters it; 0
-// in evaluation and generation, where no layer adds a loss.
-struct TokenShape {
-  int64_t B = 0, T = 0;
-  Tensor document_starts;
-  double loss_weight = 0;
-  int64_t N() const { return B * T; }
-  const Tensor* document_mask() const {
-    return document_starts.defined() ? &document_starts : nullptr;
-  }
 };
 
 // Per-row statistics (LayerNorm mean and rstd, softmax max and sum, losses) keep fp32 when

@@ -2,7 +2,7 @@
 // One micro-batch's data as a model sees it, and which pass runs over it: the currency between
 // the data feed, the pipeline executor and any model family's stage.
 
-#include "meshtrain/model/layer.h"
+#include "meshtrain/model/token_shape.h"
 #include "meshtrain/tensor/tensor.h"
 
 namespace meshtrain {

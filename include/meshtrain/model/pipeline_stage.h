@@ -9,10 +9,23 @@
 // Chunks are numbered 0 .. chunks() - 1 in this rank's virtual-stage order. What a forward saves
 // for its backward is the stage's own business: the executor only keeps it, per chunk and
 // micro-batch, in a ChunkActivations the stage made.
+//
+// Beside the parameters a stage may hold state that training changes but does not train (the
+// sigmoid router's expert bias today), and layers that need numbers of the whole job after each
+// optimizer step (that bias moves by the step's expert loads over every rank). checkpoint/ and
+// train/ reach both only through this interface, by name, without knowing what they are:
+// buffers() are saved and restored whole; the step's statistics are summed over the world by
+// train/, then handed back to after_optimizer_step() and to the log (progress_text(),
+// metrics_records()).
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "meshtrain/backend/backend.h"
+#include "meshtrain/io/metrics_writer.h"
+#include "meshtrain/model/loss_accumulator.h"
 #include "meshtrain/model/micro_batch.h"
 #include "meshtrain/model/parameter_store.h"
 #include "meshtrain/model/recompute.h"
@@ -28,6 +41,19 @@ class ChunkActivations {
   virtual ~ChunkActivations() = default;
 };
 
+// One piece of a stage's persistent state beside its parameters (PyTorch's "buffer"): the same
+// on every rank whatever the layout (each rank computes it from job-wide numbers), kept in fp64,
+// stored whole in a checkpoint as /buffers/<name> (checkpoint/checkpointer.h).
+struct StageBuffer {
+  std::string name;                      // "h.1.mlp.router.expert_bias"
+  Shape shape;                           // global, and every rank's: the buffer is whole everywhere
+  std::vector<double>* values = nullptr;  // shape.numel() values, the stage's own
+  std::string what;                      // in messages: "the router's expert bias"
+};
+
+// One line of metrics.jsonl (io/metrics_writer.h).
+using MetricsRecord = std::vector<std::pair<const char*, MetricsWriter::Value>>;
+
 class PipelineStage {
  public:
   virtual ~PipelineStage() = default;
@@ -39,6 +65,8 @@ class PipelineStage {
   // The parameters this rank's chunks registered, with their units: what the training state
   // lays out, buckets and shards.
   virtual ParameterStore& params() = 0;
+  // The loss sums of the head's forwards not yet read (the executor's per-step read-out).
+  virtual LossAccumulator& loss() = 0;
   // Whether the first and last pipeline stage share the token embedding (each holds a copy,
   // ParamRole::TokenEmbedding, whose gradients must be summed between them).
   virtual bool ties_embeddings() const = 0;
@@ -62,6 +90,28 @@ class PipelineStage {
                           ChunkActivations& saved, Recompute recompute, UnitHooks& hooks,
                           DeferredWeightGradients* deferred) = 0;
   virtual void backward_weights(int chunk, DeferredWeightGradients& deferred, UnitHooks& hooks) = 0;
+
+  // The stage's buffers (the same list on every rank of a model); none by default.
+  virtual std::vector<StageBuffer> buffers() { return {}; }
+  // The deck key that decides whether the model has the tensor `name` (a parameter's or a
+  // buffer's, as a checkpoint stores it), as a hint when a checkpoint has it and the deck's
+  // model not, or the reverse.
+  virtual std::string setting_deciding(const std::string& /*name*/) const { return "the [model] section"; }
+
+  // This rank's part of the statistics its layers asked for since the last call (every rank of
+  // a model returns the same count of numbers, each a sum over what the rank saw; none: empty,
+  // and train/ then sums nothing). train/ calls it once per attempt at a step, after the
+  // backward, and sums the numbers over the world.
+  virtual std::vector<double> take_step_statistics() { return {}; }
+  // After the optimizer step: the statistics of the step's gradients summed over the world, the
+  // same on every rank (a layer moves its buffers by them).
+  virtual void after_optimizer_step(const std::vector<double>& /*job_statistics*/) {}
+  // For the log: the progress line's text for those statistics (" | experts max/mean 1.02"), and
+  // the metrics.jsonl records of step `step` (each with its "step" field).
+  virtual std::string progress_text(const std::vector<double>& /*job_statistics*/) const { return {}; }
+  virtual std::vector<MetricsRecord> metrics_records(int /*step*/, const std::vector<double>& /*job_statistics*/) const {
+    return {};
+  }
 };
 
 }  // namespace meshtrain

@@ -97,6 +97,8 @@ class ModelState final : public UnitHooks {
   void read_flat(FlatField field, void* host) { flat_.read(field, host); }
   void write_flat(FlatField field, const void* host) { flat_.write(field, host); }
 
+  // What the parameters belong to (checkpoint/ saves and restores its buffers by name).
+  PipelineStage& stage() { return *stage_; }
  private:
   // Declared in dependency order: destroyed in reverse, the reducer's pending reductions and
   // the gathers in flight complete before the layout's buffers go.

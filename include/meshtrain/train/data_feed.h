@@ -13,7 +13,7 @@
 #include "meshtrain/config/config.h"
 #include "meshtrain/io/sampler.h"
 #include "meshtrain/io/token_dataset.h"
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/micro_batch.h"
 
 namespace meshtrain {
 

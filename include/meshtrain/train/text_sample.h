@@ -45,10 +45,11 @@ class PeriodicSample {
   static constexpr int kSampleTokens = 32;
   PeriodicSample(const Config& config, bool leader);
   // Collective over every rank; pipeline: the grid's pipeline group.
-  void after_step(int step, GptModel& model, Communicator& pipeline);
+  void after_step(int step, PipelineStage& model, Communicator& pipeline);
 
  private:
   int every_ = 0;
+  int64_t vocab_size_ = 0;  // model.vocab_size
   bool leader_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<int> owners_;  // the pipeline stage of each model chunk (Generator)

@@ -1,4 +1,4 @@
-// Trainer: ZB-V re-planned for the costs measured in the second step (zero_bubble_costs.h; the
+// StepSchedule (train/step_schedule.h). ZB-V re-planned for the costs measured in the second step (zero_bubble_costs.h; the
 // first is slower, with allocations and first touches). make_zb_v plans on a unit clock; after
 // that step every rank knows how long each of its chunks' forwards, input gradients and weight
 // gradients really took and how long the step's pipeline took (which fits the transfer time:
@@ -13,8 +13,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "meshtrain/parallel/zero_bubble_costs.h"
-#include "meshtrain/train/trainer.h"
+#include "meshtrain/parallel/schedule_cache.h"
+#include "meshtrain/train/step_schedule.h"
 
 namespace meshtrain {
 
@@ -28,7 +28,29 @@ double median_micros(std::vector<double> seconds) {
 
 }  // namespace
 
-bool Trainer::replans_for_costs() const {
+StepSchedule::StepSchedule(const Config& config, ProcessGrid& grid, const Backend& backend)
+    : cfg_(config), grid_(grid), be_(backend) {}
+
+void StepSchedule::plan(int microbatches) {
+  const ParallelOptions& p = cfg_.parallel;
+  const int M = microbatches;
+  const int rank = grid_.rank(Axis::Pipeline);
+  const auto shape = pipeline_schedules(p.schedule, p.pp, M, p.virtual_stages);
+  eval_ = shape->eval[static_cast<size_t>(rank)];
+  if (!costs_) {
+    train_ = shape->train[static_cast<size_t>(rank)];
+    return;
+  }
+  const Schedule compute = make_zb_v_for_costs(p.pp, M, *costs_, cfg_.model.tie_embeddings).compute;
+  train_ = insert_communication(compute, p.pp, p.virtual_stages, schedule_placement(p.schedule))[rank];
+}
+
+void StepSchedule::after_step(const PipelineStats& stats, int microbatches) {
+  // Re-planned once, after the second step (the first is slowed by allocations).
+  if (steps_timed_ < 2 && replans_for_costs() && ++steps_timed_ == 2) replan_for_measured_costs(stats, microbatches);
+}
+
+bool StepSchedule::replans_for_costs() const {
   const ParallelOptions& p = cfg_.parallel;
   // A host clock around an action measures its compute only where kernels run synchronously
   // (the CPU backend); CUDA kernels are queued and would be timed at their launch.
@@ -36,15 +58,15 @@ bool Trainer::replans_for_costs() const {
          be_.device() == Device::Cpu && !be_.planning();
 }
 
-void Trainer::replan_for_measured_costs() {
+void StepSchedule::replan_for_measured_costs(const PipelineStats& stats, int microbatches) {
   const ParallelOptions& p = cfg_.parallel;
   const int chunks = 2 * p.pp;
   std::ostringstream mine;
   // The step's pipeline time, to fit the transfer time to: the slowest rank's (the makespan)
   // among those with this rank's micro-batch count (replicas may take uneven shares).
-  const int M = data_->microbatches();
-  mine << "-1 " << M << ' ' << std::round(executor_->stats().total_seconds * 1e6) << '\n';
-  for (const auto& [chunk, kinds] : executor_->stats().chunk_seconds)
+  const int M = microbatches;
+  mine << "-1 " << M << ' ' << std::round(stats.total_seconds * 1e6) << '\n';
+  for (const auto& [chunk, kinds] : stats.chunk_seconds)
     for (int kind = 0; kind < 3; ++kind)
       if (!kinds[static_cast<size_t>(kind)].empty())
         mine << chunk << ' ' << kind << ' ' << median_micros(kinds[static_cast<size_t>(kind)]) << '\n';
@@ -70,14 +92,14 @@ void Trainer::replan_for_measured_costs() {
   char line[160];
   std::snprintf(line, sizeof line, "simulated bubble %.3f -> %.3f", s.unit_bubble, s.bubble);
   if (!s.replanned) {
-    schedule_note_ = "zb-v: the unit-clock schedule kept for the measured costs (" +
+    note_ = "zb-v: the unit-clock schedule kept for the measured costs (" +
                      format_chunk_costs(costs) + "): no candidate beats it";
     return;
   }
   costs_ = costs;
-  train_actions_ = insert_communication(s.compute, p.pp, p.virtual_stages, ChunkPlacement::V)
+  train_ = insert_communication(s.compute, p.pp, p.virtual_stages, ChunkPlacement::V)
       [static_cast<size_t>(grid_.rank(Axis::Pipeline))];
-  schedule_note_ = "zb-v: re-planned for the measured costs (" + format_chunk_costs(costs) +
+  note_ = "zb-v: re-planned for the measured costs (" + format_chunk_costs(costs) +
                    "): " + line;
 }
 
