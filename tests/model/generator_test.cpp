@@ -25,6 +25,8 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/model/generator.h"
+#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/partition.h"
 #include "support/random.h"
 #include "support/tensors.h"
 

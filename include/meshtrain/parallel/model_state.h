@@ -98,7 +98,7 @@ class ModelState final : public UnitHooks {
   void write_flat(FlatField field, const void* host) { flat_.write(field, host); }
 
   // What the parameters belong to (checkpoint/ saves and restores its buffers by name).
-  PipelineStage& stage() { return *stage_; }
+  PipelineStage& stage() { return layout_.stage(); }
  private:
   // Declared in dependency order: destroyed in reverse, the reducer's pending reductions and
   // the gathers in flight complete before the layout's buffers go.
