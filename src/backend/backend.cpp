@@ -21,12 +21,6 @@ Tensor Backend::empty_host(Shape shape, DType dtype, MemoryCategory category) {
 
 void Backend::do_copy_from_host_async(Tensor& dst, Tensor src) { copy_from_host(dst, src.raw()); }
 
-void Backend::do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
-                                    const Tensor* bias, const Tensor& residual) {
-  matmul_forward(out, inp, weight, bias);
-  add_inplace(out, residual);
-}
-
 void Backend::do_matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,
                                      const Tensor& weight, const Tensor& bias) {
   matmul_forward(pre, inp, weight, &bias);
@@ -64,21 +58,6 @@ void Backend::do_swiglu_backward_packed(Tensor& dgate_up, const Tensor& dout,
   copy_columns(dgate_up, F, dup, 0, F);
 }
 
-void Backend::do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                        const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                                        const Tensor& mean, const Tensor& rstd,
-                                        const Tensor& residual) {
-  layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
-  add_inplace(dinp, residual);
-}
-
-void Backend::do_rmsnorm_backward_add(Tensor& dinp, Tensor& dweight, const Tensor& dout,
-                                      const Tensor& inp, const Tensor& weight, const Tensor& rstd,
-                                      const Tensor& residual) {
-  rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
-  add_inplace(dinp, residual);
-}
-
 void Backend::do_crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses,
                                                 const Tensor& logits, const Tensor& targets,
                                                 double dloss) {
@@ -97,30 +76,6 @@ void Backend::do_reduce_pieces_into(Tensor& out, int64_t first_slot, const Tenso
   for (size_t k = 0; k < pieces.size(); ++k)
     reduce_into(out, first_slot + static_cast<int64_t>(k), t.view(pieces[k].offset, {pieces[k].count}),
                 what);
-}
-
-void Backend::do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                                     Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
-                                     const std::vector<double>& decays, const AdamWStep& s) {
-  for (size_t k = 0; k < pieces.size(); ++k) {
-    const FlatPiece& piece = pieces[k];
-    if (piece.count == 0) continue;
-    Tensor p = param.view(piece.offset, {piece.count});
-    Tensor m = exp_avg.view(piece.offset, {piece.count});
-    Tensor v = exp_avg_sq.view(piece.offset, {piece.count});
-    AdamWStep step = s;
-    step.weight_decay = decays[k];
-    adamw_update(p, grad.view(piece.offset, {piece.count}), m, v, step);
-  }
-}
-
-void Backend::do_adamw_update_pieces_rounded(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                                             Tensor& exp_avg_sq,
-                                             const std::vector<FlatPiece>& pieces,
-                                             const std::vector<double>& decays,
-                                             const AdamWStep& s, Tensor& rounded) {
-  do_adamw_update_pieces(param, grad, exp_avg, exp_avg_sq, pieces, decays, s);
-  cast(rounded, param);
 }
 
 Tensor Backend::zeros(Shape shape, DType dtype, MemoryCategory category) {

@@ -204,58 +204,58 @@ void Backend::reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& 
 
 // ---- embeddings ---------------------------------------------------------------------------
 
-void Backend::embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+void Backend::embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& table,
                                 int64_t vocab_begin) {
   const OpContract c(*this, "embedding_forward");
-  const int64_t N = tokens.numel(), C = cols_of(wte);
+  const int64_t N = tokens.numel(), C = cols_of(table);
   if (rows_of(out) != N || cols_of(out) != C)
     c.fail("out must be (N, C) = (" + str(N) + ", " + str(C) + "), got " +
-           shapes({{"out", &out}, {"tokens", &tokens}, {"wte", &wte}}));
+           shapes({{"out", &out}, {"tokens", &tokens}, {"table", &table}}));
   const DType a = out.dtype();
-  c.same_dtype(a, "wte", wte);
+  c.same_dtype(a, "table", table);
   c.token_ids(a, "tokens", tokens);
-  c.on_device({&out, &tokens, &wte});
+  c.on_device({&out, &tokens, &table});
   c.computes_in(a);
-  do_embedding_forward(out, tokens, wte, vocab_begin);
+  do_embedding_forward(out, tokens, table, vocab_begin);
 }
 
-void Backend::embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+void Backend::embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& tokens,
                                  int64_t vocab_begin) {
   const OpContract c(*this, "embedding_backward");
-  const int64_t N = tokens.numel(), C = cols_of(dwte);
+  const int64_t N = tokens.numel(), C = cols_of(dtable);
   if (rows_of(dout) != N || cols_of(dout) != C)
     c.fail("dout must be (N, C) = (" + str(N) + ", " + str(C) + "), got " +
-           shapes({{"dout", &dout}, {"tokens", &tokens}, {"dwte", &dwte}}));
+           shapes({{"dout", &dout}, {"tokens", &tokens}, {"dtable", &dtable}}));
   const DType a = dout.dtype();
-  c.wide_grad(a, "dwte", dwte);
+  c.wide_grad(a, "dtable", dtable);
   c.token_ids(a, "tokens", tokens);
-  c.on_device({&dwte, &dout, &tokens});
+  c.on_device({&dtable, &dout, &tokens});
   c.computes_in(a);
-  do_embedding_backward(dwte, dout, tokens, vocab_begin);
+  do_embedding_backward(dtable, dout, tokens, vocab_begin);
 }
 
-void Backend::position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) {
+void Backend::position_forward(Tensor& out, const Tensor& table, int64_t token_begin) {
   const OpContract c(*this, "position_forward");
-  if (cols_of(out) != cols_of(wpe))
-    c.fail("channel mismatch: " + shapes({{"out", &out}, {"wpe", &wpe}}));
+  if (cols_of(out) != cols_of(table))
+    c.fail("channel mismatch: " + shapes({{"out", &out}, {"table", &table}}));
   const DType a = out.dtype();
-  c.same_dtype(a, "wpe", wpe);
+  c.same_dtype(a, "table", table);
   c.on_device("out", out);
-  c.on_device("wpe", wpe);
+  c.on_device("table", table);
   c.computes_in(a);
-  do_position_forward(out, wpe, token_begin);
+  do_position_forward(out, table, token_begin);
 }
 
-void Backend::position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) {
+void Backend::position_backward(Tensor& dtable, const Tensor& dout, int64_t token_begin) {
   const OpContract c(*this, "position_backward");
-  if (cols_of(dout) != cols_of(dwpe))
-    c.fail("channel mismatch: " + shapes({{"dwpe", &dwpe}, {"dout", &dout}}));
+  if (cols_of(dout) != cols_of(dtable))
+    c.fail("channel mismatch: " + shapes({{"dtable", &dtable}, {"dout", &dout}}));
   const DType a = dout.dtype();
-  c.wide_grad(a, "dwpe", dwpe);
-  c.on_device("dwpe", dwpe);
+  c.wide_grad(a, "dtable", dtable);
+  c.on_device("dtable", dtable);
   c.on_device("dout", dout);
   c.computes_in(a);
-  do_position_backward(dwpe, dout, token_begin);
+  do_position_backward(dtable, dout, token_begin);
 }
 
 // ---- vocabulary-parallel softmax cross-entropy -------------------------------------------
@@ -397,7 +397,8 @@ void check_adamw(const OpContract& c, const Tensor& param, const Tensor& grad,
 void Backend::adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                            const AdamWStep& s) {
   check_adamw(OpContract(*this, "adamw_update"), param, grad, exp_avg, exp_avg_sq);
-  do_adamw_update(param, grad, exp_avg, exp_avg_sq, s);
+  do_adamw_update(param, grad, exp_avg, exp_avg_sq, {FlatPiece{0, param.numel()}},
+                  {s.weight_decay}, s, nullptr);
 }
 
 void Backend::adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
@@ -410,17 +411,15 @@ void Backend::adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp
     c.fail(str(static_cast<int64_t>(pieces.size())) + " pieces but " +
            str(static_cast<int64_t>(decays.size())) + " weight decays");
   check_pieces(c, param, pieces);
-  if (!rounded) {
-    do_adamw_update_pieces(param, grad, exp_avg, exp_avg_sq, pieces, decays, s);
-    return;
+  if (rounded) {
+    if (rounded->numel() != param.numel())
+      c.fail("size mismatch: " + shapes({{"rounded", rounded}, {"param", &param}}));
+    const char* rule = "the rounded copy of fp32 masters is bf16";
+    c.expect_dtype(param.dtype(), "param", param, DType::F32, rule);
+    c.expect_dtype(param.dtype(), "rounded", *rounded, DType::BF16, rule);
+    c.on_device("rounded", *rounded);
   }
-  if (rounded->numel() != param.numel())
-    c.fail("size mismatch: " + shapes({{"rounded", rounded}, {"param", &param}}));
-  const char* rule = "the rounded copy of fp32 masters is bf16";
-  c.expect_dtype(param.dtype(), "param", param, DType::F32, rule);
-  c.expect_dtype(param.dtype(), "rounded", *rounded, DType::BF16, rule);
-  c.on_device("rounded", *rounded);
-  do_adamw_update_pieces_rounded(param, grad, exp_avg, exp_avg_sq, pieces, decays, s, *rounded);
+  do_adamw_update(param, grad, exp_avg, exp_avg_sq, pieces, decays, s, rounded);
 }
 
 }  // namespace meshtrain

@@ -1,6 +1,6 @@
 // The Backend's public operations that move token rows to their experts and back (backend.h,
 // "mixture of experts"): gather_rows and gathered_row_dots, each checking its call's contract
-// once for every device before the device's do_* hook runs (as llama_layer_front.cpp does).
+// once for every device before the device's do_* hook runs (as rmsnorm_front.cpp does).
 // The index's values are not read here: on a GPU that would wait for the device. The CPU
 // backend, whose index is host memory, refuses an entry outside [-1, M) in its hook.
 

@@ -120,7 +120,7 @@ void Backend::do_grouped_matmul_forward(Tensor& out, const Tensor& inp, const Te
     if (end > begin) {
       Tensor o = out.rows(begin, end);
       do_matmul_forward(o, inp.rows(begin, end), group_matrix(weights, static_cast<int64_t>(g)),
-                        nullptr);
+                        nullptr, nullptr);
     }
     begin = end;
   }

@@ -79,7 +79,7 @@ void Backend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, c
                                  const Tensor& rstd) {
   check_layernorm_backward(OpContract(*this, "layernorm_backward"), dinp, dweight, dbias, dout, inp,
                            weight, mean, rstd, nullptr);
-  do_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+  do_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, nullptr);
 }
 
 void Backend::layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
@@ -88,7 +88,7 @@ void Backend::layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbia
                                      const Tensor& residual) {
   check_layernorm_backward(OpContract(*this, "layernorm_backward_add"), dinp, dweight, dbias, dout,
                            inp, weight, mean, rstd, &residual);
-  do_layernorm_backward_add(dinp, dweight, dbias, dout, inp, weight, mean, rstd, residual);
+  do_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, &residual);
 }
 
 namespace {
@@ -111,7 +111,7 @@ void check_matmul_forward(const OpContract& c, const Tensor& out, const Tensor& 
 void Backend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                              const Tensor* bias) {
   check_matmul_forward(OpContract(*this, "matmul_forward"), out, inp, weight, bias);
-  do_matmul_forward(out, inp, weight, bias);
+  do_matmul_forward(out, inp, weight, bias, nullptr);
 }
 
 void Backend::matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
@@ -122,7 +122,7 @@ void Backend::matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& w
     c.fail("residual " + residual.shape().to_string() + " for out " + out.shape().to_string());
   c.same_dtype(inp.dtype(), "residual", residual);
   c.on_device("residual", residual);
-  do_matmul_forward_add(out, inp, weight, bias, residual);
+  do_matmul_forward(out, inp, weight, bias, &residual);
 }
 
 void Backend::matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,

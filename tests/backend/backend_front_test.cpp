@@ -9,6 +9,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -60,12 +61,14 @@ class RecordingBackend final : public Backend {
                             const Tensor&) override {
     record("layernorm_forward");
   }
+  // A hook with an optional addend records the front that reached it by whether it came.
   void do_layernorm_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                             const Tensor&, const Tensor&) override {
-    record("layernorm_backward");
+                             const Tensor&, const Tensor&, const Tensor* residual) override {
+    record(residual ? "layernorm_backward_add" : "layernorm_backward");
   }
-  void do_matmul_forward(Tensor&, const Tensor&, const Tensor&, const Tensor*) override {
-    record("matmul_forward");
+  void do_matmul_forward(Tensor&, const Tensor&, const Tensor&, const Tensor*,
+                         const Tensor* residual) override {
+    record(residual ? "matmul_forward_add" : "matmul_forward");
   }
   void do_matmul_backward(Tensor*, Tensor*, Tensor*, const Tensor&, const Tensor&,
                           const Tensor&, GradWrite) override {
@@ -79,12 +82,8 @@ class RecordingBackend final : public Backend {
     record("rmsnorm_forward");
   }
   void do_rmsnorm_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                           const Tensor&) override {
-    record("rmsnorm_backward");
-  }
-  void do_rmsnorm_backward_add(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                               const Tensor&, const Tensor&) override {
-    record("rmsnorm_backward_add");
+                           const Tensor&, const Tensor* residual) override {
+    record(residual ? "rmsnorm_backward_add" : "rmsnorm_backward");
   }
   void do_swiglu_forward(Tensor&, const Tensor&, const Tensor&) override {
     record("swiglu_forward");
@@ -133,13 +132,19 @@ class RecordingBackend final : public Backend {
                                 int64_t, double) override {
     record("crossentropy_backward");
   }
-  void do_adamw_update(Tensor&, const Tensor&, Tensor&, Tensor&, const AdamWStep&) override {
-    record("adamw_update");
-  }
-  void do_adamw_update_pieces(Tensor&, const Tensor&, Tensor&, Tensor&,
-                              const std::vector<FlatPiece>&, const std::vector<double>&,
-                              const AdamWStep&) override {
-    record("adamw_update_pieces");
+  // "adamw_update [0, 4) 0.1 [4, 10) 0 rounded": each piece and its weight decay.
+  void do_adamw_update(Tensor&, const Tensor&, Tensor&, Tensor&,
+                       const std::vector<FlatPiece>& pieces, const std::vector<double>& decays,
+                       const AdamWStep&, Tensor* rounded) override {
+    std::string call = "adamw_update";
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      std::ostringstream decay;
+      decay << decays[k];
+      call += " [" + std::to_string(pieces[k].offset) + ", " +
+              std::to_string(pieces[k].offset + pieces[k].count) + ") " + decay.str();
+    }
+    if (rounded) call += " rounded";
+    calls.push_back(call);
   }
 };
 
@@ -222,24 +227,24 @@ TEST_F(BackendFrontTest, ReductionsCheckSlotsAndPieces) {
 }
 
 TEST_F(BackendFrontTest, EmbeddingsCheckRowsChannelsAndTokenIds) {
-  Tensor tokens = make({6}, DType::I32), wte = make({50, 8}), out = make({6, 8});
-  Tensor dwte = make({50, 8}), wpe = make({16, 8});
-  expect_reaches([&] { be.embedding_forward(out, tokens, wte, 0); }, "embedding_forward");
-  expect_refused([&] { be.embedding_forward(out, make({5}, DType::I32), wte, 0); },
+  Tensor tokens = make({6}, DType::I32), table = make({50, 8}), out = make({6, 8});
+  Tensor dtable = make({50, 8}), position_table = make({16, 8});
+  expect_reaches([&] { be.embedding_forward(out, tokens, table, 0); }, "embedding_forward");
+  expect_refused([&] { be.embedding_forward(out, make({5}, DType::I32), table, 0); },
                  {"embedding_forward: out must be (N, C) = (5, 8)", "out (6, 8)"});
-  expect_refused([&] { be.embedding_forward(out, make({6}), wte, 0); },
+  expect_refused([&] { be.embedding_forward(out, make({6}), table, 0); },
                  {"tokens is fp32, expected int32 (token ids are int32)"});
-  expect_reaches([&] { be.embedding_backward(dwte, out, tokens, 0); }, "embedding_backward");
-  Tensor out16 = make({6, 8}, DType::BF16), dwte16 = make({50, 8}, DType::BF16);
-  expect_refused([&] { be.embedding_backward(dwte16, out16, tokens, 0); },
-                 {"does not support embedding_backward for dtype bf16: dwte is bf16, expected "
+  expect_reaches([&] { be.embedding_backward(dtable, out, tokens, 0); }, "embedding_backward");
+  Tensor out16 = make({6, 8}, DType::BF16), dtable16 = make({50, 8}, DType::BF16);
+  expect_refused([&] { be.embedding_backward(dtable16, out16, tokens, 0); },
+                 {"does not support embedding_backward for dtype bf16: dtable is bf16, expected "
                   "fp32 (parameter gradients are fp32)"});
-  expect_reaches([&] { be.position_forward(out, wpe, 3); }, "position_forward");
+  expect_reaches([&] { be.position_forward(out, position_table, 3); }, "position_forward");
   expect_refused(
       [&] {
         be.position_forward(out, make({16, 4}), 3);
       },
-      {"position_forward: channel mismatch: out (6, 8) wpe (16, 4)"});
+      {"position_forward: channel mismatch: out (6, 8) table (16, 4)"});
   expect_refused(
       [&] {
         be.position_backward(make({16, 4}), out, 3);
@@ -262,6 +267,8 @@ TEST_F(BackendFrontTest, LayerNormChecksShapesAndWideStatistics) {
                  "layernorm_backward");
   expect_refused([&] { be.layernorm_backward(out, dw, db, inp, inp, w, mean, make({5})); },
                  {"layernorm_backward: shape mismatch", "rstd (5)"});
+  expect_reaches([&] { be.layernorm_backward_add(out, dw, db, inp, inp, w, mean, rstd, inp); },
+                 "layernorm_backward_add");
   expect_refused(
       [&] {
         be.layernorm_backward_add(out, dw, db, inp, inp, w, mean, rstd, make({6, 8}));
@@ -389,6 +396,7 @@ TEST_F(BackendFrontTest, MatmulChecksTheProductsShapesAndGradientDtypes) {
   expect_refused([&] { be.matmul_backward(nullptr, &dw16, nullptr, out16, inp16, w); },
                  {"does not support matmul_backward for dtype bf16: dweight is bf16, expected fp32 "
                   "(parameter gradients are fp32)"});
+  expect_reaches([&] { be.matmul_forward_add(out, inp, w, &bias, out); }, "matmul_forward_add");
   expect_refused(
       [&] {
         be.matmul_forward_add(out, inp, w, &bias, make({6, 15}));
@@ -524,7 +532,8 @@ TEST_F(BackendFrontTest, CrossEntropyChecksRowsAndStatistics) {
 TEST_F(BackendFrontTest, OptimizerChecksMasterDtypesAndPieces) {
   Tensor p = make({10}), g = make({10}), m = make({10}), v = make({10});
   const Backend::AdamWStep s{1e-3, 0.9, 0.95, 1e-8, 0.1, 1};
-  expect_reaches([&] { be.adamw_update(p, g, m, v, s); }, "adamw_update");
+  // One hook for every form: adamw_update is the whole tensor as one piece with s's decay.
+  expect_reaches([&] { be.adamw_update(p, g, m, v, s); }, "adamw_update [0, 10) 0.1");
   Tensor p16 = make({10}, DType::BF16);
   expect_refused([&] { be.adamw_update(p16, g, m, v, s); },
                  {"adamw_update for dtype bf16: param is bf16, expected fp32 (master parameters"});
@@ -534,7 +543,12 @@ TEST_F(BackendFrontTest, OptimizerChecksMasterDtypesAndPieces) {
       [&] {
         be.adamw_update_pieces(p, g, m, v, {{0, 4}, {4, 6}}, {0.1, 0.0}, s);
       },
-      "adamw_update_pieces");
+      "adamw_update [0, 4) 0.1 [4, 10) 0");
+  Tensor rounded = make({10}, DType::BF16);
+  expect_reaches([&] { be.adamw_update_pieces(p, g, m, v, {{4, 6}}, {0.0}, s, &rounded); },
+                 "adamw_update [4, 10) 0 rounded");
+  expect_refused([&] { be.adamw_update_pieces(p, g, m, v, {{4, 6}}, {0.0}, s, &p); },
+                 {"adamw_update_pieces", "rounded is fp32, expected bf16"});
   expect_refused(
       [&] {
         be.adamw_update_pieces(p, g, m, v, {{0, 4}, {4, 6}}, {0.1}, s);

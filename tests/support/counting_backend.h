@@ -7,6 +7,7 @@
 // the CPU kernels accept.
 
 #include <cstdint>
+#include <vector>
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
 
@@ -82,12 +83,18 @@ class CountingBackend final : public Backend {
   }
   void do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                             const Tensor& rstd) override {
-    cpu_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+                             const Tensor& rstd, const Tensor* residual) override {
+    if (residual)
+      cpu_.layernorm_backward_add(dinp, dweight, dbias, dout, inp, weight, mean, rstd, *residual);
+    else
+      cpu_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
   }
-  void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                         const Tensor* bias) override {
-    cpu_.matmul_forward(out, inp, weight, bias);
+  void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias,
+                         const Tensor* residual) override {
+    if (residual)
+      cpu_.matmul_forward_add(out, inp, weight, bias, *residual);
+    else
+      cpu_.matmul_forward(out, inp, weight, bias);
   }
   void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                           const Tensor& inp, const Tensor& weight, GradWrite write) override {
@@ -106,8 +113,12 @@ class CountingBackend final : public Backend {
     cpu_.rmsnorm_forward(out, rstd, inp, weight, eps);
   }
   void do_rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
-                           const Tensor& weight, const Tensor& rstd) override {
-    cpu_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
+                           const Tensor& weight, const Tensor& rstd,
+                           const Tensor* residual) override {
+    if (residual)
+      cpu_.rmsnorm_backward_add(dinp, dweight, dout, inp, weight, rstd, *residual);
+    else
+      cpu_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
   }
   void do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) override {
     cpu_.swiglu_forward(out, gate, up);
@@ -167,8 +178,9 @@ class CountingBackend final : public Backend {
     cpu_.crossentropy_backward(dlogits, logits, row_max, row_sumexp, targets, vocab_begin, dloss);
   }
   void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                       const AdamWStep& s) override {
-    cpu_.adamw_update(param, grad, exp_avg, exp_avg_sq, s);
+                       const std::vector<FlatPiece>& pieces, const std::vector<double>& decays,
+                       const AdamWStep& s, Tensor* rounded) override {
+    cpu_.adamw_update_pieces(param, grad, exp_avg, exp_avg_sq, pieces, decays, s, rounded);
   }
 
  private:

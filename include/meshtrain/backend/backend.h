@@ -113,14 +113,16 @@ class Backend {
   virtual void synchronize() {}
 
   // ---- embeddings ------------------------------------------------------------------------
-  // out (N, C) = wte[tokens - vocab_begin] for tokens in this slice of the vocabulary, else 0.
-  void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, int64_t vocab_begin);
-  void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+  // out (N, C) = table[tokens - vocab_begin] for tokens in this slice of the vocabulary, else 0;
+  // table (V, C) holds this rank's rows of the token embedding.
+  void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& table,
+                         int64_t vocab_begin);
+  void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& tokens,
                           int64_t vocab_begin);
-  // out (N, C) += wpe[(token_begin + i) % T] with wpe (T, C): row i of `out` is the token at
-  // flat index token_begin + i of the (B, T) micro-batch.
-  void position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin);
-  void position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin);
+  // Learned absolute positions: out (N, C) += table[(token_begin + i) % T] with table (T, C):
+  // row i of `out` is the token at flat index token_begin + i of the (B, T) micro-batch.
+  void position_forward(Tensor& out, const Tensor& table, int64_t token_begin);
+  void position_backward(Tensor& dtable, const Tensor& dout, int64_t token_begin);
 
   // ---- layers ----------------------------------------------------------------------------
   // out (N, C), mean (N), rstd (N) from inp (N, C), weight (C), bias (C); eps = 1e-5.
@@ -137,8 +139,8 @@ class Backend {
 
   // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
   void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias);
-  // matmul_forward, then out += residual (N, OC): a residual connection. The default makes the
-  // two calls; a device adds the residual in the GEMM's epilogue (one rounding, not two).
+  // matmul_forward, then out += residual (N, OC): a residual connection. A device adds the
+  // residual in the GEMM's epilogue where it can (one rounding, not two).
   void matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias,
                           const Tensor& residual);
   // dweight (OC, C) += dout^T @ inp (= under GradWrite::Assign: the GEMM's beta 0),
@@ -210,7 +212,7 @@ class Backend {
   void attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                         int64_t length);
 
-  // ---- Llama-family layers: RMSNorm, SwiGLU, rotary positions -----------------------------
+  // ---- RMSNorm, SwiGLU, rotary positions ------------------------------------------------
   // The semantics of Hugging Face's LlamaForCausalLM / Qwen3ForCausalLM, each computed in wide(A)
   // (fp32 under bf16, fp64 for F64) and rounded once on store.
   //
@@ -382,11 +384,11 @@ class Backend {
                     const AdamWStep& s);
   // adamw_update on each piece of four flat tensors laid out alike, piece k with weight decay
   // decays[k] in place of s.weight_decay; elements outside every piece are left as they are.
-  // Same bits as one adamw_update per piece, which the default does; a device batches them.
-  // With `rounded` (a bf16 model's parameters, param its fp32 masters), the updated masters are
-  // also written there rounded to bf16: the bits of cast(*rounded, param) after the update,
-  // which the default runs and the CPU does in the same pass. Elements outside every piece of
-  // `rounded` are left as they are.
+  // Same bits as one adamw_update per piece; a device batches them. With `rounded` (a bf16
+  // model's parameters, param its fp32 masters), the updated masters are also written there
+  // rounded to bf16: the bits of cast(*rounded, param) after the update, which the CUDA backend
+  // runs and the CPU does in the same pass. Elements outside every piece of `rounded` are left
+  // as they are.
   void adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                            const std::vector<FlatPiece>& pieces, const std::vector<double>& decays,
                            const AdamWStep& s, Tensor* rounded = nullptr);
@@ -413,28 +415,25 @@ class Backend {
   virtual void do_reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) = 0;
   virtual void do_reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
                                      const std::vector<FlatPiece>& pieces, Reduction what);
-  virtual void do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+  virtual void do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& table,
                                     int64_t vocab_begin) = 0;
-  virtual void do_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+  virtual void do_embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& tokens,
                                      int64_t vocab_begin) = 0;
-  virtual void do_position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) = 0;
-  virtual void do_position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) = 0;
+  virtual void do_position_forward(Tensor& out, const Tensor& table, int64_t token_begin) = 0;
+  virtual void do_position_backward(Tensor& dtable, const Tensor& dout, int64_t token_begin) = 0;
   virtual void do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                                     const Tensor& weight, const Tensor& bias) = 0;
+  // The norms' backward and its _add form: `residual` null, or added to each row of dinp as the
+  // kernel writes it (one pass, the bits of the backward then add_inplace).
   virtual void do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                      const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                                     const Tensor& mean, const Tensor& rstd) = 0;
-  virtual void do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                         const Tensor& dout, const Tensor& inp,
-                                         const Tensor& weight, const Tensor& mean,
-                                         const Tensor& rstd, const Tensor& residual);
+                                     const Tensor& mean, const Tensor& rstd,
+                                     const Tensor* residual) = 0;
   virtual void do_rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp,
                                   const Tensor& weight, double eps) = 0;
   virtual void do_rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout,
-                                   const Tensor& inp, const Tensor& weight, const Tensor& rstd) = 0;
-  virtual void do_rmsnorm_backward_add(Tensor& dinp, Tensor& dweight, const Tensor& dout,
-                                       const Tensor& inp, const Tensor& weight, const Tensor& rstd,
-                                       const Tensor& residual);
+                                   const Tensor& inp, const Tensor& weight, const Tensor& rstd,
+                                   const Tensor* residual) = 0;
   virtual void do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) = 0;
   virtual void do_swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout,
                                   const Tensor& gate, const Tensor& up) = 0;
@@ -445,10 +444,9 @@ class Backend {
   enum class Rotation { ByAngle, ByMinusAngle };
   virtual void do_rotary(Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin,
                          const RotaryHeads& where, Rotation rotation) = 0;
+  // matmul_forward and matmul_forward_add: `residual` null, or added to out (N, OC).
   virtual void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                                 const Tensor* bias) = 0;
-  virtual void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
-                                     const Tensor* bias, const Tensor& residual);
+                                 const Tensor* bias, const Tensor* residual) = 0;
   virtual void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                                   const Tensor& inp, const Tensor& weight,
                                   GradWrite dweight_write) = 0;
@@ -503,16 +501,12 @@ class Backend {
   virtual void do_crossentropy_loss_and_backward(Tensor& dlogits, Tensor& losses,
                                                  const Tensor& logits, const Tensor& targets,
                                                  double dloss);
+  // adamw_update and adamw_update_pieces: adamw_update is the one piece of the whole tensor
+  // with s.weight_decay; `rounded` null, or the bf16 copy to write.
   virtual void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                               Tensor& exp_avg_sq, const AdamWStep& s) = 0;
-  virtual void do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                                      Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
-                                      const std::vector<double>& decays, const AdamWStep& s);
-  virtual void do_adamw_update_pieces_rounded(Tensor& param, const Tensor& grad,
-                                              Tensor& exp_avg, Tensor& exp_avg_sq,
-                                              const std::vector<FlatPiece>& pieces,
-                                              const std::vector<double>& decays,
-                                              const AdamWStep& s, Tensor& rounded);
+                               Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
+                               const std::vector<double>& decays, const AdamWStep& s,
+                               Tensor* rounded) = 0;
 
  private:
   std::unique_ptr<Allocator> allocator_;

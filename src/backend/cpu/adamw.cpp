@@ -2,10 +2,10 @@
 //   g = grad * grad_scale
 //   m = b1 m + (1 - b1) g,   v = b2 v + (1 - b2) g^2
 //   p -= lr * ( (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd * p )
-// One formula for the single-tensor update and the multi-tensor one (every parameter of a flat
-// bucket in one parallel region, as apex's multi_tensor_apply and torch's foreach AdamW batch
-// their launches); the build compiles without FP contraction (ISO C++, no -ffast-math), so the
-// bits do not depend on which loop or vector width runs the formula.
+// One multi-tensor update (every parameter of a flat bucket in one parallel region, as apex's
+// multi_tensor_apply and torch's foreach AdamW batch their launches; a single tensor is one
+// piece); the build compiles without FP contraction (ISO C++, no -ffast-math), so the bits do not
+// depend on which loop or vector width runs the formula.
 
 #include <omp.h>
 
@@ -64,20 +64,6 @@ inline void thread_share(int64_t total, int64_t& begin, int64_t& end) {
 
 }  // namespace
 
-template <class T>
-void adamw_update(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, int64_t n, double lr,
-                  double beta1, double beta2, double eps, double weight_decay, int64_t step,
-                  double grad_scale) {
-  const AdamWConstants<T> k(lr, beta1, beta2, eps, step, grad_scale);
-  const T wd = static_cast<T>(weight_decay);
-#pragma omp parallel
-  {
-    int64_t begin = 0, end = 0;
-    thread_share(n, begin, end);
-    adamw_range<T, false>(param, grad, exp_avg, exp_avg_sq, nullptr, begin, end, k, wd);
-  }
-}
-
 // One parallel region for every piece: the pieces laid end to end and cut into one equal share
 // per thread, so a bucket of many small tensors (biases, norms) costs one fork and join, not one
 // per tensor, and no thread idles behind a large one.
@@ -115,8 +101,6 @@ void adamw_update_pieces(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, uin
 }
 
 #define INSTANTIATE(T)                                                                          \
-  template void adamw_update<T>(T*, const T*, T*, T*, int64_t, double, double, double, double,  \
-                                double, int64_t, double);                                       \
   template void adamw_update_pieces<T>(T*, const T*, T*, T*, uint16_t*, const AdamWPiece*,      \
                                        int64_t, double, double, double, double, int64_t, double);
 INSTANTIATE(float)

@@ -167,46 +167,46 @@ void CpuBackend::do_reduce_into(Tensor& out, int64_t slot, const Tensor& t, Redu
   if (!planning_) out.data<double>()[slot] = r;
 }
 
-void CpuBackend::do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+void CpuBackend::do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& table,
                                       int64_t vocab_begin) {
   const char* op = "embedding_forward";
   KernelProfile::Scope timed(profile_, op);
-  const int64_t N = tokens.numel(), C = cols_of(wte);
+  const int64_t N = tokens.numel(), C = cols_of(table);
   dispatch(planning_, op, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::embedding_forward<T>(ptr<T>(out), ptr<int32_t>(tokens), ptr<T>(wte), vocab_begin,
-                              rows_of(wte), N, C);
+    cpu::embedding_forward<T>(ptr<T>(out), ptr<int32_t>(tokens), ptr<T>(table), vocab_begin,
+                              rows_of(table), N, C);
   });
 }
 
-void CpuBackend::do_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+void CpuBackend::do_embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& tokens,
                                        int64_t vocab_begin) {
   const char* op = "embedding_backward";
   KernelProfile::Scope timed(profile_, op);
-  const int64_t N = tokens.numel(), C = cols_of(dwte);
+  const int64_t N = tokens.numel(), C = cols_of(dtable);
   dispatch(planning_, op, dout.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::embedding_backward<T>(ptr<cpu::Acc<T>>(dwte), ptr<T>(dout), ptr<int32_t>(tokens),
-                               vocab_begin, rows_of(dwte), N, C);
+    cpu::embedding_backward<T>(ptr<cpu::Acc<T>>(dtable), ptr<T>(dout), ptr<int32_t>(tokens),
+                               vocab_begin, rows_of(dtable), N, C);
   });
 }
 
-void CpuBackend::do_position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) {
+void CpuBackend::do_position_forward(Tensor& out, const Tensor& table, int64_t token_begin) {
   const char* op = "position_forward";
   KernelProfile::Scope timed(profile_, op);
   dispatch(planning_, op, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::position_forward<T>(ptr<T>(out), ptr<T>(wpe), token_begin, rows_of(wpe), rows_of(out),
+    cpu::position_forward<T>(ptr<T>(out), ptr<T>(table), token_begin, rows_of(table), rows_of(out),
                              cols_of(out));
   });
 }
 
-void CpuBackend::do_position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) {
+void CpuBackend::do_position_backward(Tensor& dtable, const Tensor& dout, int64_t token_begin) {
   const char* op = "position_backward";
   KernelProfile::Scope timed(profile_, op);
   dispatch(planning_, op, dout.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::position_backward<T>(ptr<cpu::Acc<T>>(dwpe), ptr<T>(dout), token_begin, rows_of(dwpe),
+    cpu::position_backward<T>(ptr<cpu::Acc<T>>(dtable), ptr<T>(dout), token_begin, rows_of(dtable),
                               rows_of(dout), cols_of(dout));
   });
 }

@@ -36,24 +36,12 @@ void CpuBackend::do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, c
   });
 }
 
+// The residual, if any, added to each row of dinp as the kernel writes it, not by a pass of its
+// own.
 void CpuBackend::do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                        const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                                       const Tensor& mean, const Tensor& rstd) {
-  layernorm_backward_adding(dinp, dweight, dbias, dout, inp, weight, mean, rstd, nullptr);
-}
-
-// The residual added to each row of dinp as the kernel writes it, not by a pass of its own.
-void CpuBackend::do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                           const Tensor& dout, const Tensor& inp,
-                                           const Tensor& weight, const Tensor& mean,
-                                           const Tensor& rstd, const Tensor& residual) {
-  layernorm_backward_adding(dinp, dweight, dbias, dout, inp, weight, mean, rstd, &residual);
-}
-
-void CpuBackend::layernorm_backward_adding(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                           const Tensor& dout, const Tensor& inp,
-                                           const Tensor& weight, const Tensor& mean,
-                                           const Tensor& rstd, const Tensor* residual) {
+                                       const Tensor& mean, const Tensor& rstd,
+                                       const Tensor* residual) {
   const char* op = residual ? "layernorm_backward_add" : "layernorm_backward";
   KernelProfile::Scope timed(profile_, op);
   const int64_t N = rows_of(inp), C = cols_of(inp);
@@ -68,32 +56,19 @@ void CpuBackend::layernorm_backward_adding(Tensor& dinp, Tensor& dweight, Tensor
   });
 }
 
+// The residual, if any, as the GEMM's binary-add post-op: read inside the product instead of by
+// a pass over out and residual after it; under bf16 the sum is rounded once, not twice.
 void CpuBackend::do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                                   const Tensor* bias) {
-  const char* op = "matmul_forward";
-  const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
-  const std::string name = profile_ ? "matmul_forward " + gemm_dims(N, OC, C) : std::string();
-  KernelProfile::Scope timed(profile_, name, 2.0 * N * C * OC);
-  const DType a = inp.dtype();
-  dispatch(planning_, op, a, [&](auto tag) {
-    using T = decltype(tag);
-    cpu::matmul_forward<T>(*gemm_, ptr<T>(out), ptr<T>(inp), ptr<T>(weight),
-                           bias ? ptr<T>(*bias) : nullptr, N, C, OC);
-  });
-}
-
-// The residual as the GEMM's binary-add post-op: read inside the product instead of by a pass
-// over out and residual after it; under bf16 the sum is rounded once, not twice.
-void CpuBackend::do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
-                                       const Tensor* bias, const Tensor& residual) {
-  const char* op = "matmul_forward_add";
+                                   const Tensor* bias, const Tensor* residual) {
+  const char* op = residual ? "matmul_forward_add" : "matmul_forward";
   const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
   const std::string name = profile_ ? std::string(op) + " " + gemm_dims(N, OC, C) : std::string();
   KernelProfile::Scope timed(profile_, name, 2.0 * N * C * OC);
   dispatch(planning_, op, inp.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::matmul_forward<T>(*gemm_, ptr<T>(out), ptr<T>(inp), ptr<T>(weight),
-                           bias ? ptr<T>(*bias) : nullptr, N, C, OC, ptr<T>(residual));
+                           bias ? ptr<T>(*bias) : nullptr, N, C, OC,
+                           residual ? ptr<T>(*residual) : nullptr);
   });
 }
 

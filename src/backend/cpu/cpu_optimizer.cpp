@@ -15,54 +15,24 @@ using cpu::Acc;
 using cpu::dispatch;
 using cpu::ptr;
 
-namespace {
-
-// Both pieces entry points; `rounded`: null, or the bf16 copy to write.
-void adamw_pieces(bool planning, Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                  Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
-                  const std::vector<double>& decays, const Backend::AdamWStep& s,
-                  Tensor* rounded) {
+// Every piece in one parallel pass; `rounded`: null, or the bf16 copy to write in that pass.
+void CpuBackend::do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                                 Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
+                                 const std::vector<double>& decays, const AdamWStep& s,
+                                 Tensor* rounded) {
+  const char* op = "adamw_update";
+  KernelProfile::Scope timed(profile_, op);
   std::vector<cpu::AdamWPiece> work;
   work.reserve(pieces.size());
   for (size_t k = 0; k < pieces.size(); ++k)
     if (pieces[k].count > 0) work.push_back({pieces[k].offset, pieces[k].count, decays[k]});
-  dispatch(planning, "adamw_update", param.dtype(), [&](auto tag) {
+  dispatch(planning_, op, param.dtype(), [&](auto tag) {
     using T = Acc<decltype(tag)>;
     cpu::adamw_update_pieces<T>(ptr<T>(param), ptr<T>(grad), ptr<T>(exp_avg), ptr<T>(exp_avg_sq),
                                 rounded ? ptr<uint16_t>(*rounded) : nullptr, work.data(),
                                 static_cast<int64_t>(work.size()), s.lr, s.beta1, s.beta2, s.eps,
                                 s.step, s.grad_scale);
   });
-}
-
-}  // namespace
-
-void CpuBackend::do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                                 Tensor& exp_avg_sq, const AdamWStep& s) {
-  const char* op = "adamw_update";
-  KernelProfile::Scope timed(profile_, op);
-  dispatch(planning_, op, param.dtype(), [&](auto tag) {
-    using T = Acc<decltype(tag)>;
-    cpu::adamw_update<T>(ptr<T>(param), ptr<T>(grad), ptr<T>(exp_avg), ptr<T>(exp_avg_sq),
-                         param.numel(), s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step,
-                         s.grad_scale);
-  });
-}
-
-void CpuBackend::do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                                        Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
-                                        const std::vector<double>& decays, const AdamWStep& s) {
-  KernelProfile::Scope timed(profile_, "adamw_update");
-  adamw_pieces(planning_, param, grad, exp_avg, exp_avg_sq, pieces, decays, s, nullptr);
-}
-
-void CpuBackend::do_adamw_update_pieces_rounded(Tensor& param, const Tensor& grad,
-                                                Tensor& exp_avg, Tensor& exp_avg_sq,
-                                                const std::vector<FlatPiece>& pieces,
-                                                const std::vector<double>& decays,
-                                                const AdamWStep& s, Tensor& rounded) {
-  KernelProfile::Scope timed(profile_, "adamw_update");
-  adamw_pieces(planning_, param, grad, exp_avg, exp_avg_sq, pieces, decays, s, &rounded);
 }
 
 }  // namespace meshtrain

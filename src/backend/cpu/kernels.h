@@ -31,15 +31,15 @@ void float_to_bf16(uint16_t* out, const float* in, int64_t n);
 void bf16_to_float(float* out, const uint16_t* in, int64_t n);
 
 template <class A>
-void embedding_forward(A* out, const int32_t* tokens, const A* wte, int64_t vocab_begin,
+void embedding_forward(A* out, const int32_t* tokens, const A* table, int64_t vocab_begin,
                        int64_t vocab_size, int64_t N, int64_t C);
 template <class A>
-void embedding_backward(Acc<A>* dwte, const A* dout, const int32_t* tokens, int64_t vocab_begin,
+void embedding_backward(Acc<A>* dtable, const A* dout, const int32_t* tokens, int64_t vocab_begin,
                         int64_t vocab_size, int64_t N, int64_t C);
 template <class A>
-void position_forward(A* out, const A* wpe, int64_t token_begin, int64_t T_, int64_t N, int64_t C);
+void position_forward(A* out, const A* table, int64_t token_begin, int64_t T_, int64_t N, int64_t C);
 template <class A>
-void position_backward(Acc<A>* dwpe, const A* dout, int64_t token_begin, int64_t T_, int64_t N,
+void position_backward(Acc<A>* dtable, const A* dout, int64_t token_begin, int64_t T_, int64_t N,
                        int64_t C);
 
 template <class A>
@@ -159,18 +159,14 @@ void crossentropy_loss_and_backward(A* dlogits, Acc<A>* losses, const A* logits,
                                     const int32_t* targets, Acc<A> dloss, int64_t N, int64_t V,
                                     Acc<A>* scratch);
 
-// Master weights, gradients and moments alike: float or double (bf16 models keep fp32 masters).
-template <class T>
-void adamw_update(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, int64_t n, double lr,
-                  double beta1, double beta2, double eps, double weight_decay, int64_t step,
-                  double grad_scale);
 // One piece of a flat buffer and its weight decay.
 struct AdamWPiece {
   int64_t offset = 0, count = 0;
   double weight_decay = 0;
 };
-// adamw_update on every piece of the four flat buffers in one parallel pass; elements outside the
-// pieces are left as they are. With `rounded` (fp32 only), each updated parameter is also
+// AdamW on every piece of the four flat buffers in one parallel pass; elements outside the
+// pieces are left as they are. Master weights, gradients and moments alike: float or double
+// (bf16 models keep fp32 masters). With `rounded` (fp32 only), each updated parameter is also
 // written there as bf16 bits, the same bits as float_to_bf16 of the result.
 template <class T>
 void adamw_update_pieces(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, uint16_t* rounded,

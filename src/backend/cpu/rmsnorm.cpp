@@ -11,9 +11,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu_checks.h"
 #include "kernels.h"
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/backend/kernel_profile.h"
 
-namespace meshtrain::cpu {
+namespace meshtrain {
+namespace cpu {
 
 template <class A>
 void rmsnorm_forward(A* out, Acc<A>* rstd, const A* inp, const A* weight, double eps, int64_t N,
@@ -82,4 +86,41 @@ INSTANTIATE(double)
 INSTANTIATE(bf16)
 #undef INSTANTIATE
 
-}  // namespace meshtrain::cpu
+}  // namespace cpu
+
+// The CpuBackend's hooks for RMSNorm's forward and backward: the dtype dispatch (cpu_checks.h)
+// onto the kernels above, for calls the Backend front has checked (rmsnorm_front.cpp).
+
+void CpuBackend::do_rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp,
+                                    const Tensor& weight, double eps) {
+  const char* op = "rmsnorm_forward";
+  KernelProfile::Scope timed(profile_, op);
+  const int64_t N = cpu::rows_of(inp), C = cpu::cols_of(inp);
+  cpu::dispatch(planning_, op, inp.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using W = cpu::Acc<T>;
+    cpu::rmsnorm_forward<T>(cpu::ptr<T>(out), cpu::ptr<W>(rstd), cpu::ptr<T>(inp),
+                            cpu::ptr<T>(weight), eps, N, C);
+  });
+}
+
+// The residual, if any, added to each row of dinp as the kernel writes it, not by a pass of its
+// own.
+void CpuBackend::do_rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout,
+                                     const Tensor& inp, const Tensor& weight, const Tensor& rstd,
+                                     const Tensor* residual) {
+  const char* op = residual ? "rmsnorm_backward_add" : "rmsnorm_backward";
+  KernelProfile::Scope timed(profile_, op);
+  const int64_t N = cpu::rows_of(inp), C = cpu::cols_of(inp);
+  const DType a = inp.dtype();
+  Tensor scratch = empty({int64_t{threads()} * C}, cpu::wide(a), MemoryCategory::Workspace);
+  cpu::dispatch(planning_, op, a, [&](auto tag) {
+    using T = decltype(tag);
+    using W = cpu::Acc<T>;
+    cpu::rmsnorm_backward<T>(cpu::ptr<T>(dinp), cpu::ptr<W>(dweight), cpu::ptr<T>(dout),
+                             cpu::ptr<T>(inp), cpu::ptr<T>(weight), cpu::ptr<W>(rstd), N, C,
+                             cpu::ptr<W>(scratch), residual ? cpu::ptr<T>(*residual) : nullptr);
+  });
+}
+
+}  // namespace meshtrain

@@ -5,9 +5,16 @@
 // cos and sin read from the table (rotary_table.h) at row `position`. The backward pass is the
 // transpose, the same turn with sin negated. In place, in Acc<A>, each value rounded once.
 
-#include "kernels.h"
+#include <stdexcept>
+#include <string>
 
-namespace meshtrain::cpu {
+#include "cpu_checks.h"
+#include "kernels.h"
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/backend/kernel_profile.h"
+
+namespace meshtrain {
+namespace cpu {
 
 int64_t rotary_row_outside(const int32_t* positions, int64_t N, int64_t P) {
   for (int64_t n = 0; n < N; ++n)
@@ -44,4 +51,33 @@ INSTANTIATE(double)
 INSTANTIATE(bf16)
 #undef INSTANTIATE
 
-}  // namespace meshtrain::cpu
+}  // namespace cpu
+
+// The CpuBackend's hook for the rotation by the angle or by minus it: the dtype dispatch
+// (cpu_checks.h) onto the kernel above, for calls the Backend front has checked
+// (rotary_front.cpp).
+
+void CpuBackend::do_rotary(Tensor& x, const Tensor& positions, const Tensor& cos,
+                           const Tensor& sin, const RotaryHeads& where, Rotation rotation) {
+  const bool backward = rotation == Rotation::ByMinusAngle;
+  const char* op = backward ? "rotary_backward" : "rotary_forward";
+  KernelProfile::Scope timed(profile_, op);
+  const int64_t N = positions.numel(), P = cos.dim(0);
+  if (N == 0) return;
+  cpu::dispatch(planning_, op, x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using W = cpu::Acc<T>;
+    // The positions are host memory here: a position past the table is refused rather than read
+    // out of bounds (a GPU cannot check without waiting; backend.h).
+    const int32_t* pos = cpu::ptr<int32_t>(positions);
+    if (const int64_t n = cpu::rotary_row_outside(pos, N, P); n >= 0)
+      throw std::invalid_argument(
+          std::string("backend 'cpu': ") + op + ": position " + std::to_string(pos[n]) +
+          " of row " + std::to_string(n) + " is outside the rotary table's " + std::to_string(P) +
+          " positions (build the table for the longest sequence the model runs)");
+    cpu::rotary<T>(cpu::ptr<T>(x), pos, cpu::ptr<W>(cos), cpu::ptr<W>(sin), N, x.numel() / N,
+                   where.column, where.heads, where.head_dim, backward);
+  });
+}
+
+}  // namespace meshtrain

@@ -8,10 +8,14 @@
 
 #include <cmath>
 
+#include "cpu_checks.h"
 #include "kernels.h"
 #include "vector_math.h"
+#include "meshtrain/backend/cpu/cpu_backend.h"
+#include "meshtrain/backend/kernel_profile.h"
 
-namespace meshtrain::cpu {
+namespace meshtrain {
+namespace cpu {
 
 namespace {
 template <class T> inline T sigmoid(T g) {
@@ -70,4 +74,56 @@ INSTANTIATE(double)
 INSTANTIATE(bf16)
 #undef INSTANTIATE
 
-}  // namespace meshtrain::cpu
+}  // namespace cpu
+
+// The CpuBackend's hooks for SwiGLU on separate or packed halves: the dtype dispatch
+// (cpu_checks.h) onto the kernels above, for calls the Backend front has checked
+// (swiglu_front.cpp).
+
+void CpuBackend::do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {
+  const char* op = "swiglu_forward";
+  KernelProfile::Scope timed(profile_, op);
+  cpu::dispatch(planning_, op, gate.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = cpu::rows_of(gate), F = cpu::cols_of(gate);
+    cpu::swiglu_forward<T>(cpu::ptr<T>(out), cpu::ptr<T>(gate), cpu::ptr<T>(up), N, F, F);
+  });
+}
+
+void CpuBackend::do_swiglu_forward_packed(Tensor& out, const Tensor& gate_up) {
+  const char* op = "swiglu_forward";
+  KernelProfile::Scope timed(profile_, op);
+  cpu::dispatch(planning_, op, gate_up.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t F = cpu::cols_of(out);
+    const T* gu = cpu::ptr<T>(gate_up);
+    cpu::swiglu_forward<T>(cpu::ptr<T>(out), gu, gu + F, cpu::rows_of(out), F, 2 * F);
+  });
+}
+
+void CpuBackend::do_swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout,
+                                    const Tensor& gate, const Tensor& up) {
+  const char* op = "swiglu_backward";
+  KernelProfile::Scope timed(profile_, op);
+  cpu::dispatch(planning_, op, gate.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = cpu::rows_of(gate), F = cpu::cols_of(gate);
+    cpu::swiglu_backward<T>(cpu::ptr<T>(dgate), cpu::ptr<T>(dup), cpu::ptr<T>(dout),
+                            cpu::ptr<T>(gate), cpu::ptr<T>(up), N, F, F, F);
+  });
+}
+
+void CpuBackend::do_swiglu_backward_packed(Tensor& dgate_up, const Tensor& dout,
+                                           const Tensor& gate_up) {
+  const char* op = "swiglu_backward";
+  KernelProfile::Scope timed(profile_, op);
+  cpu::dispatch(planning_, op, gate_up.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = cpu::rows_of(dout), F = cpu::cols_of(dout);
+    const T* gu = cpu::ptr<T>(gate_up);
+    T* dgu = cpu::ptr<T>(dgate_up);
+    cpu::swiglu_backward<T>(dgu, dgu + F, cpu::ptr<T>(dout), gu, gu + F, N, F, 2 * F, 2 * F);
+  });
+}
+
+}  // namespace meshtrain

@@ -25,11 +25,6 @@ __device__ __forceinline__ void adamw_element(float* param, const float* grad, f
                          weight_decay * w);
 }
 
-__global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                             int64_t n, AdamWParams p) {
-  MESHTRAIN_GRID_LOOP(i, n) adamw_element(param, grad, exp_avg, exp_avg_sq, i, p, p.weight_decay);
-}
-
 // Up to kGroup pieces per launch, passed by value. The launch's index j runs over the pieces
 // laid end to end: piece k holds j in [first[k], first[k + 1]), element offset[k] + j - first[k].
 constexpr int kGroup = 96;
@@ -53,13 +48,6 @@ __global__ void adamw_pieces_kernel(float* param, const float* grad, float* exp_
 }
 
 }  // namespace
-
-void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-                  const AdamWParams& p, cudaStream_t s) {
-  if (n == 0) return;
-  adamw_kernel<<<grid_for(n), kThreads, 0, s>>>(param, grad, exp_avg, exp_avg_sq, n, p);
-  check_launch("adamw_update");
-}
 
 void adamw_update_pieces(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                          const int64_t* offsets, const int64_t* counts, const float* decays,

@@ -347,48 +347,48 @@ double CudaBackend::do_sum(const Tensor& t) { return reduce(*this, t, Reduction:
 
 // ---- embeddings ---------------------------------------------------------------------------
 
-void CudaBackend::do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+void CudaBackend::do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& table,
                                        int64_t vocab_begin) {
   cuda::TimedOp timed(profile_, stream_, "embedding_forward");
   const char* op = "embedding_forward";
-  const int64_t N = tokens.numel(), C = cols_of(wte);
+  const int64_t N = tokens.numel(), C = cols_of(table);
   cuda::dispatch(op, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cuda::embedding_forward(ptr<T>(op, out), ptr<int32_t>(op, tokens), ptr<T>(op, wte),
-                            vocab_begin, rows_of(wte), N, C, stream_);
+    cuda::embedding_forward(ptr<T>(op, out), ptr<int32_t>(op, tokens), ptr<T>(op, table),
+                            vocab_begin, rows_of(table), N, C, stream_);
   });
 }
 
-void CudaBackend::do_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+void CudaBackend::do_embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& tokens,
                                         int64_t vocab_begin) {
   cuda::TimedOp timed(profile_, stream_, "embedding_backward");
   const char* op = "embedding_backward";
-  const int64_t N = tokens.numel(), C = cols_of(dwte);
+  const int64_t N = tokens.numel(), C = cols_of(dtable);
   const size_t bytes = cuda::embedding_backward_workspace(N, C);
   Tensor ws = empty({static_cast<int64_t>((bytes + 3) / 4)}, DType::F32, MemoryCategory::Workspace);
   cuda::dispatch(op, dout.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cuda::embedding_backward(ptr<float>(op, dwte), ptr<T>(op, dout), ptr<int32_t>(op, tokens),
-                             vocab_begin, rows_of(dwte), N, C, ws.raw(), bytes, stream_);
+    cuda::embedding_backward(ptr<float>(op, dtable), ptr<T>(op, dout), ptr<int32_t>(op, tokens),
+                             vocab_begin, rows_of(dtable), N, C, ws.raw(), bytes, stream_);
   });
 }
 
-void CudaBackend::do_position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) {
+void CudaBackend::do_position_forward(Tensor& out, const Tensor& table, int64_t token_begin) {
   cuda::TimedOp timed(profile_, stream_, "position_forward");
   const char* op = "position_forward";
   cuda::dispatch(op, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cuda::position_forward(ptr<T>(op, out), ptr<T>(op, wpe), token_begin, rows_of(wpe),
+    cuda::position_forward(ptr<T>(op, out), ptr<T>(op, table), token_begin, rows_of(table),
                            rows_of(out), cols_of(out), stream_);
   });
 }
 
-void CudaBackend::do_position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) {
+void CudaBackend::do_position_backward(Tensor& dtable, const Tensor& dout, int64_t token_begin) {
   cuda::TimedOp timed(profile_, stream_, "position_backward");
   const char* op = "position_backward";
   cuda::dispatch(op, dout.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cuda::position_backward(ptr<float>(op, dwpe), ptr<T>(op, dout), token_begin, rows_of(dwpe),
+    cuda::position_backward(ptr<float>(op, dtable), ptr<T>(op, dout), token_begin, rows_of(dtable),
                             rows_of(dout), cols_of(dout), stream_);
   });
 }
@@ -410,21 +410,8 @@ void CudaBackend::do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, 
 
 void CudaBackend::do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                         const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                                        const Tensor& mean, const Tensor& rstd) {
-  layernorm_backward_with(dinp, dweight, dbias, dout, inp, weight, mean, rstd, nullptr);
-}
-
-void CudaBackend::do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                            const Tensor& dout, const Tensor& inp,
-                                            const Tensor& weight, const Tensor& mean,
-                                            const Tensor& rstd, const Tensor& residual) {
-  layernorm_backward_with(dinp, dweight, dbias, dout, inp, weight, mean, rstd, &residual);
-}
-
-void CudaBackend::layernorm_backward_with(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                          const Tensor& dout, const Tensor& inp,
-                                          const Tensor& weight, const Tensor& mean,
-                                          const Tensor& rstd, const Tensor* residual) {
+                                        const Tensor& mean, const Tensor& rstd,
+                                        const Tensor* residual) {
   cuda::TimedOp timed(profile_, stream_, "layernorm_backward");
   const char* op = "layernorm_backward";
   const int64_t N = rows_of(inp), C = cols_of(inp);

@@ -85,31 +85,32 @@ bool run_with_gelu(cuda::LtGemm& gemm, cudaStream_t stream, cuda::GemmCall g,
 
 }  // namespace
 
+// The residual, if any, as C of the GEMM (beta 1) where cuBLASLt takes it, else the plain
+// product and then add_inplace.
 void CudaBackend::do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                                    const Tensor* bias) {
+                                    const Tensor* bias, const Tensor* residual) {
   const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
-  cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name("matmul_forward", N, C, OC) : "",
-                      2.0 * double(N) * double(C) * double(OC));
-  lib_->gemm->run(forward_call("matmul_forward", out, inp, weight, bias), stream_);
-}
-
-void CudaBackend::do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
-                                        const Tensor* bias, const Tensor& residual) {
-  const char* op = "matmul_forward_add";
-  if (options_.fused_epilogues) {
-    const int64_t N = rows_of(inp), C = cols_of(inp), OC = rows_of(weight);
-    cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name(op, N, C, OC) : "",
-                        2.0 * double(N) * double(C) * double(OC));
+  const double flops = 2.0 * double(N) * double(C) * double(OC);
+  if (residual && options_.fused_epilogues) {
+    const char* op = "matmul_forward_add";
+    cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name(op, N, C, OC) : "", flops);
     cuda::GemmCall g = forward_call(op, out, inp, weight, bias);
-    g.c = residual.raw();
+    g.c = residual->raw();
     g.beta = 1.f;
     if (lib_->gemm->run_if_supported(g, stream_)) {
       ++residual_epilogues_.fused;
       return;
     }
   }
-  ++residual_epilogues_.unfused;
-  Backend::do_matmul_forward_add(out, inp, weight, bias, residual);
+  {
+    cuda::TimedOp timed(profile_, stream_, profile_ ? gemm_name("matmul_forward", N, C, OC) : "",
+                        flops);
+    lib_->gemm->run(forward_call("matmul_forward", out, inp, weight, bias), stream_);
+  }
+  if (residual) {
+    ++residual_epilogues_.unfused;
+    add_inplace(out, *residual);
+  }
 }
 
 void CudaBackend::do_matmul_gelu_forward(Tensor& out, Tensor& pre, const Tensor& inp,

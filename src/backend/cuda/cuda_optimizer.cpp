@@ -1,5 +1,5 @@
-// AdamW on the device: one tensor at a time, or a flat buffer's pieces (one per parameter) in a
-// few launches, each piece with its own weight decay.
+// AdamW on the device: a flat buffer's pieces (one per parameter; a single tensor is one piece)
+// in a few launches, each piece with its own weight decay.
 
 #include <cmath>
 #include <string>
@@ -19,7 +19,6 @@ cuda::AdamWParams adamw_params(const Backend::AdamWStep& s) {
   p.beta1 = static_cast<float>(s.beta1);
   p.beta2 = static_cast<float>(s.beta2);
   p.eps = static_cast<float>(s.eps);
-  p.weight_decay = static_cast<float>(s.weight_decay);
   p.bias_correction1 =
       static_cast<float>(1.0 / (1.0 - std::pow(s.beta1, static_cast<double>(s.step))));
   p.bias_correction2 =
@@ -29,30 +28,27 @@ cuda::AdamWParams adamw_params(const Backend::AdamWStep& s) {
 }
 }  // namespace
 
+// `rounded`, if given, is cast from the updated masters after the update (no fused kernel yet).
 void CudaBackend::do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                                  Tensor& exp_avg_sq, const AdamWStep& s) {
-  cuda::TimedOp timed(profile_, stream_, "adamw_update");
+                                  Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
+                                  const std::vector<double>& decays, const AdamWStep& s,
+                                  Tensor* rounded) {
   const char* op = "adamw_update";
-  cuda::adamw_update(ptr<float>(op, param), ptr<float>(op, grad), ptr<float>(op, exp_avg),
-                     ptr<float>(op, exp_avg_sq), param.numel(), adamw_params(s), stream_);
-}
-
-void CudaBackend::do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                                         Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
-                                         const std::vector<double>& decays, const AdamWStep& s) {
-  cuda::TimedOp timed(profile_, stream_, "adamw_update");
-  const char* op = "adamw_update";
-  std::vector<int64_t> offsets, counts;
-  std::vector<float> decay;
-  for (size_t k = 0; k < pieces.size(); ++k) {
-    offsets.push_back(pieces[k].offset);
-    counts.push_back(pieces[k].count);
-    decay.push_back(static_cast<float>(decays[k]));
+  {
+    cuda::TimedOp timed(profile_, stream_, op);
+    std::vector<int64_t> offsets, counts;
+    std::vector<float> decay;
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      offsets.push_back(pieces[k].offset);
+      counts.push_back(pieces[k].count);
+      decay.push_back(static_cast<float>(decays[k]));
+    }
+    cuda::adamw_update_pieces(ptr<float>(op, param), ptr<float>(op, grad),
+                              ptr<float>(op, exp_avg), ptr<float>(op, exp_avg_sq), offsets.data(),
+                              counts.data(), decay.data(), static_cast<int64_t>(pieces.size()),
+                              adamw_params(s), stream_);
   }
-  cuda::adamw_update_pieces(ptr<float>(op, param), ptr<float>(op, grad), ptr<float>(op, exp_avg),
-                            ptr<float>(op, exp_avg_sq), offsets.data(), counts.data(),
-                            decay.data(), static_cast<int64_t>(pieces.size()), adamw_params(s),
-                            stream_);
+  if (rounded) cast(*rounded, param);
 }
 
 }  // namespace meshtrain

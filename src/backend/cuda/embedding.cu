@@ -3,7 +3,7 @@
 // Backward without atomics, so gradients are bitwise repeatable: the (token, row) pairs are
 // radix-sorted by token (LSD radix sort is stable, so rows of one token stay in row order),
 // then summed in fixed chunks of sorted positions and the chunks of each token added in order
-// into dwte (see embedding_chunks_kernel). Tokens outside the
+// into dtable (see embedding_chunks_kernel). Tokens outside the
 // slice sort last (key V) and are skipped. Position gradients need no sort: position p gathers
 // rows p', p' + T, p' + 2T, ... (p' = (p - token_begin) mod T), one thread per (p, channel).
 
@@ -18,14 +18,14 @@ namespace meshtrain::cuda {
 namespace {
 
 template <class T>
-__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte,
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* table,
                                          int64_t vocab_begin, int64_t V, int64_t N, int64_t C) {
   const int64_t n = N * C;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t row = i / C, c = i % C;
     const int64_t r = static_cast<int64_t>(tokens[row]) - vocab_begin;
-    out[i] = (r >= 0 && r < V) ? wte[r * C + c] : from_float<T>(0.f);
+    out[i] = (r >= 0 && r < V) ? table[r * C + c] : from_float<T>(0.f);
   }
 }
 
@@ -41,13 +41,13 @@ __global__ void embedding_keys_kernel(int32_t* keys, int32_t* values, const int3
 
 // Sorted positions are cut into chunks of kEmbedChunk, so that a frequent token's rows are summed
 // by many blocks rather than one. Block j sums each run of equal keys (a segment) within chunk j
-// in position order: a run that starts and ends in the chunk goes straight into dwte (this block
+// in position order: a run that starts and ends in the chunk goes straight into dtable (this block
 // alone owns it); a run's first piece, when it continues into the next chunk, goes to tail[j],
 // and any other piece (the run began in an earlier chunk) to head[j].
 constexpr int64_t kEmbedChunk = 64;
 
 template <class T>
-__global__ void embedding_chunks_kernel(float* dwte, float* head, float* tail, const T* dout,
+__global__ void embedding_chunks_kernel(float* dtable, float* head, float* tail, const T* dout,
                                         const int32_t* keys, const int32_t* rows, int64_t V,
                                         int64_t N, int64_t C) {
   const int64_t j = blockIdx.x, begin = j * kEmbedChunk;
@@ -62,7 +62,7 @@ __global__ void embedding_chunks_kernel(float* dwte, float* head, float* tail, c
       if (key < V) {
         const bool starts_here = start == 0 || keys[start - 1] != key;
         const bool ends_here = k + 1 == N || keys[k + 1] != key;
-        if (starts_here && ends_here) dwte[static_cast<int64_t>(key) * C + c] += acc;
+        if (starts_here && ends_here) dtable[static_cast<int64_t>(key) * C + c] += acc;
         else if (!starts_here) head[j * C + c] = acc;
         else tail[j * C + c] = acc;
       }
@@ -74,7 +74,7 @@ __global__ void embedding_chunks_kernel(float* dwte, float* head, float* tail, c
 
 // Block j adds up the run that starts in chunk j and goes on past it, if any: tail[j], then the
 // head of every later chunk the run reaches, in order.
-__global__ void embedding_runs_kernel(float* dwte, const float* head, const float* tail,
+__global__ void embedding_runs_kernel(float* dtable, const float* head, const float* tail,
                                       const int32_t* keys, int64_t V, int64_t N, int64_t C) {
   const int64_t j = blockIdx.x, begin = j * kEmbedChunk;
   const int64_t last = (begin + kEmbedChunk < N ? begin + kEmbedChunk : N) - 1;
@@ -88,24 +88,24 @@ __global__ void embedding_runs_kernel(float* dwte, const float* head, const floa
       const int64_t next = (m + 1) * kEmbedChunk;  // the first position of chunk m + 1
       if (next >= N || keys[next] != key) break;
     }
-    dwte[static_cast<int64_t>(key) * C + c] += acc;
+    dtable[static_cast<int64_t>(key) * C + c] += acc;
   }
 }
 
 template <class T>
-__global__ void position_forward_kernel(T* out, const T* wpe, int64_t token_begin, int64_t T_,
+__global__ void position_forward_kernel(T* out, const T* table, int64_t token_begin, int64_t T_,
                                         int64_t N, int64_t C) {
   const int64_t n = N * C;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t row = i / C, c = i % C;
     const int64_t p = (token_begin + row) % T_;
-    out[i] = from_float<T>(to_float(out[i]) + to_float(wpe[p * C + c]));
+    out[i] = from_float<T>(to_float(out[i]) + to_float(table[p * C + c]));
   }
 }
 
 template <class T>
-__global__ void position_backward_kernel(float* dwpe, const T* dout, int64_t token_begin,
+__global__ void position_backward_kernel(float* dtable, const T* dout, int64_t token_begin,
                                          int64_t T_, int64_t N, int64_t C) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t p = blockIdx.y;
@@ -114,7 +114,7 @@ __global__ void position_backward_kernel(float* dwpe, const T* dout, int64_t tok
   if (first >= N) return;
   float acc = 0.f;
   for (int64_t row = first; row < N; row += T_) acc += to_float(dout[row * C + c]);
-  dwpe[p * C + c] += acc;
+  dtable[p * C + c] += acc;
 }
 
 // Workspace layout: keys in/out and values in/out (N int32 each), then CUB's temporary storage.
@@ -139,10 +139,10 @@ int end_bit_for(int64_t V) {  // keys are in [0, V]
 }  // namespace
 
 template <class T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t vocab_begin,
+void embedding_forward(T* out, const int32_t* tokens, const T* table, int64_t vocab_begin,
                        int64_t V, int64_t N, int64_t C, cudaStream_t s) {
   if (N * C == 0) return;
-  embedding_forward_kernel<<<grid_for(N * C), kThreads, 0, s>>>(out, tokens, wte, vocab_begin, V,
+  embedding_forward_kernel<<<grid_for(N * C), kThreads, 0, s>>>(out, tokens, table, vocab_begin, V,
                                                                 N, C);
   check_launch("embedding_forward");
 }
@@ -154,7 +154,7 @@ size_t embedding_backward_workspace(int64_t N, int64_t C) {
 }
 
 template <class T>
-void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int64_t vocab_begin,
+void embedding_backward(float* dtable, const T* dout, const int32_t* tokens, int64_t vocab_begin,
                         int64_t V, int64_t N, int64_t C, void* workspace, size_t workspace_bytes,
                         cudaStream_t s) {
   if (N == 0 || C == 0) return;
@@ -180,28 +180,28 @@ void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int64
                                         static_cast<int>(N), 0, end_bit_for(V), s),
         "embedding_backward", "cub::DeviceRadixSort::SortPairs");
   embedding_chunks_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(
-      dwte, head, tail, dout, keys_out, rows_out, V, N, C);
+      dtable, head, tail, dout, keys_out, rows_out, V, N, C);
   check_launch("embedding_backward");
-  embedding_runs_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(dwte, head, tail,
+  embedding_runs_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(dtable, head, tail,
                                                                           keys_out, V, N, C);
   check_launch("embedding_backward");
 }
 
 template <class T>
-void position_forward(T* out, const T* wpe, int64_t token_begin, int64_t T_, int64_t N,
+void position_forward(T* out, const T* table, int64_t token_begin, int64_t T_, int64_t N,
                       int64_t C, cudaStream_t s) {
   if (N * C == 0) return;
-  position_forward_kernel<<<grid_for(N * C), kThreads, 0, s>>>(out, wpe, token_begin, T_, N, C);
+  position_forward_kernel<<<grid_for(N * C), kThreads, 0, s>>>(out, table, token_begin, T_, N, C);
   check_launch("position_forward");
 }
 
 template <class T>
-void position_backward(float* dwpe, const T* dout, int64_t token_begin, int64_t T_, int64_t N,
+void position_backward(float* dtable, const T* dout, int64_t token_begin, int64_t T_, int64_t N,
                        int64_t C, cudaStream_t s) {
   if (N * C == 0) return;
   if (T_ > 65535) fail("position_backward", "more than 65535 positions");
   const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads), static_cast<unsigned>(T_));
-  position_backward_kernel<<<grid, kThreads, 0, s>>>(dwpe, dout, token_begin, T_, N, C);
+  position_backward_kernel<<<grid, kThreads, 0, s>>>(dtable, dout, token_begin, T_, N, C);
   check_launch("position_backward");
 }
 

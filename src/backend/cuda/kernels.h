@@ -49,24 +49,24 @@ template <class T>
 void column_sums(float* out, const T* in, int64_t N, int64_t C, float* scratch, cudaStream_t s);
 
 // ---- embedding.cu -------------------------------------------------------------------------
-// out (N, C) = wte[tokens - vocab_begin] (wte: V rows of this rank's slice), 0 outside it.
+// out (N, C) = table[tokens - vocab_begin] (table: V rows of this rank's slice), 0 outside it.
 template <class T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t vocab_begin,
+void embedding_forward(T* out, const int32_t* tokens, const T* table, int64_t vocab_begin,
                        int64_t V, int64_t N, int64_t C, cudaStream_t s);
 // Bytes of workspace embedding_backward needs for N tokens of C channels.
 size_t embedding_backward_workspace(int64_t N, int64_t C);
-// dwte (V, C) += dout rows by token. Tokens are sorted stably (radix sort of (token, row)), then
+// dtable (V, C) += dout rows by token. Tokens are sorted stably (radix sort of (token, row)), then
 // each distinct token's rows are summed in row order: deterministic, no atomics.
 template <class T>
-void embedding_backward(float* dwte, const T* dout, const int32_t* tokens, int64_t vocab_begin,
+void embedding_backward(float* dtable, const T* dout, const int32_t* tokens, int64_t vocab_begin,
                         int64_t V, int64_t N, int64_t C, void* workspace, size_t workspace_bytes,
                         cudaStream_t s);
-// out (N, C) += wpe[(token_begin + i) % T_]; dwpe (T_, C) += the matching dout rows.
+// out (N, C) += table[(token_begin + i) % T_]; dtable (T_, C) += the matching dout rows.
 template <class T>
-void position_forward(T* out, const T* wpe, int64_t token_begin, int64_t T_, int64_t N,
+void position_forward(T* out, const T* table, int64_t token_begin, int64_t T_, int64_t N,
                       int64_t C, cudaStream_t s);
 template <class T>
-void position_backward(float* dwpe, const T* dout, int64_t token_begin, int64_t T_, int64_t N,
+void position_backward(float* dtable, const T* dout, int64_t token_begin, int64_t T_, int64_t N,
                        int64_t C, cudaStream_t s);
 
 // ---- layernorm.cu -------------------------------------------------------------------------
@@ -84,7 +84,7 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
 template <class T> void gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t s);
 template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t s);
 
-// ---- llama_kernels.cu: RMSNorm, SwiGLU, rotary embeddings (backend.h) -----------------------
+// ---- rmsnorm.cu ---------------------------------------------------------------------------
 // rstd (N) float; eps as the caller's configuration gives it.
 template <class T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, double eps, int64_t N,
@@ -95,10 +95,14 @@ template <class T>
 void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
                       const T* residual, const float* rstd, int64_t N, int64_t C, float* scratch,
                       cudaStream_t s);
+
+// ---- swiglu.cu ----------------------------------------------------------------------------
 template <class T> void swiglu_forward(T* out, const T* gate, const T* up, int64_t n, cudaStream_t s);
 template <class T>
 void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
                      cudaStream_t s);
+
+// ---- rotary.cu ----------------------------------------------------------------------------
 // In place on `heads` heads of head_dim channels from `column` of each of the N rows of W
 // elements, by the angles of positions[n] in the (P, head_dim / 2) cos/sin table (by minus them
 // for the backward pass); a row whose position is outside [0, P) gets NaN in those heads.
@@ -161,14 +165,12 @@ void crossentropy_loss_and_backward(T* dlogits, float* losses, const T* logits,
 
 // ---- adamw.cu -----------------------------------------------------------------------------
 struct AdamWParams {
-  float lr, beta1, beta2, eps, weight_decay;
+  float lr, beta1, beta2, eps;
   float bias_correction1, bias_correction2;  // 1 / (1 - beta^step), computed in double
   float grad_scale;
 };
-void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-                  const AdamWParams& p, cudaStream_t s);
-// adamw_update on pieces [offsets[k], offsets[k] + counts[k]) of the four flat buffers, piece k
-// with weight decay decays[k] (p.weight_decay unused), in one launch per 96 pieces.
+// AdamW on pieces [offsets[k], offsets[k] + counts[k]) of the four flat buffers, piece k with
+// weight decay decays[k], in one launch per 96 pieces.
 void adamw_update_pieces(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                          const int64_t* offsets, const int64_t* counts, const float* decays,
                          int64_t pieces, const AdamWParams& p, cudaStream_t s);

@@ -72,29 +72,24 @@ class CpuBackend final : public Backend {
   double do_sum(const Tensor& t) override;
   void do_reduce_into(Tensor& out, int64_t slot, const Tensor& t, Reduction what) override;
 
-  void do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+  void do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& table,
                             int64_t vocab_begin) override;
-  void do_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+  void do_embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& tokens,
                              int64_t vocab_begin) override;
-  void do_position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) override;
-  void do_position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) override;
+  void do_position_forward(Tensor& out, const Tensor& table, int64_t token_begin) override;
+  void do_position_backward(Tensor& dtable, const Tensor& dout, int64_t token_begin) override;
 
   void do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                             const Tensor& weight, const Tensor& bias) override;
   void do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                             const Tensor& rstd) override;
-  void do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
-                                 const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                                 const Tensor& rstd, const Tensor& residual) override;
-  // RMSNorm, SwiGLU and rotary embeddings (cpu_llama_layers.cpp).
+                             const Tensor& rstd, const Tensor* residual) override;
+  // RMSNorm, SwiGLU and rotary embeddings (rmsnorm.cpp, swiglu.cpp, rotary.cpp).
   void do_rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                           double eps) override;
   void do_rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
-                           const Tensor& weight, const Tensor& rstd) override;
-  void do_rmsnorm_backward_add(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
-                               const Tensor& weight, const Tensor& rstd,
-                               const Tensor& residual) override;
+                           const Tensor& weight, const Tensor& rstd,
+                           const Tensor* residual) override;
   void do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) override;
   void do_swiglu_forward_packed(Tensor& out, const Tensor& gate_up) override;
   void do_swiglu_backward_packed(Tensor& dgate_up, const Tensor& dout,
@@ -103,10 +98,8 @@ class CpuBackend final : public Backend {
                           const Tensor& up) override;
   void do_rotary(Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin,
                  const RotaryHeads& where, Rotation rotation) override;
-  void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                         const Tensor* bias) override;
-  void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
-                             const Tensor* bias, const Tensor& residual) override;
+  void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias,
+                         const Tensor* residual) override;
   void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                           const Tensor& inp, const Tensor& weight,
                           GradWrite dweight_write) override;
@@ -159,24 +152,10 @@ class CpuBackend final : public Backend {
 
   // AdamW (cpu_optimizer.cpp): every piece of a flat buffer in one pass, bf16 copy included.
   void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                       const AdamWStep& s) override;
-  void do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                              Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
-                              const std::vector<double>& decays, const AdamWStep& s) override;
-  void do_adamw_update_pieces_rounded(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                                      Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
-                                      const std::vector<double>& decays, const AdamWStep& s,
-                                      Tensor& rounded) override;
+                       const std::vector<FlatPiece>& pieces, const std::vector<double>& decays,
+                       const AdamWStep& s, Tensor* rounded) override;
 
  private:
-  // The norms' backward, with residual (may be null) added to each row of dinp as it is written.
-  void layernorm_backward_adding(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
-                                 const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                                 const Tensor& rstd, const Tensor* residual);
-  void rmsnorm_backward_adding(Tensor& dinp, Tensor& dweight, const Tensor& dout,
-                               const Tensor& inp, const Tensor& weight, const Tensor& rstd,
-                               const Tensor* residual);
-
   bool planning_;
   Device planned_attention_ = Device::Cpu;
   int threads_;

@@ -137,29 +137,24 @@ class CudaBackend final : public Backend {
   void do_reduce_pieces_into(Tensor& out, int64_t first_slot, const Tensor& t,
                              const std::vector<FlatPiece>& pieces, Reduction what) override;
 
-  void do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+  void do_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& table,
                             int64_t vocab_begin) override;
-  void do_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens,
+  void do_embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& tokens,
                              int64_t vocab_begin) override;
-  void do_position_forward(Tensor& out, const Tensor& wpe, int64_t token_begin) override;
-  void do_position_backward(Tensor& dwpe, const Tensor& dout, int64_t token_begin) override;
+  void do_position_forward(Tensor& out, const Tensor& table, int64_t token_begin) override;
+  void do_position_backward(Tensor& dtable, const Tensor& dout, int64_t token_begin) override;
 
   void do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                             const Tensor& weight, const Tensor& bias) override;
   void do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                             const Tensor& rstd) override;
-  void do_layernorm_backward_add(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
-                                 const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                                 const Tensor& rstd, const Tensor& residual) override;
-  // RMSNorm, SwiGLU and rotary embeddings (cuda_llama_layers.cpp).
+                             const Tensor& rstd, const Tensor* residual) override;
+  // RMSNorm, SwiGLU and rotary embeddings (cuda_rmsnorm.cpp, cuda_swiglu.cpp, cuda_rotary.cpp).
   void do_rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                           double eps) override;
   void do_rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
-                           const Tensor& weight, const Tensor& rstd) override;
-  void do_rmsnorm_backward_add(Tensor& dinp, Tensor& dweight, const Tensor& dout,
-                               const Tensor& inp, const Tensor& weight, const Tensor& rstd,
-                               const Tensor& residual) override;
+                           const Tensor& weight, const Tensor& rstd,
+                           const Tensor* residual) override;
   void do_swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) override;
   void do_swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate,
                           const Tensor& up) override;
@@ -176,10 +171,8 @@ class CudaBackend final : public Backend {
   void do_grouped_matmul_backward(Tensor* dinp, Tensor* dweights, const Tensor& dout,
                                   const Tensor& inp, const Tensor& weights,
                                   const std::vector<int64_t>& rows) override;
-  void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                         const Tensor* bias) override;
-  void do_matmul_forward_add(Tensor& out, const Tensor& inp, const Tensor& weight,
-                             const Tensor* bias, const Tensor& residual) override;
+  void do_matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias,
+                         const Tensor* residual) override;
   void do_matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                           const Tensor& inp, const Tensor& weight,
                           GradWrite dweight_write) override;
@@ -215,17 +208,10 @@ class CudaBackend final : public Backend {
                                 int64_t vocab_begin, double dloss) override;
 
   void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                       const AdamWStep& s) override;
-  void do_adamw_update_pieces(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                              Tensor& exp_avg_sq, const std::vector<FlatPiece>& pieces,
-                              const std::vector<double>& decays, const AdamWStep& s) override;
+                       const std::vector<FlatPiece>& pieces, const std::vector<double>& decays,
+                       const AdamWStep& s, Tensor* rounded) override;
 
  private:
-  void layernorm_backward_with(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
-                               const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                               const Tensor& rstd, const Tensor* residual);
-  void rmsnorm_backward_with(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
-                             const Tensor& weight, const Tensor& rstd, const Tensor* residual);
   struct Libraries;  // cuBLASLt and cuDNN state (src/backend/cuda/cuda_backend.cpp)
 
   void own_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,

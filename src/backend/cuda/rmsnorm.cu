@@ -1,11 +1,8 @@
-// The Llama-family kernels, FP32 math on float or bf16 storage (the CPU backend's rmsnorm.cpp,
-// swiglu.cpp and rotary.cpp state the formulas):
-//   RMSNorm: a warp per row for the forward pass and the input gradient (with the residual path's
-//     gradient added as its own rounding step, as LayerNorm's); dweight by row chunks, a thread
-//     per channel, then the chunks in a fixed order: no atomics, bitwise repeatable.
-//   SwiGLU: elementwise, packed where aligned (rows and the RMSNorm input gradient too).
-//   Rotary: a thread per channel pair, in place; a position outside the table writes NaN into
-//     its row's heads (backend.h), since the device cannot refuse it without the host waiting.
+// RMSNorm, FP32 math on float or bf16 storage (the CPU backend's rmsnorm.cpp states the
+// formulas): a warp per row for the forward pass and the input gradient (with the residual
+// path's gradient added as its own rounding step, as LayerNorm's), packed where rows are
+// aligned; dweight by row chunks, a thread per channel, then the chunks in a fixed order: no
+// atomics, bitwise repeatable.
 
 #include "cuda_check.h"
 #include "device_common.cuh"
@@ -123,79 +120,6 @@ __global__ void rmsnorm_dweight_final_kernel(float* dweight, const float* partia
   if (active && threadIdx.y == 0) dweight[c] += dw;
 }
 
-__device__ __forceinline__ float sigmoid(float g) { return 1.f / (1.f + expf(-g)); }
-
-template <class T>
-__global__ void swiglu_forward_kernel(T* out, const T* gate, const T* up, int64_t n,
-                                      int64_t packs) {
-  MESHTRAIN_GRID_LOOP(p, packs) {
-    const Pack<T> g = load_pack(gate, p), u = load_pack(up, p);
-    Pack<T> y;
-#pragma unroll
-    for (int k = 0; k < kPack; ++k) {
-      const float gk = to_float(g.v[k]);
-      y.v[k] = from_float<T>(gk * sigmoid(gk) * to_float(u.v[k]));
-    }
-    store_pack(out, p, y);
-  }
-  MESHTRAIN_GRID_LOOP(i, n - packs * kPack) {
-    const int64_t j = packs * kPack + i;
-    const float g = to_float(gate[j]);
-    out[j] = from_float<T>(g * sigmoid(g) * to_float(up[j]));
-  }
-}
-
-// dgate and dup of one element.
-__device__ __forceinline__ void swiglu_grads(float& dgate, float& dup, float dy, float g, float u) {
-  const float s = sigmoid(g);
-  dgate = dy * u * (s * (1.f + g * (1.f - s)));
-  dup = dy * (g * s);
-}
-
-template <class T>
-__global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up,
-                                       int64_t n, int64_t packs) {
-  MESHTRAIN_GRID_LOOP(p, packs) {
-    const Pack<T> dy = load_pack(dout, p), g = load_pack(gate, p), u = load_pack(up, p);
-    Pack<T> dg, du;
-#pragma unroll
-    for (int k = 0; k < kPack; ++k) {
-      float a, b;
-      swiglu_grads(a, b, to_float(dy.v[k]), to_float(g.v[k]), to_float(u.v[k]));
-      dg.v[k] = from_float<T>(a);
-      du.v[k] = from_float<T>(b);
-    }
-    store_pack(dgate, p, dg);
-    store_pack(dup, p, du);
-  }
-  MESHTRAIN_GRID_LOOP(i, n - packs * kPack) {
-    const int64_t j = packs * kPack + i;
-    float a, b;
-    swiglu_grads(a, b, to_float(dout[j]), to_float(gate[j]), to_float(up[j]));
-    dgate[j] = from_float<T>(a);
-    dup[j] = from_float<T>(b);
-  }
-}
-
-template <class T>
-__global__ void rotary_kernel(T* x, const int32_t* positions, const float* cos, const float* sin,
-                              int64_t N, int64_t W, int64_t column, int64_t heads, int64_t half,
-                              int64_t P, float sign) {
-  MESHTRAIN_GRID_LOOP(k, N * heads * half) {
-    const int64_t i = k % half, h = (k / half) % heads, n = k / (half * heads);
-    T* head = x + n * W + column + h * 2 * half;
-    const int64_t p = positions[n];
-    if (p < 0 || p >= P) {
-      head[i] = head[i + half] = from_float<T>(__int_as_float(0x7fc00000));  // quiet NaN
-      continue;
-    }
-    const float a = to_float(head[i]), b = to_float(head[i + half]);
-    const float c = cos[p * half + i], s = sign * sin[p * half + i];
-    head[i] = from_float<T>(a * c - b * s);
-    head[i + half] = from_float<T>(b * c + a * s);
-  }
-}
-
 }  // namespace
 
 template <class T>
@@ -234,44 +158,11 @@ void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, cons
   check_launch("rmsnorm_backward");
 }
 
-template <class T> void swiglu_forward(T* out, const T* gate, const T* up, int64_t n, cudaStream_t s) {
-  if (n == 0) return;
-  const int64_t packs = pack_count(n, out, gate, up);
-  swiglu_forward_kernel<<<grid_for(packs > 0 ? packs : n), kThreads, 0, s>>>(out, gate, up, n,
-                                                                             packs);
-  check_launch("swiglu_forward");
-}
-
-template <class T>
-void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
-                     cudaStream_t s) {
-  if (n == 0) return;
-  const int64_t packs = pack_count(n, dgate, dup, dout, gate, up);
-  swiglu_backward_kernel<<<grid_for(packs > 0 ? packs : n), kThreads, 0, s>>>(dgate, dup, dout,
-                                                                               gate, up, n, packs);
-  check_launch("swiglu_backward");
-}
-
-template <class T>
-void rotary(T* x, const int32_t* positions, const float* cos, const float* sin, int64_t N,
-            int64_t W, int64_t column, int64_t heads, int64_t head_dim, int64_t P,
-            bool by_minus_angle, cudaStream_t s) {
-  const int64_t pairs = N * heads * (head_dim / 2);
-  if (pairs == 0) return;
-  rotary_kernel<<<grid_for(pairs), kThreads, 0, s>>>(x, positions, cos, sin, N, W, column, heads,
-                                                     head_dim / 2, P, by_minus_angle ? -1.f : 1.f);
-  check_launch(by_minus_angle ? "rotary_backward" : "rotary_forward");
-}
-
 #define INSTANTIATE(T)                                                                          \
   template void rmsnorm_forward<T>(T*, float*, const T*, const T*, double, int64_t, int64_t,    \
                                    cudaStream_t);                                               \
   template void rmsnorm_backward<T>(T*, float*, const T*, const T*, const T*, const T*,         \
-                                    const float*, int64_t, int64_t, float*, cudaStream_t);      \
-  template void swiglu_forward<T>(T*, const T*, const T*, int64_t, cudaStream_t);               \
-  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, int64_t, cudaStream_t); \
-  template void rotary<T>(T*, const int32_t*, const float*, const float*, int64_t, int64_t,     \
-                          int64_t, int64_t, int64_t, int64_t, bool, cudaStream_t);
+                                    const float*, int64_t, int64_t, float*, cudaStream_t);
 INSTANTIATE(float)
 INSTANTIATE(bf16)
 #undef INSTANTIATE
