@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "meshtrain/backend/host_doubles.h"
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/decoder_model.h"
 #include "meshtrain/tensor/philox.h"
 
 namespace meshtrain {
@@ -44,9 +44,9 @@ int32_t choose_token(const std::vector<double>& logits, const SamplingOptions& o
 }
 
 Generator::Generator(PipelineStage& stage, Communicator* pipeline, std::vector<int> chunk_owners)
-    : model_(dynamic_cast<GptModel*>(&stage)), pipeline_(pipeline), owners_(std::move(chunk_owners)) {
-  if (!model_) throw std::invalid_argument("generation: the model is not one model/gpt.h assembled");
-  GptModel& model = *model_;
+    : model_(dynamic_cast<DecoderModel*>(&stage)), pipeline_(pipeline), owners_(std::move(chunk_owners)) {
+  if (!model_) throw std::invalid_argument("generation: the model is not one model/decoder_model.h assembled");
+  DecoderModel& model = *model_;
   const ModelSpec& cfg = model.config();
   const int stages = pipeline ? pipeline->size() : 1;
   chunks_ = stages * model.chunks();

@@ -3,7 +3,7 @@
 #include <map>
 #include <mutex>
 
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/decoder_model.h"
 #include "meshtrain/model/planned_model.h"
 
 namespace meshtrain {
@@ -12,7 +12,7 @@ namespace {
 
 ModelCostSheet read_sheets(const ModelSpec& cfg) {
   ModelCostSheet sheets;
-  read_planned_model(cfg, [&](GptModel& model) {
+  read_planned_model(cfg, [&](DecoderModel& model) {
     ModelChunk& chunk = model.chunk(0);
     sheets.embedding = chunk.embedding()->cost_sheet();
     for (int i = 0; i < chunk.block_count(); ++i) sheets.blocks.push_back(chunk.block(i).cost_sheet());

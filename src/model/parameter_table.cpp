@@ -1,6 +1,6 @@
 #include "meshtrain/model/parameter_table.h"
 
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/decoder_model.h"
 #include "meshtrain/model/planned_model.h"
 
 namespace meshtrain {
@@ -11,7 +11,7 @@ ParamEntry entry_of(const ParamSpec& spec) {
 
 std::vector<ParamEntry> parameter_table(const ModelSpec& cfg) {
   std::vector<ParamEntry> table;
-  read_planned_model(cfg, [&](GptModel& model) {
+  read_planned_model(cfg, [&](DecoderModel& model) {
     for (const Parameter* p : model.params().params())
       if (!p->tied_copy) table.push_back(entry_of(p->spec));
   });

@@ -25,7 +25,7 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/model/generator.h"
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/decoder_model.h"
 #include "meshtrain/model/partition.h"
 #include "support/random.h"
 #include "support/tensors.h"
@@ -43,7 +43,7 @@ struct Model {
   CpuBackend be{1};
   MpiCommunicator tp_comm;
   ModelSpec cfg;
-  std::unique_ptr<GptModel> model;
+  std::unique_ptr<DecoderModel> model;
 
   // stages > 1: this rank's stage (its rank in MPI_COMM_WORLD) of a pipeline over the world.
   // Placement::V: 2 x stages chunks in zb-v's V, rank r holding chunks r and 2 stages - 1 - r.
@@ -67,7 +67,7 @@ struct Model {
       const size_t r = static_cast<size_t>(rank), last = static_cast<size_t>(2 * stages - 1);
       ranges = v ? std::vector<ChunkRange>{ranges[r], ranges[last - r]} : std::vector<ChunkRange>{ranges[r]};
     }
-    model = std::make_unique<GptModel>(be, tp, cfg, ranges, dtype);
+    model = std::make_unique<DecoderModel>(be, tp, cfg, ranges, dtype);
     model->params().materialize(be, dtype);
     model->params().initialize(be, 5);
     // GPT-2's init leaves the logits nearly flat; noise keyed by name and global index (the same

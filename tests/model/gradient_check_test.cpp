@@ -23,7 +23,7 @@
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/mpi_communicator.h"
 #include "meshtrain/families/registry.h"
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/decoder_model.h"
 #include "meshtrain/tensor/bf16.h"
 #include "meshtrain/train/document_starts.h"
 #include "support/random.h"
@@ -37,7 +37,7 @@ struct Harness {
   CpuBackend be{2};
   MpiCommunicator tp_comm{MPI_COMM_SELF, "tp"};
   ModelSpec cfg;
-  std::unique_ptr<GptModel> model;
+  std::unique_ptr<DecoderModel> model;
   MicroBatchData mb;
   UnitHooks hooks;
 
@@ -51,7 +51,7 @@ struct Harness {
     cfg.tie_embeddings = tied;
     if (adjust) adjust(cfg);
     const TensorParallel tp{&tp_comm, SequenceParallel::Off};
-    model = std::make_unique<GptModel>(be, tp, cfg, balanced_partition(cfg, 1), DType::F64);
+    model = std::make_unique<DecoderModel>(be, tp, cfg, balanced_partition(cfg, 1), DType::F64);
     model->params().materialize(be, DType::F64);
     model->params().initialize(be, seed);
     // Larger than GPT-2's init, so that every nonlinearity works away from its linear regime.
@@ -530,7 +530,7 @@ PrecisionRun run_in(DType dtype, const std::map<std::string, std::vector<double>
   CpuBackend be(2);
   MpiCommunicator tp_comm(MPI_COMM_SELF, "tp");
   const TensorParallel tp{&tp_comm, SequenceParallel::Off};
-  GptModel model(be, tp, cfg, balanced_partition(cfg, 1), dtype);
+  DecoderModel model(be, tp, cfg, balanced_partition(cfg, 1), dtype);
   const DType grad_dtype = dtype == DType::BF16 ? DType::F32 : dtype;  // as ModelState keeps them
   for (Parameter* p : model.params().params()) {
     p->value = testing::make_tensor(be, values.at(p->spec.name), p->shape, dtype,
@@ -573,7 +573,7 @@ TEST(GradientCheck, Bf16GradientsFollowTheFp32Model) {
     {
       CpuBackend be(1);
       MpiCommunicator tp_comm(MPI_COMM_SELF, "tp");
-      GptModel model(be, TensorParallel{&tp_comm, SequenceParallel::Off}, cfg,
+      DecoderModel model(be, TensorParallel{&tp_comm, SequenceParallel::Off}, cfg,
                      balanced_partition(cfg, 1), DType::F32);
       model.params().materialize(be, DType::F32);
       model.params().initialize(be, 13);

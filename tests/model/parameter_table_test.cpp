@@ -11,7 +11,7 @@
 #include "meshtrain/comm/meta_communicator.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/families/registry.h"
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/decoder_model.h"
 #include "meshtrain/parallel/bucket_plan.h"
 
 namespace meshtrain {
@@ -46,7 +46,7 @@ TEST(ParameterTable, IsWhatEveryChunkOfAnyLayoutRegisters) {
         MetaCommunicator tp_comm("tp", tp - 1, tp);
         // Every chunk on one rank: together they register the whole model, and the head's
         // chunk a tied copy of the embedding when it is not the embedding's.
-        GptModel model(planning, TensorParallel{&tp_comm, SequenceParallel::Off}, cfg,
+        DecoderModel model(planning, TensorParallel{&tp_comm, SequenceParallel::Off}, cfg,
                        balanced_partition(cfg, chunks), DType::F32);
         std::vector<ParamEntry> registered;
         int tied_copies = 0;

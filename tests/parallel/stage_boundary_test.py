@@ -4,7 +4,7 @@
 
 1. parallel/'s own includes of model/ are only the headers that describe any model family (the
    stage, its hooks and micro-batches, parameters and their store, deferred weight gradients,
-   the recompute mode), never a family's assembly or layers (model/gpt.h, block.h, ...).
+   the recompute mode), never a family's assembly or layers (model/decoder_model.h, block.h, ...).
 2. No source or header of parallel/, checkpoint/ or train/ reaches, following includes
    transitively (project headers, "meshtrain/..." and the folder's own "x.h"), a family's or a
    mixture of experts' headers: include/meshtrain/families/*, model/moe_*, model/expert_*. The

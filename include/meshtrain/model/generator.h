@@ -1,5 +1,5 @@
 #pragma once
-// Autoregressive text generation from a GptModel with a key/value cache: the prompt runs
+// Autoregressive text generation from a DecoderModel with a key/value cache: the prompt runs
 // through the blocks one position at a time, each layer keeping the keys and values of every
 // position so far (CausalSelfAttention::decode), so a new token costs one position's work, not
 // a forward over the whole prefix.
@@ -31,7 +31,7 @@
 
 namespace meshtrain {
 
-class GptModel;
+class DecoderModel;
 
 struct SamplingOptions {
   double temperature = 0.0;  // 0: greedy (argmax, the lowest id among equal maxima)
@@ -48,7 +48,7 @@ int32_t choose_token(const std::vector<double>& logits, const SamplingOptions& o
 class Generator {
  public:
   // Throws std::invalid_argument naming what is unsupported (see the layouts above). `model`:
-  // a stage of model/gpt.h, which assembles every family (any other is refused).
+  // a stage of model/decoder_model.h, which assembles every family (any other is refused).
   // pipeline: the pipeline group, when the model is split over stages (null: it is not).
   // chunk_owners: the stage of each model chunk over all stages, in model order (the schedule's
   // placement, parallel/schedule.h rank_chunks); empty: looped, chunk k on stage k % stages.
@@ -80,7 +80,7 @@ class Generator {
 
   static constexpr int kTagBase = 0x5A0000;  // point-to-point tags: base + receiving chunk
 
-  GptModel* model_;
+  DecoderModel* model_;
   Communicator* pipeline_;
   int chunks_ = 1;                         // model chunks over all stages
   std::vector<int> owners_;                // stage of each chunk, in model order

@@ -15,7 +15,7 @@
 namespace meshtrain {
 
 // When the model reads its loss to the host: after every micro-batch (the loss sum of each head
-// forward is added to the caller's double at once) or once per step (GptModel::loss().take()).
+// forward is added to the caller's double at once) or once per step (DecoderModel::loss().take()).
 enum class LossReadout { PerMicroBatch, PerStep };
 
 class LossAccumulator {

@@ -9,9 +9,9 @@
 
 namespace meshtrain {
 
-class GptModel;
+class DecoderModel;
 
 // Builds the model of `cfg` and hands it to `read`; it lives for that call.
-void read_planned_model(const ModelSpec& cfg, const std::function<void(GptModel&)>& read);
+void read_planned_model(const ModelSpec& cfg, const std::function<void(DecoderModel&)>& read);
 
 }  // namespace meshtrain

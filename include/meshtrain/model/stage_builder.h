@@ -1,6 +1,6 @@
 #pragma once
 // Builds this rank's pipeline stage (model/pipeline_stage.h) of the deck's model, whatever its
-// family (every family is assembled by model/gpt.h today): what train/ and the commands call, so
+// family (every family is assembled by model/decoder_model.h today): what train/ and the commands call, so
 // that they include no family's or layer's header (tests/parallel/stage_boundary_test.py).
 
 #include <memory>

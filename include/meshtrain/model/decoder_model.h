@@ -1,10 +1,11 @@
 #pragma once
-// GPT-2 assembled from layers: this rank's model chunks (one per virtual pipeline stage), each
-// a contiguous range of blocks, the first with the embeddings and the last with the head.
+// A decoder-only transformer of any family (its ModelSpec says which sub-layer variants) assembled
+// from layers: this rank's model chunks (one per virtual pipeline stage), each a contiguous range
+// of blocks, the first with the embeddings and the last with the head.
 //
 // Forward and backward go unit by unit (embedding, each block, head), calling UnitHooks
-// (model/unit_hooks.h) around each. GptModel is the pipeline stage (model/pipeline_stage.h) that
-// parallel/ runs and lays out.
+// (model/unit_hooks.h) around each. DecoderModel is the pipeline stage (model/pipeline_stage.h)
+// that parallel/ runs and lays out.
 
 #include <memory>
 #include <optional>
@@ -40,7 +41,7 @@ class ModelChunk {
   // Returns this chunk's output, or an empty tensor on the head chunk, which adds the loss sum
   // of the micro-batch to the model's LossAccumulator and, under LossReadout::PerMicroBatch,
   // reads it to *loss_sum at once (a host round trip; under PerStep *loss_sum is left alone and
-  // the caller reads GptModel::loss() once per step).
+  // the caller reads DecoderModel::loss() once per step).
   Tensor forward(const MicroBatchData& mb, const Tensor& input, Saved& saved, Pass pass,
                  Recompute recompute, double dloss, double* loss_sum, UnitHooks& hooks);
   // dout: gradient of this chunk's output (ignored on the head chunk). Returns the gradient of
@@ -73,12 +74,12 @@ class ModelChunk {
 
 // Parameters are registered but not allocated: the owner of their storage (ModelState, with
 // its ZeRO stage, or ParameterStore::materialize in tests) lays them out.
-class GptModel final : public PipelineStage {
+class DecoderModel final : public PipelineStage {
  public:
   // ranges: this rank's chunks, in its virtual-stage order. cp: the context-parallel group,
   // whose ranks each hold part of every sequence; ep: the expert group, whose ranks each hold
   // part of every mixture of experts' experts.
-  GptModel(Backend& backend, const TensorParallel& tp, const ModelSpec& cfg,
+  DecoderModel(Backend& backend, const TensorParallel& tp, const ModelSpec& cfg,
            const std::vector<ChunkRange>& ranges, DType dtype, ContextParallel cp = {},
            ExpertParallel ep = {});
 

@@ -1,4 +1,4 @@
-#include "meshtrain/model/gpt.h"
+#include "meshtrain/model/decoder_model.h"
 
 #include "meshtrain/model/expert_load.h"
 #include "meshtrain/model/stage_builder.h"
@@ -119,7 +119,7 @@ void ModelChunk::backward_weights(DeferredWeightGradients& deferred, UnitHooks& 
   }
 }
 
-GptModel::GptModel(Backend& backend, const TensorParallel& tp, const ModelSpec& cfg,
+DecoderModel::DecoderModel(Backend& backend, const TensorParallel& tp, const ModelSpec& cfg,
                    const std::vector<ChunkRange>& ranges, DType dtype, ContextParallel cp,
                    ExpertParallel ep)
     : backend_(&backend), tp_(tp), cp_(cp), cfg_(cfg), dtype_(dtype), loss_(backend), expert_bias_(cfg) {
@@ -131,11 +131,11 @@ GptModel::GptModel(Backend& backend, const TensorParallel& tp, const ModelSpec& 
   }
 }
 
-Shape GptModel::boundary_shape(const TokenShape& tokens) const {
+Shape DecoderModel::boundary_shape(const TokenShape& tokens) const {
   return {tp_.local_tokens(tokens.N()), cfg_.d_model};
 }
 
-std::unique_ptr<ChunkActivations> GptModel::new_activations(int /*chunk*/) {
+std::unique_ptr<ChunkActivations> DecoderModel::new_activations(int /*chunk*/) {
   return std::make_unique<ModelChunk::Saved>();
 }
 
@@ -146,34 +146,34 @@ ModelChunk::Saved& saved_of(ChunkActivations& saved) {
 }
 }  // namespace
 
-Tensor GptModel::forward(int chunk, const MicroBatchData& mb, const Tensor& input,
+Tensor DecoderModel::forward(int chunk, const MicroBatchData& mb, const Tensor& input,
                          ChunkActivations& saved, Pass pass, Recompute recompute, double dloss,
                          double* loss_sum, UnitHooks& hooks) {
   return chunks_[static_cast<size_t>(chunk)]->forward(mb, input, saved_of(saved), pass, recompute,
                                                       dloss, loss_sum, hooks);
 }
 
-Tensor GptModel::backward(int chunk, const MicroBatchData& mb, const Tensor& dout,
+Tensor DecoderModel::backward(int chunk, const MicroBatchData& mb, const Tensor& dout,
                           ChunkActivations& saved, Recompute recompute, UnitHooks& hooks,
                           DeferredWeightGradients* deferred) {
   return chunks_[static_cast<size_t>(chunk)]->backward(mb, dout, saved_of(saved), recompute, hooks,
                                                        deferred);
 }
 
-void GptModel::backward_weights(int chunk, DeferredWeightGradients& deferred, UnitHooks& hooks) {
+void DecoderModel::backward_weights(int chunk, DeferredWeightGradients& deferred, UnitHooks& hooks) {
   chunks_[static_cast<size_t>(chunk)]->backward_weights(deferred, hooks);
 }
 
-std::string GptModel::setting_deciding(const std::string& name) const {
+std::string DecoderModel::setting_deciding(const std::string& name) const {
   if (ExpertBias::is_name(name)) return "model.moe_router";
   if (name.rfind("h.", 0) == 0) return "model.layers";  // every block's tensors: ModelChunk's units
   if (name == lm_head_spec(cfg_, false).name) return "model.tie_embeddings";
   return PipelineStage::setting_deciding(name);
 }
 
-std::vector<double> GptModel::take_step_statistics() { return take_expert_load_sums(moe_log_, cfg_); }
+std::vector<double> DecoderModel::take_step_statistics() { return take_expert_load_sums(moe_log_, cfg_); }
 
-void GptModel::after_optimizer_step(const std::vector<double>& job_statistics) {
+void DecoderModel::after_optimizer_step(const std::vector<double>& job_statistics) {
   // The sigmoid router's bias moves by this step's loads over the whole job (the sums every
   // rank received alike), so every rank's copy stays equal; the next step chooses with it.
   if (expert_bias_.empty() || job_statistics.empty()) return;
@@ -181,11 +181,11 @@ void GptModel::after_optimizer_step(const std::vector<double>& job_statistics) {
   expert_bias_.update(loads.layers, loads.tokens, cfg_.moe.bias_update_rate);
 }
 
-std::string GptModel::progress_text(const std::vector<double>& job_statistics) const {
+std::string DecoderModel::progress_text(const std::vector<double>& job_statistics) const {
   return expert_load_progress(expert_load_report(job_statistics, cfg_), cfg_);
 }
 
-std::vector<MetricsRecord> GptModel::metrics_records(int step, const std::vector<double>& job_statistics) const {
+std::vector<MetricsRecord> DecoderModel::metrics_records(int step, const std::vector<double>& job_statistics) const {
   return expert_load_records(step, expert_load_report(job_statistics, cfg_), cfg_);
 }
 
@@ -201,7 +201,7 @@ std::unique_ptr<PipelineStage> build_stage(Backend& backend, const ModelSpec& sp
     progress = std::make_unique<ProgressThread>();
     ep.progress = progress.get();
   }
-  auto model = std::make_unique<GptModel>(backend, tp, spec, chunks, dtype, cp, ep);
+  auto model = std::make_unique<DecoderModel>(backend, tp, spec, chunks, dtype, cp, ep);
   model->keep_progress_thread(std::move(progress));
   return model;
 }
