@@ -263,9 +263,12 @@ RULES = [
     (r"^scripts/slurm-local\.sh|^export SLURM_CONF|^sbatch --wait", "covered",
      "the emulated cluster transcript: slurm_multi_node_test runs this sequence"),
     (r"^sbatch ", "check_sbatch", "deck and overrides planned on the job's world size"),
-    (r"^bench/cpu/run\.sh|bench --suite step$|^scripts/run-local-bench\.sh", "covered",
+    (r"^bench/cpu/run\.sh|bench --suite step( --model (gpt2|llama) --threads \d --steps \d)?$"
+     r"|^scripts/run-local-bench\.sh", "covered",
      "GPT-2 124M benchmarks: `make bench`; their rows on a tiny model: bench_step_test; "
      "compare_pytorch.py on the tiny models: judge_compare_pytorch_test"),
+    (r"^\$\(python3 scripts/judges\.py path\)/bin/python bench/cpu/profile_pytorch\.py ", "covered",
+     "PyTorch's profile at 124M (minutes): judge_compare_pytorch_test runs it on the tiny models"),
     (r"bench --suite context", "covered",
      "ring attention at T 4096-8192 (minutes on 2 cores): bench_context_test runs its rows small"),
     (r"bench --suite attention", "covered",

@@ -4,6 +4,7 @@
 - the PyTorch models are meshtrain's step-suite models: GPT-2 124M (bench/gpt2_torch.py) and
   Llama 3's block at its sizes (bench/llama_torch.py) have the parameter counts `meshtrain plan`
   gives the same shapes (GPT-2 tied, Llama untied, as src/app/bench_step.cpp builds them);
+- bench/cpu/profile_pytorch.py on the tiny models: every class, the shares summing to 1;
 - the script on the suite's tiny models (--tiny), both models, eager and torch.compile, fp32 and
   bf16 autocast, 1 thread, one timed step: exit 0, one row per (mode, precision) carrying model,
   mode, precision and threads, no compile error, every row right (first loss near log 256).
@@ -82,6 +83,31 @@ class ComparePyTorch(unittest.TestCase):
                                      (model, 1, 4 * 32, 0), r)
                     self.assertLess(abs(r["first_loss"] - math.log(256)), 0.5, r)
                     self.assertGreater(r["tokens/s"], 0, r)
+
+    def test_profile_tiny(self):
+        """bench/cpu/profile_pytorch.py (docs/benchmarks.md's side-by-side profile) on the tiny
+        models: every class printed once, the GEMMs and the optimizer measured, and the classes
+        plus the time outside operators add up to the profiled step (the shares sum to 1)."""
+        script = os.path.join(REPO, "bench", "cpu", "profile_pytorch.py")
+        classes = ("gemm fwd", "gemm bwd", "attention", "rotary", "norms", "gelu/swiglu",
+                   "softmax/xent", "optimizer", "embedding", "copies/other", "outside ops")
+        for model, precision in (("gpt2", "fp32"), ("llama", "bf16")):
+            with self.subTest(model=model, precision=precision):
+                p = subprocess.run([sys.executable, script, "--tiny", "--model", model,
+                                    "--precision", precision, "--threads", "1", "--steps", "1"],
+                                   capture_output=True, text=True, timeout=600)
+                self.assertEqual(p.returncode, 0, f"profile_pytorch.py: exit {p.returncode}\n"
+                                 f"{p.stderr[-3000:]}")
+                rows = {}
+                for line in p.stdout.splitlines():
+                    found = re.match(r"^  (\S.*?)\s+(-?[\d.]+)\s+(-?[\d.]+)$", line)
+                    if found and not found.group(1).startswith("#"):
+                        rows[found.group(1)] = (float(found.group(2)), float(found.group(3)))
+                self.assertEqual(sorted(rows), sorted(classes), p.stdout)
+                for c in ("gemm fwd", "gemm bwd", "optimizer"):
+                    self.assertGreater(rows[c][0], 0, f"{c} not measured:\n{p.stdout}")
+                self.assertAlmostEqual(sum(share for _, share in rows.values()), 1.0, delta=0.02,
+                                       msg=p.stdout)
 
 
 if __name__ == "__main__":
