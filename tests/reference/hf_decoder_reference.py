@@ -1,5 +1,6 @@
-"""Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM and
-Qwen3MoeForCausalLM, forward only, in fp64 NumPy.
+"""Hugging Face's LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM and
+DeepseekV3ForCausalLM, forward only, in fp64 NumPy (DeepSeek-V3's latent attention, YaRN and
+router in deepseek_v3_reference.py).
 
 Written from the published semantics of transformers' modeling_llama.py, modeling_qwen3.py,
 modeling_mixtral.py, modeling_qwen3_moe.py and modeling_rope_utils.py (the "default" and
@@ -21,7 +22,7 @@ import math
 
 import numpy as np
 
-FAMILIES = ("llama", "qwen3", "mixtral", "qwen3_moe")
+FAMILIES = ("llama", "qwen3", "mixtral", "qwen3_moe", "deepseek_v3")
 QK_NORM = ("qwen3", "qwen3_moe")  # RMSNorm of each query and key head before the rotation
 
 
@@ -58,6 +59,8 @@ def check_config(config):
         raise NotImplementedError(f"hidden_act {config['hidden_act']!r}: only 'silu' (SwiGLU)")
     if config.get("use_sliding_window"):
         raise NotImplementedError("use_sliding_window: this reference is full causal attention")
+    if family == "deepseek_v3":
+        return deepseek_v3().check_config(config)
     if family == "qwen3_moe" and config.get("shared_expert_intermediate_size"):
         raise NotImplementedError("shared_expert_intermediate_size: Qwen3-MoE has no shared expert")
     heads = config["num_attention_heads"]
@@ -236,6 +239,20 @@ def lm_head_weight(weights, config):
     return weights["lm_head.weight"]
 
 
+def deepseek_v3():
+    """deepseek_v3_reference, DeepSeek-V3's own layers: imported here rather than at the top
+    because it builds on this module's operations."""
+    import deepseek_v3_reference
+    return deepseek_v3_reference
+
+
+def layer_functions(config):
+    """(attention, mlp) of a family's decoder layer, each f(x, weights, config, layer)."""
+    if config["model_type"] == "deepseek_v3":
+        return deepseek_v3().latent_attention, deepseek_v3().mlp_of_layer
+    return attention, mlp_of_layer
+
+
 # ---- the model ----------------------------------------------------------------------------------
 
 def decoder_logits(weights, config, tokens):
@@ -247,12 +264,12 @@ def decoder_logits(weights, config, tokens):
         tokens = tokens[None]
     eps = float(config["rms_norm_eps"])
     w = lambda name: np.asarray(weights[name], dtype=np.float64)  # noqa: E731
+    attend, mlp = layer_functions(config)
     x = w("model.embed_tokens.weight")[tokens]
     for i in range(config["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        x = x + attention(rms_norm(x, w(p + "input_layernorm.weight"), eps), weights, config, i)
-        x = x + mlp_of_layer(rms_norm(x, w(p + "post_attention_layernorm.weight"), eps), weights,
-                             config, i)
+        x = x + attend(rms_norm(x, w(p + "input_layernorm.weight"), eps), weights, config, i)
+        x = x + mlp(rms_norm(x, w(p + "post_attention_layernorm.weight"), eps), weights, config, i)
     x = rms_norm(x, w("model.norm.weight"), eps)
     logits = x @ np.asarray(lm_head_weight(weights, config), dtype=np.float64).T
     return logits[0] if single else logits
@@ -286,6 +303,8 @@ def greedy_generate(weights, config, prompt, steps):
 
 def parameter_names(config):
     """The HF tensor names (and shapes) of a config: what a directory must hold."""
+    if config["model_type"] == "deepseek_v3":
+        return deepseek_v3().parameter_names(config)
     C, V = config["hidden_size"], config["vocab_size"]
     NH = config["num_attention_heads"]
     KVH = config.get("num_key_value_heads") or NH
