@@ -1,4 +1,4 @@
-// The CUDA backend's Llama-family kernels (RMSNorm, SwiGLU, rotary embeddings) against the CPU
+// The CUDA backend's RMSNorm, SwiGLU and rotary-embedding kernels against the CPU
 // backend on the same inputs, in fp32 and bf16 mixed precision, with cuda_kernels_test.cpp's
 // tolerance table (support/cuda_vs_cpu.h); and the fused rmsnorm_backward_add against the two
 // calls it replaces, bit for bit, on the device. Names read Cuda/<Op>.MatchesCpu/<mode>_<sizes>.

@@ -1,5 +1,5 @@
-// The Llama-family kernels of the CPU backend (RMSNorm, SwiGLU, rotary embeddings) in fp64, fp32
-// and bf16 mixed precision: forward against plain double-precision formulas written here,
+// The CPU backend's RMSNorm, SwiGLU and rotary-embedding kernels in fp64, fp32 and bf16 mixed
+// precision: forward against plain double-precision formulas written here,
 // backward against the same formulas' gradients and, in fp64, against central finite
 // differences of the backend's own forward pass.
 //
