@@ -1,7 +1,8 @@
 // `meshtrain import --format hf DIR OUT.h5 [--deck DECK | --deck-out NEW.toml]`: a Hugging Face
 // model directory (config.json and model.safetensors or a sharded index, as save_pretrained
 // writes them) of GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or
-// Qwen3MoeForCausalLM as a meshtrain checkpoint at step 0 (checkpoint/checkpoint_import.h).
+// Qwen3MoeForCausalLM as a meshtrain checkpoint at step 0 (checkpoint/checkpoint_import.h); FP8
+// block-scaled weights (quantization_config "fp8") are dequantized (families/hf/hf_fp8.h).
 // With --deck, every difference between the directory and the deck's model — a config.json
 // key, a tensor's name or shape — is refused before anything is written, naming the file, the
 // key or tensor, its value and the deck's.
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -29,6 +31,7 @@
 #include "meshtrain/checkpoint/checkpoint_import.h"
 #include "meshtrain/config/deck.h"
 #include "meshtrain/families/hf/hf_deck.h"
+#include "meshtrain/families/hf/hf_fp8.h"
 #include "meshtrain/families/registry.h"
 
 namespace meshtrain {
@@ -95,13 +98,34 @@ void refuse_non_finite(const std::string& file, const SafetensorsEntry& e, const
          "or a damaged download?)");
 }
 
+// The stored tensor `t` of `weights` as fp32: an F8_E4M3 weight dequantized with its block scale
+// (families/hf/hf_fp8.h, `fp8`: config.json's quantization_config), any other widened.
+std::vector<float> stored_values(const HfWeights& weights, const HfStoredTensor& t,
+                                 const std::optional<HfFp8Blocks>& fp8, const std::string& config_path) {
+  if (t.entry->dtype != SafeDType::F8_E4M3) return t.file->read_f32(*t.entry);
+  const auto scale = weights.tensors().find(hf_fp8_scale_name(t.entry->name));
+  const bool found = scale != weights.tensors().end();
+  return read_hf_fp8_weight(*t.file, *t.entry, found ? scale->second.file : nullptr,
+                            found ? scale->second.entry : nullptr, fp8, config_path);
+}
+
 // Reads every tensor of the family's `format` for `m` from `weights` into meshtrain's layout,
-// refusing a missing tensor, another shape, or a stored tensor the model has no place for.
+// refusing a missing tensor, another shape, or a stored tensor the model has no place for. Block
+// scales are read with their weights, before the names are mapped.
 std::map<std::string, std::vector<float>> read_tensors(const HfWeights& weights, const HfFormat& format,
-                                                       const ModelSpec& m, const std::string& model, size_t& count) {
+                                                       const ModelSpec& m, const std::string& model,
+                                                       const std::optional<HfFp8Blocks>& fp8,
+                                                       const std::string& config_path, size_t& count) {
   std::map<std::string, HfStoredTensor> stored;
-  for (const auto& [name, t] : weights.tensors())
+  for (const auto& [name, t] : weights.tensors()) {
+    if (const std::optional<std::string> weight = hf_fp8_weight_of_scale(name)) {
+      const auto it = weights.tensors().find(*weight);
+      check_hf_fp8_scale_has_weight(t.file->path(), *t.entry,
+                                    it == weights.tensors().end() ? nullptr : it->second.entry);
+      continue;
+    }
     if (!format.is_buffer(name)) stored[format.stored_name(name)] = t;
+  }
   std::map<std::string, std::vector<float>> values;
   std::set<std::string> used;
   for (const HfTensor& t : format.tensors(m)) {
@@ -119,15 +143,15 @@ std::map<std::string, std::vector<float>> read_tensors(const HfWeights& weights,
              ", but " + model + " needs " + want.shape_string());
     }
     used.insert(t.hf);
-    const std::vector<float> stored_values = it->second.file->read_f32(e);
-    refuse_non_finite(it->second.file->path(), e, stored_values);
-    from_hf_layout(t, stored_values, values[t.meshtrain]);
+    const std::vector<float> hf = stored_values(weights, it->second, fp8, config_path);
+    refuse_non_finite(it->second.file->path(), e, hf);
+    from_hf_layout(t, hf, values[t.meshtrain]);
   }
   for (const auto& [name, t] : stored) {
     if (used.count(name)) continue;
     // Some savers keep the tied head beside the embedding: the same values, nothing new.
     if (name == "lm_head.weight" && m.tie_embeddings) {
-      const std::vector<float> head = t.file->read_f32(*t.entry);
+      const std::vector<float> head = stored_values(weights, t, fp8, config_path);
       const std::vector<float>& wte = values.at("wte");
       if (head.size() == wte.size() && std::memcmp(head.data(), wte.data(), wte.size() * sizeof(float)) == 0)
         continue;
@@ -181,6 +205,8 @@ void import_hf(const ImportArgs& args) {
   // The family config.json's architectures name reads the rest (families/registry.h).
   const HfFormat& format = *hf_family_of(j, config_path).hf;
   const HfConfigReader config(j, config_path, deck_key_range);
+  // Any other quantization is refused before the model is read.
+  const std::optional<HfFp8Blocks> fp8 = hf_fp8_quantization(config);
   int64_t max_positions = 0;
   const ModelSpec hf = format.read_config(config, max_positions);
   std::string deck_text;
@@ -195,7 +221,7 @@ void import_hf(const ImportArgs& args) {
       ", vocab_size = " + std::to_string(m.vocab_size) +
       ", tie_embeddings = " + (m.tie_embeddings ? "true" : "false") + ")";
   size_t count = 0;
-  const std::map<std::string, std::vector<float>> values = read_tensors(weights, format, m, model, count);
+  const std::map<std::string, std::vector<float>> values = read_tensors(weights, format, m, model, fp8, config_path, count);
   outputs.write(deck_text, [&] { write_imported_checkpoint(args.out, cfg, values, args.force); });
   const std::string deck = !args.deck.empty() ? args.deck : args.deck_out;
   std::printf("imported %s (%zu tensors) for %s into %s at step 0\n", args.dir.c_str(), count,

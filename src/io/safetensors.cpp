@@ -29,7 +29,7 @@ using nlohmann::json;
 // The reference implementation refuses headers above 100 MB: a corrupt length must not make
 // the reader allocate gigabytes.
 constexpr uint64_t kMaxHeader = uint64_t{100} << 20;
-constexpr const char* kAccepted = "F32, F16 or BF16";
+constexpr const char* kAccepted = "F32, F16, BF16 or F8_E4M3";
 
 // The header's names and values come from whoever made the file: escaped whole, so that a NUL
 // does not cut the message short and an escape sequence is shown, not obeyed.
@@ -44,6 +44,8 @@ bool parse_dtype(const std::string& s, SafeDType& out) {
     out = SafeDType::F16;
   else if (s == "BF16")
     out = SafeDType::BF16;
+  else if (s == "F8_E4M3")
+    out = SafeDType::F8_E4M3;
   else
     return false;
   return true;
@@ -119,11 +121,24 @@ std::string_view safetensors_dtype_name(SafeDType t) {
       return "F16";
     case SafeDType::BF16:
       return "BF16";
+    case SafeDType::F8_E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }
 
-size_t safetensors_dtype_size(SafeDType t) { return t == SafeDType::F32 ? 4 : 2; }
+size_t safetensors_dtype_size(SafeDType t) {
+  switch (t) {
+    case SafeDType::F32:
+      return 4;
+    case SafeDType::F16:
+    case SafeDType::BF16:
+      return 2;
+    case SafeDType::F8_E4M3:
+      return 1;
+  }
+  return 0;
+}
 
 int64_t SafetensorsEntry::numel() const {
   int64_t n = 1;
@@ -335,6 +350,9 @@ std::vector<char> SafetensorsFile::read_raw(const SafetensorsEntry& e) const {
 }
 
 std::vector<float> SafetensorsFile::read_f32(const SafetensorsEntry& e) const {
+  if (e.dtype == SafeDType::F8_E4M3)
+    fail(path_, "tensor '" + e.name + "' is F8_E4M3, whose codes are values only with the block scales "
+                "config.json's quantization_config describes (read by a model import, not as plain floats)");
   const std::vector<char> raw = read_raw(e);
   const size_t n = static_cast<size_t>(e.numel());
   if (e.dtype == SafeDType::F32) {

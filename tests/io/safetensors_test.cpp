@@ -222,9 +222,37 @@ TEST(Safetensors, RefusesUnknownDtypes) {
   const std::string path = dir.file("t.safetensors");
   write_raw(path, R"({"a": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})", 8);
   EXPECT_NE(open_error(path).find("tensor 'a' has dtype \"F64\", which this reader does not accept "
-                                  "(accepted: F32, F16 or BF16)"),
+                                  "(accepted: F32, F16, BF16 or F8_E4M3)"),
             std::string::npos)
       << open_error(path);
+  // fp8 of the other format (e5m2): refused by the tensor's name, as every unknown dtype.
+  write_raw(path, R"({"w": {"dtype": "F8_E5M2", "shape": [2], "data_offsets": [0, 2]}})", 2);
+  EXPECT_NE(open_error(path).find(path + ": tensor 'w' has dtype \"F8_E5M2\", which this reader does not accept"),
+            std::string::npos)
+      << open_error(path);
+}
+
+TEST(Safetensors, ReadsFp8E4m3CodesButNotAsFloats) {
+  TempDir dir;
+  const std::string path = dir.file("f8.safetensors");
+  SafetensorsWriter w;
+  w.add("w", SafeDType::F8_E4M3, {2, 3}, {0x38, 0x7E, 0x01, char(0xB8), 0x00, 0x40});
+  w.write(path);
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  const SafetensorsEntry& e = *f.find("w");
+  EXPECT_EQ(e.dtype, SafeDType::F8_E4M3);
+  EXPECT_EQ(e.end - e.begin, 6u);  // one byte an element
+  EXPECT_EQ(f.read_raw(e), std::vector<char>({0x38, 0x7E, 0x01, char(0xB8), 0x00, 0x40}));
+  // Its codes are numbers only with their block scales (families/hf/hf_fp8.h).
+  try {
+    f.read_f32(e);
+    FAIL() << "F8_E4M3 read as floats";
+  } catch (const SafetensorsError& err) {
+    EXPECT_NE(std::string(err.what()).find(path + ": tensor 'w' is F8_E4M3, whose codes are values only with the "
+                                                  "block scales"),
+              std::string::npos)
+        << err.what();
+  }
   write_raw(path, R"({"a": {"dtype": 3, "shape": [1], "data_offsets": [0, 4]}})", 4);
   EXPECT_NE(open_error(path).find("has dtype 3"), std::string::npos) << open_error(path);
 }

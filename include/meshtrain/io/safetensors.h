@@ -27,9 +27,11 @@
 
 namespace meshtrain {
 
-// The element types meshtrain reads and writes; the format knows more (F64, I64, ...), which
-// the reader refuses by name.
-enum class SafeDType { F32, F16, BF16 };
+// The element types meshtrain reads and writes; the format knows more (F64, I64, F8_E5M2, ...),
+// which the reader refuses by name. F8_E4M3 (OCP e4m3fn, one byte) is read only: its codes mean
+// nothing without the block scales beside them (families/hf/hf_fp8.h), so read_f32 refuses it and
+// the codes come from read_raw.
+enum class SafeDType { F32, F16, BF16, F8_E4M3 };
 std::string_view safetensors_dtype_name(SafeDType t);  // "F32"
 size_t safetensors_dtype_size(SafeDType t);
 
@@ -96,7 +98,8 @@ class SafetensorsFile {
 
   // The tensor's bytes as stored.
   std::vector<char> read_raw(const SafetensorsEntry& e) const;
-  // The tensor's elements widened to float32 (exact for every accepted dtype).
+  // The tensor's elements widened to float32 (exact for F32, F16 and BF16); throws
+  // SafetensorsError naming the tensor for F8_E4M3, whose values need their scales.
   std::vector<float> read_f32(const SafetensorsEntry& e) const;
 
  private:
