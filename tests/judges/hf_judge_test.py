@@ -18,6 +18,9 @@ layout (tp 2 x pp 2; experts: tp 2 x dp 2 with ep 2) and exported (`meshtrain ex
 hf`); transformers loads the export with no missing, unexpected or mismatched keys and no warning
 about them, gives eval's loss (1e-9 in float64), the same greedy tokens, and reads its
 GenerationConfig.
+FP8 block-scaled import (quantization_config "fp8"): a Llama quantized blockwise by torch imports
+as its ceil-rule dequantization bit for bit (which transformers' own dequantization gives), and
+evaluates to transformers' loss on the dequantized model.
 
 Runs in the judges' environment (scripts/judges.py run): CTest label `judge`.
 """
@@ -267,6 +270,102 @@ class TransformersJudgesImport(ReferenceCase):
         self.assertLess(rel, 1e-9, name + " exported")
         expected = judge_greedy(model, list(PROMPT), NEW_TOKENS)
         self.assertEqual(self.sample_greedy(trained, deck, CPU_FP64), expected, name + " exported")
+
+
+FP8_BLOCK = [128, 128]
+
+
+def quantize_fp8_blocks(w, block):
+    """`w` (fp32, (R, C)) as DeepSeek-V3's checkpoints hold it: float8_e4m3fn codes and a float32
+    scale per block of the ceil grid (the last block partial), each block's absolute maximum / 448."""
+    rows, cols = w.shape
+    grid = (-(-rows // block[0]), -(-cols // block[1]))
+    scale = torch.empty(grid, dtype=torch.float32)
+    q = torch.empty(w.shape, dtype=torch.float8_e4m3fn)
+    for a in range(grid[0]):
+        for b in range(grid[1]):
+            part = w[a * block[0]:(a + 1) * block[0], b * block[1]:(b + 1) * block[1]]
+            scale[a, b] = part.abs().max().clamp(min=1e-12) / 448.0
+            q[a * block[0]:(a + 1) * block[0], b * block[1]:(b + 1) * block[1]] = \
+                (part / scale[a, b]).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def ceil_rule_dequantize(q, scale, block):
+    """W = e4m3(Q) * S[i // bm, j // bn] in float64 (exact), rounded once to float32."""
+    s = scale.to(torch.float64).repeat_interleave(block[0], 0)[:q.shape[0]]
+    s = s.repeat_interleave(block[1], 1)[:, :q.shape[1]]
+    return (q.to(torch.float64) * s).to(torch.float32)
+
+
+class TransformersJudgesFp8Import(ReferenceCase):
+    """FP8 block-scaled import (DeepSeek-V3's checkpoint format, for any family): a tiny Llama whose
+    linears torch quantizes blockwise into float8_e4m3fn codes and `weight_scale_inv` (blocks of
+    128 x 128; the MLP's 320 rows or columns end in a partial block), with quantization_config in
+    config.json. meshtrain's import equals the ceil-rule dequantization bit for bit (compared through
+    an import of the dequantized weights saved as float32), which equals transformers' own
+    `_dequantize_fp8_weight` and, where the shape is a multiple of the block, its CPU loader's
+    `Fp8Dequantize._dequantize_one` (which refuses a partial block). Eval of the import in fp64 equals
+    transformers' loss on the dequantized model within 1e-9."""
+
+    def test_llama_fp8_block_scaled(self):
+        from safetensors.torch import load_file, save_file
+        from transformers.integrations.finegrained_fp8 import Fp8Dequantize, _dequantize_fp8_weight
+        config = transformers.LlamaConfig(**dict(_DENSE, hidden_size=256, intermediate_size=320),
+                                          tie_word_embeddings=False)
+        dense_dir, fp8_dir = os.path.join(self.dir, "dense"), os.path.join(self.dir, "fp8")
+        write_model(config, torch.float32, None, dense_dir)
+        weights = load_file(os.path.join(dense_dir, "model.safetensors"))
+        stored, partial = {}, 0
+        for name, w in weights.items():
+            if not (name.startswith("model.layers.") and name.endswith("_proj.weight")):
+                stored[name] = w  # embeddings, head and norms stay as they are (DeepSeek-V3's)
+                continue
+            q, scale = quantize_fp8_blocks(w, FP8_BLOCK)
+            want = ceil_rule_dequantize(q, scale, FP8_BLOCK)
+            theirs = _dequantize_fp8_weight(q.clone(), scale, FP8_BLOCK, torch.float64).to(torch.float32)
+            self.assertTrue(torch.equal(theirs, want), name + ": transformers' _dequantize_fp8_weight")
+            if w.shape[0] % FP8_BLOCK[0] == 0 and w.shape[1] % FP8_BLOCK[1] == 0:
+                loader = Fp8Dequantize(None)._dequantize_one(q, scale, torch.float64).to(torch.float32)
+                self.assertTrue(torch.equal(loader, want), name + ": transformers' CPU loader")
+            else:
+                partial += 1
+            stored[name], stored[name + "_scale_inv"], weights[name] = q, scale, want
+        self.assertGreater(partial, 0, "no tensor ends in a partial block")
+        os.makedirs(fp8_dir)
+        save_file(stored, os.path.join(fp8_dir, "model.safetensors"), metadata={"format": "pt"})
+        save_file(weights, os.path.join(dense_dir, "model.safetensors"), metadata={"format": "pt"})
+        with open(os.path.join(dense_dir, "config.json")) as f:
+            cfg = json.load(f)
+        cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                      "weight_block_size": FP8_BLOCK}
+        with open(os.path.join(fp8_dir, "config.json"), "w") as f:
+            json.dump(cfg, f)
+
+        got = {}
+        for name, d in (("fp8", fp8_dir), ("dense", dense_dir)):
+            got[name] = os.path.join(self.dir, name + ".h5")
+            self.meshtrain(["import", "--format", "hf", d, got[name], "--deck-out",
+                            os.path.join(self.dir, name + ".toml")])
+        import h5py
+        with h5py.File(got["fp8"], "r") as a, h5py.File(got["dense"], "r") as b:
+            self.assertEqual(sorted(a["model"]), sorted(b["model"]))
+            for name in a["model"]:
+                self.assertTrue(np.array_equal(a["model"][name][...], b["model"][name][...]),
+                                "the FP8 import's " + name + " against the dequantized weights")
+
+        val = os.path.join(self.dir, "val.bin")
+        tokens = write_eval_windows(val, WINDOWS, SEQ, VOCAB)
+        val_set = ["--set", f'data.val="{val}"', "--set", 'run.device="cpu"', "--set",
+                   f"train.global_batch={G}", "--set", "train.micro_batch=2", "--set",
+                   f"train.eval_batches={EVAL_BATCHES}"]
+        want = judge_loss(judge_model(dense_dir), tokens)
+        loss = self.eval_loss(got["fp8"], val_set, "fp64", os.path.join(self.dir, "fp8.toml"))
+        rel = abs(loss - want) / want
+        print(f"\nllama fp8 block-scaled: transformers (dequantized) {want:.15f}, eval fp64 {loss:.15f} "
+              f"(relative {rel:.1e}); {partial} tensors end in a partial block")
+        self.assertGreater(abs(want - np.log(VOCAB)), 0.1, "the logits are nearly flat")
+        self.assertLess(rel, 1e-9)
 
 
 MIXED_TEXT = ("Grüße aus Köln! 東京で会いましょう。Привет, мир. مرحبا 👩‍👩‍👧‍👦 👍🏽 1234567 "
