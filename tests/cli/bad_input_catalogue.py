@@ -95,6 +95,16 @@ def row(kind, name, ranks, args, status, expect, **options):
                 **options)
 
 
+def fp8_import(variant):
+    """`import` of the FP8 directory `variant` (fixture "fp8") with the deck, into the scratch run."""
+    return ["import", "--format", "hf", "{fp8}/" + variant, "--deck", "{deck}", "{dir}/run/imported.h5"]
+
+
+def nothing_imported(p):
+    out = os.path.join(p["scratch"], "imported.h5")
+    return [out + " was written"] if os.path.exists(out) else []
+
+
 def unverified(checkpoint, what):
     """[] when `meshtrain inspect` verifies every checksum of the checkpoint, else the problem."""
     out = subprocess.run([BIN, "inspect", checkpoint], capture_output=True, text=True, env=ENV).stdout
@@ -886,6 +896,49 @@ CATALOGUE = [
         ["prepare", "{jsonl50}/done_train.bin", "--out", "{jsonl50}/done", "--force"], 1,
         ["{jsonl50}/done_train.bin: is an input of this prepare", "--force never replaces an input"],
         needs=["jsonl50"]),
+    # issue 53 (dsv3fam): FP8 block-scaled import (families/hf/hf_fp8.h). Any quantization but
+    # quant_method "fp8" / fmt "e4m3" / a [rows, cols] block is refused by key; each F8_E4M3 weight
+    # needs its weight_scale_inv of the ceil grid's shape, a scale its F8 weight; NaN codes and
+    # F8_E5M2 are refused by tensor. Nothing is written.
+    row("command", "import FP8: quant_method gptq", 1, fp8_import("gptq"), 1,
+        ['{fp8}/gptq/config.json: quantization_config.quant_method = "gptq" (meshtrain imports bf16, fp16 '
+         'or fp32 weights, or fp8 e4m3 block-scaled ones: quant_method "fp8", fmt "e4m3", weight_block_size '
+         '[rows, cols]; gptq is not supported)'], needs=["fp8"], then=nothing_imported),
+    row("command", "import FP8: quant_method compressed-tensors", 1, fp8_import("compressed"), 1,
+        ['{fp8}/compressed/config.json: quantization_config.quant_method = "compressed-tensors" (',
+         "compressed-tensors is not supported)"], needs=["fp8"], then=nothing_imported),
+    row("command", "import FP8: fmt e5m2", 1, fp8_import("e5m2"), 1,
+        ['{fp8}/e5m2/config.json: quantization_config.fmt = "e5m2" (meshtrain dequantizes fp8 e4m3 (OCP '
+         'e4m3fn) weights only'], needs=["fp8"], then=nothing_imported),
+    row("command", "import FP8: one-element weight_block_size", 1, fp8_import("block"), 1,
+        ["{fp8}/block/config.json: quantization_config.weight_block_size = [128] (expected two integers >= 1, "
+         "the rows and columns one scale covers"], needs=["fp8"], then=nothing_imported),
+    row("command", "import FP8: weight without its scale", 1, fp8_import("no_scale"), 1,
+        ["{fp8}/no_scale/model.safetensors: tensor transformer.h.0.mlp.c_fc.weight is F8_E4M3, but its scale "
+         "transformer.h.0.mlp.c_fc.weight_scale_inv is missing (expected F32 of shape (2, 3): one per block of "
+         "{fp8}/no_scale/config.json's weight_block_size [16, 48])"], needs=["fp8"], then=nothing_imported),
+    row("command", "import FP8: scale of the floor grid", 1, fp8_import("floor"), 1,
+        ["{fp8}/floor/model.safetensors: tensor transformer.h.0.mlp.c_fc.weight_scale_inv is F32 of shape "
+         "(2, 2), but transformer.h.0.mlp.c_fc.weight (32, 128) with weight_block_size [16, 48] needs F32, "
+         "BF16 or F16 of shape (2, 3)"], needs=["fp8"], then=nothing_imported),
+    row("command", "import FP8: scale of an F32 weight", 1, fp8_import("orphan"), 1,
+        ["{fp8}/orphan/model.safetensors: tensor transformer.h.0.mlp.c_proj.weight_scale_inv is a block "
+         "scale, but its weight transformer.h.0.mlp.c_proj.weight is F32, not F8_E4M3"], needs=["fp8"],
+        then=nothing_imported),
+    row("command", "import FP8: scale without a weight", 1, fp8_import("stray"), 1,
+        ["{fp8}/stray/model.safetensors: tensor transformer.h.9.mlp.c_fc.weight_scale_inv is a block scale, "
+         "but its weight transformer.h.9.mlp.c_fc.weight is not in the directory"], needs=["fp8"],
+        then=nothing_imported),
+    row("command", "import FP8: NaN code", 1, fp8_import("nan"), 1,
+        ["{fp8}/nan/model.safetensors: tensor transformer.h.0.mlp.c_fc.weight holds the NaN code 0x7F at "
+         "element 5 (index [0, 5])"], needs=["fp8"], then=nothing_imported),
+    row("command", "import FP8: F8 weights without quantization_config", 1, fp8_import("unscaled"), 1,
+        ["{fp8}/unscaled/model.safetensors: tensor transformer.h.0.mlp.c_fc.weight is F8_E4M3, but "
+         "{fp8}/unscaled/config.json has no quantization_config"], needs=["fp8"], then=nothing_imported),
+    row("command", "import FP8: F8_E5M2 tensor", 1, fp8_import("f8_e5m2"), 1,
+        ["{fp8}/f8_e5m2/model.safetensors: tensor 'transformer.h.0.mlp.c_fc.weight' has dtype \"F8_E5M2\", "
+         "which this reader does not accept (accepted: F32, F16, BF16 or F8_E4M3)"], needs=["fp8"],
+        then=nothing_imported),
 ]
 
 
@@ -1187,6 +1240,84 @@ def fixture_untrusted(p):
 
 
 FIXTURES["untrusted"] = fixture_untrusted
+
+
+# --- issue 53 (dsv3fam): FP8 block-scaled HF directories, one fault each (fixture) ---
+def read_safetensors_raw(path):
+    """({name: (dtype, shape, bytes)} in file order) of a safetensors file."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])}
+
+
+def write_safetensors_raw(path, tensors):
+    header, at = {}, 0
+    for name, (dtype, shape, data) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [at, at + len(data)]}
+        at += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(t[2] for t in tensors.values()))
+
+
+def fixture_fp8(p):
+    """{dir}/fp8/<variant>: run A's HF export (GPT-2, under the deck) with its first MLP input weight
+    (32, 128) stored as F8_E4M3 codes and F32 scales of blocks [16, 48] (a (2, 3) grid, the last
+    column block partial), config.json declaring it, and one fault in each variant."""
+    fixture_run_a_once(p)
+    d = p["fp8"] = os.path.join(p["dir"], "fp8")
+    src = os.path.join(d, "base")
+    subprocess.run([BIN, "export", os.path.join(p["a"], "step_00000002.h5"), "--format", "hf", src], check=True,
+                   capture_output=True, env=ENV)
+    base = read_safetensors_raw(os.path.join(src, "model.safetensors"))
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    w = "transformer.h.0.mlp.c_fc.weight"
+    assert base[w][1] == [32, 128], base[w][1]
+    codes = bytes((k * 37 + 11) % 0x7F | (0x80 if k % 3 == 0 else 0) for k in range(32 * 128))
+    one = bytes.fromhex("0000803f")  # float32 1.0, little-endian
+
+    def variant(name, quantization=None, tensors=None):
+        os.makedirs(os.path.join(d, name))
+        c = dict(config)
+        if quantization is not None:
+            c["quantization_config"] = quantization
+        with open(os.path.join(d, name, "config.json"), "w") as f:
+            json.dump(c, f)
+        write_safetensors_raw(os.path.join(d, name, "model.safetensors"), tensors or quantized())
+
+    def quantized(grid=(2, 3), scale=True, weight_codes=codes, dtype="F8_E4M3"):
+        t = dict(base)
+        t[w] = (dtype, [32, 128], weight_codes)
+        if scale:
+            t[w + "_scale_inv"] = ("F32", list(grid), one * (grid[0] * grid[1]))
+        return t
+
+    fp8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [16, 48]}
+    variant("gptq", {"quant_method": "gptq", "bits": 4})
+    variant("compressed", {"quant_method": "compressed-tensors"})
+    variant("e5m2", dict(fp8, fmt="e5m2"))
+    variant("block", dict(fp8, weight_block_size=[128]))
+    variant("no_scale", fp8, quantized(scale=False))
+    variant("floor", fp8, quantized(grid=(2, 2)))
+    orphan = quantized()
+    orphan["transformer.h.0.mlp.c_proj.weight_scale_inv"] = ("F32", [1, 1], one)
+    variant("orphan", fp8, orphan)
+    stray = quantized()
+    stray["transformer.h.9.mlp.c_fc.weight_scale_inv"] = ("F32", [1, 1], one)
+    variant("stray", fp8, stray)
+    variant("nan", fp8, quantized(weight_codes=codes[:5] + b"\x7f" + codes[6:]))
+    variant("unscaled", None, quantized())
+    variant("f8_e5m2", fp8, quantized(dtype="F8_E5M2"))
+    return None
+
+
+FIXTURES["fp8"] = fixture_fp8
 
 
 # --- issue 50 (i50-tokenizer): tokenizer.json files with one bad field each (fixture) ---
