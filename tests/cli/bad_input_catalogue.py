@@ -886,6 +886,15 @@ CATALOGUE = [
         ["prepare", "{jsonl50}/done_train.bin", "--out", "{jsonl50}/done", "--force"], 1,
         ["{jsonl50}/done_train.bin: is an input of this prepare", "--force never replaces an input"],
         needs=["jsonl50"]),
+    # issue 53 (yarn): YaRN's rotary keys, refused by key and value with what would be accepted.
+    row("deck", "yarn beta_fast not above beta_slow", 2,
+        train("model.family=\"qwen3\"", "model.rope_scaling=\"yarn\"", "model.rope_beta_fast=1.0"), 1,
+        ["deck.toml: model.rope_*: rotary embedding: rope_scaling.beta_fast = 1 is not accepted (a "
+         "number of turns above beta_slow 1, e.g. 32)"]),
+    row("deck", "yarn factor below 1", 2,
+        train("model.family=\"llama\"", "model.rope_scaling=\"yarn\"", "model.rope_factor=0.5"), 1,
+        ["deck.toml: model.rope_*: rotary embedding: rope_scaling.factor = 0.5 is not accepted (YaRN "
+         "stretches the context by a number >= 1"]),
 ]
 
 

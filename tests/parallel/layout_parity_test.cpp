@@ -144,6 +144,14 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.ffn_hidden_set = 72;
     m.kv_heads_set = 2;
     m.head_dim_set = 12;
+  } else if (name == "qwen3_yarn") {
+    // Qwen 3's block with YaRN's rotary scaling: cos and sin times 0.1 ln 4 + 1, and with head_dim
+    // 12, theta 1000 and an original context of 4096 the ramp runs from pair 2 to pair 6 (pairs
+    // 3 to 5 blended: YaRN's frequencies do not depend on how far the positions reach).
+    m = model_variant("qwen3", m);
+    m.rope.scaling = RopeScalingKind::Yarn;
+    m.rope.factor = 4.0;
+    m.rope.original_max_positions = 4096;
   } else if (name == "moe") {
     m = testing::tiny_moe(m);
   } else if (name == "moe_sigmoid") {
@@ -272,6 +280,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model({2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, "llama"),
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "qwen3"),
         on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 0, R::None, {1.0, 0.4}}, "qwen3"),  // shares 6, 2
+        on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "qwen3_yarn"),
         on_model({1, 2, 1, S::OneFOneB, 1, 4, false}, "moe"),
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "moe"),
         on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, "moe"),
