@@ -45,6 +45,23 @@ constexpr YarnKey kYarnKeys[] = {
      "without the mscales)."},
 };
 
+// Group-limited routing's two keys (model/moe_routing.h), both defaulting to 1: no groups.
+struct GroupKey {
+  const char* key;
+  int64_t MoeSpec::*field;
+  const char* doc;
+};
+constexpr GroupKey kGroupKeys[] = {
+    {"moe_groups", &MoeSpec::groups,
+     "Group-limited routing (DeepSeek-V3's noaux_tc; HF n_group): the experts in this many groups "
+     "of consecutive indices, each scored by the sum of its two best scores plus biases; a token "
+     "chooses its moe_top_k among the experts of the moe_top_groups best groups only. 1: no "
+     "groups. Above 1 only with moe_router = \"sigmoid\" (V3: 8 groups of 32)."},
+    {"moe_top_groups", &MoeSpec::top_groups,
+     "The groups a token's experts may come from (HF topk_group; V3: 4 of 8); at most moe_groups, "
+     "and enough for moe_top_k experts."},
+};
+
 }  // namespace
 
 void add_model_keys(std::vector<KeySpec>& k) {
@@ -210,6 +227,9 @@ void add_model_keys(std::vector<KeySpec>& k) {
                           "the bias stays as it is. Only with moe_router = \"sigmoid\"; not part of "
                           "the checkpoint's model, so a resume may change it.",
                           [](Config& c, double v) { c.model.moe.bias_update_rate = v; }));
+    for (const GroupKey& g : kGroupKeys)
+      k.push_back(int_key("model", g.key, 1, 1, 1 << 16, g.doc,
+                          [field = g.field](Config& c) -> auto& { return c.model.moe.*field; }));
     k.push_back(float_key("model", "moe_capacity_factor", "0.0", 0.0, false,
                           "0: dropless, every choice computed (exact, the same on every layout). "
                           "Else each expert takes at most ceil(factor x tokens x top_k / "

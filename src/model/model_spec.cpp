@@ -115,6 +115,8 @@ std::vector<std::pair<const char*, std::string>> moe_field_values(const ModelSpe
       {"moe_route_scale", toml_float(m.route_scale)},
       {"moe_bias_update_rate", toml_float(m.bias_update_rate)},
       {"moe_capacity_factor", toml_float(m.capacity_factor)},
+      {"moe_groups", std::to_string(m.groups)},
+      {"moe_top_groups", std::to_string(m.top_groups)},
   };
 }
 

@@ -162,6 +162,13 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.moe.router = RouterKind::Sigmoid;
     m.moe.route_scale = 2.5;
     m.moe.bias_update_rate = 0.01;
+  } else if (name == "moe_grouped") {
+    // DeepSeek-V3's group-limited routing on the sigmoid router: 8 experts in 4 groups of 2, each
+    // token's top 2 from the best 2 groups (ranked with the expert bias the job moves).
+    m = model_variant("moe_sigmoid", m);
+    m.moe.experts = 8;
+    m.moe.groups = 4;
+    m.moe.top_groups = 2;
   } else if (name == "moe_skewed") {
     // Eight experts (ep 2 and 4 hold 4 and 2 each) and no balancing loss to even them out.
     m = model_variant("moe", m);
@@ -287,6 +294,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "moe"),
         on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "moe"),
         on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 1}, 2), "moe_sigmoid"),
+        on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "moe_grouped"),
         // Expert parallelism: over the data ranks, over the context ranks, with ZeRO-3 and full
         // recomputation (the dispatch re-run), and under skewed routing with ZeRO-1.
         on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false}, 2), "moe"),

@@ -65,6 +65,11 @@ struct MoeSpec {
   // Tokens an expert takes per micro-batch on a rank: ceil(factor x local tokens x top_k / E);
   // 0: dropless (model/moe_routing.h has the drop policy).
   double capacity_factor = 0;
+  // Group-limited routing (DeepSeek-V3's noaux_tc, HF n_group / topk_group; sigmoid router
+  // only): the experts in `groups` groups of consecutive indices, and a token chooses among the
+  // experts of its `top_groups` best groups only (model/moe_routing.h). 1 / 1: every expert.
+  int64_t groups = 1;
+  int64_t top_groups = 1;
   auto operator<=>(const MoeSpec&) const = default;
 };
 
