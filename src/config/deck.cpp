@@ -148,6 +148,31 @@ void check_attention_fields(const Config& c, const DeckFail& fail) {
   }
 }
 
+// Group-limited routing (model.moe_groups, model.moe_top_groups): whole groups of at least two
+// experts (a group's score sums its two best), enough eligible experts for top_k, and the
+// sigmoid router's keys to rank groups by (DeepSeek-V3's; a softmax router has no such rule).
+void check_expert_groups(const MoeSpec& moe, const DeckFail& fail) {
+  const std::string groups = "model.moe_groups = " + std::to_string(moe.groups),
+                    top_groups = "model.moe_top_groups = " + std::to_string(moe.top_groups);
+  if (moe.top_groups > moe.groups)
+    fail(top_groups + " exceeds " + groups + " (a token's experts come from top_groups of the "
+         "groups: 1 to " + std::to_string(moe.groups) + ")");
+  if (moe.groups == 1) return;
+  if (moe.router != RouterKind::Sigmoid)
+    fail(groups + " with model.moe_router = \"" + std::string(router_name(moe.router)) +
+         "\": group-limited routing ranks groups by the sigmoid router's scores plus its expert "
+         "bias (DeepSeek-V3's noaux_tc); set model.moe_router = \"sigmoid\", or moe_groups = 1");
+  if (moe.experts % moe.groups != 0 || moe.experts / moe.groups < 2)
+    fail(groups + " does not split model.moe_experts = " + std::to_string(moe.experts) +
+         " into whole groups of two or more experts (a group's score is the sum of its two best; "
+         "accepted: a divisor of moe_experts up to moe_experts / 2)");
+  const int64_t eligible = moe.top_groups * (moe.experts / moe.groups);
+  if (eligible < moe.top_k)
+    fail(top_groups + " leaves " + std::to_string(eligible) + " experts to choose from, fewer than "
+         "model.moe_top_k = " + std::to_string(moe.top_k) + " (need top_groups x moe_experts / "
+         "moe_groups >= moe_top_k)");
+}
+
 // The mixture of experts' keys: only with model.feed_forward = "moe", and consistent.
 void check_feed_forward_fields(const Config& c, const DeckFail& fail) {
   const MoeSpec& moe = c.model.moe;
@@ -163,6 +188,7 @@ void check_feed_forward_fields(const Config& c, const DeckFail& fail) {
       fail("model.moe_top_k = " + std::to_string(moe.top_k) + " exceeds model.moe_experts = " +
            std::to_string(moe.experts) + " (each token goes through top_k distinct experts: "
            "top_k must be 1 to " + std::to_string(moe.experts) + ")");
+    check_expert_groups(moe, fail);
     if (moe.first_dense_layers >= c.model.layers)
       fail("model.moe_first_dense_layers = " + std::to_string(moe.first_dense_layers) +
            " leaves no mixture-of-experts layer among model.layers = " +

@@ -19,6 +19,49 @@ std::string family_help() {
   return s + ".";
 }
 
+// YaRN's coefficients (HF rope_scaling's keys of the same names, model/model_spec.h: RopeSpec):
+// finite numbers > 0 (above_zero) or >= 0, 0 standing for an absent key.
+struct YarnKey {
+  const char* key;
+  const char* default_text;
+  bool above_zero;
+  double RopeSpec::*field;
+  const char* doc;
+};
+constexpr YarnKey kYarnKeys[] = {
+    {"rope_beta_fast", "32.0", true, &RopeSpec::beta_fast,
+     "YaRN: pairs turning more often than this over the original context keep their frequency "
+     "(HF beta_fast; must exceed rope_beta_slow)."},
+    {"rope_beta_slow", "1.0", true, &RopeSpec::beta_slow,
+     "YaRN: pairs turning less often than this are divided by rope_factor (HF beta_slow)."},
+    {"rope_mscale", "0.0", false, &RopeSpec::mscale,
+     "YaRN: HF mscale, the numerator's coefficient of the attention factor with "
+     "rope_mscale_all_dim (0: absent)."},
+    {"rope_mscale_all_dim", "0.0", false, &RopeSpec::mscale_all_dim,
+     "YaRN: HF mscale_all_dim, the attention factor's denominator's coefficient, and DeepSeek's "
+     "softmax factor (0: absent)."},
+    {"rope_attention_factor", "0.0", false, &RopeSpec::attention_factor,
+     "YaRN: the factor on cos and sin (HF attention_factor; 0: derived, 0.1 ln(rope_factor) + 1 "
+     "without the mscales)."},
+};
+
+// Group-limited routing's two keys (model/moe_routing.h), both defaulting to 1: no groups.
+struct GroupKey {
+  const char* key;
+  int64_t MoeSpec::*field;
+  const char* doc;
+};
+constexpr GroupKey kGroupKeys[] = {
+    {"moe_groups", &MoeSpec::groups,
+     "Group-limited routing (DeepSeek-V3's noaux_tc; HF n_group): the experts in this many groups "
+     "of consecutive indices, each scored by the sum of its two best scores plus biases; a token "
+     "chooses its moe_top_k among the experts of the moe_top_groups best groups only. 1: no "
+     "groups. Above 1 only with moe_router = \"sigmoid\" (V3: 8 groups of 32)."},
+    {"moe_top_groups", &MoeSpec::top_groups,
+     "The groups a token's experts may come from (HF topk_group; V3: 4 of 8); at most moe_groups, "
+     "and enough for moe_top_k experts."},
+};
+
 }  // namespace
 
 void add_model_keys(std::vector<KeySpec>& k) {
@@ -65,14 +108,18 @@ void add_model_keys(std::vector<KeySpec>& k) {
                           [](Config& c, double v) { c.model.rope.theta = v; }));
     k.push_back(choice_key("model", "rope_scaling", "none",
                            {rope_scaling_name(RopeScalingKind::None),
-                            rope_scaling_name(RopeScalingKind::Llama3)},
+                            rope_scaling_name(RopeScalingKind::Llama3),
+                            rope_scaling_name(RopeScalingKind::Yarn)},
                            "Rotary frequency scaling (HF rope_scaling.rope_type): \"llama3\" "
-                           "stretches long wavelengths by rope_factor (Llama 3.1, 3.2).",
+                           "stretches long wavelengths by rope_factor (Llama 3.1, 3.2); \"yarn\" "
+                           "divides slow pairs' frequencies by rope_factor between rope_beta_fast "
+                           "and rope_beta_slow turns and scales cos and sin (Qwen 3, DeepSeek-V3).",
                            [](Config& c, const std::string& v) {
                              parse_rope_scaling(v, c.model.rope.scaling);
                            }));
     k.push_back(float_key("model", "rope_factor", "8.0", 0.0, true,
-                          "Llama 3 scaling: how far long wavelengths stretch (3.1: 8, 3.2: 32).",
+                          "Llama 3 and YaRN scaling: how far long wavelengths stretch (Llama 3.1: 8, "
+                          "3.2: 32; YaRN: the context's stretch, >= 1).",
                           [](Config& c, double v) { c.model.rope.factor = v; }));
     k.push_back(float_key("model", "rope_low_freq_factor", "1.0", 0.0, true,
                           "Llama 3 scaling: wavelengths beyond original / this are stretched.",
@@ -81,9 +128,15 @@ void add_model_keys(std::vector<KeySpec>& k) {
                           "Llama 3 scaling: wavelengths below original / this are kept.",
                           [](Config& c, double v) { c.model.rope.high_freq_factor = v; }));
     k.push_back(int_key("model", "rope_original_max_positions", 8192, 1, 1 << 30,
-                        "Llama 3 scaling: the context it was trained at (HF "
+                        "Llama 3 and YaRN scaling: the context it was trained at (HF "
                         "original_max_position_embeddings).",
                         [](Config& c) -> auto& { return c.model.rope.original_max_positions; }));
+    for (const YarnKey& y : kYarnKeys)
+      k.push_back(float_key("model", y.key, y.default_text, 0.0, y.above_zero, y.doc,
+                            [field = y.field](Config& c, double v) { c.model.rope.*field = v; }));
+    k.push_back(bool_key("model", "rope_truncate", true,
+                         "YaRN: the ramp's ends rounded to whole pairs (HF truncate).",
+                         [](Config& c, bool v) { c.model.rope.truncate = v; }));
     k.push_back(choice_key("model", "activation", "gelu_tanh",
                            {activation_name(ActivationKind::GeluTanh),
                             activation_name(ActivationKind::SwiGlu)},
@@ -174,6 +227,9 @@ void add_model_keys(std::vector<KeySpec>& k) {
                           "the bias stays as it is. Only with moe_router = \"sigmoid\"; not part of "
                           "the checkpoint's model, so a resume may change it.",
                           [](Config& c, double v) { c.model.moe.bias_update_rate = v; }));
+    for (const GroupKey& g : kGroupKeys)
+      k.push_back(int_key("model", g.key, 1, 1, 1 << 16, g.doc,
+                          [field = g.field](Config& c) -> auto& { return c.model.moe.*field; }));
     k.push_back(float_key("model", "moe_capacity_factor", "0.0", 0.0, false,
                           "0: dropless, every choice computed (exact, the same on every layout). "
                           "Else each expert takes at most ceil(factor x tokens x top_k / "

@@ -60,7 +60,8 @@ constexpr Named<NormKind> kNorms[] = {{NormKind::Layer, "layernorm"}, {NormKind:
 constexpr Named<PositionKind> kPositions[] = {{PositionKind::Learned, "learned"},
                                                {PositionKind::Rotary, "rotary"}};
 constexpr Named<RopeScalingKind> kRopeScalings[] = {{RopeScalingKind::None, "none"},
-                                                    {RopeScalingKind::Llama3, "llama3"}};
+                                                    {RopeScalingKind::Llama3, "llama3"},
+                                                    {RopeScalingKind::Yarn, "yarn"}};
 constexpr Named<ActivationKind> kActivations[] = {{ActivationKind::GeluTanh, "gelu_tanh"},
                                                    {ActivationKind::SwiGlu, "swiglu"}};
 constexpr Named<FeedForwardKind> kFeedForwards[] = {{FeedForwardKind::Dense, "dense"},
@@ -114,6 +115,8 @@ std::vector<std::pair<const char*, std::string>> moe_field_values(const ModelSpe
       {"moe_route_scale", toml_float(m.route_scale)},
       {"moe_bias_update_rate", toml_float(m.bias_update_rate)},
       {"moe_capacity_factor", toml_float(m.capacity_factor)},
+      {"moe_groups", std::to_string(m.groups)},
+      {"moe_top_groups", std::to_string(m.top_groups)},
   };
 }
 
@@ -129,6 +132,12 @@ std::vector<std::pair<const char*, std::string>> field_values(const ModelSpec& m
       {"rope_low_freq_factor", toml_float(m.rope.low_freq_factor)},
       {"rope_high_freq_factor", toml_float(m.rope.high_freq_factor)},
       {"rope_original_max_positions", std::to_string(m.rope.original_max_positions)},
+      {"rope_beta_fast", toml_float(m.rope.beta_fast)},
+      {"rope_beta_slow", toml_float(m.rope.beta_slow)},
+      {"rope_mscale", toml_float(m.rope.mscale)},
+      {"rope_mscale_all_dim", toml_float(m.rope.mscale_all_dim)},
+      {"rope_attention_factor", toml_float(m.rope.attention_factor)},
+      {"rope_truncate", m.rope.truncate ? "true" : "false"},
       {"activation", quoted(activation_name(m.activation))},
       {"feed_forward", quoted(feed_forward_name(m.feed_forward))},
       {"bias", m.linear_bias ? "true" : "false"},

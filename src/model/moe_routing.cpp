@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -17,6 +18,52 @@ void check_spec(const MoeSpec& spec) {
     throw std::invalid_argument("moe routing: top_k " + std::to_string(spec.top_k) +
                                 " of " + std::to_string(spec.experts) +
                                 " experts (need 1 <= top_k <= experts)");
+  if (spec.groups == 1 && spec.top_groups == 1) return;
+  // The deck refuses these first (config/deck.cpp), naming its keys.
+  const bool grouped_ok = spec.router == RouterKind::Sigmoid && spec.groups >= 1 &&
+                          spec.experts % spec.groups == 0 && spec.experts / spec.groups >= 2 &&
+                          spec.top_groups >= 1 && spec.top_groups <= spec.groups &&
+                          spec.top_groups * (spec.experts / spec.groups) >= spec.top_k;
+  if (!grouped_ok)
+    throw std::invalid_argument("moe routing: " + std::to_string(spec.experts) + " experts in " +
+                                std::to_string(spec.groups) + " groups, top " +
+                                std::to_string(spec.top_groups) + " groups, top_k " +
+                                std::to_string(spec.top_k) +
+                                " (need the sigmoid router, groups of >= 2 experts dividing them, "
+                                "1 <= top_groups <= groups and top_k within the top groups)");
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// DeepSeek-V3's group limit (noaux_tc; Hugging Face's DeepseekV3MoE.route_tokens_to_experts):
+// a group's score is the sum of its two largest keys, the top_groups best groups stay eligible
+// (the larger score first, the lower group index among equals: Hugging Face's topk leaves ties
+// unspecified), and every other expert's key becomes -inf, so that the top-k below never takes it.
+void keep_best_groups(std::vector<double>& key, const MoeSpec& spec, std::vector<int32_t>& group_order,
+                      std::vector<double>& group_score) {
+  const int64_t G = spec.groups, size = spec.experts / G;
+  for (int64_t g = 0; g < G; ++g) {
+    const double* k = key.data() + g * size;
+    double first = -kInf, second = -kInf;
+    for (int64_t e = 0; e < size; ++e)
+      if (k[e] > first) {
+        second = first;
+        first = k[e];
+      } else if (k[e] > second) {
+        second = k[e];
+      }
+    group_score[static_cast<size_t>(g)] = first + second;
+  }
+  std::iota(group_order.begin(), group_order.end(), 0);
+  std::partial_sort(group_order.begin(), group_order.begin() + spec.top_groups, group_order.end(),
+                    [&](int32_t a, int32_t b) {
+                      const double sa = group_score[static_cast<size_t>(a)], sb = group_score[static_cast<size_t>(b)];
+                      return sa > sb || (sa == sb && a < b);
+                    });
+  for (int64_t j = spec.top_groups; j < G; ++j) {
+    const int64_t g = group_order[static_cast<size_t>(j)];
+    std::fill(key.begin() + g * size, key.begin() + (g + 1) * size, -kInf);
+  }
 }
 
 // The expert-sorted order from the choices: counting sort by expert, tokens in order within one.
@@ -86,6 +133,8 @@ Routing route_tokens(const double* logits, int64_t tokens, const MoeSpec& spec,
   r.gate.resize(static_cast<size_t>(tokens * k));
   std::vector<int32_t> order(static_cast<size_t>(E));
   std::vector<double> key(static_cast<size_t>(E));
+  std::vector<int32_t> group_order(static_cast<size_t>(spec.groups));
+  std::vector<double> group_score(static_cast<size_t>(spec.groups));
   for (int64_t t = 0; t < tokens; ++t) {
     const double* l = logits + t * E;
     double* p = r.probs.data() + t * E;
@@ -118,6 +167,7 @@ Routing route_tokens(const double* logits, int64_t tokens, const MoeSpec& spec,
     // equal), on score plus bias for the sigmoid: the larger first, the lower index among equals.
     for (int64_t e = 0; e < E; ++e)
       key[static_cast<size_t>(e)] = sigmoid ? score[e] + (expert_bias ? expert_bias[e] : 0.0) : l[e];
+    if (spec.groups > 1) keep_best_groups(key, spec, group_order, group_score);
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
       const double ka = key[static_cast<size_t>(a)], kb = key[static_cast<size_t>(b)];

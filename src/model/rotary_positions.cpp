@@ -10,13 +10,29 @@ RopeFrequencies rope_frequencies(const RopeSpec& rope) {
   if (rope.scaling == RopeScalingKind::Llama3)
     f.llama3 = Llama3RopeScaling{rope.factor, rope.low_freq_factor, rope.high_freq_factor,
                                  rope.original_max_positions};
+  if (rope.scaling == RopeScalingKind::Yarn)
+    f.yarn = YarnRopeScaling{.factor = rope.factor,
+                             .original_max_position_embeddings = rope.original_max_positions,
+                             .beta_fast = rope.beta_fast,
+                             .beta_slow = rope.beta_slow,
+                             .mscale = rope.mscale,
+                             .mscale_all_dim = rope.mscale_all_dim,
+                             .attention_factor = rope.attention_factor,
+                             .truncate = rope.truncate};
   return f;
+}
+
+double yarn_softmax_mscale(const RopeSpec& rope) {
+  if (rope.scaling != RopeScalingKind::Yarn || rope.mscale_all_dim == 0) return 1.0;
+  const double m = yarn_mscale(rope.factor, rope.mscale_all_dim);
+  return m * m;
 }
 
 RotaryPositions::RotaryPositions(const LayerContext& ctx, const ModelSpec& spec,
                                  int64_t local_heads, int64_t local_kv_heads)
     : ctx_(ctx),
       inv_freq_(rope_inverse_frequencies(spec.head_dim(), rope_frequencies(spec.rope))),
+      amplitude_(rope_amplitude(rope_frequencies(spec.rope))),
       seq_len_(spec.seq_len),
       heads_(spec.heads),
       kv_heads_(spec.kv_heads()),
@@ -26,7 +42,7 @@ RotaryPositions::RotaryPositions(const LayerContext& ctx, const ModelSpec& spec,
 const RotaryTable& RotaryPositions::table(DType activations) {
   if (!table_ || table_->first != activations)
     table_.emplace(activations, make_rotary_table(*ctx_.backend, inv_freq_, seq_len_, activations,
-                                                  MemoryCategory::Workspace));
+                                                  MemoryCategory::Workspace, amplitude_));
   return table_->second;
 }
 

@@ -527,8 +527,8 @@ class HfLlama(harness.Case):
                 "model.safetensors: tensor model.layers.0.self_attn.v_proj.weight is missing")
         extra = dict(arrays, **{"model.layers.2.input_layernorm.weight": arrays["model.norm.weight"]})
         refused(variant("extra", tensors=extra), "tensor model.layers.2.input_layernorm.weight (32,) is not part of")
-        rope = dict(LLAMA, rope_scaling={"rope_type": "yarn", "factor": 4.0})
-        refused(variant("rope", config=rope), 'config.json: rope_scaling.rope_type = "yarn" (meshtrain computes')
+        rope = dict(LLAMA, rope_scaling={"rope_type": "longrope", "factor": 4.0})
+        refused(variant("rope", config=rope), 'config.json: rope_scaling.rope_type = "longrope" (meshtrain computes')
         refused(variant("act", config=dict(LLAMA, hidden_act="gelu")), 'hidden_act = "gelu"')
         refused(variant("qbias", config=dict(QWEN3, attention_bias=True)), "attention_bias = true (Qwen 3")
         refused(variant("mbias", config=dict(LLAMA, attention_bias=True)),

@@ -70,6 +70,11 @@ def train(*sets):
     return args
 
 
+def train_moe(*sets):
+    """`train {deck}` on a Llama mixture of experts, with --set overrides."""
+    return train("model.family=\"llama\"", "model.feed_forward=\"moe\"", *sets)
+
+
 def evaluate(checkpoint, *sets):
     return ["eval", "{deck}", "--checkpoint", checkpoint, "--set", 'data.val="synthetic"'] + \
         [a for s in sets for a in ("--set", s)]
@@ -939,6 +944,23 @@ CATALOGUE = [
         ["{fp8}/f8_e5m2/model.safetensors: tensor 'transformer.h.0.mlp.c_fc.weight' has dtype \"F8_E5M2\", "
          "which this reader does not accept (accepted: F32, F16, BF16 or F8_E4M3)"], needs=["fp8"],
         then=nothing_imported),
+    # issue 53 (yarn): YaRN's rotary keys and group-limited routing's, refused by key and value
+    # with what would be accepted.
+    row("deck", "yarn beta_fast not above beta_slow", 2,
+        train("model.family=\"qwen3\"", "model.rope_scaling=\"yarn\"", "model.rope_beta_fast=1.0"), 1,
+        ["deck.toml: model.rope_*: rotary embedding: rope_scaling.beta_fast = 1 is not accepted (a "
+         "number of turns above beta_slow 1, e.g. 32)"]),
+    row("deck", "yarn factor below 1", 2,
+        train("model.family=\"llama\"", "model.rope_scaling=\"yarn\"", "model.rope_factor=0.5"), 1,
+        ["deck.toml: model.rope_*: rotary embedding: rope_scaling.factor = 0.5 is not accepted (YaRN "
+         "stretches the context by a number >= 1"]),
+    row("deck", "moe groups with the softmax router", 2,
+        train_moe("model.moe_experts=8", "model.moe_groups=4", "model.moe_top_groups=2"), 1,
+        ["deck.toml: model.moe_groups = 4 with model.moe_router = \"softmax\"",
+         "set model.moe_router = \"sigmoid\", or moe_groups = 1"]),
+    row("deck", "moe top groups holding fewer experts than top_k", 2, train_moe(
+        "model.moe_router=\"sigmoid\"", "model.moe_experts=8", "model.moe_groups=4", "model.moe_top_k=3"), 1,
+        ["deck.toml: model.moe_top_groups = 1 leaves 2 experts to choose from, fewer than model.moe_top_k = 3"]),
 ]
 
 

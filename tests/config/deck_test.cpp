@@ -219,7 +219,10 @@ TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
            {"model.norm_eps=0", "model.norm_eps = 0 is out of range (expected finite number > 0)"},
            {"model.bias=1", "model.bias = 1 is an integer (expected true or false)"},
            {"model.positions=\"alibi\"", "(expected one of \"learned\", \"rotary\")"},
-           {"model.rope_scaling=\"yarn\"", "(expected one of \"none\", \"llama3\")"},
+           {"model.rope_scaling=\"ntk\"", "(expected one of \"none\", \"llama3\", \"yarn\")"},
+           {"model.rope_beta_slow=0", "model.rope_beta_slow = 0 is out of range (expected finite number > 0)"},
+           {"model.rope_mscale=-1", "model.rope_mscale = -1 is out of range (expected finite number >= 0)"},
+           {"model.moe_groups=0", "model.moe_groups = 0 is out of range (expected integer from 1 to 65536)"},
            {"model.feed_forward=\"mixture\"", "(expected one of \"dense\", \"moe\")"},
            {"model.moe_top_k=0", "model.moe_top_k = 0 is out of range"},
            {"model.moe_aux_loss=-0.5", "model.moe_aux_loss = -0.5 is out of range"},
@@ -255,6 +258,21 @@ TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
             std::string::npos);
   EXPECT_NE(refusal(moe + "moe_capacity_factor = -1.0\n").find("model.moe_capacity_factor = -1.0 is out of range"),
             std::string::npos);
+  // Group-limited routing: the sigmoid router's, whole groups of two or more, enough experts in
+  // the top groups for top_k.
+  const std::string grouped = moe + "moe_router = \"sigmoid\"\nmoe_experts = 8\n";
+  EXPECT_EQ(refusal(grouped + "moe_groups = 4\nmoe_top_groups = 2\n"), "");
+  for (const auto& [deck, words] : std::vector<std::pair<std::string, std::string>>{
+           {moe + "moe_experts = 8\nmoe_groups = 4\nmoe_top_groups = 2\n",
+            "model.moe_groups = 4 with model.moe_router = \"softmax\""},
+           {grouped + "moe_groups = 3\n", "model.moe_groups = 3 does not split model.moe_experts = 8"},
+           {grouped + "moe_groups = 8\n", "into whole groups of two or more experts"},
+           {grouped + "moe_groups = 2\nmoe_top_groups = 3\n", "model.moe_top_groups = 3 exceeds model.moe_groups = 2"},
+           {grouped + "moe_groups = 4\nmoe_top_k = 3\n",
+            "model.moe_top_groups = 1 leaves 2 experts to choose from, fewer than model.moe_top_k = 3"},
+           {"[model]\nmoe_groups = 2\n", "model.moe_* keys are given but model.feed_forward is \"dense\""},
+       })
+    EXPECT_NE(refusal(deck).find(words), std::string::npos) << deck << ": " << refusal(deck);
   EXPECT_EQ(refusal(moe + "moe_bias_update_rate = 0.001\n"), "") << "the default, as an effective configuration prints it";
   EXPECT_NE(refusal(moe + "moe_bias_update_rate = 0.0\n").find(
                 "model.moe_bias_update_rate is given but model.moe_router is \"softmax\""),

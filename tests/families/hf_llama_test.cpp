@@ -143,6 +143,91 @@ TEST(HfLlama, ConfigJsonReadsBackAsTheSameModel) {
   EXPECT_THROW(hf_llama_architecture(gelu, "ck.h5"), std::runtime_error);
 }
 
+// Qwen 3 and Llama with rope_type "yarn", in rope_scaling and in transformers 5's
+// rope_parameters: every key read, transformers' defaults where absent, written back.
+TEST(HfLlama, ReadsAndWritesYarnInBothRopeForms) {
+  json j = llama_config();
+  j["model_type"] = "qwen3";
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 1024}};
+  ModelSpec m = spec_of(j);
+  EXPECT_EQ(m.rope.scaling, RopeScalingKind::Yarn);
+  EXPECT_EQ(m.rope.factor, 4.0);
+  EXPECT_EQ(m.rope.original_max_positions, 1024);
+  EXPECT_EQ(m.rope.beta_fast, 32.0);
+  EXPECT_EQ(m.rope.beta_slow, 1.0);
+  EXPECT_EQ(m.rope.mscale, 0.0);
+  EXPECT_EQ(m.rope.attention_factor, 0.0);
+  EXPECT_TRUE(m.rope.truncate);
+  json out = json::parse(hf_llama_config_json(m, "float32", -1, -1));
+  EXPECT_EQ(out["architectures"], json::array({"Qwen3ForCausalLM"}));
+  EXPECT_EQ(out["rope_scaling"]["rope_type"], "yarn");
+  EXPECT_FALSE(out["rope_scaling"].contains("mscale"));  // absent stays absent
+  EXPECT_EQ(spec_of(out), m);
+
+  // transformers 5's form, every optional key given (DeepSeek-style mscales), on Llama.
+  j = llama_config();
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 40.0},
+                          {"original_max_position_embeddings", 4096}, {"beta_fast", 16.0},
+                          {"beta_slow", 2.0}, {"mscale", 0.707}, {"mscale_all_dim", 1.0},
+                          {"attention_factor", 1.5}, {"truncate", false}};
+  m = spec_of(j);
+  EXPECT_EQ(m.family, "llama");
+  EXPECT_EQ(m.rope.scaling, RopeScalingKind::Yarn);
+  EXPECT_EQ(m.rope.mscale, 0.707);
+  EXPECT_FALSE(m.rope.truncate);
+  // Written back key for key (rope_theta beside it, as for every rope type).
+  out = json::parse(hf_llama_config_json(m, "float32", -1, -1));
+  json written = j["rope_parameters"];
+  written.erase("rope_theta");
+  EXPECT_EQ(out["rope_scaling"], written);
+  EXPECT_EQ(out["rope_theta"], 10000.0);
+  EXPECT_EQ(spec_of(out), m);
+
+  // As transformers standardises: a top-level original_max_position_embeddings first, else
+  // max_position_embeddings; a null factor is max_position_embeddings / original.
+  j = llama_config();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", nullptr}};
+  j["max_position_embeddings"] = 4096;
+  m = spec_of(j);
+  EXPECT_EQ(m.rope.original_max_positions, 4096);
+  EXPECT_EQ(m.rope.factor, 1.0);
+  j["original_max_position_embeddings"] = 1024;
+  j["rope_scaling"]["original_max_position_embeddings"] = 2048;
+  m = spec_of(j);
+  EXPECT_EQ(m.rope.original_max_positions, 1024);
+  EXPECT_EQ(m.rope.factor, 4.0);
+}
+
+TEST(HfLlama, RefusesYarnSettingsByName) {
+  const auto refused = [](const json& rope, const std::string& words) {
+    json j = llama_config();
+    j["rope_scaling"] = rope;
+    EXPECT_NE(refusal(j).find(words), std::string::npos) << refusal(j);
+  };
+  const json yarn = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 1024}};
+  json bad = yarn;
+  bad["factor"] = 0.5;
+  refused(bad, "config.json: rope_scaling.factor = 0.5 (YaRN stretches the context by a factor >= 1");
+  bad = yarn;
+  bad["beta_fast"] = 1.0;
+  refused(bad, "config.json: rope_scaling.beta_fast = 1.0 (a number of turns above beta_slow = 1.0)");
+  bad = yarn;
+  bad["mscale"] = -1;
+  refused(bad, "rope_scaling.mscale = -1 (expected a number >= 0)");
+  bad = yarn;
+  bad["truncate"] = "no";
+  refused(bad, "rope_scaling.truncate = \"no\" (expected true or false)");
+  bad = yarn;
+  bad["original_max_position_embeddings"] = 0;
+  refused(bad, "rope_scaling.original_max_position_embeddings = 0");
+  for (const char* other : {"linear", "dynamic", "longrope"}) {
+    bad = yarn;
+    bad["rope_type"] = other;
+    refused(bad, std::string("rope_scaling.rope_type = \"") + other + "\" (meshtrain computes rotary");
+  }
+}
+
 TEST(HfShards, ParsesSizesAsTransformersDoes) {
   EXPECT_EQ(parse_shard_size("5GB"), 5000000000ull);
   EXPECT_EQ(parse_shard_size("500MB"), 500000000ull);

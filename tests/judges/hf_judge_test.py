@@ -58,12 +58,14 @@ _MOE = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention
 
 def case_configs():
     """{case: (config, save dtype, max_shard_size or None)}: every family and the variants its
-    import must hold (GQA, the llama3 rotary scaling, tied and untied, q/k norm with head_dim !=
-    hidden / heads, experts with and without renormalised top-k, dense first blocks)."""
+    import must hold (GQA, the llama3 and yarn rotary scalings, tied and untied, q/k norm with
+    head_dim != hidden / heads, experts with and without renormalised top-k, dense first blocks)."""
     t = transformers
     llama3_rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 4.0,
                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                    "original_max_position_embeddings": 16}
+    yarn_rope = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                 "original_max_position_embeddings": 512}
     return {
         "gpt2_fp32_sharded": (t.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2,
                                            n_head=4, bos_token_id=VOCAB - 1,
@@ -76,6 +78,12 @@ def case_configs():
         "qwen3_head_dim_bf16": (t.Qwen3Config(**dict(_DENSE, hidden_size=32, intermediate_size=80),
                                               head_dim=16, tie_word_embeddings=True),
                                 torch.bfloat16, None),
+        # YaRN (rope_type "yarn", no mscale keys: cos and sin times 0.1 ln 4 + 1): with head_dim
+        # 16, theta 10000 and original 512 the ramp runs over pairs 0 to 4 of 8.
+        "qwen3_yarn_fp32": (t.Qwen3Config(**dict(_DENSE, hidden_size=32, intermediate_size=80),
+                                          head_dim=16, tie_word_embeddings=False,
+                                          rope_parameters=yarn_rope),
+                            torch.float32, None),
         "mixtral_fp32": (t.MixtralConfig(**_MOE, intermediate_size=24, num_local_experts=4,
                                          num_experts_per_tok=2, tie_word_embeddings=False),
                          torch.float32, "40KB"),

@@ -367,6 +367,32 @@ TEST(GradientCheck, MixtureOfExpertsSigmoidRouterWithABiasEveryElement) {
   check_all_gradients(h, Recompute::None, Objective::Train);
 }
 
+// DeepSeek-V3's group-limited routing (noaux_tc): 8 experts in 4 groups, the experts of the best
+// 2 groups eligible for each token's top 2. The group choice is discrete like the top k: the
+// gradient flows through the chosen sigmoid scores as without groups (the perturbations, 1e-5,
+// move no token's groups here), and the limit changes the experts tokens reach.
+void sigmoid_moe_block(ModelSpec& m) {
+  moe_block(m);
+  m.moe.experts = 8;
+  m.moe.router = RouterKind::Sigmoid;
+  m.moe.route_scale = 2.5;
+}
+
+TEST(GradientCheck, MixtureOfExpertsGroupLimitedRoutingEveryElement) {
+  auto loads = [](Harness& h) {
+    h.loss_and_grads(Recompute::None);
+    return h.model->moe_log().take();
+  };
+  Harness plain(false, 15, sigmoid_moe_block);
+  Harness h(false, 15, [](ModelSpec& m) {
+    sigmoid_moe_block(m);
+    m.moe.groups = 4;
+    m.moe.top_groups = 2;
+  });
+  EXPECT_NE(loads(plain).at(1).tokens, loads(h).at(1).tokens) << "the group limit changes no choice";
+  check_all_gradients(h, Recompute::None, Objective::Train);
+}
+
 // A capacity (model.moe_capacity_factor 1: 8 of the 16 tokens' 32 choices per expert) that drops
 // choices here: a dropped choice adds nothing and gets no gradient, the kept gates are not
 // renormalised, so the router's gradient still reaches the dropped scores through the

@@ -230,6 +230,82 @@ TEST(MoeRouting, SigmoidTiesOnScorePlusBiasGoToTheLowerIndex) {
   EXPECT_EQ(route_tokens(logits.data(), 1, s).choice, (std::vector<int32_t>{0, 1, 2}));
 }
 
+// Group-limited routing (DeepSeek-V3's noaux_tc): 8 experts in 4 groups of 2, the experts of
+// the best 2 groups eligible, a group scored by the sum of its two keys.
+MoeSpec grouped(double scale = 1.0, bool normalize = true) {
+  MoeSpec s = spec_of(8, 2, normalize, 0.0, 0.0, RouterKind::Sigmoid, scale);
+  s.groups = 4;
+  s.top_groups = 2;
+  return s;
+}
+
+TEST(MoeRouting, GroupsOfTwoGoodExpertsBeatAGroupWithTheOneBest) {
+  // Group 0 holds the best expert (3.0) beside a poor one: 0.953 + 0.047 = 1.0. Groups 1
+  // (2 x 0.731 = 1.462) and 2 (0.622 + 0.599 = 1.221) score higher, group 3 lower (0.388).
+  const std::vector<double> logits = {3.0, -3.0, 1.0, 1.0, 0.5, 0.4, -1.0, -2.0};
+  MoeSpec plain = grouped();
+  plain.groups = plain.top_groups = 1;
+  EXPECT_EQ(route_tokens(logits.data(), 1, plain).choice, (std::vector<int32_t>{0, 2}));
+  const Routing r = route_tokens(logits.data(), 1, grouped());
+  EXPECT_EQ(r.choice, (std::vector<int32_t>{2, 3}));
+  // Three eligible groups: group 0's best expert is back.
+  MoeSpec three = grouped();
+  three.top_groups = 3;
+  EXPECT_EQ(route_tokens(logits.data(), 1, three).choice, (std::vector<int32_t>{0, 2}));
+  // The other experts' keys are out of reach, whatever their score: with top_k 4 the two
+  // eligible groups give all four choices, ordered by key.
+  MoeSpec four = grouped();
+  four.top_k = 4;
+  EXPECT_EQ(route_tokens(logits.data(), 1, four).choice, (std::vector<int32_t>{2, 3, 4, 5}));
+}
+
+TEST(MoeRouting, EqualGroupScoresGoToTheLowerGroup) {
+  // Every score 0.5; biases (exact in binary) give groups 0, 1 and 2 the same score, 1.25
+  // (0.75 + 0.5 twice, 0.875 + 0.375), group 3 less. Groups 0 and 1 are kept: experts 0 and 3
+  // (keys 0.75). Groups 0 and 2 would give experts 4 and 0, groups 1 and 2 experts 4 and 3, and
+  // no group limit experts 4 and 0.
+  const std::vector<double> logits(8, 0.0);
+  const std::vector<double> bias = {0.25, 0.0, 0.0, 0.25, 0.375, -0.125, -0.5, -0.5};
+  EXPECT_EQ(route_tokens(logits.data(), 1, grouped(), bias.data()).choice, (std::vector<int32_t>{0, 3}));
+  // Every key equal: groups 0 and 1, experts 0 and 1.
+  const std::vector<double> flat(8, 0.25);
+  EXPECT_EQ(route_tokens(flat.data(), 1, grouped()).choice, (std::vector<int32_t>{0, 1}));
+}
+
+TEST(MoeRouting, GroupsAreRankedWithTheBiasButTheGatesAreUnbiasedAndScaled) {
+  const std::vector<double> logits = {3.0, -3.0, 1.0, 1.0, 0.5, 0.4, -1.0, -2.0};
+  // A bias making group 3 the best (0.269 + 0.119 + 0.5 + 0.7 = 1.588, before group 1's 1.462),
+  // and expert 7 the best within it: of the eligible experts 2, 3, 6 and 7 the choice is 7 and
+  // 6, in that order (keys 0.819 and 0.769 against 0.731).
+  const std::vector<double> bias = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.7};
+  const Routing r = route_tokens(logits.data(), 1, grouped(2.5), bias.data());
+  EXPECT_EQ(r.choice, (std::vector<int32_t>{7, 6}));
+  const double s6 = sigmoid(-1.0), s7 = sigmoid(-2.0);
+  EXPECT_NEAR(r.gate[0], 2.5 * s7 / (s6 + s7), 1e-15);
+  EXPECT_NEAR(r.gate[1], 2.5 * s6 / (s6 + s7), 1e-15);
+  const Routing raw = route_tokens(logits.data(), 1, grouped(2.5, false), bias.data());
+  EXPECT_NEAR(raw.gate[0], 2.5 * s7, 1e-15);
+  EXPECT_NEAR(raw.gate[1], 2.5 * s6, 1e-15);
+  // The balancing loss's probabilities still cover every expert.
+  double total = 0;
+  for (double l : logits) total += sigmoid(l);
+  EXPECT_NEAR(r.probs[0], sigmoid(3.0) / total, 1e-15);
+}
+
+TEST(MoeRouting, RefusesGroupsItCannotRoute) {
+  const std::vector<double> logits(8, 0.0);
+  const auto refused = [&](void (*change)(MoeSpec&)) {
+    MoeSpec s = grouped();
+    change(s);
+    EXPECT_THROW(route_tokens(logits.data(), 1, s), std::invalid_argument);
+  };
+  refused([](MoeSpec& s) { s.router = RouterKind::Softmax; });
+  refused([](MoeSpec& s) { s.groups = 3; });         // 8 experts do not split in 3
+  refused([](MoeSpec& s) { s.groups = 8; });         // groups of one expert have no top two
+  refused([](MoeSpec& s) { s.top_groups = 5; });     // more than the groups
+  refused([](MoeSpec& s) { s.top_groups = 1; s.top_k = 3; });  // 2 eligible experts for 3
+}
+
 TEST(MoeRouting, SigmoidScoresAreExactForLargeLogitsOfEitherSign) {
   // No overflow either side: a logit of -800 scores 0 (not NaN), one of 800 scores 1.
   const std::vector<double> logits = {-800.0, 800.0, 0.0};

@@ -144,6 +144,14 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.ffn_hidden_set = 72;
     m.kv_heads_set = 2;
     m.head_dim_set = 12;
+  } else if (name == "qwen3_yarn") {
+    // Qwen 3's block with YaRN's rotary scaling: cos and sin times 0.1 ln 4 + 1, and with head_dim
+    // 12, theta 1000 and an original context of 4096 the ramp runs from pair 2 to pair 6 (pairs
+    // 3 to 5 blended: YaRN's frequencies do not depend on how far the positions reach).
+    m = model_variant("qwen3", m);
+    m.rope.scaling = RopeScalingKind::Yarn;
+    m.rope.factor = 4.0;
+    m.rope.original_max_positions = 4096;
   } else if (name == "moe") {
     m = testing::tiny_moe(m);
   } else if (name == "moe_sigmoid") {
@@ -154,6 +162,13 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.moe.router = RouterKind::Sigmoid;
     m.moe.route_scale = 2.5;
     m.moe.bias_update_rate = 0.01;
+  } else if (name == "moe_grouped") {
+    // DeepSeek-V3's group-limited routing on the sigmoid router: 8 experts in 4 groups of 2, each
+    // token's top 2 from the best 2 groups (ranked with the expert bias the job moves).
+    m = model_variant("moe_sigmoid", m);
+    m.moe.experts = 8;
+    m.moe.groups = 4;
+    m.moe.top_groups = 2;
   } else if (name == "moe_skewed") {
     // Eight experts (ep 2 and 4 hold 4 and 2 each) and no balancing loss to even them out.
     m = model_variant("moe", m);
@@ -272,12 +287,14 @@ std::vector<Layout> layouts_for(int world) {
         on_model({2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, "llama"),
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "qwen3"),
         on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 0, R::None, {1.0, 0.4}}, "qwen3"),  // shares 6, 2
+        on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "qwen3_yarn"),
         on_model({1, 2, 1, S::OneFOneB, 1, 4, false}, "moe"),
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "moe"),
         on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, "moe"),
         on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "moe"),
         on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "moe"),
         on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 1}, 2), "moe_sigmoid"),
+        on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "moe_grouped"),
         // Expert parallelism: over the data ranks, over the context ranks, with ZeRO-3 and full
         // recomputation (the dispatch re-run), and under skewed routing with ZeRO-1.
         on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false}, 2), "moe"),

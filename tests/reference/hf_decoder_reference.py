@@ -41,9 +41,9 @@ def rope_settings(config):
     kind = params.get("rope_type", params.get("type", "default"))
     if kind == "default":
         return theta, None
-    if kind != "llama3":
-        raise NotImplementedError(f"rope_type {kind!r}: this reference knows 'default' and 'llama3'")
-    return theta, params
+    if kind not in ("llama3", "yarn"):
+        raise NotImplementedError(f"rope_type {kind!r}: this reference knows 'default', 'llama3' and 'yarn'")
+    return theta, dict(params, rope_type=kind)
 
 
 def head_dim(config):
@@ -79,14 +79,18 @@ def rms_norm(x, weight, eps):
 
 def inverse_frequencies(config):
     """The rotary inverse frequencies, (head_dim / 2,): theta^(-2i / d), then, for rope_type
-    "llama3", Llama 3.1's rescaling by wavelength 2 pi / f against the original context L:
-    wavelengths below L / high_freq_factor kept, above L / low_freq_factor divided by `factor`,
-    and between the two a linear blend in L / wavelength of the divided and the kept."""
+    "yarn", YaRN's ramp (deepseek_v3_reference.yarn_inverse_frequencies), and for "llama3",
+    Llama 3.1's rescaling by wavelength 2 pi / f against the original context L: wavelengths
+    below L / high_freq_factor kept, above L / low_freq_factor divided by `factor`, and between
+    the two a linear blend in L / wavelength of the divided and the kept."""
     theta, scaling = rope_settings(config)
     d = head_dim(config)
     inv = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
     if scaling is None:
         return inv
+    if scaling["rope_type"] == "yarn":  # DeepSeek-V3's reference holds YaRN (modeling_rope_utils.py)
+        ds = deepseek_v3()
+        return ds.yarn_inverse_frequencies(config, ds.rope_parameters(config), d)
     factor = float(scaling["factor"])
     low = float(scaling["low_freq_factor"])
     high = float(scaling["high_freq_factor"])
@@ -144,7 +148,10 @@ def attention(x, weights, config, layer):
                                   "full causal attention")
     inv_freq = inverse_frequencies(config)
     positions = np.arange(T)
-    q, k = rotate(q, positions, inv_freq), rotate(k, positions, inv_freq)
+    # YaRN's attention factor multiplies cos and sin (LlamaRotaryEmbedding's attention_scaling).
+    _, scaling = rope_settings(config)
+    amplitude = deepseek_v3().rotary_amplitude(config) if scaling and scaling["rope_type"] == "yarn" else 1.0
+    q, k = amplitude * rotate(q, positions, inv_freq), amplitude * rotate(k, positions, inv_freq)
     group = NH // KVH
     kv_of_head = np.arange(NH) // group  # query head h reads key/value head h // group
     k, v = k[:, kv_of_head], v[:, kv_of_head]

@@ -15,7 +15,7 @@ namespace meshtrain {
 
 enum class NormKind { Layer, Rms };
 enum class PositionKind { Learned, Rotary };
-enum class RopeScalingKind { None, Llama3 };
+enum class RopeScalingKind { None, Llama3, Yarn };
 enum class ActivationKind { GeluTanh, SwiGlu };
 enum class FeedForwardKind { Dense, Moe };
 enum class RouterKind { Softmax, Sigmoid };
@@ -27,12 +27,18 @@ struct NormSpec {
 };
 
 // Rotary positions (Su et al., arXiv 2104.09864) in HF's rotate-half layout: the base and Llama
-// 3's frequency scaling (backend/rotary_table.h).
+// 3's or YaRN's frequency scaling (backend/rotary_table.h).
 struct RopeSpec {
   double theta = 10000.0;
   RopeScalingKind scaling = RopeScalingKind::None;
-  double factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0;  // "llama3" only
-  int64_t original_max_positions = 8192;
+  double factor = 8.0;                                  // "llama3" and "yarn"
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // "llama3" only
+  int64_t original_max_positions = 8192;                 // "llama3" and "yarn"
+  // "yarn" only (HF's rope_scaling keys of the same names; 0 stands for an absent key).
+  double beta_fast = 32.0, beta_slow = 1.0;
+  double mscale = 0.0, mscale_all_dim = 0.0;
+  double attention_factor = 0.0;  // 0: derived from factor and the mscales
+  bool truncate = true;
   auto operator<=>(const RopeSpec&) const = default;
 };
 
@@ -59,6 +65,11 @@ struct MoeSpec {
   // Tokens an expert takes per micro-batch on a rank: ceil(factor x local tokens x top_k / E);
   // 0: dropless (model/moe_routing.h has the drop policy).
   double capacity_factor = 0;
+  // Group-limited routing (DeepSeek-V3's noaux_tc, HF n_group / topk_group; sigmoid router
+  // only): the experts in `groups` groups of consecutive indices, and a token chooses among the
+  // experts of its `top_groups` best groups only (model/moe_routing.h). 1 / 1: every expert.
+  int64_t groups = 1;
+  int64_t top_groups = 1;
   auto operator<=>(const MoeSpec&) const = default;
 };
 

@@ -8,6 +8,10 @@
 // - sigmoid (DeepSeek-V3, arXiv 2412.19437, eqs. 15-16): scores s = sigmoid(logits), the top k
 //   chosen by s_e + b_e, where b is the per-expert bias of auxiliary-loss-free balancing
 //   (model/expert_bias.h): it only chooses, so no gradient reaches it, and the gates use s.
+//   With MoeSpec::groups > 1 (DeepSeek-V3's noaux_tc), the experts form `groups` groups of
+//   consecutive indices, a group's score is the sum of its two largest s_e + b_e, and the top k
+//   is chosen among the experts of the top_groups best groups only (equal group scores: the lower
+//   group index). The choice of groups is discrete, like the top k: no gradient flows through it.
 // Either way a token's gates are its chosen scores, divided by their sum when normalize_top_k,
 // times route_scale (DeepSeek's routed_scaling_factor).
 //

@@ -19,6 +19,12 @@ namespace meshtrain {
 
 RopeFrequencies rope_frequencies(const RopeSpec& rope);
 
+// DeepSeek's softmax correction for YaRN, m^2 with m = yarn_mscale(factor, mscale_all_dim) when
+// the scaling is YaRN's and mscale_all_dim is non-zero, else 1: a multi-head latent attention
+// scales its scores by m^2 / sqrt(head size) (Hugging Face's DeepseekV3Attention). Llama's and
+// Qwen 3's attention apply no such factor (their YaRN is the rotary amplitude alone).
+double yarn_softmax_mscale(const RopeSpec& rope);
+
 class RotaryPositions {
  public:
   RotaryPositions(const LayerContext& ctx, const ModelSpec& spec, int64_t local_heads,
@@ -38,6 +44,7 @@ class RotaryPositions {
 
   LayerContext ctx_;
   std::vector<double> inv_freq_;
+  double amplitude_;  // the factor on cos and sin (rope_amplitude)
   int64_t seq_len_, heads_, kv_heads_, local_rotated_heads_, head_dim_;
   std::optional<std::pair<DType, RotaryTable>> table_;
   std::map<std::pair<int64_t, int64_t>, Tensor> positions_;

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "meshtrain/families/moe/hf_moe.h"
 #include "meshtrain/families/registry.h"
@@ -62,6 +63,12 @@ constexpr const char* kConfigKeys[][2] = {
     {"rope_low_freq_factor", "rope_scaling.low_freq_factor"},
     {"rope_high_freq_factor", "rope_scaling.high_freq_factor"},
     {"rope_original_max_positions", "rope_scaling.original_max_position_embeddings"},
+    {"rope_beta_fast", "rope_scaling.beta_fast"},
+    {"rope_beta_slow", "rope_scaling.beta_slow"},
+    {"rope_mscale", "rope_scaling.mscale"},
+    {"rope_mscale_all_dim", "rope_scaling.mscale_all_dim"},
+    {"rope_attention_factor", "rope_scaling.attention_factor"},
+    {"rope_truncate", "rope_scaling.truncate"},
     {"activation", "hidden_act"},
     {"bias", "attention_bias"},
     {"qk_norm", "model_type"},
@@ -115,9 +122,44 @@ HfDefaults hf_defaults(const std::string& type) {
 
 namespace {
 
+// YaRN's keys (rope_type "yarn"), as transformers reads them (modeling_rope_utils.py:
+// standardize_rope_params, _compute_yarn_parameters): original_max_position_embeddings from the
+// top level first, then the scaling's, then max_position_embeddings; a null factor is
+// max_position_embeddings / original; beta_fast, beta_slow, mscale, mscale_all_dim,
+// attention_factor and truncate optional.
+void read_yarn(const HfConfigReader& c, const nlohmann::json& rope, const std::string& where,
+               int64_t max_positions, RopeSpec& rope_spec) {
+  const json& j = c.config();
+  const char* const deck_key = "model.rope_original_max_positions";
+  const bool top_level = !json_value_or(j, "original_max_position_embeddings", nullptr).is_null();
+  rope_spec.original_max_positions =
+      top_level ? c.deck_integer(j, "original_max_position_embeddings", max_positions, deck_key)
+                : c.deck_integer(rope, "original_max_position_embeddings", max_positions, deck_key, where);
+  rope_spec.factor = c.number(rope, "factor",
+                              static_cast<double>(max_positions) /
+                                  static_cast<double>(rope_spec.original_max_positions),
+                              where);
+  if (rope_spec.factor < 1)
+    c.refuse(where + "factor", rope_spec.factor,
+             "YaRN stretches the context by a factor >= 1, as transformers requires");
+  rope_spec.beta_fast = c.number(rope, "beta_fast", 32.0, where);
+  rope_spec.beta_slow = c.number(rope, "beta_slow", 1.0, where);
+  if (rope_spec.beta_fast <= rope_spec.beta_slow)
+    c.refuse(where + "beta_fast", rope_spec.beta_fast,
+             "a number of turns above beta_slow = " + json(rope_spec.beta_slow).dump());
+  rope_spec.mscale = c.number(rope, "mscale", 0.0, where, true);
+  rope_spec.mscale_all_dim = c.number(rope, "mscale_all_dim", 0.0, where, true);
+  // Absent or null: derived (0 in the spec); a given value is the factor itself.
+  if (!json_value_or(rope, "attention_factor", nullptr).is_null())
+    rope_spec.attention_factor = c.number(rope, "attention_factor", 1.0, where);
+  const json truncate = json_value_or(rope, "truncate", true);
+  if (!truncate.is_boolean()) c.refuse(where + "truncate", truncate, "expected true or false");
+  rope_spec.truncate = truncate.get<bool>();
+}
+
 // Rotary: rope_theta and rope_scaling (transformers < 4.56), or both inside rope_parameters;
 // `default_theta` is the model_type's default.
-void read_rope(const HfConfigReader& c, double default_theta, RopeSpec& rope_spec) {
+void read_rope(const HfConfigReader& c, double default_theta, int64_t max_positions, RopeSpec& rope_spec) {
   const json& j = c.config();
   const std::string& path = c.path();
   auto number = [&](const json& obj, const char* key, double fallback, const std::string& prefix = "") {
@@ -142,10 +184,14 @@ void read_rope(const HfConfigReader& c, double default_theta, RopeSpec& rope_spe
     rope_spec.high_freq_factor = number(rope, "high_freq_factor", 4.0, where);
     rope_spec.original_max_positions =
         c.deck_integer(rope, "original_max_position_embeddings", 8192, "model.rope_original_max_positions", where);
+  } else if (rope_type == "yarn") {
+    rope_spec.scaling = RopeScalingKind::Yarn;
+    read_yarn(c, rope, where, max_positions, rope_spec);
   } else if (rope_type != "default") {
     c.refuse(where + "rope_type", rope_type,
-             "meshtrain computes rotary positions without scaling (\"default\") or with Llama 3's "
-             "(\"llama3\"); \"linear\", \"dynamic\", \"yarn\" and the others are not implemented");
+             "meshtrain computes rotary positions without scaling (\"default\"), with Llama 3's "
+             "(\"llama3\") or with YaRN's (\"yarn\"); \"linear\", \"dynamic\", \"longrope\" and the "
+             "others are not implemented");
   }
 }
 
@@ -218,7 +264,7 @@ ModelSpec hf_llama_spec(const HfConfigReader& c, int64_t seq_len, int64_t& max_p
     refuse("use_sliding_window", j["use_sliding_window"],
            "meshtrain attends over the whole causal window: accepted false");
 
-  read_rope(c, d.rope_theta, m.rope);
+  read_rope(c, d.rope_theta, max_positions, m.rope);
   return m;
 }
 
@@ -243,6 +289,41 @@ std::string hf_llama_architecture(const ModelSpec& m, const std::string& where) 
   return hf;
 }
 
+namespace {
+
+// config.json's rope_scaling: null, Llama 3's keys, or YaRN's (the optional ones only where they
+// differ from what transformers assumes without them).
+nlohmann::ordered_json hf_rope_scaling_json(const RopeSpec& rope) {
+  nlohmann::ordered_json s;
+  switch (rope.scaling) {
+    case RopeScalingKind::None:
+      return nullptr;
+    case RopeScalingKind::Llama3:
+      s = {{"rope_type", "llama3"},
+           {"factor", rope.factor},
+           {"low_freq_factor", rope.low_freq_factor},
+           {"high_freq_factor", rope.high_freq_factor},
+           {"original_max_position_embeddings", rope.original_max_positions}};
+      return s;
+    case RopeScalingKind::Yarn:
+      s["rope_type"] = "yarn";
+      s["factor"] = rope.factor;
+      s["original_max_position_embeddings"] = rope.original_max_positions;
+      s["beta_fast"] = rope.beta_fast;
+      s["beta_slow"] = rope.beta_slow;
+      // 0 stands for an absent key (transformers tests these for truth).
+      for (const auto& [key, value] : {std::pair{"mscale", rope.mscale},
+                                       std::pair{"mscale_all_dim", rope.mscale_all_dim},
+                                       std::pair{"attention_factor", rope.attention_factor}})
+        if (value != 0) s[key] = value;
+      if (!rope.truncate) s["truncate"] = false;
+      return s;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::string hf_llama_config_json(const ModelSpec& m, const std::string& torch_dtype, int64_t bos,
                                  int64_t eos) {
   const bool qwen = m.qk_norm;
@@ -264,14 +345,7 @@ std::string hf_llama_config_json(const ModelSpec& m, const std::string& torch_dt
   j["use_cache"] = true;
   j["tie_word_embeddings"] = m.tie_embeddings;
   j["rope_theta"] = m.rope.theta;
-  if (m.rope.scaling == RopeScalingKind::Llama3)
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", m.rope.factor},
-                         {"low_freq_factor", m.rope.low_freq_factor},
-                         {"high_freq_factor", m.rope.high_freq_factor},
-                         {"original_max_position_embeddings", m.rope.original_max_positions}};
-  else
-    j["rope_scaling"] = nullptr;
+  j["rope_scaling"] = hf_rope_scaling_json(m.rope);
   j["attention_bias"] = m.linear_bias;
   j["attention_dropout"] = 0.0;  // meshtrain trains without dropout
   if (qwen) {
@@ -291,6 +365,23 @@ std::string hf_llama_config_json(const ModelSpec& m, const std::string& torch_dt
 
 namespace {
 
+// Whether the spec field `key` changes the rotary angles under `scaling` (every field that is
+// not a rope_* one does).
+bool rope_field_used(const std::string& key, RopeScalingKind scaling) {
+  if (key.rfind("rope_", 0) != 0 || key == "rope_theta" || key == "rope_scaling") return true;
+  const bool shared = key == "rope_factor" || key == "rope_original_max_positions";
+  const bool llama3_only = key == "rope_low_freq_factor" || key == "rope_high_freq_factor";
+  switch (scaling) {
+    case RopeScalingKind::None:
+      return false;
+    case RopeScalingKind::Llama3:
+      return shared || llama3_only;
+    case RopeScalingKind::Yarn:
+      return !llama3_only;
+  }
+  return true;
+}
+
 // Refuses a deck whose model is not the one a Llama / Qwen 3 config.json describes.
 // (HfFormat::check_deck; and Mixtral's sliding window against the deck's seq_len).
 void check_llama_deck(const HfConfigReader& c, const ModelSpec& hf, int64_t max_positions, const ModelSpec& m,
@@ -307,13 +398,12 @@ void check_llama_deck(const HfConfigReader& c, const ModelSpec& hf, int64_t max_
   };
   // SpecField here: (key, the deck's value, config.json's value), both in TOML notation.
   const std::vector<SpecField> mine = spec_fields(m), theirs = spec_fields(hf);
-  const bool scaled = hf.rope.scaling != RopeScalingKind::None;
   for (size_t i = 0; i < mine.size(); ++i) {
     const std::string& key = mine[i].key;
-    // Llama 3's scaling factors mean nothing without its scaling; the dense feed-forward's width
+    // A scaling's settings mean nothing without that scaling; the dense feed-forward's width
     // nothing in a mixture without dense blocks (Mixtral's intermediate_size is its experts').
     const bool unused =
-        (!scaled && key.rfind("rope_", 0) == 0 && key != "rope_theta" && key != "rope_scaling") ||
+        !rope_field_used(key, hf.rope.scaling) ||
         (key == "ffn_hidden" && hf.feed_forward == FeedForwardKind::Moe &&
          m.feed_forward == FeedForwardKind::Moe && hf.moe.first_dense_layers == 0 &&
          m.moe.first_dense_layers == 0);
