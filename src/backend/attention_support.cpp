@@ -17,7 +17,7 @@ std::string describe(const CudnnPlatform& p) {
 }
 
 CudnnAttentionExpectation cudnn_attention_expected(const CudnnPlatform& p, DType dtype, int64_t T,
-                                                   int64_t HS) {
+                                                   int64_t HS, int64_t HV, double scale) {
   CudnnAttentionExpectation e;
   const bool arch = (p.sm_major == 8 || p.sm_major == 9) && p.sm_minor == 0;
   if (!arch) e.why_not = "sm_" + std::to_string(p.sm_major) + std::to_string(p.sm_minor) +
@@ -27,6 +27,11 @@ CudnnAttentionExpectation cudnn_attention_expected(const CudnnPlatform& p, DType
                                              std::string(dtype_name(dtype));
   else if (HS % 8 != 0 || HS < 8 || HS > 128)
     e.why_not = "head size " + std::to_string(HS) + " is not a multiple of 8 from 8 to 128";
+  else if (HV != 0 && HV != HS)
+    e.why_not = "value head size " + std::to_string(HV) + " differs from the head size " +
+                std::to_string(HS) + " (meshtrain's cuDNN graph is built for equal sizes)";
+  else if (scale != 0.0)
+    e.why_not = "an explicit softmax scale (meshtrain's cuDNN graph is built for 1/sqrt(HS))";
   else if (T < HS + 2)
     e.why_not = "T = " + std::to_string(T) + " < HS + 2 = " + std::to_string(HS + 2) +
                 " (probs cannot hold cuDNN's scratch)";
@@ -36,8 +41,9 @@ CudnnAttentionExpectation cudnn_attention_expected(const CudnnPlatform& p, DType
 
 RejectedAttention judge_rejected_attention(const CudnnPlatform& p, DType dtype, int64_t B,
                                            int64_t T, int64_t NH, int64_t HS,
-                                           const std::string& cudnn_reason) {
-  const CudnnAttentionExpectation e = cudnn_attention_expected(p, dtype, T, HS);
+                                           const std::string& cudnn_reason, int64_t HV,
+                                           double scale) {
+  const CudnnAttentionExpectation e = cudnn_attention_expected(p, dtype, T, HS, HV, scale);
   RejectedAttention r;
   r.is_error = e.required;
   r.message = "cuDNN rejected fused attention for B=" + std::to_string(B) + " T=" +

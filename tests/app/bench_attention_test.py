@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""`meshtrain bench --suite attention` with the tiny settings: one row per precision the CPU
-runs (fp32, and bf16 where oneDNN has bf16 GEMMs), each with positive times, GFLOP/s and
-ceiling, ratios that agree with GFLOP/s over the ceiling, wrong = 0, exit 0.
+"""`meshtrain bench --suite attention` with the tiny settings: per precision the CPU runs (fp32,
+and bf16 where oneDNN has bf16 GEMMs) one row per head shape (HS = HV = 16 and 32, and latent
+attention's HS 48 / HV 32), each with positive times, GFLOP/s and ceiling, ratios that agree with
+GFLOP/s over the ceiling, wrong = 0, exit 0.
 
 usage: bench_attention_test.py MESHTRAIN_BINARY
 """
@@ -30,6 +31,8 @@ with tempfile.TemporaryDirectory() as tmp:
     rows = json.load(open(out))["rows"] if os.path.exists(out) else []
     names = [r["name"] for r in rows]
     check("fp32" in names, f"no fp32 row: {names}")
+    shapes = sorted((r["HS"], r["HV"]) for r in rows if r["name"] == "fp32")
+    check(shapes == [(16, 16), (32, 32), (48, 32)], f"fp32 head shapes {shapes}")
     for r in rows:
         check(r["T"] == 128 and r["forward_ms"] > 0 and r["backward_ms"] > 0
               and r["ceiling_gflops"] > 0, f"row {r}")

@@ -41,6 +41,19 @@ TEST(CudnnAttentionExpected, NotRequiredElsewhereAndSaysWhy) {
             "T = 65 < HS + 2 = 66 (probs cannot hold cuDNN's scratch)");
 }
 
+// Value heads of another size than HS, or an explicit softmax scale (multi-head latent
+// attention), are outside meshtrain's cuDNN graph: a fallback, never an error.
+TEST(CudnnAttentionExpected, NotForValueHeadsOfTheirOwnSizeOrAnExplicitScale) {
+  EXPECT_TRUE(cudnn_attention_expected(kH100, DType::BF16, 1024, 64, 64, 0.0).required);
+  EXPECT_EQ(cudnn_attention_expected(kH100, DType::BF16, 1024, 64, 32).why_not,
+            "value head size 32 differs from the head size 64 (meshtrain's cuDNN graph is built "
+            "for equal sizes)");
+  EXPECT_EQ(cudnn_attention_expected(kH100, DType::BF16, 1024, 64, 0, 0.1).why_not,
+            "an explicit softmax scale (meshtrain's cuDNN graph is built for 1/sqrt(HS))");
+  EXPECT_FALSE(
+      judge_rejected_attention(kH100, DType::BF16, 2, 128, 4, 64, "declined", 32).is_error);
+}
+
 TEST(JudgeRejectedAttention, AnErrorWhereRequiredAFallbackElsewhere) {
   const RejectedAttention h100 =
       judge_rejected_attention(kH100, DType::BF16, 2, 128, 4, 64, "operation graph rejected: X");

@@ -498,12 +498,16 @@ struct AttentionCase {
   Mode mode;
   AttentionImpl impl;
   int64_t B, T, NH, KVH, HS;  // KVH < NH: grouped-query attention
+  int64_t HV = 0;             // value heads of their own size (multi-head latent attention)
+  double scale = 0.0;         // an explicit softmax scale
+  AttentionDims dims() const { return {NH, KVH, HS, HV, scale}; }
 };
 std::string attention_name(const ::testing::TestParamInfo<AttentionCase>& i) {
   const auto& p = i.param;
   return mode_name(p.mode) + "_" + std::string(attention_impl_name(p.impl)) + "_B" +
          std::to_string(p.B) + "_T" + std::to_string(p.T) + "_NH" + std::to_string(p.NH) +
-         "_KVH" + std::to_string(p.KVH) + "_HS" + std::to_string(p.HS);
+         "_KVH" + std::to_string(p.KVH) + "_HS" + std::to_string(p.HS) +
+         (p.HV ? "_HV" + std::to_string(p.HV) : "") + (p.scale != 0.0 ? "_scaled" : "");
 }
 
 class Attention : public ::testing::TestWithParam<AttentionCase> {};
@@ -512,19 +516,21 @@ class Attention : public ::testing::TestWithParam<AttentionCase> {};
 // included, in gqa_attention_test.cpp) is the reference for both CUDA paths.
 TEST_P(Attention, MatchesCpu) {
   SKIP_WITHOUT_GPU();
-  const auto [mode, impl, B, T, NH, KVH, HS] = GetParam();
+  const AttentionCase& c = GetParam();
+  const auto [mode, impl, B, T, NH, KVH, HS, HV_, scale] = c;
+  const AttentionDims dims = c.dims();
   Env e(mode, impl);
   // A rejected cuDNN graph skips only where cuDNN is not promised to work; on sm_80/sm_90 with
   // cuDNN 9 it fails (backend/attention_support.h), forced or under Auto alike.
   std::string why;
   if (impl != AttentionImpl::Own && mode == Mode::Bf16 &&
-      e.gpu.attention_impl_for(e.act(), B, T, NH, HS, &why, KVH) != AttentionImpl::Cudnn) {
-    const RejectedAttention r =
-        judge_rejected_attention(e.gpu.cudnn_platform(), e.act(), B, T, NH, HS, why);
+      e.gpu.attention_impl_for(e.act(), B, T, dims, &why) != AttentionImpl::Cudnn) {
+    const RejectedAttention r = judge_rejected_attention(e.gpu.cudnn_platform(), e.act(), B, T,
+                                                         NH, HS, why, HV_, scale);
     if (r.is_error) FAIL() << r.message;
     if (impl == AttentionImpl::Cudnn) GTEST_SKIP() << r.message;
   }
-  const int64_t C = NH * HS, W = (NH + 2 * KVH) * HS;
+  const int64_t HV = dims.value_size(), C = NH * HV, W = (NH + KVH) * HS + KVH * HV;
   const Vec qkv = e.round(random_normal(B * T * W, 25)), dout = e.round(random_normal(B * T * C, 26));
   Tensor gqkv = e.gpu_act(qkv, {B * T, W}), cqkv = e.cpu_t(qkv, {B * T, W});
   Tensor gout = e.gpu.empty({B * T, C}, e.act(), MemoryCategory::Workspace);
@@ -534,14 +540,14 @@ TEST_P(Attention, MatchesCpu) {
   const Backend::AttentionStash cs = e.cpu.attention_stash(B, T, NH, DType::F32);
   Tensor gstash = e.gpu.empty(gs.shape, gs.dtype, MemoryCategory::Workspace);
   Tensor cstash = e.cpu.empty(cs.shape, cs.dtype, MemoryCategory::Workspace);
-  e.gpu.attention_forward(gout, gstash, gqkv, B, T, NH, KVH, HS);
-  e.cpu.attention_forward(cout, cstash, cqkv, B, T, NH, KVH, HS);
+  e.gpu.attention_forward(gout, gstash, gqkv, B, T, dims);
+  e.cpu.attention_forward(cout, cstash, cqkv, B, T, dims);
   e.expect_close(gout, cout, kAttention, "out");
 
   Tensor gd = e.gpu.empty({B * T, W}, e.act(), MemoryCategory::Workspace);
   Tensor cd = e.cpu.empty({B * T, W}, DType::F32, MemoryCategory::Workspace);
-  e.gpu.attention_backward(gd, e.gpu_act(dout, {B * T, C}), gqkv, gout, gstash, B, T, NH, KVH, HS);
-  e.cpu.attention_backward(cd, e.cpu_t(dout, {B * T, C}), cqkv, cout, cstash, B, T, NH, KVH, HS);
+  e.gpu.attention_backward(gd, e.gpu_act(dout, {B * T, C}), gqkv, gout, gstash, B, T, dims);
+  e.cpu.attention_backward(cd, e.cpu_t(dout, {B * T, C}), cqkv, cout, cstash, B, T, dims);
   e.expect_close(gd, cd, kAttention, "dqkv");
 }
 
@@ -563,8 +569,45 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{Mode::Bf16, AttentionImpl::Own, 2, 128, 8, 2, 64},
                       AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 2, 128, 4, 2, 64},
                       AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 1, 1024, 12, 4, 64},
-                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 2, 128, 8, 1, 64}),
+                      AttentionCase{Mode::Bf16, AttentionImpl::Cudnn, 2, 128, 8, 1, 64},
+                      // value heads of their own size and an explicit scale (multi-head latent
+                      // attention: HS 192, HV 128): the own kernels, also under Auto
+                      AttentionCase{Mode::Fp32, AttentionImpl::Own, 2, 7, 4, 2, 12, 8, 0.3},
+                      AttentionCase{Mode::Fp32, AttentionImpl::Own, 1, 150, 2, 2, 16, 24, 0.2},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Own, 2, 7, 4, 4, 12, 8, 0.3},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Auto, 2, 256, 4, 4, 192, 128, 0.1},
+                      AttentionCase{Mode::Bf16, AttentionImpl::Auto, 2, 128, 4, 4, 64, 0, 0.1}),
     attention_name);
+
+// Multi-head latent attention's packed row on the GPU (Backend's default through copy_columns,
+// cast and add_inplace) has the CPU kernel's bits: copies, and the rope key's head-ordered sum
+// in fp32 rounded once.
+TEST(CudaMlaPack, MatchesCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (const Mode mode : {Mode::Fp32, Mode::Bf16}) {
+    Env e(mode, AttentionImpl::Auto);
+    const MlaHeads m{4, 6, 4, 5};
+    const int64_t N = 9, Dq = m.nope + m.rope, Dkv = m.nope + m.value;
+    const int64_t W = 2 * m.heads * Dq + m.heads * m.value;
+    const Vec q = e.round(random_normal(N * m.heads * Dq, 27));
+    const Vec kv = e.round(random_normal(N * m.heads * Dkv, 28));
+    const Vec pe = e.round(random_normal(N * m.rope, 29)), dqkv = e.round(random_normal(N * W, 30));
+    const DType a = e.act();
+    auto run = [&](Backend& be) {
+      auto in = [&](const Vec& v, Shape s) { return make_tensor(be, v, s, a); };
+      Tensor qkv = be.empty({N, W}, a, MemoryCategory::Workspace);
+      be.mla_pack(qkv, in(q, {N, m.heads * Dq}), in(kv, {N, m.heads * Dkv}), in(pe, {N, m.rope}),
+                  m);
+      Tensor dq = be.empty({N, m.heads * Dq}, a, MemoryCategory::Workspace);
+      Tensor dkv = be.empty({N, m.heads * Dkv}, a, MemoryCategory::Workspace);
+      Tensor dpe = be.empty({N, m.rope}, a, MemoryCategory::Workspace);
+      be.mla_unpack(dq, dkv, dpe, in(dqkv, {N, W}), m);
+      return std::vector<Vec>{to_host(be, qkv), to_host(be, dq), to_host(be, dkv),
+                              to_host(be, dpe)};
+    };
+    EXPECT_EQ(run(e.gpu), run(e.cpu)) << mode_name(mode);
+  }
+}
 
 // ---- cross-entropy ------------------------------------------------------------------------------
 

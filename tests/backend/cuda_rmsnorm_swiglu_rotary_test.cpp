@@ -152,6 +152,36 @@ INSTANTIATE_TEST_SUITE_P(Cuda, Rotary,
                                            RotaryCase{Mode::Bf16, 4096, 32, 8, 128}),
                          rotary_name);
 
+// Heads `stride` apart (multi-head latent attention's query tails: rope channels at the end of
+// each nope + rope head), forward and backward, as the CPU backend rotates them; the channels
+// between the heads keep their bits.
+TEST(CudaRotary, StridedHeadsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const Mode mode : {Mode::Fp32, Mode::Bf16}) {
+    Env e(mode);
+    const int64_t N = 12, heads = 4, nope = 16, D = 8, stride = nope + D, W = heads * stride;
+    std::vector<int32_t> positions(N);
+    for (int64_t n = 0; n < N; ++n) positions[n] = static_cast<int32_t>(n);
+    const Vec inv_freq = rope_inverse_frequencies(D, {});
+    const RotaryTable gt = make_rotary_table(e.gpu, inv_freq, N, e.act(), MemoryCategory::Workspace);
+    const RotaryTable ct = make_rotary_table(e.cpu, inv_freq, N, DType::F32, MemoryCategory::Workspace);
+    Tensor gpos = testing::make_tokens(e.gpu, positions), cpos = testing::make_tokens(e.cpu, positions);
+    const Vec x = e.round(random_normal(N * W, 39));
+    Tensor gx = e.gpu_act(x, {N, W}), cx = e.cpu_t(x, {N, W});
+    const Backend::RotaryHeads tails{nope, heads, D, stride};
+    e.gpu.rotary_forward(gx, gpos, gt.cos, gt.sin, tails);
+    e.cpu.rotary_forward(cx, cpos, ct.cos, ct.sin, tails);
+    e.expect_close(gx, cx, kPointwise, "rotary_forward");
+    const Vec got = e.host(gx);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < W; ++c)
+        if (c % stride < nope) ASSERT_EQ(got[n * W + c], x[n * W + c]) << n << ", " << c;
+    e.gpu.rotary_backward(gx, gpos, gt.cos, gt.sin, tails);
+    e.cpu.rotary_backward(cx, cpos, ct.cos, ct.sin, tails);
+    e.expect_close(gx, cx, kPointwise, "rotary_backward");
+  }
+}
+
 // A position past the table cannot be refused on the device without the host waiting: the
 // kernel writes NaN into that row's rotated heads, and leaves the other rows alone (backend.h).
 TEST(CudaRotary, PositionOutsideTheTableGivesNan) {

@@ -7,7 +7,9 @@
 // success. This header says where that is: sm_80 (A100) and sm_90 (H100, H200) with cuDNN 9,
 // bf16, head size a multiple of 8 up to 128 (cuDNN's fused SDPA limits on both architectures),
 // and T >= HS + 2 (the backend's own requirement: probs must hold the statistics and a copy of
-// out, see cuda_attention.cpp). It is not a model of everything cuDNN supports (sm_86, sm_89,
+// out, see cuda_attention.cpp), value heads of HS (HV 0 or HS) and the default softmax scale
+// (scale 0): meshtrain's graph is built for those; multi-head latent attention's HS 192 / HV 128
+// and its explicit scale take the own kernels, as a limitation, not an error. It is not a model of everything cuDNN supports (sm_86, sm_89,
 // sm_100 and head sizes up to 256 on Hopper may work too); there a rejection stays a fallback.
 
 #include <cstdint>
@@ -29,7 +31,7 @@ struct CudnnAttentionExpectation {
   std::string why_not;    // when not required: which condition fails
 };
 CudnnAttentionExpectation cudnn_attention_expected(const CudnnPlatform& p, DType dtype, int64_t T,
-                                                   int64_t HS);
+                                                   int64_t HS, int64_t HV = 0, double scale = 0.0);
 
 // What a rejected plan means: an error where cuDNN is required to work, else a fallback (or a
 // skipped cuDNN test). One line for logs, benchmark headers and test messages, e.g.
@@ -41,6 +43,7 @@ struct RejectedAttention {
 };
 RejectedAttention judge_rejected_attention(const CudnnPlatform& p, DType dtype, int64_t B,
                                            int64_t T, int64_t NH, int64_t HS,
-                                           const std::string& cudnn_reason);
+                                           const std::string& cudnn_reason, int64_t HV = 0,
+                                           double scale = 0.0);
 
 }  // namespace meshtrain

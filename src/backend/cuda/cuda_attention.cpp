@@ -1,13 +1,15 @@
 // Causal attention: routing between cuDNN's fused kernels and the backend's own implementation,
 // and the own implementation's GEMMs.
 //
-// Own implementation, per batch entry b (batched over heads: a head's Q, K, V are the columns
-// h*HS..h*HS+HS-1 of their part of qkv's rows, so the batch stride is HS; with grouped-query
-// heads one call per member of a group, OwnLayout below), column-major views of row-major
-// matrices as in cuda_matmul.cpp, scale = 1/sqrt(HS):
+// Own implementation, per batch entry b (batched over heads: a head's Q and K are the columns
+// h*HS..h*HS+HS-1 of their part of qkv's rows, its V h*HV..h*HV+HV-1, so the batch strides are
+// HS and HV; with grouped-query heads one call per member of a group, OwnLayout below),
+// column-major views of row-major matrices as in cuda_matmul.cpp, scale = dims.softmax_scale()
+// (1/sqrt(HS) by default), value heads of HV (HS by default; multi-head latent attention: HS 192,
+// HV 128):
 //   S^T (T x T) = K Q^T * scale        (into probs in fp32, into an fp32 scratch in bf16)
 //   P = causal softmax of S            (attention.cu; probs keeps it, zeros above the diagonal)
-//   O^T (HS x T) = V^T P^T
+//   O^T (HV x T) = V^T P^T
 // backward:
 //   dP^T = V dO^T;   dV^T = dO^T P;   dS = P (dP - rowsum(P dP)) scale;
 //   dQ^T = K^T dS^T; dK^T = Q^T dS
@@ -18,8 +20,10 @@
 // cuDNN path (bf16): probs is only scratch; its bytes hold the row log-sum-exp (B, NH, T) fp32
 // at offset 0 and, 256 bytes aligned after it, a copy of out (B, T, NH, HS) bf16, which the
 // fused backward needs and the Backend interface does not pass back. cuDNN takes grouped-query
-// heads natively (K and V of KVH heads; cudnn_attention.h).
+// heads natively (K and V of KVH heads; cudnn_attention.h). Its graph here is built for value
+// heads of HS and the default scale: other dims take the own kernels (cudnn_refusal says why).
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -61,8 +65,16 @@ namespace {
 // Why cuDNN cannot run this shape ("" if it can): the backend's own preconditions, then cuDNN's
 // plans (built and cached on first use).
 std::string cudnn_refusal(cuda::CudnnAttention* cudnn, const std::string& init_error, size_t probs_bytes,
-                          int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t HS) {
+                          int64_t B, int64_t T, const AttentionDims& dims) {
+  const int64_t NH = dims.NH, KVH = dims.KVH, HS = dims.HS;
   if (!cudnn) return "cuDNN did not initialise: " + init_error;
+  if (dims.value_size() != HS)
+    return "the value heads (" + std::to_string(dims.value_size()) +
+           ") differ in size from the query/key heads (" + std::to_string(HS) +
+           "): meshtrain's cuDNN graph is built for equal sizes";
+  if (dims.scale != 0.0)
+    return "the softmax scale is not 1/sqrt(head size): meshtrain's cuDNN graph is built for "
+           "the default scale";
   if (HS % 8 != 0) return "the head size is not a multiple of 8";
   if (probs_bytes < cudnn_scratch_bytes(B, T, NH, HS))
     return "the probs scratch is too small for the statistics and a copy of out (T < HS + 2)";
@@ -72,10 +84,11 @@ std::string cudnn_refusal(cuda::CudnnAttention* cudnn, const std::string& init_e
 }  // namespace
 
 bool CudaBackend::cudnn_attention_usable(const Tensor& qkv, const Tensor& probs, int64_t B,
-                                         int64_t T, int64_t NH, int64_t KVH, int64_t HS) {
+                                         int64_t T, const AttentionDims& dims) {
   if (options_.attention == AttentionImpl::Own || qkv.dtype() != DType::BF16) return false;
+  const int64_t NH = dims.NH, HS = dims.HS;
   const std::string why =
-      cudnn_refusal(lib_->cudnn.get(), lib_->cudnn_error, probs.nbytes(), B, T, NH, KVH, HS);
+      cudnn_refusal(lib_->cudnn.get(), lib_->cudnn_error, probs.nbytes(), B, T, dims);
   if (why.empty()) return true;
   if (options_.attention == AttentionImpl::Cudnn)
     cuda::fail("attention_forward", "attention = \"cudnn\" but " + why);
@@ -83,7 +96,8 @@ bool CudaBackend::cudnn_attention_usable(const Tensor& qkv, const Tensor& probs,
   // message says so, and it stays readable (attention_fallback) for benchmarks and tests.
   if (lib_->attention_fallback.empty()) {
     const RejectedAttention r =
-        judge_rejected_attention(lib_->platform, qkv.dtype(), B, T, NH, HS, why);
+        judge_rejected_attention(lib_->platform, qkv.dtype(), B, T, NH, HS, why,
+                                 dims.value_size(), dims.scale);
     lib_->attention_fallback = r.message;
     std::fprintf(stderr, "meshtrain: warning: backend 'cuda': %s; using the backend's own "
                  "attention kernels%s\n", r.message.c_str(),
@@ -95,10 +109,15 @@ bool CudaBackend::cudnn_attention_usable(const Tensor& qkv, const Tensor& probs,
 
 AttentionImpl CudaBackend::attention_impl_for(DType dtype, int64_t B, int64_t T, int64_t NH,
                                               int64_t HS, std::string* why, int64_t KVH) {
+  return attention_impl_for(dtype, B, T, AttentionDims{NH, KVH > 0 ? KVH : NH, HS}, why);
+}
+
+AttentionImpl CudaBackend::attention_impl_for(DType dtype, int64_t B, int64_t T,
+                                              const AttentionDims& dims, std::string* why) {
   if (options_.attention == AttentionImpl::Own || dtype != DType::BF16) return AttentionImpl::Own;
-  const std::string refusal = cudnn_refusal(lib_->cudnn.get(), lib_->cudnn_error,
-                                            static_cast<size_t>(B * NH * T * T) * sizeof(bf16),
-                                            B, T, NH, KVH > 0 ? KVH : NH, HS);
+  const std::string refusal = cudnn_refusal(
+      lib_->cudnn.get(), lib_->cudnn_error,
+      static_cast<size_t>(B * dims.NH * T * T) * sizeof(bf16), B, T, dims);
   if (why) *why = refusal;
   return refusal.empty() ? AttentionImpl::Cudnn : AttentionImpl::Own;
 }
@@ -117,15 +136,17 @@ namespace {
 }  // namespace
 
 void CudaBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
-                                       int64_t T, int64_t NH, int64_t KVH, int64_t HS,
+                                       int64_t T, const AttentionDims& dims,
                                        const Tensor* document_starts) {
   if (document_starts) refuse_document_mask("attention_forward");
-  // Causal work counted full, as PaLM does: QK^T and PV, 2 T^2 HS each per head.
+  const int64_t NH = dims.NH, KVH = dims.KVH, HS = dims.HS;
+  // Causal work counted full, as PaLM does: QK^T and PV, 2 T^2 HS and 2 T^2 HV per head.
   cuda::TimedOp timed(profile_, stream_, "attention_forward",
-                      4.0 * double(B) * double(NH) * double(T) * double(T) * double(HS));
+                      2.0 * double(B) * double(NH) * double(T) * double(T) *
+                          double(HS + dims.value_size()));
   const char* op = "attention_forward";
-  if (!cudnn_attention_usable(qkv, probs, B, T, NH, KVH, HS))
-    return own_attention_forward(out, probs, qkv, B, T, NH, KVH, HS);
+  if (!cudnn_attention_usable(qkv, probs, B, T, dims))
+    return own_attention_forward(out, probs, qkv, B, T, dims);
   const cuda::AttentionShape shape{B, T, NH, KVH, HS};
   const size_t ws_bytes = lib_->cudnn->forward_workspace(shape);
   Tensor ws = empty({static_cast<int64_t>((ws_bytes + 3) / 4 + 1)}, DType::F32, MemoryCategory::Workspace);
@@ -140,14 +161,16 @@ void CudaBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor&
 
 void CudaBackend::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                         const Tensor& /*out*/, const Tensor& probs, int64_t B,
-                                        int64_t T, int64_t NH, int64_t KVH, int64_t HS,
+                                        int64_t T, const AttentionDims& dims,
                                         const Tensor* document_starts) {
   if (document_starts) refuse_document_mask("attention_backward");
+  const int64_t NH = dims.NH, KVH = dims.KVH, HS = dims.HS;
   cuda::TimedOp timed(profile_, stream_, "attention_backward",
-                      8.0 * double(B) * double(NH) * double(T) * double(T) * double(HS));
+                      4.0 * double(B) * double(NH) * double(T) * double(T) *
+                          double(HS + dims.value_size()));
   const char* op = "attention_backward";
-  if (!cudnn_attention_usable(qkv, probs, B, T, NH, KVH, HS))
-    return own_attention_backward(dqkv, dout, qkv, probs, B, T, NH, KVH, HS);
+  if (!cudnn_attention_usable(qkv, probs, B, T, dims))
+    return own_attention_backward(dqkv, dout, qkv, probs, B, T, dims);
   const cuda::AttentionShape shape{B, T, NH, KVH, HS};
   const size_t ws_bytes = lib_->cudnn->backward_workspace(shape);
   Tensor ws = empty({static_cast<int64_t>((ws_bytes + 3) / 4 + 1)}, DType::F32, MemoryCategory::Workspace);
@@ -160,29 +183,33 @@ void CudaBackend::do_attention_backward(Tensor& dqkv, const Tensor& dout, const 
 }
 
 namespace {
-// The strides of the own path's GEMMs, in elements. A qkv row holds W = (NH + 2 KVH) HS: query
-// heads, then key heads, then value heads. Each GEMM runs batched over the KVH key/value heads,
-// once per member j of a group of G = NH / KVH query heads: query-side operands (Q, O, dO, P, dS)
-// start j heads in and step G heads per batch entry, key-side ones (K, V) step one head. G == 1
-// is one call batched over the NH heads.
+// The strides of the own path's GEMMs, in elements. A qkv row holds W = (NH + KVH) HS + KVH HV:
+// query heads, then key heads (HS each), then value heads (HV each). Each GEMM runs batched over
+// the KVH key/value heads, once per member j of a group of G = NH / KVH query heads: query-side
+// operands (Q, O, dO, P, dS) start j heads in and step G heads per batch entry, key-side ones
+// (K, V) step one head. G == 1 is one call batched over the NH heads.
 struct OwnLayout {
-  int64_t T, NH, KVH, HS;
+  int64_t T, NH, KVH, HS, HV;
   int64_t G() const { return NH / KVH; }
-  int64_t C() const { return NH * HS; }
-  int64_t W() const { return (NH + 2 * KVH) * HS; }
-  int64_t head_step() const { return G() * HS; }  // batch stride of Q, O, dO
+  int64_t C() const { return NH * HV; }  // an out row
+  int64_t W() const { return (NH + KVH) * HS + KVH * HV; }
+  int64_t head_step() const { return G() * HS; }   // batch stride of Q
+  int64_t value_step() const { return G() * HV; }  // of O, dO
   int64_t probs_step() const { return G() * T * T; }  // of P, S, dP, dS
 };
+OwnLayout own_layout(int64_t T, const AttentionDims& d) {
+  return {T, d.NH, d.KVH, d.HS, d.value_size()};
+}
 }  // namespace
 
 void CudaBackend::own_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
-                                        int64_t T, int64_t NH, int64_t KVH, int64_t HS) {
+                                        int64_t T, const AttentionDims& dims) {
   const char* op = "attention_forward";
-  const OwnLayout L{T, NH, KVH, HS};
-  const int64_t C = L.C(), W = L.W();
+  const OwnLayout L = own_layout(T, dims);
+  const int64_t NH = L.NH, KVH = L.KVH, HS = L.HS, HV = L.HV, C = L.C(), W = L.W();
   const DType a = qkv.dtype();
   const int64_t es = static_cast<int64_t>(dtype_size(a));
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const float scale = static_cast<float>(dims.softmax_scale());
   // fp32: the scores go straight into probs and the softmax runs in place.
   Tensor scores;
   if (a != DType::F32) scores = empty({NH, T, T}, DType::F32, MemoryCategory::Workspace);
@@ -191,7 +218,7 @@ void CudaBackend::own_attention_forward(Tensor& out, Tensor& probs, const Tensor
   auto* out_bytes = static_cast<char*>(out.raw());
   for (int64_t b = 0; b < B; ++b) {
     const char* q = qkv_bytes + b * T * W * es;
-    const char* k = q + C * es;
+    const char* k = q + NH * HS * es;
     const char* v = k + KVH * HS * es;
     char* p = probs_bytes + b * NH * T * T * es;
     float* s = a == DType::F32 ? reinterpret_cast<float*>(p) : static_cast<float*>(scores.raw());
@@ -217,10 +244,10 @@ void CudaBackend::own_attention_forward(Tensor& out, Tensor& probs, const Tensor
     for (int64_t j = 0; j < L.G(); ++j) {
       cuda::GemmCall g2;  // O^T = V^T P^T
       g2.op = op;
-      g2.m = HS; g2.n = T; g2.k = T;
-      g2.a = {v, W, HS, false};
+      g2.m = HV; g2.n = T; g2.k = T;
+      g2.a = {v, W, HV, false};
       g2.b = {p + j * T * T * es, T, L.probs_step(), false};
-      g2.d = out_bytes + (b * T * C + j * HS) * es; g2.ldd = C; g2.stride_d = L.head_step();
+      g2.d = out_bytes + (b * T * C + j * HV) * es; g2.ldd = C; g2.stride_d = L.value_step();
       g2.batch = KVH;
       g2.input = g2.output = a;
       lib_->gemm->run(g2, stream_);
@@ -229,55 +256,56 @@ void CudaBackend::own_attention_forward(Tensor& out, Tensor& probs, const Tensor
 }
 
 void CudaBackend::own_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                         const Tensor& probs, int64_t B, int64_t T, int64_t NH,
-                                         int64_t KVH, int64_t HS) {
+                                         const Tensor& probs, int64_t B, int64_t T,
+                                         const AttentionDims& dims) {
   const char* op = "attention_backward";
-  const OwnLayout L{T, NH, KVH, HS};
+  const OwnLayout L = own_layout(T, dims);
+  const int64_t NH = L.NH, KVH = L.KVH, HS = L.HS, HV = L.HV;
   const int64_t C = L.C(), W = L.W(), KC = KVH * HS;
   const DType a = qkv.dtype();
   const int64_t es = static_cast<int64_t>(dtype_size(a));
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const float scale = static_cast<float>(dims.softmax_scale());
   Tensor dp = empty({NH, T, T}, DType::F32, MemoryCategory::Workspace);
   // bf16: dS must be bf16 to meet K and Q in a bf16 GEMM; fp32: dS overwrites dP in place.
   Tensor ds_bf16;
   if (a != DType::F32) ds_bf16 = empty({NH, T, T}, DType::BF16, MemoryCategory::Workspace);
   const char* ds = static_cast<const char*>(a == DType::F32 ? dp.raw() : ds_bf16.raw());
-  // Groups under bf16: dK and dV of a key/value head sum G products in fp32 here, (T, KVH * HS),
-  // rounded once into dqkv (fp32 adds the products straight into dqkv).
+  // Groups under bf16: dK (dV) of a key/value head sums G products in fp32 here, (T, KVH * HS)
+  // ((T, KVH * HV)), rounded once into dqkv (fp32 adds the products straight into dqkv).
   const bool widen_sums = L.G() > 1 && a != DType::F32;
   Tensor sums;
-  if (widen_sums) sums = empty({T, KC}, DType::F32, MemoryCategory::Workspace);
+  if (widen_sums) sums = empty({T, KVH * std::max(HS, HV)}, DType::F32, MemoryCategory::Workspace);
   auto* qkv_bytes = static_cast<const char*>(qkv.raw());
   auto* dqkv_bytes = static_cast<char*>(dqkv.raw());
   auto* probs_bytes = static_cast<const char*>(probs.raw());
   auto* dout_bytes = static_cast<const char*>(dout.raw());
-  // dX^T (HS x T per key/value head, X = K or V, inside dqkv) = sum over j of the products that
-  // `member` describes, in order j = 0, 1, ...: deterministic.
-  auto group_sum = [&](char* dx, auto member) {
+  // dX^T (D x T per key/value head, X = K of D = HS or V of D = HV, inside dqkv) = sum over j of
+  // the products that `member` describes, in order j = 0, 1, ...: deterministic.
+  auto group_sum = [&](char* dx, int64_t D, auto member) {
     for (int64_t j = 0; j < L.G(); ++j) {
       cuda::GemmCall g = member(j);
       g.op = op;
-      g.m = HS; g.n = T; g.k = T;
+      g.m = D; g.n = T; g.k = T;
       g.batch = KVH;
       g.input = a;
       g.beta = j == 0 ? 0.f : 1.f;
       if (widen_sums) {
-        g.d = sums.raw(); g.ldd = KC; g.stride_d = HS; g.output = DType::F32;
+        g.d = sums.raw(); g.ldd = KVH * D; g.stride_d = D; g.output = DType::F32;
       } else {
-        g.d = dx; g.ldd = W; g.stride_d = HS; g.output = a;
+        g.d = dx; g.ldd = W; g.stride_d = D; g.output = a;
       }
       lib_->gemm->run(g, stream_);
     }
     if (widen_sums)
       cuda::narrow_rows(reinterpret_cast<bf16*>(dx), W, static_cast<const float*>(sums.raw()), T,
-                        KC, stream_);
+                        KVH * D, stream_);
   };
   for (int64_t b = 0; b < B; ++b) {
     const char* q = qkv_bytes + b * T * W * es;
-    const char* k = q + C * es;
+    const char* k = q + NH * HS * es;
     const char* v = k + KC * es;
     char* dq = dqkv_bytes + b * T * W * es;
-    char* dk = dq + C * es;
+    char* dk = dq + NH * HS * es;
     char* dv = dk + KC * es;
     const char* p = probs_bytes + b * NH * T * T * es;
     const char* d_o = dout_bytes + b * T * C * es;
@@ -285,18 +313,18 @@ void CudaBackend::own_attention_backward(Tensor& dqkv, const Tensor& dout, const
     for (int64_t j = 0; j < L.G(); ++j) {
       cuda::GemmCall g;  // dP^T = V dO^T
       g.op = op;
-      g.m = T; g.n = T; g.k = HS;
-      g.a = {v, W, HS, true};
-      g.b = {d_o + j * HS * es, C, L.head_step(), false};
+      g.m = T; g.n = T; g.k = HV;
+      g.a = {v, W, HV, true};
+      g.b = {d_o + j * HV * es, C, L.value_step(), false};
       g.d = static_cast<float*>(dp.raw()) + j * T * T; g.ldd = T; g.stride_d = L.probs_step();
       g.batch = KVH;
       g.input = a; g.output = DType::F32;
       lib_->gemm->run(g, stream_);
     }
 
-    group_sum(dv, [&](int64_t j) {  // dV^T = sum_j dO_j^T P_j
+    group_sum(dv, HV, [&](int64_t j) {  // dV^T = sum_j dO_j^T P_j
       cuda::GemmCall g;
-      g.a = {d_o + j * HS * es, C, L.head_step(), false};
+      g.a = {d_o + j * HV * es, C, L.value_step(), false};
       g.b = {p + j * T * T * es, T, L.probs_step(), true};
       return g;
     });
@@ -322,7 +350,7 @@ void CudaBackend::own_attention_backward(Tensor& dqkv, const Tensor& dout, const
       lib_->gemm->run(g, stream_);
     }
 
-    group_sum(dk, [&](int64_t j) {  // dK^T = sum_j Q_j^T dS_j
+    group_sum(dk, HS, [&](int64_t j) {  // dK^T = sum_j Q_j^T dS_j
       cuda::GemmCall g;
       g.a = {q + j * HS * es, W, L.head_step(), false};
       g.b = {ds + j * T * T * es, T, L.probs_step(), true};

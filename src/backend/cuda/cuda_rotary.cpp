@@ -18,7 +18,7 @@ void CudaBackend::do_rotary(Tensor& x, const Tensor& positions, const Tensor& co
     using T = decltype(tag);
     cuda::rotary(ptr<T>(op, x), ptr<int32_t>(op, positions), ptr<float>(op, cos),
                  ptr<float>(op, sin), N, x.numel() / N, where.column, where.heads, where.head_dim,
-                 cos.dim(0), backward, stream_);
+                 where.head_stride(), cos.dim(0), backward, stream_);
   });
 }
 

@@ -103,12 +103,13 @@ void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up
                      cudaStream_t s);
 
 // ---- rotary.cu ----------------------------------------------------------------------------
-// In place on `heads` heads of head_dim channels from `column` of each of the N rows of W
-// elements, by the angles of positions[n] in the (P, head_dim / 2) cos/sin table (by minus them
-// for the backward pass); a row whose position is outside [0, P) gets NaN in those heads.
+// In place on `heads` heads of head_dim channels, `stride` columns apart, from `column` of each
+// of the N rows of W elements, by the angles of positions[n] in the (P, head_dim / 2) cos/sin
+// table (by minus them for the backward pass); a row whose position is outside [0, P) gets NaN in
+// those heads.
 template <class T>
 void rotary(T* x, const int32_t* positions, const float* cos, const float* sin, int64_t N,
-            int64_t W, int64_t column, int64_t heads, int64_t head_dim, int64_t P,
+            int64_t W, int64_t column, int64_t heads, int64_t head_dim, int64_t stride, int64_t P,
             bool by_minus_angle, cudaStream_t s);
 
 // ---- expert_rows.cu: token rows to their experts and back (backend.h, gather_rows) ----------

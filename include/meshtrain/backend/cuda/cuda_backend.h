@@ -102,6 +102,10 @@ class CudaBackend final : public Backend {
   // of grouped-query attention (0: NH, multi-head).
   AttentionImpl attention_impl_for(DType dtype, int64_t B, int64_t T, int64_t NH, int64_t HS,
                                    std::string* why = nullptr, int64_t KVH = 0);
+  // The same for any AttentionDims: value heads of another size than HS, or an explicit softmax
+  // scale, take the own kernels (`why` says so).
+  AttentionImpl attention_impl_for(DType dtype, int64_t B, int64_t T, const AttentionDims& dims,
+                                   std::string* why = nullptr);
   // This device's compute capability and the cuDNN loaded at run time.
   const CudnnPlatform& cudnn_platform() const;
   // The first fallback from cuDNN to the own attention kernels under Auto (judge_rejected_attention's
@@ -185,14 +189,12 @@ class CudaBackend final : public Backend {
   void do_gelu_forward(Tensor& out, const Tensor& inp) override;
   void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
   void do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                            int64_t NH, int64_t KVH, int64_t HS,
-                            const Tensor* document_starts) override;
+                            const AttentionDims& dims, const Tensor* document_starts) override;
   // Keeps the default stash (B, NH, T, T) and reads its own copy of out from it (cuDNN) or
   // the softmax (own kernels): backward's `out` goes unused.
   void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                              const Tensor& out, const Tensor& probs, int64_t B, int64_t T,
-                             int64_t NH, int64_t KVH, int64_t HS,
-                             const Tensor* document_starts) override;
+                             const AttentionDims& dims, const Tensor* document_starts) override;
 
   void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override;
   void do_crossentropy_rebase(Tensor& row_sumexp, const Tensor& local_max,
@@ -215,10 +217,10 @@ class CudaBackend final : public Backend {
   struct Libraries;  // cuBLASLt and cuDNN state (src/backend/cuda/cuda_backend.cpp)
 
   void own_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B, int64_t T,
-                             int64_t NH, int64_t KVH, int64_t HS);
+                             const AttentionDims& dims);
   void own_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                              const Tensor& probs, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                              int64_t HS);
+                              const Tensor& probs, int64_t B, int64_t T,
+                              const AttentionDims& dims);
   // Queues `problems` as one cuBLAS grouped GEMM, their address table uploaded ahead of it;
   // false, having computed nothing, where the call cannot take them (the caller loops instead).
   bool run_grouped(const char* op, const std::vector<cuda::GroupedProblem>& problems,
@@ -226,7 +228,7 @@ class CudaBackend final : public Backend {
   // Drops the host sources of completed asynchronous copies (all of them after a synchronize).
   void retire_host_copies();
   bool cudnn_attention_usable(const Tensor& qkv, const Tensor& probs, int64_t B, int64_t T,
-                              int64_t NH, int64_t KVH, int64_t HS);
+                              const AttentionDims& dims);
 
   CudaBackendOptions options_;
   int device_ = 0;
