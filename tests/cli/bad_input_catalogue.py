@@ -886,6 +886,25 @@ CATALOGUE = [
         ["prepare", "{jsonl50}/done_train.bin", "--out", "{jsonl50}/done", "--force"], 1,
         ["{jsonl50}/done_train.bin: is an input of this prepare", "--force never replaces an input"],
         needs=["jsonl50"]),
+    # issue 54 (muon): train.optimizer and Muon's keys; the layouts Muon does not run on yet are
+    # refused naming the key (Newton-Schulz needs each matrix whole).
+    row("deck", "train.optimizer unknown", 1, train("train.optimizer=\"sgd\""), 1,
+        ["train.optimizer = \"sgd\" is not a known value (expected one of \"adamw\", \"muon\")"]),
+    row("deck", "muon momentum out of range", 1,
+        train("train.optimizer=\"muon\"", "train.muon_momentum=1.0"), 1,
+        ["train.muon_momentum = 1.0 is out of range (expected finite number from 0 to 0.999)"]),
+    row("deck", "muon keys under adamw", 1, train("train.muon_ns_steps=3"), 1,
+        ["train.muon_* keys are given but train.optimizer is \"adamw\", so they would be ignored"]),
+    row("deck", "muon with tensor parallelism", 2,
+        train("train.optimizer=\"muon\"", "parallel.tp=2"), 1,
+        ["parallel.tp = 2 with train.optimizer = \"muon\"", "gathering tensor-parallel shards",
+         "use parallel.tp = 1, or train.optimizer = \"adamw\""], absent=NOT_TRAINED),
+    row("deck", "muon with ZeRO", 2, train("train.optimizer=\"muon\"", "parallel.zero=1"), 1,
+        ["parallel.zero = 1 with train.optimizer = \"muon\"", "use parallel.zero = 0"],
+        absent=NOT_TRAINED),
+    row("deck", "muon with parameter servers", 3,
+        train("train.optimizer=\"muon\"", "parallel.data_sync=\"async\"", "parallel.servers=1"), 1,
+        ["parallel.data_sync = \"async\" with train.optimizer = \"muon\""], absent=NOT_TRAINED),
 ]
 
 
