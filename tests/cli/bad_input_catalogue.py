@@ -887,7 +887,8 @@ CATALOGUE = [
         ["{jsonl50}/done_train.bin: is an input of this prepare", "--force never replaces an input"],
         needs=["jsonl50"]),
     # issue 54 (muon): train.optimizer and Muon's keys; the layouts Muon does not run on yet are
-    # refused naming the key (Newton-Schulz needs each matrix whole).
+    # refused naming the key (Newton-Schulz needs each matrix whole); a checkpoint's optimizer
+    # state resumes only under its own optimizer, both named.
     row("deck", "train.optimizer unknown", 1, train("train.optimizer=\"sgd\""), 1,
         ["train.optimizer = \"sgd\" is not a known value (expected one of \"adamw\", \"muon\")"]),
     row("deck", "muon momentum out of range", 1,
@@ -905,6 +906,17 @@ CATALOGUE = [
     row("deck", "muon with parameter servers", 3,
         train("train.optimizer=\"muon\"", "parallel.data_sync=\"async\"", "parallel.servers=1"), 1,
         ["parallel.data_sync = \"async\" with train.optimizer = \"muon\""], absent=NOT_TRAINED),
+    row("checkpoint", "resume AdamW's state with muon", 2,
+        train("checkpoint.dir=\"{a}\"", "train.optimizer=\"muon\"", "train.steps=6"), 1,
+        ["{a}/step_00000004.h5: its optimizer state is train.optimizer = \"adamw\"'s",
+         "has train.optimizer = \"muon\"", "set train.optimizer = \"adamw\" to resume it"],
+        needs=["run_a"], absent=["step     5/"]),
+    row("checkpoint", "resume Muon's state with adamw", 2,
+        train("checkpoint.resume=\"{dir}/muon/checkpoints/step_00000002.h5\"",
+              "checkpoint.dir=\"{dir}/run/c\"", "train.steps=4"), 1,
+        ["step_00000002.h5: its optimizer state is train.optimizer = \"muon\"'s",
+         "has train.optimizer = \"adamw\"", "set train.optimizer = \"muon\" to resume it"],
+        needs=["run_muon"], absent=["step     3/"]),
 ]
 
 
@@ -1289,6 +1301,14 @@ def need(p, name):
 
 def fixture_run_a_once(p):
     need(p, "run_a")
+
+
+def fixture_run_muon(p):
+    """issue 54 (muon): a Muon run's step-2 checkpoint in {dir}/muon/checkpoints."""
+    train_fixture(p, "muon", "train.optimizer=\"muon\"")
+
+
+FIXTURES.update({"run_muon": fixture_run_muon})
 
 
 # --- the driver -----------------------------------------------------------------------------
