@@ -331,16 +331,29 @@ std::vector<std::vector<Segment>> moe_chains(int world) {
   }
 }
 
+// Muon's momentum is saved by parameter name (exp_avg) whatever owned its matrices: a run saved
+// over dp 2 resumes on pp 2, then on cp 2; over dp 4, on dp 2 x pp 2.
+std::vector<std::vector<Segment>> muon_chains(int world) {
+  switch (world) {
+    case 2: return {{{{2, 1, 1, 0, 8}, 3}, {{1, 1, 2, 0, 4}, 6}, {{1, 1, 1, 0, 4, S::OneFOneB, 1, false, 2}, 10}}};
+    case 4: return {{{{4, 1, 1, 0, 2}, 4}, {{2, 1, 2, 0, 2}, 10}}};
+    default: return {};
+  }
+}
+
 std::string chain_name(const std::vector<Segment>& chain) {
   std::string out;
   for (const Segment& s : chain) out += (out.empty() ? "" : " -> ") + s.layout.name();
   return out;
 }
 
-// Runs every chain of this world size (`moe`: the mixture of experts' chains on its model)
-// against the single-rank reference of 10 steps.
-void check_chains(DType precision, double loss_tol, double params_tol, bool moe = false) {
-  const std::vector<std::vector<Segment>> all = moe ? moe_chains(world_size()) : chains(world_size());
+// Runs every chain of this world size (`moe`: the mixture of experts' chains on its model;
+// `optimizer` Muon: Muon's chains) against the single-rank reference of 10 steps.
+void check_chains(DType precision, double loss_tol, double params_tol, bool moe = false,
+                  OptimizerKind optimizer = OptimizerKind::AdamW) {
+  const bool muon = optimizer == OptimizerKind::Muon;
+  const std::vector<std::vector<Segment>> all =
+      muon ? muon_chains(world_size()) : moe ? moe_chains(world_size()) : chains(world_size());
   if (all.empty()) GTEST_SKIP() << "no chains for " << world_size() << " ranks";
   // Under the sanitizers the dense fp64 chains are left to the Release run: they save and load
   // through the code the fp32 chains run, with another HDF5 type (the mixture's chains, fp64,
@@ -352,6 +365,7 @@ void check_chains(DType precision, double loss_tol, double params_tol, bool moe 
   if (moe) base.model = testing::tiny_moe(base.model);
   base.train.precision = precision;
   base.train.steps = kSteps;
+  base.train.optimizer = optimizer;
   const testing::Reference ref = testing::run_reference(base, kSteps);
   for (size_t k = 0; k < all.size(); ++k) {
     const std::vector<Segment>& chain = all[k];
@@ -405,6 +419,10 @@ TEST(CheckpointRestart, Fp64OtherLayoutsFollowTheSingleRankTrajectoryToRoundoff)
 // Expert parallelism saves and loads the experts as global tensors: another ep, or none, resumes.
 TEST(CheckpointRestart, Fp64MixtureOfExpertsResumesOnAnotherExpertSplit) {
   check_chains(DType::F64, 1e-12, 1e-12, true);
+}
+
+TEST(CheckpointRestart, Fp64MuonResumesOnOtherLayoutsToRoundoff) {
+  check_chains(DType::F64, 1e-12, 1e-12, false, OptimizerKind::Muon);
 }
 
 // The world's checkpoint continued by one rank alone (every rank runs it on MPI_COMM_SELF),
