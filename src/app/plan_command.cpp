@@ -17,6 +17,7 @@
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/device_check.h"
 #include "meshtrain/config/machine_profile.h"
+#include "meshtrain/model/parameter_table.h"
 #include "meshtrain/train/layout_advisor.h"
 #include "meshtrain/train/planner.h"
 #include "meshtrain/train/time_model.h"
@@ -71,6 +72,43 @@ void print_model(const ModelSpec& m) {
   std::printf("# model: %s, %d layers, %s parameters (%.2fB%s), %.1f GFLOP per token trained\n",
               m.family.c_str(), m.layers, grouped.c_str(), static_cast<double>(n) / 1e9, active,
               m.flops_per_token() / 1e9);
+}
+
+// Under train.optimizer = "muon": which parameters Muon steps (the hidden matrices, by their
+// role in the parameter table) and which AdamW does, with the names of each kind, a block's
+// number written as "*" (the same names repeat in every block).
+void print_optimizer_split(const ModelSpec& m) {
+  struct Side {
+    int64_t tensors = 0, matrices = 0, elements = 0;
+    std::vector<std::string> names;
+  } muon, adamw;
+  for (const ParamEntry& e : parameter_table(m)) {
+    const bool hidden = e.role == ParamRole::HiddenMatrix;
+    Side& side = hidden ? muon : adamw;
+    ++side.tensors;
+    side.matrices += hidden && e.shape.rank() == 3 ? e.shape[0] : 1;
+    side.elements += e.numel();
+    std::string name = e.name;
+    for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', dot + 1)) {
+      const size_t end = name.find('.', dot + 1);
+      if (end == std::string::npos) break;
+      const std::string part = name.substr(dot + 1, end - dot - 1);
+      if (!part.empty() && part.find_first_not_of("0123456789") == std::string::npos)
+        name.replace(dot + 1, part.size(), "*");
+    }
+    if (std::find(side.names.begin(), side.names.end(), name) == side.names.end()) side.names.push_back(name);
+  }
+  const auto names = [](const Side& s) {
+    std::string out;
+    for (const std::string& n : s.names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  };
+  std::printf("# optimizer: muon for %lld matrices in %lld tensors (%lld parameters): %s\n",
+              static_cast<long long>(muon.matrices), static_cast<long long>(muon.tensors),
+              static_cast<long long>(muon.elements), names(muon).c_str());
+  std::printf("# optimizer: adamw for %lld tensors (%lld parameters): %s\n",
+              static_cast<long long>(adamw.tensors), static_cast<long long>(adamw.elements),
+              names(adamw).c_str());
 }
 
 void print_stages(const LayoutPlan& plan) {
@@ -339,6 +377,7 @@ int plan_command(const PlanArgs& args) {
                 std::string(dtype_name(config.train.precision)).c_str(),
                 why.empty() ? "" : (" (" + why + ")").c_str(), threads);
     print_model(config.model);
+    if (config.train.optimizer == OptimizerKind::Muon) print_optimizer_split(config.model);
     if (cuda)
       std::printf("# kernels' scratch as on the CPU backend; a GPU adds the cuBLASLt workspace (32 MiB) "
                   "and cuDNN's\n");

@@ -122,6 +122,7 @@ void write_imported_checkpoint(const std::string& path, const Config& config,
   info.world_size = 1;
   info.meshtrain_version = MESHTRAIN_VERSION;
   info.created = utc_timestamp();
+  info.optimizer = optimizer_signature(config.train.optimizer);
 
   const std::string tmp = path + ".tmp";
   try {

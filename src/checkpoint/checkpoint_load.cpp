@@ -265,6 +265,8 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
                                 "' (not a complete meshtrain checkpoint)");
     check_model_signature(path, info.model, m, cfg_.deck_path, info.meshtrain_version,
                           tokenizer_signature(cfg_.data.tokenizer));
+    check_optimizer_signature(path, info.optimizer, info.optimizer_steps, cfg_.train.optimizer,
+                              cfg_.deck_path);
   });
   // The file must hold exactly the deck's model: every dataset, each with the global shape and
   // a checksum. These refusals come before any data is read: the trainer is left as it was.

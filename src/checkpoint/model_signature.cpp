@@ -74,6 +74,28 @@ std::string model_signature(const ModelSpec& m, const std::string& tokenizer) {
   return out;
 }
 
+std::string optimizer_signature(OptimizerKind optimizer) {
+  return optimizer == OptimizerKind::Muon ? optimizer_name(optimizer) : "";
+}
+
+void check_optimizer_signature(const std::string& file, const std::string& recorded,
+                               int64_t optimizer_steps, OptimizerKind optimizer,
+                               const std::string& deck) {
+  if (!recorded.empty() && recorded != "muon")
+    throw CheckpointFileError(file + ": attribute 'optimizer' = \"" + terminal_safe(recorded) +
+                              "\" is not an optimizer this meshtrain " MESHTRAIN_VERSION
+                              " knows (\"muon\", or no attribute for \"adamw\")");
+  const std::string written = recorded.empty() ? "adamw" : recorded;
+  const std::string wanted = optimizer_name(optimizer);
+  if (written == wanted || optimizer_steps == 0) return;
+  throw CheckpointFileError(
+      file + ": its optimizer state is train.optimizer = \"" + written + "\"'s, but " + deck +
+      " (with its --set overrides) has train.optimizer = \"" + wanted + "\": " +
+      (written == "muon" ? "Muon's momentum is not AdamW's two moments"
+                         : "AdamW's moments are not Muon's momentum") +
+      " (set train.optimizer = \"" + written + "\" to resume it)");
+}
+
 void check_model_signature(const std::string& file, const std::string& recorded, const ModelSpec& m,
                            const std::string& deck, const std::string& writer,
                            const std::string& tokenizer) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "meshtrain/model/model_spec.h"
+#include "meshtrain/optim/muon_hyper.h"
 
 namespace meshtrain {
 
@@ -43,5 +44,17 @@ std::string model_signature(const ModelSpec& m, const std::string& tokenizer = "
 void check_model_signature(const std::string& file, const std::string& recorded, const ModelSpec& m,
                            const std::string& deck, const std::string& writer,
                            const std::string& tokenizer = "byte");
+
+// The @optimizer attribute: "muon", or "" for AdamW (not written: every checkpoint before the
+// choice is AdamW's).
+std::string optimizer_signature(OptimizerKind optimizer);
+
+// Throws CheckpointFileError when the file's optimizer state (`recorded`, its @optimizer) is
+// another optimizer's than the deck's train.optimizer: AdamW's exp_avg / exp_avg_sq and Muon's
+// momentum mean different things. A file whose optimizer never stepped (optimizer_steps 0: an
+// import) holds no state and is accepted by either.
+void check_optimizer_signature(const std::string& file, const std::string& recorded,
+                               int64_t optimizer_steps, OptimizerKind optimizer,
+                               const std::string& deck);
 
 }  // namespace meshtrain

@@ -322,6 +322,7 @@ SaveJob plan_save(const Config& cfg, ModelState& state, int64_t step,
   info.world_size = world.size();
   info.meshtrain_version = MESHTRAIN_VERSION;
   info.created = utc_timestamp();
+  info.optimizer = optimizer_signature(cfg.train.optimizer);
   world.broadcast_bytes(info.created, 0);  // attributes must be identical on every rank
   return job;
 }

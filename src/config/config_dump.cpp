@@ -120,6 +120,17 @@ void dump_train(std::ostream& os, const Config& c) {
      << "beta1 = " << real(t.beta1) << "\n"
      << "beta2 = " << real(t.beta2) << "\n"
      << "eps = " << real(t.eps) << "\n";
+  // Only a Muon run names its optimizer: the configuration an AdamW run records (in every
+  // checkpoint) stays what it was before there was a choice.
+  if (t.optimizer == OptimizerKind::Muon)
+    os << "optimizer = " << quoted(optimizer_name(t.optimizer)) << "\n"
+       << "muon_momentum = " << real(t.muon.momentum) << "\n"
+       << "muon_nesterov = " << (t.muon.nesterov ? "true" : "false") << "\n"
+       << "muon_ns_steps = " << t.muon.ns_steps << "\n"
+       << "muon_ns_a = " << real(t.muon.ns_a) << "\n"
+       << "muon_ns_b = " << real(t.muon.ns_b) << "\n"
+       << "muon_ns_c = " << real(t.muon.ns_c) << "\n"
+       << "muon_rms_scale = " << real(t.muon.rms_scale) << "\n";
 }
 
 // [parallel]

@@ -244,6 +244,36 @@ void check_norm_and_optimizer_fields(const Config& c, const DeckFail& fail) {
          " is not a multiple of train.micro_batch = " + std::to_string(c.train.micro_batch));
 }
 
+// Muon's keys, and the layouts it does not run on yet: each of those cuts a matrix into pieces
+// (tensor parallelism, ZeRO's shards) or moves the optimizer elsewhere (offload, parameter
+// servers), and Newton-Schulz needs the whole matrix in one place.
+void check_muon_fields(const Config& c, const DeckFail& fail) {
+  const ParallelOptions& par = c.parallel;
+  if (c.train.optimizer != OptimizerKind::Muon) {
+    MuonHyper given = c.train.muon;
+    given.weight_decay = MuonHyper{}.weight_decay;
+    if (given != MuonHyper{})
+      fail("train.muon_* keys are given but train.optimizer is \"adamw\", so they would be "
+           "ignored (set train.optimizer = \"muon\", or remove them)");
+    return;
+  }
+  const std::string why = " with train.optimizer = \"muon\": ";
+  if (par.tp > 1 || par.automatic.tp)
+    fail("parallel.tp = " + std::string(par.automatic.tp ? "\"auto\"" : std::to_string(par.tp)) + why +
+         "Muon's Newton-Schulz iteration needs each matrix whole, and gathering tensor-parallel "
+         "shards for it is not implemented yet (use parallel.tp = 1, or train.optimizer = \"adamw\")");
+  if (par.zero != 0 || par.automatic.zero)
+    fail("parallel.zero = " + std::string(par.automatic.zero ? "\"auto\"" : std::to_string(par.zero)) +
+         why + "ZeRO shards cut the matrices that Newton-Schulz needs whole, and Muon does not "
+         "run on them yet (use parallel.zero = 0, or train.optimizer = \"adamw\")");
+  if (par.offload != Offload::None)
+    fail("parallel.offload = \"optimizer\"" + why + "the offloaded optimizer is AdamW's only "
+         "(use parallel.offload = \"none\", or train.optimizer = \"adamw\")");
+  if (par.async())
+    fail("parallel.data_sync = \"async\"" + why + "the parameter servers step AdamW only "
+         "(use parallel.data_sync = \"sync\", or train.optimizer = \"adamw\")");
+}
+
 // The pipeline schedule, its chunks and the partition of layers into them.
 void check_schedule_fields(const Config& c, const DeckFail& fail) {
   if (c.parallel.virtual_stages > 1 && (c.parallel.schedule == ScheduleKind::OneFOneB ||
@@ -335,6 +365,7 @@ void check_cross_fields(const std::string& path, const Config& c) {
   check_attention_fields(c, fail);
   check_feed_forward_fields(c, fail);
   check_norm_and_optimizer_fields(c, fail);
+  check_muon_fields(c, fail);
   check_schedule_fields(c, fail);
   check_balance_fields(c, fail);
   check_data_sync_fields(c, fail);

@@ -497,6 +497,7 @@ const std::vector<KeySpec>& schema() {
     add_model_keys(k);
     add_data_keys(k);
     add_train_keys(k);
+    add_optimizer_keys(k);
     add_grid_keys(k);
     add_schedule_keys(k);
     add_placement_keys(k);

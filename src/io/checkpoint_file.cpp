@@ -289,7 +289,8 @@ void CheckpointFile::write_info(const CheckpointInfo& info) {
       write_string(file_, "lineage", info.lineage) && write_string(file_, "layout", info.layout) &&
       write_scalar(file_, "world_size", H5T_STD_I32LE, H5T_NATIVE_INT32, &world) &&
       write_string(file_, "meshtrain_version", info.meshtrain_version) &&
-      write_string(file_, "created", info.created);
+      write_string(file_, "created", info.created) &&
+      (info.optimizer.empty() || write_string(file_, "optimizer", info.optimizer));
   if (!ok) fail("cannot write the root attributes");
 }
 
@@ -407,6 +408,7 @@ CheckpointInfo CheckpointFile::read_info() const {
   info.world_size = static_cast<int>(integer("world_size", 1, kIntMax, "the ranks that wrote the file").value());
   info.meshtrain_version = string("meshtrain_version");
   info.created = string("created");
+  info.optimizer = optional("optimizer");
   return info;
 }
 

@@ -12,6 +12,7 @@ ParamSpec weight_spec(const std::string& name, Shape shape, int split_dim, TpSpl
   s.tp_split = split;
   s.init = Init::Normal;
   s.init_std = std_dev;
+  s.role = ParamRole::HiddenMatrix;  // the linear layers are the blocks' matrices
   return s;
 }
 

@@ -26,6 +26,7 @@ ParamSpec moe_weight(const std::string& name, Shape shape, double init_std, cons
 Parameter& add_expert_weight(const std::string& name, Shape shape, double init_std,
                              const LayerContext& ctx) {
   ParamSpec s = moe_weight(name, std::move(shape), init_std, ctx);
+  s.role = ParamRole::HiddenMatrix;  // E matrices; the router stays Plain
   if (!ctx.ep.on()) return ctx.store->add(std::move(s), 0, 1);
   s.ep_split_dim = 0;
   s.group = ReplicaGroup::ExpertData;

@@ -6,6 +6,8 @@
 #include <future>
 #include <vector>
 
+#include "meshtrain/optim/muon.h"
+
 namespace meshtrain {
 
 ShardedOptimizer::ShardedOptimizer(StateLayout& layout, ZeroGather& gather)
@@ -14,13 +16,14 @@ ShardedOptimizer::ShardedOptimizer(StateLayout& layout, ZeroGather& gather)
   const DType dt = layout.state_dtype();
   for (int b = 0; b < layout.buckets(); ++b) {
     const int64_t owned = layout.owned_size(b);
-    adamw_.push_back(std::make_unique<AdamW>(state_be, owned, dt, layout.bucket(b).decay_segments,
+    adamw_.push_back(std::make_unique<AdamW>(state_be, owned, dt, adamw_segments(layout, b),
                                              layout.options().adamw));
     master_.push_back(layout.has_master() ? state_be.zeros({owned}, dt, MemoryCategory::OptimizerState)
                                           : Tensor{});
     host_grads_.push_back(layout.offloaded() ? state_be.zeros({owned}, dt, MemoryCategory::CommBuffers)
                                              : Tensor{});
   }
+  muon_ = meshtrain::muon_matrices(layout);
 }
 
 Tensor ShardedOptimizer::values(int b) {
@@ -147,6 +150,7 @@ void ShardedOptimizer::step(double lr, double grad_scale) {
   } else {
     step_offloaded(lr, grad_scale);
   }
+  if (!muon_.empty()) step_muon(lr, grad_scale);
   gather_->gather_updated_shards();
   if (layout_->zero() == 1)
     for (int b = 0; b < layout_->buckets(); ++b) layout_->bucket(b).grad_shard = Tensor{};
@@ -167,6 +171,48 @@ void ShardedOptimizer::step_offloaded(double lr, double grad_scale) {
       updating = std::async(std::launch::async, [this, b, lr, grad_scale] {
         adamw_[b]->step(master_[b], host_grads_[b], lr, grad_scale);
       });
+  }
+}
+
+// Muon's matrices (ZeRO 0: every replica holds the reduced gradients and the whole bucket).
+// Every replica moves every momentum; each matrix's owner orthogonalises it into the bucket's
+// update buffer, which is zero elsewhere, so one sum over the replica group gives every replica
+// every matrix's update exactly (x + 0 = x), and each applies them all.
+void ShardedOptimizer::step_muon(double lr, double grad_scale) {
+  Backend& be = layout_->device();
+  const DType dt = layout_->state_dtype();
+  const MuonHyper& hyper = layout_->options().muon;
+  size_t next = 0;
+  for (int b = 0; b < layout_->buckets() && next < muon_.size(); ++b) {
+    size_t end = next;
+    while (end < muon_.size() && muon_[end].bucket == b) ++end;
+    if (end == next) continue;
+    Communicator& replicas = layout_->replicas(b);
+    Tensor updates = be.zeros({layout_->owned_size(b)}, dt, MemoryCategory::Workspace);
+    Tensor grads = layout_->owned_grads(b);
+    for (size_t i = next; i < end; ++i) {
+      const MuonMatrix& m = muon_[i];
+      const Shape shape{m.rows, m.cols};
+      Tensor momentum = adamw_[b]->exp_avg().view(m.offset, shape);
+      Tensor update = updates.view(m.offset, shape);
+      muon_momentum(be, momentum, grads.view(m.offset, shape), grad_scale, hyper, update);
+      if (m.owner == replicas.rank()) newton_schulz(be, update, hyper);
+      else be.fill(update, 0.0);
+    }
+    if (replicas.size() > 1) replicas.all_reduce(updates).wait();
+    Tensor optimizer_values = values(b);
+    for (size_t i = next; i < end; ++i) {
+      const MuonMatrix& m = muon_[i];
+      const Shape shape{m.rows, m.cols};
+      Tensor value = optimizer_values.view(m.offset, shape);
+      Tensor update = updates.view(m.offset, shape);
+      muon_apply(be, value, update, lr, hyper);
+      if (layout_->has_master()) {
+        Tensor rounded = layout_->owned_values(b).view(m.offset, shape);
+        be.cast(rounded, value);
+      }
+    }
+    next = end;
   }
 }
 

@@ -117,6 +117,27 @@ class ChunkPricer {
 
   double memory(double bytes) const { return bandwidth_ > 0 ? bytes / bandwidth_ : 0; }
 
+  // Muon (train.optimizer = "muon", optim/muon.h): `steps` Newton-Schulz iterations on each of the
+  // block's weight matrices that this rank holds, as if it ran them all (the owners share them),
+  // and the matrices' elements (their update's sum over the replicas); dense matrices and experts
+  // apart, whose owners are in other groups. Per iteration, n the shorter side and m the longer:
+  // the Gram matrix (n x n over m), its square (n x n over n) and the product (n x m over n).
+  struct MatrixWork {
+    double dense_s = 0, expert_s = 0, dense_elements = 0, expert_elements = 0;
+  };
+  MatrixWork newton_schulz(const CostSheet& b, int steps) const {
+    MatrixWork w;
+    for (const LinearCost& l : b.linears) {
+      const double n = static_cast<double>(std::min(l.in, l.out)), m = static_cast<double>(std::max(l.in, l.out));
+      const double seconds =
+          groups_of(l) * steps * (gemm_.seconds(n, n, m) + gemm_.seconds(n, n, n) + gemm_.seconds(n, m, n));
+      const double elements = groups_of(l) * n * m;
+      (l.experts > 0 ? w.expert_s : w.dense_s) += seconds;
+      (l.experts > 0 ? w.expert_elements : w.dense_elements) += elements;
+    }
+    return w;
+  }
+
  private:
   enum class Direction { Forward, Backward };
 

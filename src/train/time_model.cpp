@@ -98,6 +98,10 @@ void add_layout_caveats(const Config& c, const MachineProfile& profile, const Gr
     caveats.push_back("the profile was measured with " + std::to_string(profile.threads_per_rank) +
                       " thread(s) per rank, the run uses " + std::to_string(std::max(1, c.run.threads)));
   if (par.offload != Offload::None) caveats.push_back("optimizer offload is priced as if on the device");
+  if (c.train.optimizer == OptimizerKind::Muon)
+    caveats.push_back("Muon: each block linear's Newton-Schulz is priced as one matrix (a fused "
+                      "projection steps as its slices, a little less), its owners as sharing the "
+                      "work evenly, and the updates' sum as an all-reduce after the step");
   if (par.cp > 1)
     caveats.push_back("context parallelism: ring attention's transfers are priced as hidden "
                       "behind attention (bench --suite context: the ring at 0.985 of compute "
@@ -138,10 +142,11 @@ Links links_of(const Config& c, const MachineProfile& profile, const GridShape& 
 struct LayerPrice {
   PassTime forward, backward, recompute;
   double parameters = 0, expert_parameters = 0;
+  ChunkPricer::MatrixWork muon;  // Newton-Schulz under train.optimizer = "muon", else none
 };
 
 std::vector<LayerPrice> price_layers(const ChunkPricer& pricer, const ModelCostSheet& sheets,
-                                     const ParallelOptions& par) {
+                                     const ParallelOptions& par, const TrainOptions& train) {
   const double tp = static_cast<double>(par.tp);
   std::vector<LayerPrice> layer_prices(sheets.blocks.size());
   for (size_t l = 0; l < sheets.blocks.size(); ++l) {
@@ -155,6 +160,7 @@ std::vector<LayerPrice> price_layers(const ChunkPricer& pricer, const ModelCostS
     if (par.recompute == Recompute::Full) p.recompute = p.forward;
     if (par.recompute == Recompute::Selective) p.recompute = pricer.block_forward(sheets.blocks[l], true);
     p.parameters = sheets.blocks[l].local_parameters(tp);
+    if (train.optimizer == OptimizerKind::Muon) p.muon = pricer.newton_schulz(sheets.blocks[l], train.muon.ns_steps);
     if (par.ep > 1) {
       double experts = 0;
       for (const ParameterCost& q : sheets.blocks[l].parameters)
@@ -173,6 +179,7 @@ std::vector<LayerPrice> price_layers(const ChunkPricer& pricer, const ModelCostS
 struct ChunkPrices {
   std::vector<PassTime> forward, backward;
   std::vector<double> parameters, expert_parameters;
+  std::vector<ChunkPricer::MatrixWork> muon;
 };
 
 ChunkPrices price_chunks(const Config& c, const ChunkPricer& pricer) {
@@ -182,9 +189,10 @@ ChunkPrices price_chunks(const Config& c, const ChunkPricer& pricer) {
       par.partition.empty() ? default_partition(c) : explicit_partition(par.partition);
   const ModelCostSheet& sheets = model_cost_sheet(c.model);
   const double tp = static_cast<double>(par.tp);
-  const std::vector<LayerPrice> layer_prices = price_layers(pricer, sheets, par);
+  const std::vector<LayerPrice> layer_prices = price_layers(pricer, sheets, par, c.train);
   ChunkPrices out{std::vector<PassTime>(chunks), std::vector<PassTime>(chunks),
-                  std::vector<double>(chunks, 0.0), std::vector<double>(chunks, 0.0)};
+                  std::vector<double>(chunks, 0.0), std::vector<double>(chunks, 0.0),
+                  std::vector<ChunkPricer::MatrixWork>(chunks)};
   for (size_t k = 0; k < chunks; ++k) {
     const ChunkRange& r = ranges[k];
     PassTime& f = out.forward[k];
@@ -197,6 +205,11 @@ ChunkPrices price_chunks(const Config& c, const ChunkPricer& pricer) {
       b += p.recompute;
       held += p.parameters;
       out.expert_parameters[k] += p.expert_parameters;
+      ChunkPricer::MatrixWork& muon = out.muon[k];
+      muon.dense_s += p.muon.dense_s;
+      muon.expert_s += p.muon.expert_s;
+      muon.dense_elements += p.muon.dense_elements;
+      muon.expert_elements += p.muon.expert_elements;
     }
     if (r.has_embedding) {
       f += pricer.embedding_forward(sheets.embedding);
@@ -283,6 +296,7 @@ std::vector<double> pipeline_ends(const SimulationResult& sim, const MachineProf
 // What one pipeline stage holds and runs per step, summed over its chunks.
 struct StageWork {
   double params = 0, experts = 0, forward_mb = 0, backward_mb = 0;
+  ChunkPricer::MatrixWork muon;
 };
 
 StageWork stage_work(const ParallelOptions& par, int stage, int m, const ChunkPrices& chunks, StageTime& st) {
@@ -291,6 +305,10 @@ StageWork stage_work(const ParallelOptions& par, int stage, int m, const ChunkPr
     const auto i = static_cast<size_t>(k);
     w.params += chunks.parameters[i];
     w.experts += chunks.expert_parameters[i];
+    w.muon.dense_s += chunks.muon[i].dense_s;
+    w.muon.expert_s += chunks.muon[i].expert_s;
+    w.muon.dense_elements += chunks.muon[i].dense_elements;
+    w.muon.expert_elements += chunks.muon[i].expert_elements;
     w.forward_mb += chunks.forward[i].total();
     w.backward_mb += chunks.backward[i].total();
     st.compute_s += m * (chunks.forward[i].compute + chunks.backward[i].compute);
@@ -371,6 +389,24 @@ double optimizer_seconds(const Config& c, const ChunkPricer& pricer, const Stage
   return pricer.memory(owned * (7 * 4 + param_bytes) + read * grad_bytes);
 }
 
+// Muon's share of the step on one rank (parallel/muon_matrices.h): its owners' Newton-Schulz, the
+// matrices divided evenly over the replicas (dp x cp; an expert's over its expert-data group),
+// and the sum that hands every replica every update, an all-reduce of the matrices' elements.
+double muon_seconds(const Config& c, const MachineProfile& profile, const Links& links, const StageWork& w) {
+  const ParallelOptions& par = c.parallel;
+  const int dp = par.dp * par.cp, expert_dp = std::max(1, dp / par.ep);
+  const double bytes = c.train.precision == DType::F64 ? 8 : 4;
+  double seconds = w.muon.dense_s / dp + w.muon.expert_s / expert_dp;
+  if (dp > 1)
+    seconds += profile.sync_seconds + profile.link(links.dp, CollectiveKind::AllReduce)
+                                          .seconds(CollectiveKind::AllReduce, w.muon.dense_elements * bytes, dp);
+  if (expert_dp > 1 && w.muon.expert_elements > 0)
+    seconds += profile.sync_seconds +
+               profile.link(links.expert_data, CollectiveKind::AllReduce)
+                   .seconds(CollectiveKind::AllReduce, w.muon.expert_elements * bytes, expert_dp);
+  return seconds;
+}
+
 // The step is the slowest stage's: its parts become the prediction's.
 void take_critical_stage(const Config& c, const MachineProfile& profile, const GridShape& shape,
                          StepTimePrediction& out) {
@@ -430,6 +466,7 @@ StepTimePrediction predict(const Config& c, const MachineProfile& profile, bool 
     }
     if (par.dp * par.cp > 1) price_data_parallel(c, profile, links, m, w, st);
     st.optimizer_s = optimizer_seconds(c, pricer, w);
+    if (c.train.optimizer == OptimizerKind::Muon) st.optimizer_s += muon_seconds(c, profile, links, w);
     st.end_s = st.pipeline_end_s + st.dp_exposed_s + st.optimizer_s;
     out.stages.push_back(st);
   }

@@ -96,6 +96,9 @@ void Trainer::build_state(DataMode data) {
   so.zero = p.zero;
   so.bucket_mb = p.bucket_mb;
   so.adamw = {config.train.beta1, config.train.beta2, config.train.eps, config.train.weight_decay};
+  so.optimizer = config.train.optimizer;
+  so.muon = config.train.muon;
+  so.muon.weight_decay = config.train.weight_decay;
   so.microbatches = work_.shares[grid.rank(Axis::Data)];
   so.reduce_over_dp = !p.async();  // the parameter servers sum the replicas' gradients
   if (p.offload == Offload::Optimizer) {

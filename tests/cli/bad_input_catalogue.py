@@ -961,6 +961,37 @@ CATALOGUE = [
     row("deck", "moe top groups holding fewer experts than top_k", 2, train_moe(
         "model.moe_router=\"sigmoid\"", "model.moe_experts=8", "model.moe_groups=4", "model.moe_top_k=3"), 1,
         ["deck.toml: model.moe_top_groups = 1 leaves 2 experts to choose from, fewer than model.moe_top_k = 3"]),
+    # issue 54 (muon): train.optimizer and Muon's keys; the layouts Muon does not run on yet are
+    # refused naming the key (Newton-Schulz needs each matrix whole); a checkpoint's optimizer
+    # state resumes only under its own optimizer, both named.
+    row("deck", "train.optimizer unknown", 1, train("train.optimizer=\"sgd\""), 1,
+        ["train.optimizer = \"sgd\" is not a known value (expected one of \"adamw\", \"muon\")"]),
+    row("deck", "muon momentum out of range", 1,
+        train("train.optimizer=\"muon\"", "train.muon_momentum=1.0"), 1,
+        ["train.muon_momentum = 1.0 is out of range (expected finite number from 0 to 0.999)"]),
+    row("deck", "muon keys under adamw", 1, train("train.muon_ns_steps=3"), 1,
+        ["train.muon_* keys are given but train.optimizer is \"adamw\", so they would be ignored"]),
+    row("deck", "muon with tensor parallelism", 2,
+        train("train.optimizer=\"muon\"", "parallel.tp=2"), 1,
+        ["parallel.tp = 2 with train.optimizer = \"muon\"", "gathering tensor-parallel shards",
+         "use parallel.tp = 1, or train.optimizer = \"adamw\""], absent=NOT_TRAINED),
+    row("deck", "muon with ZeRO", 2, train("train.optimizer=\"muon\"", "parallel.zero=1"), 1,
+        ["parallel.zero = 1 with train.optimizer = \"muon\"", "use parallel.zero = 0"],
+        absent=NOT_TRAINED),
+    row("deck", "muon with parameter servers", 3,
+        train("train.optimizer=\"muon\"", "parallel.data_sync=\"async\"", "parallel.servers=1"), 1,
+        ["parallel.data_sync = \"async\" with train.optimizer = \"muon\""], absent=NOT_TRAINED),
+    row("checkpoint", "resume AdamW's state with muon", 2,
+        train("checkpoint.dir=\"{a}\"", "train.optimizer=\"muon\"", "train.steps=6"), 1,
+        ["{a}/step_00000004.h5: its optimizer state is train.optimizer = \"adamw\"'s",
+         "has train.optimizer = \"muon\"", "set train.optimizer = \"adamw\" to resume it"],
+        needs=["run_a"], absent=["step     5/"]),
+    row("checkpoint", "resume Muon's state with adamw", 2,
+        train("checkpoint.resume=\"{dir}/muon/checkpoints/step_00000002.h5\"",
+              "checkpoint.dir=\"{dir}/run/c\"", "train.steps=4"), 1,
+        ["step_00000002.h5: its optimizer state is train.optimizer = \"muon\"'s",
+         "has train.optimizer = \"adamw\"", "set train.optimizer = \"muon\" to resume it"],
+        needs=["run_muon"], absent=["step     3/"]),
 ]
 
 
@@ -1423,6 +1454,14 @@ def need(p, name):
 
 def fixture_run_a_once(p):
     need(p, "run_a")
+
+
+def fixture_run_muon(p):
+    """issue 54 (muon): a Muon run's step-2 checkpoint in {dir}/muon/checkpoints."""
+    train_fixture(p, "muon", "train.optimizer=\"muon\"")
+
+
+FIXTURES.update({"run_muon": fixture_run_muon})
 
 
 # --- the driver -----------------------------------------------------------------------------

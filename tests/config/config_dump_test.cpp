@@ -20,6 +20,7 @@ const std::vector<std::string> kOverrides = {
     "model.layers=6",           "model.heads=2",        "model.tie_embeddings=false",
     "data.train=[\"a.bin\", \"b \\\"q\\\".bin\"]",       "data.val=\"none\"",
     "train.precision=\"fp64\"", "train.lr=3e-4",        "train.eps=1e-10",
+    "train.optimizer=\"muon\"", "train.muon_ns_steps=4",
     "parallel.dp=2",            "parallel.pp=2",        "parallel.schedule=\"gpipe\"",
     "parallel.partition=[2, 4]", "parallel.recompute=\"full\"",
     "checkpoint.resume=\"none\"", "checkpoint.io=\"independent\"", "checkpoint.async_nice=3"};

@@ -119,6 +119,31 @@ TEST(ParameterTable, TagsSplitGroupAndRole) {
   }
 }
 
+// Muon's split (train.optimizer = "muon") reads the role: every linear layer's weight inside a
+// block and every expert tensor is a HiddenMatrix, and nothing else is: not the embeddings, the
+// untied head, norms, biases or a mixture's router.
+TEST(ParameterTable, HiddenMatricesAreTheBlocksLinearWeightsAndExperts) {
+  ModelSpec llama = family_defaults("llama", small(false));
+  llama.kv_heads_set = 1;
+  ModelSpec moe = llama;
+  moe.feed_forward = FeedForwardKind::Moe;
+  moe.moe.experts = 4;
+  moe.moe.top_k = 2;
+  moe.moe.shared_ffn_hidden = 8;
+  for (const ModelSpec& m : {small(true), small(false), llama, moe}) {
+    int hidden = 0;
+    for (const ParamEntry& e : parameter_table(m)) {
+      const bool in_block = e.name.rfind("h.", 0) == 0;
+      const bool weight = e.name.size() > 7 && e.name.compare(e.name.size() - 7, 7, ".weight") == 0;
+      const bool matrix = e.shape.rank() >= 2 && in_block && weight &&
+                          e.name.find(".router.") == std::string::npos;
+      EXPECT_EQ(e.role == ParamRole::HiddenMatrix, matrix) << m.family << " " << e.name;
+      hidden += matrix;
+    }
+    EXPECT_GE(hidden, 4 * m.layers) << m.family;  // attention's and the feed-forward's at least
+  }
+}
+
 TEST(BucketPlan, TheTokenEmbeddingRoleNotTheNameGetsABucketAlone) {
   ParameterStore store;
   auto add = [&](const std::string& name, ParamRole role) {

@@ -110,9 +110,17 @@ Layout on_model(Layout l, std::string model) {
   return l;
 }
 
+// A variant named "<model>_muon" (or "muon", the tiny GPT-2) trains <model> with
+// train.optimizer = "muon" (optim/muon_hyper.h): its owners of matrices over the replica groups
+// (parallel/muon_matrices.h) against the single rank's Muon, in fp64 (muon_runs below).
+bool trains_with_muon(const std::string& model) {
+  return model == "muon" || (model.size() > 5 && model.compare(model.size() - 5, 5, "_muon") == 0);
+}
+
 // The models the matrix trains besides the tiny GPT-2, each against its own single rank: every
 // axis meets each variant of a sub-layer once, not every product.
 ModelSpec model_variant(const std::string& name, ModelSpec m) {
+  if (trains_with_muon(name)) return name == "muon" ? m : model_variant(name.substr(0, name.size() - 5), m);
   if (name == "hd12_ffn80") {
     // Attention wider than d_model (4 heads x 12 = 48 channels from 32) and an MLP 2.5 x wide:
     // tp splits both, cp rotates 12-channel heads.
@@ -301,6 +309,12 @@ std::vector<Layout> layouts_for(int world) {
         on_model(expert_parallel(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), 2), "moe"),
         on_model(expert_parallel({2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, 2), "moe"),
         on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 4, false, 1}, 2), "moe_skewed"),
+        // Muon: matrices owned across the data group (GPT-2's fused qkv, Llama's separate
+        // projections and SwiGLU), across dp x cp, and experts across the expert-data group.
+        on_model({2, 1, 1, S::OneFOneB, 1, 2, false}, "muon"),
+        on_model({2, 1, 1, S::GPipe, 1, 2, false, 0, R::Full}, "llama_muon"),
+        on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "llama_muon"),
+        on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false}, 2), "moe_muon"),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
@@ -375,6 +389,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model({2, 2, 2, S::ZeroBubbleV, 2, 2, true, 1, R::Full}, "qwen3"),
         on_model({2, 2, 2, S::OneFOneB, 1, 2, true, 3}, "moe"),
         on_model(expert_parallel({2, 2, 2, S::ZeroBubbleH1, 1, 2, true, 1}, 2), "moe"),
+        on_model({4, 1, 2, S::OneFOneB, 1, 2, false}, "llama_muon"),  // Muon: dp 4 x pp 2
     };
     default: return {};
   }
@@ -481,9 +496,13 @@ void check_matrix(DType precision) {
     // The skewed router starts from exact ties, whose successors are near-ties that fp32's own
     // rounding decides differently on different layouts: fp64 (to round-off) is its proof.
     if (precision != DType::F64 && model == "moe_skewed") continue;
+    // Muon's layouts are held to round-off in fp64 (the proof of its distribution); fp32 and
+    // bf16 add nothing of Muon's that the AdamW rows do not test.
+    if (precision != DType::F64 && trains_with_muon(model)) continue;
     Config base = testing::tiny_config(dir.path());
     base.train.precision = precision;
     base.model = model_variant(model, base.model);
+    if (trains_with_muon(model)) base.train.optimizer = OptimizerKind::Muon;
     if (masks_documents(model)) base = with_documents(base, dir.path());
     const testing::InitialChange change = initial_change(model);
     const testing::Reference ref = testing::run_reference(base, kSteps, change);

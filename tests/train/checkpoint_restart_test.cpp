@@ -137,11 +137,14 @@ std::vector<Layout> same_layouts(int world) {
   }
 }
 
-void check_same_layout(const Layout& l, DType precision, testing::SharedTempDir& dir) {
-  SCOPED_TRACE(l.name() + " " + std::string(dtype_name(precision)));
+void check_same_layout(const Layout& l, DType precision, testing::SharedTempDir& dir,
+                       OptimizerKind optimizer = OptimizerKind::AdamW) {
+  const std::string name = l.name() + "_" + std::string(dtype_name(precision)) + "_" + optimizer_name(optimizer);
+  SCOPED_TRACE(name);
   Config c = l.apply(testing::tiny_config(dir.path()));
   c.train.precision = precision;
-  c.checkpoint.dir = dir.file("ckpt_" + l.name() + "_" + std::string(dtype_name(precision)));
+  c.train.optimizer = optimizer;
+  c.checkpoint.dir = dir.file("ckpt_" + name);
   check_layout(c, world_size());
   CpuBackend be(1);
   ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
@@ -177,6 +180,21 @@ TEST(CheckpointRestart, SameLayoutContinuesBitForBit) {
   if (layouts.empty()) GTEST_SKIP() << "no layouts for " << world_size() << " ranks";
   testing::SharedTempDir dir;
   for (const Layout& l : layouts) check_same_layout(l, DType::F32, dir);
+}
+
+// Muon (train.optimizer = "muon"): its momentum is saved as the matrices' exp_avg, so a restart
+// on the same layout repeats the uninterrupted run bit for bit, on one rank, over dp 2 (each
+// matrix orthogonalised by its owner) and over pp 2, in fp32 and bf16 (fp32 master weights).
+TEST(CheckpointRestart, MuonSameLayoutContinuesBitForBit) {
+  std::vector<Layout> layouts;
+  if (world_size() == 1) layouts = {{1, 1, 1, 0, 4}};
+  if (world_size() == 2) layouts = {{2, 1, 1, 0, 4}, {1, 1, 2, 0, 4}};
+  if (layouts.empty()) GTEST_SKIP() << "no Muon layouts for " << world_size() << " ranks";
+  testing::SharedTempDir dir;
+  for (const Layout& l : layouts) {
+    check_same_layout(l, DType::F32, dir, OptimizerKind::Muon);
+    if (cpu_runs_bf16()) check_same_layout(l, DType::BF16, dir, OptimizerKind::Muon);
+  }
 }
 
 // The stage's buffers (the sigmoid router's expert bias, every layer's), in order.
@@ -313,16 +331,29 @@ std::vector<std::vector<Segment>> moe_chains(int world) {
   }
 }
 
+// Muon's momentum is saved by parameter name (exp_avg) whatever owned its matrices: a run saved
+// over dp 2 resumes on pp 2, then on cp 2; over dp 4, on dp 2 x pp 2.
+std::vector<std::vector<Segment>> muon_chains(int world) {
+  switch (world) {
+    case 2: return {{{{2, 1, 1, 0, 8}, 3}, {{1, 1, 2, 0, 4}, 6}, {{1, 1, 1, 0, 4, S::OneFOneB, 1, false, 2}, 10}}};
+    case 4: return {{{{4, 1, 1, 0, 2}, 4}, {{2, 1, 2, 0, 2}, 10}}};
+    default: return {};
+  }
+}
+
 std::string chain_name(const std::vector<Segment>& chain) {
   std::string out;
   for (const Segment& s : chain) out += (out.empty() ? "" : " -> ") + s.layout.name();
   return out;
 }
 
-// Runs every chain of this world size (`moe`: the mixture of experts' chains on its model)
-// against the single-rank reference of 10 steps.
-void check_chains(DType precision, double loss_tol, double params_tol, bool moe = false) {
-  const std::vector<std::vector<Segment>> all = moe ? moe_chains(world_size()) : chains(world_size());
+// Runs every chain of this world size (`moe`: the mixture of experts' chains on its model;
+// `optimizer` Muon: Muon's chains) against the single-rank reference of 10 steps.
+void check_chains(DType precision, double loss_tol, double params_tol, bool moe = false,
+                  OptimizerKind optimizer = OptimizerKind::AdamW) {
+  const bool muon = optimizer == OptimizerKind::Muon;
+  const std::vector<std::vector<Segment>> all =
+      muon ? muon_chains(world_size()) : moe ? moe_chains(world_size()) : chains(world_size());
   if (all.empty()) GTEST_SKIP() << "no chains for " << world_size() << " ranks";
   // Under the sanitizers the dense fp64 chains are left to the Release run: they save and load
   // through the code the fp32 chains run, with another HDF5 type (the mixture's chains, fp64,
@@ -334,6 +365,7 @@ void check_chains(DType precision, double loss_tol, double params_tol, bool moe 
   if (moe) base.model = testing::tiny_moe(base.model);
   base.train.precision = precision;
   base.train.steps = kSteps;
+  base.train.optimizer = optimizer;
   const testing::Reference ref = testing::run_reference(base, kSteps);
   for (size_t k = 0; k < all.size(); ++k) {
     const std::vector<Segment>& chain = all[k];
@@ -387,6 +419,10 @@ TEST(CheckpointRestart, Fp64OtherLayoutsFollowTheSingleRankTrajectoryToRoundoff)
 // Expert parallelism saves and loads the experts as global tensors: another ep, or none, resumes.
 TEST(CheckpointRestart, Fp64MixtureOfExpertsResumesOnAnotherExpertSplit) {
   check_chains(DType::F64, 1e-12, 1e-12, true);
+}
+
+TEST(CheckpointRestart, Fp64MuonResumesOnOtherLayoutsToRoundoff) {
+  check_chains(DType::F64, 1e-12, 1e-12, false, OptimizerKind::Muon);
 }
 
 // The world's checkpoint continued by one rank alone (every rank runs it on MPI_COMM_SELF),

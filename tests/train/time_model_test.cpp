@@ -124,6 +124,27 @@ TEST(TimeModel, DataParallelReductionHidesBehindBackwardUntilItCannot) {
   EXPECT_GT(predict_step_time(z3, slow).stages[0].dp_comm_s, 3 * predict_step_time(z1, slow).stages[0].dp_comm_s);
 }
 
+// train.optimizer = "muon": each block matrix's Newton-Schulz is priced as its three GEMMs per
+// iteration at the GEMM rate (here flat, 1e12 FLOP/s), and the owners divide the matrices over
+// the replicas: 2 replicas each do half, and add the updates' all-reduce.
+TEST(TimeModel, MuonPricesNewtonSchulzDividedOverTheReplicas) {
+  const auto muon_share = [](int dp) {
+    const Config adamw = deck(dp, 1, 1);
+    Config muon = adamw;
+    muon.train.optimizer = OptimizerKind::Muon;
+    return predict_step_time(muon, machine()).optimizer_s - predict_step_time(adamw, machine()).optimizer_s;
+  };
+  // GPT-2 at C = 256, 8 layers: qkv 256 x 768, proj 256 x 256, fc 256 x 1024, proj 1024 x 256.
+  double flops = 0;
+  for (const auto& [n, m] : std::vector<std::pair<double, double>>{{256, 768}, {256, 256}, {256, 1024}, {256, 1024}})
+    flops += 2 * (n * n * m + n * n * n + n * m * n);
+  const double one_rank = 8 * 5 * flops / 1e12;
+  EXPECT_NEAR(muon_share(1), one_rank, 1e-9 * one_rank);
+  const double elements = 8 * 256.0 * (768 + 256 + 1024 + 1024);
+  const double all_reduce = machine().link(LinkClass::IntraNode, CollectiveKind::AllReduce).seconds(CollectiveKind::AllReduce, elements * 4, 2);
+  EXPECT_NEAR(muon_share(2), one_rank / 2 + all_reduce + machine().sync_seconds, 1e-9 * one_rank);
+}
+
 TEST(TimeModel, RecomputationCostsForwardAgain) {
   Config none = deck(1, 1, 1), full = none, selective = none;
   full.parallel.recompute = Recompute::Full;

@@ -11,6 +11,7 @@
 
 #include "meshtrain/model/model_spec.h"
 #include "meshtrain/model/recompute.h"
+#include "meshtrain/optim/muon_hyper.h"
 #include "meshtrain/parallel/grid_shape.h"
 #include "meshtrain/parallel/schedule_kind.h"
 #include "meshtrain/tensor/dtype.h"
@@ -73,6 +74,10 @@ struct TrainOptions {
   int eval_batches = 4;
   int sample_every = 0;    // print a text sample every N steps; 0: never
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  // AdamW for every parameter, or Muon for the hidden matrices and AdamW for the rest
+  // (optim/muon_hyper.h); muon.weight_decay is weight_decay, set by the trainer.
+  OptimizerKind optimizer = OptimizerKind::AdamW;
+  MuonHyper muon;
 };
 
 // Layout choices a deck leaves to the strategy advisor ("auto"; train/layout_advisor.h), which

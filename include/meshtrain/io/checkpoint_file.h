@@ -95,6 +95,9 @@ struct CheckpointInfo {
   int world_size = 1;
   std::string meshtrain_version;
   std::string created;
+  // The optimizer whose state the file holds: "muon", or "" for AdamW (written only by Muon
+  // runs, so that AdamW's checkpoints stay what they were before there was a choice).
+  std::string optimizer;
 };
 
 // The settings @model records, its "key = value" lines as key -> value (the checkpoint layer

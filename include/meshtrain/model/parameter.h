@@ -37,7 +37,11 @@ enum class ReplicaGroup { Data, ExpertData };
 // recognises a parameter by its name. TokenEmbedding: the embedding table the head reads when
 // embeddings are tied; the last pipeline stage then holds a copy of it, and each gets a bucket
 // of its own so that the two are summed over the embedding group shard for shard.
-enum class ParamRole { Plain, TokenEmbedding };
+// HiddenMatrix: a weight matrix inside a block (attention's and the feed-forward's linear
+// layers; a stacked tensor (E, rows, cols) is E of them: a mixture's experts, or the fused
+// query/key/value projection (3, NH HS, C)), which Muon steps (optim/muon.h); every
+// other parameter (embeddings, the head, norms, biases, routers) is Plain or TokenEmbedding.
+enum class ParamRole { Plain, TokenEmbedding, HiddenMatrix };
 
 struct ParamSpec {
   std::string name;        // "h.3.attn.qkv.weight"

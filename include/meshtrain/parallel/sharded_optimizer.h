@@ -1,6 +1,9 @@
 #pragma once
 // ShardedOptimizer: AdamW over this rank's owned range of each bucket (its shard under ZeRO >= 1,
-// everything under ZeRO 0), the parameters' initial values and the global gradient norm.
+// everything under ZeRO 0), the parameters' initial values and the global gradient norm. Under
+// train.optimizer = "muon" (ZeRO 0), Muon steps the hidden matrices (parallel/muon_matrices.h)
+// and AdamW the rest; a Muon matrix's momentum lives in AdamW's exp_avg at the matrix's place
+// (its exp_avg_sq stays zero), so that checkpoints hold it by the parameter's name.
 //
 // Mixed precision: with bf16 parameters (the layers' values), gradients are fp32 and the
 // optimizer keeps fp32 master weights of its shard beside the moments; after each update the
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "meshtrain/optim/adamw.h"
+#include "meshtrain/parallel/muon_matrices.h"
 #include "meshtrain/parallel/state_layout.h"
 #include "meshtrain/parallel/zero_gather.h"
 
@@ -37,6 +41,8 @@ class ShardedOptimizer {
   // What the optimizer updates in bucket b: the master weights, or the parameters' owned range.
   Tensor values(int b);
   AdamW& adamw(int b) { return *adamw_[static_cast<size_t>(b)]; }
+  // Muon's matrices and their owners (empty under AdamW alone).
+  const std::vector<MuonMatrix>& muon_matrices() const { return muon_; }
 
   // A reader of the optimizer's values on another thread (an asynchronous checkpoint copying
   // them while the next step's forward and backward run) sets a fence: the first call that
@@ -50,6 +56,7 @@ class ShardedOptimizer {
   void upload_master(int b);
   void initialize_bucket(int b, uint64_t seed);
   void step_offloaded(double lr, double grad_scale);
+  void step_muon(double lr, double grad_scale);
 
   StateLayout* layout_;
   ZeroGather* gather_;
@@ -57,6 +64,7 @@ class ShardedOptimizer {
   std::vector<Tensor> master_;      // per bucket: the optimizer's values, where not the parameters'
   std::vector<Tensor> host_grads_;  // per bucket, offload: the owned gradients copied to the host
   std::function<void()> update_fence_;
+  std::vector<MuonMatrix> muon_;
 };
 
 }  // namespace meshtrain

@@ -18,6 +18,7 @@
 #include "meshtrain/comm/communicator.h"
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/optim/adamw.h"
+#include "meshtrain/optim/muon_hyper.h"
 #include "meshtrain/parallel/bucket_plan.h"
 
 namespace meshtrain {
@@ -41,6 +42,10 @@ struct ModelStateOptions {
   int zero = 0;
   double bucket_mb = 25.0;
   AdamWHyper adamw;
+  // Muon for the hidden matrices (ParamRole::HiddenMatrix), AdamW for the rest; ZeRO 0 only
+  // (the deck refuses the others: config/deck.cpp).
+  OptimizerKind optimizer = OptimizerKind::AdamW;
+  MuonHyper muon;
   int microbatches = 1;  // backward passes per unit per step
   // Where the optimizer's state lives: null, with the parameters; or this host backend (pinned
   // memory): master weights and moments are updated on the CPU (parallel.offload = "optimizer").
