@@ -51,7 +51,38 @@ HfTensor apply(const HfNameRule& rule, const ParamEntry& e, const std::string& i
   return t;
 }
 
+// `values` (HF's tensor `t`, hf_shape[0] rows) from HF's row order to meshtrain's (to_meshtrain)
+// or back, in place (HfRopeRows).
+void permute_rope_rows(const HfTensor& t, std::vector<float>& values, bool to_meshtrain) {
+  const HfRopeRows& r = t.rope_rows;
+  if (r.width == 0) return;
+  const int64_t rows = t.hf_shape[0], row_size = static_cast<int64_t>(values.size()) / rows, half = r.width / 2;
+  std::vector<float> moved(static_cast<size_t>(r.width * row_size));
+  for (int64_t group = 0; group < rows; group += r.block) {
+    float* rope = values.data() + (group + r.offset) * row_size;
+    for (int64_t j = 0; j < r.width; ++j) {
+      const int64_t hf_row = j < half ? 2 * j : 2 * (j - half) + 1;  // meshtrain row j's
+      const int64_t from = to_meshtrain ? hf_row : j, to = to_meshtrain ? j : hf_row;
+      std::copy(rope + from * row_size, rope + (from + 1) * row_size, moved.begin() + to * row_size);
+    }
+    std::copy(moved.begin(), moved.end(), rope);
+  }
+}
+
 }  // namespace
+
+void set_hf_rope_rows(std::vector<HfTensor>& tensors, const std::string& hf_suffix, HfRopeRows rows) {
+  for (HfTensor& t : tensors) {
+    if (t.hf.size() < hf_suffix.size() || t.hf.compare(t.hf.size() - hf_suffix.size(), hf_suffix.size(), hf_suffix))
+      continue;
+    if (rows.width < 2 || rows.width % 2 || rows.block < 1 || rows.offset < 0 || rows.offset + rows.width > rows.block ||
+        t.transpose || t.hf_shape.empty() || t.hf_shape[0] % rows.block)
+      throw std::logic_error("Hugging Face tensor " + t.hf + " cannot interleave rotary rows " +
+                             std::to_string(rows.offset) + " + " + std::to_string(rows.width) + " of every " +
+                             std::to_string(rows.block) + " (the family's rope rows do not fit its shape)");
+    t.rope_rows = rows;
+  }
+}
 
 std::vector<HfTensor> hf_tensors(const ModelSpec& m, const HfNameRule* rules, size_t count,
                                  const std::string& model_class) {
@@ -107,8 +138,10 @@ std::vector<float> to_hf_layout(const HfTensor& t, const std::vector<float>& val
     return out;
   }
   const size_t slice = values.size() / static_cast<size_t>(t.parts);
-  return std::vector<float>(values.begin() + static_cast<std::ptrdiff_t>(slice * t.part),
-                            values.begin() + static_cast<std::ptrdiff_t>(slice * (t.part + 1)));
+  std::vector<float> out(values.begin() + static_cast<std::ptrdiff_t>(slice * t.part),
+                         values.begin() + static_cast<std::ptrdiff_t>(slice * (t.part + 1)));
+  permute_rope_rows(t, out, false);
+  return out;
 }
 
 void from_hf_layout(const HfTensor& t, const std::vector<float>& hf, std::vector<float>& values) {
@@ -118,7 +151,14 @@ void from_hf_layout(const HfTensor& t, const std::vector<float>& hf, std::vector
     return;
   }
   values.resize(hf.size() * static_cast<size_t>(t.parts));
-  std::copy(hf.begin(), hf.end(), values.begin() + static_cast<std::ptrdiff_t>(hf.size() * t.part));
+  const auto at = values.begin() + static_cast<std::ptrdiff_t>(hf.size() * t.part);
+  if (t.rope_rows.width == 0) {
+    std::copy(hf.begin(), hf.end(), at);
+    return;
+  }
+  std::vector<float> part(hf);
+  permute_rope_rows(t, part, true);
+  std::copy(part.begin(), part.end(), at);
 }
 
 }  // namespace meshtrain

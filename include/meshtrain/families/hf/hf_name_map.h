@@ -17,6 +17,18 @@
 
 namespace meshtrain {
 
+// Rows HF stores in another order than meshtrain: in each group of `block` rows of a tensor (one
+// query head of DeepSeek-V3's q_b_proj, or kv_a_proj_with_mqa's whole output), the `width` rows
+// from `offset` (the rotary part) are interleaved pairs on HF's side, (x0, x1), (x2, x3), ...
+// (rope_interleave: transformers' apply_rotary_pos_emb_interleave rotates pair i by angle i and
+// writes its output de-interleaved), and halves on meshtrain's, x0, x2, ..., x1, x3, ..., which its
+// rotate-half kernel reads and which gives HF's output bit for bit in HF's own output order:
+//   meshtrain row offset + j = HF row offset + 2j,  row offset + width/2 + j = HF row offset + 2j + 1.
+// width 0: none.
+struct HfRopeRows {
+  int64_t block = 0, offset = 0, width = 0;
+};
+
 struct HfTensor {
   std::string meshtrain;               // "h.0.attn.qkv.weight"
   std::vector<int64_t> meshtrain_shape;
@@ -28,6 +40,8 @@ struct HfTensor {
   // dimension: the fused (3, NH*HS, C) qkv weight is HF Llama's q_proj, k_proj and v_proj; the
   // stacked (E, F, C) experts are E tensors of HF's, one per expert.
   int64_t part = 0, parts = 1;
+  // The rotary rows HF interleaves (of HF's tensor, after the part is taken); not with transpose.
+  HfRopeRows rope_rows;
 };
 
 // How a meshtrain parameter becomes its HF tensor.
@@ -55,6 +69,12 @@ struct HfNameRule {
 // parameter no rule covers.
 std::vector<HfTensor> hf_tensors(const ModelSpec& m, const HfNameRule* rules, size_t count,
                                  const std::string& model_class);
+
+// Gives every tensor of `tensors` whose HF name ends in `hf_suffix` ("self_attn.q_b_proj.weight")
+// the rotary rows `rows`: a family sets them from its spec after hf_tensors. Throws
+// std::logic_error for a geometry its tensor cannot have (an odd width, rows beyond the block, a
+// tensor whose rows are not whole blocks, a transposed tensor).
+void set_hf_rope_rows(std::vector<HfTensor>& tensors, const std::string& hf_suffix, HfRopeRows rows);
 
 // meshtrain's (rows, cols) row-major -> HF's (cols, rows), or back (the same operation with the
 // roles swapped): out[c * rows + r] = in[r * cols + c].
