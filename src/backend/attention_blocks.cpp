@@ -2,6 +2,7 @@
 // copy_columns, and the Backend defaults — devices without these kernels refuse context
 // parallelism by name, and copy_columns copies row by row.
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -15,23 +16,28 @@ using contract::str;
 
 namespace {
 
-// The checks both passes share: qkv (B * Tq, (NH + 2 KVH) HS), kv (B * Tk, 2 KVH HS), the
-// block's rows inside them, out-like tensors (B * Tq, NH HS) and lse (B, NH, Tq). Messages name
-// the op, the value and the expectation.
+// The checks both passes share: qkv (B * Tq, NH HS + KVH HS + KVH HV), kv (B * Tk, KVH HS +
+// KVH HV), the block's rows inside them, out-like tensors (B * Tq, NH HV) and lse (B, NH, Tq).
+// Messages name the op, the value and the expectation.
 void check_block(const OpContract& c, const Tensor& qkv, const Tensor& kv, const Tensor& out,
-                 const char* out_name, const Tensor& lse, int64_t B, int64_t NH, int64_t KVH,
-                 int64_t HS, const Backend::AttentionBlock& blk) {
-  if (B <= 0 || NH <= 0 || KVH <= 0 || HS <= 0 || NH % KVH != 0)
-    c.fail("B, NH, KVH, HS must be positive and KVH must divide NH, got " + str(B) + ", " +
-           str(NH) + ", " + str(KVH) + ", " + str(HS));
-  const int64_t C = NH * HS, row = (NH + 2 * KVH) * HS, KC = KVH * HS;
+                 const char* out_name, const Tensor& lse, int64_t B, const AttentionDims& d,
+                 const Backend::AttentionBlock& blk) {
+  const int64_t NH = d.NH, KVH = d.KVH, HS = d.HS, HV = d.value_size();
+  if (B <= 0 || NH <= 0 || KVH <= 0 || HS <= 0 || d.HV < 0 || NH % KVH != 0)
+    c.fail("B, NH, KVH, HS must be positive, HV positive or 0 (HS) and KVH must divide NH, got " +
+           str(B) + ", " + str(NH) + ", " + str(KVH) + ", " + str(HS) + ", " + str(d.HV));
+  if (!(d.scale >= 0.0) || !std::isfinite(d.scale))
+    c.fail("softmax scale " + contract::real(d.scale) +
+           " must be finite and positive (0: 1/sqrt(HS))");
+  const int64_t C = NH * HV, KC = KVH * HS, VC = KVH * HV, row = NH * HS + KC + VC;
   if (qkv.shape().rank() != 2 || qkv.dim(1) != row || qkv.dim(0) % B != 0)
     c.fail("qkv is " + qkv.shape().to_string() +
-           ", expected (B * Tq, (NH + 2 * KVH) * HS) with B = " + str(B) +
-           ", (NH + 2 * KVH) * HS = " + str(row));
-  if (kv.shape().rank() != 2 || kv.dim(1) != 2 * KC || kv.dim(0) % B != 0)
-    c.fail("kv is " + kv.shape().to_string() + ", expected (B * Tk, 2 * KVH * HS) with B = " +
-           str(B) + ", 2 * KVH * HS = " + str(2 * KC));
+           ", expected (B * Tq, NH * HS + KVH * HS + KVH * HV) with B = " + str(B) +
+           ", NH * HS + KVH * HS + KVH * HV = " + str(row));
+  if (kv.shape().rank() != 2 || kv.dim(1) != KC + VC || kv.dim(0) % B != 0)
+    c.fail("kv is " + kv.shape().to_string() +
+           ", expected (B * Tk, KVH * HS + KVH * HV) with B = " + str(B) +
+           ", KVH * HS + KVH * HV = " + str(KC + VC));
   const int64_t Tq = qkv.dim(0) / B, Tk = kv.dim(0) / B;
   auto range = [&](const char* what, int64_t begin, int64_t count, int64_t T) {
     if (begin < 0 || count < 0 || begin + count > T)
@@ -47,7 +53,7 @@ void check_block(const OpContract& c, const Tensor& qkv, const Tensor& kv, const
   const Shape rows_c{B * Tq, C};
   if (out.shape() != rows_c)
     c.fail(std::string(out_name) + " is " + out.shape().to_string() +
-           ", expected (B * Tq, NH * HS) = " + rows_c.to_string());
+           ", expected (B * Tq, NH * HV) = " + rows_c.to_string());
   if (lse.shape() != Shape{B, NH, Tq})
     c.fail("lse is " + lse.shape().to_string() +
            ", expected (B, NH, Tq) = " + Shape{B, NH, Tq}.to_string());
@@ -67,21 +73,21 @@ void check_block(const OpContract& c, const Tensor& qkv, const Tensor& kv, const
 }  // namespace
 
 void Backend::attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
-                                      int64_t B, int64_t NH, int64_t KVH, int64_t HS,
+                                      int64_t B, const AttentionDims& dims,
                                       const AttentionBlock& block, const Tensor* document_starts) {
   const OpContract c(*this, "attention_block_forward");
-  check_block(c, qkv, kv, out, "out", lse, B, NH, KVH, HS, block);
+  check_block(c, qkv, kv, out, "out", lse, B, dims, block);
   contract::check_document_starts(c, document_starts, qkv.dim(0));
-  do_attention_block_forward(out, lse, qkv, kv, B, NH, KVH, HS, block, document_starts);
+  do_attention_block_forward(out, lse, qkv, kv, B, dims, block, document_starts);
 }
 
 void Backend::attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
                                        const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                                       const Tensor& kv, int64_t B, int64_t NH, int64_t KVH,
-                                       int64_t HS, const AttentionBlock& block,
+                                       const Tensor& kv, int64_t B, const AttentionDims& dims,
+                                       const AttentionBlock& block,
                                        const Tensor* document_starts) {
   const OpContract c(*this, "attention_block_backward");
-  check_block(c, qkv, kv, out, "out", lse, B, NH, KVH, HS, block);
+  check_block(c, qkv, kv, out, "out", lse, B, dims, block);
   contract::check_document_starts(c, document_starts, qkv.dim(0));
   if (dout.shape() != out.shape())
     c.fail("dout is " + dout.shape().to_string() + ", expected out's " + out.shape().to_string());
@@ -94,7 +100,7 @@ void Backend::attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& 
   c.same_dtype(a, "dkv", dkv);
   c.same_dtype(a, "dout", dout);
   c.on_device({&dqkv, &dkv, &dout});
-  do_attention_block_backward(dqkv, dkv, dout, out, lse, qkv, kv, B, NH, KVH, HS, block,
+  do_attention_block_backward(dqkv, dkv, dout, out, lse, qkv, kv, B, dims, block,
                               document_starts);
 }
 
@@ -113,14 +119,14 @@ void Backend::copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int6
 }
 
 void Backend::do_attention_block_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, int64_t,
-                                         int64_t, int64_t, int64_t, const AttentionBlock&,
+                                         const AttentionDims&, const AttentionBlock&,
                                          const Tensor*) {
   refuse(name(), "attention_block_forward");
 }
 
 void Backend::do_attention_block_backward(Tensor&, Tensor&, const Tensor&, const Tensor&,
                                           const Tensor&, const Tensor&, const Tensor&, int64_t,
-                                          int64_t, int64_t, int64_t, const AttentionBlock&,
+                                          const AttentionDims&, const AttentionBlock&,
                                           const Tensor*) {
   refuse(name(), "attention_block_backward");
 }

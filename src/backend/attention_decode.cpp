@@ -17,21 +17,21 @@ namespace meshtrain {
 
 
 void Backend::do_attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
-                                  const Tensor& v_cache, int64_t length) {
-  const int64_t KVH = k_cache.dim(0), T_max = k_cache.dim(1), HS = k_cache.dim(2);
+                                  const Tensor& v_cache, int64_t length, double scale) {
+  const int64_t KVH = k_cache.dim(0), T_max = k_cache.dim(1), HS = k_cache.dim(2),
+                HV = v_cache.dim(2);
   const int64_t NH = q.numel() / HS, group = NH / KVH;
   const std::vector<double> qh = to_host_doubles(*this, q, "attention_decode");
-  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
-  std::vector<double> result(static_cast<size_t>(NH * HS), 0.0);
+  std::vector<double> result(static_cast<size_t>(NH * HV), 0.0);
   std::vector<double> p(static_cast<size_t>(length));
   std::vector<double> k, v;
   for (int64_t h = 0; h < NH; ++h) {
-    // Only the rows written so far: (length, HS) of this head's key/value head, copied once per
-    // group of query heads.
+    // Only the rows written so far: (length, HS) keys and (length, HV) values of this head's
+    // key/value head, copied once per group of query heads.
     const int64_t g = h / group;
     if (h % group == 0) {
       k = to_host_doubles(*this, k_cache.view(g * T_max * HS, {length, HS}), "attention_decode");
-      v = to_host_doubles(*this, v_cache.view(g * T_max * HS, {length, HS}), "attention_decode");
+      v = to_host_doubles(*this, v_cache.view(g * T_max * HV, {length, HV}), "attention_decode");
     }
     const double* qr = qh.data() + h * HS;
     double max = -INFINITY;
@@ -43,9 +43,9 @@ void Backend::do_attention_decode(Tensor& out, const Tensor& q, const Tensor& k_
     }
     double sum = 0;
     for (int64_t j = 0; j < length; ++j) sum += (p[j] = std::exp(p[j] - max));
-    double* o = result.data() + h * HS;
+    double* o = result.data() + h * HV;
     for (int64_t j = 0; j < length; ++j)
-      for (int64_t c = 0; c < HS; ++c) o[c] += p[j] / sum * v[j * HS + c];
+      for (int64_t c = 0; c < HV; ++c) o[c] += p[j] / sum * v[j * HV + c];
   }
   from_host_doubles(*this, out, result, "attention_decode");
 }

@@ -3,6 +3,7 @@
 // for every device before the device's do_* hook runs (the front's other operations are in
 // backend_front.cpp).
 
+#include <cmath>
 #include <string>
 
 #include "meshtrain/backend/backend.h"
@@ -229,33 +230,45 @@ void Backend::matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tenso
   do_matmul_gelu_backward(dpre, dout, weight, pre);
 }
 
-namespace {
-// The head counts every attention operation shares: KVH key/value heads, each serving a group of
-// NH / KVH query heads.
-void check_heads(const OpContract& c, int64_t NH, int64_t KVH, int64_t HS) {
-  if (NH < 1 || KVH < 1 || HS < 1 || NH % KVH != 0)
-    c.fail("heads NH=" + str(NH) + ", key/value heads KVH=" + str(KVH) + ", head size HS=" +
-           str(HS) + ": all must be positive and KVH must divide NH (KVH == NH for multi-head "
-           "attention, 1 for multi-query)");
+double AttentionDims::softmax_scale() const {
+  return scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(HS));
 }
 
-// qkv (B, T, NH + 2 KVH, HS), `out` (B, T, NH, HS) (the output, or its gradient), the stash
-// as attention_stash says.
+namespace {
+// The head counts every attention operation shares: KVH key/value heads, each serving a group of
+// NH / KVH query heads, query/key heads of HS, value heads of HV (0: HS), a softmax scale
+// (0: 1/sqrt(HS)).
+void check_heads(const OpContract& c, const AttentionDims& d) {
+  if (d.NH < 1 || d.KVH < 1 || d.HS < 1 || d.NH % d.KVH != 0)
+    c.fail("heads NH=" + str(d.NH) + ", key/value heads KVH=" + str(d.KVH) + ", head size HS=" +
+           str(d.HS) + ": all must be positive and KVH must divide NH (KVH == NH for multi-head "
+           "attention, 1 for multi-query)");
+  if (d.HV < 0)
+    c.fail("value head size HV=" + str(d.HV) + " must be positive (0: the head size HS=" +
+           str(d.HS) + ")");
+  if (!(d.scale >= 0.0) || !std::isfinite(d.scale))
+    c.fail("softmax scale " + contract::real(d.scale) + " must be finite and positive (0: 1/sqrt(HS))");
+}
+
+// qkv (B, T, NH HS + KVH HS + KVH HV), `out` (B, T, NH, HV) (the output, or its gradient), the
+// stash as attention_stash says.
 void check_attention(const OpContract& c, const Backend& be, const Tensor& qkv,
                      const char* out_name, const Tensor& out, const Tensor& stash, int64_t B,
-                     int64_t T, int64_t NH, int64_t KVH, int64_t HS) {
-  check_heads(c, NH, KVH, HS);
-  if (B < 0 || T < 0 || qkv.numel() != B * T * (NH + 2 * KVH) * HS ||
-      out.numel() != B * T * NH * HS)
+                     int64_t T, const AttentionDims& d) {
+  check_heads(c, d);
+  const int64_t HV = d.value_size();
+  if (B < 0 || T < 0 || qkv.numel() != B * T * ((d.NH + d.KVH) * d.HS + d.KVH * HV) ||
+      out.numel() != B * T * d.NH * HV)
     c.fail("shape mismatch: " + shapes({{"qkv", &qkv}, {out_name, &out}}) + " for B=" + str(B) +
-           " T=" + str(T) + " NH=" + str(NH) + " KVH=" + str(KVH) + " HS=" + str(HS) +
-           " (qkv holds B * T * (NH + 2 KVH) * HS elements)");
+           " T=" + str(T) + " NH=" + str(d.NH) + " KVH=" + str(d.KVH) + " HS=" + str(d.HS) +
+           " HV=" + str(HV) + " (qkv holds B * T * ((NH + KVH) * HS + KVH * HV) elements, " +
+           out_name + " B * T * NH * HV)");
   const DType a = qkv.dtype();
-  const Backend::AttentionStash want = be.attention_stash(B, T, NH, a);
+  const Backend::AttentionStash want = be.attention_stash(B, T, d.NH, a);
   if (stash.shape() != want.shape || stash.dtype() != want.dtype)
     c.fail("stash " + stash.shape().to_string() + " " + std::string(dtype_name(stash.dtype())) +
            " is not what this backend keeps for B=" + str(B) + " T=" + str(T) + " NH=" +
-           str(NH) + ": " + want.shape.to_string() + " " + std::string(dtype_name(want.dtype)) +
+           str(d.NH) + ": " + want.shape.to_string() + " " + std::string(dtype_name(want.dtype)) +
            " (allocate it as Backend::attention_stash says)");
   c.same_dtype(a, out_name, out);
   c.on_device({&qkv, &out, &stash});
@@ -269,20 +282,19 @@ Backend::AttentionStash Backend::attention_stash(int64_t B, int64_t T, int64_t N
 }
 
 void Backend::attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B,
-                                int64_t T, int64_t NH, int64_t KVH, int64_t HS,
+                                int64_t T, const AttentionDims& dims,
                                 const Tensor* document_starts) {
   const OpContract c(*this, "attention_forward");
-  check_attention(c, *this, qkv, "out", out, stash, B, T, NH, KVH, HS);
+  check_attention(c, *this, qkv, "out", out, stash, B, T, dims);
   contract::check_document_starts(c, document_starts, B * T);
-  do_attention_forward(out, stash, qkv, B, T, NH, KVH, HS, document_starts);
+  do_attention_forward(out, stash, qkv, B, T, dims, document_starts);
 }
 
 void Backend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                  const Tensor& out, const Tensor& stash, int64_t B, int64_t T,
-                                 int64_t NH, int64_t KVH, int64_t HS,
-                                 const Tensor* document_starts) {
+                                 const AttentionDims& dims, const Tensor* document_starts) {
   const OpContract c(*this, "attention_backward");
-  check_attention(c, *this, qkv, "dout", dout, stash, B, T, NH, KVH, HS);
+  check_attention(c, *this, qkv, "dout", dout, stash, B, T, dims);
   contract::check_document_starts(c, document_starts, B * T);
   if (out.shape() != dout.shape())
     c.fail("out " + out.shape().to_string() + " must match dout " + dout.shape().to_string() +
@@ -293,23 +305,28 @@ void Backend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor&
     c.fail("dqkv " + dqkv.shape().to_string() + " must match qkv " + qkv.shape().to_string());
   c.same_dtype(qkv.dtype(), "dqkv", dqkv);
   c.on_device("dqkv", dqkv);
-  do_attention_backward(dqkv, dout, qkv, out, stash, B, T, NH, KVH, HS, document_starts);
+  do_attention_backward(dqkv, dout, qkv, out, stash, B, T, dims, document_starts);
 }
 
 void Backend::attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
-                               const Tensor& v_cache, int64_t length) {
+                               const Tensor& v_cache, int64_t length, double scale) {
   const OpContract c(*this, "attention_decode");
-  const bool caches = k_cache.shape().rank() == 3 && v_cache.shape() == k_cache.shape();
+  const bool caches = k_cache.shape().rank() == 3 && v_cache.shape().rank() == 3 &&
+                      v_cache.dim(0) == k_cache.dim(0) && v_cache.dim(1) == k_cache.dim(1);
   const int64_t KVH = caches ? k_cache.dim(0) : 0, T_max = caches ? k_cache.dim(1) : 0,
-                HS = caches ? k_cache.dim(2) : 0;
+                HS = caches ? k_cache.dim(2) : 0, HV = caches ? v_cache.dim(2) : 0;
   const int64_t NH = HS > 0 ? q.numel() / HS : 0;
-  if (!caches || length < 1 || length > T_max || HS < 1 || q.numel() != NH * HS ||
-      out.numel() != NH * HS || KVH < 1 || NH % KVH != 0)
+  if (!caches || length < 1 || length > T_max || HS < 1 || HV < 1 || q.numel() != NH * HS ||
+      out.numel() != NH * HV || KVH < 1 || NH % KVH != 0)
     c.fail("length " + str(length) + " must be in [1, " + str(T_max) +
-           "], q and out (NH, HS), caches alike (KVH, T_max, HS) with KVH dividing NH; got " +
+           "], q (NH, HS), out (NH, HV), k_cache (KVH, T_max, HS) and v_cache (KVH, T_max, HV) "
+           "with KVH dividing NH; got " +
            shapes({{"out", &out}, {"q", &q}, {"k_cache", &k_cache}, {"v_cache", &v_cache}}));
+  if (!(scale >= 0.0) || !std::isfinite(scale))
+    c.fail("softmax scale " + contract::real(scale) + " must be finite and positive (0: 1/sqrt(HS))");
   c.on_device({&out, &q, &k_cache, &v_cache});
-  do_attention_decode(out, q, k_cache, v_cache, length);
+  do_attention_decode(out, q, k_cache, v_cache, length,
+                      AttentionDims{NH, KVH, HS, HV, scale}.softmax_scale());
 }
 
 }  // namespace meshtrain

@@ -8,6 +8,7 @@
 // gradients and row statistics are wide(A), fp32 under bf16.
 
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -24,6 +25,12 @@ inline int64_t rows_of(const Tensor& t) {
 inline int64_t cols_of(const Tensor& t) { return t.dim(t.shape().rank() - 1); }
 
 inline std::string str(int64_t v) { return std::to_string(v); }
+// A double as the shortest text that reads back as the same value ("0.125", "nan").
+inline std::string real(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
 
 // "inp (8, 16) weight (32, 16)": the named tensors' shapes, the null ones left out.
 inline std::string shapes(std::initializer_list<std::pair<const char*, const Tensor*>> named) {

@@ -51,10 +51,11 @@ std::vector<Backend::AttentionBlock> ring_attention_blocks(const ContextParallel
 }
 
 void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out, Tensor& lse,
-                            const Tensor& qkv, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                            int64_t HS, double* waited, const Tensor* document_starts) {
-  // Each token's row: NH query heads, then KVH key heads and KVH value heads (what travels).
-  const int64_t C = NH * HS, KV = 2 * KVH * HS;
+                            const Tensor& qkv, int64_t B, int64_t T, const AttentionDims& dims,
+                            double* waited, const Tensor* document_starts) {
+  // Each token's row: NH query heads, then KVH key heads and KVH value heads (what travels:
+  // one copy, the keys' and values' columns lying side by side).
+  const int64_t C = dims.NH * dims.HS, KV = dims.KVH * (dims.HS + dims.value_size());
   const MemoryCategory ws = MemoryCategory::Workspace;
   Tensor held = be.empty({B * T, KV}, qkv.dtype(), ws);
   be.copy_columns(held, 0, qkv, C, KV);
@@ -67,7 +68,7 @@ void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out,
     if (step + 1 < n) transfer = pass_on(*cp.comm, held, arriving, kKeysTag);
     const int source = (cp.rank() - step + n) % n;
     for (const Backend::AttentionBlock& b : ring_attention_blocks(cp, source, T)) {
-      be.attention_block_forward(out, lse, qkv, held, B, NH, KVH, HS, b, document_starts);
+      be.attention_block_forward(out, lse, qkv, held, B, dims, b, document_starts);
       progress(transfer);
     }
     wait_timed(transfer, waited);
@@ -77,9 +78,9 @@ void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out,
 
 void ring_attention_backward(Backend& be, const ContextParallel& cp, Tensor& dqkv,
                              const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                             const Tensor& lse, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                             int64_t HS, double* waited, const Tensor* document_starts) {
-  const int64_t C = NH * HS, KV = 2 * KVH * HS;
+                             const Tensor& lse, int64_t B, int64_t T, const AttentionDims& dims,
+                             double* waited, const Tensor* document_starts) {
+  const int64_t C = dims.NH * dims.HS, KV = dims.KVH * (dims.HS + dims.value_size());
   const MemoryCategory ws = MemoryCategory::Workspace;
   const DType dt = qkv.dtype();
   Tensor held = be.empty({B * T, KV}, dt, ws), arriving = be.empty({B * T, KV}, dt, ws);
@@ -97,7 +98,7 @@ void ring_attention_backward(Backend& be, const ContextParallel& cp, Tensor& dqk
     const int source = (cp.rank() - step + n) % n;
     be.fill(partial, 0.0);
     for (const Backend::AttentionBlock& b : ring_attention_blocks(cp, source, T)) {
-      be.attention_block_backward(dqkv, partial, dout, out, lse, qkv, held, B, NH, KVH, HS, b,
+      be.attention_block_backward(dqkv, partial, dout, out, lse, qkv, held, B, dims, b,
                                   document_starts);
       progress(keys);
       progress(gradient);

@@ -95,20 +95,31 @@ class RecordingBackend final : public Backend {
                  Rotation rotation) override {
     record(rotation == Rotation::ByAngle ? "rotary_forward" : "rotary_backward");
   }
-  void do_attention_forward(Tensor&, Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t,
-                            int64_t, const Tensor*) override {
+  void do_attention_forward(Tensor&, Tensor&, const Tensor&, int64_t, int64_t,
+                            const AttentionDims&, const Tensor*) override {
     record("attention_forward");
   }
   void do_attention_backward(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                             int64_t, int64_t, int64_t, int64_t, int64_t, const Tensor*) override {
+                             int64_t, int64_t, const AttentionDims&, const Tensor*) override {
     record("attention_backward");
   }
-  void do_attention_block_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
-                                  int64_t, int64_t, const AttentionBlock&, const Tensor*) override {
+  void do_attention_block_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, int64_t,
+                                  const AttentionDims&, const AttentionBlock&,
+                                  const Tensor*) override {
     record("attention_block_forward");
+  }
+  void do_attention_decode(Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                           double) override {
+    record("attention_decode");
   }
   void do_copy_columns(Tensor&, int64_t, const Tensor&, int64_t, int64_t) override {
     record("copy_columns");
+  }
+  void do_mla_pack(Tensor&, const Tensor&, const Tensor&, const Tensor&, const MlaHeads&) override {
+    record("mla_pack");
+  }
+  void do_mla_unpack(Tensor&, Tensor&, Tensor&, const Tensor&, const MlaHeads&) override {
+    record("mla_unpack");
   }
   void do_gather_rows(Tensor&, const Tensor&, const Tensor&, const Tensor*) override {
     record("gather_rows");
@@ -321,6 +332,13 @@ TEST_F(BackendFrontTest, RotaryChecksHeadsInsideRowsAndItsTable) {
   expect_reaches([&] { be.rotary_forward(qkv, positions, cos, sin, qk); }, "rotary_forward");
   expect_reaches([&] { be.rotary_backward(qkv, positions, cos, sin, {32, 2, 8}); },
                  "rotary_backward");
+  // Heads `stride` apart: the last head's channels end inside the row, heads never overlap.
+  expect_reaches([&] { be.rotary_forward(qkv, positions, cos, sin, {4, 4, 8, 16}); },
+                 "rotary_forward");
+  expect_refused([&] { be.rotary_forward(qkv, positions, cos, sin, {10, 4, 8, 16}); },
+                 {"rotary_forward: x must hold one row per position", "stride 16"});
+  expect_refused([&] { be.rotary_forward(qkv, positions, cos, sin, {0, 4, 8, 6}); },
+                 {"rotary_forward: stride must be 0 (head_dim) or at least head_dim"});
   expect_refused([&] { be.rotary_forward(qkv, positions, cos, sin, {40, 6, 8}); },
                  {"rotary_forward: x must hold one row per position", "column 40, heads 6"});
   expect_refused([&] { be.rotary_forward(qkv, make({3}, DType::I32), cos, sin, qk); },
@@ -469,10 +487,60 @@ TEST_F(BackendFrontTest, GroupedQueryAttentionChecksItsHeads) {
                  {"key/value heads KVH=0"});
   expect_refused([&] { be.attention_forward(out, probs, qkv, B, T, NH, 1, HS); },
                  {"attention_forward: shape mismatch", "qkv (2, 4, 24)", "KVH=1",
-                  "(NH + 2 KVH) * HS"});
+                  "(NH + KVH) * HS + KVH * HV"});
   Tensor q = make({NH, HS}), cache = make({KVH, 8, HS}), odd = make({3, 8, HS});
   expect_refused([&] { be.attention_decode(q, q, odd, odd, 8); },
-                 {"attention_decode:", "(KVH, T_max, HS) with KVH dividing NH"});
+                 {"attention_decode:", "(KVH, T_max, HV) with KVH dividing NH"});
+}
+
+// Value heads of their own size HV (multi-head latent attention) and an explicit softmax scale.
+TEST_F(BackendFrontTest, AttentionDimsCheckValueHeadsAndScale) {
+  const int64_t B = 2, T = 4, NH = 4, KVH = 2, HS = 6, HV = 4;
+  const AttentionDims dims{NH, KVH, HS, HV, 0.25};
+  Tensor qkv = make({B, T, (NH + KVH) * HS + KVH * HV}), out = make({B, T, NH * HV});
+  Tensor probs = make({B, NH, T, T});
+  expect_reaches([&] { be.attention_forward(out, probs, qkv, B, T, dims); }, "attention_forward");
+  expect_reaches([&] { be.attention_backward(qkv, out, qkv, out, probs, B, T, dims); },
+                 "attention_backward");
+  expect_refused([&] { be.attention_forward(out, probs, qkv, B, T, NH, KVH, HS); },
+                 {"attention_forward: shape mismatch", "HS=6 HV=6"});
+  expect_refused([&] { be.attention_forward(out, probs, qkv, B, T, {NH, KVH, HS, HV, -1.0}); },
+                 {"attention_forward: softmax scale -1 must be finite and positive"});
+  expect_refused([&] { be.attention_forward(out, probs, qkv, B, T, {NH, KVH, HS, -2, 0.0}); },
+                 {"attention_forward: value head size HV=-2"});
+  Tensor q = make({NH, HS}), k = make({KVH, 8, HS}), v = make({KVH, 8, HV}), o = make({NH, HV});
+  expect_reaches([&] { be.attention_decode(o, q, k, v, 8, 0.5); }, "attention_decode");
+  expect_refused([&] { be.attention_decode(q, q, k, v, 8); },
+                 {"attention_decode:", "out (NH, HV)"});
+  expect_refused([&] { be.attention_decode(o, q, k, v, 8, -0.5); },
+                 {"attention_decode: softmax scale -0.5"});
+  const int64_t Tq = 4;
+  Tensor bq = make({B * Tq, (NH + KVH) * HS + KVH * HV}), bkv = make({B * Tq, KVH * (HS + HV)});
+  Tensor bout = make({B * Tq, NH * HV}), lse = make({B, NH, Tq});
+  const Backend::AttentionBlock square{0, 4, 0, 4, true};
+  expect_reaches([&] { be.attention_block_forward(bout, lse, bq, bkv, B, dims, square); },
+                 "attention_block_forward");
+  expect_refused(
+      [&] { be.attention_block_forward(bout, lse, bq, make({B * Tq, 2 * KVH * HS}), B, dims,
+                                       square); },
+      {"kv is (8, 24), expected (B * Tk, KVH * HS + KVH * HV)", "KVH * HS + KVH * HV = 20"});
+}
+
+// The packed row of multi-head latent attention: q, kv and the shared rope key against qkv.
+TEST_F(BackendFrontTest, MlaPackChecksItsWidths) {
+  const int64_t N = 5;
+  const MlaHeads m{2, 3, 2, 4};  // Dq = 5, kv head 7, qkv 2*2*5 + 2*4 = 28
+  Tensor qkv = make({N, 28}), q = make({N, 10}), kv = make({N, 14}), pe = make({N, 2});
+  expect_reaches([&] { be.mla_pack(qkv, q, kv, pe, m); }, "mla_pack");
+  expect_reaches([&] { be.mla_unpack(q, kv, pe, qkv, m); }, "mla_unpack");
+  expect_refused([&] { be.mla_pack(qkv, q, make({N, 12}), pe, m); },
+                 {"mla_pack: shape mismatch", "kv (5, 12)", "heads 2, nope 3, rope 2, value 4"});
+  expect_refused([&] { be.mla_unpack(q, kv, make({N + 1, 2}), qkv, m); },
+                 {"mla_unpack: shape mismatch", "dk_rope (6, 2)"});
+  expect_refused([&] { be.mla_pack(qkv, q, kv, pe, {2, 3, 0, 4}); },
+                 {"mla_pack: heads 2, nope 3, rope 0, value 4", "must be positive"});
+  expect_refused([&] { be.mla_pack(qkv, q, kv, make({N, 2}, DType::F64), m); },
+                 {"mla_pack for dtype fp32: k_rope is fp64"});
 }
 
 TEST_F(BackendFrontTest, RingAttentionBlocksCheckTheirGeometry) {
@@ -497,7 +565,8 @@ TEST_F(BackendFrontTest, RingAttentionBlocksCheckTheirGeometry) {
       [&] { be.attention_block_forward(out, lse, gqa_qkv, gqa_kv, B, NH, 1, HS, square); },
       "attention_block_forward");
   expect_refused([&] { be.attention_block_forward(out, lse, gqa_qkv, kv, B, NH, 1, HS, square); },
-                 {"kv is (8, 12), expected (B * Tk, 2 * KVH * HS)", "2 * KVH * HS = 6"});
+                 {"kv is (8, 12), expected (B * Tk, KVH * HS + KVH * HV)",
+                  "KVH * HS + KVH * HV = 6"});
   // The default hook refuses by name, once the geometry holds.
   expect_refused(
       [&] { be.attention_block_backward(qkv, kv, out, out, lse, qkv, kv, B, NH, NH, HS, square); },

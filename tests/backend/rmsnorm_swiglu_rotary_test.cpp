@@ -301,6 +301,37 @@ TEST_P(LlamaKernels, RotaryBackwardUndoesForward) {
                                                              : 2 * kBf16Output);
 }
 
+// Heads `stride` apart (multi-head latent attention's rope tails: the last D channels of each
+// nope + D query head): one call with the stride has the bits of one call per head, and the
+// channels between the rotated heads keep theirs. Forward and backward.
+TEST_P(LlamaKernels, RotaryWithAStrideIsOneCallPerHead) {
+  const RotaryCase k;
+  const int64_t nope = 6, stride = nope + k.D, heads = 3, width = heads * stride + 5;
+  const Vec x = R(random_normal(k.N * width, 16));
+  const RotaryTable table = make_rotary_table(be, k.inv_freq, 16, dt, MemoryCategory::Workspace);
+  Tensor pos = testing::make_tokens(be, k.positions);
+  for (const bool backward : {false, true}) {
+    SCOPED_TRACE(backward ? "backward" : "forward");
+    auto rotate = [&](Tensor& t, const Backend::RotaryHeads& where) {
+      if (backward)
+        be.rotary_backward(t, pos, table.cos, table.sin, where);
+      else
+        be.rotary_forward(t, pos, table.cos, table.sin, where);
+    };
+    Tensor strided = T(x, {k.N, width}), per_head = T(x, {k.N, width});
+    rotate(strided, {nope, heads, k.D, stride});
+    for (int64_t h = 0; h < heads; ++h) rotate(per_head, {nope + h * stride, 1, k.D});
+    const Vec got = H(strided);
+    EXPECT_EQ(got, H(per_head));
+    EXPECT_GT(max_relative_error(got, x), 1e-3);  // it did turn
+    for (int64_t n = 0; n < k.N; ++n)
+      for (int64_t c = 0; c < width; ++c) {
+        if (c < heads * stride && c % stride >= nope) continue;  // a rotated channel
+        ASSERT_EQ(got[n * width + c], x[n * width + c]) << "row " << n << " column " << c;
+      }
+  }
+}
+
 TEST_P(LlamaKernels, RotaryRefusesAPositionOutsideItsTable) {
   const RotaryCase k;
   const RotaryTable table = make_rotary_table(be, k.inv_freq, 15, dt, MemoryCategory::Workspace);

@@ -146,16 +146,15 @@ class CountingBackend final : public Backend {
                                  DType activations) const override {
     return cpu_.attention_stash(B, T, NH, activations);
   }
+  using Backend::attention_stash;
   void do_attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B, int64_t T,
-                            int64_t NH, int64_t KVH, int64_t HS,
-                            const Tensor* document_starts) override {
-    cpu_.attention_forward(out, stash, qkv, B, T, NH, KVH, HS, document_starts);
+                            const AttentionDims& dims, const Tensor* document_starts) override {
+    cpu_.attention_forward(out, stash, qkv, B, T, dims, document_starts);
   }
   void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                              const Tensor& out, const Tensor& stash, int64_t B, int64_t T,
-                             int64_t NH, int64_t KVH, int64_t HS,
-                             const Tensor* document_starts) override {
-    cpu_.attention_backward(dqkv, dout, qkv, out, stash, B, T, NH, KVH, HS, document_starts);
+                             const AttentionDims& dims, const Tensor* document_starts) override {
+    cpu_.attention_backward(dqkv, dout, qkv, out, stash, B, T, dims, document_starts);
   }
   void do_crossentropy_stats(Tensor& row_max, Tensor& row_sumexp, const Tensor& logits) override {
     cpu_.crossentropy_stats(row_max, row_sumexp, logits);

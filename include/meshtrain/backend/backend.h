@@ -33,6 +33,21 @@ struct FlatPiece {
   int64_t offset = 0, count = 0;
 };
 
+// Sizes of one attention call. HV (value head size) may differ from HS (query/key head size):
+// multi-head latent attention has HS = 192, HV = 128. scale 0: 1/sqrt(HS).
+struct AttentionDims {
+  int64_t NH = 0, KVH = 0, HS = 0, HV = 0;
+  double scale = 0.0;
+  int64_t value_size() const { return HV ? HV : HS; }
+  double softmax_scale() const;  // scale, or 1/sqrt(HS) when 0
+};
+
+// Multi-head latent attention's per-head widths (mla_pack): `heads` heads, each query and key
+// nope + rope wide, each value `value` wide.
+struct MlaHeads {
+  int64_t heads = 0, nope = 0, rope = 0, value = 0;
+};
+
 // The public operations are a non-virtual front, the same for every device (as Communicator's):
 // it checks each call's contract once (shapes that agree, tensors on this device, the dtype
 // rules above, an activation dtype the device computes in, slots and pieces inside their
@@ -41,6 +56,8 @@ struct FlatPiece {
 // argument checks of their own, and every device refuses a bad call with the same words.
 class Backend {
  public:
+  using AttentionDims = meshtrain::AttentionDims;  // also spelt Backend::AttentionDims
+  using MlaHeads = meshtrain::MlaHeads;
   explicit Backend(std::unique_ptr<Allocator> allocator) : allocator_(std::move(allocator)) {}
   virtual ~Backend();
 
@@ -172,11 +189,16 @@ class Backend {
                             const Tensor& pre);
 
   // Causal self-attention with grouped-query heads (GQA; KVH == NH is multi-head attention).
-  // Each token's row of qkv holds NH + 2 KVH heads of HS: query heads [0, NH), key heads
-  // [NH, NH + KVH), value heads [NH + KVH, NH + 2 KVH) (Megatron-Core's and Hugging Face's order
-  // once the projections are concatenated; KVH == NH is the (B, T, 3, NH, HS) layout of GPT-2).
-  // Query head h reads key/value head h / (NH / KVH); repeated keys and values are never
-  // materialised. out (B, T, NH, HS). The front requires KVH >= 1 and NH % KVH == 0.
+  // The sizes are AttentionDims: NH query heads, KVH key/value heads, query/key heads of HS,
+  // value heads of HV = dims.value_size() (HS unless given: multi-head latent attention has
+  // HS 192, HV 128), softmax scale dims.softmax_scale() (1/sqrt(HS) unless given).
+  // Each token's row of qkv holds NH query heads of HS, KVH key heads of HS, KVH value heads of
+  // HV: queries [0, NH HS), keys [NH HS, (NH + KVH) HS), values after them (Megatron-Core's and
+  // Hugging Face's order once the projections are concatenated; KVH == NH and HV == HS is the
+  // (B, T, 3, NH, HS) layout of GPT-2). Query head h reads key/value head h / (NH / KVH);
+  // repeated keys and values are never materialised. out (B, T, NH, HV). The front requires
+  // KVH >= 1, NH % KVH == 0 and a scale >= 0 (0: the default). The forms taking (NH, KVH, HS)
+  // are the dims {NH, KVH, HS}.
   // `stash` is backend-private: what backward needs besides out, of the shape and dtype
   // attention_stash says, which the caller allocates and keeps from forward to backward. The
   // CPU backend (a blocked flash-style kernel, no T x T matrix) keeps the row log-sum-exp
@@ -194,23 +216,39 @@ class Backend {
     Shape shape;
     DType dtype;
   };
+  // The stash depends on the query heads only (not on HS, HV or the scale).
   virtual AttentionStash attention_stash(int64_t B, int64_t T, int64_t NH,
                                          DType activations) const;
+  AttentionStash attention_stash(int64_t B, int64_t T, const AttentionDims& dims,
+                                 DType activations) const {
+    return attention_stash(B, T, dims.NH, activations);
+  }
+  void attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B, int64_t T,
+                         const AttentionDims& dims, const Tensor* document_starts = nullptr);
   void attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B, int64_t T,
                          int64_t NH, int64_t KVH, int64_t HS,
-                         const Tensor* document_starts = nullptr);
+                         const Tensor* document_starts = nullptr) {
+    attention_forward(out, stash, qkv, B, T, AttentionDims{NH, KVH, HS}, document_starts);
+  }
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& stash, int64_t B, int64_t T, const AttentionDims& dims,
+                          const Tensor* document_starts = nullptr);
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                           const Tensor& stash, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                          int64_t HS, const Tensor* document_starts = nullptr);
+                          int64_t HS, const Tensor* document_starts = nullptr) {
+    attention_backward(dqkv, dout, qkv, out, stash, B, T, AttentionDims{NH, KVH, HS},
+                       document_starts);
+  }
   // One query row against a key/value cache (text generation, model/generator.h): for each of
   // the NH query heads, with g = h / (NH / KVH) its key/value head,
-  //   out[h] (HS) = softmax(q[h] . k_cache[g, :length]^T / sqrt(HS)) v_cache[g, :length]
-  // with q (NH, HS), k_cache and v_cache (KVH, T_max, HS), out (NH, HS); length <= T_max; KVH
-  // is read off the caches and must divide NH.
+  //   out[h] (HV) = softmax(scale q[h] . k_cache[g, :length]^T) v_cache[g, :length]
+  // with q (NH, HS), k_cache (KVH, T_max, HS), v_cache (KVH, T_max, HV), out (NH, HV);
+  // length <= T_max; KVH, HS and HV are read off the caches and KVH must divide NH. scale 0:
+  // 1/sqrt(HS).
   // The default copies the `length` cached rows to the host and computes there in double (any
   // device, F32/F64/BF16); a device may override it with a kernel. Not on the training path.
   void attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                        int64_t length);
+                        int64_t length, double scale = 0.0);
 
   // ---- RMSNorm, SwiGLU, rotary positions ------------------------------------------------
   // The semantics of Hugging Face's LlamaForCausalLM / Qwen3ForCausalLM, each computed in wide(A)
@@ -258,9 +296,13 @@ class Backend {
   // not contiguous); cos and sin (P, D/2), wide(A), are the table of rotary_table.h, and every
   // position must lie in [0, P): the CPU backend refuses one outside, the CUDA backend (which
   // cannot read positions without waiting) writes NaN into that row's heads, which the trainer's
-  // divergence check then stops on.
+  // divergence check then stops on. `stride` (0: head_dim) is the distance in columns between
+  // the first channels of consecutive rotated heads: multi-head latent attention rotates the
+  // rope-wide tail of each of its nope + rope query heads in place, {nope, heads, rope, nope +
+  // rope}; the rotated heads must not overlap (stride >= head_dim).
   struct RotaryHeads {
-    int64_t column = 0, heads = 0, head_dim = 0;
+    int64_t column = 0, heads = 0, head_dim = 0, stride = 0;
+    int64_t head_stride() const { return stride ? stride : head_dim; }
   };
   // In place: x rotated by each row's angles.
   void rotary_forward(Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin,
@@ -272,10 +314,11 @@ class Backend {
 
   // ---- ring attention blocks (context parallelism, model/ring_attention.h) ----------------
   // One block of a sequence's attention: the queries in rows [q_begin, q_begin + rows) of each
-  // of the B sequences of qkv (B * Tq, (NH + 2 KVH) * HS, laid out as attention_forward's; the
-  // Q part, columns [0, C)), against the keys and values in rows [k_begin, k_begin + keys) of
-  // each sequence of kv (B * Tk, 2 * KC: K in columns [0, KC), V in [KC, 2 KC)), C = NH * HS,
-  // KC = KVH * HS (ring attention passes kv_heads-sized blocks); query head h reads key/value
+  // of the B sequences of qkv (B * Tq, NH HS + KVH HS + KVH HV, laid out as attention_forward's;
+  // the Q part, columns [0, NH HS)), against the keys and values in rows [k_begin, k_begin +
+  // keys) of each sequence of kv (B * Tk, KC + VC: K in columns [0, KC), V in [KC, KC + VC)),
+  // KC = KVH * HS, VC = KVH * HV (ring attention passes kv_heads-sized blocks: the K and V
+  // columns of qkv); out-like tensors are (B * Tq, C), C = NH * HV; query head h reads key/value
   // head h / (NH / KVH). causal: query row i of the block sees key rows 0..i of the block only
   // (rows == keys then), else every key of the block. With document masking the block's ops
   // take document_starts, int32 (B * Tq): each query row's document start as a position in the
@@ -290,23 +333,51 @@ class Backend {
   };
   // Merges the block into the running result of those query rows: out (B * Tq, C) holds each
   // row's attention over the keys merged so far, lse (B, NH, Tq) in stats_dtype the log of its
-  // softmax denominator (scores scaled by 1/sqrt(HS)), -inf before the first block; merging is
-  // exact up to rounding, whatever the order of the blocks.
+  // softmax denominator (scores scaled by dims.softmax_scale()), -inf before the first block;
+  // merging is exact up to rounding, whatever the order of the blocks.
   // The default refuses by name: only backends with these kernels run context parallelism.
   void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
+                               int64_t B, const AttentionDims& dims, const AttentionBlock& block,
+                               const Tensor* document_starts = nullptr);
+  void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
                                int64_t B, int64_t NH, int64_t KVH, int64_t HS,
-                               const AttentionBlock& block, const Tensor* document_starts = nullptr);
+                               const AttentionBlock& block, const Tensor* document_starts = nullptr) {
+    attention_block_forward(out, lse, qkv, kv, B, AttentionDims{NH, KVH, HS}, block,
+                            document_starts);
+  }
   // Adds the block's gradients, given the final out, lse and dout (B * Tq, C): dQ into the Q
-  // columns of dqkv (qkv's shape), dK and dV into dkv (B * Tk, 2 KC), a key/value head's summed
+  // columns of dqkv (qkv's shape), dK and dV into dkv (kv's shape), a key/value head's summed
   // over its group's query heads in order. Accumulates (+=): each query row and each key row
   // collects the gradients of every block it takes part in.
   void attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& out,
                                 const Tensor& lse, const Tensor& qkv, const Tensor& kv, int64_t B,
-                                int64_t NH, int64_t KVH, int64_t HS, const AttentionBlock& block,
+                                const AttentionDims& dims, const AttentionBlock& block,
                                 const Tensor* document_starts = nullptr);
+  void attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& out,
+                                const Tensor& lse, const Tensor& qkv, const Tensor& kv, int64_t B,
+                                int64_t NH, int64_t KVH, int64_t HS, const AttentionBlock& block,
+                                const Tensor* document_starts = nullptr) {
+    attention_block_backward(dqkv, dkv, dout, out, lse, qkv, kv, B, AttentionDims{NH, KVH, HS},
+                             block, document_starts);
+  }
   // dst[:, dst_col + j] = src[:, src_col + j] for j < cols, both 2-D with the same rows and
   // dtype (packing K and V out of qkv, and their gradients back). The default copies row views.
   void copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t cols);
+
+  // ---- multi-head latent attention's packed row (DeepSeek-V2/V3) -------------------------
+  // With H = m.heads, Dq = m.nope + m.rope: from q (N, H Dq) (per head [nope | rope]), kv
+  // (N, H (nope + value)) (per head [k_nope | v]) and the one rope key all heads share, k_rope
+  // (N, rope), writes qkv (N, H Dq + H Dq + H value), attention_forward's row with NH = KVH = H,
+  // HS = Dq, HV = value: Q copied, K_h = [kv_h[:nope] | k_rope], V_h = kv_h[nope:]. Every column
+  // of qkv is assigned; all tensors of one dtype.
+  void mla_pack(Tensor& qkv, const Tensor& q, const Tensor& kv, const Tensor& k_rope,
+                const MlaHeads& m);
+  // Its transpose: from dqkv assigns dq, dkv (each head's dK nope part and dV) and
+  // dk_rope = the sum over heads of dK_h[nope:], added in head order (deterministic), in
+  // wide(A) and rounded once. The default runs copy_columns and add_inplace on any device
+  // (rounding after each head under bf16); the CPU's one-pass kernel sums in wide(A).
+  void mla_unpack(Tensor& dq, Tensor& dkv, Tensor& dk_rope, const Tensor& dqkv,
+                  const MlaHeads& m);
 
   // ---- mixture of experts: token rows to their experts and back (model/moe_layer.h) -------
   // Weighted row gather: for each row r of out (R, C), with K = index.dim(1),
@@ -459,25 +530,30 @@ class Backend {
   virtual void do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
                                        const Tensor& pre);
   virtual void do_attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B,
-                                    int64_t T, int64_t NH, int64_t KVH, int64_t HS,
+                                    int64_t T, const AttentionDims& dims,
                                     const Tensor* document_starts) = 0;
   virtual void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                      const Tensor& out, const Tensor& stash, int64_t B, int64_t T,
-                                     int64_t NH, int64_t KVH, int64_t HS,
+                                     const AttentionDims& dims,
                                      const Tensor* document_starts) = 0;
+  // scale: the front passes the resolved softmax scale (never 0).
   virtual void do_attention_decode(Tensor& out, const Tensor& q, const Tensor& k_cache,
-                                   const Tensor& v_cache, int64_t length);
+                                   const Tensor& v_cache, int64_t length, double scale);
   virtual void do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,
-                                          const Tensor& kv, int64_t B, int64_t NH, int64_t KVH,
-                                          int64_t HS, const AttentionBlock& block,
+                                          const Tensor& kv, int64_t B, const AttentionDims& dims,
+                                          const AttentionBlock& block,
                                           const Tensor* document_starts);
   virtual void do_attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
                                            const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                                           const Tensor& kv, int64_t B, int64_t NH, int64_t KVH,
-                                           int64_t HS, const AttentionBlock& block,
+                                           const Tensor& kv, int64_t B, const AttentionDims& dims,
+                                           const AttentionBlock& block,
                                            const Tensor* document_starts);
   virtual void do_copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                                int64_t cols);
+  virtual void do_mla_pack(Tensor& qkv, const Tensor& q, const Tensor& kv, const Tensor& k_rope,
+                           const MlaHeads& m);
+  virtual void do_mla_unpack(Tensor& dq, Tensor& dkv, Tensor& dk_rope, const Tensor& dqkv,
+                             const MlaHeads& m);
   virtual void do_gather_rows(Tensor& out, const Tensor& src, const Tensor& index,
                               const Tensor* weights) = 0;
   virtual void do_gathered_row_dots(Tensor& out, const Tensor& a, const Tensor& b,

@@ -45,21 +45,36 @@ struct ContextParallel {
 std::vector<Backend::AttentionBlock> ring_attention_blocks(const ContextParallel& cp, int source,
                                                            int64_t T);
 
-// Attention of this rank's queries over the whole sequence. qkv (B * T, (NH + 2 KVH) HS) of this rank's
-// T = 2 L tokens per sequence (this tensor rank's heads: NH query, KVH key and value); out (B * T, NH HS) assigned; lse
-// (B, NH, T) in stats_dtype assigned, kept for backward. `waited`, when given, gains the
-// seconds spent waiting for the ring's transfers (what compute did not hide). document_starts
-// (document masking, B * T int32 at the rows' true positions) go with every block: a key
-// chunk of another rank is masked by document too.
+// Attention of this rank's queries over the whole sequence. qkv (B * T, NH HS + KVH HS + KVH HV)
+// of this rank's T = 2 L tokens per sequence (this tensor rank's heads: NH query, KVH key and
+// value; backend.h, AttentionDims); out (B * T, NH HV) assigned; lse (B, NH, T) in stats_dtype
+// assigned, kept for backward. What travels is each token's keys and values, KVH (HS + HV)
+// columns. `waited`, when given, gains the seconds spent waiting for the ring's transfers
+// (what compute did not hide). document_starts (document masking, B * T int32 at the rows'
+// true positions) go with every block: a key chunk of another rank is masked by document too.
 void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out, Tensor& lse,
-                            const Tensor& qkv, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                            int64_t HS, double* waited = nullptr,
-                            const Tensor* document_starts = nullptr);
-// dqkv (B * T, (NH + 2 KVH) HS) assigned from dout and forward's qkv, out and lse.
+                            const Tensor& qkv, int64_t B, int64_t T, const AttentionDims& dims,
+                            double* waited = nullptr, const Tensor* document_starts = nullptr);
+// dqkv (B * T, NH HS + KVH HS + KVH HV) assigned from dout and forward's qkv, out and lse.
 void ring_attention_backward(Backend& be, const ContextParallel& cp, Tensor& dqkv,
                              const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                             const Tensor& lse, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                             int64_t HS, double* waited = nullptr,
-                             const Tensor* document_starts = nullptr);
+                             const Tensor& lse, int64_t B, int64_t T, const AttentionDims& dims,
+                             double* waited = nullptr, const Tensor* document_starts = nullptr);
+// The same with HV = HS and the default scale.
+inline void ring_attention_forward(Backend& be, const ContextParallel& cp, Tensor& out,
+                                   Tensor& lse, const Tensor& qkv, int64_t B, int64_t T,
+                                   int64_t NH, int64_t KVH, int64_t HS, double* waited = nullptr,
+                                   const Tensor* document_starts = nullptr) {
+  ring_attention_forward(be, cp, out, lse, qkv, B, T, AttentionDims{NH, KVH, HS}, waited,
+                         document_starts);
+}
+inline void ring_attention_backward(Backend& be, const ContextParallel& cp, Tensor& dqkv,
+                                    const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                    const Tensor& lse, int64_t B, int64_t T, int64_t NH,
+                                    int64_t KVH, int64_t HS, double* waited = nullptr,
+                                    const Tensor* document_starts = nullptr) {
+  ring_attention_backward(be, cp, dqkv, dout, qkv, out, lse, B, T, AttentionDims{NH, KVH, HS},
+                          waited, document_starts);
+}
 
 }  // namespace meshtrain

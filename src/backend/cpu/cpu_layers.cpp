@@ -151,42 +151,45 @@ Backend::AttentionStash CpuBackend::attention_stash(int64_t B, int64_t T, int64_
 // Scratch (Workspace, counted by the planner): per thread a block of scores and its partners,
 // kernels.h says how much.
 void CpuBackend::do_attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B,
-                                      int64_t T, int64_t NH, int64_t KVH, int64_t HS,
+                                      int64_t T, const AttentionDims& dims,
                                       const Tensor* document_starts) {
   const char* op = "attention_forward";
-  // The time model and this profile count the whole causal triangle, masked or not.
-  KernelProfile::Scope timed(profile_, op, 4.0 * B * NH * T * T * HS);
+  // The time model and this profile count the whole causal triangle, masked or not: QK^T on
+  // HS columns, PV on HV.
+  const double HS = double(dims.HS), HV = double(dims.value_size());
+  KernelProfile::Scope timed(profile_, op, 2.0 * B * dims.NH * T * T * (HS + HV));
   const DType a = qkv.dtype();
   dispatch(false, op, a, [&](auto tag) {
     using E = decltype(tag);
-    Tensor scratch = empty({cpu::attention_forward_scratch<E>(B, T, KVH, HS, threads())},
+    Tensor scratch = empty({cpu::attention_forward_scratch<E>(B, T, dims, threads())},
                            cpu::wide(a), MemoryCategory::Workspace);
     if (planning_) return;
     const int32_t* starts = document_starts ? ptr<int32_t>(*document_starts) : nullptr;
     cpu::check_document_starts(op, starts, B, T);
-    cpu::attention_forward<E>(*gemm_, ptr<E>(out), ptr<Acc<E>>(stash), ptr<E>(qkv), B, T, NH,
-                              KVH, HS, ptr<Acc<E>>(scratch), starts, threads());
+    cpu::attention_forward<E>(*gemm_, ptr<E>(out), ptr<Acc<E>>(stash), ptr<E>(qkv), B, T, dims,
+                              ptr<Acc<E>>(scratch), starts, threads());
   });
 }
 
 void CpuBackend::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                        const Tensor& out, const Tensor& stash, int64_t B,
-                                       int64_t T, int64_t NH, int64_t KVH, int64_t HS,
+                                       int64_t T, const AttentionDims& dims,
                                        const Tensor* document_starts) {
   const char* op = "attention_backward";
-  KernelProfile::Scope timed(profile_, op, 8.0 * B * NH * T * T * HS);
+  // dQ and dK on HS columns, dP and dV on HV (the recomputed scores not counted).
+  const double HS = double(dims.HS), HV = double(dims.value_size());
+  KernelProfile::Scope timed(profile_, op, 4.0 * B * dims.NH * T * T * (HS + HV));
   const DType a = qkv.dtype();
   dispatch(false, op, a, [&](auto tag) {
     using E = decltype(tag);
-    Tensor scratch =
-        empty({cpu::attention_backward_scratch<E>(B, T, NH, KVH, HS, threads())}, cpu::wide(a),
-              MemoryCategory::Workspace);
+    Tensor scratch = empty({cpu::attention_backward_scratch<E>(B, T, dims, threads())},
+                           cpu::wide(a), MemoryCategory::Workspace);
     if (planning_) return;
     const int32_t* starts = document_starts ? ptr<int32_t>(*document_starts) : nullptr;
     cpu::check_document_starts(op, starts, B, T);
     cpu::attention_backward<E>(*gemm_, ptr<E>(dqkv), ptr<E>(dout), ptr<E>(qkv), ptr<E>(out),
-                               ptr<Acc<E>>(stash), B, T, NH, KVH, HS, ptr<Acc<E>>(scratch),
-                               starts, threads());
+                               ptr<Acc<E>>(stash), B, T, dims, ptr<Acc<E>>(scratch), starts,
+                               threads());
   });
 }
 

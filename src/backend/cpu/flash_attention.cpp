@@ -5,7 +5,7 @@
 //
 //   S = scale Q K^T (masked j > i, and j before the row's document start),  m = running rowmax,
 //   P = exp(S - m),  l = running rowsum P,  O = sum P V rescaled by exp(m_old - m_new),
-//   out = O / l,  lse = m + log l                                           scale = 1/sqrt(HS)
+//   out = O / l,  lse = m + log l          scale = dims.softmax_scale() (1/sqrt(HS) by default)
 //
 //   backward from lse alone (no probabilities kept):  P = exp(S - lse),  D = rowsum(dO * out),
 //   dP = dO V^T,  dS = scale P * (dP - D),  dV += P^T dO,  dK += dS^T Q,  dQ += dS K
@@ -14,7 +14,9 @@
 // one (batch, head), each task's GEMMs on its own thread alone (Gemm::run_in_task) in a fixed
 // order, so the bits are the same at any thread count. A head's dK and dV sum its query blocks
 // in order; under grouped-query heads the group's heads then sum in order (KvParts).
-// Operands: every product reads dense (rows, HS) copies of its heads (pack_rows), never the
+// Query/key heads are HS wide, value heads HV (multi-head latent attention: 192 and 128): the
+// products that read V, dO or O (PV, dO V^T, P^T dO) run on HV columns, never padded to HS.
+// Operands: every product reads dense (rows, HS or HV) copies of its heads (pack_rows), never the
 // strided views of qkv: only on dense operands does oneDNN run its blocked kernels (brgemm, and
 // AMX where present); on the views it falls back to a generic GEMM several times slower.
 // The products are oneDNN matmuls (bf16 in, fp32 accumulate) on fp32 and bf16, OpenBLAS on fp64
@@ -56,11 +58,13 @@ constexpr int64_t kKeyChunk = 512;
 
 // The sizes and strides of one call.
 struct Geometry {
-  int64_t B, T, NH, KVH, HS;
+  int64_t B, T, NH, KVH, HS, HV;
+  double scale;
   const int32_t* starts;  // document starts (B * T), or null
   int64_t G() const { return NH / KVH; }
-  int64_t W() const { return (NH + 2 * KVH) * HS; }  // a qkv row
-  int64_t C() const { return NH * HS; }              // an out row
+  int64_t W() const { return (NH + KVH) * HS + KVH * HV; }  // a qkv row
+  int64_t C() const { return NH * HV; }                     // an out row
+  int64_t value_column(int64_t kv) const { return (NH + KVH) * HS + kv * HV; }
   int64_t blocks() const { return (T + kQueryBlock - 1) / kQueryBlock; }
   // Row i of sequence b sees keys [first_key, i].
   int64_t first_key(int64_t b, int64_t i) const { return starts ? starts[b * T + i] : 0; }
@@ -118,32 +122,36 @@ template <class A> constexpr int64_t as_acc(int64_t n) {
   return (n * int64_t{sizeof(A)} + int64_t{sizeof(Acc<A>)} - 1) / int64_t{sizeof(Acc<A>)};
 }
 
-// Acc<A> elements of a thread's forward scratch: S (and, in place, P unless rounded), O, m, l,
-// bf16's rounded P, and the dense copy of the block's queries.
-template <class A> int64_t forward_per_thread(int64_t HS) {
+// Acc<A> elements of a thread's forward scratch: S (and, in place, P unless rounded), O (HV
+// wide), m, l, bf16's rounded P, and the dense copy of the block's queries (HS wide).
+template <class A> int64_t forward_per_thread(int64_t HS, int64_t HV) {
   const int64_t rounded = std::is_same_v<A, bf16> ? as_acc<A>(kQueryBlock * kKeyChunk) : 0;
-  return kQueryBlock * kKeyChunk + kQueryBlock * HS + 2 * kQueryBlock + rounded +
+  return kQueryBlock * kKeyChunk + kQueryBlock * HV + 2 * kQueryBlock + rounded +
          as_acc<A>(kQueryBlock * HS);
 }
 // Forward: every key/value head's keys and values, dense (pack_keys_values), shared by the tasks.
-template <class A> int64_t packed_keys_values(int64_t B, int64_t T, int64_t KVH, int64_t HS) {
-  return as_acc<A>(B * KVH * 2 * T * HS);
+template <class A>
+int64_t packed_keys_values(int64_t B, int64_t T, int64_t KVH, int64_t HS, int64_t HV) {
+  return as_acc<A>(B * KVH * T * (HS + HV));
 }
 // Backward: P, dS, dQ (block), D, dK and dV (the whole sequence of the head), bf16's rounded P
 // and dS, and the dense copies of the block's queries and output gradient and of the head's
 // keys and values.
-template <class A> int64_t backward_per_thread(int64_t T, int64_t HS) {
+template <class A> int64_t backward_per_thread(int64_t T, int64_t HS, int64_t HV) {
   const int64_t rounded = std::is_same_v<A, bf16> ? 2 * as_acc<A>(kQueryBlock * kKeyChunk) : 0;
-  return 2 * kQueryBlock * kKeyChunk + kQueryBlock * HS + kQueryBlock + 2 * T * HS + rounded +
-         2 * as_acc<A>(kQueryBlock * HS) + 2 * as_acc<A>(T * HS);
+  return 2 * kQueryBlock * kKeyChunk + kQueryBlock * HS + kQueryBlock + T * (HS + HV) +
+         rounded + as_acc<A>(kQueryBlock * HS) + as_acc<A>(kQueryBlock * HV) +
+         as_acc<A>(T * HS) + as_acc<A>(T * HV);
 }
-// Grouped-query heads: every head's dK and dV (B, NH, T, 2 HS) before the group sums them.
-int64_t kv_parts(const Geometry& g) { return g.G() > 1 ? g.B * g.NH * g.T * 2 * g.HS : 0; }
+// Grouped-query heads: every head's dK and dV (B, NH, T, HS + HV) before the group sums them.
+int64_t kv_parts(const Geometry& g) {
+  return g.G() > 1 ? g.B * g.NH * g.T * (g.HS + g.HV) : 0;
+}
 
-// Copies `rows` rows of HS elements at a row stride of ld into a dense (rows, HS) block (see
+// Copies `rows` rows of D elements at a row stride of ld into a dense (rows, D) block (see
 // Operands above). Each copied element then takes part in a query block of multiply-adds or more.
-template <class A> void pack_rows(A* dst, const A* src, int64_t rows, int64_t HS, int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r) std::copy(src + r * ld, src + r * ld + HS, dst + r * HS);
+template <class A> void pack_rows(A* dst, const A* src, int64_t rows, int64_t D, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) std::copy(src + r * ld, src + r * ld + D, dst + r * D);
 }
 
 // D[t] = rowsum(dO * out) of `rows` rows: each row summed in order over its HS columns, as a
@@ -169,16 +177,20 @@ void row_dots(Acc<A>* D, const A* dOut, const A* out, int64_t rows, int64_t HS, 
   }
 }
 
-// The keys and values of key/value head kv of sequence b as dense (T, HS) blocks, K then V, at
-// kv_packed + (b KVH + kv) 2 T HS: each is copied once per call, where a query block's
-// task would copy every key it sees again.
+// The keys and values of key/value head kv of sequence b as dense blocks, K (T, HS) then
+// V (T, HV), at kv_packed + (b KVH + kv) T (HS + HV): each is copied once per call, where a
+// query block's task would copy every key it sees again.
 template <class A> void pack_keys_values(const Geometry& g, const A* qkv, A* kv_packed) {
-  const int64_t W = g.W(), HS = g.HS;
+  const int64_t W = g.W(), HS = g.HS, HV = g.HV;
 #pragma omp parallel for schedule(static)
   for (int64_t part = 0; part < g.B * g.KVH * 2; ++part) {
     const int64_t b = part / (2 * g.KVH), kv = part / 2 % g.KVH, is_v = part % 2;
-    pack_rows(kv_packed + part * g.T * HS, qkv + b * g.T * W + (g.NH + is_v * g.KVH + kv) * HS,
-              g.T, HS, W);
+    A* dst = kv_packed + (b * g.KVH + kv) * g.T * (HS + HV) + is_v * g.T * HS;
+    const A* row = qkv + b * g.T * W;
+    if (is_v)
+      pack_rows(dst, row + g.value_column(kv), g.T, HV, W);
+    else
+      pack_rows(dst, row + (g.NH + kv) * HS, g.T, HS, W);
   }
 }
 
@@ -189,11 +201,11 @@ void forward_block(Gemm& gemm, const Geometry& g, A* out, Acc<A>* lse, const A* 
                    Acc<A>* scratch) {
   using E = Acc<A>;
   constexpr E kNone = -std::numeric_limits<E>::infinity();
-  const int64_t HS = g.HS, W = g.W(), end = q0 + rows;
-  const E scale = static_cast<E>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const int64_t HS = g.HS, HV = g.HV, W = g.W(), end = q0 + rows;
+  const E scale = static_cast<E>(g.scale);
   E* S = scratch;                         // (rows, n) of a chunk of n keys
-  E* O = S + kQueryBlock * kKeyChunk;     // (rows, HS)
-  E* m = O + kQueryBlock * HS;            // running row max
+  E* O = S + kQueryBlock * kKeyChunk;     // (rows, HV)
+  E* m = O + kQueryBlock * HV;            // running row max
   E* l = m + kQueryBlock;                 // running row sum
   E* after = l + kQueryBlock;
   A* P = nullptr;                         // P (rows, n): in place over S, or rounded
@@ -204,8 +216,8 @@ void forward_block(Gemm& gemm, const Geometry& g, A* out, Acc<A>* lse, const A* 
     after += as_acc<A>(kQueryBlock * kKeyChunk);
   }
   A* Q = reinterpret_cast<A*>(after);  // (rows, HS)
-  const A* K = kv_packed + (b * g.KVH + h / g.G()) * 2 * g.T * HS;  // (T, HS)
-  const A* V = K + g.T * HS;                                        // (T, HS)
+  const A* K = kv_packed + (b * g.KVH + h / g.G()) * g.T * (HS + HV);  // (T, HS)
+  const A* V = K + g.T * HS;                                           // (T, HV)
   pack_rows(Q, qkv + (b * g.T + q0) * W + h * HS, rows, HS, W);
   std::fill(m, m + rows, kNone);
   std::fill(l, l + rows, E(0));
@@ -240,16 +252,16 @@ void forward_block(Gemm& gemm, const Geometry& g, A* out, Acc<A>* lse, const A* 
       std::fill(p + e, p + n, narrow<A>(E(0)));
       l[t] = l[t] * correction + sum;
       if (k0 != k_begin)
-        for (int64_t c = 0; c < HS; ++c) O[t * HS + c] *= correction;
+        for (int64_t c = 0; c < HV; ++c) O[t * HV + c] *= correction;
       m[t] = m_new;
     }
-    product(gemm, Trans::No, Trans::No, rows, HS, n, E(1), P, n, V + k0 * HS, HS, O, HS,
+    product(gemm, Trans::No, Trans::No, rows, HV, n, E(1), P, n, V + k0 * HV, HV, O, HV,
             k0 == k_begin ? Accumulate::Assign : Accumulate::Add);
   }
   for (int64_t t = 0; t < rows; ++t) {  // every row sees at least its own key: l > 0
     const E inv = E(1) / l[t];
-    A* o = out + (b * g.T + q0 + t) * g.C() + h * HS;
-    for (int64_t c = 0; c < HS; ++c) o[c] = narrow<A>(O[t * HS + c] * inv);
+    A* o = out + (b * g.T + q0 + t) * g.C() + h * HV;
+    for (int64_t c = 0; c < HV; ++c) o[c] = narrow<A>(O[t * HV + c] * inv);
     lse[(b * g.NH + h) * g.T + q0 + t] = m[t] + std::log(l[t]);
   }
 }
@@ -261,15 +273,15 @@ void backward_head(Gemm& gemm, const Geometry& g, A* dqkv, const A* dout, const 
                    const A* out, const Acc<A>* lse, int64_t b, int64_t h, Acc<A>* scratch,
                    Acc<A>* parts) {
   using E = Acc<A>;
-  const int64_t HS = g.HS, W = g.W(), C = g.C(), T = g.T;
-  const E scale = static_cast<E>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const int64_t HS = g.HS, HV = g.HV, W = g.W(), C = g.C(), T = g.T;
+  const E scale = static_cast<E>(g.scale);
   E* P = scratch;                        // (rows, n) fp32 probabilities of a chunk of n keys
   E* dS = P + kQueryBlock * kKeyChunk;   // (rows, n): dP, then dS in place
   E* dQ = dS + kQueryBlock * kKeyChunk;  // (rows, HS)
   E* D = dQ + kQueryBlock * HS;          // (rows)
   E* dK = D + kQueryBlock;               // (T, HS)
-  E* dV = dK + T * HS;                   // (T, HS)
-  E* after = dV + T * HS;
+  E* dV = dK + T * HS;                   // (T, HV)
+  E* after = dV + T * HV;
   A* P_op = nullptr;                     // the operands of the products: P and dS, or rounded
   A* dS_op = nullptr;
   if constexpr (std::is_same_v<A, E>) {
@@ -280,29 +292,30 @@ void backward_head(Gemm& gemm, const Geometry& g, A* dqkv, const A* dout, const 
     dS_op = P_op + kQueryBlock * kKeyChunk;
     after += 2 * as_acc<A>(kQueryBlock * kKeyChunk);
   }
-  A* Q = reinterpret_cast<A*>(after);  // (rows, HS), and the block's dO, (rows, HS)
-  A* dOut = reinterpret_cast<A*>(after + as_acc<A>(kQueryBlock * HS));
-  A* K = reinterpret_cast<A*>(after + 2 * as_acc<A>(kQueryBlock * HS));  // (T, HS), then V
-  A* V = reinterpret_cast<A*>(after + 2 * as_acc<A>(kQueryBlock * HS) + as_acc<A>(T * HS));
+  A* Q = reinterpret_cast<A*>(after);  // (rows, HS), and the block's dO, (rows, HV)
+  after += as_acc<A>(kQueryBlock * HS);
+  A* dOut = reinterpret_cast<A*>(after);
+  after += as_acc<A>(kQueryBlock * HV);
+  A* K = reinterpret_cast<A*>(after);  // (T, HS), then V (T, HV)
+  A* V = reinterpret_cast<A*>(after + as_acc<A>(T * HS));
   const int64_t row0 = b * T;
-  const A* k = qkv + row0 * W + g.NH * HS + (h / g.G()) * HS;
-  pack_rows(K, k, T, HS, W);
-  pack_rows(V, k + g.KVH * HS, T, HS, W);
+  pack_rows(K, qkv + row0 * W + (g.NH + h / g.G()) * HS, T, HS, W);
+  pack_rows(V, qkv + row0 * W + g.value_column(h / g.G()), T, HV, W);
   const E* lse_h = lse + (b * g.NH + h) * T;
-  std::fill(dK, dK + 2 * T * HS, E(0));
+  std::fill(dK, dK + T * (HS + HV), E(0));
 
   for (int64_t q0 = 0; q0 < T; q0 += kQueryBlock) {
     const int64_t rows = std::min(kQueryBlock, T - q0), end = q0 + rows;
-    const A* o = out + (row0 + q0) * C + h * HS;
+    const A* o = out + (row0 + q0) * C + h * HV;
     pack_rows(Q, qkv + (row0 + q0) * W + h * HS, rows, HS, W);
-    pack_rows(dOut, dout + (row0 + q0) * C + h * HS, rows, HS, C);
-    row_dots(D, dOut, o, rows, HS, C);
+    pack_rows(dOut, dout + (row0 + q0) * C + h * HV, rows, HV, C);
+    row_dots(D, dOut, o, rows, HV, C);
     const int64_t k_begin = g.first_chunk(b, q0, rows);
     for (int64_t k0 = k_begin; k0 < end; k0 += kKeyChunk) {
       const int64_t n = std::min(kKeyChunk, end - k0);
       product(gemm, Trans::No, Trans::Yes, rows, n, HS, scale, Q, HS, K + k0 * HS, HS, P, n,
               Accumulate::Assign);
-      product(gemm, Trans::No, Trans::Yes, rows, n, HS, E(1), dOut, HS, V + k0 * HS, HS, dS, n,
+      product(gemm, Trans::No, Trans::Yes, rows, n, HV, E(1), dOut, HV, V + k0 * HV, HV, dS, n,
               Accumulate::Assign);
       for (int64_t t = 0; t < rows; ++t) {
         E* p = P + t * n;
@@ -328,8 +341,8 @@ void backward_head(Gemm& gemm, const Geometry& g, A* dqkv, const A* dout, const 
         std::fill(p_op + e, p_op + n, narrow<A>(E(0)));
         std::fill(ds_op + e, ds_op + n, narrow<A>(E(0)));
       }
-      product(gemm, Trans::Yes, Trans::No, n, HS, rows, E(1), P_op, n, dOut, HS, dV + k0 * HS,
-              HS, Accumulate::Add);
+      product(gemm, Trans::Yes, Trans::No, n, HV, rows, E(1), P_op, n, dOut, HV, dV + k0 * HV,
+              HV, Accumulate::Add);
       product(gemm, Trans::Yes, Trans::No, n, HS, rows, E(1), dS_op, n, Q, HS, dK + k0 * HS, HS,
               Accumulate::Add);
       product(gemm, Trans::No, Trans::No, rows, HS, n, E(1), dS_op, n, K + k0 * HS, HS, dQ, HS,
@@ -340,18 +353,17 @@ void backward_head(Gemm& gemm, const Geometry& g, A* dqkv, const A* dout, const 
       for (int64_t c = 0; c < HS; ++c) dq[t * W + c] = narrow<A>(dQ[t * HS + c]);
   }
   if (g.G() == 1) {  // the head's own key/value head: straight into dqkv
-    A* dk = dqkv + row0 * W + g.NH * HS + h * HS;
-    A* dv = dk + g.KVH * HS;
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < HS; ++c) {
-        dk[t * W + c] = narrow<A>(dK[t * HS + c]);
-        dv[t * W + c] = narrow<A>(dV[t * HS + c]);
-      }
-  } else {
-    E* part = parts + (b * g.NH + h) * T * 2 * HS;
+    A* dk = dqkv + row0 * W + (g.NH + h) * HS;
+    A* dv = dqkv + row0 * W + g.value_column(h);
     for (int64_t t = 0; t < T; ++t) {
-      std::copy(dK + t * HS, dK + (t + 1) * HS, part + t * 2 * HS);
-      std::copy(dV + t * HS, dV + (t + 1) * HS, part + t * 2 * HS + HS);
+      for (int64_t c = 0; c < HS; ++c) dk[t * W + c] = narrow<A>(dK[t * HS + c]);
+      for (int64_t c = 0; c < HV; ++c) dv[t * W + c] = narrow<A>(dV[t * HV + c]);
+    }
+  } else {
+    E* part = parts + (b * g.NH + h) * T * (HS + HV);
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy(dK + t * HS, dK + (t + 1) * HS, part + t * (HS + HV));
+      std::copy(dV + t * HV, dV + (t + 1) * HV, part + t * (HS + HV) + HS);
     }
   }
 }
@@ -360,17 +372,17 @@ void backward_head(Gemm& gemm, const Geometry& g, A* dqkv, const A* dout, const 
 // head order, rounded once.
 template <class A> void sum_groups(const Geometry& g, A* dqkv, const Acc<A>* parts) {
   using E = Acc<A>;
-  const int64_t HS = g.HS, W = g.W();
+  const int64_t HS = g.HS, KV = g.HS + g.HV, W = g.W();
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < g.B * g.T; ++row) {
     const int64_t b = row / g.T, t = row % g.T;
     for (int64_t kv = 0; kv < g.KVH; ++kv) {
-      A* dk = dqkv + row * W + g.NH * HS + kv * HS;
-      A* dv = dk + g.KVH * HS;
-      for (int64_t c = 0; c < 2 * HS; ++c) {
+      A* dk = dqkv + row * W + (g.NH + kv) * HS;
+      A* dv = dqkv + row * W + g.value_column(kv);
+      for (int64_t c = 0; c < KV; ++c) {
         E sum = 0;
         for (int64_t j = 0; j < g.G(); ++j)
-          sum += parts[((b * g.NH + kv * g.G() + j) * g.T + t) * 2 * HS + c];
+          sum += parts[((b * g.NH + kv * g.G() + j) * g.T + t) * KV + c];
         (c < HS ? dk[c] : dv[c - HS]) = narrow<A>(sum);
       }
     }
@@ -390,24 +402,32 @@ void check_document_starts(const char* op, const int32_t* starts, int64_t B, int
 }
 
 template <class A>
-int64_t attention_forward_scratch(int64_t B, int64_t T_, int64_t KVH, int64_t HS, int threads) {
-  return int64_t{threads} * forward_per_thread<A>(HS) +
-         packed_keys_values<A>(B, T_, KVH, HS);
+int64_t attention_forward_scratch(int64_t B, int64_t T_, const AttentionDims& dims, int threads) {
+  const int64_t HS = dims.HS, HV = dims.value_size();
+  return int64_t{threads} * forward_per_thread<A>(HS, HV) +
+         packed_keys_values<A>(B, T_, dims.KVH, HS, HV);
 }
 
+namespace {
+Geometry geometry(int64_t B, int64_t T_, const AttentionDims& d, const int32_t* starts) {
+  return {B, T_, d.NH, d.KVH, d.HS, d.value_size(), d.softmax_scale(), starts};
+}
+}  // namespace
+
 template <class A>
-int64_t attention_backward_scratch(int64_t B, int64_t T_, int64_t NH, int64_t KVH, int64_t HS,
+int64_t attention_backward_scratch(int64_t B, int64_t T_, const AttentionDims& dims,
                                    int threads) {
-  return int64_t{threads} * backward_per_thread<A>(T_, HS) +
-         kv_parts(Geometry{B, T_, NH, KVH, HS, nullptr});
+  return int64_t{threads} * backward_per_thread<A>(T_, dims.HS, dims.value_size()) +
+         kv_parts(geometry(B, T_, dims, nullptr));
 }
 
 template <class A>
 void attention_forward(Gemm& gemm, A* out, Acc<A>* lse, const A* qkv, int64_t B, int64_t T_,
-                       int64_t NH, int64_t KVH, int64_t HS, Acc<A>* scratch,
-                       const int32_t* starts, int threads) {
-  const Geometry g{B, T_, NH, KVH, HS, starts};
-  const int64_t pairs = B * NH, blocks = g.blocks(), per_thread = forward_per_thread<A>(HS);
+                       const AttentionDims& dims, Acc<A>* scratch, const int32_t* starts,
+                       int threads) {
+  const Geometry g = geometry(B, T_, dims, starts);
+  const int64_t NH = g.NH, pairs = B * NH, blocks = g.blocks(),
+                per_thread = forward_per_thread<A>(g.HS, g.HV);
   A* kv_packed = reinterpret_cast<A*>(scratch + int64_t{threads} * per_thread);
   pack_keys_values(g, qkv, kv_packed);
   // The blocks nearest the end of a sequence see the most keys: they go first.
@@ -421,10 +441,10 @@ void attention_forward(Gemm& gemm, A* out, Acc<A>* lse, const A* qkv, int64_t B,
 
 template <class A>
 void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* out,
-                        const Acc<A>* lse, int64_t B, int64_t T_, int64_t NH, int64_t KVH,
-                        int64_t HS, Acc<A>* scratch, const int32_t* starts, int threads) {
-  const Geometry g{B, T_, NH, KVH, HS, starts};
-  const int64_t per_thread = backward_per_thread<A>(T_, HS);
+                        const Acc<A>* lse, int64_t B, int64_t T_, const AttentionDims& dims,
+                        Acc<A>* scratch, const int32_t* starts, int threads) {
+  const Geometry g = geometry(B, T_, dims, starts);
+  const int64_t NH = g.NH, per_thread = backward_per_thread<A>(T_, g.HS, g.HV);
   Acc<A>* parts = scratch + int64_t{threads} * per_thread;
   run_tasks(threads, B * NH, [&](int64_t bh, int thread) {
     backward_head(gemm, g, dqkv, dout, qkv, out, lse, bh / NH, bh % NH,
@@ -434,14 +454,13 @@ void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const 
 }
 
 #define INSTANTIATE(A)                                                                        \
-  template int64_t attention_forward_scratch<A>(int64_t, int64_t, int64_t, int64_t, int);     \
-  template int64_t attention_backward_scratch<A>(int64_t, int64_t, int64_t, int64_t, int64_t, \
-                                                 int);                                        \
-  template void attention_forward<A>(Gemm&, A*, Acc<A>*, const A*, int64_t, int64_t, int64_t, \
-                                     int64_t, int64_t, Acc<A>*, const int32_t*, int);         \
+  template int64_t attention_forward_scratch<A>(int64_t, int64_t, const AttentionDims&, int);  \
+  template int64_t attention_backward_scratch<A>(int64_t, int64_t, const AttentionDims&, int); \
+  template void attention_forward<A>(Gemm&, A*, Acc<A>*, const A*, int64_t, int64_t,           \
+                                     const AttentionDims&, Acc<A>*, const int32_t*, int);      \
   template void attention_backward<A>(Gemm&, A*, const A*, const A*, const A*,                \
-                                      const Acc<A>*, int64_t, int64_t, int64_t, int64_t,      \
-                                      int64_t, Acc<A>*, const int32_t*, int);
+                                      const Acc<A>*, int64_t, int64_t, const AttentionDims&,   \
+                                      Acc<A>*, const int32_t*, int);
 INSTANTIATE(float)
 INSTANTIATE(double)
 INSTANTIATE(bf16)

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "element.h"
+#include "meshtrain/backend/backend.h"
 #include "meshtrain/backend/cpu/gemm.h"
 
 namespace meshtrain::cpu {
@@ -70,14 +71,15 @@ template <class A>
 void swiglu_backward(A* dgate, A* dup, const A* dout, const A* gate, const A* up, int64_t rows,
                      int64_t F, int64_t ld_in, int64_t ld_grad);
 
-// Rotary embedding (rotary.cpp), in place on `heads` heads of head_dim channels from `column` of
-// each of the N rows of W elements, at row n's position positions[n] of the (P, head_dim / 2)
+// Rotary embedding (rotary.cpp), in place on `heads` heads of head_dim channels, `stride` apart,
+// from `column` of each of the N rows of W elements, at row n's position positions[n] of the (P, head_dim / 2)
 // cos/sin table; by_minus_angle: the backward rotation. Every position must be in [0, P):
 // rotary_row_outside gives the first row whose position is not (-1: none).
 int64_t rotary_row_outside(const int32_t* positions, int64_t N, int64_t P);
 template <class A>
 void rotary(A* x, const int32_t* positions, const Acc<A>* cos, const Acc<A>* sin, int64_t N,
-            int64_t W, int64_t column, int64_t heads, int64_t head_dim, bool by_minus_angle);
+            int64_t W, int64_t column, int64_t heads, int64_t head_dim, int64_t stride,
+            bool by_minus_angle);
 
 // Mixture of experts (expert_rows.cpp): out (R, C) row r = the sum over j < K, in order, of
 // weights[r, j] (1 where weights is null) * src[index[r, j]], terms of index -1 left out, a row
@@ -111,28 +113,29 @@ template <class A> void gelu_forward(A* out, const A* inp, int64_t n);
 template <class A> void gelu_backward(A* dinp, const A* inp, const A* dout, int64_t n);
 
 // Causal attention (flash_attention.cpp) with KVH key/value heads shared by groups of NH / KVH
-// query heads, on qkv rows of (NH + 2 KVH) * HS (backend.h), as a blocked flash-style kernel:
-// forward writes out and the row log-sum-exp lse (B, NH, T) in Acc<A>, all backward needs
-// besides out itself. `starts` (B * T), when not null, are the document starts of document
-// masking (backend.h): row i of sequence b sees keys [starts[b T + i], i]. `threads` is the
-// team size; the bits do not depend on it. Products: oneDNN for fp32 and bf16 (OpenBLAS for
-// fp32 when `gemm` forces it; bf16 is then refused), OpenBLAS for fp64.
+// query heads, on qkv rows of NH HS + KVH HS + KVH HV (backend.h, AttentionDims), as a blocked
+// flash-style kernel: forward writes out (B, T, NH, HV) and the row log-sum-exp lse (B, NH, T)
+// in Acc<A>, all backward needs besides out itself. `starts` (B * T), when not null, are the
+// document starts of document masking (backend.h): row i of sequence b sees keys
+// [starts[b T + i], i]. `threads` is the team size; the bits do not depend on it. Products:
+// oneDNN for fp32 and bf16 (OpenBLAS for fp32 when `gemm` forces it; bf16 is then refused),
+// OpenBLAS for fp64.
 // Acc<A> elements of scratch: per thread a block of scores and its partners (backward also the
 // head's dK and dV, and dense copies of its keys and values); forward also every key/value
 // head's keys and values, dense; backward under grouped-query heads every head's dK and dV.
 template <class A>
-int64_t attention_forward_scratch(int64_t B, int64_t T_, int64_t KVH, int64_t HS, int threads);
+int64_t attention_forward_scratch(int64_t B, int64_t T_, const AttentionDims& dims, int threads);
 template <class A>
-int64_t attention_backward_scratch(int64_t B, int64_t T_, int64_t NH, int64_t KVH, int64_t HS,
+int64_t attention_backward_scratch(int64_t B, int64_t T_, const AttentionDims& dims,
                                    int threads);
 template <class A>
 void attention_forward(Gemm& gemm, A* out, Acc<A>* lse, const A* qkv, int64_t B, int64_t T_,
-                       int64_t NH, int64_t KVH, int64_t HS, Acc<A>* scratch,
-                       const int32_t* starts, int threads);
+                       const AttentionDims& dims, Acc<A>* scratch, const int32_t* starts,
+                       int threads);
 template <class A>
 void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* out,
-                        const Acc<A>* lse, int64_t B, int64_t T_, int64_t NH, int64_t KVH,
-                        int64_t HS, Acc<A>* scratch, const int32_t* starts, int threads);
+                        const Acc<A>* lse, int64_t B, int64_t T_, const AttentionDims& dims,
+                        Acc<A>* scratch, const int32_t* starts, int threads);
 // Refuses (std::invalid_argument naming `op`) a document start outside [0, i] for row i of its
 // sequence: a start after the row would leave it no key to attend to.
 void check_document_starts(const char* op, const int32_t* starts, int64_t B, int64_t T_);

@@ -5,9 +5,9 @@
 //   S = scale Q K^T (masked j > i when causal, and keys before the row's document start under
 //   document masking),  m = rowmax S,  P = exp(S - m),  l = rowsum P
 //   O_blk = P V / l,  lse_blk = m + log l;  merged: lse = logaddexp(lse, lse_blk),
-//   out = out exp(lse_old - lse) + O_blk exp(lse_blk - lse)                 scale = 1/sqrt(HS)
+//   out = out exp(lse_old - lse) + O_blk exp(lse_blk - lse)     scale = dims.softmax_scale()
 //
-//   P = exp(S - lse_final),  D_i = <dO_i, O_i> (over the head's HS columns),  dP = dO V^T,
+//   P = exp(S - lse_final),  D_i = <dO_i, O_i> (over the head's HV columns),  dP = dO V^T,
 //   dS = P * (dP - D),  dV += P^T dO,  dQ += scale dS K,  dK += scale dS^T Q         (+=)
 //
 // Query head h reads key/value head h / (NH / KVH) (grouped-query attention; KVH == NH is
@@ -42,14 +42,17 @@ namespace {
 
 constexpr int64_t kTile = 64;  // query rows per product: scratch stays a few tiles per thread
 
-// The sizes of one call (C = NH * HS the width of out, W = (NH + 2 KVH) * HS of a qkv row,
-// KC = KVH * HS of K or V in a kv row; Tq and Tk rows per sequence of qkv and kv) and its block.
+// The sizes of one call (query/key heads of HS, value heads of HV; C = NH * HV the width of
+// out, W = NH HS + KVH HS + KVH HV of a qkv row, KC = KVH * HS of K and VC = KVH * HV of V in a
+// kv row; Tq and Tk rows per sequence of qkv and kv) and its block.
 struct BlockGeometry {
-  int64_t B, NH, KVH, HS, C, W, KC, Tq, Tk;
+  int64_t B, NH, KVH, HS, HV, C, W, KC, VC, Tq, Tk;
+  double scale;
   Backend::AttentionBlock block;
   const int32_t* starts;  // document masking: (B * Tq) document starts; null without
   int64_t tile() const { return std::min(kTile, block.rows); }
   int64_t group() const { return NH / KVH; }
+  int64_t kv_width() const { return KC + VC; }
 };
 
 // The keys [first, end) of the block that its row i (0-based) of sequence b sees: end is i + 1
@@ -84,31 +87,31 @@ TileView<A> load(const A* src, int64_t ld, int64_t rows, int64_t cols, Acc<A>* s
   }
 }
 
-// Key/value head g's keys and values of the block in sequence b, each (keys, HS) (widened into
-// wk and wv for bf16).
+// Key/value head g's keys (keys, HS) and values (keys, HV) of the block in sequence b (widened
+// into wk and wv for bf16).
 template <class A> struct KeysValues {
   TileView<A> K, V;
 };
 template <class A>
 KeysValues<A> load_keys_values(const A* kv, const BlockGeometry& g, int64_t b, int64_t kv_head,
                                Acc<A>* wk, Acc<A>* wv) {
-  const A* k = kv + (b * g.Tk + g.block.k_begin) * 2 * g.KC + kv_head * g.HS;
-  return {load(k, 2 * g.KC, g.block.keys, g.HS, wk),
-          load(k + g.KC, 2 * g.KC, g.block.keys, g.HS, wv)};
+  const A* row = kv + (b * g.Tk + g.block.k_begin) * g.kv_width();
+  return {load(row + kv_head * g.HS, g.kv_width(), g.block.keys, g.HS, wk),
+          load(row + g.KC + kv_head * g.HV, g.kv_width(), g.block.keys, g.HV, wv)};
 }
 
-// Elements of Acc<A> per thread: forward S (tile x keys) and O (tile x HS); backward P and dS
-// (tile x keys), dQ (tile x HS), dK and dV (keys x HS), D (tile); bf16 adds the widened Q, dO
-// (tile x HS), K and V (keys x HS).
+// Elements of Acc<A> per thread: forward S (tile x keys) and O (tile x HV); backward P and dS
+// (tile x keys), dQ (tile x HS), dK (keys x HS) and dV (keys x HV), D (tile); bf16 adds the
+// widened Q (tile x HS), dO (tile x HV), K (keys x HS) and V (keys x HV).
 template <class A> int64_t forward_scratch(const BlockGeometry& g) {
   const int64_t t = g.tile(), k = g.block.keys;
-  const int64_t wide = std::is_same_v<A, bf16> ? t * g.HS + 2 * k * g.HS : 0;
-  return t * k + t * g.HS + wide;
+  const int64_t wide = std::is_same_v<A, bf16> ? t * g.HS + k * (g.HS + g.HV) : 0;
+  return t * k + t * g.HV + wide;
 }
 template <class A> int64_t backward_scratch(const BlockGeometry& g) {
   const int64_t t = g.tile(), k = g.block.keys;
-  const int64_t wide = std::is_same_v<A, bf16> ? 2 * t * g.HS + 2 * k * g.HS : 0;
-  return 2 * t * k + t * g.HS + 2 * k * g.HS + t + wide;
+  const int64_t wide = std::is_same_v<A, bf16> ? t * (g.HS + g.HV) + k * (g.HS + g.HV) : 0;
+  return 2 * t * k + t * g.HS + k * (g.HS + g.HV) + t + wide;
 }
 
 template <class A>
@@ -117,20 +120,20 @@ void block_forward(A* out, Acc<A>* lse, const A* qkv, const A* kv, const BlockGe
   using E = Acc<A>;
   constexpr bool widened = !std::is_same_v<A, E>;
   const auto& blk = g.block;
-  const int64_t C = g.C, HS = g.HS, keys = blk.keys, tile = g.tile();
-  const E scale = static_cast<E>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const int64_t C = g.C, HS = g.HS, HV = g.HV, keys = blk.keys, tile = g.tile();
+  const E scale = static_cast<E>(g.scale);
   const int64_t per_thread = forward_scratch<A>(g);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(team)
   for (int64_t bh = 0; bh < g.B * g.NH; ++bh) {
     const int64_t b = bh / g.NH, h = bh % g.NH;
     E* S = scratch + omp_get_thread_num() * per_thread;  // (tile, keys)
-    E* O = S + tile * keys;                                // (tile, HS)
-    E* wq = widened ? O + tile * HS : nullptr;             // bf16 only: Q tile, K, V
+    E* O = S + tile * keys;                                // (tile, HV)
+    E* wq = widened ? O + tile * HV : nullptr;             // bf16 only: Q tile, K, V
     E* wk = widened ? wq + tile * HS : nullptr;
     E* wv = widened ? wk + keys * HS : nullptr;
     const A* q = qkv + (b * g.Tq + blk.q_begin) * g.W + h * HS;
     const auto [K, V] = load_keys_values(kv, g, b, h / g.group(), wk, wv);
-    A* o = out + (b * g.Tq + blk.q_begin) * C + h * HS;
+    A* o = out + (b * g.Tq + blk.q_begin) * C + h * HV;
     E* l = lse + bh * g.Tq + blk.q_begin;
 
     for (int64_t r0 = 0; r0 < blk.rows; r0 += tile) {
@@ -163,32 +166,32 @@ void block_forward(A* out, Acc<A>* lse, const A* qkv, const A* kv, const BlockGe
         const E inv = E(1) / sum;
         for (int64_t j = lo; j < n; ++j) s[j] *= inv;  // P / l: O comes out normalised
       }
-      gemm(CblasNoTrans, CblasNoTrans, rt, HS, ku, E(1), S, keys, V.p, V.ld, E(0), O, HS);
+      gemm(CblasNoTrans, CblasNoTrans, rt, HV, ku, E(1), S, keys, V.p, V.ld, E(0), O, HV);
       for (int64_t t = 0; t < rt; ++t) {  // merge (out, lse) with (O, lse_blk)
         A* orow = o + (r0 + t) * C;
-        const E* brow = O + t * HS;
+        const E* brow = O + t * HV;
         const E old = l[r0 + t];
         if (lse_blk[t] == -std::numeric_limits<E>::infinity()) continue;  // saw no key here
         if (old == -std::numeric_limits<E>::infinity()) {
-          for (int64_t c = 0; c < HS; ++c) orow[c] = narrow<A>(brow[c]);
+          for (int64_t c = 0; c < HV; ++c) orow[c] = narrow<A>(brow[c]);
           l[r0 + t] = lse_blk[t];
           continue;
         }
         const E mx = std::max(old, lse_blk[t]);
         const E merged = mx + std::log(std::exp(old - mx) + std::exp(lse_blk[t] - mx));
         const E a = std::exp(old - merged), w = std::exp(lse_blk[t] - merged);
-        for (int64_t c = 0; c < HS; ++c) orow[c] = narrow<A>(widen(orow[c]) * a + brow[c] * w);
+        for (int64_t c = 0; c < HV; ++c) orow[c] = narrow<A>(widen(orow[c]) * a + brow[c] * w);
         l[r0 + t] = merged;
       }
     }
   }
 }
 
-// dst (rows, HS) of A, strided ld, += src (rows, HS) of Acc<A>, dense.
-template <class A> void add_into(A* dst, int64_t ld, const Acc<A>* src, int64_t rows, int64_t HS) {
+// dst (rows, D) of A, strided ld, += src (rows, D) of Acc<A>, dense.
+template <class A> void add_into(A* dst, int64_t ld, const Acc<A>* src, int64_t rows, int64_t D) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < HS; ++c)
-      dst[r * ld + c] = narrow<A>(widen(dst[r * ld + c]) + src[r * HS + c]);
+    for (int64_t c = 0; c < D; ++c)
+      dst[r * ld + c] = narrow<A>(widen(dst[r * ld + c]) + src[r * D + c]);
 }
 
 template <class A>
@@ -197,8 +200,8 @@ void block_backward(A* dqkv, A* dkv, const A* dout, const A* out, const Acc<A>* 
   using E = Acc<A>;
   constexpr bool widened = !std::is_same_v<A, E>;
   const auto& blk = g.block;
-  const int64_t C = g.C, HS = g.HS, keys = blk.keys, tile = g.tile();
-  const E scale = static_cast<E>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const int64_t C = g.C, HS = g.HS, HV = g.HV, keys = blk.keys, tile = g.tile();
+  const E scale = static_cast<E>(g.scale);
   const int64_t per_thread = backward_scratch<A>(g);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(team)
   for (int64_t bg = 0; bg < g.B * g.KVH; ++bg) {
@@ -207,34 +210,34 @@ void block_backward(A* dqkv, A* dkv, const A* dout, const A* out, const Acc<A>* 
     E* dS = P + tile * keys;                               // (tile, keys)
     E* dQ = dS + tile * keys;                              // (tile, HS)
     E* dK = dQ + tile * HS;                                // (keys, HS)
-    E* dV = dK + keys * HS;                                // (keys, HS)
-    E* D = dV + keys * HS;                                 // (tile)
+    E* dV = dK + keys * HS;                                // (keys, HV)
+    E* D = dV + keys * HV;                                 // (tile)
     E* wq = widened ? D + tile : nullptr;                  // bf16 only: Q, dO tiles, K, V
     E* wdo = widened ? wq + tile * HS : nullptr;
-    E* wk = widened ? wdo + tile * HS : nullptr;
+    E* wk = widened ? wdo + tile * HV : nullptr;
     E* wv = widened ? wk + keys * HS : nullptr;
     const int64_t qrow = b * g.Tq + blk.q_begin, krow = b * g.Tk + blk.k_begin;
     const auto [K, V] = load_keys_values(kv, g, b, kv_head, wk, wv);
-    std::fill(dK, dK + 2 * keys * HS, E(0));  // dK and dV, summed over the group's query heads
+    std::fill(dK, dK + keys * (HS + HV), E(0));  // dK, dV: summed over the group's query heads
 
     for (int64_t h = kv_head * g.group(); h < (kv_head + 1) * g.group(); ++h) {
       const A* q = qkv + qrow * g.W + h * HS;
-      const A* o = out + qrow * C + h * HS;
-      const A* dO_ = dout + qrow * C + h * HS;
+      const A* o = out + qrow * C + h * HV;
+      const A* dO_ = dout + qrow * C + h * HV;
       const E* l = lse + (b * g.NH + h) * g.Tq + blk.q_begin;
       for (int64_t r0 = 0; r0 < blk.rows; r0 += tile) {
         const int64_t rt = std::min(tile, blk.rows - r0);
         const int64_t ku = blk.causal ? r0 + rt : keys;
         const TileView<A> Q = load(q + r0 * g.W, g.W, rt, HS, wq);
-        const TileView<A> dO = load(dO_ + r0 * C, C, rt, HS, wdo);
+        const TileView<A> dO = load(dO_ + r0 * C, C, rt, HV, wdo);
         for (int64_t t = 0; t < rt; ++t) {
           E dot = 0;
-          for (int64_t c = 0; c < HS; ++c)
+          for (int64_t c = 0; c < HV; ++c)
             dot += widen(dO_[(r0 + t) * C + c]) * widen(o[(r0 + t) * C + c]);
           D[t] = dot;
         }
         gemm(CblasNoTrans, CblasTrans, rt, ku, HS, scale, Q.p, Q.ld, K.p, K.ld, E(0), P, keys);
-        gemm(CblasNoTrans, CblasTrans, rt, ku, HS, E(1), dO.p, dO.ld, V.p, V.ld, E(0), dS, keys);
+        gemm(CblasNoTrans, CblasTrans, rt, ku, HV, E(1), dO.p, dO.ld, V.p, V.ld, E(0), dS, keys);
         for (int64_t t = 0; t < rt; ++t) {
           E* p = P + t * keys;
           E* ds = dS + t * keys;
@@ -255,14 +258,15 @@ void block_backward(A* dqkv, A* dkv, const A* dout, const A* out, const Acc<A>* 
             std::memset(ds + n, 0, static_cast<size_t>(ku - n) * sizeof(E));
           }
         }
-        gemm(CblasTrans, CblasNoTrans, ku, HS, rt, E(1), P, keys, dO.p, dO.ld, E(1), dV, HS);
+        gemm(CblasTrans, CblasNoTrans, ku, HV, rt, E(1), P, keys, dO.p, dO.ld, E(1), dV, HV);
         gemm(CblasTrans, CblasNoTrans, ku, HS, rt, scale, dS, keys, Q.p, Q.ld, E(1), dK, HS);
         gemm(CblasNoTrans, CblasNoTrans, rt, HS, ku, scale, dS, keys, K.p, K.ld, E(0), dQ, HS);
         add_into<A>(dqkv + (qrow + r0) * g.W + h * HS, g.W, dQ, rt, HS);
       }
     }
-    add_into<A>(dkv + krow * 2 * g.KC + kv_head * HS, 2 * g.KC, dK, keys, HS);
-    add_into<A>(dkv + krow * 2 * g.KC + g.KC + kv_head * HS, 2 * g.KC, dV, keys, HS);
+    A* dkv_rows = dkv + krow * g.kv_width();
+    add_into<A>(dkv_rows + kv_head * HS, g.kv_width(), dK, keys, HS);
+    add_into<A>(dkv_rows + g.KC + kv_head * HV, g.kv_width(), dV, keys, HV);
   }
 }
 
@@ -270,8 +274,8 @@ void block_backward(A* dqkv, A* dkv, const A* dout, const A* out, const Acc<A>* 
 // Document starts are positions in the sequence: a negative one is refused by name. (A start
 // after its row cannot be told here, where the rows' true positions are unknown.)
 BlockGeometry block_geometry(const char* op, const Tensor& qkv, const Tensor& kv, int64_t B,
-                             int64_t NH, int64_t KVH, int64_t HS,
-                             const Backend::AttentionBlock& blk, const Tensor* document_starts) {
+                             const AttentionDims& d, const Backend::AttentionBlock& blk,
+                             const Tensor* document_starts) {
   const int64_t Tq = qkv.dim(0) / B, Tk = kv.dim(0) / B;
   const int32_t* starts =
       document_starts ? static_cast<const int32_t*>(document_starts->raw()) : nullptr;
@@ -281,7 +285,9 @@ BlockGeometry block_geometry(const char* op, const Tensor& qkv, const Tensor& kv
         throw std::invalid_argument(std::string("backend 'cpu': ") + op + ": document_starts[" +
                                     std::to_string(r) + "] = " + std::to_string(starts[r]) +
                                     " is negative (a position in the sequence)");
-  return {B, NH, KVH, HS, NH * HS, (NH + 2 * KVH) * HS, KVH * HS, Tq, Tk, blk, starts};
+  const int64_t NH = d.NH, KVH = d.KVH, HS = d.HS, HV = d.value_size();
+  return {B,  NH, KVH, HS, HV, NH * HV, (NH + KVH) * HS + KVH * HV, KVH * HS, KVH * HV,
+          Tq, Tk, d.softmax_scale(), blk, starts};
 }
 
 }  // namespace
@@ -294,14 +300,16 @@ using cpu::ptr;
 // Scratch (Workspace, counted by the planner): per thread, a tile of scores and its partners
 // (cpu::forward_scratch / backward_scratch).
 void CpuBackend::do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv,
-                                            const Tensor& kv, int64_t B, int64_t NH, int64_t KVH,
-                                            int64_t HS, const AttentionBlock& block,
+                                            const Tensor& kv, int64_t B, const AttentionDims& dims,
+                                            const AttentionBlock& block,
                                             const Tensor* document_starts) {
   const char* op = "attention_block_forward";
   const cpu::BlockGeometry g =
-      cpu::block_geometry(op, qkv, kv, B, NH, KVH, HS, block, planning_ ? nullptr : document_starts);
+      cpu::block_geometry(op, qkv, kv, B, dims, block, planning_ ? nullptr : document_starts);
+  const int64_t NH = g.NH;
   KernelProfile::Scope timed(profile_, op,
-                             (block.causal ? 2.0 : 4.0) * B * NH * block.rows * block.keys * HS);
+                             (block.causal ? 1.0 : 2.0) * B * NH * block.rows * block.keys *
+                                 (g.HS + g.HV));
   const DType a = qkv.dtype();
   dispatch(false, op, a, [&](auto tag) {
     using E = decltype(tag);
@@ -318,14 +326,17 @@ void CpuBackend::do_attention_block_forward(Tensor& out, Tensor& lse, const Tens
 void CpuBackend::do_attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout,
                                              const Tensor& out, const Tensor& lse,
                                              const Tensor& qkv, const Tensor& kv, int64_t B,
-                                             int64_t NH, int64_t KVH, int64_t HS,
+                                             const AttentionDims& dims,
                                              const AttentionBlock& block,
                                              const Tensor* document_starts) {
   const char* op = "attention_block_backward";
   const cpu::BlockGeometry g =
-      cpu::block_geometry(op, qkv, kv, B, NH, KVH, HS, block, planning_ ? nullptr : document_starts);
+      cpu::block_geometry(op, qkv, kv, B, dims, block, planning_ ? nullptr : document_starts);
+  const int64_t NH = g.NH, KVH = g.KVH;
+  // Five products: three on HS columns (S, dK, dQ), two on HV (dP, dV).
   KernelProfile::Scope timed(profile_, op,
-                             (block.causal ? 5.0 : 10.0) * B * NH * block.rows * block.keys * HS);
+                             (block.causal ? 1.0 : 2.0) * B * NH * block.rows * block.keys *
+                                 (3 * g.HS + 2 * g.HV));
   const DType a = qkv.dtype();
   dispatch(false, op, a, [&](auto tag) {
     using E = decltype(tag);

@@ -24,14 +24,15 @@ int64_t rotary_row_outside(const int32_t* positions, int64_t N, int64_t P) {
 
 template <class A>
 void rotary(A* x, const int32_t* positions, const Acc<A>* cos, const Acc<A>* sin, int64_t N,
-            int64_t W, int64_t column, int64_t heads, int64_t head_dim, bool by_minus_angle) {
+            int64_t W, int64_t column, int64_t heads, int64_t head_dim, int64_t stride,
+            bool by_minus_angle) {
   using T = Acc<A>;
   const int64_t half = head_dim / 2;
   const T sign = by_minus_angle ? T(-1) : T(1);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t h = 0; h < heads; ++h) {
-      A* head = x + n * W + column + h * head_dim;
+      A* head = x + n * W + column + h * stride;
       const T* c = cos + positions[n] * half;
       const T* s = sin + positions[n] * half;
 #pragma omp simd
@@ -45,7 +46,7 @@ void rotary(A* x, const int32_t* positions, const Acc<A>* cos, const Acc<A>* sin
 
 #define INSTANTIATE(A)                                                                       \
   template void rotary<A>(A*, const int32_t*, const Acc<A>*, const Acc<A>*, int64_t, int64_t, \
-                          int64_t, int64_t, int64_t, bool);
+                          int64_t, int64_t, int64_t, int64_t, bool);
 INSTANTIATE(float)
 INSTANTIATE(double)
 INSTANTIATE(bf16)
@@ -76,7 +77,7 @@ void CpuBackend::do_rotary(Tensor& x, const Tensor& positions, const Tensor& cos
           " of row " + std::to_string(n) + " is outside the rotary table's " + std::to_string(P) +
           " positions (build the table for the longest sequence the model runs)");
     cpu::rotary<T>(cpu::ptr<T>(x), pos, cpu::ptr<W>(cos), cpu::ptr<W>(sin), N, x.numel() / N,
-                   where.column, where.heads, where.head_dim, backward);
+                   where.column, where.heads, where.head_dim, where.head_stride(), backward);
   });
 }
 

@@ -48,6 +48,7 @@ class CpuBackend final : public Backend {
   // in fp32 (fp64 under fp64 activations).
   AttentionStash attention_stash(int64_t B, int64_t T, int64_t NH,
                                  DType activations) const override;
+  using Backend::attention_stash;  // the AttentionDims form
 
   std::string name() const override { return "cpu"; }
   std::string describe() const override;
@@ -110,24 +111,26 @@ class CpuBackend final : public Backend {
   void do_matmul_gelu_backward(Tensor& dpre, const Tensor& dout, const Tensor& weight,
                                const Tensor& pre) override;
   void do_attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B, int64_t T,
-                            int64_t NH, int64_t KVH, int64_t HS,
-                            const Tensor* document_starts) override;
+                            const AttentionDims& dims, const Tensor* document_starts) override;
   void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                              const Tensor& out, const Tensor& stash, int64_t B, int64_t T,
-                             int64_t NH, int64_t KVH, int64_t HS,
-                             const Tensor* document_starts) override;
+                             const AttentionDims& dims, const Tensor* document_starts) override;
   // Ring-attention blocks (ring_attention_blocks.cpp): fp32, fp64 and bf16, lse in wide(A).
   void do_attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
-                                  int64_t B, int64_t NH, int64_t KVH, int64_t HS,
-                                  const AttentionBlock& block,
+                                  int64_t B, const AttentionDims& dims, const AttentionBlock& block,
                                   const Tensor* document_starts) override;
   void do_attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& out,
                                    const Tensor& lse, const Tensor& qkv, const Tensor& kv,
-                                   int64_t B, int64_t NH, int64_t KVH, int64_t HS,
+                                   int64_t B, const AttentionDims& dims,
                                    const AttentionBlock& block,
                                    const Tensor* document_starts) override;
   void do_copy_columns(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col,
                        int64_t cols) override;
+  // Multi-head latent attention's packed row in one pass over the rows (mla_pack.cpp).
+  void do_mla_pack(Tensor& qkv, const Tensor& q, const Tensor& kv, const Tensor& k_rope,
+                   const MlaHeads& m) override;
+  void do_mla_unpack(Tensor& dq, Tensor& dkv, Tensor& dk_rope, const Tensor& dqkv,
+                     const MlaHeads& m) override;
   // Mixture-of-experts row gathers (cpu_expert_rows.cpp): fp32, fp64 and bf16.
   void do_gather_rows(Tensor& out, const Tensor& src, const Tensor& index,
                       const Tensor* weights) override;
