@@ -178,10 +178,6 @@ void check_latent_attention_fields(const Config& c, const DeckFail& fail) {
   if (m.qk_norm)
     fail(why + "needs model.qk_norm = false (its latents have their own RMSNorms; the heads "
          "are not normalised)");
-  if (m.latent.v_head_dim != m.latent.qk_head_dim())
-    fail(why + "with model.v_head_dim = " + std::to_string(m.latent.v_head_dim) + " other than "
-         "qk_nope_head_dim + qk_rope_head_dim = " + std::to_string(m.latent.qk_head_dim()) +
-         " is not built yet (the attention kernels take one head size for keys and values)");
 }
 
 // The mixture of experts' keys: only with model.feed_forward = "moe", and consistent.

@@ -1,7 +1,5 @@
 #include "meshtrain/model/latent_attention.h"
 
-#include <stdexcept>
-
 namespace meshtrain {
 
 LatentAttention::LatentAttention(const LayerContext& ctx, const std::string& name,
@@ -35,14 +33,9 @@ LatentAttention::LatentAttention(const LayerContext& ctx, const std::string& nam
       kv_b_(ctx, name + ".kv_b", Shape{spec.heads * (nope_ + value_), kv_rank_}, 0,
             Shape{spec.heads * (nope_ + value_)}, 0.02, false),
       proj_(ctx, name + ".proj", spec.heads * value_, spec.d_model, 0.02 * residual_scale, false),
-      rotary_(ctx, spec, 0, 0) {
-  // The attention kernels take one head size for keys and values, and scale by its root.
-  if (value_ != nope_ + rope_)
-    throw std::invalid_argument("model.v_head_dim = " + std::to_string(value_) +
-                                " differs from qk_nope_head_dim + qk_rope_head_dim = " +
-                                std::to_string(nope_ + rope_) +
-                                ": latent attention with unequal key and value heads is not built yet");
-}
+      rotary_(ctx, spec, 0, 0),
+      // The softmax scale d_qk^-1/2 (HF DeepseekV3Attention's; the default for HS = d_qk).
+      dims_{local_heads_, local_heads_, nope_ + rope_, value_, 0.0} {}
 
 Tensor LatentAttention::enter_latents(const Tensor& x, Saved& saved, MemoryCategory category) {
   Backend& be = *ctx_.backend;
@@ -73,67 +66,32 @@ Tensor LatentAttention::enter_latents(const Tensor& x, Saved& saved, MemoryCateg
   return k_pe;
 }
 
-Tensor LatentAttention::pack(const Tensor& q, const Tensor& kv, const Tensor& k_pe,
-                             MemoryCategory category) const {
-  Backend& be = *ctx_.backend;
-  const int64_t qk = nope_ + rope_, h = local_heads_, N = q.dim(0);
-  Tensor qkv = be.empty({N, h * (2 * qk + value_)}, q.dtype(), category);
-  be.copy_columns(qkv, 0, q, 0, h * qk);
-  for (int64_t i = 0; i < h; ++i) {
-    const int64_t key = h * qk + i * qk, kv_head = i * (nope_ + value_);
-    be.copy_columns(qkv, key, kv, kv_head, nope_);
-    be.copy_columns(qkv, key + nope_, k_pe, 0, rope_);
-    be.copy_columns(qkv, 2 * h * qk + i * value_, kv, kv_head + nope_, value_);
-  }
-  return qkv;
-}
-
-void LatentAttention::unpack(const Tensor& dqkv, Tensor& dq, Tensor& dkv, Tensor& dk_pe) const {
-  Backend& be = *ctx_.backend;
-  const int64_t qk = nope_ + rope_, h = local_heads_, N = dqkv.dim(0);
-  be.copy_columns(dq, 0, dqkv, 0, h * qk);
-  Tensor tail = be.empty({N, rope_}, dqkv.dtype(), MemoryCategory::Workspace);
-  for (int64_t i = 0; i < h; ++i) {
-    const int64_t key = h * qk + i * qk, kv_head = i * (nope_ + value_);
-    be.copy_columns(dkv, kv_head, dqkv, key, nope_);
-    be.copy_columns(dkv, kv_head + nope_, dqkv, 2 * h * qk + i * value_, value_);
-    // The shared rotary key's gradient: every head's, summed in head order.
-    be.copy_columns(i == 0 ? dk_pe : tail, 0, dqkv, key + nope_, rope_);
-    if (i > 0) be.add_inplace(dk_pe, tail);
-  }
-}
-
 void LatentAttention::rotate_query_tails(Tensor& q, TokenShape shape, bool forward) {
-  const int64_t qk = nope_ + rope_;
-  for (int64_t i = 0; i < local_heads_; ++i) {
-    const Backend::RotaryHeads tail{i * qk + nope_, 1, rope_};
-    if (forward) rotary_.forward(q, shape, tail);
-    else rotary_.backward(q, shape, tail);
-  }
+  const Backend::RotaryHeads tails{nope_, local_heads_, rope_, nope_ + rope_};
+  if (forward) rotary_.forward(q, shape, tails);
+  else rotary_.backward(q, shape, tails);
 }
 
 Tensor LatentAttention::empty_stash(TokenShape shape, DType activations,
                                     MemoryCategory category) const {
   Backend& be = *ctx_.backend;
-  const Backend::AttentionStash s = be.attention_stash(shape.B, shape.T, local_heads_, activations);
+  const Backend::AttentionStash s = be.attention_stash(shape.B, shape.T, dims_, activations);
   return be.empty(s.shape, s.dtype, category);
 }
 
 void LatentAttention::core_forward(Tensor& att, const Tensor& qkv, TokenShape shape, Saved& saved,
                                    MemoryCategory category, Recompute recompute) {
   Backend& be = *ctx_.backend;
-  const int64_t qk = nope_ + rope_;
   if (ctx_.cp.on()) {
     saved.lse = be.empty({shape.B, local_heads_, shape.T}, stats_dtype(qkv.dtype()), category);
-    ring_attention_forward(be, ctx_.cp, att, saved.lse, qkv, shape.B, shape.T, local_heads_,
-                           local_heads_, qk, nullptr, shape.document_mask());
+    ring_attention_forward(be, ctx_.cp, att, saved.lse, qkv, shape.B, shape.T, dims_, nullptr,
+                           shape.document_mask());
     return;
   }
   const MemoryCategory stash_category =
       recompute == Recompute::Selective ? MemoryCategory::Workspace : category;
   Tensor stash = empty_stash(shape, qkv.dtype(), stash_category);
-  be.attention_forward(att, stash, qkv, shape.B, shape.T, local_heads_, local_heads_, qk,
-                       shape.document_mask());
+  be.attention_forward(att, stash, qkv, shape.B, shape.T, dims_, shape.document_mask());
   if (recompute != Recompute::Selective) saved.stash = stash;
 }
 
@@ -149,7 +107,8 @@ Tensor LatentAttention::forward(const Tensor& x, TokenShape shape, Saved& saved,
   Tensor q = q_b_ ? q_b_->forward_entered(saved.q_in, ws) : q_->forward(x, saved.q_in, category);
   rotate_query_tails(q, shape, true);
   const Tensor kv = kv_b_.forward_entered(saved.kv_in, ws);
-  saved.qkv = pack(q, kv, k_pe, category);
+  saved.qkv = be.empty({q.dim(0), local_heads_ * (2 * (nope_ + rope_) + value_)}, x.dtype(), category);
+  be.mla_pack(saved.qkv, q, kv, k_pe, heads());
   Tensor att = be.empty({q.dim(0), local_heads_ * value_}, x.dtype(), category);
   core_forward(att, saved.qkv, shape, saved, category, recompute);
   return proj_.forward(att, saved.proj_in, category, nullptr, residual);
@@ -157,23 +116,20 @@ Tensor LatentAttention::forward(const Tensor& x, TokenShape shape, Saved& saved,
 
 Tensor LatentAttention::core_backward(const Tensor& datt, TokenShape shape, const Saved& saved) {
   Backend& be = *ctx_.backend;
-  const int64_t qk = nope_ + rope_;
   Tensor dqkv = be.empty(saved.qkv.shape(), datt.dtype(), MemoryCategory::Workspace);
   if (ctx_.cp.on()) {
     ring_attention_backward(be, ctx_.cp, dqkv, datt, saved.qkv, saved.proj_in.inp, saved.lse,
-                            shape.B, shape.T, local_heads_, local_heads_, qk, nullptr,
-                            shape.document_mask());
+                            shape.B, shape.T, dims_, nullptr, shape.document_mask());
     return dqkv;
   }
   Tensor stash = saved.stash;
   if (!stash.defined()) {  // selective recomputation: rebuild the stash from the saved row
     stash = empty_stash(shape, datt.dtype(), MemoryCategory::Workspace);
     Tensor att = be.empty(saved.proj_in.inp.shape(), datt.dtype(), MemoryCategory::Workspace);
-    be.attention_forward(att, stash, saved.qkv, shape.B, shape.T, local_heads_, local_heads_, qk,
-                         shape.document_mask());
+    be.attention_forward(att, stash, saved.qkv, shape.B, shape.T, dims_, shape.document_mask());
   }
-  be.attention_backward(dqkv, datt, saved.qkv, saved.proj_in.inp, stash, shape.B, shape.T,
-                        local_heads_, local_heads_, qk, shape.document_mask());
+  be.attention_backward(dqkv, datt, saved.qkv, saved.proj_in.inp, stash, shape.B, shape.T, dims_,
+                        shape.document_mask());
   return dqkv;
 }
 
@@ -187,7 +143,7 @@ Tensor LatentAttention::backward(const Tensor& dy, TokenShape shape, const Saved
   Tensor dq = be.empty({N, local_heads_ * (nope_ + rope_)}, dy.dtype(), ws);
   Tensor dkv = be.empty({N, local_heads_ * (nope_ + value_)}, dy.dtype(), ws);
   Tensor dk_pe = be.empty({N, rope_}, dy.dtype(), ws);
-  unpack(dqkv, dq, dkv, dk_pe);
+  be.mla_unpack(dq, dkv, dk_pe, dqkv, heads());
   rotate_query_tails(dq, shape, false);
   rotary_.backward(dk_pe, shape, {0, 1, rope_});
   const Tensor dc = kv_b_.backward_in_region(dkv, saved.kv_in, deferred);

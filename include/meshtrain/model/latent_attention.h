@@ -13,7 +13,8 @@
 //   3. k_pe rotated at the rows' positions; q = q_lat q_b^T (n d_qk, column-parallel by heads),
 //      each query head [q_nope d_n | q_rot d_r] with its tail rotated; kv = c kv_b^T
 //      (n (d_n + d_v), column-parallel by heads), each head [k_nope d_n | v d_v].
-//   4. the packed row of attention_forward: queries, keys [k_nope | k_pe] and values per head,
+//   4. the packed row of attention_forward (Backend::mla_pack): queries, keys [k_nope | k_pe]
+//      and values per head; the core with query/key heads of d_qk and value heads of d_v,
 //      softmax scale d_qk^-1/2; ring attention under context parallelism.
 //   5. proj (C, n d_v), row-parallel, adding the residual.
 // With q_lora_rank 0 the queries come straight from x (q, column-parallel; HF's q_proj).
@@ -62,10 +63,8 @@ class LatentAttention {
   // Steps 1-2: the down-projections and their norms, entered into the tensor region; returns
   // k_pe (N, d_r), not yet rotated, and fills saved.q_in (with q_lora_rank) and saved.kv_in.
   Tensor enter_latents(const Tensor& x, Saved& saved, MemoryCategory category);
-  // Steps 3-4's packing: the packed row from q (rotated), kv and k_pe (rotated).
-  Tensor pack(const Tensor& q, const Tensor& kv, const Tensor& k_pe, MemoryCategory category) const;
-  // Its inverse for gradients: dq, dkv and dk_pe (the head-ordered sum of the key heads' tails).
-  void unpack(const Tensor& dqkv, Tensor& dq, Tensor& dkv, Tensor& dk_pe) const;
+  // The local heads' widths, as mla_pack takes them.
+  MlaHeads heads() const { return {local_heads_, nope_, rope_, value_}; }
   // The rotary part of every local query head of q (N, h d_qk), in place.
   void rotate_query_tails(Tensor& q, TokenShape shape, bool forward);
   Tensor empty_stash(TokenShape shape, DType activations, MemoryCategory category) const;
@@ -87,6 +86,7 @@ class LatentAttention {
   ColumnParallelLinear kv_b_;
   RowParallelLinear proj_;
   RotaryPositions rotary_;
+  AttentionDims dims_;  // the core's: h query and key/value heads, d_qk and d_v wide
 };
 
 }  // namespace meshtrain
