@@ -221,13 +221,7 @@ void LatentAttention::add_costs(CostSheet& sheet) const {
   packing.forward_accesses = 2;
   packing.backward_accesses = 2;
   sheet.elementwise.push_back(packing);
-  AttentionCost core;
-  core.heads = heads_;
-  core.head_size = qk;
-  core.value_size = value_;
-  core.forward_score_accesses = 2;
-  core.backward_score_accesses = 3;
-  sheet.attention.push_back(core);
+  sheet.attention.push_back(attention_core_cost(heads_, qk, value_));
   proj_.add_costs(sheet);
 }
 

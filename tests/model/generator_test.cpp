@@ -162,10 +162,7 @@ TEST(Generator, LatentAttentionIsRefusedByName) {
             s.activation = ActivationKind::SwiGlu;
             s.linear_bias = false;
             s.attention = AttentionKind::Latent;
-            s.latent.kv_lora_rank = 16;
-            s.latent.qk_nope_dim = 8;
-            s.latent.qk_rope_dim = 4;
-            s.latent.v_head_dim = 12;
+            s.latent = LatentSpec{0, 16, 8, 4, 12};
           });
   try {
     Generator gen(*m.model);

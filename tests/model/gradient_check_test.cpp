@@ -309,11 +309,7 @@ TEST(GradientCheck, QwenBlockWithPerHeadQueryKeyNormEveryElement) {
 void latent_block(ModelSpec& m, int64_t q_lora_rank) {
   m = family_defaults("llama", m);
   m.attention = AttentionKind::Latent;
-  m.latent.q_lora_rank = q_lora_rank;
-  m.latent.kv_lora_rank = 5;
-  m.latent.qk_nope_dim = 4;
-  m.latent.qk_rope_dim = 4;
-  m.latent.v_head_dim = 6;
+  m.latent = LatentSpec{q_lora_rank, 5, 4, 4, 6};  // q_lora, kv_lora, nope, rope, value
   m.rope.theta = 50.0;
 }
 

@@ -173,11 +173,7 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m = model_variant("llama", m);
     m.kv_heads_set = 0;
     m.attention = AttentionKind::Latent;
-    m.latent.q_lora_rank = 24;
-    m.latent.kv_lora_rank = 16;
-    m.latent.qk_nope_dim = 8;
-    m.latent.qk_rope_dim = 4;
-    m.latent.v_head_dim = 10;
+    m.latent = LatentSpec{24, 16, 8, 4, 10};  // q_lora, kv_lora, nope, rope, value
   } else if (!name.empty()) {
     ADD_FAILURE() << "unknown model variant " << name;
   }

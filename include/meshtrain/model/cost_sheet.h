@@ -105,6 +105,10 @@ struct AttentionCost {
   bool operator==(const AttentionCost&) const = default;
 };
 
+// An attention core's entry: its fp32 scores read and written by the softmax (forward), and
+// read with their gradient to write the logits' gradient (backward).
+AttentionCost attention_core_cost(int64_t heads, int64_t head_size, int64_t value_size = 0);
+
 struct ParameterCost {
   int64_t numel = 0;
   bool tp_split = false;
