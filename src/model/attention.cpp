@@ -101,14 +101,7 @@ Tensor CausalSelfAttention::finish_backward(Tensor& dqkv, TokenShape shape, cons
 void CausalSelfAttention::add_costs(CostSheet& sheet) const {
   qkv_.add_costs(sheet);
   if (rotary_) rotary_->add_costs(sheet);
-  AttentionCost core;
-  core.heads = local_heads_ * ctx_.tp.size();
-  core.head_size = head_size_;
-  // The fp32 scores: softmax reads and writes them; backward reads them and the gradient and
-  // writes the gradient of the logits.
-  core.forward_score_accesses = 2;
-  core.backward_score_accesses = 3;
-  sheet.attention.push_back(core);
+  sheet.attention.push_back(attention_core_cost(local_heads_ * ctx_.tp.size(), head_size_));
   proj_.add_costs(sheet);
 }
 }  // namespace meshtrain

@@ -11,6 +11,16 @@ ParameterCost parameter_cost(const ParamSpec& spec) {
   return c;
 }
 
+AttentionCost attention_core_cost(int64_t heads, int64_t head_size, int64_t value_size) {
+  AttentionCost core;
+  core.heads = heads;
+  core.head_size = head_size;
+  core.value_size = value_size;
+  core.forward_score_accesses = 2;
+  core.backward_score_accesses = 3;
+  return core;
+}
+
 void CostSheet::add(const CostSheet& other) {
   linears.insert(linears.end(), other.linears.begin(), other.linears.end());
   elementwise.insert(elementwise.end(), other.elementwise.begin(), other.elementwise.end());
