@@ -1,6 +1,15 @@
 #include "meshtrain/model/latent_attention.h"
 
+#include <cmath>
+
 namespace meshtrain {
+
+namespace {
+double latent_softmax_scale(const RopeSpec& rope, int64_t head_size) {
+  const double m2 = yarn_softmax_mscale(rope);
+  return m2 == 1.0 ? 0.0 : m2 / std::sqrt(static_cast<double>(head_size));
+}
+}  // namespace
 
 LatentAttention::LatentAttention(const LayerContext& ctx, const std::string& name,
                                  const ModelSpec& spec, double residual_scale)
@@ -34,8 +43,10 @@ LatentAttention::LatentAttention(const LayerContext& ctx, const std::string& nam
             Shape{spec.heads * (nope_ + value_)}, 0.02, false),
       proj_(ctx, name + ".proj", spec.heads * value_, spec.d_model, 0.02 * residual_scale, false),
       rotary_(ctx, spec, 0, 0),
-      // The softmax scale d_qk^-1/2 (HF DeepseekV3Attention's; the default for HS = d_qk).
-      dims_{local_heads_, local_heads_, nope_ + rope_, value_, 0.0} {}
+      // The softmax scale m^2 / sqrt(d_qk) (HF DeepseekV3Attention's): m is YaRN's mscale of
+      // mscale_all_dim, 1 without YaRN (then the kernels' default 1/sqrt(HS), the same bits).
+      dims_{local_heads_, local_heads_, nope_ + rope_, value_,
+            latent_softmax_scale(spec.rope, nope_ + rope_)} {}
 
 Tensor LatentAttention::enter_latents(const Tensor& x, Saved& saved, MemoryCategory category) {
   Backend& be = *ctx_.backend;

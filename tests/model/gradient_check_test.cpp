@@ -329,8 +329,17 @@ TEST(GradientCheck, LatentAttentionWithLowRankQueriesEveryElement) {
   check_all_gradients(h, Recompute::None);
 }
 
+// Queries straight from the input, and YaRN as DeepSeek-V3 has it (mscale = mscale_all_dim):
+// cos and sin keep amplitude 1 and the softmax scale gains m^2 = (0.1 ln 4 + 1)^2, which the
+// backward must apply too.
 TEST(GradientCheck, LatentAttentionWithQueriesFromTheInputEveryElement) {
-  Harness h(false, 12, [](ModelSpec& m) { latent_block(m, 0); });
+  Harness h(false, 12, [](ModelSpec& m) {
+    latent_block(m, 0);
+    m.rope.scaling = RopeScalingKind::Yarn;
+    m.rope.factor = 4.0;
+    m.rope.original_max_positions = 4;
+    m.rope.mscale = m.rope.mscale_all_dim = 1.0;
+  });
   EXPECT_EQ(count_named(h.model->params(), "h.0.attn.q_a.weight"), 0);
   EXPECT_EQ(count_named(h.model->params(), "h.0.attn.q.weight"), 1);
   check_all_gradients(h, Recompute::None);

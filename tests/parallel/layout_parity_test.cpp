@@ -187,7 +187,7 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     // tokenizer's end-of-text token.
     m = model_variant("llama", m);
     m.vocab_size = 272;
-  } else if (name == "mla") {
+  } else if (name == "mla" || name == "mla_yarn") {
     // Multi-head latent attention (model/latent_attention.h) in Llama's dense block: queries
     // through a rank-24 path, a latent of 16, query/key heads of 8 + 4 rotary channels (the
     // rotary key one head shared by all four), value heads of 10: the ring carries keys and
@@ -197,6 +197,12 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.kv_heads_set = 0;
     m.attention = AttentionKind::Latent;
     m.latent = LatentSpec{24, 16, 8, 4, 10};  // q_lora, kv_lora, nope, rope, value
+    // mla_yarn: YaRN as DeepSeek-V3 has it, the softmax scale gains m^2 (the 2-rank rows).
+    if (name == "mla") return m;
+    m.rope.scaling = RopeScalingKind::Yarn;
+    m.rope.factor = 4.0;
+    m.rope.original_max_positions = 4;
+    m.rope.mscale = m.rope.mscale_all_dim = 1.0;
   } else if (!name.empty()) {
     ADD_FAILURE() << "unknown model variant " << name;
   }
@@ -327,10 +333,10 @@ std::vector<Layout> layouts_for(int world) {
         on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false}, 2), "moe_muon"),
         // Latent attention: tp with sp (the latents all-gathered at the region's entry) and
         // selective recomputation; the ring; zb-v with full recomputation; ZeRO-3.
-        on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "mla"),
-        on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "mla"),
-        on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "mla"),
-        on_model({2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, "mla"),
+        on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "mla_yarn"),
+        on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "mla_yarn"),
+        on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "mla_yarn"),
+        on_model({2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, "mla_yarn"),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
