@@ -125,7 +125,7 @@ struct DeckFail {
 
 // Heads, key/value heads and rotary positions.
 void check_attention_fields(const Config& c, const DeckFail& fail) {
-  if (c.model.head_dim_set == 0 && c.model.d_model % c.model.heads != 0)
+  if (!c.model.latent_attention() && c.model.head_dim_set == 0 && c.model.d_model % c.model.heads != 0)
     fail("model.d_model = " + std::to_string(c.model.d_model) + " is not divisible by model.heads = " +
          std::to_string(c.model.heads) + " (d_model must be a multiple of heads, or set "
          "model.head_dim)");
@@ -134,11 +134,12 @@ void check_attention_fields(const Config& c, const DeckFail& fail) {
          std::to_string(c.model.heads) + " (each key/value head serves heads / kv_heads query "
          "heads: kv_heads must divide heads)");
   if (c.model.positions == PositionKind::Rotary) {
-    if (c.model.head_dim() % 2 != 0)
-      fail("model.positions = \"rotary\" needs an even head_dim, not " +
-           std::to_string(c.model.head_dim()) + " (it rotates channel pairs i, i + head_dim / 2)");
+    if (c.model.rotary_dim() % 2 != 0)
+      fail(std::string("model.positions = \"rotary\" needs an even ") +
+           (c.model.latent_attention() ? "qk_rope_head_dim" : "head_dim") + ", not " +
+           std::to_string(c.model.rotary_dim()) + " (it rotates channel pairs i, i + dim / 2)");
     try {
-      rope_inverse_frequencies(c.model.head_dim(), rope_frequencies(c.model.rope));
+      rope_inverse_frequencies(c.model.rotary_dim(), rope_frequencies(c.model.rope));
     } catch (const std::invalid_argument& e) {
       fail(std::string("model.rope_*: ") + e.what());
     }
@@ -171,6 +172,37 @@ void check_expert_groups(const MoeSpec& moe, const DeckFail& fail) {
     fail(top_groups + " leaves " + std::to_string(eligible) + " experts to choose from, fewer than "
          "model.moe_top_k = " + std::to_string(moe.top_k) + " (need top_groups x moe_experts / "
          "moe_groups >= moe_top_k)");
+}
+
+// Latent attention's keys: only with model.attention = "latent", and what it is built without
+// (a latent head's sizes are its own keys; its keys and values are per head already).
+void check_latent_attention_fields(const Config& c, const DeckFail& fail) {
+  const ModelSpec& m = c.model;
+  if (!m.latent_attention()) {
+    if (m.latent != LatentSpec{})
+      fail("model.q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim or v_head_dim is "
+           "given but model.attention is \"standard\", so they would be ignored (set "
+           "model.attention = \"latent\", or remove them)");
+    return;
+  }
+  const std::string why = "model.attention = \"latent\" ";
+  if (m.positions != PositionKind::Rotary)
+    fail(why + "needs model.positions = \"rotary\", not \"" + position_name(m.positions) +
+         "\" (its decoupled rotary part qk_rope_head_dim carries the positions)");
+  if (m.kv_heads() != m.heads)
+    fail(why + "needs model.kv_heads = heads = " + std::to_string(m.heads) + ", not " +
+         std::to_string(m.kv_heads()) + " (its keys and values are expanded per head from the "
+         "latent: there are no shared key/value heads; remove model.kv_heads)");
+  if (m.head_dim_set != 0 && m.head_dim_set != m.d_model / m.heads)
+    fail(why + "ignores model.head_dim = " + std::to_string(m.head_dim_set) + " (a head is "
+         "qk_nope_head_dim + qk_rope_head_dim wide for queries and keys, v_head_dim for values; "
+         "remove model.head_dim)");
+  if (m.linear_bias)
+    fail(why + "needs model.bias = false (its projections are bias-free, as in DeepSeek-V2/V3; "
+         "HF attention_bias = true is not supported)");
+  if (m.qk_norm)
+    fail(why + "needs model.qk_norm = false (its latents have their own RMSNorms; the heads "
+         "are not normalised)");
 }
 
 // The mixture of experts' keys: only with model.feed_forward = "moe", and consistent.
@@ -363,6 +395,7 @@ void check_data_sync_fields(const Config& c, const DeckFail& fail) {
 void check_cross_fields(const std::string& path, const Config& c) {
   const DeckFail fail{path};
   check_attention_fields(c, fail);
+  check_latent_attention_fields(c, fail);
   check_feed_forward_fields(c, fail);
   check_norm_and_optimizer_fields(c, fail);
   check_muon_fields(c, fail);

@@ -242,6 +242,39 @@ void add_model_keys(std::vector<KeySpec>& k) {
                           "moe_experts / moe_top_k (at or above it nothing can drop); the step "
                           "line and metrics.jsonl (expert_dropped) count the dropped choices.",
                           [](Config& c, double v) { c.model.moe.capacity_factor = v; }));
+    // Multi-head latent attention (attention = "latent"; model/latent_attention.h), under HF
+    // DeepseekV3Config's names.
+    k.push_back(choice_key("model", "attention", "standard",
+                           {attention_name(AttentionKind::Standard), attention_name(AttentionKind::Latent)},
+                           "The attention sub-layer of each block: \"standard\", heads x head_dim "
+                           "queries, keys and values projected from the input (GPT-2, Llama, "
+                           "grouped-query with kv_heads); \"latent\", DeepSeek-V2/V3's multi-head "
+                           "latent attention: keys and values expanded per head from one compressed "
+                           "latent (kv_lora_rank), queries through an optional low-rank path "
+                           "(q_lora_rank), and a rotary part (qk_rope_head_dim) whose key is shared "
+                           "by all heads. Latent needs positions = \"rotary\", bias = false, no "
+                           "qk_norm and kv_heads = heads.",
+                           [](Config& c, const std::string& v) { parse_attention(v, c.model.attention); }));
+    k.push_back(int_key("model", "q_lora_rank", 0, 0, 1 << 24,
+                        "Latent attention: rank of the queries' low-rank path (an RMSNorm between "
+                        "its two projections); 0: queries straight from the input (HF null).",
+                        [](Config& c) -> auto& { return c.model.latent.q_lora_rank; }));
+    k.push_back(int_key("model", "kv_lora_rank", 512, 1, 1 << 24,
+                        "Latent attention: width of the compressed key/value latent (RMSNorm'd, "
+                        "then expanded per head into keys' no-position part and values).",
+                        [](Config& c) -> auto& { return c.model.latent.kv_lora_rank; }));
+    k.push_back(int_key("model", "qk_nope_head_dim", 128, 1, 65536,
+                        "Latent attention: channels of each query and key head without rotary "
+                        "positions.",
+                        [](Config& c) -> auto& { return c.model.latent.qk_nope_dim; }));
+    k.push_back(int_key("model", "qk_rope_head_dim", 64, 2, 65536,
+                        "Latent attention: rotary channels at the end of each query head, and of "
+                        "the one rotary key head all heads share; even.",
+                        [](Config& c) -> auto& { return c.model.latent.qk_rope_dim; }));
+    k.push_back(int_key("model", "v_head_dim", 128, 1, 65536,
+                        "Latent attention: channels of each value head (the attention's output "
+                        "is heads x v_head_dim, projected back to d_model).",
+                        [](Config& c) -> auto& { return c.model.latent.v_head_dim; }));
 }
 
 }  // namespace meshtrain

@@ -1,6 +1,7 @@
 #include "meshtrain/model/block.h"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace meshtrain {
 
@@ -50,7 +51,9 @@ Tensor Block::decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t 
   const MemoryCategory ws = MemoryCategory::Workspace;
   Norm::Saved attention_norm, feed_forward_norm;
   FeedForward::Saved feed_forward;
-  Tensor x2 = attention_.decode(attention_norm_.forward(x, attention_norm, ws), k_cache, v_cache,
+  CausalSelfAttention* attention = attention_.standard();
+  if (!attention) throw std::logic_error("sample with latent attention: not yet");
+  Tensor x2 = attention->decode(attention_norm_.forward(x, attention_norm, ws), k_cache, v_cache,
                                 position);
   be.add_inplace(x2, x);
   const TensorParallel tp = ctx_.tp.without_sequence();

@@ -69,8 +69,11 @@ Generator::Generator(PipelineStage& stage, Communicator* pipeline, std::vector<i
   for (int v = 0; v < model.chunks(); ++v) {
     ModelChunk& chunk = model.chunk(v);
     for (int i = 0; i < chunk.block_count(); ++i) {
-      const CausalSelfAttention& attn = chunk.block(i).attention();
-      const Shape cache{attn.local_kv_heads(), cfg.seq_len, attn.head_size()};
+      const CausalSelfAttention* attn = chunk.block(i).attention().standard();
+      if (!attn)
+        throw std::invalid_argument("sample with latent attention (model.attention = \"latent\"): "
+                                    "not yet (its cache of the compressed latent is not built)");
+      const Shape cache{attn->local_kv_heads(), cfg.seq_len, attn->head_size()};
       const size_t l = static_cast<size_t>(chunk.range().first_layer + i);
       // Zeros: attention_decode reads only written rows, but a defined value costs nothing here.
       k_cache_[l] = be.zeros(cache, model.dtype(), MemoryCategory::Workspace);

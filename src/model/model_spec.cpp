@@ -66,6 +66,8 @@ constexpr Named<ActivationKind> kActivations[] = {{ActivationKind::GeluTanh, "ge
                                                    {ActivationKind::SwiGlu, "swiglu"}};
 constexpr Named<FeedForwardKind> kFeedForwards[] = {{FeedForwardKind::Dense, "dense"},
                                                     {FeedForwardKind::Moe, "moe"}};
+constexpr Named<AttentionKind> kAttentions[] = {{AttentionKind::Standard, "standard"},
+                                                  {AttentionKind::Latent, "latent"}};
 constexpr Named<RouterKind> kRouters[] = {{RouterKind::Softmax, "softmax"}, {RouterKind::Sigmoid, "sigmoid"}};
 
 template <class Kind, size_t N>
@@ -147,6 +149,13 @@ std::vector<std::pair<const char*, std::string>> field_values(const ModelSpec& m
       {"ffn_hidden", std::to_string(m.ffn_hidden())},
   };
   for (auto& f : moe_field_values(m)) fields.push_back(std::move(f));
+  // Latent attention's sizes under HF DeepseekV3Config's names.
+  fields.push_back({"attention", quoted(attention_name(m.attention))});
+  fields.push_back({"q_lora_rank", std::to_string(m.latent.q_lora_rank)});
+  fields.push_back({"kv_lora_rank", std::to_string(m.latent.kv_lora_rank)});
+  fields.push_back({"qk_nope_head_dim", std::to_string(m.latent.qk_nope_dim)});
+  fields.push_back({"qk_rope_head_dim", std::to_string(m.latent.qk_rope_dim)});
+  fields.push_back({"v_head_dim", std::to_string(m.latent.v_head_dim)});
   return fields;
 }
 
@@ -165,7 +174,7 @@ ModelSpec gpt2_spec(int layers, int64_t d_model, int64_t heads, int64_t seq_len,
   // field existed computed.
   // (The nested specs named too, to their own defaults: -Wmissing-field-initializers.)
   return ModelSpec{.layers = layers, .d_model = d_model, .heads = heads, .seq_len = seq_len,
-                   .vocab_size = vocab_size, .norm = {}, .rope = {}, .moe = {}};
+                   .vocab_size = vocab_size, .norm = {}, .rope = {}, .moe = {}, .latent = {}};
 }
 
 const char* norm_name(NormKind k) { return name_of(kNorms, k); }
@@ -174,6 +183,8 @@ const char* activation_name(ActivationKind k) { return name_of(kActivations, k);
 const char* feed_forward_name(FeedForwardKind k) { return name_of(kFeedForwards, k); }
 const char* router_name(RouterKind k) { return name_of(kRouters, k); }
 bool parse_router(const std::string& s, RouterKind& out) { return parse_name(kRouters, s, out); }
+const char* attention_name(AttentionKind k) { return name_of(kAttentions, k); }
+bool parse_attention(const std::string& s, AttentionKind& out) { return parse_name(kAttentions, s, out); }
 bool parse_norm(const std::string& s, NormKind& out) { return parse_name(kNorms, s, out); }
 bool parse_position(const std::string& s, PositionKind& out) { return parse_name(kPositions, s, out); }
 const char* rope_scaling_name(RopeScalingKind k) { return name_of(kRopeScalings, k); }

@@ -31,13 +31,13 @@ double yarn_softmax_mscale(const RopeSpec& rope) {
 RotaryPositions::RotaryPositions(const LayerContext& ctx, const ModelSpec& spec,
                                  int64_t local_heads, int64_t local_kv_heads)
     : ctx_(ctx),
-      inv_freq_(rope_inverse_frequencies(spec.head_dim(), rope_frequencies(spec.rope))),
+      inv_freq_(rope_inverse_frequencies(spec.rotary_dim(), rope_frequencies(spec.rope))),
       amplitude_(rope_amplitude(rope_frequencies(spec.rope))),
       seq_len_(spec.seq_len),
       heads_(spec.heads),
       kv_heads_(spec.kv_heads()),
       local_rotated_heads_(local_heads + local_kv_heads),
-      head_dim_(spec.head_dim()) {}
+      head_dim_(spec.rotary_dim()) {}
 
 const RotaryTable& RotaryPositions::table(DType activations) {
   if (!table_ || table_->first != activations)
@@ -58,15 +58,21 @@ const Tensor& RotaryPositions::positions(TokenShape shape) {
 }
 
 void RotaryPositions::forward(Tensor& qkv, TokenShape shape) {
-  const RotaryTable& t = table(qkv.dtype());
-  ctx_.backend->rotary_forward(qkv, positions(shape), t.cos, t.sin,
-                               {0, local_rotated_heads_, head_dim_});
+  forward(qkv, shape, {0, local_rotated_heads_, head_dim_});
 }
 
 void RotaryPositions::backward(Tensor& dqkv, TokenShape shape) {
-  const RotaryTable& t = table(dqkv.dtype());
-  ctx_.backend->rotary_backward(dqkv, positions(shape), t.cos, t.sin,
-                                {0, local_rotated_heads_, head_dim_});
+  backward(dqkv, shape, {0, local_rotated_heads_, head_dim_});
+}
+
+void RotaryPositions::forward(Tensor& x, TokenShape shape, const Backend::RotaryHeads& where) {
+  const RotaryTable& t = table(x.dtype());
+  ctx_.backend->rotary_forward(x, positions(shape), t.cos, t.sin, where);
+}
+
+void RotaryPositions::backward(Tensor& dx, TokenShape shape, const Backend::RotaryHeads& where) {
+  const RotaryTable& t = table(dx.dtype());
+  ctx_.backend->rotary_backward(dx, positions(shape), t.cos, t.sin, where);
 }
 
 void RotaryPositions::forward_at(Tensor& qkv, int64_t position) {

@@ -992,6 +992,32 @@ CATALOGUE = [
         ["step_00000002.h5: its optimizer state is train.optimizer = \"muon\"'s",
          "has train.optimizer = \"adamw\"", "set train.optimizer = \"muon\" to resume it"],
         needs=["run_muon"], absent=["step     3/"]),
+    # issue 53 (mla): latent attention's deck keys are refused by name where they would be
+    # ignored or where the attention is not built for them.
+    row("deck", "latent attention keys with standard attention", 1,
+        train("model.family=\"llama\"", "model.kv_lora_rank=64"), 1,
+        ["deck.toml: model.q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim or "
+         "v_head_dim is given but model.attention is \"standard\"", "set model.attention = \"latent\""]),
+    row("deck", "latent attention with learned positions", 1,
+        train("model.bias=false", "model.attention=\"latent\""), 1,
+        ["deck.toml: model.attention = \"latent\" needs model.positions = \"rotary\", not \"learned\""]),
+    row("deck", "latent attention with kv_heads", 1,
+        train("model.family=\"llama\"", "model.attention=\"latent\"", "model.kv_heads=2"), 1,
+        ["deck.toml: model.attention = \"latent\" needs model.kv_heads = heads = 4, not 2",
+         "remove model.kv_heads"]),
+    row("deck", "latent attention with a bias", 1,
+        train("model.family=\"llama\"", "model.attention=\"latent\"", "model.bias=true"), 1,
+        ["deck.toml: model.attention = \"latent\" needs model.bias = false",
+         "attention_bias = true is not supported"]),
+    row("deck", "latent attention with qk_norm", 1,
+        train("model.family=\"qwen3\"", "model.attention=\"latent\""), 1,
+        ["deck.toml: model.attention = \"latent\" needs model.qk_norm = false"]),
+    row("deck", "latent attention with an odd rotary part", 1,
+        train("model.family=\"llama\"", "model.attention=\"latent\"", "model.qk_rope_head_dim=5"), 1,
+        ["deck.toml: model.positions = \"rotary\" needs an even qk_rope_head_dim, not 5"]),
+    row("deck", "latent attention with a zero kv_lora_rank", 1,
+        train("model.family=\"llama\"", "model.attention=\"latent\"", "model.kv_lora_rank=0"), 1,
+        ["model.kv_lora_rank", "0"]),
 ]
 
 

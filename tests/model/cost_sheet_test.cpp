@@ -90,6 +90,42 @@ TEST(CostSheet, GemmsSplitAsTheirLayersDo) {
   EXPECT_EQ(block.local_parameters(2), 12 * C * C / 2 + 7 * C / 2 + 6 * C);
 }
 
+// Multi-head latent attention at DeepSeek-V3's shapes (hidden 7168, 128 heads, q_lora_rank
+// 1536, kv_lora_rank 512, qk_nope 128, qk_rope 64, v 128; HF DeepseekV3Config): per layer
+// q_a 1536 x 7168, its norm 1536, q_b 128 x 192 x 1536, kv_a 576 x 7168, its norm 512, kv_b
+// 128 x 256 x 512 and o_proj 7168 x 128 x 128: 187,107,328 parameters, every one in the sheet;
+// the core scores with 192-wide heads and sums 128-wide values.
+TEST(CostSheet, LatentAttentionAtDeepSeekV3Shapes) {
+  ModelSpec m = gpt2_spec(1, 7168, 128, 16, 64);
+  m.norm = {NormKind::Rms, 1e-6};
+  m.positions = PositionKind::Rotary;
+  m.activation = ActivationKind::SwiGlu;
+  m.linear_bias = false;
+  m.tie_embeddings = false;
+  m.ffn_hidden_set = 8;
+  m.attention = AttentionKind::Latent;
+  m.latent = LatentSpec{1536, 512, 128, 64, 128};
+  const double C = 7168, V = 64, F = 8, T = 16;
+  const double latent = 1536 * C + 1536 + 128 * 192 * 1536 + 576 * C + 512 + 128 * 256 * 512 + C * 128 * 128;
+  EXPECT_EQ(latent, 187107328.0);
+  // The token table, the head, three norms and the SwiGLU MLP besides.
+  const double total = 2 * V * C + 3 * C + 3 * C * F + latent;
+  EXPECT_EQ(static_cast<double>(m.parameter_count()), total);
+  const ModelCostSheet& s = model_cost_sheet(m);
+  EXPECT_EQ(sheet_parameters(s) + V * C, total) << "the untied token table is only looked up";
+  ASSERT_EQ(s.blocks.front().attention.size(), 1u);
+  const AttentionCost& core = s.blocks.front().attention.front();
+  EXPECT_EQ(core.heads, 128);
+  EXPECT_EQ(core.head_size, 192);
+  EXPECT_EQ(core.value_size, 128);
+  EXPECT_EQ(core.weighted_sum(10, 20), (GemmShape{10, 128, 20}));
+  EXPECT_EQ(m.flops_per_token(), 6 * (total - V * C) + 6 * T * 128 * (192 + 128));
+  // Over two tensor ranks the down-projections and their norms stay whole.
+  const double replicated = 1536 * C + 1536 + 576 * C + 512;
+  const double local = s.blocks.front().local_parameters(2);
+  EXPECT_EQ(local, replicated + (latent - replicated) / 2 + 2 * C + (3 * C * F) / 2);
+}
+
 TEST(CostSheet, AnMlpOfAnotherWidthReportsIt) {
   CpuBackend planning(0, Execution::Plan);
   MetaCommunicator one_rank("tp", 0, 1);

@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "meshtrain/backend/cpu/cpu_backend.h"
@@ -148,6 +150,29 @@ TEST(Generator, LlamaCacheMatchesFullForwardFp64) {
     m.linear_bias = false;
     m.tie_embeddings = false;
   });
+}
+
+// Latent attention has no cache of its compressed latent yet: generation refuses the model by
+// name rather than decode it through another cache.
+TEST(Generator, LatentAttentionIsRefusedByName) {
+  Model m(MPI_COMM_SELF, DType::F64, SequenceParallel::Off, 1, 2, Model::Placement::Looped,
+          [](ModelSpec& s) {
+            s.positions = PositionKind::Rotary;
+            s.norm.kind = NormKind::Rms;
+            s.activation = ActivationKind::SwiGlu;
+            s.linear_bias = false;
+            s.attention = AttentionKind::Latent;
+            s.latent.kv_lora_rank = 16;
+            s.latent.qk_nope_dim = 8;
+            s.latent.qk_rope_dim = 4;
+            s.latent.v_head_dim = 12;
+          });
+  try {
+    Generator gen(*m.model);
+    ADD_FAILURE() << "a latent-attention model was given a key/value cache";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("sample with latent attention"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Generator, SlidingWindow) {

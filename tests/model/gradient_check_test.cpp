@@ -301,6 +301,57 @@ TEST(GradientCheck, QwenBlockWithPerHeadQueryKeyNormEveryElement) {
   EXPECT_TRUE(key_bias_learnt);
 }
 
+// Multi-head latent attention (model/latent_attention.h) in Llama's block: 2 heads, queries
+// through a rank-6 path (or straight from the input), a latent of 5, query/key heads of 4
+// channels without positions and 4 rotary ones (the rotary key shared by both heads), value
+// heads of 6 (not the query/key heads' 8). Base 50 turns the 8 positions by a visible amount in
+// both pairs.
+void latent_block(ModelSpec& m, int64_t q_lora_rank) {
+  m = family_defaults("llama", m);
+  m.attention = AttentionKind::Latent;
+  m.latent.q_lora_rank = q_lora_rank;
+  m.latent.kv_lora_rank = 5;
+  m.latent.qk_nope_dim = 4;
+  m.latent.qk_rope_dim = 4;
+  m.latent.v_head_dim = 6;
+  m.rope.theta = 50.0;
+}
+
+TEST(GradientCheck, LatentAttentionWithLowRankQueriesEveryElement) {
+  Harness h(false, 11, [](ModelSpec& m) { latent_block(m, 6); });
+  const std::pair<const char*, Shape> shapes[] = {
+      {"h.1.attn.q_a.weight", {6, 16}},  {"h.1.attn.q_a_norm.weight", {6}},
+      {"h.1.attn.q_b.weight", {16, 6}},  {"h.1.attn.kv_a.weight", {9, 16}},
+      {"h.1.attn.kv_a_norm.weight", {5}}, {"h.1.attn.kv_b.weight", {20, 5}},
+      {"h.1.attn.proj.weight", {16, 12}}};
+  for (const auto& [name, shape] : shapes) {
+    const Parameter* p = h.model->params().find(name);
+    ASSERT_NE(p, nullptr) << name;
+    EXPECT_EQ(p->spec.global_shape, shape) << name;
+  }
+  EXPECT_EQ(count_named(h.model->params(), "h.1.attn.q.weight"), 0);
+  check_all_gradients(h, Recompute::None);
+}
+
+TEST(GradientCheck, LatentAttentionWithQueriesFromTheInputEveryElement) {
+  Harness h(false, 12, [](ModelSpec& m) { latent_block(m, 0); });
+  EXPECT_EQ(count_named(h.model->params(), "h.0.attn.q_a.weight"), 0);
+  EXPECT_EQ(count_named(h.model->params(), "h.0.attn.q.weight"), 1);
+  check_all_gradients(h, Recompute::None);
+}
+
+TEST(GradientCheck, LatentAttentionRecomputedGivesIdenticalGradients) {
+  std::vector<std::vector<double>> grads[3];
+  const Recompute modes[3] = {Recompute::None, Recompute::Selective, Recompute::Full};
+  for (int m = 0; m < 3; ++m) {
+    Harness h(false, 11, [](ModelSpec& s) { latent_block(s, 6); });
+    h.loss_and_grads(modes[m]);
+    for (Parameter* p : h.model->params().params()) grads[m].push_back(testing::to_host(h.be, p->grad));
+  }
+  EXPECT_EQ(grads[0], grads[1]) << "selective";
+  EXPECT_EQ(grads[0], grads[2]) << "full";
+}
+
 // A mixture of experts in each block (Llama's block otherwise): 4 SwiGLU experts of width 12,
 // top 2, renormalised, a shared expert of width 8, and balancing losses large enough that their
 // gradients are a visible part of the router's. The objective is the training loss, which holds

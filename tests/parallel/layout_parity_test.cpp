@@ -187,6 +187,20 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     // tokenizer's end-of-text token.
     m = model_variant("llama", m);
     m.vocab_size = 272;
+  } else if (name == "mla") {
+    // Multi-head latent attention (model/latent_attention.h) in Llama's dense block: queries
+    // through a rank-24 path, a latent of 16, query/key heads of 8 + 4 rotary channels (the
+    // rotary key one head shared by all four), value heads of 10: the ring carries keys and
+    // values of unequal widths. The down-projections and their norms are replicated over tp,
+    // the up-projections split by heads.
+    m = model_variant("llama", m);
+    m.kv_heads_set = 0;
+    m.attention = AttentionKind::Latent;
+    m.latent.q_lora_rank = 24;
+    m.latent.kv_lora_rank = 16;
+    m.latent.qk_nope_dim = 8;
+    m.latent.qk_rope_dim = 4;
+    m.latent.v_head_dim = 10;
   } else if (!name.empty()) {
     ADD_FAILURE() << "unknown model variant " << name;
   }
@@ -315,6 +329,12 @@ std::vector<Layout> layouts_for(int world) {
         on_model({2, 1, 1, S::GPipe, 1, 2, false, 0, R::Full}, "llama_muon"),
         on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "llama_muon"),
         on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false}, 2), "moe_muon"),
+        // Latent attention: tp with sp (the latents all-gathered at the region's entry) and
+        // selective recomputation; the ring; zb-v with full recomputation; ZeRO-3.
+        on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "mla"),
+        on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "mla"),
+        on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "mla"),
+        on_model({2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, "mla"),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
@@ -366,6 +386,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model(expert_parallel({2, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Selective}, 2), "moe"),
         on_model(expert_parallel(context_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, 2), 4), "moe"),
         on_model(expert_parallel({4, 1, 1, S::OneFOneB, 1, 2, false, 2}, 2), "moe_skewed"),
+        on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true, 1}, 2), "mla"),
     };
     case 8: return {
         {2, 2, 2, S::GPipe, 1, 2, false},

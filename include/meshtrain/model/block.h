@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "meshtrain/model/attention.h"
+#include "meshtrain/model/block_attention.h"
 #include "meshtrain/model/feed_forward.h"
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/model_spec.h"
@@ -20,7 +20,7 @@ class Block {
   struct Saved {
     Tensor x;  // (N_local, C), the block input
     Norm::Saved attention_norm;
-    CausalSelfAttention::Saved attention;
+    BlockAttention::Saved attention;
     Norm::Saved feed_forward_norm;  // its input is x2
     FeedForward::Saved feed_forward;
   };
@@ -35,9 +35,10 @@ class Block {
   Tensor backward(const Tensor& dout, TokenShape shape, Saved& saved, Recompute recompute,
                   DeferredWeightGradients* deferred = nullptr);
   // Generation: one token x (1, C) at `position` through the block, attending to (and
-  // extending) this layer's key/value cache (CausalSelfAttention::decode). Keeps nothing.
+  // extending) this layer's key/value cache (CausalSelfAttention::decode; standard attention
+  // only: BlockAttention::standard). Keeps nothing.
   Tensor decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t position);
-  const CausalSelfAttention& attention() const { return attention_; }
+  const BlockAttention& attention() const { return attention_; }
   // Its layers' sheets and the two residual adds (model/cost_sheet.h).
   CostSheet cost_sheet() const;
 
@@ -48,7 +49,7 @@ class Block {
 
   LayerContext ctx_;
   Norm attention_norm_;
-  CausalSelfAttention attention_;
+  BlockAttention attention_;
   Norm feed_forward_norm_;
   FeedForward feed_forward_;
 };

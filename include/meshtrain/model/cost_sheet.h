@@ -81,20 +81,26 @@ struct ElementwiseCost {
   bool operator==(const ElementwiseCost&) const = default;
 };
 
-// Scaled dot-product attention over `heads` heads of `head_size`: per (sequence, head) pair,
-// scores (q, k) = q (q, d) k^T (k, d) and out (q, d) = p (q, k) v (k, d), the scores' softmax
-// kept in fp32. Heads are split over tp.
+// Scaled dot-product attention over `heads` heads of `head_size` (queries and keys) and
+// `value_size` (values; 0: head_size): per (sequence, head) pair, scores (q, k) = q (q, d)
+// k^T (k, d) and out (q, d_v) = p (q, k) v (k, d_v), the scores' softmax kept in fp32. Heads
+// are split over tp.
 struct AttentionCost {
-  int64_t heads = 0, head_size = 0;
+  int64_t heads = 0, head_size = 0, value_size = 0;
   double forward_score_accesses = 0, backward_score_accesses = 0;  // fp32 elements per score
 
+  int64_t values() const { return value_size ? value_size : head_size; }
   // The two forward GEMMs of one (sequence, head) pair: `queries` rows meeting `keys` keys.
   GemmShape scores(double queries, double keys) const { return {queries, keys, static_cast<double>(head_size)}; }
-  GemmShape weighted_sum(double queries, double keys) const { return {queries, static_cast<double>(head_size), keys}; }
+  GemmShape weighted_sum(double queries, double keys) const { return {queries, static_cast<double>(values()), keys}; }
   // Forward and backward FLOPs per token of a sequence of `seq_len`, the causal mask ignored
-  // (the PaLM convention, Chowdhery et al., arXiv 2204.02311, appendix B: 12 x heads x d x T).
+  // (the PaLM convention, Chowdhery et al., arXiv 2204.02311, appendix B: 12 x heads x d x T;
+  // 6 x heads x (d + d_v) x T with value heads of their own width).
   double training_flops_per_token(double seq_len) const {
-    return 3.0 * 2.0 * 2.0 * seq_len * static_cast<double>(heads) * static_cast<double>(head_size);
+    if (value_size == 0)
+      return 3.0 * 2.0 * 2.0 * seq_len * static_cast<double>(heads) * static_cast<double>(head_size);
+    return 3.0 * 2.0 * seq_len * static_cast<double>(heads) *
+           static_cast<double>(head_size + value_size);
   }
   bool operator==(const AttentionCost&) const = default;
 };

@@ -19,6 +19,7 @@ enum class RopeScalingKind { None, Llama3, Yarn };
 enum class ActivationKind { GeluTanh, SwiGlu };
 enum class FeedForwardKind { Dense, Moe };
 enum class RouterKind { Softmax, Sigmoid };
+enum class AttentionKind { Standard, Latent };
 
 struct NormSpec {
   NormKind kind = NormKind::Layer;
@@ -73,6 +74,22 @@ struct MoeSpec {
   auto operator<=>(const MoeSpec&) const = default;
 };
 
+// Multi-head latent attention (attention = Latent; DeepSeek-V2/V3, model/latent_attention.h):
+// queries through a low-rank path (q_lora_rank; 0: straight from the block's input), keys and
+// values expanded per head from one compressed latent of kv_lora_rank, plus a rotary part of
+// qk_rope_dim channels whose key is one head shared by all. A query/key head is qk_nope_dim +
+// qk_rope_dim wide, a value head v_head_dim. The defaults are DeepSeek-V3's (HF
+// DeepseekV3Config), less its q_lora_rank.
+struct LatentSpec {
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 512;
+  int64_t qk_nope_dim = 128;
+  int64_t qk_rope_dim = 64;
+  int64_t v_head_dim = 128;
+  int64_t qk_head_dim() const { return qk_nope_dim + qk_rope_dim; }
+  auto operator<=>(const LatentSpec&) const = default;
+};
+
 struct ModelSpec {
   std::string family = "gpt2";
   int layers = 4;
@@ -95,10 +112,16 @@ struct ModelSpec {
   bool qk_norm = false;
   bool tie_embeddings = true;  // the LM head shares the token embedding
   MoeSpec moe;                 // read with feed_forward = Moe
+  AttentionKind attention = AttentionKind::Standard;
+  LatentSpec latent;           // read with attention = Latent
 
   int64_t kv_heads() const { return kv_heads_set ? kv_heads_set : heads; }
   int64_t head_dim() const { return head_dim_set ? head_dim_set : d_model / heads; }
   int64_t ffn_hidden() const { return ffn_hidden_set ? ffn_hidden_set : 4 * d_model; }
+  bool latent_attention() const { return attention == AttentionKind::Latent; }
+  // The channels rotary positions turn in each query and key head: the whole head, or latent
+  // attention's rotary part.
+  int64_t rotary_dim() const { return latent_attention() ? latent.qk_rope_dim : head_dim(); }
   int64_t moe_ffn_hidden() const { return moe.ffn_hidden_set ? moe.ffn_hidden_set : ffn_hidden(); }
   // Whether block `layer` has a mixture of experts (else the dense feed-forward).
   bool moe_layer(int layer) const {
@@ -137,6 +160,8 @@ const char* position_name(PositionKind k);
 const char* activation_name(ActivationKind k);
 const char* feed_forward_name(FeedForwardKind k);
 const char* router_name(RouterKind k);
+const char* attention_name(AttentionKind k);
+bool parse_attention(const std::string& s, AttentionKind& out);
 bool parse_router(const std::string& s, RouterKind& out);
 bool parse_norm(const std::string& s, NormKind& out);
 bool parse_position(const std::string& s, PositionKind& out);

@@ -35,6 +35,10 @@ class RotaryPositions {
   void backward(Tensor& dqkv, TokenShape shape);
   // Generation: the one row of the token at `position`.
   void forward_at(Tensor& qkv, int64_t position);
+  // Other layouts (latent attention's rotary parts, model/latent_attention.h): the heads
+  // `where` names of each of the N rows of x, of rotary_dim() channels each.
+  void forward(Tensor& x, TokenShape shape, const Backend::RotaryHeads& where);
+  void backward(Tensor& dx, TokenShape shape, const Backend::RotaryHeads& where);
   void add_costs(CostSheet& sheet) const;
 
  private:

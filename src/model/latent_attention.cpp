@@ -1,0 +1,234 @@
+#include "meshtrain/model/latent_attention.h"
+
+namespace meshtrain {
+
+LatentAttention::LatentAttention(const LayerContext& ctx, const std::string& name,
+                                 const ModelSpec& spec, double residual_scale)
+    : ctx_(ctx),
+      heads_(spec.heads),
+      local_heads_(spec.heads / ctx.tp.size()),
+      nope_(spec.latent.qk_nope_dim),
+      rope_(spec.latent.qk_rope_dim),
+      value_(spec.latent.v_head_dim),
+      q_rank_(spec.latent.q_lora_rank),
+      kv_rank_(spec.latent.kv_lora_rank),
+      q_a_(q_rank_ > 0 ? std::optional<ReplicatedLinear>(std::in_place, ctx, name + ".q_a",
+                                                          spec.d_model, q_rank_, 0.02)
+                       : std::nullopt),
+      q_a_norm_(q_rank_ > 0 ? std::optional<RmsNorm>(std::in_place, ctx, name + ".q_a_norm",
+                                                     q_rank_, kLatentNormEps)
+                            : std::nullopt),
+      q_b_(q_rank_ > 0 ? std::optional<ColumnParallelLinear>(
+                             std::in_place, ctx, name + ".q_b",
+                             Shape{spec.heads * spec.latent.qk_head_dim(), q_rank_}, 0,
+                             Shape{spec.heads * spec.latent.qk_head_dim()}, 0.02, false)
+                       : std::nullopt),
+      q_(q_rank_ == 0 ? std::optional<ColumnParallelLinear>(
+                            std::in_place, ctx, name + ".q",
+                            Shape{spec.heads * spec.latent.qk_head_dim(), spec.d_model}, 0,
+                            Shape{spec.heads * spec.latent.qk_head_dim()}, 0.02, false)
+                      : std::nullopt),
+      kv_a_(ctx, name + ".kv_a", spec.d_model, kv_rank_ + rope_, 0.02),
+      kv_a_norm_(ctx, name + ".kv_a_norm", kv_rank_, kLatentNormEps),
+      kv_b_(ctx, name + ".kv_b", Shape{spec.heads * (nope_ + value_), kv_rank_}, 0,
+            Shape{spec.heads * (nope_ + value_)}, 0.02, false),
+      proj_(ctx, name + ".proj", spec.heads * value_, spec.d_model, 0.02 * residual_scale, false),
+      rotary_(ctx, spec, 0, 0),
+      // The softmax scale d_qk^-1/2 (HF DeepseekV3Attention's; the default for HS = d_qk).
+      dims_{local_heads_, local_heads_, nope_ + rope_, value_, 0.0} {}
+
+Tensor LatentAttention::enter_latents(const Tensor& x, Saved& saved, MemoryCategory category) {
+  Backend& be = *ctx_.backend;
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  const int64_t N_local = x.dim(0), q_cols = q_a_ ? q_rank_ : 0;
+  const int64_t width = q_cols + kv_rank_ + rope_;
+  // The norms keep their inputs: those live as long as the layer's activations.
+  Tensor ckv = kv_a_.forward(x, ws);
+  Tensor c = be.empty({N_local, kv_rank_}, x.dtype(), category);
+  be.copy_columns(c, 0, ckv, 0, kv_rank_);
+  Tensor local = be.empty({N_local, width}, x.dtype(), category);
+  if (q_a_) {
+    const Tensor q_lat = q_a_->forward(x, category);
+    be.copy_columns(local, 0, q_a_norm_->forward(q_lat, saved.q_norm, ws), 0, q_rank_);
+  }
+  be.copy_columns(local, q_cols, kv_a_norm_.forward(c, saved.kv_norm, ws), 0, kv_rank_);
+  be.copy_columns(local, q_cols + kv_rank_, ckv, kv_rank_, rope_);
+  const Tensor entered = enter_tp_region_forward(be, ctx_.tp, local, category);
+  const int64_t N = entered.dim(0);
+  if (q_a_) {
+    saved.q_in.inp = be.empty({N, q_rank_}, x.dtype(), category);
+    be.copy_columns(saved.q_in.inp, 0, entered, 0, q_rank_);
+  }
+  saved.kv_in.inp = be.empty({N, kv_rank_}, x.dtype(), category);
+  be.copy_columns(saved.kv_in.inp, 0, entered, q_cols, kv_rank_);
+  Tensor k_pe = be.empty({N, rope_}, x.dtype(), ws);
+  be.copy_columns(k_pe, 0, entered, q_cols + kv_rank_, rope_);
+  return k_pe;
+}
+
+void LatentAttention::rotate_query_tails(Tensor& q, TokenShape shape, bool forward) {
+  const Backend::RotaryHeads tails{nope_, local_heads_, rope_, nope_ + rope_};
+  if (forward) rotary_.forward(q, shape, tails);
+  else rotary_.backward(q, shape, tails);
+}
+
+Tensor LatentAttention::empty_stash(TokenShape shape, DType activations,
+                                    MemoryCategory category) const {
+  Backend& be = *ctx_.backend;
+  const Backend::AttentionStash s = be.attention_stash(shape.B, shape.T, dims_, activations);
+  return be.empty(s.shape, s.dtype, category);
+}
+
+void LatentAttention::core_forward(Tensor& att, const Tensor& qkv, TokenShape shape, Saved& saved,
+                                   MemoryCategory category, Recompute recompute) {
+  Backend& be = *ctx_.backend;
+  if (ctx_.cp.on()) {
+    saved.lse = be.empty({shape.B, local_heads_, shape.T}, stats_dtype(qkv.dtype()), category);
+    ring_attention_forward(be, ctx_.cp, att, saved.lse, qkv, shape.B, shape.T, dims_, nullptr,
+                           shape.document_mask());
+    return;
+  }
+  const MemoryCategory stash_category =
+      recompute == Recompute::Selective ? MemoryCategory::Workspace : category;
+  Tensor stash = empty_stash(shape, qkv.dtype(), stash_category);
+  be.attention_forward(att, stash, qkv, shape.B, shape.T, dims_, shape.document_mask());
+  if (recompute != Recompute::Selective) saved.stash = stash;
+}
+
+Tensor LatentAttention::forward(const Tensor& x, TokenShape shape, Saved& saved,
+                                MemoryCategory category, Recompute recompute,
+                                const Tensor* residual) {
+  Backend& be = *ctx_.backend;
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  saved.x = x;
+  Tensor k_pe = enter_latents(x, saved, category);
+  rotary_.forward(k_pe, shape, {0, 1, rope_});
+  // (q's entered input is kept for its backward: an activation.)
+  Tensor q = q_b_ ? q_b_->forward_entered(saved.q_in, ws) : q_->forward(x, saved.q_in, category);
+  rotate_query_tails(q, shape, true);
+  const Tensor kv = kv_b_.forward_entered(saved.kv_in, ws);
+  saved.qkv = be.empty({q.dim(0), local_heads_ * (2 * (nope_ + rope_) + value_)}, x.dtype(), category);
+  be.mla_pack(saved.qkv, q, kv, k_pe, heads());
+  Tensor att = be.empty({q.dim(0), local_heads_ * value_}, x.dtype(), category);
+  core_forward(att, saved.qkv, shape, saved, category, recompute);
+  return proj_.forward(att, saved.proj_in, category, nullptr, residual);
+}
+
+Tensor LatentAttention::core_backward(const Tensor& datt, TokenShape shape, const Saved& saved) {
+  Backend& be = *ctx_.backend;
+  Tensor dqkv = be.empty(saved.qkv.shape(), datt.dtype(), MemoryCategory::Workspace);
+  if (ctx_.cp.on()) {
+    ring_attention_backward(be, ctx_.cp, dqkv, datt, saved.qkv, saved.proj_in.inp, saved.lse,
+                            shape.B, shape.T, dims_, nullptr, shape.document_mask());
+    return dqkv;
+  }
+  Tensor stash = saved.stash;
+  if (!stash.defined()) {  // selective recomputation: rebuild the stash from the saved row
+    stash = empty_stash(shape, datt.dtype(), MemoryCategory::Workspace);
+    Tensor att = be.empty(saved.proj_in.inp.shape(), datt.dtype(), MemoryCategory::Workspace);
+    be.attention_forward(att, stash, saved.qkv, shape.B, shape.T, dims_, shape.document_mask());
+  }
+  be.attention_backward(dqkv, datt, saved.qkv, saved.proj_in.inp, stash, shape.B, shape.T, dims_,
+                        shape.document_mask());
+  return dqkv;
+}
+
+Tensor LatentAttention::backward(const Tensor& dy, TokenShape shape, const Saved& saved,
+                                 DeferredWeightGradients* deferred) {
+  Backend& be = *ctx_.backend;
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  const Tensor datt = proj_.backward(dy, saved.proj_in, deferred);
+  const Tensor dqkv = core_backward(datt, shape, saved);
+  const int64_t N = dqkv.dim(0);
+  Tensor dq = be.empty({N, local_heads_ * (nope_ + rope_)}, dy.dtype(), ws);
+  Tensor dkv = be.empty({N, local_heads_ * (nope_ + value_)}, dy.dtype(), ws);
+  Tensor dk_pe = be.empty({N, rope_}, dy.dtype(), ws);
+  be.mla_unpack(dq, dkv, dk_pe, dqkv, heads());
+  rotate_query_tails(dq, shape, false);
+  rotary_.backward(dk_pe, shape, {0, 1, rope_});
+  const Tensor dc = kv_b_.backward_in_region(dkv, saved.kv_in, deferred);
+  if (q_b_) {
+    const Tensor dq_lat = q_b_->backward_in_region(dq, saved.q_in, deferred);
+    return leave_latents(dq_lat, dc, dk_pe, Tensor{}, saved, deferred);
+  }
+  const Tensor dx_q = q_->backward(dq, saved.q_in, deferred);
+  return leave_latents(Tensor{}, dc, dk_pe, dx_q, saved, deferred);
+}
+
+Tensor LatentAttention::leave_latents(const Tensor& dq_lat, const Tensor& dc, const Tensor& dk_pe,
+                                      const Tensor& dx_q, const Saved& saved,
+                                      DeferredWeightGradients* deferred) {
+  Backend& be = *ctx_.backend;
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  const int64_t N = dc.dim(0), q_cols = q_a_ ? q_rank_ : 0;
+  Tensor dentered = be.empty({N, q_cols + kv_rank_ + rope_}, dc.dtype(), ws);
+  if (q_a_) be.copy_columns(dentered, 0, dq_lat, 0, q_rank_);
+  be.copy_columns(dentered, q_cols, dc, 0, kv_rank_);
+  be.copy_columns(dentered, q_cols + kv_rank_, dk_pe, 0, rope_);
+  const Tensor dlocal = enter_tp_region_backward(be, ctx_.tp, dentered, ws);
+  const int64_t N_local = dlocal.dim(0);
+  Tensor dc_normed = be.empty({N_local, kv_rank_}, dc.dtype(), ws);
+  be.copy_columns(dc_normed, 0, dlocal, q_cols, kv_rank_);
+  Tensor dckv = be.empty({N_local, kv_rank_ + rope_}, dc.dtype(), ws);
+  be.copy_columns(dckv, 0, kv_a_norm_.backward(dc_normed, saved.kv_norm), 0, kv_rank_);
+  be.copy_columns(dckv, kv_rank_, dlocal, q_cols + kv_rank_, rope_);
+  Tensor dx = kv_a_.backward(dckv, saved.x, deferred);
+  if (q_a_) {
+    Tensor dq_normed = be.empty({N_local, q_rank_}, dc.dtype(), ws);
+    be.copy_columns(dq_normed, 0, dlocal, 0, q_rank_);
+    be.add_inplace(dx, q_a_->backward(q_a_norm_->backward(dq_normed, saved.q_norm), saved.x, deferred));
+  } else {
+    be.add_inplace(dx, dx_q);
+  }
+  return dx;
+}
+
+void LatentAttention::add_costs(CostSheet& sheet) const {
+  const int64_t qk = nope_ + rope_, q_cols = q_a_ ? q_rank_ : 0;
+  // Down-projections and their norms on the rows where the block input stands.
+  if (q_a_) {
+    q_a_->add_costs(sheet);
+    q_a_norm_->add_costs(sheet);
+  }
+  kv_a_.add_costs(sheet);
+  kv_a_norm_.add_costs(sheet);
+  // The latents copied into the tensor region's entry and out of it, forward and backward.
+  ElementwiseCost entry;
+  entry.width = q_cols + kv_rank_ + rope_;
+  entry.tokens = ElementwiseCost::Tokens::All;
+  entry.forward_accesses = 4;
+  entry.backward_accesses = 4;
+  sheet.elementwise.push_back(entry);
+  if (q_b_) q_b_->add_costs(sheet);
+  else q_->add_costs(sheet);
+  kv_b_.add_costs(sheet);
+  // Rotary: the query heads' tails and the one shared key, read and written both ways.
+  ElementwiseCost rotary;
+  rotary.width = heads_ * rope_;
+  rotary.width_split = true;
+  rotary.tokens = ElementwiseCost::Tokens::All;
+  rotary.forward_accesses = 2;
+  rotary.backward_accesses = 2;
+  sheet.elementwise.push_back(rotary);
+  rotary.width = rope_;
+  rotary.width_split = false;
+  sheet.elementwise.push_back(rotary);
+  // The packed row written from q, kv and k_pe (forward) and taken apart again (backward).
+  ElementwiseCost packing;
+  packing.width = heads_ * (2 * qk + value_);
+  packing.width_split = true;
+  packing.tokens = ElementwiseCost::Tokens::All;
+  packing.forward_accesses = 2;
+  packing.backward_accesses = 2;
+  sheet.elementwise.push_back(packing);
+  AttentionCost core;
+  core.heads = heads_;
+  core.head_size = qk;
+  core.value_size = value_;
+  core.forward_score_accesses = 2;
+  core.backward_score_accesses = 3;
+  sheet.attention.push_back(core);
+  proj_.add_costs(sheet);
+}
+
+}  // namespace meshtrain
