@@ -109,10 +109,11 @@ std::vector<float> stored_values(const HfWeights& weights, const HfStoredTensor&
                             found ? scale->second.entry : nullptr, fp8, config_path);
 }
 
-// Reads every tensor of the family's `format` for `m` from `weights` into meshtrain's layout,
+// Reads every tensor of `tensors` (the family's `format` for `m`) from `weights` into meshtrain's layout,
 // refusing a missing tensor, another shape, or a stored tensor the model has no place for. Block
 // scales are read with their weights, before the names are mapped.
 std::map<std::string, std::vector<float>> read_tensors(const HfWeights& weights, const HfFormat& format,
+                                                       const std::vector<HfTensor>& tensors,
                                                        const ModelSpec& m, const std::string& model,
                                                        const std::optional<HfFp8Blocks>& fp8,
                                                        const std::string& config_path, size_t& count) {
@@ -128,7 +129,7 @@ std::map<std::string, std::vector<float>> read_tensors(const HfWeights& weights,
   }
   std::map<std::string, std::vector<float>> values;
   std::set<std::string> used;
-  for (const HfTensor& t : format.tensors(m)) {
+  for (const HfTensor& t : tensors) {
     const auto it = stored.find(t.hf);
     if (it == stored.end())
       refuse(weights.source() + ": tensor " + t.hf + " is missing, but " + model + " has it" +
@@ -221,7 +222,9 @@ void import_hf(const ImportArgs& args) {
       ", vocab_size = " + std::to_string(m.vocab_size) +
       ", tie_embeddings = " + (m.tie_embeddings ? "true" : "false") + ")";
   size_t count = 0;
-  const std::map<std::string, std::vector<float>> values = read_tensors(weights, format, m, model, fp8, config_path, count);
+  const std::vector<HfTensor> tensors = format.stored_tensors ? format.stored_tensors(config, m) : format.tensors(m);
+  const std::map<std::string, std::vector<float>> values =
+      read_tensors(weights, format, tensors, m, model, fp8, config_path, count);
   outputs.write(deck_text, [&] { write_imported_checkpoint(args.out, cfg, values, args.force); });
   const std::string deck = !args.deck.empty() ? args.deck : args.deck_out;
   std::printf("imported %s (%zu tensors) for %s into %s at step 0\n", args.dir.c_str(), count,

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "meshtrain/families/deepseek_v3/deepseek_v3_family.h"
 #include "meshtrain/families/gpt2/gpt2_family.h"
 #include "meshtrain/families/llama/llama_family.h"
 #include "meshtrain/families/qwen3/qwen3_family.h"
@@ -17,6 +18,7 @@ const std::vector<const ModelFamily*>& model_registry() {
       &gpt2_family(),
       &llama_family(),
       &qwen3_family(),
+      &deepseek_v3_family(),
   };
   return registry;
 }

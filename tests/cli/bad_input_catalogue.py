@@ -1018,6 +1018,16 @@ CATALOGUE = [
     row("deck", "latent attention with a zero kv_lora_rank", 1,
         train("model.family=\"llama\"", "model.attention=\"latent\"", "model.kv_lora_rank=0"), 1,
         ["model.kv_lora_rank", "0"]),
+    # issue 53 (dsv3fam2): a DeepseekV3ForCausalLM config.json is refused by key where meshtrain
+    # computes something else (families/deepseek_v3/hf_deepseek_v3.h), before any weight is read.
+    row("command", "import DeepSeek-V3: scoring_func softmax", 1,
+        ["import", "--format", "hf", "{dsv3}/softmax", "{dir}/run/imported.h5"], 1,
+        ['{dsv3}/softmax/config.json: scoring_func = "softmax" (meshtrain accepts "sigmoid": '
+         "DeepSeek-V3's sigmoid router)"], needs=["dsv3"], then=nothing_imported),
+    row("command", "import DeepSeek-V3: grouped key/value heads", 1,
+        ["import", "--format", "hf", "{dsv3}/kv_heads", "{dir}/run/imported.h5"], 1,
+        ["{dsv3}/kv_heads/config.json: num_key_value_heads = 2 (meshtrain accepts num_attention_heads = 4"],
+        needs=["dsv3"], then=nothing_imported),
 ]
 
 
@@ -1488,6 +1498,25 @@ def fixture_run_muon(p):
 
 
 FIXTURES.update({"run_muon": fixture_run_muon})
+
+
+def fixture_dsv3(p):
+    """issue 53 (dsv3fam2): {dir}/dsv3/<variant>/config.json, a tiny DeepseekV3ForCausalLM's with
+    one key meshtrain refuses (no weights: the config is refused first)."""
+    d = p["dsv3"] = os.path.join(p["dir"], "dsv3")
+    config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 256,
+              "hidden_size": 32, "intermediate_size": 48, "moe_intermediate_size": 8, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "n_routed_experts": 8, "kv_lora_rank": 16,
+              "q_lora_rank": None, "qk_rope_head_dim": 4, "v_head_dim": 6, "qk_nope_head_dim": 8,
+              "n_group": 4, "topk_group": 2, "num_experts_per_tok": 2, "first_k_dense_replace": 1}
+    for name, change in (("softmax", {"scoring_func": "softmax"}), ("kv_heads", {"num_key_value_heads": 2})):
+        os.makedirs(os.path.join(d, name))
+        with open(os.path.join(d, name, "config.json"), "w") as f:
+            json.dump(dict(config, **change), f)
+        open(os.path.join(d, name, "model.safetensors"), "wb").close()
+
+
+FIXTURES["dsv3"] = fixture_dsv3
 
 
 # --- the driver -----------------------------------------------------------------------------

@@ -41,7 +41,7 @@ TEST(FamilyRegistry, EveryFamilyIsFoundByItsName) {
     EXPECT_EQ(spec.vocab_size, 64);
     EXPECT_NE(std::string(f->summary).find("\"" + std::string(f->name) + "\""), std::string::npos);
   }
-  EXPECT_EQ(model_families(), (std::vector<std::string>{"gpt2", "llama", "qwen3"}));
+  EXPECT_EQ(model_families(), (std::vector<std::string>{"gpt2", "llama", "qwen3", "deepseek_v3"}));
   EXPECT_THROW(model_family("mistral"), std::invalid_argument);
   EXPECT_THROW(family_defaults("", sizes()), std::invalid_argument);
 }

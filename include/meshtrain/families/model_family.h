@@ -70,6 +70,9 @@ struct HfFormat {
   std::string (*config_json)(const ModelSpec& m, const HfExportOptions& options);
   // export: the parameters it maps, for the message about one it does not.
   const char* exported_parameters;
+  // import: the parameters as this config.json's files store them, where a config key changes
+  // the storage and not the model (DeepSeek-V3's rope_interleave); null: tensors(m).
+  std::vector<HfTensor> (*stored_tensors)(const HfConfigReader& config, const ModelSpec& m);
 };
 
 struct ModelFamily {

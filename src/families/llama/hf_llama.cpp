@@ -157,9 +157,12 @@ void read_yarn(const HfConfigReader& c, const nlohmann::json& rope, const std::s
   rope_spec.truncate = truncate.get<bool>();
 }
 
+}  // namespace
+
 // Rotary: rope_theta and rope_scaling (transformers < 4.56), or both inside rope_parameters;
 // `default_theta` is the model_type's default.
-void read_rope(const HfConfigReader& c, double default_theta, int64_t max_positions, RopeSpec& rope_spec) {
+
+void hf_read_rope(const HfConfigReader& c, double default_theta, int64_t max_positions, RopeSpec& rope_spec) {
   const json& j = c.config();
   const std::string& path = c.path();
   auto number = [&](const json& obj, const char* key, double fallback, const std::string& prefix = "") {
@@ -194,8 +197,6 @@ void read_rope(const HfConfigReader& c, double default_theta, int64_t max_positi
              "others are not implemented");
   }
 }
-
-}  // namespace
 
 ModelSpec hf_llama_spec(const HfConfigReader& c, int64_t seq_len, int64_t& max_positions) {
   const json& j = c.config();
@@ -264,7 +265,7 @@ ModelSpec hf_llama_spec(const HfConfigReader& c, int64_t seq_len, int64_t& max_p
     refuse("use_sliding_window", j["use_sliding_window"],
            "meshtrain attends over the whole causal window: accepted false");
 
-  read_rope(c, d.rope_theta, max_positions, m.rope);
+  hf_read_rope(c, d.rope_theta, max_positions, m.rope);
   return m;
 }
 
@@ -288,8 +289,6 @@ std::string hf_llama_architecture(const ModelSpec& m, const std::string& where) 
   }
   return hf;
 }
-
-namespace {
 
 // config.json's rope_scaling: null, Llama 3's keys, or YaRN's (the optional ones only where they
 // differ from what transformers assumes without them).
@@ -321,8 +320,6 @@ nlohmann::ordered_json hf_rope_scaling_json(const RopeSpec& rope) {
   }
   return nullptr;
 }
-
-}  // namespace
 
 std::string hf_llama_config_json(const ModelSpec& m, const std::string& torch_dtype, int64_t bos,
                                  int64_t eos) {
@@ -382,9 +379,9 @@ bool rope_field_used(const std::string& key, RopeScalingKind scaling) {
   return true;
 }
 
-// Refuses a deck whose model is not the one a Llama / Qwen 3 config.json describes.
-// (HfFormat::check_deck; and Mixtral's sliding window against the deck's seq_len).
-void check_llama_deck(const HfConfigReader& c, const ModelSpec& hf, int64_t max_positions, const ModelSpec& m,
+}  // namespace
+
+void hf_check_llama_deck(const HfConfigReader& c, const ModelSpec& hf, int64_t max_positions, const ModelSpec& m,
                       const std::string& deck_path) {
   const std::string& path = c.path();
   const std::string deck = deck_path + " (with its --set overrides)";
@@ -430,6 +427,8 @@ void check_llama_deck(const HfConfigReader& c, const ModelSpec& hf, int64_t max_
   hf_check_sliding_window(c, m.seq_len, deck_path);
 }
 
+namespace {
+
 // A deck built from config.json trains at most this many positions unless --set
 // model.seq_len says otherwise: Llama 3.1's 131072 would ask for activations no fine-tune on a
 // few GPUs holds, and 2048 is the context most fine-tuning recipes use.
@@ -469,7 +468,7 @@ std::string llama_config_json(const ModelSpec& m, const HfExportOptions& o) {
 const HfFormat& hf_llama_format() {
   static const HfFormat format = {
       llama_read_config,
-      check_llama_deck,
+      hf_check_llama_deck,
       hf_llama_tensors,
       "model.embed_tokens.weight",
       llama_stored_name,
@@ -478,6 +477,7 @@ const HfFormat& hf_llama_format() {
       hf_llama_architecture,
       llama_config_json,
       "wte, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and an untied lm_head.weight, a mixture's h.<i>.mlp.{router,experts}",
+      nullptr,
   };
   return format;
 }

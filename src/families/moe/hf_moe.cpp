@@ -40,9 +40,13 @@ bool hf_moe_model_type(const std::string& model_type) {
   return model_type == "mixtral" || model_type == "qwen3_moe";
 }
 
+std::vector<HfNameRule> hf_qwen3_moe_name_rules() {
+  return {std::begin(kQwen3MoeNames), std::end(kQwen3MoeNames)};
+}
+
 std::vector<HfNameRule> hf_moe_name_rules(const ModelSpec& m) {
   if (m.feed_forward != FeedForwardKind::Moe) return {};
-  if (m.qk_norm) return {std::begin(kQwen3MoeNames), std::end(kQwen3MoeNames)};
+  if (m.qk_norm) return hf_qwen3_moe_name_rules();
   return {std::begin(kMixtralNames), std::end(kMixtralNames)};
 }
 

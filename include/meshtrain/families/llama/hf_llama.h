@@ -58,6 +58,16 @@ std::string hf_llama_architecture(const ModelSpec& m, const std::string& where);
 std::string hf_llama_config_json(const ModelSpec& m, const std::string& torch_dtype, int64_t bos,
                                  int64_t eos);
 
+// The rotary keys of config.json into `rope` (rope_theta and rope_scaling, or rope_parameters:
+// none, "llama3" or "yarn"), refusing another rope_type by name; `default_theta` is the
+// model_type's default. Other families' formats read their rotary keys with it.
+void hf_read_rope(const HfConfigReader& config, double default_theta, int64_t max_positions, RopeSpec& rope);
+// config.json's rope_scaling for `rope`: null, Llama 3's keys, or YaRN's.
+nlohmann::ordered_json hf_rope_scaling_json(const RopeSpec& rope);
+// Refuses a deck model (`m`, from `deck_path`) that is not the one config.json describes
+// (`hf`), naming config.json's key (HfFormat::check_deck; Mixtral's sliding window too).
+void hf_check_llama_deck(const HfConfigReader& config, const ModelSpec& hf, int64_t max_positions,
+                         const ModelSpec& m, const std::string& deck_path);
 // Llama's, Qwen 3's, Mixtral's and Qwen3-MoE's format both ways (families/model_family.h), the
 // llama and qwen3 families'.
 const HfFormat& hf_llama_format();

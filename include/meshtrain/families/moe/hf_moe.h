@@ -52,6 +52,9 @@ bool hf_moe_model_type(const std::string& model_type);
 // to go among the Llama / Qwen 3 block rules; none for a dense model.
 std::vector<HfNameRule> hf_moe_name_rules(const ModelSpec& m);
 
+// Qwen3-MoE's router and expert rules (mlp.gate, mlp.experts.{e}.{gate,up,down}_proj), which
+// DeepSeek-V3 shares.
+std::vector<HfNameRule> hf_qwen3_moe_name_rules();
 // Sets `m`'s feed_forward and moe fields from config.json (`model_type` "mixtral" or
 // "qwen3_moe"; m holds everything else already, and, for Qwen3-MoE, ffn_hidden from
 // intermediate_size), refusing by name what meshtrain cannot compute.
