@@ -212,7 +212,7 @@ TEST(Deck, ModelFamilyGoesFirstAndTheKeysBesideItOverrideIt) {
 
 TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
   for (const auto& [set, want] : std::vector<std::pair<std::string, std::string>>{
-           {"model.family=\"mistral\"", "model.family = \"mistral\" is not a known value (expected one of \"gpt2\", \"llama\", \"qwen3\")"},
+           {"model.family=\"mistral\"", "model.family = \"mistral\" is not a known value (expected one of \"gpt2\", \"llama\", \"qwen3\", \"deepseek_v3\")"},
            {"model.qk_norm=\"yes\"", "model.qk_norm = \"yes\" is a string (expected true or false)"},
            {"model.norm=\"batchnorm\"", "model.norm = \"batchnorm\" is not a known value (expected one of \"layernorm\", \"rmsnorm\")"},
            {"model.activation=\"relu\"", "(expected one of \"gelu_tanh\", \"swiglu\")"},
