@@ -35,12 +35,5 @@ with tempfile.TemporaryDirectory() as tmp:
         sys.exit("no expert records in metrics.jsonl")
     tokens_per_step = 16 * 64 * 2  # global batch x seq_len x top_k, per layer
     for r in experts:
-        if r["moe_layers"] != [1, 2] or r["experts"] != 8 or len(r["expert_tokens"]) != 16:
-            sys.exit(f"expert record of step {r['step']}: layers {r['moe_layers']}, "
-                     f"{r['experts']} experts, {len(r['expert_tokens'])} counts")
-        for i in range(2):
-            routed = sum(r["expert_tokens"][8 * i:8 * i + 8])
-            if routed != tokens_per_step:
-                sys.exit(f"step {r['step']} layer {i + 1}: {routed} tokens routed, "
-                         f"expected {tokens_per_step}")
+        shipped_deck.expect_expert_record(r, [1, 2], 8, tokens_per_step)
 print("deepseek-v3-tiny trains")

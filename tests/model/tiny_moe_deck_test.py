@@ -46,14 +46,7 @@ with tempfile.TemporaryDirectory() as tmp:
         sys.exit(f"expert records at steps {[r['step'] for r in experts]}, step lines at {logged}")
     tokens_per_step = 16 * 128 * 2  # global batch x seq_len x top_k, per layer
     for r in experts:
-        if r["moe_layers"] != [1, 2, 3] or r["experts"] != 8 or len(r["expert_tokens"]) != 24:
-            sys.exit(f"expert record of step {r['step']}: layers {r['moe_layers']}, "
-                     f"{r['experts']} experts, {len(r['expert_tokens'])} counts")
-        for i in range(3):
-            routed = sum(r["expert_tokens"][8 * i:8 * i + 8])
-            if routed != tokens_per_step:
-                sys.exit(f"step {r['step']} layer {i + 1}: {routed} tokens routed, "
-                         f"expected {tokens_per_step}")
+        shipped_deck.expect_expert_record(r, [1, 2, 3], 8, tokens_per_step)
         if not all(1.0 <= b <= 4.0 for b in r["expert_balance"]):
             sys.exit(f"step {r['step']}: balance {r['expert_balance']} outside [1, 4]")
         if not all(x > 0 for x in r["moe_load_balance_loss"]):

@@ -30,6 +30,20 @@ def expect_falling_validation(records, evaluations, below):
         sys.exit(f"validation losses {losses}: expected {evaluations}, falling, below {below}")
 
 
+def expect_expert_record(r, layers, experts, tokens_per_step):
+    """One logged step's experts' record: the mixture `layers`, `experts` counts for each, and
+    every layer's counts adding up to the step's routed tokens (global batch x seq_len x top_k)."""
+    if r["moe_layers"] != layers or r["experts"] != experts or \
+            len(r["expert_tokens"]) != experts * len(layers):
+        sys.exit(f"expert record of step {r['step']}: layers {r['moe_layers']}, "
+                 f"{r['experts']} experts, {len(r['expert_tokens'])} counts")
+    for i, layer in enumerate(layers):
+        routed = sum(r["expert_tokens"][experts * i:experts * (i + 1)])
+        if routed != tokens_per_step:
+            sys.exit(f"step {r['step']} layer {layer}: {routed} tokens routed, "
+                     f"expected {tokens_per_step}")
+
+
 def expect_sample(meshtrain, deck, checkpoint):
     """Greedy `sample` on one rank continues "The " with 32 tokens' worth of bytes."""
     s = subprocess.run([meshtrain, "sample", deck, "--checkpoint", checkpoint, "--prompt", "The ",
