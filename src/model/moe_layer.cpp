@@ -5,27 +5,17 @@
 
 #include "meshtrain/backend/host_doubles.h"
 #include "meshtrain/model/expert_exchange.h"
+#include "meshtrain/model/replicated_linear.h"
 
 namespace meshtrain {
 
 namespace {
 
-ParamSpec moe_weight(const std::string& name, Shape shape, double init_std, const LayerContext& ctx) {
-  ParamSpec s;
-  s.name = name + ".weight";
-  s.global_shape = std::move(shape);
-  s.init = Init::Normal;
-  s.init_std = init_std;
-  // Whole on every tensor rank; each rank's tokens are its own under sequence parallelism.
-  s.tp_grad = ctx.tp.sequence_parallel() ? TpGrad::Partial : TpGrad::Full;
-  return s;
-}
-
 // An expert weight (E, rows, cols): split over the expert group by expert, and then replicated
 // only over the ranks holding the same experts.
 Parameter& add_expert_weight(const std::string& name, Shape shape, double init_std,
                              const LayerContext& ctx) {
-  ParamSpec s = moe_weight(name, std::move(shape), init_std, ctx);
+  ParamSpec s = replicated_weight_spec(name, std::move(shape), init_std, ctx.tp);
   s.role = ParamRole::HiddenMatrix;  // E matrices; the router stays Plain
   if (!ctx.ep.on()) return ctx.store->add(std::move(s), 0, 1);
   s.ep_split_dim = 0;
@@ -56,7 +46,7 @@ MixtureOfExperts::MixtureOfExperts(const LayerContext& ctx, const std::string& n
       layer_(layer),
       C_(spec.d_model),
       F_(spec.moe_ffn_hidden()),
-      router_(ctx.store->add(moe_weight(name + ".router", {spec.moe.experts, C_}, 0.02, ctx),
+      router_(ctx.store->add(replicated_weight_spec(name + ".router", {spec.moe.experts, C_}, 0.02, ctx.tp),
                              ctx.tp.rank(), ctx.tp.size())),
       gate_(add_expert_weight(name + ".experts.gate", {spec.moe.experts, F_, C_}, 0.02, ctx)),
       up_(add_expert_weight(name + ".experts.up", {spec.moe.experts, F_, C_}, 0.02, ctx)),

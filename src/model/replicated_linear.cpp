@@ -2,15 +2,23 @@
 
 namespace meshtrain {
 
-namespace {
-ParamSpec replicated_weight_spec(const std::string& name, int64_t in, int64_t out, double init_std,
+ParamSpec replicated_weight_spec(const std::string& name, Shape shape, double init_std,
                                  const TensorParallel& tp) {
   ParamSpec s;
   s.name = name + ".weight";
-  s.global_shape = Shape{out, in};
+  s.global_shape = std::move(shape);
   s.init = Init::Normal;
   s.init_std = init_std;
   s.tp_grad = tp.sequence_parallel() ? TpGrad::Partial : TpGrad::Full;
+  return s;
+}
+
+namespace {
+// A block's matrix like the split linears' (model/linear.cpp): Muon's, under train.optimizer = "muon".
+ParamSpec down_projection_spec(const std::string& name, int64_t in, int64_t out, double init_std,
+                               const TensorParallel& tp) {
+  ParamSpec s = replicated_weight_spec(name, Shape{out, in}, init_std, tp);
+  s.role = ParamRole::HiddenMatrix;
   return s;
 }
 }  // namespace
@@ -20,7 +28,7 @@ ReplicatedLinear::ReplicatedLinear(const LayerContext& ctx, const std::string& n
     : ctx_(ctx),
       in_(in),
       out_(out),
-      weight_(ctx.store->add(replicated_weight_spec(name, in, out, init_std, ctx.tp), ctx.tp.rank(),
+      weight_(ctx.store->add(down_projection_spec(name, in, out, init_std, ctx.tp), ctx.tp.rank(),
                              ctx.tp.size())) {}
 
 Tensor ReplicatedLinear::forward(const Tensor& x, MemoryCategory category) {

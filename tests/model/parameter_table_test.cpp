@@ -130,7 +130,10 @@ TEST(ParameterTable, HiddenMatricesAreTheBlocksLinearWeightsAndExperts) {
   moe.moe.experts = 4;
   moe.moe.top_k = 2;
   moe.moe.shared_ffn_hidden = 8;
-  for (const ModelSpec& m : {small(true), small(false), llama, moe}) {
+  ModelSpec latent = family_defaults("llama", small(false));  // replicated down-projections
+  latent.attention = AttentionKind::Latent;
+  latent.latent = LatentSpec{6, 5, 4, 4, 6};  // q_lora, kv_lora, nope, rope, value
+  for (const ModelSpec& m : {small(true), small(false), llama, moe, latent}) {
     int hidden = 0;
     for (const ParamEntry& e : parameter_table(m)) {
       const bool in_block = e.name.rfind("h.", 0) == 0;

@@ -16,6 +16,12 @@
 
 namespace meshtrain {
 
+// The spec of a weight `name`.weight whole on every tensor rank, initialised N(0, init_std), its
+// gradient full without sequence parallelism and partial (each rank's own tokens) with it:
+// ReplicatedLinear's, and the mixture's router and experts' (model/moe_layer.h).
+ParamSpec replicated_weight_spec(const std::string& name, Shape shape, double init_std,
+                                 const TensorParallel& tp);
+
 class ReplicatedLinear {
  public:
   // weight (out, in), initialised N(0, init_std).
