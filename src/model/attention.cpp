@@ -22,28 +22,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& sa
   saved.qkv = qkv_.forward(x, saved.qkv_in, category);
   if (rotary_) rotary_->forward(saved.qkv, shape);
   Tensor att = be.empty({shape.N(), local_c}, x.dtype(), category);
-  if (ctx_.cp.on()) {
-    saved.lse = be.empty({shape.B, local_heads_, shape.T}, stats_dtype(x.dtype()), category);
-    ring_attention_forward(be, ctx_.cp, att, saved.lse, saved.qkv, shape.B, shape.T, local_heads_,
-                           qkv_.local_kv_heads(), head_size_, nullptr, shape.document_mask());
-    return proj_.forward(att, saved.proj_in, category, nullptr, residual);
-  }
-  const MemoryCategory stash_category =
-      recompute == Recompute::Selective ? MemoryCategory::Workspace : category;
-  Tensor stash = empty_stash(shape, x.dtype(), stash_category);
-  be.attention_forward(att, stash, saved.qkv, shape.B, shape.T, local_heads_,
-                       qkv_.local_kv_heads(), head_size_, shape.document_mask());
-  if (recompute != Recompute::Selective) saved.stash = stash;
+  attention_core_forward(ctx_, att, saved.qkv, shape, dims(), saved.core, category, recompute);
   return proj_.forward(att, saved.proj_in, category, nullptr, residual);
-}
-
-// What the backend keeps from forward to backward (backend.h, attention_stash): the CPU's row
-// log-sum-exp, the CUDA backend's (B, NH, T, T).
-Tensor CausalSelfAttention::empty_stash(TokenShape shape, DType activations,
-                                        MemoryCategory category) const {
-  Backend& be = *ctx_.backend;
-  const Backend::AttentionStash s = be.attention_stash(shape.B, shape.T, local_heads_, activations);
-  return be.empty(s.shape, s.dtype, category);
 }
 
 Tensor CausalSelfAttention::decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
@@ -70,31 +50,11 @@ Tensor CausalSelfAttention::decode(const Tensor& x, Tensor& k_cache, Tensor& v_c
 
 Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const Saved& saved,
                                      DeferredWeightGradients* deferred) {
-  Backend& be = *ctx_.backend;
-  Tensor datt = proj_.backward(dy, saved.proj_in, deferred);
-  Tensor dqkv = be.empty(saved.qkv.shape(), dy.dtype(), MemoryCategory::Workspace);
-  if (ctx_.cp.on()) {
-    ring_attention_backward(be, ctx_.cp, dqkv, datt, saved.qkv, saved.proj_in.inp, saved.lse,
-                            shape.B, shape.T, local_heads_, qkv_.local_kv_heads(), head_size_,
-                            nullptr, shape.document_mask());
-    return finish_backward(dqkv, shape, saved, deferred);
-  }
-  Tensor stash = saved.stash;
-  if (!stash.defined()) {  // selective recomputation: rebuild the stash from the saved qkv
-    stash = empty_stash(shape, dy.dtype(), MemoryCategory::Workspace);
-    Tensor att = be.empty(saved.proj_in.inp.shape(), dy.dtype(), MemoryCategory::Workspace);
-    be.attention_forward(att, stash, saved.qkv, shape.B, shape.T, local_heads_,
-                         qkv_.local_kv_heads(), head_size_, shape.document_mask());
-  }
+  const Tensor datt = proj_.backward(dy, saved.proj_in, deferred);
   // proj's saved input is forward's out (a recomputation writes the same bits)
-  be.attention_backward(dqkv, datt, saved.qkv, saved.proj_in.inp, stash, shape.B, shape.T,
-                        local_heads_, qkv_.local_kv_heads(), head_size_, shape.document_mask());
-  return finish_backward(dqkv, shape, saved, deferred);
-}
-
-Tensor CausalSelfAttention::finish_backward(Tensor& dqkv, TokenShape shape, const Saved& saved,
-                                            DeferredWeightGradients* deferred) {
-  if (rotary_) rotary_->backward(dqkv, shape);
+  Tensor dqkv = attention_core_backward(ctx_, datt, saved.qkv, saved.proj_in.inp, shape, dims(),
+                                        saved.core);
+  if (rotary_) rotary_->backward(dqkv, shape);  // rotated back in place, then the projection's
   return qkv_.backward(dqkv, saved.qkv_in, deferred);
 }
 

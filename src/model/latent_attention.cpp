@@ -83,29 +83,6 @@ void LatentAttention::rotate_query_tails(Tensor& q, TokenShape shape, bool forwa
   else rotary_.backward(q, shape, tails);
 }
 
-Tensor LatentAttention::empty_stash(TokenShape shape, DType activations,
-                                    MemoryCategory category) const {
-  Backend& be = *ctx_.backend;
-  const Backend::AttentionStash s = be.attention_stash(shape.B, shape.T, dims_, activations);
-  return be.empty(s.shape, s.dtype, category);
-}
-
-void LatentAttention::core_forward(Tensor& att, const Tensor& qkv, TokenShape shape, Saved& saved,
-                                   MemoryCategory category, Recompute recompute) {
-  Backend& be = *ctx_.backend;
-  if (ctx_.cp.on()) {
-    saved.lse = be.empty({shape.B, local_heads_, shape.T}, stats_dtype(qkv.dtype()), category);
-    ring_attention_forward(be, ctx_.cp, att, saved.lse, qkv, shape.B, shape.T, dims_, nullptr,
-                           shape.document_mask());
-    return;
-  }
-  const MemoryCategory stash_category =
-      recompute == Recompute::Selective ? MemoryCategory::Workspace : category;
-  Tensor stash = empty_stash(shape, qkv.dtype(), stash_category);
-  be.attention_forward(att, stash, qkv, shape.B, shape.T, dims_, shape.document_mask());
-  if (recompute != Recompute::Selective) saved.stash = stash;
-}
-
 Tensor LatentAttention::forward(const Tensor& x, TokenShape shape, Saved& saved,
                                 MemoryCategory category, Recompute recompute,
                                 const Tensor* residual) {
@@ -121,27 +98,8 @@ Tensor LatentAttention::forward(const Tensor& x, TokenShape shape, Saved& saved,
   saved.qkv = be.empty({q.dim(0), local_heads_ * (2 * (nope_ + rope_) + value_)}, x.dtype(), category);
   be.mla_pack(saved.qkv, q, kv, k_pe, heads());
   Tensor att = be.empty({q.dim(0), local_heads_ * value_}, x.dtype(), category);
-  core_forward(att, saved.qkv, shape, saved, category, recompute);
+  attention_core_forward(ctx_, att, saved.qkv, shape, dims_, saved.core, category, recompute);
   return proj_.forward(att, saved.proj_in, category, nullptr, residual);
-}
-
-Tensor LatentAttention::core_backward(const Tensor& datt, TokenShape shape, const Saved& saved) {
-  Backend& be = *ctx_.backend;
-  Tensor dqkv = be.empty(saved.qkv.shape(), datt.dtype(), MemoryCategory::Workspace);
-  if (ctx_.cp.on()) {
-    ring_attention_backward(be, ctx_.cp, dqkv, datt, saved.qkv, saved.proj_in.inp, saved.lse,
-                            shape.B, shape.T, dims_, nullptr, shape.document_mask());
-    return dqkv;
-  }
-  Tensor stash = saved.stash;
-  if (!stash.defined()) {  // selective recomputation: rebuild the stash from the saved row
-    stash = empty_stash(shape, datt.dtype(), MemoryCategory::Workspace);
-    Tensor att = be.empty(saved.proj_in.inp.shape(), datt.dtype(), MemoryCategory::Workspace);
-    be.attention_forward(att, stash, saved.qkv, shape.B, shape.T, dims_, shape.document_mask());
-  }
-  be.attention_backward(dqkv, datt, saved.qkv, saved.proj_in.inp, stash, shape.B, shape.T, dims_,
-                        shape.document_mask());
-  return dqkv;
 }
 
 Tensor LatentAttention::backward(const Tensor& dy, TokenShape shape, const Saved& saved,
@@ -149,7 +107,8 @@ Tensor LatentAttention::backward(const Tensor& dy, TokenShape shape, const Saved
   Backend& be = *ctx_.backend;
   const MemoryCategory ws = MemoryCategory::Workspace;
   const Tensor datt = proj_.backward(dy, saved.proj_in, deferred);
-  const Tensor dqkv = core_backward(datt, shape, saved);
+  const Tensor dqkv =
+      attention_core_backward(ctx_, datt, saved.qkv, saved.proj_in.inp, shape, dims_, saved.core);
   const int64_t N = dqkv.dim(0);
   Tensor dq = be.empty({N, local_heads_ * (nope_ + rope_)}, dy.dtype(), ws);
   Tensor dkv = be.empty({N, local_heads_ * (nope_ + value_)}, dy.dtype(), ws);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "meshtrain/model/attention_core.h"
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/linear.h"
 #include "meshtrain/model/model_spec.h"
@@ -21,9 +22,7 @@ class CausalSelfAttention {
   struct Saved {
     QkvProjection::Saved qkv_in;
     Tensor qkv;    // (N, (NH + 2 KVH) HS / tp): NH / tp query heads, KVH / tp key and value heads
-    Tensor stash;  // the backend's attention stash (backend.h, attention_stash) for NH / tp
-                   // heads; empty under selective recomputation and under cp
-    Tensor lse;    // under context parallelism: (B, NH / tp, T), the rows' log-sum-exp
+    AttentionCoreSaved core;  // the core's stash or log-sum-exp (model/attention_core.h)
     RowParallelLinear::Saved proj_in;  // attention output (N, NH * HS / tp)
   };
 
@@ -48,10 +47,8 @@ class CausalSelfAttention {
   void add_costs(CostSheet& sheet) const;
 
  private:
-  // The QKV projection's backward from the core's dqkv (rotated back first, in place).
-  Tensor empty_stash(TokenShape shape, DType activations, MemoryCategory category) const;
-  Tensor finish_backward(Tensor& dqkv, TokenShape shape, const Saved& saved,
-                         DeferredWeightGradients* deferred);
+  // The core's sizes: the local query and key/value heads of head_size_ (model/attention_core.h).
+  AttentionDims dims() const { return {local_heads_, qkv_.local_kv_heads(), head_size_}; }
 
   LayerContext ctx_;
   int64_t local_heads_, head_size_;

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 
+#include "meshtrain/model/attention_core.h"
 #include "meshtrain/model/cost_sheet.h"
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/linear.h"
@@ -41,8 +42,7 @@ class LatentAttention {
     ColumnParallelLinear::Saved q_in;     // q_b's input in the region (q's: x entered)
     ColumnParallelLinear::Saved kv_in;    // kv_b's input in the region, c normalised
     Tensor qkv;    // (N, h (2 d_qk + d_v)): the packed row
-    Tensor stash;  // as CausalSelfAttention::Saved's
-    Tensor lse;    // under context parallelism
+    AttentionCoreSaved core;  // the core's stash or log-sum-exp (model/attention_core.h)
     RowParallelLinear::Saved proj_in;  // attention output (N, h d_v)
   };
 
@@ -67,10 +67,6 @@ class LatentAttention {
   MlaHeads heads() const { return {local_heads_, nope_, rope_, value_}; }
   // The rotary part of every local query head of q (N, h d_qk), in place.
   void rotate_query_tails(Tensor& q, TokenShape shape, bool forward);
-  Tensor empty_stash(TokenShape shape, DType activations, MemoryCategory category) const;
-  void core_forward(Tensor& att, const Tensor& qkv, TokenShape shape, Saved& saved,
-                    MemoryCategory category, Recompute recompute);
-  Tensor core_backward(const Tensor& datt, TokenShape shape, const Saved& saved);
   // Steps 1-2 backward from the region's gradients of q_lat (or of x through q), c and k_pe.
   Tensor leave_latents(const Tensor& dq_lat, const Tensor& dc, const Tensor& dk_pe,
                        const Tensor& dx_q, const Saved& saved, DeferredWeightGradients* deferred);
