@@ -272,6 +272,8 @@ void LatentAttention::add_costs(CostSheet& sheet) const {
   sheet.elementwise.push_back(packing);
   sheet.attention.push_back(attention_core_cost(heads_, qk, value_));
   proj_.add_costs(sheet);
+  // Generation's latent and rotary key, whole on every tensor rank (decode).
+  sheet.decode_cache.push_back({cache_width(), false});
 }
 
 }  // namespace meshtrain
