@@ -2,7 +2,9 @@
 // directory that transformers' AutoModelForCausalLM.from_pretrained(OUT) loads: GPT2LMHeadModel
 // (OUT/model.safetensors and OUT/config.json), or LlamaForCausalLM / Qwen3ForCausalLM (also
 // generation_config.json), or, for a mixture of experts,
-// MixtralForCausalLM / Qwen3MoeForCausalLM (families/moe/hf_moe.h). The weights are one model.safetensors
+// MixtralForCausalLM / Qwen3MoeForCausalLM (families/moe/hf_moe.h), or DeepseekV3ForCausalLM with its
+// routers' e_score_correction_bias from the checkpoint's expert bias (F32 whatever --dtype: the
+// family's HfFormat::state_tensors). The weights are one model.safetensors
 // or, above --max-shard-size, shards and their index (app/hf_shards.h). Checkpoints are
 // layout-free, so one rank reads the whole file (MPI_COMM_SELF) whatever layout wrote it, and
 // every layout's checkpoint of the same weights exports the same bytes. The family the
@@ -98,7 +100,7 @@ std::vector<float> read_verified(CheckpointFile& file, const std::string& name, 
   std::vector<float> out(static_cast<size_t>(shape.numel()));
   if (stored == DType::F32) {
     std::memcpy(out.data(), raw.data(), raw.size());
-  } else {  // an fp64 run's checkpoint: rounded to float32, as HF holds it
+  } else {  // an fp64 run's parameters, or state (always fp64): rounded to float32, as HF holds it
     const double* d = reinterpret_cast<const double*>(raw.data());
     for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(d[i]);
   }
@@ -241,6 +243,8 @@ ExportPlan plan_export(const std::string& path, const CheckpointInfo& info, cons
   plan.model = plan.format->recorded_model(recorded);
   plan.architecture = plan.format->architecture(plan.model, path);
   plan.tensors = plan.format->tensors(plan.model);
+  if (plan.format->state_tensors)
+    for (HfTensor& t : plan.format->state_tensors(plan.model)) plan.tensors.push_back(std::move(t));
   const auto tok = recorded.settings.find("tokenizer");
   plan.tokenizer = tok == recorded.settings.end() ? "" : unquoted(tok->second);
   const HfExportOptions options{torch_dtype, plan.tokenizer, run_tok.bos, run_tok.eos};
@@ -249,12 +253,16 @@ ExportPlan plan_export(const std::string& path, const CheckpointInfo& info, cons
   return plan;
 }
 
-// Every /model dataset must map onto an HF tensor: anything more is a feature HF cannot hold.
+// The dataset a checkpoint holds `t` in: a parameter's under /model/, state under /buffers/.
+std::string dataset_of(const HfTensor& t) { return (t.state ? "/buffers/" : "/model/") + t.meshtrain; }
+
+// Every /model and /buffers dataset must map onto an HF tensor: anything more is a feature (or
+// state, which the model would lose) HF cannot hold.
 void check_every_dataset_mapped(CheckpointFile& file, const std::string& path, const ExportPlan& plan) {
   std::map<std::string, bool> mapped;
-  for (const HfTensor& t : plan.tensors) mapped["/model/" + t.meshtrain] = true;
+  for (const HfTensor& t : plan.tensors) mapped[dataset_of(t)] = true;
   for (const std::string& name : file.dataset_names())
-    if (name.rfind("/model/", 0) == 0 && !mapped.count(name))
+    if ((name.rfind("/model/", 0) == 0 || name.rfind("/buffers/", 0) == 0) && !mapped.count(name))
       throw std::runtime_error(path + ": dataset " + name + " has no counterpart in Hugging Face " +
                                plan.architecture + " (export maps " + plan.format->exported_parameters + ")");
 }
@@ -269,14 +277,14 @@ class HfTensorBytes {
   std::vector<char> operator()(size_t i) {
     InterruptGuard::check(args_.out);
     const HfTensor& t = tensors_[i];
-    const std::string name = "/model/" + t.meshtrain;
+    const std::string name = dataset_of(t);
     if (name != cached_name_) {
       cached_ = read_dataset(name, t.meshtrain_shape);
       cached_name_ = name;
     }
     const std::vector<float> v = to_hf_layout(t, cached_);
     std::vector<char> out;
-    if (bf16_) {
+    if (bf16_ && !t.state) {
       const std::vector<uint16_t> h = f32_to_bf16(v.data(), v.size());
       out.assign(reinterpret_cast<const char*>(h.data()), reinterpret_cast<const char*>(h.data() + h.size()));
     } else {
@@ -384,7 +392,8 @@ void export_hf(const ExportArgs& args) {
   check_every_dataset_mapped(file, args.checkpoint, plan);
 
   std::vector<HfWeightSpec> specs;
-  for (const HfTensor& t : plan.tensors) specs.push_back({t.hf, bf16 ? SafeDType::BF16 : SafeDType::F32, t.hf_shape});
+  for (const HfTensor& t : plan.tensors)
+    specs.push_back({t.hf, bf16 && !t.state ? SafeDType::BF16 : SafeDType::F32, t.hf_shape});
   HfTensorBytes bytes_of(file, args, plan.tensors, bf16);
   // "format": "pt" is what transformers expects of a PyTorch model's safetensors.
   const std::map<std::string, std::string> metadata = {

@@ -1,7 +1,9 @@
 // `meshtrain import --format hf DIR OUT.h5 [--deck DECK | --deck-out NEW.toml]`: a Hugging Face
 // model directory (config.json and model.safetensors or a sharded index, as save_pretrained
-// writes them) of GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM or
-// Qwen3MoeForCausalLM as a meshtrain checkpoint at step 0 (checkpoint/checkpoint_import.h); FP8
+// writes them) of GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM,
+// Qwen3MoeForCausalLM or DeepseekV3ForCausalLM as a meshtrain checkpoint at step 0
+// (checkpoint/checkpoint_import.h), with the model's state where the format stores it
+// (DeepSeek-V3's e_score_correction_bias as the expert bias: HfFormat::state_tensors); FP8
 // block-scaled weights (quantization_config "fp8") are dequantized (families/hf/hf_fp8.h).
 // With --deck, every difference between the directory and the deck's model — a config.json
 // key, a tensor's name or shape — is refused before anything is written, naming the file, the
@@ -33,6 +35,7 @@
 #include "meshtrain/families/hf/hf_deck.h"
 #include "meshtrain/families/hf/hf_fp8.h"
 #include "meshtrain/families/registry.h"
+#include "meshtrain/model/expert_bias.h"
 
 namespace meshtrain {
 
@@ -109,14 +112,76 @@ std::vector<float> stored_values(const HfWeights& weights, const HfStoredTensor&
                             found ? scale->second.entry : nullptr, fp8, config_path);
 }
 
-// Reads every tensor of `tensors` (the family's `format` for `m`) from `weights` into meshtrain's layout,
-// refusing a missing tensor, another shape, or a stored tensor the model has no place for. Block
-// scales are read with their weights, before the names are mapped.
-std::map<std::string, std::vector<float>> read_tensors(const HfWeights& weights, const HfFormat& format,
-                                                       const std::vector<HfTensor>& tensors,
-                                                       const ModelSpec& m, const std::string& model,
-                                                       const std::optional<HfFp8Blocks>& fp8,
-                                                       const std::string& config_path, size_t& count) {
+// What an import reads: the parameters in meshtrain's layout, the model's state (the stage's
+// buffers by name: HfTensor::state) and how many stored tensors were used.
+struct ImportedTensors {
+  std::map<std::string, std::vector<float>> parameters;
+  std::map<std::string, std::vector<double>> state;
+  size_t count = 0;
+};
+
+// Refuses a stored tensor whose shape is not `t`'s.
+void check_stored_shape(const HfStoredTensor& stored, const HfTensor& t, const std::string& model) {
+  const SafetensorsEntry& e = *stored.entry;
+  if (e.shape == t.hf_shape) return;
+  SafetensorsEntry want;
+  want.shape = t.hf_shape;
+  refuse(stored.file->path() + ": tensor " + e.name + " has shape " + e.shape_string() + ", but " + model +
+         " needs " + want.shape_string());
+}
+
+// The state tensor `t` as stored: F32 (DeepSeek's checkpoints, transformers' save of a buffer it
+// keeps in fp32), BF16 or F16 (a model cast whole before saving; transformers widens them as
+// here, exactly), finite. An F8_E4M3 one has no scale: a bias is never quantized.
+std::vector<double> read_state(const HfStoredTensor& stored, const HfTensor& t, const std::string& model) {
+  check_stored_shape(stored, t, model);
+  const SafetensorsEntry& e = *stored.entry;
+  if (e.dtype == SafeDType::F8_E4M3)
+    refuse(stored.file->path() + ": tensor " + e.name + " is stored as F8_E4M3, but it is the router's balancing "
+           "bias, model state that " + model + " keeps in fp64 (accepted: F32, as DeepSeek-V3 stores it, or BF16 "
+           "or F16; FP8 checkpoints quantize weights only)");
+  const std::vector<float> hf = stored.file->read_f32(e);
+  refuse_non_finite(stored.file->path(), e, hf);
+  return std::vector<double>(hf.begin(), hf.end());
+}
+
+// `name` with the block index of its first ".<digits>." as "{}" (model.layers.{}.mlp.gate...),
+// the index in `block`; `name` itself where it has none.
+std::string block_pattern(const std::string& name, int64_t& block) {
+  block = -1;
+  for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', dot + 1)) {
+    const size_t end = name.find('.', dot + 1);
+    if (end == std::string::npos || end == dot + 1 || end - dot > 10) continue;
+    const std::string digits = name.substr(dot + 1, end - dot - 1);
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    block = std::stoll(digits);
+    return name.substr(0, dot + 1) + "{}" + name.substr(end);
+  }
+  return name;
+}
+
+// Refuses a stored tensor `name` that names state of a block whose model has none there (a
+// router's bias on a dense block), before the general refusal of an unknown tensor.
+void refuse_state_of_stateless_block(const HfStoredTensor& stored, const std::vector<HfTensor>& state,
+                                     const ModelSpec& m, const std::string& model) {
+  int64_t block = -1, unused = -1;
+  const std::string pattern = block_pattern(stored.entry->name, block);
+  if (block < 0 || block >= m.layers || m.moe_layer(static_cast<int>(block))) return;
+  for (const HfTensor& t : state)
+    if (block_pattern(t.hf, unused) == pattern)
+      refuse(stored.file->path() + ": tensor " + stored.entry->name + " " + stored.entry->shape_string() +
+             " is a router's balancing bias, but block " + std::to_string(block) + " of " + model +
+             " is dense (model.moe_first_dense_layers = " + std::to_string(m.moe.first_dense_layers) +
+             ", config.json's first_k_dense_replace): it has no router (check first_k_dense_replace against "
+             "the blocks whose mlp.gate the file holds)");
+}
+
+// Reads every tensor of `tensors` and `state` (the family's `format` for `m`) from `weights`
+// into meshtrain's layout, refusing a missing tensor, another shape, or a stored tensor the
+// model has no place for. Block scales are read with their weights, before the names are mapped.
+ImportedTensors read_tensors(const HfWeights& weights, const HfFormat& format, const std::vector<HfTensor>& tensors,
+                             const std::vector<HfTensor>& state, const ModelSpec& m, const std::string& model,
+                             const std::optional<HfFp8Blocks>& fp8, const std::string& config_path) {
   std::map<std::string, HfStoredTensor> stored;
   for (const auto& [name, t] : weights.tensors()) {
     if (const std::optional<std::string> weight = hf_fp8_weight_of_scale(name)) {
@@ -127,44 +192,47 @@ std::map<std::string, std::vector<float>> read_tensors(const HfWeights& weights,
     }
     if (!format.is_buffer(name)) stored[format.stored_name(name)] = t;
   }
-  std::map<std::string, std::vector<float>> values;
-  std::set<std::string> used;
-  for (const HfTensor& t : tensors) {
+  auto find = [&](const HfTensor& t) {
     const auto it = stored.find(t.hf);
     if (it == stored.end())
       refuse(weights.source() + ": tensor " + t.hf + " is missing, but " + model + " has it" +
              (t.hf == "lm_head.weight"
                   ? " (an untied head: for a tied model set model.tie_embeddings = true)"
                   : ""));
-    const SafetensorsEntry& e = *it->second.entry;
-    if (e.shape != t.hf_shape) {
-      SafetensorsEntry want;
-      want.shape = t.hf_shape;
-      refuse(it->second.file->path() + ": tensor " + e.name + " has shape " + e.shape_string() +
-             ", but " + model + " needs " + want.shape_string());
-    }
+    return it->second;
+  };
+  ImportedTensors out;
+  std::set<std::string> used;
+  for (const HfTensor& t : tensors) {
+    const HfStoredTensor s = find(t);
+    check_stored_shape(s, t, model);
     used.insert(t.hf);
-    const std::vector<float> hf = stored_values(weights, it->second, fp8, config_path);
-    refuse_non_finite(it->second.file->path(), e, hf);
-    from_hf_layout(t, hf, values[t.meshtrain]);
+    const std::vector<float> hf = stored_values(weights, s, fp8, config_path);
+    refuse_non_finite(s.file->path(), *s.entry, hf);
+    from_hf_layout(t, hf, out.parameters[t.meshtrain]);
+  }
+  for (const HfTensor& t : state) {
+    out.state[t.meshtrain] = read_state(find(t), t, model);
+    used.insert(t.hf);
   }
   for (const auto& [name, t] : stored) {
     if (used.count(name)) continue;
     // Some savers keep the tied head beside the embedding: the same values, nothing new.
     if (name == "lm_head.weight" && m.tie_embeddings) {
       const std::vector<float> head = stored_values(weights, t, fp8, config_path);
-      const std::vector<float>& wte = values.at("wte");
+      const std::vector<float>& wte = out.parameters.at("wte");
       if (head.size() == wte.size() && std::memcmp(head.data(), wte.data(), wte.size() * sizeof(float)) == 0)
         continue;
       refuse(t.file->path() + ": tensor lm_head.weight differs from " + format.embedding + ", but " +
              model + " ties them (set model.tie_embeddings = false to import an untied head)");
     }
+    refuse_state_of_stateless_block(t, state, m, model);
     refuse(t.file->path() + ": tensor " + t.entry->name + " " + t.entry->shape_string() +
            " is not part of " + model +
            " (check model.layers and model.tie_embeddings against config.json)");
   }
-  count = used.size();
-  return values;
+  out.count = used.size();
+  return out;
 }
 
 // The deck the import is for: the user's --deck, or one built from `hf` (config.json's model,
@@ -221,11 +289,23 @@ void import_hf(const ImportArgs& args) {
       ", d_model = " + std::to_string(m.d_model) + ", seq_len = " + std::to_string(m.seq_len) +
       ", vocab_size = " + std::to_string(m.vocab_size) +
       ", tie_embeddings = " + (m.tie_embeddings ? "true" : "false") + ")";
-  size_t count = 0;
   const std::vector<HfTensor> tensors = format.stored_tensors ? format.stored_tensors(config, m) : format.tensors(m);
-  const std::map<std::string, std::vector<float>> values =
-      read_tensors(weights, format, tensors, m, model, fp8, config_path, count);
-  outputs.write(deck_text, [&] { write_imported_checkpoint(args.out, cfg, values, args.force); });
+  const std::vector<HfTensor> state = format.state_tensors ? format.state_tensors(m) : std::vector<HfTensor>{};
+  const ImportedTensors read = read_tensors(weights, format, tensors, state, m, model, fp8, config_path);
+  // The model's state as a run starts it (zeros), and the stored values where the format has them.
+  ExpertBias bias(m);
+  std::vector<StageBuffer> buffers = bias.buffers();
+  size_t placed = 0;
+  for (StageBuffer& b : buffers)
+    if (const auto it = read.state.find(b.name); it != read.state.end()) {
+      *b.values = it->second;
+      ++placed;
+    }
+  if (placed != read.state.size())
+    throw std::logic_error("import: the family's state tensors name buffers the model does not have");
+  outputs.write(deck_text,
+                [&] { write_imported_checkpoint(args.out, cfg, read.parameters, buffers, args.force); });
+  const size_t count = read.count;
   const std::string deck = !args.deck.empty() ? args.deck : args.deck_out;
   std::printf("imported %s (%zu tensors) for %s into %s at step 0\n", args.dir.c_str(), count,
               (deck.empty() ? cfg.deck_path : deck).c_str(), args.out.c_str());

@@ -1,4 +1,4 @@
-// write_imported_checkpoint (train/checkpoint_import.h): the Checkpointer's format, written by
+// write_imported_checkpoint (checkpoint/checkpoint_import.h): the Checkpointer's format, written by
 // one rank from whole tensors.
 
 #include "meshtrain/checkpoint/checkpoint_import.h"
@@ -18,6 +18,7 @@
 #include "meshtrain/io/regular_file.h"
 #include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/model/parameter_table.h"
+#include "checkpoint_buffers.h"
 #include "checkpoint_directory.h"
 #include "checkpoint_entries.h"
 #include "model_signature.h"
@@ -91,7 +92,8 @@ void check_import_destination(const std::string& path, bool replace) {
 }
 
 void write_imported_checkpoint(const std::string& path, const Config& config,
-                               const std::map<std::string, std::vector<float>>& values, bool replace) {
+                               const std::map<std::string, std::vector<float>>& values,
+                               const std::vector<StageBuffer>& buffers, bool replace) {
   check_import_destination(path, replace);
   const auto params = checkpoint_parameters(config.model);
   for (const auto& [name, shape] : params) {
@@ -131,6 +133,7 @@ void write_imported_checkpoint(const std::string& path, const Config& config,
     for (const auto& [name, dims] : params)
       for (int kind = 0; kind < kKinds; ++kind)
         file.create_dataset(dataset_name(name, kind), to_shape(dims), dt);
+    for (const StageBuffer& b : buffers) file.create_dataset(buffer_dataset(b.name), b.shape, DType::F64);
     file.reserve_space();
     std::vector<char> buf;
     for (const auto& [name, dims] : params) {
@@ -152,6 +155,12 @@ void write_imported_checkpoint(const std::string& path, const Config& config,
         file.write(ds, {whole(shape)}, buf.data(), dt);
         file.set_checksum(ds, checksum_part(buf.data(), dt, shape, {whole(shape)}));
       }
+    }
+    for (const StageBuffer& b : buffers) {
+      if (static_cast<int64_t>(b.values->size()) != b.shape.numel())
+        throw std::logic_error("checkpoint import: not " + std::to_string(b.shape.numel()) + " values for " + b.name);
+      file.write(buffer_dataset(b.name), {whole(b.shape)}, b.values->data(), DType::F64);
+      file.set_checksum(buffer_dataset(b.name), checksum_part(b.values->data(), DType::F64, b.shape, {whole(b.shape)}));
     }
     file.close();
   } catch (const std::exception& e) {

@@ -1028,6 +1028,23 @@ CATALOGUE = [
         ["import", "--format", "hf", "{dsv3}/kv_heads", "{dir}/run/imported.h5"], 1,
         ["{dsv3}/kv_heads/config.json: num_key_value_heads = 2 (meshtrain accepts num_attention_heads = 4"],
         needs=["dsv3"], then=nothing_imported),
+    # issue 53 (dsv3hf): the routers' e_score_correction_bias is read into the expert bias
+    # (HfFormat::state_tensors): its shape and dtype checked, and one on a dense block refused by name.
+    row("command", "import DeepSeek-V3: router bias of another shape", 1,
+        ["import", "--format", "hf", "{dsv3w}/bias_shape", "{dir}/run/imported.h5"], 1,
+        ["{dsv3w}/bias_shape/model.safetensors: tensor model.layers.1.mlp.gate.e_score_correction_bias has "
+         "shape (7,), but the deck's model", "needs (8,)"], needs=["dsv3w"], then=nothing_imported),
+    row("command", "import DeepSeek-V3: router bias stored as FP8", 1,
+        ["import", "--format", "hf", "{dsv3w}/bias_fp8", "{dir}/run/imported.h5"], 1,
+        ["{dsv3w}/bias_fp8/model.safetensors: tensor model.layers.2.mlp.gate.e_score_correction_bias is "
+         "stored as F8_E4M3, but it is the router's balancing bias", "accepted: F32"],
+        needs=["dsv3w"], then=nothing_imported),
+    row("command", "import DeepSeek-V3: router bias on a dense block", 1,
+        ["import", "--format", "hf", "{dsv3w}/bias_dense", "{dir}/run/imported.h5"], 1,
+        ["{dsv3w}/bias_dense/model.safetensors: tensor model.layers.0.mlp.gate.e_score_correction_bias (8,) "
+         "is a router's balancing bias, but block 0 of the deck's model", "is dense "
+         "(model.moe_first_dense_layers = 1, config.json's first_k_dense_replace)"],
+        needs=["dsv3w"], then=nothing_imported),
 ]
 
 
@@ -1517,6 +1534,35 @@ def fixture_dsv3(p):
 
 
 FIXTURES["dsv3"] = fixture_dsv3
+
+
+def fixture_dsv3_weights(p):
+    """issue 53 (dsv3hf): {dir}/dsv3w/<variant>, a tiny DeepseekV3ForCausalLM directory with
+    weights (tests/support/tiny_hf_moe.py; a dense block 0, mixture blocks 1 and 2 of 8 experts)
+    and one fault in its routers' e_score_correction_bias each."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+    try:
+        import tiny_hf_moe
+    except ImportError as e:
+        return f"{e.name} is not installed (Debian: python3-numpy python3-h5py)"
+    d = p["dsv3w"] = os.path.join(p["dir"], "dsv3w")
+    tiny_hf_moe.write("deepseek_v3", os.path.join(d, "base"))
+    base = read_safetensors_raw(os.path.join(d, "base", "model.safetensors"))
+    bias = "model.layers.{}.mlp.gate.e_score_correction_bias"
+    f32 = base[bias.format(1)][2]
+    variants = {
+        "bias_shape": {bias.format(1): ("F32", [7], f32[:28])},
+        "bias_fp8": {bias.format(2): ("F8_E4M3", [8], bytes(range(8)))},
+        "bias_dense": {bias.format(0): ("F32", [8], f32)},
+    }
+    for name, change in variants.items():
+        os.makedirs(os.path.join(d, name))
+        shutil.copy(os.path.join(d, "base", "config.json"), os.path.join(d, name, "config.json"))
+        write_safetensors_raw(os.path.join(d, name, "model.safetensors"), dict(base, **change))
+    return None
+
+
+FIXTURES["dsv3w"] = fixture_dsv3_weights
 
 
 # --- the driver -----------------------------------------------------------------------------

@@ -186,6 +186,28 @@ TEST(HfDeepseekV3, NamesEveryTensorWithItsRotaryRows) {
   EXPECT_EQ(direct[a + "q_proj.weight"].rope_rows.offset, 8);
 }
 
+// The routers' e_score_correction_bias is meshtrain's expert bias: one state tensor of E values
+// for each mixture block (none for the dense first block), F32 on HF's side whatever the weights.
+TEST(HfDeepseekV3, RoutersBiasIsTheExpertBiasState) {
+  const ModelSpec m = spec_of(tiny_config());
+  const std::vector<HfTensor> state = hf_deepseek_v3_format().state_tensors(m);
+  ASSERT_EQ(state.size(), 2u);
+  for (size_t i = 0; i < state.size(); ++i) {
+    const std::string block = std::to_string(i + 1);
+    EXPECT_EQ(state[i].hf, "model.layers." + block + ".mlp.gate.e_score_correction_bias");
+    EXPECT_EQ(state[i].meshtrain, "h." + block + ".mlp.router.expert_bias");
+    EXPECT_EQ(state[i].hf_shape, (std::vector<int64_t>{8}));
+    EXPECT_EQ(state[i].meshtrain_shape, (std::vector<int64_t>{8}));
+    EXPECT_TRUE(state[i].state);
+  }
+  for (const HfTensor& t : hf_deepseek_v3_tensors(m)) EXPECT_FALSE(t.state) << t.hf;
+  // The softmax-routed families store no such state.
+  for (const ModelFamily* f : model_registry()) {
+    if (std::string(f->name) == "deepseek_v3") continue;
+    EXPECT_EQ(f->hf->state_tensors, nullptr) << f->name;
+  }
+}
+
 TEST(HfDeepseekV3, FamilyDefaultsArePublishedDeepseekV3) {
   const ModelSpec d = family_defaults("deepseek_v3", ModelSpec{});
   EXPECT_TRUE(d.latent_attention());

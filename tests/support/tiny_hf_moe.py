@@ -8,7 +8,11 @@ tensor per expert. The kinds:
   qwen3_moe            Qwen3MoeForCausalLM: q/k norm, head_dim != hidden_size / heads,
                        8 experts, top 3, norm_topk_prob false, tied;
   qwen3_moe_dense0     Qwen3MoeForCausalLM with mlp_only_layers [0] (a dense first block of
-                       intermediate_size), norm_topk_prob true, untied.
+                       intermediate_size), norm_topk_prob true, untied;
+  deepseek_v3          DeepseekV3ForCausalLM: latent attention with a query rank, interleaved
+                       rotary rows, YaRN (DeepSeek-V3's mscale = mscale_all_dim), 8 experts in 4
+                       groups choosing 2, top 3, a shared expert, a dense first block, untied;
+                       each router's e_score_correction_bias random (F32, as DeepSeek stores it).
 
 The tensor names come from the NumPy reference (tests/reference/hf_decoder_reference.py, written
 from transformers' modules), the safetensors writer from the format's specification
@@ -49,6 +53,18 @@ CONFIGS["qwen3_moe_dense0"] = dict(CONFIGS["qwen3_moe"], head_dim=8, num_experts
                                    num_experts_per_tok=2, norm_topk_prob=True,
                                    mlp_only_layers=[0], tie_word_embeddings=False)
 
+# Its original context (16) a third of the deck's, so that the YaRN ramp falls inside it.
+CONFIGS["deepseek_v3"] = dict(
+    _COMMON, num_hidden_layers=3, num_key_value_heads=4, architectures=["DeepseekV3ForCausalLM"],
+    model_type="deepseek_v3", intermediate_size=48, moe_intermediate_size=8, n_routed_experts=8,
+    n_shared_experts=1, num_experts_per_tok=3, n_group=4, topk_group=2, norm_topk_prob=True,
+    routed_scaling_factor=2.5, first_k_dense_replace=1, q_lora_rank=24, kv_lora_rank=16,
+    qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12, rope_interleave=True,
+    rms_norm_eps=1e-6, rope_theta=10000.0, topk_method="noaux_tc", scoring_func="sigmoid",
+    rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                  "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0},
+    attention_bias=False, num_nextn_predict_layers=0, tie_word_embeddings=False, torch_dtype="float32")
+
 
 def random_weights(config, seed, dtype="F32"):
     """Random float32 weights, in HF's layout, that `dtype` holds exactly, scaled so that the
@@ -58,7 +74,9 @@ def random_weights(config, seed, dtype="F32"):
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in ref.parameter_names(config).items():
-        if len(shape) == 1:
+        if name.endswith("e_score_correction_bias"):  # around 0, as wide as the scores' spread
+            a = 0.3 * rng.standard_normal(shape)
+        elif len(shape) == 1:
             a = 1.0 + 0.2 * rng.standard_normal(shape)
         else:
             scale = 0.3 if name.endswith("embed_tokens.weight") else 3.0 / np.sqrt(shape[1])

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "meshtrain/config/config.h"
+#include "meshtrain/model/pipeline_stage.h"
 
 namespace meshtrain {
 
@@ -29,11 +30,14 @@ void check_import_destination(const std::string& path, bool replace);
 
 // Writes `path` from `values` (every parameter of checkpoint_parameters(config.model), each its
 // elements row-major, fp32; stored in the run's precision: float64 for fp64 runs, else float32)
+// and `buffers` (the model's state beside them, as its stage's buffers: every one the model
+// has, model/pipeline_stage.h; stored float64 as /buffers/<name>, as a run stores them)
 // on this rank alone (MPI_COMM_SELF): under <path>.tmp, then renamed, so a failure leaves no
 // file at `path`; checks the destination first (check_import_destination), and without `replace`
 // the rename refuses a file that appeared at `path` meanwhile. Throws std::runtime_error naming
 // the file.
 void write_imported_checkpoint(const std::string& path, const Config& config,
-                               const std::map<std::string, std::vector<float>>& values, bool replace = false);
+                               const std::map<std::string, std::vector<float>>& values,
+                               const std::vector<StageBuffer>& buffers, bool replace = false);
 
 }  // namespace meshtrain

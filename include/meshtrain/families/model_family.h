@@ -73,6 +73,10 @@ struct HfFormat {
   // import: the parameters as this config.json's files store them, where a config key changes
   // the storage and not the model (DeepSeek-V3's rope_interleave); null: tensors(m).
   std::vector<HfTensor> (*stored_tensors)(const HfConfigReader& config, const ModelSpec& m);
+  // import and export: the model's state that HF stores beside the parameters (HfTensor::state:
+  // DeepSeek-V3's e_score_correction_bias as meshtrain's expert bias); null: none. A model with
+  // state the format does not carry imports it as a fresh run starts it (zeros).
+  std::vector<HfTensor> (*state_tensors)(const ModelSpec& m);
 };
 
 struct ModelFamily {

@@ -149,6 +149,11 @@ ModelSpec deepseek_v3_read_config(const HfConfigReader& c, int64_t& max_position
   return hf_deepseek_v3_spec(c, max_positions);
 }
 
+// The router's balancing bias (DeepseekV3TopkRouter's buffer) is meshtrain's expert bias.
+std::vector<HfTensor> deepseek_v3_state_tensors(const ModelSpec& m) {
+  return hf_expert_bias_tensors(m, "model.layers.{}.mlp.gate.e_score_correction_bias");
+}
+
 }  // namespace
 
 std::string hf_deepseek_v3_config_json(const ModelSpec& m, const HfExportOptions& o) {
@@ -213,6 +218,7 @@ const HfFormat& hf_deepseek_v3_format() {
       "wte, h.<i>.{ln_1,attn.{q_a,q_a_norm,q_b,q,kv_a,kv_a_norm,kv_b,proj},ln_2,mlp}, ln_f and an untied "
       "lm_head.weight",
       deepseek_v3_stored_tensors,
+      deepseek_v3_state_tensors,
   };
   return format;
 }

@@ -279,6 +279,7 @@ const HfFormat& hf_gpt2_format() {
       gpt2_config_json,
       "wte, wpe, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and an untied lm_head.weight",
       nullptr,
+      nullptr,
   };
   return format;
 }

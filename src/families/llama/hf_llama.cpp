@@ -478,6 +478,7 @@ const HfFormat& hf_llama_format() {
       llama_config_json,
       "wte, h.<i>.{ln_1,attn,ln_2,mlp}, ln_f and an untied lm_head.weight, a mixture's h.<i>.mlp.{router,experts}",
       nullptr,
+      nullptr,  // no state: Mixtral's and Qwen3-MoE's routers are softmax
   };
   return format;
 }

@@ -4,6 +4,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "meshtrain/model/expert_bias.h"
+
 namespace meshtrain {
 
 using nlohmann::json;
@@ -42,6 +44,21 @@ bool hf_moe_model_type(const std::string& model_type) {
 
 std::vector<HfNameRule> hf_qwen3_moe_name_rules() {
   return {std::begin(kQwen3MoeNames), std::end(kQwen3MoeNames)};
+}
+
+std::vector<HfTensor> hf_expert_bias_tensors(const ModelSpec& m, const char* hf_pattern) {
+  const ExpertBias bias(m);
+  std::vector<HfTensor> out;
+  for (int layer : bias.layers()) {
+    HfTensor t;
+    t.meshtrain = ExpertBias::name(layer);
+    t.meshtrain_shape = t.hf_shape = {bias.experts()};
+    t.hf = hf_pattern;
+    t.hf.replace(t.hf.find("{}"), 2, std::to_string(layer));
+    t.state = true;
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 std::vector<HfNameRule> hf_moe_name_rules(const ModelSpec& m) {

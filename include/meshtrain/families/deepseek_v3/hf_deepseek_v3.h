@@ -11,7 +11,11 @@
 //   | h.i.attn.kv_a / kv_a_norm     | self_attn.kv_a_proj_with_mqa (its rotary tail interleaved) / kv_a_layernorm |
 //   | h.i.attn.kv_b / proj          | self_attn.kv_b_proj / o_proj                   |
 //   | h.i.mlp.shared.{gate,up,down} | mlp.shared_experts.{gate,up,down}_proj         |
+//   | h.i.mlp.router.expert_bias    | mlp.gate.e_score_correction_bias (E), F32      |
 //
+// The last is state, not a parameter (model/expert_bias.h; HfFormat::state_tensors): import reads
+// it into the checkpoint's /buffers/ (fp64, exact), export writes it F32 (DeepSeek's dtype; a
+// bias trained by meshtrain is rounded once), so that transformers routes as meshtrain does.
 // The rotary rows: DeepSeek's checkpoints (rope_interleave true, transformers' default for
 // the class) store each rotary part as interleaved pairs; meshtrain's rotate-half kernel reads
 // halves (families/hf/hf_name_map.h, HfRopeRows). Export always writes interleaved rows and
@@ -21,8 +25,7 @@
 // config.json: DeepSeek-V3's keys; refused by name: scoring_func other than "sigmoid",
 // topk_method other than "noaux_tc", moe_layer_freq other than 1, hidden_act other than
 // "silu", attention_bias true, num_key_value_heads other than num_attention_heads,
-// num_nextn_predict_layers other than 0 (no multi-token prediction yet). Not carried yet: the
-// routers' e_score_correction_bias (meshtrain's expert bias is state, not a parameter).
+// num_nextn_predict_layers other than 0 (no multi-token prediction yet).
 
 #include <string>
 #include <vector>

@@ -42,6 +42,11 @@ struct HfTensor {
   int64_t part = 0, parts = 1;
   // The rotary rows HF interleaves (of HF's tensor, after the part is taken); not with transpose.
   HfRopeRows rope_rows;
+  // Model state, not a parameter: one of the stage's buffers (the sigmoid router's expert bias,
+  // model/expert_bias.h), which a checkpoint holds under /buffers/ in fp64 and HF as a module's
+  // buffer. Written F32 whatever the weights' dtype, as DeepSeek's checkpoints hold it and as
+  // transformers keeps it (_keep_in_fp32_modules_strict).
+  bool state = false;
 };
 
 // How a meshtrain parameter becomes its HF tensor.

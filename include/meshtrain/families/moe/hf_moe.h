@@ -55,6 +55,10 @@ std::vector<HfNameRule> hf_moe_name_rules(const ModelSpec& m);
 // Qwen3-MoE's router and expert rules (mlp.gate, mlp.experts.{e}.{gate,up,down}_proj), which
 // DeepSeek-V3 shares.
 std::vector<HfNameRule> hf_qwen3_moe_name_rules();
+// The sigmoid router's expert bias of each mixture block of `m` (model/expert_bias.h, one
+// HfTensor::state tensor of E values a block) under `hf_pattern`, "{}" the block
+// ("model.layers.{}.mlp.gate.e_score_correction_bias"); none for a model without one.
+std::vector<HfTensor> hf_expert_bias_tensors(const ModelSpec& m, const char* hf_pattern);
 // Sets `m`'s feed_forward and moe fields from config.json (`model_type` "mixtral" or
 // "qwen3_moe"; m holds everything else already, and, for Qwen3-MoE, ffn_hidden from
 // intermediate_size), refusing by name what meshtrain cannot compute.
