@@ -67,13 +67,12 @@ class HfMoeReference(ReferenceCase):
                    f"train.eval_batches={EVAL_BATCHES}"]
         self.check_eval(kind + " imported", ckpt, weights, config, tokens, windows, val_set, deck)
 
-        if config["model_type"] == "deepseek_v3":
-            self.expect_sample_refuses_latent(ckpt, deck)
-        else:
-            expected = ref.greedy_generate(weights, config, list(PROMPT), NEW_TOKENS)
-            print(f"{kind}: greedy {expected}")
-            self.assertEqual(self.sample_greedy(ckpt, deck, CPU_FP64), expected, kind)
-            self.assertGreater(len(set(expected)), 16, "a repetitive continuation proves little")
+        # deepseek_v3: sample reads the latent cache (latent and rotary key) through the absorbed
+        # products, routed by the imported bias; the reference recomputes the expanded keys.
+        expected = ref.greedy_generate(weights, config, list(PROMPT), NEW_TOKENS)
+        print(f"{kind}: greedy {expected}")
+        self.assertEqual(self.sample_greedy(ckpt, deck, CPU_FP64), expected, kind)
+        self.assertGreater(len(set(expected)), 16, "a repetitive continuation proves little")
 
         out = os.path.join(self.dir, "exported")
         self.meshtrain(["export", ckpt, "--format", "hf", out])
