@@ -26,6 +26,7 @@
 #include "meshtrain/io/token_shard.h"
 #include "meshtrain/io/tokenizer.h"
 #include "meshtrain/model/expert_load.h"
+#include "meshtrain/parallel/muon_matrices.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/parallel/slowdown.h"
 #include "meshtrain/train/trainer.h"
@@ -628,6 +629,35 @@ TEST(LayoutParity, SkewedRouterFavoursTwoExperts) {
   std::printf("  moe_skewed first step, busiest expert over the mean per layer:");
   for (double b : experts.max_over_mean) std::printf(" %.2f", b);
   std::printf("\n");
+}
+
+// Muon's Newton-Schulz divides over the replicas times the tensor ranks (parallel/
+// muon_matrices.h): on tp 2 x dp 2 (ZeRO-1) every one of the 4 ranks owns matrices, no rank
+// more than twice another's share of the cost, and each matrix has one owner: the owners' costs
+// add up over the 4 ranks to the stage's whole matrices' cost.
+TEST(LayoutParity, MuonOwnersShareTheWorkOverDpAndTp) {
+  if (world_size() != 4) GTEST_SKIP() << "runs on 4 ranks (tp 2 x dp 2)";
+  testing::TempDir dir;
+  Config c = testing::tiny_config(dir.path());
+  c = Layout{2, 2, 1, ScheduleKind::OneFOneB, 1, 4, true, 1}.apply(c);
+  c.train.optimizer = OptimizerKind::Muon;
+  check_layout(c, 4);
+  CpuBackend backend(1);
+  ProcessGrid grid(MPI_COMM_WORLD, c.grid_shape(), c.run.comm_timeout);
+  Trainer trainer(c, grid, backend);
+  StateLayout& layout = trainer.state().layout();
+  double mine = 0, all = 0;
+  for (const MuonMatrix& m : trainer.state().optimizer().muon_matrices()) {
+    all += m.cost();
+    if (m.owner == owner_index(layout, m.bucket)) mine += m.cost();
+  }
+  double least = mine, most = mine, total = mine;
+  MPI_Allreduce(MPI_IN_PLACE, &least, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_GT(least, 0.0);
+  EXPECT_LE(most, 2 * least);
+  EXPECT_DOUBLE_EQ(total, all);  // one stage: every rank lists the same whole matrices
 }
 
 // The same losses, and the same parameter bits on every rank.
