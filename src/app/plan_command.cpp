@@ -17,10 +17,13 @@
 #include "meshtrain/config/deck.h"
 #include "meshtrain/config/device_check.h"
 #include "meshtrain/config/machine_profile.h"
+#include "meshtrain/model/model_costs.h"
 #include "meshtrain/model/parameter_table.h"
+#include "meshtrain/parallel/schedule.h"
 #include "meshtrain/train/layout_advisor.h"
 #include "meshtrain/train/planner.h"
 #include "meshtrain/train/time_model.h"
+#include "meshtrain/train/work_balance.h"
 
 #include <nlohmann/json.hpp>
 
@@ -59,19 +62,50 @@ std::string pct(size_t part, size_t whole) {
   return buf;
 }
 
+// 671026404352 -> "671,026,404,352".
+std::string grouped(int64_t n) {
+  std::string text = std::to_string(n);
+  for (int i = static_cast<int>(text.size()) - 3; i > 0; i -= 3) text.insert(static_cast<size_t>(i), ",");
+  return text;
+}
+
 // The model's size as the published model cards give it (Llama 3 8B: 8.03B), from the
 // parameter table of the layers as built: a spec that differs from the card shows here first.
 void print_model(const ModelSpec& m) {
   const int64_t n = m.parameter_count();
-  std::string grouped = std::to_string(n);
-  for (int i = static_cast<int>(grouped.size()) - 3; i > 0; i -= 3) grouped.insert(static_cast<size_t>(i), ",");
   // A mixture of experts: the parameters one token multiplies by (top_k of each layer's experts).
   char active[64] = "";
   if (m.feed_forward == FeedForwardKind::Moe)
     std::snprintf(active, sizeof active, ", %.2fB active", m.active_parameter_count() / 1e9);
   std::printf("# model: %s, %d layers, %s parameters (%.2fB%s), %.1f GFLOP per token trained\n",
-              m.family.c_str(), m.layers, grouped.c_str(), static_cast<double>(n) / 1e9, active,
+              m.family.c_str(), m.layers, grouped(n).c_str(), static_cast<double>(n) / 1e9, active,
               m.flops_per_token() / 1e9);
+}
+
+// Generation's cache (model/generator.h) on this layout, one line per pipeline stage: each layer
+// the stage holds keeps, per token of the context, its cache width on one tensor rank (the
+// blocks' DecodeCacheCost: standard attention's keys and values split with their heads, latent
+// attention's latent and rotary key whole on every rank) in the activation dtype. DeepSeek-V3 in
+// bf16 on one stage: 576 x 2 x 61 = 70,272 bytes per token. train.sample_every generates on this
+// layout; `sample` itself loads the model on one stage (the sum of these lines).
+void print_sample_cache(const Config& config) {
+  const ParallelOptions& p = config.parallel;
+  const ModelCostSheet& sheets = model_cost_sheet(config.model);
+  const std::vector<ChunkRange> chunks =
+      p.partition.empty() ? default_partition(config) : explicit_partition(p.partition);
+  const std::vector<int> owners = chunk_owners(p.pp, p.virtual_stages, schedule_placement(p.schedule));
+  std::vector<double> elements(static_cast<size_t>(p.pp), 0.0);  // per token, per stage
+  for (size_t k = 0; k < chunks.size(); ++k)
+    for (int l = chunks[k].first_layer; l < chunks[k].end_layer; ++l)
+      elements[static_cast<size_t>(owners[k])] += sheets.blocks[static_cast<size_t>(l)].decode_cache_width(p.tp);
+  const int64_t T = config.model.seq_len;
+  for (int stage = 0; stage < p.pp; ++stage) {
+    const auto per_token = static_cast<int64_t>(elements[static_cast<size_t>(stage)]) *
+                           static_cast<int64_t>(dtype_size(config.train.precision));
+    std::printf("# sample: cache of %s per sequence of seq_len %lld (%s bytes per token) on each rank "
+                "of stage pp %d\n", format_bytes(static_cast<double>(per_token * T)).c_str(),
+                static_cast<long long>(T), grouped(per_token).c_str(), stage);
+  }
 }
 
 // Under train.optimizer = "muon": which parameters Muon steps (the hidden matrices, by their
@@ -382,6 +416,7 @@ int plan_command(const PlanArgs& args) {
       std::printf("# kernels' scratch as on the CPU backend; a GPU adds the cuBLASLt workspace (32 MiB) "
                   "and cuDNN's\n");
     print_stages(plan);
+    print_sample_cache(plan.config);
     if (profile)
       print_time(predict_step_time(plan.config, *profile), *profile, plan.peak(), limit,
                  budget ? "--memory " + args.memory : "the profile's memory_per_rank");

@@ -276,9 +276,9 @@ void check_norm_and_optimizer_fields(const Config& c, const DeckFail& fail) {
          " is not a multiple of train.micro_batch = " + std::to_string(c.train.micro_batch));
 }
 
-// Muon's keys, and the layouts it does not run on yet: each of those cuts a matrix into pieces
-// (tensor parallelism, ZeRO's shards) or moves the optimizer elsewhere (offload, parameter
-// servers), and Newton-Schulz needs the whole matrix in one place.
+// Muon's keys, and the layouts it does not run on yet: each of those moves the optimizer
+// elsewhere (offload, parameter servers). Tensor parallelism and ZeRO's shards cut matrices into
+// pieces, which the step gathers whole for Newton-Schulz (parallel/muon_matrices.h).
 void check_muon_fields(const Config& c, const DeckFail& fail) {
   const ParallelOptions& par = c.parallel;
   if (c.train.optimizer != OptimizerKind::Muon) {
@@ -290,14 +290,6 @@ void check_muon_fields(const Config& c, const DeckFail& fail) {
     return;
   }
   const std::string why = " with train.optimizer = \"muon\": ";
-  if (par.tp > 1 || par.automatic.tp)
-    fail("parallel.tp = " + std::string(par.automatic.tp ? "\"auto\"" : std::to_string(par.tp)) + why +
-         "Muon's Newton-Schulz iteration needs each matrix whole, and gathering tensor-parallel "
-         "shards for it is not implemented yet (use parallel.tp = 1, or train.optimizer = \"adamw\")");
-  if (par.zero != 0 || par.automatic.zero)
-    fail("parallel.zero = " + std::string(par.automatic.zero ? "\"auto\"" : std::to_string(par.zero)) +
-         why + "ZeRO shards cut the matrices that Newton-Schulz needs whole, and Muon does not "
-         "run on them yet (use parallel.zero = 0, or train.optimizer = \"adamw\")");
   if (par.offload != Offload::None)
     fail("parallel.offload = \"optimizer\"" + why + "the offloaded optimizer is AdamW's only "
          "(use parallel.offload = \"none\", or train.optimizer = \"adamw\")");

@@ -24,9 +24,9 @@ void add_optimizer_keys(std::vector<KeySpec>& k) {
                          "matrix on its own), AdamW (train.beta1, beta2, eps) for the rest "
                          "(embeddings, output head, norms, biases, routers); both follow train.lr's "
                          "schedule and train.weight_decay. `meshtrain plan` prints the split. Runs "
-                         "with data, context, expert and pipeline parallelism under ZeRO 0; "
-                         "parallel.tp > 1, zero >= 1, offload and parameter servers are refused "
-                         "for now (docs/parallelism-and-schedules.md).",
+                         "with data, tensor, context, expert and pipeline parallelism under ZeRO "
+                         "0-3; offload and parameter servers are refused for now "
+                         "(docs/parallelism-and-schedules.md).",
                          [](Config& c, const std::string& v) { c.train.optimizer = optimizer_named(v); }));
   k.push_back(bounded_float_key("train", "muon_momentum", "0.95", 0.0, 0.999,
                                 "Muon's momentum coefficient (the published 0.95).",

@@ -46,15 +46,12 @@ Tensor Block::forward(const Tensor& x, TokenShape shape, Saved& saved, Recompute
   return out;
 }
 
-Tensor Block::decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t position) {
+Tensor Block::decode(const Tensor& x, DecodeCache& cache, int64_t position) {
   Backend& be = *ctx_.backend;
   const MemoryCategory ws = MemoryCategory::Workspace;
   Norm::Saved attention_norm, feed_forward_norm;
   FeedForward::Saved feed_forward;
-  CausalSelfAttention* attention = attention_.standard();
-  if (!attention) throw std::logic_error("sample with latent attention: not yet");
-  Tensor x2 = attention->decode(attention_norm_.forward(x, attention_norm, ws), k_cache, v_cache,
-                                position);
+  Tensor x2 = attention_.decode(attention_norm_.forward(x, attention_norm, ws), cache, position);
   be.add_inplace(x2, x);
   const TensorParallel tp = ctx_.tp.without_sequence();
   Tensor out = feed_forward_.forward(feed_forward_norm_.forward(x2, feed_forward_norm, ws),

@@ -42,6 +42,21 @@ Tensor BlockAttention::backward(const Tensor& dy, TokenShape shape, const Saved&
       layer_);
 }
 
+DecodeCache BlockAttention::decode_cache(Backend& be, DType dtype, int64_t seq_len) const {
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  if (const auto* latent = std::get_if<LatentAttention>(&layer_))
+    return {be.zeros({1, seq_len, latent->cache_width()}, dtype, ws), Tensor{}};
+  const auto& standard = std::get<CausalSelfAttention>(layer_);
+  const Shape heads{standard.local_kv_heads(), seq_len, standard.head_size()};
+  return {be.zeros(heads, dtype, ws), be.zeros(heads, dtype, ws)};
+}
+
+Tensor BlockAttention::decode(const Tensor& x, DecodeCache& cache, int64_t position) {
+  if (auto* latent = std::get_if<LatentAttention>(&layer_))
+    return latent->decode(x, cache.keys, position);
+  return std::get<CausalSelfAttention>(layer_).decode(x, cache.keys, cache.values, position);
+}
+
 void BlockAttention::add_costs(CostSheet& sheet) const {
   std::visit([&](const auto& layer) { layer.add_costs(sheet); }, layer_);
 }

@@ -27,6 +27,13 @@ void CostSheet::add(const CostSheet& other) {
   attention.insert(attention.end(), other.attention.begin(), other.attention.end());
   parameters.insert(parameters.end(), other.parameters.begin(), other.parameters.end());
   exchanges.insert(exchanges.end(), other.exchanges.begin(), other.exchanges.end());
+  decode_cache.insert(decode_cache.end(), other.decode_cache.begin(), other.decode_cache.end());
+}
+
+double CostSheet::decode_cache_width(double tp) const {
+  double width = 0;
+  for (const DecodeCacheCost& c : decode_cache) width += c.local_width(tp);
+  return width;
 }
 
 void CostSheet::add_pass_over_last_outputs(double forward_accesses, double backward_accesses) {

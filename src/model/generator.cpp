@@ -63,22 +63,12 @@ Generator::Generator(PipelineStage& stage, Communicator* pipeline, std::vector<i
     throw std::invalid_argument("generation from a model split into pipeline stages needs the "
                                 "pipeline group (this rank holds " +
                                 std::to_string(model.chunks()) + " chunk(s))");
-  Backend& be = model.backend();
-  k_cache_.resize(static_cast<size_t>(cfg.layers));
-  v_cache_.resize(static_cast<size_t>(cfg.layers));
+  caches_.resize(static_cast<size_t>(cfg.layers));
   for (int v = 0; v < model.chunks(); ++v) {
     ModelChunk& chunk = model.chunk(v);
-    for (int i = 0; i < chunk.block_count(); ++i) {
-      const CausalSelfAttention* attn = chunk.block(i).attention().standard();
-      if (!attn)
-        throw std::invalid_argument("sample with latent attention (model.attention = \"latent\"): "
-                                    "not yet (its cache of the compressed latent is not built)");
-      const Shape cache{attn->local_kv_heads(), cfg.seq_len, attn->head_size()};
-      const size_t l = static_cast<size_t>(chunk.range().first_layer + i);
-      // Zeros: attention_decode reads only written rows, but a defined value costs nothing here.
-      k_cache_[l] = be.zeros(cache, model.dtype(), MemoryCategory::Workspace);
-      v_cache_[l] = be.zeros(cache, model.dtype(), MemoryCategory::Workspace);
-    }
+    for (int i = 0; i < chunk.block_count(); ++i)
+      caches_[static_cast<size_t>(chunk.range().first_layer + i)] =
+          chunk.block(i).attention().decode_cache(model.backend(), model.dtype(), cfg.seq_len);
   }
 }
 
@@ -129,7 +119,7 @@ std::vector<double> Generator::run_position(int32_t token) {
     }
     for (int i = 0; i < chunk.block_count(); ++i) {
       const size_t l = static_cast<size_t>(chunk.range().first_layer + i);
-      x = chunk.block(i).decode(x, k_cache_[l], v_cache_[l], length_);
+      x = chunk.block(i).decode(x, caches_[l], length_);
     }
     if (chunk.head()) logits = gather_logits(chunk.head()->logits(x));
     else if (!mine(k + 1)) pipeline_->send(x, owners_[static_cast<size_t>(k + 1)], kTagBase + k + 1).wait();

@@ -77,10 +77,17 @@ Tensor LatentAttention::enter_latents(const Tensor& x, Saved& saved, MemoryCateg
   return k_pe;
 }
 
+Backend::RotaryHeads LatentAttention::query_tails() const {
+  return {nope_, local_heads_, rope_, nope_ + rope_};
+}
+
 void LatentAttention::rotate_query_tails(Tensor& q, TokenShape shape, bool forward) {
-  const Backend::RotaryHeads tails{nope_, local_heads_, rope_, nope_ + rope_};
-  if (forward) rotary_.forward(q, shape, tails);
-  else rotary_.backward(q, shape, tails);
+  if (forward) rotary_.forward(q, shape, query_tails());
+  else rotary_.backward(q, shape, query_tails());
+}
+
+void LatentAttention::rotate_query_tails_at(Tensor& q, int64_t position) {
+  rotary_.forward_at(q, position, query_tails());
 }
 
 Tensor LatentAttention::forward(const Tensor& x, TokenShape shape, Saved& saved,
@@ -100,6 +107,78 @@ Tensor LatentAttention::forward(const Tensor& x, TokenShape shape, Saved& saved,
   Tensor att = be.empty({q.dim(0), local_heads_ * value_}, x.dtype(), category);
   attention_core_forward(ctx_, att, saved.qkv, shape, dims_, saved.core, category, recompute);
   return proj_.forward(att, saved.proj_in, category, nullptr, residual);
+}
+
+void LatentAttention::write_cache_row(const Tensor& x, Tensor& cache, int64_t position) {
+  Backend& be = *ctx_.backend;
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  const int64_t width = cache_width();
+  const Tensor ckv = kv_a_.forward(x, ws);  // (1, r_kv + d_r)
+  Tensor c = be.empty({1, kv_rank_}, x.dtype(), ws);
+  be.copy_columns(c, 0, ckv, 0, kv_rank_);
+  RmsNorm::Saved norm;
+  Tensor row = cache.view(position * width, {1, width});
+  be.copy_columns(row, 0, kv_a_norm_.forward(c, norm, ws), 0, kv_rank_);
+  be.copy_columns(row, kv_rank_, ckv, kv_rank_, rope_);
+  rotary_.forward_at(row, position, {kv_rank_, 1, rope_});
+}
+
+Tensor LatentAttention::absorbed_queries(const Tensor& x, int64_t position,
+                                         const TensorParallel& tp) {
+  Backend& be = *ctx_.backend;
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  const int64_t qk = nope_ + rope_, width = cache_width();
+  ColumnParallelLinear::Saved q_in;
+  Tensor q;  // (1, h d_qk): this rank's heads
+  if (q_b_) {
+    RmsNorm::Saved norm;
+    q_in.inp = q_a_norm_->forward(q_a_->forward(x, ws), norm, ws);  // whole on every rank
+    q = q_b_->forward_entered(q_in, ws);
+  } else {
+    q = q_->forward(x, q_in, ws, &tp);
+  }
+  rotate_query_tails_at(q, position);
+  const Tensor& w = kv_b_.weight().value;  // (h (d_n + d_v), r_kv): head j's rows [k_nope ; v]
+  Tensor queries = be.empty({local_heads_, width}, x.dtype(), ws);
+  for (int64_t j = 0; j < local_heads_; ++j) {
+    // q_abs (1, r_kv) = q_nope (1, d_n) W_UK (d_n, r_kv): a product matmul_backward's input
+    // gradient computes (its `inp` argument only gives the shape when no dweight is asked).
+    Tensor q_abs = queries.view(j * width, {1, kv_rank_});
+    const Tensor w_uk = w.view(j * (nope_ + value_) * kv_rank_, {nope_, kv_rank_});
+    be.matmul_backward(&q_abs, nullptr, nullptr, q.view(j * qk, {1, nope_}), q_abs, w_uk);
+    Tensor q_rot = queries.view(j * width + kv_rank_, {1, rope_});
+    be.copy(q_rot, q.view(j * qk + nope_, {1, rope_}));
+  }
+  return queries;
+}
+
+Tensor LatentAttention::expand_values(const Tensor& latent_sums) {
+  Backend& be = *ctx_.backend;
+  const int64_t width = cache_width();
+  const Tensor& w = kv_b_.weight().value;
+  Tensor out = be.empty({1, local_heads_ * value_}, latent_sums.dtype(), MemoryCategory::Workspace);
+  for (int64_t j = 0; j < local_heads_; ++j) {
+    // out_j (1, d_v) = o_j (1, r_kv) W_UV_j^T; o_j's last d_r columns (the weighted rotary keys)
+    // are not values and go unused.
+    Tensor out_j = out.view(j * value_, {1, value_});
+    const Tensor w_uv = w.view((j * (nope_ + value_) + nope_) * kv_rank_, {value_, kv_rank_});
+    be.matmul_forward(out_j, latent_sums.view(j * width, {1, kv_rank_}), w_uv, nullptr);
+  }
+  return out;
+}
+
+Tensor LatentAttention::decode(const Tensor& x, Tensor& cache, int64_t position) {
+  Backend& be = *ctx_.backend;
+  const MemoryCategory ws = MemoryCategory::Workspace;
+  const TensorParallel tp = ctx_.tp.without_sequence();
+  write_cache_row(x, cache, position);
+  const Tensor queries = absorbed_queries(x, position, tp);
+  // One key/value head, the cache itself as keys and as values: scores [q_abs | q_rot] . [c | k_pe]
+  // at the layer's own softmax scale (d_qk^-1/2, times YaRN's m^2), sums of the rows [c | k_pe].
+  Tensor latent_sums = be.empty({local_heads_, cache_width()}, x.dtype(), ws);
+  be.attention_decode(latent_sums, queries, cache, cache, position + 1, dims_.softmax_scale());
+  RowParallelLinear::Saved proj_in;
+  return proj_.forward(expand_values(latent_sums), proj_in, ws, &tp);
 }
 
 Tensor LatentAttention::backward(const Tensor& dy, TokenShape shape, const Saved& saved,
@@ -193,6 +272,8 @@ void LatentAttention::add_costs(CostSheet& sheet) const {
   sheet.elementwise.push_back(packing);
   sheet.attention.push_back(attention_core_cost(heads_, qk, value_));
   proj_.add_costs(sheet);
+  // Generation's latent and rotary key, whole on every tensor rank (decode).
+  sheet.decode_cache.push_back({cache_width(), false});
 }
 
 }  // namespace meshtrain

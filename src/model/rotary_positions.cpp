@@ -76,11 +76,15 @@ void RotaryPositions::backward(Tensor& dx, TokenShape shape, const Backend::Rota
 }
 
 void RotaryPositions::forward_at(Tensor& qkv, int64_t position) {
-  const RotaryTable& t = table(qkv.dtype());
+  forward_at(qkv, position, {0, local_rotated_heads_, head_dim_});
+}
+
+void RotaryPositions::forward_at(Tensor& x, int64_t position, const Backend::RotaryHeads& where) {
+  const RotaryTable& t = table(x.dtype());
   const int32_t p = static_cast<int32_t>(position);
   Tensor at = ctx_.backend->empty({1}, DType::I32, MemoryCategory::Workspace);
   ctx_.backend->copy_from_host(at, &p);
-  ctx_.backend->rotary_forward(qkv, at, t.cos, t.sin, {0, local_rotated_heads_, head_dim_});
+  ctx_.backend->rotary_forward(x, at, t.cos, t.sin, where);
 }
 
 void RotaryPositions::add_costs(CostSheet& sheet) const {

@@ -61,9 +61,14 @@ double muon_update_scale(double lr, int64_t rows, int64_t cols, const MuonHyper&
 }
 
 void muon_apply(Backend& be, Tensor& value, Tensor& orthogonal, double lr, const MuonHyper& hyper) {
+  muon_apply(be, value, orthogonal, lr, orthogonal.shape()[0], orthogonal.shape()[1], hyper);
+}
+
+void muon_apply(Backend& be, Tensor& value, Tensor& orthogonal, double lr, int64_t rows,
+                int64_t cols, const MuonHyper& hyper) {
   const double decay = 1.0 - lr * hyper.weight_decay;
   if (decay != 1.0) be.scale_inplace(value, decay);
-  be.scale_inplace(orthogonal, -muon_update_scale(lr, orthogonal.shape()[0], orthogonal.shape()[1], hyper));
+  be.scale_inplace(orthogonal, -muon_update_scale(lr, rows, cols, hyper));
   be.add_inplace(value, orthogonal);
 }
 

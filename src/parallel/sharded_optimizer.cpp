@@ -174,46 +174,140 @@ void ShardedOptimizer::step_offloaded(double lr, double grad_scale) {
   }
 }
 
-// Muon's matrices (ZeRO 0: every replica holds the reduced gradients and the whole bucket).
-// Every replica moves every momentum; each matrix's owner orthogonalises it into the bucket's
-// update buffer, which is zero elsewhere, so one sum over the replica group gives every replica
-// every matrix's update exactly (x + 0 = x), and each applies them all.
+namespace {
+
+// This rank's piece (rows, cols) of m into the whole matrix (global_rows, global_cols), and back.
+void place_piece(Backend& be, Tensor& whole, const Tensor& piece, const MuonMatrix& m) {
+  if (m.tp_dim == 1) {
+    be.copy_columns(whole, m.tp_begin, piece, 0, m.cols);
+    return;
+  }
+  Tensor rows = whole.view(m.tp_dim == 0 ? m.tp_begin * m.global_cols : 0, {m.rows, m.cols});
+  be.copy(rows, piece);
+}
+
+void take_piece(Backend& be, Tensor& piece, const Tensor& whole, const MuonMatrix& m) {
+  if (m.tp_dim == 1) {
+    be.copy_columns(piece, 0, whole, m.tp_begin, m.cols);
+    return;
+  }
+  be.copy(piece, whole.view(m.tp_dim == 0 ? m.tp_begin * m.global_cols : 0, {m.rows, m.cols}));
+}
+
+}  // namespace
+
+// Muon's matrices, bucket by bucket (parallel/muon_matrices.h has the plan and why): the
+// momenta of the owned range, the whole bucket's updates on every replica, each matrix
+// orthogonalised by its owner, every rank's share of the updates, applied to its owned range.
 void ShardedOptimizer::step_muon(double lr, double grad_scale) {
   Backend& be = layout_->device();
-  const DType dt = layout_->state_dtype();
   const MuonHyper& hyper = layout_->options().muon;
   size_t next = 0;
   for (int b = 0; b < layout_->buckets() && next < muon_.size(); ++b) {
     size_t end = next;
     while (end < muon_.size() && muon_[end].bucket == b) ++end;
     if (end == next) continue;
-    Communicator& replicas = layout_->replicas(b);
-    Tensor updates = be.zeros({layout_->owned_size(b)}, dt, MemoryCategory::Workspace);
-    Tensor grads = layout_->owned_grads(b);
-    for (size_t i = next; i < end; ++i) {
-      const MuonMatrix& m = muon_[i];
-      const Shape shape{m.rows, m.cols};
-      Tensor momentum = adamw_[b]->exp_avg().view(m.offset, shape);
-      Tensor update = updates.view(m.offset, shape);
-      muon_momentum(be, momentum, grads.view(m.offset, shape), grad_scale, hyper, update);
-      if (m.owner == replicas.rank()) newton_schulz(be, update, hyper);
-      else be.fill(update, 0.0);
-    }
-    if (replicas.size() > 1) replicas.all_reduce(updates).wait();
+    Tensor updates = muon_momenta(b, next, end, grad_scale);
+    orthogonalise(b, next, end, updates);
+    Tensor share = share_updates(b, updates);
     Tensor optimizer_values = values(b);
+    const int64_t lo = layout_->owned_begin(b), hi = lo + layout_->owned_size(b);
     for (size_t i = next; i < end; ++i) {
       const MuonMatrix& m = muon_[i];
-      const Shape shape{m.rows, m.cols};
-      Tensor value = optimizer_values.view(m.offset, shape);
-      Tensor update = updates.view(m.offset, shape);
-      muon_apply(be, value, update, lr, hyper);
+      OptimizerSegment piece;
+      if (!intersect(m.offset, m.offset + m.rows * m.cols, lo, hi, piece)) continue;
+      Tensor value = optimizer_values.view(piece.offset, {piece.count});
+      Tensor update = share.view(piece.offset, {piece.count});
+      muon_apply(be, value, update, lr, m.global_rows, m.global_cols, hyper);
       if (layout_->has_master()) {
-        Tensor rounded = layout_->owned_values(b).view(m.offset, shape);
+        Tensor rounded = layout_->owned_values(b).view(piece.offset, {piece.count});
         be.cast(rounded, value);
       }
     }
     next = end;
   }
+}
+
+// Each rank moves the momentum of its owned range's pieces of the matrices (an element-wise
+// update, held in exp_avg at the same places) into a buffer of its owned range; under ZeRO the
+// replicas' buffers are then all-gathered, so every replica holds the whole bucket's updates
+// (the pieces of its tensor rank), as every replica does under ZeRO 0.
+Tensor ShardedOptimizer::muon_momenta(int b, size_t first, size_t end, double grad_scale) {
+  Backend& be = layout_->device();
+  const DType dt = layout_->state_dtype();
+  Tensor mine = be.zeros({layout_->owned_size(b)}, dt, MemoryCategory::Workspace);
+  Tensor grads = layout_->owned_grads(b);
+  const int64_t lo = layout_->owned_begin(b), hi = lo + layout_->owned_size(b);
+  for (size_t i = first; i < end; ++i) {
+    const MuonMatrix& m = muon_[i];
+    OptimizerSegment piece;
+    if (!intersect(m.offset, m.offset + m.rows * m.cols, lo, hi, piece)) continue;
+    Tensor momentum = adamw_[b]->exp_avg().view(piece.offset, {piece.count});
+    Tensor update = mine.view(piece.offset, {piece.count});
+    muon_momentum(be, momentum, grads.view(piece.offset, {piece.count}), grad_scale,
+                  layout_->options().muon, update);
+  }
+  Communicator& replicas = layout_->replicas(b);
+  if (layout_->zero() == 0 || replicas.size() == 1) return mine;
+  Tensor updates = be.empty({layout_->plan().buckets[b].size}, dt, MemoryCategory::Workspace);
+  replicas.all_gather(updates, mine).wait();
+  return updates;
+}
+
+// Each matrix of `updates` (the whole bucket, this tensor rank's pieces) becomes its
+// orthogonalisation at its owner and zero elsewhere. With tp > 1 the pieces are first summed
+// into whole matrices over the tensor group (each rank adds its piece to zeros), and the owner's
+// result goes back the same way.
+void ShardedOptimizer::orthogonalise(int b, size_t first, size_t end, Tensor& updates) {
+  Backend& be = layout_->device();
+  const MuonHyper& hyper = layout_->options().muon;
+  const int me = owner_index(*layout_, b);
+  Communicator& tp = *layout_->groups().tp;
+  if (tp.size() == 1) {
+    for (size_t i = first; i < end; ++i) {
+      Tensor update = updates.view(muon_[i].offset, {muon_[i].rows, muon_[i].cols});
+      if (muon_[i].owner == me) newton_schulz(be, update, hyper);
+      else be.fill(update, 0.0);
+    }
+    return;
+  }
+  Tensor wholes = be.zeros({whole_matrix_elements(muon_, b)}, updates.dtype(), MemoryCategory::Workspace);
+  auto whole_of = [&](const MuonMatrix& m) { return wholes.view(m.whole_offset, {m.global_rows, m.global_cols}); };
+  auto piece_of = [&](const MuonMatrix& m) { return updates.view(m.offset, {m.rows, m.cols}); };
+  for (size_t i = first; i < end; ++i) {
+    Tensor whole = whole_of(muon_[i]);
+    if (muon_[i].tp_dim >= 0) place_piece(be, whole, piece_of(muon_[i]), muon_[i]);
+  }
+  tp.all_reduce(wholes).wait();
+  for (size_t i = first; i < end; ++i) {
+    const MuonMatrix& m = muon_[i];
+    Tensor whole = whole_of(m);
+    if (m.owner != me) {
+      be.fill(whole, 0.0);
+      continue;
+    }
+    if (m.tp_dim < 0) be.copy(whole, piece_of(m));  // whole on every tensor rank already
+    newton_schulz(be, whole, hyper);
+  }
+  tp.all_reduce(wholes).wait();
+  for (size_t i = first; i < end; ++i) {
+    Tensor piece = piece_of(muon_[i]);
+    take_piece(be, piece, whole_of(muon_[i]), muon_[i]);
+  }
+}
+
+// Every rank's share of the bucket's orthogonalised updates, each matrix's nonzero at one
+// replica only, so the sums are exact: the whole bucket under ZeRO 0, the owned range under ZeRO.
+Tensor ShardedOptimizer::share_updates(int b, Tensor& updates) {
+  Communicator& replicas = layout_->replicas(b);
+  if (replicas.size() == 1) return updates;
+  if (layout_->zero() == 0) {
+    replicas.all_reduce(updates).wait();
+    return updates;
+  }
+  Tensor mine = layout_->device().empty({layout_->owned_size(b)}, updates.dtype(), MemoryCategory::Workspace);
+  replicas.reduce_scatter(mine, updates).wait();
+  return mine;
 }
 
 void ShardedOptimizer::sync_after_load() {

@@ -61,8 +61,6 @@ std::string generation_unsupported(const Config& config) {
   const ParallelOptions& p = config.parallel;
   if (p.zero >= 3)
     return "parallel.zero = 3 shards the parameters: generation needs them whole (zero <= 2)";
-  if (config.model.latent_attention())
-    return "sample with latent attention: not yet (its cache of the compressed latent is not built)";
   return "";
 }
 

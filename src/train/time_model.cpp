@@ -101,7 +101,8 @@ void add_layout_caveats(const Config& c, const MachineProfile& profile, const Gr
   if (c.train.optimizer == OptimizerKind::Muon)
     caveats.push_back("Muon: each block linear's Newton-Schulz is priced as one matrix (a fused "
                       "projection steps as its slices, a little less), its owners as sharing the "
-                      "work evenly, and the updates' sum as an all-reduce after the step");
+                      "work evenly, and the moves of its matrices (tp's sums into whole matrices, "
+                      "ZeRO's gather and reduce-scatter, ZeRO 0's all-reduce) as after the step");
   if (par.cp > 1)
     caveats.push_back("context parallelism: ring attention's transfers are priced as hidden "
                       "behind attention (bench --suite context: the ring at 0.985 of compute "
@@ -389,21 +390,39 @@ double optimizer_seconds(const Config& c, const ChunkPricer& pricer, const Stage
   return pricer.memory(owned * (7 * 4 + param_bytes) + read * grad_bytes);
 }
 
+// Moving Muon's matrices over a replica group of `ranks` (parallel/muon_matrices.h): under ZeRO 0
+// every replica holds every momentum, and one all-reduce sums the owners' updates; under ZeRO the
+// owned pieces are all-gathered before Newton-Schulz and the updates reduce-scattered after it.
+double muon_replica_seconds(const ParallelOptions& par, const MachineProfile& profile, LinkClass link,
+                            double bytes, int ranks) {
+  if (ranks <= 1) return 0;
+  const auto collective = [&](CollectiveKind kind) {
+    return profile.sync_seconds + profile.link(link, kind).seconds(kind, bytes, ranks);
+  };
+  if (par.zero == 0) return collective(CollectiveKind::AllReduce);
+  return collective(CollectiveKind::AllGather) + collective(CollectiveKind::ReduceScatter);
+}
+
 // Muon's share of the step on one rank (parallel/muon_matrices.h): its owners' Newton-Schulz, the
-// matrices divided evenly over the replicas (dp x cp; an expert's over its expert-data group),
-// and the sum that hands every replica every update, an all-reduce of the matrices' elements.
+// whole matrices divided evenly over the replicas times the tensor ranks (dp x cp x tp; an
+// expert's over its expert-data group x tp), the replica group's sums of this tensor rank's
+// pieces, and with tp > 1 the two all-reduces that sum the pieces into whole matrices and the
+// owners' updates back.
 double muon_seconds(const Config& c, const MachineProfile& profile, const Links& links, const StageWork& w) {
   const ParallelOptions& par = c.parallel;
-  const int dp = par.dp * par.cp, expert_dp = std::max(1, dp / par.ep);
+  const int dp = par.dp * par.cp, expert_dp = std::max(1, dp / par.ep), tp = std::max(1, par.tp);
   const double bytes = c.train.precision == DType::F64 ? 8 : 4;
-  double seconds = w.muon.dense_s / dp + w.muon.expert_s / expert_dp;
-  if (dp > 1)
-    seconds += profile.sync_seconds + profile.link(links.dp, CollectiveKind::AllReduce)
-                                          .seconds(CollectiveKind::AllReduce, w.muon.dense_elements * bytes, dp);
-  if (expert_dp > 1 && w.muon.expert_elements > 0)
-    seconds += profile.sync_seconds +
-               profile.link(links.expert_data, CollectiveKind::AllReduce)
-                   .seconds(CollectiveKind::AllReduce, w.muon.expert_elements * bytes, expert_dp);
+  double seconds = w.muon.dense_s / (dp * tp) + w.muon.expert_s / (expert_dp * tp);
+  // The dense matrices are split over tp (the cost sheet's are whole); the experts are whole on
+  // every tensor rank.
+  seconds += muon_replica_seconds(par, profile, links.dp, w.muon.dense_elements / tp * bytes, dp);
+  if (w.muon.expert_elements > 0)
+    seconds += muon_replica_seconds(par, profile, links.expert_data, w.muon.expert_elements * bytes, expert_dp);
+  if (tp > 1) {
+    const double whole = (w.muon.dense_elements + w.muon.expert_elements) * bytes;
+    seconds += 2 * (profile.sync_seconds + profile.link(links.tp, CollectiveKind::AllReduce)
+                                               .seconds(CollectiveKind::AllReduce, whole, tp));
+  }
   return seconds;
 }
 

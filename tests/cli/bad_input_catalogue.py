@@ -961,8 +961,8 @@ CATALOGUE = [
     row("deck", "moe top groups holding fewer experts than top_k", 2, train_moe(
         "model.moe_router=\"sigmoid\"", "model.moe_experts=8", "model.moe_groups=4", "model.moe_top_k=3"), 1,
         ["deck.toml: model.moe_top_groups = 1 leaves 2 experts to choose from, fewer than model.moe_top_k = 3"]),
-    # issue 54 (muon): train.optimizer and Muon's keys; the layouts Muon does not run on yet are
-    # refused naming the key (Newton-Schulz needs each matrix whole); a checkpoint's optimizer
+    # issue 54 (muon): train.optimizer and Muon's keys; the layouts Muon does not run on yet
+    # (parameter servers, offload) are refused naming the key; a checkpoint's optimizer
     # state resumes only under its own optimizer, both named.
     row("deck", "train.optimizer unknown", 1, train("train.optimizer=\"sgd\""), 1,
         ["train.optimizer = \"sgd\" is not a known value (expected one of \"adamw\", \"muon\")"]),
@@ -971,13 +971,6 @@ CATALOGUE = [
         ["train.muon_momentum = 1.0 is out of range (expected finite number from 0 to 0.999)"]),
     row("deck", "muon keys under adamw", 1, train("train.muon_ns_steps=3"), 1,
         ["train.muon_* keys are given but train.optimizer is \"adamw\", so they would be ignored"]),
-    row("deck", "muon with tensor parallelism", 2,
-        train("train.optimizer=\"muon\"", "parallel.tp=2"), 1,
-        ["parallel.tp = 2 with train.optimizer = \"muon\"", "gathering tensor-parallel shards",
-         "use parallel.tp = 1, or train.optimizer = \"adamw\""], absent=NOT_TRAINED),
-    row("deck", "muon with ZeRO", 2, train("train.optimizer=\"muon\"", "parallel.zero=1"), 1,
-        ["parallel.zero = 1 with train.optimizer = \"muon\"", "use parallel.zero = 0"],
-        absent=NOT_TRAINED),
     row("deck", "muon with parameter servers", 3,
         train("train.optimizer=\"muon\"", "parallel.data_sync=\"async\"", "parallel.servers=1"), 1,
         ["parallel.data_sync = \"async\" with train.optimizer = \"muon\""], absent=NOT_TRAINED),
@@ -1045,6 +1038,12 @@ CATALOGUE = [
          "is a router's balancing bias, but block 0 of the deck's model", "is dense "
          "(model.moe_first_dense_layers = 1, config.json's first_k_dense_replace)"],
         needs=["dsv3w"], then=nothing_imported),
+    # issue 54 (muondist): Muon runs under tp and ZeRO 1-3 now (layout_parity); what it still
+    # does not run on is refused by name.
+    row("deck", "muon with optimizer offload", 1,
+        train("train.optimizer=\"muon\"", "parallel.offload=\"optimizer\""), 1,
+        ["parallel.offload = \"optimizer\" with train.optimizer = \"muon\"",
+         "use parallel.offload = \"none\", or train.optimizer = \"adamw\""], absent=NOT_TRAINED),
 ]
 
 

@@ -124,6 +124,24 @@ TEST(CostSheet, LatentAttentionAtDeepSeekV3Shapes) {
   const double replicated = 1536 * C + 1536 + 576 * C + 512;
   const double local = s.blocks.front().local_parameters(2);
   EXPECT_EQ(local, replicated + (latent - replicated) / 2 + 2 * C + (3 * C * F) / 2);
+  // Generation's cache: the latent and the rotary key, 512 + 64 per token, whole on every tp
+  // rank (expanded keys and values would be 128 x (192 + 128) = 40960, split).
+  ASSERT_EQ(s.blocks.front().decode_cache.size(), 1u);
+  EXPECT_EQ(s.blocks.front().decode_cache_width(1), 576.0);
+  EXPECT_EQ(s.blocks.front().decode_cache_width(8), 576.0);
+}
+
+// Standard attention's cache: keys and values of every key/value head, split with the heads.
+// GPT-2 small: 2 x 12 x 64 per token and layer; Llama's grouped query, 2 x kv_heads x head_dim.
+TEST(CostSheet, DecodeCacheOfStandardAttention) {
+  const ModelSpec gpt2 = gpt2_spec(12, 768, 12, 1024, 50257);
+  const ModelCostSheet& s = model_cost_sheet(gpt2);
+  EXPECT_EQ(s.blocks.front().decode_cache_width(1), 1536.0);
+  EXPECT_EQ(s.blocks.front().decode_cache_width(4), 384.0);
+  EXPECT_EQ(s.embedding.decode_cache_width(1) + s.head.decode_cache_width(1), 0.0);
+  ModelSpec gqa = gpt2_spec(2, 128, 8, 64, 256);
+  gqa.kv_heads_set = 2;
+  EXPECT_EQ(model_cost_sheet(gqa).blocks.back().decode_cache_width(2), 2.0 * 2 * 16 / 2);
 }
 
 TEST(CostSheet, AnMlpOfAnotherWidthReportsIt) {

@@ -9,14 +9,20 @@ then:
   - a prompt longer than seq_len is refused with exit 1; tp = 2 on 3 ranks runs tp = 1;
   - training printed a sample every train.sample_every steps, also on tp = 2 with sequence
     parallelism and on pp = 2 (the stages pass each token along); a ZeRO-3 run says it skips
-    them and does not hang.
+    them and does not hang;
+  - input/deepseek-v3-tiny.toml (latent attention, its cache the compressed latent and the
+    rotary key) prints its samples while training, and `sample` writes the same greedy text
+    (fp64, past seq_len) on one rank, on tp = 2 and from a pp = 2 deck.
 """
 
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "checkpoint"))
 import harness  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SENTENCE = "the quick brown fox jumps over the lazy dog. "
 
@@ -111,6 +117,31 @@ class Sample(harness.Case):
                                    "train.steps=4", "train.sample_every=2", "checkpoint.every=0"])
         self.assertEqual(out.count("| sample: "), 2, out)
 
+    def run_bytes(self, args, ranks=None):
+        """meshtrain's stdout as bytes: a barely trained model's text need not be UTF-8."""
+        cmd = ([harness.MPIEXEC, "-n", str(ranks)] if ranks else []) + [harness.MESHTRAIN] + args
+        p = subprocess.run(cmd, capture_output=True, timeout=180, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+        return p.stdout
+
+    def test_latent_attention_deck(self):
+        with open(os.path.join(REPO, "input", "deepseek-v3-tiny.toml")) as f:
+            deck = f.read()
+        with open(self.deck, "w") as f:
+            f.write(deck)
+        sets = [f'run.dir="{self.run_dir}"', "parallel.ep=1", "train.steps=4", "train.sample_every=2",
+                "checkpoint.every=4", 'train.precision="fp32"']
+        out = self.run_bytes(["train", self.deck] + [a for s in sets for a in ("--set", s)])
+        self.assertEqual(out.count(b"| sample: "), 2, out)
+        greedy = ["--prompt", "the quick", "--tokens", "60", "--set", 'train.precision="fp64"',
+                  "--set", "parallel.ep=1"]
+        texts = []
+        for extra, ranks in (([], None), (["--set", "parallel.tp=2"], 2), (["--set", "parallel.pp=2"], 2)):
+            out = self.run_bytes(["sample", self.deck, "--checkpoint", self.ckpt(4)] + greedy + extra, ranks)
+            # The prompt and 60 bytes (the byte tokenizer), then a line break.
+            texts.append(out[out.index(b"\nthe quick") + 1:])
+        self.assertEqual(len(texts[0]), len("the quick") + 60 + 1, texts[0])
+        self.assertEqual(texts[1:], [texts[0]] * 2)
 
 if __name__ == "__main__":
     harness.main()

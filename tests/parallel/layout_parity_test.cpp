@@ -331,6 +331,11 @@ std::vector<Layout> layouts_for(int world) {
         on_model({2, 1, 1, S::GPipe, 1, 2, false, 0, R::Full}, "llama_muon"),
         on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "llama_muon"),
         on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false}, 2), "moe_muon"),
+        // Muon's matrices gathered whole: tp (GPT-2's fused qkv split by rows, the projection
+        // by columns), ZeRO-1's pieces (Llama) and ZeRO-3's (GPT-2).
+        on_model({1, 2, 1, S::OneFOneB, 1, 4, true}, "muon"),
+        on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 1}, "llama_muon"),
+        on_model({2, 1, 1, S::GPipe, 1, 2, false, 3}, "muon"),
         // Latent attention: tp with sp (the latents all-gathered at the region's entry) and
         // selective recomputation; the ring; zb-v with full recomputation; ZeRO-3.
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "mla_yarn"),
@@ -389,6 +394,8 @@ std::vector<Layout> layouts_for(int world) {
         on_model(expert_parallel(context_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, 2), 4), "moe"),
         on_model(expert_parallel({4, 1, 1, S::OneFOneB, 1, 2, false, 2}, 2), "moe_skewed"),
         on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true, 1}, 2), "mla"),
+        // Muon over tp 2 x dp 2 with ZeRO-2: owners across both, experts whole on each tp rank.
+        on_model({2, 2, 1, S::OneFOneB, 1, 4, true, 2}, "moe_muon"),
     };
     case 8: return {
         {2, 2, 2, S::GPipe, 1, 2, false},

@@ -184,11 +184,12 @@ TEST(CheckpointRestart, SameLayoutContinuesBitForBit) {
 
 // Muon (train.optimizer = "muon"): its momentum is saved as the matrices' exp_avg, so a restart
 // on the same layout repeats the uninterrupted run bit for bit, on one rank, over dp 2 (each
-// matrix orthogonalised by its owner) and over pp 2, in fp32 and bf16 (fp32 master weights).
+// matrix orthogonalised by its owner), over pp 2, over tp 2 and over dp 2 under ZeRO 2 (the
+// momentum sharded), in fp32 and bf16 (fp32 master weights).
 TEST(CheckpointRestart, MuonSameLayoutContinuesBitForBit) {
   std::vector<Layout> layouts;
   if (world_size() == 1) layouts = {{1, 1, 1, 0, 4}};
-  if (world_size() == 2) layouts = {{2, 1, 1, 0, 4}, {1, 1, 2, 0, 4}};
+  if (world_size() == 2) layouts = {{2, 1, 1, 0, 4}, {1, 1, 2, 0, 4}, {1, 2, 1, 0, 4}, {2, 1, 1, 2, 4}};
   if (layouts.empty()) GTEST_SKIP() << "no Muon layouts for " << world_size() << " ranks";
   testing::SharedTempDir dir;
   for (const Layout& l : layouts) {
@@ -332,10 +333,12 @@ std::vector<std::vector<Segment>> moe_chains(int world) {
 }
 
 // Muon's momentum is saved by parameter name (exp_avg) whatever owned its matrices: a run saved
-// over dp 2 resumes on pp 2, then on cp 2; over dp 4, on dp 2 x pp 2.
+// over dp 2 resumes on pp 2, then on cp 2; over tp 2 (its pieces of split matrices), on dp 2
+// under ZeRO 3 (the owned shards), then under ZeRO 1; over dp 4, on dp 2 x pp 2.
 std::vector<std::vector<Segment>> muon_chains(int world) {
   switch (world) {
-    case 2: return {{{{2, 1, 1, 0, 8}, 3}, {{1, 1, 2, 0, 4}, 6}, {{1, 1, 1, 0, 4, S::OneFOneB, 1, false, 2}, 10}}};
+    case 2: return {{{{2, 1, 1, 0, 8}, 3}, {{1, 1, 2, 0, 4}, 6}, {{1, 1, 1, 0, 4, S::OneFOneB, 1, false, 2}, 10}},
+                    {{{1, 2, 1, 0, 4}, 3}, {{2, 1, 1, 3, 8}, 6}, {{2, 1, 1, 1, 4}, 10}}};
     case 4: return {{{{4, 1, 1, 0, 2}, 4}, {{2, 1, 2, 0, 2}, 10}}};
     default: return {};
   }

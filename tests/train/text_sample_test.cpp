@@ -61,6 +61,9 @@ TEST(TextSample, Layouts) {
   c.parallel.zero = 0;
   c.parallel.pp = 2;
   EXPECT_EQ(generation_unsupported(c), "");
+  // Latent attention generates from its cache of compressed latents (model/latent_attention.h).
+  c.model.attention = AttentionKind::Latent;
+  EXPECT_EQ(generation_unsupported(c), "");
 }
 
 }  // namespace

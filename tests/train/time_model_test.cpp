@@ -145,6 +145,37 @@ TEST(TimeModel, MuonPricesNewtonSchulzDividedOverTheReplicas) {
   EXPECT_NEAR(muon_share(2), one_rank / 2 + all_reduce + machine().sync_seconds, 1e-9 * one_rank);
 }
 
+// Muon under tp and ZeRO (parallel/muon_matrices.h): the owners are the replicas times the tensor
+// ranks, so tp 2 halves the Newton-Schulz like dp 2, and adds the two all-reduces over tp that
+// sum the pieces into whole matrices and the updates back; ZeRO gathers its pieces before and
+// reduce-scatters the updates after, in place of ZeRO 0's all-reduce.
+TEST(TimeModel, MuonPricesTheMovesOfItsMatricesUnderTpAndZero) {
+  const auto muon_share = [](int dp, int tp, int zero) {
+    Config adamw = deck(dp, tp, 1);
+    adamw.parallel.zero = zero;
+    Config muon = adamw;
+    muon.train.optimizer = OptimizerKind::Muon;
+    return predict_step_time(muon, machine()).optimizer_s - predict_step_time(adamw, machine()).optimizer_s;
+  };
+  const double one_rank = muon_share(1, 1, 0);
+  const double bytes = 4 * 8 * 256.0 * (768 + 256 + 1024 + 1024);  // the whole matrices, fp32
+  const auto collective = [](CollectiveKind kind, double b) {
+    return machine().sync_seconds + machine().link(LinkClass::IntraNode, kind).seconds(kind, b, 2);
+  };
+  EXPECT_NEAR(muon_share(1, 2, 0), one_rank / 2 + 2 * collective(CollectiveKind::AllReduce, bytes),
+              1e-9 * one_rank);
+  EXPECT_NEAR(muon_share(2, 1, 1),
+              one_rank / 2 + collective(CollectiveKind::AllGather, bytes) +
+                  collective(CollectiveKind::ReduceScatter, bytes),
+              1e-9 * one_rank);
+  // tp 2 x dp 2 under ZeRO 3: a quarter of the work each; the replicas move half-matrices.
+  EXPECT_NEAR(muon_share(2, 2, 3),
+              one_rank / 4 + 2 * collective(CollectiveKind::AllReduce, bytes) +
+                  collective(CollectiveKind::AllGather, bytes / 2) +
+                  collective(CollectiveKind::ReduceScatter, bytes / 2),
+              1e-9 * one_rank);
+}
+
 TEST(TimeModel, RecomputationCostsForwardAgain) {
   Config none = deck(1, 1, 1), full = none, selective = none;
   full.parallel.recompute = Recompute::Full;

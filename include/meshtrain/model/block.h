@@ -35,9 +35,8 @@ class Block {
   Tensor backward(const Tensor& dout, TokenShape shape, Saved& saved, Recompute recompute,
                   DeferredWeightGradients* deferred = nullptr);
   // Generation: one token x (1, C) at `position` through the block, attending to (and
-  // extending) this layer's key/value cache (CausalSelfAttention::decode; standard attention
-  // only: BlockAttention::standard). Keeps nothing.
-  Tensor decode(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t position);
+  // extending) this layer's cache (BlockAttention::decode). Keeps nothing.
+  Tensor decode(const Tensor& x, DecodeCache& cache, int64_t position);
   const BlockAttention& attention() const { return attention_; }
   // Its layers' sheets and the two residual adds (model/cost_sheet.h).
   CostSheet cost_sheet() const;

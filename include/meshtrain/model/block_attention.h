@@ -15,6 +15,15 @@
 
 namespace meshtrain {
 
+// One layer's cache for generation (model/generator.h), on this rank. Standard attention: the
+// keys and the values of its key/value heads, (KVH / tp, seq_len, HS) each. Latent attention:
+// one tensor (1, seq_len, kv_lora_rank + qk_rope_head_dim) of the normalised latents and the
+// rotated rotary keys, whole on every tensor rank, in `keys` (`values` empty): not the expanded
+// keys and values (DeepSeek-V3: 576 elements per token and layer instead of 128 x 320).
+struct DecodeCache {
+  Tensor keys, values;
+};
+
 class BlockAttention {
  public:
   using Saved = std::variant<CausalSelfAttention::Saved, LatentAttention::Saved>;
@@ -28,10 +37,12 @@ class BlockAttention {
   Tensor backward(const Tensor& dy, TokenShape shape, const Saved& saved,
                   DeferredWeightGradients* deferred = nullptr);
   void add_costs(CostSheet& sheet) const;
-  // Generation's key/value cache (model/generator.h) exists for the standard kind only: null
-  // for latent attention, which `sample` refuses.
-  const CausalSelfAttention* standard() const { return std::get_if<CausalSelfAttention>(&layer_); }
-  CausalSelfAttention* standard() { return std::get_if<CausalSelfAttention>(&layer_); }
+  // Generation: an empty cache of seq_len positions for this layer (zeros: the decode kernels
+  // read only the rows written, but a defined value costs nothing), and one token x (1, C) at
+  // `position` through the layer, writing its row of the cache and attending to rows
+  // [0, position] (CausalSelfAttention::decode, LatentAttention::decode).
+  DecodeCache decode_cache(Backend& be, DType dtype, int64_t seq_len) const;
+  Tensor decode(const Tensor& x, DecodeCache& cache, int64_t position);
 
  private:
   std::variant<CausalSelfAttention, LatentAttention> layer_;

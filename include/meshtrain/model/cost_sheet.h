@@ -140,6 +140,18 @@ struct ExchangeCost {
   bool operator==(const ExchangeCost&) const = default;
 };
 
+// Generation's cache of one layer (model/generator.h), per token of the context: `width`
+// elements of the activation dtype, split over tp (standard attention: the keys and values of
+// the key/value heads, 2 x kv_heads x head_dim) or whole on every tensor rank (latent attention:
+// the compressed latent and the rotary key, kv_lora_rank + qk_rope_head_dim).
+struct DecodeCacheCost {
+  int64_t width = 0;
+  bool tp_split = false;
+
+  double local_width(double tp) const { return tp_split ? static_cast<double>(width) / tp : static_cast<double>(width); }
+  bool operator==(const DecodeCacheCost&) const = default;
+};
+
 // A registered parameter's entry: its global size and whether the tp group splits it.
 ParameterCost parameter_cost(const ParamSpec& spec);
 
@@ -150,6 +162,7 @@ struct CostSheet {
   std::vector<AttentionCost> attention;
   std::vector<ParameterCost> parameters;
   std::vector<ExchangeCost> exchanges;
+  std::vector<DecodeCacheCost> decode_cache;
 
   void add(const CostSheet& other);
   // A memory-bound pass over the outputs of the linear added last (the qkv split, an
@@ -165,6 +178,8 @@ struct CostSheet {
   // backward) and whose inputs are (row-parallel: the group sums their outputs in forward).
   int column_parallel_linears() const;
   int row_parallel_linears() const;
+  // Elements of generation's cache per token of the context on one rank of a tp-way group.
+  double decode_cache_width(double tp) const;
   bool operator==(const CostSheet&) const = default;
 };
 

@@ -1,14 +1,16 @@
 #pragma once
 // Autoregressive text generation from a DecoderModel with a key/value cache: the prompt runs
 // through the blocks one position at a time, each layer keeping the keys and values of every
-// position so far (CausalSelfAttention::decode), so a new token costs one position's work, not
-// a forward over the whole prefix.
+// position so far (CausalSelfAttention::decode), or under latent attention the compressed
+// latent and the rotary key (LatentAttention::decode), so a new token costs one position's
+// work, not a forward over the whole prefix.
 //
 // Layouts: any pipeline (with the pipeline group: the stages pass the token's activation along,
 // point to point, and the last broadcasts the logits) and parameters resident (not ZeRO-3
 // sharded). Tensor parallelism works: each tp rank keeps the cache of its own heads,
 // the tp regions of training reduce the partial outputs, and the vocabulary-parallel logits are
 // gathered, so every rank of the tp group holds the same full logits and chooses the same token.
+// (Latent attention's cache is not split by heads: every tp rank keeps the whole of it.)
 // A sequence-parallel model generates too: one token does not split, so the decode path uses the
 // same group without sequence parallelism (same weights; TensorParallel::without_sequence).
 // Every rank of the tp and pipeline groups must call the same methods.
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "meshtrain/comm/communicator.h"
+#include "meshtrain/model/block_attention.h"
 #include "meshtrain/model/pipeline_stage.h"
 
 namespace meshtrain {
@@ -84,7 +87,7 @@ class Generator {
   Communicator* pipeline_;
   int chunks_ = 1;                         // model chunks over all stages
   std::vector<int> owners_;                // stage of each chunk, in model order
-  std::vector<Tensor> k_cache_, v_cache_;  // per global layer, this rank's: (NH / tp, seq_len, HS)
+  std::vector<DecodeCache> caches_;        // per global layer, this rank's (model/block_attention.h)
   std::vector<int32_t> context_;           // the tokens in the cache, in order
   int64_t length_ = 0;
 };

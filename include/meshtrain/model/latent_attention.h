@@ -56,6 +56,20 @@ class LatentAttention {
                   DeferredWeightGradients* deferred = nullptr);
   void add_costs(CostSheet& sheet) const;
 
+  // Generation (model/generator.h): x (1, C), the token at `position`, -> (1, C). Writes the
+  // token's row [c | k_pe] (the normalised latent, r_kv, and the rotated rotary key, d_r) into
+  // row `position` of `cache` (1, seq_len, r_kv + d_r), the same on every tensor rank (the
+  // down-projections are whole there), and attends to rows [0, position] without expanding
+  // them into keys and values: DeepSeek-V2's absorption (arXiv 2405.04434, section 2.1.2).
+  // Head h's query meets the cache as [q_nope_h W_UK_h | q_rot_h] . [c | k_pe] (W_UK_h: kv_b's
+  // k_nope rows of head h, (d_n, r_kv)), which is q_h . k_h of the expanded keys re-associated;
+  // the softmax-weighted sum of the latents o_h (r_kv) gives the head's output o_h W_UV_h^T
+  // (W_UV_h: kv_b's value rows of head h, (d_v, r_kv)), equal to the expanded values' sum.
+  // Never sequence-parallel (TensorParallel::without_sequence).
+  Tensor decode(const Tensor& x, Tensor& cache, int64_t position);
+  // The width of a cache row: kv_lora_rank + qk_rope_head_dim (DeepSeek-V3: 576).
+  int64_t cache_width() const { return kv_rank_ + rope_; }
+
   // The latent norms' eps (HF DeepseekV3RMSNorm's default).
   static constexpr double kLatentNormEps = 1e-6;
 
@@ -65,8 +79,16 @@ class LatentAttention {
   Tensor enter_latents(const Tensor& x, Saved& saved, MemoryCategory category);
   // The local heads' widths, as mla_pack takes them.
   MlaHeads heads() const { return {local_heads_, nope_, rope_, value_}; }
-  // The rotary part of every local query head of q (N, h d_qk), in place.
+  // The rotary part of every local query head of q (N, h d_qk), in place; at one position
+  // (generation's one row).
+  Backend::RotaryHeads query_tails() const;
   void rotate_query_tails(Tensor& q, TokenShape shape, bool forward);
+  void rotate_query_tails_at(Tensor& q, int64_t position);
+  // decode's steps: the token's cache row, its query heads [q_nope W_UK | q_rot] (h, r_kv + d_r),
+  // and the heads' outputs (1, h d_v) from their latent sums (h, r_kv + d_r).
+  void write_cache_row(const Tensor& x, Tensor& cache, int64_t position);
+  Tensor absorbed_queries(const Tensor& x, int64_t position, const TensorParallel& tp);
+  Tensor expand_values(const Tensor& latent_sums);
   // Steps 1-2 backward from the region's gradients of q_lat (or of x through q), c and k_pe.
   Tensor leave_latents(const Tensor& dq_lat, const Tensor& dc, const Tensor& dk_pe,
                        const Tensor& dx_q, const Saved& saved, DeferredWeightGradients* deferred);

@@ -33,8 +33,10 @@ class RotaryPositions {
   // qkv (N, (NH + 2 KVH) HS / tp) of a micro-batch of `shape`, in place.
   void forward(Tensor& qkv, TokenShape shape);
   void backward(Tensor& dqkv, TokenShape shape);
-  // Generation: the one row of the token at `position`.
+  // Generation: the one row of the token at `position`; with `where`, the heads it names (as
+  // forward's below).
   void forward_at(Tensor& qkv, int64_t position);
+  void forward_at(Tensor& x, int64_t position, const Backend::RotaryHeads& where);
   // Other layouts (latent attention's rotary parts, model/latent_attention.h): the heads
   // `where` names of each of the N rows of x, of rotary_dim() channels each.
   void forward(Tensor& x, TokenShape shape, const Backend::RotaryHeads& where);

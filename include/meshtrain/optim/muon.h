@@ -29,5 +29,9 @@ double muon_update_scale(double lr, int64_t rows, int64_t cols, const MuonHyper&
 // value <- (1 - lr x weight_decay) value - muon_update_scale x orthogonal; `orthogonal` is
 // overwritten.
 void muon_apply(Backend& be, Tensor& value, Tensor& orthogonal, double lr, const MuonHyper& hyper);
+// The same on a piece of a rows x cols matrix (a tensor-parallel shard, a ZeRO shard's part):
+// element-wise, with the whole matrix's scale.
+void muon_apply(Backend& be, Tensor& value, Tensor& orthogonal, double lr, int64_t rows,
+                int64_t cols, const MuonHyper& hyper);
 
 }  // namespace meshtrain

@@ -1,9 +1,10 @@
 #pragma once
 // ShardedOptimizer: AdamW over this rank's owned range of each bucket (its shard under ZeRO >= 1,
 // everything under ZeRO 0), the parameters' initial values and the global gradient norm. Under
-// train.optimizer = "muon" (ZeRO 0), Muon steps the hidden matrices (parallel/muon_matrices.h)
-// and AdamW the rest; a Muon matrix's momentum lives in AdamW's exp_avg at the matrix's place
-// (its exp_avg_sq stays zero), so that checkpoints hold it by the parameter's name.
+// train.optimizer = "muon" (any ZeRO stage, any tp), Muon steps the hidden matrices
+// (parallel/muon_matrices.h) and AdamW the rest; a Muon matrix's momentum lives in AdamW's
+// exp_avg at the matrix's place (its exp_avg_sq stays zero), so that checkpoints hold it by the
+// parameter's name, sharded and resharded like AdamW's moments.
 //
 // Mixed precision: with bf16 parameters (the layers' values), gradients are fp32 and the
 // optimizer keeps fp32 master weights of its shard beside the moments; after each update the
@@ -57,6 +58,9 @@ class ShardedOptimizer {
   void initialize_bucket(int b, uint64_t seed);
   void step_offloaded(double lr, double grad_scale);
   void step_muon(double lr, double grad_scale);
+  Tensor muon_momenta(int b, size_t first, size_t end, double grad_scale);
+  void orthogonalise(int b, size_t first, size_t end, Tensor& updates);
+  Tensor share_updates(int b, Tensor& updates);
 
   StateLayout* layout_;
   ZeroGather* gather_;

@@ -42,8 +42,8 @@ struct ModelStateOptions {
   int zero = 0;
   double bucket_mb = 25.0;
   AdamWHyper adamw;
-  // Muon for the hidden matrices (ParamRole::HiddenMatrix), AdamW for the rest; ZeRO 0 only
-  // (the deck refuses the others: config/deck.cpp).
+  // Muon for the hidden matrices (ParamRole::HiddenMatrix), AdamW for the rest (any ZeRO stage;
+  // the deck refuses offload and parameter servers: config/deck.cpp).
   OptimizerKind optimizer = OptimizerKind::AdamW;
   MuonHyper muon;
   int microbatches = 1;  // backward passes per unit per step
