@@ -19,8 +19,8 @@ hf`); transformers loads the export with no missing, unexpected or mismatched ke
 about them, gives eval's loss (1e-9 in float64), the same greedy tokens, and reads its
 GenerationConfig.
 DeepSeek-V3 (with and without q_lora_rank; groups, a routers' bias set by hand so that it
-decides the choice, shared experts, dense first blocks, YaRN) goes both ways the same, but for
-greedy decoding: `sample` refuses latent attention yet, and the judge holds it to that refusal.
+decides the choice, shared experts, dense first blocks, YaRN) goes both ways the same (greedy
+`sample` through its cache of the compressed latent).
 FP8 block-scaled import (quantization_config "fp8"): a Llama quantized blockwise by torch imports
 as its ceil-rule dequantization bit for bit (which transformers' own dequantization gives), and
 evaluates to transformers' loss on the dequantized model.
@@ -269,16 +269,11 @@ class TransformersJudgesImport(ReferenceCase):
             print(f"{name}: NumPy reference {fallback:.15f}")
             self.assertLess(abs(fallback - want) / want, 1e-9, name + ": the NumPy reference")
 
-        self.check_greedy(name, model, ckpt, deck, config)
+        self.check_greedy(name, model, ckpt, deck)
         self.export_case(name, ckpt, deck, val_set, tokens, config)
 
-    def check_greedy(self, name, model, ckpt, deck, config):
-        """`sample` greedy against transformers' argmax decoding; for latent attention, whose
-        cache `sample` does not build yet, its refusal (so that the day it samples, this fails
-        and the comparison is turned on)."""
-        if getattr(config, "kv_lora_rank", None):
-            self.expect_sample_refuses_latent(ckpt, deck)
-            return
+    def check_greedy(self, name, model, ckpt, deck):
+        """`sample` greedy (tp 2, fp64) writes transformers' argmax decoding."""
         expected = judge_greedy(model, list(PROMPT), NEW_TOKENS)
         print(f"{name}: greedy {expected}")
         self.assertEqual(self.sample_greedy(ckpt, deck, CPU_FP64), expected, name)
@@ -327,7 +322,7 @@ class TransformersJudgesImport(ReferenceCase):
         print(f"{name} trained on 4 ranks ({' '.join(layout)}), exported: transformers {want:.15f}, "
               f"eval fp64 {got:.15f} (relative {rel:.1e})")
         self.assertLess(rel, 1e-9, name + " exported")
-        self.check_greedy(name + " exported", model, trained, deck, config)
+        self.check_greedy(name + " exported", model, trained, deck)
 
 
 FP8_BLOCK = [128, 128]

@@ -275,13 +275,6 @@ class ReferenceCase(harness.Case):
         return list(text[len(PROMPT):-1])
 
 
-    def expect_sample_refuses_latent(self, ckpt, deck):
-        """`sample` of a latent-attention model is refused by name (its latent cache is not built
-        yet): where this fails, sample has learnt it, and the caller's greedy comparison is due."""
-        _, out, err = self.meshtrain(["sample", deck, "--checkpoint", ckpt, "--prompt", PROMPT.decode(),
-                                      "--tokens", "2", "--temperature", "0"], expect=1)
-        self.assertIn("sample with latent attention", out + err)
-
 
 class HfReference(ReferenceCase):
     def run_case(self, name):
