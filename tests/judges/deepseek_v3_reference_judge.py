@@ -44,7 +44,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import hf_decoder_reference as ref  # noqa: E402
-from hf_judge_test import float64_for_float32, rotary_in_float64, scale_weights  # noqa: E402
+from hf_judge_test import (float64_for_float32, rotary_in_float64, scale_deepseek_v3_routers,  # noqa: E402
+                           scale_weights)
 
 VOCAB, SEQ, BATCH, BATCHES = 128, 32, 3, 2
 PROMPT, NEW_TOKENS = [5, 17, 99, 3, 42], 16
@@ -102,16 +103,7 @@ def build_model(kwargs, seed=11):
                                            experts_implementation="eager")
     model = transformers.DeepseekV3ForCausalLM(config)
     scale_weights(model, seed)
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, transformers.models.deepseek_v3.modeling_deepseek_v3.DeepseekV3TopkRouter):
-                scale = kwargs["hidden_size"] ** -0.5
-                module.weight.copy_(scale * torch.randn(module.weight.shape, generator=g))
-                # Distinct, float32-exact as a checkpoint's (F32) and as large as the
-                # scores' spread, so that it changes which experts are chosen.
-                bias = 0.3 * torch.randn(module.e_score_correction_bias.shape, generator=g)
-                module.e_score_correction_bias.copy_(bias.to(torch.float32))
+    scale_deepseek_v3_routers(model, seed)
     model.double()
     rotary_in_float64(model)
     return model.eval()

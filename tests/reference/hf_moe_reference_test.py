@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""Hugging Face MixtralForCausalLM and Qwen3MoeForCausalLM through `meshtrain import` against the
-independent fp64 NumPy reference of their forward passes (hf_decoder_reference.py: the router's
-softmax, top k, renormalisation, the experts' weighted sum, dense first blocks).
+"""Hugging Face MixtralForCausalLM, Qwen3MoeForCausalLM and DeepseekV3ForCausalLM through
+`meshtrain import` against the independent fp64 NumPy reference of their forward passes
+(hf_decoder_reference.py: the router's softmax, top k, renormalisation, the experts' weighted sum,
+dense first blocks; deepseek_v3_reference.py: latent attention, YaRN, the noaux_tc router with its
+e_score_correction_bias, shared experts).
 
 Each case writes a tiny HF directory of random weights (tests/support/tiny_hf_moe.py: Mixtral
 with grouped-query attention; Qwen3-MoE with q/k norm, top 3 of 8 and norm_topk_prob false;
-Qwen3-MoE with mlp_only_layers [0]), imports it with --deck-out, and requires:
+Qwen3-MoE with mlp_only_layers [0]; DeepSeek-V3 with a random routers' bias), imports it with
+--deck-out, and requires:
 - `meshtrain eval` of the imported checkpoint within 1e-9 (fp64) and 1e-5 (fp32) of the
   reference's mean cross-entropy on the windows eval reads (the language-model loss: the
   balancing losses are training-only);
 - `meshtrain sample` greedy (key/value cache, tp 2) to append the reference's 32 argmax tokens;
-- `meshtrain export` to give back every tensor bit for bit, and the reference on the exported
-  directory (its config.json and tensors) the loss eval gave.
+- `meshtrain export` to give back every tensor bit for bit (DeepSeek-V3's routers' bias too), and
+  the reference on the exported directory (its config.json and tensors) the loss eval gave.
+And: an imported DeepSeek-V3 bias routes the first step `train` takes from the import.
 
 Exit status 77 (CTest: skipped) where NumPy or h5py is missing.
 """
@@ -67,8 +71,6 @@ class HfMoeReference(ReferenceCase):
                    f"train.eval_batches={EVAL_BATCHES}"]
         self.check_eval(kind + " imported", ckpt, weights, config, tokens, windows, val_set, deck)
 
-        # deepseek_v3: sample reads the latent cache (latent and rotary key) through the absorbed
-        # products, routed by the imported bias; the reference recomputes the expanded keys.
         expected = ref.greedy_generate(weights, config, list(PROMPT), NEW_TOKENS)
         print(f"{kind}: greedy {expected}")
         self.assertEqual(self.sample_greedy(ckpt, deck, CPU_FP64), expected, kind)

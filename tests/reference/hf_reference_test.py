@@ -274,6 +274,9 @@ class ReferenceCase(harness.Case):
         self.assertTrue(text.endswith(b"\n"), p.stdout)
         return list(text[len(PROMPT):-1])
 
+
+
+class HfReference(ReferenceCase):
     def run_case(self, name):
         config, ckpt = self.trained_checkpoint(name)
         val = os.path.join(self.dir, "val.bin")

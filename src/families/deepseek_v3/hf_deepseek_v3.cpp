@@ -216,7 +216,7 @@ const HfFormat& hf_deepseek_v3_format() {
       deepseek_v3_architecture,
       hf_deepseek_v3_config_json,
       "wte, h.<i>.{ln_1,attn.{q_a,q_a_norm,q_b,q,kv_a,kv_a_norm,kv_b,proj},ln_2,mlp}, ln_f and an untied "
-      "lm_head.weight",
+      "lm_head.weight, and the buffers h.<i>.mlp.router.expert_bias",
       deepseek_v3_stored_tensors,
       deepseek_v3_state_tensors,
   };
