@@ -275,7 +275,6 @@ class ReferenceCase(harness.Case):
         return list(text[len(PROMPT):-1])
 
 
-
 class HfReference(ReferenceCase):
     def run_case(self, name):
         config, ckpt = self.trained_checkpoint(name)
