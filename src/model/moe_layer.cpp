@@ -75,9 +75,11 @@ std::shared_ptr<const Routing> MixtureOfExperts::route(const Tensor& x, const To
                                                        bool recomputing, Saved& saved) {
   Backend& be = *ctx_.backend;
   const int64_t N = x.dim(0), E = spec_.experts;
-  std::shared_ptr<Routing> r;
+  std::shared_ptr<const Routing> r;
   if (be.planning()) {
-    r = std::make_shared<Routing>(route_balanced(N, spec_));
+    if (!planned_routing_ || planned_routing_->tokens != N)
+      planned_routing_ = std::make_shared<const Routing>(route_balanced(N, spec_));
+    r = planned_routing_;
   } else {
     const Tensor& rx = saved.router_x;
     Tensor logits = be.empty({N, E}, rx.dtype(), MemoryCategory::Workspace);
@@ -106,7 +108,9 @@ std::shared_ptr<const Routing> MixtureOfExperts::route(const Tensor& x, const To
     be.copy_to_host(sums.data(), t);
   }
   const RouterSums sequences = RouterSums::from_vector(sums, shape.B, E);
-  saved.balance_grad = balancing_logit_gradient(*r, sequences, sequence_of, spec_, shape.loss_weight);
+  // The planner's dry run prices memory, not values: no (N, experts) gradient on the host.
+  if (!be.planning())
+    saved.balance_grad = balancing_logit_gradient(*r, sequences, sequence_of, spec_, shape.loss_weight);
   if (recomputing) return r;
   if (ctx_.tp.rank() == 0 && ctx_.cp.rank() == 0) {
     const BalancingLosses l = balancing_losses(sequences, spec_);
@@ -212,11 +216,15 @@ Tensor MixtureOfExperts::backward(const Tensor& dy, const Saved& saved,
 
   // The router: the gates' gradient through the renormalisation and the softmax, plus the
   // balancing losses', on the host; then its GEMM's backward.
-  const std::vector<double> dlogits_host =
-      router_logit_gradient(r, to_host_doubles(be, dgates, "a mixture of experts' router"), spec_,
-                            saved.balance_grad);
+  // (The planner's dry run allocates the same tensor and skips the host's arithmetic.)
   const DType rd = saved.router_x.dtype();
-  const Tensor dlogits = device_doubles(be, dlogits_host, {N, spec_.experts}, rd, ws);
+  const Tensor dlogits =
+      be.planning() ? be.empty({N, spec_.experts}, rd, ws)
+                    : device_doubles(be,
+                                     router_logit_gradient(
+                                         r, to_host_doubles(be, dgates, "a mixture of experts' router"),
+                                         spec_, saved.balance_grad),
+                                     {N, spec_.experts}, rd, ws);
   Tensor dx_router = be.empty({N, C_}, rd, ws);
   be.matmul_backward(&dx_router, nullptr, nullptr, dlogits, saved.router_x, router_weight(rd));
   if (rd != dy.dtype()) {

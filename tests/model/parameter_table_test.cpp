@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "meshtrain/backend/cpu/cpu_backend.h"
 #include "meshtrain/comm/meta_communicator.h"
 #include "meshtrain/config/deck.h"
@@ -263,6 +265,30 @@ TEST(ParameterTable, MixturesOfExpertsCountTheirCardsParametersAndActiveOnes) {
   // A dense model's active parameters are all of them.
   EXPECT_EQ(family_defaults("llama", sizes).active_parameter_count(),
             static_cast<double>(family_defaults("llama", sizes).parameter_count()));
+}
+
+// DeepSeek-V3's family decks as published (their config.json shapes): DeepSeek-V3's main model
+// without its multi-token prediction module, 671,026,404,352 (the technical report's 671B; the
+// experts' balancing bias is a buffer, not a parameter, in HF's count as in ours), 37.55B active;
+// Moonlight-16B-A3B 15.96B, 2.91B active (its paper's 15.29B and 2.24B leave out the 0.67B of
+// embedding and head).
+TEST(ParameterTable, DeepSeekV3DecksCountTheirPublishedParameters) {
+  for (const auto& [deck, count, active] : std::vector<std::tuple<std::string, int64_t, double>>{
+           {"deepseek-v3.toml", 671026404352, 37552282624.0},
+           {"moonlight-16b-a3b.toml", 15960108544, 2914774528.0}}) {
+    const std::string path = std::string(MESHTRAIN_INPUT_DIR) + "/" + deck;
+    const Config c = parse_deck(path, read_deck_file(path), {});
+    EXPECT_EQ(c.model.parameter_count(), count) << deck;
+    EXPECT_EQ(c.model.active_parameter_count(), active) << deck;
+    const std::vector<ParamEntry> table = parameter_table(c.model);
+    int64_t without_embeddings = 0;
+    for (const ParamEntry& e : table) {
+      if (e.name != "wte" && e.name != "lm_head.weight") without_embeddings += e.numel();
+    }
+    if (deck == "moonlight-16b-a3b.toml") {
+      EXPECT_EQ(without_embeddings, 15289019904) << deck;
+    }
+  }
 }
 
 }  // namespace

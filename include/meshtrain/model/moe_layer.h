@@ -87,6 +87,8 @@ class MixtureOfExperts {
   Parameter& up_;
   Parameter& down_;
   std::optional<SwiGluMlp> shared_;
+  // The planner's dry run routes every micro-batch of N tokens the same way: built once.
+  std::shared_ptr<const Routing> planned_routing_;
 };
 
 }  // namespace meshtrain
