@@ -198,6 +198,9 @@ ImportedTensors read_tensors(const HfWeights& weights, const HfFormat& format, c
       refuse(weights.source() + ": tensor " + t.hf + " is missing, but " + model + " has it" +
              (t.hf == "lm_head.weight"
                   ? " (an untied head: for a tied model set model.tie_embeddings = true)"
+              : t.meshtrain.rfind("mtp.", 0) == 0
+                  ? " (a multi-token prediction layer, which transformers' save_pretrained leaves "
+                    "out: set model.mtp_layers = 0 to import the main model alone)"
                   : ""));
     return it->second;
   };

@@ -149,12 +149,12 @@ int compare_buffers(CheckpointFile& file, const ModelSpec& model, std::set<std::
   int problems = 0;
   const ExpertBias bias(model);
   for (int layer : bias.layers()) {
-    const std::string name = "/buffers/" + ExpertBias::name(layer);
+    const std::string name = "/buffers/" + bias.name_in_model(layer);
     const Shape want{bias.experts()};
     expected.insert(name);
     if (!file.has_dataset(name)) {
       std::printf("problem: %s is missing, but the recorded model has the router's expert bias %s %s\n",
-                  name.c_str(), ExpertBias::name(layer).c_str(), want.to_string().c_str());
+                  name.c_str(), bias.name_in_model(layer).c_str(), want.to_string().c_str());
       ++problems;
       continue;
     }

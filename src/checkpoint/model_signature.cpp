@@ -59,7 +59,11 @@ std::vector<ModelSetting> model_settings(const ModelSpec& m, const std::string& 
   // may change it.
   const bool moe = m.feed_forward == FeedForwardKind::Moe;
   for (const SpecField& f : spec_fields(m)) {
-    if (f.key == "moe_bias_update_rate" || (!moe && f.key.rfind("moe_", 0) == 0)) continue;
+    // The multi-token losses' weight, likewise, is how training moves the weights (DeepSeek-V3
+    // lowered it from 0.3 to 0.1 mid-run).
+    if (f.key == "moe_bias_update_rate" || f.key == "mtp_loss_weight" ||
+        (!moe && f.key.rfind("moe_", 0) == 0))
+      continue;
     const bool later = f.key == "moe_router" || f.key == "moe_route_scale" || f.key == "moe_capacity_factor";
     out.push_back({f.key, f.value, true, f.gpt2_value, later});
   }

@@ -255,6 +255,21 @@ void check_feed_forward_fields(const Config& c, const DeckFail& fail) {
   }
 }
 
+// Multi-token prediction's keys (model/mtp_module.h).
+void check_mtp_fields(const Config& c, const DeckFail& fail) {
+  const ModelSpec& m = c.model;
+  if (m.mtp_layers == 0) {
+    if (m.mtp_loss_weight != ModelSpec{}.mtp_loss_weight)
+      fail("model.mtp_loss_weight is given but model.mtp_layers = 0, so there is no multi-token "
+           "loss to weigh and it would be ignored (set model.mtp_layers >= 1, or remove it)");
+    return;
+  }
+  if (m.mtp_layers >= m.seq_len)
+    fail("model.mtp_layers = " + std::to_string(m.mtp_layers) + " leaves depth " +
+         std::to_string(m.mtp_layers) + " no position to predict from in a sequence of model.seq_len = " +
+         std::to_string(m.seq_len) + " tokens (mtp_layers must be below seq_len)");
+}
+
 // The norm's eps, the learning rates, AdamW's betas and the batch.
 void check_norm_and_optimizer_fields(const Config& c, const DeckFail& fail) {
   if (c.model.norm.kind == NormKind::Layer && c.model.norm.eps != 1e-5) {
@@ -389,6 +404,7 @@ void check_cross_fields(const std::string& path, const Config& c) {
   check_attention_fields(c, fail);
   check_latent_attention_fields(c, fail);
   check_feed_forward_fields(c, fail);
+  check_mtp_fields(c, fail);
   check_norm_and_optimizer_fields(c, fail);
   check_muon_fields(c, fail);
   check_schedule_fields(c, fail);

@@ -178,6 +178,27 @@ void check_context_and_expert_parallel(const Config& c, const LayoutFail& fail) 
          " tokens to divide by tp = " + tp);
 }
 
+// Multi-token prediction (model/mtp_module.h) runs inside the head and reads the token
+// embedding and every position's next targets there: one pipeline stage, whole sequences, and
+// (for now) the embedding's values at hand, which ZeRO-3 leaves sharded there.
+void check_multi_token_prediction(const Config& c, const LayoutFail& fail) {
+  const ParallelOptions& p = c.parallel;
+  if (c.model.mtp_layers == 0) return;
+  const std::string mtp = "model.mtp_layers = " + std::to_string(c.model.mtp_layers);
+  if (p.pp > 1)
+    fail(mtp + " does not combine with parallel.pp = " + std::to_string(p.pp) + " yet (the "
+         "multi-token depths run on the head's stage and read the token embedding, which only "
+         "the first stage holds; use pp = 1, or mtp_layers = 0)");
+  if (p.cp > 1)
+    fail(mtp + " does not combine with parallel.cp = " + std::to_string(p.cp) + " yet (depth k "
+         "reads the targets k positions on, which may lie in another rank's chunk of the "
+         "sequence; use cp = 1, or mtp_layers = 0)");
+  if (p.zero == 3)
+    fail(mtp + " does not combine with parallel.zero = 3 yet (the depths read the token "
+         "embedding inside the head, where ZeRO-3 has not gathered it; use zero = 0, 1 or 2, or "
+         "mtp_layers = 0)");
+}
+
 }  // namespace
 
 void check_layout(Config& c, int job_size) {
@@ -187,6 +208,7 @@ void check_layout(Config& c, int job_size) {
   check_tensor_and_pipeline_split(c, fail);
   check_batch_shares(c, world_size, fail);
   check_context_and_expert_parallel(c, fail);
+  check_multi_token_prediction(c, fail);
 }
 
 }  // namespace meshtrain

@@ -275,6 +275,21 @@ void add_model_keys(std::vector<KeySpec>& k) {
                         "Latent attention: channels of each value head (the attention's output "
                         "is heads x v_head_dim, projected back to d_model).",
                         [](Config& c) -> auto& { return c.model.latent.v_head_dim; }));
+    // Multi-token prediction (model/mtp_module.h), under DeepSeek-V3's names where it has one.
+    const std::string mtp_layers_doc =
+        "Multi-token prediction depths (HF num_nextn_predict_layers; DeepSeek-V3: 1), each "
+        "predicting one token further with the shared head from the last depth's state and the "
+        "next token (docs/mixtures-of-experts.md). Training only: the loss, eval and sample leave "
+        "them out (metrics.jsonl: mtp_loss).";
+    k.push_back(int_key("model", "mtp_layers", 0, 0, 16, mtp_layers_doc,
+                        [](Config& c) -> auto& { return c.model.mtp_layers; }));
+    // A fraction of the language-model loss in practice (DeepSeek-V3: 0.3, then 0.1).
+    k.push_back(bounded_float_key("model", "mtp_loss_weight", "0.3", 0.0, 1.0,
+                                  "Weight lambda of the multi-token prediction losses: the "
+                                  "objective adds lambda / mtp_layers times each depth's mean "
+                                  "cross-entropy (DeepSeek-V3: 0.3 for the first 10T tokens, then "
+                                  "0.1). Only with mtp_layers > 0; a resume may change it.",
+                                  [](Config& c, double v) { c.model.mtp_loss_weight = v; }));
 }
 
 }  // namespace meshtrain

@@ -11,18 +11,17 @@ namespace {
 // residual stream's variance does not grow with depth.
 double residual_scale(const ModelSpec& spec) { return 1.0 / std::sqrt(2.0 * spec.layers); }
 
-std::string sub_layer(int index, const char* name) {
-  return "h." + std::to_string(index) + "." + name;
-}
-
 }  // namespace
 
 Block::Block(const LayerContext& ctx, int index, const ModelSpec& spec)
+    : Block(ctx, "h." + std::to_string(index), index, spec) {}
+
+Block::Block(const LayerContext& ctx, const std::string& prefix, int index, const ModelSpec& spec)
     : ctx_(ctx),
-      attention_norm_(ctx, sub_layer(index, "ln_1"), spec.d_model, spec.norm),
-      attention_(ctx, sub_layer(index, "attn"), spec, residual_scale(spec)),
-      feed_forward_norm_(ctx, sub_layer(index, "ln_2"), spec.d_model, spec.norm),
-      feed_forward_(ctx, sub_layer(index, "mlp"), spec, index, residual_scale(spec)) {}
+      attention_norm_(ctx, prefix + ".ln_1", spec.d_model, spec.norm),
+      attention_(ctx, prefix + ".attn", spec, residual_scale(spec)),
+      feed_forward_norm_(ctx, prefix + ".ln_2", spec.d_model, spec.norm),
+      feed_forward_(ctx, prefix + ".mlp", spec, index, residual_scale(spec)) {}
 
 Tensor Block::forward_all(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory inner,
                           Recompute recompute, bool recomputing) {

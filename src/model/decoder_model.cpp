@@ -1,6 +1,10 @@
 #include "meshtrain/model/decoder_model.h"
 
+#include <cstddef>
+#include <stdexcept>
+
 #include "meshtrain/model/expert_load.h"
+#include "meshtrain/model/mtp_log.h"
 #include "meshtrain/model/stage_builder.h"
 
 namespace meshtrain {
@@ -43,7 +47,16 @@ ModelChunk::ModelChunk(const LayerContext& ctx, const ModelSpec& cfg, const Chun
       weight = &store.add(lm_head_spec(cfg, cfg.tie_embeddings), ctx.tp.rank(), ctx.tp.size());
       weight->tied_copy = cfg.tie_embeddings;
     }
-    head_ = std::make_unique<LanguageModelHead>(ctx, cfg.d_model, cfg.norm, *weight);
+    if (cfg.mtp_layers > 0) {
+      // The depths read the token embedding here: the chunk that has the head must have it too
+      // (one pipeline stage; config/layout_check.cpp refuses the others).
+      if (!embedding_)
+        throw std::logic_error("multi-token prediction needs the embedding on the head's chunk");
+      // The head's unit reads the embedding too, as a tied head does.
+      if (weight != &embedding_->wte()) store.use(embedding_->wte());
+      mtp_ = std::make_unique<MultiTokenPrediction>(ctx, cfg, embedding_->wte(), *weight);
+    }
+    head_ = std::make_unique<LanguageModelHead>(ctx, cfg.d_model, cfg.norm, *weight, mtp_.get());
   }
 }
 
@@ -166,27 +179,46 @@ void DecoderModel::backward_weights(int chunk, DeferredWeightGradients& deferred
 
 std::string DecoderModel::setting_deciding(const std::string& name) const {
   if (ExpertBias::is_name(name)) return "model.moe_router";
+  if (name.rfind("mtp.", 0) == 0) return "model.mtp_layers";  // the multi-token depths' tensors
   if (name.rfind("h.", 0) == 0) return "model.layers";  // every block's tensors: ModelChunk's units
   if (name == lm_head_spec(cfg_, false).name) return "model.tie_embeddings";
   return PipelineStage::setting_deciding(name);
 }
 
-std::vector<double> DecoderModel::take_step_statistics() { return take_expert_load_sums(moe_log_, cfg_); }
+std::vector<double> DecoderModel::take_step_statistics() {
+  std::vector<double> sums = take_expert_load_sums(moe_log_, cfg_);
+  // Then 2 numbers per multi-token depth, zeros on ranks without the head.
+  std::vector<double> mtp(static_cast<size_t>(2 * cfg_.mtp_layers), 0.0);
+  for (auto& c : chunks_)
+    if (MultiTokenPrediction* m = c->mtp()) mtp = m->take_sums();
+  sums.insert(sums.end(), mtp.begin(), mtp.end());
+  return sums;
+}
+
+std::vector<double> DecoderModel::expert_statistics(const std::vector<double>& job_statistics) const {
+  const size_t mtp = static_cast<size_t>(2 * cfg_.mtp_layers);
+  if (job_statistics.size() < mtp) return {};
+  return {job_statistics.begin(), job_statistics.end() - static_cast<std::ptrdiff_t>(mtp)};
+}
 
 void DecoderModel::after_optimizer_step(const std::vector<double>& job_statistics) {
   // The sigmoid router's bias moves by this step's loads over the whole job (the sums every
   // rank received alike), so every rank's copy stays equal; the next step chooses with it.
   if (expert_bias_.empty() || job_statistics.empty()) return;
-  const ExpertLoadReport loads = expert_load_report(job_statistics, cfg_);
+  const ExpertLoadReport loads = expert_load_report(expert_statistics(job_statistics), cfg_);
   expert_bias_.update(loads.layers, loads.tokens, cfg_.moe.bias_update_rate);
 }
 
 std::string DecoderModel::progress_text(const std::vector<double>& job_statistics) const {
-  return expert_load_progress(expert_load_report(job_statistics, cfg_), cfg_);
+  return expert_load_progress(expert_load_report(expert_statistics(job_statistics), cfg_), cfg_) +
+         mtp_loss_progress(job_statistics, cfg_);
 }
 
 std::vector<MetricsRecord> DecoderModel::metrics_records(int step, const std::vector<double>& job_statistics) const {
-  return expert_load_records(step, expert_load_report(job_statistics, cfg_), cfg_);
+  std::vector<MetricsRecord> records =
+      expert_load_records(step, expert_load_report(expert_statistics(job_statistics), cfg_), cfg_);
+  for (MetricsRecord& r : mtp_loss_records(step, job_statistics, cfg_)) records.push_back(std::move(r));
+  return records;
 }
 
 std::unique_ptr<PipelineStage> build_stage(Backend& backend, const ModelSpec& spec,

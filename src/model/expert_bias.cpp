@@ -8,7 +8,8 @@ namespace meshtrain {
 ExpertBias::ExpertBias(const ModelSpec& spec) {
   if (spec.feed_forward != FeedForwardKind::Moe || spec.moe.router != RouterKind::Sigmoid) return;
   experts_ = spec.moe.experts;
-  for (int l = 0; l < spec.layers; ++l)
+  blocks_ = spec.layers;
+  for (int l = 0; l < spec.layers + spec.mtp_layers; ++l)
     if (spec.moe_layer(l)) {
       layers_.push_back(l);
       values_.emplace_back(static_cast<size_t>(experts_), 0.0);
@@ -33,16 +34,21 @@ constexpr const char* kSuffix = ".mlp.router.expert_bias";
 
 std::string ExpertBias::name(int layer) { return "h." + std::to_string(layer) + kSuffix; }
 
+std::string ExpertBias::name_in_model(int layer) const {
+  if (layer < blocks_) return name(layer);
+  return "mtp." + std::to_string(layer - blocks_) + ".block" + kSuffix;
+}
+
 bool ExpertBias::is_name(const std::string& tensor) {
   const std::string suffix = kSuffix;
-  return tensor.rfind("h.", 0) == 0 && tensor.size() > suffix.size() &&
+  return (tensor.rfind("h.", 0) == 0 || tensor.rfind("mtp.", 0) == 0) && tensor.size() > suffix.size() &&
          tensor.compare(tensor.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::vector<StageBuffer> ExpertBias::buffers() {
   std::vector<StageBuffer> out;
   for (size_t i = 0; i < layers_.size(); ++i)
-    out.push_back({name(layers_[i]), Shape{experts_}, &values_[i], "the router's expert bias"});
+    out.push_back({name_in_model(layers_[i]), Shape{experts_}, &values_[i], "the router's expert bias"});
   return out;
 }
 

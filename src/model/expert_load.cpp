@@ -14,7 +14,8 @@ constexpr int64_t kSumsAfterCounts = 5;
 
 std::vector<int> moe_layers(const ModelSpec& spec) {
   std::vector<int> layers;
-  for (int l = 0; l < spec.layers; ++l)
+  // The multi-token prediction depths' blocks (model/mtp_module.h) are layers layers + k.
+  for (int l = 0; l < spec.layers + spec.mtp_layers; ++l)
     if (spec.moe_layer(l)) layers.push_back(l);
   return layers;
 }

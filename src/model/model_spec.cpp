@@ -156,6 +156,8 @@ std::vector<std::pair<const char*, std::string>> field_values(const ModelSpec& m
   fields.push_back({"qk_nope_head_dim", std::to_string(m.latent.qk_nope_dim)});
   fields.push_back({"qk_rope_head_dim", std::to_string(m.latent.qk_rope_dim)});
   fields.push_back({"v_head_dim", std::to_string(m.latent.v_head_dim)});
+  fields.push_back({"mtp_layers", std::to_string(m.mtp_layers)});
+  fields.push_back({"mtp_loss_weight", toml_float(m.mtp_loss_weight)});
   return fields;
 }
 

@@ -1044,6 +1044,25 @@ CATALOGUE = [
         train("train.optimizer=\"muon\"", "parallel.offload=\"optimizer\""), 1,
         ["parallel.offload = \"optimizer\" with train.optimizer = \"muon\"",
          "use parallel.offload = \"none\", or train.optimizer = \"adamw\""], absent=NOT_TRAINED),
+    # issue 53 (mtp): multi-token prediction's keys where they would be ignored or cannot work,
+    # and the layouts it does not run on yet (config/layout_check.cpp).
+    row("deck", "mtp_loss_weight without mtp_layers", 1,
+        train("model.family=\"llama\"", "model.mtp_loss_weight=0.1"), 1,
+        ["deck.toml: model.mtp_loss_weight is given but model.mtp_layers = 0",
+         "set model.mtp_layers >= 1, or remove it"]),
+    row("deck", "mtp_layers as long as the sequence", 1,
+        train("model.family=\"llama\"", "model.mtp_layers=16"), 1,
+        ["deck.toml: model.mtp_layers = 16 leaves depth 16 no position to predict from in a "
+         "sequence of model.seq_len = 16 tokens (mtp_layers must be below seq_len)"]),
+    row("deck", "mtp with pipeline stages", 2,
+        train("model.family=\"llama\"", "model.mtp_layers=1", "parallel.pp=2"), 1,
+        ["model.mtp_layers = 1 does not combine with parallel.pp = 2 yet", "use pp = 1, or mtp_layers = 0"]),
+    row("deck", "mtp with context parallelism", 2,
+        train("model.family=\"llama\"", "model.mtp_layers=1", "parallel.cp=2"), 1,
+        ["model.mtp_layers = 1 does not combine with parallel.cp = 2 yet", "use cp = 1, or mtp_layers = 0"]),
+    row("deck", "mtp with ZeRO-3", 2,
+        train("model.family=\"llama\"", "model.mtp_layers=1", "parallel.zero=3"), 1,
+        ["model.mtp_layers = 1 does not combine with parallel.zero = 3 yet", "use zero = 0, 1 or 2"]),
 ]
 
 

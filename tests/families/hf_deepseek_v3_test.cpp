@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -92,6 +93,7 @@ TEST(HfDeepseekV3, ConfigRoundTrips) {
     for (const char* where : {"", "rope_scaling", "rope_parameters"}) {
       json j = tiny_config();
       if (!q_lora) j["q_lora_rank"] = nullptr;
+      if (!q_lora) j["num_nextn_predict_layers"] = 1;  // and one multi-token prediction depth
       const json yarn = {{"rope_type", "yarn"}, {"factor", 40.0}, {"original_max_position_embeddings", 128},
                          {"beta_fast", 32.0}, {"beta_slow", 1.0}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}};
       if (std::string(where) == "rope_scaling") j["rope_scaling"] = yarn;
@@ -107,7 +109,7 @@ TEST(HfDeepseekV3, ConfigRoundTrips) {
       EXPECT_EQ(written["rope_interleave"], true);
       EXPECT_EQ(written["topk_method"], "noaux_tc");
       EXPECT_EQ(written["scoring_func"], "sigmoid");
-      EXPECT_EQ(written["num_nextn_predict_layers"], 0);
+      EXPECT_EQ(written["num_nextn_predict_layers"], q_lora ? 0 : 1);
       EXPECT_EQ(written["q_lora_rank"].is_null(), !q_lora);
       ModelSpec back = spec_of(written);
       back.seq_len = m.seq_len;  // written as max_position_embeddings: the trained context
@@ -119,7 +121,6 @@ TEST(HfDeepseekV3, RefusesByKeyWhatItDoesNotCompute) {
   const std::map<std::string, json> refused = {
       {"scoring_func", "softmax"},   {"topk_method", "greedy"}, {"moe_layer_freq", 2},
       {"hidden_act", "gelu"},        {"attention_bias", true},  {"num_key_value_heads", 2},
-      {"num_nextn_predict_layers", 1},
   };
   for (const auto& [key, value] : refused) {
     json j = tiny_config();
@@ -206,6 +207,51 @@ TEST(HfDeepseekV3, RoutersBiasIsTheExpertBiasState) {
     if (std::string(f->name) == "deepseek_v3") continue;
     EXPECT_EQ(f->hf->state_tensors, nullptr) << f->name;
   }
+}
+
+// Multi-token prediction depth k at layer index num_hidden_layers + k, as DeepSeek's checkpoints
+// hold it: its own tensors, its block's under the main blocks' names (a mixture, with its rotary
+// rows), and copies of the embedding and head, which export writes and import does not read.
+TEST(HfDeepseekV3, MultiTokenPredictionAtTheLayerAfterTheLast) {
+  json j = tiny_config();
+  j["num_nextn_predict_layers"] = 1;
+  const ModelSpec m = spec_of(j);
+  EXPECT_EQ(m.mtp_layers, 1);
+  std::map<std::string, HfTensor> by_hf;
+  for (const HfTensor& t : hf_deepseek_v3_tensors(m)) by_hf[t.hf] = t;
+  const std::pair<const char*, const char*> names[] = {
+      {"model.layers.3.enorm.weight", "mtp.0.enorm.weight"},
+      {"model.layers.3.hnorm.weight", "mtp.0.hnorm.weight"},
+      {"model.layers.3.eh_proj.weight", "mtp.0.eh_proj.weight"},
+      {"model.layers.3.shared_head.norm.weight", "mtp.0.norm.weight"},
+      {"model.layers.3.embed_tokens.weight", "wte"},
+      {"model.layers.3.shared_head.head.weight", "lm_head.weight"},
+      {"model.layers.3.input_layernorm.weight", "mtp.0.block.ln_1.weight"},
+      {"model.layers.3.self_attn.kv_b_proj.weight", "mtp.0.block.attn.kv_b.weight"},
+      {"model.layers.3.mlp.gate.weight", "mtp.0.block.mlp.router.weight"},
+      {"model.layers.3.mlp.experts.7.down_proj.weight", "mtp.0.block.mlp.experts.down.weight"},
+      {"model.layers.3.mlp.shared_experts.up_proj.weight", "mtp.0.block.mlp.shared.up.weight"}};
+  for (const auto& [hf, mine] : names) {
+    ASSERT_TRUE(by_hf.count(hf)) << hf;
+    EXPECT_EQ(by_hf[hf].meshtrain, mine) << hf;
+  }
+  EXPECT_EQ(by_hf["model.layers.3.eh_proj.weight"].hf_shape, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(by_hf["model.layers.3.self_attn.q_b_proj.weight"].rope_rows.width, 4);
+  EXPECT_FALSE(by_hf.count("model.layers.4.enorm.weight"));
+  const HfFormat& format = hf_deepseek_v3_format();
+  std::set<std::string> read;
+  for (const HfTensor& t : format.stored_tensors(HfConfigReader(j, "config.json", deck_key_range), m)) read.insert(t.hf);
+  EXPECT_EQ(read.size(), by_hf.size() - 2);
+  for (const char* copy : {"model.layers.3.embed_tokens.weight", "model.layers.3.shared_head.head.weight"}) {
+    EXPECT_FALSE(read.count(copy)) << copy;
+    EXPECT_TRUE(format.is_buffer(copy)) << copy;
+  }
+  EXPECT_FALSE(format.is_buffer("model.embed_tokens.weight"));
+  // The depth's mixture routes by its own balancing bias, stored where DeepSeek keeps a layer's.
+  const std::vector<HfTensor> state = format.state_tensors(m);
+  ASSERT_EQ(state.size(), 3u);
+  EXPECT_EQ(state[2].hf, "model.layers.3.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(state[2].meshtrain, "mtp.0.block.mlp.router.expert_bias");
 }
 
 TEST(HfDeepseekV3, FamilyDefaultsArePublishedDeepseekV3) {

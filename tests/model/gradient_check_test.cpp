@@ -91,7 +91,19 @@ struct Harness {
     model->moe_log().take();
     size_t i = 0;
     for (Parameter* p : model->params().params()) be.copy_from_host(p->grad, grads[i++].data());
-    return sum * dloss;
+    return sum * dloss + mtp_objective();
+  }
+
+  // The multi-token prediction depths' part of the objective (model/mtp_module.h), from their
+  // cross-entropy sums over the micro-batch: (lambda / D) x each depth's mean.
+  double mtp_objective() {
+    MultiTokenPrediction* mtp = model->chunk(0).mtp();
+    if (!mtp) return 0.0;
+    const std::vector<double> sums = mtp->take_sums();
+    double objective = 0;
+    for (size_t k = 0; k < sums.size(); k += 2)
+      objective += cfg.mtp_loss_weight / cfg.mtp_layers * sums[k] / sums[k + 1];
+    return objective;
   }
 
   double loss_and_grads(Recompute recompute) {
@@ -119,7 +131,7 @@ struct Harness {
     const double dloss = 1.0 / static_cast<double>(mb.shape.N());
     model->chunk(0).forward(mb, {}, saved, Pass::Train, recompute, dloss, &sum, hooks);
     model->chunk(0).backward(mb, {}, saved, recompute, hooks);
-    return sum * dloss;
+    return sum * dloss + mtp_objective();
   }
 };
 
@@ -446,6 +458,61 @@ TEST(GradientCheck, MixtureOfExpertsGroupLimitedRoutingEveryElement) {
     m.moe.top_groups = 2;
   });
   EXPECT_NE(loads(plain).at(1).tokens, loads(h).at(1).tokens) << "the group limit changes no choice";
+  check_all_gradients(h, Recompute::None, Objective::Train);
+}
+
+// Multi-token prediction (model/mtp_module.h): the depths' losses join the training objective
+// (the eval loss leaves them out), and every parameter's gradient holds them: the depths' own,
+// the head's weight read twice (once per depth too), the embedding's rows looked up again, and
+// the main stack's through the head's normed state. The last k positions have no label at
+// depth k.
+TEST(GradientCheck, MultiTokenPredictionOneDepthUntiedEveryElement) {
+  Harness h(false, 21, [](ModelSpec& m) {
+    m = family_defaults("llama", m);
+    m.mtp_layers = 1;
+  });
+  const std::pair<const char*, Shape> shapes[] = {
+      {"mtp.0.enorm.weight", {16}}, {"mtp.0.hnorm.weight", {16}}, {"mtp.0.eh_proj.weight", {16, 32}},
+      {"mtp.0.norm.weight", {16}},  {"mtp.0.block.attn.proj.weight", {16, 16}}};
+  for (const auto& [name, shape] : shapes) {
+    const Parameter* p = h.model->params().find(name);
+    ASSERT_NE(p, nullptr) << name;
+    EXPECT_EQ(p->spec.global_shape, shape) << name;
+  }
+  EXPECT_GT(h.train_loss() - h.loss(), 0.3) << "the depth adds no loss";
+  check_all_gradients(h, Recompute::None, Objective::Train);
+}
+
+// Two depths (the second reads the first's normed state) on GPT-2's tied embedding, with weight
+// 0.5: the embedding's gradient holds three lookups' and three heads' uses. One main block keeps
+// the finite differences few.
+TEST(GradientCheck, MultiTokenPredictionTwoDepthsTiedEveryElement) {
+  Harness h(true, 22, [](ModelSpec& m) {
+    m.layers = 1;
+    m.mtp_layers = 2;
+    m.mtp_loss_weight = 0.5;
+  });
+  EXPECT_EQ(count_named(h.model->params(), "mtp.1.block.mlp.fc.weight"), 1);
+  check_all_gradients(h, Recompute::None, Objective::Train);
+}
+
+// DeepSeek-V3's depth: latent attention, and the sigmoid-routed mixture in the depth's block
+// (layer `layers`, with an expert bias of its own) after one dense main block.
+TEST(GradientCheck, MultiTokenPredictionLatentMixtureEveryElement) {
+  Harness h(false, 23, [](ModelSpec& m) {
+    sigmoid_moe_block(m);
+    m.attention = AttentionKind::Latent;
+    m.latent = LatentSpec{6, 5, 4, 4, 6};  // latent_block's sizes (family_defaults would reset them)
+    m.rope.theta = 50.0;
+    m.layers = 1;
+    m.moe.first_dense_layers = 1;
+    m.mtp_layers = 1;
+  });
+  EXPECT_EQ(count_named(h.model->params(), "mtp.0.block.attn.kv_b.weight"), 1);
+  EXPECT_EQ(count_named(h.model->params(), "mtp.0.block.mlp.router.weight"), 1);
+  EXPECT_EQ(count_named(h.model->params(), "h.0.mlp.gate.weight"), 1);
+  EXPECT_EQ(h.model->expert_bias().layers(), (std::vector<int>{1}));
+  h.model->expert_bias().values_of(1) = {0.3, -0.2, 0.1, -0.25, 0.2, -0.1, 0.05, -0.3};
   check_all_gradients(h, Recompute::None, Objective::Train);
 }
 

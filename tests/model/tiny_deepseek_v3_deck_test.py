@@ -3,8 +3,9 @@
 
 On 2 ranks (dp 2 with the experts split over them, ep 2), 100 of its 200 steps: the validation
 loss falls from ~5.5 (uniform over 256 bytes) between its evaluations at steps 50 and 100 and
-ends below 2.5; every logged step writes the experts' record for its 2 mixture layers (after
-the dense first block) of 8 experts, every token routed to 2, the tokens adding up. The
+ends below 2.5; every logged step writes the experts' record for its 3 mixture layers (after
+the dense first block, and the multi-token prediction depth's block, layer 3) of 8 experts,
+every token routed to 2, the tokens adding up; and the depth's loss (mtp_loss), which falls too. The
 family's numerics are proven elsewhere (the latent attention's and the group-limited router's
 finite differences, the parity matrix); this proves the shipped deck and the family's defaults
 under it.
@@ -35,5 +36,8 @@ with tempfile.TemporaryDirectory() as tmp:
         sys.exit("no expert records in metrics.jsonl")
     tokens_per_step = 16 * 64 * 2  # global batch x seq_len x top_k, per layer
     for r in experts:
-        shipped_deck.expect_expert_record(r, [1, 2], 8, tokens_per_step)
+        shipped_deck.expect_expert_record(r, [1, 2, 3], 8, tokens_per_step)
+    mtp = [r["mtp_loss"] for r in records if "mtp_loss" in r]
+    if len(mtp) < 2 or not mtp[-1] < mtp[0] - 1.0:
+        sys.exit(f"mtp_loss {mtp[:1]} ... {mtp[-1:]}: expected a record each logged step, falling by over 1")
 print("deepseek-v3-tiny trains")

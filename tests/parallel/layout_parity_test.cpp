@@ -204,6 +204,21 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.rope.factor = 4.0;
     m.rope.original_max_positions = 4;
     m.rope.mscale = m.rope.mscale_all_dim = 1.0;
+  } else if (name == "dsv3_mtp") {
+    // DeepSeek-V3's model with one multi-token prediction depth (model/mtp_module.h): latent
+    // attention, sigmoid-routed experts in 4 groups of 2 (top 2 of the best 2 groups) with a
+    // shared expert after a dense first block, and the depth's block a mixture too (its own
+    // expert bias); the depth runs inside the head, its eh_proj replicated over tp.
+    const ModelSpec latent = model_variant("mla", m);
+    m = model_variant("moe_grouped", m);
+    m.attention = latent.attention;
+    m.latent = latent.latent;
+    m.positions = latent.positions;
+    m.rope = latent.rope;
+    m.kv_heads_set = 0;
+    m.moe.shared_ffn_hidden = 16;
+    m.moe.first_dense_layers = 1;
+    m.mtp_layers = 1;
   } else if (!name.empty()) {
     ADD_FAILURE() << "unknown model variant " << name;
   }
@@ -343,6 +358,11 @@ std::vector<Layout> layouts_for(int world) {
         on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "mla_yarn"),
         on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "mla_yarn"),
         on_model({2, 1, 1, S::GPipe, 1, 2, false, 3, R::Full}, "mla_yarn"),
+        // Multi-token prediction: tp with sp (the depth's embedding reduce-scattered, its labelled
+        // rows gathered); its mixture's experts split over the data ranks under ZeRO-1 and full
+        // recomputation (which leaves the depth be).
+        on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "dsv3_mtp"),
+        on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 1, R::Full}, 2), "dsv3_mtp"),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
@@ -537,6 +557,9 @@ void check_matrix(DType precision) {
     // sensitivity of the trajectory, not a layout error (fp64 holds it to 1e-16); fp32 and bf16
     // of latent attention are held by the 4-rank "mla" row.
     if (precision != DType::F64 && model == "mla_yarn") continue;
+    // Multi-token prediction's rows are held to round-off in fp64 (CI's time is short; its
+    // kernels are the head's and the blocks' own, which the other rows run in every precision).
+    if (precision != DType::F64 && model == "dsv3_mtp") continue;
     Config base = testing::tiny_config(dir.path());
     base.train.precision = precision;
     base.model = model_variant(model, base.model);

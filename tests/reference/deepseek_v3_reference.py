@@ -16,8 +16,14 @@ transformers and says so:
   mscale_all_dim)^2 for any rope_type but "default", and YaRN's attention_factor multiplies cos
   and sin (so mscale_all_dim alone, without mscale, scales both);
 - config.json's topk_method, scoring_func and moe_layer_freq are not read (the router is always
-  noaux_tc, every layer from first_k_dense_replace on a mixture), nor the MTP layers
-  (num_nextn_predict_layers): DeepseekV3ForCausalLM has none of them.
+  noaux_tc, every layer from first_k_dense_replace on a mixture);
+- the MTP layers (num_nextn_predict_layers) are no part of DeepseekV3ForCausalLM: mtp_losses
+  below follows the DeepSeek-V3 report (section 2.2) in the layout of DeepSeek's checkpoints and
+  of transformers' generic MtpLayer (modeling_layers.py): depth k at layer index
+  num_hidden_layers + k - 1 joins [enorm(embed(token t+k)) | hnorm(h_{k-1})] (embedding first),
+  projects it with eh_proj, runs one decoder layer (always a mixture: transformers' MTP config
+  sets first_k_dense_replace 0), normalises with shared_head.norm, and predicts token t+k+1 with
+  the main lm_head; h_0 is the main model's last hidden state after model.norm.
 Weights are HF's on-disk names: model.layers.{i}.self_attn.{q_proj | q_a_proj, q_a_layernorm,
 q_b_proj}, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj; mlp.{gate, up, down}_proj (dense
 layers), mlp.gate.weight, mlp.gate.e_score_correction_bias, mlp.experts.{e}.{gate, up,
@@ -328,3 +334,53 @@ def parameter_names(config):
     if not config.get("tie_word_embeddings", False):
         names["lm_head.weight"] = (V, C)
     return names
+
+
+# ---- multi-token prediction (DeepSeek-V3 report, section 2.2) ---------------------------------
+
+def mtp_names(config, depth):
+    """{name: shape} of MTP depth `depth` (1-based) as DeepSeek's checkpoints hold it, at layer
+    index num_hidden_layers + depth - 1: its own tensors, the two copies of the shared embedding
+    and head, and a mixture decoder layer."""
+    C, V = config["hidden_size"], config["vocab_size"]
+    layer = config["num_hidden_layers"] + depth - 1
+    p = f"model.layers.{layer}."
+    names = {p + "enorm.weight": (C,), p + "hnorm.weight": (C,), p + "eh_proj.weight": (C, 2 * C),
+             p + "shared_head.norm.weight": (C,), p + "embed_tokens.weight": (V, C),
+             p + "shared_head.head.weight": (V, C),
+             p + "input_layernorm.weight": (C,), p + "post_attention_layernorm.weight": (C,)}
+    names.update(attention_names(config, layer))
+    names.update(mlp_names(config, layer))
+    return names
+
+
+def mtp_losses(weights, config, tokens, targets):
+    """Each MTP depth's mean cross-entropy over the rows (B, T) of token ids and their next
+    tokens (targets[:, t] = token t + 1): depth k at position t < T - k reads token t + k
+    (= targets[:, t + k - 1]) and predicts token t + k + 1 (= targets[:, t + k]); the positions
+    past the sequence have no label and are left out (causal attention keeps them from the
+    others, so the sequences are simply cut)."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    targets = np.asarray(targets, dtype=np.int64)
+    eps = float(config["rms_norm_eps"])
+    w = lambda name: np.asarray(weights[name], dtype=np.float64)  # noqa: E731
+    embed, head = w("model.embed_tokens.weight"), np.asarray(base.lm_head_weight(weights, config), dtype=np.float64)
+    h = base.decoder_hidden(weights, config, tokens)
+    T = tokens.shape[1]
+    losses = []
+    for k in range(1, config.get("num_nextn_predict_layers", 0) + 1):
+        n = T - k
+        layer = config["num_hidden_layers"] + k - 1
+        p = f"model.layers.{layer}."
+        joined = np.concatenate([base.rms_norm(embed[targets[:, k - 1:k - 1 + n]], w(p + "enorm.weight"), eps),
+                                 base.rms_norm(h[:, :n], w(p + "hnorm.weight"), eps)], axis=-1)
+        x = base.decoder_layer(joined @ w(p + "eh_proj.weight").T, weights, mtp_layer_config(config), layer)
+        h = base.rms_norm(x, w(p + "shared_head.norm.weight"), eps)
+        losses.append(float(base.cross_entropies(h @ head.T, targets[:, k:k + n]).mean()))
+    return losses
+
+
+def mtp_layer_config(config):
+    """The config an MTP decoder layer reads: every layer a mixture (transformers'
+    get_mtp_config sets first_k_dense_replace to 0)."""
+    return dict(config, first_k_dense_replace=0)

@@ -262,22 +262,35 @@ def layer_functions(config):
 
 # ---- the model ----------------------------------------------------------------------------------
 
+def decoder_layer(x, weights, config, i):
+    """Decoder layer i (its tensors under model.layers.{i}.) on x (B, T, C): the pre-norm
+    attention and MLP branches, each added to the residual stream."""
+    eps = float(config["rms_norm_eps"])
+    w = lambda name: np.asarray(weights[name], dtype=np.float64)  # noqa: E731
+    attend, mlp = layer_functions(config)
+    p = f"model.layers.{i}."
+    x = x + attend(rms_norm(x, w(p + "input_layernorm.weight"), eps), weights, config, i)
+    return x + mlp(rms_norm(x, w(p + "post_attention_layernorm.weight"), eps), weights, config, i)
+
+
+def decoder_hidden(weights, config, tokens):
+    """The last hidden state (B, T, C) after model.norm (HF's last_hidden_state) for token ids
+    (B, T)."""
+    check_config(config)
+    x = np.asarray(weights["model.embed_tokens.weight"], dtype=np.float64)[np.asarray(tokens, dtype=np.int64)]
+    for i in range(config["num_hidden_layers"]):
+        x = decoder_layer(x, weights, config, i)
+    return rms_norm(x, np.asarray(weights["model.norm.weight"], dtype=np.float64),
+                    float(config["rms_norm_eps"]))
+
+
 def decoder_logits(weights, config, tokens):
     """Logits (B, T, V) for token ids (B, T) (or (T,): then (T, V))."""
-    check_config(config)
     tokens = np.asarray(tokens, dtype=np.int64)
     single = tokens.ndim == 1
     if single:
         tokens = tokens[None]
-    eps = float(config["rms_norm_eps"])
-    w = lambda name: np.asarray(weights[name], dtype=np.float64)  # noqa: E731
-    attend, mlp = layer_functions(config)
-    x = w("model.embed_tokens.weight")[tokens]
-    for i in range(config["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        x = x + attend(rms_norm(x, w(p + "input_layernorm.weight"), eps), weights, config, i)
-        x = x + mlp(rms_norm(x, w(p + "post_attention_layernorm.weight"), eps), weights, config, i)
-    x = rms_norm(x, w("model.norm.weight"), eps)
+    x = decoder_hidden(weights, config, tokens)
     logits = x @ np.asarray(lm_head_weight(weights, config), dtype=np.float64).T
     return logits[0] if single else logits
 

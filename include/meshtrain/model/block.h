@@ -27,6 +27,9 @@ class Block {
 
   // Its parameters are named "h.<index>.<sub-layer>..." with GPT-2's sub-layer names.
   Block(const LayerContext& ctx, int index, const ModelSpec& spec);
+  // The same named "<prefix>.<sub-layer>...", as layer `index` of the spec (which picks its
+  // feed-forward): a multi-token prediction depth's block (model/mtp_module.h).
+  Block(const LayerContext& ctx, const std::string& prefix, int index, const ModelSpec& spec);
 
   // x (N_local, C) -> (N_local, C) in Activations; saved according to `recompute`.
   Tensor forward(const Tensor& x, TokenShape shape, Saved& saved, Recompute recompute);

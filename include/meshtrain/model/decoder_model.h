@@ -59,6 +59,8 @@ class ModelChunk {
   int block_count() const { return static_cast<int>(blocks_.size()); }
   Block& block(int i) { return *blocks_[static_cast<size_t>(i)]; }
   LanguageModelHead* head() { return head_.get(); }
+  // The multi-token prediction depths (on the head's chunk; null elsewhere or without them).
+  MultiTokenPrediction* mtp() { return mtp_.get(); }
 
  private:
   LayerContext ctx_;
@@ -67,6 +69,7 @@ class ModelChunk {
   int embedding_unit_ = -1;
   std::vector<std::unique_ptr<Block>> blocks_;
   std::vector<int> block_units_;
+  std::unique_ptr<MultiTokenPrediction> mtp_;  // before head_, which points to it
   std::unique_ptr<LanguageModelHead> head_;
   int head_unit_ = -1;
   LossAccumulator* loss_;
@@ -122,6 +125,9 @@ class DecoderModel final : public PipelineStage {
   void backward_weights(int chunk, DeferredWeightGradients& deferred, UnitHooks& hooks) override;
 
  private:
+  // The expert loads' part of the job's step statistics (the multi-token losses follow it).
+  std::vector<double> expert_statistics(const std::vector<double>& job_statistics) const;
+
   std::unique_ptr<ProgressThread> progress_;  // first: the chunks' layers point to it
   Backend* backend_;
   TensorParallel tp_;

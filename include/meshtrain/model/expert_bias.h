@@ -38,6 +38,9 @@ class ExpertBias {
   std::vector<double>& values_of(int layer);
   // The name it has in checkpoints: "h.<layer>.mlp.router.expert_bias".
   static std::string name(int layer);
+  // The same for any layer of this model: past its blocks, the multi-token prediction depths'
+  // ("mtp.<k>.block.mlp.router.expert_bias", model/mtp_module.h).
+  std::string name_in_model(int layer) const;
   // Whether `tensor` is one of those names (of any layer).
   static bool is_name(const std::string& tensor);
   // The table as the stage's buffers, one per layer, pointing into it.
@@ -51,6 +54,7 @@ class ExpertBias {
  private:
   int64_t experts_ = 0;
   std::vector<int> layers_;
+  int blocks_ = 0;  // the model's blocks: the layers from here on are multi-token depths'
   std::vector<std::vector<double>> values_;  // by position in layers_
 };
 

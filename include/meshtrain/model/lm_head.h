@@ -10,6 +10,7 @@
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/norm.h"
 #include "meshtrain/model/loss_accumulator.h"
+#include "meshtrain/model/mtp_module.h"
 
 namespace meshtrain {
 
@@ -20,7 +21,9 @@ class LanguageModelHead {
   };
 
   // weight: the (V/tp, C) slice of the output embedding (wte itself when tied on this rank).
-  LanguageModelHead(const LayerContext& ctx, int64_t C, const NormSpec& norm, Parameter& weight);
+  // mtp: the multi-token prediction depths run inside a training forward (null: none).
+  LanguageModelHead(const LayerContext& ctx, int64_t C, const NormSpec& norm, Parameter& weight,
+                    MultiTokenPrediction* mtp = nullptr);
 
   // Adds the sum over the micro-batch's N tokens of the cross-entropy to `loss` (on the device:
   // nothing waits for it here). With `saved`, also the backward pass for d(loss)/d(logit)
@@ -32,17 +35,15 @@ class LanguageModelHead {
   // vocab_begin(), of x (N, C) whole on every rank (never sequence-parallel).
   Tensor logits(const Tensor& x);
   int64_t vocab_begin() const { return weight_.split_begin; }
-  // The final norm, the logits' GEMM and the cross-entropy over them (model/cost_sheet.h).
+  // The final norm, the logits' GEMM and the cross-entropy over them (model/cost_sheet.h), and
+  // the multi-token prediction depths'.
   CostSheet cost_sheet() const;
 
  private:
-  // From d(loss)/d(logits) (freed on return) to the block stack's input gradient in `saved`.
-  void backward_from_logits(Tensor& dlogits, const Tensor& hin, const Norm::Saved& ln,
-                            Saved* saved);
-
   LayerContext ctx_;
   Norm ln_f_;
   Parameter& weight_;
+  MultiTokenPrediction* mtp_;
 };
 
 }  // namespace meshtrain

@@ -114,6 +114,11 @@ struct ModelSpec {
   MoeSpec moe;                 // read with feed_forward = Moe
   AttentionKind attention = AttentionKind::Standard;
   LatentSpec latent;           // read with attention = Latent
+  // Multi-token prediction (DeepSeek-V3, arXiv 2412.19437 section 2.2; model/mtp_module.h):
+  // mtp_layers depths after the head, each predicting one token further, their losses added
+  // with weight mtp_loss_weight / mtp_layers. 0: none.
+  int mtp_layers = 0;
+  double mtp_loss_weight = 0.3;
 
   int64_t kv_heads() const { return kv_heads_set ? kv_heads_set : heads; }
   int64_t head_dim() const { return head_dim_set ? head_dim_set : d_model / heads; }

@@ -1,6 +1,7 @@
 #include "meshtrain/families/deepseek_v3/hf_deepseek_v3.h"
 
 #include <algorithm>
+#include <deque>
 #include <iterator>
 #include <stdexcept>
 
@@ -51,7 +52,6 @@ void refuse_unsupported(const HfConfigReader& c) {
   require_value(c, "moe_layer_freq", 1, "every block after the first_k_dense_replace is a mixture");
   require_value(c, "hidden_act", "silu", "SwiGLU");
   require_value(c, "attention_bias", false, "the latent attention's projections are bias-free");
-  require_value(c, "num_nextn_predict_layers", 0, "multi-token prediction is not implemented yet");
   const json interleave = json_value_or(c.config(), "rope_interleave", true);
   if (!interleave.is_boolean()) c.refuse("rope_interleave", interleave, "expected true or false");
 }
@@ -94,8 +94,52 @@ ModelSpec hf_deepseek_v3_spec(const HfConfigReader& c, int64_t& max_positions) {
   spec.moe.normalize_top_k = c.boolean("norm_topk_prob", true);
   spec.moe.first_dense_layers =
       static_cast<int>(c.deck_integer("first_k_dense_replace", 3, "model.moe_first_dense_layers"));
+  // Absent: none (transformers' default of 1 describes layers DeepseekV3ForCausalLM never saves).
+  spec.mtp_layers = static_cast<int>(c.deck_integer("num_nextn_predict_layers", 0, "model.mtp_layers"));
   return spec;
 }
+
+namespace {
+
+// Multi-token prediction depth k (model/mtp_module.h) as DeepSeek's checkpoints hold it, at layer
+// index num_hidden_layers + k: its norms and projection, its block under the main blocks' names,
+// and copies of the shared embedding and head (embed_tokens, shared_head.head), which meshtrain
+// shares with the main model and so writes but never reads (deepseek_v3_is_buffer). `text` owns
+// the names the rules point to.
+void add_mtp_rules(const ModelSpec& m, std::vector<HfNameRule>& rules, std::deque<std::string>& text) {
+  const std::vector<HfNameRule> block(rules.begin(), rules.end());
+  const auto rule = [&](std::string meshtrain, std::string hf, HfTransform how) {
+    text.push_back(std::move(meshtrain));
+    const char* mine = text.back().c_str();
+    text.push_back(std::move(hf));
+    rules.push_back({mine, text.back().c_str(), how});
+  };
+  for (int k = 0; k < m.mtp_layers; ++k) {
+    const std::string mtp = "mtp." + std::to_string(k) + ".", hf = "model.layers." + std::to_string(m.layers + k) + ".";
+    rule(mtp + "enorm.weight", hf + "enorm.weight", HfTransform::Same);
+    rule(mtp + "hnorm.weight", hf + "hnorm.weight", HfTransform::Same);
+    rule(mtp + "eh_proj.weight", hf + "eh_proj.weight", HfTransform::Same);
+    rule("wte", hf + "embed_tokens.weight", HfTransform::Same);
+    for (const HfNameRule& r : block) {
+      const std::string name = r.meshtrain;
+      if (name.rfind("h.{}.", 0) != 0) continue;
+      std::string theirs = r.hf;
+      theirs.replace(theirs.find("model.layers.{}."), 16, hf);
+      rule(mtp + "block." + name.substr(5), theirs, r.how);
+    }
+    rule(mtp + "norm.weight", hf + "shared_head.norm.weight", HfTransform::Same);
+    rule(m.tie_embeddings ? "wte" : "lm_head.weight", hf + "shared_head.head.weight", HfTransform::Same);
+  }
+}
+
+bool is_mtp_copy(const std::string& hf_name) {
+  const auto ends = [&](const std::string& tail) {
+    return hf_name.size() > tail.size() && hf_name.compare(hf_name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return hf_name.rfind("model.layers.", 0) == 0 && (ends(".embed_tokens.weight") || ends(".shared_head.head.weight"));
+}
+
+}  // namespace
 
 std::vector<HfTensor> hf_deepseek_v3_tensors(const ModelSpec& m) {
   std::vector<HfNameRule> rules(std::begin(kDeepseekV3Names), std::end(kDeepseekV3Names));
@@ -104,6 +148,8 @@ std::vector<HfTensor> hf_deepseek_v3_tensors(const ModelSpec& m) {
     return std::string(r.meshtrain) == "h.{}.mlp.shared.gate.weight";
   });
   rules.insert(at, moe.begin(), moe.end());
+  std::deque<std::string> mtp_names;
+  add_mtp_rules(m, rules, mtp_names);
   std::vector<HfTensor> tensors = hf_tensors(m, rules.data(), rules.size(), "DeepseekV3ForCausalLM");
   // Each query head's rotary part follows its no-position part; the latent's rotary key
   // (one head for all) follows the kv_lora_rank latent.
@@ -138,11 +184,18 @@ std::string deepseek_v3_architecture(const ModelSpec& m, const std::string& wher
 
 // DeepSeek's own checkpoints (rope_interleave true or absent) store the rotary rows in pairs;
 // a model saved with rope_interleave false stores them in halves already, as meshtrain does.
+// The copies of the embedding and head in the multi-token layers are not read: meshtrain shares
+// the main ones.
 std::vector<HfTensor> deepseek_v3_stored_tensors(const HfConfigReader& c, const ModelSpec& m) {
   std::vector<HfTensor> tensors = hf_deepseek_v3_tensors(m);
+  std::erase_if(tensors, [](const HfTensor& t) { return is_mtp_copy(t.hf); });
   if (json_value_or(c.config(), "rope_interleave", true) == false)
     for (HfTensor& t : tensors) t.rope_rows = {};
   return tensors;
+}
+
+bool deepseek_v3_is_buffer(const std::string& name) {
+  return hf_llama_format().is_buffer(name) || is_mtp_copy(name);
 }
 
 ModelSpec deepseek_v3_read_config(const HfConfigReader& c, int64_t& max_positions) {
@@ -184,7 +237,7 @@ std::string hf_deepseek_v3_config_json(const ModelSpec& m, const HfExportOptions
   j["topk_method"] = "noaux_tc";
   j["scoring_func"] = "sigmoid";
   j["moe_layer_freq"] = 1;
-  j["num_nextn_predict_layers"] = 0;
+  j["num_nextn_predict_layers"] = m.mtp_layers;
   j["hidden_act"] = "silu";
   j["max_position_embeddings"] = m.seq_len;
   j["initializer_range"] = 0.02;
@@ -211,12 +264,13 @@ const HfFormat& hf_deepseek_v3_format() {
       hf_deepseek_v3_tensors,
       "model.embed_tokens.weight",
       llama.stored_name,
-      llama.is_buffer,
+      deepseek_v3_is_buffer,
       llama.recorded_model,
       deepseek_v3_architecture,
       hf_deepseek_v3_config_json,
-      "wte, h.<i>.{ln_1,attn.{q_a,q_a_norm,q_b,q,kv_a,kv_a_norm,kv_b,proj},ln_2,mlp}, ln_f and an untied "
-      "lm_head.weight, and the buffers h.<i>.mlp.router.expert_bias",
+      "wte, h.<i>.{ln_1,attn.{q_a,q_a_norm,q_b,q,kv_a,kv_a_norm,kv_b,proj},ln_2,mlp}, ln_f, an untied "
+      "lm_head.weight, mtp.<k>.{enorm,hnorm,eh_proj,block,norm}, and the buffers "
+      "h.<i>.mlp.router.expert_bias",
       deepseek_v3_stored_tensors,
       deepseek_v3_state_tensors,
   };

@@ -75,6 +75,7 @@ constexpr const char* kConfigKeys[][2] = {
     {"kv_heads", "num_key_value_heads"},
     {"head_dim", "head_dim"},
     {"ffn_hidden", "intermediate_size"},
+    {"mtp_layers", "num_nextn_predict_layers"},
 };
 
 }  // namespace
@@ -283,6 +284,10 @@ std::string hf_llama_architecture(const ModelSpec& m, const std::string& where) 
     refuse("activation", activation_name(m.activation), hf + " (SwiGLU)");
   if (m.qk_norm && m.linear_bias)
     refuse("bias", "true", hf + " (its MLP has no bias; with model.qk_norm = true this is Qwen 3)");
+  if (m.mtp_layers > 0)
+    refuse("mtp_layers", std::to_string(m.mtp_layers),
+           hf + " (no multi-token prediction layers: the deepseek_v3 family's DeepseekV3ForCausalLM "
+           "holds them)");
   if (m.feed_forward == FeedForwardKind::Moe) {
     if (m.linear_bias) refuse("bias", "true", "MixtralForCausalLM or Qwen3MoeForCausalLM (no biases)");
     return hf_moe_architecture(m, where);
@@ -406,11 +411,14 @@ void hf_check_llama_deck(const HfConfigReader& c, const ModelSpec& hf, int64_t m
          m.moe.first_dense_layers == 0);
     // The balancing losses' coefficients are the fine-tune's choice: they change training, not
     // the function the weights compute.
-    const bool training_only = key == "moe_aux_loss" || key == "moe_z_loss";
+    const bool training_only = key == "moe_aux_loss" || key == "moe_z_loss" || key == "mtp_loss_weight";
     // A dense model's moe_* fields mean nothing (a mixture on one side only differs in
     // feed_forward, compared before them).
     const bool dense_only = key.rfind("moe_", 0) == 0 && hf.feed_forward == FeedForwardKind::Dense;
-    if (key != "family" && !unused && !training_only && !dense_only)
+    // Fewer multi-token prediction depths than the directory holds: the main model is the same
+    // (the deck leaves the others out, and import does not read them).
+    const bool fewer_depths = key == "mtp_layers" && m.mtp_layers < hf.mtp_layers;
+    if (key != "family" && !unused && !training_only && !dense_only && !fewer_depths)
       fields.push_back({key, mine[i].value, theirs[i].value});
   }
   for (const SpecField& f : fields)

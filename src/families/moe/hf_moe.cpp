@@ -51,7 +51,7 @@ std::vector<HfTensor> hf_expert_bias_tensors(const ModelSpec& m, const char* hf_
   std::vector<HfTensor> out;
   for (int layer : bias.layers()) {
     HfTensor t;
-    t.meshtrain = ExpertBias::name(layer);
+    t.meshtrain = bias.name_in_model(layer);  // a multi-token depth's block: mtp.<k>.block…
     t.meshtrain_shape = t.hf_shape = {bias.experts()};
     t.hf = hf_pattern;
     t.hf.replace(t.hf.find("{}"), 2, std::to_string(layer));
