@@ -252,6 +252,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
     file = std::make_unique<CheckpointFile>(path, comm_, CheckpointFile::Access::Read);
   });
   CheckpointInfo info;
+  std::vector<SettingChange> extension;
   agree(world, [&] {
     info = file->read_info();
     if (info.format_version != kCheckpointFormatVersion)
@@ -263,8 +264,8 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
     if (info.model.empty() || info.lineage.empty())
       throw CheckpointFileError(path + ": has no attribute '" + (info.model.empty() ? "model" : "lineage") +
                                 "' (not a complete meshtrain checkpoint)");
-    check_model_signature(path, info.model, m, cfg_.deck_path, info.meshtrain_version,
-                          tokenizer_signature(cfg_.data.tokenizer));
+    extension = check_model_signature(path, info.model, m, cfg_.deck_path, info.meshtrain_version,
+                                      tokenizer_signature(cfg_.data.tokenizer));
     check_optimizer_signature(path, info.optimizer, info.optimizer_steps, cfg_.train.optimizer,
                               cfg_.deck_path);
   });
@@ -306,6 +307,9 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   CheckpointStats stats;
   stats.path = path;
   stats.step = info.step;
+  for (const SettingChange& c : extension)
+    stats.context_extension += (stats.context_extension.empty() ? "" : ", ") + ("model." + c.key) + " " +
+                               c.from + " -> " + c.to;
   std::error_code ec;
   const double size = world.rank() == 0 ? static_cast<double>(fs::file_size(path, ec)) : 0.0;
   stats.bytes = static_cast<int64_t>(world.all_reduce_scalar(size, ReduceOp::Max));

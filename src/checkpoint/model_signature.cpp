@@ -1,5 +1,6 @@
 #include "model_signature.h"
 
+#include <charconv>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -66,8 +67,10 @@ std::vector<ModelSetting> model_settings(const ModelSpec& m, const std::string& 
       continue;
     const bool later = f.key == "moe_router" || f.key == "moe_route_scale" || f.key == "moe_capacity_factor";
     out.push_back({f.key, f.value, true, f.gpt2_value, later});
+    out.back().rotary_reach = f.key.rfind("rope_", 0) == 0;
   }
   out.push_back({"tokenizer", quoted(tokenizer.c_str()), false});
+  for (ModelSetting& s : out) s.rotary_reach = s.rotary_reach || s.key == "seq_len";
   return out;
 }
 
@@ -100,13 +103,54 @@ void check_optimizer_signature(const std::string& file, const std::string& recor
       " (set train.optimizer = \"" + written + "\" to resume it)");
 }
 
-void check_model_signature(const std::string& file, const std::string& recorded, const ModelSpec& m,
-                           const std::string& deck, const std::string& writer,
-                           const std::string& tokenizer) {
+namespace {
+
+// What @model records for `key`, or GPT-2's value where the file predates the key; "" when
+// neither (the caller refuses that).
+std::string recorded_or_before(const std::map<std::string, std::string>& stored,
+                               const std::vector<ModelSetting>& settings, const std::string& key) {
+  auto it = stored.find(key);
+  if (it != stored.end()) return it->second;
+  for (const ModelSetting& s : settings)
+    if (s.key == key) return s.before_recorded;
+  return "";
+}
+
+// A learned position table (GPT-2's wpe) has model.seq_len rows: a deck's other length is
+// another tensor shape, refused here with both numbers rather than as a dataset's shape.
+[[noreturn]] void refuse_learned_length(const std::string& file, const std::string& recorded,
+                                        const ModelSpec& m, const std::string& deck) {
+  const std::string rows = terminal_safe(recorded), wanted = std::to_string(m.seq_len);
+  int64_t table = 0;
+  const auto [end, ec] = std::from_chars(recorded.data(), recorded.data() + recorded.size(), table);
+  const bool longer = ec == std::errc() && end == recorded.data() + recorded.size() && m.seq_len > table;
+  throw CheckpointFileError(
+      file + ": model.seq_len = " + rows + " in the checkpoint, but " + deck +
+      " (with its --set overrides) has model.seq_len = " + wanted + ": " +
+      (longer ? "the checkpoint's learned position table (model.positions = \"learned\", wpe) has " +
+                    rows + " rows, so its context cannot reach " + wanted + " tokens"
+              : "a learned position table (model.positions = \"learned\", wpe) resumes only at its own "
+                "length, " + rows) +
+      " (set model.seq_len = " + rows + "; rotary models, model.positions = \"rotary\", resume at "
+      "another length with another model.rope_scaling)");
+}
+
+}  // namespace
+
+std::vector<SettingChange> check_model_signature(const std::string& file, const std::string& recorded,
+                                                 const ModelSpec& m, const std::string& deck,
+                                                 const std::string& writer, const std::string& tokenizer) {
   std::map<std::string, std::string> stored = recorded_model_settings(recorded);
+  const std::vector<ModelSetting> settings = model_settings(m, tokenizer);
+  // Context extension: only when the checkpoint's model and the deck's both turn rotary
+  // positions (another positions setting is refused below, under its own key).
+  const std::string rotary = quoted(position_name(PositionKind::Rotary));
+  const bool both_rotary = m.positions == PositionKind::Rotary &&
+                           recorded_or_before(stored, settings, "positions") == rotary;
+  std::vector<SettingChange> changes;
   // What the file recorded is printed escaped: the file may come from anyone.
   const std::string safe_writer = terminal_safe(writer);
-  for (const ModelSetting& s : model_settings(m, tokenizer)) {
+  for (const ModelSetting& s : settings) {
     auto it = stored.find(s.key);
     if (it == stored.end() && !s.before_recorded.empty())
       it = stored.emplace(s.key, s.before_recorded).first;
@@ -115,6 +159,14 @@ void check_model_signature(const std::string& file, const std::string& recorded,
                                 " (damaged, or not written by meshtrain)");
     const std::string value = terminal_safe(it->second);
     if (it->second != s.value) {
+      if (s.rotary_reach && both_rotary) {
+        changes.push_back({s.key, value, s.value});
+        stored.erase(it);
+        continue;
+      }
+      if (s.key == "seq_len" && m.positions == PositionKind::Learned &&
+          recorded_or_before(stored, settings, "positions") == quoted(position_name(PositionKind::Learned)))
+        refuse_learned_length(file, it->second, m, deck);
       if (s.key == "tokenizer")
         throw CheckpointFileError(
             file + ": model.tokenizer = " + value + " in the checkpoint, but " + deck +
@@ -141,6 +193,7 @@ void check_model_signature(const std::string& file, const std::string& recorded,
                               " in the checkpoint is a model setting this meshtrain " MESHTRAIN_VERSION
                               " does not know: the checkpoint holds another model (load it with the "
                               "meshtrain that wrote it, " + safe_writer + ")");
+  return changes;
 }
 
 }  // namespace meshtrain

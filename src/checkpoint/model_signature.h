@@ -23,6 +23,16 @@ struct ModelSetting {
   // Recorded only when its value is not before_recorded: a setting added after checkpoints of
   // the models it does not change were written (the sigmoid router's), which keep their @model.
   bool recorded_when_changed = false;
+  // Decides only how far rotary positions reach (model.seq_len, the model.rope_* keys): no
+  // tensor's shape or meaning depends on it, so a rotary model's checkpoint resumes with another
+  // value (context extension).
+  bool rotary_reach = false;
+};
+
+// A setting a resume changed (context extension): its key under "model.", the checkpoint's
+// value (escaped for the terminal: the file may come from anyone) and the deck's.
+struct SettingChange {
+  std::string key, from, to;
 };
 
 // What @model records as model.tokenizer for data.tokenizer = `spec`: "byte" for "bytes" (the
@@ -40,8 +50,10 @@ std::string model_signature(const ModelSpec& m, const std::string& tokenizer = "
 // Throws CheckpointFileError unless `recorded` (a file's @model) holds exactly the settings of
 // `m`: the first difference names the key, the checkpoint's value and the deck's (or this
 // build's), with what to do. `file` and `deck` name the two sides; `writer` is the meshtrain
-// version that wrote the file.
-void check_model_signature(const std::string& file, const std::string& recorded, const ModelSpec& m,
+// version that wrote the file. Where both are rotary models, model.seq_len and the rotary
+// scaling may differ (context extension): those differences are returned, in settings order.
+// A learned position table bounds model.seq_len at the checkpoint's.
+std::vector<SettingChange> check_model_signature(const std::string& file, const std::string& recorded, const ModelSpec& m,
                            const std::string& deck, const std::string& writer,
                            const std::string& tokenizer = "byte");
 

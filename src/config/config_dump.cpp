@@ -5,31 +5,14 @@
 #include <sstream>
 #include <string_view>
 
+#include "meshtrain/io/metrics_writer.h"
+
 namespace meshtrain {
 
 namespace {
 
-// A TOML basic string.
-std::string quoted(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
+// A TOML basic string: its escapes are JSON's (io/metrics_writer.h).
+std::string quoted(std::string_view s) { return json_string(s); }
 
 // Shortest text that reads back as the same double, always a TOML float ("25.0", "1e-08").
 std::string real(double v) {

@@ -58,6 +58,27 @@ MetricsWriter::~MetricsWriter() {
   }
 }
 
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
 void MetricsWriter::write(std::initializer_list<std::pair<const char*, Value>> fields) {
   write(std::vector<std::pair<const char*, Value>>(fields));
 }
@@ -85,7 +106,7 @@ void MetricsWriter::write(const std::vector<std::pair<const char*, Value>>& fiel
       for (size_t k = 0; k < is->size(); ++k) line += (k ? ", " : "") + std::to_string((*is)[k]);
       line += "]";
     } else {
-      line += "\"" + std::get<std::string>(value) + "\"";
+      line += json_string(std::get<std::string>(value));
     }
   }
   line += "}\n";

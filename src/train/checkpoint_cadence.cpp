@@ -14,8 +14,9 @@ CheckpointCadence::~CheckpointCadence() = default;
 std::optional<int> CheckpointCadence::resume(ModelState& state) {
   const std::string path = checkpointer_->begin_run();
   if (path.empty()) return std::nullopt;
-  const int step = static_cast<int>(checkpointer_->load(state, path).step);
-  log_.resumed(path, step);
+  const CheckpointStats loaded = checkpointer_->load(state, path);
+  const int step = static_cast<int>(loaded.step);
+  log_.resumed(path, step, loaded.context_extension);
   check_stop_during_startup(grid_.world(), "loading the checkpoint");
   // Every rank loaded the same step: the same verdict everywhere.
   const int steps = cfg_.train.steps;

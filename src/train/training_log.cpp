@@ -184,9 +184,14 @@ void TrainingLog::note(const std::string& text) {
   std::fflush(stdout);
 }
 
-void TrainingLog::resumed(const std::string& path, int step) {
+void TrainingLog::resumed(const std::string& path, int step, const std::string& context_extension) {
   if (!leader_) return;
   std::printf("resumed from %s at step %d\n", path.c_str(), step);
+  if (!context_extension.empty()) {
+    // Where the run's context changed, so that its metrics before and after read apart.
+    std::printf("context extension: %s (the checkpoint's -> the deck's)\n", context_extension.c_str());
+    metrics_->write({{"step", int64_t{step}}, {"resumed_from", path}, {"context_extension", context_extension}});
+  }
   std::fflush(stdout);
 }
 

@@ -11,8 +11,13 @@ its --set overrides and the effective configuration shown; an eval with the deck
 layers) is refused naming model.layers and both values, not a dataset shape.
 
 Resuming a checkpoint at train.steps says so and exits 0, with nothing trained or written.
+
+Context extension (issue 55): a Llama run resumed at another seq_len with YaRN continues its
+lineage, prints and records (metrics.jsonl) the checkpoint's settings and the new ones, and its
+next checkpoint records the new ones. (Its numbers: tests/train/context_extension_test.cpp.)
 """
 
+import json
 import os
 import re
 
@@ -65,6 +70,26 @@ class ResumeAtTheEnd(harness.Case):
         self.assertIn("train.steps = 4", out)
         self.assertNotIn("step     5/", out)
         self.assertEqual(sorted(os.listdir(self.ckpt_dir)), before)
+
+
+class ContextExtension(harness.Case):
+    def test_a_rotary_resume_at_another_length_is_recorded(self):
+        self.train(2, ["model.family=\"llama\""])  # seq_len 16: steps 2 and 4
+        _, out, _ = self.inspect(self.ckpt(4))
+        a = lineage(out)
+        extended = ["model.family=\"llama\"", "model.seq_len=32", "model.rope_scaling=\"yarn\"",
+                    "model.rope_factor=2.0", "model.rope_original_max_positions=16", "train.steps=6"]
+        _, out, _ = self.train(2, extended)
+        change = ("model.seq_len 16 -> 32, model.rope_scaling \"none\" -> \"yarn\", model.rope_factor 8.0 -> "
+                  "2.0, model.rope_original_max_positions 8192 -> 16")
+        self.assertIn("resumed from %s at step 4\ncontext extension: %s" % (self.ckpt(4), change), out)
+        self.assertIn("step     6/6", out)
+        with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
+            records = [json.loads(line) for line in f if "context_extension" in line]
+        self.assertEqual(records, [{"step": 4, "resumed_from": self.ckpt(4), "context_extension": change}])
+        _, out, _ = self.inspect(self.ckpt(6))
+        self.assertEqual(lineage(out), a)
+        self.assertIn("seq_len 32", out)
 
 
 if __name__ == "__main__":

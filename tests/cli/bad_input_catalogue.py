@@ -1063,6 +1063,21 @@ CATALOGUE = [
     row("deck", "mtp with ZeRO-3", 2,
         train("model.family=\"llama\"", "model.mtp_layers=1", "parallel.zero=3"), 1,
         ["model.mtp_layers = 1 does not combine with parallel.zero = 3 yet", "use zero = 0, 1 or 2"]),
+    # issue 55 (ctxext): a rotary model resumes at another seq_len and rotary scaling (context
+    # extension, tests/train/context_extension_test.cpp); a learned position table still bounds
+    # it, with both numbers, and any other change of the model keeps its refusal.
+    row("checkpoint", "gpt2 resumed above its position table", 2,
+        train("checkpoint.dir=\"{a}\"", "model.seq_len=32", "train.steps=6"), 1,
+        ["{a}/step_00000004.h5: model.seq_len = 16 in the checkpoint", "has model.seq_len = 32",
+         "learned position table (model.positions = \"learned\", wpe) has 16 rows, so its context "
+         "cannot reach 32 tokens", "set model.seq_len = 16"], needs=["run_a"], absent=["step     5/"]),
+    row("checkpoint", "rotary resume at another length and another vocabulary", 2,
+        train("model.family=\"llama\"", "run.dir=\"{dir}/llama\"", "model.seq_len=32",
+              "model.rope_scaling=\"yarn\"", "model.rope_factor=2.0",
+              "model.rope_original_max_positions=16", "model.vocab_size=512", "train.steps=4"), 1,
+        ["{dir}/llama/checkpoints/step_00000002.h5: model.vocab_size = 256 in the checkpoint",
+         "has model.vocab_size = 512: the checkpoint holds another model (set model.vocab_size = 256"],
+        needs=["run_llama"], absent=["step     3/", "context extension"]),
 ]
 
 
@@ -1533,6 +1548,14 @@ def fixture_run_muon(p):
 
 
 FIXTURES.update({"run_muon": fixture_run_muon})
+
+
+def fixture_run_llama(p):
+    """issue 55 (ctxext): a rotary (Llama) run's step-2 checkpoint in {dir}/llama/checkpoints."""
+    train_fixture(p, "llama", "model.family=\"llama\"")
+
+
+FIXTURES.update({"run_llama": fixture_run_llama})
 
 
 def fixture_dsv3(p):

@@ -93,6 +93,10 @@ struct CheckpointStats {
   double stall_seconds = 0;
   bool asynchronous = false;
   bool independent = false;  // transfers were independent (checkpoint.io), else collective
+  // load only: the rotary settings the resume changed (context extension), the checkpoint's value
+  // and the deck's, as "model.seq_len 64 -> 256, model.rope_scaling \"none\" -> \"yarn\""; empty:
+  // none.
+  std::string context_extension;
 };
 
 class BackgroundWorker;

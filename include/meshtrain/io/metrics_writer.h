@@ -10,11 +10,16 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
 
 namespace meshtrain {
+
+// `s` as a JSON string, quotes included: '"' and the backslash escaped, control characters as
+// \n, \t or \u00XX (also a TOML basic string: the effective configuration's, config_dump.cpp).
+std::string json_string(std::string_view s);
 
 class MetricsWriter {
  public:

@@ -52,7 +52,8 @@ class TrainingLog {
   // A line of its own (the schedule's re-planning), if not empty.
   void note(const std::string& text);
 
-  void resumed(const std::string& path, int step);
+  // `context_extension` (CheckpointStats::context_extension): printed and recorded when not empty.
+  void resumed(const std::string& path, int step, const std::string& context_extension);
   void nothing_to_train(const std::string& path, int step);
   void checkpoint_saved(const CheckpointStats& s);
   void checkpoint_started(const CheckpointStats& s);  // checkpoint.async: the snapshot taken
