@@ -4,7 +4,8 @@
 // (backend.h's attention layout). Multi-head attention (kv_heads == heads: GPT-2) has one
 // weight (3, NH HS, C), split by heads within each of q, k and v. Grouped-query attention has
 // three, q (NH HS, C), k and v (KVH HS, C) (Hugging Face's q_proj, k_proj, v_proj), each
-// column-parallel by heads, reading the input entered into the tensor region once, and run as
+// column-parallel by heads (tp beyond KVH: each rank computes the one key/value head its query
+// heads read, shared with tp / KVH ranks, from k and v stored whole; model/linear.h), reading the input entered into the tensor region once, and run as
 // one product writing the packed rows where their storage is adjacent
 // (model/stacked_columns.h). With model.qk_norm (Qwen 3) the projections are separate
 // whatever kv_heads is, and each query and key head is RMS-normalised over its head_dim
