@@ -221,9 +221,7 @@ Tensor RowParallelLinear::backward_through(const Tensor& dy, const Saved& saved,
 }
 
 void ColumnParallelLinear::add_costs(CostSheet& sheet) const {
-  // Shared parts are computed `replicas` times over: tp ranks each multiply local_out rows.
-  sheet.linears.push_back(
-      {in_, weight_.spec.global_shape.numel() / in_ * replicas_, TpSplitOf::Outputs});
+  sheet.linears.push_back({in_, weight_.spec.global_shape.numel() / in_, TpSplitOf::Outputs});
   sheet.parameters.push_back(parameter_cost(weight_.spec));
   if (bias_) sheet.parameters.push_back(parameter_cost(bias_->spec));
 }

@@ -28,7 +28,8 @@ QkvProjection::QkvProjection(const LayerContext& ctx, const std::string& name,
     : ctx_(ctx),
       local_heads_(spec.heads / ctx.tp.size()),
       local_kv_heads_(spec.kv_heads() * kv_head_replicas(spec, ctx.tp) / ctx.tp.size()),
-      head_size_(spec.head_dim()) {
+      head_size_(spec.head_dim()),
+      kv_heads_(spec.kv_heads()) {
   const int64_t q_width = spec.heads * head_size_, kv_width = spec.kv_heads() * head_size_;
   if (spec.kv_heads() == spec.heads && !spec.qk_norm) {
     fused_.emplace(ctx, name + ".qkv", Shape{3, q_width, spec.d_model}, 1, Shape{3, q_width}, 0.02,
@@ -138,7 +139,14 @@ void QkvProjection::add_costs(CostSheet& sheet) const {
   // rows (forward) and out of them (backward).
   const bool one_product = stacked_ && !k_->has_bias();
   for (const std::optional<ColumnParallelLinear>* p : {&q_, &k_, &v_}) {
+    const size_t first_parameter = sheet.parameters.size();
     (*p)->add_costs(sheet);
+    // Keys and values split by whole heads: tp beyond kv_heads shares them (whole weights).
+    if (p != &q_) {
+      sheet.linears.back().tp_parts = kv_heads_;
+      for (size_t i = first_parameter; i < sheet.parameters.size(); ++i)
+        sheet.parameters[i].tp_parts = kv_heads_;
+    }
     sheet.add_pass_over_last_outputs(one_product ? 2 : 4, one_product ? 4 : 6);
   }
   if (q_norm_) {

@@ -47,6 +47,7 @@ class QkvProjection {
  private:
   LayerContext ctx_;
   int64_t local_heads_, local_kv_heads_, head_size_;
+  int64_t kv_heads_;  // of the model: the most parts k and v split into (tp beyond: shared)
   std::optional<ColumnParallelLinear> fused_;   // multi-head: (3, NH HS, C)
   std::optional<ColumnParallelLinear> q_, k_, v_;  // grouped-query, or with qk_norm
   std::optional<StackedColumns> stacked_;          // q, k and v as one product, without qk_norm
