@@ -143,6 +143,9 @@ TEST(CostSheet, DecodeCacheOfStandardAttention) {
   ModelSpec gqa = gpt2_spec(2, 128, 8, 64, 256);
   gqa.kv_heads_set = 2;
   EXPECT_EQ(model_cost_sheet(gqa).blocks.back().decode_cache_width(2), 2.0 * 2 * 16 / 2);
+  // tp beyond the key/value heads: each rank caches the one head its queries read.
+  EXPECT_EQ(model_cost_sheet(gqa).blocks.back().decode_cache_width(4), 2.0 * 16);
+  EXPECT_EQ(model_cost_sheet(gqa).blocks.back().decode_cache_width(8), 2.0 * 16);
 }
 
 // tp beyond the key/value heads (issue 55): 8 query heads of 8 channels on 2 key/value heads,

@@ -160,8 +160,12 @@ struct ExchangeCost {
 struct DecodeCacheCost {
   int64_t width = 0;
   bool tp_split = false;
+  int64_t tp_parts = 0;  // as LinearCost's: key/value heads, each shared by the ranks beyond
 
-  double local_width(double tp) const { return tp_split ? static_cast<double>(width) / tp : static_cast<double>(width); }
+  double local_width(double tp) const {
+    if (!tp_split) return static_cast<double>(width);
+    return static_cast<double>(width) / (tp_parts > 0 ? std::min(tp, static_cast<double>(tp_parts)) : tp);
+  }
   bool operator==(const DecodeCacheCost&) const = default;
 };
 

@@ -42,6 +42,7 @@ class QkvProjection {
   // GEMMs leave there is rounding noise that Adam would amplify into real updates.
   Tensor backward(const Tensor& dqkv, const Saved& saved, DeferredWeightGradients* deferred);
   int64_t local_kv_heads() const { return local_kv_heads_; }
+  int64_t kv_heads() const { return kv_heads_; }  // the model's
   void add_costs(CostSheet& sheet) const;
 
  private:
