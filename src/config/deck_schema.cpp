@@ -247,7 +247,9 @@ void add_grid_keys(std::vector<KeySpec>& k) {
                  return "";
                }});
   k.push_back(int_or_auto_key("parallel", "tp", "1", 1, 1 << 16,
-                              "Tensor-parallel ranks; divides model.heads and model.vocab_size; "
+                              "Tensor-parallel ranks; divides model.heads and model.vocab_size, and "
+                              "divides model.kv_heads or is a multiple of it (then each key/value "
+                              "head is shared by tp / kv_heads ranks); "
                               "\"auto\": the strategy advisor's choice.",
                               [](Config& c) -> auto& { return c.parallel.tp; },
                               [](Config& c) -> bool& { return c.parallel.automatic.tp; }, 1));

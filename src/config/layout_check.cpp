@@ -70,7 +70,8 @@ void resolve_dp(Config& c, int world_size, const LayoutFail& fail) {
   }
 }
 
-// tp divides the heads and the vocabulary; every pipeline chunk gets a layer.
+// tp divides the heads and the vocabulary, and divides or is a multiple of the key/value
+// heads; every pipeline chunk gets a layer.
 void check_tensor_and_pipeline_split(const Config& c, const LayoutFail& fail) {
   const ParallelOptions& p = c.parallel;
   const std::string tp = std::to_string(p.tp), pp = std::to_string(p.pp);
@@ -78,10 +79,17 @@ void check_tensor_and_pipeline_split(const Config& c, const LayoutFail& fail) {
     fail("parallel.tp = " + tp + " does not divide model.heads = " +
          std::to_string(c.model.heads) + " (tp must be one of " + join(divisors(c.model.heads)) +
          ")");
-  if (c.model.kv_heads() % p.tp != 0)
-    fail("parallel.tp = " + tp + " does not divide model.kv_heads = " +
-         std::to_string(c.model.kv_heads()) + " (each tensor rank holds whole key/value heads: tp "
-         "must be one of " + join(divisors(c.model.kv_heads())) + ")");
+  // Each tensor rank holds whole key/value heads, or shares one with tp / kv_heads ranks
+  // (model/qkv_projection.h); either way its query heads read one set of whole heads.
+  const int64_t kv = c.model.kv_heads();
+  if (kv % p.tp != 0 && p.tp % kv != 0) {
+    std::vector<int64_t> allowed;
+    for (int64_t d : divisors(c.model.heads))
+      if (kv % d == 0 || d % kv == 0) allowed.push_back(d);
+    fail("parallel.tp = " + tp + " neither divides model.kv_heads = " + std::to_string(kv) +
+         " nor is a multiple of it (each tensor rank holds whole key/value heads, or shares one "
+         "with tp / kv_heads ranks: tp must be one of " + join(allowed) + ")");
+  }
   if (c.model.vocab_size % p.tp != 0) {
     const int64_t padded = (c.model.vocab_size + 64 * p.tp - 1) / (64 * p.tp) * (64 * p.tp);
     fail("parallel.tp = " + tp + " does not divide model.vocab_size = " +

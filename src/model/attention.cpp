@@ -63,7 +63,8 @@ void CausalSelfAttention::add_costs(CostSheet& sheet) const {
   if (rotary_) rotary_->add_costs(sheet);
   sheet.attention.push_back(attention_core_cost(local_heads_ * ctx_.tp.size(), head_size_));
   proj_.add_costs(sheet);
-  // Generation's keys and values of every key/value head, split with the heads.
-  sheet.decode_cache.push_back({2 * qkv_.local_kv_heads() * ctx_.tp.size() * head_size_, true});
+  // Generation's keys and values of every key/value head, split with the heads (one head a rank
+  // where tp goes beyond them).
+  sheet.decode_cache.push_back({2 * qkv_.kv_heads() * head_size_, true, qkv_.kv_heads()});
 }
 }  // namespace meshtrain

@@ -1,5 +1,7 @@
 #include "meshtrain/model/linear.h"
 
+#include <stdexcept>
+
 namespace meshtrain {
 
 namespace {
@@ -33,18 +35,52 @@ Parameter* maybe_bias(const LayerContext& ctx, bool with_bias, const ParamSpec& 
   return with_bias ? &ctx.store->add(spec, ctx.tp.rank(), ctx.tp.size()) : nullptr;
 }
 
+// A column-parallel weight's spec: split along `split_dim`, or whole on every rank with a
+// gradient the tensor group sums when each part of its outputs is shared by `replicas` ranks.
+ParamSpec column_weight_spec(const std::string& name, Shape shape, int split_dim, double std_dev,
+                             int replicas) {
+  if (replicas == 1) return weight_spec(name, shape, split_dim, TpSplit::OutputFeatures, std_dev);
+  ParamSpec s = weight_spec(name, shape, -1, TpSplit::None, std_dev);
+  s.tp_grad = TpGrad::Partial;
+  return s;
+}
+
+ParamSpec column_bias_spec(const std::string& name, Shape shape, int replicas) {
+  if (replicas == 1) return bias_spec(name, shape, shape.rank() - 1, TpGrad::Full);
+  return bias_spec(name, shape, -1, TpGrad::Partial);
+}
+
+// The output features one rank computes: the whole weight's, over the tp / replicas parts.
+int64_t column_local_out(const Shape& weight_shape, int64_t in, const TensorParallel& tp,
+                         int replicas) {
+  if (replicas < 1 || tp.size() % replicas != 0)
+    throw std::logic_error("ColumnParallelLinear: " + std::to_string(replicas) +
+                           " replicas do not divide tp = " + std::to_string(tp.size()));
+  return weight_shape.numel() / in / (tp.size() / replicas);
+}
+
 }  // namespace
 
 ColumnParallelLinear::ColumnParallelLinear(const LayerContext& ctx, const std::string& name,
                                            Shape weight_shape, int split_dim, Shape bias_shape,
-                                           double init_std, bool with_bias)
+                                           double init_std, bool with_bias, int replicas)
     : ctx_(ctx),
       in_(weight_shape[weight_shape.rank() - 1]),
-      weight_(ctx.store->add(
-          weight_spec(name, weight_shape, split_dim, TpSplit::OutputFeatures, init_std),
-          ctx.tp.rank(), ctx.tp.size())),
-      bias_(maybe_bias(ctx, with_bias,
-                       bias_spec(name, bias_shape, bias_shape.rank() - 1, TpGrad::Full))) {}
+      replicas_(replicas),
+      weight_(ctx.store->add(column_weight_spec(name, weight_shape, split_dim, init_std, replicas),
+                             ctx.tp.rank(), ctx.tp.size())),
+      bias_(maybe_bias(ctx, with_bias, column_bias_spec(name, bias_shape, replicas))),
+      local_out_(column_local_out(weight_shape, in_, ctx.tp, replicas)) {
+  if (replicas_ > 1) row_begin_ = ctx.tp.rank() / replicas_ * local_out_;
+}
+
+Tensor ColumnParallelLinear::weight_rows(const Tensor& t) const {
+  return t.view(row_begin_ * in_, {local_out_, in_});
+}
+
+Tensor ColumnParallelLinear::bias_rows(const Tensor& t) const {
+  return t.view(row_begin_, {local_out_});
+}
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, Saved& saved, MemoryCategory category,
                                      const TensorParallel* tp) {
@@ -62,8 +98,8 @@ Tensor ColumnParallelLinear::forward_through(const Tensor& x, Saved& saved, Tens
   saved.inp = enter_tp_region_forward(be, tp ? *tp : ctx_.tp, x, category);
   const int64_t N = saved.inp.dim(0);
   Tensor out = be.empty(Shape{N, local_out()}, x.dtype(), category);
-  const Tensor w = weight_.value.reshape({local_out(), in_});
-  const Tensor b = bias_ ? bias_->value.reshape({local_out()}) : Tensor{};
+  const Tensor w = weight_rows(weight_.value);
+  const Tensor b = bias_ ? bias_rows(bias_->value) : Tensor{};
   if (!gelu_pre) {
     be.matmul_forward(out, saved.inp, w, bias_ ? &b : nullptr);
     return out;
@@ -82,8 +118,8 @@ Tensor ColumnParallelLinear::forward_through(const Tensor& x, Saved& saved, Tens
 Tensor ColumnParallelLinear::forward_entered(const Saved& entered, MemoryCategory category) {
   Backend& be = *ctx_.backend;
   Tensor out = be.empty(Shape{entered.inp.dim(0), local_out()}, entered.inp.dtype(), category);
-  const Tensor w = weight_.value.reshape({local_out(), in_});
-  const Tensor b = bias_ ? bias_->value.reshape({local_out()}) : Tensor{};
+  const Tensor w = weight_rows(weight_.value);
+  const Tensor b = bias_ ? bias_rows(bias_->value) : Tensor{};
   be.matmul_forward(out, entered.inp, w, bias_ ? &b : nullptr);
   return out;
 }
@@ -101,16 +137,20 @@ Tensor ColumnParallelLinear::backward_in_region(const Tensor& dy, const Saved& s
                                                 DeferredWeightGradients* deferred) {
   Backend& be = *ctx_.backend;
   Tensor dinp = be.empty(saved.inp.shape(), saved.inp.dtype(), MemoryCategory::Workspace);
-  const Tensor w = weight_.value.reshape({local_out(), in_});
-  be.matmul_backward(&dinp, nullptr, nullptr, dy, saved.inp, w);
-  run_or_defer(deferred, [this, dy, inp = saved.inp] {
-    Tensor dw = weight_.grad.reshape({local_out(), in_});
-    Tensor db = bias_ ? bias_->grad.reshape({local_out()}) : Tensor{};
-    if (bias_) bias_->zero_grad_if_unwritten(*ctx_.backend);
-    ctx_.backend->matmul_backward(nullptr, &dw, bias_ ? &db : nullptr, dy, inp, Tensor{},
-                                  weight_.take_grad_write());
-  });
+  be.matmul_backward(&dinp, nullptr, nullptr, dy, saved.inp, weight_rows(weight_.value));
+  run_or_defer(deferred, [this, dy, inp = saved.inp] { write_weight_gradients(dy, inp); });
   return dinp;
+}
+
+void ColumnParallelLinear::write_weight_gradients(const Tensor& dy, const Tensor& inp) {
+  Backend& be = *ctx_.backend;
+  // Shared parts: the rows of the parts other ranks compute stay zero in this rank's gradient.
+  if (replicas_ > 1) weight_.zero_grad_if_unwritten(be);
+  Tensor dw = weight_rows(weight_.grad);
+  Tensor db = bias_ ? bias_rows(bias_->grad) : Tensor{};
+  if (bias_) bias_->zero_grad_if_unwritten(be);
+  be.matmul_backward(nullptr, &dw, bias_ ? &db : nullptr, dy, inp, Tensor{},
+                     weight_.take_grad_write());
 }
 
 RowParallelLinear::RowParallelLinear(const LayerContext& ctx, const std::string& name, int64_t in,

@@ -1078,6 +1078,13 @@ CATALOGUE = [
         ["{dir}/llama/checkpoints/step_00000002.h5: model.vocab_size = 256 in the checkpoint",
          "has model.vocab_size = 512: the checkpoint holds another model (set model.vocab_size = 256"],
         needs=["run_llama"], absent=["step     3/", "context extension"]),
+    # issue 55 (tpkv): tp beyond the key/value heads shares each head over tp / kv_heads ranks;
+    # a tp that neither divides kv_heads nor is a multiple of it is still refused, naming both.
+    row("deck", "tp neither divides nor multiplies kv_heads", 3,
+        train("model.family=\"llama\"", "model.heads=6", "model.kv_heads=2", "model.d_model=48",
+              "parallel.tp=3"), 1,
+        ["deck.toml: parallel.tp = 3 neither divides model.kv_heads = 2 nor is a multiple of it",
+         "shares one with tp / kv_heads ranks: tp must be one of 1, 2, 6)"], absent=NOT_TRAINED),
 ]
 
 

@@ -284,7 +284,7 @@ TEST(Deck, ModelSpecKeysRefuseWhatIsNotBuilt) {
             std::string::npos);
   EXPECT_NE(refusal("[model]\nmoe_experts = 4\n").find("model.moe_* keys are given but model.feed_forward is \"dense\""),
             std::string::npos);
-  // kv_heads divides heads, and tp divides kv_heads (each rank holds whole key/value heads).
+  // kv_heads divides heads (tp against kv_heads: the catalogue and layout_parity).
   EXPECT_NE(refusal("[model]\nheads = 4\nkv_heads = 3\n").find("model.kv_heads = 3 does not divide model.heads = 4"),
             std::string::npos);
   EXPECT_EQ(refusal("[model]\nheads = 4\nkv_heads = 2\n"), "");

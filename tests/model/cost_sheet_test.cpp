@@ -12,6 +12,7 @@
 #include "meshtrain/model/model_costs.h"
 #include "meshtrain/model/parameter_table.h"
 #include "meshtrain/model/partition.h"
+#include "meshtrain/model/qkv_projection.h"
 
 namespace meshtrain {
 namespace {
@@ -142,6 +143,42 @@ TEST(CostSheet, DecodeCacheOfStandardAttention) {
   ModelSpec gqa = gpt2_spec(2, 128, 8, 64, 256);
   gqa.kv_heads_set = 2;
   EXPECT_EQ(model_cost_sheet(gqa).blocks.back().decode_cache_width(2), 2.0 * 2 * 16 / 2);
+  // tp beyond the key/value heads: each rank caches the one head its queries read.
+  EXPECT_EQ(model_cost_sheet(gqa).blocks.back().decode_cache_width(4), 2.0 * 16);
+  EXPECT_EQ(model_cost_sheet(gqa).blocks.back().decode_cache_width(8), 2.0 * 16);
+}
+
+// tp beyond the key/value heads (issue 55): 8 query heads of 8 channels on 2 key/value heads,
+// with biases. On tp 4 and 8 each rank holds its query heads' rows and the whole k and v (each
+// of its ranks computes one head of them): the layer as built (what the memory planner builds)
+// holds that, the cost sheet the time model reads says it, and k's GEMM makes one head's rows.
+TEST(CostSheet, KeyValueHeadsSharedBeyondTpAreWholeOnEveryRank) {
+  ModelSpec m = gpt2_spec(1, 64, 8, 16, 64);
+  m.kv_heads_set = 2;
+  CpuBackend planning(0, Execution::Plan);
+  const auto held_on_rank_0 = [&](int tp, CostSheet* sheet) {
+    MetaCommunicator group("tp", 0, tp);
+    ParameterStore store;
+    LayerContext ctx;
+    ctx.backend = &planning;
+    ctx.store = &store;
+    ctx.tp = TensorParallel{&group, SequenceParallel::Off};
+    const QkvProjection qkv(ctx, "attn", m);
+    if (sheet) qkv.add_costs(*sheet);
+    return static_cast<double>(store.numel());
+  };
+  CostSheet sheet;
+  held_on_rank_0(1, &sheet);
+  const double q = 64 * 64 + 64, kv = 2 * (16 * 64 + 16);
+  for (int tp : {1, 2, 4, 8}) {
+    const double expected = q / tp + (tp <= 2 ? kv / tp : kv);
+    EXPECT_EQ(held_on_rank_0(tp, nullptr), expected) << "tp " << tp;
+    EXPECT_EQ(sheet.local_parameters(tp), expected) << "tp " << tp;
+  }
+  ASSERT_EQ(sheet.linears.size(), 3u);
+  EXPECT_EQ(sheet.linears[1].forward(10, 4), (GemmShape{10, 8, 64, GemmPass::Forward}));
+  EXPECT_EQ(sheet.linears[2].backward_weight(10, 8), (GemmShape{64, 8, 10, GemmPass::BackwardWeight}));
+  EXPECT_EQ(sheet.linears[0].forward(10, 8), (GemmShape{10, 8, 64, GemmPass::Forward}));
 }
 
 TEST(CostSheet, AnMlpOfAnotherWidthReportsIt) {

@@ -127,6 +127,17 @@ bool same_on_every_rank(bool mine) {
 
 constexpr int kSteps = 10, kSaveAt = 5;
 
+// The model a test trains: the tiny GPT-2, its mixture of experts (testing::tiny_moe), or the
+// tiny GPT-2 with 2 key/value heads, which tp 4 shares over pairs of ranks (k and v stored whole
+// on each, with their biases: model/linear.h).
+enum class ChainModel { Gpt2, Moe, SharedKv };
+
+Config with_model(Config c, ChainModel model) {
+  if (model == ChainModel::Moe) c.model = testing::tiny_moe(c.model);
+  if (model == ChainModel::SharedKv) c.model.kv_heads_set = 2;
+  return c;
+}
+
 std::vector<Layout> same_layouts(int world) {
   switch (world) {
     case 1: return {{1, 1, 1, 0, 4}, {1, 1, 1, 3, 8, S::GPipe}};
@@ -138,10 +149,11 @@ std::vector<Layout> same_layouts(int world) {
 }
 
 void check_same_layout(const Layout& l, DType precision, testing::SharedTempDir& dir,
-                       OptimizerKind optimizer = OptimizerKind::AdamW) {
+                       OptimizerKind optimizer = OptimizerKind::AdamW,
+                       ChainModel model = ChainModel::Gpt2) {
   const std::string name = l.name() + "_" + std::string(dtype_name(precision)) + "_" + optimizer_name(optimizer);
   SCOPED_TRACE(name);
-  Config c = l.apply(testing::tiny_config(dir.path()));
+  Config c = l.apply(with_model(testing::tiny_config(dir.path()), model));
   c.train.precision = precision;
   c.train.optimizer = optimizer;
   c.checkpoint.dir = dir.file("ckpt_" + name);
@@ -344,19 +356,30 @@ std::vector<std::vector<Segment>> muon_chains(int world) {
   }
 }
 
+// tp 4 beyond the 2 key/value heads (with sp), resumed at tp 1 over dp 4 under ZeRO 1: the
+// shared heads' weights are stored once, as global tensors.
+std::vector<std::vector<Segment>> shared_kv_chains(int world) {
+  if (world != 4) return {};
+  return {{{{1, 4, 1, 0, 4, S::OneFOneB, 1, true}, 5}, {{4, 1, 1, 1, 2}, 10}}};
+}
+
 std::string chain_name(const std::vector<Segment>& chain) {
   std::string out;
   for (const Segment& s : chain) out += (out.empty() ? "" : " -> ") + s.layout.name();
   return out;
 }
 
-// Runs every chain of this world size (`moe`: the mixture of experts' chains on its model;
-// `optimizer` Muon: Muon's chains) against the single-rank reference of 10 steps.
-void check_chains(DType precision, double loss_tol, double params_tol, bool moe = false,
+// Runs every chain of this world size (`model`: another model's chains on it; `optimizer`
+// Muon: Muon's chains) against the single-rank reference of 10 steps.
+void check_chains(DType precision, double loss_tol, double params_tol,
+                  ChainModel model = ChainModel::Gpt2,
                   OptimizerKind optimizer = OptimizerKind::AdamW) {
-  const bool muon = optimizer == OptimizerKind::Muon;
+  const bool muon = optimizer == OptimizerKind::Muon, moe = model == ChainModel::Moe;
   const std::vector<std::vector<Segment>> all =
-      muon ? muon_chains(world_size()) : moe ? moe_chains(world_size()) : chains(world_size());
+      muon                              ? muon_chains(world_size())
+      : moe                             ? moe_chains(world_size())
+      : model == ChainModel::SharedKv ? shared_kv_chains(world_size())
+                                        : chains(world_size());
   if (all.empty()) GTEST_SKIP() << "no chains for " << world_size() << " ranks";
   // Under the sanitizers the dense fp64 chains are left to the Release run: they save and load
   // through the code the fp32 chains run, with another HDF5 type (the mixture's chains, fp64,
@@ -364,8 +387,7 @@ void check_chains(DType precision, double loss_tol, double params_tol, bool moe 
   if (testing::kSanitized && precision == DType::F64 && !moe)
     GTEST_SKIP() << "under the sanitizers the dense fp64 chains are left to the Release run";
   testing::SharedTempDir dir;
-  Config base = testing::tiny_config(dir.path());
-  if (moe) base.model = testing::tiny_moe(base.model);
+  Config base = with_model(testing::tiny_config(dir.path()), model);
   base.train.precision = precision;
   base.train.steps = kSteps;
   base.train.optimizer = optimizer;
@@ -421,11 +443,21 @@ TEST(CheckpointRestart, Fp64OtherLayoutsFollowTheSingleRankTrajectoryToRoundoff)
 
 // Expert parallelism saves and loads the experts as global tensors: another ep, or none, resumes.
 TEST(CheckpointRestart, Fp64MixtureOfExpertsResumesOnAnotherExpertSplit) {
-  check_chains(DType::F64, 1e-12, 1e-12, true);
+  check_chains(DType::F64, 1e-12, 1e-12, ChainModel::Moe);
 }
 
 TEST(CheckpointRestart, Fp64MuonResumesOnOtherLayoutsToRoundoff) {
-  check_chains(DType::F64, 1e-12, 1e-12, false, OptimizerKind::Muon);
+  check_chains(DType::F64, 1e-12, 1e-12, ChainModel::Gpt2, OptimizerKind::Muon);
+}
+
+// tp beyond the key/value heads (issue 55): a run on tp 4 over 2 key/value heads continues bit
+// for bit on the same layout, and resumed at tp 1 follows the single rank to round-off.
+TEST(CheckpointRestart, Fp64SharedKeyValueHeadsResumeOnTheirLayoutAndAtTp1) {
+  if (world_size() != 4) GTEST_SKIP() << "runs on 4 ranks (tp 4 over 2 key/value heads)";
+  testing::SharedTempDir dir;
+  check_same_layout({1, 4, 1, 0, 4, S::OneFOneB, 1, true}, DType::F64, dir, OptimizerKind::AdamW,
+                    ChainModel::SharedKv);
+  check_chains(DType::F64, 1e-12, 1e-12, ChainModel::SharedKv);
 }
 
 // The world's checkpoint continued by one rank alone (every rank runs it on MPI_COMM_SELF),

@@ -11,6 +11,7 @@
 // dimensions the tensor-parallel group splits, and the reader divides. Every token dimension is
 // per context-parallel rank: a rank holds seq_len / cp tokens of each sequence.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -45,9 +46,15 @@ struct LinearCost {
   // linear, one GEMM over every token.
   int64_t experts = 0;
   double rows_per_token = 1;
+  // Outputs that split into at most this many parts (the key/value projections: kv_heads); a tp
+  // beyond it gives each rank one part, shared with tp / parts ranks. 0: no limit.
+  int64_t tp_parts = 0;
 
   double local_in(double tp) const { return split == TpSplitOf::Inputs ? static_cast<double>(in) / tp : static_cast<double>(in); }
-  double local_out(double tp) const { return split == TpSplitOf::Outputs ? static_cast<double>(out) / tp : static_cast<double>(out); }
+  double local_out(double tp) const {
+    if (split != TpSplitOf::Outputs) return static_cast<double>(out);
+    return static_cast<double>(out) / (tp_parts > 0 ? std::min(tp, static_cast<double>(tp_parts)) : tp);
+  }
   // The forward product and the backward's two (input gradient, weight gradient) on one rank.
   GemmShape forward(double tokens, double tp) const { return {tokens, local_out(tp), local_in(tp), GemmPass::Forward}; }
   GemmShape backward_data(double tokens, double tp) const {
@@ -123,8 +130,14 @@ struct ParameterCost {
   // An expert's weight: split over the expert group (parallel.ep) rather than replicated, and
   // reduced (and ZeRO-sharded) over the expert-data group only.
   bool expert_parallel = false;
+  // A split into at most this many parts (LinearCost::tp_parts): beyond it the weight is whole on
+  // every rank (model/linear.h's shared parts). 0: no limit.
+  int64_t tp_parts = 0;
 
-  double local_numel(double tp) const { return tp_split ? static_cast<double>(numel) / tp : static_cast<double>(numel); }
+  double local_numel(double tp) const {
+    const bool split = tp_split && (tp_parts == 0 || tp <= static_cast<double>(tp_parts));
+    return split ? static_cast<double>(numel) / tp : static_cast<double>(numel);
+  }
   bool operator==(const ParameterCost&) const = default;
 };
 
@@ -147,8 +160,12 @@ struct ExchangeCost {
 struct DecodeCacheCost {
   int64_t width = 0;
   bool tp_split = false;
+  int64_t tp_parts = 0;  // as LinearCost's: key/value heads, each shared by the ranks beyond
 
-  double local_width(double tp) const { return tp_split ? static_cast<double>(width) / tp : static_cast<double>(width); }
+  double local_width(double tp) const {
+    if (!tp_split) return static_cast<double>(width);
+    return static_cast<double>(width) / (tp_parts > 0 ? std::min(tp, static_cast<double>(tp_parts)) : tp);
+  }
   bool operator==(const DecodeCacheCost&) const = default;
 };
 

@@ -9,6 +9,13 @@
 //
 // A column-parallel weight may also be given as (k, out/k..., in) blocks (the attention QKV
 // weight is (3, C, C)); `split_dim` names the dimension that holds the output features.
+//
+// With `replicas` > 1 (tensor parallelism beyond the key/value heads, as Megatron-Core replicates
+// its query groups when tp > num_query_groups) the outputs split into tp / replicas parts, each
+// computed by `replicas` consecutive ranks. The weight is then stored whole on every rank
+// (replicated, so checkpoints and ZeRO see it as any replicated parameter); a rank multiplies
+// only its part's rows and writes only their gradient, leaving zeros elsewhere, so the sum over
+// the tensor group (TpGrad::Partial) is each part's gradient summed over the ranks that share it.
 
 #include <string>
 
@@ -26,7 +33,8 @@ class ColumnParallelLinear {
   // weight_shape: the global weight, split along split_dim; bias_shape: the global bias, split
   // along its last dimension. with_bias false: no bias (Llama's linears).
   ColumnParallelLinear(const LayerContext& ctx, const std::string& name, Shape weight_shape,
-                       int split_dim, Shape bias_shape, double init_std, bool with_bias = true);
+                       int split_dim, Shape bias_shape, double init_std, bool with_bias = true,
+                       int replicas = 1);
 
   // x (N_local, C) -> (N, OC / tp). `tp`: the layer's own, or another setting of the same
   // group (generation runs one token, without sequence parallelism: tp_without_sequence()).
@@ -48,7 +56,7 @@ class ColumnParallelLinear {
   Tensor backward_in_region(const Tensor& dy, const Saved& saved,
                             DeferredWeightGradients* deferred = nullptr);
   Tensor leave_region_backward(const Tensor& dinp);
-  int64_t local_out() const { return weight_.numel() / in_; }
+  int64_t local_out() const { return local_out_; }
   // Its GEMMs and parameters, from its global shapes (model/cost_sheet.h).
   void add_costs(CostSheet& sheet) const;
   Parameter* bias() { return bias_; }  // null without a bias
@@ -58,14 +66,22 @@ class ColumnParallelLinear {
   const LayerContext& context() const { return ctx_; }
 
  private:
+  // This rank's rows of a weight-shaped (or bias-shaped) tensor: (local_out, in) / (local_out).
+  Tensor weight_rows(const Tensor& t) const;
+  Tensor bias_rows(const Tensor& t) const;
+  // The weight and bias gradients of dy and the entered input, into this rank's rows.
+  void write_weight_gradients(const Tensor& dy, const Tensor& inp);
   // forward's product, through the GELU into `out` when `gelu_pre` is given.
   Tensor forward_through(const Tensor& x, Saved& saved, Tensor* gelu_pre,
                          MemoryCategory category, const TensorParallel* tp);
 
   LayerContext ctx_;
   int64_t in_;
+  int replicas_;           // ranks sharing each part of the outputs (1: an even split)
   Parameter& weight_;
-  Parameter* bias_;  // null: none
+  Parameter* bias_;        // null: none
+  int64_t local_out_;      // this rank's output features
+  int64_t row_begin_ = 0;  // their first row in the whole weight (replicas > 1)
 };
 
 class RowParallelLinear {

@@ -4,7 +4,8 @@
 // (backend.h's attention layout). Multi-head attention (kv_heads == heads: GPT-2) has one
 // weight (3, NH HS, C), split by heads within each of q, k and v. Grouped-query attention has
 // three, q (NH HS, C), k and v (KVH HS, C) (Hugging Face's q_proj, k_proj, v_proj), each
-// column-parallel by heads, reading the input entered into the tensor region once, and run as
+// column-parallel by heads (tp beyond KVH: each rank computes the one key/value head its query
+// heads read, shared with tp / KVH ranks, from k and v stored whole; model/linear.h), reading the input entered into the tensor region once, and run as
 // one product writing the packed rows where their storage is adjacent
 // (model/stacked_columns.h). With model.qk_norm (Qwen 3) the projections are separate
 // whatever kv_heads is, and each query and key head is RMS-normalised over its head_dim
@@ -41,11 +42,13 @@ class QkvProjection {
   // GEMMs leave there is rounding noise that Adam would amplify into real updates.
   Tensor backward(const Tensor& dqkv, const Saved& saved, DeferredWeightGradients* deferred);
   int64_t local_kv_heads() const { return local_kv_heads_; }
+  int64_t kv_heads() const { return kv_heads_; }  // the model's
   void add_costs(CostSheet& sheet) const;
 
  private:
   LayerContext ctx_;
   int64_t local_heads_, local_kv_heads_, head_size_;
+  int64_t kv_heads_;  // of the model: the most parts k and v split into (tp beyond: shared)
   std::optional<ColumnParallelLinear> fused_;   // multi-head: (3, NH HS, C)
   std::optional<ColumnParallelLinear> q_, k_, v_;  // grouped-query, or with qk_norm
   std::optional<StackedColumns> stacked_;          // q, k and v as one product, without qk_norm
