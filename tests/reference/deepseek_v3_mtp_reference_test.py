@@ -51,6 +51,7 @@ DECK = """# deepseek_v3_mtp_reference_test
 name = "mtp"
 dir = "{run_dir}"
 seed = 3
+device = "cpu"
 log_every = 1
 
 [model]

@@ -9,20 +9,12 @@
 
 #include "meshtrain/model/attention.h"
 #include "meshtrain/model/cost_sheet.h"
+#include "meshtrain/model/decode_cache.h"
 #include "meshtrain/model/latent_attention.h"
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/model_spec.h"
 
 namespace meshtrain {
-
-// One layer's cache for generation (model/generator.h), on this rank. Standard attention: the
-// keys and the values of its key/value heads, (KVH / tp, seq_len, HS) each. Latent attention:
-// one tensor (1, seq_len, kv_lora_rank + qk_rope_head_dim) of the normalised latents and the
-// rotated rotary keys, whole on every tensor rank, in `keys` (`values` empty): not the expanded
-// keys and values (DeepSeek-V3: 576 elements per token and layer instead of 128 x 320).
-struct DecodeCache {
-  Tensor keys, values;
-};
 
 class BlockAttention {
  public:

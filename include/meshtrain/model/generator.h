@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "meshtrain/comm/communicator.h"
-#include "meshtrain/model/block_attention.h"
+#include "meshtrain/model/decode_cache.h"
 #include "meshtrain/model/pipeline_stage.h"
 
 namespace meshtrain {
@@ -87,7 +87,7 @@ class Generator {
   Communicator* pipeline_;
   int chunks_ = 1;                         // model chunks over all stages
   std::vector<int> owners_;                // stage of each chunk, in model order
-  std::vector<DecodeCache> caches_;        // per global layer, this rank's (model/block_attention.h)
+  std::vector<DecodeCache> caches_;        // per global layer, this rank's (model/decode_cache.h)
   std::vector<int32_t> context_;           // the tokens in the cache, in order
   int64_t length_ = 0;
 };
