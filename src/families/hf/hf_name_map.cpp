@@ -13,19 +13,12 @@ namespace {
 
 bool per_block(const HfNameRule& r) { return std::string(r.meshtrain).find("{}") != std::string::npos; }
 
-std::string fill(const char* pattern, const std::string& index, const char* placeholder = "{}") {
-  std::string s = pattern;
-  const size_t at = s.find(placeholder);
-  if (at != std::string::npos) s.replace(at, std::string(placeholder).size(), index);
-  return s;
-}
-
 // The HF tensor of `rule` for block `index` (and, for PerExpert, expert `expert`).
 HfTensor apply(const HfNameRule& rule, const ParamEntry& e, const std::string& index, int64_t expert) {
   HfTensor t;
   t.meshtrain = e.name;
   for (int k = 0; k < e.shape.rank(); ++k) t.meshtrain_shape.push_back(e.shape[k]);
-  t.hf = fill(rule.hf, index);
+  t.hf = hf_fill_name(rule.hf, index);
   const int64_t n = e.numel(), last = t.meshtrain_shape.back();
   switch (rule.how) {
     case HfTransform::Same: t.hf_shape = t.meshtrain_shape; break;
@@ -42,7 +35,7 @@ HfTensor apply(const HfNameRule& rule, const ParamEntry& e, const std::string& i
       t.part = rule.how == HfTransform::ThirdQ ? 0 : rule.how == HfTransform::ThirdK ? 1 : 2;
       break;
     case HfTransform::PerExpert:
-      t.hf = fill(t.hf.c_str(), std::to_string(expert), "{e}");
+      t.hf = hf_fill_name(t.hf.c_str(), std::to_string(expert), "{e}");
       t.hf_shape.assign(t.meshtrain_shape.begin() + 1, t.meshtrain_shape.end());
       t.parts = t.meshtrain_shape[0];
       t.part = expert;
@@ -71,6 +64,13 @@ void permute_rope_rows(const HfTensor& t, std::vector<float>& values, bool to_me
 
 }  // namespace
 
+std::string hf_fill_name(const char* pattern, const std::string& index, const char* placeholder) {
+  std::string s = pattern;
+  const size_t at = s.find(placeholder);
+  if (at != std::string::npos) s.replace(at, std::string(placeholder).size(), index);
+  return s;
+}
+
 void set_hf_rope_rows(std::vector<HfTensor>& tensors, const std::string& hf_suffix, HfRopeRows rows) {
   for (HfTensor& t : tensors) {
     if (t.hf.size() < hf_suffix.size() || t.hf.compare(t.hf.size() - hf_suffix.size(), hf_suffix.size(), hf_suffix))
@@ -92,7 +92,7 @@ std::vector<HfTensor> hf_tensors(const ModelSpec& m, const HfNameRule* rules, si
   std::vector<HfTensor> out;
   // Adds the tensor of `rule` for block `index` if the model has that parameter.
   auto add = [&](const HfNameRule& rule, const std::string& index) {
-    const auto it = table.find(fill(rule.meshtrain, index));
+    const auto it = table.find(hf_fill_name(rule.meshtrain, index));
     if (it == table.end()) return false;
     const int64_t experts = rule.how == HfTransform::PerExpert ? it->second.shape[0] : 1;
     for (int64_t e = 0; e < experts; ++e) out.push_back(apply(rule, it->second, index, e));

@@ -53,8 +53,7 @@ std::vector<HfTensor> hf_expert_bias_tensors(const ModelSpec& m, const char* hf_
     HfTensor t;
     t.meshtrain = bias.name_in_model(layer);  // a multi-token depth's block: mtp.<k>.block…
     t.meshtrain_shape = t.hf_shape = {bias.experts()};
-    t.hf = hf_pattern;
-    t.hf.replace(t.hf.find("{}"), 2, std::to_string(layer));
+    t.hf = hf_fill_name(hf_pattern, std::to_string(layer));
     t.state = true;
     out.push_back(std::move(t));
   }

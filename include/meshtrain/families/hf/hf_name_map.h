@@ -68,6 +68,10 @@ struct HfNameRule {
   HfTransform how;
 };
 
+// A name template with its first `placeholder` ("{}": the block index; "{e}": the expert) filled
+// by `index`; the template itself where it has none.
+std::string hf_fill_name(const char* pattern, const std::string& index, const char* placeholder = "{}");
+
 // Every parameter of `m`'s parameter table under `rules`, in the rules' order (the rules with
 // "{}" applied block by block, as a group; a PerExpert rule gives its experts in a row). A rule whose parameter the model lacks is skipped (a
 // tied model has no lm_head.weight). Throws std::logic_error naming `model_class` for a
