@@ -98,7 +98,16 @@ std::shared_ptr<const Routing> MixtureOfExperts::route(const Tensor& x, const To
   for (int64_t t = 0; t < N; ++t) sequence_of[static_cast<size_t>(t)] = static_cast<int32_t>((begin + t) / shape.T);
   // The sequences' sums: over the tensor group where it splits them, and over the context
   // group, which always does.
-  std::vector<double> sums = RouterSums::of(*r, sequence_of, shape.B).to_vector();
+  std::vector<double> sums;
+  if (be.planning()) {
+    PlannedSums& p = planned_sums_;
+    if (p.routing != r.get() || p.begin != begin || p.T != shape.T || p.B != shape.B)
+      p = PlannedSums{r.get(), begin, shape.T, shape.B,
+                      RouterSums::of(*r, sequence_of, shape.B).to_vector()};
+    sums = p.sums;
+  } else {
+    sums = RouterSums::of(*r, sequence_of, shape.B).to_vector();
+  }
   const bool over_tp = ctx_.tp.sequence_parallel() && ctx_.tp.size() > 1;
   if (over_tp || ctx_.cp.on()) {
     Tensor t = be.empty({static_cast<int64_t>(sums.size())}, DType::F64, MemoryCategory::Workspace);

@@ -89,6 +89,14 @@ class MixtureOfExperts {
   std::optional<SwiGluMlp> shared_;
   // The planner's dry run routes every micro-batch of N tokens the same way: built once.
   std::shared_ptr<const Routing> planned_routing_;
+  // ... and so are its sequences' sums, for a given split of the tokens into sequences: summed
+  // once (over N x experts, the dry run's hottest loop at DeepSeek-V3's shape), not per pass.
+  struct PlannedSums {
+    const Routing* routing = nullptr;
+    int64_t begin = -1, T = 0, B = 0;
+    std::vector<double> sums;
+  };
+  PlannedSums planned_sums_;
 };
 
 }  // namespace meshtrain
