@@ -187,16 +187,13 @@ void check_context_and_expert_parallel(const Config& c, const LayoutFail& fail) 
 }
 
 // Multi-token prediction (model/mtp_module.h) runs inside the head and reads the token
-// embedding and every position's next targets there: one pipeline stage, whole sequences, and
-// (for now) the embedding's values at hand, which ZeRO-3 leaves sharded there.
+// embedding and every position's next targets there: whole sequences, and (for now) the
+// embedding's values at hand, which ZeRO-3 leaves sharded there. On a pipeline the head's stage
+// holds a copy of the embedding (model/decoder_model.cpp), as a tied head does.
 void check_multi_token_prediction(const Config& c, const LayoutFail& fail) {
   const ParallelOptions& p = c.parallel;
   if (c.model.mtp_layers == 0) return;
   const std::string mtp = "model.mtp_layers = " + std::to_string(c.model.mtp_layers);
-  if (p.pp > 1)
-    fail(mtp + " does not combine with parallel.pp = " + std::to_string(p.pp) + " yet (the "
-         "multi-token depths run on the head's stage and read the token embedding, which only "
-         "the first stage holds; use pp = 1, or mtp_layers = 0)");
   if (p.cp > 1)
     fail(mtp + " does not combine with parallel.cp = " + std::to_string(p.cp) + " yet (depth k "
          "reads the targets k positions on, which may lie in another rank's chunk of the "

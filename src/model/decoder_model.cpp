@@ -47,17 +47,28 @@ ModelChunk::ModelChunk(const LayerContext& ctx, const ModelSpec& cfg, const Chun
       weight = &store.add(lm_head_spec(cfg, cfg.tie_embeddings), ctx.tp.rank(), ctx.tp.size());
       weight->tied_copy = cfg.tie_embeddings;
     }
-    if (cfg.mtp_layers > 0) {
-      // The depths read the token embedding here: the chunk that has the head must have it too
-      // (one pipeline stage; config/layout_check.cpp refuses the others).
-      if (!embedding_)
-        throw std::logic_error("multi-token prediction needs the embedding on the head's chunk");
-      // The head's unit reads the embedding too, as a tied head does.
-      if (weight != &embedding_->wte()) store.use(embedding_->wte());
-      mtp_ = std::make_unique<MultiTokenPrediction>(ctx, cfg, embedding_->wte(), *weight);
-    }
+    if (cfg.mtp_layers > 0) mtp_ = std::make_unique<MultiTokenPrediction>(ctx, cfg, mtp_embedding(cfg, tied_wte, weight), *weight);
     head_ = std::make_unique<LanguageModelHead>(ctx, cfg.d_model, cfg.norm, *weight, mtp_.get());
   }
+}
+
+// The token embedding the multi-token depths read: this rank's own (in this chunk, or in its
+// first chunk under zb-v), the tied head's copy, or else a copy of the embedding made for them
+// on the last pipeline stage. That copy is the tied head's mechanism (Megatron-Core's MTP on a
+// pipeline shares the embedding the same way): it carries the embedding's name, so it starts from
+// and loads the same values, and its gradient is summed with the first stage's over the
+// embedding group (PipelineStage::ties_embeddings), so that both stay equal.
+Parameter& ModelChunk::mtp_embedding(const ModelSpec& cfg, Parameter* rank_wte, Parameter* head_weight) {
+  ParameterStore& store = *ctx_.store;
+  Parameter* wte = rank_wte;
+  if (!wte && cfg.tie_embeddings) wte = head_weight;
+  if (!wte) {
+    wte = &store.add(lm_head_spec(cfg, /*tied=*/true), ctx_.tp.rank(), ctx_.tp.size());
+    wte->tied_copy = true;
+  } else if (wte != head_weight) {
+    store.use(*wte);  // the head's unit reads the embedding too, as a tied head does
+  }
+  return *wte;
 }
 
 Tensor ModelChunk::forward(const MicroBatchData& mb, const Tensor& input, Saved& saved, Pass pass,

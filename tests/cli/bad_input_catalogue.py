@@ -1054,9 +1054,6 @@ CATALOGUE = [
         train("model.family=\"llama\"", "model.mtp_layers=16"), 1,
         ["deck.toml: model.mtp_layers = 16 leaves depth 16 no position to predict from in a "
          "sequence of model.seq_len = 16 tokens (mtp_layers must be below seq_len)"]),
-    row("deck", "mtp with pipeline stages", 2,
-        train("model.family=\"llama\"", "model.mtp_layers=1", "parallel.pp=2"), 1,
-        ["model.mtp_layers = 1 does not combine with parallel.pp = 2 yet", "use pp = 1, or mtp_layers = 0"]),
     row("deck", "mtp with context parallelism", 2,
         train("model.family=\"llama\"", "model.mtp_layers=1", "parallel.cp=2"), 1,
         ["model.mtp_layers = 1 does not combine with parallel.cp = 2 yet", "use cp = 1, or mtp_layers = 0"]),

@@ -370,6 +370,10 @@ std::vector<Layout> layouts_for(int world) {
         // recomputation (which leaves the depth be).
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "dsv3_mtp"),
         on_model(expert_parallel({2, 1, 1, S::OneFOneB, 1, 2, false, 1, R::Full}, 2), "dsv3_mtp"),
+        // ... on a pipeline: the last stage's copy of the (untied) embedding, its gradient summed
+        // with the first stage's; under zb-v the head's chunk shares rank 0 with the embedding.
+        on_model({1, 1, 2, S::OneFOneB, 1, 2, false}, "dsv3_mtp"),
+        on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "dsv3_mtp"),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},

@@ -32,7 +32,8 @@ class ModelChunk {
     double loss_weight = 0;  // the forward's TokenShape::loss_weight, for backward's recompute
   };
 
-  // tied_wte: on a chunk with the head and tied embeddings, the wte to use (null: make one).
+  // tied_wte: the token embedding of an earlier chunk of this rank (zb-v's first), which a head
+  // chunk uses where it needs it (tied, multi-token depths); null: it makes a copy.
   // loss: where the head adds its loss sums (the model's).
   ModelChunk(const LayerContext& ctx, const ModelSpec& cfg, const ChunkRange& range,
              Parameter* tied_wte, LossAccumulator& loss);
@@ -63,6 +64,8 @@ class ModelChunk {
   MultiTokenPrediction* mtp() { return mtp_.get(); }
 
  private:
+  Parameter& mtp_embedding(const ModelSpec& cfg, Parameter* rank_wte, Parameter* head_weight);
+
   LayerContext ctx_;
   ChunkRange range_;
   std::optional<Embedding> embedding_;
@@ -114,7 +117,8 @@ class DecoderModel final : public PipelineStage {
   std::vector<MetricsRecord> metrics_records(int step, const std::vector<double>& job_statistics) const override;
 
   // PipelineStage: chunk by chunk, as ModelChunk does it.
-  bool ties_embeddings() const override { return cfg_.tie_embeddings; }
+  // Tied heads, and the multi-token depths, which read the embedding on the head's stage.
+  bool ties_embeddings() const override { return cfg_.tie_embeddings || cfg_.mtp_layers > 0; }
   Shape boundary_shape(const TokenShape& tokens) const override;
   std::unique_ptr<ChunkActivations> new_activations(int chunk) override;
   Tensor forward(int chunk, const MicroBatchData& mb, const Tensor& input, ChunkActivations& saved,
