@@ -8,8 +8,8 @@ one per pipeline stage, against sizes computed here by hand from the decks' shap
   3 x 64 x 4 = 768 bytes per token; one rank, bf16: 4 x 128 x 2 = 1024.
 - input/deepseek-v3-tiny.toml, latent attention: 3 layers keeping kv_lora_rank 32 +
   qk_rope_head_dim 8 = 40 elements per token, whole on every tp rank (not split): fp64 on one
-  rank and on tp 2 alike, 3 x 40 x 8 = 960; pp 2 with [1, 2] (no multi-token depth), fp32:
-  160 and 320.
+  rank and on tp 2 alike, 3 x 40 x 8 = 960; pp 2 with [1, 2], fp32: 160 and 320
+  (the multi-token depth, on the last stage, keeps no cache: sample leaves it out).
 - DeepSeek-V3's cache shape on the tiny deck (61 layers, kv_lora_rank 512, qk_rope_head_dim 64),
   bf16: 576 x 2 x 61 = 70,272 bytes per token.
 Per sequence: those times seq_len (128 and 64).
@@ -54,9 +54,8 @@ expect("llama-tiny.toml", 1, ["parallel.tp=1", "parallel.pp=1", 'train.precision
 # Latent attention: whole on every tensor rank.
 expect("deepseek-v3-tiny.toml", 1, ["parallel.ep=1", 'train.precision="fp64"'], 64, [960])
 expect("deepseek-v3-tiny.toml", 2, ["parallel.ep=1", "parallel.tp=2", 'train.precision="fp64"'], 64, [960])
-# The deck's multi-token depth does not run under pp yet (refused by name), so this row drops it.
 expect("deepseek-v3-tiny.toml", 2, ["parallel.ep=1", "parallel.pp=2", "parallel.partition=[1,2]",
-                                    "model.mtp_layers=0", 'train.precision="fp32"'], 64, [160, 320])
+                                    'train.precision="fp32"'], 64, [160, 320])
 expect("deepseek-v3-tiny.toml", 1, ["parallel.ep=1", "model.layers=61", "model.kv_lora_rank=512",
                                     "model.qk_rope_head_dim=64", 'train.precision="bf16"'], 64, [70272])
 
