@@ -187,9 +187,9 @@ void check_context_and_expert_parallel(const Config& c, const LayoutFail& fail) 
 }
 
 // Multi-token prediction (model/mtp_module.h) runs inside the head and reads the token
-// embedding and every position's next targets there: whole sequences, and (for now) the
-// embedding's values at hand, which ZeRO-3 leaves sharded there. On a pipeline the head's stage
-// holds a copy of the embedding (model/decoder_model.cpp), as a tied head does.
+// embedding and every position's next targets there: whole sequences for now. On a pipeline the
+// head's stage holds a copy of the embedding (model/decoder_model.cpp), as a tied head does;
+// under ZeRO-3 the head's unit gathers the embedding it borrows, as a tied head's does.
 void check_multi_token_prediction(const Config& c, const LayoutFail& fail) {
   const ParallelOptions& p = c.parallel;
   if (c.model.mtp_layers == 0) return;
@@ -198,10 +198,6 @@ void check_multi_token_prediction(const Config& c, const LayoutFail& fail) {
     fail(mtp + " does not combine with parallel.cp = " + std::to_string(p.cp) + " yet (depth k "
          "reads the targets k positions on, which may lie in another rank's chunk of the "
          "sequence; use cp = 1, or mtp_layers = 0)");
-  if (p.zero == 3)
-    fail(mtp + " does not combine with parallel.zero = 3 yet (the depths read the token "
-         "embedding inside the head, where ZeRO-3 has not gathered it; use zero = 0, 1 or 2, or "
-         "mtp_layers = 0)");
 }
 
 }  // namespace

@@ -1057,9 +1057,6 @@ CATALOGUE = [
     row("deck", "mtp with context parallelism", 2,
         train("model.family=\"llama\"", "model.mtp_layers=1", "parallel.cp=2"), 1,
         ["model.mtp_layers = 1 does not combine with parallel.cp = 2 yet", "use cp = 1, or mtp_layers = 0"]),
-    row("deck", "mtp with ZeRO-3", 2,
-        train("model.family=\"llama\"", "model.mtp_layers=1", "parallel.zero=3"), 1,
-        ["model.mtp_layers = 1 does not combine with parallel.zero = 3 yet", "use zero = 0, 1 or 2"]),
     # issue 55 (ctxext): a rotary model resumes at another seq_len and rotary scaling (context
     # extension, tests/train/context_extension_test.cpp); a learned position table still bounds
     # it, with both numbers, and any other change of the model keeps its refusal.

@@ -374,6 +374,7 @@ std::vector<Layout> layouts_for(int world) {
         // with the first stage's; under zb-v the head's chunk shares rank 0 with the embedding.
         on_model({1, 1, 2, S::OneFOneB, 1, 2, false}, "dsv3_mtp"),
         on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "dsv3_mtp"),
+        on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, "dsv3_mtp"),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},
