@@ -186,20 +186,6 @@ void check_context_and_expert_parallel(const Config& c, const LayoutFail& fail) 
          " tokens to divide by tp = " + tp);
 }
 
-// Multi-token prediction (model/mtp_module.h) runs inside the head and reads the token
-// embedding and every position's next targets there: whole sequences for now. On a pipeline the
-// head's stage holds a copy of the embedding (model/decoder_model.cpp), as a tied head does;
-// under ZeRO-3 the head's unit gathers the embedding it borrows, as a tied head's does.
-void check_multi_token_prediction(const Config& c, const LayoutFail& fail) {
-  const ParallelOptions& p = c.parallel;
-  if (c.model.mtp_layers == 0) return;
-  const std::string mtp = "model.mtp_layers = " + std::to_string(c.model.mtp_layers);
-  if (p.cp > 1)
-    fail(mtp + " does not combine with parallel.cp = " + std::to_string(p.cp) + " yet (depth k "
-         "reads the targets k positions on, which may lie in another rank's chunk of the "
-         "sequence; use cp = 1, or mtp_layers = 0)");
-}
-
 }  // namespace
 
 void check_layout(Config& c, int job_size) {
@@ -209,7 +195,6 @@ void check_layout(Config& c, int job_size) {
   check_tensor_and_pipeline_split(c, fail);
   check_batch_shares(c, world_size, fail);
   check_context_and_expert_parallel(c, fail);
-  check_multi_token_prediction(c, fail);
 }
 
 }  // namespace meshtrain

@@ -55,21 +55,53 @@ MultiTokenPrediction::MultiTokenPrediction(const LayerContext& ctx, const ModelS
 
 MultiTokenPrediction::~MultiTokenPrediction() = default;
 
-MultiTokenPrediction::Rows MultiTokenPrediction::rows_of(const std::vector<int32_t>& targets,
-                                                         TokenShape shape, int k) const {
+// Every sequence's targets, whole: (B, T_global) on the host. Under context parallelism each
+// rank holds two chunks of each sequence (model/ring_attention.h), and depth k reads the target
+// k positions on, which may lie in another rank's chunk: the cp group all-gathers them (B T
+// int32s per micro-batch, small beside the activations) and each rank's rows go back to their
+// true positions.
+std::vector<int32_t> MultiTokenPrediction::sequence_targets(const Tensor& targets,
+                                                            const TokenShape& shape) const {
   Backend& be = *ctx_.backend;
-  const int64_t B = shape.B, T = shape.T, N = shape.N();
+  const ContextParallel& cp = ctx_.cp;
+  const int64_t N = shape.N();
+  std::vector<int32_t> local(static_cast<size_t>(N));
+  if (!cp.on()) {
+    be.copy_to_host(local.data(), targets);
+    return local;
+  }
+  const int ranks = cp.size();
+  Tensor gathered = be.empty({ranks * N}, DType::I32, MemoryCategory::Workspace);
+  cp.comm->all_gather(gathered, targets.reshape({N})).wait();
+  std::vector<int32_t> all(static_cast<size_t>(ranks * N));
+  be.copy_to_host(all.data(), gathered);
+  const int64_t T = shape.T, L = T / 2, Tg = T * ranks;
+  std::vector<int32_t> whole(static_cast<size_t>(shape.B * Tg));
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t b = 0; b < shape.B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t p = cp.chunk_of(r, t < L ? 0 : 1) * L + t % L;
+        whole[static_cast<size_t>(b * Tg + p)] = all[static_cast<size_t>(r * N + b * T + t)];
+      }
+  return whole;
+}
+
+// whole: every sequence's targets (B, T_global); the rows are this rank's N = B T tokens.
+MultiTokenPrediction::Rows MultiTokenPrediction::rows_of(const std::vector<int32_t>& whole,
+                                                         TokenShape shape, int k) const {
+  const int64_t B = shape.B, T = shape.T, N = shape.N(), Tg = T * ctx_.cp.size();
   std::vector<int32_t> tokens(static_cast<size_t>(N), 0), inverse(static_cast<size_t>(N), -1);
   std::vector<int32_t> rows, labels;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
-      const int64_t n = b * T + t;
-      if (t + k - 1 < T) tokens[static_cast<size_t>(n)] = targets[static_cast<size_t>(n + k - 1)];
-      if (t + k >= T) continue;
+      const int64_t n = b * T + t, p = ctx_.cp.position(t, T), g = b * Tg + p;
+      if (p + k - 1 < Tg) tokens[static_cast<size_t>(n)] = whole[static_cast<size_t>(g + k - 1)];
+      if (p + k >= Tg) continue;
       inverse[static_cast<size_t>(n)] = static_cast<int32_t>(rows.size());
       rows.push_back(static_cast<int32_t>(n));
-      labels.push_back(targets[static_cast<size_t>(n + k)]);
+      labels.push_back(whole[static_cast<size_t>(g + k)]);
     }
+  Backend& be = *ctx_.backend;
   const auto upload = [&](const std::vector<int32_t>& v, Shape s) {
     Tensor t = be.empty(s, DType::I32, MemoryCategory::Workspace);
     be.copy_from_host(t, v.data());
@@ -91,8 +123,7 @@ Tensor MultiTokenPrediction::forward_backward(const Tensor& h0, const Tensor& ta
   const int64_t N = shape.N(), C = h0.dim(1), local = h0.dim(0);
   // The positions' labels decide which rows each depth's loss reads: one host read of the
   // targets per micro-batch (the data feed holds them on the device only).
-  std::vector<int32_t> host_targets(static_cast<size_t>(N));
-  be.copy_to_host(host_targets.data(), targets);
+  const std::vector<int32_t> host_targets = sequence_targets(targets, shape);
   const int D = depths();
   // A mixture's balancing losses in the blocks weigh as the main blocks' (model/moe_layer.h).
   shape.loss_weight = dloss;
@@ -120,8 +151,8 @@ Tensor MultiTokenPrediction::forward_backward(const Tensor& h0, const Tensor& ta
     be.gather_rows(labelled, hin, r.rows, nullptr);
     // Each depth's mean over its labelled rows of the step: the head's 1 / (B T) becomes
     // 1 / (B (T - k)), times lambda / D.
-    const double dloss_k = loss_weight_ * dloss * static_cast<double>(shape.T) /
-                           static_cast<double>(shape.T - (k + 1));
+    const double T = static_cast<double>(shape.T * ctx_.cp.size());  // the whole sequence's
+    const double dloss_k = loss_weight_ * dloss * T / (T - static_cast<double>(k + 1));
     const Tensor dlabelled = vocab_cross_entropy(ctx_, head_weight_, labelled, r.labels, dloss_k,
                                                  true, d.losses);
     if (ctx_.tp.rank() == 0) d.rows_seen += static_cast<double>(r.count);

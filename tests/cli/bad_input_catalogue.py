@@ -1044,8 +1044,7 @@ CATALOGUE = [
         train("train.optimizer=\"muon\"", "parallel.offload=\"optimizer\""), 1,
         ["parallel.offload = \"optimizer\" with train.optimizer = \"muon\"",
          "use parallel.offload = \"none\", or train.optimizer = \"adamw\""], absent=NOT_TRAINED),
-    # issue 53 (mtp): multi-token prediction's keys where they would be ignored or cannot work,
-    # and the layouts it does not run on yet (config/layout_check.cpp).
+    # issue 53 (mtp): multi-token prediction's keys where they would be ignored or cannot work.
     row("deck", "mtp_loss_weight without mtp_layers", 1,
         train("model.family=\"llama\"", "model.mtp_loss_weight=0.1"), 1,
         ["deck.toml: model.mtp_loss_weight is given but model.mtp_layers = 0",
@@ -1054,9 +1053,6 @@ CATALOGUE = [
         train("model.family=\"llama\"", "model.mtp_layers=16"), 1,
         ["deck.toml: model.mtp_layers = 16 leaves depth 16 no position to predict from in a "
          "sequence of model.seq_len = 16 tokens (mtp_layers must be below seq_len)"]),
-    row("deck", "mtp with context parallelism", 2,
-        train("model.family=\"llama\"", "model.mtp_layers=1", "parallel.cp=2"), 1,
-        ["model.mtp_layers = 1 does not combine with parallel.cp = 2 yet", "use cp = 1, or mtp_layers = 0"]),
     # issue 55 (ctxext): a rotary model resumes at another seq_len and rotary scaling (context
     # extension, tests/train/context_extension_test.cpp); a learned position table still bounds
     # it, with both numbers, and any other change of the model keeps its refusal.

@@ -375,6 +375,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model({1, 1, 2, S::OneFOneB, 1, 2, false}, "dsv3_mtp"),
         on_model({1, 1, 2, S::ZeroBubbleV, 2, 2, false, 0, R::Full}, "dsv3_mtp"),
         on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, "dsv3_mtp"),
+        on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "dsv3_mtp"),
     };
     case 4: return {
         {1, 1, 4, S::GPipe, 1, 2, false},

@@ -53,7 +53,8 @@ class MultiTokenPrediction {
  private:
   struct Depth;
   struct Rows;
-  Rows rows_of(const std::vector<int32_t>& targets, TokenShape shape, int k) const;
+  std::vector<int32_t> sequence_targets(const Tensor& targets, const TokenShape& shape) const;
+  Rows rows_of(const std::vector<int32_t>& whole, TokenShape shape, int k) const;
 
   LayerContext ctx_;
   Parameter& wte_;
