@@ -69,6 +69,21 @@ std::string grouped(int64_t n) {
   return text;
 }
 
+// The multi-token prediction depths' share of the count. DeepSeek's checkpoints (layer L + k)
+// hold each depth with its own copies of the token embedding and the output head, which the
+// depths here share with the main model: their count adds 2 V C per depth (DeepSeek-V3: 11.61B
+// here, 13.46B as its checkpoints hold it, the "14B MTP module" of its model card).
+void print_multi_token_module(const ModelSpec& m, int64_t with_depths) {
+  ModelSpec main_model = m;
+  main_model.mtp_layers = 0;
+  const int64_t main = main_model.parameter_count(), depths = with_depths - main;
+  const int64_t copies = static_cast<int64_t>(m.mtp_layers) * 2 * m.vocab_size * m.d_model;
+  std::printf("# multi-token prediction: %d depth(s), %s parameters beyond the main model's %s; "
+              "%s (%.2fB) with the embedding and head copies DeepSeek's checkpoints hold per depth\n",
+              m.mtp_layers, grouped(depths).c_str(), grouped(main).c_str(), grouped(depths + copies).c_str(),
+              static_cast<double>(depths + copies) / 1e9);
+}
+
 // The model's size as the published model cards give it (Llama 3 8B: 8.03B), from the
 // parameter table of the layers as built: a spec that differs from the card shows here first.
 void print_model(const ModelSpec& m) {
@@ -80,6 +95,7 @@ void print_model(const ModelSpec& m) {
   std::printf("# model: %s, %d layers, %s parameters (%.2fB%s), %.1f GFLOP per token trained\n",
               m.family.c_str(), m.layers, grouped(n).c_str(), static_cast<double>(n) / 1e9, active,
               m.flops_per_token() / 1e9);
+  if (m.mtp_layers > 0) print_multi_token_module(m, n);
 }
 
 // Generation's cache (model/generator.h) on this layout, one line per pipeline stage: each layer

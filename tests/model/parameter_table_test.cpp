@@ -291,5 +291,17 @@ TEST(ParameterTable, DeepSeekV3DecksCountTheirPublishedParameters) {
   }
 }
 
+// DeepSeek-V3 with its one multi-token prediction depth (num_nextn_predict_layers 1): the depth
+// adds 11,610,067,968 here (enorm, hnorm, eh_proj, a mixture block, the final norm), and DeepSeek's
+// checkpoints hold it with its own embedding and head as well, 2 x 129,280 x 7,168 more:
+// 13,463,426,048, the model card's "14B MTP module" (plan prints both).
+TEST(ParameterTable, DeepSeekV3MultiTokenModuleCountsAsPublished) {
+  const std::string path = std::string(MESHTRAIN_INPUT_DIR) + "/deepseek-v3.toml";
+  const Config c = parse_deck(path, read_deck_file(path), {"model.mtp_layers=1"});
+  const int64_t depth = c.model.parameter_count() - 671026404352;
+  EXPECT_EQ(depth, 11610067968);
+  EXPECT_EQ(depth + 2 * c.model.vocab_size * c.model.d_model, 13463426048);
+}
+
 }  // namespace
 }  // namespace meshtrain
