@@ -64,7 +64,25 @@ ModelSpec llama_step_spec(int layers, int64_t d_model, int64_t heads, int64_t se
   return m;
 }
 
+// DeepSeek-V3's multi-head latent attention (model/latent_attention.h) in the same Llama block
+// and sizes: queries through a rank-384 path, a key/value latent of 256, query/key heads of 64 +
+// 32 rotary channels and value heads of 64 (DeepSeek-V3's 128 + 64 and 128 at half its 128-wide
+// heads, the ranks near its shares of d_model), so that its row beside the Llama block's shows
+// what latent attention costs on the CPU.
+ModelSpec mla_step_spec(int layers, int64_t d_model, int64_t heads, int64_t seq_len,
+                        int64_t vocab_size, LatentSpec latent) {
+  ModelSpec m = llama_step_spec(layers, d_model, heads, seq_len, vocab_size);
+  m.kv_heads_set = 0;
+  m.attention = AttentionKind::Latent;
+  m.latent = latent;
+  return m;
+}
+
 StepModel step_model(const std::string& which) {
+  if (which == "tiny-mla")
+    return {"tiny-mla", mla_step_spec(2, 48, 3, 32, 256, LatentSpec{24, 16, 8, 4, 10}), 4, 256, 2};
+  if (which == "mla")
+    return {"mla-block-124M", mla_step_spec(12, 768, 12, 256, 50257, LatentSpec{384, 256, 64, 32, 64}), 4, 2048, 8};
   if (which == "tiny") return {"tiny", gpt2_spec(2, 64, 2, 32, 256), 4, 256, 2};
   if (which == "tiny-llama") return {"tiny-llama", llama_step_spec(2, 48, 3, 32, 256), 4, 256, 2};
   if (which == "llama") return {"llama-block-124M", llama_step_spec(12, 768, 12, 256, 50257), 4, 2048, 8};

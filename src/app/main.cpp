@@ -209,10 +209,11 @@ void add_bench_options(CLI::App* cmd, BenchArgs& bench) {
       ->check(at_least_one("a step count"));
   cmd->add_option("--model", bench.model,
                   "The step suite's model: gpt2 (GPT-2 124M, T 256, the figures), llama "
-                  "(Llama 3's block at GPT-2 124M's sizes), or tiny / tiny-llama (2 "
-                  "layers, for tests); tiny also shrinks the other suites' models but "
-                  "moe's (every line in seconds, ratios meaningless)")
-      ->check(CLI::IsMember({"gpt2", "llama", "tiny", "tiny-llama"}));
+                  "(Llama 3's block at GPT-2 124M's sizes), mla (that block with DeepSeek-V3's "
+                  "latent attention), or tiny / tiny-llama / tiny-mla (2 layers, for tests); "
+                  "tiny also shrinks the other suites' models but moe's (every line in "
+                  "seconds, ratios meaningless)")
+      ->check(CLI::IsMember({"gpt2", "llama", "mla", "tiny", "tiny-llama", "tiny-mla"}));
   cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
   cmd->add_option("--dir", bench.dir, "Directory for the checkpoint suite's files");
   cmd->add_option("--out", bench.out,

@@ -91,6 +91,10 @@ def one_rank(tmp, model="tiny"):
         names = " ".join(r["name"] for r in breakdown)
         check(all(k in names for k in ("rmsnorm_forward", "swiglu_forward", "rotary_forward")),
               f"the Llama breakdown lacks its own kernels: {names}")
+    if model == "tiny-mla":
+        names = " ".join(r["name"] for r in breakdown)
+        check(all(k in names for k in ("rmsnorm_forward", "rotary_forward")),
+              f"the latent-attention breakdown lacks its own kernels: {names}")
     check(all(r["wrong"] == 0 for r in rows), "a row is wrong")
 
 
@@ -134,6 +138,7 @@ def without_pytorch():
 with tempfile.TemporaryDirectory() as tmp:
     one_rank(tmp)
     one_rank(tmp, "tiny-llama")
+    one_rank(tmp, "tiny-mla")
     two_ranks(tmp)
 without_pytorch()
 for p in problems:
