@@ -309,6 +309,16 @@ void add_eval_options(CLI::App* cmd, EvalArgs& eval) {
   // digit a double holds (17 significant digits need at most 17 decimals for a loss >= 0.1).
   cmd->add_option("--digits", eval.digits, "Decimals of the printed val_loss (default 6)")
       ->check(CLI::Range(0, 17));
+  cmd->add_option("--task", eval.tasks,
+                  "Multiple-choice task (JSON Lines: {\"context\", \"choices\", \"gold\"} or "
+                  "HellaSwag's published form), scored by log-likelihood as lm-evaluation-harness "
+                  "does: prints acc and acc_norm (repeatable)");
+  cmd->add_option("--results", eval.results, "--task: write the scores as JSON to this file");
+  cmd->add_option("--per-choice", eval.per_choice,
+                  "--task: write each choice's log-likelihood as JSON Lines to this file");
+  cmd->add_option("--max-line-bytes", eval.max_line_bytes,
+                  "--task: the longest line read, in bytes (default 67108864, 64 MiB)")
+      ->check(integer_in("--max-line-bytes", 1, kMaxLineBytesLimit, "268435456"));
 }
 
 // meshtrain diagnose RUN_DIR.
@@ -338,7 +348,8 @@ struct Commands {
         inspect_cmd(app.add_subcommand(
             "inspect", "Show a checkpoint's step, layout, deck and datasets, and verify its checksums")),
         eval_cmd(app.add_subcommand(
-            "eval", "Validation loss of a checkpoint, on any layout: prints 'val_loss <value>'")),
+            "eval", "Validation loss of a checkpoint, on any layout: prints 'val_loss <value>'; with "
+            "--task, multiple-choice accuracy")),
         sample_cmd(add_sample_subcommand(app, sample)),
         plan_cmd(app.add_subcommand(
             "plan", "Predict memory per rank of a deck's layout (or of every layout) before launching")),

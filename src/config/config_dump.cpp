@@ -103,6 +103,13 @@ void dump_train(std::ostream& os, const Config& c) {
      << "beta1 = " << real(t.beta1) << "\n"
      << "beta2 = " << real(t.beta2) << "\n"
      << "eps = " << real(t.eps) << "\n";
+  // Only a run with tasks names them: the configuration other runs record (in every checkpoint)
+  // stays what it was before there were tasks.
+  if (!t.eval_tasks.empty()) {
+    os << "eval_tasks = [";
+    for (size_t i = 0; i < t.eval_tasks.size(); ++i) os << (i ? ", " : "") << quoted(t.eval_tasks[i]);
+    os << "]\n";
+  }
   // Only a Muon run names its optimizer: the configuration an AdamW run records (in every
   // checkpoint) stays what it was before there was a choice.
   if (t.optimizer == OptimizerKind::Muon)

@@ -217,6 +217,24 @@ void add_train_keys(std::vector<KeySpec>& k) {
   k.push_back(int_key("train", "eval_batches", 4, 1, big,
                       "Global batches of validation data per evaluation.",
                       [](Config& c) -> auto& { return c.train.eval_batches; }));
+  k.push_back({"train", "eval_tasks", "array of strings", "[]", "an array of JSON Lines task file paths",
+               "Multiple-choice tasks scored at each evaluation (every train.eval_every steps and "
+               "after the last), as `meshtrain eval --task` scores them: acc and acc_norm per task "
+               "on the progress line and in metrics.jsonl. Each file holds {\"context\", "
+               "\"choices\", \"gold\"} objects or HellaSwag's published form. Not under ZeRO-3 "
+               "or asynchronous data parallelism.",
+               [](const toml::node& n, Config& c) -> std::string {
+                 const toml::array* a = n.as_array();
+                 if (!a) return "is " + toml_type_of(n);
+                 std::vector<std::string> out;
+                 for (const toml::node& e : *a) {
+                   if (!e.is_string()) return "holds " + toml_type_of(e);
+                   if (e.as_string()->get().empty()) return "holds an empty path";
+                   out.push_back(e.as_string()->get());
+                 }
+                 c.train.eval_tasks = out;
+                 return "";
+               }});
   k.push_back(int_key("train", "sample_every", 0, 0, big,
                       "Every N steps, print a short text the model writes (32 greedy tokens "
                       "from an empty prompt, decoded with data.tokenizer; every rank generates, "

@@ -282,9 +282,7 @@ void JsonlDocuments::classify(const std::string& line, JsonlLine& out) const {
   out.text = std::move(text);
 }
 
-JsonlLine JsonlDocuments::next() {
-  JsonlLine out;
-  std::string line;
+bool JsonlDocuments::read_line(std::string& line, JsonlLine& out) {
   uint64_t long_line_bytes = 0;
   for (RawLine got; (got = next_raw_line(line, long_line_bytes)) != RawLine::End;) {
     out.number = ++line_number_;
@@ -297,14 +295,31 @@ JsonlLine JsonlDocuments::next() {
                  " long, more than "
                  "--max-line-bytes " + bytes_in_words(max_line_bytes_) + " allows (raise "
                  "the bound for documents that long, or leave the line out)";
-      return out;
+      return true;
     }
     if (blank(std::string_view(line).substr(0, line.size() - (line.back() == '\n' ? 1 : 0))))
       continue;
-    classify(line, out);
-    return out;
+    out.kind = JsonlLine::Kind::Document;
+    return true;
   }
   out.kind = JsonlLine::Kind::End;
+  return false;
+}
+
+JsonlLine JsonlDocuments::next() {
+  JsonlLine out;
+  std::string line;
+  if (read_line(line, out) && out.kind == JsonlLine::Kind::Document) classify(line, out);
+  return out;
+}
+
+JsonlLine JsonlDocuments::next_line() {
+  JsonlLine out;
+  std::string line;
+  if (read_line(line, out) && out.kind == JsonlLine::Kind::Document) {
+    if (line.back() == '\n') line.pop_back();
+    out.text = std::move(line);
+  }
   return out;
 }
 

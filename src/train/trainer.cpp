@@ -18,7 +18,9 @@
 #include "meshtrain/config/fault_injection.h"
 #include "meshtrain/io/data_error.h"
 #include "meshtrain/model/stage_builder.h"
+#include "meshtrain/config/deck_error.h"
 #include "meshtrain/train/checkpoint_cadence.h"
+#include "meshtrain/train/choice_scoring.h"
 #include "meshtrain/train/divergence.h"
 #include "meshtrain/train/lr_schedule.h"
 #include "meshtrain/train/parameter_client.h"
@@ -41,6 +43,22 @@ std::vector<ChunkRange> my_chunks(const std::vector<ChunkRange>& all, const Para
   for (int k : rank_chunks(rank, p.pp, p.virtual_stages, schedule_placement(p.schedule)))
     mine.push_back(all[static_cast<size_t>(k)]);
   return mine;
+}
+
+// train.eval_tasks read and tokenized (collective), or null without tasks.
+std::unique_ptr<ChoiceEvaluation> open_eval_tasks(const Config& config, ProcessGrid& grid) {
+  if (config.train.eval_tasks.empty()) return nullptr;
+  // Refused up front, not skipped: a run asked for its scores.
+  if (const std::string why = generation_unsupported(config); !why.empty())
+    throw DeckError(config.deck_path + ": train.eval_tasks scores with the generator: " + why);
+  if (config.parallel.async())
+    throw DeckError(config.deck_path + ": train.eval_tasks: not under parallel.data_sync = "
+                    "\"async\" (its replicas differ by design; score a checkpoint with `meshtrain "
+                    "eval --task` instead)");
+  std::unique_ptr<Tokenizer> tokenizer;
+  agree(grid.world(), [&] { tokenizer = open_tokenizer(config.data.tokenizer); });
+  return std::make_unique<ChoiceEvaluation>(config.train.eval_tasks, *tokenizer, config.model,
+                                            grid.world());
 }
 
 }  // namespace
@@ -83,7 +101,14 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
     log_->open();
     checkpoints_ = std::make_unique<CheckpointCadence>(config, grid, *log_, backend.memory());
     sample_ = std::make_unique<PeriodicSample>(config, leader_);
+    tasks_ = open_eval_tasks(config, grid);
   }
+}
+
+void Trainer::evaluate_tasks(int step) {
+  if (!tasks_) return;
+  TraceWriter::Scope span(trace_, "eval tasks", "step", TraceWriter::Step);
+  log_->task_scores(step, tasks_->run(*model_, grid_, cfg_.parallel));
 }
 
 Trainer::~Trainer() = default;

@@ -55,6 +55,7 @@ bool Trainer::after_step(const StepResult& r, const std::vector<double>& times) 
   if (r.step % cfg_.run.log_every == 0 || r.step == 1 || last) log_window(r, times);
   if (data_->has_val() && ((t.eval_every > 0 && r.step % t.eval_every == 0) || last))
     log_->val_loss(r.step, evaluate());
+  if ((t.eval_every > 0 && r.step % t.eval_every == 0) || last) evaluate_tasks(r.step);
   if (sample_) sample_->after_step(r.step, *model_, grid_.comm(Axis::Pipeline));
   const bool scheduled = checkpoints_->scheduled(r.step, last);
   // A stop request may reach the ranks in different steps: agree on it after every step.

@@ -133,6 +133,18 @@ void TrainingLog::val_loss(int step, double val) {
   metrics_->write({{"step", int64_t{step}}, {"val_loss", val}});
 }
 
+void TrainingLog::task_scores(int step, const std::vector<TaskScore>& scores) {
+  for (const TaskScore& s : scores) {
+    if (leader_)
+      std::printf("step %5d/%d | task %s: acc %.4f acc_norm %.4f (%lld examples)\n", step,
+                  cfg_.train.steps, s.name.c_str(), s.acc(), s.acc_norm(),
+                  static_cast<long long>(s.examples));
+    metrics_->write({{"step", int64_t{step}}, {"task", s.name}, {"acc", s.acc()},
+                     {"acc_norm", s.acc_norm()}, {"examples", s.examples}});
+  }
+  if (leader_) std::fflush(stdout);
+}
+
 void TrainingLog::memory(const char* when, int step, const std::vector<MemoryPeaks>& all) {
   if (!leader_) return;
   std::printf("memory peaks %s (per rank; total = the sum at its highest moment):\n", when);

@@ -80,6 +80,11 @@ def evaluate(checkpoint, *sets):
         [a for s in sets for a in ("--set", s)]
 
 
+def eval_task(task):
+    """`eval {deck}` of run A's step 4 scoring the multiple-choice task file `task`."""
+    return ["eval", "{deck}", "--checkpoint", "{a}/step_00000004.h5", "--task", task]
+
+
 def row(kind, name, ranks, args, status, expect, **options):
     """One bad input. status: the exit status of every rank ("non-zero": of every rank that
     lived to record one); options:
@@ -1075,6 +1080,40 @@ CATALOGUE = [
               "parallel.tp=3"), 1,
         ["deck.toml: parallel.tp = 3 neither divides model.kv_heads = 2 nor is a multiple of it",
          "shares one with tp / kv_heads ranks: tp must be one of 1, 2, 6)"], absent=NOT_TRAINED),
+    # issue 56 (evaltask): `eval --task` and train.eval_tasks refuse a bad task file naming the
+    # file, the line and the field, on every rank alike (io/choice_tasks.h, train/choice_scoring.h).
+    row("data", "eval task file missing", 2, eval_task("{dir}/no_such_task.jsonl"), 1,
+        ["{dir}/no_such_task.jsonl"], needs=["run_a"]),
+] + [
+    # Each bad task file (fixture "tasks"): the file, line N and what is wrong with its field.
+    row("data", "eval task " + what, 2, eval_task("{tasks}/" + name) + extra, 1,
+        ["{tasks}/" + name + ": line " + said], needs=["run_a", "tasks"])
+    for what, name, extra, said in (
+        ("line not JSON", "not_json.jsonl", [], "2: not JSON (column"),
+        ("gold out of range", "gold.jsonl", [],
+         '1: field "gold" is 3, not a choice index (expected an integer from 0 to 1)'),
+        ("with no choices", "no_choices.jsonl", [],
+         '1: field "choices" is empty (expected at least one choice)'),
+        ("hellaswag label missing", "hellaswag_label.jsonl", [], '1: no field "label"'),
+        ("context tokenizes to nothing", "empty_context.jsonl", [],
+         '1: the context "" tokenizes to no tokens'),
+        ("choice adds no tokens", "empty_choice.jsonl", [],
+         "1: choice 1: tokenizes to no tokens past the context's"),
+        ("line over the line bound", "long_line.jsonl", ["--max-line-bytes", "1000"],
+         "2: the line is 5045 bytes long, more than --max-line-bytes 1000 bytes"))
+] + [
+    row("data", "eval task file without examples", 2, eval_task("{tasks}/blank.jsonl"), 1,
+        ["{tasks}/blank.jsonl: no examples"], needs=["run_a", "tasks"]),
+    row("deck", "train eval_tasks with a bad task file", 2,
+        train('train.eval_tasks=["{tasks}/gold.jsonl"]'), 1,
+        ["{tasks}/gold.jsonl: line 1: field \"gold\" is 3"], needs=["tasks"], absent=NOT_TRAINED),
+    row("deck", "train eval_tasks not an array", 1, train('train.eval_tasks="x.jsonl"'), 1,
+        ['train.eval_tasks = "x.jsonl" is a string (expected an array of JSON Lines task file paths)'],
+        absent=NOT_TRAINED),
+    row("deck", "train eval_tasks under ZeRO-3", 2,
+        train('train.eval_tasks=["{tasks}/good.jsonl"]', "parallel.zero=3"), 1,
+        ["train.eval_tasks scores with the generator: parallel.zero = 3 shards the parameters"],
+        needs=["tasks"], absent=NOT_TRAINED),
 ]
 
 
@@ -1601,6 +1640,28 @@ def fixture_dsv3_weights(p):
 
 
 FIXTURES["dsv3w"] = fixture_dsv3_weights
+
+
+def fixture_tasks(p):
+    """Issue 56's multiple-choice task files, a good one and one per kind of bad line."""
+    d = os.path.join(p["dir"], "tasks")
+    p["tasks"] = d
+    os.makedirs(d)
+    good = b'{"context": "The cat", "choices": [" sat", " ran"], "gold": 0}\n'
+    files = {"good.jsonl": good, "not_json.jsonl": good + b'{"context": "x", \n',
+             "gold.jsonl": b'{"context": "The cat", "choices": [" sat", " ran"], "gold": 3}\n',
+             "no_choices.jsonl": b'{"context": "The cat", "choices": [], "gold": 0}\n',
+             "hellaswag_label.jsonl": b'{"activity_label": "A", "ctx_a": "b", "ctx_b": "c", "endings": [" d"]}\n',
+             "empty_context.jsonl": b'{"context": "", "choices": [" sat"], "gold": 0}\n',
+             "empty_choice.jsonl": b'{"context": "The cat", "choices": [" sat", ""], "gold": 0}\n',
+             "long_line.jsonl": good + b'{"context": "' + b"y" * 5000 + b'", "choices": [" a"], "gold": 0}\n',
+             "blank.jsonl": b"\n \n"}
+    for name, data in files.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+
+
+FIXTURES["tasks"] = fixture_tasks
 
 
 # --- the driver -----------------------------------------------------------------------------

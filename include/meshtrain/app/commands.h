@@ -96,6 +96,10 @@ struct EvalArgs {
   std::string checkpoint;
   std::vector<std::string> overrides;
   int digits = 6;  // decimals of the printed val_loss
+  std::vector<std::string> tasks;  // --task: multiple-choice task files (io/choice_tasks.h)
+  std::string results;             // --results: the task scores as JSON
+  std::string per_choice;          // --per-choice: each choice's log-likelihood, JSON Lines
+  long long max_line_bytes = kDefaultMaxLineBytes;  // --task: a longer line is refused
 };
 int eval_command(const EvalArgs& args);
 

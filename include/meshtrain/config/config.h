@@ -73,6 +73,8 @@ struct TrainOptions {
   int eval_every = 50;     // 0: only after the last step
   int eval_batches = 4;
   int sample_every = 0;    // print a text sample every N steps; 0: never
+  // Multiple-choice task files (io/choice_tasks.h) scored at each evaluation (eval_every).
+  std::vector<std::string> eval_tasks;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   // AdamW for every parameter, or Muon for the hidden matrices and AdamW for the rest
   // (optim/muon_hyper.h); muon.weight_decay is weight_decay, set by the trainer.

@@ -46,6 +46,10 @@ class JsonlDocuments {
 
   // The next document or bad line; Kind::End after the last line.
   JsonlLine next();
+  // The next non-blank line as it is (Kind::Document, text without its newline), for readers
+  // that parse each object themselves (io/choice_tasks.h), or a bad line longer than the bound;
+  // Kind::End after the last line. The text field is not looked at.
+  JsonlLine next_line();
 
   uint64_t lines() const { return line_number_; }  // read so far, blank ones too
 
@@ -58,6 +62,9 @@ class JsonlDocuments {
   // skipped_newline_ says whether a newline ended them.
   uint64_t skip_rest_of_line();
   void classify(const std::string& line, JsonlLine& out) const;
+  // The next non-blank line into `line` (its newline kept) and out's number, offset and bytes;
+  // a line over the bound as out's bad line. False at the end.
+  bool read_line(std::string& line, JsonlLine& out);
 
   CompressedReader reader_;
   std::string field_;

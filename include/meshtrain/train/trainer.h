@@ -33,6 +33,7 @@
 namespace meshtrain {
 
 class CheckpointCadence;
+class ChoiceEvaluation;
 class ParameterClient;
 struct Assignment;
 struct LoggedStep;
@@ -64,6 +65,8 @@ class Trainer {
   StepResult train_step(int step);
   // Mean validation loss per token over train.eval_batches global batches.
   double evaluate();
+  // train.eval_tasks at an evaluation step: scored and logged (nothing without tasks).
+  void evaluate_tasks(int step);
   // Every rank's memory peaks since the last reset_memory_peaks(), gathered on all ranks.
   std::vector<MemoryPeaks> memory_peaks();
   void reset_memory_peaks() { be_.memory().reset_peaks(); }
@@ -153,6 +156,7 @@ class Trainer {
   std::unique_ptr<TrainingLog> log_;
   std::unique_ptr<CheckpointCadence> checkpoints_;  // null in a planner's dry run
   std::unique_ptr<PeriodicSample> sample_;  // train.sample_every
+  std::unique_ptr<ChoiceEvaluation> tasks_;  // train.eval_tasks
   std::unique_ptr<StragglerMonitor> stragglers_;  // run.straggler_threshold; made by run()
   int step_ = 0;
   GradNormHistory grad_norms_;  // the steps taken, for run.rerun_spike_factor

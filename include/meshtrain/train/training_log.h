@@ -16,6 +16,7 @@
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/parallel/process_grid.h"
 #include "meshtrain/train/data_feed.h"
+#include "meshtrain/train/choice_scoring.h"
 #include "meshtrain/train/step_result.h"
 #include "meshtrain/train/work_balance.h"
 
@@ -44,6 +45,8 @@ class TrainingLog {
   // theoretical bubble.
   void step(const StepResult& r, double eta_seconds, const PipelineStage& stage, int microbatches);
   void val_loss(int step, double val);
+  // train.eval_tasks: a line per task (acc, acc_norm) and a metrics record per task.
+  void task_scores(int step, const std::vector<TaskScore>& scores);
   // Every rank's memory peaks (gathered: Trainer::memory_peaks) at `step`, `when` ("after the
   // first step").
   void memory(const char* when, int step, const std::vector<MemoryPeaks>& all);
