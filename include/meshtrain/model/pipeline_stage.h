@@ -28,6 +28,7 @@
 #include "meshtrain/model/loss_accumulator.h"
 #include "meshtrain/model/micro_batch.h"
 #include "meshtrain/model/parameter_store.h"
+#include "meshtrain/model/qk_clip.h"
 #include "meshtrain/model/recompute.h"
 #include "meshtrain/model/unit_hooks.h"
 #include "meshtrain/model/weight_gradients.h"
@@ -110,6 +111,18 @@ class PipelineStage {
   // the metrics.jsonl records of step `step` (each with its "step" field).
   virtual std::string progress_text(const std::vector<double>& /*job_statistics*/) const { return {}; }
   virtual std::vector<MetricsRecord> metrics_records(int /*step*/, const std::vector<double>& /*job_statistics*/) const {
+    return {};
+  }
+
+  // QK-clip (model/qk_clip.h): from the call on, the attention layers record their heads'
+  // largest logits; take_step_maxima() returns this rank's since the last call (every rank the
+  // same count of numbers, -inf where it holds nothing; train/ takes their maximum over the
+  // world, once per attempt at a step as take_step_statistics); qk_clip_scales() turns the
+  // job's maxima into the rows of this rank's parameters to scale after the optimizer step.
+  virtual void record_attention_logits() {}
+  virtual std::vector<double> take_step_maxima() { return {}; }
+  virtual std::vector<RowScale> qk_clip_scales(const std::vector<double>& /*job_maxima*/,
+                                               double /*tau*/) {
     return {};
   }
 };
