@@ -17,6 +17,7 @@
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/config/fault_injection.h"
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/model/qk_clip.h"
 #include "meshtrain/model/stage_builder.h"
 #include "meshtrain/train/checkpoint_cadence.h"
 #include "meshtrain/train/divergence.h"

@@ -12,8 +12,9 @@ the reference (to 1e-12 relative): gamma_h = tau / S_h where S_h > tau; multi-he
 query and key rows of head h times sqrt(gamma_h), grouped-query attention's query rows times
 gamma_h and the shared key heads untouched; every other tensor the same bits. The step's
 metrics.jsonl record must hold max_h S_h (to its 10 digits) and the count of clipped heads.
-Then the clipped step resumed on two ranks, as dp 2, tp 2 and pp 2, must give the one rank's
-weights (1e-12 relative): every rank holding part of a head agrees on its maximum.
+Then the clipped step resumed on two ranks, as dp 2 (ZeRO 0, 1 and 3), tp 2 and pp 2, must give
+the one rank's weights (1e-12 relative): every rank holding part of a head agrees on its maximum,
+and the scaling reaches every copy of the weights.
 
 Usage: qk_clip_reference_test.py MESHTRAIN MPIEXEC. Exit 77 (skipped) without NumPy or h5dump.
 """
@@ -39,6 +40,11 @@ import hf_decoder_reference as ref  # noqa: E402
 
 L, C, NH, T, V = 2, 32, 4, 16, 256
 TOLERANCE = 1e-12
+# The two-rank layouts held to the single rank: the maxima over replicas and stages, each tensor
+# rank's own heads, and the scaling of ZeRO's shards (the values refreshed from them).
+LAYOUTS = {"dp2": ["parallel.dp=2"], "dp2_zero1": ["parallel.dp=2", "parallel.zero=1"],
+           "dp2_zero3": ["parallel.dp=2", "parallel.zero=3"], "tp2": ["parallel.tp=2"],
+           "pp2": ["parallel.pp=2"]}
 
 DECK = """[run]
 device = "cpu"
@@ -224,10 +230,10 @@ def check_case(binary, mpiexec, kv_heads, work):
         failures.append(f"{what}: the progress line does not say 'clipped {clipped_heads}'")
     print(f"{what}: maxima {np.round(S, 4).tolist()}, tau {tau:.4f}: {clipped_heads} of {S.size} "
           f"heads clipped")
-    for layout in ("parallel.dp=2", "parallel.tp=2", "parallel.pp=2"):
-        name = "clipped_" + layout.split(".")[1].split("=")[0] + "2"
-        run([mpiexec, "-n", "2", binary, "train", deck(name), "--set", layout] + resume + clip)
-        failures += differences(read_all(ckpt(name, 2)), ours, f"{what}, {layout} against one rank")
+    for name, layout in LAYOUTS.items():
+        sets = [a for key in layout for a in ("--set", key)]
+        run([mpiexec, "-n", "2", binary, "train", deck(name)] + sets + resume + clip)
+        failures += differences(read_all(ckpt(name, 2)), ours, f"{what}, {name} against one rank")
     return failures
 
 

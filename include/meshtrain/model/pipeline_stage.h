@@ -28,7 +28,6 @@
 #include "meshtrain/model/loss_accumulator.h"
 #include "meshtrain/model/micro_batch.h"
 #include "meshtrain/model/parameter_store.h"
-#include "meshtrain/model/qk_clip.h"
 #include "meshtrain/model/recompute.h"
 #include "meshtrain/model/unit_hooks.h"
 #include "meshtrain/model/weight_gradients.h"

@@ -9,8 +9,8 @@
 //     serves several query heads; this is the paper's rule for latent attention's shared
 //     rotary key, and clips exactly the heads over tau, each by its own gamma).
 // Here: the per-step log of the maxima (QkLogitLog), the factors (qk_clip_gammas), and the
-// scaling a layer asks for, as rows of its parameters (RowScale), which parallel/ applies to
-// wherever the parameters' values live (masters, ZeRO shards).
+// scaling a layer asks for, as rows of its parameters (RowScale, model/parameter.h), which
+// parallel/ applies wherever the parameters' values live (masters, ZeRO shards).
 
 #include <cstdint>
 #include <vector>
@@ -18,13 +18,6 @@
 #include "meshtrain/model/parameter.h"
 
 namespace meshtrain {
-
-// Scales parameter `param`'s local elements: element e by factors[e / row_elements].
-struct RowScale {
-  Parameter* param = nullptr;
-  int64_t row_elements = 1;
-  std::vector<double> factors;
-};
 
 // The largest logit of every attention head of the model, (layers, heads) with the model's heads
 // numbered globally: a rank fills the entries of the heads it computes (its tensor rank's heads

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "meshtrain/model/qk_clip.h"
+#include "meshtrain/model/parameter.h"
 #include "meshtrain/parallel/sharded_optimizer.h"
 #include "meshtrain/parallel/state_layout.h"
 
