@@ -121,6 +121,8 @@ void dump_train(std::ostream& os, const Config& c) {
        << "muon_ns_b = " << real(t.muon.ns_b) << "\n"
        << "muon_ns_c = " << real(t.muon.ns_c) << "\n"
        << "muon_rms_scale = " << real(t.muon.rms_scale) << "\n";
+  // Likewise only a run that clips names its threshold.
+  if (t.qk_clip_threshold > 0) os << "qk_clip_threshold = " << real(t.qk_clip_threshold) << "\n";
 }
 
 // [parallel]

@@ -313,6 +313,33 @@ void check_muon_fields(const Config& c, const DeckFail& fail) {
          "(use parallel.data_sync = \"sync\", or train.optimizer = \"adamw\")");
 }
 
+// QK-clip (model/qk_clip.h) scales the query and key projections by the logits the attention
+// kernel saw: refused where the logits are not the projections' own (q/k norms renormalise
+// whatever the weights are; latent attention's shared rotary key) or where no kernel records them
+// yet (ring attention). The CUDA backend is refused with the device (device_check.cpp).
+void check_qk_clip_fields(const Config& c, const DeckFail& fail) {
+  if (c.train.qk_clip_threshold <= 0) return;
+  std::ostringstream tau;
+  tau << "train.qk_clip_threshold = " << c.train.qk_clip_threshold;
+  if (c.model.qk_norm)
+    fail(tau.str() + " with model.qk_norm = true: the query and key norms undo any scaling of "
+         "their projections, so clipping could not lower a logit (set qk_clip_threshold = 0)");
+  if (c.model.latent_attention())
+    fail(tau.str() + " with model.attention = \"latent\": QK-clip of latent attention's "
+         "per-head parts is not implemented yet (set qk_clip_threshold = 0)");
+  if (c.model.mtp_layers > 0)
+    fail(tau.str() + " with model.mtp_layers = " + std::to_string(c.model.mtp_layers) + ": "
+         "QK-clip of the multi-token depths' attention is not implemented yet (set "
+         "qk_clip_threshold = 0, or mtp_layers = 0)");
+  if (c.parallel.cp > 1)
+    fail(tau.str() + " with parallel.cp = " + std::to_string(c.parallel.cp) + ": ring "
+         "attention does not record the heads' largest logits yet (use cp = 1, or "
+         "qk_clip_threshold = 0)");
+  if (c.parallel.async())
+    fail(tau.str() + " with parallel.data_sync = \"async\": the parameter servers hold the "
+         "weights QK-clip would scale (use data_sync = \"sync\", or qk_clip_threshold = 0)");
+}
+
 // The pipeline schedule, its chunks and the partition of layers into them.
 void check_schedule_fields(const Config& c, const DeckFail& fail) {
   if (c.parallel.virtual_stages > 1 && (c.parallel.schedule == ScheduleKind::OneFOneB ||
@@ -407,6 +434,7 @@ void check_cross_fields(const std::string& path, const Config& c) {
   check_mtp_fields(c, fail);
   check_norm_and_optimizer_fields(c, fail);
   check_muon_fields(c, fail);
+  check_qk_clip_fields(c, fail);
   check_schedule_fields(c, fail);
   check_balance_fields(c, fail);
   check_data_sync_fields(c, fail);

@@ -93,6 +93,10 @@ void resolve_device(Config& c, const DeviceFacts& f) {
   if (cuda && c.train.precision == DType::F64)
     fail("train.precision = \"fp64\" is for verification on the CPU (run.device = \"cpu\"); on a "
          "GPU use \"fp32\" or \"bf16\"");
+  if (cuda && c.train.qk_clip_threshold > 0)
+    fail("train.qk_clip_threshold > 0 runs on the CPU backend only: the CUDA backend's attention "
+         "kernels do not record the heads' largest logits yet (use run.device = \"cpu\", or "
+         "qk_clip_threshold = 0)");
   if (cuda && c.parallel.cp > 1)
     fail("parallel.cp = " + std::to_string(c.parallel.cp) + " runs on the CPU backend only: the "
          "CUDA backend has no ring-attention kernels yet (use run.device = \"cpu\", or cp = 1 "

@@ -53,6 +53,18 @@ void add_optimizer_keys(std::vector<KeySpec>& k) {
                                 "muon_rms_scale x sqrt(max(rows, cols)) x train.lr: 0.2 matches "
                                 "AdamW's update RMS (Moonlight), so both share train.lr.",
                                 [](Config& c, double v) { c.train.muon.rms_scale = v; }));
+  k.push_back(bounded_float_key(
+      "train", "qk_clip_threshold", "0", 0.0, 1e9,
+      "MuonClip's QK-clip (Kimi K2): 0 is off; tau > 0 (Kimi K2 used 100) records each "
+      "attention head's largest pre-softmax logit over the step (every micro-batch, every rank "
+      "holding the head) and, after the optimizer step, scales a head whose largest logit S "
+      "exceeded tau back by gamma = tau / S: multi-head attention's query and key rows (and "
+      "biases) by sqrt(gamma) each; under grouped-query attention the query rows by gamma and the "
+      "shared key head not at all. With \"muon\" or \"adamw\" alike; the progress line and "
+      "metrics.jsonl show the clipped heads and the largest logit. On the CPU backend, without "
+      "parallel.cp, model.qk_norm, latent attention or multi-token depths "
+      "(docs/parallelism-and-schedules.md).",
+      [](Config& c, double v) { c.train.qk_clip_threshold = v; }));
 }
 
 }  // namespace meshtrain

@@ -3,8 +3,9 @@
 namespace meshtrain {
 
 CausalSelfAttention::CausalSelfAttention(const LayerContext& ctx, const std::string& name,
-                                         const ModelSpec& spec, double residual_scale)
+                                         const ModelSpec& spec, double residual_scale, int layer)
     : ctx_(ctx),
+      layer_(layer),
       local_heads_(spec.heads / ctx.tp.size()),
       head_size_(spec.head_dim()),
       qkv_(ctx, name, spec),
@@ -22,7 +23,14 @@ Tensor CausalSelfAttention::forward(const Tensor& x, TokenShape shape, Saved& sa
   saved.qkv = qkv_.forward(x, saved.qkv_in, category);
   if (rotary_) rotary_->forward(saved.qkv, shape);
   Tensor att = be.empty({shape.N(), local_c}, x.dtype(), category);
-  attention_core_forward(ctx_, att, saved.qkv, shape, dims(), saved.core, category, recompute);
+  if (ctx_.qk_log && ctx_.qk_log->on()) {
+    std::vector<double> head_max;
+    attention_core_forward(ctx_, att, saved.qkv, shape, dims(), saved.core, category, recompute,
+                           &head_max);
+    ctx_.qk_log->record(layer_, head_max);  // again under recomputation: the same maxima
+  } else {
+    attention_core_forward(ctx_, att, saved.qkv, shape, dims(), saved.core, category, recompute);
+  }
   return proj_.forward(att, saved.proj_in, category, nullptr, residual);
 }
 
@@ -56,6 +64,13 @@ Tensor CausalSelfAttention::backward(const Tensor& dy, TokenShape shape, const S
                                         saved.core);
   if (rotary_) rotary_->backward(dqkv, shape);  // rotated back in place, then the projection's
   return qkv_.backward(dqkv, saved.qkv_in, deferred);
+}
+
+void CausalSelfAttention::add_qk_clip_scales(const std::vector<double>& job_gammas,
+                                             std::vector<RowScale>& out) {
+  const int64_t heads = local_heads_ * ctx_.tp.size();
+  const auto first = job_gammas.begin() + layer_ * heads + local_heads_ * ctx_.tp.rank();
+  qkv_.add_qk_clip_scales(std::vector<double>(first, first + local_heads_), out);
 }
 
 void CausalSelfAttention::add_costs(CostSheet& sheet) const {

@@ -9,17 +9,17 @@ namespace {
 using Layers = std::variant<CausalSelfAttention, LatentAttention>;
 
 Layers attention_layer(const LayerContext& ctx, const std::string& name, const ModelSpec& spec,
-                       double residual_scale) {
+                       int layer, double residual_scale) {
   if (spec.latent_attention())
     return Layers(std::in_place_type<LatentAttention>, ctx, name, spec, residual_scale);
-  return Layers(std::in_place_type<CausalSelfAttention>, ctx, name, spec, residual_scale);
+  return Layers(std::in_place_type<CausalSelfAttention>, ctx, name, spec, residual_scale, layer);
 }
 
 }  // namespace
 
 BlockAttention::BlockAttention(const LayerContext& ctx, const std::string& name,
-                               const ModelSpec& spec, double residual_scale)
-    : layer_(attention_layer(ctx, name, spec, residual_scale)) {}
+                               const ModelSpec& spec, int layer, double residual_scale)
+    : layer_(attention_layer(ctx, name, spec, layer, residual_scale)) {}
 
 Tensor BlockAttention::forward(const Tensor& x, TokenShape shape, Saved& saved,
                                MemoryCategory category, Recompute recompute,
@@ -55,6 +55,12 @@ Tensor BlockAttention::decode(const Tensor& x, DecodeCache& cache, int64_t posit
   if (auto* latent = std::get_if<LatentAttention>(&layer_))
     return latent->decode(x, cache.keys, position);
   return std::get<CausalSelfAttention>(layer_).decode(x, cache.keys, cache.values, position);
+}
+
+void BlockAttention::add_qk_clip_scales(const std::vector<double>& job_gammas,
+                                        std::vector<RowScale>& out) {
+  if (auto* standard = std::get_if<CausalSelfAttention>(&layer_))
+    standard->add_qk_clip_scales(job_gammas, out);
 }
 
 void BlockAttention::add_costs(CostSheet& sheet) const {

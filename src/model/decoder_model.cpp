@@ -146,8 +146,9 @@ void ModelChunk::backward_weights(DeferredWeightGradients& deferred, UnitHooks& 
 DecoderModel::DecoderModel(Backend& backend, const TensorParallel& tp, const ModelSpec& cfg,
                    const std::vector<ChunkRange>& ranges, DType dtype, ContextParallel cp,
                    ExpertParallel ep)
-    : backend_(&backend), tp_(tp), cp_(cp), cfg_(cfg), dtype_(dtype), loss_(backend), expert_bias_(cfg) {
-  const LayerContext ctx{&backend, &store_, tp, cp, ep, &loss_, &moe_log_, &expert_bias_};
+    : backend_(&backend), tp_(tp), cp_(cp), cfg_(cfg), dtype_(dtype), loss_(backend), expert_bias_(cfg),
+      qk_log_(cfg.layers, cfg.heads, cfg.heads / tp.size(), tp.rank()) {
+  const LayerContext ctx{&backend, &store_, tp, cp, ep, &loss_, &moe_log_, &expert_bias_, &qk_log_};
   Parameter* wte = nullptr;
   for (const ChunkRange& r : ranges) {
     chunks_.push_back(std::make_unique<ModelChunk>(ctx, cfg, r, wte, loss_));
@@ -230,6 +231,15 @@ std::vector<MetricsRecord> DecoderModel::metrics_records(int step, const std::ve
       expert_load_records(step, expert_load_report(expert_statistics(job_statistics), cfg_), cfg_);
   for (MetricsRecord& r : mtp_loss_records(step, job_statistics, cfg_)) records.push_back(std::move(r));
   return records;
+}
+
+std::vector<RowScale> DecoderModel::qk_clip_scales(const std::vector<double>& job_maxima, double tau) {
+  std::vector<RowScale> scales;
+  if (job_maxima.empty()) return scales;
+  const std::vector<double> gammas = qk_clip_gammas(job_maxima, tau);
+  for (auto& c : chunks_)
+    for (int b = 0; b < c->block_count(); ++b) c->block(b).attention().add_qk_clip_scales(gammas, scales);
+  return scales;
 }
 
 std::unique_ptr<PipelineStage> build_stage(Backend& backend, const ModelSpec& spec,

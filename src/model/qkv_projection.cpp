@@ -1,5 +1,8 @@
 #include "meshtrain/model/qkv_projection.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "meshtrain/model/norm_parts.h"
 
 namespace meshtrain {
@@ -78,6 +81,25 @@ Tensor QkvProjection::forward(const Tensor& x, Saved& saved, MemoryCategory cate
   be.copy_columns(packed, q_cols, k, 0, kv_cols);
   be.copy_columns(packed, q_cols + kv_cols, v, 0, kv_cols);
   return packed;
+}
+
+void QkvProjection::add_qk_clip_scales(const std::vector<double>& local_gammas,
+                                       std::vector<RowScale>& out) {
+  if (std::all_of(local_gammas.begin(), local_gammas.end(), [](double g) { return g == 1.0; }))
+    return;
+  const int64_t q_rows = local_heads_ * head_size_;
+  // Multi-head: the fused (3, q_rows) rows, q and k by sqrt(gamma); else q's rows by gamma.
+  const int64_t parts = fused_ ? 3 : 1;
+  std::vector<double> factors(static_cast<size_t>(parts * q_rows), 1.0);
+  for (int64_t r = 0; r < q_rows; ++r) {
+    const double g = local_gammas[static_cast<size_t>(r / head_size_)];
+    factors[static_cast<size_t>(r)] = fused_ ? std::sqrt(g) : g;
+    if (fused_) factors[static_cast<size_t>(q_rows + r)] = std::sqrt(g);
+  }
+  ColumnParallelLinear& query = fused_ ? *fused_ : *q_;
+  Parameter& w = query.weight();
+  out.push_back({&w, w.numel() / (parts * q_rows), factors});
+  if (Parameter* b = query.bias()) out.push_back({b, 1, factors});
 }
 
 Tensor QkvProjection::backward(const Tensor& dqkv, const Saved& saved,

@@ -17,6 +17,7 @@
 #include "meshtrain/comm/agreement.h"
 #include "meshtrain/config/fault_injection.h"
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/model/qk_clip.h"
 #include "meshtrain/model/stage_builder.h"
 #include "meshtrain/config/deck_error.h"
 #include "meshtrain/train/checkpoint_cadence.h"
@@ -77,6 +78,7 @@ Trainer::Trainer(const Config& config, ProcessGrid& grid, Backend& backend, Data
   const ContextParallel cp{p.cp > 1 ? &grid.comm(Axis::Context) : nullptr};
   model_ = build_stage(backend, config.model, my_chunks(partition_, p, grid.rank(Axis::Pipeline)),
                        config.train.precision, tp, cp, grid.expert());
+  if (config.train.qk_clip_threshold > 0) model_->record_attention_logits();
   schedule_ = std::make_unique<StepSchedule>(config, grid, backend);
   build_state(data);
   open_data(data);
@@ -171,12 +173,12 @@ std::string Trainer::take_schedule_note() { return schedule_->take_note(); }
 
 double Trainer::world_sum(double local) { return grid_.world().all_reduce_scalar(local); }
 
-std::vector<double> Trainer::world_sums(std::vector<double> local) {
+std::vector<double> Trainer::world_sums(std::vector<double> local, ReduceOp op) {
   if (local.empty()) return local;
   // The world communicator is MPI's, on host memory, whatever the device.
   Tensor t = be_.empty_host({static_cast<int64_t>(local.size())}, DType::F64, MemoryCategory::Workspace);
   std::copy(local.begin(), local.end(), t.data<double>());
-  grid_.world().all_reduce(t).wait();
+  grid_.world().all_reduce(t, op).wait();
   std::copy_n(t.data<double>(), local.size(), local.begin());
   return local;
 }
@@ -207,6 +209,7 @@ StepAttempt Trainer::compute_gradients(int step, const std::vector<MicroBatchDat
   const double poison = std::isfinite(r.grad_norm) ? 0.0 : std::nan("");
   r.loss = world_sum((grid_.rank(Axis::Tensor) == 0 ? attempt.local_loss : 0.0) + poison) / tokens;
   r.layer_statistics = world_sums(model_->take_step_statistics());
+  r.attention_logit_maxima = world_sums(model_->take_step_maxima(), ReduceOp::Max);
   // The largest norm of any rank: the ranks' norms are equal on healthy hardware (reduced, or
   // computed from replicated gradients), and a corrupted replica's must re-run every rank.
   if (std::isfinite(r.grad_norm))
@@ -242,6 +245,7 @@ StepResult Trainer::train_step(int step) {
   state_->optimizer_step(r.lr, scale);
   // Every rank receives the same sums, so what the layers update from them stays equal.
   model_->after_optimizer_step(r.layer_statistics);
+  if (t.qk_clip_threshold > 0) clip_attention_logits(r);
   inject_parameter_flips(r.step);
   r.compute_seconds = executor_->stats().compute_seconds +
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
@@ -257,6 +261,16 @@ StepResult Trainer::train_step(int step) {
   r.tokens_per_second = tokens / r.seconds;
   step_ = step + 1;
   return r;
+}
+
+void Trainer::clip_attention_logits(StepResult& r) {
+  const double tau = cfg_.train.qk_clip_threshold;
+  const QkClipSummary summary = qk_clip_summary(r.attention_logit_maxima, tau);
+  r.clipped_heads = summary.clipped_heads;
+  r.max_attention_logit = summary.max_logit;
+  // Every rank has the same maxima, so every rank decides alike whether to scale (and gather).
+  if (summary.clipped_heads > 0)
+    state_->scale_rows(model_->qk_clip_scales(r.attention_logit_maxima, tau));
 }
 
 void Trainer::rerun_if_suspect(int step, const std::vector<MicroBatchData>& batch, StepAttempt& attempt,
@@ -302,6 +316,7 @@ double Trainer::evaluate() {
     executor_->run(schedule_->eval(), batch, Pass::Eval, 0.0, *state_);
   }
   const double local = model_->loss().take();  // one host read for the whole evaluation
+  model_->take_step_maxima();  // QK-clip clips by the training steps' logits only
   state_->release_gathered();
   const double tokens = static_cast<double>(cfg_.train.eval_batches) * cfg_.train.global_batch *
                         static_cast<double>(cfg_.model.seq_len);

@@ -110,6 +110,13 @@ void TrainingLog::step(const StepResult& r, double eta_seconds, const PipelineSt
     bubble = buf;
   }
   bubble += stage.progress_text(r.layer_statistics);
+  const bool qk_clip = cfg_.train.qk_clip_threshold > 0;
+  if (qk_clip) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " | qk max logit %.2f, clipped %d", r.max_attention_logit,
+                  r.clipped_heads);
+    bubble += buf;
+  }
   std::printf("step %5d/%d | loss %.4f | lr %.2e | grad_norm %.3f | %8.0f tok/s | %7.1f ms%s | eta %s\n",
               r.step, cfg_.train.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_second,
               r.seconds * 1e3, bubble.c_str(), format_duration(eta_seconds).c_str());
@@ -121,6 +128,10 @@ void TrainingLog::step(const StepResult& r, double eta_seconds, const PipelineSt
                    {"tokens_per_s", r.tokens_per_second},
                    {"step_ms", r.seconds * 1e3},
                    {"bubble", r.bubble}});
+  if (qk_clip)
+    metrics_->write({{"step", int64_t{r.step}},
+                     {"qk_max_logit", r.max_attention_logit},
+                     {"qk_clipped_heads", int64_t{r.clipped_heads}}});
   // What the layers report of the step (a mixture of experts' loads): lines of their own.
   for (const MetricsRecord& record : stage.metrics_records(r.step, r.layer_statistics)) metrics_->write(record);
 }

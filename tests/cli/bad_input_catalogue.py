@@ -1114,6 +1114,21 @@ CATALOGUE = [
         train('train.eval_tasks=["{tasks}/good.jsonl"]', "parallel.zero=3"), 1,
         ["train.eval_tasks scores with the generator: parallel.zero = 3 shards the parameters"],
         needs=["tasks"], absent=NOT_TRAINED),
+    # issue 54 (muonclip): QK-clip's threshold (a negative or non-finite tau), and the models
+    # and layouts whose logits it cannot clip or does not record yet, each refused by name.
+    row("deck", "qk clip threshold negative", 1, train("train.qk_clip_threshold=-1.0"), 1,
+        ["train.qk_clip_threshold = -1.0 is out of range (expected finite number from 0 to 1e+09)"],
+        absent=NOT_TRAINED),
+    row("deck", "qk clip threshold NaN", 1, train("train.qk_clip_threshold=nan"), 1,
+        ["train.qk_clip_threshold = nan is not a finite number"], absent=NOT_TRAINED),
+    row("deck", "qk clip with q/k norms", 1,
+        train("model.family=\"qwen3\"", "train.qk_clip_threshold=100.0"), 1,
+        ["train.qk_clip_threshold = 100 with model.qk_norm = true: the query and key norms undo "
+         "any scaling of their projections"], absent=NOT_TRAINED),
+    row("deck", "qk clip with context parallelism", 2,
+        train("train.qk_clip_threshold=100.0", "parallel.cp=2"), 1,
+        ["train.qk_clip_threshold = 100 with parallel.cp = 2: ring attention does not record the "
+         "heads' largest logits yet (use cp = 1, or qk_clip_threshold = 0)"], absent=NOT_TRAINED),
 ]
 
 

@@ -127,8 +127,10 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def attention(x, weights, config, layer):
-    """Causal grouped-query self-attention of one layer on x (B, T, C) -> (B, T, C)."""
+def attention(x, weights, config, layer, logit_maxima=None):
+    """Causal grouped-query self-attention of one layer on x (B, T, C) -> (B, T, C). With a dict
+    `logit_maxima`, logit_maxima[layer] becomes each head's largest pre-softmax logit (NH,) over
+    the unmasked pairs (MuonClip's S_max, Kimi K2)."""
     B, T, _ = x.shape
     NH = config["num_attention_heads"]
     KVH = config.get("num_key_value_heads") or NH
@@ -157,6 +159,8 @@ def attention(x, weights, config, layer):
     k, v = k[:, kv_of_head], v[:, kv_of_head]
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D)  # (B, NH, T, T)
     scores = np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
+    if logit_maxima is not None:
+        logit_maxima[layer] = scores.max(axis=(0, 2, 3))
     scores = scores - scores.max(axis=-1, keepdims=True)
     probs = np.exp(scores)
     probs /= probs.sum(axis=-1, keepdims=True)
@@ -262,24 +266,26 @@ def layer_functions(config):
 
 # ---- the model ----------------------------------------------------------------------------------
 
-def decoder_layer(x, weights, config, i):
+def decoder_layer(x, weights, config, i, logit_maxima=None):
     """Decoder layer i (its tensors under model.layers.{i}.) on x (B, T, C): the pre-norm
     attention and MLP branches, each added to the residual stream."""
     eps = float(config["rms_norm_eps"])
     w = lambda name: np.asarray(weights[name], dtype=np.float64)  # noqa: E731
     attend, mlp = layer_functions(config)
     p = f"model.layers.{i}."
-    x = x + attend(rms_norm(x, w(p + "input_layernorm.weight"), eps), weights, config, i)
+    normed = rms_norm(x, w(p + "input_layernorm.weight"), eps)
+    x = x + (attend(normed, weights, config, i) if logit_maxima is None else
+             attend(normed, weights, config, i, logit_maxima))
     return x + mlp(rms_norm(x, w(p + "post_attention_layernorm.weight"), eps), weights, config, i)
 
 
-def decoder_hidden(weights, config, tokens):
+def decoder_hidden(weights, config, tokens, logit_maxima=None):
     """The last hidden state (B, T, C) after model.norm (HF's last_hidden_state) for token ids
-    (B, T)."""
+    (B, T); logit_maxima as attention's."""
     check_config(config)
     x = np.asarray(weights["model.embed_tokens.weight"], dtype=np.float64)[np.asarray(tokens, dtype=np.int64)]
     for i in range(config["num_hidden_layers"]):
-        x = decoder_layer(x, weights, config, i)
+        x = decoder_layer(x, weights, config, i, logit_maxima)
     return rms_norm(x, np.asarray(weights["model.norm.weight"], dtype=np.float64),
                     float(config["rms_norm_eps"]))
 

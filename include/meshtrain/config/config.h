@@ -80,6 +80,10 @@ struct TrainOptions {
   // (optim/muon_hyper.h); muon.weight_decay is weight_decay, set by the trainer.
   OptimizerKind optimizer = OptimizerKind::AdamW;
   MuonHyper muon;
+  // MuonClip's QK-clip (Kimi K2, arXiv 2507.20534): after each step, the attention heads whose
+  // largest pre-softmax logit exceeded this get their query and key rows scaled back to it
+  // (model/qk_clip.h). 0: off.
+  double qk_clip_threshold = 0;
 };
 
 // Layout choices a deck leaves to the strategy advisor ("auto"; train/layout_advisor.h), which

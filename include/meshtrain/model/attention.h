@@ -27,9 +27,10 @@ class CausalSelfAttention {
   };
 
   // spec.heads heads of spec.head_dim() channels, from and back to spec.d_model; residual_scale
-  // multiplies the output projection's init std (GPT-2: 1/sqrt(2 * layers)).
+  // multiplies the output projection's init std (GPT-2: 1/sqrt(2 * layers)); layer: the block's
+  // index, under which it records its heads' largest logits (ctx.qk_log, model/qk_clip.h).
   CausalSelfAttention(const LayerContext& ctx, const std::string& name, const ModelSpec& spec,
-                      double residual_scale);
+                      double residual_scale, int layer);
 
   // x (N_local, C) -> (N_local, C), plus `residual` where given (RowParallelLinear::forward).
   Tensor forward(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory category,
@@ -43,6 +44,9 @@ class CausalSelfAttention {
   int64_t local_heads() const { return local_heads_; }
   int64_t local_kv_heads() const { return qkv_.local_kv_heads(); }
   int64_t head_size() const { return head_size_; }
+  // QK-clip of this rank's heads by the job's factors (layers, heads), heads globally numbered:
+  // the rows of its query and key projections to scale (model/qk_clip.h).
+  void add_qk_clip_scales(const std::vector<double>& job_gammas, std::vector<RowScale>& out);
   // Its projections, the split of q, k and v, and the attention core (model/cost_sheet.h).
   void add_costs(CostSheet& sheet) const;
 
@@ -51,6 +55,7 @@ class CausalSelfAttention {
   AttentionDims dims() const { return {local_heads_, qkv_.local_kv_heads(), head_size_}; }
 
   LayerContext ctx_;
+  int layer_;
   int64_t local_heads_, head_size_;
   QkvProjection qkv_;
   std::optional<RotaryPositions> rotary_;  // positions = "rotary"

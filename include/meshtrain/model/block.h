@@ -41,6 +41,7 @@ class Block {
   // extending) this layer's cache (BlockAttention::decode). Keeps nothing.
   Tensor decode(const Tensor& x, DecodeCache& cache, int64_t position);
   const BlockAttention& attention() const { return attention_; }
+  BlockAttention& attention() { return attention_; }
   // Its layers' sheets and the two residual adds (model/cost_sheet.h).
   CostSheet cost_sheet() const;
 

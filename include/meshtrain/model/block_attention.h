@@ -20,7 +20,8 @@ class BlockAttention {
  public:
   using Saved = std::variant<CausalSelfAttention::Saved, LatentAttention::Saved>;
 
-  BlockAttention(const LayerContext& ctx, const std::string& name, const ModelSpec& spec,
+  // layer: the block's index (QK-clip's log, model/qk_clip.h).
+  BlockAttention(const LayerContext& ctx, const std::string& name, const ModelSpec& spec, int layer,
                  double residual_scale);
 
   // As CausalSelfAttention's.
@@ -28,6 +29,9 @@ class BlockAttention {
                  Recompute recompute, const Tensor* residual = nullptr);
   Tensor backward(const Tensor& dy, TokenShape shape, const Saved& saved,
                   DeferredWeightGradients* deferred = nullptr);
+  // QK-clip's rows to scale (CausalSelfAttention::add_qk_clip_scales; none for latent
+  // attention, which config/ refuses with QK-clip).
+  void add_qk_clip_scales(const std::vector<double>& job_gammas, std::vector<RowScale>& out);
   void add_costs(CostSheet& sheet) const;
   // Generation: an empty cache of seq_len positions for this layer (zeros: the decode kernels
   // read only the rows written, but a defined value costs nothing), and one token x (1, C) at

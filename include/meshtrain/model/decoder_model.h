@@ -115,6 +115,9 @@ class DecoderModel final : public PipelineStage {
   void after_optimizer_step(const std::vector<double>& job_statistics) override;
   std::string progress_text(const std::vector<double>& job_statistics) const override;
   std::vector<MetricsRecord> metrics_records(int step, const std::vector<double>& job_statistics) const override;
+  void record_attention_logits() override { qk_log_.switch_on(); }
+  std::vector<double> take_step_maxima() override { return qk_log_.take(); }
+  std::vector<RowScale> qk_clip_scales(const std::vector<double>& job_maxima, double tau) override;
 
   // PipelineStage: chunk by chunk, as ModelChunk does it.
   // Tied heads, and the multi-token depths, which read the embedding on the head's stage.
@@ -142,6 +145,7 @@ class DecoderModel final : public PipelineStage {
   LossAccumulator loss_;
   MoeLog moe_log_;
   ExpertBias expert_bias_;
+  QkLogitLog qk_log_;
   std::vector<std::unique_ptr<ModelChunk>> chunks_;
 };
 

@@ -8,6 +8,7 @@
 #include "meshtrain/model/expert_parallel.h"
 #include "meshtrain/model/loss_accumulator.h"
 #include "meshtrain/model/moe_log.h"
+#include "meshtrain/model/qk_clip.h"
 #include "meshtrain/model/parameter_store.h"
 #include "meshtrain/model/recompute.h"
 #include "meshtrain/model/ring_attention.h"
@@ -28,6 +29,9 @@ struct LayerContext {
   MoeLog* moe_log = nullptr;
   // The sigmoid router's per-expert bias, for choosing; null where there is none.
   const ExpertBias* expert_bias = nullptr;
+  // Where attention records its heads' largest logits for QK-clip (model/qk_clip.h); null, or
+  // off, unless train.qk_clip_threshold > 0.
+  QkLogitLog* qk_log = nullptr;
 };
 
 // Per-row statistics (LayerNorm mean and rstd, softmax max and sum, losses) keep fp32 when

@@ -92,6 +92,14 @@ struct Parameter {
   int64_t global_index(int64_t local) const;
 };
 
+// Rows of a parameter to scale in place (QK-clip's, model/qk_clip.h; parallel/row_scaling.h
+// applies them): this rank's local element e of `param` by factors[e / row_elements].
+struct RowScale {
+  Parameter* param = nullptr;
+  int64_t row_elements = 1;
+  std::vector<double> factors;
+};
+
 // Shape of a tp slice: dimension `dim` of `global` divided by `parts`.
 Shape split_shape(const Shape& global, int dim, int parts);
 

@@ -112,6 +112,18 @@ class PipelineStage {
   virtual std::vector<MetricsRecord> metrics_records(int /*step*/, const std::vector<double>& /*job_statistics*/) const {
     return {};
   }
+
+  // QK-clip (model/qk_clip.h): from the call on, the attention layers record their heads'
+  // largest logits; take_step_maxima() returns this rank's since the last call (every rank the
+  // same count of numbers, -inf where it holds nothing; train/ takes their maximum over the
+  // world, once per attempt at a step as take_step_statistics); qk_clip_scales() turns the
+  // job's maxima into the rows of this rank's parameters to scale after the optimizer step.
+  virtual void record_attention_logits() {}
+  virtual std::vector<double> take_step_maxima() { return {}; }
+  virtual std::vector<RowScale> qk_clip_scales(const std::vector<double>& /*job_maxima*/,
+                                               double /*tau*/) {
+    return {};
+  }
 };
 
 }  // namespace meshtrain

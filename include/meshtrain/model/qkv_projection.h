@@ -19,6 +19,7 @@
 #include "meshtrain/model/layer.h"
 #include "meshtrain/model/linear.h"
 #include "meshtrain/model/model_spec.h"
+#include "meshtrain/model/qk_clip.h"
 #include "meshtrain/model/rmsnorm.h"
 #include "meshtrain/model/stacked_columns.h"
 
@@ -43,6 +44,10 @@ class QkvProjection {
   Tensor backward(const Tensor& dqkv, const Saved& saved, DeferredWeightGradients* deferred);
   int64_t local_kv_heads() const { return local_kv_heads_; }
   int64_t kv_heads() const { return kv_heads_; }  // the model's
+  // QK-clip (model/qk_clip.h) of this rank's heads by local_gammas (local_heads): multi-head
+  // attention's query and key rows (and biases) by sqrt(gamma), grouped-query attention's query
+  // rows by gamma (the shared key heads untouched). Nothing for a head with gamma 1.
+  void add_qk_clip_scales(const std::vector<double>& local_gammas, std::vector<RowScale>& out);
   void add_costs(CostSheet& sheet) const;
 
  private:

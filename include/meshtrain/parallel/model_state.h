@@ -31,6 +31,7 @@
 #include "meshtrain/parallel/flat_state_view.h"
 #include "meshtrain/parallel/gradient_reducer.h"
 #include "meshtrain/parallel/owned_pieces.h"
+#include "meshtrain/parallel/row_scaling.h"
 #include "meshtrain/parallel/sharded_optimizer.h"
 #include "meshtrain/parallel/state_integrity.h"
 #include "meshtrain/parallel/state_layout.h"
@@ -64,6 +65,8 @@ class ModelState final : public UnitHooks {
   void finish_backward() { reducer_.finish_backward(); }
   double grad_norm() { return optimizer_.grad_norm(); }
   void optimizer_step(double lr, double grad_scale) { optimizer_.step(lr, grad_scale); }
+  // Scales rows of parameters wherever their values live, then refreshes them (row_scaling.h).
+  void scale_rows(const std::vector<RowScale>& scales) { scale_parameter_rows(layout_, optimizer_, scales); }
   // Drops gathered parameters (ZeRO-3) outside a step, e.g. after an evaluation pass.
   void release_gathered() { gather_.release_unpinned(); }
   // Backward passes per unit per step from the next step on (uneven data-parallel shares,

@@ -27,6 +27,11 @@ struct StepResult {
   // The statistics the stage's layers asked for (PipelineStage::take_step_statistics: a mixture
   // of experts' loads and balancing losses), summed over the world; empty where none did.
   std::vector<double> layer_statistics;
+  // QK-clip (train.qk_clip_threshold > 0): every attention head's largest logit of the step, the
+  // maximum over the world (PipelineStage::take_step_maxima), and the heads clipped after it.
+  std::vector<double> attention_logit_maxima;
+  int clipped_heads = 0;
+  double max_attention_logit = 0;
 };
 
 // Per-category peaks of one rank's memory, as reported in the log and metrics.jsonl.

@@ -111,7 +111,10 @@ class Trainer {
 
   double world_sum(double local);
   // Each of `local`'s numbers summed over the world (collective; nothing for none).
-  std::vector<double> world_sums(std::vector<double> local);
+  std::vector<double> world_sums(std::vector<double> local, ReduceOp op = ReduceOp::Sum);
+  // QK-clip after the optimizer step (model/qk_clip.h): the heads over train.qk_clip_threshold
+  // scaled back, counted into r.
+  void clip_attention_logits(StepResult& r);
   // One attempt of step `step` (0-based): forward, backward and reductions into the gradients,
   // then the world's loss and the largest gradient norm of any rank into r (the flip_grad fault
   // strikes the first attempt only). No update.

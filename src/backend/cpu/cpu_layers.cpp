@@ -2,6 +2,7 @@
 // onto the kernels of kernels.h. The Backend front has checked each call's shapes and dtypes
 // (backend_front.cpp): which tensors follow the activations and which stay wide under bf16.
 
+#include <stdexcept>
 #include <string>
 
 #include "cpu_checks.h"
@@ -153,6 +154,22 @@ Backend::AttentionStash CpuBackend::attention_stash(int64_t B, int64_t T, int64_
 void CpuBackend::do_attention_forward(Tensor& out, Tensor& stash, const Tensor& qkv, int64_t B,
                                       int64_t T, const AttentionDims& dims,
                                       const Tensor* document_starts) {
+  run_attention_forward(out, stash, nullptr, qkv, B, T, dims, document_starts);
+}
+
+void CpuBackend::attention_forward_recording_max(Tensor& out, Tensor& stash, Tensor& row_max,
+                                                 const Tensor& qkv, int64_t B, int64_t T,
+                                                 const AttentionDims& dims,
+                                                 const Tensor* document_starts) {
+  if (row_max.shape() != stash.shape() || row_max.dtype() != stash.dtype())
+    throw std::invalid_argument("attention_forward_recording_max: row_max must have the stash's "
+                                "shape and dtype (B, NH, T)");
+  run_attention_forward(out, stash, &row_max, qkv, B, T, dims, document_starts);
+}
+
+void CpuBackend::run_attention_forward(Tensor& out, Tensor& stash, Tensor* row_max,
+                                       const Tensor& qkv, int64_t B, int64_t T,
+                                       const AttentionDims& dims, const Tensor* document_starts) {
   const char* op = "attention_forward";
   // The time model and this profile count the whole causal triangle, masked or not: QK^T on
   // HS columns, PV on HV.
@@ -167,7 +184,8 @@ void CpuBackend::do_attention_forward(Tensor& out, Tensor& stash, const Tensor& 
     const int32_t* starts = document_starts ? ptr<int32_t>(*document_starts) : nullptr;
     cpu::check_document_starts(op, starts, B, T);
     cpu::attention_forward<E>(*gemm_, ptr<E>(out), ptr<Acc<E>>(stash), ptr<E>(qkv), B, T, dims,
-                              ptr<Acc<E>>(scratch), starts, threads());
+                              ptr<Acc<E>>(scratch), starts, threads(),
+                              row_max ? ptr<Acc<E>>(*row_max) : nullptr);
   });
 }
 

@@ -194,11 +194,12 @@ template <class A> void pack_keys_values(const Geometry& g, const A* qkv, A* kv_
   }
 }
 
-// One block of queries [q0, q0 + rows) of head h in sequence b: out and lse.
+// One block of queries [q0, q0 + rows) of head h in sequence b: out and lse (and row_max,
+// where given).
 template <class A>
 void forward_block(Gemm& gemm, const Geometry& g, A* out, Acc<A>* lse, const A* qkv,
                    const A* kv_packed, int64_t b, int64_t h, int64_t q0, int64_t rows,
-                   Acc<A>* scratch) {
+                   Acc<A>* scratch, Acc<A>* row_max) {
   using E = Acc<A>;
   constexpr E kNone = -std::numeric_limits<E>::infinity();
   const int64_t HS = g.HS, HV = g.HV, W = g.W(), end = q0 + rows;
@@ -263,6 +264,7 @@ void forward_block(Gemm& gemm, const Geometry& g, A* out, Acc<A>* lse, const A* 
     A* o = out + (b * g.T + q0 + t) * g.C() + h * HV;
     for (int64_t c = 0; c < HV; ++c) o[c] = narrow<A>(O[t * HV + c] * inv);
     lse[(b * g.NH + h) * g.T + q0 + t] = m[t] + std::log(l[t]);
+    if (row_max) row_max[(b * g.NH + h) * g.T + q0 + t] = m[t];
   }
 }
 
@@ -424,7 +426,7 @@ int64_t attention_backward_scratch(int64_t B, int64_t T_, const AttentionDims& d
 template <class A>
 void attention_forward(Gemm& gemm, A* out, Acc<A>* lse, const A* qkv, int64_t B, int64_t T_,
                        const AttentionDims& dims, Acc<A>* scratch, const int32_t* starts,
-                       int threads) {
+                       int threads, Acc<A>* row_max) {
   const Geometry g = geometry(B, T_, dims, starts);
   const int64_t NH = g.NH, pairs = B * NH, blocks = g.blocks(),
                 per_thread = forward_per_thread<A>(g.HS, g.HV);
@@ -435,7 +437,7 @@ void attention_forward(Gemm& gemm, A* out, Acc<A>* lse, const A* qkv, int64_t B,
     const int64_t block = blocks - 1 - task / pairs, bh = task % pairs;
     const int64_t q0 = block * kQueryBlock;
     forward_block(gemm, g, out, lse, qkv, kv_packed, bh / NH, bh % NH, q0,
-                  std::min(kQueryBlock, T_ - q0), scratch + thread * per_thread);
+                  std::min(kQueryBlock, T_ - q0), scratch + thread * per_thread, row_max);
   });
 }
 
@@ -457,7 +459,8 @@ void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const 
   template int64_t attention_forward_scratch<A>(int64_t, int64_t, const AttentionDims&, int);  \
   template int64_t attention_backward_scratch<A>(int64_t, int64_t, const AttentionDims&, int); \
   template void attention_forward<A>(Gemm&, A*, Acc<A>*, const A*, int64_t, int64_t,           \
-                                     const AttentionDims&, Acc<A>*, const int32_t*, int);      \
+                                     const AttentionDims&, Acc<A>*, const int32_t*, int,       \
+                                     Acc<A>*);                                                 \
   template void attention_backward<A>(Gemm&, A*, const A*, const A*, const A*,                \
                                       const Acc<A>*, int64_t, int64_t, const AttentionDims&,   \
                                       Acc<A>*, const int32_t*, int);

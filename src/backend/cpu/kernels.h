@@ -128,10 +128,12 @@ int64_t attention_forward_scratch(int64_t B, int64_t T_, const AttentionDims& di
 template <class A>
 int64_t attention_backward_scratch(int64_t B, int64_t T_, const AttentionDims& dims,
                                    int threads);
+// row_max, when given (B, NH, T): each row's largest scaled score over the keys it sees, the
+// running max's last value (QK-clip reads it: model/qk_clip.h); the other outputs are the same.
 template <class A>
 void attention_forward(Gemm& gemm, A* out, Acc<A>* lse, const A* qkv, int64_t B, int64_t T_,
                        const AttentionDims& dims, Acc<A>* scratch, const int32_t* starts,
-                       int threads);
+                       int threads, Acc<A>* row_max = nullptr);
 template <class A>
 void attention_backward(Gemm& gemm, A* dqkv, const A* dout, const A* qkv, const A* out,
                         const Acc<A>* lse, int64_t B, int64_t T_, const AttentionDims& dims,

@@ -49,6 +49,13 @@ class CpuBackend final : public Backend {
   AttentionStash attention_stash(int64_t B, int64_t T, int64_t NH,
                                  DType activations) const override;
   using Backend::attention_stash;  // the AttentionDims form
+  // attention_forward's kernel, also writing row_max (B, NH, T) in the stash's dtype: each row's
+  // largest scaled score, which the kernel's running max ends on (QK-clip, model/qk_clip.h).
+  // Of this backend only: the CUDA backend's kernels do not expose it (config refuses the
+  // combination), so it is no hook of Backend's.
+  void attention_forward_recording_max(Tensor& out, Tensor& stash, Tensor& row_max,
+                                       const Tensor& qkv, int64_t B, int64_t T,
+                                       const AttentionDims& dims, const Tensor* document_starts);
 
   std::string name() const override { return "cpu"; }
   std::string describe() const override;
@@ -159,6 +166,9 @@ class CpuBackend final : public Backend {
                        const AdamWStep& s, Tensor* rounded) override;
 
  private:
+  void run_attention_forward(Tensor& out, Tensor& stash, Tensor* row_max, const Tensor& qkv,
+                             int64_t B, int64_t T, const AttentionDims& dims,
+                             const Tensor* document_starts);
   bool planning_;
   Device planned_attention_ = Device::Cpu;
   int threads_;
