@@ -106,6 +106,10 @@ std::string read_data_sources(const toml::node& n, std::vector<std::string>& one
   return "";
 }
 
+OnExhausted exhaustion_named(const std::string& name) {
+  return name == "stop" ? OnExhausted::Stop : OnExhausted::Wrap;
+}
+
 const char* const kBlendAccepted =
     "or a blend: an array of tables {path = \"<path or glob>\" (or an array of them), weight = "
     "<finite number >= 0> (default 1, weights summing to more than 0), name = \"<unique name>\" "
@@ -139,9 +143,7 @@ void add_data_keys(std::vector<KeySpec>& k) {
                          "its next epoch (a new order of the same samples); \"stop\" refuses, "
                          "before the first step, a run whose train.steps would draw a sample "
                          "of a source (or of data.train's one source) a second time.",
-                         [](Config& c, const std::string& v) {
-                           c.data.on_exhausted = v == "stop" ? OnExhausted::Stop : OnExhausted::Wrap;
-                         }));
+                         [](Config& c, const std::string& v) { c.data.on_exhausted = exhaustion_named(v); }));
   k.push_back(string_key("data", "tokenizer", "\"bytes\"",
                          "\"bytes\", or a tokenizer file: the one `meshtrain prepare` wrote "
                          "beside the shards, a SentencePiece .model, a GPT-2 BPE directory "

@@ -1088,41 +1088,35 @@ CATALOGUE = [
     # issue 56 (blend): a weighted blend's bad weights, files and vocabularies are refused naming
     # the source (index, and its path or name); data.on_exhausted = "stop" refuses a run that
     # would draw a sample twice; a checkpoint's blend position must fit the deck's blend.
-    row("deck", "blend: negative weight", 2,
-        train('data.train=[{{path = "a.bin", weight = 0.5}}, {{path = "b.bin", weight = -1}}]'), 1,
-        ['at source 1 (path "b.bin"): weight = -1 is not a finite number >= 0']),
-    row("deck", "blend: weights summing to zero", 2,
-        train('data.train=[{{path = "a.bin", weight = 0}}, {{path = "b.bin", weight = 0.0}}]'), 1,
-        ["has weights summing to 0.000000: at least one weight must be > 0"]),
-    row("deck", "blend: NaN weight", 2,
-        train('data.train=[{{path = "a.bin", weight = nan}}]'), 1,
-        ['at source 0 (path "a.bin"): weight = nan is not a finite number >= 0']),
-    row("deck", "blend: infinite weight", 2,
-        train('data.train=[{{path = "a.bin"}}, {{path = "b.bin", weight = inf}}]'), 1,
-        ['at source 1 (path "b.bin"): weight = inf is not a finite number >= 0']),
-    row("deck", "blend: unknown key in a source", 2,
-        train('data.train=[{{path = "a.bin", wieght = 2}}]'), 1,
-        ["at source 0 (path \"a.bin\"): has an unknown key 'wieght' (a source has path, weight, name)"]),
-    row("deck", "blend: synthetic as a source", 2,
-        train('data.train=[{{path = "synthetic"}}]'), 1,
-        ["a blend's sources are token shards, not \"synthetic\""]),
-    row("deck", "blend: two sources of one name", 2,
-        train('data.train=[{{path = "a.bin", name = "web"}}, {{path = "b.bin", name = "web"}}]'), 1,
-        ['at source 1 (path "b.bin"): name "web" is an earlier source\'s too']),
+    *[row("deck", "blend: " + what, 2, train("data.train=[%s]" % tables), 1, [expect])
+      for what, tables, expect in (
+          ("negative weight", '{{path = "a.bin", weight = 0.5}}, {{path = "b.bin", weight = -1}}',
+           'at source 1 (path "b.bin"): weight = -1 is not a finite number >= 0'),
+          ("NaN weight", '{{path = "a.bin", weight = nan}}',
+           'at source 0 (path "a.bin"): weight = nan is not a finite number >= 0'),
+          ("infinite weight", '{{path = "a.bin"}}, {{path = "b.bin", weight = inf}}',
+           'at source 1 (path "b.bin"): weight = inf is not a finite number >= 0'),
+          ("weights summing to zero", '{{path = "a.bin", weight = 0}}, {{path = "b.bin", weight = 0.0}}',
+           "has weights summing to 0.000000: at least one weight must be > 0"),
+          ("unknown key in a source", '{{path = "a.bin", wieght = 2}}',
+           "at source 0 (path \"a.bin\"): has an unknown key 'wieght' (a source has path, weight, name)"),
+          ("synthetic as a source", '{{path = "synthetic"}}',
+           "a blend's sources are token shards, not \"synthetic\""),
+          ("two sources of one name", '{{path = "a.bin", name = "web"}}, {{path = "b.bin", name = "web"}}',
+           'at source 1 (path "b.bin"): name "web" is an earlier source\'s too'))],
     row("data", "blend: a source's glob matches nothing", 2,
         train('data.train=[{{path = "{dir}/text_train.bin"}}, {{path = "{dir}/missing_*.bin", name = "gone"}}]'), 1,
         ['data.train source 1 (name "gone"): {dir}/missing_*.bin: glob pattern matches no files'],
         needs=["shards"], absent=NOT_TRAINED),
-    row("data", "blend: a source's vocabulary differs from another's", 2,
-        train('data.train=[{{path = "{dir}/text_train.bin"}}, {{path = "{dir}/vocab512.bin", name = "wide"}}]',
-              "model.vocab_size=512"), 1,
-        ['data.train source 1 (name "wide"): {dir}/vocab512.bin has a vocabulary of 512, but '
-         'data.train source 0 (name "{dir}/text_train.bin") ({dir}/text_train.bin) has 256'],
-        needs=["blend"], absent=NOT_TRAINED),
-    row("data", "blend: a source's vocabulary exceeds the model's", 2,
-        train('data.train=[{{path = "{dir}/text_train.bin"}}, {{path = "{dir}/vocab512.bin", name = "wide"}}]'), 1,
-        ['data.train source 1 (name "wide"): {dir}/vocab512.bin holds tokens of a vocabulary of 512, '
-         'more than model.vocab_size = 256'], needs=["blend"], absent=NOT_TRAINED),
+    # A header claiming 512 tokens beside one of 256: another tokenizer's ids, or the model's too few.
+    *[row("data", "blend: a source's vocabulary " + what, 2,
+          train('data.train=[{{path = "{dir}/text_train.bin"}}, {{path = "{dir}/vocab512.bin", name = "wide"}}]',
+                "model.vocab_size=%d" % vocab), 1,
+          ['data.train source 1 (name "wide"): {dir}/vocab512.bin ' + expect], needs=["blend"], absent=NOT_TRAINED)
+      for what, vocab, expect in (
+          ("differs from another's", 512, 'has a vocabulary of 512, but data.train source 0 (name '
+           '"{dir}/text_train.bin") ({dir}/text_train.bin) has 256'),
+          ("exceeds the model's", 256, "holds tokens of a vocabulary of 512, more than model.vocab_size = 256"))],
     row("deck", "blend: on_exhausted stop and a source runs out", 2,
         train('data.train=[{{path = "{dir}/text_train.bin", weight = 3, name = "text"}}, '
               '{{path = "{dir}/short_train.bin"}}]', 'data.on_exhausted="stop"', "train.steps=40"), 1,
