@@ -5,7 +5,8 @@
    blending rule gives (computed here independently: sample n from the source with the largest
    w_k (n + 1) - c_k, the first on a tie), and resuming its step-2 checkpoint on the same layout
    writes a step-4 checkpoint bitwise equal to the uninterrupted run's; on another layout (one
-   rank) within fp32 round-off. The small source wraps inside the run.
+   rank) within fp32 round-off. The small source wraps inside the run. data.val as a blend
+   evaluates.
 2. A checkpoint without @data_blend (a run on one source, data.train as a path, as every
    checkpoint before blends) resumes with data.train as a blend of that one source and continues
    bit for bit; a fresh blend of one source trains bit for bit as the path does.
@@ -58,7 +59,11 @@ class Blend(harness.Case):
         return os.path.join(into, "step_%08d.h5" % 4)
 
     def test_a_blend_resumes_from_its_recorded_positions(self):
-        self.train(2, [self.blend, "data.val=\"none\""])
+        # Validation on a blend too (read in order in each source): evaluated after the last step.
+        val_blend = self.blend.replace("data.train", "data.val")
+        _, out, _ = self.train(2, [self.blend, val_blend])
+        self.assertRegex(out, r"(?m)^step +4/4 \| val_loss \d+\.\d+$")
+        self.assertIn("val 2 sources: wide weight 0.7", out)
         straight, recorded = self.model(self.ckpt(4))
         _, at2 = self.model(self.ckpt(2))
         if isinstance(at2, bytes):

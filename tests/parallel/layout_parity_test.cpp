@@ -276,7 +276,7 @@ Config with_documents(Config c, const std::string& dir) {
   return c;
 }
 
-// data.train as a blend (io/blended_dataset.h) of two shards of disjoint token ranges, weighted
+// data.train as a blend (train/blended_dataset.h) of two shards of disjoint token ranges, weighted
 // 0.7 and 0.3, the small one short enough to wrap within the run: every layout must draw the
 // same sources and samples at every position. Each rank writes its own copy, the same bytes.
 Config with_blend(Config c, const std::string& dir) {

@@ -46,7 +46,7 @@ struct RunOptions {
 };
 
 // One weighted source of a blend (data.train = [{path = "a/*.bin", weight = 0.7}, ...];
-// train/data_blend.h draws each sample's source).
+// io/blend_schedule.h draws each sample's source).
 struct DataSource {
   std::vector<std::string> paths;  // token-shard paths / glob patterns, in order
   double weight = 1.0;             // finite, >= 0; the blend's weights sum to more than 0

@@ -6,7 +6,7 @@
 // micro_batch of those. So any dp, any shares and any micro-batch count see exactly the same
 // global batch. Validation batches are read in order and split the same way.
 //
-// A blend (data.train as weighted sources, io/blended_dataset.h) changes only which sample sits
+// A blend (data.train as weighted sources, train/blended_dataset.h) changes only which sample sits
 // at each position: the step's draws follow from the sources' counts before it, which the feed
 // keeps (from the run's first step, or from the counts a checkpoint recorded: start_at) and a
 // checkpoint records (blend_position).
@@ -18,7 +18,7 @@
 
 #include "meshtrain/backend/backend.h"
 #include "meshtrain/config/config.h"
-#include "meshtrain/io/blended_dataset.h"
+#include "meshtrain/train/blended_dataset.h"
 #include "meshtrain/io/sampler.h"
 #include "meshtrain/io/token_dataset.h"
 #include "meshtrain/model/micro_batch.h"

@@ -1,4 +1,4 @@
-#include "meshtrain/io/blended_dataset.h"
+#include "meshtrain/train/blended_dataset.h"
 
 #include <sstream>
 #include <stdexcept>

@@ -5,7 +5,8 @@
 // the sources' counts alone); which of its samples is that source's own affair: for training,
 // each source shuffles its own stream exactly as a one-source run would (io/sampler.h, keyed by
 // run.seed), epoch after epoch; for validation, each source is read in order. It knows nothing
-// of ranks: every rank computes the same draws.
+// of ranks: every rank computes the same draws. (Here, not in io/, because it reads the deck's
+// Config: the sources, the model's vocabulary and seq_len, the seed.)
 
 #include <cstdint>
 #include <memory>
