@@ -307,6 +307,7 @@ CheckpointStats Checkpointer::load(ModelState& state, const std::string& path) {
   CheckpointStats stats;
   stats.path = path;
   stats.step = info.step;
+  stats.data_blend = info.data_blend;
   for (const SettingChange& c : extension)
     stats.context_extension += (stats.context_extension.empty() ? "" : ", ") + ("model." + c.key) + " " +
                                c.from + " -> " + c.to;

@@ -219,12 +219,13 @@ CheckpointStats Checkpointer::summarize(const SaveJob& job, double seconds, doub
   return stats;
 }
 
-CheckpointStats Checkpointer::save(ModelState& state, int64_t step) {
+CheckpointStats Checkpointer::save(ModelState& state, int64_t step, const std::string& data_blend) {
   const auto t0 = std::chrono::steady_clock::now();
   wait_for_save();
   settle_lineage();
   Communicator& world = grid_.world();
   SaveJob job = plan_save(cfg_, state, step, lineage_, *pruner_, world);
+  job.info.data_blend = data_blend;
   const SaveTimes times = write_and_publish(job, world, comm_, *kill_);
   // Deleting old checkpoints (as long to unlink as they were to write, on some file systems)
   // is not needed for this one to be safe: it runs in the background, and the next save,
@@ -236,7 +237,8 @@ CheckpointStats Checkpointer::save(ModelState& state, int64_t step) {
   return stats;
 }
 
-CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, MemoryTracker& memory) {
+CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, MemoryTracker& memory,
+                                         const std::string& data_blend) {
   if (!writer_comm_)
     throw std::logic_error("Checkpointer::start_save needs checkpoint.async (its communicator is made then)");
   const auto t0 = std::chrono::steady_clock::now();
@@ -245,6 +247,7 @@ CheckpointStats Checkpointer::start_save(ModelState& state, int64_t step, Memory
   Communicator& world = grid_.world();
   auto pending = std::make_unique<Pending>();
   pending->job = plan_save(cfg_, state, step, lineage_, *pruner_, world);
+  pending->job.info.data_blend = data_blend;
   const size_t bytes = snapshot_bytes(state);
   count_snapshot(memory, bytes);
   // The copy goes on while the next step's forward and backward (which read the state, never

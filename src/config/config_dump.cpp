@@ -70,13 +70,32 @@ void dump_model(std::ostream& os, const Config& c) {
     if (f.key != "family") os << f.key << " = " << f.value << "\n";
 }
 
+// A blend as TOML: an array of inline tables, one a line.
+void dump_blend(std::ostream& os, const std::vector<DataSource>& blend) {
+  os << "[\n";
+  for (const DataSource& s : blend) {
+    os << "  {path = [";
+    for (size_t i = 0; i < s.paths.size(); ++i) os << (i ? ", " : "") << quoted(s.paths[i]);
+    os << "], weight = " << real(s.weight) << ", name = " << quoted(s.name) << "},\n";
+  }
+  os << "]";
+}
+
 // [data]
 void dump_data(std::ostream& os, const Config& c) {
   const DataOptions& d = c.data;
-  os << "\n[data]\ntrain = [";
-  for (size_t i = 0; i < d.train.size(); ++i) os << (i ? ", " : "") << quoted(d.train[i]);
-  os << "]\n"
-     << "val = " << quoted(d.val) << "\n"
+  os << "\n[data]\ntrain = ";
+  if (!d.train_blend.empty()) {
+    dump_blend(os, d.train_blend);
+  } else {
+    os << "[";
+    for (size_t i = 0; i < d.train.size(); ++i) os << (i ? ", " : "") << quoted(d.train[i]);
+    os << "]";
+  }
+  os << "\nval = ";
+  if (!d.val_blend.empty()) dump_blend(os, d.val_blend);
+  else os << quoted(d.val);
+  os << "\non_exhausted = " << quoted(d.on_exhausted == OnExhausted::Stop ? "stop" : "wrap") << "\n"
      << "tokenizer = " << quoted(d.tokenizer) << "\n"
      << "document_mask = " << boolean(d.document_mask) << "\n"
      << "synthetic_bytes = " << d.synthetic_bytes << "\n";

@@ -120,59 +120,6 @@ void add_run_keys(std::vector<KeySpec>& k) {
                         [](Config& c, double v) { c.run.rerun_spike_factor = v; }));
 }
 
-// The [data] keys: sources, tokenizer, masks.
-void add_data_keys(std::vector<KeySpec>& k) {
-  k.push_back({"data", "train", "string or array of strings", "\"synthetic\"",
-               "\"synthetic\", or token-shard paths / glob patterns",
-               "Training data: the built-in generated corpus, or token shards written by "
-               "`meshtrain prepare`.",
-               [](const toml::node& n, Config& c) -> std::string {
-                 std::vector<std::string> out;
-                 if (auto s = n.as_string()) {
-                   out.push_back(s->get());
-                 } else if (auto a = n.as_array()) {
-                   for (const toml::node& e : *a) {
-                     if (!e.is_string()) return "holds " + toml_type_of(e);
-                     out.push_back(e.as_string()->get());
-                   }
-                 } else {
-                   return "is " + toml_type_of(n);
-                 }
-                 if (out.empty() || std::any_of(out.begin(), out.end(),
-                                                [](const std::string& s) { return s.empty(); }))
-                   return "is empty";
-                 if (out.size() > 1 &&
-                     std::find(out.begin(), out.end(), "synthetic") != out.end())
-                   return "mixes \"synthetic\" with files";
-                 c.data.train = out;
-                 return "";
-               }});
-  k.push_back(string_key("data", "val", "\"synthetic\"",
-                         "\"synthetic\", \"none\", or a token-shard path / glob pattern",
-                         "Validation data.", nonempty,
-                         [](Config& c, const std::string& v) { c.data.val = v; }));
-  k.push_back(string_key("data", "tokenizer", "\"bytes\"",
-                         "\"bytes\", or a tokenizer file: the one `meshtrain prepare` wrote "
-                         "beside the shards, a SentencePiece .model, a GPT-2 BPE directory "
-                         "(vocab.json + merges.txt) or a tokenizer.json",
-                         "The tokenizer the shards were made with: `sample` and "
-                         "train.sample_every decode with it, and a checkpoint records it.",
-                         nonempty,
-                         [](Config& c, const std::string& v) { c.data.tokenizer = v; }));
-  k.push_back(bool_key("data", "document_mask", false,
-                       "Block-causal attention (as Llama 3 was trained): a token attends only "
-                       "to earlier tokens of its own document, the documents of a sequence "
-                       "being separated by data.tokenizer's end-of-text token, which belongs "
-                       "to the document it ends. Positions stay those of the packed sequence. "
-                       "Needs a tokenizer with an end-of-text token (not \"bytes\") and the "
-                       "CPU backend.",
-                       [](Config& c, bool v) { c.data.document_mask = v; }));
-  k.push_back(int_key("data", "synthetic_bytes", 4000000, 4096, int64_t{1} << 34,
-                      "Size of the generated training corpus (bytes = tokens); validation "
-                      "gets a tenth, generated from another seed.",
-                      [](Config& c) -> auto& { return c.data.synthetic_bytes; }));
-}
-
 // The [train] keys: batch, precision, schedule of the learning rate, evaluation.
 void add_train_keys(std::vector<KeySpec>& k) {
   k.push_back(choice_key("train", "precision", "auto", {"auto", "fp32", "fp64", "bf16"},

@@ -30,6 +30,8 @@ struct KeySpec {
 const std::vector<KeySpec>& schema();
 // The [model] section's keys (model_keys.cpp), appended to `keys` in reference order.
 void add_model_keys(std::vector<KeySpec>& keys);
+// The [data] keys (data_keys.cpp).
+void add_data_keys(std::vector<KeySpec>& keys);
 // train.optimizer and Muon's [train] keys (optimizer_keys.cpp).
 void add_optimizer_keys(std::vector<KeySpec>& keys);
 // The sections of schema(), in order of first appearance.

@@ -290,7 +290,8 @@ void CheckpointFile::write_info(const CheckpointInfo& info) {
       write_scalar(file_, "world_size", H5T_STD_I32LE, H5T_NATIVE_INT32, &world) &&
       write_string(file_, "meshtrain_version", info.meshtrain_version) &&
       write_string(file_, "created", info.created) &&
-      (info.optimizer.empty() || write_string(file_, "optimizer", info.optimizer));
+      (info.optimizer.empty() || write_string(file_, "optimizer", info.optimizer)) &&
+      (info.data_blend.empty() || write_string(file_, "data_blend", info.data_blend));
   if (!ok) fail("cannot write the root attributes");
 }
 
@@ -409,6 +410,7 @@ CheckpointInfo CheckpointFile::read_info() const {
   info.meshtrain_version = string("meshtrain_version");
   info.created = string("created");
   info.optimizer = optional("optimizer");
+  info.data_blend = optional("data_blend");
   return info;
 }
 

@@ -16,6 +16,8 @@ std::optional<int> CheckpointCadence::resume(ModelState& state) {
   if (path.empty()) return std::nullopt;
   const CheckpointStats loaded = checkpointer_->load(state, path);
   const int step = static_cast<int>(loaded.step);
+  resumed_path_ = path;
+  resumed_data_blend_ = loaded.data_blend;
   log_.resumed(path, step, loaded.context_extension);
   check_stop_during_startup(grid_.world(), "loading the checkpoint");
   // Every rank loaded the same step: the same verdict everywhere.
@@ -35,13 +37,13 @@ bool CheckpointCadence::scheduled(int step, bool last) const {
   return every > 0 && (step % every == 0 || last);
 }
 
-void CheckpointCadence::save(ModelState& state, int step, bool in_background) {
+void CheckpointCadence::save(ModelState& state, int step, bool in_background, const std::string& data_blend) {
   if (!in_background) {
     if (const std::optional<CheckpointStats> previous = checkpointer_->wait_for_save()) log_.checkpoint_saved(*previous);
-    log_.checkpoint_saved(checkpointer_->save(state, step));
+    log_.checkpoint_saved(checkpointer_->save(state, step, data_blend));
     return;
   }
-  log_.checkpoint_started(checkpointer_->start_save(state, step, memory_));
+  log_.checkpoint_started(checkpointer_->start_save(state, step, memory_, data_blend));
 }
 
 void CheckpointCadence::report(bool wait) {

@@ -56,7 +56,7 @@ bool Trainer::at_fence(int f, RunEnd& end) {
   const int request = static_cast<int>(grid_.world().all_reduce_scalar(stop_request(), ReduceOp::Max));
   if (scheduled || (request != 0 && !last)) {
     servers_->pull_state(f);
-    checkpoints_->save(*state_, step_, false);
+    checkpoints_->save(*state_, step_, false, data_->blend_position(step_));
   }
   if (request != 0) consume_stop_file();
   if (request != 0 && !last) {

@@ -39,8 +39,11 @@ RunEnd Trainer::run() {
 
 bool Trainer::start_run() {
   const std::optional<int> resumed = checkpoints_->resume(*state_);
-  if (!resumed) return true;
-  step_ = *resumed;
+  if (resumed) step_ = *resumed;
+  // The same checkpoint and deck on every rank: the same verdict.
+  agree(grid_.world(), [&] {
+    data_->start_at(step_, checkpoints_->resumed_data_blend(), checkpoints_->resumed_path());
+  });
   return step_ < cfg_.train.steps;  // at train.steps: a finished run started again (past it is refused)
 }
 
@@ -65,7 +68,8 @@ bool Trainer::after_step(const StepResult& r, const std::vector<double>& times) 
   // No checkpoint stores copies that disagree: checked before each save (with the check on).
   if (check_every > 0 && (scheduled || stop)) check_replicas_at(r.step);
   // A stop and the end of the run save in the foreground: the job ends right after.
-  if (scheduled || stop) checkpoints_->save(*state_, step_, cfg_.checkpoint.async && request == 0 && !last);
+  if (scheduled || stop)
+    checkpoints_->save(*state_, step_, cfg_.checkpoint.async && request == 0 && !last, data_->blend_position(step_));
   if (request != 0) consume_stop_file();  // served, by this stop or by the end of training
   if (!stop) return false;
   log_->stopping(r.step, stop_reason(request));

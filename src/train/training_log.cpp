@@ -94,8 +94,7 @@ void TrainingLog::start(const WorkPlan& work, const std::vector<ChunkRange>& par
              "data-parallel ranks; tp 1; no embedding tied across stages)";
     std::printf("replica check every %d steps: %s\n", cfg_.run.replica_check_every, what.c_str());
   }
-  std::printf("data: train %s; val %s\n", data.train().describe().c_str(),
-              data.has_val() ? data.val()->describe().c_str() : "none");
+  std::printf("data: train %s; val %s\n", data.describe_train().c_str(), data.describe_val().c_str());
   std::fflush(stdout);
 }
 

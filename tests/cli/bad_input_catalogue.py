@@ -1129,6 +1129,53 @@ CATALOGUE = [
         train("train.qk_clip_threshold=100.0", "parallel.cp=2"), 1,
         ["train.qk_clip_threshold = 100 with parallel.cp = 2: ring attention does not record the "
          "heads' largest logits yet (use cp = 1, or qk_clip_threshold = 0)"], absent=NOT_TRAINED),
+    # issue 56 (blend): a weighted blend's bad weights, files and vocabularies are refused naming
+    # the source (index, and its path or name); data.on_exhausted = "stop" refuses a run that
+    # would draw a sample twice; a checkpoint's blend position must fit the deck's blend.
+    *[row("deck", "blend: " + what, 2, train("data.train=[%s]" % tables), 1, [expect])
+      for what, tables, expect in (
+          ("negative weight", '{{path = "a.bin", weight = 0.5}}, {{path = "b.bin", weight = -1}}',
+           'at source 1 (path "b.bin"): weight = -1 is not a finite number >= 0'),
+          ("NaN weight", '{{path = "a.bin", weight = nan}}',
+           'at source 0 (path "a.bin"): weight = nan is not a finite number >= 0'),
+          ("infinite weight", '{{path = "a.bin"}}, {{path = "b.bin", weight = inf}}',
+           'at source 1 (path "b.bin"): weight = inf is not a finite number >= 0'),
+          ("weights summing to zero", '{{path = "a.bin", weight = 0}}, {{path = "b.bin", weight = 0.0}}',
+           "has weights summing to 0.000000: at least one weight must be > 0"),
+          ("unknown key in a source", '{{path = "a.bin", wieght = 2}}',
+           "at source 0 (path \"a.bin\"): has an unknown key 'wieght' (a source has path, weight, name)"),
+          ("synthetic as a source", '{{path = "synthetic"}}',
+           "a blend's sources are token shards, not \"synthetic\""),
+          ("two sources of one name", '{{path = "a.bin", name = "web"}}, {{path = "b.bin", name = "web"}}',
+           'at source 1 (path "b.bin"): name "web" is an earlier source\'s too'))],
+    row("data", "blend: a source's glob matches nothing", 2,
+        train('data.train=[{{path = "{dir}/text_train.bin"}}, {{path = "{dir}/missing_*.bin", name = "gone"}}]'), 1,
+        ['data.train source 1 (name "gone"): {dir}/missing_*.bin: glob pattern matches no files'],
+        needs=["shards"], absent=NOT_TRAINED),
+    # A header claiming 512 tokens beside one of 256: another tokenizer's ids, or the model's too few.
+    *[row("data", "blend: a source's vocabulary " + what, 2,
+          train('data.train=[{{path = "{dir}/text_train.bin"}}, {{path = "{dir}/vocab512.bin", name = "wide"}}]',
+                "model.vocab_size=%d" % vocab), 1,
+          ['data.train source 1 (name "wide"): {dir}/vocab512.bin ' + expect], needs=["blend"], absent=NOT_TRAINED)
+      for what, vocab, expect in (
+          ("differs from another's", 512, 'has a vocabulary of 512, but data.train source 0 (name '
+           '"{dir}/text_train.bin") ({dir}/text_train.bin) has 256'),
+          ("exceeds the model's", 256, "holds tokens of a vocabulary of 512, more than model.vocab_size = 256"))],
+    row("deck", "blend: on_exhausted stop and a source runs out", 2,
+        train('data.train=[{{path = "{dir}/text_train.bin", weight = 3, name = "text"}}, '
+              '{{path = "{dir}/short_train.bin"}}]', 'data.on_exhausted="stop"', "train.steps=40"), 1,
+        ['data.on_exhausted = "stop": data.train source 0 (name "text") has', "but the blend draws "
+         "more in step", 'set data.on_exhausted = "wrap"'], needs=["shards"], absent=NOT_TRAINED),
+    row("deck", "on_exhausted stop and one source runs out", 2,
+        train('data.train="{dir}/text_train.bin"', 'data.on_exhausted="stop"', "train.steps=40"), 1,
+        ['data.on_exhausted = "stop": data.train has', "train.steps = 40 x train.global_batch = 8 "
+         "draws 320"], needs=["shards"], absent=NOT_TRAINED),
+    row("checkpoint", "blend of two resumes a one-source checkpoint", 2,
+        train('checkpoint.resume="{a}/step_00000004.h5"', 'checkpoint.dir="{dir}/run/blend2"',
+              "train.steps=6",
+              'data.train=[{{path = "{dir}/text_train.bin"}}, {{path = "{dir}/short_train.bin"}}]'), 1,
+        ["{a}/step_00000004.h5: records no blend position", "as a blend of 2 sources"],
+        needs=["run_a", "shards"], absent=["step     5/"]),
 ]
 
 
@@ -1677,6 +1724,18 @@ def fixture_tasks(p):
 
 
 FIXTURES["tasks"] = fixture_tasks
+
+
+def fixture_blend(p):
+    """The good shard again with a header that claims a vocabulary of 512 (the tokens and their
+    checksum unchanged): a source made with another tokenizer."""
+    need(p, "shards")
+    shard = bytearray(open(os.path.join(p["dir"], "text_train.bin"), "rb").read())
+    shard[24:28] = (512).to_bytes(4, "little")
+    open(os.path.join(p["dir"], "vocab512.bin"), "wb").write(shard)
+
+
+FIXTURES["blend"] = fixture_blend
 
 
 # --- the driver -----------------------------------------------------------------------------

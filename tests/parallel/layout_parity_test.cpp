@@ -224,6 +224,8 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     m.moe.shared_ffn_hidden = 16;
     m.moe.first_dense_layers = 1;
     m.mtp_layers = 1;
+  } else if (name == "blend") {
+    // The tiny GPT-2 on a weighted blend of two sources (with_blend): the data, not the model.
   } else if (!name.empty()) {
     ADD_FAILURE() << "unknown model variant " << name;
   }
@@ -274,6 +276,22 @@ Config with_documents(Config c, const std::string& dir) {
   return c;
 }
 
+// data.train as a blend (train/blended_dataset.h) of two shards of disjoint token ranges, weighted
+// 0.7 and 0.3, the small one short enough to wrap within the run: every layout must draw the
+// same sources and samples at every position. Each rank writes its own copy, the same bytes.
+Config with_blend(Config c, const std::string& dir) {
+  std::mt19937 rng(56);
+  const auto vocab = static_cast<uint32_t>(c.model.vocab_size);
+  std::vector<uint32_t> wide, narrow;
+  for (int i = 0; i < 4096; ++i) wide.push_back(std::uniform_int_distribution<uint32_t>(0, vocab / 2 - 1)(rng));
+  for (int i = 0; i < 300; ++i) narrow.push_back(std::uniform_int_distribution<uint32_t>(vocab / 2, vocab - 1)(rng));
+  write_token_shard(dir + "/blend_wide.bin", wide, vocab);
+  write_token_shard(dir + "/blend_narrow.bin", narrow, vocab);
+  c.data.train.clear();
+  c.data.train_blend = {{{dir + "/blend_wide.bin"}, 0.7, "wide"}, {{dir + "/blend_narrow.bin"}, 0.3, "narrow"}};
+  return c;
+}
+
 // Every axis alone and combined; 1 to 8 micro-batches; all schedules; SP on and off; each ZeRO
 // stage and recompute mode, alone and with tp and pp.
 std::vector<Layout> layouts_for(int world) {
@@ -320,6 +338,9 @@ std::vector<Layout> layouts_for(int world) {
         on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false, 0, R::Selective}, 2),
                  "llama_docs"),
         on_model({1, 1, 2, S::OneFOneB, 1, 4, false, 0, R::Selective}, "llama_docs"),
+        // A blend of two weighted sources: data parallelism (uneven shares) and a pipeline.
+        on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 1, R::None, {1.0, 0.4}}, "blend"),
+        on_model({1, 1, 2, S::OneFOneB, 1, 4, false}, "blend"),
         context_parallel({1, 1, 1, S::GPipe, 1, 16, false, 1, R::Full}, 2),
         context_parallel({1, 1, 1, S::OneFOneB, 1, 2, false, 3, R::Selective}, 2),
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true}, "hd12_ffn80"),
@@ -415,6 +436,7 @@ std::vector<Layout> layouts_for(int world) {
         on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true, 1}, 2), "llama"),
         on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 4, true, 1}, 2), "llama_docs"),
         on_model({1, 2, 2, S::ZeroBubbleH1, 1, 4, true, 2}, "llama"),
+        on_model({2, 2, 1, S::OneFOneB, 1, 2, true, 3}, "blend"),
         on_model(context_parallel({1, 2, 1, S::OneFOneB, 1, 2, true, 3}, 2), "qwen3"),
         // tp 4 beyond Qwen 3's 2 key/value heads: pairs of ranks share one, with q/k norms.
         on_model({1, 4, 1, S::OneFOneB, 1, 4, false}, "qwen3"),
@@ -583,6 +605,7 @@ void check_matrix(DType precision) {
     base.model = model_variant(model, base.model);
     if (trains_with_muon(model)) base.train.optimizer = OptimizerKind::Muon;
     if (masks_documents(model)) base = with_documents(base, dir.path());
+    if (model == "blend") base = with_blend(base, dir.path());
     const testing::InitialChange change = initial_change(model);
     const testing::Reference ref = testing::run_reference(base, kSteps, change);
     const Tolerances rounding = reference_rounding(base, ref, change);

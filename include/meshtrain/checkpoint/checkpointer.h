@@ -97,6 +97,8 @@ struct CheckpointStats {
   // and the deck's, as "model.seq_len 64 -> 256, model.rope_scaling \"none\" -> \"yarn\""; empty:
   // none.
   std::string context_extension;
+  // load: the checkpoint's blend position (CheckpointInfo::data_blend), "" if none.
+  std::string data_blend;
 };
 
 class BackgroundWorker;
@@ -129,12 +131,14 @@ class Checkpointer {
   // Collective: writes `state` as step_<step>.h5. Returns once it is complete and durable; the
   // checkpoints that checkpoint.keep drops are deleted in the background after that (see
   // finish_pruning). Waits for an asynchronous save still running first.
-  CheckpointStats save(ModelState& state, int64_t step);
+  // `data_blend`: the blend position to record (train/data_feed.h), "" for one source.
+  CheckpointStats save(ModelState& state, int64_t step, const std::string& data_blend = "");
   // Collective: takes a snapshot of `state` and writes it as step_<step>.h5 in the background
   // (see above); returns what training waited for. Throws AgreedOutOfMemory when a rank has no
   // host memory for the snapshot (the save is then not started).
   // `memory` is where the snapshot is counted (the tracker the memory report reads).
-  CheckpointStats start_save(ModelState& state, int64_t step, MemoryTracker& memory);
+  CheckpointStats start_save(ModelState& state, int64_t step, MemoryTracker& memory,
+                             const std::string& data_blend = "");
   // Collective: the stats of the background save if it has finished on every rank (it is then
   // collected: its snapshot freed), else nothing. Throws AgreedError if it failed.
   std::optional<CheckpointStats> poll();

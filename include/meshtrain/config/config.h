@@ -45,16 +45,33 @@ struct RunOptions {
   double rerun_spike_factor = 10.0;   // gradient norm x the recent median that re-runs a step; 0: off
 };
 
+// One weighted source of a blend (data.train = [{path = "a/*.bin", weight = 0.7}, ...];
+// io/blend_schedule.h draws each sample's source).
+struct DataSource {
+  std::vector<std::string> paths;  // token-shard paths / glob patterns, in order
+  double weight = 1.0;             // finite, >= 0; the blend's weights sum to more than 0
+  std::string name;                // metrics and messages; default: the first path
+};
+
+// data.on_exhausted: what a source whose samples have all been drawn does next.
+enum class OnExhausted { Wrap, Stop };
+
 struct DataOptions {
   std::vector<std::string> train = {"synthetic"};
+  // Set when data.train is a weighted list (a blend), which `train` then is not.
+  std::vector<DataSource> train_blend;
   std::string val = "synthetic";
+  std::vector<DataSource> val_blend;  // likewise for data.val
+  OnExhausted on_exhausted = OnExhausted::Wrap;
   int64_t synthetic_bytes = 4000000;
   std::string tokenizer = "bytes";  // io/tokenizer.h: "bytes" or a tokenizer file
   // Block-causal attention over the documents of a packed sequence (train/document_starts.h).
   bool document_mask = false;
-  bool synthetic_train() const { return train.size() == 1 && train[0] == "synthetic"; }
-  bool synthetic_val() const { return val == "synthetic"; }
-  bool has_val() const { return val != "none"; }
+  bool synthetic_train() const {
+    return train_blend.empty() && train.size() == 1 && train[0] == "synthetic";
+  }
+  bool synthetic_val() const { return val_blend.empty() && val == "synthetic"; }
+  bool has_val() const { return !val_blend.empty() || val != "none"; }
 };
 
 struct TrainOptions {

@@ -26,6 +26,7 @@
 // | /  @world_size                 | attribute | int32                | ranks that wrote the file            |
 // | /  @meshtrain_version          | attribute | string               | MESHTRAIN_VERSION of the writer      |
 // | /  @created                    | attribute | string               | UTC, ISO 8601 ("2025-01-31T12:00:00Z") |
+// | /  @data_blend                 | attribute | string               | only by runs on a blend (data.train as weighted sources): each source's samples drawn before @step, "blend_position 1\n<c_0> <c_1> ...\n" (io/blend_schedule.h) |
 //
 // Element type: the run's precision (train.precision: float32, or float64 for "fp64"),
 // little-endian IEEE. A reader with another precision converts after verifying. Strings are
@@ -39,8 +40,10 @@
 // the object (CheckpointFile's constructor; src/io/checkpoint_file_trust.h).
 //
 // Data state: the sampler is stateless — the samples of step s are a function of
-// (run.seed, s) (io/sampler.h) — so @seed and @step are the whole state of the data pipeline;
-// nothing else is stored for it. The learning rate is a function of @step as well.
+// (run.seed, s) (io/sampler.h) — so @seed and @step are the whole state of the data pipeline
+// of one source. A blend adds each source's position (@data_blend, versioned in its first
+// line); a file without it is a run on one source, at position @step x global_batch. The
+// learning rate is a function of @step as well.
 //
 // Checksum: per dataset, order- and layout-independent, so that each rank computes the part
 // over the elements it holds and the parts add up:
@@ -98,6 +101,8 @@ struct CheckpointInfo {
   // The optimizer whose state the file holds: "muon", or "" for AdamW (written only by Muon
   // runs, so that AdamW's checkpoints stay what they were before there was a choice).
   std::string optimizer;
+  // A blend's data position (train/data_feed.h), or "" (not written) for one source.
+  std::string data_blend;
 };
 
 // The settings @model records, its "key = value" lines as key -> value (the checkpoint layer

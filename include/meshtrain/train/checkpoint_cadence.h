@@ -28,11 +28,15 @@ class CheckpointCadence {
   // and returns its step (nothing when the run starts afresh). Refuses (AgreedError) a
   // checkpoint past train.steps; one at train.steps is said to leave nothing to train.
   std::optional<int> resume(ModelState& state);
+  // After resume: the loaded checkpoint's path and blend position ("" if none).
+  const std::string& resumed_path() const { return resumed_path_; }
+  const std::string& resumed_data_blend() const { return resumed_data_blend_; }
   // Whether step `step` (completed; `last`: train.steps) is one checkpoint.every saves at.
   bool scheduled(int step, bool last) const;
   // Writes `state` at `step` now; `in_background` (checkpoint.async): returns after the
   // snapshot, and report(false) collects the write later.
-  void save(ModelState& state, int step, bool in_background);
+  // `data_blend`: the blend position the file records ("" for one source).
+  void save(ModelState& state, int step, bool in_background, const std::string& data_blend);
   // Reports a background save that has ended: the one still running if `wait`, else only one
   // every rank has finished.
   void report(bool wait);
@@ -43,6 +47,7 @@ class CheckpointCadence {
   TrainingLog& log_;
   MemoryTracker& memory_;
   std::unique_ptr<Checkpointer> checkpointer_;
+  std::string resumed_path_, resumed_data_blend_;
 };
 
 }  // namespace meshtrain

@@ -5,12 +5,20 @@
 // train/work_balance.h) from the positions after replicas 0..r-1's, micro-batch j the next
 // micro_batch of those. So any dp, any shares and any micro-batch count see exactly the same
 // global batch. Validation batches are read in order and split the same way.
+//
+// A blend (data.train as weighted sources, train/blended_dataset.h) changes only which sample sits
+// at each position: the step's draws follow from the sources' counts before it, which the feed
+// keeps (from the run's first step, or from the counts a checkpoint recorded: start_at) and a
+// checkpoint records (blend_position).
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "meshtrain/backend/backend.h"
 #include "meshtrain/config/config.h"
+#include "meshtrain/train/blended_dataset.h"
 #include "meshtrain/io/sampler.h"
 #include "meshtrain/io/token_dataset.h"
 #include "meshtrain/model/micro_batch.h"
@@ -28,7 +36,7 @@ class DataFeed {
   // other ranks and ends the run, using nothing of the feed.
   DataFeed(const Config& config, Backend& backend, int dp_rank, int dp_size,
            DataMode mode = DataMode::Load);
-  bool interrupted() const { return mode_ == DataMode::Load && !train_; }
+  bool interrupted() const { return mode_ == DataMode::Load && !train_ && !train_blend_; }
 
   // Reads every token of the shards that fall to `worker` of `workers` (the world's ranks:
   // together they read each shard once) and throws the DataError of a corrupt one: a token
@@ -46,16 +54,29 @@ class DataFeed {
   // replica `replica`, whichever share of a step the parameter servers handed it.
   void set_replica(int replica);
 
+  // The run's first step is `step`, and `recorded` the blend position its checkpoint recorded
+  // ("" for a fresh run, or a checkpoint of a run on one source). Throws DeckError, on every
+  // rank alike, when data.on_exhausted = "stop" and train.steps would draw a sample twice, and
+  // when a recorded position does not fit the deck's blend (`checkpoint` names the file).
+  void start_at(int step, const std::string& recorded, const std::string& checkpoint);
+  // The text a checkpoint at `step` records for the blend (io/blend_schedule.h); "" when
+  // data.train is one source (whose position the step alone gives).
+  std::string blend_position(int step) const;
+
   std::vector<MicroBatchData> train_batch(int step) const;
   std::vector<MicroBatchData> val_batch(int index) const;
-  bool has_val() const { return val_ != nullptr; }
-  const TokenDataset& train() const { return *train_; }  // Load mode only
-  const TokenDataset* val() const { return val_.get(); }
+  bool has_val() const { return val_ != nullptr || val_blend_ != nullptr; }
+  // One line each for the log (Load mode only).
+  std::string describe_train() const;
+  std::string describe_val() const;
 
  private:
-  // data == null: shapes only.
-  std::vector<MicroBatchData> assemble(const TokenDataset* data,
-                                       const std::function<int64_t(int64_t)>& index_at) const;
+  // Writes the sample at position p of this step's global batch into inputs / targets.
+  using SampleReader = std::function<void(int64_t p, int32_t* inputs, int32_t* targets)>;
+  // read == null: shapes only.
+  std::vector<MicroBatchData> assemble(const SampleReader& read) const;
+  // data.on_exhausted = "stop": refuses a run from `step` to train.steps that draws a sample twice.
+  void check_supply(int step) const;
 
   const Config* cfg_;
   Backend* be_;
@@ -67,6 +88,8 @@ class DataFeed {
   DataMode mode_;
   std::unique_ptr<TokenDataset> train_, val_;
   std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<BlendedDataset> train_blend_, val_blend_;  // set instead of train_, val_
+  std::unique_ptr<BlendCursor> cursor_;  // with train_blend_; moves as steps are asked for
 };
 
 // Seeds of the built-in corpus: fixed, so that every run (any run.seed) sees the same text.
