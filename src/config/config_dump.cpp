@@ -48,6 +48,7 @@ void dump_run(std::ostream& os, const Config& c) {
      << "log_every = " << r.log_every << "\n"
      << "threads = " << r.threads << "\n"
      << "trace = " << boolean(r.trace) << "\n"
+     << "tensorboard = " << boolean(r.tensorboard) << "\n"
      << "comm_timeout = " << real(r.comm_timeout) << "\n"
      << "flight_records = " << r.flight_records << "\n"
      << "straggler_threshold = " << real(r.straggler_threshold) << "\n"

@@ -1085,6 +1085,14 @@ CATALOGUE = [
               "parallel.tp=3"), 1,
         ["deck.toml: parallel.tp = 3 neither divides model.kv_heads = 2 nor is a multiple of it",
          "shares one with tp / kv_heads ranks: tp must be one of 1, 2, 6)"], absent=NOT_TRAINED),
+    # issue 56 (tboard): run.tensorboard's folder taken by a file is refused before training,
+    # naming it, on every rank (the file left as it was).
+    row("run", "tensorboard folder is a file", 2,
+        train("run.tensorboard=true", "run.dir=\"{dir}/tbfile\""), 1,
+        ["{dir}/tbfile/tensorboard: cannot create the folder of the TensorBoard event files "
+         "(run.tensorboard = true): it exists and is not a directory (expected a directory the run "
+         "can write; remove or rename what is there, or set run.tensorboard = false)"],
+        needs=["tbfile"], absent=NOT_TRAINED),
 ]
 
 
@@ -1611,6 +1619,16 @@ def fixture_dsv3_weights(p):
 
 
 FIXTURES["dsv3w"] = fixture_dsv3_weights
+
+
+def fixture_tbfile(p):
+    """issue 56 (tboard): {dir}/tbfile, a run directory whose tensorboard is a file."""
+    os.makedirs(os.path.join(p["dir"], "tbfile"))
+    with open(os.path.join(p["dir"], "tbfile", "tensorboard"), "w") as f:
+        f.write("not a folder\n")
+
+
+FIXTURES["tbfile"] = fixture_tbfile
 
 
 # --- the driver -----------------------------------------------------------------------------
