@@ -89,10 +89,8 @@ void add_run_keys(std::vector<KeySpec>& k) {
                        "Write a Chrome-trace timeline per rank (trace_rank<N>.json).",
                        [](Config& c, bool v) { c.run.trace = v; }));
   k.push_back(bool_key("run", "tensorboard", false,
-                       "Write TensorBoard event files in <run.dir>/tensorboard (rank 0, at each log "
-                       "line; a new file per run): train/loss, val/loss, train/lr, "
-                       "train/grad_norm, perf/tokens_per_s and, where the run has them, "
-                       "train/mtp_loss and moe/expert_balance/layer_<L>.",
+                       "Write the run's scalars as TensorBoard event files in <run.dir>/tensorboard "
+                       "(rank 0, at each log line; a new file per run; tags: docs/running.md).",
                        [](Config& c, bool v) { c.run.tensorboard = v; }));
   k.push_back(float_key("run", "comm_timeout", "600.0", 0.0, true,
                         "Seconds a communication may wait before the job is aborted with a "

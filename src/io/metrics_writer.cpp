@@ -103,14 +103,7 @@ void MetricsWriter::write(const std::vector<std::pair<const char*, Value>>& fiel
     ++written_;
     return;
   }
-  // Warn once, loudly; later lines are still tried (space may be freed while the run goes on).
-  if (lost_++ == 0) {
-    std::fprintf(stderr, "meshtrain: warning: %s: cannot write metrics (%s)%s; training goes "
-                 "on, but this file will lack lines (check the file system of run.dir)\n",
-                 path_.c_str(), std::strerror(error),
-                 step ? (" at step " + std::to_string(*step)).c_str() : "");
-    std::fflush(stderr);
-  }
+  count_unwritten(path_, "metrics", "lines", error, step ? *step : -1, lost_);
 }
 
 }  // namespace meshtrain

@@ -147,14 +147,7 @@ void TensorBoardWriter::append(const std::string& event, int64_t step) {
     ++written_;
     return;
   }
-  // Warn once, loudly; later events are still tried (space may be freed while the run goes on).
-  if (lost_++ == 0) {
-    std::fprintf(stderr, "meshtrain: warning: %s: cannot write TensorBoard events (%s)%s; training goes on, "
-                 "but this file will lack them (check the file system of run.dir)\n",
-                 path_.c_str(), std::strerror(error),
-                 step >= 0 ? (" at step " + std::to_string(step)).c_str() : "");
-    std::fflush(stderr);
-  }
+  count_unwritten(path_, "TensorBoard events", "them", error, step, lost_);
 }
 
 }  // namespace meshtrain

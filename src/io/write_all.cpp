@@ -4,6 +4,8 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
+#include <cstring>
 
 namespace meshtrain {
 
@@ -16,6 +18,16 @@ int write_all(int fd, std::string_view bytes) {
     done += static_cast<size_t>(n);
   }
   return 0;
+}
+
+void count_unwritten(const std::string& path, const char* what, const char* records, int error, int64_t step,
+                     int64_t& lost) {
+  if (lost++ > 0) return;  // once, loudly
+  std::fprintf(stderr, "meshtrain: warning: %s: cannot write %s (%s)%s; training goes on, but this file will "
+               "lack %s (check the file system of run.dir)\n",
+               path.c_str(), what, std::strerror(error),
+               step >= 0 ? (" at step " + std::to_string(step)).c_str() : "", records);
+  std::fflush(stderr);
 }
 
 }  // namespace meshtrain
