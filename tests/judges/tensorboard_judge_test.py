@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """TensorBoard's own reader as the judge of run.tensorboard (io/tensorboard_writer.h).
 
-A tiny mixture of experts trains 4 steps on 2 ranks with run.tensorboard = true (a progress line
+A tiny mixture of experts with a multi-token prediction depth trains 4 steps on 2 ranks with run.tensorboard = true (a progress line
 every step, validation every 2), then resumes from its step-4 checkpoint to step 6. Then:
 - the run folder's tensorboard/ holds two event files (the resumed run appended its own; the first
   is byte for byte what it was), each starting with the file_version event "brain.Event:2";
@@ -32,7 +32,8 @@ TAGS = {"loss": "train/loss", "val_loss": "val/loss", "lr": "train/lr", "grad_no
         "tokens_per_s": "perf/tokens_per_s", "mtp_loss": "train/mtp_loss",
         "expert_balance": "moe/expert_balance"}
 
-MOE = ['model.family="llama"', 'model.feed_forward="moe"', "run.tensorboard=true", "train.eval_every=2"]
+MOE = ['model.family="llama"', 'model.feed_forward="moe"', "model.mtp_layers=1", "run.tensorboard=true",
+       "train.eval_every=2"]
 
 
 def expected_scalars(metrics_path):
@@ -108,7 +109,7 @@ class TensorBoardJudge(harness.Case):
         want = expected_scalars(os.path.join(self.run_dir, "metrics.jsonl"))
         shown = loaded_scalars(folder)
         for tag in ("train/loss", "val/loss", "train/lr", "train/grad_norm", "perf/tokens_per_s",
-                    "moe/expert_balance/layer_1"):
+                    "train/mtp_loss", "moe/expert_balance/layer_1", "moe/expert_balance/layer_4"):
             self.assertIn(tag, shown)
         self.assertEqual(sorted(shown), sorted(want))
         for tag in want:
