@@ -142,11 +142,16 @@ void TensorBoardWriter::write(std::initializer_list<std::pair<const char*, Metri
 void TensorBoardWriter::append(const std::string& event, int64_t step) {
   // One write of the whole record (no buffer holds a part of it): a run killed here leaves at
   // most this record cut short, which readers skip.
+  struct stat before {};
+  const bool sized = ::fstat(fd_, &before) == 0;
   const int error = write_all(fd_, tfrecord(event));
   if (error == 0) {
     ++written_;
     return;
   }
+  // A part written before the failure (a full disk) would stop readers there, before the records
+  // that later succeed: cut it off again (if even that fails, the warning below names the file).
+  if (sized) (void)!::ftruncate(fd_, before.st_size);
   count_unwritten(path_, "TensorBoard events", "them", error, step, lost_);
 }
 

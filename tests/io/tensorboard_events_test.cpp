@@ -4,7 +4,11 @@
 // per run that never touches an older one, and a refusal naming the folder. TensorBoard's own
 // reader loading a run's files is the judge's (tests/judges/tensorboard_judge_test.py).
 
+#include <sys/resource.h>
+
 #include <gtest/gtest.h>
+
+#include <csignal>
 
 #include <cstdlib>
 #include <filesystem>
@@ -114,6 +118,29 @@ TEST_F(TensorBoardFolder, EachRunAppendsAFileOfItsOwn) {
   EXPECT_EQ(read_file(first_path), first_bytes);
   EXPECT_EQ(std::distance(fs::directory_iterator(folder), fs::directory_iterator()), 2);
   EXPECT_EQ(second.lost(), 0);
+}
+
+// A full disk (here a file size limit, EFBIG) loses the record whole: the part written is cut off
+// again, so the records written once space is back still read.
+TEST_F(TensorBoardFolder, ARecordThatCannotBeWrittenLeavesNoPart) {
+  TensorBoardWriter writer((dir_ / "tensorboard").string());
+  writer.write({{"step", int64_t{1}}, {"loss", 5.0}});
+  const std::string good = read_file(writer.path());
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit tight = saved;
+  tight.rlim_cur = good.size() + 10;  // room for a part of the next record only
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &tight), 0);
+  writer.write({{"step", int64_t{2}}, {"loss", 4.0}});  // warns (on stderr: a captured copy would be cut short too)
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &saved), 0);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(writer.lost(), 1);
+  EXPECT_EQ(read_file(writer.path()), good);
+  writer.write({{"step", int64_t{3}}, {"loss", 3.0}});
+  const std::string after = read_file(writer.path());
+  ASSERT_GT(after.size(), good.size() + 16);
+  EXPECT_EQ(after, good + tfrecord(after.substr(good.size() + 12, after.size() - good.size() - 16)));
 }
 
 TEST_F(TensorBoardFolder, AFileInTheWayIsRefusedByName) {
