@@ -46,6 +46,7 @@ void dump_run(std::ostream& os, const Config& c) {
      << "dir = " << quoted(r.dir) << "\n"
      << "seed = " << r.seed << "\n"
      << "log_every = " << r.log_every << "\n"
+     << "tensorboard = " << boolean(r.tensorboard) << "\n"
      << "threads = " << r.threads << "\n"
      << "trace = " << boolean(r.trace) << "\n"
      << "comm_timeout = " << real(r.comm_timeout) << "\n"

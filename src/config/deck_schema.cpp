@@ -80,6 +80,10 @@ void add_run_keys(std::vector<KeySpec>& k) {
                       [](Config& c) -> auto& { return c.run.seed; }));
   k.push_back(int_key("run", "log_every", 10, 1, big, "Log a progress line every N steps.",
                       [](Config& c) -> auto& { return c.run.log_every; }));
+  k.push_back(bool_key("run", "tensorboard", false,
+                       "Write the run's scalars as TensorBoard event files in <run.dir>/tensorboard "
+                       "(rank 0, at each log line; a new file per run; tags: docs/running.md).",
+                       [](Config& c, bool v) { c.run.tensorboard = v; }));
   k.push_back(int_key("run", "threads", 0, 0, kMaxThreads,
                       "Threads per rank for kernels and BLAS; 0: OMP_NUM_THREADS if set, else "
                       "the rank's share of the cores it is bound to (split with the node's "

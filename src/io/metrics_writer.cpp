@@ -9,23 +9,11 @@
 #include <cstring>
 
 #include "meshtrain/io/data_error.h"
+#include "meshtrain/io/write_all.h"
 
 namespace meshtrain {
 
 namespace {
-
-// Writes all of `line` with write(2) (no stdio buffer whose failure would surface later, or
-// never); returns 0 or the errno of the failure.
-int write_all(int fd, const std::string& line) {
-  size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? errno : ENOSPC;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
-}
 
 // JSON has no NaN or Infinity: null keeps every line parseable.
 std::string json_number(double d) {
@@ -115,14 +103,7 @@ void MetricsWriter::write(const std::vector<std::pair<const char*, Value>>& fiel
     ++written_;
     return;
   }
-  // Warn once, loudly; later lines are still tried (space may be freed while the run goes on).
-  if (lost_++ == 0) {
-    std::fprintf(stderr, "meshtrain: warning: %s: cannot write metrics (%s)%s; training goes "
-                 "on, but this file will lack lines (check the file system of run.dir)\n",
-                 path_.c_str(), std::strerror(error),
-                 step ? (" at step " + std::to_string(*step)).c_str() : "");
-    std::fflush(stderr);
-  }
+  count_unwritten(path_, "metrics", "lines", error, step ? *step : -1, lost_);
 }
 
 }  // namespace meshtrain

@@ -37,8 +37,22 @@ void TrainingLog::open() {
   agree(grid_.world(), [&] {
     if (!leader_) return;
     create_run_directory(cfg_.deck_path, cfg_.run.dir);
+    // TensorBoard's folder first: a run refused for it leaves no metrics.jsonl behind.
+    if (cfg_.run.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(cfg_.run.dir + "/tensorboard");
     metrics_ = std::make_unique<MetricsWriter>(cfg_.run.dir + "/metrics.jsonl");
   });
+}
+
+void TrainingLog::record(const MetricsRecord& fields) {
+  metrics_->write(fields);
+  if (tensorboard_) tensorboard_->write(fields);
+}
+
+// Passed on as the list: each writer builds its record out of line (GCC 12's bogus
+// -Wmaybe-uninitialized on a vector of variants built here).
+void TrainingLog::record(std::initializer_list<std::pair<const char*, MetricsWriter::Value>> fields) {
+  metrics_->write(fields);
+  if (tensorboard_) tensorboard_->write(fields);
 }
 
 void TrainingLog::start(const WorkPlan& work, const std::vector<ChunkRange>& partition, const Backend& backend,
@@ -120,7 +134,7 @@ void TrainingLog::step(const StepResult& r, double eta_seconds, const PipelineSt
               r.step, cfg_.train.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_second,
               r.seconds * 1e3, bubble.c_str(), format_duration(eta_seconds).c_str());
   std::fflush(stdout);
-  metrics_->write({{"step", int64_t{r.step}},
+  record({{"step", int64_t{r.step}},
                    {"loss", r.loss},
                    {"lr", r.lr},
                    {"grad_norm", r.grad_norm},
@@ -132,7 +146,7 @@ void TrainingLog::step(const StepResult& r, double eta_seconds, const PipelineSt
                      {"qk_max_logit", r.max_attention_logit},
                      {"qk_clipped_heads", int64_t{r.clipped_heads}}});
   // What the layers report of the step (a mixture of experts' loads): lines of their own.
-  for (const MetricsRecord& record : stage.metrics_records(r.step, r.layer_statistics)) metrics_->write(record);
+  for (const MetricsRecord& layers : stage.metrics_records(r.step, r.layer_statistics)) record(layers);
 }
 
 void TrainingLog::val_loss(int step, double val) {
@@ -140,7 +154,7 @@ void TrainingLog::val_loss(int step, double val) {
     std::printf("step %5d/%d | val_loss %.4f\n", step, cfg_.train.steps, val);
     std::fflush(stdout);
   }
-  metrics_->write({{"step", int64_t{step}}, {"val_loss", val}});
+  record({{"step", int64_t{step}}, {"val_loss", val}});
 }
 
 void TrainingLog::task_scores(int step, const std::vector<TaskScore>& scores) {
@@ -166,7 +180,7 @@ void TrainingLog::memory(const char* when, int step, const std::vector<MemoryPea
     const std::string cp = cfg_.parallel.cp > 1 ? " cp " + std::to_string(p.cp) : std::string();
     std::printf("  rank %d (dp %d tp %d pp %d%s): %s; total %s\n", p.world_rank, p.dp, p.tp, p.pp,
                 cp.c_str(), line.c_str(), format_bytes(static_cast<double>(p.peak_total)).c_str());
-    metrics_->write({{"step", int64_t{step}},
+    record({{"step", int64_t{step}},
                      {"memory_rank", int64_t{p.world_rank}},
                      {"parameters", static_cast<int64_t>(p.peak[0])},
                      {"gradients", static_cast<int64_t>(p.peak[1])},
@@ -185,7 +199,7 @@ void TrainingLog::stragglers(const StragglerWindow& w, const std::vector<RankPla
   for (int rank : w.stragglers)
     std::printf("%s\n", describe_straggler(w, rank, places[static_cast<size_t>(rank)]).c_str());
   std::fflush(stdout);
-  metrics_->write({{"step", int64_t{w.step}},
+  record({{"step", int64_t{w.step}},
                    {"rank_compute_ms", w.compute_ms},
                    {"rank_wait_ms", w.wait_ms},
                    {"stragglers", std::vector<int64_t>(w.stragglers.begin(), w.stragglers.end())}});
@@ -197,7 +211,7 @@ void TrainingLog::rebalanced(const StragglerWindow& w, const std::vector<int>& b
               "compute of the last %d step(s))\n",
               w.step, describe_shares(before).c_str(), describe_shares(next).c_str(), w.steps);
   std::fflush(stdout);
-  metrics_->write({{"step", int64_t{w.step}}, {"shares", std::vector<int64_t>(next.begin(), next.end())}});
+  record({{"step", int64_t{w.step}}, {"shares", std::vector<int64_t>(next.begin(), next.end())}});
 }
 
 void TrainingLog::note(const std::string& text) {
@@ -212,7 +226,7 @@ void TrainingLog::resumed(const std::string& path, int step, const std::string& 
   if (!context_extension.empty()) {
     // Where the run's context changed, so that its metrics before and after read apart.
     std::printf("context extension: %s (the checkpoint's -> the deck's)\n", context_extension.c_str());
-    metrics_->write({{"step", int64_t{step}}, {"resumed_from", path}, {"context_extension", context_extension}});
+    record({{"step", int64_t{step}}, {"resumed_from", path}, {"context_extension", context_extension}});
   }
   std::fflush(stdout);
 }
@@ -281,7 +295,7 @@ void TrainingLog::async_steps(const std::vector<LoggedStep>& steps, double bubbl
     std::printf("step %5d/%d | staleness mean %.2f max %d (bound %d) over %d share(s)\n", step, t.steps, mean,
                 stale_max_, cfg_.parallel.staleness, stale_shares_);
     std::fflush(stdout);
-    metrics_->write({{"step", int64_t{step}},
+    record({{"step", int64_t{step}},
                      {"staleness_mean", mean},
                      {"staleness_max", int64_t{stale_max_}},
                      {"staleness_bound", int64_t{cfg_.parallel.staleness}},

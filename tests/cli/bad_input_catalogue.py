@@ -1176,6 +1176,14 @@ CATALOGUE = [
               'data.train=[{{path = "{dir}/text_train.bin"}}, {{path = "{dir}/short_train.bin"}}]'), 1,
         ["{a}/step_00000004.h5: records no blend position", "as a blend of 2 sources"],
         needs=["run_a", "shards"], absent=["step     5/"]),
+    # issue 56 (tboard): run.tensorboard's folder taken by a file is refused before training,
+    # naming it, on every rank (the file left as it was).
+    row("run", "tensorboard folder is a file", 2,
+        train("run.tensorboard=true", "run.dir=\"{dir}/tbfile\""), 1,
+        ["{dir}/tbfile/tensorboard: cannot create the folder of the TensorBoard event files "
+         "(run.tensorboard = true): it exists and is not a directory (expected a directory the run "
+         "can write; remove or rename what is there, or set run.tensorboard = false)"],
+        needs=["tbfile"], absent=NOT_TRAINED),
 ]
 
 
@@ -1736,6 +1744,16 @@ def fixture_blend(p):
 
 
 FIXTURES["blend"] = fixture_blend
+
+
+def fixture_tbfile(p):
+    """issue 56 (tboard): {dir}/tbfile, a run directory whose tensorboard is a file."""
+    os.makedirs(os.path.join(p["dir"], "tbfile"))
+    with open(os.path.join(p["dir"], "tbfile", "tensorboard"), "w") as f:
+        f.write("not a folder\n")
+
+
+FIXTURES["tbfile"] = fixture_tbfile
 
 
 # --- the driver -----------------------------------------------------------------------------

@@ -38,6 +38,7 @@ struct RunOptions {
   int log_every = 10;
   int threads = 0;  // 0: automatic
   bool trace = false;
+  bool tensorboard = false;  // TensorBoard event files in <dir>/tensorboard (io/tensorboard_writer.h)
   double comm_timeout = 600.0;  // seconds
   int flight_records = 4096;    // communication operations each rank's flight recorder keeps
   double straggler_threshold = 1.25;  // compute x the median that flags a rank; 0: no report

@@ -1,10 +1,12 @@
 #pragma once
 // What a training run tells its user: the start-up summary, each logged step's progress line,
 // evaluation, memory peaks, straggler windows, rebalancing, checkpoints, stops and the
-// asynchronous run's staleness, on stdout and as metrics.jsonl records (io/metrics_writer.h).
+// asynchronous run's staleness, on stdout and as metrics.jsonl records (io/metrics_writer.h),
+// whose scalars also go to TensorBoard where run.tensorboard is on (io/tensorboard_writer.h).
 // Every rank holds one and calls it alike; only world rank 0 (the leader) prints and writes.
 // It reports what the trainer measured and decides nothing: the formats live here, once.
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "meshtrain/checkpoint/checkpointer.h"
 #include "meshtrain/config/config.h"
 #include "meshtrain/io/metrics_writer.h"
+#include "meshtrain/io/tensorboard_writer.h"
 #include "meshtrain/model/partition.h"
 #include "meshtrain/model/pipeline_stage.h"
 #include "meshtrain/parallel/process_grid.h"
@@ -32,7 +35,8 @@ class TrainingLog {
   ~TrainingLog();
 
   bool leader() const { return leader_; }
-  // Collective (agreed): the leader creates the run directory and opens metrics.jsonl there.
+  // Collective (agreed): the leader creates the run directory and opens metrics.jsonl there
+  // (and, with run.tensorboard, a new TensorBoard event file in its tensorboard/ folder).
   // Until then (and in a planner's dry run, which never opens it) records go nowhere.
   void open();
   MetricsWriter& metrics() { return *metrics_; }
@@ -71,10 +75,15 @@ class TrainingLog {
   int staleness_seen() const { return stale_max_run_; }
 
  private:
+  // One record to metrics.jsonl and, where on, to TensorBoard.
+  void record(const MetricsRecord& fields);
+  void record(std::initializer_list<std::pair<const char*, MetricsWriter::Value>> fields);
+
   const Config& cfg_;
   ProcessGrid& grid_;
   bool leader_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // null unless run.tensorboard, on the leader
   // Staleness over the current log interval (async), and the steps' times for the ETA.
   double stale_sum_ = 0;
   int stale_max_ = 0, stale_shares_ = 0, stale_max_run_ = 0;
