@@ -207,6 +207,15 @@ void check_multi_token_prediction(const Config& c, const LayoutFail& fail) {
          "mtp_layers = 0)");
 }
 
+// Ring attention (model/ring_attention.h) passes every earlier block of keys round the ring:
+// under a window most of them are masked out whole, and its block kernels take no window yet.
+void check_window_context_parallel(const Config& c, const LayoutFail& fail) {
+  if (!c.model.windowed() || c.parallel.cp == 1) return;
+  fail("model.attention_window = " + attention_window_text(c.model.attention_window) +
+       " does not combine with parallel.cp = " + std::to_string(c.parallel.cp) + " yet (ring "
+       "attention's blocks take no sliding window; use cp = 1, or attention_window = 0)");
+}
+
 }  // namespace
 
 void check_layout(Config& c, int job_size) {
@@ -217,6 +226,7 @@ void check_layout(Config& c, int job_size) {
   check_batch_shares(c, world_size, fail);
   check_context_and_expert_parallel(c, fail);
   check_multi_token_prediction(c, fail);
+  check_window_context_parallel(c, fail);
 }
 
 }  // namespace meshtrain

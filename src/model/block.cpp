@@ -19,7 +19,7 @@ Block::Block(const LayerContext& ctx, int index, const ModelSpec& spec)
 Block::Block(const LayerContext& ctx, const std::string& prefix, int index, const ModelSpec& spec)
     : ctx_(ctx),
       attention_norm_(ctx, prefix + ".ln_1", spec.d_model, spec.norm),
-      attention_(ctx, prefix + ".attn", spec, residual_scale(spec)),
+      attention_(ctx, prefix + ".attn", spec, index, residual_scale(spec)),
       feed_forward_norm_(ctx, prefix + ".ln_2", spec.d_model, spec.norm),
       feed_forward_(ctx, prefix + ".mlp", spec, index, residual_scale(spec)) {}
 

@@ -21,7 +21,7 @@ class BlockAttention {
   using Saved = std::variant<CausalSelfAttention::Saved, LatentAttention::Saved>;
 
   BlockAttention(const LayerContext& ctx, const std::string& name, const ModelSpec& spec,
-                 double residual_scale);
+                 int layer, double residual_scale);
 
   // As CausalSelfAttention's.
   Tensor forward(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory category,
@@ -29,7 +29,8 @@ class BlockAttention {
   Tensor backward(const Tensor& dy, TokenShape shape, const Saved& saved,
                   DeferredWeightGradients* deferred = nullptr);
   void add_costs(CostSheet& sheet) const;
-  // Generation: an empty cache of seq_len positions for this layer (zeros: the decode kernels
+  // Generation: an empty cache of seq_len positions for this layer, or of its window's where
+  // that is smaller (CausalSelfAttention::cache_rows) (zeros: the decode kernels
   // read only the rows written, but a defined value costs nothing), and one token x (1, C) at
   // `position` through the layer, writing its row of the cache and attending to rows
   // [0, position] (CausalSelfAttention::decode, LatentAttention::decode).
