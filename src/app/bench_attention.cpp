@@ -11,7 +11,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,25 +18,8 @@
 #include "bench_measure.h"
 #include "meshtrain/app/bench_suites.h"
 #include "meshtrain/backend/cpu/cpu_backend.h"
-#include "meshtrain/train/straggler_report.h"  // median_of
 
 namespace meshtrain {
-
-namespace {
-
-// Median seconds of `runs` calls of work, after one untimed call (primitives, caches).
-template <class F> double median_seconds(int runs, F&& work) {
-  work();
-  std::vector<double> t;
-  for (int r = 0; r < runs; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    work();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return median_of(t);
-}
-
-}  // namespace
 
 void bench_attention(const BenchArgs& args, BenchReport& report) {
   const bool tiny = args.model == "tiny";

@@ -63,6 +63,7 @@ int bench_command(const BenchArgs& args) {
     if (args.suite == "async") bench_async(args, report);
     if (args.suite == "moe") bench_moe(args, report);
     if (args.suite == "attention") bench_attention(args, report);
+    if (args.suite == "window") bench_window(args, report);
     if (!args.json.empty() && mpi.rank() == 0) report.write_json(args.json);
     if (report.wrong() > 0) {
       std::fprintf(stderr, "meshtrain bench: %d result check(s) failed\n", report.wrong());

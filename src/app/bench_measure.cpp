@@ -18,6 +18,17 @@ Tensor random_normal_tensor(Backend& be, Shape shape, uint32_t seed) {
   return t;
 }
 
+double median_seconds(int runs, const std::function<void()>& work) {
+  work();
+  std::vector<double> t;
+  for (int r = 0; r < runs; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    work();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return median_of(t);
+}
+
 double median_slowest_seconds(Communicator& comm, int runs, const std::function<void()>& work) {
   using Clock = std::chrono::steady_clock;
   std::vector<double> times;

@@ -16,5 +16,8 @@ Tensor random_normal_tensor(Backend& be, Shape shape, uint32_t seed);
 // Median over `runs` of the slowest rank's time of `work` (seconds), after one untimed run that
 // warms caches and buffers; collective over `comm`.
 double median_slowest_seconds(Communicator& comm, int runs, const std::function<void()>& work);
+// Median seconds of `runs` calls of `work` on this rank alone, after one untimed call
+// (primitives, caches).
+double median_seconds(int runs, const std::function<void()>& work);
 
 }  // namespace meshtrain

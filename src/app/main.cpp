@@ -197,9 +197,10 @@ void add_bench_options(CLI::App* cmd, BenchArgs& bench) {
                   "(2, 4 or 8 ranks: a mixture of experts at ep 1 and ep N against the dense "
                   "model of its active parameters; the exchange a shared expert hides), "
                   "attention (1 rank: the CPU's causal attention at T 1024 and 2048, fp32 "
-                  "and bf16, against the GEMM ceiling)")
+                  "and bf16, against the GEMM ceiling), window (1 rank: sliding-window "
+                  "attention, W 1024, against full attention at T 8192 and 16384)")
       ->check(CLI::IsMember({"step", "comm", "pipeline", "zero", "checkpoint", "gpu", "all", "async",
-                  "calibrate", "hetero", "context", "moe", "attention"}));
+                  "calibrate", "hetero", "context", "moe", "attention", "window"}));
   cmd->add_option("--threads", bench.threads,
                   "Threads per rank (step suite on one rank: rows at 1 and at this many; "
                   "calibrate: default as many as `train` runs on this launch)")->check(thread_count());

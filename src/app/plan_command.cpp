@@ -110,17 +110,26 @@ void print_sample_cache(const Config& config) {
   const std::vector<ChunkRange> chunks =
       p.partition.empty() ? default_partition(config) : explicit_partition(p.partition);
   const std::vector<int> owners = chunk_owners(p.pp, p.virtual_stages, schedule_placement(p.schedule));
-  std::vector<double> elements(static_cast<size_t>(p.pp), 0.0);  // per token, per stage
-  for (size_t k = 0; k < chunks.size(); ++k)
-    for (int l = chunks[k].first_layer; l < chunks[k].end_layer; ++l)
-      elements[static_cast<size_t>(owners[k])] += sheets.blocks[static_cast<size_t>(l)].decode_cache_width(p.tp);
   const int64_t T = config.model.seq_len;
+  // Per stage: elements per token of the context, and per sequence (sliding windows bound theirs).
+  std::vector<double> elements(static_cast<size_t>(p.pp), 0.0), per_sequence = elements;
+  for (size_t k = 0; k < chunks.size(); ++k)
+    for (int l = chunks[k].first_layer; l < chunks[k].end_layer; ++l) {
+      const CostSheet& block = sheets.blocks[static_cast<size_t>(l)];
+      elements[static_cast<size_t>(owners[k])] += block.decode_cache_width(p.tp);
+      per_sequence[static_cast<size_t>(owners[k])] += block.decode_cache_elements(p.tp, static_cast<double>(T));
+    }
+  const auto bytes = static_cast<int64_t>(dtype_size(config.train.precision));
+  const std::string windows =
+      config.model.windowed() ? ", sliding windows keeping at most model.attention_window = " +
+                                    attention_window_text(config.model.attention_window) + " tokens"
+                              : "";
   for (int stage = 0; stage < p.pp; ++stage) {
-    const auto per_token = static_cast<int64_t>(elements[static_cast<size_t>(stage)]) *
-                           static_cast<int64_t>(dtype_size(config.train.precision));
-    std::printf("# sample: cache of %s per sequence of seq_len %lld (%s bytes per token) on each rank "
-                "of stage pp %d\n", format_bytes(static_cast<double>(per_token * T)).c_str(),
-                static_cast<long long>(T), grouped(per_token).c_str(), stage);
+    const auto per_token = static_cast<int64_t>(elements[static_cast<size_t>(stage)]) * bytes;
+    const double sequence = per_sequence[static_cast<size_t>(stage)] * static_cast<double>(bytes);
+    std::printf("# sample: cache of %s per sequence of seq_len %lld (%s bytes per token%s) on each "
+                "rank of stage pp %d\n", format_bytes(sequence).c_str(), static_cast<long long>(T),
+                grouped(per_token).c_str(), windows.c_str(), stage);
   }
 }
 

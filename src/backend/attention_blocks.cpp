@@ -26,6 +26,9 @@ void check_block(const OpContract& c, const Tensor& qkv, const Tensor& kv, const
   if (B <= 0 || NH <= 0 || KVH <= 0 || HS <= 0 || d.HV < 0 || NH % KVH != 0)
     c.fail("B, NH, KVH, HS must be positive, HV positive or 0 (HS) and KVH must divide NH, got " +
            str(B) + ", " + str(NH) + ", " + str(KVH) + ", " + str(HS) + ", " + str(d.HV));
+  if (d.window != 0)
+    c.fail("a sliding window of " + str(d.window) + " keys: ring attention's blocks take none "
+           "yet (model.attention_window needs parallel.cp = 1)");
   if (!(d.scale >= 0.0) || !std::isfinite(d.scale))
     c.fail("softmax scale " + contract::real(d.scale) +
            " must be finite and positive (0: 1/sqrt(HS))");

@@ -256,6 +256,8 @@ void check_attention(const OpContract& c, const Backend& be, const Tensor& qkv,
                      const char* out_name, const Tensor& out, const Tensor& stash, int64_t B,
                      int64_t T, const AttentionDims& d) {
   check_heads(c, d);
+  if (d.window < 0)
+    c.fail("sliding window " + str(d.window) + " must be 0 (none) or a positive number of keys");
   const int64_t HV = d.value_size();
   if (B < 0 || T < 0 || qkv.numel() != B * T * ((d.NH + d.KVH) * d.HS + d.KVH * HV) ||
       out.numel() != B * T * d.NH * HV)

@@ -205,6 +205,21 @@ void check_latent_attention_fields(const Config& c, const DeckFail& fail) {
          "are not normalised)");
 }
 
+// Sliding windows (model.attention_window): a pattern of at most one entry per block, on the
+// standard attention core (latent attention's decode reads its own cache, which has no window).
+void check_attention_window(const Config& c, const DeckFail& fail) {
+  const ModelSpec& m = c.model;
+  if (!m.windowed()) return;
+  const std::string key = "model.attention_window = " + attention_window_text(m.attention_window);
+  if (m.attention_window.size() > static_cast<size_t>(m.layers))
+    fail(key + " has " + std::to_string(m.attention_window.size()) + " entries, more than "
+         "model.layers = " + std::to_string(m.layers) + " (a pattern has one entry per block "
+         "at most, repeated over the blocks)");
+  if (m.latent_attention())
+    fail(key + " does not combine with model.attention = \"latent\" yet (use "
+         "attention = \"standard\", or attention_window = 0)");
+}
+
 // The mixture of experts' keys: only with model.feed_forward = "moe", and consistent.
 void check_feed_forward_fields(const Config& c, const DeckFail& fail) {
   const MoeSpec& moe = c.model.moe;
@@ -430,6 +445,7 @@ void check_cross_fields(const std::string& path, const Config& c) {
   const DeckFail fail{path};
   check_attention_fields(c, fail);
   check_latent_attention_fields(c, fail);
+  check_attention_window(c, fail);
   check_feed_forward_fields(c, fail);
   check_mtp_fields(c, fail);
   check_norm_and_optimizer_fields(c, fail);

@@ -107,6 +107,11 @@ void resolve_device(Config& c, const DeviceFacts& f) {
     fail("data.document_mask = true runs on the CPU backend only: the CUDA backend's attention "
          "(cuDNN and its own kernels) has no document mask yet (use run.device = \"cpu\", or "
          "data.document_mask = false)");
+  // Neither cuDNN's graph nor the own kernels (backend/cuda/cuda_attention.cpp) take a window.
+  if (cuda && c.model.windowed())
+    fail("model.attention_window = " + attention_window_text(c.model.attention_window) +
+         " runs on the CPU backend only: the CUDA backend's attention (cuDNN and its own "
+         "kernels) has no sliding window yet (use run.device = \"cpu\", or attention_window = 0)");
   if (!cuda && c.parallel.offload == Offload::Optimizer)
     fail("parallel.offload = \"optimizer\" needs run.device = \"cuda\" (on the CPU the optimizer "
          "state is in host memory already)");

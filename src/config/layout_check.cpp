@@ -186,6 +186,15 @@ void check_context_and_expert_parallel(const Config& c, const LayoutFail& fail) 
          " tokens to divide by tp = " + tp);
 }
 
+// Ring attention (model/ring_attention.h) passes every earlier block of keys round the ring:
+// under a window most of them are masked out whole, and its block kernels take no window yet.
+void check_window_context_parallel(const Config& c, const LayoutFail& fail) {
+  if (!c.model.windowed() || c.parallel.cp == 1) return;
+  fail("model.attention_window = " + attention_window_text(c.model.attention_window) +
+       " does not combine with parallel.cp = " + std::to_string(c.parallel.cp) + " yet (ring "
+       "attention's blocks take no sliding window; use cp = 1, or attention_window = 0)");
+}
+
 }  // namespace
 
 void check_layout(Config& c, int job_size) {
@@ -195,6 +204,7 @@ void check_layout(Config& c, int job_size) {
   check_tensor_and_pipeline_split(c, fail);
   check_batch_shares(c, world_size, fail);
   check_context_and_expert_parallel(c, fail);
+  check_window_context_parallel(c, fail);
 }
 
 }  // namespace meshtrain

@@ -62,6 +62,32 @@ constexpr GroupKey kGroupKeys[] = {
      "and enough for moe_top_k experts."},
 };
 
+// model.attention_window: an integer (every block) or an array (a pattern over the blocks),
+// each a window from 0 (full attention) to 2^31 - 1, stored canonical (model_spec.h): a pattern
+// of equal entries as one, none where every entry is 0.
+std::string apply_attention_window(const toml::node& n, Config& c) {
+  constexpr int64_t kLargest = INT32_MAX;
+  std::vector<int64_t> pattern;
+  if (n.is_integer()) {
+    pattern.push_back(n.as_integer()->get());
+  } else if (const toml::array* a = n.as_array()) {
+    for (const toml::node& e : *a) {
+      if (!e.is_integer()) return "holds " + toml_type_of(e);
+      pattern.push_back(e.as_integer()->get());
+    }
+    if (pattern.empty()) return "is empty";
+  } else {
+    return "is " + toml_type_of(n);
+  }
+  for (int64_t w : pattern)
+    if (w < 0 || w > kLargest) return "holds a window outside 0 to " + std::to_string(kLargest);
+  if (std::all_of(pattern.begin(), pattern.end(), [&](int64_t w) { return w == pattern[0]; }))
+    pattern.resize(1);
+  if (pattern == std::vector<int64_t>{0}) pattern.clear();
+  c.model.attention_window = pattern;
+  return "";
+}
+
 }  // namespace
 
 void add_model_keys(std::vector<KeySpec>& k) {
@@ -283,6 +309,15 @@ void add_model_keys(std::vector<KeySpec>& k) {
         "them out (metrics.jsonl: mtp_loss).";
     k.push_back(int_key("model", "mtp_layers", 0, 0, 16, mtp_layers_doc,
                         [](Config& c) -> auto& { return c.model.mtp_layers; }));
+    k.push_back({"model", "attention_window", "integer or array of integers", "0",
+                 "0 to 2147483647, or an array of them (a pattern over the blocks)",
+                 "Sliding-window attention: query t sees keys t - W < s <= t (HF sliding_window). "
+                 "An integer is every block's window (Mistral: 4096); an array is a pattern "
+                 "repeated over the blocks, block l's window entry l % length (Gemma 3: [1024, "
+                 "1024, 1024, 1024, 1024, 0], every sixth block global). 0: full attention. "
+                 "Standard attention on the CPU backend, parallel.cp = 1 "
+                 "(docs/parallelism-and-schedules.md).",
+                 apply_attention_window});
     // A fraction of the language-model loss in practice (DeepSeek-V3: 0.3, then 0.1).
     k.push_back(bounded_float_key("model", "mtp_loss_weight", "0.3", 0.0, 1.0,
                                   "Weight lambda of the multi-token prediction losses: the "

@@ -3,11 +3,12 @@
 namespace meshtrain {
 
 CausalSelfAttention::CausalSelfAttention(const LayerContext& ctx, const std::string& name,
-                                         const ModelSpec& spec, double residual_scale, int layer)
+                                         const ModelSpec& spec, int layer, double residual_scale)
     : ctx_(ctx),
       layer_(layer),
       local_heads_(spec.heads / ctx.tp.size()),
       head_size_(spec.head_dim()),
+      window_(spec.window(layer)),
       qkv_(ctx, name, spec),
       proj_(ctx, name + ".proj", spec.heads * head_size_, spec.d_model, 0.02 * residual_scale,
             spec.linear_bias) {
@@ -38,20 +39,21 @@ Tensor CausalSelfAttention::decode(const Tensor& x, Tensor& k_cache, Tensor& v_c
                                    int64_t position) {
   Backend& be = *ctx_.backend;
   const MemoryCategory ws = MemoryCategory::Workspace;
-  const int64_t local_c = local_heads_ * head_size_, T_max = k_cache.dim(1);
+  const int64_t local_c = local_heads_ * head_size_, rows = k_cache.dim(1);
   const TensorParallel tp = ctx_.tp.without_sequence();
   QkvProjection::Saved qkv_in;
   Tensor qkv = qkv_.forward(x, qkv_in, ws, &tp);  // (1, (NH + 2 KVH) HS / tp)
   if (rotary_) rotary_->forward_at(qkv, position);
   const int64_t kv_heads = qkv_.local_kv_heads(), kv_c = kv_heads * head_size_;
   for (int64_t h = 0; h < kv_heads; ++h) {
-    const int64_t row = (h * T_max + position) * head_size_;
+    const int64_t row = (h * rows + position % rows) * head_size_;
     Tensor k_row = k_cache.view(row, {head_size_}), v_row = v_cache.view(row, {head_size_});
     be.copy(k_row, qkv.view(local_c + h * head_size_, {head_size_}));
     be.copy(v_row, qkv.view(local_c + kv_c + h * head_size_, {head_size_}));
   }
   Tensor att = be.empty({1, local_c}, x.dtype(), ws);
-  be.attention_decode(att, qkv.view(0, {local_heads_, head_size_}), k_cache, v_cache, position + 1);
+  be.attention_decode(att, qkv.view(0, {local_heads_, head_size_}), k_cache, v_cache,
+                      std::min(position + 1, rows));
   RowParallelLinear::Saved proj_in;
   return proj_.forward(att, proj_in, ws, &tp);
 }
@@ -76,10 +78,12 @@ void CausalSelfAttention::add_qk_clip_scales(const std::vector<double>& job_gamm
 void CausalSelfAttention::add_costs(CostSheet& sheet) const {
   qkv_.add_costs(sheet);
   if (rotary_) rotary_->add_costs(sheet);
-  sheet.attention.push_back(attention_core_cost(local_heads_ * ctx_.tp.size(), head_size_));
+  AttentionCost core = attention_core_cost(local_heads_ * ctx_.tp.size(), head_size_);
+  core.window = window_;
+  sheet.attention.push_back(core);
   proj_.add_costs(sheet);
   // Generation's keys and values of every key/value head, split with the heads (one head a rank
   // where tp goes beyond them).
-  sheet.decode_cache.push_back({2 * qkv_.kv_heads() * head_size_, true, qkv_.kv_heads()});
+  sheet.decode_cache.push_back({2 * qkv_.kv_heads() * head_size_, true, qkv_.kv_heads(), window_});
 }
 }  // namespace meshtrain

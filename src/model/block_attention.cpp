@@ -8,11 +8,12 @@ namespace {
 
 using Layers = std::variant<CausalSelfAttention, LatentAttention>;
 
+// Latent attention takes no window (the deck refuses one there: config/deck.cpp).
 Layers attention_layer(const LayerContext& ctx, const std::string& name, const ModelSpec& spec,
                        int layer, double residual_scale) {
   if (spec.latent_attention())
     return Layers(std::in_place_type<LatentAttention>, ctx, name, spec, residual_scale);
-  return Layers(std::in_place_type<CausalSelfAttention>, ctx, name, spec, residual_scale, layer);
+  return Layers(std::in_place_type<CausalSelfAttention>, ctx, name, spec, layer, residual_scale);
 }
 
 }  // namespace
@@ -47,7 +48,7 @@ DecodeCache BlockAttention::decode_cache(Backend& be, DType dtype, int64_t seq_l
   if (const auto* latent = std::get_if<LatentAttention>(&layer_))
     return {be.zeros({1, seq_len, latent->cache_width()}, dtype, ws), Tensor{}};
   const auto& standard = std::get<CausalSelfAttention>(layer_);
-  const Shape heads{standard.local_kv_heads(), seq_len, standard.head_size()};
+  const Shape heads{standard.local_kv_heads(), standard.cache_rows(seq_len), standard.head_size()};
   return {be.zeros(heads, dtype, ws), be.zeros(heads, dtype, ws)};
 }
 

@@ -36,6 +36,12 @@ double CostSheet::decode_cache_width(double tp) const {
   return width;
 }
 
+double CostSheet::decode_cache_elements(double tp, double seq_len) const {
+  double elements = 0;
+  for (const DecodeCacheCost& c : decode_cache) elements += c.local_width(tp) * c.tokens(seq_len);
+  return elements;
+}
+
 void CostSheet::add_pass_over_last_outputs(double forward_accesses, double backward_accesses) {
   ElementwiseCost pass;
   pass.width = linears.back().out;

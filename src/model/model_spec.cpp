@@ -158,6 +158,7 @@ std::vector<std::pair<const char*, std::string>> field_values(const ModelSpec& m
   fields.push_back({"v_head_dim", std::to_string(m.latent.v_head_dim)});
   fields.push_back({"mtp_layers", std::to_string(m.mtp_layers)});
   fields.push_back({"mtp_loss_weight", toml_float(m.mtp_loss_weight)});
+  fields.push_back({"attention_window", attention_window_text(m.attention_window)});
   return fields;
 }
 
@@ -177,6 +178,14 @@ ModelSpec gpt2_spec(int layers, int64_t d_model, int64_t heads, int64_t seq_len,
   // (The nested specs named too, to their own defaults: -Wmissing-field-initializers.)
   return ModelSpec{.layers = layers, .d_model = d_model, .heads = heads, .seq_len = seq_len,
                    .vocab_size = vocab_size, .norm = {}, .rope = {}, .moe = {}, .latent = {}};
+}
+
+std::string attention_window_text(const std::vector<int64_t>& pattern) {
+  if (pattern.empty()) return "0";
+  if (pattern.size() == 1) return std::to_string(pattern.front());
+  std::string s = "[";
+  for (size_t i = 0; i < pattern.size(); ++i) s += (i ? ", " : "") + std::to_string(pattern[i]);
+  return s + "]";
 }
 
 const char* norm_name(NormKind k) { return name_of(kNorms, k); }

@@ -145,10 +145,10 @@ class ChunkPricer {
     return sequences_ * (static_cast<double>(a.heads) / tp_);
   }
   double attention_gemm_seconds(const AttentionCost& a) const {
-    const GemmShape s = a.scores(queries_, keys_), w = a.weighted_sum(queries_, keys_);
+    const GemmShape s = a.scores(queries_, a.keys_seen(keys_)), w = a.weighted_sum(queries_, a.keys_seen(keys_));
     return gemm_.seconds(s.m, s.n, s.k) + gemm_.seconds(w.m, w.n, w.k);
   }
-  double scores(const AttentionCost& a) const { return attention_sets(a) * queries_ * keys_; }
+  double scores(const AttentionCost& a) const { return attention_sets(a) * queries_ * a.keys_seen(keys_); }
 
   // One rank's send buffer of an exchange: its tokens (split over tp under sequence
   // parallelism, as the MoE layer sees the residual stream) times their rows.

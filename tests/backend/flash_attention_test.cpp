@@ -3,7 +3,10 @@
 // reach the kernel's edges: T not a multiple of the 64-query block and longer than a 512-key
 // chunk (the online softmax merges chunks), B > 1, grouped-query heads, document starts that
 // cross blocks and chunks. The stash is the rows' log-sum-exp, checked too. And the bits: the
-// same at 1, 2 and 3 threads, forward and backward.
+// same at 1, 2 and 3 threads, forward and backward. Sliding windows (AttentionDims::window)
+// against the same naive attention with the band t - W < s <= t as an explicit mask: windows
+// shorter than a block, across blocks and chunks (the kernel skips the chunks before a block's
+// window), with documents.
 
 #include <gtest/gtest.h>
 
@@ -30,13 +33,15 @@ using Vec = std::vector<double>;
 struct Case {
   int64_t B, T, NH, KVH, HS;
   bool documents;  // document masking, with starts crossing blocks and chunks
+  int64_t window = 0;  // a sliding window of this many keys; 0: none
   int64_t G() const { return NH / KVH; }
   int64_t W() const { return (NH + 2 * KVH) * HS; }
   int64_t C() const { return NH * HS; }
   int64_t N() const { return B * T; }
   std::string name() const {
     return "B" + std::to_string(B) + "_T" + std::to_string(T) + "_NH" + std::to_string(NH) +
-           "_KVH" + std::to_string(KVH) + "_HS" + std::to_string(HS) + (documents ? "_docs" : "");
+           "_KVH" + std::to_string(KVH) + "_HS" + std::to_string(HS) + (documents ? "_docs" : "") +
+           (window ? "_W" + std::to_string(window) : "");
   }
 };
 
@@ -69,7 +74,10 @@ Result naive(const Case& c, const Vec& qkv, const Vec& dout, const std::vector<i
     for (int64_t h = 0; h < c.NH; ++h) {
       const int64_t k = c.NH + h / c.G(), v = c.NH + c.KVH + h / c.G();
       for (int64_t i = 0; i < c.T; ++i) {
-        const int64_t lo = starts[static_cast<size_t>(b * c.T + i)];
+        // The explicit band mask: keys from the document's start and, under a window, from
+        // i - W + 1 on.
+        int64_t lo = starts[static_cast<size_t>(b * c.T + i)];
+        if (c.window > 0) lo = std::max(lo, i - c.window + 1);
         Vec p(static_cast<size_t>(c.T), 0.0), dp(static_cast<size_t>(c.T), 0.0);
         double m = -std::numeric_limits<double>::infinity(), sum = 0, dot = 0;
         for (int64_t j = lo; j <= i; ++j) {
@@ -110,11 +118,12 @@ Result kernel(CpuBackend& be, DType dt, const Case& c, const Vec& qkv, const Vec
   Tensor out = be.empty({c.N(), c.C()}, dt, MemoryCategory::Workspace);
   Tensor stash = testing::attention_stash(be, c.B, c.T, c.NH, dt);
   be.fill(out, 1e30);  // every entry must be written
-  be.attention_forward(out, stash, tqkv, c.B, c.T, c.NH, c.KVH, c.HS, doc);
+  const AttentionDims dims{c.NH, c.KVH, c.HS, 0, 0.0, c.window};
+  be.attention_forward(out, stash, tqkv, c.B, c.T, dims, doc);
   Tensor dqkv = be.empty({c.N(), c.W()}, dt, MemoryCategory::Workspace);
   be.fill(dqkv, 1e30);
   be.attention_backward(dqkv, make_tensor(be, dout, {c.N(), c.C()}, dt), tqkv, out, stash, c.B,
-                        c.T, c.NH, c.KVH, c.HS, doc);
+                        c.T, dims, doc);
   return {to_host(be, out), to_host(be, stash), to_host(be, dqkv)};
 }
 
@@ -138,6 +147,9 @@ const Case kCases[] = {
     {2, 150, 4, 2, 16, false},   // ragged last block, grouped-query heads, B > 1
     {1, 700, 2, 1, 8, false},    // two key chunks (online softmax), multi-query
     {2, 650, 4, 2, 8, true},     // documents across blocks and chunks
+    {2, 150, 4, 2, 16, false, 1},  // a window of one key: each query sees itself alone
+    {1, 1100, 2, 1, 8, false, 200},  // a window across blocks: the first chunks skipped
+    {2, 650, 4, 2, 8, true, 70},     // a window and documents, whichever starts later
 };
 
 class FlashAttention : public ::testing::TestWithParam<DType> {};
@@ -182,6 +194,20 @@ TEST_P(FlashAttention, SameBitsAtAnyThreadCount) {
       EXPECT_EQ(got.dqkv, first.dqkv) << threads << " threads";
     }
   }
+}
+
+// A window as long as the sequence masks nothing: the bits of full attention.
+TEST(FlashAttentionWindow, AsLongAsTheSequenceIsFullAttention) {
+  CpuBackend be(2);
+  Case full = kCases[2], windowed = kCases[2];
+  windowed.window = full.T;
+  const Vec qkv = random_normal(full.N() * full.W(), 45), dout = random_normal(full.N() * full.C(), 46);
+  const std::vector<int32_t> starts = starts_of(full);
+  const Result a = kernel(be, DType::F32, full, qkv, dout, starts);
+  const Result b = kernel(be, DType::F32, windowed, qkv, dout, starts);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.lse, b.lse);
+  EXPECT_EQ(a.dqkv, b.dqkv);
 }
 
 // The stash is (B, NH, T) in the statistics' dtype, not a (T, T) matrix.

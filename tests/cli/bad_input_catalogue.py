@@ -1184,6 +1184,28 @@ CATALOGUE = [
          "(run.tensorboard = true): it exists and is not a directory (expected a directory the run "
          "can write; remove or rename what is there, or set run.tensorboard = false)"],
         needs=["tbfile"], absent=NOT_TRAINED),
+    # issue 55 (swa): sliding windows (model.attention_window) out of range, a pattern longer
+    # than the model, and what they do not run with yet, each refused by name.
+    row("deck", "attention_window negative", 1,
+        train("model.family=\"llama\"", "model.attention_window=[8, -1]"), 1,
+        ["--set model.attention_window=[8, -1]: model.attention_window = [ 8, -1 ] holds a window "
+         "outside 0 to 2147483647", "expected 0 to 2147483647, or an array of them"],
+        absent=NOT_TRAINED),
+    row("deck", "attention_window of strings", 1,
+        train("model.family=\"llama\"", "model.attention_window=\"8\""), 1,
+        ["model.attention_window = \"8\" is a string (expected 0 to 2147483647"], absent=NOT_TRAINED),
+    row("deck", "attention_window pattern longer than the model", 1,
+        train("model.family=\"llama\"", "model.attention_window=[8, 0, 8, 0, 8]"), 1,
+        ["deck.toml: model.attention_window = [8, 0, 8, 0, 8] has 5 entries, more than "
+         "model.layers = 4"], absent=NOT_TRAINED),
+    row("deck", "attention_window with latent attention", 1,
+        train("model.family=\"deepseek_v3\"", "model.attention_window=8"), 1,
+        ["model.attention_window = 8 does not combine with model.attention = \"latent\" yet"],
+        absent=NOT_TRAINED),
+    row("deck", "attention_window with context parallelism", 2,
+        train("model.family=\"llama\"", "model.attention_window=8", "parallel.cp=2"), 1,
+        ["model.attention_window = 8 does not combine with parallel.cp = 2 yet",
+         "use cp = 1, or attention_window = 0"], absent=NOT_TRAINED),
 ]
 
 

@@ -129,6 +129,22 @@ TEST(ResolveDevice, ContextParallelismIsRefusedOnGpus) {
   EXPECT_EQ(refusal(c, f), "");
 }
 
+// model.attention_window has no CUDA attention kernel: refused at startup, not trained with
+// full attention.
+TEST(ResolveDevice, SlidingWindowIsRefusedOnGpus) {
+  const DeviceFacts f = facts(1, {kGpu[0]});
+  for (const std::vector<int64_t>& window : {std::vector<int64_t>{1024, 0}, std::vector<int64_t>{}}) {
+    Config c = cuda_config(CommChoice::Auto);
+    c.model.attention_window = window;
+    const std::string why = refusal(c, f);
+    // A pattern is refused by its deck form; no window trains as before.
+    EXPECT_EQ(why.find("input/gpu.toml: model.attention_window = [1024, 0] runs on the CPU "
+                       "backend only") != std::string::npos,
+              !window.empty())
+        << why;
+  }
+}
+
 // data.document_mask has no CUDA attention kernel: refused at startup, not trained causal.
 TEST(ResolveDevice, DocumentMaskIsRefusedOnGpus) {
   const DeviceFacts f = facts(1, {kGpu[0]});

@@ -81,8 +81,8 @@ TEST(HfLlama, RefusesWhatMeshtrainDoesNotCompute) {
   j["mlp_bias"] = true;
   EXPECT_TRUE(spec_of(j).linear_bias);
   j = llama_config();
-  j["model_type"] = "mistral";
-  EXPECT_NE(refusal(j).find("model_type = \"mistral\""), std::string::npos);
+  j["model_type"] = "gemma";
+  EXPECT_NE(refusal(j).find("model_type = \"gemma\""), std::string::npos);
   j = llama_config();
   j["num_attention_heads"] = "4";
   EXPECT_NE(refusal(j).find("num_attention_heads = \"4\" (expected an integer from 1 to 65536"), std::string::npos);

@@ -148,6 +148,31 @@ TEST(CostSheet, DecodeCacheOfStandardAttention) {
   EXPECT_EQ(model_cost_sheet(gqa).blocks.back().decode_cache_width(8), 2.0 * 16);
 }
 
+// Sliding windows (model.attention_window = [256, 0] at T 1024): a windowed block's attention
+// FLOPs count 256 keys a query (what the kernel computes, O(T W)), a full block's 1024; the
+// windowed block's generation cache keeps 256 tokens, the full one's 1024.
+TEST(CostSheet, SlidingWindowsBoundAttentionAndTheCache) {
+  ModelSpec m = gpt2_spec(2, 128, 4, 1024, 256);
+  const ModelCostSheet full = model_cost_sheet(m);
+  const double full_flops = m.flops_per_token();
+  m.attention_window = {256, 0};
+  const ModelCostSheet& s = model_cost_sheet(m);
+  const double C = 128, T = 1024;
+  const double attention = [&](const CostSheet& b) {
+    double f = 0;
+    for (const AttentionCost& a : b.attention) f += a.training_flops_per_token(T);
+    return f;
+  }(s.blocks[0]);
+  EXPECT_EQ(attention, 3.0 * 2.0 * 2.0 * 256 * C);
+  EXPECT_EQ(s.blocks[1].training_flops_per_token(T), full.blocks[1].training_flops_per_token(T));
+  EXPECT_EQ(full.blocks[0].training_flops_per_token(T) - s.blocks[0].training_flops_per_token(T),
+            3.0 * 2.0 * 2.0 * (1024 - 256) * C);
+  EXPECT_EQ(s.blocks[0].decode_cache_elements(1, T), 2 * C * 256);
+  EXPECT_EQ(s.blocks[1].decode_cache_elements(1, T), 2 * C * 1024);
+  EXPECT_EQ(s.blocks[0].decode_cache_elements(1, 100), 2 * C * 100);  // a shorter context
+  EXPECT_EQ(full_flops - m.flops_per_token(), 3.0 * 2.0 * 2.0 * (1024 - 256) * C);
+}
+
 // tp beyond the key/value heads (issue 55): 8 query heads of 8 channels on 2 key/value heads,
 // with biases. On tp 4 and 8 each rank holds its query heads' rows and the whole k and v (each
 // of its ranks computes one head of them): the layer as built (what the memory planner builds)

@@ -168,6 +168,24 @@ TEST(Generator, LlamaCacheMatchesFullForwardFp64) {
   });
 }
 
+// Sliding windows (model.attention_window = [5, 0]): block 0's cache is a ring of its 5 keys
+// (row position % 5), block 1's the whole context; every position's cached logits equal the
+// full forward's, which masks the band explicitly in the kernel. Then the context slides (the
+// cache rebuilt at positions 0 ..) and the ring is refilled from row 0.
+void windowed(ModelSpec& m) {
+  m.positions = PositionKind::Rotary;
+  m.kv_heads_set = 2;
+  m.attention_window = {5, 0};
+}
+TEST(Generator, WindowedCacheMatchesFullForwardFp64) { check_cache(DType::F64, 1e-12, windowed); }
+TEST(Generator, WindowedCacheKeepsTheWindowsRows) {
+  Model m(MPI_COMM_SELF, DType::F64, SequenceParallel::Off, 1, 2, Model::Placement::Looped, windowed);
+  const DecodeCache local = m.model->chunk(0).block(0).attention().decode_cache(m.be, DType::F64, 16);
+  const DecodeCache global = m.model->chunk(0).block(1).attention().decode_cache(m.be, DType::F64, 16);
+  EXPECT_EQ(local.keys.shape(), (Shape{2, 5, 8}));
+  EXPECT_EQ(global.keys.shape(), (Shape{2, 16, 8}));
+}
+
 // Multi-head latent attention (model/latent_attention.h) in Llama's block: queries through a
 // rank-12 path, a latent of 16, query/key heads of 8 + 4 rotary channels, value heads of 6 (not
 // 8: the values' width is its own). Its cache holds the latent and the rotary key, and the
@@ -244,6 +262,7 @@ void check_sliding_window(void (*adjust)(ModelSpec&)) {
 }
 
 TEST(Generator, SlidingWindow) { check_sliding_window(nullptr); }
+TEST(Generator, SlidingContextWithAttentionWindow) { check_sliding_window(windowed); }
 // The latent cache is rebuilt from the kept window at positions 0 .. like the key/value cache.
 TEST(Generator, LatentSlidingWindow) { check_sliding_window(latent_yarn); }
 

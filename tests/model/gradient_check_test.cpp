@@ -291,6 +291,24 @@ TEST(GradientCheck, LlamaBlockWithRotaryPositionsEveryElement) {
   check_all_gradients(h, Recompute::None);
 }
 
+// Sliding windows as a pattern (model.attention_window = [3, 0]): block 0 sees 3 keys of the
+// 8 positions, block 1 all of them (Gemma 3's local and global layers), with rotary positions
+// and grouped-query heads.
+TEST(GradientCheck, SlidingWindowPatternEveryElement) {
+  Harness h(false, 11, [](ModelSpec& m) {
+    m.positions = PositionKind::Rotary;
+    m.kv_heads_set = 1;
+    m.attention_window = {3, 0};
+    // Without biases: a rotated key bias fails this check with or without a window (block 1,
+    // full attention, as much as block 0), which is not the window's to prove here.
+    m.linear_bias = false;
+  });
+  EXPECT_EQ(h.cfg.window(0), 3);
+  EXPECT_EQ(h.cfg.window(1), 0);
+  check_all_gradients(h, Recompute::None);
+  check_all_gradients(h, Recompute::Selective);
+}
+
 // Qwen 3's block: the Llama block with each query and key head RMS-normalised (one head_dim
 // weight each, shared by the heads) before the rotation; with kv_heads == heads the projections
 // stay separate. With biases, so that the key bias (which the norm makes matter) is checked too.

@@ -193,6 +193,13 @@ ModelSpec model_variant(const std::string& name, ModelSpec m) {
     // tokenizer's end-of-text token.
     m = model_variant("llama", m);
     m.vocab_size = 272;
+  } else if (name == "llama_swa" || name == "llama_swa_docs") {
+    // Sliding windows (model.attention_window, Gemma 3's pattern): blocks 0 and 2 see 16 keys
+    // of 64, blocks 1 and 3 all; with documents (llama_swa_docs) the later of the window's and
+    // the document's start bounds a query's keys.
+    m = model_variant(name == "llama_swa" ? "llama" : "llama_docs", m);
+    m.seq_len = 64;
+    m.attention_window = {16, 0};
   } else if (name == "mla" || name == "mla_yarn") {
     // Multi-head latent attention (model/latent_attention.h) in Llama's dense block: queries
     // through a rank-24 path, a latent of 16, query/key heads of 8 + 4 rotary channels (the
@@ -356,6 +363,12 @@ std::vector<Layout> layouts_for(int world) {
         // tp beyond the key/value heads (2 ranks share the one head), with sp.
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true}, "llama_kv1"),
         on_model(context_parallel({1, 1, 1, S::OneFOneB, 1, 4, false}, 2), "qwen3_yarn"),
+        // Sliding windows over tp (with sp), pp (recomputed) and dp (ZeRO-1), with documents.
+        on_model({1, 2, 1, S::OneFOneB, 1, 4, true}, "llama_swa"),
+        on_model({1, 1, 2, S::OneFOneB, 1, 4, false, 0, R::Selective}, "llama_swa"),
+        on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 1}, "llama_swa"),
+        on_model({1, 2, 1, S::OneFOneB, 1, 4, false}, "llama_swa_docs"),
+        on_model({2, 1, 1, S::GPipe, 1, 2, false, 0, R::Full}, "llama_swa_docs"),
         on_model({1, 2, 1, S::OneFOneB, 1, 4, false}, "moe"),
         on_model({1, 2, 1, S::OneFOneB, 1, 4, true, 0, R::Selective}, "moe"),
         on_model({2, 1, 1, S::OneFOneB, 1, 2, false, 3}, "moe"),

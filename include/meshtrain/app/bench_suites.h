@@ -69,6 +69,9 @@ void bench_moe(const BenchArgs& args, BenchReport& report);
 // 2048, fp32 and bf16, GFLOP/s on the causal FLOPs against the oneDNN GEMM ceiling of the same
 // precision (one rank; args.model "tiny": T 128, small heads, for the tests).
 void bench_attention(const BenchArgs& args, BenchReport& report);
+// Sliding-window attention (W 1024) against full causal attention at T 8192 and 16384, fp32,
+// forward + backward time ratio (one rank; args.model "tiny": T 1024, W 128).
+void bench_window(const BenchArgs& args, BenchReport& report);
 // Step time and memory of ZeRO stages and recompute modes relative to zero 0 / none.
 void bench_zero(const BenchArgs& args, BenchReport& report);
 // Checkpoint save and load bandwidth against a raw sequential write and read of the same bytes

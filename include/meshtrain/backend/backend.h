@@ -38,6 +38,9 @@ struct FlatPiece {
 struct AttentionDims {
   int64_t NH = 0, KVH = 0, HS = 0, HV = 0;
   double scale = 0.0;
+  // Sliding window (Mistral; model/model_spec.h: attention_window): query t sees keys s with
+  // t - window < s <= t, its own key and the window - 1 before it; 0: every earlier key.
+  int64_t window = 0;
   int64_t value_size() const { return HV ? HV : HS; }
   double softmax_scale() const;  // scale, or 1/sqrt(HS) when 0
 };

@@ -20,9 +20,9 @@ class BlockAttention {
  public:
   using Saved = std::variant<CausalSelfAttention::Saved, LatentAttention::Saved>;
 
-  // layer: the block's index (QK-clip's log, model/qk_clip.h).
-  BlockAttention(const LayerContext& ctx, const std::string& name, const ModelSpec& spec, int layer,
-                 double residual_scale);
+  // layer: the block's index (its sliding window; QK-clip's log, model/qk_clip.h).
+  BlockAttention(const LayerContext& ctx, const std::string& name, const ModelSpec& spec,
+                 int layer, double residual_scale);
 
   // As CausalSelfAttention's.
   Tensor forward(const Tensor& x, TokenShape shape, Saved& saved, MemoryCategory category,
@@ -33,7 +33,8 @@ class BlockAttention {
   // attention, which config/ refuses with QK-clip).
   void add_qk_clip_scales(const std::vector<double>& job_gammas, std::vector<RowScale>& out);
   void add_costs(CostSheet& sheet) const;
-  // Generation: an empty cache of seq_len positions for this layer (zeros: the decode kernels
+  // Generation: an empty cache of seq_len positions for this layer, or of its window's where
+  // that is smaller (CausalSelfAttention::cache_rows) (zeros: the decode kernels
   // read only the rows written, but a defined value costs nothing), and one token x (1, C) at
   // `position` through the layer, writing its row of the cache and attending to rows
   // [0, position] (CausalSelfAttention::decode, LatentAttention::decode).

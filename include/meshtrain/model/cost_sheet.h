@@ -95,8 +95,14 @@ struct ElementwiseCost {
 struct AttentionCost {
   int64_t heads = 0, head_size = 0, value_size = 0;
   double forward_score_accesses = 0, backward_score_accesses = 0;  // fp32 elements per score
+  int64_t window = 0;  // a sliding window's keys per query (AttentionDims::window); 0: all
 
   int64_t values() const { return value_size ? value_size : head_size; }
+  // The keys a query meets in a sequence of `keys`: at most the window (the kernel skips whole
+  // blocks outside it, so its cost is O(T W), backend/cpu/flash_attention.cpp).
+  double keys_seen(double keys) const {
+    return window > 0 ? std::min(keys, static_cast<double>(window)) : keys;
+  }
   // The two forward GEMMs of one (sequence, head) pair: `queries` rows meeting `keys` keys.
   GemmShape scores(double queries, double keys) const { return {queries, keys, static_cast<double>(head_size)}; }
   GemmShape weighted_sum(double queries, double keys) const { return {queries, static_cast<double>(values()), keys}; }
@@ -104,6 +110,7 @@ struct AttentionCost {
   // (the PaLM convention, Chowdhery et al., arXiv 2204.02311, appendix B: 12 x heads x d x T;
   // 6 x heads x (d + d_v) x T with value heads of their own width).
   double training_flops_per_token(double seq_len) const {
+    seq_len = keys_seen(seq_len);
     if (value_size == 0)
       return 3.0 * 2.0 * 2.0 * seq_len * static_cast<double>(heads) * static_cast<double>(head_size);
     return 3.0 * 2.0 * seq_len * static_cast<double>(heads) *
@@ -161,7 +168,12 @@ struct DecodeCacheCost {
   int64_t width = 0;
   bool tp_split = false;
   int64_t tp_parts = 0;  // as LinearCost's: key/value heads, each shared by the ranks beyond
+  int64_t rows = 0;      // a sliding window's: the tokens it keeps at most; 0: the whole context
 
+  // Tokens it keeps for a context of seq_len.
+  double tokens(double seq_len) const {
+    return rows > 0 ? std::min(seq_len, static_cast<double>(rows)) : seq_len;
+  }
   double local_width(double tp) const {
     if (!tp_split) return static_cast<double>(width);
     return static_cast<double>(width) / (tp_parts > 0 ? std::min(tp, static_cast<double>(tp_parts)) : tp);
@@ -197,6 +209,9 @@ struct CostSheet {
   int row_parallel_linears() const;
   // Elements of generation's cache per token of the context on one rank of a tp-way group.
   double decode_cache_width(double tp) const;
+  // Elements of generation's cache for a context of seq_len on one rank: a sliding window's
+  // layer keeps its window's tokens only.
+  double decode_cache_elements(double tp, double seq_len) const;
   bool operator==(const CostSheet&) const = default;
 };
 

@@ -119,6 +119,12 @@ struct ModelSpec {
   // with weight mtp_loss_weight / mtp_layers. 0: none.
   int mtp_layers = 0;
   double mtp_loss_weight = 0.3;
+  // Sliding-window attention (Mistral: every layer; Gemma 3: local layers, every k-th global):
+  // the keys a query sees, as a pattern over the blocks, block l's window attention_window[l %
+  // size]. A window of W: query t sees keys t - W < s <= t (HF's sliding_window); 0: every
+  // earlier key. Empty: full attention in every block. Kept canonical (deck.cpp): no single
+  // pattern of equal entries, no all-zero pattern.
+  std::vector<int64_t> attention_window;
 
   int64_t kv_heads() const { return kv_heads_set ? kv_heads_set : heads; }
   int64_t head_dim() const { return head_dim_set ? head_dim_set : d_model / heads; }
@@ -132,6 +138,12 @@ struct ModelSpec {
   bool moe_layer(int layer) const {
     return feed_forward == FeedForwardKind::Moe && layer >= moe.first_dense_layers;
   }
+  // Block `layer`'s attention window (0: full attention); whether any block has one.
+  int64_t window(int layer) const {
+    return attention_window.empty() ? 0
+                                    : attention_window[static_cast<size_t>(layer) % attention_window.size()];
+  }
+  bool windowed() const { return !attention_window.empty(); }
   // Parameters of the whole model (global, unsharded).
   int64_t parameter_count() const;
   // Those one token's forward reads: of a mixture's experts, top_k of each layer's (the
@@ -155,6 +167,10 @@ struct SpecField {
   std::string key, value, gpt2_value;
 };
 std::vector<SpecField> spec_fields(const ModelSpec& m);
+
+// model.attention_window as the deck writes it: "0" (none), "4096" (every block) or
+// "[1024, 1024, 0]" (a pattern over the blocks).
+std::string attention_window_text(const std::vector<int64_t>& pattern);
 
 // GPT-2 of the given sizes (benchmarks and tests name models this way).
 ModelSpec gpt2_spec(int layers, int64_t d_model, int64_t heads, int64_t seq_len, int64_t vocab_size);

@@ -1,9 +1,12 @@
 // Causal multi-head self-attention as a blocked, flash-style kernel (FlashAttention-2, arXiv
 // 2307.08691, alg. 1-2), on qkv rows of (NH + 2 KVH) heads (query head h reads key/value head
 // h / (NH / KVH)), with no T x T matrix: per block of kQueryBlock queries, their scores against
-// chunks of at most kKeyChunk keys, up to the diagonal (chunks above it are never computed):
+// chunks of at most kKeyChunk keys, up to the diagonal (chunks above it are never computed),
+// from the block's first key on (a sliding window's or a document's: chunks before it are never
+// computed either, so a window of W keys costs O(T W)):
 //
-//   S = scale Q K^T (masked j > i, and j before the row's document start),  m = running rowmax,
+//   S = scale Q K^T (masked j > i, j before the row's document start, and j <= i - W under a
+//   window of W),  m = running rowmax,
 //   P = exp(S - m),  l = running rowsum P,  O = sum P V rescaled by exp(m_old - m_new),
 //   out = O / l,  lse = m + log l          scale = dims.softmax_scale() (1/sqrt(HS) by default)
 //
@@ -60,16 +63,22 @@ constexpr int64_t kKeyChunk = 512;
 struct Geometry {
   int64_t B, T, NH, KVH, HS, HV;
   double scale;
+  int64_t window;         // 0: every earlier key (AttentionDims::window)
   const int32_t* starts;  // document starts (B * T), or null
   int64_t G() const { return NH / KVH; }
   int64_t W() const { return (NH + KVH) * HS + KVH * HV; }  // a qkv row
   int64_t C() const { return NH * HV; }                     // an out row
   int64_t value_column(int64_t kv) const { return (NH + KVH) * HS + kv * HV; }
   int64_t blocks() const { return (T + kQueryBlock - 1) / kQueryBlock; }
-  // Row i of sequence b sees keys [first_key, i].
-  int64_t first_key(int64_t b, int64_t i) const { return starts ? starts[b * T + i] : 0; }
-  // The first key chunk of a query block [q0, q0 + rows): its earliest document start, rounded
-  // down to a block boundary.
+  // Row i of sequence b sees keys [first_key, i]: from its document's start, and within the
+  // window where there is one.
+  int64_t first_key(int64_t b, int64_t i) const {
+    const int64_t document = starts ? starts[b * T + i] : 0;
+    return window > 0 ? std::max(document, i - window + 1) : document;
+  }
+  // The first key chunk of a query block [q0, q0 + rows): its earliest first key, rounded down
+  // to a block boundary. Chunks before it are never computed: under a window a block's keys
+  // span at most window + kQueryBlock, so the cost is O(T window), not O(T^2).
   int64_t first_chunk(int64_t b, int64_t q0, int64_t rows) const {
     int64_t lo = q0;
     for (int64_t t = 0; t < rows; ++t) lo = std::min(lo, first_key(b, q0 + t));
@@ -412,7 +421,7 @@ int64_t attention_forward_scratch(int64_t B, int64_t T_, const AttentionDims& di
 
 namespace {
 Geometry geometry(int64_t B, int64_t T_, const AttentionDims& d, const int32_t* starts) {
-  return {B, T_, d.NH, d.KVH, d.HS, d.value_size(), d.softmax_scale(), starts};
+  return {B, T_, d.NH, d.KVH, d.HS, d.value_size(), d.softmax_scale(), d.window, starts};
 }
 }  // namespace
 

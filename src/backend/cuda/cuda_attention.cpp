@@ -133,12 +133,22 @@ namespace {
                               " with document_starts (data.document_mask = true): run it on "
                               "backend 'cpu', or set data.document_mask = false");
 }
+// Neither meshtrain's cuDNN graph nor the own kernels mask a sliding window (the deck refuses
+// model.attention_window on CUDA: config/device_check.cpp; this stops any other caller).
+void refuse_window(const char* op, const AttentionDims& dims) {
+  if (dims.window == 0) return;
+  throw std::invalid_argument(std::string("backend 'cuda' does not support ") + op +
+                              " with a sliding window of " + std::to_string(dims.window) +
+                              " keys (model.attention_window): run it on backend 'cpu', or set "
+                              "model.attention_window = 0");
+}
 }  // namespace
 
 void CudaBackend::do_attention_forward(Tensor& out, Tensor& probs, const Tensor& qkv, int64_t B,
                                        int64_t T, const AttentionDims& dims,
                                        const Tensor* document_starts) {
   if (document_starts) refuse_document_mask("attention_forward");
+  refuse_window("attention_forward", dims);
   const int64_t NH = dims.NH, KVH = dims.KVH, HS = dims.HS;
   // Causal work counted full, as PaLM does: QK^T and PV, 2 T^2 HS and 2 T^2 HV per head.
   cuda::TimedOp timed(profile_, stream_, "attention_forward",
@@ -164,6 +174,7 @@ void CudaBackend::do_attention_backward(Tensor& dqkv, const Tensor& dout, const 
                                         int64_t T, const AttentionDims& dims,
                                         const Tensor* document_starts) {
   if (document_starts) refuse_document_mask("attention_backward");
+  refuse_window("attention_backward", dims);
   const int64_t NH = dims.NH, KVH = dims.KVH, HS = dims.HS;
   cuda::TimedOp timed(profile_, stream_, "attention_backward",
                       4.0 * double(B) * double(NH) * double(T) * double(T) *

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "meshtrain/families/llama/hf_windows.h"
 #include "meshtrain/families/moe/hf_moe.h"
 #include "meshtrain/families/registry.h"
 #include "meshtrain/io/terminal_text.h"
@@ -76,6 +77,7 @@ constexpr const char* kConfigKeys[][2] = {
     {"head_dim", "head_dim"},
     {"ffn_hidden", "intermediate_size"},
     {"mtp_layers", "num_nextn_predict_layers"},
+    {"attention_window", "sliding_window"},
 };
 
 }  // namespace
@@ -89,9 +91,10 @@ std::vector<HfTensor> hf_llama_tensors(const ModelSpec& m) {
     return std::string(r.meshtrain) == "h.{}.ln_1.weight";
   });
   rules.insert(at, moe.begin(), moe.end());
+  const std::string dense = m.windowed() ? "MistralForCausalLM" : "LlamaForCausalLM";
   const std::string model_class = m.feed_forward == FeedForwardKind::Moe
                                       ? (m.qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM")
-                                      : (m.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
+                                      : (m.qk_norm ? "Qwen3ForCausalLM" : dense);
   return hf_tensors(m, rules.data(), rules.size(), model_class);
 }
 
@@ -115,6 +118,7 @@ struct HfDefaults {
 HfDefaults hf_defaults(const std::string& type) {
   if (type == "qwen3") return {32, 4096, 32, 0, 151936, 128, 22016, 1e-6, 10000.0, 32768};
   if (type == "mixtral") return {32, 4096, 32, 8, 32000, 0, 14336, 1e-5, 1e6, 131072};
+  if (type == "mistral") return {32, 4096, 32, 8, 32000, 0, 14336, 1e-6, 10000.0, 32768};
   if (type == "qwen3_moe") return {24, 2048, 32, 4, 151936, 0, 6144, 1e-6, 10000.0, 32768};
   return {32, 4096, 32, 0, 32000, 0, 11008, 1e-6, 10000.0, 2048};
 }
@@ -203,10 +207,11 @@ ModelSpec hf_llama_spec(const HfConfigReader& c, int64_t seq_len, int64_t& max_p
   const json& j = c.config();
   const std::string& path = c.path();
   const json type = json_value_or(j, "model_type", "(absent)");
-  if (type != "llama" && type != "qwen3" && !(type.is_string() && hf_moe_model_type(type.get<std::string>())))
+  if (type != "llama" && type != "mistral" && type != "qwen3" &&
+      !(type.is_string() && hf_moe_model_type(type.get<std::string>())))
     throw std::runtime_error(terminal_safe(path + ": model_type = " + type.dump()) +
-                             " (meshtrain imports \"gpt2\", \"llama\", \"qwen3\", \"mixtral\" and "
-                             "\"qwen3_moe\")");
+                             " (meshtrain imports \"gpt2\", \"llama\", \"mistral\", \"qwen3\", "
+                             "\"mixtral\" and \"qwen3_moe\")");
   const std::string model_type = type.get<std::string>();
   const bool qwen = model_type == "qwen3" || model_type == "qwen3_moe";
   const std::string family = qwen ? "qwen3" : "llama";
@@ -262,9 +267,7 @@ ModelSpec hf_llama_spec(const HfConfigReader& c, int64_t seq_len, int64_t& max_p
                " = true: meshtrain's model.bias puts a bias on every linear layer or on none, "
                "so the two must be equal");
   m.linear_bias = attention_bias;
-  if (qwen && json_value_or(j, "use_sliding_window", false) != json(false))
-    refuse("use_sliding_window", j["use_sliding_window"],
-           "meshtrain attends over the whole causal window: accepted false");
+  m.attention_window = hf_read_windows(c, model_type, m.layers);
 
   hf_read_rope(c, d.rope_theta, max_positions, m.rope);
   return m;
@@ -276,7 +279,11 @@ std::string hf_llama_architecture(const ModelSpec& m, const std::string& where) 
                              " cannot express: export refuses rather than write a model that "
                              "computes another function");
   };
-  const std::string hf = m.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
+  const std::string hf = m.qk_norm ? "Qwen3ForCausalLM" : m.windowed() ? "MistralForCausalLM" : "LlamaForCausalLM";
+  if (const std::string why = hf_windows_unexpressible(m); !why.empty())
+    refuse("attention_window", attention_window_text(m.attention_window), hf + " (" + why + ")");
+  if (m.windowed() && !m.qk_norm && m.linear_bias)
+    refuse("bias", "true", hf + " (no biases)");
   if (m.norm.kind != NormKind::Rms) refuse("norm", norm_name(m.norm.kind), hf + " (RMSNorm)");
   if (m.positions != PositionKind::Rotary)
     refuse("positions", position_name(m.positions), hf + " (rotary positions)");
@@ -328,10 +335,10 @@ nlohmann::ordered_json hf_rope_scaling_json(const RopeSpec& rope) {
 
 std::string hf_llama_config_json(const ModelSpec& m, const std::string& torch_dtype, int64_t bos,
                                  int64_t eos) {
-  const bool qwen = m.qk_norm;
+  const bool qwen = m.qk_norm, mistral = !qwen && m.windowed();
   nlohmann::ordered_json j;
-  j["architectures"] = {qwen ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
-  j["model_type"] = qwen ? "qwen3" : "llama";
+  j["architectures"] = {qwen ? "Qwen3ForCausalLM" : mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = qwen ? "qwen3" : mistral ? "mistral" : "llama";
   j["vocab_size"] = m.vocab_size;
   j["hidden_size"] = m.d_model;
   j["intermediate_size"] = m.ffn_hidden();
@@ -350,10 +357,8 @@ std::string hf_llama_config_json(const ModelSpec& m, const std::string& torch_dt
   j["rope_scaling"] = hf_rope_scaling_json(m.rope);
   j["attention_bias"] = m.linear_bias;
   j["attention_dropout"] = 0.0;  // meshtrain trains without dropout
-  if (qwen) {
-    j["use_sliding_window"] = false;
-    j["sliding_window"] = nullptr;
-    j["max_window_layers"] = m.layers;
+  if (qwen || mistral) {
+    hf_write_windows(m, j);
   } else if (m.feed_forward == FeedForwardKind::Dense) {
     j["mlp_bias"] = m.linear_bias;
     j["pretraining_tp"] = 1;

@@ -24,6 +24,7 @@ const ModelFamily& llama_family() {
       "\"llama\" (Llama 3: RMSNorm eps 1e-5, rotary positions base 500000, SwiGLU, no biases, untied)",
       llama_defaults,
       {{"LlamaForCausalLM", "llama", FeedForwardKind::Dense},
+       {"MistralForCausalLM", "mistral", FeedForwardKind::Dense},
        {"MixtralForCausalLM", "mixtral", FeedForwardKind::Moe}},
       &hf_llama_format(),
   };
