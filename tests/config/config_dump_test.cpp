@@ -21,6 +21,8 @@ const std::vector<std::string> kOverrides = {
     "data.train=[\"a.bin\", \"b \\\"q\\\".bin\"]",       "data.val=\"none\"",
     "train.precision=\"fp64\"", "train.lr=3e-4",        "train.eps=1e-10",
     "train.optimizer=\"muon\"", "train.muon_ns_steps=4",
+    // Keys dumped only when set (so that other runs' recorded configuration stays as it was).
+    "train.eval_tasks=[\"tasks.jsonl\"]", "train.qk_clip_threshold=50.0",
     "parallel.dp=2",            "parallel.pp=2",        "parallel.schedule=\"gpipe\"",
     "parallel.partition=[2, 4]", "parallel.recompute=\"full\"",
     "checkpoint.resume=\"none\"", "checkpoint.io=\"independent\"", "checkpoint.async_nice=3"};
