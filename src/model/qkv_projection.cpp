@@ -32,7 +32,8 @@ QkvProjection::QkvProjection(const LayerContext& ctx, const std::string& name,
       local_heads_(spec.heads / ctx.tp.size()),
       local_kv_heads_(spec.kv_heads() * kv_head_replicas(spec, ctx.tp) / ctx.tp.size()),
       head_size_(spec.head_dim()),
-      kv_heads_(spec.kv_heads()) {
+      kv_heads_(spec.kv_heads()),
+      key_bias_cancels_(!spec.qk_norm && spec.positions != PositionKind::Rotary) {
   const int64_t q_width = spec.heads * head_size_, kv_width = spec.kv_heads() * head_size_;
   if (spec.kv_heads() == spec.heads && !spec.qk_norm) {
     fused_.emplace(ctx, name + ".qkv", Shape{3, q_width, spec.d_model}, 1, Shape{3, q_width}, 0.02,
@@ -133,10 +134,11 @@ Tensor QkvProjection::backward(const Tensor& dqkv, const Saved& saved,
     be.add_inplace(dx, k_->backward_in_region(dk, saved.entered, deferred));
     be.add_inplace(dx, v_->backward_in_region(dv, saved.entered, deferred));
     dx = q_->leave_region_backward(dx);
-    // After a norm the key bias no longer shifts each score of a row by one amount: it is
-    // learnt, and its gradient stays. Without one, the whole (replicated) bias is zeroed.
-    if (!q_norm_) key_bias = k_->bias();
+    key_bias = k_->bias();  // the whole (replicated) bias
   }
+  // Where it cancels, the key bias's gradient is round-off of a true zero: made exactly zero.
+  // After a norm or a rotation it is learnt, and its gradient stays.
+  if (!key_bias_cancels_) key_bias = nullptr;
   // After the bias gradient is written, so deferred with it when that is.
   const int64_t key_bias_count = fused_ || !key_bias ? kv_cols : key_bias->numel();
   if (key_bias)

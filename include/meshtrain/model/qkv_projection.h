@@ -58,6 +58,10 @@ class QkvProjection {
   std::optional<ColumnParallelLinear> q_, k_, v_;  // grouped-query, or with qk_norm
   std::optional<StackedColumns> stacked_;          // q, k and v as one product, without qk_norm
   std::optional<RmsNorm> q_norm_, k_norm_;
+  // Whether the key bias adds one amount to every score of a query's row (so that softmax cancels
+  // it and its gradient is exactly zero): not after a norm of the keys, nor once rotary positions
+  // turn it by each key's position.
+  bool key_bias_cancels_ = false;
 };
 
 }  // namespace meshtrain
