@@ -282,6 +282,9 @@ RULES = [
     (r"train .*--set run\.name=(hf-demo|sample-demo) ", "run_as_written",
      "in full: the example after it reads its final checkpoint"),
     (r"^printf .* > \S+\.jsonl$", "run_as_written", "writes the example's small task file"),
+    (r"^tensorboard --logdir ", "covered",
+     "TensorBoard's server (the judges' tensorboard package): judge_tensorboard_test loads a run's "
+     "event files with its own reader"),
     (r"^mkdir -p corpus ", "run_as_written", "the examples' own corpus (README.md, src/io/*.cpp)"),
     (r"^build/meshtrain sample ", "run_as_written", "on the checkpoint the example before wrote"),
     (r"^build/meshtrain (export|import) ", "run_as_written", "on the checkpoints written above"),
