@@ -219,9 +219,12 @@ class Runner:
         self.shell(where, code.rstrip() + short + (" " + hash_ + comment if hash_ else ""))
 
     def run_eval(self, where, command):
-        # The stand-in checkpoint is the small model: eval needs the same overrides.
-        self.shell(where, self.substitute(command) + " " +
-                   " ".join(shlex.quote(w) for w in GPT_SMALL + ["--set", "train.eval_batches=1"]))
+        # The checkpoint it reads was written with the overrides train_overrides gives its deck
+        # (the GPT-2 decks' small model): eval needs the same ones.
+        extra = ["--set", "train.eval_batches=1"]
+        if re.search(r"input/(gpt|gpt2-[^ ]+|multi-node)\.toml", command):
+            extra = GPT_SMALL + extra
+        self.shell(where, self.substitute(command) + " " + " ".join(shlex.quote(w) for w in extra))
 
     def expect_layout_refusal(self, where, command):
         text = "".join(open(os.path.join(REPO, page), encoding="utf-8").read()
